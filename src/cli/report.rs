@@ -1,0 +1,154 @@
+//! `hermes-otel report`: tables for people, `--json` for scripts.
+
+use std::fmt::Write as _;
+
+use clap::Args;
+use jiff::tz::TimeZone;
+
+use super::time;
+use crate::error::{Error, Result};
+use crate::report::{build, Group, Report, Totals};
+use crate::store::Store;
+
+/// The latest time a window can reach (9999-01-01T00:00:00Z).
+const END_OF_TIME: f64 = 253_370_764_800.0;
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Start of the window: a date (midnight in --tz), an RFC 3339 time, or a span back from now (7d, 24h).
+    #[arg(long)]
+    since: Option<String>,
+    /// End of the window (exclusive), same forms as --since.
+    #[arg(long)]
+    until: Option<String>,
+    /// Time zone for days (IANA name, default: the system's).
+    #[arg(long)]
+    tz: Option<String>,
+    /// Print one JSON object (schema in the README, "Report JSON").
+    #[arg(long)]
+    json: bool,
+    /// Rows per table in the human form.
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+}
+
+pub fn run(store: &Store, args: &ReportArgs) -> Result<i32> {
+    let tz = match &args.tz {
+        Some(name) => TimeZone::get(name).map_err(|e| Error::Other(format!("--tz {name}: {e}")))?,
+        None => TimeZone::system(),
+    };
+    let now = time::now();
+    let bound = |text: &Option<String>, default: f64, flag: &str| -> Result<f64> {
+        match text {
+            Some(t) => time::parse(t, &tz, now).map_err(|e| Error::Other(format!("{flag}: {e}"))),
+            None => Ok(default),
+        }
+    };
+    let since = bound(&args.since, 0.0, "--since")?;
+    let until = bound(&args.until, END_OF_TIME, "--until")?;
+    let facts = store.facts(since, until)?;
+    let runs = store.runs_started(since, until)?;
+    let report = build(&facts, &runs, &tz, since, until);
+    if args.json {
+        let text = serde_json::to_string_pretty(&report).map_err(|e| Error::Other(e.to_string()))?;
+        println!("{text}");
+    } else {
+        print!("{}", render(&report, args.limit));
+    }
+    Ok(0)
+}
+
+/// The human form: a totals block and one table per grouping.
+pub fn render(r: &Report, limit: usize) -> String {
+    let mut out = String::new();
+    let t = &r.totals;
+    let _ = writeln!(
+        out,
+        "hermes-otel report  {} .. {}  (days in {})",
+        r.since, r.until, r.timezone
+    );
+    let _ = writeln!(
+        out,
+        "total ${:.4}  sessions {}  llm calls {} ({} estimated, {} unpriced)  api errors {}  tool calls {} ({} failed)",
+        t.cost_usd,
+        t.sessions,
+        t.llm_calls,
+        t.estimated_llm_calls,
+        t.unpriced_llm_calls,
+        t.api_errors,
+        t.tool_calls,
+        t.tool_failures
+    );
+    let _ = writeln!(
+        out,
+        "tokens: input {}  output {}  cache read {}  cache write {}  reasoning {}",
+        t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_write_tokens, t.reasoning_tokens
+    );
+    for (title, groups) in [
+        ("day", &r.by_day),
+        ("model", &r.by_model),
+        ("provider", &r.by_provider),
+        ("sender", &r.by_sender),
+        ("cron job", &r.by_cron_job),
+        ("session", &r.by_session),
+    ] {
+        if groups.iter().all(|g| g.key.is_none()) {
+            continue;
+        }
+        out.push('\n');
+        table(&mut out, title, groups, limit);
+    }
+    out
+}
+
+fn table(out: &mut String, title: &str, groups: &[Group], limit: usize) {
+    let headers = [
+        "cost $", "input", "output", "cache r", "cache w", "reason", "calls", "errors", "tools", "failed",
+    ];
+    let cells = |t: &Totals| {
+        [
+            format!("{:.4}", t.cost_usd),
+            t.input_tokens.to_string(),
+            t.output_tokens.to_string(),
+            t.cache_read_tokens.to_string(),
+            t.cache_write_tokens.to_string(),
+            t.reasoning_tokens.to_string(),
+            t.llm_calls.to_string(),
+            t.api_errors.to_string(),
+            t.tool_calls.to_string(),
+            t.tool_failures.to_string(),
+        ]
+    };
+    let shown: Vec<_> = groups.iter().take(limit).collect();
+    let key_width = shown
+        .iter()
+        .map(|g| g.key.as_deref().unwrap_or("-").chars().count())
+        .chain([title.len()])
+        .max()
+        .unwrap_or(0);
+    let rows: Vec<[String; 10]> = shown.iter().map(|g| cells(&g.totals)).collect();
+    let widths: Vec<usize> = (0..headers.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].len())
+                .chain([headers[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let _ = write!(out, "{title:<key_width$}");
+    for (h, w) in headers.iter().zip(&widths) {
+        let _ = write!(out, "  {h:>w$}");
+    }
+    out.push('\n');
+    for (g, row) in shown.iter().zip(&rows) {
+        let _ = write!(out, "{:<key_width$}", g.key.as_deref().unwrap_or("-"));
+        for (c, w) in row.iter().zip(&widths) {
+            let _ = write!(out, "  {c:>w$}");
+        }
+        out.push('\n');
+    }
+    if groups.len() > limit {
+        let _ = writeln!(out, "... {} more (--limit)", groups.len() - limit);
+    }
+}

@@ -1,0 +1,63 @@
+//! The crate error type.
+//!
+//! Callers act on the variants (the binding maps them to Python exception
+//! classes, the CLI to exit codes); everything else is a message.
+
+use std::path::PathBuf;
+
+/// Every fallible operation in the crate returns this error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// SQLite refused an operation.
+    #[error("store: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+
+    /// The store file was written by a newer hermes-otel.
+    #[error("store schema version {found} is newer than this build supports ({supported}); upgrade hermes-otel")]
+    SchemaTooNew { found: i64, supported: i64 },
+
+    /// A migration failed; the store was left at `version`.
+    #[error("migration to schema version {version} failed: {source}")]
+    Migration {
+        version: i64,
+        #[source]
+        source: rusqlite::Error,
+    },
+
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A configuration, pricing or budget file could not be parsed.
+    #[error("{path}: {message}")]
+    Config { path: PathBuf, message: String },
+
+    /// A line of a replay file is not a hook record.
+    #[error("{path}:{line}: {message}")]
+    BadRecord {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+
+    /// Anything else, as a message.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Shorthand for results in this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Wraps an I/O error with the path it concerns.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,650 @@
+//! Decoding hook kwargs (plain JSON values) into [`HookEvent`]s.
+//!
+//! Hermes passes different kwargs at different call sites of one hook, and a
+//! future Hermes may change types. So nothing here fails on a surprise: an
+//! unknown kwarg is ignored, a wrong type is converted where the meaning is
+//! plain (a numeric string, an integral float) and otherwise dropped, and
+//! every such repair is reported as a [`Problem`] for the caller to count
+//! and log. Only an event without the id it is keyed by is unusable.
+
+use serde_json::{Map, Value};
+
+use super::*;
+
+/// Longest id or label kept; longer values are cut at a char boundary.
+/// Ids from Hermes are under 100 bytes; anything near this is garbage.
+const MAX_LABEL_BYTES: usize = 1024;
+
+/// How to decode.
+#[derive(Debug, Clone, Copy)]
+pub struct DecodeOptions {
+    /// Keep prompts, responses, tool arguments and results.
+    pub capture_content: bool,
+    /// Largest content string kept when capturing, in bytes.
+    pub max_content_bytes: usize,
+}
+
+impl Default for DecodeOptions {
+    fn default() -> Self {
+        DecodeOptions {
+            capture_content: false,
+            max_content_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// Something that was wrong with the kwargs and how it was handled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The kwarg concerned.
+    pub key: String,
+    /// What was wrong, e.g. "expected an integer, got a string".
+    pub what: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.key, self.what)
+    }
+}
+
+/// The result of decoding one hook call.
+// Returned once and consumed at once; boxing the event would cost an
+// allocation per hook for nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decoded {
+    /// A hook the bridge does not use; nothing to do.
+    Ignored,
+    /// The event, with what had to be repaired on the way.
+    Event(HookEvent, Vec<Problem>),
+    /// The id the event is keyed by is missing, so it cannot be applied.
+    Unusable(Vec<Problem>),
+}
+
+/// Decodes the kwargs of one call of `hook`, made at `at` (Unix seconds).
+pub fn decode(hook: &str, kwargs: &Map<String, Value>, at: f64, opts: DecodeOptions) -> Decoded {
+    let mut r = Reader {
+        kw: kwargs,
+        problems: Vec::new(),
+        opts,
+    };
+    let hook = match hook {
+        "on_session_start" => Hook::SessionStart(SessionStart {
+            session_id: r.id("session_id"),
+            model: r.label("model"),
+            platform: r.label("platform"),
+        }),
+        "pre_llm_call" => Hook::PreLlmCall(PreLlmCall {
+            session_id: r.id("session_id"),
+            task_id: r.label("task_id"),
+            turn_id: r.id("turn_id"),
+            is_first_turn: r.bool("is_first_turn"),
+            model: r.label("model"),
+            platform: r.label("platform"),
+            sender_id: r.label("sender_id"),
+            user_message: r.content_str("user_message"),
+        }),
+        "pre_api_request" => Hook::PreApiRequest(PreApiRequest {
+            api: r.api_request(),
+            message_count: r.count("message_count"),
+            tool_count: r.count("tool_count"),
+            approx_input_tokens: r.count("approx_input_tokens"),
+            request_char_count: r.count("request_char_count"),
+            max_tokens: r.count("max_tokens"),
+            request_messages: r.content_value("request_messages"),
+        }),
+        "post_api_request" => Hook::PostApiRequest(PostApiRequest {
+            api: r.api_request(),
+            api_duration: r.seconds("api_duration"),
+            ended_at: r.seconds("ended_at"),
+            finish_reason: r.label("finish_reason"),
+            response_model: r.label("response_model"),
+            usage: r.usage(),
+            assistant_content_chars: r.count("assistant_content_chars"),
+            assistant_tool_call_count: r.count("assistant_tool_call_count"),
+            assistant_content: r.assistant_content(),
+        }),
+        "api_request_error" => {
+            let api = r.api_request();
+            let (error_type, error_message) = r.error_object();
+            Hook::ApiRequestError(ApiRequestError {
+                api,
+                api_duration: r.seconds("api_duration"),
+                ended_at: r.seconds("ended_at"),
+                status_code: r.int("status_code"),
+                retry_count: r.count("retry_count").unwrap_or(0),
+                max_retries: r.count("max_retries"),
+                retryable: r.bool("retryable"),
+                reason: r.label("reason"),
+                error_type,
+                error_message,
+            })
+        }
+        "pre_tool_call" => Hook::PreToolCall(PreToolCall {
+            tool: r.tool_ref(),
+            args: r.content_value("args"),
+        }),
+        "post_tool_call" => {
+            let tool = r.tool_ref();
+            let outcome = r.tool_result_facts();
+            Hook::PostToolCall(PostToolCall {
+                tool,
+                duration_ms: r.count("duration_ms"),
+                status: r.label("status"),
+                error_type: r.label("error_type"),
+                error_message: r.text("error_message"),
+                outcome,
+                args: r.content_value("args"),
+                result: r.content_str("result"),
+            })
+        }
+        "post_llm_call" => Hook::PostLlmCall(PostLlmCall {
+            session_id: r.id("session_id"),
+            task_id: r.label("task_id"),
+            turn_id: r.id("turn_id"),
+            model: r.label("model"),
+            platform: r.label("platform"),
+            assistant_response: r.content_str("assistant_response"),
+        }),
+        "subagent_start" => Hook::SubagentStart(SubagentStart {
+            parent_session_id: r.id("parent_session_id"),
+            parent_turn_id: r.label("parent_turn_id"),
+            parent_subagent_id: r.label("parent_subagent_id"),
+            child_session_id: r.id("child_session_id"),
+            child_subagent_id: r.label("child_subagent_id"),
+            child_role: r.label("child_role"),
+            child_goal: r.text("child_goal"),
+        }),
+        "subagent_stop" => Hook::SubagentStop(SubagentStop {
+            parent_session_id: r.id("parent_session_id"),
+            parent_turn_id: r.label("parent_turn_id"),
+            child_session_id: r.id("child_session_id"),
+            child_role: r.label("child_role"),
+            child_status: r.label("child_status"),
+            duration_ms: r.count("duration_ms"),
+            child_summary: r.content_str("child_summary"),
+        }),
+        "on_session_end" => Hook::SessionEnd(SessionEnd {
+            session_id: r.id("session_id"),
+            task_id: r.label("task_id"),
+            turn_id: r.id("turn_id"),
+            completed: r.bool("completed"),
+            interrupted: r.bool("interrupted"),
+            model: r.label("model"),
+            platform: r.label("platform"),
+        }),
+        "on_session_finalize" => Hook::SessionFinalize(SessionFinalize {
+            session_id: r.id("session_id"),
+            platform: r.label("platform"),
+            reason: r.label("reason"),
+        }),
+        _ => return Decoded::Ignored,
+    };
+    if r.problems.iter().any(|p| p.what == MISSING_ID) {
+        return Decoded::Unusable(r.problems);
+    }
+    let at = if at.is_finite() && at > 0.0 { at } else { 0.0 };
+    Decoded::Event(HookEvent { at, hook }, r.problems)
+}
+
+const MISSING_ID: &str = "missing id";
+
+/// Reads typed values out of a kwargs map, collecting problems.
+struct Reader<'a> {
+    kw: &'a Map<String, Value>,
+    problems: Vec<Problem>,
+    opts: DecodeOptions,
+}
+
+impl<'a> Reader<'a> {
+    fn problem(&mut self, key: &str, what: impl Into<String>) {
+        self.problems.push(Problem {
+            key: key.to_string(),
+            what: what.into(),
+        });
+    }
+
+    fn present(&self, key: &str) -> Option<&'a Value> {
+        let kw: &'a Map<String, Value> = self.kw;
+        match kw.get(key) {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v),
+        }
+    }
+
+    /// A string of at most `max` bytes; numbers and bools are spelled out.
+    fn string(&mut self, key: &str, max: usize) -> Option<String> {
+        let value = self.present(key)?;
+        let s = match value {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => {
+                let s = n.to_string();
+                self.problem(key, "expected a string, got a number");
+                s
+            }
+            Value::Bool(b) => {
+                let s = b.to_string();
+                self.problem(key, "expected a string, got a bool");
+                s
+            }
+            _ => {
+                self.problem(key, format!("expected a string, got {}", kind(value)));
+                return None;
+            }
+        };
+        Some(self.cut(key, s, max))
+    }
+
+    fn cut(&mut self, key: &str, mut s: String, max: usize) -> String {
+        if s.len() > max {
+            let mut end = max;
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            s.truncate(end);
+            self.problem(key, format!("longer than {max} bytes, cut"));
+        }
+        s
+    }
+
+    fn label(&mut self, key: &str) -> Option<String> {
+        self.string(key, MAX_LABEL_BYTES)
+    }
+
+    /// Free text that is not user content (error messages, goals): kept, but bounded.
+    fn text(&mut self, key: &str) -> Option<String> {
+        self.string(key, 4 * MAX_LABEL_BYTES)
+    }
+
+    /// A required id; an empty or missing one makes the event unusable.
+    fn id(&mut self, key: &str) -> String {
+        match self.label(key) {
+            Some(s) if !s.is_empty() => s,
+            _ => {
+                self.problem(key, MISSING_ID);
+                String::new()
+            }
+        }
+    }
+
+    fn int(&mut self, key: &str) -> Option<i64> {
+        let value = self.present(key)?;
+        match value {
+            Value::Number(n) => {
+                if let Some(i) = n.as_i64() {
+                    Some(i)
+                } else if let Some(f) = n.as_f64().filter(|f| f.is_finite()) {
+                    if f.fract() != 0.0 {
+                        self.problem(key, "expected an integer, got a fraction");
+                    }
+                    Some(f.clamp(i64::MIN as f64, i64::MAX as f64) as i64)
+                } else {
+                    // u64 beyond i64::MAX.
+                    self.problem(key, "integer out of range");
+                    Some(i64::MAX)
+                }
+            }
+            Value::String(s) => {
+                let parsed = s.trim().parse::<f64>().ok().filter(|f| f.is_finite());
+                self.problem(key, "expected an integer, got a string");
+                parsed.map(|f| f.clamp(i64::MIN as f64, i64::MAX as f64) as i64)
+            }
+            _ => {
+                self.problem(key, format!("expected an integer, got {}", kind(value)));
+                None
+            }
+        }
+    }
+
+    /// A count that cannot be negative: negatives become 0.
+    fn count(&mut self, key: &str) -> Option<i64> {
+        let n = self.int(key)?;
+        if n < 0 {
+            self.problem(key, "negative count, taken as 0");
+            return Some(0);
+        }
+        Some(n)
+    }
+
+    fn float(&mut self, key: &str) -> Option<f64> {
+        let value = self.present(key)?;
+        let f = match value {
+            Value::Number(n) => n.as_f64(),
+            Value::String(s) => {
+                self.problem(key, "expected a number, got a string");
+                s.trim().parse::<f64>().ok()
+            }
+            _ => {
+                self.problem(key, format!("expected a number, got {}", kind(value)));
+                None
+            }
+        };
+        match f {
+            Some(f) if f.is_finite() => Some(f),
+            Some(_) => {
+                self.problem(key, "not a finite number");
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// A non-negative duration or timestamp in seconds.
+    fn seconds(&mut self, key: &str) -> Option<f64> {
+        let f = self.float(key)?;
+        if f < 0.0 {
+            self.problem(key, "negative time, dropped");
+            return None;
+        }
+        Some(f)
+    }
+
+    fn bool(&mut self, key: &str) -> Option<bool> {
+        let value = self.present(key)?;
+        match value {
+            Value::Bool(b) => Some(*b),
+            Value::Number(n) => {
+                self.problem(key, "expected a bool, got a number");
+                Some(n.as_f64().is_some_and(|f| f != 0.0))
+            }
+            Value::String(s) => {
+                self.problem(key, "expected a bool, got a string");
+                match s.to_ascii_lowercase().as_str() {
+                    "true" | "1" | "yes" => Some(true),
+                    "false" | "0" | "no" | "" => Some(false),
+                    _ => None,
+                }
+            }
+            _ => {
+                self.problem(key, format!("expected a bool, got {}", kind(value)));
+                None
+            }
+        }
+    }
+
+    fn content_str(&mut self, key: &str) -> Option<String> {
+        if !self.opts.capture_content {
+            return None;
+        }
+        self.string(key, self.opts.max_content_bytes)
+    }
+
+    fn content_value(&mut self, key: &str) -> Option<Value> {
+        if !self.opts.capture_content {
+            return None;
+        }
+        self.present(key).cloned()
+    }
+
+    /// The assistant text out of `assistant_message` (a NormalizedResponse
+    /// the binding or the probe turned into a dict with `fields`).
+    fn assistant_content(&mut self) -> Option<String> {
+        if !self.opts.capture_content {
+            return None;
+        }
+        let msg = self.present("assistant_message")?;
+        let fields = msg.get("fields").unwrap_or(msg);
+        let content = fields.get("content")?.as_str()?.to_string();
+        Some(self.cut("assistant_message", content, self.opts.max_content_bytes))
+    }
+
+    fn api_request(&mut self) -> ApiRequest {
+        ApiRequest {
+            session_id: self.id("session_id"),
+            task_id: self.label("task_id"),
+            turn_id: self.label("turn_id"),
+            api_request_id: self.id("api_request_id"),
+            platform: self.label("platform"),
+            model: self.label("model"),
+            provider: self.label("provider"),
+            base_url: self.label("base_url"),
+            api_mode: self.label("api_mode"),
+            api_call_count: self.count("api_call_count"),
+            started_at: self.seconds("started_at"),
+        }
+    }
+
+    fn tool_ref(&mut self) -> ToolRef {
+        ToolRef {
+            session_id: self.id("session_id"),
+            task_id: self.label("task_id"),
+            turn_id: self.label("turn_id"),
+            api_request_id: self.label("api_request_id"),
+            tool_call_id: self.id("tool_call_id"),
+            tool_name: self.label("tool_name").unwrap_or_else(|| "unknown".into()),
+        }
+    }
+
+    fn usage(&mut self) -> Option<Usage> {
+        let value = self.present("usage")?;
+        let Value::Object(map) = value else {
+            self.problem("usage", format!("expected a dict, got {}", kind(value)));
+            return None;
+        };
+        let mut inner = Reader {
+            kw: map,
+            problems: Vec::new(),
+            opts: self.opts,
+        };
+        let usage = Usage {
+            input_tokens: inner.count("input_tokens").unwrap_or(0),
+            output_tokens: inner.count("output_tokens").unwrap_or(0),
+            cache_read_tokens: inner.count("cache_read_tokens").unwrap_or(0),
+            cache_write_tokens: inner.count("cache_write_tokens").unwrap_or(0),
+            reasoning_tokens: inner.count("reasoning_tokens").unwrap_or(0),
+            prompt_tokens: inner.count("prompt_tokens"),
+            total_tokens: inner.count("total_tokens"),
+        };
+        for p in inner.problems {
+            self.problem(&format!("usage.{}", p.key), p.what);
+        }
+        Some(usage)
+    }
+
+    /// `error` of api_request_error: `{"type": ..., "message": ...}`.
+    fn error_object(&mut self) -> (Option<String>, Option<String>) {
+        match self.present("error") {
+            None => (None, None),
+            Some(Value::Object(map)) => {
+                let mut inner = Reader {
+                    kw: map,
+                    problems: Vec::new(),
+                    opts: self.opts,
+                };
+                let t = inner.label("type");
+                let m = inner.text("message");
+                for p in inner.problems {
+                    self.problem(&format!("error.{}", p.key), p.what);
+                }
+                (t, m)
+            }
+            Some(Value::String(s)) => {
+                let s = s.clone();
+                (None, Some(self.cut("error", s, 4 * MAX_LABEL_BYTES)))
+            }
+            Some(other) => {
+                let what = format!("expected a dict, got {}", kind(other));
+                self.problem("error", what);
+                (None, None)
+            }
+        }
+    }
+
+    /// Reads exit code, error and success out of a JSON tool result. Results
+    /// can be large; only those of a size a status object has are parsed.
+    fn tool_result_facts(&mut self) -> ToolResultFacts {
+        const MAX_PARSED_RESULT_BYTES: usize = 256 * 1024;
+        let parsed;
+        let obj = match self.present("result") {
+            Some(Value::Object(map)) => map,
+            Some(Value::String(s)) if s.len() <= MAX_PARSED_RESULT_BYTES && s.trim_start().starts_with('{') => {
+                match serde_json::from_str::<Value>(s) {
+                    Ok(Value::Object(map)) => {
+                        parsed = map;
+                        &parsed
+                    }
+                    _ => return ToolResultFacts::default(),
+                }
+            }
+            _ => return ToolResultFacts::default(),
+        };
+        let exit_code = match obj.get("exit_code").or_else(|| obj.get("returncode")) {
+            Some(Value::Number(n)) => n.as_i64(),
+            _ => None,
+        };
+        ToolResultFacts {
+            exit_code,
+            error_truthy: obj.get("error").is_some_and(truthy),
+            success_false: obj.get("success") == Some(&Value::Bool(false)),
+        }
+    }
+}
+
+/// Python truthiness of a JSON value.
+fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a bool",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a dict",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn kw(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().expect("test kwargs are an object")
+    }
+
+    fn event(hook: &str, v: Value) -> (Hook, Vec<Problem>) {
+        match decode(hook, &kw(v), 1.0, DecodeOptions::default()) {
+            Decoded::Event(e, p) => (e.hook, p),
+            other => panic!("expected an event, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_kwargs_are_ignored() {
+        let (hook, problems) = event(
+            "on_session_start",
+            json!({"session_id": "s", "platform": "cli", "telemetry_schema_version": "hermes.observer.v1", "new_thing": [1]}),
+        );
+        assert!(problems.is_empty());
+        assert_eq!(hook.session_id(), "s");
+    }
+
+    #[test]
+    fn unknown_hooks_are_ignored() {
+        assert_eq!(
+            decode("transform_tool_result", &kw(json!({})), 1.0, DecodeOptions::default()),
+            Decoded::Ignored
+        );
+    }
+
+    #[test]
+    fn a_missing_id_makes_the_event_unusable() {
+        let d = decode(
+            "pre_llm_call",
+            &kw(json!({"session_id": "s"})),
+            1.0,
+            DecodeOptions::default(),
+        );
+        assert!(matches!(d, Decoded::Unusable(p) if p.iter().any(|p| p.key == "turn_id")));
+    }
+
+    #[test]
+    fn wrong_types_are_repaired_and_reported() {
+        let (hook, problems) = event(
+            "post_api_request",
+            json!({"session_id": "s", "api_request_id": "a", "usage": {"input_tokens": "12", "output_tokens": -5, "cache_read_tokens": 3.0}, "api_duration": "NaN"}),
+        );
+        let Hook::PostApiRequest(p) = hook else { unreachable!() };
+        let usage = p.usage.expect("usage survives repair");
+        assert_eq!(usage.input_tokens, 12);
+        assert_eq!(usage.output_tokens, 0);
+        assert_eq!(usage.cache_read_tokens, 3);
+        assert_eq!(p.api_duration, None);
+        let keys: Vec<_> = problems.iter().map(|p| p.key.as_str()).collect();
+        assert!(keys.contains(&"usage.input_tokens"));
+        assert!(keys.contains(&"usage.output_tokens"));
+        assert!(keys.contains(&"api_duration"));
+    }
+
+    #[test]
+    fn content_is_dropped_unless_captured() {
+        let args = json!({"session_id": "s", "turn_id": "t", "user_message": "secret plan"});
+        let (hook, _) = event("pre_llm_call", args.clone());
+        let Hook::PreLlmCall(p) = hook else { unreachable!() };
+        assert_eq!(p.user_message, None);
+        let opts = DecodeOptions {
+            capture_content: true,
+            ..Default::default()
+        };
+        let Decoded::Event(e, _) = decode("pre_llm_call", &kw(args), 1.0, opts) else {
+            unreachable!()
+        };
+        let Hook::PreLlmCall(p) = e.hook else { unreachable!() };
+        assert_eq!(p.user_message.as_deref(), Some("secret plan"));
+    }
+
+    #[test]
+    fn tool_success_follows_status_then_the_result() {
+        let cases = [
+            (json!({"status": "ok"}), true),
+            (json!({"status": "error"}), false),
+            (json!({"status": "blocked"}), false),
+            (json!({"status": "cancelled"}), false),
+            (json!({"status": "timeout"}), false),
+            (json!({"status": "weird"}), false),
+            // Hermes reports a terminal command exiting 3 with status "ok".
+            (
+                json!({"status": "ok", "result": "{\"exit_code\": 3, \"error\": null}"}),
+                true,
+            ),
+            (
+                json!({"result": "{\"output\": \"\", \"exit_code\": 3, \"error\": null}"}),
+                false,
+            ),
+            (
+                json!({"result": "{\"output\": \"\", \"exit_code\": 0, \"error\": null}"}),
+                true,
+            ),
+            (json!({"result": "{\"error\": null}"}), true),
+            (json!({"result": "{\"error\": \"boom\"}"}), false),
+            (json!({"result": "{\"success\": false}"}), false),
+            (json!({"result": "plain text"}), true),
+        ];
+        for (extra, ok) in cases {
+            let mut args = json!({"session_id": "s", "tool_call_id": "c", "tool_name": "terminal"});
+            args.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            let (hook, _) = event("post_tool_call", args.clone());
+            let Hook::PostToolCall(p) = hook else { unreachable!() };
+            assert_eq!(p.ok(), ok, "{args}");
+        }
+    }
+
+    #[test]
+    fn huge_ids_are_cut_at_a_char_boundary() {
+        let long = "é".repeat(10_000);
+        let (hook, problems) = event("on_session_start", json!({"session_id": long}));
+        assert!(hook.session_id().len() <= MAX_LABEL_BYTES);
+        assert_eq!(problems.len(), 1);
+    }
+}

@@ -1,0 +1,345 @@
+//! Typed Hermes hook events.
+//!
+//! Owns: one variant per Hermes hook the bridge uses, and decoding those
+//! variants from plain values (`decode`). Must not touch: the store, the
+//! network, Python. Both `replay` (JSON lines) and the Python binding build
+//! a kwargs map and go through the same decoder, so a hook means the same
+//! thing whichever way it arrived.
+
+mod decode;
+
+pub use decode::{decode, DecodeOptions, Decoded, Problem};
+
+use serde::Serialize;
+
+/// The hooks the bridge registers, by the name Hermes gives them.
+pub const HOOK_NAMES: [&str; 12] = [
+    "on_session_start",
+    "pre_llm_call",
+    "pre_api_request",
+    "post_api_request",
+    "api_request_error",
+    "pre_tool_call",
+    "post_tool_call",
+    "post_llm_call",
+    "subagent_start",
+    "subagent_stop",
+    "on_session_end",
+    "on_session_finalize",
+];
+
+/// One hook call, decoded.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HookEvent {
+    /// Wall-clock time of the call, in Unix seconds.
+    pub at: f64,
+    /// What the hook said.
+    pub hook: Hook,
+}
+
+/// A decoded hook call, a variant per hook.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "hook", rename_all = "snake_case")]
+pub enum Hook {
+    SessionStart(SessionStart),
+    PreLlmCall(PreLlmCall),
+    PreApiRequest(PreApiRequest),
+    PostApiRequest(PostApiRequest),
+    ApiRequestError(ApiRequestError),
+    PreToolCall(PreToolCall),
+    PostToolCall(PostToolCall),
+    PostLlmCall(PostLlmCall),
+    SubagentStart(SubagentStart),
+    SubagentStop(SubagentStop),
+    SessionEnd(SessionEnd),
+    SessionFinalize(SessionFinalize),
+}
+
+impl Hook {
+    /// The Hermes name of the hook.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Hook::SessionStart(_) => "on_session_start",
+            Hook::PreLlmCall(_) => "pre_llm_call",
+            Hook::PreApiRequest(_) => "pre_api_request",
+            Hook::PostApiRequest(_) => "post_api_request",
+            Hook::ApiRequestError(_) => "api_request_error",
+            Hook::PreToolCall(_) => "pre_tool_call",
+            Hook::PostToolCall(_) => "post_tool_call",
+            Hook::PostLlmCall(_) => "post_llm_call",
+            Hook::SubagentStart(_) => "subagent_start",
+            Hook::SubagentStop(_) => "subagent_stop",
+            Hook::SessionEnd(_) => "on_session_end",
+            Hook::SessionFinalize(_) => "on_session_finalize",
+        }
+    }
+
+    /// The session the event belongs to. For subagent hooks that is the
+    /// parent's session, the one whose trace and budget the edge is part of.
+    pub fn session_id(&self) -> &str {
+        match self {
+            Hook::SessionStart(e) => &e.session_id,
+            Hook::PreLlmCall(e) => &e.session_id,
+            Hook::PreApiRequest(e) => &e.api.session_id,
+            Hook::PostApiRequest(e) => &e.api.session_id,
+            Hook::ApiRequestError(e) => &e.api.session_id,
+            Hook::PreToolCall(e) => &e.tool.session_id,
+            Hook::PostToolCall(e) => &e.tool.session_id,
+            Hook::PostLlmCall(e) => &e.session_id,
+            Hook::SubagentStart(e) => &e.parent_session_id,
+            Hook::SubagentStop(e) => &e.parent_session_id,
+            Hook::SessionEnd(e) => &e.session_id,
+            Hook::SessionFinalize(e) => &e.session_id,
+        }
+    }
+
+    /// The most specific Hermes id of the event, part of its journal key.
+    pub fn natural_id(&self) -> String {
+        match self {
+            Hook::PreApiRequest(e) => e.api.api_request_id.clone(),
+            Hook::PostApiRequest(e) => e.api.api_request_id.clone(),
+            Hook::ApiRequestError(e) => format!("{}#{}", e.api.api_request_id, e.retry_count),
+            Hook::PreToolCall(e) => format!("{}/{}", e.tool.session_id, e.tool.tool_call_id),
+            Hook::PostToolCall(e) => format!("{}/{}", e.tool.session_id, e.tool.tool_call_id),
+            Hook::PreLlmCall(e) => e.turn_id.clone(),
+            Hook::PostLlmCall(e) => e.turn_id.clone(),
+            Hook::SessionEnd(e) => e.turn_id.clone(),
+            Hook::SubagentStart(e) => e.child_session_id.clone(),
+            Hook::SubagentStop(e) => e.child_session_id.clone(),
+            Hook::SessionStart(e) => e.session_id.clone(),
+            Hook::SessionFinalize(e) => e.session_id.clone(),
+        }
+    }
+}
+
+/// `on_session_start`: a session begins (not fired for `--resume`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct SessionStart {
+    pub session_id: String,
+    pub model: Option<String>,
+    pub platform: Option<String>,
+}
+
+/// `pre_llm_call`: a turn begins.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct PreLlmCall {
+    pub session_id: String,
+    pub task_id: Option<String>,
+    pub turn_id: String,
+    pub is_first_turn: Option<bool>,
+    pub model: Option<String>,
+    pub platform: Option<String>,
+    pub sender_id: Option<String>,
+    /// The user's message; only with content capture on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_message: Option<String>,
+}
+
+/// Ids and routing shared by the three API-request hooks.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct ApiRequest {
+    pub session_id: String,
+    pub task_id: Option<String>,
+    pub turn_id: Option<String>,
+    pub api_request_id: String,
+    pub platform: Option<String>,
+    pub model: Option<String>,
+    pub provider: Option<String>,
+    pub base_url: Option<String>,
+    pub api_mode: Option<String>,
+    pub api_call_count: Option<i64>,
+    /// When the first attempt started; retries keep it.
+    pub started_at: Option<f64>,
+}
+
+/// `pre_api_request`: one attempt of an LLM API call is about to be sent.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct PreApiRequest {
+    #[serde(flatten)]
+    pub api: ApiRequest,
+    pub message_count: Option<i64>,
+    pub tool_count: Option<i64>,
+    pub approx_input_tokens: Option<i64>,
+    pub request_char_count: Option<i64>,
+    pub max_tokens: Option<i64>,
+    /// The request messages; only with content capture on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_messages: Option<serde_json::Value>,
+}
+
+/// Token usage as Hermes reports it. `input_tokens` excludes cache reads
+/// and writes; `prompt_tokens` and `total_tokens` are kept for the journal
+/// but never added into anything.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct Usage {
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cache_read_tokens: i64,
+    pub cache_write_tokens: i64,
+    pub reasoning_tokens: i64,
+    pub prompt_tokens: Option<i64>,
+    pub total_tokens: Option<i64>,
+}
+
+/// `post_api_request`: an LLM API call succeeded.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct PostApiRequest {
+    #[serde(flatten)]
+    pub api: ApiRequest,
+    /// Seconds from the first attempt's start; includes failed attempts and backoff.
+    pub api_duration: Option<f64>,
+    pub ended_at: Option<f64>,
+    pub finish_reason: Option<String>,
+    pub response_model: Option<String>,
+    /// `None` when the provider sent no usage.
+    pub usage: Option<Usage>,
+    pub assistant_content_chars: Option<i64>,
+    pub assistant_tool_call_count: Option<i64>,
+    /// The assistant's text; only with content capture on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assistant_content: Option<String>,
+}
+
+/// `api_request_error`: one attempt of an LLM API call failed.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct ApiRequestError {
+    #[serde(flatten)]
+    pub api: ApiRequest,
+    pub api_duration: Option<f64>,
+    pub ended_at: Option<f64>,
+    pub status_code: Option<i64>,
+    pub retry_count: i64,
+    pub max_retries: Option<i64>,
+    pub retryable: Option<bool>,
+    pub reason: Option<String>,
+    pub error_type: Option<String>,
+    pub error_message: Option<String>,
+}
+
+/// Ids shared by the tool hooks.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct ToolRef {
+    pub session_id: String,
+    pub task_id: Option<String>,
+    pub turn_id: Option<String>,
+    pub api_request_id: Option<String>,
+    pub tool_call_id: String,
+    pub tool_name: String,
+}
+
+/// `pre_tool_call`: a tool is about to run (the gating hook).
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct PreToolCall {
+    #[serde(flatten)]
+    pub tool: ToolRef,
+    /// The tool arguments; only with content capture on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args: Option<serde_json::Value>,
+}
+
+/// `post_tool_call`: a tool finished.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct PostToolCall {
+    #[serde(flatten)]
+    pub tool: ToolRef,
+    pub duration_ms: Option<i64>,
+    /// Hermes's own status ("ok", "error", "blocked", ...), when given.
+    pub status: Option<String>,
+    pub error_type: Option<String>,
+    pub error_message: Option<String>,
+    /// What the result says, read out of it whatever capture says.
+    pub outcome: ToolResultFacts,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args: Option<serde_json::Value>,
+    /// The result text; only with content capture on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+}
+
+/// Facts read from a tool's JSON result text.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct ToolResultFacts {
+    /// `exit_code` of a terminal-style result.
+    pub exit_code: Option<i64>,
+    /// The result had an `error` key with a truthy value (`"error": null` is not).
+    pub error_truthy: bool,
+    /// The result said `"success": false`.
+    pub success_false: bool,
+}
+
+impl PostToolCall {
+    /// Whether the tool call succeeded. Hermes's `status` decides when it is
+    /// present ("ok" is success, anything else is not); without it, a
+    /// non-zero exit code, a truthy `error` or `"success": false` fails.
+    pub fn ok(&self) -> bool {
+        match self.status.as_deref() {
+            Some(status) => status == "ok",
+            None => {
+                !(self.outcome.exit_code.is_some_and(|c| c != 0)
+                    || self.outcome.error_truthy
+                    || self.outcome.success_false)
+            }
+        }
+    }
+}
+
+/// `post_llm_call`: a turn produced its final answer.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct PostLlmCall {
+    pub session_id: String,
+    pub task_id: Option<String>,
+    pub turn_id: String,
+    pub model: Option<String>,
+    pub platform: Option<String>,
+    /// The final answer; only with content capture on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assistant_response: Option<String>,
+}
+
+/// `subagent_start`: a delegation began, on the parent's thread.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct SubagentStart {
+    pub parent_session_id: String,
+    pub parent_turn_id: Option<String>,
+    pub parent_subagent_id: Option<String>,
+    pub child_session_id: String,
+    pub child_subagent_id: Option<String>,
+    pub child_role: Option<String>,
+    pub child_goal: Option<String>,
+}
+
+/// `subagent_stop`: a delegation ended (for background delegations, later and
+/// on another thread).
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct SubagentStop {
+    pub parent_session_id: String,
+    pub parent_turn_id: Option<String>,
+    pub child_session_id: String,
+    pub child_role: Option<String>,
+    pub child_status: Option<String>,
+    pub duration_ms: Option<i64>,
+    /// The child's summary; only with content capture on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub child_summary: Option<String>,
+}
+
+/// `on_session_end`: fires once per turn that completed or was interrupted.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct SessionEnd {
+    pub session_id: String,
+    pub task_id: Option<String>,
+    pub turn_id: String,
+    pub completed: Option<bool>,
+    pub interrupted: Option<bool>,
+    pub model: Option<String>,
+    pub platform: Option<String>,
+}
+
+/// `on_session_finalize`: the process is done with the session. Never fires
+/// for `hermes -z`, cron runs or subagents.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct SessionFinalize {
+    pub session_id: String,
+    pub platform: Option<String>,
+    pub reason: Option<String>,
+}

@@ -1,0 +1,19 @@
+//! hermes-otel: an OpenTelemetry exporter bridge for the Hermes Agent.
+//!
+//! Hermes calls plugin hooks for sessions, turns, LLM API calls, tool calls
+//! and subagents. This crate decodes those calls ([`hook`]), applies each
+//! one to a local SQLite store in one transaction ([`store`]), and builds
+//! reports, telemetry and budget verdicts from that store. Data flows one
+//! way: hook → decode → store → export. The core knows nothing of Python;
+//! the binding lives behind the `python` feature.
+
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod hook;
+pub mod pricing;
+pub mod replay;
+pub mod report;
+pub mod store;
+
+pub use error::{Error, Result};

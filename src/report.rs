@@ -1,0 +1,206 @@
+//! Spend and token reports over ledger facts. Pure: the store supplies the
+//! rows, this module only adds them up.
+//!
+//! The JSON form is a contract scripts depend on; its schema is documented
+//! in the README ("Report JSON") and versioned by [`REPORT_SCHEMA`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use jiff::tz::TimeZone;
+use serde::Serialize;
+
+use crate::store::FactKind;
+use crate::store::{FactRow, RunSummary};
+
+/// Identifies the JSON layout; bumped on any incompatible change.
+pub const REPORT_SCHEMA: &str = "hermes-otel.report.v1";
+
+/// Sums over a set of facts. Token counts are as Hermes reports them:
+/// `input_tokens` excludes cache reads and writes, reasoning is part of output.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Totals {
+    pub cost_usd: f64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cache_read_tokens: i64,
+    pub cache_write_tokens: i64,
+    pub reasoning_tokens: i64,
+    pub llm_calls: i64,
+    pub estimated_llm_calls: i64,
+    pub unpriced_llm_calls: i64,
+    pub api_errors: i64,
+    pub tool_calls: i64,
+    pub tool_failures: i64,
+    pub sessions: i64,
+}
+
+/// Totals for one key of a grouping (`key` is null where the attribute is unknown).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Group {
+    pub key: Option<String>,
+    #[serde(flatten)]
+    pub totals: Totals,
+}
+
+/// A whole report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub schema: &'static str,
+    /// RFC 3339 bounds of the window, `[since, until)`.
+    pub since: String,
+    pub until: String,
+    /// The zone days are counted in.
+    pub timezone: String,
+    pub totals: Totals,
+    pub by_day: Vec<Group>,
+    pub by_model: Vec<Group>,
+    pub by_provider: Vec<Group>,
+    pub by_sender: Vec<Group>,
+    pub by_cron_job: Vec<Group>,
+    pub by_session: Vec<Group>,
+}
+
+#[derive(Default)]
+struct Acc {
+    totals: Totals,
+    sessions: BTreeSet<String>,
+}
+
+impl Acc {
+    fn add(&mut self, f: &FactRow) {
+        let t = &mut self.totals;
+        match f.kind {
+            FactKind::LlmCall => {
+                t.cost_usd += f.cost_usd;
+                t.input_tokens += f.input_tokens;
+                t.output_tokens += f.output_tokens;
+                t.cache_read_tokens += f.cache_read_tokens;
+                t.cache_write_tokens += f.cache_write_tokens;
+                t.reasoning_tokens += f.reasoning_tokens;
+                t.llm_calls += 1;
+                t.estimated_llm_calls += f.estimated as i64;
+                t.unpriced_llm_calls += f.unpriced as i64;
+            }
+            FactKind::ApiError => t.api_errors += 1,
+            FactKind::ToolCall => {
+                t.tool_calls += 1;
+                t.tool_failures += (!f.ok) as i64;
+            }
+        }
+        if !self.sessions.contains(&f.session_id) {
+            self.sessions.insert(f.session_id.clone());
+        }
+    }
+
+    fn finish(mut self) -> Totals {
+        self.totals.sessions = self.sessions.len() as i64;
+        self.totals
+    }
+}
+
+fn group_by(facts: &[FactRow], key: impl Fn(&FactRow) -> Option<String>) -> Vec<Group> {
+    let mut groups: BTreeMap<Option<String>, Acc> = BTreeMap::new();
+    for f in facts {
+        groups.entry(key(f).filter(|k| !k.is_empty())).or_default().add(f);
+    }
+    let mut out: Vec<Group> = groups
+        .into_iter()
+        .map(|(key, acc)| Group {
+            key,
+            totals: acc.finish(),
+        })
+        .collect();
+    // Most expensive first; ties by key so output is stable.
+    out.sort_by(|a, b| b.totals.cost_usd.total_cmp(&a.totals.cost_usd).then(a.key.cmp(&b.key)));
+    out
+}
+
+/// The calendar day of `at` in `tz`, as `YYYY-MM-DD`.
+pub fn day_of(at: f64, tz: &TimeZone) -> Option<String> {
+    let ts = jiff::Timestamp::from_microsecond((at * 1e6) as i64).ok()?;
+    Some(ts.to_zoned(tz.clone()).date().to_string())
+}
+
+/// Builds the report of `facts` and the `runs` that started in the window.
+pub fn build(facts: &[FactRow], runs: &[RunSummary], tz: &TimeZone, since: f64, until: f64) -> Report {
+    let mut all = Acc::default();
+    for f in facts {
+        all.add(f);
+    }
+    for r in runs {
+        all.sessions.insert(r.session_id.clone());
+    }
+    let mut by_day = group_by(facts, |f| day_of(f.at, tz));
+    by_day.sort_by(|a, b| a.key.cmp(&b.key));
+    let stamp = |t: f64| {
+        jiff::Timestamp::from_microsecond((t * 1e6) as i64)
+            .map(|ts| ts.to_string())
+            .unwrap_or_default()
+    };
+    Report {
+        schema: REPORT_SCHEMA,
+        since: stamp(since),
+        until: stamp(until),
+        timezone: tz.iana_name().unwrap_or("local").to_string(),
+        totals: all.finish(),
+        by_day,
+        by_model: group_by(facts, |f| f.model.clone()),
+        by_provider: group_by(facts, |f| f.provider.clone()),
+        by_sender: group_by(facts, |f| f.sender_id.clone()),
+        by_cron_job: group_by(facts, |f| f.cron_job_id.clone()),
+        by_session: group_by(facts, |f| Some(f.session_id.clone())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fact(kind: FactKind, session: &str, model: &str, cost: f64, at: f64) -> FactRow {
+        FactRow {
+            kind,
+            at,
+            session_id: session.into(),
+            model: Some(model.into()),
+            provider: Some("p".into()),
+            sender_id: None,
+            cron_job_id: None,
+            input_tokens: 10,
+            output_tokens: 5,
+            cache_read_tokens: 1,
+            cache_write_tokens: 2,
+            reasoning_tokens: 0,
+            cost_usd: cost,
+            estimated: false,
+            unpriced: false,
+            ok: false,
+        }
+    }
+
+    #[test]
+    fn totals_add_only_llm_calls_tokens_and_count_the_rest() {
+        let facts = [
+            fact(FactKind::LlmCall, "a", "m1", 1.0, 0.0),
+            fact(FactKind::LlmCall, "b", "m2", 2.0, 86_400.0),
+            fact(FactKind::ApiError, "b", "m2", 0.0, 86_400.0),
+            fact(FactKind::ToolCall, "b", "m2", 0.0, 86_400.0),
+        ];
+        let r = build(&facts, &[], &TimeZone::UTC, 0.0, 1e9);
+        assert_eq!(r.totals.llm_calls, 2);
+        assert_eq!(r.totals.input_tokens, 20);
+        assert_eq!(r.totals.api_errors, 1);
+        assert_eq!((r.totals.tool_calls, r.totals.tool_failures), (1, 1));
+        assert_eq!(r.totals.sessions, 2);
+        assert_eq!(r.by_model[0].key.as_deref(), Some("m2"));
+        let days: Vec<_> = r.by_day.iter().map(|g| g.key.clone().unwrap_or_default()).collect();
+        assert_eq!(days, ["1970-01-01", "1970-01-02"]);
+    }
+
+    #[test]
+    fn days_are_counted_in_the_given_zone() {
+        let tz = TimeZone::get("Asia/Tokyo").expect("tzdb has Tokyo");
+        // 1970-01-01T20:00Z is already the 2nd in Tokyo (UTC+9).
+        assert_eq!(day_of(20.0 * 3600.0, &tz).as_deref(), Some("1970-01-02"));
+        assert_eq!(day_of(20.0 * 3600.0, &TimeZone::UTC).as_deref(), Some("1970-01-01"));
+    }
+}

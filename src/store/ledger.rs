@@ -1,0 +1,672 @@
+//! Applying hook events to the ledger.
+//!
+//! Each event is one transaction: the journal row first (its unique key
+//! makes a repeated event a no-op), then the ledger rows and run totals.
+
+use rusqlite::{params, OptionalExtension, Transaction};
+
+use super::Store;
+use crate::error::Result;
+use crate::hook::*;
+
+/// Where a hook call came from, for the journal.
+#[derive(Debug, Clone, Default)]
+pub struct EventContext {
+    pub pid: Option<i64>,
+    pub thread: Option<String>,
+    /// How many kwargs had to be repaired while decoding.
+    pub problems: Vec<crate::hook::Problem>,
+}
+
+/// What applying an event did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// The event was new and is now in the journal and the ledger.
+    New,
+    /// The event was already in the journal; nothing changed.
+    Duplicate,
+}
+
+/// The outcome a turn or run ends with.
+mod outcome {
+    pub const RUNNING: &str = "running";
+    pub const OK: &str = "ok";
+    pub const ERROR: &str = "error";
+    pub const INTERRUPTED: &str = "interrupted";
+    pub const ABANDONED: &str = "abandoned";
+}
+pub use outcome::*;
+
+/// The name of the proxy tool row a subagent_stop records on the parent.
+pub const SUBAGENT_TOOL_NAME: &str = "delegate_task/subagent";
+
+impl Store {
+    /// Applies one decoded hook event in one transaction.
+    pub fn apply(&mut self, event: &HookEvent, ctx: &EventContext) -> Result<Applied> {
+        let tx = self.conn.transaction()?;
+        let applied = apply_in(&tx, &self.prices, event, ctx)?;
+        tx.commit()?;
+        Ok(applied)
+    }
+
+    /// Applies several events in one transaction (replay, group commit).
+    /// Returns what happened to each, in order.
+    pub fn apply_batch<'a>(
+        &mut self,
+        events: impl IntoIterator<Item = (&'a HookEvent, &'a EventContext)>,
+    ) -> Result<Vec<Applied>> {
+        let tx = self.conn.transaction()?;
+        let mut out = Vec::new();
+        for (event, ctx) in events {
+            out.push(apply_in(&tx, &self.prices, event, ctx)?);
+        }
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// Closes runs with no event for `idle_seconds` before `now` that never
+    /// ended (a process died, or a background subagent was cut off): their
+    /// open turns and the runs become `abandoned`, ended at their last event.
+    /// Returns how many runs were closed.
+    pub fn close_idle_runs(&mut self, now: f64, idle_seconds: f64) -> Result<usize> {
+        let tx = self.conn.transaction()?;
+        let cutoff = now - idle_seconds;
+        tx.execute(
+            "UPDATE turns SET outcome = ?1, ended_at = (SELECT last_event_at FROM runs r WHERE r.session_id = turns.session_id)
+             WHERE outcome IS NULL AND session_id IN
+               (SELECT session_id FROM runs WHERE status = ?2 AND last_event_at < ?3)",
+            params![ABANDONED, RUNNING, cutoff],
+        )?;
+        let n = tx.execute(
+            "UPDATE runs SET status = ?1, ended_at = last_event_at WHERE status = ?2 AND last_event_at < ?3",
+            params![ABANDONED, RUNNING, cutoff],
+        )?;
+        tx.commit()?;
+        Ok(n)
+    }
+}
+
+fn apply_in(
+    tx: &Transaction<'_>,
+    prices: &crate::pricing::PriceTable,
+    event: &HookEvent,
+    ctx: &EventContext,
+) -> Result<Applied> {
+    let hook = &event.hook;
+    let at = event.at;
+    let key = format!("{}|{:.6}|{}", hook.name(), at, hook.natural_id());
+    let payload = serde_json::to_string(hook).unwrap_or_else(|_| "{}".into());
+    let inserted = tx
+        .prepare_cached(
+            "INSERT INTO journal (event_key, hook, session_id, at, recorded_at, pid, thread, problems, payload)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (event_key) DO NOTHING",
+        )?
+        .execute(params![
+            key,
+            hook.name(),
+            hook.session_id(),
+            at,
+            now(),
+            ctx.pid,
+            ctx.thread,
+            ctx.problems.len() as i64,
+            payload
+        ])?;
+    if inserted == 0 {
+        return Ok(Applied::Duplicate);
+    }
+    for p in &ctx.problems {
+        tx.prepare_cached(
+            "INSERT INTO decode_problems (hook, key, what, count, last_at) VALUES (?1, ?2, ?3, 1, ?4)
+             ON CONFLICT (hook, key, what) DO UPDATE SET count = count + 1, last_at = excluded.last_at",
+        )?
+        .execute(params![hook.name(), p.key, p.what, at])?;
+    }
+
+    match hook {
+        Hook::SessionStart(e) => {
+            touch_run(
+                tx,
+                &e.session_id,
+                at,
+                e.platform.as_deref(),
+                e.model.as_deref(),
+                None,
+                None,
+            )?;
+        }
+        Hook::PreLlmCall(e) => {
+            touch_run(
+                tx,
+                &e.session_id,
+                at,
+                e.platform.as_deref(),
+                e.model.as_deref(),
+                None,
+                None,
+            )?;
+            if let Some(sender) = e.sender_id.as_deref().filter(|s| !s.is_empty()) {
+                tx.prepare_cached("UPDATE runs SET sender_id = ?2 WHERE session_id = ?1")?
+                    .execute(params![e.session_id, sender])?;
+            }
+            let new_turn = tx
+                .prepare_cached(
+                    "INSERT INTO turns (turn_id, session_id, task_id, is_first_turn, model, started_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (turn_id) DO NOTHING",
+                )?
+                .execute(params![
+                    e.turn_id,
+                    e.session_id,
+                    e.task_id,
+                    e.is_first_turn,
+                    e.model,
+                    at
+                ])?;
+            tx.prepare_cached(
+                "UPDATE runs SET turns = turns + ?2, status = ?3, ended_at = NULL WHERE session_id = ?1",
+            )?
+            .execute(params![e.session_id, new_turn as i64, RUNNING])?;
+        }
+        Hook::PreApiRequest(e) => {
+            let a = &e.api;
+            touch_run(
+                tx,
+                &a.session_id,
+                at,
+                a.platform.as_deref(),
+                a.model.as_deref(),
+                a.provider.as_deref(),
+                a.base_url.as_deref(),
+            )?;
+            tx.prepare_cached(
+                "INSERT INTO api_requests (api_request_id, session_id, turn_id, approx_input_tokens, message_count,
+                    tool_count, request_char_count, first_started_at, attempt_started_at, attempts)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 1)
+                 ON CONFLICT (api_request_id) DO UPDATE SET
+                    approx_input_tokens = COALESCE(excluded.approx_input_tokens, approx_input_tokens),
+                    attempt_started_at = excluded.attempt_started_at,
+                    attempts = attempts + 1",
+            )?
+            .execute(params![
+                a.api_request_id,
+                a.session_id,
+                a.turn_id,
+                e.approx_input_tokens,
+                e.message_count,
+                e.tool_count,
+                e.request_char_count,
+                a.started_at,
+                at
+            ])?;
+        }
+        Hook::PostApiRequest(e) => apply_llm_call(tx, prices, e, at)?,
+        Hook::ApiRequestError(e) => apply_api_error(tx, e, at)?,
+        Hook::PreToolCall(e) => {
+            let t = &e.tool;
+            touch_run(tx, &t.session_id, at, None, None, None, None)?;
+            tx.prepare_cached(
+                "INSERT INTO tool_calls (session_id, tool_call_id, tool_name, turn_id, task_id, api_request_id, started_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (session_id, tool_call_id) DO NOTHING",
+            )?
+            .execute(params![t.session_id, t.tool_call_id, t.tool_name, t.turn_id, t.task_id, t.api_request_id, at])?;
+        }
+        Hook::PostToolCall(e) => apply_tool_result(tx, e, at)?,
+        Hook::PostLlmCall(e) => {
+            touch_run(
+                tx,
+                &e.session_id,
+                at,
+                e.platform.as_deref(),
+                e.model.as_deref(),
+                None,
+                None,
+            )?;
+        }
+        Hook::SubagentStart(e) => apply_subagent_start(tx, e, at)?,
+        Hook::SubagentStop(e) => apply_subagent_stop(tx, e, at)?,
+        Hook::SessionEnd(e) => {
+            touch_run(
+                tx,
+                &e.session_id,
+                at,
+                e.platform.as_deref(),
+                e.model.as_deref(),
+                None,
+                None,
+            )?;
+            let outcome = if e.interrupted == Some(true) {
+                INTERRUPTED
+            } else if e.completed == Some(true) {
+                OK
+            } else {
+                ERROR
+            };
+            // A turn whose pre_llm_call was missed still gets a row.
+            tx.prepare_cached(
+                "INSERT INTO turns (turn_id, session_id, task_id, model, started_at, ended_at, outcome)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6)
+                 ON CONFLICT (turn_id) DO UPDATE SET ended_at = excluded.ended_at, outcome = excluded.outcome",
+            )?
+            .execute(params![e.turn_id, e.session_id, e.task_id, e.model, at, outcome])?;
+            tx.prepare_cached("UPDATE runs SET status = ?2, ended_at = ?3 WHERE session_id = ?1")?
+                .execute(params![e.session_id, outcome, at])?;
+        }
+        Hook::SessionFinalize(e) => {
+            touch_run(tx, &e.session_id, at, e.platform.as_deref(), None, None, None)?;
+            // Turns that never reached on_session_end failed (their last API
+            // request has errors and no success) or were cut short.
+            tx.prepare_cached(
+                "UPDATE turns SET ended_at = ?2, outcome = CASE WHEN EXISTS (
+                     SELECT 1 FROM llm_call_errors x WHERE x.turn_id = turns.turn_id
+                       AND NOT EXISTS (SELECT 1 FROM llm_calls l WHERE l.api_request_id = x.api_request_id))
+                   THEN ?3 ELSE ?4 END
+                 WHERE session_id = ?1 AND outcome IS NULL",
+            )?
+            .execute(params![e.session_id, at, ERROR, INTERRUPTED])?;
+            // The run ends with the outcome of its last turn.
+            tx.prepare_cached(
+                "UPDATE runs SET finalized_at = ?2, ended_at = ?2,
+                    status = COALESCE((SELECT outcome FROM turns t WHERE t.session_id = runs.session_id
+                                        ORDER BY started_at DESC LIMIT 1), CASE WHEN status = ?3 THEN ?4 ELSE status END)
+                 WHERE session_id = ?1",
+            )?
+            .execute(params![e.session_id, at, RUNNING, OK])?;
+        }
+    }
+    Ok(Applied::New)
+}
+
+/// Makes sure the run exists (a resumed session fires no on_session_start)
+/// and refreshes what the event says about it.
+fn touch_run(
+    tx: &Transaction<'_>,
+    session_id: &str,
+    at: f64,
+    platform: Option<&str>,
+    model: Option<&str>,
+    provider: Option<&str>,
+    base_url: Option<&str>,
+) -> Result<()> {
+    let cron_job_id = if platform == Some("cron") {
+        cron_job_id(session_id)
+    } else {
+        None
+    };
+    let inserted = tx
+        .prepare_cached(
+            "INSERT INTO runs (session_id, platform, cron_job_id, model, provider, base_url, root_session_id, started_at, last_event_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?1, ?7, ?7)
+             ON CONFLICT (session_id) DO UPDATE SET
+                platform = COALESCE(platform, excluded.platform),
+                cron_job_id = COALESCE(cron_job_id, excluded.cron_job_id),
+                model = COALESCE(excluded.model, model),
+                provider = COALESCE(excluded.provider, provider),
+                base_url = COALESCE(excluded.base_url, base_url),
+                started_at = MIN(started_at, excluded.started_at),
+                last_event_at = MAX(last_event_at, excluded.last_event_at)
+             RETURNING (started_at = ?7 AND last_event_at = ?7 AND parent_session_id IS NULL)",
+        )?
+        .query_row(params![session_id, platform, cron_job_id, model, provider, base_url, at], |r| r.get::<_, bool>(0))?;
+    if inserted {
+        // A child run created after its subagent_start: link it to the edge.
+        let parent: Option<String> = tx
+            .prepare_cached("SELECT parent_session_id FROM subagent_edges WHERE child_session_id = ?1")?
+            .query_row(params![session_id], |r| r.get(0))
+            .optional()?;
+        if let Some(parent) = parent {
+            link_child(tx, session_id, &parent)?;
+        }
+    }
+    Ok(())
+}
+
+/// Sets a child run's parent and root, and re-roots its own descendants.
+fn link_child(tx: &Transaction<'_>, child: &str, parent: &str) -> Result<()> {
+    let root: String = tx
+        .prepare_cached("SELECT root_session_id FROM runs WHERE session_id = ?1")?
+        .query_row(params![parent], |r| r.get(0))
+        .optional()?
+        .unwrap_or_else(|| parent.to_string());
+    tx.prepare_cached("UPDATE runs SET parent_session_id = ?2, root_session_id = ?3 WHERE session_id = ?1")?
+        .execute(params![child, parent, root])?;
+    tx.prepare_cached("UPDATE runs SET root_session_id = ?2 WHERE root_session_id = ?1 AND session_id != ?1")?
+        .execute(params![child, root])?;
+    Ok(())
+}
+
+/// The job id of a cron session id `cron_{job_id}_{YYYYMMDD}_{HHMMSS}`.
+pub fn cron_job_id(session_id: &str) -> Option<String> {
+    let rest = session_id.strip_prefix("cron_")?;
+    // The job id may itself contain underscores; the stamp is the last two parts.
+    let mut parts = rest.rsplitn(3, '_');
+    let time = parts.next()?;
+    let date = parts.next()?;
+    let job = parts.next()?;
+    let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(date, 8) && digits(time, 6) && !job.is_empty()).then(|| job.to_string())
+}
+
+fn apply_llm_call(
+    tx: &Transaction<'_>,
+    prices: &crate::pricing::PriceTable,
+    e: &PostApiRequest,
+    at: f64,
+) -> Result<()> {
+    let a = &e.api;
+    touch_run(
+        tx,
+        &a.session_id,
+        at,
+        a.platform.as_deref(),
+        a.model.as_deref(),
+        a.provider.as_deref(),
+        a.base_url.as_deref(),
+    )?;
+    let request: Option<(Option<i64>, f64, i64)> = tx
+        .prepare_cached(
+            "SELECT approx_input_tokens, attempt_started_at, attempts FROM api_requests WHERE api_request_id = ?1",
+        )?
+        .query_row(params![a.api_request_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    let (usage, estimated) = match e.usage {
+        Some(u) => (u, false),
+        None => {
+            // No usage from the provider: estimate from what pre_api_request
+            // counted, and ~4 characters per output token.
+            let input = request.and_then(|r| r.0).unwrap_or(0);
+            let output = (e.assistant_content_chars.unwrap_or(0) + 3) / 4;
+            let usage = Usage {
+                input_tokens: input,
+                output_tokens: output,
+                ..Usage::default()
+            };
+            (usage, true)
+        }
+    };
+    let model = a.model.as_deref().or(e.response_model.as_deref()).unwrap_or("");
+    let cost = prices.cost(model, &usage);
+    let ended_at = e.ended_at.unwrap_or(at);
+    // The successful attempt began at the latest pre_api_request; without
+    // one, at the call's own start.
+    let started_at = request
+        .map(|r| r.1)
+        .or(a.started_at)
+        .unwrap_or(ended_at - e.api_duration.unwrap_or(0.0))
+        .min(ended_at);
+    let attempts = request.map(|r| r.2).unwrap_or(1).max(1);
+    let inserted = tx
+        .prepare_cached(
+            "INSERT INTO llm_calls (api_request_id, session_id, turn_id, task_id, model, response_model, provider, base_url,
+                api_mode, started_at, ended_at, latency_s, attempts, finish_reason, input_tokens, output_tokens,
+                cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, cost_source, estimated)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)
+             ON CONFLICT (api_request_id) DO NOTHING",
+        )?
+        .execute(params![
+            a.api_request_id,
+            a.session_id,
+            a.turn_id,
+            a.task_id,
+            a.model,
+            e.response_model,
+            a.provider,
+            a.base_url,
+            a.api_mode,
+            started_at,
+            ended_at,
+            e.api_duration,
+            attempts,
+            e.finish_reason,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_read_tokens,
+            usage.cache_write_tokens,
+            usage.reasoning_tokens,
+            cost.usd,
+            cost.source.as_str(),
+            estimated
+        ])?;
+    if inserted == 1 {
+        let unpriced = cost.source == crate::pricing::PriceSource::Unknown;
+        tx.prepare_cached(
+            "UPDATE runs SET llm_calls = llm_calls + 1, input_tokens = input_tokens + ?2, output_tokens = output_tokens + ?3,
+                cache_read_tokens = cache_read_tokens + ?4, cache_write_tokens = cache_write_tokens + ?5,
+                reasoning_tokens = reasoning_tokens + ?6, cost_usd = cost_usd + ?7,
+                estimated_llm_calls = estimated_llm_calls + ?8, unpriced_llm_calls = unpriced_llm_calls + ?9
+             WHERE session_id = ?1",
+        )?
+        .execute(params![
+            a.session_id,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_read_tokens,
+            usage.cache_write_tokens,
+            usage.reasoning_tokens,
+            cost.usd,
+            estimated as i64,
+            unpriced as i64
+        ])?;
+    }
+    Ok(())
+}
+
+fn apply_api_error(tx: &Transaction<'_>, e: &ApiRequestError, at: f64) -> Result<()> {
+    let a = &e.api;
+    touch_run(
+        tx,
+        &a.session_id,
+        at,
+        a.platform.as_deref(),
+        a.model.as_deref(),
+        a.provider.as_deref(),
+        a.base_url.as_deref(),
+    )?;
+    let attempt_started: Option<f64> = tx
+        .prepare_cached("SELECT attempt_started_at FROM api_requests WHERE api_request_id = ?1")?
+        .query_row(params![a.api_request_id], |r| r.get(0))
+        .optional()?;
+    let ended_at = e.ended_at.unwrap_or(at);
+    let started_at = attempt_started.or(a.started_at).unwrap_or(ended_at).min(ended_at);
+    let inserted = tx
+        .prepare_cached(
+            "INSERT INTO llm_call_errors (api_request_id, session_id, turn_id, retry_count, max_retries, status_code,
+                retryable, reason, error_type, error_message, model, provider, base_url, started_at, ended_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+             ON CONFLICT (api_request_id, retry_count) DO NOTHING",
+        )?
+        .execute(params![
+            a.api_request_id,
+            a.session_id,
+            a.turn_id,
+            e.retry_count,
+            e.max_retries,
+            e.status_code,
+            e.retryable,
+            e.reason,
+            e.error_type,
+            e.error_message,
+            a.model,
+            a.provider,
+            a.base_url,
+            started_at,
+            ended_at
+        ])?;
+    if inserted == 1 {
+        // The last attempt of a request failing (not retryable, or out of
+        // retries) fails the turn; a later success or on_session_end overrides.
+        let last_attempt = e.retryable == Some(false) || e.max_retries.is_some_and(|max| e.retry_count + 1 >= max);
+        tx.prepare_cached(
+            "UPDATE runs SET api_errors = api_errors + 1,
+                status = CASE WHEN ?2 THEN ?3 ELSE status END,
+                ended_at = CASE WHEN ?2 THEN ?4 ELSE ended_at END
+             WHERE session_id = ?1",
+        )?
+        .execute(params![a.session_id, last_attempt, ERROR, ended_at])?;
+    }
+    Ok(())
+}
+
+fn apply_tool_result(tx: &Transaction<'_>, e: &PostToolCall, at: f64) -> Result<()> {
+    let t = &e.tool;
+    touch_run(tx, &t.session_id, at, None, None, None, None)?;
+    let ok = e.ok();
+    let latency = e.duration_ms.map(|ms| ms as f64 / 1000.0);
+    let started_at = at - latency.unwrap_or(0.0);
+    // Only the first result of a tool call counts (a repeated post is a no-op).
+    let completed = tx
+        .prepare_cached(
+            "INSERT INTO tool_calls (session_id, tool_call_id, tool_name, turn_id, task_id, api_request_id, started_at,
+                ended_at, latency_s, ok, status, error_type, exit_code)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+             ON CONFLICT (session_id, tool_call_id) DO UPDATE SET
+                ended_at = excluded.ended_at, latency_s = excluded.latency_s, ok = excluded.ok,
+                status = excluded.status, error_type = excluded.error_type, exit_code = excluded.exit_code
+             WHERE tool_calls.ended_at IS NULL",
+        )?
+        .execute(params![
+            t.session_id,
+            t.tool_call_id,
+            t.tool_name,
+            t.turn_id,
+            t.task_id,
+            t.api_request_id,
+            started_at,
+            at,
+            latency,
+            ok,
+            e.status,
+            e.error_type,
+            e.outcome.exit_code
+        ])?;
+    if completed == 1 {
+        tx.prepare_cached(
+            "UPDATE runs SET tool_calls = tool_calls + 1, tool_failures = tool_failures + ?2 WHERE session_id = ?1",
+        )?
+        .execute(params![t.session_id, (!ok) as i64])?;
+    }
+    Ok(())
+}
+
+fn apply_subagent_start(tx: &Transaction<'_>, e: &SubagentStart, at: f64) -> Result<()> {
+    touch_run(tx, &e.parent_session_id, at, None, None, None, None)?;
+    tx.prepare_cached(
+        "INSERT INTO subagent_edges (child_session_id, parent_session_id, parent_turn_id, parent_subagent_id,
+            child_subagent_id, role, goal, started_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+         ON CONFLICT (child_session_id) DO UPDATE SET started_at = MIN(started_at, excluded.started_at)",
+    )?
+    .execute(params![
+        e.child_session_id,
+        e.parent_session_id,
+        e.parent_turn_id,
+        e.parent_subagent_id,
+        e.child_subagent_id,
+        e.child_role,
+        e.child_goal,
+        at
+    ])?;
+    // The child run exists from here, whichever of its events comes next.
+    tx.prepare_cached(
+        "INSERT INTO runs (session_id, platform, root_session_id, started_at, last_event_at)
+         VALUES (?1, 'subagent', ?1, ?2, ?2) ON CONFLICT (session_id) DO NOTHING",
+    )?
+    .execute(params![e.child_session_id, at])?;
+    link_child(tx, &e.child_session_id, &e.parent_session_id)
+}
+
+fn apply_subagent_stop(tx: &Transaction<'_>, e: &SubagentStop, at: f64) -> Result<()> {
+    touch_run(tx, &e.parent_session_id, at, None, None, None, None)?;
+    let edge_started: Option<f64> = tx
+        .prepare_cached("SELECT started_at FROM subagent_edges WHERE child_session_id = ?1")?
+        .query_row(params![e.child_session_id], |r| r.get(0))
+        .optional()?;
+    let duration = e.duration_ms.map(|ms| ms as f64 / 1000.0);
+    let started_at = edge_started.unwrap_or(at - duration.unwrap_or(0.0));
+    tx.prepare_cached(
+        "INSERT INTO subagent_edges (child_session_id, parent_session_id, parent_turn_id, role, started_at,
+            stopped_at, child_status, duration_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+         ON CONFLICT (child_session_id) DO UPDATE SET stopped_at = excluded.stopped_at,
+            child_status = excluded.child_status, duration_ms = excluded.duration_ms",
+    )?
+    .execute(params![
+        e.child_session_id,
+        e.parent_session_id,
+        e.parent_turn_id,
+        e.child_role,
+        started_at,
+        at,
+        e.child_status,
+        e.duration_ms
+    ])?;
+    if edge_started.is_none() {
+        tx.prepare_cached(
+            "INSERT INTO runs (session_id, platform, root_session_id, started_at, last_event_at)
+             VALUES (?1, 'subagent', ?1, ?2, ?2) ON CONFLICT (session_id) DO NOTHING",
+        )?
+        .execute(params![e.child_session_id, started_at])?;
+        link_child(tx, &e.child_session_id, &e.parent_session_id)?;
+    }
+    let ok = matches!(
+        e.child_status.as_deref(),
+        Some("completed") | Some("ok") | Some("success")
+    );
+    let child_outcome = match e.child_status.as_deref() {
+        _ if ok => OK,
+        Some("interrupted") | Some("cancelled") => INTERRUPTED,
+        _ => ERROR,
+    };
+    // A child that never reported its own end ends with the delegation.
+    tx.prepare_cached(
+        "UPDATE runs SET status = ?2, ended_at = COALESCE(ended_at, ?3) WHERE session_id = ?1 AND status = ?4",
+    )?
+    .execute(params![e.child_session_id, child_outcome, at, RUNNING])?;
+    let tool_call_id = format!("subagent:{}", e.child_session_id);
+    let inserted = tx
+        .prepare_cached(
+            "INSERT INTO tool_calls (session_id, tool_call_id, tool_name, turn_id, started_at, ended_at, latency_s,
+                ok, status, proxy)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 1) ON CONFLICT (session_id, tool_call_id) DO NOTHING",
+        )?
+        .execute(params![
+            e.parent_session_id,
+            tool_call_id,
+            SUBAGENT_TOOL_NAME,
+            e.parent_turn_id,
+            started_at,
+            at,
+            duration.unwrap_or(at - started_at),
+            ok,
+            e.child_status
+        ])?;
+    if inserted == 1 {
+        tx.prepare_cached(
+            "UPDATE runs SET tool_calls = tool_calls + 1, tool_failures = tool_failures + ?2 WHERE session_id = ?1",
+        )?
+        .execute(params![e.parent_session_id, (!ok) as i64])?;
+    }
+    Ok(())
+}
+
+fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cron_job_ids_come_from_the_session_id() {
+        assert_eq!(
+            cron_job_id("cron_01e7ae8ae880_20261130_013909").as_deref(),
+            Some("01e7ae8ae880")
+        );
+        assert_eq!(cron_job_id("cron_my_job_20261130_013909").as_deref(), Some("my_job"));
+        assert_eq!(cron_job_id("cron_x_2026_01"), None);
+        assert_eq!(cron_job_id("20261130_013909_abcdef"), None);
+    }
+}

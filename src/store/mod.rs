@@ -1,0 +1,225 @@
+//! The SQLite store: journal, ledger, and (later) outbox and budget state.
+//!
+//! Owns: opening the file, pragmas, migrations, and every SQL statement.
+//! Must not touch: the network, Python, telemetry encoding.
+//!
+//! # On disk
+//!
+//! One SQLite database, `hermes-otel.db`, in the store directory (see
+//! [`crate::config::store_dir`]), created mode 0600 in a 0700 directory, in
+//! WAL mode so readers never block the writer. `PRAGMA user_version` is the
+//! schema version; migrations in `migrations/NNNN_*.sql` run forward only,
+//! each in its own transaction, so a failed one leaves the store at the
+//! previous version with its data intact. A store newer than this build is
+//! refused rather than guessed at.
+//!
+//! # Invariants
+//!
+//! - One hook event is applied in one transaction: journal row, ledger rows
+//!   and run totals commit together or not at all.
+//! - Applying an event whose journal key is already present changes nothing,
+//!   so replays and retried writes are idempotent.
+//! - Run totals equal the sums over their `llm_calls`, `llm_call_errors` and
+//!   `tool_calls` rows.
+//! - WAL checkpoints are not run on the per-event path: the hook connection
+//!   turns auto-checkpointing off and [`Store::checkpoint`] is called from a
+//!   background path instead.
+
+mod ledger;
+mod report;
+
+pub use ledger::{Applied, EventContext};
+pub use report::{FactKind, FactRow, RunSummary, StoreCounts};
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+use crate::error::{Error, Result};
+use crate::pricing::PriceTable;
+
+/// The database file name inside the store directory.
+pub const DB_FILE_NAME: &str = "hermes-otel.db";
+
+/// Migrations, in order; entry `i` brings the schema to version `i + 1`.
+const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_ledger.sql")];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// How long a statement waits for another process's write lock before
+/// giving up. Writers hold the lock for microseconds; waiting longer than
+/// this means something is wrong and the caller should fail open.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// An open store.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+    prices: PriceTable,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the store in `dir` and migrates it.
+    pub fn open_dir(dir: &Path) -> Result<Self> {
+        create_private_dir(dir)?;
+        Self::open(&dir.join(DB_FILE_NAME))
+    }
+
+    /// Opens (creating if needed) the database at `path` and migrates it.
+    pub fn open(path: &Path) -> Result<Self> {
+        create_private_file(path)?;
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        // WAL: readers (reports, the exporter) never block hook writes.
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        // NORMAL in WAL mode survives a process crash (what Hermes's
+        // os._exit and kill -9 are); only an OS crash can lose the last
+        // transactions, and it costs no fsync per event.
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        // Checkpoints are run by `checkpoint`, off the per-event path.
+        conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+        conn.pragma_update(None, "foreign_keys", "OFF")?;
+        conn.set_prepared_statement_cache_capacity(64);
+        let mut store = Store {
+            conn,
+            path: path.to_path_buf(),
+            prices: PriceTable::default(),
+        };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Sets the prices used for the costs of calls applied from now on.
+    pub fn set_prices(&mut self, prices: PriceTable) {
+        self.prices = prices;
+    }
+
+    /// The prices in use.
+    pub fn prices_mut(&mut self) -> &mut PriceTable {
+        &mut self.prices
+    }
+
+    /// The schema version of the file.
+    pub fn schema_version(&self) -> Result<i64> {
+        Ok(self.conn.pragma_query_value(None, "user_version", |r| r.get(0))?)
+    }
+
+    fn migrate(&mut self) -> Result<()> {
+        let found = self.schema_version()?;
+        if found > SCHEMA_VERSION {
+            return Err(Error::SchemaTooNew {
+                found,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+            let version = i as i64 + 1;
+            let fail = |source| Error::Migration { version, source };
+            let tx = self.conn.transaction().map_err(fail)?;
+            tx.execute_batch(sql).map_err(fail)?;
+            tx.pragma_update(None, "user_version", version).map_err(fail)?;
+            tx.commit().map_err(fail)?;
+        }
+        Ok(())
+    }
+
+    /// Moves the WAL into the database file without waiting for readers.
+    pub fn checkpoint(&self) -> Result<()> {
+        self.conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
+        Ok(())
+    }
+
+    /// The connection, for the modules of this one.
+    fn conn(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+/// Creates `dir` (and parents) with mode 0700 if it does not exist.
+pub fn create_private_dir(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(dir).map_err(|e| Error::io(dir, e))
+}
+
+/// Creates `path` with mode 0600 if it does not exist, so SQLite never
+/// creates it with the process umask. SQLite gives the -wal and -shm files
+/// the database file's mode.
+fn create_private_file(path: &Path) -> Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options.open(path).map(|_| ()).map_err(|e| Error::io(path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_store_is_at_the_current_version_and_private() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store_dir = dir.path().join("otel");
+        let store = Store::open_dir(&store_dir).expect("open");
+        assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+            assert_eq!(mode(&store_dir), 0o700);
+            assert_eq!(mode(store.path()), 0o600);
+        }
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("s.db");
+        drop(Store::open(&path).expect("open"));
+        let conn = Connection::open(&path).expect("raw open");
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .expect("bump");
+        drop(conn);
+        match Store::open(&path) {
+            Err(Error::SchemaTooNew { found, .. }) => assert_eq!(found, SCHEMA_VERSION + 1),
+            other => panic!("expected SchemaTooNew, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn reopening_is_a_no_op() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("s.db");
+        drop(Store::open(&path).expect("open"));
+        let store = Store::open(&path).expect("reopen");
+        assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+    }
+}

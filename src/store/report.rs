@@ -1,0 +1,185 @@
+//! Read-only queries for reports and `status`.
+
+use rusqlite::params;
+
+use super::Store;
+use crate::error::Result;
+
+/// What a fact row records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FactKind {
+    /// A successful LLM API call (tokens and cost).
+    LlmCall,
+    /// A failed attempt of an LLM API call.
+    ApiError,
+    /// A tool call that finished.
+    ToolCall,
+}
+
+/// One LLM call, API error or finished tool call, with the attributes a
+/// report groups by. Sender and cron job are the root session's, so a
+/// subagent's spend rolls up to whoever started the work.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FactRow {
+    pub kind: FactKind,
+    pub at: f64,
+    pub session_id: String,
+    pub model: Option<String>,
+    pub provider: Option<String>,
+    pub sender_id: Option<String>,
+    pub cron_job_id: Option<String>,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cache_read_tokens: i64,
+    pub cache_write_tokens: i64,
+    pub reasoning_tokens: i64,
+    pub cost_usd: f64,
+    pub estimated: bool,
+    pub unpriced: bool,
+    /// For tool calls: whether it succeeded.
+    pub ok: bool,
+}
+
+/// A run, as `report` lists sessions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSummary {
+    pub session_id: String,
+    pub platform: Option<String>,
+    pub status: String,
+    pub started_at: f64,
+    pub ended_at: Option<f64>,
+    pub parent_session_id: Option<String>,
+}
+
+/// Row counts per table, for `status`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StoreCounts {
+    pub journal: i64,
+    pub runs: i64,
+    pub turns: i64,
+    pub llm_calls: i64,
+    pub llm_call_errors: i64,
+    pub tool_calls: i64,
+    pub subagent_edges: i64,
+    pub decode_problems: i64,
+}
+
+impl Store {
+    /// Every fact in `[since, until)`, by the time it ended.
+    pub fn facts(&self, since: f64, until: f64) -> Result<Vec<FactRow>> {
+        let sql = "
+            SELECT 0, l.ended_at, l.session_id, l.model, l.provider, root.sender_id, root.cron_job_id,
+                   l.input_tokens, l.output_tokens, l.cache_read_tokens, l.cache_write_tokens, l.reasoning_tokens,
+                   l.cost_usd, l.estimated, l.cost_source = 'unknown', 1
+              FROM llm_calls l JOIN runs r ON r.session_id = l.session_id
+              JOIN runs root ON root.session_id = r.root_session_id
+             WHERE l.ended_at >= ?1 AND l.ended_at < ?2
+            UNION ALL
+            SELECT 1, e.ended_at, e.session_id, e.model, e.provider, root.sender_id, root.cron_job_id,
+                   0, 0, 0, 0, 0, 0.0, 0, 0, 0
+              FROM llm_call_errors e JOIN runs r ON r.session_id = e.session_id
+              JOIN runs root ON root.session_id = r.root_session_id
+             WHERE e.ended_at >= ?1 AND e.ended_at < ?2
+            UNION ALL
+            SELECT 2, t.ended_at, t.session_id, r.model, r.provider, root.sender_id, root.cron_job_id,
+                   0, 0, 0, 0, 0, 0.0, 0, 0, COALESCE(t.ok, 0)
+              FROM tool_calls t JOIN runs r ON r.session_id = t.session_id
+              JOIN runs root ON root.session_id = r.root_session_id
+             WHERE t.ended_at IS NOT NULL AND t.ended_at >= ?1 AND t.ended_at < ?2";
+        let mut stmt = self.conn().prepare_cached(sql)?;
+        let rows = stmt.query_map(params![since, until], |r| {
+            Ok(FactRow {
+                kind: match r.get::<_, i64>(0)? {
+                    0 => FactKind::LlmCall,
+                    1 => FactKind::ApiError,
+                    _ => FactKind::ToolCall,
+                },
+                at: r.get(1)?,
+                session_id: r.get(2)?,
+                model: r.get(3)?,
+                provider: r.get(4)?,
+                sender_id: r.get(5)?,
+                cron_job_id: r.get(6)?,
+                input_tokens: r.get(7)?,
+                output_tokens: r.get(8)?,
+                cache_read_tokens: r.get(9)?,
+                cache_write_tokens: r.get(10)?,
+                reasoning_tokens: r.get(11)?,
+                cost_usd: r.get(12)?,
+                estimated: r.get(13)?,
+                unpriced: r.get(14)?,
+                ok: r.get(15)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Runs that started in `[since, until)`, oldest first.
+    pub fn runs_started(&self, since: f64, until: f64) -> Result<Vec<RunSummary>> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT session_id, platform, status, started_at, ended_at, parent_session_id
+               FROM runs WHERE started_at >= ?1 AND started_at < ?2 ORDER BY started_at",
+        )?;
+        let rows = stmt.query_map(params![since, until], |r| {
+            Ok(RunSummary {
+                session_id: r.get(0)?,
+                platform: r.get(1)?,
+                status: r.get(2)?,
+                started_at: r.get(3)?,
+                ended_at: r.get(4)?,
+                parent_session_id: r.get(5)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// One run by session id.
+    pub fn run(&self, session_id: &str) -> Result<Option<RunSummary>> {
+        Ok(self.runs_where("session_id = ?1", session_id)?.into_iter().next())
+    }
+
+    fn runs_where(&self, cond: &str, arg: &str) -> Result<Vec<RunSummary>> {
+        let sql = format!(
+            "SELECT session_id, platform, status, started_at, ended_at, parent_session_id FROM runs WHERE {cond}"
+        );
+        let mut stmt = self.conn().prepare(&sql)?;
+        let rows = stmt.query_map(params![arg], |r| {
+            Ok(RunSummary {
+                session_id: r.get(0)?,
+                platform: r.get(1)?,
+                status: r.get(2)?,
+                started_at: r.get(3)?,
+                ended_at: r.get(4)?,
+                parent_session_id: r.get(5)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Row counts per table.
+    pub fn counts(&self) -> Result<StoreCounts> {
+        let count = |table: &str| -> Result<i64> {
+            Ok(self
+                .conn()
+                .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))?)
+        };
+        Ok(StoreCounts {
+            journal: count("journal")?,
+            runs: count("runs")?,
+            turns: count("turns")?,
+            llm_calls: count("llm_calls")?,
+            llm_call_errors: count("llm_call_errors")?,
+            tool_calls: count("tool_calls")?,
+            subagent_edges: count("subagent_edges")?,
+            decode_problems: self
+                .conn()
+                .query_row("SELECT COALESCE(SUM(count), 0) FROM decode_problems", [], |r| r.get(0))?,
+        })
+    }
+
+    /// Runs a read-only query and returns the first column of the first row
+    /// (tests and `status` use it for single numbers).
+    pub fn query_scalar<T: rusqlite::types::FromSql>(&self, sql: &str) -> Result<T> {
+        Ok(self.conn().query_row(sql, [], |r| r.get(0))?)
+    }
+}
