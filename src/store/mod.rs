@@ -121,22 +121,7 @@ impl Store {
     }
 
     fn migrate(&mut self) -> Result<()> {
-        let found = self.schema_version()?;
-        if found > SCHEMA_VERSION {
-            return Err(Error::SchemaTooNew {
-                found,
-                supported: SCHEMA_VERSION,
-            });
-        }
-        for (i, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
-            let version = i as i64 + 1;
-            let fail = |source| Error::Migration { version, source };
-            let tx = self.conn.transaction().map_err(fail)?;
-            tx.execute_batch(sql).map_err(fail)?;
-            tx.pragma_update(None, "user_version", version).map_err(fail)?;
-            tx.commit().map_err(fail)?;
-        }
-        Ok(())
+        migrate(&mut self.conn, MIGRATIONS)
     }
 
     /// Moves the WAL into the database file without waiting for readers.
@@ -149,6 +134,25 @@ impl Store {
     fn conn(&self) -> &Connection {
         &self.conn
     }
+}
+
+/// Brings the schema of `conn` up to `migrations.len()`, one transaction per
+/// version, so a failure leaves the previous version and its data intact.
+fn migrate(conn: &mut Connection, migrations: &[&str]) -> Result<()> {
+    let found: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let supported = migrations.len() as i64;
+    if found > supported {
+        return Err(Error::SchemaTooNew { found, supported });
+    }
+    for (i, sql) in migrations.iter().enumerate().skip(found as usize) {
+        let version = i as i64 + 1;
+        let fail = |source| Error::Migration { version, source };
+        let tx = conn.transaction().map_err(fail)?;
+        tx.execute_batch(sql).map_err(fail)?;
+        tx.pragma_update(None, "user_version", version).map_err(fail)?;
+        tx.commit().map_err(fail)?;
+    }
+    Ok(())
 }
 
 /// Creates `dir` (and parents) with mode 0700 if it does not exist.
@@ -211,6 +215,57 @@ mod tests {
         match Store::open(&path) {
             Err(Error::SchemaTooNew { found, .. }) => assert_eq!(found, SCHEMA_VERSION + 1),
             other => panic!("expected SchemaTooNew, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_failed_migration_leaves_the_previous_version_and_its_data() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut conn = Connection::open(dir.path().join("s.db")).expect("open");
+        migrate(&mut conn, &MIGRATIONS[..1]).expect("v1");
+        conn.execute("INSERT INTO meta (key, value) VALUES ('k', 'v')", [])
+            .expect("data");
+        let broken = [MIGRATIONS[0], "CREATE TABLE added (x); THIS IS NOT SQL;"];
+        match migrate(&mut conn, &broken) {
+            Err(Error::Migration { version: 2, .. }) => {}
+            other => panic!("expected a failed migration to v2, got {other:?}"),
+        }
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .expect("version");
+        assert_eq!(version, 1);
+        let value: String = conn
+            .query_row("SELECT value FROM meta WHERE key = 'k'", [], |r| r.get(0))
+            .expect("kept");
+        assert_eq!(value, "v");
+        let added: i64 = conn
+            .query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = 'added'", [], |r| {
+                r.get(0)
+            })
+            .expect("query");
+        assert_eq!(added, 0, "the failed migration's first statement was rolled back");
+    }
+
+    /// Every earlier schema version, with data in it, upgrades to the current one.
+    #[test]
+    fn every_earlier_version_upgrades_with_its_data() {
+        for from in 1..=MIGRATIONS.len() {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let path = dir.path().join("s.db");
+            let mut conn = Connection::open(&path).expect("open");
+            migrate(&mut conn, &MIGRATIONS[..from]).expect("old version");
+            conn.execute(
+                "INSERT INTO runs (session_id, root_session_id, started_at, last_event_at) VALUES ('s', 's', 1, 1)",
+                [],
+            )
+            .expect("data");
+            drop(conn);
+            let store = Store::open(&path).expect("upgrade");
+            assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+            assert_eq!(
+                store.query_scalar::<i64>("SELECT COUNT(*) FROM runs").expect("count"),
+                1
+            );
         }
     }
 

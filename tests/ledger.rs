@@ -1,0 +1,608 @@
+//! The ledger, driven by the recorded Hermes 0.19.0 fixtures.
+//!
+//! Expected values are computed here straight from the raw JSON records,
+//! independently of the decoder and the store, then compared with what the
+//! store and the report say.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+use hermes_otel::hook::DecodeOptions;
+use hermes_otel::pricing::PriceTable;
+use hermes_otel::replay::{replay_file, ReplayStats};
+use hermes_otel::report::{build, Totals};
+use hermes_otel::store::Store;
+use serde_json::Value;
+
+/// The e2e mock's /v1/models prices, per million tokens.
+const MOCK_PRICING: &str = "[models.\"mock-model\"]\ninput = 2.0\noutput = 8.0\ncache_read = 0.5\ncache_write = 2.5\n";
+
+fn fixtures() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("fixtures dir")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 16, "the fixtures are in tests/fixtures");
+    files
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(format!("{name}.jsonl"))
+}
+
+struct Replayed {
+    _dir: tempfile::TempDir,
+    store: Store,
+    stats: ReplayStats,
+}
+
+fn replay(files: &[PathBuf]) -> Replayed {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut store = Store::open_dir(dir.path()).expect("open store");
+    let mut prices = PriceTable::default();
+    prices
+        .add_user_prices(MOCK_PRICING, Path::new("pricing.toml"))
+        .expect("prices");
+    store.set_prices(prices);
+    let mut stats = ReplayStats::default();
+    for f in files {
+        replay_file(&mut store, f, DecodeOptions::default(), &mut stats).expect("replay");
+    }
+    Replayed {
+        _dir: dir,
+        store,
+        stats,
+    }
+}
+
+fn totals(store: &Store) -> Totals {
+    let facts = store.facts(0.0, 1e12).expect("facts");
+    let runs = store.runs_started(0.0, 1e12).expect("runs");
+    build(&facts, &runs, &jiff::tz::TimeZone::UTC, 0.0, 1e11).totals
+}
+
+fn records(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .expect("read fixture")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("fixture line is JSON"))
+        .collect()
+}
+
+fn int(v: &Value) -> i64 {
+    v.as_i64().unwrap_or(0)
+}
+
+/// Totals computed from the raw records by the rules of the ledger.
+fn expected_totals(path: &Path) -> Totals {
+    let recs = records(path);
+    let mut t = Totals::default();
+    let mut approx: HashMap<String, i64> = HashMap::new();
+    let mut sessions = BTreeSet::new();
+    for r in &recs {
+        let kw = &r["kwargs"];
+        for key in ["session_id", "parent_session_id", "child_session_id"] {
+            if let Some(s) = kw[key].as_str() {
+                sessions.insert(s.to_string());
+            }
+        }
+        match r["hook"].as_str().expect("hook") {
+            "pre_api_request" => {
+                approx.insert(
+                    kw["api_request_id"].as_str().expect("id").into(),
+                    int(&kw["approx_input_tokens"]),
+                );
+            }
+            "post_api_request" => {
+                t.llm_calls += 1;
+                let u = &kw["usage"];
+                let (input, output, read, write) = if u.is_null() {
+                    t.estimated_llm_calls += 1;
+                    let chars = int(&kw["assistant_content_chars"]);
+                    (
+                        approx[kw["api_request_id"].as_str().expect("id")],
+                        (chars + 3) / 4,
+                        0,
+                        0,
+                    )
+                } else {
+                    (
+                        int(&u["input_tokens"]),
+                        int(&u["output_tokens"]),
+                        int(&u["cache_read_tokens"]),
+                        int(&u["cache_write_tokens"]),
+                    )
+                };
+                t.input_tokens += input;
+                t.output_tokens += output;
+                t.cache_read_tokens += read;
+                t.cache_write_tokens += write;
+                t.reasoning_tokens += int(&u["reasoning_tokens"]);
+                t.cost_usd += (input as f64 * 2.0 + output as f64 * 8.0 + read as f64 * 0.5 + write as f64 * 2.5) / 1e6;
+            }
+            "api_request_error" => t.api_errors += 1,
+            "post_tool_call" => {
+                t.tool_calls += 1;
+                t.tool_failures += (kw["status"].as_str() != Some("ok")) as i64;
+            }
+            "subagent_stop" => {
+                t.tool_calls += 1;
+                t.tool_failures += (kw["child_status"].as_str() != Some("completed")) as i64;
+            }
+            _ => {}
+        }
+    }
+    t.sessions = sessions.len() as i64;
+    t
+}
+
+#[test]
+fn every_fixture_replays_to_the_totals_of_its_raw_records() {
+    for path in fixtures() {
+        let r = replay(std::slice::from_ref(&path));
+        let mut got = totals(&r.store);
+        let want = expected_totals(&path);
+        assert!(
+            (got.cost_usd - want.cost_usd).abs() < 1e-12,
+            "{path:?}: cost {} != {}",
+            got.cost_usd,
+            want.cost_usd
+        );
+        got.cost_usd = want.cost_usd;
+        assert_eq!(got, want, "{path:?}");
+        assert_eq!(r.stats.bad_lines.len(), 0);
+        assert_eq!(r.stats.unusable, 0);
+        assert_eq!(r.stats.problems, 0, "{path:?}: the recorded kwargs need no repair");
+    }
+}
+
+#[test]
+fn all_fixtures_together_add_up_and_run_totals_match_their_rows() {
+    let files = fixtures();
+    let r = replay(&files);
+    let got = totals(&r.store);
+    let mut want = Totals::default();
+    for f in &files {
+        let t = expected_totals(f);
+        want.cost_usd += t.cost_usd;
+        want.llm_calls += t.llm_calls;
+        want.input_tokens += t.input_tokens;
+        want.tool_calls += t.tool_calls;
+        want.api_errors += t.api_errors;
+    }
+    assert_eq!(
+        (got.llm_calls, got.input_tokens, got.tool_calls, got.api_errors),
+        (want.llm_calls, want.input_tokens, want.tool_calls, want.api_errors)
+    );
+    assert!((got.cost_usd - want.cost_usd).abs() < 1e-9);
+    // Run totals are kept in step with the rows they sum.
+    let s = &r.store;
+    let q = |sql: &str| s.query_scalar::<i64>(sql).expect(sql);
+    assert_eq!(
+        q("SELECT SUM(llm_calls) FROM runs"),
+        q("SELECT COUNT(*) FROM llm_calls")
+    );
+    assert_eq!(
+        q("SELECT SUM(input_tokens) FROM runs"),
+        q("SELECT SUM(input_tokens) FROM llm_calls")
+    );
+    assert_eq!(
+        q("SELECT SUM(api_errors) FROM runs"),
+        q("SELECT COUNT(*) FROM llm_call_errors")
+    );
+    assert_eq!(
+        q("SELECT SUM(tool_calls) FROM runs"),
+        q("SELECT COUNT(*) FROM tool_calls WHERE ended_at IS NOT NULL")
+    );
+    assert_eq!(
+        q("SELECT SUM(tool_failures) FROM runs"),
+        q("SELECT COUNT(*) FROM tool_calls WHERE ok = 0")
+    );
+}
+
+#[test]
+fn replaying_the_same_files_again_changes_nothing() {
+    let files = fixtures();
+    let mut r = replay(&files);
+    let before = (totals(&r.store), r.store.counts().expect("counts"));
+    let mut stats = ReplayStats::default();
+    for f in &files {
+        replay_file(&mut r.store, f, DecodeOptions::default(), &mut stats).expect("replay again");
+    }
+    assert_eq!(stats.applied, 0);
+    assert_eq!(stats.duplicates, r.stats.applied);
+    assert_eq!((totals(&r.store), r.store.counts().expect("counts")), before);
+}
+
+fn scalar<T: rusqlite_free::FromSqlish>(store: &Store, sql: &str) -> T {
+    T::get(store, sql)
+}
+
+/// Tiny adapter so tests read single values without naming rusqlite.
+mod rusqlite_free {
+    use hermes_otel::store::Store;
+    pub trait FromSqlish: Sized {
+        fn get(store: &Store, sql: &str) -> Self;
+    }
+    impl FromSqlish for i64 {
+        fn get(store: &Store, sql: &str) -> Self {
+            store.query_scalar(sql).expect(sql)
+        }
+    }
+    impl FromSqlish for f64 {
+        fn get(store: &Store, sql: &str) -> Self {
+            store.query_scalar(sql).expect(sql)
+        }
+    }
+    impl FromSqlish for String {
+        fn get(store: &Store, sql: &str) -> Self {
+            store
+                .query_scalar::<Option<String>>(sql)
+                .expect(sql)
+                .unwrap_or_else(|| "NULL".into())
+        }
+    }
+}
+
+#[test]
+fn a_resumed_session_is_one_run_from_its_first_event() {
+    let r = replay(&[fixture("resume")]);
+    let s = &r.store;
+    assert_eq!(scalar::<i64>(s, "SELECT COUNT(*) FROM runs"), 1);
+    assert_eq!(scalar::<i64>(s, "SELECT turns FROM runs"), 2);
+    assert_eq!(scalar::<String>(s, "SELECT status FROM runs"), "ok");
+    let first: f64 = records(&fixture("resume"))[0]["t"].as_f64().expect("t");
+    assert_eq!(scalar::<f64>(s, "SELECT started_at FROM runs"), first);
+    // The second process fired no on_session_start and still has its turn.
+    assert_eq!(scalar::<i64>(s, "SELECT COUNT(*) FROM turns WHERE outcome = 'ok'"), 2);
+}
+
+#[test]
+fn a_run_exists_from_whatever_event_comes_first() {
+    // Only the second process of `resume`: no on_session_start at all.
+    let recs = records(&fixture("resume"));
+    let second_pid = recs.last().expect("records")["pid"].clone();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("second.jsonl");
+    let lines: Vec<String> = recs
+        .iter()
+        .filter(|r| r["pid"] == second_pid)
+        .map(|r| r.to_string())
+        .collect();
+    std::fs::write(&path, lines.join("\n")).expect("write");
+    let r = replay(&[path]);
+    assert_eq!(scalar::<i64>(&r.store, "SELECT COUNT(*) FROM runs"), 1);
+    assert_eq!(scalar::<String>(&r.store, "SELECT platform FROM runs"), "cli");
+    assert_eq!(scalar::<i64>(&r.store, "SELECT llm_calls FROM runs"), 1);
+}
+
+#[test]
+fn cron_runs_carry_their_job_id_and_end_without_finalize() {
+    let r = replay(&[fixture("cron")]);
+    let s = &r.store;
+    assert_eq!(scalar::<String>(s, "SELECT cron_job_id FROM runs"), "01e7ae8ae880");
+    assert_eq!(scalar::<String>(s, "SELECT platform FROM runs"), "cron");
+    assert_eq!(scalar::<String>(s, "SELECT status FROM runs"), "ok");
+    assert_eq!(
+        scalar::<i64>(s, "SELECT ended_at IS NOT NULL AND finalized_at IS NULL FROM runs"),
+        1
+    );
+}
+
+#[test]
+fn each_failed_attempt_is_an_error_row_and_the_retry_one_call() {
+    let r = replay(&[fixture("failonce")]);
+    let s = &r.store;
+    assert_eq!(scalar::<i64>(s, "SELECT COUNT(*) FROM llm_call_errors"), 1);
+    assert_eq!(scalar::<i64>(s, "SELECT COUNT(*) FROM llm_calls"), 1);
+    assert_eq!(scalar::<i64>(s, "SELECT attempts FROM llm_calls"), 2);
+    assert_eq!(scalar::<String>(s, "SELECT status FROM runs"), "ok");
+    // The successful attempt starts at its own pre_api_request, not at the
+    // shared started_at that includes the failed attempt and the backoff.
+    assert!(scalar::<f64>(s, "SELECT ended_at - started_at FROM llm_calls") < 0.5);
+
+    let r = replay(&[fixture("failalways")]);
+    let s = &r.store;
+    assert_eq!(
+        scalar::<String>(s, "SELECT group_concat(retry_count) FROM llm_call_errors"),
+        "0,1,2"
+    );
+    assert_eq!(scalar::<i64>(s, "SELECT COUNT(*) FROM llm_calls"), 0);
+    assert_eq!(scalar::<String>(s, "SELECT status FROM runs"), "error");
+    assert_eq!(scalar::<String>(s, "SELECT outcome FROM turns"), "error");
+
+    let r = replay(&[fixture("model404")]);
+    let s = &r.store;
+    assert_eq!(
+        scalar::<String>(
+            s,
+            "SELECT status_code || ' ' || retryable || ' ' || reason || ' ' || error_type FROM llm_call_errors"
+        ),
+        "404 0 model_not_found NotFoundError"
+    );
+    assert_eq!(scalar::<String>(s, "SELECT status FROM runs"), "error");
+}
+
+#[test]
+fn missing_usage_is_estimated_and_flagged() {
+    let r = replay(&[fixture("nousage")]);
+    let s = &r.store;
+    let recs = records(&fixture("nousage"));
+    let pre = recs.iter().find(|r| r["hook"] == "pre_api_request").expect("pre");
+    let post = recs.iter().find(|r| r["hook"] == "post_api_request").expect("post");
+    assert_eq!(scalar::<i64>(s, "SELECT estimated FROM llm_calls"), 1);
+    assert_eq!(
+        scalar::<i64>(s, "SELECT input_tokens FROM llm_calls"),
+        int(&pre["kwargs"]["approx_input_tokens"])
+    );
+    let chars = int(&post["kwargs"]["assistant_content_chars"]);
+    assert_eq!(scalar::<i64>(s, "SELECT output_tokens FROM llm_calls"), (chars + 3) / 4);
+    assert_eq!(scalar::<i64>(s, "SELECT estimated_llm_calls FROM runs"), 1);
+}
+
+#[test]
+fn cached_and_reasoning_tokens_are_priced_without_adding_prompt_tokens() {
+    let r = replay(&[fixture("bigcache")]);
+    let s = &r.store;
+    assert_eq!(
+        scalar::<String>(s, "SELECT input_tokens||','||output_tokens||','||cache_read_tokens||','||cache_write_tokens||','||reasoning_tokens FROM llm_calls"),
+        "5000,3000,100000,15000,2500"
+    );
+    let want = (5000.0 * 2.0 + 3000.0 * 8.0 + 100_000.0 * 0.5 + 15_000.0 * 2.5) / 1e6;
+    assert!((scalar::<f64>(s, "SELECT cost_usd FROM llm_calls") - want).abs() < 1e-12);
+    assert_eq!(scalar::<String>(s, "SELECT cost_source FROM llm_calls"), "user");
+}
+
+#[test]
+fn unknown_models_cost_nothing_and_are_flagged_unpriced() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut stats = ReplayStats::default();
+    replay_file(&mut store, &fixture("bigcache"), DecodeOptions::default(), &mut stats).expect("replay");
+    assert_eq!(
+        scalar::<String>(&store, "SELECT cost_usd || ' ' || cost_source FROM llm_calls"),
+        "0.0 unknown"
+    );
+    assert_eq!(scalar::<i64>(&store, "SELECT unpriced_llm_calls FROM runs"), 1);
+}
+
+#[test]
+fn tool_status_decides_and_exit_codes_are_kept() {
+    let r = replay(&[fixture("terminal_fail")]);
+    // Hermes says "ok" for a command that exited 3: status decides, the code is kept.
+    assert_eq!(
+        scalar::<String>(
+            &r.store,
+            "SELECT ok || ' ' || status || ' ' || exit_code FROM tool_calls"
+        ),
+        "1 ok 3"
+    );
+    let r = replay(&[fixture("tool_error")]);
+    assert_eq!(
+        scalar::<String>(
+            &r.store,
+            "SELECT ok || ' ' || status || ' ' || error_type FROM tool_calls"
+        ),
+        "0 error tool_error"
+    );
+    assert_eq!(scalar::<i64>(&r.store, "SELECT tool_failures FROM runs"), 1);
+    let r = replay(&[fixture("parallel")]);
+    assert_eq!(
+        scalar::<i64>(
+            &r.store,
+            "SELECT COUNT(*) FROM tool_calls WHERE ok = 1 AND ended_at IS NOT NULL"
+        ),
+        2
+    );
+}
+
+#[test]
+fn subagents_get_an_edge_a_proxy_tool_row_and_their_root() {
+    let r = replay(&[fixture("delegate_sync")]);
+    let s = &r.store;
+    let recs = records(&fixture("delegate_sync"));
+    let start = &recs.iter().find(|r| r["hook"] == "subagent_start").expect("start")["kwargs"];
+    let (parent, child) = (
+        start["parent_session_id"].as_str().expect("p"),
+        start["child_session_id"].as_str().expect("c"),
+    );
+    assert_eq!(
+        scalar::<String>(s, "SELECT parent_session_id || ' ' || child_status FROM subagent_edges"),
+        format!("{parent} completed")
+    );
+    assert_eq!(
+        scalar::<String>(
+            s,
+            &format!("SELECT root_session_id FROM runs WHERE session_id = '{child}'")
+        ),
+        parent
+    );
+    assert_eq!(
+        scalar::<String>(s, &format!("SELECT status FROM runs WHERE session_id = '{child}'")),
+        "ok"
+    );
+    assert_eq!(
+        scalar::<String>(
+            s,
+            "SELECT session_id || ' ' || ok FROM tool_calls WHERE tool_name = 'delegate_task/subagent'"
+        ),
+        format!("{parent} 1")
+    );
+    // hermes -z never finalizes: the parent still ends, with a status.
+    assert_eq!(
+        scalar::<String>(s, &format!("SELECT status FROM runs WHERE session_id = '{parent}'")),
+        "ok"
+    );
+    assert_eq!(
+        scalar::<i64>(
+            s,
+            &format!("SELECT ended_at IS NOT NULL FROM runs WHERE session_id = '{parent}'")
+        ),
+        1
+    );
+}
+
+#[test]
+fn an_orphaned_background_child_is_closed_as_abandoned() {
+    let mut r = replay(&[fixture("delegate_bg_orphan")]);
+    let recs = records(&fixture("delegate_bg_orphan"));
+    let last = recs.iter().filter_map(|r| r["t"].as_f64()).fold(0.0, f64::max);
+    assert_eq!(
+        scalar::<i64>(&r.store, "SELECT COUNT(*) FROM runs WHERE status = 'running'"),
+        1
+    );
+    // Not idle long enough yet: nothing closes.
+    assert_eq!(r.store.close_idle_runs(last + 60.0, 900.0).expect("sweep"), 0);
+    assert_eq!(r.store.close_idle_runs(last + 901.0, 900.0).expect("sweep"), 1);
+    assert_eq!(
+        scalar::<String>(&r.store, "SELECT status FROM runs WHERE platform = 'subagent'"),
+        "abandoned"
+    );
+    assert_eq!(
+        scalar::<i64>(
+            &r.store,
+            "SELECT ended_at = last_event_at FROM runs WHERE platform = 'subagent'"
+        ),
+        1
+    );
+    assert_eq!(
+        scalar::<String>(
+            &r.store,
+            "SELECT outcome FROM turns t JOIN runs r USING (session_id) WHERE r.platform = 'subagent'"
+        ),
+        "abandoned"
+    );
+}
+
+#[test]
+fn a_childs_spend_rolls_up_to_its_root_cron_job_and_sender() {
+    // A cron parent delegating to a child: the child's call is the cron job's spend.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("cron_child.jsonl");
+    let parent = "cron_abc123def456_20261130_010000";
+    let lines = [
+        serde_json::json!({"hook": "on_session_start", "t": 10.0, "kwargs": {"session_id": parent, "platform": "cron", "model": "mock-model"}}),
+        serde_json::json!({"hook": "pre_llm_call", "t": 11.0, "kwargs": {"session_id": parent, "turn_id": "p:t", "sender_id": "alice", "platform": "cron"}}),
+        serde_json::json!({"hook": "subagent_start", "t": 12.0, "kwargs": {"parent_session_id": parent, "parent_turn_id": "p:t", "child_session_id": "child1"}}),
+        serde_json::json!({"hook": "on_session_start", "t": 13.0, "kwargs": {"session_id": "child1", "platform": "subagent"}}),
+        serde_json::json!({"hook": "post_api_request", "t": 14.0, "kwargs": {"session_id": "child1", "api_request_id": "c:api:1", "model": "mock-model", "usage": {"input_tokens": 1000000, "output_tokens": 0}}}),
+    ];
+    std::fs::write(
+        &path,
+        lines.iter().map(|l| l.to_string()).collect::<Vec<_>>().join("\n"),
+    )
+    .expect("write");
+    let r = replay(&[path]);
+    let facts = r.store.facts(0.0, 1e12).expect("facts");
+    let report = build(&facts, &[], &jiff::tz::TimeZone::UTC, 0.0, 1e9);
+    let cron = report
+        .by_cron_job
+        .iter()
+        .find(|g| g.key.as_deref() == Some("abc123def456"))
+        .expect("cron group");
+    assert!((cron.totals.cost_usd - 2.0).abs() < 1e-9);
+    let sender = report
+        .by_sender
+        .iter()
+        .find(|g| g.key.as_deref() == Some("alice"))
+        .expect("sender group");
+    assert!((sender.totals.cost_usd - 2.0).abs() < 1e-9);
+}
+
+#[test]
+fn on_session_end_sets_the_status_of_each_turn() {
+    let r = replay(&[fixture("multi_turn")]);
+    let s = &r.store;
+    assert_eq!(scalar::<i64>(s, "SELECT turns FROM runs"), 2);
+    assert_eq!(scalar::<String>(s, "SELECT group_concat(outcome) FROM turns"), "ok,ok");
+    // An interrupted turn.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("interrupted.jsonl");
+    let lines = [
+        serde_json::json!({"hook": "pre_llm_call", "t": 1.0, "kwargs": {"session_id": "s", "turn_id": "s:t"}}),
+        serde_json::json!({"hook": "on_session_end", "t": 2.0, "kwargs": {"session_id": "s", "turn_id": "s:t", "completed": false, "interrupted": true}}),
+    ];
+    std::fs::write(
+        &path,
+        lines.iter().map(|l| l.to_string()).collect::<Vec<_>>().join("\n"),
+    )
+    .expect("write");
+    let r = replay(&[path]);
+    assert_eq!(
+        scalar::<String>(&r.store, "SELECT status || ' ' || ended_at FROM runs"),
+        "interrupted 2.0"
+    );
+}
+
+#[test]
+fn a_store_written_by_schema_v1_upgrades_with_its_data() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("old.db");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store/schema-v1.db"),
+        &path,
+    )
+    .expect("copy");
+    let store = Store::open(&path).expect("upgrade");
+    assert_eq!(
+        store.schema_version().expect("version"),
+        hermes_otel::store::SCHEMA_VERSION
+    );
+    let counts = store.counts().expect("counts");
+    assert_eq!(
+        (counts.journal, counts.runs, counts.llm_calls, counts.tool_calls),
+        (189, 19, 29, 14)
+    );
+}
+
+#[test]
+fn the_cli_reports_bad_lines_with_file_and_line_and_keeps_the_good_ones() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("mixed.jsonl");
+    let mut text = std::fs::read_to_string(fixture("readfile")).expect("read");
+    text = text.replacen('\n', "\n{not json\n", 1);
+    std::fs::write(&path, text).expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+        .arg("--home")
+        .arg(dir.path().join("store"))
+        .arg("replay")
+        .arg(&path)
+        .output()
+        .expect("run the cli");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("{}:2:", path.display())), "{stderr}");
+    let report = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+        .arg("--home")
+        .arg(dir.path().join("store"))
+        .args(["report", "--json"])
+        .output()
+        .expect("report");
+    let json: Value = serde_json::from_slice(&report.stdout).expect("report is JSON");
+    assert_eq!(json["totals"]["llm_calls"], 2);
+    assert_eq!(json["totals"]["tool_calls"], 1);
+    for key in [
+        "cost_usd",
+        "input_tokens",
+        "output_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "reasoning_tokens",
+        "llm_calls",
+        "estimated_llm_calls",
+        "api_errors",
+        "tool_calls",
+        "tool_failures",
+        "sessions",
+    ] {
+        assert!(
+            json["totals"].get(key).is_some(),
+            "totals.{key} is part of the report schema"
+        );
+    }
+}
