@@ -7,6 +7,7 @@
 //! way: hook → decode → store → export. The core knows nothing of Python;
 //! the binding lives behind the `python` feature.
 
+pub mod bridge;
 pub mod cli;
 pub mod config;
 pub mod error;

@@ -7,8 +7,10 @@
 //! thing whichever way it arrived.
 
 mod decode;
+mod keys;
 
 pub use decode::{decode, DecodeOptions, Decoded, Problem};
+pub use keys::{keys, HookKeys, ASSISTANT_MESSAGE, TOOL_RESULT};
 
 use serde::Serialize;
 

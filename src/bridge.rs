@@ -1,0 +1,1219 @@
+//! The per-process runtime between hook calls and the store.
+//!
+//! Owns: the one writer thread that holds the [`Store`], the queue hooks
+//! submit to, group commit, the bound on how long a hook waits, periodic
+//! WAL checkpoints and the idle-run sweep, and the extension points for the
+//! exporter and for gating verdicts. Must not touch: Python (the binding in
+//! `python.rs` calls in here with plain values), the network.
+//!
+//! # How a hook call flows
+//!
+//! ```text
+//! hook thread ──submit(event)──▶ queue ──▶ writer thread
+//!      │                                     │ drains everything queued
+//!      │                                     │ apply_batch: ONE transaction
+//!      ◀────── ticket completed ─────────────┘ (then gating verdicts)
+//! ```
+//!
+//! Hermes calls hooks from many threads at once and many processes share
+//! one store. One transaction per event would make every hook pay for a
+//! commit and fight the others for SQLite's write lock; instead the writer
+//! takes whatever is queued when it wakes and commits it in one transaction
+//! (group commit), so the commit cost is shared by everyone who queued
+//! meanwhile. A hook waits for its commit (so an event that returned is in
+//! the store, whatever the process does next), but only up to
+//! [`BridgeConfig::hook_wait`]: past that it returns, the write lands later,
+//! and the timeout is counted. The checkpoint and the sweep run on the
+//! writer thread between batches, never on a hook's path.
+//!
+//! # Failure
+//!
+//! A store that cannot be opened disables the bridge: [`Bridge::start`]
+//! still returns a bridge, every submit is a no-op, and
+//! [`Bridge::disabled_reason`] says why, once, for the binding to log.
+//! Errors on the writer thread never reach a hook; they are queued as
+//! [`Message`]s the binding drains and logs from a Python thread, so no
+//! thread of ours ever calls into Python.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::config;
+use crate::error::{Error, Result};
+use crate::hook::{DecodeOptions, Hook, HookEvent};
+use crate::pricing::{ModelPrice, PriceTable};
+use crate::store::{EventContext, Store};
+
+/// Environment variables the bridge reads.
+pub mod env {
+    /// How long a hook waits for its commit, in milliseconds (0: never wait).
+    pub const HOOK_WAIT_MS: &str = "HERMES_OTEL_HOOK_WAIT_MS";
+    /// `enforce` (the default) or `observe`: whether budgets may block.
+    pub const BUDGET_MODE: &str = "HERMES_OTEL_BUDGET_MODE";
+    /// Test-only: the name of a hook whose Rust path panics.
+    pub const TEST_PANIC: &str = "HERMES_OTEL_TEST_PANIC";
+}
+
+/// How long a hook waits for its commit by default. Commits take tens of
+/// microseconds; a wait this long means the store is locked by another
+/// process, and Hermes must not stall on that.
+pub const DEFAULT_HOOK_WAIT: Duration = Duration::from_millis(100);
+
+/// How long `flush` waits by default at the end of a one-shot session.
+pub const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How often the writer checkpoints the WAL when there were writes. A
+/// passive checkpoint of a second's worth of events is a few milliseconds
+/// and keeps the WAL (which every reader scans) small.
+pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How often the writer closes runs that went idle without ending.
+pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// How long before the host is asked again for a price it did not have.
+pub const HOST_PRICE_RETRY: Duration = Duration::from_secs(60);
+
+/// Most jobs the queue holds. Only a writer stuck far longer than any
+/// busy timeout gets here; dropping (and counting) beats eating memory.
+const MAX_QUEUED: usize = 100_000;
+
+/// Most messages kept for the binding to log; later ones are counted only.
+const MAX_MESSAGES: usize = 64;
+
+/// Whether budgets may block calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BudgetMode {
+    /// Budgets are computed and reported, never enforced.
+    Observe,
+    /// An exhausted budget blocks the next tool call (the default).
+    Enforce,
+}
+
+impl BudgetMode {
+    /// Parses `observe` or `enforce` (any case).
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "observe" => Some(BudgetMode::Observe),
+            "enforce" => Some(BudgetMode::Enforce),
+            _ => None,
+        }
+    }
+
+    /// The spelling users type.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetMode::Observe => "observe",
+            BudgetMode::Enforce => "enforce",
+        }
+    }
+}
+
+/// Everything the bridge needs, resolved once.
+#[derive(Debug, Clone)]
+pub struct BridgeConfig {
+    /// The store directory.
+    pub store_dir: PathBuf,
+    /// How long a hook waits for its commit; zero means never.
+    pub hook_wait: Duration,
+    /// How decoding treats content.
+    pub decode: DecodeOptions,
+    /// Whether gating hooks are registered and may block.
+    pub budget_mode: BudgetMode,
+    /// Between WAL checkpoints.
+    pub checkpoint_interval: Duration,
+    /// Between idle-run sweeps.
+    pub sweep_interval: Duration,
+    /// A run with no event for this long is closed as abandoned.
+    pub idle_run_seconds: f64,
+    /// The hook whose Rust path panics (tests only).
+    pub test_panic_hook: Option<String>,
+    /// What was wrong with the environment, for the binding to log once.
+    pub warnings: Vec<String>,
+}
+
+impl BridgeConfig {
+    /// The configuration for `store_dir` with every other setting at its default.
+    pub fn new(store_dir: PathBuf) -> Self {
+        BridgeConfig {
+            store_dir,
+            hook_wait: DEFAULT_HOOK_WAIT,
+            decode: DecodeOptions::default(),
+            budget_mode: BudgetMode::Enforce,
+            checkpoint_interval: DEFAULT_CHECKPOINT_INTERVAL,
+            sweep_interval: DEFAULT_SWEEP_INTERVAL,
+            idle_run_seconds: crate::cli::DEFAULT_IDLE_TIMEOUT_SECONDS,
+            test_panic_hook: None,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Resolves the configuration from the process environment.
+    pub fn from_env() -> Self {
+        Self::from_vars(|name| std::env::var_os(name).filter(|v| !v.is_empty()))
+    }
+
+    /// Resolves the configuration from any environment (tests pass a map).
+    /// Each setting: its variable if set and valid, else the default; an
+    /// invalid value is reported in `warnings` and the default used.
+    pub fn from_vars(var: impl Fn(&str) -> Option<OsString>) -> Self {
+        let mut cfg = BridgeConfig::new(config::store_dir_from(None, &var).value);
+        cfg.decode.capture_content = config::capture_content_from(&var).value;
+        if let Some(v) = var(env::HOOK_WAIT_MS) {
+            match v.to_string_lossy().trim().parse::<u64>() {
+                Ok(ms) => cfg.hook_wait = Duration::from_millis(ms),
+                Err(_) => cfg.warnings.push(format!(
+                    "{}={:?} is not a number of milliseconds; using {} ms",
+                    env::HOOK_WAIT_MS,
+                    v,
+                    DEFAULT_HOOK_WAIT.as_millis()
+                )),
+            }
+        }
+        if let Some(v) = var(env::BUDGET_MODE) {
+            match BudgetMode::parse(&v.to_string_lossy()) {
+                Some(mode) => cfg.budget_mode = mode,
+                None => cfg.warnings.push(format!(
+                    "{}={:?} is neither observe nor enforce; using enforce",
+                    env::BUDGET_MODE,
+                    v
+                )),
+            }
+        }
+        cfg.test_panic_hook = var(env::TEST_PANIC).map(|v| v.to_string_lossy().into_owned());
+        cfg
+    }
+}
+
+/// What a gating hook tells Hermes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// `pre_tool_call`: `{"action": "block", "message": ...}`.
+    Block { message: String },
+    /// `pre_llm_call`: `{"context": ...}`, appended to the user message.
+    Context { text: String },
+}
+
+/// Decides verdicts for the gating hooks (`pre_llm_call`, `pre_tool_call`).
+///
+/// Called on the writer thread right after the batch holding the event
+/// committed, so it sees the store including that event. It must be quick
+/// and must not do I/O beyond reading the store: every hook queued behind
+/// it waits. Budgets implement this; until then [`NoGate`] says nothing.
+pub trait Gate: Send {
+    /// The verdict for `event`, or `None` to let the call go ahead.
+    fn verdict(&mut self, store: &Store, event: &HookEvent) -> Option<Verdict>;
+}
+
+/// The gate that never objects.
+#[derive(Debug, Default)]
+pub struct NoGate;
+
+impl Gate for NoGate {
+    fn verdict(&mut self, _store: &Store, _event: &HookEvent) -> Option<Verdict> {
+        None
+    }
+}
+
+/// A background task the bridge owns besides the writer (the OTLP exporter).
+pub trait Background: Send {
+    /// Asks the task to finish what it can before `deadline` and stop.
+    fn shutdown(&mut self, deadline: Instant);
+}
+
+/// Starts the exporter; see [`Bridge::start_exporter`].
+pub type ExporterFactory = Box<dyn FnOnce(&BridgeConfig) -> Result<Box<dyn Background>> + Send>;
+
+/// What became of one submitted event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The event committed (or was already in the store); for gating hooks,
+    /// with the verdict.
+    Committed(Option<Verdict>),
+    /// Submitted without waiting (`hook_wait` is zero).
+    Queued,
+    /// The wait bound passed; the write lands later.
+    TimedOut,
+    /// The store refused the event; the reason is in the messages.
+    Failed,
+    /// The bridge is disabled; nothing was recorded.
+    Disabled,
+}
+
+impl Outcome {
+    /// The verdict to hand Hermes, if any.
+    pub fn verdict(&self) -> Option<&Verdict> {
+        match self {
+            Outcome::Committed(v) => v.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+/// Counters since the bridge started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub submitted: u64,
+    pub committed: u64,
+    pub failed: u64,
+    pub timed_out: u64,
+    pub dropped: u64,
+    pub batches: u64,
+    pub largest_batch: u64,
+    pub checkpoints: u64,
+    pub sweeps: u64,
+    pub messages_dropped: u64,
+}
+
+/// A line for the binding to log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// A `Component.Event` name, e.g. `Writer.BatchFailed`.
+    pub event: &'static str,
+    pub text: String,
+}
+
+/// The per-process runtime. Cheap to share by reference across threads.
+pub struct Bridge {
+    config: BridgeConfig,
+    state: State,
+}
+
+impl std::fmt::Debug for Bridge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bridge")
+            .field("store_dir", &self.config.store_dir)
+            .field("disabled", &self.disabled_reason())
+            .finish()
+    }
+}
+
+enum State {
+    Running(Running),
+    Disabled(String),
+}
+
+struct Running {
+    shared: Arc<Shared>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    /// The user and built-in prices, for [`Bridge::needs_host_price`]
+    /// without asking the writer.
+    prices: PriceTable,
+    /// Models the host was asked about: priced, or when it last had none.
+    host_asked: Mutex<HashMap<String, HostAsk>>,
+    exporter: Mutex<ExporterSlot>,
+}
+
+enum HostAsk {
+    Priced,
+    Asked(Instant),
+}
+
+enum ExporterSlot {
+    NotStarted(Option<ExporterFactory>),
+    Started(Option<Box<dyn Background>>),
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Wakes the writer.
+    wake: Condvar,
+    /// Cleared when the writer thread ended.
+    alive: AtomicBool,
+    messages: Mutex<Vec<Message>>,
+    has_messages: AtomicBool,
+    counters: Counters,
+}
+
+#[derive(Default)]
+struct Counters {
+    submitted: AtomicU64,
+    committed: AtomicU64,
+    failed: AtomicU64,
+    timed_out: AtomicU64,
+    dropped: AtomicU64,
+    batches: AtomicU64,
+    largest_batch: AtomicU64,
+    checkpoints: AtomicU64,
+    sweeps: AtomicU64,
+    messages_dropped: AtomicU64,
+}
+
+#[derive(Default)]
+struct Queue {
+    jobs: Vec<Job>,
+    stop: bool,
+}
+
+// Nearly every job is an event; boxing it would cost an allocation per
+// hook to save bytes on the rare price and flush jobs.
+#[allow(clippy::large_enum_variant)]
+enum Job {
+    Event {
+        event: HookEvent,
+        ctx: EventContext,
+        ticket: Option<Arc<Ticket>>,
+    },
+    HostPrice(String, ModelPrice),
+    Flush(Arc<Ticket>),
+}
+
+/// Where the writer leaves one result and wakes whoever waits for it.
+struct Ticket {
+    result: Mutex<Option<Outcome>>,
+    done: Condvar,
+}
+
+impl Ticket {
+    fn new() -> Arc<Self> {
+        Arc::new(Ticket {
+            result: Mutex::new(None),
+            done: Condvar::new(),
+        })
+    }
+
+    fn complete(&self, outcome: Outcome) {
+        *lock(&self.result) = Some(outcome);
+        self.done.notify_one();
+    }
+
+    /// The outcome, or `None` if `deadline` passed first.
+    fn wait_until(&self, deadline: Instant) -> Option<Outcome> {
+        let mut guard = lock(&self.result);
+        loop {
+            if let Some(outcome) = guard.take() {
+                return Some(outcome);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            guard = match self.done.wait_timeout(guard, deadline - now) {
+                Ok((g, _)) => g,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+    }
+}
+
+/// Locks a mutex, ignoring poison: every critical section here leaves its
+/// data consistent, and a hook must never panic on a lock.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Bridge {
+    /// Opens the store, loads prices and starts the writer thread. Never
+    /// fails: a store that cannot be opened gives a disabled bridge.
+    pub fn start(config: BridgeConfig) -> Self {
+        Self::start_with_gate(config, Box::new(NoGate))
+    }
+
+    /// [`Bridge::start`] with a gate for the gating hooks.
+    pub fn start_with_gate(config: BridgeConfig, gate: Box<dyn Gate>) -> Self {
+        match Self::open(&config, gate) {
+            Ok(running) => Bridge {
+                config,
+                state: State::Running(running),
+            },
+            Err(e) => Bridge {
+                state: State::Disabled(format!(
+                    "hermes-otel is disabled: cannot open its store in {}: {e}",
+                    config.store_dir.display()
+                )),
+                config,
+            },
+        }
+    }
+
+    fn open(config: &BridgeConfig, gate: Box<dyn Gate>) -> Result<Running> {
+        let mut store = Store::open_dir(&config.store_dir)?;
+        let prices = PriceTable::load(&config.store_dir.join(config::PRICING_FILE_NAME))?;
+        store.set_prices(prices.clone());
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+            alive: AtomicBool::new(true),
+            messages: Mutex::new(Vec::new()),
+            has_messages: AtomicBool::new(false),
+            counters: Counters::default(),
+        });
+        let writer = Writer {
+            store,
+            gate,
+            shared: Arc::clone(&shared),
+            checkpoint_interval: config.checkpoint_interval,
+            sweep_interval: config.sweep_interval,
+            idle_run_seconds: config.idle_run_seconds,
+        };
+        let handle = std::thread::Builder::new()
+            .name("hermes-otel-writer".into())
+            .spawn(move || writer.run())
+            .map_err(|e| Error::Other(format!("cannot start the writer thread: {e}")))?;
+        Ok(Running {
+            shared,
+            writer: Mutex::new(Some(handle)),
+            prices,
+            host_asked: Mutex::new(HashMap::new()),
+            exporter: Mutex::new(ExporterSlot::NotStarted(None)),
+        })
+    }
+
+    /// The configuration the bridge runs with.
+    pub fn config(&self) -> &BridgeConfig {
+        &self.config
+    }
+
+    /// Why the bridge is disabled, if it is.
+    pub fn disabled_reason(&self) -> Option<&str> {
+        match &self.state {
+            State::Disabled(reason) => Some(reason),
+            State::Running(_) => None,
+        }
+    }
+
+    /// Queues `event` and waits, up to `hook_wait`, for its commit (and its
+    /// verdict, for a gating hook).
+    pub fn submit(&self, event: HookEvent, ctx: EventContext) -> Outcome {
+        let State::Running(run) = &self.state else {
+            return Outcome::Disabled;
+        };
+        let shared = &run.shared;
+        if !shared.alive.load(Ordering::Acquire) {
+            return Outcome::Disabled;
+        }
+        shared.counters.submitted.fetch_add(1, Ordering::Relaxed);
+        let wait = self.config.hook_wait;
+        let ticket = (!wait.is_zero()).then(Ticket::new);
+        let job = Job::Event {
+            event,
+            ctx,
+            ticket: ticket.clone(),
+        };
+        if !self.enqueue(run, job) {
+            return Outcome::Failed;
+        }
+        let Some(ticket) = ticket else {
+            return Outcome::Queued;
+        };
+        match ticket.wait_until(Instant::now() + wait) {
+            Some(outcome) => outcome,
+            None => {
+                shared.counters.timed_out.fetch_add(1, Ordering::Relaxed);
+                Outcome::TimedOut
+            }
+        }
+    }
+
+    /// Waits until everything submitted before this call is committed, or
+    /// `timeout` passes. Returns whether it all committed in time. For
+    /// processes that end with `os._exit` and skip atexit handlers.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        let State::Running(run) = &self.state else {
+            return true;
+        };
+        if !run.shared.alive.load(Ordering::Acquire) {
+            return false;
+        }
+        let ticket = Ticket::new();
+        if !self.enqueue(run, Job::Flush(Arc::clone(&ticket))) {
+            return false;
+        }
+        ticket.wait_until(Instant::now() + timeout).is_some()
+    }
+
+    fn enqueue(&self, run: &Running, job: Job) -> bool {
+        let mut queue = lock(&run.shared.queue);
+        if queue.jobs.len() >= MAX_QUEUED {
+            drop(queue);
+            run.shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        queue.jobs.push(job);
+        let first = queue.jobs.len() == 1;
+        drop(queue);
+        // The writer only sleeps on an empty queue, so only the job that
+        // made it non-empty has to wake it.
+        if first {
+            run.shared.wake.notify_one();
+        }
+        true
+    }
+
+    /// Whether the host should be asked for `model`'s price: neither the
+    /// user's file nor the built-in table knows it, the host has not priced
+    /// it yet, and it was not asked in the last [`HOST_PRICE_RETRY`] (Hermes
+    /// may learn prices later, but asking on every call would cost every
+    /// call).
+    pub fn needs_host_price(&self, model: &str) -> bool {
+        let State::Running(run) = &self.state else {
+            return false;
+        };
+        if model.is_empty() || run.prices.knows(model) {
+            return false;
+        }
+        let mut asked = lock(&run.host_asked);
+        let now = Instant::now();
+        match asked.get(model) {
+            Some(HostAsk::Priced) => false,
+            Some(HostAsk::Asked(at)) if now.duration_since(*at) < HOST_PRICE_RETRY => false,
+            _ => {
+                asked.insert(model.to_string(), HostAsk::Asked(now));
+                true
+            }
+        }
+    }
+
+    /// Records the price Hermes knows for `model`; events submitted after
+    /// this call are costed with it (provenance `host`) unless the user's
+    /// file or the built-in table knows the model.
+    pub fn set_host_price(&self, model: &str, price: ModelPrice) {
+        if let State::Running(run) = &self.state {
+            lock(&run.host_asked).insert(model.to_string(), HostAsk::Priced);
+            self.enqueue(run, Job::HostPrice(model.to_string(), price));
+        }
+    }
+
+    /// Installs the function that starts the exporter. Called once, before
+    /// the first hook; [`Bridge::start_exporter`] runs it lazily.
+    pub fn set_exporter_factory(&self, factory: ExporterFactory) {
+        if let State::Running(run) = &self.state {
+            let mut slot = lock(&run.exporter);
+            if let ExporterSlot::NotStarted(f) = &mut *slot {
+                *f = Some(factory);
+            }
+        }
+    }
+
+    /// Starts the exporter thread if it is not running yet: the extension
+    /// point for the OTLP exporter. The binding calls this on the first hook
+    /// (not at import, so a plugin that is loaded but never used costs no
+    /// thread). Without a factory installed this only marks it started.
+    /// Returns whether a factory ran now.
+    pub fn start_exporter(&self) -> bool {
+        let State::Running(run) = &self.state else {
+            return false;
+        };
+        let mut slot = lock(&run.exporter);
+        let ExporterSlot::NotStarted(factory) = &mut *slot else {
+            return false;
+        };
+        let factory = factory.take();
+        let started = match factory {
+            None => None,
+            Some(f) => match f(&self.config) {
+                Ok(task) => Some(task),
+                Err(e) => {
+                    run.shared
+                        .message("Exporter.StartFailed", format!("cannot start the exporter: {e}"));
+                    None
+                }
+            },
+        };
+        let ran = started.is_some();
+        *slot = ExporterSlot::Started(started);
+        ran
+    }
+
+    /// Whether messages are waiting for [`Bridge::take_messages`]; one
+    /// atomic load, cheap enough for every hook.
+    pub fn has_messages(&self) -> bool {
+        match &self.state {
+            State::Running(run) => run.shared.has_messages.load(Ordering::Acquire),
+            State::Disabled(_) => false,
+        }
+    }
+
+    /// Takes the messages the writer left for the binding to log.
+    pub fn take_messages(&self) -> Vec<Message> {
+        match &self.state {
+            State::Running(run) => {
+                let mut messages = lock(&run.shared.messages);
+                run.shared.has_messages.store(false, Ordering::Release);
+                std::mem::take(&mut *messages)
+            }
+            State::Disabled(_) => Vec::new(),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> Stats {
+        let State::Running(run) = &self.state else {
+            return Stats::default();
+        };
+        let c = &run.shared.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Stats {
+            submitted: get(&c.submitted),
+            committed: get(&c.committed),
+            failed: get(&c.failed),
+            timed_out: get(&c.timed_out),
+            dropped: get(&c.dropped),
+            batches: get(&c.batches),
+            largest_batch: get(&c.largest_batch),
+            checkpoints: get(&c.checkpoints),
+            sweeps: get(&c.sweeps),
+            messages_dropped: get(&c.messages_dropped),
+        }
+    }
+
+    /// Commits what is queued, checkpoints, stops the writer and the
+    /// exporter. Waits at most `timeout` for each. Later submits are no-ops.
+    pub fn shutdown(&self, timeout: Duration) {
+        let State::Running(run) = &self.state else {
+            return;
+        };
+        let deadline = Instant::now() + timeout;
+        {
+            let mut queue = lock(&run.shared.queue);
+            queue.stop = true;
+        }
+        run.shared.wake.notify_one();
+        if let Some(handle) = lock(&run.writer).take() {
+            // Join only if the writer ends in time; a writer stuck on a
+            // locked store is left behind rather than hanging the caller.
+            while !handle.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if handle.is_finished() {
+                let _ = handle.join();
+            }
+        }
+        if let ExporterSlot::Started(Some(task)) = &mut *lock(&run.exporter) {
+            task.shutdown(deadline);
+        }
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        self.shutdown(DEFAULT_FLUSH_TIMEOUT);
+    }
+}
+
+impl Shared {
+    fn message(&self, event: &'static str, text: String) {
+        let mut messages = lock(&self.messages);
+        if messages.len() >= MAX_MESSAGES {
+            self.counters.messages_dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        messages.push(Message { event, text });
+        self.has_messages.store(true, Ordering::Release);
+    }
+
+    fn take_jobs(&self, wait: Duration) -> (Vec<Job>, bool) {
+        let mut queue = lock(&self.queue);
+        if queue.jobs.is_empty() && !queue.stop {
+            queue = match self.wake.wait_timeout(queue, wait) {
+                Ok((q, _)) => q,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+        (std::mem::take(&mut queue.jobs), queue.stop)
+    }
+}
+
+/// The writer thread's state: the store and the gate live here only.
+struct Writer {
+    store: Store,
+    gate: Box<dyn Gate>,
+    shared: Arc<Shared>,
+    checkpoint_interval: Duration,
+    sweep_interval: Duration,
+    idle_run_seconds: f64,
+}
+
+impl Writer {
+    fn run(mut self) {
+        let mut dirty = false;
+        let mut next_checkpoint = Instant::now() + self.checkpoint_interval;
+        let mut next_sweep = Instant::now();
+        loop {
+            let wait = next_checkpoint
+                .min(next_sweep)
+                .saturating_duration_since(Instant::now());
+            let (jobs, stop) = self.shared.take_jobs(wait.max(Duration::from_millis(1)));
+            if !jobs.is_empty() {
+                dirty = true;
+                // A panic in the store code must not kill the writer: every
+                // hook would then wait out its bound. The transaction rolls
+                // back as it unwinds; the tickets of this batch report Failed.
+                let tickets = jobs_tickets(&jobs);
+                if let Err(payload) = catch_unwind(AssertUnwindSafe(|| self.process(jobs))) {
+                    self.shared.message(
+                        "Writer.Panicked",
+                        format!(
+                            "the store writer panicked ({}); events of that batch may not be recorded",
+                            panic_text(payload.as_ref())
+                        ),
+                    );
+                    for t in tickets {
+                        t.complete(Outcome::Failed);
+                    }
+                }
+            }
+            let now = Instant::now();
+            if stop || (dirty && now >= next_checkpoint) {
+                self.checkpoint();
+                dirty = false;
+            }
+            if now >= next_checkpoint {
+                next_checkpoint = now + self.checkpoint_interval;
+            }
+            if !stop && now >= next_sweep {
+                self.sweep();
+                next_sweep = now + self.sweep_interval;
+            }
+            if stop {
+                break;
+            }
+        }
+        self.shared.alive.store(false, Ordering::Release);
+    }
+
+    fn process(&mut self, jobs: Vec<Job>) {
+        let mut events: Vec<(HookEvent, EventContext, Option<Arc<Ticket>>)> = Vec::with_capacity(jobs.len());
+        let mut flushes = Vec::new();
+        for job in jobs {
+            match job {
+                // Prices first: a host price only adds knowledge, and the
+                // event that made the binding ask is in this batch or later.
+                Job::HostPrice(model, price) => self.store.prices_mut().set_host_price(&model, price),
+                Job::Event { event, ctx, ticket } => events.push((event, ctx, ticket)),
+                Job::Flush(ticket) => flushes.push(ticket),
+            }
+        }
+        let counters = &self.shared.counters;
+        if !events.is_empty() {
+            counters.batches.fetch_add(1, Ordering::Relaxed);
+            counters.largest_batch.fetch_max(events.len() as u64, Ordering::Relaxed);
+            let ok: Vec<bool> = match self.store.apply_batch(events.iter().map(|(e, c, _)| (e, c))) {
+                Ok(_) => vec![true; events.len()],
+                Err(e) => {
+                    // One bad event must not cost the others: apply them
+                    // one by one and report only the ones that fail.
+                    self.shared.message(
+                        "Writer.BatchFailed",
+                        format!("batch of {} failed ({e}); retrying one by one", events.len()),
+                    );
+                    events
+                        .iter()
+                        .map(|(event, ctx, _)| match self.store.apply(event, ctx) {
+                            Ok(_) => true,
+                            Err(e) => {
+                                self.shared.message(
+                                    "Writer.EventFailed",
+                                    format!(
+                                        "{} of session {} was not recorded: {e}",
+                                        event.hook.name(),
+                                        event.hook.session_id()
+                                    ),
+                                );
+                                false
+                            }
+                        })
+                        .collect()
+                }
+            };
+            for ((event, _, ticket), ok) in events.iter().zip(ok) {
+                if ok {
+                    counters.committed.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    counters.failed.fetch_add(1, Ordering::Relaxed);
+                }
+                let Some(ticket) = ticket else { continue };
+                let outcome = if !ok {
+                    Outcome::Failed
+                } else if matches!(event.hook, Hook::PreLlmCall(_) | Hook::PreToolCall(_)) {
+                    Outcome::Committed(self.gate.verdict(&self.store, event))
+                } else {
+                    Outcome::Committed(None)
+                };
+                ticket.complete(outcome);
+            }
+        }
+        for ticket in flushes {
+            ticket.complete(Outcome::Committed(None));
+        }
+    }
+
+    fn checkpoint(&mut self) {
+        match self.store.checkpoint() {
+            Ok(()) => {
+                self.shared.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => self
+                .shared
+                .message("Writer.CheckpointFailed", format!("WAL checkpoint failed: {e}")),
+        }
+    }
+
+    fn sweep(&mut self) {
+        match self.store.close_idle_runs(unix_now(), self.idle_run_seconds) {
+            Ok(_) => {
+                self.shared.counters.sweeps.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => self
+                .shared
+                .message("Writer.SweepFailed", format!("closing idle runs failed: {e}")),
+        }
+    }
+}
+
+fn jobs_tickets(jobs: &[Job]) -> Vec<Arc<Ticket>> {
+    jobs.iter()
+        .filter_map(|job| match job {
+            Job::Event { ticket, .. } => ticket.clone(),
+            Job::Flush(ticket) => Some(Arc::clone(ticket)),
+            Job::HostPrice(..) => None,
+        })
+        .collect()
+}
+
+/// The message of a panic payload.
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
+
+/// Now, in Unix seconds.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hook::{decode, Decoded};
+    use serde_json::{json, Value};
+
+    fn event(hook: &str, kwargs: Value) -> HookEvent {
+        let map = kwargs.as_object().expect("kwargs object").clone();
+        match decode(hook, &map, unix_now(), DecodeOptions::default()) {
+            Decoded::Event(e, _) => e,
+            other => panic!("{hook}: {other:?}"),
+        }
+    }
+
+    fn llm_call(session: &str, n: usize, model: &str) -> HookEvent {
+        event(
+            "post_api_request",
+            json!({
+                "session_id": session, "turn_id": format!("{session}:t"),
+                "api_request_id": format!("{session}:t:api:{n}"), "model": model,
+                "api_duration": 0.01,
+                "usage": {"input_tokens": 100, "output_tokens": 10, "cache_read_tokens": 0,
+                          "cache_write_tokens": 0, "reasoning_tokens": 0},
+            }),
+        )
+    }
+
+    fn config(dir: &std::path::Path) -> BridgeConfig {
+        BridgeConfig::new(dir.join("otel"))
+    }
+
+    fn reader(dir: &std::path::Path) -> Store {
+        Store::open_dir(&dir.join("otel")).expect("reader opens the store")
+    }
+
+    fn scalar<T: rusqlite::types::FromSql>(store: &Store, sql: &str) -> T {
+        store.query_scalar(sql).expect(sql)
+    }
+
+    /// Holds SQLite's write lock on the store from another connection
+    /// until dropped, as another process in a write would.
+    struct WriteLock(rusqlite::Connection);
+
+    impl WriteLock {
+        fn take(dir: &std::path::Path) -> Self {
+            let conn = rusqlite::Connection::open(dir.join("otel").join(crate::store::DB_FILE_NAME)).expect("open");
+            conn.execute_batch("BEGIN IMMEDIATE").expect("take the write lock");
+            WriteLock(conn)
+        }
+    }
+
+    impl Drop for WriteLock {
+        fn drop(&mut self) {
+            let _ = self.0.execute_batch("ROLLBACK");
+        }
+    }
+
+    #[test]
+    fn a_submitted_event_is_committed_when_submit_returns() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let bridge = Bridge::start(config(dir.path()));
+        assert_eq!(bridge.disabled_reason(), None);
+        let outcome = bridge.submit(llm_call("s1", 1, "gpt-4o"), EventContext::default());
+        assert_eq!(outcome, Outcome::Committed(None));
+        let store = reader(dir.path());
+        assert_eq!(
+            scalar::<i64>(&store, "SELECT llm_calls FROM runs WHERE session_id = 's1'"),
+            1
+        );
+    }
+
+    #[test]
+    fn events_queued_while_the_writer_is_busy_commit_in_one_transaction() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut cfg = config(dir.path());
+        cfg.hook_wait = Duration::ZERO;
+        let bridge = Bridge::start(cfg);
+        // The first event keeps the writer waiting on the lock while the
+        // rest queue up behind it.
+        let lock = WriteLock::take(dir.path());
+        assert_eq!(
+            bridge.submit(llm_call("g", 0, "gpt-4o"), EventContext::default()),
+            Outcome::Queued
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while bridge.stats().batches == 0 && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        for n in 1..=50 {
+            bridge.submit(llm_call("g", n, "gpt-4o"), EventContext::default());
+        }
+        drop(lock);
+        assert!(bridge.flush(Duration::from_secs(10)), "flush in time");
+        let stats = bridge.stats();
+        assert_eq!(stats.committed, 51);
+        assert_eq!(stats.batches, 2, "{stats:?}");
+        assert_eq!(stats.largest_batch, 50);
+        let store = reader(dir.path());
+        assert_eq!(
+            scalar::<i64>(&store, "SELECT llm_calls FROM runs WHERE session_id = 'g'"),
+            51
+        );
+    }
+
+    #[test]
+    fn a_hook_waits_no_longer_than_the_bound_and_its_write_lands_later() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut cfg = config(dir.path());
+        cfg.hook_wait = Duration::from_millis(20);
+        let bridge = Bridge::start(cfg);
+        let lock = WriteLock::take(dir.path());
+        let started = Instant::now();
+        let outcome = bridge.submit(llm_call("w", 1, "gpt-4o"), EventContext::default());
+        let waited = started.elapsed();
+        assert_eq!(outcome, Outcome::TimedOut);
+        assert!(waited >= Duration::from_millis(20), "{waited:?}");
+        assert!(waited < Duration::from_millis(1000), "{waited:?}");
+        assert_eq!(bridge.stats().timed_out, 1);
+        drop(lock);
+        assert!(bridge.flush(Duration::from_secs(10)));
+        let store = reader(dir.path());
+        assert_eq!(
+            scalar::<i64>(&store, "SELECT llm_calls FROM runs WHERE session_id = 'w'"),
+            1
+        );
+    }
+
+    #[test]
+    fn a_store_that_cannot_be_opened_disables_the_bridge() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let not_a_dir = dir.path().join("file");
+        std::fs::write(&not_a_dir, b"x").expect("write");
+        let bridge = Bridge::start(BridgeConfig::new(not_a_dir.join("otel")));
+        let reason = bridge.disabled_reason().expect("disabled").to_string();
+        assert!(reason.contains("cannot open its store"), "{reason}");
+        assert!(reason.contains(&not_a_dir.display().to_string()), "{reason}");
+        assert_eq!(
+            bridge.submit(llm_call("d", 1, "gpt-4o"), EventContext::default()),
+            Outcome::Disabled
+        );
+        assert!(bridge.flush(Duration::from_millis(10)));
+        assert!(!bridge.start_exporter());
+        assert_eq!(bridge.stats(), Stats::default());
+    }
+
+    #[test]
+    fn many_threads_submitting_at_once_give_exact_totals() {
+        const THREADS: usize = 8;
+        const EACH: usize = 250;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let bridge = Bridge::start(config(dir.path()));
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let bridge = &bridge;
+                s.spawn(move || {
+                    let session = format!("c{}", t % 3);
+                    for n in 0..EACH {
+                        let outcome =
+                            bridge.submit(llm_call(&session, t * EACH + n, "gpt-4o"), EventContext::default());
+                        assert!(
+                            matches!(outcome, Outcome::Committed(None) | Outcome::TimedOut),
+                            "{outcome:?}"
+                        );
+                    }
+                });
+            }
+        });
+        assert!(bridge.flush(Duration::from_secs(10)));
+        let stats = bridge.stats();
+        assert_eq!(stats.committed, (THREADS * EACH) as u64);
+        assert!(stats.batches < stats.committed, "group commit happened: {stats:?}");
+        let store = reader(dir.path());
+        let total = (THREADS * EACH) as i64;
+        assert_eq!(scalar::<i64>(&store, "SELECT SUM(llm_calls) FROM runs"), total);
+        assert_eq!(scalar::<i64>(&store, "SELECT SUM(input_tokens) FROM runs"), total * 100);
+        assert_eq!(scalar::<i64>(&store, "SELECT COUNT(*) FROM llm_calls"), total);
+        let cost: f64 = scalar(&store, "SELECT SUM(cost_usd) FROM runs");
+        let expected = total as f64 * (100.0 * 2.5 + 10.0 * 10.0) / 1e6;
+        assert!((cost - expected).abs() < 1e-9, "{cost} vs {expected}");
+    }
+
+    struct BlockTools;
+
+    impl Gate for BlockTools {
+        fn verdict(&mut self, store: &Store, event: &HookEvent) -> Option<Verdict> {
+            let Hook::PreToolCall(e) = &event.hook else { return None };
+            // The gate sees the store including the event itself.
+            let n: i64 = store.query_scalar("SELECT COUNT(*) FROM journal").ok()?;
+            Some(Verdict::Block {
+                message: format!("{} blocked after {n} events", e.tool.tool_name),
+            })
+        }
+    }
+
+    #[test]
+    fn a_gate_gives_verdicts_for_gating_hooks_only() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let bridge = Bridge::start_with_gate(config(dir.path()), Box::new(BlockTools));
+        let pre = event(
+            "pre_tool_call",
+            json!({"session_id": "v", "tool_call_id": "c1", "tool_name": "terminal"}),
+        );
+        let outcome = bridge.submit(pre, EventContext::default());
+        assert_eq!(
+            outcome.verdict(),
+            Some(&Verdict::Block {
+                message: "terminal blocked after 1 events".into()
+            })
+        );
+        let outcome = bridge.submit(llm_call("v", 1, "gpt-4o"), EventContext::default());
+        assert_eq!(outcome, Outcome::Committed(None));
+    }
+
+    struct PanickingGate;
+
+    impl Gate for PanickingGate {
+        fn verdict(&mut self, _store: &Store, _event: &HookEvent) -> Option<Verdict> {
+            panic!("gate panicked on purpose")
+        }
+    }
+
+    #[test]
+    fn a_panic_on_the_writer_fails_the_batch_and_the_writer_goes_on() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut cfg = config(dir.path());
+        // Printing the panic's backtrace can take longer than the default bound.
+        cfg.hook_wait = Duration::from_secs(30);
+        let bridge = Bridge::start_with_gate(cfg, Box::new(PanickingGate));
+        let pre = event("pre_llm_call", json!({"session_id": "p", "turn_id": "p:t"}));
+        assert_eq!(bridge.submit(pre, EventContext::default()), Outcome::Failed);
+        assert!(bridge.has_messages());
+        let messages = bridge.take_messages();
+        assert_eq!(messages[0].event, "Writer.Panicked");
+        assert!(messages[0].text.contains("gate panicked on purpose"), "{messages:?}");
+        assert!(!bridge.has_messages());
+        assert_eq!(
+            bridge.submit(llm_call("p", 1, "gpt-4o"), EventContext::default()),
+            Outcome::Committed(None)
+        );
+    }
+
+    #[test]
+    fn a_host_price_costs_models_no_table_knows() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let bridge = Bridge::start(config(dir.path()));
+        assert!(!bridge.needs_host_price("gpt-4o"), "the built-in table knows it");
+        assert!(bridge.needs_host_price("mock-model"));
+        assert!(!bridge.needs_host_price("mock-model"), "asked once per retry interval");
+        bridge.set_host_price(
+            "mock-model",
+            ModelPrice {
+                input: 2.0,
+                output: 8.0,
+                cache_read: Some(0.5),
+                cache_write: Some(2.5),
+                reasoning: None,
+            },
+        );
+        assert!(!bridge.needs_host_price("mock-model"));
+        assert_eq!(
+            bridge.submit(llm_call("h", 1, "mock-model"), EventContext::default()),
+            Outcome::Committed(None)
+        );
+        let store = reader(dir.path());
+        let source: String = scalar(&store, "SELECT cost_source FROM llm_calls");
+        let cost: f64 = scalar(&store, "SELECT cost_usd FROM llm_calls");
+        assert_eq!(source, "host");
+        assert!((cost - (100.0 * 2.0 + 10.0 * 8.0) / 1e6).abs() < 1e-12, "{cost}");
+    }
+
+    struct Flag(Arc<AtomicBool>);
+
+    impl Background for Flag {
+        fn shutdown(&mut self, _deadline: Instant) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn the_exporter_starts_once_and_stops_with_the_bridge() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let bridge = Bridge::start(config(dir.path()));
+        let stopped = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stopped);
+        bridge.set_exporter_factory(Box::new(move |_cfg| Ok(Box::new(Flag(flag)) as Box<dyn Background>)));
+        assert!(bridge.start_exporter());
+        assert!(!bridge.start_exporter(), "started only once");
+        bridge.shutdown(Duration::from_secs(5));
+        assert!(stopped.load(Ordering::SeqCst));
+        assert_eq!(
+            bridge.submit(llm_call("x", 1, "gpt-4o"), EventContext::default()),
+            Outcome::Disabled
+        );
+    }
+
+    #[test]
+    fn settings_come_from_the_environment_with_defaults() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| OsString::from(v))
+        };
+        let cfg = BridgeConfig::from_vars(vars(&[("HERMES_OTEL_HOME", "/s")]));
+        assert_eq!(cfg.store_dir, PathBuf::from("/s"));
+        assert_eq!(cfg.hook_wait, DEFAULT_HOOK_WAIT);
+        assert_eq!(cfg.budget_mode, BudgetMode::Enforce);
+        assert!(cfg.warnings.is_empty());
+        let cfg = BridgeConfig::from_vars(vars(&[
+            ("HERMES_OTEL_HOOK_WAIT_MS", "5"),
+            ("HERMES_OTEL_BUDGET_MODE", "Observe"),
+            ("HERMES_OTEL_TEST_PANIC", "post_tool_call"),
+        ]));
+        assert_eq!(cfg.hook_wait, Duration::from_millis(5));
+        assert_eq!(cfg.budget_mode, BudgetMode::Observe);
+        assert_eq!(cfg.test_panic_hook.as_deref(), Some("post_tool_call"));
+        let cfg = BridgeConfig::from_vars(vars(&[
+            ("HERMES_OTEL_HOOK_WAIT_MS", "soon"),
+            ("HERMES_OTEL_BUDGET_MODE", "strict"),
+        ]));
+        assert_eq!(cfg.hook_wait, DEFAULT_HOOK_WAIT);
+        assert_eq!(cfg.budget_mode, BudgetMode::Enforce);
+        assert_eq!(cfg.warnings.len(), 2);
+    }
+}

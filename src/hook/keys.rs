@@ -1,0 +1,225 @@
+//! Which kwargs the decoder reads, per hook.
+//!
+//! The binding copies only these out of a hook call (copying costs time
+//! while Hermes waits, and content must not be copied unless capture is
+//! on). A test below decodes every fixture record twice, from all its
+//! kwargs and from only these, and requires the same event, so this table
+//! cannot drift from the decoder.
+
+/// The kwargs of one hook the decoder reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HookKeys {
+    /// Always copied: ids, counts, timings, statuses.
+    pub always: &'static [&'static str],
+    /// Copied only with content capture on.
+    pub content: &'static [&'static str],
+}
+
+/// The kwarg of `post_api_request` holding the `NormalizedResponse`; the
+/// binding reads only its `content` attribute, and only with capture on.
+pub const ASSISTANT_MESSAGE: &str = "assistant_message";
+
+/// The kwarg of `post_tool_call` holding the result text. It is always
+/// copied (the decoder reads exit code, error and success out of it), but
+/// kept in the event only with capture on.
+pub const TOOL_RESULT: &str = "result";
+
+const API: [&str; 11] = [
+    "session_id",
+    "task_id",
+    "turn_id",
+    "api_request_id",
+    "platform",
+    "model",
+    "provider",
+    "base_url",
+    "api_mode",
+    "api_call_count",
+    "started_at",
+];
+
+const TOOL: [&str; 6] = [
+    "session_id",
+    "task_id",
+    "turn_id",
+    "api_request_id",
+    "tool_call_id",
+    "tool_name",
+];
+
+const fn concat<const A: usize, const B: usize, const N: usize>(
+    a: [&'static str; A],
+    b: [&'static str; B],
+) -> [&'static str; N] {
+    let mut out = [""; N];
+    let mut i = 0;
+    while i < A {
+        out[i] = a[i];
+        i += 1;
+    }
+    while i < N {
+        out[i] = b[i - A];
+        i += 1;
+    }
+    out
+}
+
+const PRE_API: [&str; 16] = concat(
+    API,
+    [
+        "message_count",
+        "tool_count",
+        "approx_input_tokens",
+        "request_char_count",
+        "max_tokens",
+    ],
+);
+const POST_API: [&str; 18] = concat(
+    API,
+    [
+        "api_duration",
+        "ended_at",
+        "finish_reason",
+        "response_model",
+        "usage",
+        "assistant_content_chars",
+        "assistant_tool_call_count",
+    ],
+);
+const API_ERROR: [&str; 19] = concat(
+    API,
+    [
+        "error",
+        "api_duration",
+        "ended_at",
+        "status_code",
+        "retry_count",
+        "max_retries",
+        "retryable",
+        "reason",
+    ],
+);
+const POST_TOOL: [&str; 11] = concat(
+    TOOL,
+    ["duration_ms", "status", "error_type", "error_message", TOOL_RESULT],
+);
+
+/// The kwargs `hook` is decoded from, or `None` for a hook the bridge
+/// does not use.
+pub fn keys(hook: &str) -> Option<HookKeys> {
+    let (always, content): (&'static [&'static str], &'static [&'static str]) = match hook {
+        "on_session_start" => (&["session_id", "model", "platform"], &[]),
+        "pre_llm_call" => (
+            &[
+                "session_id",
+                "task_id",
+                "turn_id",
+                "is_first_turn",
+                "model",
+                "platform",
+                "sender_id",
+            ],
+            &["user_message"],
+        ),
+        "pre_api_request" => (&PRE_API, &["request_messages"]),
+        "post_api_request" => (&POST_API, &[ASSISTANT_MESSAGE]),
+        "api_request_error" => (&API_ERROR, &[]),
+        "pre_tool_call" => (&TOOL, &["args"]),
+        "post_tool_call" => (&POST_TOOL, &["args"]),
+        "post_llm_call" => (
+            &["session_id", "task_id", "turn_id", "model", "platform"],
+            &["assistant_response"],
+        ),
+        "subagent_start" => (
+            &[
+                "parent_session_id",
+                "parent_turn_id",
+                "parent_subagent_id",
+                "child_session_id",
+                "child_subagent_id",
+                "child_role",
+                "child_goal",
+            ],
+            &[],
+        ),
+        "subagent_stop" => (
+            &[
+                "parent_session_id",
+                "parent_turn_id",
+                "child_session_id",
+                "child_role",
+                "child_status",
+                "duration_ms",
+            ],
+            &["child_summary"],
+        ),
+        "on_session_end" => (
+            &[
+                "session_id",
+                "task_id",
+                "turn_id",
+                "completed",
+                "interrupted",
+                "model",
+                "platform",
+            ],
+            &[],
+        ),
+        "on_session_finalize" => (&["session_id", "platform", "reason"], &[]),
+        _ => return None,
+    };
+    Some(HookKeys { always, content })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hook::{decode, DecodeOptions, Decoded, HOOK_NAMES};
+    use serde_json::{Map, Value};
+
+    #[test]
+    fn every_registered_hook_has_keys_and_others_have_none() {
+        for name in HOOK_NAMES {
+            assert!(keys(name).is_some(), "{name}");
+        }
+        assert_eq!(keys("transform_tool_result"), None);
+    }
+
+    #[test]
+    fn decoding_only_the_listed_keys_gives_the_same_event() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let mut checked = 0;
+        for entry in std::fs::read_dir(&dir).expect("fixtures dir") {
+            let path = entry.expect("entry").path();
+            if path.extension().and_then(|e| e.to_str()) != Some("jsonl") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("read fixture");
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                let record: Value = serde_json::from_str(line).expect("fixture line is JSON");
+                let hook = record["hook"].as_str().expect("hook name");
+                let all = record["kwargs"].as_object().expect("kwargs").clone();
+                let Some(k) = keys(hook) else { continue };
+                for capture_content in [false, true] {
+                    let opts = DecodeOptions {
+                        capture_content,
+                        ..DecodeOptions::default()
+                    };
+                    let mut only: Map<String, Value> = Map::new();
+                    let wanted = k.always.iter().chain(if capture_content { k.content } else { &[] });
+                    for key in wanted {
+                        if let Some(v) = all.get(*key) {
+                            only.insert(key.to_string(), v.clone());
+                        }
+                    }
+                    let full = decode(hook, &all, 1.0, opts);
+                    let part = decode(hook, &only, 1.0, opts);
+                    assert!(matches!(full, Decoded::Event(..)), "{hook} in {path:?}");
+                    assert_eq!(full, part, "{hook} in {path:?}, capture {capture_content}");
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 100, "only {checked} records checked");
+    }
+}
