@@ -11,10 +11,16 @@ pub mod bridge;
 pub mod cli;
 pub mod config;
 pub mod error;
+pub mod export;
 pub mod hook;
 pub mod pricing;
+#[cfg(feature = "python")]
+mod python;
 pub mod replay;
 pub mod report;
+pub mod semconv;
+pub mod slash;
+pub mod span;
 pub mod store;
 
 pub use error::{Error, Result};

@@ -27,9 +27,11 @@
 
 mod ledger;
 mod report;
+mod session_view;
 
 pub use ledger::{Applied, EventContext};
 pub use report::{FactKind, FactRow, RunSummary, StoreCounts};
+pub use session_view::{SessionTotals, SpendTotals};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

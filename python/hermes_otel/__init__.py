@@ -1,0 +1,74 @@
+"""hermes-otel: OpenTelemetry bridge and spend ledger for the Hermes Agent.
+
+Hermes loads this module through the ``hermes_agent.plugins`` entry point
+(``hermes-otel = hermes_otel``) and calls :func:`register`. Everything
+behind the hooks is Rust (``hermes_otel._native``): this file only wires
+the native callables into Hermes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import sys
+from typing import Any
+
+from . import _native
+from ._native import HermesOtelError
+
+__all__ = ["HermesOtelError", "register"]
+__version__ = _native.__version__
+
+# How long the interpreter's exit waits for queued hook events to commit.
+_EXIT_FLUSH_SECONDS = 2.0
+
+
+def register(ctx: Any) -> None:
+    """Register the hooks, ``hermes otel ...`` and ``/otel`` with Hermes."""
+    _native.start()
+    for name in _native.hook_names():
+        ctx.register_hook(name, _native.Hook(name))
+    ctx.register_cli_command(
+        "otel",
+        help="hermes-otel spend report and store status",
+        setup_fn=_setup_cli,
+        handler_fn=_run_cli,
+        description="Runs the hermes-otel command line: report, status, replay.",
+    )
+    ctx.register_command(
+        "otel",
+        _SlashCommand(ctx),
+        description="This session's cost and tokens, and today's spend (hermes-otel)",
+    )
+    atexit.register(_native.flush, _EXIT_FLUSH_SECONDS)
+
+
+def _setup_cli(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "args",
+        nargs=argparse.REMAINDER,
+        help="report [--since 7d] | status [--json]",
+    )
+
+
+def _run_cli(args: argparse.Namespace) -> None:
+    # Hermes ignores the handler's return value; the exit code goes through sys.exit.
+    sys.exit(_native.cli_main(["hermes otel", *args.args]))
+
+
+class _SlashCommand:
+    """``/otel``: Hermes passes the text after the command."""
+
+    def __init__(self, ctx: Any) -> None:
+        self._ctx = ctx
+
+    def __call__(self, raw_args: str = "") -> str:
+        return _native.otel_command(raw_args, _cli_session_id(self._ctx))
+
+
+def _cli_session_id(ctx: Any) -> str | None:
+    # The interactive CLI keeps its session id on the CLI object; the
+    # gateway passes none (the native side then uses the last session seen).
+    cli = getattr(getattr(ctx, "_manager", None), "_cli_ref", None)
+    session_id = getattr(cli, "session_id", None)
+    return session_id if isinstance(session_id, str) else None

@@ -1,0 +1,548 @@
+//! The PyO3 module `hermes_otel._native`: the only code that knows Python.
+//!
+//! Owns: copying plain values out of hook kwargs while holding the GIL,
+//! releasing the GIL for decoding and the store, turning every error and
+//! panic into a rate-limited log line on `logging.getLogger("hermes_otel")`,
+//! mapping errors to Python exceptions (only here, under one base class
+//! [`HermesOtelError`]), and the verdict dicts of the gating hooks. Must not
+//! touch: the store directly, SQL, the network, Hermes objects after a hook
+//! returned (only plain copies leave the GIL).
+//!
+//! Hook entry points ([`Hook::__call__`]) never raise: Hermes swallows an
+//! `Exception` from a hook but a `BaseException` (which PyO3 turns a panic
+//! into) escapes and can abort the agent's turn, so each call catches
+//! unwinds itself and returns `None`.
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use serde_json::{Map, Number, Value};
+
+use crate::bridge::{self, Bridge, BridgeConfig, BudgetMode, Outcome, Verdict};
+use crate::hook::{self, decode, Decoded, HookKeys, HOOK_NAMES};
+use crate::pricing::ModelPrice;
+use crate::store::EventContext;
+
+pyo3::create_exception!(
+    hermes_otel._native,
+    HermesOtelError,
+    PyException,
+    "Base class of the errors hermes-otel raises (never from a hook)."
+);
+
+/// The logger every line of ours goes to.
+const LOGGER: &str = "hermes_otel";
+
+/// The same problem is logged at most once per this interval; the lines in
+/// between are counted and the count goes with the next one.
+const LOG_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Deepest nesting copied out of a kwarg; deeper values become null.
+const MAX_DEPTH: usize = 16;
+
+/// Largest tool result copied when content capture is off: the decoder
+/// only parses results up to this size for exit code and error.
+const MAX_UNCAPTURED_RESULT_BYTES: usize = 256 * 1024;
+
+/// Python's `logging` levels.
+const WARNING: i32 = 30;
+const ERROR: i32 = 40;
+
+/// The process's bridge, started on first use.
+static BRIDGE: OnceLock<Bridge> = OnceLock::new();
+
+/// The last top-level session a turn started in, for `/otel` when Hermes
+/// does not say which session it is in.
+static LAST_SESSION: Mutex<Option<String>> = Mutex::new(None);
+
+fn bridge(py: Python<'_>) -> &'static Bridge {
+    if let Some(b) = BRIDGE.get() {
+        return b;
+    }
+    // Opening the store is file I/O: do it without the GIL. A second
+    // thread arriving meanwhile waits on the OnceLock, not on Python.
+    let b = py.detach(|| BRIDGE.get_or_init(|| Bridge::start(BridgeConfig::from_env())));
+    if let Some(reason) = b.disabled_reason() {
+        log(py, ERROR, "Bridge.Disabled", reason.to_string());
+    }
+    for warning in &b.config().warnings {
+        log(py, WARNING, "Config.Invalid", warning.clone());
+    }
+    b
+}
+
+/// One registered hook: a native callable Hermes calls as `cb(**kwargs)`.
+#[pyclass(frozen, module = "hermes_otel._native")]
+struct Hook {
+    name: &'static str,
+    keys: HookKeys,
+}
+
+#[pymethods]
+impl Hook {
+    #[new]
+    fn new(name: &str) -> PyResult<Self> {
+        let name = HOOK_NAMES
+            .iter()
+            .find(|n| **n == name)
+            .ok_or_else(|| HermesOtelError::new_err(format!("unknown hook {name:?}")))?;
+        let keys = hook::keys(name).ok_or_else(|| HermesOtelError::new_err(format!("no keys for hook {name:?}")))?;
+        Ok(Hook { name, keys })
+    }
+
+    /// The hook's Hermes name.
+    #[getter]
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<hermes_otel hook {}>", self.name)
+    }
+
+    /// Records one call. Returns the verdict dict of a gating hook, else
+    /// `None`. Never raises.
+    #[pyo3(signature = (*_args, **kwargs))]
+    fn __call__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> Py<PyAny> {
+        match catch_unwind(AssertUnwindSafe(|| self.call(py, kwargs))) {
+            Ok(Some(verdict)) => verdict,
+            Ok(None) => py.None(),
+            Err(payload) => {
+                log(
+                    py,
+                    ERROR,
+                    "Hook.Panicked",
+                    format!(
+                        "{} hook panicked ({}); the call was not recorded",
+                        self.name,
+                        bridge::panic_text(payload.as_ref())
+                    ),
+                );
+                py.None()
+            }
+        }
+    }
+}
+
+impl Hook {
+    fn call(&self, py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> Option<Py<PyAny>> {
+        let bridge = bridge(py);
+        if bridge.disabled_reason().is_some() {
+            return None;
+        }
+        let at = bridge::unix_now();
+        let capture = bridge.config().decode.capture_content;
+        let kw = match kwargs {
+            Some(kwargs) => copy_kwargs(kwargs, self.keys, capture),
+            None => Map::new(),
+        };
+        let ctx = EventContext {
+            pid: Some(i64::from(std::process::id())),
+            thread: thread_name(py),
+            problems: Vec::new(),
+        };
+        if self.name == "post_api_request" {
+            offer_host_price(py, bridge, &kw);
+        }
+        if self.name == "pre_llm_call" {
+            remember_session(&kw);
+        }
+        let name = self.name;
+        let panic_here = bridge.config().test_panic_hook.as_deref() == Some(name);
+        let (outcome, unusable) = py.detach(move || {
+            if panic_here {
+                panic!("{} set to {name}: panicking on purpose", bridge::env::TEST_PANIC);
+            }
+            bridge.start_exporter();
+            let result = match decode(name, &kw, at, bridge.config().decode) {
+                Decoded::Event(event, problems) => (bridge.submit(event, EventContext { problems, ..ctx }), None),
+                Decoded::Unusable(problems) => (Outcome::Failed, Some(problems)),
+                Decoded::Ignored => (Outcome::Committed(None), None),
+            };
+            // One-shot and cron processes end with os._exit right after
+            // their last turn and skip atexit: make sure it all landed.
+            if matches!(name, "on_session_end" | "on_session_finalize") {
+                bridge.flush(bridge::DEFAULT_FLUSH_TIMEOUT);
+            }
+            result
+        });
+        if let Some(problems) = unusable {
+            let what: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+            log(
+                py,
+                WARNING,
+                "Decode.Unusable",
+                format!("{name} call not recorded: {}", what.join("; ")),
+            );
+        }
+        if bridge.has_messages() {
+            for m in bridge.take_messages() {
+                log(py, ERROR, m.event, m.text);
+            }
+        }
+        outcome.verdict().map(|v| verdict_dict(py, v))
+    }
+}
+
+/// Copies the keys the decoder reads out of `kwargs` as plain JSON values.
+fn copy_kwargs(kwargs: &Bound<'_, PyDict>, keys: HookKeys, capture: bool) -> Map<String, Value> {
+    let mut out = Map::new();
+    let content: &[&str] = if capture { keys.content } else { &[] };
+    for key in keys.always.iter().chain(content) {
+        let Ok(Some(value)) = kwargs.get_item(key) else {
+            continue;
+        };
+        let copied = match *key {
+            hook::ASSISTANT_MESSAGE => assistant_message(&value),
+            hook::TOOL_RESULT => tool_result(&value, capture),
+            _ => to_json(&value, 0),
+        };
+        if !copied.is_null() {
+            out.insert((*key).to_string(), copied);
+        }
+    }
+    out
+}
+
+/// `assistant_message` is a live `NormalizedResponse`: read its `content`
+/// attribute only (a dict, as the recorded fixtures hold, is copied).
+fn assistant_message(value: &Bound<'_, PyAny>) -> Value {
+    if value.is_instance_of::<PyDict>() {
+        return to_json(value, 0);
+    }
+    match value.getattr_opt("content") {
+        Ok(Some(content)) if content.is_instance_of::<PyString>() => {
+            let mut fields = Map::new();
+            fields.insert("content".into(), to_json(&content, 0));
+            let mut outer = Map::new();
+            outer.insert("fields".into(), Value::Object(fields));
+            Value::Object(outer)
+        }
+        _ => Value::Null,
+    }
+}
+
+/// A tool result: copied when capturing, else only when it could be the
+/// JSON status object the decoder reads facts from.
+fn tool_result(value: &Bound<'_, PyAny>, capture: bool) -> Value {
+    let Ok(s) = value.cast::<PyString>() else {
+        return if capture { to_json(value, 0) } else { Value::Null };
+    };
+    let Ok(text) = s.to_cow() else { return Value::Null };
+    if capture || (text.len() <= MAX_UNCAPTURED_RESULT_BYTES && text.trim_start().starts_with('{')) {
+        Value::String(text.into_owned())
+    } else {
+        Value::Null
+    }
+}
+
+/// A plain copy of a Python value: None, bool, int, float, str, dict,
+/// list and tuple; anything else (a live object) becomes null.
+fn to_json(value: &Bound<'_, PyAny>, depth: usize) -> Value {
+    if value.is_none() || depth > MAX_DEPTH {
+        return Value::Null;
+    }
+    if let Ok(b) = value.cast::<PyBool>() {
+        return Value::Bool(b.is_true());
+    }
+    if value.is_instance_of::<PyInt>() {
+        if let Ok(i) = value.extract::<i64>() {
+            return Value::from(i);
+        }
+        if let Ok(u) = value.extract::<u64>() {
+            return Value::from(u);
+        }
+        return value
+            .extract::<f64>()
+            .ok()
+            .and_then(Number::from_f64)
+            .map_or(Value::Null, Value::Number);
+    }
+    if let Ok(f) = value.cast::<PyFloat>() {
+        return Number::from_f64(f.value()).map_or(Value::Null, Value::Number);
+    }
+    if let Ok(s) = value.cast::<PyString>() {
+        return s.to_cow().map_or(Value::Null, |s| Value::String(s.into_owned()));
+    }
+    if let Ok(d) = value.cast::<PyDict>() {
+        let mut map = Map::new();
+        for (k, v) in d.iter() {
+            if let Ok(k) = k.cast::<PyString>() {
+                if let Ok(k) = k.to_cow() {
+                    map.insert(k.into_owned(), to_json(&v, depth + 1));
+                }
+            }
+        }
+        return Value::Object(map);
+    }
+    if let Ok(l) = value.cast::<PyList>() {
+        return Value::Array(l.iter().map(|v| to_json(&v, depth + 1)).collect());
+    }
+    if let Ok(t) = value.cast::<PyTuple>() {
+        return Value::Array(t.iter().map(|v| to_json(&v, depth + 1)).collect());
+    }
+    Value::Null
+}
+
+fn thread_name(py: Python<'_>) -> Option<String> {
+    static CURRENT_THREAD: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let f = CURRENT_THREAD
+        .get_or_try_init(py, || {
+            py.import("threading")
+                .and_then(|m| m.getattr("current_thread"))
+                .map(Bound::unbind)
+        })
+        .ok()?;
+    let name = f.bind(py).call0().ok()?.getattr("name").ok()?;
+    name.extract::<String>().ok()
+}
+
+fn remember_session(kw: &Map<String, Value>) {
+    if kw.get("platform").and_then(Value::as_str) == Some("subagent") {
+        return;
+    }
+    if let Some(id) = kw.get("session_id").and_then(Value::as_str) {
+        let mut last = LAST_SESSION.lock().unwrap_or_else(|p| p.into_inner());
+        if last.as_deref() != Some(id) {
+            *last = Some(id.to_string());
+        }
+    }
+}
+
+/// Asks Hermes (through `hermes_otel._host_pricing`) for the price of a
+/// model no table knows, at most once a minute per model. That helper only
+/// reads what Hermes already fetched: no network I/O on the agent thread.
+fn offer_host_price(py: Python<'_>, bridge: &Bridge, kw: &Map<String, Value>) {
+    let Some(model) = kw.get("model").and_then(Value::as_str) else {
+        return;
+    };
+    if !bridge.needs_host_price(model) {
+        return;
+    }
+    static LOOKUP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let lookup = match LOOKUP.get_or_try_init(py, || {
+        py.import("hermes_otel._host_pricing")
+            .and_then(|m| m.getattr("lookup"))
+            .map(Bound::unbind)
+    }) {
+        Ok(f) => f.bind(py),
+        Err(e) => {
+            log(
+                py,
+                WARNING,
+                "HostPrice.Unavailable",
+                format!("cannot load the host price lookup: {e}"),
+            );
+            return;
+        }
+    };
+    let text = |k: &str| kw.get(k).and_then(Value::as_str).map(str::to_string);
+    let price = match lookup.call1((model, text("provider"), text("base_url"))) {
+        Ok(p) if p.is_none() => return,
+        Ok(p) => p,
+        Err(e) => {
+            log(
+                py,
+                WARNING,
+                "HostPrice.Failed",
+                format!("host price lookup for {model} failed: {e}"),
+            );
+            return;
+        }
+    };
+    let Ok(price) = price.cast::<PyDict>() else { return };
+    let get = |k: &str| -> Option<f64> { price.get_item(k).ok().flatten().and_then(|v| v.extract::<f64>().ok()) };
+    let (Some(input), Some(output)) = (get("input"), get("output")) else {
+        return;
+    };
+    let all = [Some(input), Some(output), get("cache_read"), get("cache_write")];
+    if all.iter().flatten().any(|p| !p.is_finite() || *p < 0.0) {
+        return;
+    }
+    bridge.set_host_price(
+        model,
+        ModelPrice {
+            input,
+            output,
+            cache_read: get("cache_read"),
+            cache_write: get("cache_write"),
+            reasoning: None,
+        },
+    );
+}
+
+fn verdict_dict(py: Python<'_>, verdict: &Verdict) -> Py<PyAny> {
+    let d = PyDict::new(py);
+    let filled = match verdict {
+        Verdict::Block { message } => d
+            .set_item("action", "block")
+            .and_then(|_| d.set_item("message", message)),
+        Verdict::Context { text } => d.set_item("context", text),
+    };
+    match filled {
+        Ok(()) => d.into_any().unbind(),
+        Err(_) => py.None(),
+    }
+}
+
+/// Per-event rate limiting of log lines: (last logged, suppressed since).
+static LOG_STATE: Mutex<Option<HashMap<&'static str, (Instant, u64)>>> = Mutex::new(None);
+
+/// Logs `text` through `logging.getLogger("hermes_otel")`, at most once per
+/// [`LOG_INTERVAL`] per event. Never raises, never panics.
+fn log(py: Python<'_>, level: i32, event: &'static str, text: String) {
+    let suppressed = {
+        let mut state = LOG_STATE.lock().unwrap_or_else(|p| p.into_inner());
+        let map = state.get_or_insert_with(HashMap::new);
+        let now = Instant::now();
+        match map.get_mut(event) {
+            Some((last, count)) if now.duration_since(*last) < LOG_INTERVAL => {
+                *count += 1;
+                return;
+            }
+            Some((last, count)) => {
+                let n = *count;
+                *last = now;
+                *count = 0;
+                n
+            }
+            None => {
+                map.insert(event, (now, 0));
+                0
+            }
+        }
+    };
+    let line = if suppressed > 0 {
+        format!("{event}: {text} ({suppressed} similar lines suppressed)")
+    } else {
+        format!("{event}: {text}")
+    };
+    let _ = py
+        .import("logging")
+        .and_then(|m| m.getattr("getLogger")?.call1((LOGGER,)))
+        .and_then(|logger| logger.call_method1("log", (level, line)));
+}
+
+/// Starts the bridge (opening the store) and returns why it is disabled, or
+/// `None` when it runs. Logs that reason once.
+#[pyfunction]
+fn start(py: Python<'_>) -> Option<String> {
+    catch_unwind(AssertUnwindSafe(|| bridge(py).disabled_reason().map(str::to_string)))
+        .unwrap_or_else(|_| Some("hermes-otel failed to start".into()))
+}
+
+/// The hooks to register: the ledger's, without `pre_tool_call` in
+/// observe mode.
+#[pyfunction]
+fn hook_names(py: Python<'_>) -> Vec<&'static str> {
+    let mode = bridge(py).config().budget_mode;
+    HOOK_NAMES
+        .iter()
+        .copied()
+        .filter(|n| mode == BudgetMode::Enforce || *n != "pre_tool_call")
+        .collect()
+}
+
+/// `observe` or `enforce`.
+#[pyfunction]
+fn budget_mode(py: Python<'_>) -> &'static str {
+    bridge(py).config().budget_mode.as_str()
+}
+
+/// Waits up to `timeout_seconds` for everything submitted to commit.
+/// Returns whether it did. Never raises.
+#[pyfunction]
+#[pyo3(signature = (timeout_seconds = 2.0))]
+fn flush(py: Python<'_>, timeout_seconds: f64) -> bool {
+    let Some(b) = BRIDGE.get() else { return true };
+    let timeout = Duration::try_from_secs_f64(timeout_seconds.max(0.0)).unwrap_or(bridge::DEFAULT_FLUSH_TIMEOUT);
+    py.detach(|| catch_unwind(AssertUnwindSafe(|| b.flush(timeout))).unwrap_or(false))
+}
+
+/// The bridge's counters, as a dict.
+#[pyfunction]
+fn stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let s = bridge(py).stats();
+    let d = PyDict::new(py);
+    for (k, v) in [
+        ("submitted", s.submitted),
+        ("committed", s.committed),
+        ("failed", s.failed),
+        ("timed_out", s.timed_out),
+        ("dropped", s.dropped),
+        ("batches", s.batches),
+        ("largest_batch", s.largest_batch),
+        ("checkpoints", s.checkpoints),
+        ("sweeps", s.sweeps),
+    ] {
+        d.set_item(k, v)?;
+    }
+    Ok(d)
+}
+
+/// The store directory the bridge uses.
+#[pyfunction]
+fn store_dir(py: Python<'_>) -> String {
+    bridge(py).config().store_dir.display().to_string()
+}
+
+/// The reply to `/otel`: the session's cost and tokens and today's spend.
+/// `session_id` is the one Hermes reports, else the last session a turn
+/// started in this process. Raises [`HermesOtelError`] if the store cannot
+/// be read.
+#[pyfunction]
+#[pyo3(signature = (raw_args = "", session_id = None))]
+fn otel_command(py: Python<'_>, raw_args: &str, session_id: Option<String>) -> PyResult<String> {
+    let _ = raw_args;
+    let dir = bridge(py).config().store_dir.clone();
+    let session = session_id
+        .filter(|s| !s.is_empty())
+        .or_else(|| LAST_SESSION.lock().unwrap_or_else(|p| p.into_inner()).clone());
+    let result = py.detach(move || {
+        catch_unwind(AssertUnwindSafe(|| {
+            crate::slash::otel_command(
+                &dir,
+                session.as_deref(),
+                bridge::unix_now(),
+                &jiff::tz::TimeZone::system(),
+            )
+        }))
+    });
+    match result {
+        Ok(Ok(text)) => Ok(text),
+        Ok(Err(e)) => Err(HermesOtelError::new_err(e.to_string())),
+        Err(payload) => Err(HermesOtelError::new_err(format!(
+            "/otel failed: {}",
+            bridge::panic_text(payload.as_ref())
+        ))),
+    }
+}
+
+/// Runs the `hermes-otel` command line with `argv` (program name first) and
+/// returns its exit code. Panics become exit code 70 (EX_SOFTWARE).
+#[pyfunction]
+fn cli_main(py: Python<'_>, argv: Vec<String>) -> i32 {
+    py.detach(move || catch_unwind(AssertUnwindSafe(|| crate::cli::run(argv))).unwrap_or(70))
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("HermesOtelError", m.py().get_type::<HermesOtelError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<Hook>()?;
+    m.add_function(wrap_pyfunction!(start, m)?)?;
+    m.add_function(wrap_pyfunction!(hook_names, m)?)?;
+    m.add_function(wrap_pyfunction!(budget_mode, m)?)?;
+    m.add_function(wrap_pyfunction!(flush, m)?)?;
+    m.add_function(wrap_pyfunction!(stats, m)?)?;
+    m.add_function(wrap_pyfunction!(store_dir, m)?)?;
+    m.add_function(wrap_pyfunction!(otel_command, m)?)?;
+    m.add_function(wrap_pyfunction!(cli_main, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,165 @@
+//! The text of the `/otel` slash command: the current session's cost and
+//! tokens (with its subagents) and today's spend.
+//!
+//! Owns: reading those totals and laying them out. Must not touch: writes,
+//! Python (the binding passes the session id in and hands the text back).
+
+use std::path::Path;
+
+use jiff::{tz::TimeZone, Timestamp};
+
+use crate::error::{Error, Result};
+use crate::store::{SessionTotals, SpendTotals, Store};
+
+/// The reply to `/otel` for `session_id` (if the host knows it), read from
+/// the store in `store_dir` at `now` (Unix seconds), "today" being the
+/// local day in `tz`.
+pub fn otel_command(store_dir: &Path, session_id: Option<&str>, now: f64, tz: &TimeZone) -> Result<String> {
+    let store = Store::open_dir(store_dir)?;
+    let session = match session_id.filter(|s| !s.is_empty()) {
+        Some(id) => Some((id.to_string(), store.session_totals(id)?)),
+        None => None,
+    };
+    let midnight = start_of_day(now, tz)?;
+    let today = store.spend_between(midnight, now + 1.0)?;
+    Ok(render(
+        session.as_ref().map(|(id, t)| (id.as_str(), t.as_ref())),
+        &today,
+    ))
+}
+
+fn start_of_day(now: f64, tz: &TimeZone) -> Result<f64> {
+    let ts = Timestamp::from_microsecond((now * 1e6) as i64).map_err(|e| Error::Other(e.to_string()))?;
+    let midnight = ts
+        .to_zoned(tz.clone())
+        .start_of_day()
+        .map_err(|e| Error::Other(e.to_string()))?;
+    Ok(midnight.timestamp().as_microsecond() as f64 / 1e6)
+}
+
+/// Lays the totals out, one fact per line.
+pub fn render(session: Option<(&str, Option<&SessionTotals>)>, today: &SpendTotals) -> String {
+    let mut out = String::new();
+    match session {
+        None => out.push_str("session   unknown here (no session id from Hermes)\n"),
+        Some((id, None)) => out.push_str(&format!("session   {id}: nothing recorded yet\n")),
+        Some((id, Some(t))) => {
+            let subagents = t.runs - 1;
+            out.push_str(&format!("session   {id} ({})\n", t.status));
+            out.push_str(&format!(
+                "cost      {} over {} LLM call{}{}{}\n",
+                usd(t.cost_usd),
+                t.llm_calls,
+                plural(t.llm_calls),
+                if subagents > 0 {
+                    format!(", {subagents} subagent{} included", plural(subagents))
+                } else {
+                    String::new()
+                },
+                if t.unpriced_llm_calls > 0 {
+                    format!(" ({} unpriced, counted as $0)", t.unpriced_llm_calls)
+                } else {
+                    String::new()
+                }
+            ));
+            out.push_str(&format!(
+                "tokens    input {} · output {} · cache read {} · cache write {} · reasoning {}{}\n",
+                t.input_tokens,
+                t.output_tokens,
+                t.cache_read_tokens,
+                t.cache_write_tokens,
+                t.reasoning_tokens,
+                if t.estimated_llm_calls > 0 {
+                    format!(
+                        " ({} call{} estimated)",
+                        t.estimated_llm_calls,
+                        plural(t.estimated_llm_calls)
+                    )
+                } else {
+                    String::new()
+                }
+            ));
+            out.push_str(&format!(
+                "tools     {} call{}, {} failed · API errors {}\n",
+                t.tool_calls,
+                plural(t.tool_calls),
+                t.tool_failures,
+                t.api_errors
+            ));
+        }
+    }
+    out.push_str(&format!(
+        "today     {} over {} LLM call{} in {} session{}",
+        usd(today.cost_usd),
+        today.llm_calls,
+        plural(today.llm_calls),
+        today.sessions,
+        plural(today.sessions)
+    ));
+    out
+}
+
+fn usd(x: f64) -> String {
+    if x != 0.0 && x.abs() < 0.01 {
+        format!("${x:.6}")
+    } else {
+        format!("${x:.2}")
+    }
+}
+
+fn plural(n: i64) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reply_names_session_cost_tokens_and_today() {
+        let t = SessionTotals {
+            session_id: "s".into(),
+            status: "running".into(),
+            runs: 2,
+            llm_calls: 3,
+            input_tokens: 3060,
+            output_tokens: 108,
+            cost_usd: 0.007024,
+            tool_calls: 1,
+            ..SessionTotals::default()
+        };
+        let today = SpendTotals {
+            llm_calls: 5,
+            cost_usd: 1.5,
+            sessions: 2,
+            ..SpendTotals::default()
+        };
+        let text = render(Some(("s", Some(&t))), &today);
+        assert!(text.contains("session   s (running)"), "{text}");
+        assert!(
+            text.contains("$0.007024 over 3 LLM calls, 1 subagent included"),
+            "{text}"
+        );
+        assert!(text.contains("input 3060 · output 108"), "{text}");
+        assert!(
+            text.contains("today     $1.50 over 5 LLM calls in 2 sessions"),
+            "{text}"
+        );
+        let text = render(Some(("s", None)), &SpendTotals::default());
+        assert!(text.contains("nothing recorded yet"), "{text}");
+        assert!(render(None, &today).starts_with("session   unknown"));
+    }
+
+    #[test]
+    fn today_starts_at_local_midnight() {
+        let tz = TimeZone::fixed(jiff::tz::offset(2));
+        // 2026-01-02T01:00:00+02:00 is 2026-01-01T23:00:00Z.
+        let now = 1_767_308_400.0;
+        let midnight = start_of_day(now, &tz).expect("midnight");
+        assert_eq!(now - midnight, 3600.0);
+    }
+}
