@@ -7,11 +7,19 @@
 
 use std::path::Path;
 
-use serde_json::Value;
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::io::BufRead as _;
+
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 use crate::hook::{decode, DecodeOptions, Decoded, HookEvent};
 use crate::store::{Applied, EventContext, Store};
+
+/// Page cache for bulk replay, so a batch's pages stay in memory until commit.
+const BULK_CACHE_KIB: u32 = 64 * 1024;
 
 /// How many events one replay transaction carries.
 const BATCH: usize = 2048;
@@ -27,32 +35,55 @@ pub struct Record {
     pub thread: Option<String>,
 }
 
-/// Parses one line. `Ok(None)` for a blank line.
-pub fn parse_line(line: &str) -> std::result::Result<Option<Record>, String> {
+/// Parses one line, keeping only the kwargs the decoder reads (content
+/// kwargs only when `capture_content`). `Ok(None)` for a blank line.
+///
+/// Recorded lines carry whole prompts and request bodies (kilobytes each);
+/// the kwargs are first split into raw, unparsed values, so skipping the
+/// ones nobody reads costs a scan and no allocation.
+pub fn parse_line(line: &str, capture_content: bool) -> std::result::Result<Option<Record>, String> {
     if line.trim().is_empty() {
         return Ok(None);
     }
-    let value: Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
-    let Value::Object(mut obj) = value else {
-        return Err("not a JSON object".into());
+    let top: HashMap<Cow<'_, str>, &RawValue> = match serde_json::from_str(line) {
+        Ok(top) => top,
+        Err(e) => {
+            return Err(match serde_json::from_str::<&RawValue>(line) {
+                Ok(_) => "not a JSON object".to_string(),
+                Err(_) => format!("not JSON: {e}"),
+            })
+        }
     };
-    let hook = match obj.remove("hook") {
-        Some(Value::String(s)) if !s.is_empty() => s,
+    let hook: String = match top.get("hook").map(|raw| serde_json::from_str::<Value>(raw.get())) {
+        Some(Ok(Value::String(s))) if !s.is_empty() => s,
         Some(_) => return Err("\"hook\" is not a string".into()),
         None => return Err("no \"hook\"".into()),
     };
-    let kwargs = match obj.remove("kwargs") {
-        Some(Value::Object(m)) => m,
-        Some(_) => return Err("\"kwargs\" is not an object".into()),
+    let raw_kwargs: HashMap<Cow<'_, str>, &RawValue> = match top.get("kwargs") {
+        Some(raw) => serde_json::from_str(raw.get()).map_err(|_| "\"kwargs\" is not an object".to_string())?,
         None => return Err("no \"kwargs\"".into()),
+    };
+    let mut kwargs = Map::new();
+    if let Some(keys) = crate::hook::keys(&hook) {
+        let content: &[&str] = if capture_content { keys.content } else { &[] };
+        for key in keys.always.iter().chain(content) {
+            if let Some(raw) = raw_kwargs.get(*key) {
+                let value = serde_json::from_str(raw.get()).map_err(|e| format!("kwargs.{key}: {e}"))?;
+                kwargs.insert((*key).to_string(), value);
+            }
+        }
+    }
+    let small = |key: &str| {
+        top.get(key)
+            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
     };
     Ok(Some(Record {
         hook,
         kwargs,
-        t: obj.get("t").and_then(Value::as_f64).filter(|t| t.is_finite()),
-        seq: obj.get("seq").and_then(Value::as_i64),
-        pid: obj.get("pid").and_then(Value::as_i64),
-        thread: obj.get("thread").and_then(Value::as_str).map(str::to_string),
+        t: small("t").and_then(|v| v.as_f64()).filter(|t| t.is_finite()),
+        seq: small("seq").and_then(|v| v.as_i64()),
+        pid: small("pid").and_then(|v| v.as_i64()),
+        thread: small("thread").and_then(|v| v.as_str().map(str::to_string)),
     }))
 }
 
@@ -75,16 +106,30 @@ pub struct ReplayStats {
 /// Reads `path` and applies its records to `store`. Bad lines are
 /// collected in the stats; the valid lines of the file still land.
 pub fn replay_file(store: &mut Store, path: &Path, opts: DecodeOptions, stats: &mut ReplayStats) -> Result<()> {
-    let text = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    let text = String::from_utf8_lossy(&text);
+    store.set_cache_size_kib(BULK_CACHE_KIB)?;
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
     let mut records = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        match parse_line(line) {
+    let mut buf = Vec::new();
+    let mut line_no = 0;
+    loop {
+        buf.clear();
+        let n = reader.read_until(b'\n', &mut buf).map_err(|e| Error::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        line_no += 1;
+        // Invalid UTF-8 is replaced, not fatal: the rest of the line may be a fine record.
+        let line = match std::str::from_utf8(&buf) {
+            Ok(line) => std::borrow::Cow::Borrowed(line),
+            Err(_) => String::from_utf8_lossy(&buf),
+        };
+        match parse_line(&line, opts.capture_content) {
             Ok(Some(r)) => records.push(r),
             Ok(None) => {}
             Err(message) => stats.bad_lines.push(Error::BadRecord {
                 path: path.to_path_buf(),
-                line: i + 1,
+                line: line_no,
                 message,
             }),
         }
@@ -138,7 +183,7 @@ mod tests {
 
     #[test]
     fn bad_lines_say_what_is_wrong() {
-        assert!(parse_line("").expect("blank is fine").is_none());
+        assert!(parse_line("", false).expect("blank is fine").is_none());
         for (line, what) in [
             ("{", "not JSON"),
             ("[1]", "not a JSON object"),
@@ -146,7 +191,7 @@ mod tests {
             ("{\"hook\": \"x\"}", "no \"kwargs\""),
             ("{\"hook\": \"x\", \"kwargs\": 3}", "not an object"),
         ] {
-            let err = parse_line(line).expect_err(line);
+            let err = parse_line(line, false).expect_err(line);
             assert!(err.contains(what), "{line}: {err}");
         }
     }

@@ -102,6 +102,13 @@ impl Store {
         Ok(store)
     }
 
+    /// Sets SQLite's page cache size. Bulk work (replay) wants more than the
+    /// 2 MiB default so a large transaction does not spill pages mid-way.
+    pub fn set_cache_size_kib(&self, kib: u32) -> Result<()> {
+        self.conn.pragma_update(None, "cache_size", -(kib as i64))?;
+        Ok(())
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path

@@ -1,0 +1,130 @@
+//! Ledger benchmark: per-event apply latency (transaction included) and
+//! replay throughput, on the recorded fixtures with ids rewritten so every
+//! event is new.
+//!
+//! Run: `cargo bench --bench ledger` (`-- --events N` for more events,
+//! `-- --only apply` or `-- --only replay` for one half).
+
+use std::io::Write as _;
+use std::path::Path;
+use std::time::Instant;
+
+use hermes_otel::hook::{decode, DecodeOptions, Decoded, HookEvent};
+use hermes_otel::replay::{replay_file, ReplayStats};
+use hermes_otel::store::{EventContext, Store};
+
+fn fixture_lines() -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut lines = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .expect("fixtures")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    files.sort();
+    for f in files {
+        lines.extend(std::fs::read_to_string(f).expect("read").lines().map(str::to_string));
+    }
+    lines
+}
+
+/// Copy `i` of every fixture line, with session ids (which every other id
+/// embeds) and times made unique.
+fn copy(lines: &[String], i: usize) -> impl Iterator<Item = String> + '_ {
+    let stamp = format!("{:08}_", 10_000_000 + i);
+    lines.iter().map(move |l| l.replace("20261130_", &stamp))
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let events: usize = args
+        .iter()
+        .position(|a| a == "--events")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(100_000);
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    let lines = fixture_lines();
+    let dir = tempfile::tempdir().expect("temp dir");
+    if only.as_deref() != Some("replay") {
+        bench_apply(&lines, dir.path(), events);
+    }
+    if only.as_deref() != Some("apply") {
+        bench_replay(&lines, dir.path(), events);
+    }
+}
+
+fn bench_apply(lines: &[String], dir: &Path, events: usize) {
+    // Per-event latency: decode outside the timer, apply (one transaction each) inside.
+    let mut store = Store::open(&dir.join("apply.db")).expect("open");
+    let mut decoded: Vec<HookEvent> = Vec::new();
+    let mut i = 0;
+    while decoded.len() < events {
+        for (n, line) in copy(lines, i).enumerate() {
+            let rec = hermes_otel::replay::parse_line(&line, false)
+                .expect("line")
+                .expect("record");
+            let at = rec.t.unwrap_or(0.0) + i as f64 * 1000.0 + n as f64 * 1e-6;
+            if let Decoded::Event(e, _) = decode(&rec.hook, &rec.kwargs, at, DecodeOptions::default()) {
+                decoded.push(e);
+            }
+        }
+        i += 1;
+    }
+    decoded.truncate(events);
+    let ctx = EventContext::default();
+    let mut micros = Vec::with_capacity(events);
+    for (n, e) in decoded.iter().enumerate() {
+        let t0 = Instant::now();
+        store.apply(e, &ctx).expect("apply");
+        micros.push(t0.elapsed().as_secs_f64() * 1e6);
+        if n % 20_000 == 19_999 {
+            // What the bridge's background thread does, outside the timed path.
+            store.checkpoint().expect("checkpoint");
+        }
+    }
+    micros.sort_by(f64::total_cmp);
+    println!(
+        "apply one event (own transaction), {events} events: p50 {:.1} µs  p99 {:.1} µs  p99.9 {:.1} µs  max {:.0} µs",
+        percentile(&micros, 0.5),
+        percentile(&micros, 0.99),
+        percentile(&micros, 0.999),
+        micros[micros.len() - 1]
+    );
+}
+
+/// Replay throughput: a JSON-lines file of `events` records, parse + decode + apply.
+fn bench_replay(lines: &[String], dir: &Path, events: usize) {
+    let path = dir.join("replay.jsonl");
+    let mut file = std::io::BufWriter::new(std::fs::File::create(&path).expect("create"));
+    let mut written = 0;
+    let mut i = 0;
+    while written < events {
+        for line in copy(lines, 100_000 + i) {
+            writeln!(file, "{line}").expect("write");
+            written += 1;
+        }
+        i += 1;
+    }
+    drop(file);
+    let mut store = Store::open(&dir.join("replay.db")).expect("open");
+    let mut stats = ReplayStats::default();
+    let t0 = Instant::now();
+    replay_file(&mut store, &path, DecodeOptions::default(), &mut stats).expect("replay");
+    let secs = t0.elapsed().as_secs_f64();
+    println!(
+        "replay {} records ({} applied): {:.2} s, {:.0} records/s",
+        stats.records,
+        stats.applied,
+        secs,
+        stats.records as f64 / secs
+    );
+}
