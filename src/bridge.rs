@@ -56,7 +56,7 @@ pub mod env {
     pub const HOOK_WAIT_MS: &str = "HERMES_OTEL_HOOK_WAIT_MS";
     /// `enforce` (the default) or `observe`: whether budgets may block.
     pub const BUDGET_MODE: &str = "HERMES_OTEL_BUDGET_MODE";
-    /// Test-only: the name of a hook whose Rust path panics.
+    /// Test-only: the name of a hook whose Rust path panics (`*`: every hook).
     pub const TEST_PANIC: &str = "HERMES_OTEL_TEST_PANIC";
 }
 

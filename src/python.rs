@@ -154,7 +154,8 @@ impl Hook {
             remember_session(&kw);
         }
         let name = self.name;
-        let panic_here = bridge.config().test_panic_hook.as_deref() == Some(name);
+        // Test-only: `HERMES_OTEL_TEST_PANIC=<hook>` (or `*` for every hook).
+        let panic_here = matches!(bridge.config().test_panic_hook.as_deref(), Some(h) if h == name || h == "*");
         let (outcome, unusable) = py.detach(move || {
             if panic_here {
                 panic!("{} set to {name}: panicking on purpose", bridge::env::TEST_PANIC);

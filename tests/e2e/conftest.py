@@ -1,0 +1,117 @@
+"""End-to-end harness: the real Hermes 0.19.0 with our wheel, every kit scenario.
+
+The wheel is built with maturin and installed, with hermes-agent==0.19.0, into
+a venv by the kit's ``setup-hermes.sh``; the plugin is enabled the way a user
+does (``plugins.enabled`` in config.yaml, written by ``run-scenario.sh
+--enable hermes-otel``). Each scenario runs once per test session, beside the
+kit's recording probe, with ``HERMES_OTEL_HOME`` inside the scenario's OUTDIR,
+so a test compares our store with the raw hook stream of the same run.
+
+Environment:
+- ``HERMES_OTEL_E2E_HERMES``: a ``hermes`` executable whose venv already has
+  our wheel (``scripts/test-python.sh`` prepares one); otherwise the harness
+  builds the wheel and the venv under ``target/e2e/``.
+- ``HERMES_OTEL_E2E_OUT``: where runs go (default: a fresh temp directory).
+- ``HERMES_OTEL_E2E_JOBS``: scenarios run at once (default 3; they mostly wait
+  on the mock's delays and Hermes's retry backoff).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+KIT = ROOT / "tests" / "e2e" / "kit"
+PLUGIN_KEY = "hermes-otel"
+
+# A run with a panic injected into every hook of ours.
+PANIC_RUN = "panic_readfile"
+
+
+@dataclass
+class Run:
+    scenario: str
+    outdir: Path
+    harness_rc: int
+    harness_log: str
+
+    @property
+    def store(self) -> Path:
+        return self.outdir / "otel" / "hermes-otel.db"
+
+    @property
+    def rc(self) -> int:
+        return int((self.outdir / "rc").read_text().strip())
+
+    @property
+    def stdout(self) -> str:
+        return (self.outdir / "stdout").read_text(errors="replace")
+
+
+def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw)
+
+
+def _build_hermes_venv() -> Path:
+    work = ROOT / "target" / "e2e"
+    work.mkdir(parents=True, exist_ok=True)
+    wheels = work / "wheels"
+    shutil.rmtree(wheels, ignore_errors=True)
+    maturin = shutil.which("maturin") or str(Path(sys.executable).parent / "maturin")
+    _run([maturin, "build", "--release", "-o", str(wheels)], cwd=ROOT)
+    wheel = sorted(glob.glob(str(wheels / "hermes_otel-*.whl")))[-1]
+    venv = work / "hermes-venv"
+    _run(["bash", str(KIT / "setup-hermes.sh"), str(venv), "--force-reinstall", "--no-deps", wheel])
+    return venv / "bin" / "hermes"
+
+
+@pytest.fixture(scope="session")
+def hermes_bin() -> Path:
+    given = os.environ.get("HERMES_OTEL_E2E_HERMES")
+    return Path(given) if given else _build_hermes_venv()
+
+
+def _scenarios() -> list[str]:
+    out = _run(["bash", str(KIT / "run-scenario.sh"), "--list"]).stdout
+    return out.split()
+
+
+SCENARIOS = _scenarios()
+
+
+@pytest.fixture(scope="session")
+def runs(hermes_bin: Path) -> dict[str, Run]:
+    """Every scenario (and the panic run), run once, a few at a time."""
+    root = os.environ.get("HERMES_OTEL_E2E_OUT")
+    out = Path(root) if root else Path(tempfile.mkdtemp(prefix="hermes-otel-e2e-"))
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, HERMES_BIN=str(hermes_bin), E2E_PYTHON=sys.executable)
+    jobs = int(os.environ.get("HERMES_OTEL_E2E_JOBS", "3"))
+
+    def one(name: str) -> Run:
+        scenario = "readfile" if name == PANIC_RUN else name
+        outdir = out / name
+        shutil.rmtree(outdir, ignore_errors=True)
+        cmd = ["bash", str(KIT / "run-scenario.sh"), scenario, str(outdir), "--probe"]
+        cmd += ["--enable", PLUGIN_KEY, "--env", f"HERMES_OTEL_HOME={outdir / 'otel'}"]
+        if name == PANIC_RUN:
+            cmd += ["--env", "HERMES_OTEL_TEST_PANIC=*"]
+        p = subprocess.run(cmd, env=env, text=True, capture_output=True)
+        return Run(name, outdir, p.returncode, p.stderr)
+
+    # Longest first, so the pool is not left waiting on one slow scenario.
+    slow = ["multi_turn", "failalways", "delegate_bg_orphan", "failonce", "resume", "cron", "delegate_bg"]
+    names = sorted(SCENARIOS + [PANIC_RUN], key=lambda s: (s not in slow, slow.index(s) if s in slow else 0))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = {r.scenario: r for r in pool.map(one, names)}
+    return results

@@ -1,0 +1,251 @@
+"""Our store against the raw hook stream of the same real Hermes run.
+
+For each kit scenario, the expected ledger is computed here straight from
+the probe's ``hooks.jsonl`` (no hermes-otel code involved), then compared
+with what the plugin wrote to its store in that run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+import subprocess
+from collections import defaultdict
+
+import pytest
+from conftest import PANIC_RUN, SCENARIOS, Run
+
+OUR_HOOKS = {
+    "on_session_start",
+    "pre_llm_call",
+    "pre_api_request",
+    "post_api_request",
+    "api_request_error",
+    "pre_tool_call",
+    "post_tool_call",
+    "post_llm_call",
+    "subagent_start",
+    "subagent_stop",
+    "on_session_end",
+    "on_session_finalize",
+}
+
+# The e2e mock's /v1/models prices for mock-model, USD per million tokens.
+MOCK_PRICE = {"input": 2.0, "output": 8.0, "cache_read": 0.5, "cache_write": 2.5}
+
+# Scenarios in which Hermes itself fails the turn (exit code 1).
+FAILING = {"failalways", "model404"}
+
+
+def records(run: Run) -> list[dict]:
+    lines = (run.outdir / "hooks.jsonl").read_text().splitlines()
+    recs = [json.loads(line) for line in lines if line.strip()]
+    recs.sort(key=lambda r: (r["t"], r["pid"], r["seq"]))
+    return [r for r in recs if r["hook"] in OUR_HOOKS]
+
+
+def query(run: Run, sql: str) -> list[tuple]:
+    conn = sqlite3.connect(f"file:{run.store}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+def mock_cost(inp: int, out: int, cache_read: int, cache_write: int) -> float:
+    p = MOCK_PRICE
+    per_million = inp * p["input"] + out * p["output"] + cache_read * p["cache_read"]
+    return (per_million + cache_write * p["cache_write"]) / 1e6
+
+
+class Expected:
+    """The ledger a scenario should produce, from its hook records alone."""
+
+    def __init__(self, recs: list[dict]):
+        self.sessions: set[str] = set()
+        self.llm_calls: dict[str, tuple] = {}
+        self.errors: set[tuple] = set()
+        self.tools: dict[tuple, tuple] = {}
+        self.edges: dict[str, tuple] = {}
+        approx_input: dict[str, int] = {}
+        turns: dict[str, list[str]] = defaultdict(list)
+        turn_end: dict[str, dict] = {}
+        finalized: set[str] = set()
+        child_stop: dict[str, str] = {}
+        api_ok: set[str] = set()
+        api_failed: dict[str, set[str]] = defaultdict(set)
+        for r in recs:
+            kw, hook = r["kwargs"], r["hook"]
+            for key in ("session_id", "parent_session_id", "child_session_id"):
+                if kw.get(key):
+                    self.sessions.add(kw[key])
+            if hook == "pre_api_request" and kw.get("approx_input_tokens") is not None:
+                approx_input[kw["api_request_id"]] = kw["approx_input_tokens"]
+            elif hook == "post_api_request":
+                rid, u = kw["api_request_id"], kw.get("usage")
+                api_ok.add(rid)
+                if u is None:
+                    tokens = (
+                        approx_input.get(rid, 0),
+                        ((kw.get("assistant_content_chars") or 0) + 3) // 4,
+                        0,
+                        0,
+                    )
+                else:
+                    tokens = (
+                        u["input_tokens"],
+                        u["output_tokens"],
+                        u["cache_read_tokens"],
+                        u["cache_write_tokens"],
+                    )
+                self.llm_calls[rid] = (kw["session_id"], *tokens, u is None)
+            elif hook == "api_request_error":
+                self.errors.add((kw["api_request_id"], kw["retry_count"], kw.get("status_code")))
+                api_failed[kw.get("turn_id")].add(kw["api_request_id"])
+            elif hook == "post_tool_call":
+                result = kw.get("result")
+                exit_code = None
+                if isinstance(result, str) and result.lstrip().startswith("{"):
+                    try:
+                        exit_code = json.loads(result).get("exit_code")
+                    except ValueError:
+                        pass
+                ok = kw.get("status") == "ok"
+                self.tools[(kw["session_id"], kw["tool_call_id"])] = (kw["tool_name"], ok, exit_code)
+            elif hook == "subagent_start":
+                self.edges[kw["child_session_id"]] = (kw["parent_session_id"], None)
+            elif hook == "subagent_stop":
+                self.edges[kw["child_session_id"]] = (kw["parent_session_id"], kw.get("child_status"))
+                child_stop[kw["child_session_id"]] = kw.get("child_status")
+            elif hook == "pre_llm_call":
+                if kw["turn_id"] not in turns[kw["session_id"]]:
+                    turns[kw["session_id"]].append(kw["turn_id"])
+            elif hook == "on_session_end":
+                turn_end[kw["turn_id"]] = kw
+            elif hook == "on_session_finalize":
+                finalized.add(kw["session_id"])
+        self.status = {}
+        for s in self.sessions:
+            last = turns[s][-1] if turns[s] else None
+            end = turn_end.get(last) if last else None
+            if end is not None:
+                status = (
+                    "interrupted" if end.get("interrupted") else "ok" if end.get("completed") else "error"
+                )
+            elif s in finalized:
+                failed = api_failed.get(last, set()) - api_ok
+                status = "error" if failed else "interrupted" if last else "ok"
+            elif s in child_stop:
+                status = "ok" if child_stop[s] in ("completed", "ok", "success") else "error"
+            else:
+                status = "running"
+            self.status[s] = status
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_the_store_matches_the_hook_stream(runs: dict[str, Run], scenario: str) -> None:
+    run = runs[scenario]
+    assert run.harness_rc == 0, run.harness_log
+    assert run.rc == (1 if scenario in FAILING else 0), run.stdout
+    recs = records(run)
+    assert recs, "the probe recorded no hooks"
+    exp = Expected(recs)
+
+    # Every hook call of ours is in the journal, once.
+    assert query(run, "SELECT COUNT(*) FROM journal")[0][0] == len(recs)
+
+    # Runs and statuses.
+    got_runs = {r[0]: r[1] for r in query(run, "SELECT session_id, status FROM runs")}
+    assert set(got_runs) == exp.sessions
+    assert got_runs == exp.status
+
+    # LLM calls: tokens exactly, cost from Hermes's own price (provenance host).
+    got_calls = {
+        r[0]: r[1:]
+        for r in query(
+            run,
+            "SELECT api_request_id, session_id, input_tokens, output_tokens, cache_read_tokens,"
+            " cache_write_tokens, estimated, cost_usd, cost_source FROM llm_calls",
+        )
+    }
+    assert set(got_calls) == set(exp.llm_calls)
+    for rid, (session, inp, out, cr, cw, estimated) in exp.llm_calls.items():
+        g = got_calls[rid]
+        assert g[:6] == (session, inp, out, cr, cw, int(estimated)), rid
+        assert g[7] == "host", rid
+        assert math.isclose(g[6], mock_cost(inp, out, cr, cw), rel_tol=1e-12, abs_tol=1e-15), rid
+
+    # Failed attempts.
+    got_errors = set(query(run, "SELECT api_request_id, retry_count, status_code FROM llm_call_errors"))
+    assert got_errors == exp.errors
+
+    # Tool calls (the proxy rows of subagent_stop aside).
+    got_tools = {
+        (r[0], r[1]): (r[2], bool(r[3]), r[4])
+        for r in query(
+            run, "SELECT session_id, tool_call_id, tool_name, ok, exit_code FROM tool_calls WHERE proxy = 0"
+        )
+    }
+    assert got_tools == exp.tools
+
+    # Subagent edges.
+    got_edges = {
+        r[0]: (r[1], r[2])
+        for r in query(run, "SELECT child_session_id, parent_session_id, child_status FROM subagent_edges")
+    }
+    assert got_edges == exp.edges
+
+    # Run totals add up to their rows.
+    for session, llm_calls, cost, tools in query(
+        run, "SELECT session_id, llm_calls, cost_usd, tool_calls FROM runs"
+    ):
+        mine = [c for c in exp.llm_calls.values() if c[0] == session]
+        assert llm_calls == len(mine), session
+        assert math.isclose(cost, sum(mock_cost(*c[1:5]) for c in mine), rel_tol=1e-9, abs_tol=1e-15)
+        assert tools >= len([t for t in exp.tools if t[0] == session])
+
+
+def test_our_cost_of_a_one_shot_run_equals_the_usage_file(runs: dict[str, Run]) -> None:
+    run = runs["delegate_sync"]
+    usage = json.loads((run.outdir / "usage.json").read_text())
+    assert usage["cost_status"] == "estimated", usage
+    ours = query(
+        run,
+        "SELECT SUM(cost_usd) FROM runs WHERE session_id = '{0}' OR root_session_id = '{0}'".format(
+            usage["session_id"]
+        ),
+    )[0][0]
+    assert math.isclose(ours, usage["estimated_cost_usd"], rel_tol=1e-9), (ours, usage)
+
+
+def test_an_injected_panic_leaves_the_hermes_run_intact(runs: dict[str, Run]) -> None:
+    run = runs[PANIC_RUN]
+    assert run.harness_rc == 0, run.harness_log
+    assert run.rc == 0
+    assert "MOCK-FINAL-ANSWER" in run.stdout
+    # Hermes went through the whole readfile sequence, our hooks included.
+    hooks = [r["hook"] for r in records(run)]
+    assert hooks == [r["hook"] for r in records(runs["readfile"])]
+    # Nothing was recorded, and the panic was logged through Python logging.
+    assert query(run, "SELECT COUNT(*) FROM journal")[0][0] == 0
+    log = (run.outdir / "home" / "logs" / "errors.log").read_text(errors="replace")
+    assert "hermes_otel: Hook.Panicked" in log
+
+
+def test_hermes_otel_status_runs_inside_hermes(runs: dict[str, Run], hermes_bin) -> None:
+    run = runs["readfile"]
+    env = dict(
+        os.environ,
+        HERMES_HOME=str(run.outdir / "home"),
+        HERMES_OTEL_HOME=str(run.outdir / "otel"),
+        HTTP_PROXY="http://127.0.0.1:9",
+        HTTPS_PROXY="http://127.0.0.1:9",
+        NO_PROXY="127.0.0.1,localhost",
+    )
+    p = subprocess.run(
+        [str(hermes_bin), "otel", "status"], env=env, text=True, capture_output=True, timeout=120
+    )
+    assert p.returncode == 0, p.stderr
+    assert "journal" in p.stdout and "events" in p.stdout, p.stdout
