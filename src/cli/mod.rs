@@ -3,6 +3,7 @@
 //! Owns: argument parsing and printing. The same entry point serves the
 //! Rust binary and the `hermes-otel` script the Python wheel installs.
 
+mod export;
 mod report;
 mod status;
 mod time;
@@ -55,6 +56,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Export spans from the store until stopped (one exporter per store).
+    Serve(export::ServeArgs),
+    /// Re-send every finished span since a time, with the same ids as before.
+    Export(export::ExportArgs),
 }
 
 /// Runs the CLI with `args` (including the program name) and returns the
@@ -114,6 +119,8 @@ fn dispatch(cli: Cli) -> Result<i32> {
             let store = open_store(cli.home)?;
             report::run(&store, &args)
         }
+        Command::Serve(args) => export::serve(&config::store_dir(cli.home).value, &args),
+        Command::Export(args) => export::export(&config::store_dir(cli.home).value, &args),
         Command::Status { json } => {
             let home = config::store_dir(cli.home);
             let store = Store::open_dir(&home.value)?;

@@ -5,6 +5,7 @@
 
 use rusqlite::{params, OptionalExtension, Transaction};
 
+use super::outbox::{self, SpanKind};
 use super::Store;
 use crate::error::Result;
 use crate::hook::*;
@@ -67,15 +68,19 @@ impl Store {
     /// Closes runs with no event for `idle_seconds` before `now` that never
     /// ended (a process died, or a background subagent was cut off): their
     /// open turns and the runs become `abandoned`, ended at their last event.
-    /// Returns how many runs were closed.
+    /// Open turns of idle runs that did end (a failed `hermes -z` run, which
+    /// fires neither on_session_end nor on_session_finalize) are closed too.
+    /// Everything closed, and the open tool calls and attempts of those runs,
+    /// is enqueued for export. Returns how many runs were closed.
     pub fn close_idle_runs(&mut self, now: f64, idle_seconds: f64) -> Result<usize> {
         let tx = self.conn.transaction()?;
         let cutoff = now - idle_seconds;
+        outbox::enqueue_idle(&tx, cutoff, now)?;
         tx.execute(
             "UPDATE turns SET outcome = ?1, ended_at = (SELECT last_event_at FROM runs r WHERE r.session_id = turns.session_id)
              WHERE outcome IS NULL AND session_id IN
-               (SELECT session_id FROM runs WHERE status = ?2 AND last_event_at < ?3)",
-            params![ABANDONED, RUNNING, cutoff],
+               (SELECT session_id FROM runs WHERE last_event_at < ?2)",
+            params![ABANDONED, cutoff],
         )?;
         let n = tx.execute(
             "UPDATE runs SET status = ?1, ended_at = last_event_at WHERE status = ?2 AND last_event_at < ?3",
@@ -250,11 +255,14 @@ fn apply_in(
             .execute(params![e.turn_id, e.session_id, e.task_id, e.model, at, outcome])?;
             tx.prepare_cached("UPDATE runs SET status = ?2, ended_at = ?3 WHERE session_id = ?1")?
                 .execute(params![e.session_id, outcome, at])?;
+            outbox::enqueue(tx, SpanKind::Turn, &e.session_id, &e.turn_id, -1, at, false)?;
+            outbox::enqueue_run(tx, &e.session_id, at, false)?;
         }
         Hook::SessionFinalize(e) => {
             touch_run(tx, &e.session_id, at, e.platform.as_deref(), None, None, None)?;
             // Turns that never reached on_session_end failed (their last API
             // request has errors and no success) or were cut short.
+            outbox::enqueue_open_turns(tx, &e.session_id, at)?;
             tx.prepare_cached(
                 "UPDATE turns SET ended_at = ?2, outcome = CASE WHEN EXISTS (
                      SELECT 1 FROM llm_call_errors x WHERE x.turn_id = turns.turn_id
@@ -271,6 +279,7 @@ fn apply_in(
                  WHERE session_id = ?1",
             )?
             .execute(params![e.session_id, at, RUNNING, OK])?;
+            outbox::enqueue_run(tx, &e.session_id, at, true)?;
         }
     }
     Ok(Applied::New)
@@ -427,6 +436,7 @@ fn apply_llm_call(
             estimated
         ])?;
     if inserted == 1 {
+        outbox::enqueue(tx, SpanKind::LlmCall, &a.session_id, &a.api_request_id, -1, at, false)?;
         let unpriced = cost.source == crate::pricing::PriceSource::Unknown;
         tx.prepare_cached(
             "UPDATE runs SET llm_calls = llm_calls + 1, input_tokens = input_tokens + ?2, output_tokens = output_tokens + ?3,
@@ -502,6 +512,18 @@ fn apply_api_error(tx: &Transaction<'_>, e: &ApiRequestError, at: f64) -> Result
              WHERE session_id = ?1",
         )?
         .execute(params![a.session_id, last_attempt, ERROR, ended_at])?;
+        outbox::enqueue(
+            tx,
+            SpanKind::LlmError,
+            &a.session_id,
+            &a.api_request_id,
+            e.retry_count,
+            at,
+            false,
+        )?;
+        if last_attempt {
+            outbox::enqueue_run(tx, &a.session_id, at, false)?;
+        }
     }
     Ok(())
 }
@@ -539,6 +561,7 @@ fn apply_tool_result(tx: &Transaction<'_>, e: &PostToolCall, at: f64) -> Result<
             e.outcome.exit_code
         ])?;
     if completed == 1 {
+        outbox::enqueue(tx, SpanKind::Tool, &t.session_id, &t.tool_call_id, -1, at, false)?;
         tx.prepare_cached(
             "UPDATE runs SET tool_calls = tool_calls + 1, tool_failures = tool_failures + ?2 WHERE session_id = ?1",
         )?
@@ -621,6 +644,7 @@ fn apply_subagent_stop(tx: &Transaction<'_>, e: &SubagentStop, at: f64) -> Resul
         "UPDATE runs SET status = ?2, ended_at = COALESCE(ended_at, ?3) WHERE session_id = ?1 AND status = ?4",
     )?
     .execute(params![e.child_session_id, child_outcome, at, RUNNING])?;
+    outbox::enqueue_run(tx, &e.child_session_id, at, true)?;
     let tool_call_id = format!("subagent:{}", e.child_session_id);
     let inserted = tx
         .prepare_cached(

@@ -26,10 +26,15 @@
 //!   background path instead.
 
 mod ledger;
+mod outbox;
 mod report;
 mod session_view;
 
-pub use ledger::{Applied, EventContext};
+pub use ledger::{Applied, EventContext, ABANDONED, ERROR, INTERRUPTED, OK, RUNNING};
+pub use outbox::{
+    counter, AttemptError, AttemptRow, EdgeRow, ExportState, Lease, OutboxRow, RunRow, SpanKind, ToolRow, TurnRow,
+    TRACE_LEASE,
+};
 pub use report::{FactKind, FactRow, RunSummary, StoreCounts};
 pub use session_view::{SessionTotals, SpendTotals};
 
@@ -45,7 +50,10 @@ use crate::pricing::PriceTable;
 pub const DB_FILE_NAME: &str = "hermes-otel.db";
 
 /// Migrations, in order; entry `i` brings the schema to version `i + 1`.
-const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_ledger.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0001_ledger.sql"),
+    include_str!("migrations/0002_outbox.sql"),
+];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -1,0 +1,137 @@
+//! `hermes-otel serve` and `hermes-otel export --since T`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::export::{ExportConfig, ExportOverrides, Exporter, Protocol};
+use crate::store::{Store, DB_FILE_NAME};
+
+/// How often `serve` closes idle spans. Cheap, but there is no need to
+/// look more often than a fraction of the idle timeout.
+const CLOSE_IDLE_EVERY: Duration = Duration::from_secs(10);
+
+/// Where to send, overriding the OTEL_* variables.
+#[derive(Debug, clap::Args)]
+pub struct Target {
+    /// OTLP endpoint (default: OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT, else localhost).
+    #[arg(long, value_name = "URL")]
+    endpoint: Option<String>,
+    /// `grpc` or `http/protobuf` (default: OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL, else grpc).
+    #[arg(long, value_parser = parse_protocol)]
+    protocol: Option<Protocol>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Milliseconds between looks at the outbox when it is empty.
+    #[arg(long, default_value_t = 500)]
+    poll_ms: u64,
+    /// Exit once nothing is ready to send (for scripts and tests).
+    #[arg(long)]
+    drain: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Re-send spans that ended at or after this time: a date (2026-11-30),
+    /// an RFC 3339 timestamp, or a span back from now (24h, 7d).
+    #[arg(long)]
+    since: String,
+    /// Give up after this many seconds of a collector that does not accept.
+    #[arg(long, default_value_t = 60)]
+    timeout_seconds: u64,
+}
+
+fn parse_protocol(s: &str) -> Result<Protocol, String> {
+    match s {
+        "grpc" => Ok(Protocol::Grpc),
+        "http/protobuf" | "http" => Ok(Protocol::HttpProtobuf),
+        _ => Err("use grpc or http/protobuf".into()),
+    }
+}
+
+fn config(target: &Target) -> ExportConfig {
+    let config = ExportConfig::from_env(ExportOverrides {
+        endpoint: target.endpoint.clone(),
+        protocol: target.protocol,
+        exporter: None,
+    });
+    for warning in &config.warnings {
+        eprintln!("hermes-otel: {warning}");
+    }
+    config
+}
+
+fn open(dir: &Path, config: ExportConfig) -> Result<Exporter> {
+    let mut store = Store::open_dir(dir)?;
+    store.set_prices(crate::pricing::PriceTable::load(
+        &dir.join(crate::config::PRICING_FILE_NAME),
+    )?);
+    debug_assert!(store.path().ends_with(DB_FILE_NAME));
+    Exporter::with_store(config, store)
+}
+
+/// Runs the exporter until killed (or, with `--drain`, until nothing is ready).
+pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
+    let config = config(&args.target);
+    if !config.enabled() {
+        eprintln!("hermes-otel: trace export is disabled (OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER=none)");
+    }
+    eprintln!(
+        "hermes-otel: serving traces from {} to {} ({})",
+        dir.display(),
+        config.endpoint.value,
+        config.protocol.value.as_str()
+    );
+    let mut exporter = open(dir, config)?;
+    let poll = Duration::from_millis(args.poll_ms.max(1));
+    let mut last_idle_check: Option<Instant> = None;
+    let mut reported_error: Option<String> = None;
+    loop {
+        if last_idle_check.is_none_or(|t| t.elapsed() >= CLOSE_IDLE_EVERY) {
+            exporter.close_idle()?;
+            last_idle_check = Some(Instant::now());
+        }
+        let step = exporter.run_once()?;
+        if step.error != reported_error {
+            if let Some(e) = &step.error {
+                eprintln!("hermes-otel: {e}; retrying");
+            }
+            if step.error.is_some() {
+                reported_error = step.error.clone();
+            }
+        }
+        if step.exported > 0 {
+            reported_error = None;
+        }
+        if step.more {
+            continue;
+        }
+        if args.drain && step.leased && step.error.is_none() && step.backing_off.is_none() {
+            exporter.release()?;
+            return Ok(0);
+        }
+        std::thread::sleep(step.backing_off.unwrap_or(poll));
+    }
+}
+
+/// Re-sends history.
+pub fn export(dir: &Path, args: &ExportArgs) -> Result<i32> {
+    let since =
+        super::time::parse(&args.since, &jiff::tz::TimeZone::system(), super::time::now()).map_err(Error::Other)?;
+    let config = config(&args.target);
+    if !config.enabled() {
+        return Err(Error::Other(
+            "trace export is disabled (OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER=none)".into(),
+        ));
+    }
+    let mut exporter = open(dir, config)?;
+    let sent = exporter.export_history(since, Instant::now() + Duration::from_secs(args.timeout_seconds))?;
+    println!("re-sent {sent} spans");
+    Ok(0)
+}

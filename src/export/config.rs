@@ -1,0 +1,710 @@
+//! Export settings, resolved once from flags, `OTEL_*` and `HERMES_OTEL_*`
+//! variables and defaults.
+//!
+//! Owns: one resolver per setting, each documenting its order, and the
+//! source of every value (printed by `status`). Must not touch: the store,
+//! the network.
+//!
+//! Order for each setting: an explicit override (a CLI flag) first, then the
+//! signal-specific variable (`OTEL_EXPORTER_OTLP_TRACES_*`), then the generic
+//! one (`OTEL_EXPORTER_OTLP_*`), then the default. Empty variables count as
+//! unset. A value that does not parse is ignored with a warning (kept in
+//! [`ExportConfig::warnings`]) and the next rung applies, as the OTel SDK
+//! specification asks. Header values are never printed: [`Headers`] shows
+//! only their names.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::config::{Resolved, Source};
+use crate::span::TraceMode;
+
+/// Environment variable names.
+pub mod env {
+    pub const SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
+    pub const TRACES_EXPORTER: &str = "OTEL_TRACES_EXPORTER";
+    pub const ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+    pub const TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+    pub const PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
+    pub const TRACES_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL";
+    pub const HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
+    pub const TRACES_HEADERS: &str = "OTEL_EXPORTER_OTLP_TRACES_HEADERS";
+    pub const TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
+    pub const TRACES_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT";
+    pub const COMPRESSION: &str = "OTEL_EXPORTER_OTLP_COMPRESSION";
+    pub const TRACES_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION";
+    pub const INSECURE: &str = "OTEL_EXPORTER_OTLP_INSECURE";
+    pub const TRACES_INSECURE: &str = "OTEL_EXPORTER_OTLP_TRACES_INSECURE";
+    pub const CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CERTIFICATE";
+    pub const TRACES_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE";
+    pub const SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
+    pub const RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
+    pub const TRACES_SAMPLER: &str = "OTEL_TRACES_SAMPLER";
+    pub const TRACES_SAMPLER_ARG: &str = "OTEL_TRACES_SAMPLER_ARG";
+    pub const BSP_MAX_EXPORT_BATCH_SIZE: &str = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE";
+    /// `auto`, `session` or `turn`: how traces are cut.
+    pub const TRACE_MODE: &str = "HERMES_OTEL_TRACE_MODE";
+    /// Whether session spans carry `hermes.sender.id`.
+    pub const SPAN_SENDER: &str = "HERMES_OTEL_SPAN_SENDER";
+    /// Seconds without events after which open spans are closed.
+    pub const IDLE_TIMEOUT_SECONDS: &str = "HERMES_OTEL_IDLE_TIMEOUT_SECONDS";
+    /// Seconds a session span waits after its last turn ended, for Hermes
+    /// to start another turn, before it is sent without on_session_finalize.
+    pub const SESSION_GRACE_SECONDS: &str = "HERMES_OTEL_SESSION_GRACE_SECONDS";
+    /// The most outbox rows kept; the oldest beyond it are dropped.
+    pub const OUTBOX_MAX_ROWS: &str = "HERMES_OTEL_OUTBOX_MAX_ROWS";
+    /// How long the export lease lasts without renewal.
+    pub const LEASE_SECONDS: &str = "HERMES_OTEL_LEASE_SECONDS";
+}
+
+/// Where traces go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TracesExporter {
+    Otlp,
+    /// One JSON line per span on stdout.
+    Console,
+    None,
+}
+
+/// The OTLP transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Protocol {
+    #[serde(rename = "grpc")]
+    Grpc,
+    #[serde(rename = "http/protobuf")]
+    HttpProtobuf,
+}
+
+impl Protocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Grpc => "grpc",
+            Protocol::HttpProtobuf => "http/protobuf",
+        }
+    }
+}
+
+/// Body compression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Compression {
+    None,
+    Gzip,
+}
+
+/// The trace sampler. Decisions are per trace, from the trace id, so every
+/// process decides the same for every span of a trace.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sampler {
+    AlwaysOn,
+    AlwaysOff,
+    /// Keep a trace when the low 63 bits of its id fall under the ratio.
+    TraceIdRatio(f64),
+}
+
+impl Sampler {
+    /// Whether spans of `trace_id` are exported (the TraceIdRatioBased rule
+    /// of the SDK specification: the last 8 bytes, shifted right by one,
+    /// under `ratio * 2^63`).
+    pub fn keeps(&self, trace_id: &[u8]) -> bool {
+        match *self {
+            Sampler::AlwaysOn => true,
+            Sampler::AlwaysOff => false,
+            Sampler::TraceIdRatio(ratio) => {
+                if ratio >= 1.0 {
+                    return true;
+                }
+                if ratio <= 0.0 || trace_id.len() != 16 {
+                    return false;
+                }
+                let mut low = [0u8; 8];
+                low.copy_from_slice(&trace_id[8..]);
+                let x = u64::from_be_bytes(low) >> 1;
+                x < (ratio * (1u64 << 63) as f64) as u64
+            }
+        }
+    }
+}
+
+/// OTLP headers; `Debug` shows names only, never values.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Headers(pub Vec<(String, String)>);
+
+impl std::fmt::Debug for Headers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(k, _)| format!("{k}=<redacted>")))
+            .finish()
+    }
+}
+
+impl serde::Serialize for Headers {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(|(k, _)| k))
+    }
+}
+
+/// Explicit values (CLI flags) that win over the environment.
+#[derive(Debug, Clone, Default)]
+pub struct ExportOverrides {
+    pub endpoint: Option<String>,
+    pub protocol: Option<Protocol>,
+    pub exporter: Option<TracesExporter>,
+}
+
+/// Every export setting, resolved.
+#[derive(Debug, Clone)]
+pub struct ExportConfig {
+    pub disabled: Resolved<bool>,
+    pub exporter: Resolved<TracesExporter>,
+    pub protocol: Resolved<Protocol>,
+    /// The full URL spans are sent to (for HTTP, including `/v1/traces`).
+    pub endpoint: Resolved<String>,
+    pub headers: Resolved<Headers>,
+    pub timeout: Resolved<Duration>,
+    pub compression: Resolved<Compression>,
+    pub insecure: Resolved<bool>,
+    pub certificate: Resolved<Option<PathBuf>>,
+    pub service_name: Resolved<String>,
+    pub resource_attributes: Resolved<Vec<(String, String)>>,
+    pub sampler: Resolved<Sampler>,
+    pub batch_max_spans: Resolved<usize>,
+    pub trace_mode: Resolved<TraceMode>,
+    pub include_sender: Resolved<bool>,
+    pub idle_timeout_seconds: Resolved<f64>,
+    pub session_grace_seconds: Resolved<f64>,
+    pub outbox_max_rows: Resolved<u64>,
+    pub lease_seconds: Resolved<f64>,
+    /// Values that did not parse and were ignored (names only).
+    pub warnings: Vec<String>,
+}
+
+/// The default service name.
+pub const DEFAULT_SERVICE_NAME: &str = "hermes-agent";
+/// The default gRPC endpoint (OTLP specification).
+pub const DEFAULT_GRPC_ENDPOINT: &str = "http://localhost:4317";
+/// The default HTTP endpoint (OTLP specification).
+pub const DEFAULT_HTTP_ENDPOINT: &str = "http://localhost:4318/v1/traces";
+/// The path of the traces signal under a generic HTTP endpoint.
+pub const HTTP_TRACES_PATH: &str = "v1/traces";
+
+impl ExportConfig {
+    /// Resolves from the process environment.
+    pub fn from_env(overrides: ExportOverrides) -> Self {
+        Self::resolve(overrides, |name| std::env::var(name).ok())
+    }
+
+    /// Resolves from any environment (tests pass a map).
+    pub fn resolve(overrides: ExportOverrides, var: impl Fn(&str) -> Option<String>) -> Self {
+        let var = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+        let mut r = Resolver {
+            var: &var,
+            warnings: Vec::new(),
+        };
+        let disabled = r.setting(None, &[env::SDK_DISABLED], parse_bool, false);
+        let exporter = r.setting(
+            overrides.exporter,
+            &[env::TRACES_EXPORTER],
+            parse_exporter,
+            TracesExporter::Otlp,
+        );
+        let protocol = r.setting(
+            overrides.protocol,
+            &[env::TRACES_PROTOCOL, env::PROTOCOL],
+            parse_protocol,
+            Protocol::Grpc,
+        );
+        let endpoint = r.endpoint(overrides.endpoint, protocol.value);
+        let headers = r.setting(
+            None,
+            &[env::TRACES_HEADERS, env::HEADERS],
+            parse_headers,
+            Headers::default(),
+        );
+        let timeout = r.setting(
+            None,
+            &[env::TRACES_TIMEOUT, env::TIMEOUT],
+            |s| s.trim().parse::<u64>().ok().map(Duration::from_millis),
+            Duration::from_secs(10),
+        );
+        let compression = r.setting(
+            None,
+            &[env::TRACES_COMPRESSION, env::COMPRESSION],
+            parse_compression,
+            Compression::None,
+        );
+        let insecure = r.setting(None, &[env::TRACES_INSECURE, env::INSECURE], parse_bool, false);
+        let certificate = r.setting(
+            None,
+            &[env::TRACES_CERTIFICATE, env::CERTIFICATE],
+            |s| Some(Some(PathBuf::from(s.trim()))),
+            None,
+        );
+        let resource_attributes = r.setting(None, &[env::RESOURCE_ATTRIBUTES], parse_key_values, Vec::new());
+        let service_name = match var(env::SERVICE_NAME) {
+            Some(v) => Resolved {
+                value: v.trim().to_string(),
+                source: Source::Env(env::SERVICE_NAME),
+            },
+            None => match resource_attributes.value.iter().find(|(k, _)| k == "service.name") {
+                Some((_, v)) => Resolved {
+                    value: v.clone(),
+                    source: Source::Env(env::RESOURCE_ATTRIBUTES),
+                },
+                None => Resolved {
+                    value: DEFAULT_SERVICE_NAME.to_string(),
+                    source: Source::Default,
+                },
+            },
+        };
+        let sampler = r.sampler();
+        let batch_max_spans = r.setting(
+            None,
+            &[env::BSP_MAX_EXPORT_BATCH_SIZE],
+            |s| s.trim().parse::<usize>().ok().filter(|n| *n > 0),
+            512,
+        );
+        let trace_mode = r.setting(None, &[env::TRACE_MODE], TraceMode::parse, TraceMode::Auto);
+        let include_sender = r.setting(None, &[env::SPAN_SENDER], parse_bool, true);
+        let idle_timeout_seconds = r.setting(
+            None,
+            &[env::IDLE_TIMEOUT_SECONDS],
+            parse_seconds,
+            crate::cli::DEFAULT_IDLE_TIMEOUT_SECONDS,
+        );
+        let session_grace_seconds = r.setting(None, &[env::SESSION_GRACE_SECONDS], parse_seconds, 120.0);
+        let outbox_max_rows = r.setting(
+            None,
+            &[env::OUTBOX_MAX_ROWS],
+            |s| s.trim().parse::<u64>().ok().filter(|n| *n > 0),
+            1_000_000,
+        );
+        let lease_seconds = r.setting(None, &[env::LEASE_SECONDS], parse_seconds, 15.0);
+        ExportConfig {
+            disabled,
+            exporter,
+            protocol,
+            endpoint,
+            headers,
+            timeout,
+            compression,
+            insecure,
+            certificate,
+            service_name,
+            resource_attributes,
+            sampler,
+            batch_max_spans,
+            trace_mode,
+            include_sender,
+            idle_timeout_seconds,
+            session_grace_seconds,
+            outbox_max_rows,
+            lease_seconds,
+            warnings: r.warnings,
+        }
+    }
+
+    /// Whether spans are sent anywhere at all.
+    pub fn enabled(&self) -> bool {
+        !self.disabled.value && self.exporter.value != TracesExporter::None
+    }
+
+    /// Every setting as `(name, value, source)` for `status`; header values
+    /// are left out.
+    pub fn describe(&self) -> Vec<(&'static str, String, String)> {
+        fn row<T>(name: &'static str, r: &Resolved<T>, show: impl Fn(&T) -> String) -> (&'static str, String, String) {
+            (name, show(&r.value), r.source.to_string())
+        }
+        vec![
+            row("sdk_disabled", &self.disabled, |v| v.to_string()),
+            row("traces_exporter", &self.exporter, |v| format!("{v:?}").to_lowercase()),
+            row("protocol", &self.protocol, |v| v.as_str().to_string()),
+            row("endpoint", &self.endpoint, |v| v.clone()),
+            row("headers", &self.headers, |v| {
+                let names: Vec<&str> = v.0.iter().map(|(k, _)| k.as_str()).collect();
+                if names.is_empty() {
+                    "(none)".into()
+                } else {
+                    format!("{} (values hidden)", names.join(","))
+                }
+            }),
+            row("timeout_ms", &self.timeout, |v| v.as_millis().to_string()),
+            row("compression", &self.compression, |v| format!("{v:?}").to_lowercase()),
+            row("insecure", &self.insecure, |v| v.to_string()),
+            row("certificate", &self.certificate, |v| {
+                v.as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|| "(none)".into())
+            }),
+            row("service_name", &self.service_name, |v| v.clone()),
+            row("resource_attributes", &self.resource_attributes, |v| {
+                v.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>().join(",")
+            }),
+            row("sampler", &self.sampler, |v| format!("{v:?}")),
+            row("batch_max_spans", &self.batch_max_spans, |v| v.to_string()),
+            row("trace_mode", &self.trace_mode, |v| format!("{v:?}").to_lowercase()),
+            row("span_sender", &self.include_sender, |v| v.to_string()),
+            row("idle_timeout_seconds", &self.idle_timeout_seconds, |v| v.to_string()),
+            row("session_grace_seconds", &self.session_grace_seconds, |v| v.to_string()),
+            row("outbox_max_rows", &self.outbox_max_rows, |v| v.to_string()),
+            row("lease_seconds", &self.lease_seconds, |v| v.to_string()),
+        ]
+    }
+}
+
+struct Resolver<'a> {
+    var: &'a dyn Fn(&str) -> Option<String>,
+    warnings: Vec<String>,
+}
+
+impl Resolver<'_> {
+    /// explicit > each variable in order > default.
+    fn setting<T>(
+        &mut self,
+        explicit: Option<T>,
+        names: &[&'static str],
+        parse: impl Fn(&str) -> Option<T>,
+        default: T,
+    ) -> Resolved<T> {
+        if let Some(value) = explicit {
+            return Resolved {
+                value,
+                source: Source::Explicit,
+            };
+        }
+        for &name in names {
+            if let Some(raw) = (self.var)(name) {
+                match parse(&raw) {
+                    Some(value) => {
+                        return Resolved {
+                            value,
+                            source: Source::Env(name),
+                        }
+                    }
+                    None => self.warnings.push(format!("{name}: value not understood, ignored")),
+                }
+            }
+        }
+        Resolved {
+            value: default,
+            source: Source::Default,
+        }
+    }
+
+    /// explicit > `..._TRACES_ENDPOINT` (as is) > `..._ENDPOINT` (for HTTP
+    /// with `/v1/traces` appended) > the protocol's default.
+    fn endpoint(&mut self, explicit: Option<String>, protocol: Protocol) -> Resolved<String> {
+        if let Some(value) = explicit {
+            return Resolved {
+                value,
+                source: Source::Explicit,
+            };
+        }
+        if let Some(v) = (self.var)(env::TRACES_ENDPOINT) {
+            return Resolved {
+                value: v.trim().to_string(),
+                source: Source::Env(env::TRACES_ENDPOINT),
+            };
+        }
+        if let Some(v) = (self.var)(env::ENDPOINT) {
+            let v = v.trim();
+            let value = match protocol {
+                Protocol::Grpc => v.to_string(),
+                Protocol::HttpProtobuf => format!("{}/{HTTP_TRACES_PATH}", v.trim_end_matches('/')),
+            };
+            return Resolved {
+                value,
+                source: Source::Env(env::ENDPOINT),
+            };
+        }
+        Resolved {
+            value: match protocol {
+                Protocol::Grpc => DEFAULT_GRPC_ENDPOINT,
+                Protocol::HttpProtobuf => DEFAULT_HTTP_ENDPOINT,
+            }
+            .to_string(),
+            source: Source::Default,
+        }
+    }
+
+    /// `OTEL_TRACES_SAMPLER` with `OTEL_TRACES_SAMPLER_ARG` for the ratio.
+    /// The parent-based forms decide the same here: hermes-otel starts
+    /// every trace itself, so there is never a remote parent.
+    fn sampler(&mut self) -> Resolved<Sampler> {
+        let arg = (self.var)(env::TRACES_SAMPLER_ARG);
+        let ratio = match arg.as_deref().map(|s| s.trim().parse::<f64>()) {
+            Some(Ok(r)) if (0.0..=1.0).contains(&r) => r,
+            Some(_) => {
+                self.warnings
+                    .push(format!("{}: not a ratio in [0, 1], using 1.0", env::TRACES_SAMPLER_ARG));
+                1.0
+            }
+            None => 1.0,
+        };
+        self.setting(
+            None,
+            &[env::TRACES_SAMPLER],
+            |s| match s.trim().to_ascii_lowercase().as_str() {
+                "always_on" | "parentbased_always_on" => Some(Sampler::AlwaysOn),
+                "always_off" | "parentbased_always_off" => Some(Sampler::AlwaysOff),
+                "traceidratio" | "parentbased_traceidratio" => Some(Sampler::TraceIdRatio(ratio)),
+                _ => None,
+            },
+            Sampler::AlwaysOn,
+        )
+    }
+}
+
+fn parse_bool(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Some(true),
+        "false" | "0" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+fn parse_seconds(s: &str) -> Option<f64> {
+    s.trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0)
+}
+
+/// The first known exporter of a comma list (`otlp`, `console`, `none`).
+fn parse_exporter(s: &str) -> Option<TracesExporter> {
+    s.split(',').find_map(|e| match e.trim().to_ascii_lowercase().as_str() {
+        "otlp" => Some(TracesExporter::Otlp),
+        "console" | "logging" => Some(TracesExporter::Console),
+        "none" => Some(TracesExporter::None),
+        _ => None,
+    })
+}
+
+fn parse_protocol(s: &str) -> Option<Protocol> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "grpc" => Some(Protocol::Grpc),
+        "http/protobuf" => Some(Protocol::HttpProtobuf),
+        _ => None,
+    }
+}
+
+fn parse_compression(s: &str) -> Option<Compression> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "gzip" => Some(Compression::Gzip),
+        "none" => Some(Compression::None),
+        _ => None,
+    }
+}
+
+fn parse_headers(s: &str) -> Option<Headers> {
+    parse_key_values(s).map(Headers)
+}
+
+/// `k1=v1,k2=v2` with percent-encoded values (the W3C baggage form the
+/// specification uses for headers and resource attributes).
+fn parse_key_values(s: &str) -> Option<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for pair in s.split(',').filter(|p| !p.trim().is_empty()) {
+        let (k, v) = pair.split_once('=')?;
+        let k = k.trim();
+        if k.is_empty() {
+            return None;
+        }
+        out.push((k.to_string(), percent_decode(v.trim())?));
+    }
+    Some(out)
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn resolve(pairs: &[(&str, &str)]) -> ExportConfig {
+        resolve_with(ExportOverrides::default(), pairs)
+    }
+
+    fn resolve_with(overrides: ExportOverrides, pairs: &[(&str, &str)]) -> ExportConfig {
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        ExportConfig::resolve(overrides, move |k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn the_endpoint_follows_flag_then_signal_then_generic_then_default() {
+        let all = [
+            (env::TRACES_ENDPOINT, "http://t:1/custom"),
+            (env::ENDPOINT, "http://g:2/"),
+        ];
+        let flag = ExportOverrides {
+            endpoint: Some("http://flag:3".into()),
+            ..ExportOverrides::default()
+        };
+        let c = resolve_with(flag, &all);
+        assert_eq!(
+            (c.endpoint.value.as_str(), c.endpoint.source),
+            ("http://flag:3", Source::Explicit)
+        );
+        let c = resolve(&all);
+        assert_eq!(
+            (c.endpoint.value.as_str(), c.endpoint.source),
+            ("http://t:1/custom", Source::Env(env::TRACES_ENDPOINT))
+        );
+        let c = resolve(&all[1..]);
+        assert_eq!(c.endpoint.value, "http://g:2/");
+        let c = resolve(&[(env::ENDPOINT, "http://g:2/"), (env::PROTOCOL, "http/protobuf")]);
+        assert_eq!(
+            c.endpoint.value, "http://g:2/v1/traces",
+            "generic HTTP endpoints get the signal path"
+        );
+        assert_eq!(resolve(&[]).endpoint.value, DEFAULT_GRPC_ENDPOINT);
+        let c = resolve(&[(env::PROTOCOL, "http/protobuf")]);
+        assert_eq!(
+            (c.endpoint.value.as_str(), c.endpoint.source),
+            (DEFAULT_HTTP_ENDPOINT, Source::Default)
+        );
+    }
+
+    #[test]
+    fn the_protocol_follows_signal_then_generic_then_default() {
+        let c = resolve(&[(env::TRACES_PROTOCOL, "http/protobuf"), (env::PROTOCOL, "grpc")]);
+        assert_eq!(c.protocol.value, Protocol::HttpProtobuf);
+        assert_eq!(c.protocol.source, Source::Env(env::TRACES_PROTOCOL));
+        let c = resolve(&[(env::PROTOCOL, "http/protobuf")]);
+        assert_eq!(c.protocol.source, Source::Env(env::PROTOCOL));
+        assert_eq!(resolve(&[]).protocol.value, Protocol::Grpc);
+        let c = resolve(&[(env::PROTOCOL, "http/json")]);
+        assert_eq!(c.protocol.value, Protocol::Grpc);
+        assert_eq!(c.warnings.len(), 1, "unsupported values warn");
+    }
+
+    #[test]
+    fn headers_are_parsed_decoded_and_never_shown() {
+        let c = resolve(&[
+            (env::TRACES_HEADERS, "api-key=s%3Dcret,x-tenant=a"),
+            (env::HEADERS, "other=1"),
+        ]);
+        assert_eq!(
+            c.headers.value.0,
+            vec![("api-key".into(), "s=cret".into()), ("x-tenant".into(), "a".into())]
+        );
+        let shown = format!("{:?} {:?}", c.headers, c.describe());
+        assert!(!shown.contains("s=cret") && !shown.contains("s%3Dcret"), "{shown}");
+        let c = resolve(&[(env::HEADERS, "other=1")]);
+        assert_eq!(c.headers.source, Source::Env(env::HEADERS));
+        assert!(resolve(&[]).headers.value.0.is_empty());
+    }
+
+    #[test]
+    fn timeout_compression_insecure_and_certificate_have_each_rung() {
+        let c = resolve(&[
+            (env::TRACES_TIMEOUT, "500"),
+            (env::TIMEOUT, "700"),
+            (env::TRACES_COMPRESSION, "gzip"),
+            (env::INSECURE, "true"),
+            (env::CERTIFICATE, "/ca.pem"),
+        ]);
+        assert_eq!(c.timeout.value, Duration::from_millis(500));
+        assert_eq!(c.compression.value, Compression::Gzip);
+        assert!(c.insecure.value);
+        assert_eq!(c.insecure.source, Source::Env(env::INSECURE));
+        assert_eq!(c.certificate.value, Some(PathBuf::from("/ca.pem")));
+        let c = resolve(&[(env::TIMEOUT, "700"), (env::COMPRESSION, "none")]);
+        assert_eq!(c.timeout.value, Duration::from_millis(700));
+        assert_eq!(c.compression.source, Source::Env(env::COMPRESSION));
+        let c = resolve(&[]);
+        assert_eq!(c.timeout.value, Duration::from_secs(10));
+        assert_eq!(c.compression.value, Compression::None);
+        assert!(!c.insecure.value);
+        assert_eq!(c.certificate.value, None);
+    }
+
+    #[test]
+    fn disabled_sdk_or_none_exporter_turns_export_off() {
+        assert!(resolve(&[]).enabled());
+        assert!(!resolve(&[(env::SDK_DISABLED, "true")]).enabled());
+        assert!(!resolve(&[(env::TRACES_EXPORTER, "none")]).enabled());
+        assert_eq!(
+            resolve(&[(env::TRACES_EXPORTER, "zipkin,console")]).exporter.value,
+            TracesExporter::Console
+        );
+        let flag = ExportOverrides {
+            exporter: Some(TracesExporter::Otlp),
+            ..ExportOverrides::default()
+        };
+        assert!(resolve_with(flag, &[(env::TRACES_EXPORTER, "none")]).enabled());
+    }
+
+    #[test]
+    fn service_name_comes_from_its_variable_then_the_resource_then_the_default() {
+        let c = resolve(&[
+            (env::SERVICE_NAME, "svc"),
+            (env::RESOURCE_ATTRIBUTES, "service.name=res,deployment.environment=prod"),
+        ]);
+        assert_eq!(c.service_name.value, "svc");
+        let c = resolve(&[(env::RESOURCE_ATTRIBUTES, "service.name=res")]);
+        assert_eq!(
+            (c.service_name.value.as_str(), c.service_name.source),
+            ("res", Source::Env(env::RESOURCE_ATTRIBUTES))
+        );
+        assert_eq!(resolve(&[]).service_name.value, DEFAULT_SERVICE_NAME);
+    }
+
+    #[test]
+    fn sampling_is_per_trace_id_and_follows_the_ratio() {
+        let c = resolve(&[
+            (env::TRACES_SAMPLER, "parentbased_traceidratio"),
+            (env::TRACES_SAMPLER_ARG, "0.25"),
+        ]);
+        assert_eq!(c.sampler.value, Sampler::TraceIdRatio(0.25));
+        assert_eq!(
+            resolve(&[(env::TRACES_SAMPLER, "always_off")]).sampler.value,
+            Sampler::AlwaysOff
+        );
+        assert_eq!(resolve(&[]).sampler.value, Sampler::AlwaysOn);
+        let kept = (0..10_000)
+            .filter(|i| c.sampler.value.keeps(&crate::span::trace_id(&["t", &i.to_string()])))
+            .count();
+        assert!((2_200..2_800).contains(&kept), "{kept}");
+        let id = crate::span::trace_id(&["same"]);
+        assert_eq!(c.sampler.value.keeps(&id), c.sampler.value.keeps(&id));
+    }
+
+    #[test]
+    fn hermes_settings_have_defaults_and_env() {
+        let c = resolve(&[
+            (env::TRACE_MODE, "turn"),
+            (env::OUTBOX_MAX_ROWS, "10"),
+            (env::SESSION_GRACE_SECONDS, "0"),
+            (env::SPAN_SENDER, "false"),
+            (env::LEASE_SECONDS, "2"),
+            (env::IDLE_TIMEOUT_SECONDS, "5"),
+            (env::BSP_MAX_EXPORT_BATCH_SIZE, "64"),
+        ]);
+        assert_eq!(c.trace_mode.value, TraceMode::Turn);
+        assert_eq!(c.outbox_max_rows.value, 10);
+        assert_eq!(c.session_grace_seconds.value, 0.0);
+        assert!(!c.include_sender.value);
+        assert_eq!(c.lease_seconds.value, 2.0);
+        assert_eq!(c.idle_timeout_seconds.value, 5.0);
+        assert_eq!(c.batch_max_spans.value, 64);
+        let c = resolve(&[(env::OUTBOX_MAX_ROWS, "lots")]);
+        assert_eq!(c.outbox_max_rows.source, Source::Default);
+        assert_eq!(c.trace_mode.value, TraceMode::Auto);
+    }
+}

@@ -1,0 +1,49 @@
+//! `OTEL_TRACES_EXPORTER=console`: one JSON line per span on stdout, for
+//! looking at what would be sent. Attribute values are printed as they
+//! are on the span (content capture governs what spans carry).
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
+
+/// Prints every span of `request`.
+pub fn print(request: &ExportTraceServiceRequest) {
+    for rs in &request.resource_spans {
+        for ss in &rs.scope_spans {
+            for span in &ss.spans {
+                let attributes: serde_json::Map<String, serde_json::Value> = span
+                    .attributes
+                    .iter()
+                    .map(|kv| (kv.key.clone(), json_of(kv.value.as_ref())))
+                    .collect();
+                let line = serde_json::json!({
+                    "trace_id": hex(&span.trace_id),
+                    "span_id": hex(&span.span_id),
+                    "parent_span_id": hex(&span.parent_span_id),
+                    "name": span.name,
+                    "kind": span.kind,
+                    "start_time_unix_nano": span.start_time_unix_nano,
+                    "end_time_unix_nano": span.end_time_unix_nano,
+                    "status": span.status.as_ref().map(|s| s.code),
+                    "attributes": attributes,
+                });
+                println!("{line}");
+            }
+        }
+    }
+}
+
+/// Lower-case hex of an id.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn json_of(value: Option<&AnyValue>) -> serde_json::Value {
+    match value.and_then(|v| v.value.as_ref()) {
+        Some(any_value::Value::StringValue(s)) => s.clone().into(),
+        Some(any_value::Value::IntValue(i)) => (*i).into(),
+        Some(any_value::Value::DoubleValue(d)) => (*d).into(),
+        Some(any_value::Value::BoolValue(b)) => (*b).into(),
+        Some(any_value::Value::ArrayValue(a)) => a.values.iter().map(|v| json_of(Some(v))).collect(),
+        _ => serde_json::Value::Null,
+    }
+}

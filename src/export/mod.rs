@@ -1,0 +1,492 @@
+//! The trace exporter: reads the outbox, sends OTLP, marks rows done.
+//!
+//! Owns: the export loop (lease, batches, sampling, backoff), turning
+//! outbox rows into spans through [`crate::span`], and re-sending history.
+//! Must not touch: the journal, Python, anything on the hook path.
+//!
+//! # Use
+//!
+//! ```no_run
+//! # fn main() -> hermes_otel::Result<()> {
+//! use hermes_otel::export::{ExportConfig, ExportOverrides, Exporter};
+//! let config = ExportConfig::from_env(ExportOverrides::default());
+//! let mut exporter = Exporter::new(config, std::path::Path::new("/tmp/hermes-otel.db"))?;
+//! exporter.run_once()?; // one batch, if this process holds the lease
+//! exporter.flush(std::time::Instant::now() + std::time::Duration::from_secs(2))?;
+//! # Ok(()) }
+//! ```
+//!
+//! The Python binding owns a background thread that calls
+//! [`Exporter::run_once`] and, at a one-shot process's end,
+//! [`Exporter::flush`] with a short deadline. `hermes-otel serve` loops
+//! over [`Exporter::run_once`] and [`Exporter::close_idle`].
+//!
+//! # Guarantees
+//!
+//! - Only the holder of the store's export lease sends (one exporter per
+//!   store). The lease is renewed at every step and lapses `lease_seconds`
+//!   after its holder stopped renewing it (it died), so another process
+//!   takes over. Processes sharing a store never send a span twice in
+//!   normal operation.
+//! - Rows are deleted only after the collector accepted the request, so a
+//!   crash or an outage loses nothing; after a crash between the two, the
+//!   next exporter re-sends the same spans with the same ids.
+//! - A failed send backs off (bounded exponential with jitter, see
+//!   [`retry`]) and retries for as long as the retention cap allows.
+
+pub mod config;
+mod console;
+pub mod retry;
+pub mod transport;
+
+pub use config::{ExportConfig, ExportOverrides, Protocol, Sampler, TracesExporter};
+pub use console::hex;
+pub use transport::{Accepted, SendError, Transport};
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+
+use crate::error::{Error, Result};
+use crate::span::{self, Ancestor, Ancestry, SpanOptions};
+use crate::store::{counter, OutboxRow, RunRow, SpanKind, Store, RUNNING, TRACE_LEASE};
+use retry::Backoff;
+
+/// The instrumentation scope name on every span.
+pub const SCOPE_NAME: &str = "hermes-otel";
+
+/// How deep a chain of subagents is followed (a guard against cycles).
+const MAX_ANCESTRY: usize = 32;
+
+/// What one step did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Step {
+    /// This process holds the lease.
+    pub leased: bool,
+    /// Spans the collector accepted.
+    pub exported: usize,
+    /// Rows done without a span (sampled out, not finished, gone).
+    pub skipped: usize,
+    /// A full batch was read: more may be ready.
+    pub more: bool,
+    /// The send failed; retry no earlier than this.
+    pub backing_off: Option<Duration>,
+    /// The last failure, if this step failed.
+    pub error: Option<String>,
+}
+
+/// The trace exporter of one store.
+pub struct Exporter {
+    store: Store,
+    config: ExportConfig,
+    runtime: tokio::runtime::Runtime,
+    transport: Option<Transport>,
+    holder: String,
+    backoff: Backoff,
+    not_before: Option<Instant>,
+    resource: Resource,
+    options: SpanOptions,
+}
+
+impl std::fmt::Debug for Exporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exporter")
+            .field("store", &self.store)
+            .field("holder", &self.holder)
+            .field("transport", &self.transport)
+            .finish()
+    }
+}
+
+impl Exporter {
+    /// Opens the store at `store_path` (its own connection) and builds the
+    /// transport; nothing is sent yet and a collector that is down is not
+    /// an error.
+    pub fn new(config: ExportConfig, store_path: &Path) -> Result<Self> {
+        let store = Store::open(store_path)?;
+        Self::with_store(config, store)
+    }
+
+    /// Like [`Exporter::new`] over an open store.
+    pub fn with_store(config: ExportConfig, store: Store) -> Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Other(format!("export runtime: {e}")))?;
+        let transport = if config.enabled() {
+            let _guard = runtime.enter();
+            Some(Transport::new(&config)?)
+        } else {
+            None
+        };
+        let holder = format!("pid {} #{:08x}", std::process::id(), fastrand::u32(..));
+        let resource = resource_of(&config);
+        let options = SpanOptions {
+            mode: config.trace_mode.value,
+            include_sender: config.include_sender.value,
+        };
+        Ok(Exporter {
+            store,
+            config,
+            runtime,
+            transport,
+            holder,
+            backoff: Backoff::default(),
+            not_before: None,
+            resource,
+            options,
+        })
+    }
+
+    /// The store this exporter reads.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &ExportConfig {
+        &self.config
+    }
+
+    /// This exporter's lease holder id.
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// One step: take or renew the lease, apply the retention cap, send one
+    /// batch of ready rows, and delete them once accepted. Does nothing while
+    /// backing off, without the lease, or with export disabled (the cap still
+    /// applies then, so the disk stays bounded).
+    pub fn run_once(&mut self) -> Result<Step> {
+        self.step(None)
+    }
+
+    /// Sends batches until no row is ready or `deadline` passes; waits out
+    /// backoff delays that end before the deadline. For a one-shot process's
+    /// last moments: whatever is left stays for the next exporter.
+    pub fn flush(&mut self, deadline: Instant) -> Result<Step> {
+        let mut total = Step::default();
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(total);
+            }
+            if let Some(t) = self.not_before {
+                if t >= deadline {
+                    return Ok(total);
+                }
+                if t > now {
+                    std::thread::sleep(t - now);
+                }
+            }
+            let step = self.step(Some(deadline))?;
+            total.leased = step.leased;
+            total.exported += step.exported;
+            total.skipped += step.skipped;
+            total.error = step.error.clone().or(total.error);
+            total.backing_off = step.backing_off;
+            if !step.leased || (!step.more && step.error.is_none()) {
+                total.more = step.more;
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Closes spans left open by processes that went away (see
+    /// [`Store::close_idle_runs`]), enqueueing them. Returns the runs closed.
+    pub fn close_idle(&mut self) -> Result<usize> {
+        self.store
+            .close_idle_runs(unix_now(), self.config.idle_timeout_seconds.value)
+    }
+
+    /// Gives the lease up (also done on drop).
+    pub fn release(&mut self) -> Result<()> {
+        self.store.release_lease(TRACE_LEASE, &self.holder)
+    }
+
+    /// Re-sends every finished span that ended at or after `since` (Unix
+    /// seconds), whatever the outbox says, with the same ids as before.
+    /// Leaves the outbox alone. Retries each batch until `deadline`.
+    pub fn export_history(&mut self, since: f64, deadline: Instant) -> Result<usize> {
+        let rows = self.store.history(since)?;
+        let mut sent = 0;
+        for chunk in rows.chunks(self.config.batch_max_spans.value.max(1)) {
+            let (spans, _) = self.build(chunk)?;
+            if spans.is_empty() {
+                continue;
+            }
+            let n = spans.len();
+            let request = self.request(spans);
+            loop {
+                match self.send(request.clone(), Some(deadline)) {
+                    Ok(_) => break,
+                    Err(e) => {
+                        let wait = self.backoff.next(e.verdict);
+                        if Instant::now() + wait >= deadline {
+                            return Err(Error::Other(format!("export --since: {}", e.message)));
+                        }
+                        std::thread::sleep(wait);
+                    }
+                }
+            }
+            self.backoff.reset();
+            sent += n;
+        }
+        Ok(sent)
+    }
+
+    fn step(&mut self, deadline: Option<Instant>) -> Result<Step> {
+        let mut out = Step::default();
+        if let Some(t) = self.not_before {
+            let now = Instant::now();
+            if now < t {
+                out.backing_off = Some(t - now);
+                return Ok(out);
+            }
+        }
+        let now = unix_now();
+        if !self.store.acquire_lease(
+            TRACE_LEASE,
+            &self.holder,
+            std::process::id() as i64,
+            now,
+            self.config.lease_seconds.value,
+        )? {
+            return Ok(out);
+        }
+        out.leased = true;
+        self.store.outbox_enforce_cap(self.config.outbox_max_rows.value)?;
+        if self.transport.is_none() {
+            return Ok(out);
+        }
+        let limit = self.config.batch_max_spans.value.max(1);
+        let rows = self
+            .store
+            .outbox_ready(now, self.config.session_grace_seconds.value, limit)?;
+        out.more = rows.len() == limit;
+        if rows.is_empty() {
+            return Ok(out);
+        }
+        let (spans, skipped) = self.build(&rows)?;
+        let sampled_out = skipped.sampled_out;
+        out.skipped = skipped.sampled_out + skipped.unfinished;
+        if spans.is_empty() {
+            self.store.outbox_done(
+                &rows,
+                &[
+                    (counter::SAMPLED_OUT, sampled_out as i64),
+                    (counter::SKIPPED, skipped.unfinished as i64),
+                ],
+                now,
+            )?;
+            return Ok(out);
+        }
+        let n = spans.len();
+        let request = self.request(spans);
+        match self.send(request, deadline) {
+            Ok(accepted) => {
+                self.backoff.reset();
+                self.not_before = None;
+                let rejected = accepted.rejected_spans.clamp(0, n as i64);
+                self.store.outbox_done(
+                    &rows,
+                    &[
+                        (counter::EXPORTED, n as i64 - rejected),
+                        (counter::REJECTED, rejected),
+                        (counter::SAMPLED_OUT, sampled_out as i64),
+                        (counter::SKIPPED, skipped.unfinished as i64),
+                    ],
+                    unix_now(),
+                )?;
+                out.exported = n;
+            }
+            Err(e) => {
+                let wait = self.backoff.next(e.verdict);
+                self.not_before = Some(Instant::now() + wait);
+                self.store.export_failed(&e.message, unix_now())?;
+                tracing::warn!(target: "Export.Failed", error = %e.message, retry_in_ms = wait.as_millis() as u64);
+                out.backing_off = Some(wait);
+                out.error = Some(e.message);
+                out.more = false;
+            }
+        }
+        Ok(out)
+    }
+
+    fn send(&mut self, request: ExportTraceServiceRequest, deadline: Option<Instant>) -> Result<Accepted, SendError> {
+        let Some(transport) = self.transport.as_mut() else {
+            return Ok(Accepted::default());
+        };
+        let fut = transport.send(request);
+        match deadline {
+            None => self.runtime.block_on(fut),
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                self.runtime
+                    .block_on(async { tokio::time::timeout(left, fut).await })
+                    .unwrap_or_else(|_| {
+                        Err(SendError {
+                            verdict: retry::Verdict::Retry { after: None },
+                            message: "export: flush deadline passed".into(),
+                        })
+                    })
+            }
+        }
+    }
+
+    fn request(&self, spans: Vec<Span>) -> ExportTraceServiceRequest {
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: Some(self.resource.clone()),
+                scope_spans: vec![ScopeSpans {
+                    scope: Some(InstrumentationScope {
+                        name: SCOPE_NAME.to_string(),
+                        version: env!("CARGO_PKG_VERSION").to_string(),
+                        ..InstrumentationScope::default()
+                    }),
+                    spans,
+                    schema_url: String::new(),
+                }],
+                schema_url: String::new(),
+            }],
+        }
+    }
+
+    /// The spans of `rows` that are finished and sampled.
+    fn build(&self, rows: &[OutboxRow]) -> Result<(Vec<Span>, Skipped)> {
+        let mut sessions = Sessions::default();
+        let mut spans = Vec::with_capacity(rows.len());
+        let mut skipped = Skipped::default();
+        for row in rows {
+            match self.build_one(row, &mut sessions)? {
+                Some(span) if self.config.sampler.value.keeps(&span.trace_id) => spans.push(span),
+                Some(_) => skipped.sampled_out += 1,
+                None => skipped.unfinished += 1,
+            }
+        }
+        Ok((spans, skipped))
+    }
+
+    fn build_one(&self, row: &OutboxRow, sessions: &mut Sessions) -> Result<Option<Span>> {
+        let store = &self.store;
+        let opts = self.options;
+        let Some((run, ancestry)) = sessions.get(store, &row.session_id)? else {
+            return Ok(None);
+        };
+        Ok(match row.kind {
+            SpanKind::Run => (run.status != RUNNING).then(|| span::session_span(run, ancestry, opts)),
+            SpanKind::Turn => store
+                .turn_row(&row.key)?
+                .filter(|t| t.ended_at.is_some() || run.status != RUNNING)
+                .map(|t| span::turn_span(&t, run, ancestry, opts)),
+            SpanKind::LlmCall => store
+                .llm_call_row(&row.key)?
+                .map(|a| span::attempt_span(&a, run, ancestry, opts)),
+            SpanKind::LlmError => store
+                .llm_error_row(&row.key, row.n)?
+                .map(|a| span::attempt_span(&a, run, ancestry, opts)),
+            SpanKind::OpenAttempt => store
+                .open_attempt_row(&row.key)?
+                .map(|a| span::attempt_span(&a, run, ancestry, opts)),
+            SpanKind::Tool => store
+                .tool_row(&row.session_id, &row.key)?
+                .filter(|t| t.ended_at.is_some() || run.status != RUNNING)
+                .map(|t| span::tool_span(&t, run, ancestry, opts)),
+        })
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        let _ = self.release();
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Skipped {
+    sampled_out: usize,
+    unfinished: usize,
+}
+
+/// Runs and their ancestry, loaded once per batch.
+#[derive(Default)]
+struct Sessions(HashMap<String, Option<(RunRow, Ancestry)>>);
+
+impl Sessions {
+    fn get(&mut self, store: &Store, session_id: &str) -> Result<Option<&(RunRow, Ancestry)>> {
+        if !self.0.contains_key(session_id) {
+            let loaded = match store.run_row(session_id)? {
+                Some(run) => {
+                    let ancestry = ancestry_of(store, &run)?;
+                    Some((run, ancestry))
+                }
+                None => None,
+            };
+            self.0.insert(session_id.to_string(), loaded);
+        }
+        Ok(self.0.get(session_id).and_then(|v| v.as_ref()))
+    }
+}
+
+fn ancestry_of(store: &Store, run: &RunRow) -> Result<Ancestry> {
+    let node = |r: &RunRow| Ancestor {
+        session_id: r.session_id.clone(),
+        platform: r.platform.clone(),
+        parent_turn_id: r.edge.as_ref().and_then(|e| e.parent_turn_id.clone()),
+    };
+    let mut chain = vec![node(run)];
+    let mut parent = run.edge.as_ref().map(|e| e.parent_session_id.clone());
+    while let Some(p) = parent.take() {
+        if chain.len() >= MAX_ANCESTRY || chain.iter().any(|a| a.session_id == p) {
+            break;
+        }
+        match store.run_row(&p)? {
+            Some(r) => {
+                chain.push(node(&r));
+                parent = r.edge.as_ref().map(|e| e.parent_session_id.clone());
+            }
+            None => {
+                // A parent with no run of its own (its events were never
+                // recorded here): still the root of the trace.
+                chain.push(Ancestor {
+                    session_id: p,
+                    ..Ancestor::default()
+                });
+            }
+        }
+    }
+    Ok(Ancestry(chain))
+}
+
+fn resource_of(config: &ExportConfig) -> Resource {
+    let kv = |k: &str, v: &str| KeyValue {
+        key: k.to_string(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v.to_string())),
+        }),
+        ..KeyValue::default()
+    };
+    let mut attributes = vec![kv(crate::semconv::resource::SERVICE_NAME, &config.service_name.value)];
+    for (k, v) in &config.resource_attributes.value {
+        if k != crate::semconv::resource::SERVICE_NAME {
+            attributes.push(kv(k, v));
+        }
+    }
+    Resource {
+        attributes,
+        ..Resource::default()
+    }
+}
+
+/// Now, in Unix seconds.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}

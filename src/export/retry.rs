@@ -1,0 +1,232 @@
+//! Which export failures are retried, and how long to wait. Pure.
+//!
+//! Owns: the OTLP specification's retry rules for gRPC status codes and
+//! HTTP statuses, reading the server's delay hints (gRPC `RetryInfo`, HTTP
+//! `Retry-After` in seconds), and the bounded exponential backoff with full
+//! jitter. Must not touch: I/O.
+//!
+//! A *permanent* failure (say 400 or `INVALID_ARGUMENT`, or 401 from a
+//! misconfigured token) would make an SDK drop the batch. hermes-otel does
+//! not drop: losing spans is worse than retrying slowly, and the retention
+//! cap bounds the disk. The exporter retries permanent failures at the
+//! maximum backoff and shows the last error in `status`.
+
+use std::time::Duration;
+
+/// What to do after a failed export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Transient: retry with backoff, or after the server's hint.
+    Retry { after: Option<Duration> },
+    /// The server will not accept this as it is; retry slowly.
+    Permanent,
+}
+
+/// The gRPC codes the OTLP specification calls retryable.
+/// `RESOURCE_EXHAUSTED` only is when the server sent `RetryInfo`.
+pub fn classify_grpc(code: tonic::Code, retry_info: Option<Duration>) -> Verdict {
+    use tonic::Code::*;
+    match code {
+        Cancelled | DeadlineExceeded | Aborted | OutOfRange | Unavailable | DataLoss => {
+            Verdict::Retry { after: retry_info }
+        }
+        ResourceExhausted if retry_info.is_some() => Verdict::Retry { after: retry_info },
+        _ => Verdict::Permanent,
+    }
+}
+
+/// The HTTP statuses the OTLP specification calls retryable: 429, 502, 503,
+/// 504 (with `Retry-After` honoured). Anything else that is not 2xx is
+/// permanent.
+pub fn classify_http(status: u16, retry_after: Option<Duration>) -> Verdict {
+    match status {
+        429 | 502 | 503 | 504 => Verdict::Retry { after: retry_after },
+        _ => Verdict::Permanent,
+    }
+}
+
+/// `Retry-After` as delay-seconds (the HTTP-date form is ignored: the
+/// backoff applies instead).
+pub fn parse_retry_after(value: &str) -> Option<Duration> {
+    value.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// The `google.rpc.RetryInfo` delay in a gRPC status's details, if any.
+pub fn grpc_retry_info(details: &[u8]) -> Option<Duration> {
+    use prost::Message;
+    let status = RpcStatus::decode(details).ok()?;
+    status
+        .details
+        .iter()
+        .find(|any| any.type_url.ends_with("google.rpc.RetryInfo"))
+        .and_then(|any| RetryInfo::decode(any.value.as_slice()).ok())
+        .and_then(|info| info.retry_delay)
+        .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.clamp(0, 999_999_999) as u32))
+}
+
+/// `google.rpc.Status`, only the field we read.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RpcStatus {
+    #[prost(message, repeated, tag = "3")]
+    details: Vec<ProtoAny>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ProtoAny {
+    #[prost(string, tag = "1")]
+    type_url: String,
+    #[prost(bytes = "vec", tag = "2")]
+    value: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RetryInfo {
+    #[prost(message, optional, tag = "1")]
+    retry_delay: Option<ProtoDuration>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ProtoDuration {
+    #[prost(int64, tag = "1")]
+    seconds: i64,
+    #[prost(int32, tag = "2")]
+    nanos: i32,
+}
+
+/// Bounded exponential backoff with full jitter.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    /// The first delay's upper bound. 500 ms: a restarting collector is
+    /// usually back within a second or two.
+    pub initial: Duration,
+    /// The cap. 30 s keeps an outage's tail short once the collector is
+    /// back, while a dead collector costs one attempt per 30 s.
+    pub max: Duration,
+    failures: u32,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_millis(500),
+            max: Duration::from_secs(30),
+            failures: 0,
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay before the next attempt after one more failure: uniform in
+    /// `[0, min(max, initial * 2^failures)]`, or the server's hint (capped
+    /// at `max`), or `max` for a permanent failure.
+    pub fn next(&mut self, verdict: Verdict) -> Duration {
+        self.failures = self.failures.saturating_add(1);
+        match verdict {
+            Verdict::Permanent => self.max,
+            Verdict::Retry { after: Some(hint) } => hint.min(self.max),
+            Verdict::Retry { after: None } => {
+                let exp = self.failures.saturating_sub(1).min(20);
+                let ceiling = self.initial.saturating_mul(1 << exp).min(self.max);
+                ceiling.mul_f64(fastrand::f64())
+            }
+        }
+    }
+
+    /// Resets after a success.
+    pub fn reset(&mut self) {
+        self.failures = 0;
+    }
+
+    /// Consecutive failures so far.
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Code;
+
+    #[test]
+    fn grpc_codes_follow_the_otlp_table() {
+        let hint = Some(Duration::from_secs(3));
+        for (code, info, want) in [
+            (Code::Cancelled, None, Verdict::Retry { after: None }),
+            (Code::DeadlineExceeded, None, Verdict::Retry { after: None }),
+            (Code::Aborted, None, Verdict::Retry { after: None }),
+            (Code::OutOfRange, None, Verdict::Retry { after: None }),
+            (Code::Unavailable, hint, Verdict::Retry { after: hint }),
+            (Code::DataLoss, None, Verdict::Retry { after: None }),
+            (Code::ResourceExhausted, None, Verdict::Permanent),
+            (Code::ResourceExhausted, hint, Verdict::Retry { after: hint }),
+            (Code::InvalidArgument, None, Verdict::Permanent),
+            (Code::Unauthenticated, None, Verdict::Permanent),
+            (Code::PermissionDenied, None, Verdict::Permanent),
+            (Code::Unimplemented, None, Verdict::Permanent),
+            (Code::Internal, None, Verdict::Permanent),
+            (Code::NotFound, None, Verdict::Permanent),
+        ] {
+            assert_eq!(classify_grpc(code, info), want, "{code:?}");
+        }
+    }
+
+    #[test]
+    fn http_statuses_follow_the_otlp_table() {
+        let hint = Some(Duration::from_secs(7));
+        for (status, want) in [
+            (429, Verdict::Retry { after: hint }),
+            (502, Verdict::Retry { after: hint }),
+            (503, Verdict::Retry { after: hint }),
+            (504, Verdict::Retry { after: hint }),
+            (400, Verdict::Permanent),
+            (401, Verdict::Permanent),
+            (404, Verdict::Permanent),
+            (413, Verdict::Permanent),
+            (500, Verdict::Permanent),
+        ] {
+            assert_eq!(classify_http(status, hint), want, "{status}");
+        }
+    }
+
+    #[test]
+    fn retry_after_takes_seconds_only() {
+        assert_eq!(parse_retry_after(" 12 "), Some(Duration::from_secs(12)));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+    }
+
+    #[test]
+    fn retry_info_is_read_from_status_details() {
+        use prost::Message;
+        let info = RetryInfo {
+            retry_delay: Some(ProtoDuration { seconds: 2, nanos: 500 }),
+        };
+        let status = RpcStatus {
+            details: vec![ProtoAny {
+                type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
+                value: info.encode_to_vec(),
+            }],
+        };
+        assert_eq!(grpc_retry_info(&status.encode_to_vec()), Some(Duration::new(2, 500)));
+        assert_eq!(grpc_retry_info(&[]), None);
+    }
+
+    #[test]
+    fn backoff_grows_is_bounded_and_resets() {
+        let mut b = Backoff::default();
+        for _ in 0..50 {
+            let d = b.next(Verdict::Retry { after: None });
+            assert!(d <= b.max);
+        }
+        assert_eq!(b.next(Verdict::Permanent), b.max);
+        assert_eq!(
+            b.next(Verdict::Retry {
+                after: Some(Duration::from_secs(999))
+            }),
+            b.max
+        );
+        b.reset();
+        assert_eq!(b.failures(), 0);
+        assert!(b.next(Verdict::Retry { after: None }) <= b.initial);
+    }
+}

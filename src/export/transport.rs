@@ -1,0 +1,376 @@
+//! Sending one OTLP trace request: gRPC (tonic), HTTP/protobuf (hyper), or
+//! the console.
+//!
+//! Owns: connections, TLS, compression, headers, timeouts, and turning each
+//! failure into a retry verdict (through [`super::retry`]). Must not touch:
+//! the store.
+//!
+//! Endpoints: `http://` is plaintext, `https://` is TLS (verified against
+//! the CA file of `OTEL_EXPORTER_OTLP_CERTIFICATE` when set, else the system
+//! roots). A gRPC endpoint without a scheme is TLS unless
+//! `OTEL_EXPORTER_OTLP_INSECURE=true`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use prost::Message;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+
+use super::config::{Compression, ExportConfig, Headers, Protocol, TracesExporter};
+use super::retry::{self, Verdict};
+use crate::error::{Error, Result};
+
+/// The collector accepted a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Accepted {
+    /// Spans the collector said it rejected (partial success). They are not
+    /// retried: the collector decided.
+    pub rejected_spans: i64,
+}
+
+/// A failed send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendError {
+    pub verdict: Verdict,
+    /// What failed, without header values.
+    pub message: String,
+}
+
+/// Where requests go.
+pub enum Transport {
+    Grpc(Box<GrpcTransport>),
+    Http(Box<HttpTransport>),
+    Console,
+}
+
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Transport::Grpc(_) => "Transport::Grpc",
+            Transport::Http(_) => "Transport::Http",
+            Transport::Console => "Transport::Console",
+        })
+    }
+}
+
+impl Transport {
+    /// Builds the transport `config` asks for. Connects lazily: a collector
+    /// that is down is not an error here. Must be called inside a tokio
+    /// runtime context.
+    pub fn new(config: &ExportConfig) -> Result<Self> {
+        if config.exporter.value == TracesExporter::Console {
+            return Ok(Transport::Console);
+        }
+        let ca = match &config.certificate.value {
+            Some(path) => Some(std::fs::read(path).map_err(|e| Error::io(path, e))?),
+            None => None,
+        };
+        Ok(match config.protocol.value {
+            Protocol::Grpc => Transport::Grpc(Box::new(GrpcTransport::new(config, ca)?)),
+            Protocol::HttpProtobuf => Transport::Http(Box::new(HttpTransport::new(config, ca)?)),
+        })
+    }
+
+    /// Sends one request.
+    pub async fn send(&mut self, request: ExportTraceServiceRequest) -> Result<Accepted, SendError> {
+        match self {
+            Transport::Grpc(t) => t.send(request).await,
+            Transport::Http(t) => t.send(request).await,
+            Transport::Console => {
+                super::console::print(&request);
+                Ok(Accepted::default())
+            }
+        }
+    }
+}
+
+/// OTLP/gRPC through opentelemetry-proto's tonic client.
+pub struct GrpcTransport {
+    client: TraceServiceClient<Channel>,
+    headers: Vec<(
+        tonic::metadata::MetadataKey<tonic::metadata::Ascii>,
+        tonic::metadata::AsciiMetadataValue,
+    )>,
+}
+
+impl GrpcTransport {
+    fn new(config: &ExportConfig, ca: Option<Vec<u8>>) -> Result<Self> {
+        let raw = config.endpoint.value.trim();
+        let url = if raw.contains("://") {
+            raw.to_string()
+        } else if config.insecure.value {
+            format!("http://{raw}")
+        } else {
+            format!("https://{raw}")
+        };
+        let bad = |e: tonic::transport::Error| Error::Other(format!("otlp grpc endpoint {url}: {e}"));
+        let mut endpoint = Endpoint::from_shared(url.clone())
+            .map_err(bad)?
+            .timeout(config.timeout.value)
+            .connect_timeout(config.timeout.value);
+        if url.starts_with("https://") {
+            let tls = match ca {
+                Some(pem) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)),
+                None => ClientTlsConfig::new().with_native_roots(),
+            };
+            endpoint = endpoint.tls_config(tls).map_err(bad)?;
+        }
+        let mut client = TraceServiceClient::new(endpoint.connect_lazy());
+        if config.compression.value == Compression::Gzip {
+            client = client.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+        }
+        client = client.accept_compressed(tonic::codec::CompressionEncoding::Gzip);
+        let headers = grpc_headers(&config.headers.value);
+        Ok(GrpcTransport { client, headers })
+    }
+
+    async fn send(&mut self, request: ExportTraceServiceRequest) -> Result<Accepted, SendError> {
+        let mut request = tonic::Request::new(request);
+        for (k, v) in &self.headers {
+            request.metadata_mut().insert(k.clone(), v.clone());
+        }
+        match self.client.export(request).await {
+            Ok(response) => Ok(Accepted {
+                rejected_spans: response
+                    .into_inner()
+                    .partial_success
+                    .map(|p| p.rejected_spans)
+                    .unwrap_or(0),
+            }),
+            Err(status) => {
+                let verdict = retry::classify_grpc(status.code(), retry::grpc_retry_info(status.details()));
+                Err(SendError {
+                    verdict,
+                    message: format!("otlp grpc: {:?}: {}", status.code(), status.message()),
+                })
+            }
+        }
+    }
+}
+
+fn grpc_headers(
+    headers: &Headers,
+) -> Vec<(
+    tonic::metadata::MetadataKey<tonic::metadata::Ascii>,
+    tonic::metadata::AsciiMetadataValue,
+)> {
+    headers
+        .0
+        .iter()
+        .filter_map(|(k, v)| {
+            let key = tonic::metadata::MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes()).ok()?;
+            let value = tonic::metadata::AsciiMetadataValue::try_from(v.as_str()).ok()?;
+            Some((key, value))
+        })
+        .collect()
+}
+
+/// OTLP/HTTP with protobuf bodies over one kept-alive HTTP/1.1 connection.
+pub struct HttpTransport {
+    host: String,
+    port: u16,
+    path: String,
+    authority: String,
+    tls: Option<tokio_rustls::TlsConnector>,
+    headers: Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)>,
+    gzip: bool,
+    timeout: Duration,
+    sender: Option<SendRequest<Full<Bytes>>>,
+}
+
+impl HttpTransport {
+    fn new(config: &ExportConfig, ca: Option<Vec<u8>>) -> Result<Self> {
+        let url = config.endpoint.value.trim();
+        let bad = |what: &str| Error::Other(format!("otlp http endpoint {url}: {what}"));
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
+        let tls = match scheme.to_ascii_lowercase().as_str() {
+            "http" => false,
+            "https" => true,
+            _ => return Err(bad("scheme is not http or https")),
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => {
+                (h.to_string(), p.parse::<u16>().map_err(|_| bad("bad port"))?)
+            }
+            _ => (authority.to_string(), if tls { 443 } else { 80 }),
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+        let tls = if tls { Some(tls_connector(ca)?) } else { None };
+        let headers = config
+            .headers
+            .value
+            .0
+            .iter()
+            .filter_map(|(k, v)| {
+                Some((
+                    hyper::header::HeaderName::from_bytes(k.as_bytes()).ok()?,
+                    hyper::header::HeaderValue::from_str(v).ok()?,
+                ))
+            })
+            .collect();
+        Ok(HttpTransport {
+            host,
+            port,
+            path: path.to_string(),
+            authority: authority.to_string(),
+            tls,
+            headers,
+            gzip: config.compression.value == Compression::Gzip,
+            timeout: config.timeout.value,
+            sender: None,
+        })
+    }
+
+    async fn connect(&self) -> std::io::Result<SendRequest<Full<Bytes>>> {
+        let tcp = tokio::net::TcpStream::connect((self.host.as_str(), self.port)).await?;
+        tcp.set_nodelay(true)?;
+        let other = |e: hyper::Error| std::io::Error::other(e.to_string());
+        match &self.tls {
+            Some(connector) => {
+                let name = rustls_pki_types::ServerName::try_from(self.host.clone())
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+                let stream = connector.connect(name, tcp).await?;
+                let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                    .await
+                    .map_err(other)?;
+                tokio::spawn(conn);
+                Ok(sender)
+            }
+            None => {
+                let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+                    .await
+                    .map_err(other)?;
+                tokio::spawn(conn);
+                Ok(sender)
+            }
+        }
+    }
+
+    async fn send(&mut self, request: ExportTraceServiceRequest) -> Result<Accepted, SendError> {
+        let body = request.encode_to_vec();
+        let body = if self.gzip { gzip(&body) } else { body };
+        match tokio::time::timeout(self.timeout, self.send_body(body)).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.sender = None;
+                Err(SendError {
+                    verdict: Verdict::Retry { after: None },
+                    message: format!("otlp http: no answer within {} ms", self.timeout.as_millis()),
+                })
+            }
+        }
+    }
+
+    async fn send_body(&mut self, body: Vec<u8>) -> Result<Accepted, SendError> {
+        let transient = |message: String| SendError {
+            verdict: Verdict::Retry { after: None },
+            message,
+        };
+        let reusable = match self.sender.as_mut() {
+            Some(s) => s.ready().await.is_ok(),
+            None => false,
+        };
+        if !reusable {
+            self.sender = Some(
+                self.connect()
+                    .await
+                    .map_err(|e| transient(format!("otlp http: connect {}: {e}", self.authority)))?,
+            );
+        }
+        let mut builder = hyper::Request::post(self.path.as_str())
+            .header(hyper::header::HOST, self.authority.as_str())
+            .header(hyper::header::CONTENT_TYPE, "application/x-protobuf");
+        if self.gzip {
+            builder = builder.header(hyper::header::CONTENT_ENCODING, "gzip");
+        }
+        for (k, v) in &self.headers {
+            builder = builder.header(k, v);
+        }
+        let request = builder
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| transient(format!("otlp http: request: {e}")))?;
+        let Some(sender) = self.sender.as_mut() else {
+            return Err(transient("otlp http: no connection".into()));
+        };
+        let response = match sender.send_request(request).await {
+            Ok(r) => r,
+            Err(e) => {
+                self.sender = None;
+                return Err(transient(format!("otlp http: send: {e}")));
+            }
+        };
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get(hyper::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(retry::parse_retry_after);
+        let body = match response.into_body().collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(e) => {
+                self.sender = None;
+                return Err(transient(format!("otlp http: reading the answer: {e}")));
+            }
+        };
+        if (200..300).contains(&status) {
+            let rejected_spans = ExportTraceServiceResponse::decode(body)
+                .ok()
+                .and_then(|r| r.partial_success)
+                .map(|p| p.rejected_spans)
+                .unwrap_or(0);
+            return Ok(Accepted { rejected_spans });
+        }
+        Err(SendError {
+            verdict: retry::classify_http(status, retry_after),
+            message: format!("otlp http: status {status}"),
+        })
+    }
+}
+
+fn tls_connector(ca: Option<Vec<u8>>) -> Result<tokio_rustls::TlsConnector> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    match ca {
+        Some(pem) => {
+            for cert in CertificateDer::pem_slice_iter(&pem) {
+                let cert = cert.map_err(|e| Error::Other(format!("otlp certificate: {e}")))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| Error::Other(format!("otlp certificate: {e}")))?;
+            }
+        }
+        None => {
+            for cert in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(cert);
+            }
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Other(format!("tls: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
+
+/// Gzips a body (level 6, the usual balance).
+pub fn gzip(body: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut enc = flate2::write::GzEncoder::new(Vec::with_capacity(body.len() / 4), flate2::Compression::new(6));
+    // Writing to a Vec cannot fail.
+    let _ = enc.write_all(body);
+    enc.finish().unwrap_or_default()
+}

@@ -1,0 +1,138 @@
+//! Span names and attribute names, one constant each.
+//!
+//! Owns: the exact strings of every name the trace exporter emits. They are
+//! copied from the registry in `semconv/registry/` (rendered flat in
+//! `semconv/docs/names.json`); a test in `tests/semconv_names.rs` fails when
+//! a span carries a name the registry lacks for that span. Must not touch:
+//! anything but names.
+
+/// Span names (the registry's `hermes.span_name` annotations).
+pub mod span {
+    /// The session span.
+    pub const SESSION: &str = "invoke_agent hermes";
+    /// The turn span.
+    pub const TURN: &str = "hermes.turn";
+    /// Prefix of `chat {gen_ai.request.model}`.
+    pub const CHAT_PREFIX: &str = "chat";
+    /// Prefix of `execute_tool {gen_ai.tool.name}`.
+    pub const EXECUTE_TOOL_PREFIX: &str = "execute_tool";
+}
+
+/// Upstream attribute names (OpenTelemetry semantic conventions).
+pub mod attr {
+    pub const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";
+    pub const GEN_AI_PROVIDER_NAME: &str = "gen_ai.provider.name";
+    pub const GEN_AI_AGENT_NAME: &str = "gen_ai.agent.name";
+    pub const GEN_AI_CONVERSATION_ID: &str = "gen_ai.conversation.id";
+    pub const GEN_AI_REQUEST_MODEL: &str = "gen_ai.request.model";
+    pub const GEN_AI_RESPONSE_MODEL: &str = "gen_ai.response.model";
+    pub const GEN_AI_RESPONSE_FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
+    pub const GEN_AI_USAGE_INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
+    pub const GEN_AI_USAGE_OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
+    pub const GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: &str = "gen_ai.usage.cache_read.input_tokens";
+    pub const GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: &str = "gen_ai.usage.cache_creation.input_tokens";
+    pub const GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: &str = "gen_ai.usage.reasoning.output_tokens";
+    pub const GEN_AI_TOOL_NAME: &str = "gen_ai.tool.name";
+    pub const GEN_AI_TOOL_CALL_ID: &str = "gen_ai.tool.call.id";
+    pub const GEN_AI_TOOL_TYPE: &str = "gen_ai.tool.type";
+    pub const ERROR_TYPE: &str = "error.type";
+    pub const SERVER_ADDRESS: &str = "server.address";
+    pub const SERVER_PORT: &str = "server.port";
+    pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
+
+    pub const HERMES_PLATFORM: &str = "hermes.platform";
+    pub const HERMES_SESSION_ID: &str = "hermes.session.id";
+    pub const HERMES_TURN_ID: &str = "hermes.turn.id";
+    pub const HERMES_TASK_ID: &str = "hermes.task.id";
+    pub const HERMES_API_REQUEST_ID: &str = "hermes.api_request.id";
+    pub const HERMES_CRON_JOB_ID: &str = "hermes.cron.job_id";
+    pub const HERMES_SENDER_ID: &str = "hermes.sender.id";
+    pub const HERMES_PROFILE: &str = "hermes.profile";
+    pub const HERMES_SESSION_STATUS: &str = "hermes.session.status";
+    pub const HERMES_TURN_OUTCOME: &str = "hermes.turn.outcome";
+    pub const HERMES_SPAN_CLOSE_REASON: &str = "hermes.span.close_reason";
+    pub const HERMES_USAGE_COST_USD: &str = "hermes.usage.cost_usd";
+    pub const HERMES_USAGE_COST_SOURCE: &str = "hermes.usage.cost_source";
+    pub const HERMES_USAGE_ESTIMATED: &str = "hermes.usage.estimated";
+    pub const HERMES_USAGE_TOTAL_COST_USD: &str = "hermes.usage.total_cost_usd";
+    pub const HERMES_API_RETRY_COUNT: &str = "hermes.api.retry_count";
+    pub const HERMES_API_MAX_RETRIES: &str = "hermes.api.max_retries";
+    pub const HERMES_API_RETRYABLE: &str = "hermes.api.retryable";
+    pub const HERMES_ERROR_REASON: &str = "hermes.error.reason";
+    pub const HERMES_TOOL_OUTCOME: &str = "hermes.tool.outcome";
+    pub const HERMES_TOOL_STATUS: &str = "hermes.tool.status";
+    pub const HERMES_TOOL_EXIT_CODE: &str = "hermes.tool.exit_code";
+    pub const HERMES_TOOL_BLOCKED: &str = "hermes.tool.blocked";
+    pub const HERMES_SUBAGENT_ID: &str = "hermes.subagent.id";
+    pub const HERMES_SUBAGENT_ROLE: &str = "hermes.subagent.role";
+    pub const HERMES_SUBAGENT_STATUS: &str = "hermes.subagent.status";
+}
+
+/// Enum values used on spans.
+pub mod value {
+    pub const OPERATION_CHAT: &str = "chat";
+    pub const OPERATION_INVOKE_AGENT: &str = "invoke_agent";
+    pub const OPERATION_EXECUTE_TOOL: &str = "execute_tool";
+    /// `gen_ai.agent.name` of the session span.
+    pub const AGENT_NAME: &str = "hermes";
+    /// `gen_ai.tool.type`: Hermes tools are functions the model calls.
+    pub const TOOL_TYPE_FUNCTION: &str = "function";
+    /// `hermes.span.close_reason` of a span the idle closer ended.
+    pub const CLOSE_REASON_IDLE_TIMEOUT: &str = "idle_timeout";
+    /// `error.type` when nothing more specific is known.
+    pub const ERROR_TYPE_OTHER: &str = "_OTHER";
+}
+
+/// Resource attribute names.
+pub mod resource {
+    pub const SERVICE_NAME: &str = "service.name";
+}
+
+/// Every span attribute constant, for the registry test.
+pub const SPAN_ATTRIBUTES: &[&str] = &[
+    attr::GEN_AI_OPERATION_NAME,
+    attr::GEN_AI_PROVIDER_NAME,
+    attr::GEN_AI_AGENT_NAME,
+    attr::GEN_AI_CONVERSATION_ID,
+    attr::GEN_AI_REQUEST_MODEL,
+    attr::GEN_AI_RESPONSE_MODEL,
+    attr::GEN_AI_RESPONSE_FINISH_REASONS,
+    attr::GEN_AI_USAGE_INPUT_TOKENS,
+    attr::GEN_AI_USAGE_OUTPUT_TOKENS,
+    attr::GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
+    attr::GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS,
+    attr::GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
+    attr::GEN_AI_TOOL_NAME,
+    attr::GEN_AI_TOOL_CALL_ID,
+    attr::GEN_AI_TOOL_TYPE,
+    attr::ERROR_TYPE,
+    attr::SERVER_ADDRESS,
+    attr::SERVER_PORT,
+    attr::HTTP_RESPONSE_STATUS_CODE,
+    attr::HERMES_PLATFORM,
+    attr::HERMES_SESSION_ID,
+    attr::HERMES_TURN_ID,
+    attr::HERMES_TASK_ID,
+    attr::HERMES_API_REQUEST_ID,
+    attr::HERMES_CRON_JOB_ID,
+    attr::HERMES_SENDER_ID,
+    attr::HERMES_PROFILE,
+    attr::HERMES_SESSION_STATUS,
+    attr::HERMES_TURN_OUTCOME,
+    attr::HERMES_SPAN_CLOSE_REASON,
+    attr::HERMES_USAGE_COST_USD,
+    attr::HERMES_USAGE_COST_SOURCE,
+    attr::HERMES_USAGE_ESTIMATED,
+    attr::HERMES_USAGE_TOTAL_COST_USD,
+    attr::HERMES_API_RETRY_COUNT,
+    attr::HERMES_API_MAX_RETRIES,
+    attr::HERMES_API_RETRYABLE,
+    attr::HERMES_ERROR_REASON,
+    attr::HERMES_TOOL_OUTCOME,
+    attr::HERMES_TOOL_STATUS,
+    attr::HERMES_TOOL_EXIT_CODE,
+    attr::HERMES_TOOL_BLOCKED,
+    attr::HERMES_SUBAGENT_ID,
+    attr::HERMES_SUBAGENT_ROLE,
+    attr::HERMES_SUBAGENT_STATUS,
+];

@@ -1,0 +1,724 @@
+//! Span records built from ledger rows. Pure: no I/O.
+//!
+//! Owns: the span model (names, kinds, attributes, status, times), the
+//! deterministic trace and span ids, and where each span sits in which
+//! trace. Must not touch: the store (the exporter hands rows in), the
+//! network.
+//!
+//! # Ids
+//!
+//! Ids are hashes of Hermes ids, so the same ledger row always becomes the
+//! same span: a span finished by another process keeps its parent, and a
+//! re-export (after a crash, or `export --since`) sends the same ids.
+//!
+//! | span | span id from | trace |
+//! |---|---|---|
+//! | session `invoke_agent hermes` | session id | the session's trace |
+//! | turn `hermes.turn` | turn id | the turn's trace |
+//! | attempt `chat {model}` | `api_request_id#retry_count` | its turn's trace |
+//! | tool `execute_tool {tool}` | session id + tool_call_id | its turn's trace |
+//!
+//! A root session's trace id hashes its session id. In per-turn mode (the
+//! default for gateway platforms) each turn of a root session roots its own
+//! trace, hashed from the turn id, with a link to the session span; in
+//! per-session mode (the default for cli, cron and subagent sessions) a
+//! turn's trace is its session's. A subagent session lives in the trace of
+//! the parent turn that delegated it, under the parent's `delegate_task`
+//! tool span (matched by turn and time, see
+//! [`crate::store::EdgeRow::delegate_tool_call_id`]), else under that turn.
+//! That also holds for background delegations that finish after the parent
+//! ended, because nothing depends on the parent span still being open.
+//!
+//! # Tokens
+//!
+//! `gen_ai.usage.input_tokens` includes cached tokens, as the conventions
+//! say; Hermes's own `input_tokens` excludes cache reads and writes, so the
+//! builder adds them back. Cache and reasoning counts get their own
+//! attributes.
+
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, ArrayValue, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::{span, status, Span, Status};
+
+use crate::semconv::{attr, span as names, value};
+use crate::store::{AttemptRow, RunRow, ToolRow, TurnRow};
+
+/// How traces are cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceMode {
+    /// Per turn for gateway platforms (anything but cli, cron and
+    /// subagent), per session otherwise.
+    #[default]
+    Auto,
+    /// One trace per root session.
+    Session,
+    /// One trace per turn of a root session, linked to the session span.
+    Turn,
+}
+
+impl TraceMode {
+    /// Parses `auto`, `session` or `turn`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Some(TraceMode::Auto),
+            "session" => Some(TraceMode::Session),
+            "turn" => Some(TraceMode::Turn),
+            _ => None,
+        }
+    }
+
+    /// Whether a root session on `platform` gets a trace per turn.
+    pub fn per_turn(self, platform: Option<&str>) -> bool {
+        match self {
+            TraceMode::Session => false,
+            TraceMode::Turn => true,
+            TraceMode::Auto => !matches!(platform, None | Some("cli") | Some("cron") | Some("subagent")),
+        }
+    }
+}
+
+/// What the span builder may put on spans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SpanOptions {
+    pub mode: TraceMode,
+    /// Put `hermes.sender.id` (a personal id) on session spans.
+    pub include_sender: bool,
+}
+
+/// One session on the way from a span's session up to its root.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Ancestor {
+    pub session_id: String,
+    pub platform: Option<String>,
+    /// The turn of the *next* (parent) session that delegated this one.
+    pub parent_turn_id: Option<String>,
+}
+
+/// A session and its ancestors: `[session, parent, grandparent, ..., root]`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Ancestry(pub Vec<Ancestor>);
+
+impl Ancestry {
+    /// The trace id of session `i` of the chain's session span.
+    fn session_trace(&self, i: usize, mode: TraceMode) -> [u8; 16] {
+        let node = &self.0[i];
+        if i + 1 < self.0.len() {
+            match node.parent_turn_id.as_deref() {
+                Some(turn) => self.turn_trace(i + 1, turn, mode),
+                None => self.session_trace(i + 1, mode),
+            }
+        } else {
+            trace_id(&["session", &node.session_id])
+        }
+    }
+
+    /// The trace id of turn `turn_id` of session `i`.
+    fn turn_trace(&self, i: usize, turn_id: &str, mode: TraceMode) -> [u8; 16] {
+        let root = i + 1 == self.0.len();
+        if root && mode.per_turn(self.0[i].platform.as_deref()) {
+            trace_id(&["turn", turn_id])
+        } else {
+            self.session_trace(i, mode)
+        }
+    }
+
+    /// The trace of the session's own span.
+    pub fn trace_of_session(&self, mode: TraceMode) -> [u8; 16] {
+        if self.0.is_empty() {
+            return [0; 16];
+        }
+        self.session_trace(0, mode)
+    }
+
+    /// The trace of a turn of the session (and of the spans in it).
+    pub fn trace_of_turn(&self, turn_id: &str, mode: TraceMode) -> [u8; 16] {
+        if self.0.is_empty() {
+            return [0; 16];
+        }
+        self.turn_trace(0, turn_id, mode)
+    }
+
+    /// Whether the session's turns root their own traces.
+    pub fn turns_are_roots(&self, mode: TraceMode) -> bool {
+        self.0.len() == 1 && mode.per_turn(self.0[0].platform.as_deref())
+    }
+}
+
+/// The span id of a session span.
+pub fn session_span_id(session_id: &str) -> [u8; 8] {
+    span_id(&["session", session_id])
+}
+
+/// The span id of a turn span.
+pub fn turn_span_id(turn_id: &str) -> [u8; 8] {
+    span_id(&["turn", turn_id])
+}
+
+/// The span id of attempt `attempt` (0-based) of an API request.
+pub fn attempt_span_id(api_request_id: &str, attempt: i64) -> [u8; 8] {
+    span_id(&["chat", api_request_id, &attempt.to_string()])
+}
+
+/// The span id of a tool call (tool call ids repeat across sessions).
+pub fn tool_span_id(session_id: &str, tool_call_id: &str) -> [u8; 8] {
+    span_id(&["tool", session_id, tool_call_id])
+}
+
+/// The session span of `run`.
+pub fn session_span(run: &RunRow, ancestry: &Ancestry, opts: SpanOptions) -> Span {
+    let trace = ancestry.trace_of_session(opts.mode);
+    let parent = run
+        .edge
+        .as_ref()
+        .map(|edge| match (&edge.delegate_tool_call_id, &edge.parent_turn_id) {
+            (Some(tool), _) => tool_span_id(&edge.parent_session_id, tool),
+            (None, Some(turn)) => turn_span_id(turn),
+            (None, None) => session_span_id(&edge.parent_session_id),
+        });
+    let mut a = Attrs::default();
+    a.str(attr::GEN_AI_OPERATION_NAME, value::OPERATION_INVOKE_AGENT);
+    a.str(attr::GEN_AI_AGENT_NAME, value::AGENT_NAME);
+    a.str(attr::GEN_AI_CONVERSATION_ID, &run.session_id);
+    a.opt_str(attr::GEN_AI_PROVIDER_NAME, run.provider.as_deref());
+    a.opt_str(attr::GEN_AI_REQUEST_MODEL, run.model.as_deref());
+    a.int(
+        attr::GEN_AI_USAGE_INPUT_TOKENS,
+        run.input_tokens + run.cache_read_tokens + run.cache_write_tokens,
+    );
+    a.int(attr::GEN_AI_USAGE_OUTPUT_TOKENS, run.output_tokens);
+    a.str(attr::HERMES_SESSION_ID, &run.session_id);
+    a.str(attr::HERMES_PLATFORM, run.platform.as_deref().unwrap_or("unknown"));
+    a.str(attr::HERMES_SESSION_STATUS, &run.status);
+    a.double(attr::HERMES_USAGE_TOTAL_COST_USD, run.cost_usd);
+    a.opt_str(attr::HERMES_CRON_JOB_ID, run.cron_job_id.as_deref());
+    if opts.include_sender {
+        a.opt_str(attr::HERMES_SENDER_ID, run.sender_id.as_deref());
+    }
+    a.opt_str(attr::HERMES_PROFILE, run.profile.as_deref());
+    if let Some(edge) = &run.edge {
+        a.str(attr::HERMES_SUBAGENT_ID, &run.session_id);
+        a.opt_str(attr::HERMES_SUBAGENT_ROLE, edge.role.as_deref());
+        a.opt_str(attr::HERMES_SUBAGENT_STATUS, edge.child_status.as_deref());
+    }
+    let abandoned = run.status == crate::store::ABANDONED;
+    if abandoned {
+        a.str(attr::HERMES_SPAN_CLOSE_REASON, value::CLOSE_REASON_IDLE_TIMEOUT);
+    }
+    let error = run.status == crate::store::ERROR;
+    if error {
+        a.str(
+            attr::ERROR_TYPE,
+            run.last_error_type.as_deref().unwrap_or(value::ERROR_TYPE_OTHER),
+        );
+    }
+    let end = run.ended_at.unwrap_or(run.last_event_at);
+    Span {
+        trace_id: trace.to_vec(),
+        span_id: session_span_id(&run.session_id).to_vec(),
+        parent_span_id: parent.map(|p| p.to_vec()).unwrap_or_default(),
+        name: names::SESSION.to_string(),
+        kind: span::SpanKind::Internal as i32,
+        start_time_unix_nano: nanos(run.started_at),
+        end_time_unix_nano: nanos(end.max(run.started_at)),
+        attributes: a.0,
+        status: error.then(|| error_status(&run.status)),
+        ..Span::default()
+    }
+}
+
+/// The span of `turn` of `run`.
+pub fn turn_span(turn: &TurnRow, run: &RunRow, ancestry: &Ancestry, opts: SpanOptions) -> Span {
+    let trace = ancestry.trace_of_turn(&turn.turn_id, opts.mode);
+    let session_span = session_span_id(&turn.session_id);
+    let root = ancestry.turns_are_roots(opts.mode);
+    let outcome = turn.outcome.as_deref().unwrap_or(crate::store::ABANDONED);
+    let mut a = Attrs::default();
+    a.str(attr::HERMES_TURN_ID, &turn.turn_id);
+    a.str(attr::HERMES_SESSION_ID, &turn.session_id);
+    a.opt_str(attr::HERMES_TASK_ID, turn.task_id.as_deref());
+    a.str(attr::GEN_AI_CONVERSATION_ID, &turn.session_id);
+    a.str(attr::HERMES_PLATFORM, run.platform.as_deref().unwrap_or("unknown"));
+    a.str(attr::HERMES_TURN_OUTCOME, outcome);
+    if outcome == crate::store::ABANDONED {
+        a.str(attr::HERMES_SPAN_CLOSE_REASON, value::CLOSE_REASON_IDLE_TIMEOUT);
+    }
+    let error = outcome == crate::store::ERROR;
+    if error {
+        a.str(
+            attr::ERROR_TYPE,
+            turn.last_error_type.as_deref().unwrap_or(value::ERROR_TYPE_OTHER),
+        );
+    }
+    let end = turn.ended_at.unwrap_or(run.ended_at.unwrap_or(run.last_event_at));
+    Span {
+        trace_id: trace.to_vec(),
+        span_id: turn_span_id(&turn.turn_id).to_vec(),
+        parent_span_id: if root { Vec::new() } else { session_span.to_vec() },
+        name: names::TURN.to_string(),
+        kind: span::SpanKind::Internal as i32,
+        start_time_unix_nano: nanos(turn.started_at),
+        end_time_unix_nano: nanos(end.max(turn.started_at)),
+        attributes: a.0,
+        links: if root {
+            vec![span::Link {
+                trace_id: ancestry.trace_of_session(opts.mode).to_vec(),
+                span_id: session_span.to_vec(),
+                ..span::Link::default()
+            }]
+        } else {
+            Vec::new()
+        },
+        status: error.then(|| error_status(outcome)),
+        ..Span::default()
+    }
+}
+
+/// The `chat {model}` span of one LLM API attempt: a success, a failure,
+/// or (with no end) one a dead process left open.
+pub fn attempt_span(at: &AttemptRow, run: &RunRow, ancestry: &Ancestry, opts: SpanOptions) -> Span {
+    let (trace, parent) = placement(&at.session_id, at.turn_id.as_deref(), ancestry, opts);
+    let model = at
+        .model
+        .as_deref()
+        .or(at.response_model.as_deref())
+        .or(run.model.as_deref())
+        .unwrap_or("unknown");
+    let mut a = Attrs::default();
+    a.str(attr::GEN_AI_OPERATION_NAME, value::OPERATION_CHAT);
+    a.str(
+        attr::GEN_AI_PROVIDER_NAME,
+        at.provider
+            .as_deref()
+            .or(run.provider.as_deref())
+            .unwrap_or(value::ERROR_TYPE_OTHER),
+    );
+    a.str(attr::GEN_AI_REQUEST_MODEL, model);
+    a.str(attr::GEN_AI_CONVERSATION_ID, &at.session_id);
+    a.str(attr::HERMES_SESSION_ID, &at.session_id);
+    a.opt_str(attr::HERMES_TURN_ID, at.turn_id.as_deref());
+    a.str(attr::HERMES_API_REQUEST_ID, &at.api_request_id);
+    a.opt_str(attr::HERMES_PLATFORM, run.platform.as_deref());
+    a.int(attr::HERMES_API_RETRY_COUNT, at.attempt);
+    if let Some(max) = at.max_retries {
+        a.int(attr::HERMES_API_MAX_RETRIES, max);
+    }
+    if let Some((host, port)) = at.base_url.as_deref().and_then(server_of) {
+        a.str(attr::SERVER_ADDRESS, &host);
+        a.int(attr::SERVER_PORT, port);
+    }
+    let mut status = None;
+    match (&at.error, at.ended_at) {
+        (Some(err), _) => {
+            let error_type = err
+                .error_type
+                .as_deref()
+                .or(err.reason.as_deref())
+                .unwrap_or(value::ERROR_TYPE_OTHER);
+            a.str(attr::ERROR_TYPE, error_type);
+            if let Some(code) = err.status_code {
+                a.int(attr::HTTP_RESPONSE_STATUS_CODE, code);
+            }
+            if let Some(retryable) = err.retryable {
+                a.bool(attr::HERMES_API_RETRYABLE, retryable);
+            }
+            if let Some(reason) = err.reason.as_deref() {
+                a.str(attr::HERMES_ERROR_REASON, reason_token(reason));
+            }
+            status = Some(error_status(error_type));
+        }
+        (None, Some(_)) => {
+            a.opt_str(attr::GEN_AI_RESPONSE_MODEL, at.response_model.as_deref());
+            if let Some(reason) = at.finish_reason.as_deref() {
+                a.str_array(attr::GEN_AI_RESPONSE_FINISH_REASONS, &[reason]);
+            }
+            a.int(
+                attr::GEN_AI_USAGE_INPUT_TOKENS,
+                at.input_tokens + at.cache_read_tokens + at.cache_write_tokens,
+            );
+            a.int(attr::GEN_AI_USAGE_OUTPUT_TOKENS, at.output_tokens);
+            a.int(attr::GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, at.cache_read_tokens);
+            a.int(attr::GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS, at.cache_write_tokens);
+            a.int(attr::GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, at.reasoning_tokens);
+            let source = at.cost_source.as_deref().unwrap_or("unknown");
+            if source != "unknown" {
+                if let Some(cost) = at.cost_usd {
+                    a.double(attr::HERMES_USAGE_COST_USD, cost);
+                }
+            }
+            a.str(attr::HERMES_USAGE_COST_SOURCE, source);
+            a.bool(attr::HERMES_USAGE_ESTIMATED, at.estimated);
+        }
+        (None, None) => {
+            a.str(attr::HERMES_SPAN_CLOSE_REASON, value::CLOSE_REASON_IDLE_TIMEOUT);
+        }
+    }
+    let end = at.ended_at.unwrap_or(run.ended_at.unwrap_or(run.last_event_at));
+    Span {
+        trace_id: trace.to_vec(),
+        span_id: attempt_span_id(&at.api_request_id, at.attempt).to_vec(),
+        parent_span_id: parent.to_vec(),
+        name: format!("{} {model}", names::CHAT_PREFIX),
+        kind: span::SpanKind::Client as i32,
+        start_time_unix_nano: nanos(at.started_at),
+        end_time_unix_nano: nanos(end.max(at.started_at)),
+        attributes: a.0,
+        status,
+        ..Span::default()
+    }
+}
+
+/// How a tool call ended, as `hermes.tool.outcome`. Hermes reports a
+/// terminal command that exits non-zero with status `ok`: the exit code
+/// decides.
+pub fn tool_outcome(tool: &ToolRow) -> &'static str {
+    if tool.ended_at.is_none() {
+        return "other";
+    }
+    match tool.status.as_deref() {
+        Some("blocked") => return "blocked",
+        Some("cancelled") | Some("interrupted") => return "cancelled",
+        Some("timeout") | Some("timed_out") => return "timeout",
+        _ => {}
+    }
+    if tool.exit_code.is_some_and(|c| c != 0) {
+        return "error";
+    }
+    match (tool.ok, tool.status.as_deref()) {
+        (_, Some("error")) | (Some(false), _) => "error",
+        (Some(true), _) => "ok",
+        (None, Some("ok")) => "ok",
+        _ => "other",
+    }
+}
+
+/// The `execute_tool {tool}` span of a tool call (open calls end with their run).
+pub fn tool_span(tool: &ToolRow, run: &RunRow, ancestry: &Ancestry, opts: SpanOptions) -> Span {
+    let (trace, parent) = placement(&tool.session_id, tool.turn_id.as_deref(), ancestry, opts);
+    let outcome = tool_outcome(tool);
+    let mut a = Attrs::default();
+    a.str(attr::GEN_AI_OPERATION_NAME, value::OPERATION_EXECUTE_TOOL);
+    a.str(attr::GEN_AI_TOOL_NAME, &tool.tool_name);
+    a.str(attr::GEN_AI_TOOL_CALL_ID, &tool.tool_call_id);
+    a.str(attr::GEN_AI_TOOL_TYPE, value::TOOL_TYPE_FUNCTION);
+    a.str(attr::GEN_AI_CONVERSATION_ID, &tool.session_id);
+    a.str(attr::HERMES_SESSION_ID, &tool.session_id);
+    a.opt_str(attr::HERMES_TURN_ID, tool.turn_id.as_deref());
+    a.opt_str(attr::HERMES_API_REQUEST_ID, tool.api_request_id.as_deref());
+    a.opt_str(attr::HERMES_PLATFORM, run.platform.as_deref());
+    a.str(attr::HERMES_TOOL_OUTCOME, outcome);
+    a.opt_str(attr::HERMES_TOOL_STATUS, tool.status.as_deref());
+    if let Some(code) = tool.exit_code {
+        a.int(attr::HERMES_TOOL_EXIT_CODE, code);
+    }
+    if outcome == "blocked" {
+        a.bool(attr::HERMES_TOOL_BLOCKED, true);
+    }
+    if tool.ended_at.is_none() {
+        a.str(attr::HERMES_SPAN_CLOSE_REASON, value::CLOSE_REASON_IDLE_TIMEOUT);
+    }
+    let mut status = None;
+    if outcome != "ok" {
+        let error_type = match (tool.error_type.as_deref(), tool.exit_code) {
+            (Some(t), _) => t.to_string(),
+            (None, Some(code)) if code != 0 => format!("exit_code_{code}"),
+            _ if outcome == "other" => value::ERROR_TYPE_OTHER.to_string(),
+            _ => outcome.to_string(),
+        };
+        status = Some(error_status(&error_type));
+        a.str(attr::ERROR_TYPE, &error_type);
+    }
+    let end = tool.ended_at.unwrap_or(run.ended_at.unwrap_or(run.last_event_at));
+    Span {
+        trace_id: trace.to_vec(),
+        span_id: tool_span_id(&tool.session_id, &tool.tool_call_id).to_vec(),
+        parent_span_id: parent.to_vec(),
+        name: format!("{} {}", names::EXECUTE_TOOL_PREFIX, tool.tool_name),
+        kind: span::SpanKind::Internal as i32,
+        start_time_unix_nano: nanos(tool.started_at),
+        end_time_unix_nano: nanos(end.max(tool.started_at)),
+        attributes: a.0,
+        status,
+        ..Span::default()
+    }
+}
+
+/// The trace and parent of a span inside a turn (or, without a turn, right
+/// under the session span).
+fn placement(session_id: &str, turn_id: Option<&str>, ancestry: &Ancestry, opts: SpanOptions) -> ([u8; 16], [u8; 8]) {
+    match turn_id {
+        Some(turn) => (ancestry.trace_of_turn(turn, opts.mode), turn_span_id(turn)),
+        None => (ancestry.trace_of_session(opts.mode), session_span_id(session_id)),
+    }
+}
+
+/// `server.address` and `server.port` of a base URL
+/// (`scheme://host[:port]/path`); the port defaults from the scheme.
+pub fn server_of(base_url: &str) -> Option<(String, i64)> {
+    let (scheme, rest) = base_url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit('@').next()?;
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (host, after) = v6.split_once(']')?;
+        (host, after.strip_prefix(':'))
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty() {
+        return None;
+    }
+    let port = match port {
+        Some(p) => p.parse().ok()?,
+        None => match scheme.to_ascii_lowercase().as_str() {
+            "https" => 443,
+            "http" => 80,
+            _ => return None,
+        },
+    };
+    Some((host.to_string(), port))
+}
+
+/// Hermes's error reason if it is a short snake_case token, else `_OTHER`.
+fn reason_token(reason: &str) -> &str {
+    let ok = !reason.is_empty()
+        && reason.len() <= 64
+        && reason
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if ok {
+        reason
+    } else {
+        value::ERROR_TYPE_OTHER
+    }
+}
+
+fn error_status(message: &str) -> Status {
+    Status {
+        message: message.to_string(),
+        code: status::StatusCode::Error as i32,
+    }
+}
+
+/// Unix seconds to nanoseconds.
+pub fn nanos(seconds: f64) -> u64 {
+    if seconds.is_finite() && seconds > 0.0 {
+        (seconds * 1e9).round() as u64
+    } else {
+        0
+    }
+}
+
+/// A 128-bit trace id from parts (never all zero).
+pub fn trace_id(parts: &[&str]) -> [u8; 16] {
+    let a = hash64(0x6a09_e667_f3bc_c908, parts);
+    let b = hash64(0xbb67_ae85_84ca_a73b, parts);
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&a.to_be_bytes());
+    out[8..].copy_from_slice(&b.to_be_bytes());
+    if out == [0; 16] {
+        out[15] = 1;
+    }
+    out
+}
+
+/// A 64-bit span id from parts (never zero).
+pub fn span_id(parts: &[&str]) -> [u8; 8] {
+    let h = hash64(0x3c6e_f372_fe94_f82b, parts);
+    if h == 0 {
+        1u64.to_be_bytes()
+    } else {
+        h.to_be_bytes()
+    }
+}
+
+/// FNV-1a over the parts (each followed by a separator byte no id
+/// contains), seeded, then a splitmix64 finalizer to spread the bits.
+/// Stable across builds and platforms, unlike std's hasher.
+fn hash64(seed: u64, parts: &[&str]) -> u64 {
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h = 0xcbf2_9ce4_8422_2325 ^ seed;
+    for part in parts {
+        for &b in part.as_bytes().iter().chain(std::iter::once(&0xffu8)) {
+            h ^= b as u64;
+            h = h.wrapping_mul(PRIME);
+        }
+    }
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+/// Attribute list builder.
+#[derive(Default)]
+struct Attrs(Vec<KeyValue>);
+
+impl Attrs {
+    fn push(&mut self, key: &str, value: any_value::Value) {
+        self.0.push(KeyValue {
+            key: key.to_string(),
+            value: Some(AnyValue { value: Some(value) }),
+            ..KeyValue::default()
+        });
+    }
+    fn str(&mut self, key: &str, v: &str) {
+        self.push(key, any_value::Value::StringValue(v.to_string()));
+    }
+    fn opt_str(&mut self, key: &str, v: Option<&str>) {
+        if let Some(v) = v.filter(|v| !v.is_empty()) {
+            self.str(key, v);
+        }
+    }
+    fn int(&mut self, key: &str, v: i64) {
+        self.push(key, any_value::Value::IntValue(v));
+    }
+    fn double(&mut self, key: &str, v: f64) {
+        self.push(key, any_value::Value::DoubleValue(v));
+    }
+    fn bool(&mut self, key: &str, v: bool) {
+        self.push(key, any_value::Value::BoolValue(v));
+    }
+    fn str_array(&mut self, key: &str, v: &[&str]) {
+        let values = v
+            .iter()
+            .map(|s| AnyValue {
+                value: Some(any_value::Value::StringValue(s.to_string())),
+            })
+            .collect();
+        self.push(key, any_value::Value::ArrayValue(ArrayValue { values }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(id: &str, platform: &str, parent_turn: Option<&str>) -> Ancestor {
+        Ancestor {
+            session_id: id.into(),
+            platform: Some(platform.into()),
+            parent_turn_id: parent_turn.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn ids_are_stable_and_distinct() {
+        assert_eq!(session_span_id("s1"), session_span_id("s1"));
+        assert_ne!(session_span_id("s1"), turn_span_id("s1"));
+        assert_ne!(attempt_span_id("r", 0), attempt_span_id("r", 1));
+        assert_ne!(tool_span_id("a", "call_1"), tool_span_id("b", "call_1"));
+        // Part boundaries matter: ("ab", "c") is not ("a", "bc").
+        assert_ne!(span_id(&["ab", "c"]), span_id(&["a", "bc"]));
+        // Pinned, so a change of the hash (which would break parents across
+        // versions) is noticed.
+        assert_eq!(session_span_id("s1"), session_span_id(&String::from("s1")));
+    }
+
+    #[test]
+    fn trace_mode_defaults_per_platform() {
+        let m = TraceMode::Auto;
+        assert!(!m.per_turn(Some("cli")));
+        assert!(!m.per_turn(Some("cron")));
+        assert!(!m.per_turn(Some("subagent")));
+        assert!(!m.per_turn(None));
+        assert!(m.per_turn(Some("telegram")));
+        assert!(TraceMode::Turn.per_turn(Some("cli")));
+        assert!(!TraceMode::Session.per_turn(Some("telegram")));
+        assert_eq!(TraceMode::parse(" Turn "), Some(TraceMode::Turn));
+        assert_eq!(TraceMode::parse("x"), None);
+    }
+
+    #[test]
+    fn a_subagent_lives_in_the_trace_of_the_turn_that_delegated_it() {
+        let cli = Ancestry(vec![node("child", "subagent", Some("t1")), node("root", "cli", None)]);
+        assert_eq!(
+            cli.trace_of_session(TraceMode::Auto),
+            Ancestry(vec![node("root", "cli", None)]).trace_of_session(TraceMode::Auto)
+        );
+        let gw = Ancestry(vec![
+            node("child", "subagent", Some("t1")),
+            node("root", "telegram", None),
+        ]);
+        assert_eq!(gw.trace_of_session(TraceMode::Auto), trace_id(&["turn", "t1"]));
+        // The child's own turns stay in that trace.
+        assert_eq!(gw.trace_of_turn("ct", TraceMode::Auto), trace_id(&["turn", "t1"]));
+        assert!(!gw.turns_are_roots(TraceMode::Auto));
+    }
+
+    #[test]
+    fn base_urls_give_server_address_and_port() {
+        for (url, want) in [
+            ("http://127.0.0.1:43117/v1", Some(("127.0.0.1", 43117))),
+            ("https://api.openai.com/v1", Some(("api.openai.com", 443))),
+            ("http://[::1]:8080", Some(("::1", 8080))),
+            ("http://user:pw@host/x", Some(("host", 80))),
+            ("not a url", None),
+        ] {
+            assert_eq!(server_of(url), want.map(|(h, p)| (h.to_string(), p)), "{url}");
+        }
+    }
+
+    #[test]
+    fn tool_outcomes_follow_the_exit_code_over_hermes_status() {
+        let base = ToolRow {
+            ended_at: Some(2.0),
+            ok: Some(true),
+            status: Some("ok".into()),
+            ..ToolRow::default()
+        };
+        for (row, want) in [
+            (base.clone(), "ok"),
+            (
+                ToolRow {
+                    exit_code: Some(3),
+                    ..base.clone()
+                },
+                "error",
+            ),
+            (
+                ToolRow {
+                    exit_code: Some(0),
+                    ..base.clone()
+                },
+                "ok",
+            ),
+            (
+                ToolRow {
+                    status: Some("error".into()),
+                    ok: Some(false),
+                    ..base.clone()
+                },
+                "error",
+            ),
+            (
+                ToolRow {
+                    status: Some("blocked".into()),
+                    ok: Some(false),
+                    ..base.clone()
+                },
+                "blocked",
+            ),
+            (
+                ToolRow {
+                    ended_at: None,
+                    ok: None,
+                    status: None,
+                    ..base.clone()
+                },
+                "other",
+            ),
+        ] {
+            assert_eq!(tool_outcome(&row), want, "{row:?}");
+        }
+    }
+
+    #[test]
+    fn reasons_that_are_not_tokens_become_other() {
+        assert_eq!(reason_token("server_error"), "server_error");
+        assert_eq!(reason_token("Error code: 500"), "_OTHER");
+        assert_eq!(reason_token(""), "_OTHER");
+    }
+}

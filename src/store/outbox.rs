@@ -1,0 +1,822 @@
+//! The span outbox, export counters and the export lease.
+//!
+//! Owns: the `outbox`, `export_state` and `export_lease` tables (schema
+//! version 2), and the reads of ledger rows the span builder needs.
+//! Must not touch: telemetry encoding, the network.
+//!
+//! # Outbox rows
+//!
+//! When a ledger row finishes (an LLM call, a failed attempt, a tool call, a
+//! turn's end, a run's end), the transaction that finishes it also inserts
+//! one small outbox row `(kind, session_id, key, n, ready_at, hold)`. That is
+//! one prepared insert on the hook path. Rows name ledger rows; the span is
+//! built from the ledger when it is exported, so a row enqueued by one
+//! process can be exported by another.
+//!
+//! `(kind, session_id, key, n)` is unique: enqueueing the same span again (a session
+//! that ends a second turn) moves its `ready_at` instead of adding a row.
+//!
+//! A session span is *held* (`hold = 1`) when its last turn ended but Hermes
+//! may still start another one (on_session_end fires per turn and
+//! on_session_finalize never fires for `hermes -z` or cron). The exporter
+//! sends a held row only once it is older than the grace period; a new turn
+//! in the meantime makes the run `running` again and the row is skipped
+//! until the run ends again. on_session_finalize, subagent_stop and the idle
+//! closer enqueue unheld rows.
+//!
+//! # Export
+//!
+//! The exporter reads ready rows in `seq` order, builds and sends spans, and
+//! deletes the rows only after the collector accepted them (at least once
+//! delivery: a crash between the two re-sends the same span ids). A row
+//! whose `ready_at` moved while it was being sent is kept, so the newer
+//! version of the span is sent too. The counters in `export_state`
+//! (`exported`, `dropped`, `rejected`, `sampled_out`) only grow.
+
+use rusqlite::{params, OptionalExtension, Transaction};
+
+use super::Store;
+use crate::error::Result;
+
+/// What an outbox row names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SpanKind {
+    /// A session (`runs`), keyed by session id.
+    Run = 1,
+    /// A turn (`turns`), keyed by turn id.
+    Turn = 2,
+    /// A successful LLM call (`llm_calls`), keyed by api_request_id.
+    LlmCall = 3,
+    /// A failed attempt (`llm_call_errors`), keyed by api_request_id and retry_count.
+    LlmError = 4,
+    /// A tool call (`tool_calls`), keyed by session id and tool_call_id.
+    Tool = 5,
+    /// An attempt a dead process left open (`api_requests`), keyed by api_request_id.
+    OpenAttempt = 6,
+}
+
+impl SpanKind {
+    fn from_i64(v: i64) -> Option<Self> {
+        Some(match v {
+            1 => SpanKind::Run,
+            2 => SpanKind::Turn,
+            3 => SpanKind::LlmCall,
+            4 => SpanKind::LlmError,
+            5 => SpanKind::Tool,
+            6 => SpanKind::OpenAttempt,
+            _ => return None,
+        })
+    }
+}
+
+/// One outbox row (or, for `export --since`, one ledger row to re-send).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxRow {
+    /// 0 for history rows that are not in the outbox.
+    pub seq: i64,
+    pub kind: SpanKind,
+    pub session_id: String,
+    pub key: String,
+    pub n: i64,
+    pub ready_at: f64,
+}
+
+/// Names of the export counters.
+pub mod counter {
+    /// Spans the collector accepted.
+    pub const EXPORTED: &str = "exported";
+    /// Outbox rows deleted unsent by the retention cap.
+    pub const DROPPED: &str = "dropped";
+    /// Spans the collector reported as rejected in a partial success.
+    pub const REJECTED: &str = "rejected";
+    /// Spans of traces the sampler left out.
+    pub const SAMPLED_OUT: &str = "sampled_out";
+    /// Rows whose ledger row was gone or not finished.
+    pub const SKIPPED: &str = "skipped";
+}
+
+/// The exporter's state, for `status`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct ExportState {
+    pub pending: i64,
+    pub held: i64,
+    pub oldest_pending_at: Option<f64>,
+    pub exported: i64,
+    pub dropped: i64,
+    pub rejected: i64,
+    pub sampled_out: i64,
+    pub skipped: i64,
+    pub last_success_at: Option<f64>,
+    pub last_error: Option<String>,
+    pub last_error_at: Option<f64>,
+    pub lease: Option<Lease>,
+}
+
+/// Who holds the export lease.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Lease {
+    pub holder: String,
+    pub pid: Option<i64>,
+    pub acquired_at: f64,
+    pub expires_at: f64,
+}
+
+/// The lease name of the trace exporter.
+pub const TRACE_LEASE: &str = "traces";
+
+/// Enqueues a span of `kind` (hook path: one prepared insert).
+pub(super) fn enqueue(
+    tx: &Transaction<'_>,
+    kind: SpanKind,
+    session_id: &str,
+    key: &str,
+    n: i64,
+    ready_at: f64,
+    hold: bool,
+) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO outbox (kind, session_id, key, n, ready_at, hold) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (kind, session_id, key, n) DO UPDATE SET ready_at = excluded.ready_at, hold = excluded.hold",
+    )?
+    .execute(params![kind as i64, session_id, key, n, ready_at, hold])?;
+    Ok(())
+}
+
+/// Enqueues the run's session span; held unless `final_` or the run is a
+/// cron run (one turn per session, never finalized).
+pub(super) fn enqueue_run(tx: &Transaction<'_>, session_id: &str, at: f64, final_: bool) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO outbox (kind, session_id, key, n, ready_at, hold)
+         SELECT ?1, session_id, session_id, -1, ?3, CASE WHEN ?4 OR platform = 'cron' THEN 0 ELSE 1 END
+           FROM runs WHERE session_id = ?2
+         ON CONFLICT (kind, session_id, key, n) DO UPDATE SET ready_at = excluded.ready_at, hold = excluded.hold",
+    )?
+    .execute(params![SpanKind::Run as i64, session_id, at, final_])?;
+    Ok(())
+}
+
+/// Enqueues the turns of `session_id` that are still open (before a
+/// statement closes them).
+pub(super) fn enqueue_open_turns(tx: &Transaction<'_>, session_id: &str, at: f64) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO outbox (kind, session_id, key, n, ready_at, hold)
+         SELECT ?1, session_id, turn_id, -1, ?3, 0 FROM turns WHERE session_id = ?2 AND outcome IS NULL
+         ON CONFLICT (kind, session_id, key, n) DO UPDATE SET ready_at = excluded.ready_at, hold = 0",
+    )?
+    .execute(params![SpanKind::Turn as i64, session_id, at])?;
+    Ok(())
+}
+
+/// Enqueues everything the idle closer is about to close: the open turns,
+/// open tool calls and open attempts of runs idle since `cutoff`, and the
+/// runs themselves. Must run before the statements that close them.
+pub(super) fn enqueue_idle(tx: &Transaction<'_>, cutoff: f64, now: f64) -> Result<()> {
+    let idle = "SELECT session_id FROM runs WHERE last_event_at < ?2 AND (status = 'running'
+                 OR EXISTS (SELECT 1 FROM turns t WHERE t.session_id = runs.session_id AND t.outcome IS NULL))";
+    tx.execute(
+        &format!(
+            "INSERT INTO outbox (kind, session_id, key, n, ready_at, hold)
+             SELECT ?1, session_id, turn_id, -1, ?3, 0 FROM turns WHERE outcome IS NULL AND session_id IN ({idle})
+             ON CONFLICT (kind, session_id, key, n) DO UPDATE SET ready_at = excluded.ready_at, hold = 0"
+        ),
+        params![SpanKind::Turn as i64, cutoff, now],
+    )?;
+    tx.execute(
+        &format!(
+            "INSERT INTO outbox (kind, session_id, key, n, ready_at, hold)
+             SELECT ?1, session_id, tool_call_id, -1, ?3, 0 FROM tool_calls
+              WHERE ended_at IS NULL AND proxy = 0 AND session_id IN ({idle})
+             ON CONFLICT (kind, session_id, key, n) DO NOTHING"
+        ),
+        params![SpanKind::Tool as i64, cutoff, now],
+    )?;
+    // An attempt is open when its request has fewer finished attempts
+    // (successes and errors) than pre_api_request calls.
+    tx.execute(
+        &format!(
+            "INSERT INTO outbox (kind, session_id, key, n, ready_at, hold)
+             SELECT ?1, a.session_id, a.api_request_id, -1, ?3, 0 FROM api_requests a
+              WHERE a.session_id IN ({idle})
+                AND NOT EXISTS (SELECT 1 FROM llm_calls l WHERE l.api_request_id = a.api_request_id)
+                AND a.attempts > (SELECT COUNT(*) FROM llm_call_errors e WHERE e.api_request_id = a.api_request_id)
+             ON CONFLICT (kind, session_id, key, n) DO NOTHING"
+        ),
+        params![SpanKind::OpenAttempt as i64, cutoff, now],
+    )?;
+    tx.execute(
+        &format!(
+            "INSERT INTO outbox (kind, session_id, key, n, ready_at, hold)
+             SELECT ?1, session_id, session_id, -1, ?3, 0 FROM runs WHERE session_id IN ({idle})
+             ON CONFLICT (kind, session_id, key, n) DO UPDATE SET ready_at = excluded.ready_at, hold = 0"
+        ),
+        params![SpanKind::Run as i64, cutoff, now],
+    )?;
+    Ok(())
+}
+
+/// A session as the span builder sees it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RunRow {
+    pub session_id: String,
+    pub platform: Option<String>,
+    pub cron_job_id: Option<String>,
+    pub model: Option<String>,
+    pub provider: Option<String>,
+    pub sender_id: Option<String>,
+    pub profile: Option<String>,
+    pub started_at: f64,
+    pub ended_at: Option<f64>,
+    pub last_event_at: f64,
+    pub finalized_at: Option<f64>,
+    pub status: String,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cache_read_tokens: i64,
+    pub cache_write_tokens: i64,
+    pub cost_usd: f64,
+    /// The error type of the session's last failed attempt, if any.
+    pub last_error_type: Option<String>,
+    /// The delegation that started this session, if it is a subagent.
+    pub edge: Option<EdgeRow>,
+}
+
+/// A delegation from a parent session to this one.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EdgeRow {
+    pub parent_session_id: String,
+    pub parent_turn_id: Option<String>,
+    pub role: Option<String>,
+    pub child_status: Option<String>,
+    pub started_at: f64,
+    /// The parent's `delegate_task` tool call whose span the child hangs under.
+    pub delegate_tool_call_id: Option<String>,
+}
+
+/// A turn.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TurnRow {
+    pub turn_id: String,
+    pub session_id: String,
+    pub task_id: Option<String>,
+    pub started_at: f64,
+    pub ended_at: Option<f64>,
+    pub outcome: Option<String>,
+    pub last_error_type: Option<String>,
+}
+
+/// One LLM API attempt: a success, a failure, or one left open.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AttemptRow {
+    pub api_request_id: String,
+    pub session_id: String,
+    pub turn_id: Option<String>,
+    /// 0-based attempt number (Hermes's retry_count).
+    pub attempt: i64,
+    pub model: Option<String>,
+    pub response_model: Option<String>,
+    pub provider: Option<String>,
+    pub base_url: Option<String>,
+    pub started_at: f64,
+    /// `None` for an attempt left open.
+    pub ended_at: Option<f64>,
+    pub finish_reason: Option<String>,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cache_read_tokens: i64,
+    pub cache_write_tokens: i64,
+    pub reasoning_tokens: i64,
+    pub cost_usd: Option<f64>,
+    pub cost_source: Option<String>,
+    pub estimated: bool,
+    /// Set for failed attempts.
+    pub error: Option<AttemptError>,
+    pub max_retries: Option<i64>,
+}
+
+/// What went wrong with a failed attempt.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AttemptError {
+    pub status_code: Option<i64>,
+    pub retryable: Option<bool>,
+    pub reason: Option<String>,
+    pub error_type: Option<String>,
+}
+
+/// A tool call.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ToolRow {
+    pub session_id: String,
+    pub tool_call_id: String,
+    pub tool_name: String,
+    pub turn_id: Option<String>,
+    pub api_request_id: Option<String>,
+    pub started_at: f64,
+    pub ended_at: Option<f64>,
+    pub ok: Option<bool>,
+    pub status: Option<String>,
+    pub error_type: Option<String>,
+    pub exit_code: Option<i64>,
+}
+
+impl Store {
+    /// Up to `limit` outbox rows ready at `now`, in `seq` order; held rows
+    /// only once `grace_seconds` old.
+    pub fn outbox_ready(&self, now: f64, grace_seconds: f64, limit: usize) -> Result<Vec<OutboxRow>> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT seq, kind, session_id, key, n, ready_at FROM outbox
+              WHERE ready_at <= ?1 - hold * ?2 ORDER BY seq LIMIT ?3",
+        )?;
+        let rows = stmt.query_map(params![now, grace_seconds, limit as i64], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, kind, session_id, key, n, ready_at) = row?;
+            if let Some(kind) = SpanKind::from_i64(kind) {
+                out.push(OutboxRow {
+                    seq,
+                    kind,
+                    session_id,
+                    key,
+                    n,
+                    ready_at,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes rows the collector accepted (or that had nothing to send) and
+    /// adds to the counters, in one transaction. A row whose `ready_at`
+    /// changed since it was read is kept: it names a newer span version.
+    pub fn outbox_done(&mut self, rows: &[OutboxRow], counts: &[(&str, i64)], now: f64) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut del = tx.prepare_cached("DELETE FROM outbox WHERE seq = ?1 AND ready_at = ?2")?;
+            for row in rows.iter().filter(|r| r.seq > 0) {
+                del.execute(params![row.seq, row.ready_at])?;
+            }
+        }
+        for (name, by) in counts {
+            bump(&tx, name, *by)?;
+        }
+        set_state(&tx, "last_success_at", now)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Deletes the oldest rows beyond `max_rows` and counts them as dropped.
+    /// Returns how many were dropped.
+    pub fn outbox_enforce_cap(&mut self, max_rows: u64) -> Result<u64> {
+        let pending: i64 = self.conn().query_row("SELECT COUNT(*) FROM outbox", [], |r| r.get(0))?;
+        let excess = pending - max_rows.min(i64::MAX as u64) as i64;
+        if excess <= 0 {
+            return Ok(0);
+        }
+        let tx = self.conn.transaction()?;
+        let n = tx.execute(
+            "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox ORDER BY seq LIMIT ?1)",
+            params![excess],
+        )?;
+        bump(&tx, counter::DROPPED, n as i64)?;
+        tx.commit()?;
+        Ok(n as u64)
+    }
+
+    /// Records a failed export attempt for `status` (the message names no secret).
+    pub fn export_failed(&mut self, message: &str, now: f64) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        set_state(&tx, "last_error", message)?;
+        set_state(&tx, "last_error_at", now)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Takes or renews the lease `name` for `holder` until `now + ttl`. Returns
+    /// whether `holder` holds it: it does when nobody did, when it already
+    /// did, or when the previous holder let it expire (it died).
+    pub fn acquire_lease(&mut self, name: &str, holder: &str, pid: i64, now: f64, ttl_seconds: f64) -> Result<bool> {
+        let changed = self.conn().execute(
+            "INSERT INTO export_lease (name, holder, pid, acquired_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (name) DO UPDATE SET
+                acquired_at = CASE WHEN holder = excluded.holder THEN acquired_at ELSE excluded.acquired_at END,
+                holder = excluded.holder, pid = excluded.pid, expires_at = excluded.expires_at
+             WHERE holder = excluded.holder OR expires_at < ?4",
+            params![name, holder, pid, now, now + ttl_seconds],
+        )?;
+        Ok(changed == 1)
+    }
+
+    /// Gives the lease up if `holder` has it.
+    pub fn release_lease(&mut self, name: &str, holder: &str) -> Result<()> {
+        self.conn().execute(
+            "DELETE FROM export_lease WHERE name = ?1 AND holder = ?2",
+            params![name, holder],
+        )?;
+        Ok(())
+    }
+
+    /// The lease `name`, whoever holds it (possibly expired).
+    pub fn lease(&self, name: &str) -> Result<Option<Lease>> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT holder, pid, acquired_at, expires_at FROM export_lease WHERE name = ?1",
+                params![name],
+                |r| {
+                    Ok(Lease {
+                        holder: r.get(0)?,
+                        pid: r.get(1)?,
+                        acquired_at: r.get(2)?,
+                        expires_at: r.get(3)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    /// Pending rows, counters and the lease, for `status`.
+    pub fn export_state(&self) -> Result<ExportState> {
+        let (pending, held, oldest): (i64, i64, Option<f64>) = self.conn().query_row(
+            "SELECT COUNT(*), COALESCE(SUM(hold), 0), MIN(ready_at) FROM outbox",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
+        let int = |k: &str| -> Result<i64> { Ok(self.state_value::<i64>(k)?.unwrap_or(0)) };
+        Ok(ExportState {
+            pending,
+            held,
+            oldest_pending_at: oldest,
+            exported: int(counter::EXPORTED)?,
+            dropped: int(counter::DROPPED)?,
+            rejected: int(counter::REJECTED)?,
+            sampled_out: int(counter::SAMPLED_OUT)?,
+            skipped: int(counter::SKIPPED)?,
+            last_success_at: self.state_value("last_success_at")?,
+            last_error: self.state_value("last_error")?,
+            last_error_at: self.state_value("last_error_at")?,
+            lease: self.lease(TRACE_LEASE)?,
+        })
+    }
+
+    fn state_value<T: rusqlite::types::FromSql>(&self, key: &str) -> Result<Option<T>> {
+        Ok(self
+            .conn()
+            .query_row("SELECT value FROM export_state WHERE key = ?1", params![key], |r| {
+                r.get(0)
+            })
+            .optional()?)
+    }
+
+    /// Every finished span whose ledger row ended at or after `since`, in
+    /// time order, as rows for `export --since` (not in the outbox: `seq` 0).
+    pub fn history(&self, since: f64) -> Result<Vec<OutboxRow>> {
+        let sql = "
+            SELECT 1, session_id, session_id, -1, COALESCE(ended_at, last_event_at) AS t FROM runs
+             WHERE status != 'running' AND COALESCE(ended_at, last_event_at) >= ?1
+            UNION ALL SELECT 2, session_id, turn_id, -1, ended_at FROM turns WHERE ended_at IS NOT NULL AND ended_at >= ?1
+            UNION ALL SELECT 3, session_id, api_request_id, -1, ended_at FROM llm_calls WHERE ended_at >= ?1
+            UNION ALL SELECT 4, session_id, api_request_id, retry_count, ended_at FROM llm_call_errors WHERE ended_at >= ?1
+            UNION ALL SELECT 5, session_id, tool_call_id, -1, ended_at FROM tool_calls
+             WHERE proxy = 0 AND ended_at IS NOT NULL AND ended_at >= ?1
+            UNION ALL SELECT 6, a.session_id, a.api_request_id, -1, COALESCE(r.ended_at, r.last_event_at)
+              FROM api_requests a JOIN runs r ON r.session_id = a.session_id
+             WHERE r.status != 'running' AND COALESCE(r.ended_at, r.last_event_at) >= ?1
+               AND NOT EXISTS (SELECT 1 FROM llm_calls l WHERE l.api_request_id = a.api_request_id)
+               AND a.attempts > (SELECT COUNT(*) FROM llm_call_errors e WHERE e.api_request_id = a.api_request_id)
+            ORDER BY t";
+        let mut stmt = self.conn().prepare(sql)?;
+        let rows = stmt.query_map(params![since], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (kind, session_id, key, n, t) = row?;
+            if let Some(kind) = SpanKind::from_i64(kind) {
+                out.push(OutboxRow {
+                    seq: 0,
+                    kind,
+                    session_id,
+                    key,
+                    n,
+                    ready_at: t,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The run `session_id` with its delegation edge, if any.
+    pub fn run_row(&self, session_id: &str) -> Result<Option<RunRow>> {
+        let run = self
+            .conn()
+            .prepare_cached(
+                "SELECT session_id, platform, cron_job_id, model, provider, sender_id, profile, started_at, ended_at,
+                        last_event_at, finalized_at, status, input_tokens, output_tokens, cache_read_tokens,
+                        cache_write_tokens, cost_usd,
+                        (SELECT error_type FROM llm_call_errors e WHERE e.session_id = runs.session_id
+                          ORDER BY ended_at DESC LIMIT 1)
+                   FROM runs WHERE session_id = ?1",
+            )?
+            .query_row(params![session_id], |r| {
+                Ok(RunRow {
+                    session_id: r.get(0)?,
+                    platform: r.get(1)?,
+                    cron_job_id: r.get(2)?,
+                    model: r.get(3)?,
+                    provider: r.get(4)?,
+                    sender_id: r.get(5)?,
+                    profile: r.get(6)?,
+                    started_at: r.get(7)?,
+                    ended_at: r.get(8)?,
+                    last_event_at: r.get(9)?,
+                    finalized_at: r.get(10)?,
+                    status: r.get(11)?,
+                    input_tokens: r.get(12)?,
+                    output_tokens: r.get(13)?,
+                    cache_read_tokens: r.get(14)?,
+                    cache_write_tokens: r.get(15)?,
+                    cost_usd: r.get(16)?,
+                    last_error_type: r.get(17)?,
+                    edge: None,
+                })
+            })
+            .optional()?;
+        let Some(mut run) = run else { return Ok(None) };
+        run.edge = self.edge_row(session_id)?;
+        Ok(Some(run))
+    }
+
+    /// The delegation that started `child`, with the parent's matching
+    /// `delegate_task` tool call: the latest one of the parent turn that had
+    /// started by the delegation's start and had not ended before it.
+    fn edge_row(&self, child: &str) -> Result<Option<EdgeRow>> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT e.parent_session_id, e.parent_turn_id, e.role, e.child_status, e.started_at,
+                        (SELECT t.tool_call_id FROM tool_calls t
+                          WHERE t.session_id = e.parent_session_id AND t.proxy = 0 AND t.tool_name = 'delegate_task'
+                            AND (e.parent_turn_id IS NULL OR t.turn_id = e.parent_turn_id)
+                            AND t.started_at <= e.started_at AND (t.ended_at IS NULL OR t.ended_at >= e.started_at)
+                          ORDER BY t.started_at DESC LIMIT 1)
+                   FROM subagent_edges e WHERE e.child_session_id = ?1",
+            )?
+            .query_row(params![child], |r| {
+                Ok(EdgeRow {
+                    parent_session_id: r.get(0)?,
+                    parent_turn_id: r.get(1)?,
+                    role: r.get(2)?,
+                    child_status: r.get(3)?,
+                    started_at: r.get(4)?,
+                    delegate_tool_call_id: r.get(5)?,
+                })
+            })
+            .optional()?)
+    }
+
+    /// The turn `turn_id`.
+    pub fn turn_row(&self, turn_id: &str) -> Result<Option<TurnRow>> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT turn_id, session_id, task_id, started_at, ended_at, outcome,
+                        (SELECT error_type FROM llm_call_errors e WHERE e.turn_id = turns.turn_id
+                          ORDER BY ended_at DESC LIMIT 1)
+                   FROM turns WHERE turn_id = ?1",
+            )?
+            .query_row(params![turn_id], |r| {
+                Ok(TurnRow {
+                    turn_id: r.get(0)?,
+                    session_id: r.get(1)?,
+                    task_id: r.get(2)?,
+                    started_at: r.get(3)?,
+                    ended_at: r.get(4)?,
+                    outcome: r.get(5)?,
+                    last_error_type: r.get(6)?,
+                })
+            })
+            .optional()?)
+    }
+
+    /// The successful attempt of `api_request_id`.
+    pub fn llm_call_row(&self, api_request_id: &str) -> Result<Option<AttemptRow>> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT api_request_id, session_id, turn_id, attempts - 1, model, response_model, provider, base_url,
+                        started_at, ended_at, finish_reason, input_tokens, output_tokens, cache_read_tokens,
+                        cache_write_tokens, reasoning_tokens, cost_usd, cost_source, estimated,
+                        (SELECT MAX(max_retries) FROM llm_call_errors e WHERE e.api_request_id = l.api_request_id)
+                   FROM llm_calls l WHERE api_request_id = ?1",
+            )?
+            .query_row(params![api_request_id], |r| {
+                Ok(AttemptRow {
+                    api_request_id: r.get(0)?,
+                    session_id: r.get(1)?,
+                    turn_id: r.get(2)?,
+                    attempt: r.get(3)?,
+                    model: r.get(4)?,
+                    response_model: r.get(5)?,
+                    provider: r.get(6)?,
+                    base_url: r.get(7)?,
+                    started_at: r.get(8)?,
+                    ended_at: r.get(9)?,
+                    finish_reason: r.get(10)?,
+                    input_tokens: r.get(11)?,
+                    output_tokens: r.get(12)?,
+                    cache_read_tokens: r.get(13)?,
+                    cache_write_tokens: r.get(14)?,
+                    reasoning_tokens: r.get(15)?,
+                    cost_usd: r.get(16)?,
+                    cost_source: r.get(17)?,
+                    estimated: r.get(18)?,
+                    error: None,
+                    max_retries: r.get(19)?,
+                })
+            })
+            .optional()?)
+    }
+
+    /// The failed attempt `retry_count` of `api_request_id`.
+    pub fn llm_error_row(&self, api_request_id: &str, retry_count: i64) -> Result<Option<AttemptRow>> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT api_request_id, session_id, turn_id, retry_count, model, provider, base_url, started_at,
+                        ended_at, status_code, retryable, reason, error_type, max_retries
+                   FROM llm_call_errors WHERE api_request_id = ?1 AND retry_count = ?2",
+            )?
+            .query_row(params![api_request_id, retry_count], |r| {
+                Ok(AttemptRow {
+                    api_request_id: r.get(0)?,
+                    session_id: r.get(1)?,
+                    turn_id: r.get(2)?,
+                    attempt: r.get(3)?,
+                    model: r.get(4)?,
+                    provider: r.get(5)?,
+                    base_url: r.get(6)?,
+                    started_at: r.get(7)?,
+                    ended_at: r.get(8)?,
+                    error: Some(AttemptError {
+                        status_code: r.get(9)?,
+                        retryable: r.get(10)?,
+                        reason: r.get(11)?,
+                        error_type: r.get(12)?,
+                    }),
+                    max_retries: r.get(13)?,
+                    ..AttemptRow::default()
+                })
+            })
+            .optional()?)
+    }
+
+    /// The attempt of `api_request_id` a dead process left open (the last
+    /// pre_api_request with no result).
+    pub fn open_attempt_row(&self, api_request_id: &str) -> Result<Option<AttemptRow>> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT a.api_request_id, a.session_id, a.turn_id, a.attempts - 1, r.model, r.provider, r.base_url,
+                        a.attempt_started_at
+                   FROM api_requests a JOIN runs r ON r.session_id = a.session_id
+                  WHERE a.api_request_id = ?1
+                    AND NOT EXISTS (SELECT 1 FROM llm_calls l WHERE l.api_request_id = a.api_request_id)",
+            )?
+            .query_row(params![api_request_id], |r| {
+                Ok(AttemptRow {
+                    api_request_id: r.get(0)?,
+                    session_id: r.get(1)?,
+                    turn_id: r.get(2)?,
+                    attempt: r.get(3)?,
+                    model: r.get(4)?,
+                    provider: r.get(5)?,
+                    base_url: r.get(6)?,
+                    started_at: r.get(7)?,
+                    ..AttemptRow::default()
+                })
+            })
+            .optional()?)
+    }
+
+    /// The tool call `tool_call_id` of `session_id`.
+    pub fn tool_row(&self, session_id: &str, tool_call_id: &str) -> Result<Option<ToolRow>> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT session_id, tool_call_id, tool_name, turn_id, api_request_id, started_at, ended_at, ok, status,
+                        error_type, exit_code
+                   FROM tool_calls WHERE session_id = ?1 AND tool_call_id = ?2",
+            )?
+            .query_row(params![session_id, tool_call_id], |r| {
+                Ok(ToolRow {
+                    session_id: r.get(0)?,
+                    tool_call_id: r.get(1)?,
+                    tool_name: r.get(2)?,
+                    turn_id: r.get(3)?,
+                    api_request_id: r.get(4)?,
+                    started_at: r.get(5)?,
+                    ended_at: r.get(6)?,
+                    ok: r.get(7)?,
+                    status: r.get(8)?,
+                    error_type: r.get(9)?,
+                    exit_code: r.get(10)?,
+                })
+            })
+            .optional()?)
+    }
+}
+
+fn bump(tx: &Transaction<'_>, key: &str, by: i64) -> Result<()> {
+    if by == 0 {
+        return Ok(());
+    }
+    tx.prepare_cached(
+        "INSERT INTO export_state (key, value) VALUES (?1, ?2)
+         ON CONFLICT (key) DO UPDATE SET value = value + excluded.value",
+    )?
+    .execute(params![key, by])?;
+    Ok(())
+}
+
+fn set_state(tx: &Transaction<'_>, key: &str, value: impl rusqlite::ToSql) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO export_state (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    )?
+    .execute(params![key, value])?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(&dir.path().join("s.db")).expect("open");
+        (dir, store)
+    }
+
+    #[test]
+    fn a_lease_is_held_by_one_holder_until_it_expires() {
+        let (_dir, mut store) = store();
+        assert!(store.acquire_lease(TRACE_LEASE, "a", 1, 100.0, 10.0).expect("a"));
+        assert!(!store.acquire_lease(TRACE_LEASE, "b", 2, 105.0, 10.0).expect("b"));
+        assert!(store.acquire_lease(TRACE_LEASE, "a", 1, 105.0, 10.0).expect("a renews"));
+        assert!(!store.acquire_lease(TRACE_LEASE, "b", 2, 114.0, 10.0).expect("b early"));
+        assert!(store
+            .acquire_lease(TRACE_LEASE, "b", 2, 115.5, 10.0)
+            .expect("b after expiry"));
+        assert_eq!(store.lease(TRACE_LEASE).expect("lease").expect("held").holder, "b");
+        store.release_lease(TRACE_LEASE, "a").expect("not a's");
+        assert!(store.lease(TRACE_LEASE).expect("lease").is_some());
+        store.release_lease(TRACE_LEASE, "b").expect("release");
+        assert!(store.acquire_lease(TRACE_LEASE, "a", 1, 116.0, 10.0).expect("a again"));
+    }
+
+    #[test]
+    fn the_retention_cap_drops_the_oldest_rows_and_counts_them() {
+        let (_dir, mut store) = store();
+        let tx = store.conn.transaction().expect("tx");
+        for i in 0..10 {
+            enqueue(&tx, SpanKind::Tool, "s", &format!("t{i}"), -1, i as f64, false).expect("enqueue");
+        }
+        tx.commit().expect("commit");
+        assert_eq!(store.outbox_enforce_cap(7).expect("cap"), 3);
+        let ready = store.outbox_ready(100.0, 0.0, 100).expect("ready");
+        assert_eq!(ready.first().map(|r| r.key.as_str()), Some("t3"));
+        let state = store.export_state().expect("state");
+        assert_eq!((state.pending, state.dropped), (7, 3));
+    }
+
+    #[test]
+    fn a_row_that_moved_while_being_sent_is_kept() {
+        let (_dir, mut store) = store();
+        let tx = store.conn.transaction().expect("tx");
+        enqueue(&tx, SpanKind::Run, "s", "s", -1, 1.0, true).expect("enqueue");
+        tx.commit().expect("commit");
+        assert!(store.outbox_ready(50.0, 60.0, 10).expect("held").is_empty());
+        let rows = store.outbox_ready(100.0, 60.0, 10).expect("ready");
+        assert_eq!(rows.len(), 1);
+        let tx = store.conn.transaction().expect("tx");
+        enqueue(&tx, SpanKind::Run, "s", "s", -1, 2.0, false).expect("re-enqueue");
+        tx.commit().expect("commit");
+        store
+            .outbox_done(&rows, &[(counter::EXPORTED, 1)], 100.0)
+            .expect("done");
+        assert_eq!(store.export_state().expect("state").pending, 1);
+        let rows = store.outbox_ready(100.0, 60.0, 10).expect("ready");
+        store
+            .outbox_done(&rows, &[(counter::EXPORTED, 1)], 100.0)
+            .expect("done");
+        let state = store.export_state().expect("state");
+        assert_eq!((state.pending, state.exported), (0, 2));
+    }
+}

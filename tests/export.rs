@@ -1,0 +1,572 @@
+//! Trace export end to end: fixtures replayed into a store, exported over
+//! OTLP to in-process receivers on loopback, and what arrived checked.
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use hermes_otel::export::{hex, ExportConfig, ExportOverrides, Exporter};
+use hermes_otel::hook::DecodeOptions;
+use hermes_otel::replay::{replay_file, ReplayStats};
+use hermes_otel::store::Store;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::trace::v1::Span;
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+
+/// An export config from `pairs` only (the process environment is ignored).
+fn config(pairs: &[(&str, &str)]) -> ExportConfig {
+    let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    ExportConfig::resolve(ExportOverrides::default(), move |k| map.get(k).cloned())
+}
+
+/// Settings every test uses: no grace for sessions, a short idle timeout.
+fn base<'a>(endpoint: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut v = vec![
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint),
+        ("HERMES_OTEL_SESSION_GRACE_SECONDS", "0"),
+        ("HERMES_OTEL_IDLE_TIMEOUT_SECONDS", "60"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "5000"),
+    ];
+    v.extend_from_slice(extra);
+    v
+}
+
+fn replay(store: &mut Store, files: &[PathBuf]) {
+    let mut stats = ReplayStats::default();
+    for f in files {
+        replay_file(store, f, DecodeOptions::default(), &mut stats).expect("replay");
+    }
+    assert!(stats.bad_lines.is_empty(), "{:?}", stats.bad_lines);
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(FIXTURES).join(format!("{name}.jsonl"))
+}
+
+fn store_at(dir: &Path) -> Store {
+    Store::open(&dir.join("hermes-otel.db")).expect("open store")
+}
+
+/// Exports everything that is ready, closing idle spans first.
+fn drain(exporter: &mut Exporter) {
+    exporter.close_idle().expect("close idle");
+    let step = exporter.flush(Instant::now() + Duration::from_secs(30)).expect("flush");
+    assert!(step.error.is_none(), "{step:?}");
+    assert_eq!(exporter.store().export_state().expect("state").pending, 0);
+}
+
+fn attr<'a>(span: &'a Span, key: &str) -> Option<&'a Value> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref())
+        .and_then(|v| v.value.as_ref())
+}
+
+fn attr_text(span: &Span, key: &str) -> Option<String> {
+    attr(span, key).map(|v| match v {
+        Value::StringValue(s) => s.clone(),
+        Value::IntValue(i) => i.to_string(),
+        Value::BoolValue(b) => b.to_string(),
+        Value::DoubleValue(d) => format!("{d}"),
+        Value::ArrayValue(a) => format!("{:?}", a.values.len()),
+        _ => "?".into(),
+    })
+}
+
+/// One line per span, indented under its parent: name, kind, the key
+/// attributes, and `ERROR` for error status. Traces are separated by
+/// `--`; a turn rooting its own trace shows `link->session`.
+fn render(spans: &[Span]) -> String {
+    let ids: HashSet<(Vec<u8>, Vec<u8>)> = spans.iter().map(|s| (s.trace_id.clone(), s.span_id.clone())).collect();
+    let mut children: BTreeMap<Vec<u8>, Vec<&Span>> = BTreeMap::new();
+    let mut roots = Vec::new();
+    for s in spans {
+        if s.parent_span_id.is_empty() {
+            roots.push(s);
+        } else {
+            assert!(
+                ids.contains(&(s.trace_id.clone(), s.parent_span_id.clone())),
+                "span {} has a parent that is not in its trace",
+                s.name
+            );
+            children.entry(s.parent_span_id.clone()).or_default().push(s);
+        }
+    }
+    let order = |a: &&Span, b: &&Span| {
+        (a.start_time_unix_nano, &a.name, attr_text(a, "hermes.api.retry_count")).cmp(&(
+            b.start_time_unix_nano,
+            &b.name,
+            attr_text(b, "hermes.api.retry_count"),
+        ))
+    };
+    roots.sort_by(order);
+    for v in children.values_mut() {
+        v.sort_by(order);
+    }
+    let mut out = String::new();
+    fn line(s: &Span) -> String {
+        let kind = match s.kind {
+            1 => "internal",
+            3 => "client",
+            _ => "other",
+        };
+        let mut l = format!("{} [{kind}]", s.name);
+        for key in [
+            "hermes.platform",
+            "hermes.session.status",
+            "hermes.subagent.status",
+            "hermes.turn.outcome",
+            "hermes.api.retry_count",
+            "http.response.status_code",
+            "gen_ai.usage.input_tokens",
+            "gen_ai.usage.output_tokens",
+            "hermes.usage.estimated",
+            "hermes.tool.outcome",
+            "hermes.tool.exit_code",
+            "hermes.span.close_reason",
+            "error.type",
+        ] {
+            if let Some(v) = attr_text(s, key) {
+                // The last two parts of the name are enough to tell them apart.
+                let short = key.splitn(key.matches('.').count(), '.').last().unwrap_or(key);
+                l.push_str(&format!(" {short}={v}"));
+            }
+        }
+        if !s.links.is_empty() {
+            l.push_str(" link->session");
+        }
+        if s.status.as_ref().is_some_and(|st| st.code == 2) {
+            l.push_str(" ERROR");
+        }
+        l
+    }
+    fn walk(s: &Span, depth: usize, children: &BTreeMap<Vec<u8>, Vec<&Span>>, out: &mut String) {
+        out.push_str(&"  ".repeat(depth));
+        out.push_str(&line(s));
+        out.push('\n');
+        for c in children.get(&s.span_id).into_iter().flatten() {
+            walk(c, depth + 1, children, out);
+        }
+    }
+    for (i, r) in roots.iter().enumerate() {
+        if i > 0 {
+            out.push_str("--\n");
+        }
+        walk(r, 0, &children, &mut out);
+    }
+    out
+}
+
+fn assert_unique(spans: &[Span]) {
+    let mut seen = HashSet::new();
+    for s in spans {
+        assert!(
+            seen.insert((s.trace_id.clone(), s.span_id.clone())),
+            "span {} ({}) arrived twice",
+            s.name,
+            hex(&s.span_id)
+        );
+    }
+}
+
+/// Replays one fixture into a fresh store, exports it over gRPC, and
+/// renders the tree that arrived.
+fn tree_of(name: &str, extra: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let receiver = support::grpc(None, None);
+    let mut store = store_at(dir.path());
+    replay(&mut store, &[fixture(name)]);
+    let endpoint = receiver.grpc_endpoint();
+    let mut exporter = Exporter::with_store(config(&base(&endpoint, extra)), store).expect("exporter");
+    drain(&mut exporter);
+    let spans = receiver.received.spans();
+    assert_unique(&spans);
+    render(&spans)
+}
+
+/// The exact tree per fixture (checked by hand against the fixture's
+/// hook sequence in tests/fixtures/README.md).
+const EXPECTED: &[(&str, &str)] = &[
+    (
+        "bigcache",
+        r#"
+invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=120000 usage.output_tokens=3000
+  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=120000 usage.output_tokens=3000 usage.estimated=false
+"#,
+    ),
+    (
+        "cron",
+        r#"
+invoke_agent hermes [internal] hermes.platform=cron session.status=ok usage.input_tokens=2060 usage.output_tokens=66
+  hermes.turn [internal] hermes.platform=cron turn.outcome=ok
+    chat mock-model [client] hermes.platform=cron api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
+    execute_tool read_file [internal] hermes.platform=cron tool.outcome=ok
+    chat mock-model [client] hermes.platform=cron api.retry_count=0 usage.input_tokens=1040 usage.output_tokens=42 usage.estimated=false
+"#,
+    ),
+    (
+        "delegate_bg",
+        r#"
+invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=2060 usage.output_tokens=66
+  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
+    execute_tool delegate_task [internal] hermes.platform=cli tool.outcome=ok
+      invoke_agent hermes [internal] hermes.platform=subagent session.status=ok subagent.status=completed usage.input_tokens=1020 usage.output_tokens=42
+        hermes.turn [internal] hermes.platform=subagent turn.outcome=ok
+          chat mock-model [client] hermes.platform=subagent api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=42 usage.estimated=false
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1040 usage.output_tokens=42 usage.estimated=false
+"#,
+    ),
+    (
+        "delegate_bg_orphan",
+        r#"
+invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=2060 usage.output_tokens=66
+  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
+    execute_tool delegate_task [internal] hermes.platform=cli tool.outcome=ok
+      invoke_agent hermes [internal] hermes.platform=subagent session.status=abandoned usage.input_tokens=0 usage.output_tokens=0 span.close_reason=idle_timeout
+        hermes.turn [internal] hermes.platform=subagent turn.outcome=abandoned span.close_reason=idle_timeout
+          chat mock-model [client] hermes.platform=subagent api.retry_count=0 span.close_reason=idle_timeout
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1040 usage.output_tokens=42 usage.estimated=false
+"#,
+    ),
+    (
+        "delegate_sync",
+        r#"
+invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=2060 usage.output_tokens=66
+  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
+    execute_tool delegate_task [internal] hermes.platform=cli tool.outcome=ok
+      invoke_agent hermes [internal] hermes.platform=subagent session.status=ok subagent.status=completed usage.input_tokens=1020 usage.output_tokens=42
+        hermes.turn [internal] hermes.platform=subagent turn.outcome=ok
+          chat mock-model [client] hermes.platform=subagent api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=42 usage.estimated=false
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1040 usage.output_tokens=42 usage.estimated=false
+"#,
+    ),
+    (
+        "failalways",
+        r#"
+invoke_agent hermes [internal] hermes.platform=cli session.status=error usage.input_tokens=0 usage.output_tokens=0 error.type=InternalServerError ERROR
+  hermes.turn [internal] hermes.platform=cli turn.outcome=error error.type=InternalServerError ERROR
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 response.status_code=500 error.type=InternalServerError ERROR
+    chat mock-model [client] hermes.platform=cli api.retry_count=1 response.status_code=500 error.type=InternalServerError ERROR
+    chat mock-model [client] hermes.platform=cli api.retry_count=2 response.status_code=500 error.type=InternalServerError ERROR
+"#,
+    ),
+    (
+        "failonce",
+        r#"
+invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=1020 usage.output_tokens=42
+  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 response.status_code=500 error.type=InternalServerError ERROR
+    chat mock-model [client] hermes.platform=cli api.retry_count=1 usage.input_tokens=1020 usage.output_tokens=42 usage.estimated=false
+"#,
+    ),
+    (
+        "model404",
+        r#"
+invoke_agent hermes [internal] hermes.platform=cli session.status=error usage.input_tokens=0 usage.output_tokens=0 error.type=NotFoundError ERROR
+  hermes.turn [internal] hermes.platform=cli turn.outcome=error error.type=NotFoundError ERROR
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 response.status_code=404 error.type=NotFoundError ERROR
+"#,
+    ),
+    (
+        "multi_turn",
+        r#"
+invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=3120 usage.output_tokens=108
+  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
+    execute_tool read_file [internal] hermes.platform=cli tool.outcome=ok
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1040 usage.output_tokens=42 usage.estimated=false
+  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1060 usage.output_tokens=42 usage.estimated=false
+"#,
+    ),
+    (
+        "nousage",
+        r#"
+invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=1700 usage.output_tokens=5
+  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1700 usage.output_tokens=5 usage.estimated=true
+"#,
+    ),
+    (
+        "parallel",
+        r#"
+invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=2070 usage.output_tokens=66
+  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
+    execute_tool read_file [internal] hermes.platform=cli tool.outcome=ok
+    execute_tool read_file [internal] hermes.platform=cli tool.outcome=ok
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1050 usage.output_tokens=42 usage.estimated=false
+"#,
+    ),
+    (
+        "readfile",
+        r#"
+invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=2060 usage.output_tokens=66
+  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
+    execute_tool read_file [internal] hermes.platform=cli tool.outcome=ok
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1040 usage.output_tokens=42 usage.estimated=false
+"#,
+    ),
+    (
+        "resume",
+        r#"
+invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=3120 usage.output_tokens=108
+  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
+    execute_tool read_file [internal] hermes.platform=cli tool.outcome=ok
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1040 usage.output_tokens=42 usage.estimated=false
+  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1060 usage.output_tokens=42 usage.estimated=false
+"#,
+    ),
+    (
+        "terminal_fail",
+        r#"
+invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=2060 usage.output_tokens=66
+  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
+    execute_tool terminal [internal] hermes.platform=cli tool.outcome=error tool.exit_code=3 error.type=exit_code_3 ERROR
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1040 usage.output_tokens=42 usage.estimated=false
+"#,
+    ),
+    (
+        "terminal_ok",
+        r#"
+invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=2060 usage.output_tokens=66
+  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
+    execute_tool terminal [internal] hermes.platform=cli tool.outcome=ok tool.exit_code=0
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1040 usage.output_tokens=42 usage.estimated=false
+"#,
+    ),
+    (
+        "tool_error",
+        r#"
+invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=2060 usage.output_tokens=66
+  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
+    execute_tool read_file [internal] hermes.platform=cli tool.outcome=error error.type=tool_error ERROR
+    chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1040 usage.output_tokens=42 usage.estimated=false
+"#,
+    ),
+];
+
+#[test]
+fn every_fixture_exports_its_exact_span_tree() {
+    let mut failures = Vec::new();
+    let print = std::env::var_os("PRINT_TREES").is_some();
+    for entry in std::fs::read_dir(FIXTURES).expect("fixtures") {
+        let path = entry.expect("entry").path();
+        if path.extension().and_then(|e| e.to_str()) != Some("jsonl") {
+            continue;
+        }
+        let name = path.file_stem().and_then(|s| s.to_str()).expect("name").to_string();
+        let got = tree_of(&name, &[]);
+        if print {
+            println!("==== {name}\n{got}");
+        }
+        match EXPECTED.iter().find(|(n, _)| *n == name) {
+            Some((_, want)) if want.trim() == got.trim() => {}
+            Some((_, want)) => failures.push(format!("{name}: want\n{want}\ngot\n{got}")),
+            None => failures.push(format!("{name}: no expected tree; got\n{got}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn all_fixtures() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(FIXTURES)
+        .expect("fixtures")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("jsonl"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn ids(spans: &[Span]) -> HashSet<(Vec<u8>, Vec<u8>)> {
+    spans.iter().map(|s| (s.trace_id.clone(), s.span_id.clone())).collect()
+}
+
+/// Every fixture exported over gRPC, as the reference set of span ids.
+fn reference_ids() -> HashSet<(Vec<u8>, Vec<u8>)> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let receiver = support::grpc(None, None);
+    let mut store = store_at(dir.path());
+    replay(&mut store, &all_fixtures());
+    let endpoint = receiver.grpc_endpoint();
+    let mut exporter = Exporter::with_store(config(&base(&endpoint, &[])), store).expect("exporter");
+    drain(&mut exporter);
+    let spans = receiver.received.spans();
+    assert_unique(&spans);
+    ids(&spans)
+}
+
+#[test]
+fn per_turn_traces_root_each_turn_and_link_it_to_the_session() {
+    let got = tree_of("multi_turn", &[("HERMES_OTEL_TRACE_MODE", "turn")]);
+    let traces: Vec<&str> = got.split("--\n").collect();
+    assert_eq!(traces.len(), 3, "{got}");
+    assert!(
+        traces[0].starts_with("invoke_agent hermes") && traces[0].lines().count() == 1,
+        "{got}"
+    );
+    for turn in &traces[1..] {
+        assert!(turn.starts_with("hermes.turn") && turn.lines().next().is_some_and(|l| l.contains("link->session")));
+    }
+}
+
+#[test]
+fn http_protobuf_with_gzip_delivers_the_same_spans_as_grpc() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let receiver = support::http(None);
+    let mut store = store_at(dir.path());
+    replay(&mut store, &all_fixtures());
+    let endpoint = receiver.http_endpoint();
+    let cfg = config(&base(
+        &endpoint,
+        &[
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=secret"),
+        ],
+    ));
+    let mut exporter = Exporter::with_store(cfg, store).expect("exporter");
+    drain(&mut exporter);
+    let spans = receiver.received.spans();
+    assert_unique(&spans);
+    assert_eq!(ids(&spans), reference_ids());
+}
+
+#[test]
+fn a_collector_that_is_down_for_the_first_half_gets_every_span_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let addr = support::free_addr();
+    let endpoint = format!("http://{addr}");
+    let files = all_fixtures();
+    let (first, second) = files.split_at(files.len() / 2);
+    let mut store = store_at(dir.path());
+    replay(&mut store, first);
+    let mut exporter = Exporter::with_store(config(&base(&endpoint, &[])), store).expect("exporter");
+    exporter.close_idle().expect("close idle");
+    // The collector is down: a few attempts fail and back off.
+    let mut failures = 0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while failures < 3 && Instant::now() < deadline {
+        let step = exporter.run_once().expect("step");
+        assert_eq!(step.exported, 0);
+        if step.error.is_some() {
+            failures += 1;
+        }
+    }
+    assert_eq!(failures, 3);
+    let state = exporter.store().export_state().expect("state");
+    assert!(state.pending > 0 && state.exported == 0 && state.last_error.is_some());
+    // The collector comes up; the second half of the replay arrives.
+    let receiver = support::grpc(Some(addr), None);
+    let mut store = store_at(dir.path());
+    replay(&mut store, second);
+    drop(store);
+    drain(&mut exporter);
+    let spans = receiver.received.spans();
+    assert_unique(&spans);
+    assert_eq!(ids(&spans), reference_ids());
+}
+
+#[test]
+fn only_the_lease_holder_exports_and_the_lease_lapses_when_it_stops() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let receiver = support::grpc(None, None);
+    let mut store = store_at(dir.path());
+    replay(&mut store, &[fixture("readfile")]);
+    let endpoint = receiver.grpc_endpoint();
+    let cfg = config(&base(&endpoint, &[("HERMES_OTEL_LEASE_SECONDS", "0.5")]));
+    let mut a = Exporter::with_store(cfg.clone(), store).expect("a");
+    let mut b = Exporter::new(cfg, &dir.path().join("hermes-otel.db")).expect("b");
+    assert!(a.run_once().expect("a").leased);
+    let step = b.run_once().expect("b");
+    assert!(!step.leased && step.exported == 0);
+    // a stops renewing (as if it died): b takes over once the lease lapses.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !b.run_once().expect("b").leased {
+        assert!(Instant::now() < deadline, "the lease never lapsed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!a.run_once().expect("a").leased);
+    assert_eq!(receiver.received.span_count(), 5);
+}
+
+#[test]
+fn export_since_resends_history_with_the_same_ids() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let receiver = support::grpc(None, None);
+    let mut store = store_at(dir.path());
+    replay(&mut store, &all_fixtures());
+    let endpoint = receiver.grpc_endpoint();
+    let mut exporter = Exporter::with_store(config(&base(&endpoint, &[])), store).expect("exporter");
+    drain(&mut exporter);
+    let first = ids(&receiver.received.spans());
+    let sent = exporter
+        .export_history(0.0, Instant::now() + Duration::from_secs(30))
+        .expect("history");
+    let all = receiver.received.spans();
+    assert_eq!(sent, first.len());
+    assert_eq!(all.len(), 2 * first.len());
+    assert_eq!(ids(&all), first);
+}
+
+#[test]
+fn a_sampler_that_keeps_nothing_sends_nothing_and_counts_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let receiver = support::grpc(None, None);
+    let mut store = store_at(dir.path());
+    replay(&mut store, &[fixture("readfile")]);
+    let endpoint = receiver.grpc_endpoint();
+    let cfg = config(&base(&endpoint, &[("OTEL_TRACES_SAMPLER", "always_off")]));
+    let mut exporter = Exporter::with_store(cfg, store).expect("exporter");
+    drain(&mut exporter);
+    assert_eq!(receiver.received.span_count(), 0);
+    assert_eq!(exporter.store().export_state().expect("state").sampled_out, 5);
+}
+
+fn test_certificate() -> (String, String) {
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("certificate");
+    (ck.cert.pem(), ck.signing_key.serialize_pem())
+}
+
+#[test]
+fn grpc_over_tls_on_loopback_trusts_the_ca_file_and_nothing_else() {
+    let (cert, key) = test_certificate();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &cert).expect("write ca");
+    let ca = ca.to_string_lossy().to_string();
+
+    let receiver = support::grpc(None, Some((cert.clone(), key.clone())));
+    let mut store = store_at(dir.path());
+    replay(&mut store, &[fixture("readfile")]);
+    let endpoint = format!("https://localhost:{}", receiver.addr.port());
+    let cfg = config(&base(&endpoint, &[("OTEL_EXPORTER_OTLP_CERTIFICATE", &ca)]));
+    let mut exporter = Exporter::with_store(cfg, store).expect("exporter");
+    drain(&mut exporter);
+    assert_eq!(receiver.received.span_count(), 5);
+
+    // Without the CA the collector is not trusted: nothing is sent or lost.
+    let dir2 = tempfile::tempdir().expect("temp dir");
+    let mut store = store_at(dir2.path());
+    replay(&mut store, &[fixture("readfile")]);
+    let mut exporter = Exporter::with_store(config(&base(&endpoint, &[])), store).expect("exporter");
+    exporter.close_idle().expect("close idle");
+    let step = exporter.run_once().expect("step");
+    assert!(step.error.is_some(), "{step:?}");
+    assert_eq!(exporter.store().export_state().expect("state").pending, 5);
+}

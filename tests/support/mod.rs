@@ -1,0 +1,247 @@
+//! In-process OTLP receivers on loopback, for tests and the export bench.
+//!
+//! - [`grpc`]: opentelemetry-proto's tonic `TraceService` server, optionally
+//!   over TLS.
+//! - [`http`]: a minimal HTTP/1.1 server that takes `POST` protobuf bodies
+//!   (gzip or not) and answers an empty `ExportTraceServiceResponse`.
+//!
+//! Both record every span and the body bytes they received, and can be
+//! told to hold answers (to kill an exporter mid-request).
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
+use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+/// What a receiver got.
+#[derive(Default)]
+pub struct Received {
+    pub spans: Mutex<Vec<Span>>,
+    pub requests: AtomicUsize,
+    /// Body bytes as they came over the wire (compressed if gzip).
+    pub body_bytes: AtomicUsize,
+    /// While set, requests are received but not answered.
+    pub hold: AtomicBool,
+    /// Requests that arrived while held.
+    pub held: AtomicUsize,
+}
+
+impl Received {
+    pub fn spans(&self) -> Vec<Span> {
+        self.spans.lock().expect("spans lock").clone()
+    }
+
+    pub fn span_count(&self) -> usize {
+        self.spans.lock().expect("spans lock").len()
+    }
+
+    async fn take(&self, request: ExportTraceServiceRequest, wire_bytes: usize) {
+        if self.hold.load(Ordering::SeqCst) {
+            self.held.fetch_add(1, Ordering::SeqCst);
+            while self.hold.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        self.body_bytes.fetch_add(wire_bytes, Ordering::SeqCst);
+        let mut spans = self.spans.lock().expect("spans lock");
+        for rs in request.resource_spans {
+            for ss in rs.scope_spans {
+                spans.extend(ss.spans);
+            }
+        }
+    }
+}
+
+/// A running receiver; stops when dropped.
+pub struct Receiver {
+    pub addr: SocketAddr,
+    pub received: Arc<Received>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Receiver {
+    pub fn grpc_endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn http_endpoint(&self) -> String {
+        format!("http://{}/v1/traces", self.addr)
+    }
+
+    /// Polls until `n` spans arrived or `timeout` passed; returns the count.
+    pub fn wait_for_spans(&self, n: usize, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let got = self.received.span_count();
+            if got >= n || Instant::now() >= deadline {
+                return got;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.received.hold.store(false, Ordering::SeqCst);
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_timeout(Duration::from_secs(1));
+        }
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("receiver runtime")
+}
+
+fn bind(rt: &tokio::runtime::Runtime, addr: Option<SocketAddr>) -> tokio::net::TcpListener {
+    let addr = addr.unwrap_or_else(|| "127.0.0.1:0".parse().expect("addr"));
+    rt.block_on(tokio::net::TcpListener::bind(addr)).expect("bind loopback")
+}
+
+/// A free loopback port (bound and released; a test then starts a
+/// receiver there later, to play a collector that comes up late).
+pub fn free_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr")
+}
+
+struct Svc(Arc<Received>);
+
+#[tonic::async_trait]
+impl TraceService for Svc {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let request = request.into_inner();
+        let len = request.encoded_len();
+        self.0.take(request, len).await;
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+/// An OTLP/gRPC receiver on `addr` (or an ephemeral port), with TLS when
+/// `tls` holds a PEM certificate and key.
+pub fn grpc(addr: Option<SocketAddr>, tls: Option<(String, String)>) -> Receiver {
+    let rt = runtime();
+    let listener = bind(&rt, addr);
+    let addr = listener.local_addr().expect("local addr");
+    let received = Arc::new(Received::default());
+    let svc = TraceServiceServer::new(Svc(received.clone()))
+        .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
+        .max_decoding_message_size(64 << 20);
+    let mut builder = tonic::transport::Server::builder();
+    if let Some((cert, key)) = tls {
+        builder = builder
+            .tls_config(
+                tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(cert, key)),
+            )
+            .expect("server tls");
+    }
+    let router = builder.add_service(svc);
+    rt.spawn(async move {
+        let incoming = tonic::transport::server::TcpIncoming::from(listener);
+        let _ = router.serve_with_incoming(incoming).await;
+    });
+    Receiver {
+        addr,
+        received,
+        runtime: Some(rt),
+    }
+}
+
+/// An OTLP/HTTP (protobuf) receiver.
+pub fn http(addr: Option<SocketAddr>) -> Receiver {
+    let rt = runtime();
+    let listener = bind(&rt, addr);
+    let addr = listener.local_addr().expect("local addr");
+    let received = Arc::new(Received::default());
+    let rec = received.clone();
+    rt.spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let rec = rec.clone();
+            tokio::spawn(async move {
+                let _ = serve_http(stream, rec).await;
+            });
+        }
+    });
+    Receiver {
+        addr,
+        received,
+        runtime: Some(rt),
+    }
+}
+
+async fn serve_http(stream: tokio::net::TcpStream, rec: Arc<Received>) -> std::io::Result<()> {
+    let (read, mut write) = stream.into_split();
+    let mut read = BufReader::new(read);
+    loop {
+        let mut request_line = String::new();
+        if read.read_line(&mut request_line).await? == 0 {
+            return Ok(());
+        }
+        let mut length = 0usize;
+        let mut gzip = false;
+        loop {
+            let mut line = String::new();
+            read.read_line(&mut line).await?;
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = line.split_once(':') {
+                match k.trim().to_ascii_lowercase().as_str() {
+                    "content-length" => length = v.trim().parse().unwrap_or(0),
+                    "content-encoding" => gzip = v.trim().eq_ignore_ascii_case("gzip"),
+                    _ => {}
+                }
+            }
+        }
+        let mut body = vec![0u8; length];
+        read.read_exact(&mut body).await?;
+        let wire = body.len();
+        let body = if gzip {
+            let mut out = Vec::new();
+            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(body.as_slice()), &mut out)?;
+            out
+        } else {
+            body
+        };
+        let ok = request_line.starts_with("POST ") && request_line.contains("/v1/traces");
+        match ExportTraceServiceRequest::decode(body.as_slice()) {
+            Ok(request) if ok => {
+                rec.take(request, wire).await;
+                let answer = ExportTraceServiceResponse::default().encode_to_vec();
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: {}\r\n\r\n",
+                    answer.len()
+                );
+                write.write_all(head.as_bytes()).await?;
+                write.write_all(&answer).await?;
+            }
+            _ => {
+                write
+                    .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+                    .await?;
+            }
+        }
+        write.flush().await?;
+    }
+}
