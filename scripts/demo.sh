@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The demo: replay sessions recorded from a real Hermes 0.19.0 into a fresh
+# store and print the spend report. No collector, no network, no Hermes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --quiet --bin hermes-otel
+home=$(mktemp -d)
+trap 'rm -rf "$home"' EXIT
+export HERMES_OTEL_HOME="$home"
+cp examples/pricing.toml "$home/pricing.toml"
+./target/release/hermes-otel replay examples/sessions.jsonl
+./target/release/hermes-otel report --tz UTC
+./target/release/hermes-otel status
