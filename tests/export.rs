@@ -570,3 +570,126 @@ fn grpc_over_tls_on_loopback_trusts_the_ca_file_and_nothing_else() {
     assert!(step.error.is_some(), "{step:?}");
     assert_eq!(exporter.store().export_state().expect("state").pending, 5);
 }
+
+/// Every span the fixtures produce, as one gRPC receiver got them.
+fn all_spans() -> Vec<Span> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let receiver = support::grpc(None, None);
+    let mut store = store_at(dir.path());
+    replay(&mut store, &all_fixtures());
+    let endpoint = receiver.grpc_endpoint();
+    let mut exporter = Exporter::with_store(config(&base(&endpoint, &[])), store).expect("exporter");
+    drain(&mut exporter);
+    receiver.received.spans()
+}
+
+#[test]
+fn every_emitted_span_and_attribute_name_is_in_the_semconv_registry() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("semconv/docs/names.json");
+    let names: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("names.json")).expect("json");
+    let registry_attrs = names["attributes"].as_object().expect("attributes");
+    for name in hermes_otel::semconv::SPAN_ATTRIBUTES {
+        assert!(registry_attrs.contains_key(*name), "{name} is not in the registry");
+    }
+    let spans_def = names["spans"].as_array().expect("spans");
+    let mut problems = Vec::new();
+    for span in all_spans() {
+        // A template such as `chat {gen_ai.request.model}` matches on its prefix.
+        let def = spans_def.iter().find(|d| {
+            let n = d["name"].as_str().unwrap_or("");
+            match n.split_once(" {") {
+                Some((prefix, _)) => span.name.starts_with(&format!("{prefix} ")),
+                None => span.name == n,
+            }
+        });
+        let Some(def) = def else {
+            problems.push(format!("span name {:?} is not in the registry", span.name));
+            continue;
+        };
+        let allowed: Vec<&str> = def["attributes"]
+            .as_array()
+            .expect("attributes")
+            .iter()
+            .filter_map(|a| a.as_str())
+            .collect();
+        for kv in &span.attributes {
+            if !allowed.contains(&kv.key.as_str()) {
+                problems.push(format!(
+                    "{}: attribute {} is not in the registry for this span",
+                    span.name, kv.key
+                ));
+            }
+        }
+    }
+    problems.sort();
+    problems.dedup();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// `copies` sessions shaped like the readfile fixture, each with its own ids.
+fn many_sessions(dir: &Path, copies: usize) -> PathBuf {
+    let text = std::fs::read_to_string(fixture("readfile")).expect("fixture");
+    let session = "20261130_013735_bf4b63";
+    assert!(text.contains(session));
+    let mut out = String::new();
+    for i in 0..copies {
+        out.push_str(&text.replace(session, &format!("{session}x{i:06}")));
+    }
+    let path = dir.join("many.jsonl");
+    std::fs::write(&path, out).expect("write");
+    path
+}
+
+#[test]
+fn killing_the_exporting_process_mid_batch_loses_nothing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let copies = 200;
+    let file = many_sessions(dir.path(), copies);
+    let home = dir.path().join("home");
+    let mut store = Store::open_dir(&home).expect("store");
+    replay(&mut store, &[file]);
+    drop(store);
+    let receiver = support::grpc(None, None);
+    // The collector takes the first request and does not answer it.
+    receiver.received.hold.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+        .arg("--home")
+        .arg(&home)
+        .args(["serve", "--poll-ms", "20", "--endpoint", &receiver.grpc_endpoint()])
+        .env("HERMES_OTEL_LEASE_SECONDS", "1")
+        .env("HERMES_OTEL_SESSION_GRACE_SECONDS", "0")
+        .env("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "100")
+        .env_remove("OTEL_SDK_DISABLED")
+        .env_remove("OTEL_TRACES_EXPORTER")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn serve");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while receiver.received.held.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "serve never sent");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().expect("kill -9");
+    child.wait().expect("reap");
+    receiver.received.hold.store(false, std::sync::atomic::Ordering::SeqCst);
+    // Another exporter takes over once the dead one's lease lapses.
+    let endpoint = receiver.grpc_endpoint();
+    let store = Store::open_dir(&home).expect("store");
+    assert_eq!(store.export_state().expect("state").pending, 5 * copies as i64);
+    let mut exporter = Exporter::with_store(config(&base(&endpoint, &[])), store).expect("exporter");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !exporter.run_once().expect("step").leased {
+        assert!(Instant::now() < deadline, "the dead exporter's lease never lapsed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drain(&mut exporter);
+    let spans = receiver.received.spans();
+    assert_eq!(ids(&spans).len(), 5 * copies, "every span arrived");
+    // At most the batch in flight when the process died arrived twice.
+    assert!(
+        spans.len() - 5 * copies <= 100,
+        "{} duplicates",
+        spans.len() - 5 * copies
+    );
+}

@@ -1,0 +1,95 @@
+//! Export throughput and bytes on the wire per span.
+//!
+//! Run: `cargo bench --bench export` (optionally `-- COPIES`, default 4000
+//! readfile-shaped sessions = 20,000 spans). Replays the sessions into a
+//! fresh store, then times draining the outbox to an in-process loopback
+//! receiver for gRPC and HTTP/protobuf, each with and without gzip. Bytes
+//! per span are the request bodies as they crossed the wire (compressed
+//! when gzip is on), divided by the spans they carried.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use hermes_otel::export::{ExportConfig, ExportOverrides, Exporter};
+use hermes_otel::hook::DecodeOptions;
+use hermes_otel::replay::{replay_file, ReplayStats};
+use hermes_otel::store::Store;
+
+fn main() {
+    let copies: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(4000);
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/readfile.jsonl");
+    let text = std::fs::read_to_string(fixture).expect("fixture");
+    let session = "20261130_013735_bf4b63";
+    let mut many = String::new();
+    for i in 0..copies {
+        many.push_str(&text.replace(session, &format!("{session}x{i:06}")));
+    }
+    let src = tempfile::tempdir().expect("temp dir");
+    let file = src.path().join("many.jsonl");
+    std::fs::write(&file, many).expect("write");
+    let template = src.path().join("template.db");
+    {
+        let mut store = Store::open(&template).expect("store");
+        let mut stats = ReplayStats::default();
+        replay_file(&mut store, &file, DecodeOptions::default(), &mut stats).expect("replay");
+        store.checkpoint().expect("checkpoint");
+    }
+    println!("{copies} sessions; spans per run below");
+    for (protocol, gzip) in [
+        ("grpc", false),
+        ("grpc", true),
+        ("http/protobuf", false),
+        ("http/protobuf", true),
+    ] {
+        run(&template, protocol, gzip);
+    }
+}
+
+fn run(template: &Path, protocol: &str, gzip: bool) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("hermes-otel.db");
+    std::fs::copy(template, &db).expect("copy store");
+    let receiver = if protocol == "grpc" {
+        support::grpc(None, None)
+    } else {
+        support::http(None)
+    };
+    let endpoint = if protocol == "grpc" {
+        receiver.grpc_endpoint()
+    } else {
+        receiver.http_endpoint()
+    };
+    let mut env: HashMap<&str, String> = HashMap::new();
+    env.insert("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint);
+    env.insert("OTEL_EXPORTER_OTLP_PROTOCOL", protocol.into());
+    env.insert(
+        "OTEL_EXPORTER_OTLP_COMPRESSION",
+        if gzip { "gzip" } else { "none" }.into(),
+    );
+    env.insert("HERMES_OTEL_SESSION_GRACE_SECONDS", "0".into());
+    env.insert("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "512".into());
+    let config = ExportConfig::resolve(ExportOverrides::default(), |k| env.get(k).cloned());
+    let mut exporter = Exporter::new(config, &db).expect("exporter");
+    let pending = exporter.store().export_state().expect("state").pending as usize;
+    let start = Instant::now();
+    let step = exporter
+        .flush(Instant::now() + Duration::from_secs(300))
+        .expect("flush");
+    let elapsed = start.elapsed();
+    assert!(step.error.is_none(), "{step:?}");
+    let spans = receiver.wait_for_spans(pending, Duration::from_secs(10));
+    assert_eq!(spans, pending, "every span arrived");
+    let bytes = receiver.received.body_bytes.load(Ordering::SeqCst);
+    println!(
+        "{protocol:<14} gzip={:<5} {spans} spans in {:>7.1} ms = {:>8.0} spans/s, {:>6.1} bytes/span on the wire",
+        gzip,
+        elapsed.as_secs_f64() * 1e3,
+        spans as f64 / elapsed.as_secs_f64(),
+        bytes as f64 / spans as f64
+    );
+}
