@@ -190,6 +190,11 @@ pub fn decode(hook: &str, kwargs: &Map<String, Value>, at: f64, opts: DecodeOpti
 
 const MISSING_ID: &str = "missing id";
 
+/// Largest count (tokens, milliseconds, messages) kept. No call has a
+/// trillion tokens; a bigger number is garbage, and summing a few of them
+/// would overflow SQLite's 64-bit integers and break every report.
+const MAX_COUNT: i64 = 1_000_000_000_000;
+
 /// Reads typed values out of a kwargs map, collecting problems.
 struct Reader<'a> {
     kw: &'a Map<String, Value>,
@@ -297,12 +302,17 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// A count that cannot be negative: negatives become 0.
+    /// A count that cannot be negative: negatives become 0, and counts
+    /// beyond [`MAX_COUNT`] are cut to it.
     fn count(&mut self, key: &str) -> Option<i64> {
         let n = self.int(key)?;
         if n < 0 {
             self.problem(key, "negative count, taken as 0");
             return Some(0);
+        }
+        if n > MAX_COUNT {
+            self.problem(key, "implausibly large count, cut");
+            return Some(MAX_COUNT);
         }
         Some(n)
     }
@@ -548,6 +558,18 @@ mod tests {
         );
         assert!(problems.is_empty());
         assert_eq!(hook.session_id(), "s");
+    }
+
+    #[test]
+    fn absurd_counts_are_cut_so_sums_cannot_overflow() {
+        let (hook, problems) = event(
+            "post_api_request",
+            json!({"session_id": "s", "api_request_id": "a", "usage": {"input_tokens": 1e30, "output_tokens": u64::MAX}}),
+        );
+        let Hook::PostApiRequest(p) = hook else { unreachable!() };
+        let usage = p.usage.expect("usage survives repair");
+        assert_eq!((usage.input_tokens, usage.output_tokens), (MAX_COUNT, MAX_COUNT));
+        assert!(problems.iter().any(|p| p.what.contains("implausibly large")));
     }
 
     #[test]

@@ -1,0 +1,184 @@
+"""Hook overhead: each registered hermes-otel callable, timed from Python.
+
+Replays every recorded fixture (tests/fixtures/*.jsonl) through the native
+hook callables that ``hermes_otel.register`` hands Hermes, in the same run
+as two baselines called with the same kwargs:
+
+- ``noop``: a Python hook that returns None;
+- ``jsonl``: a Python hook that appends one JSON line to a file (what a
+  simple recording plugin such as the e2e kit's probe does).
+
+Each round uses fresh session ids so every call is a real insert, not a
+duplicate. Times include the store write: with the default
+HERMES_OTEL_HOOK_WAIT_MS a hook returns once its event committed.
+
+    python benches/hook_overhead.py [--rounds N] [--threads T]
+
+Set HERMES_OTEL_HOOK_WAIT_MS=0 to measure fire-and-forget submission.
+Prints p50/p99 (microseconds) per hook kind and the RSS the plugin added.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def load_rounds(rounds: int) -> list[list[tuple[str, dict]]]:
+    """`rounds` copies of all fixture records, each copy with its own ids."""
+    texts = [p.read_text() for p in sorted((ROOT / "tests" / "fixtures").glob("*.jsonl"))]
+    out = []
+    for n in range(rounds):
+        calls = []
+        for text in texts:
+            recs = [json.loads(line) for line in text.splitlines() if line.strip()]
+            ids = {
+                r["kwargs"][k]
+                for r in recs
+                for k in ("session_id", "parent_session_id", "child_session_id")
+                if isinstance(r["kwargs"].get(k), str)
+            }
+            t = text
+            for sid in sorted(ids, key=len, reverse=True):
+                t = t.replace(sid, f"{sid}-b{n}")
+            recs = [json.loads(line) for line in t.splitlines() if line.strip()]
+            recs.sort(key=lambda r: (r["t"], r["pid"], r["seq"]))
+            calls += [(r["hook"], r["kwargs"]) for r in recs]
+        out.append(calls)
+    return out
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--threads", type=int, default=1, help="call from this many threads at once")
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="hermes-otel-bench-"))
+    os.environ.setdefault("HERMES_OTEL_HOME", str(tmp / "otel"))
+    rounds = load_rounds(args.rounds)
+    jsonl_file = open(tmp / "hooks.jsonl", "a")  # noqa: SIM115
+    lock = threading.Lock()
+
+    def noop(**kwargs):
+        return None
+
+    def jsonl(hook_name: str):
+        def append(**kwargs):
+            line = json.dumps({"hook": hook_name, "t": time.time(), "kwargs": kwargs}, default=repr)
+            with lock:
+                jsonl_file.write(line + "\n")
+                jsonl_file.flush()
+
+        return append
+
+    rss_before = rss_kib()
+    import hermes_otel  # noqa: PLC0415 - measured: the import is part of the RSS added
+
+    class Ctx:
+        hooks: dict = {}
+
+        def register_hook(self, name, cb):
+            self.hooks[name] = cb
+
+        def register_cli_command(self, *a, **k):
+            pass
+
+        def register_command(self, *a, **k):
+            pass
+
+    ctx = Ctx()
+    hermes_otel.register(ctx)
+    ours = ctx.hooks
+    baselines = {name: jsonl(name) for name in ours}
+    times: dict[tuple[str, str], list[float]] = defaultdict(list)
+    clock = time.perf_counter_ns
+
+    def worker(calls: list[tuple[str, dict]]) -> None:
+        local: dict[tuple[str, str], list[float]] = defaultdict(list)
+        for i, (hook, kwargs) in enumerate(calls):
+            if hook not in ours:
+                continue
+            order = [("noop", noop), ("jsonl", baselines[hook]), ("hermes-otel", ours[hook])]
+            # Rotate who goes first so no variant always gets the warm cache.
+            order = order[i % 3 :] + order[: i % 3]
+            for label, fn in order:
+                t0 = clock()
+                fn(**kwargs)
+                local[(label, hook)].append((clock() - t0) / 1000.0)
+        with lock:
+            for k, v in local.items():
+                times[k] += v
+
+    started = time.time()
+    chunks = [rounds[i :: args.threads] for i in range(args.threads)]
+    threads = [threading.Thread(target=lambda c=c: [worker(r) for r in c]) for c in chunks if c]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.time() - started
+    hermes_otel._native.flush(10.0)
+    rss_after = rss_kib()
+
+    stats = hermes_otel._native.stats()
+    wait = os.environ.get("HERMES_OTEL_HOOK_WAIT_MS", "100 (default)")
+    print(
+        f"hook overhead: {args.rounds} rounds of all fixtures, {args.threads} thread(s), "
+        f"hook_wait_ms={wait}, {elapsed:.1f} s"
+    )
+    print(
+        f"store: {stats['committed']} events in {stats['batches']} transactions "
+        f"(largest {stats['largest_batch']}), timed out {stats['timed_out']}"
+    )
+    print()
+    header = f"{'hook':<22}{'calls':>7}  " + "  ".join(
+        f"{label + ' p50/p99':>22}" for label in ("noop", "jsonl", "hermes-otel")
+    )
+    print(header)
+    print("-" * len(header))
+    all_ours = []
+    for hook in ours:
+        row = times.get(("hermes-otel", hook), [])
+        if not row:
+            continue
+        all_ours += row
+        cells = []
+        for label in ("noop", "jsonl", "hermes-otel"):
+            xs = times[(label, hook)]
+            cells.append(f"{pct(xs, 0.5):>9.1f} /{pct(xs, 0.99):>9.1f} µs")
+        print(f"{hook:<22}{len(row):>7}  " + "  ".join(f"{c:>22}" for c in cells))
+    print("-" * len(header))
+    print(
+        f"{'all hooks':<22}{len(all_ours):>7}  hermes-otel p50 {pct(all_ours, 0.5):.1f} µs, "
+        f"p99 {pct(all_ours, 0.99):.1f} µs, mean {statistics.fmean(all_ours):.1f} µs"
+    )
+    print(
+        f"RSS added by import + register + the run: {(rss_after - rss_before) / 1024:.1f} MiB "
+        f"({rss_before / 1024:.1f} -> {rss_after / 1024:.1f} MiB)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Python side of the test suite: build the wheel, lint, unit tests, end to end.
+#
+#   scripts/test-python.sh [--no-e2e] [PYTEST_ARGS...]
+#
+# Works on a fresh machine with python3 (>= 3.11), cargo and access to PyPI:
+# 1. a tools venv ($HERMES_OTEL_PY_VENV, default target/py/venv) gets maturin,
+#    ruff and pytest;
+# 2. maturin builds the release wheel into target/py/wheels;
+# 3. ruff format --check and ruff check run on python/, tests/ and benches/;
+# 4. the wheel is installed into the tools venv and tests/python runs;
+# 5. unless --no-e2e: tests/e2e/kit/setup-hermes.sh makes a venv with
+#    hermes-agent==0.19.0 and the wheel (target/py/hermes-venv), and
+#    tests/e2e runs every kit scenario in real Hermes against the loopback
+#    mock (about 2-3 minutes on 2 cores; HERMES_OTEL_E2E_JOBS sets how many
+#    scenarios run at once, default 3).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+E2E=1
+if [ "${1:-}" = "--no-e2e" ]; then E2E=0; shift; fi
+PY=${PYTHON:-python3}
+WORK=$ROOT/target/py
+VENV=${HERMES_OTEL_PY_VENV:-$WORK/venv}
+PIP=(--disable-pip-version-check -q)
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "tools venv ($VENV)"
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install "${PIP[@]}" "maturin>=1.7,<2" "ruff>=0.6" "pytest>=8"
+
+step "wheel"
+rm -rf "$WORK/wheels"
+"$VENV/bin/maturin" build --release -o "$WORK/wheels"
+WHEEL=$(ls "$WORK"/wheels/hermes_otel-*.whl | tail -n 1)
+
+step "ruff"
+LINT=(python tests/python tests/e2e/conftest.py tests/e2e/test_scenarios.py benches/hook_overhead.py)
+"$VENV/bin/ruff" format --check "${LINT[@]}"
+"$VENV/bin/ruff" check "${LINT[@]}"
+
+step "package tests"
+"$VENV/bin/python" -m pip install "${PIP[@]}" --force-reinstall --no-deps "$WHEEL"
+"$VENV/bin/python" -m pytest tests/python -q "$@"
+
+if [ "$E2E" = 1 ]; then
+    step "end to end (real Hermes 0.19.0)"
+    HERMES_VENV=$WORK/hermes-venv
+    if [ ! -x "$HERMES_VENV/bin/hermes" ]; then
+        bash tests/e2e/kit/setup-hermes.sh "$HERMES_VENV"
+    fi
+    "$HERMES_VENV/bin/python" -m pip install "${PIP[@]}" --force-reinstall --no-deps "$WHEEL"
+    "$HERMES_VENV/bin/python" -m pip install "${PIP[@]}" "pytest>=8"
+    HERMES_OTEL_E2E_HERMES=$HERMES_VENV/bin/hermes \
+        "$HERMES_VENV/bin/python" -m pytest tests/e2e -q "$@"
+fi
+printf '\npython tests: ok\n'

@@ -1,0 +1,63 @@
+"""Shared helpers for the package tests.
+
+The native bridge is one per process and reads its settings on first use,
+so this file points HERMES_OTEL_HOME at a fresh directory before any test
+runs; tests that need other settings run Python in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+STORE_DIR = Path(tempfile.mkdtemp(prefix="hermes-otel-pytest-"))
+os.environ["HERMES_OTEL_HOME"] = str(STORE_DIR)
+os.environ.pop("HERMES_OTEL_TEST_PANIC", None)
+os.environ.pop("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", None)
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def fixture_records(name: str) -> list[dict]:
+    """A fixture's records in call order, with session ids made unique so
+    every test writes its own runs into the shared store."""
+    text = (FIXTURES / f"{name}.jsonl").read_text()
+    recs = [json.loads(line) for line in text.splitlines() if line.strip()]
+    sessions = set()
+    for r in recs:
+        for key in ("session_id", "parent_session_id", "child_session_id"):
+            if isinstance(r["kwargs"].get(key), str):
+                sessions.add(r["kwargs"][key])
+    suffix = uuid.uuid4().hex[:8]
+    for sid in sorted(sessions, key=len, reverse=True):
+        text = text.replace(sid, f"{sid}-{suffix}")
+    recs = [json.loads(line) for line in text.splitlines() if line.strip()]
+    recs.sort(key=lambda r: (r["t"], r["pid"], r["seq"]))
+    return recs
+
+
+def query(sql: str, *args, store_dir: Path = STORE_DIR) -> list[tuple]:
+    conn = sqlite3.connect(f"file:{store_dir / 'hermes-otel.db'}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.close()
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter with `env` added."""
+    full = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", code], env=full, text=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture
+def fresh_store(tmp_path: Path) -> Path:
+    return tmp_path / "otel"

@@ -1,0 +1,276 @@
+"""The hermes_otel package: registration, hooks into the store, never raising."""
+
+from __future__ import annotations
+
+import gc
+import json
+import subprocess
+import sys
+import textwrap
+
+import hermes_otel
+import pytest
+from conftest import STORE_DIR, fixture_records, query, run_python
+from hermes_otel import _native
+
+ALL_HOOKS = [
+    "on_session_start",
+    "pre_llm_call",
+    "pre_api_request",
+    "post_api_request",
+    "api_request_error",
+    "pre_tool_call",
+    "post_tool_call",
+    "post_llm_call",
+    "subagent_start",
+    "subagent_stop",
+    "on_session_end",
+    "on_session_finalize",
+]
+
+
+class FakeContext:
+    """Records what register() asks of Hermes's PluginContext."""
+
+    def __init__(self) -> None:
+        self.hooks: dict[str, object] = {}
+        self.cli: dict[str, dict] = {}
+        self.commands: dict[str, dict] = {}
+
+    def register_hook(self, name, callback):
+        self.hooks[name] = callback
+
+    def register_cli_command(self, name, help, setup_fn, handler_fn=None, description=""):
+        self.cli[name] = {"setup_fn": setup_fn, "handler_fn": handler_fn}
+
+    def register_command(self, name, handler, description="", args_hint=""):
+        self.commands[name] = {"handler": handler, "description": description}
+
+
+def replay(records: list[dict], hooks: dict) -> list:
+    return [hooks[r["hook"]](**r["kwargs"]) for r in records if r["hook"] in hooks]
+
+
+def test_register_wires_every_ledger_hook_the_cli_and_the_slash_command() -> None:
+    ctx = FakeContext()
+    hermes_otel.register(ctx)
+    assert list(ctx.hooks) == ALL_HOOKS
+    assert all(repr(cb) == f"<hermes_otel hook {name}>" for name, cb in ctx.hooks.items())
+    assert "otel" in ctx.cli and callable(ctx.cli["otel"]["handler_fn"])
+    assert "otel" in ctx.commands
+
+
+def test_observe_mode_does_not_register_the_gating_tool_hook() -> None:
+    code = textwrap.dedent(
+        """
+        import hermes_otel
+        hooks = []
+        class Ctx:
+            def register_hook(self, name, cb): hooks.append(name)
+            def register_cli_command(self, *a, **k): pass
+            def register_command(self, *a, **k): pass
+        hermes_otel.register(Ctx())
+        print(",".join(hooks))
+        """
+    )
+    p = run_python(code, HERMES_OTEL_BUDGET_MODE="observe")
+    assert p.returncode == 0, p.stderr
+    names = p.stdout.strip().split(",")
+    assert "pre_tool_call" not in names and len(names) == 11
+
+
+@pytest.mark.parametrize(
+    "fixture",
+    [
+        "readfile",
+        "parallel",
+        "delegate_sync",
+        "terminal_fail",
+        "tool_error",
+        "failonce",
+        "bigcache",
+        "nousage",
+    ],
+)
+def test_fixture_hooks_land_in_the_store_as_the_rust_replay_puts_them(fixture: str, tmp_path) -> None:
+    ctx = FakeContext()
+    hermes_otel.register(ctx)
+    recs = fixture_records(fixture)
+    results = replay(recs, ctx.hooks)
+    assert all(r is None for r in results)
+    assert _native.flush(5.0)
+
+    # The same records through `hermes-otel replay` into another store.
+    replay_file = tmp_path / "recs.jsonl"
+    replay_file.write_text("\n".join(json.dumps(r) for r in recs))
+    other = tmp_path / "replayed"
+    assert _native.cli_main(["hermes-otel", "--home", str(other), "replay", str(replay_file)]) == 0
+
+    sessions = sorted({r["kwargs"]["session_id"] for r in recs if "session_id" in r["kwargs"]})
+    marks = ",".join("?" * len(sessions))
+    sql = (
+        "SELECT session_id, status, llm_calls, input_tokens, output_tokens, cache_read_tokens,"
+        " cache_write_tokens, reasoning_tokens, api_errors, tool_calls, tool_failures,"
+        f" parent_session_id FROM runs WHERE session_id IN ({marks}) ORDER BY session_id"
+    )
+    ours = query(sql, *sessions)
+    theirs = query(sql, *sessions, store_dir=other)
+    assert ours and ours == theirs
+    journal = query(f"SELECT COUNT(*) FROM journal WHERE session_id IN ({marks})", *sessions)[0][0]
+    assert journal == sum(1 for r in recs if r["hook"] in ALL_HOOKS)
+
+
+def test_content_stays_out_of_the_store_unless_capture_is_on(fresh_store) -> None:
+    code = textwrap.dedent(
+        """
+        from hermes_otel import _native
+        _native.Hook("pre_llm_call")(session_id="sc", turn_id="sc:t", user_message="SECRET-PROMPT",
+                                     conversation_history=[{"content": "SECRET-HISTORY"}])
+        _native.Hook("post_tool_call")(session_id="sc", tool_call_id="c1", tool_name="read_file",
+                                       args={"path": "SECRET-ARGS"}, result='{"content": "SECRET-RESULT"}')
+        assert _native.flush(5.0)
+        """
+    )
+    for capture, expect in [("false", False), ("true", True)]:
+        home = fresh_store / capture
+        p = run_python(
+            code, HERMES_OTEL_HOME=str(home), OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=capture
+        )
+        assert p.returncode == 0, p.stderr
+        payload = " ".join(r[0] for r in query("SELECT payload FROM journal", store_dir=home))
+        for secret in ("SECRET-PROMPT", "SECRET-ARGS", "SECRET-RESULT"):
+            assert (secret in payload) is expect, (capture, secret, payload)
+        # History is never copied, capture or not.
+        assert "SECRET-HISTORY" not in payload
+
+
+class Exploding:
+    """An object whose every attribute read raises."""
+
+    def __getattr__(self, name):
+        raise RuntimeError(f"no {name} for you")
+
+
+@pytest.mark.parametrize("name", ALL_HOOKS)
+def test_a_hook_never_raises_whatever_it_is_given(name: str) -> None:
+    hook = _native.Hook(name)
+    deep: list = []
+    for _ in range(200):
+        deep = [deep]
+    weird = [
+        {},
+        {"session_id": None},
+        {"session_id": 12, "turn_id": 3.5, "api_request_id": b"bytes", "tool_call_id": ["x"]},
+        {
+            "session_id": "w",
+            "turn_id": "w:t",
+            "api_request_id": "w:t:api:1",
+            "tool_call_id": "c",
+            "usage": {"input_tokens": 10**30, "output_tokens": float("nan")},
+            "assistant_message": Exploding(),
+            "result": Exploding(),
+            "error": Exploding(),
+            "duration_ms": -5,
+            "is_first_turn": "maybe",
+            "args": deep,
+            "model": Exploding(),
+            7: "non-string key",
+        },
+    ]
+    for kwargs in weird:
+        clean = {k: v for k, v in kwargs.items() if isinstance(k, str)}
+        assert hook(**clean) is None
+        assert hook("positional", **clean) is None
+
+
+def test_a_panic_on_the_rust_path_never_reaches_the_caller(fresh_store) -> None:
+    code = textwrap.dedent(
+        """
+        import logging, sys
+        logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(name)s %(message)s")
+        from hermes_otel import _native
+        try:
+            r = _native.Hook("post_tool_call")(session_id="p", tool_call_id="c", tool_name="t")
+        except BaseException as e:
+            print("ESCAPED", type(e).__name__)
+            raise SystemExit(3)
+        print("RETURNED", r)
+        # The other hooks go on working.
+        print("OTHER", _native.Hook("on_session_start")(session_id="p"))
+        print("FLUSHED", _native.flush(5.0))
+        """
+    )
+    p = run_python(code, HERMES_OTEL_HOME=str(fresh_store), HERMES_OTEL_TEST_PANIC="post_tool_call")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "RETURNED None" in p.stdout
+    assert "hermes_otel Hook.Panicked: post_tool_call hook panicked" in p.stdout
+    assert "OTHER None" in p.stdout and "FLUSHED True" in p.stdout
+    assert query("SELECT hook FROM journal", store_dir=fresh_store) == [("on_session_start",)]
+
+
+def test_a_store_that_cannot_be_opened_is_reported_once_and_hooks_do_nothing(tmp_path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    code = textwrap.dedent(
+        """
+        import logging, sys
+        fmt = "%(levelname)s %(name)s %(message)s"
+        logging.basicConfig(stream=sys.stdout, level=logging.INFO, format=fmt)
+        from hermes_otel import _native
+        print("REASON", _native.start())
+        for _ in range(3):
+            assert _native.Hook("on_session_start")(session_id="d") is None
+        print("FLUSHED", _native.flush(1.0))
+        """
+    )
+    p = run_python(code, HERMES_OTEL_HOME=str(blocker / "otel"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "REASON hermes-otel is disabled: cannot open its store" in p.stdout
+    assert p.stdout.count("ERROR hermes_otel Bridge.Disabled") == 1, p.stdout
+
+
+def test_no_reference_to_a_hermes_object_is_kept() -> None:
+    class Response:
+        content = "hello"
+
+    usage = {"input_tokens": 5, "output_tokens": 1}
+    msg = Response()
+    before = (sys.getrefcount(usage), sys.getrefcount(msg))
+    for n in range(50):
+        _native.Hook("post_api_request")(
+            session_id="refs", api_request_id=f"refs:api:{n}", usage=usage, assistant_message=msg
+        )
+    gc.collect()
+    assert (sys.getrefcount(usage), sys.getrefcount(msg)) == before
+
+
+def test_the_slash_command_shows_session_cost_and_today(tmp_path) -> None:
+    ctx = FakeContext()
+    hermes_otel.register(ctx)
+    recs = fixture_records("bigcache")
+    replay(recs, ctx.hooks)
+    session = recs[0]["kwargs"]["session_id"]
+    text = _native.otel_command("", session)
+    assert f"session   {session}" in text
+    assert "input 5000 · output 3000 · cache read 100000 · cache write 15000" in text
+    assert text.splitlines()[-1].startswith("today")
+    # Without an id from Hermes, the last session a turn started in.
+    assert session in ctx.commands["otel"]["handler"]("")
+
+
+def test_the_console_script_is_the_rust_cli() -> None:
+    p = subprocess.run(
+        [sys.executable, "-m", "hermes_otel.cli", "--home", str(STORE_DIR), "status", "--json"],
+        text=True,
+        capture_output=True,
+    )
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["rows"]["journal"] >= 0
+    p = subprocess.run([sys.executable, "-m", "hermes_otel.cli", "no-such-command"], capture_output=True)
+    assert p.returncode == 2
+
+
+def test_errors_outside_hooks_are_hermes_otel_errors() -> None:
+    assert issubclass(hermes_otel.HermesOtelError, Exception)
+    with pytest.raises(hermes_otel.HermesOtelError):
+        _native.Hook("transform_tool_result")
