@@ -3,7 +3,7 @@
 //! event is new.
 //!
 //! Run: `cargo bench --bench ledger` (`-- --events N` for more events,
-//! `-- --only apply` or `-- --only replay` for one half).
+//! `-- --only apply`, `-- --only replay` or `-- --only batch` for one part).
 
 use std::io::Write as _;
 use std::path::Path;
@@ -54,19 +54,21 @@ fn main() {
         .cloned();
     let lines = fixture_lines();
     let dir = tempfile::tempdir().expect("temp dir");
-    if only.as_deref() != Some("replay") {
+    if only.is_none() || only.as_deref() == Some("apply") {
         bench_apply(&lines, dir.path(), events);
     }
-    if only.as_deref() != Some("apply") {
+    if only.is_none() || only.as_deref() == Some("replay") {
         bench_replay(&lines, dir.path(), events);
+    }
+    if only.is_none() || only.as_deref() == Some("batch") {
+        bench_batch(&lines, dir.path(), events);
     }
 }
 
-fn bench_apply(lines: &[String], dir: &Path, events: usize) {
-    // Per-event latency: decode outside the timer, apply (one transaction each) inside.
-    let mut store = Store::open(&dir.join("apply.db")).expect("open");
-    let mut decoded: Vec<HookEvent> = Vec::new();
-    let mut i = 0;
+/// Decoded events, `events` of them, copies of the fixtures with fresh ids.
+fn decoded_events(lines: &[String], events: usize, first_copy: usize) -> Vec<HookEvent> {
+    let mut decoded = Vec::with_capacity(events);
+    let mut i = first_copy;
     while decoded.len() < events {
         for (n, line) in copy(lines, i).enumerate() {
             let rec = hermes_otel::replay::parse_line(&line, false)
@@ -80,6 +82,31 @@ fn bench_apply(lines: &[String], dir: &Path, events: usize) {
         i += 1;
     }
     decoded.truncate(events);
+    decoded
+}
+
+/// Group commit: already-decoded events applied 256 to a transaction, what
+/// the bridge's writer thread does under load.
+fn bench_batch(lines: &[String], dir: &Path, events: usize) {
+    let decoded = decoded_events(lines, events, 200_000);
+    let mut store = Store::open(&dir.join("batch.db")).expect("open");
+    let ctx = EventContext::default();
+    let t0 = Instant::now();
+    for chunk in decoded.chunks(256) {
+        store.apply_batch(chunk.iter().map(|e| (e, &ctx))).expect("apply batch");
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    println!(
+        "group commit, 256 events a transaction: {:.0} events/s ({:.1} µs an event)",
+        events as f64 / secs,
+        secs * 1e6 / events as f64
+    );
+}
+
+fn bench_apply(lines: &[String], dir: &Path, events: usize) {
+    // Per-event latency: decode outside the timer, apply (one transaction each) inside.
+    let mut store = Store::open(&dir.join("apply.db")).expect("open");
+    let decoded = decoded_events(lines, events, 0);
     let ctx = EventContext::default();
     let mut micros = Vec::with_capacity(events);
     for (n, e) in decoded.iter().enumerate() {

@@ -99,7 +99,9 @@ fn apply_in(
 ) -> Result<Applied> {
     let hook = &event.hook;
     let at = event.at;
-    let key = format!("{}|{:.6}|{}", hook.name(), at, hook.natural_id());
+    // Time first, zero-padded, so keys grow with time and the unique index
+    // appends at its right edge instead of splitting pages in the middle.
+    let key = format!("{:017.6}|{}|{}", at, hook.name(), hook.natural_id());
     let payload = serde_json::to_string(hook).unwrap_or_else(|_| "{}".into());
     let inserted = tx
         .prepare_cached(
@@ -296,27 +298,14 @@ fn touch_run(
     provider: Option<&str>,
     base_url: Option<&str>,
 ) -> Result<()> {
-    let cron_job_id = if platform == Some("cron") {
-        cron_job_id(session_id)
-    } else {
-        None
-    };
+    let cron_job_id = if platform == Some("cron") { cron_job_id(session_id) } else { None };
     let inserted = tx
         .prepare_cached(
             "INSERT INTO runs (session_id, platform, cron_job_id, model, provider, base_url, root_session_id, started_at, last_event_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?1, ?7, ?7)
-             ON CONFLICT (session_id) DO UPDATE SET
-                platform = COALESCE(platform, excluded.platform),
-                cron_job_id = COALESCE(cron_job_id, excluded.cron_job_id),
-                model = COALESCE(excluded.model, model),
-                provider = COALESCE(excluded.provider, provider),
-                base_url = COALESCE(excluded.base_url, base_url),
-                started_at = MIN(started_at, excluded.started_at),
-                last_event_at = MAX(last_event_at, excluded.last_event_at)
-             RETURNING (started_at = ?7 AND last_event_at = ?7 AND parent_session_id IS NULL)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?1, ?7, ?7) ON CONFLICT (session_id) DO NOTHING",
         )?
-        .query_row(params![session_id, platform, cron_job_id, model, provider, base_url, at], |r| r.get::<_, bool>(0))?;
-    if inserted {
+        .execute(params![session_id, platform, cron_job_id, model, provider, base_url, at])?;
+    if inserted == 1 {
         // A child run created after its subagent_start: link it to the edge.
         let parent: Option<String> = tx
             .prepare_cached("SELECT parent_session_id FROM subagent_edges WHERE child_session_id = ?1")?
@@ -325,7 +314,28 @@ fn touch_run(
         if let Some(parent) = parent {
             link_child(tx, session_id, &parent)?;
         }
+        return Ok(());
     }
+    // Rewrite the row only when the event says something new: most events
+    // change nothing here, and an unchanged row costs no page write.
+    // last_event_at (for the idle sweep, counted in minutes) moves in steps
+    // of a second for the same reason.
+    tx.prepare_cached(
+        "UPDATE runs SET
+            platform = COALESCE(platform, ?2),
+            cron_job_id = COALESCE(cron_job_id, ?3),
+            model = COALESCE(?4, model),
+            provider = COALESCE(?5, provider),
+            base_url = COALESCE(?6, base_url),
+            started_at = MIN(started_at, ?7),
+            last_event_at = MAX(last_event_at, ?7)
+         WHERE session_id = ?1 AND (
+            (platform IS NULL AND ?2 IS NOT NULL) OR (cron_job_id IS NULL AND ?3 IS NOT NULL)
+            OR model IS NOT COALESCE(?4, model) OR provider IS NOT COALESCE(?5, provider)
+            OR base_url IS NOT COALESCE(?6, base_url)
+            OR ?7 < started_at OR ?7 >= last_event_at + 1.0)",
+    )?
+    .execute(params![session_id, platform, cron_job_id, model, provider, base_url, at])?;
     Ok(())
 }
 

@@ -1,6 +1,9 @@
 -- Schema version 1: the journal and the ledger.
 -- Times are Unix seconds (REAL). Token counts are as Hermes reports them:
 -- input_tokens excludes cache reads and writes; reasoning is part of output.
+-- Every index is paid for on the hook path (each b-tree an event touches is
+-- another page written per commit), so tables keyed by Hermes ids are
+-- WITHOUT ROWID and only indexes a query on a hot path needs exist.
 
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY,
@@ -21,7 +24,6 @@ CREATE TABLE journal (
     problems    INTEGER NOT NULL DEFAULT 0,
     payload     TEXT NOT NULL
 );
-CREATE INDEX journal_session ON journal (session_id, at);
 
 -- Kwargs that had to be repaired, counted by hook, key and problem.
 CREATE TABLE decode_problems (
@@ -66,7 +68,8 @@ CREATE TABLE runs (
 );
 CREATE INDEX runs_root ON runs (root_session_id);
 CREATE INDEX runs_started ON runs (started_at);
-CREATE INDEX runs_open ON runs (status, last_event_at);
+-- Open runs, for the idle sweep; only running rows are in it.
+CREATE INDEX runs_running ON runs (last_event_at) WHERE status = 'running';
 
 -- One row per turn (pre_llm_call to its end).
 CREATE TABLE turns (
@@ -78,7 +81,7 @@ CREATE TABLE turns (
     started_at    REAL NOT NULL,
     ended_at      REAL,
     outcome       TEXT
-);
+) WITHOUT ROWID;
 CREATE INDEX turns_session ON turns (session_id);
 
 -- What pre_api_request said about each api_request_id (shared by retries):
@@ -94,7 +97,7 @@ CREATE TABLE api_requests (
     first_started_at    REAL,
     attempt_started_at  REAL NOT NULL,
     attempts            INTEGER NOT NULL DEFAULT 0
-);
+) WITHOUT ROWID;
 
 -- One row per successful LLM API call.
 CREATE TABLE llm_calls (
@@ -120,8 +123,7 @@ CREATE TABLE llm_calls (
     cost_usd           REAL NOT NULL,
     cost_source        TEXT NOT NULL,
     estimated          INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX llm_calls_session ON llm_calls (session_id);
+) WITHOUT ROWID;
 CREATE INDEX llm_calls_ended ON llm_calls (ended_at);
 
 -- One row per failed attempt of an LLM API call.
@@ -144,7 +146,6 @@ CREATE TABLE llm_call_errors (
     ended_at       REAL NOT NULL,
     UNIQUE (api_request_id, retry_count)
 );
-CREATE INDEX llm_call_errors_session ON llm_call_errors (session_id);
 CREATE INDEX llm_call_errors_ended ON llm_call_errors (ended_at);
 
 -- One row per tool call; proxy = 1 for the delegate_task/subagent row a
@@ -165,8 +166,7 @@ CREATE TABLE tool_calls (
     exit_code      INTEGER,
     proxy          INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (session_id, tool_call_id)
-);
-CREATE INDEX tool_calls_ended ON tool_calls (ended_at);
+) WITHOUT ROWID;
 
 -- Parent → child delegations.
 CREATE TABLE subagent_edges (
@@ -181,5 +181,5 @@ CREATE TABLE subagent_edges (
     stopped_at         REAL,
     child_status       TEXT,
     duration_ms        INTEGER
-);
+) WITHOUT ROWID;
 CREATE INDEX subagent_edges_parent ON subagent_edges (parent_session_id);
