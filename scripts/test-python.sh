@@ -12,8 +12,8 @@
 # 5. unless --no-e2e: tests/e2e/kit/setup-hermes.sh makes a venv with
 #    hermes-agent==0.19.0 and the wheel (target/py/hermes-venv), and
 #    tests/e2e runs every kit scenario in real Hermes against the loopback
-#    mock (about 2-3 minutes on 2 cores; HERMES_OTEL_E2E_JOBS sets how many
-#    scenarios run at once, default 3).
+#    mock (about 2 minutes on 2 cores; HERMES_OTEL_E2E_JOBS sets how many
+#    scenarios run at once, default 4).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"

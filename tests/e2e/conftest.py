@@ -12,7 +12,7 @@ Environment:
   our wheel (``scripts/test-python.sh`` prepares one); otherwise the harness
   builds the wheel and the venv under ``target/e2e/``.
 - ``HERMES_OTEL_E2E_OUT``: where runs go (default: a fresh temp directory).
-- ``HERMES_OTEL_E2E_JOBS``: scenarios run at once (default 3; they mostly wait
+- ``HERMES_OTEL_E2E_JOBS``: scenarios run at once (default 4; they mostly wait
   on the mock's delays and Hermes's retry backoff).
 """
 
@@ -96,7 +96,7 @@ def runs(hermes_bin: Path) -> dict[str, Run]:
     out = Path(root) if root else Path(tempfile.mkdtemp(prefix="hermes-otel-e2e-"))
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, HERMES_BIN=str(hermes_bin), E2E_PYTHON=sys.executable)
-    jobs = int(os.environ.get("HERMES_OTEL_E2E_JOBS", "3"))
+    jobs = int(os.environ.get("HERMES_OTEL_E2E_JOBS", "4"))
 
     def one(name: str) -> Run:
         scenario = "readfile" if name == PANIC_RUN else name
