@@ -298,7 +298,11 @@ fn touch_run(
     provider: Option<&str>,
     base_url: Option<&str>,
 ) -> Result<()> {
-    let cron_job_id = if platform == Some("cron") { cron_job_id(session_id) } else { None };
+    let cron_job_id = if platform == Some("cron") {
+        cron_job_id(session_id)
+    } else {
+        None
+    };
     let inserted = tx
         .prepare_cached(
             "INSERT INTO runs (session_id, platform, cron_job_id, model, provider, base_url, root_session_id, started_at, last_event_at)
@@ -335,7 +339,15 @@ fn touch_run(
             OR base_url IS NOT COALESCE(?6, base_url)
             OR ?7 < started_at OR ?7 >= last_event_at + 1.0)",
     )?
-    .execute(params![session_id, platform, cron_job_id, model, provider, base_url, at])?;
+    .execute(params![
+        session_id,
+        platform,
+        cron_job_id,
+        model,
+        provider,
+        base_url,
+        at
+    ])?;
     Ok(())
 }
 
