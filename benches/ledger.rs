@@ -46,7 +46,13 @@ fn main() {
         .position(|a| a == "--events")
         .and_then(|i| args.get(i + 1))
         .and_then(|n| n.parse().ok())
-        .unwrap_or(100_000);
+        // `cargo bench` passes --bench; anything else (cargo test --benches)
+        // gets a smoke run.
+        .unwrap_or(if args.iter().any(|a| a == "--bench") {
+            100_000
+        } else {
+            2_000
+        });
     let only = args
         .iter()
         .position(|a| a == "--only")

@@ -20,11 +20,18 @@
 //! commit and fight the others for SQLite's write lock; instead the writer
 //! takes whatever is queued when it wakes and commits it in one transaction
 //! (group commit), so the commit cost is shared by everyone who queued
-//! meanwhile. A hook waits for its commit (so an event that returned is in
-//! the store, whatever the process does next), but only up to
-//! [`BridgeConfig::hook_wait`]: past that it returns, the write lands later,
-//! and the timeout is counted. The checkpoint and the sweep run on the
-//! writer thread between batches, never on a hook's path.
+//! meanwhile.
+//!
+//! Before it is queued, each event is appended to this process's spool
+//! ([`crate::spool`]): one `write(2)`, after which the event survives the
+//! process whatever it does next (crash, `kill -9`, `os._exit`), and the next
+//! process to open the store replays it. So a hook returns as soon as its
+//! line is written, without waiting for the commit. Only the gating hooks
+//! (`pre_llm_call`, `pre_tool_call`), whose verdict needs the committed
+//! state, and any hook whose spool write failed, wait for the commit, up to
+//! [`BridgeConfig::hook_wait`]: past that they return, the write lands
+//! later, and the timeout is counted. The checkpoint, the sweep and spool
+//! recovery run on the writer thread between batches, never on a hook's path.
 //!
 //! # Failure
 //!
@@ -48,6 +55,7 @@ use crate::config;
 use crate::error::{Error, Result};
 use crate::hook::{DecodeOptions, Hook, HookEvent};
 use crate::pricing::{ModelPrice, PriceTable};
+use crate::spool::{self, Spool};
 use crate::store::{EventContext, Store};
 
 /// Environment variables the bridge reads.
@@ -268,6 +276,10 @@ pub struct Stats {
     pub checkpoints: u64,
     pub sweeps: u64,
     pub messages_dropped: u64,
+    /// Events written to the spool.
+    pub spooled: u64,
+    /// Events of dead processes' spools applied to the store.
+    pub recovered: u64,
 }
 
 /// A line for the binding to log.
@@ -307,6 +319,9 @@ struct Running {
     /// Models the host was asked about: priced, or when it last had none.
     host_asked: Mutex<HashMap<String, HostAsk>>,
     exporter: Mutex<ExporterSlot>,
+    /// This process's spool; `None` if it could not be created (the bridge
+    /// then waits for commits instead).
+    spool: Option<Arc<Spool>>,
 }
 
 enum HostAsk {
@@ -328,6 +343,8 @@ struct Shared {
     messages: Mutex<Vec<Message>>,
     has_messages: AtomicBool,
     counters: Counters,
+    /// Set once a spool write failed, so the failure is reported once.
+    spool_failed: AtomicBool,
 }
 
 #[derive(Default)]
@@ -342,6 +359,8 @@ struct Counters {
     checkpoints: AtomicU64,
     sweeps: AtomicU64,
     messages_dropped: AtomicU64,
+    spooled: AtomicU64,
+    recovered: AtomicU64,
 }
 
 #[derive(Default)]
@@ -358,6 +377,8 @@ enum Job {
         event: HookEvent,
         ctx: EventContext,
         ticket: Option<Arc<Ticket>>,
+        /// The event is in this process's spool.
+        spooled: bool,
     },
     HostPrice(String, ModelPrice),
     Flush(Arc<Ticket>),
@@ -442,10 +463,25 @@ impl Bridge {
             messages: Mutex::new(Vec::new()),
             has_messages: AtomicBool::new(false),
             counters: Counters::default(),
+            spool_failed: AtomicBool::new(false),
         });
+        let spool = match Spool::create(&config.store_dir) {
+            Ok(spool) => Some(Arc::new(spool)),
+            Err(e) => {
+                shared.message(
+                    "Spool.Unavailable",
+                    format!("cannot create the spool ({e}); hooks wait for their commits instead"),
+                );
+                None
+            }
+        };
         let writer = Writer {
             store,
             gate,
+            spool: spool.clone(),
+            handled: 0,
+            store_dir: config.store_dir.clone(),
+            decode: config.decode,
             shared: Arc::clone(&shared),
             checkpoint_interval: config.checkpoint_interval,
             sweep_interval: config.sweep_interval,
@@ -461,6 +497,7 @@ impl Bridge {
             prices,
             host_asked: Mutex::new(HashMap::new()),
             exporter: Mutex::new(ExporterSlot::NotStarted(None)),
+            spool,
         })
     }
 
@@ -478,8 +515,17 @@ impl Bridge {
     }
 
     /// Queues `event` and waits, up to `hook_wait`, for its commit (and its
-    /// verdict, for a gating hook).
+    /// verdict, for a gating hook). Without a spool record: see
+    /// [`Bridge::submit_recorded`] for the hook path.
     pub fn submit(&self, event: HookEvent, ctx: EventContext) -> Outcome {
+        self.submit_recorded(event, ctx, None)
+    }
+
+    /// Appends `record` (a [`spool::record`] of the same call) to the spool,
+    /// queues `event`, and returns at once, unless the hook is gating or the
+    /// spool write failed: then it waits, up to `hook_wait`, for the commit
+    /// (and the verdict).
+    pub fn submit_recorded(&self, event: HookEvent, ctx: EventContext, record: Option<&[u8]>) -> Outcome {
         let State::Running(run) = &self.state else {
             return Outcome::Disabled;
         };
@@ -488,12 +534,39 @@ impl Bridge {
             return Outcome::Disabled;
         }
         shared.counters.submitted.fetch_add(1, Ordering::Relaxed);
-        let wait = self.config.hook_wait;
+        let spooled = match (&run.spool, record) {
+            (Some(spool), Some(record)) => match spool.append(record) {
+                Ok(()) => {
+                    shared.counters.spooled.fetch_add(1, Ordering::Relaxed);
+                    true
+                }
+                Err(e) => {
+                    if !shared.spool_failed.swap(true, Ordering::AcqRel) {
+                        shared.message(
+                            "Spool.WriteFailed",
+                            format!(
+                                "cannot write {} ({e}); hooks wait for their commits until it works again",
+                                spool.path().display()
+                            ),
+                        );
+                    }
+                    false
+                }
+            },
+            _ => false,
+        };
+        let gating = matches!(event.hook, Hook::PreLlmCall(_) | Hook::PreToolCall(_));
+        let wait = if spooled && !gating {
+            Duration::ZERO
+        } else {
+            self.config.hook_wait
+        };
         let ticket = (!wait.is_zero()).then(Ticket::new);
         let job = Job::Event {
             event,
             ctx,
             ticket: ticket.clone(),
+            spooled,
         };
         if !self.enqueue(run, job) {
             return Outcome::Failed;
@@ -659,6 +732,8 @@ impl Bridge {
             checkpoints: get(&c.checkpoints),
             sweeps: get(&c.sweeps),
             messages_dropped: get(&c.messages_dropped),
+            spooled: get(&c.spooled),
+            recovered: get(&c.recovered),
         }
     }
 
@@ -723,6 +798,11 @@ impl Shared {
 struct Writer {
     store: Store,
     gate: Box<dyn Gate>,
+    spool: Option<Arc<Spool>>,
+    /// Spooled events processed (committed or failed for good) so far.
+    handled: u64,
+    store_dir: PathBuf,
+    decode: DecodeOptions,
     shared: Arc<Shared>,
     checkpoint_interval: Duration,
     sweep_interval: Duration,
@@ -734,6 +814,8 @@ impl Writer {
         let mut dirty = false;
         let mut next_checkpoint = Instant::now() + self.checkpoint_interval;
         let mut next_sweep = Instant::now();
+        // What dead processes left in their spools lands before anything new.
+        self.recover();
         loop {
             let wait = next_checkpoint
                 .min(next_sweep)
@@ -774,18 +856,31 @@ impl Writer {
                 break;
             }
         }
+        if let Some(spool) = &self.spool {
+            // A clean exit with everything committed leaves no spool behind.
+            let _ = spool.finish(self.handled);
+        }
         self.shared.alive.store(false, Ordering::Release);
     }
 
     fn process(&mut self, jobs: Vec<Job>) {
         let mut events: Vec<(HookEvent, EventContext, Option<Arc<Ticket>>)> = Vec::with_capacity(jobs.len());
         let mut flushes = Vec::new();
+        let mut spooled_in_batch = 0;
         for job in jobs {
             match job {
                 // Prices first: a host price only adds knowledge, and the
                 // event that made the binding ask is in this batch or later.
                 Job::HostPrice(model, price) => self.store.prices_mut().set_host_price(&model, price),
-                Job::Event { event, ctx, ticket } => events.push((event, ctx, ticket)),
+                Job::Event {
+                    event,
+                    ctx,
+                    ticket,
+                    spooled,
+                } => {
+                    spooled_in_batch += u64::from(spooled);
+                    events.push((event, ctx, ticket));
+                }
                 Job::Flush(ticket) => flushes.push(ticket),
             }
         }
@@ -838,8 +933,41 @@ impl Writer {
                 ticket.complete(outcome);
             }
         }
+        // Spooled events are handled once committed, or once they failed
+        // for good (recovery would only fail them again).
+        self.handled += spooled_in_batch;
+        if let Some(spool) = &self.spool {
+            if let Err(e) = spool.reset_if_handled(self.handled, spool::RESET_BYTES) {
+                self.shared.message(
+                    "Spool.ResetFailed",
+                    format!("cannot empty {}: {e}", spool.path().display()),
+                );
+            }
+        }
         for ticket in flushes {
             ticket.complete(Outcome::Committed(None));
+        }
+    }
+
+    /// Applies what dead processes left in their spools.
+    fn recover(&mut self) {
+        let own = self.spool.as_ref().map(|s| s.path().to_path_buf());
+        let r = spool::recover(&mut self.store, &self.store_dir, own.as_deref(), self.decode);
+        self.shared
+            .counters
+            .recovered
+            .fetch_add(r.applied as u64, Ordering::Relaxed);
+        if r.files > 0 {
+            self.shared.message(
+                "Spool.Recovered",
+                format!(
+                    "applied {} events from {} spool file(s) of ended processes",
+                    r.applied, r.files
+                ),
+            );
+        }
+        for e in r.errors {
+            self.shared.message("Spool.RecoverFailed", e);
         }
     }
 
@@ -855,6 +983,7 @@ impl Writer {
     }
 
     fn sweep(&mut self) {
+        self.recover();
         match self.store.close_idle_runs(unix_now(), self.idle_run_seconds) {
             Ok(_) => {
                 self.shared.counters.sweeps.fetch_add(1, Ordering::Relaxed);

@@ -21,6 +21,7 @@ pub mod report;
 pub mod semconv;
 pub mod slash;
 pub mod span;
+pub mod spool;
 pub mod store;
 
 pub use error::{Error, Result};

@@ -27,6 +27,7 @@ use serde_json::{Map, Number, Value};
 use crate::bridge::{self, Bridge, BridgeConfig, BudgetMode, Outcome, Verdict};
 use crate::hook::{self, decode, Decoded, HookKeys, HOOK_NAMES};
 use crate::pricing::ModelPrice;
+use crate::spool;
 use crate::store::EventContext;
 
 pyo3::create_exception!(
@@ -162,7 +163,11 @@ impl Hook {
             }
             bridge.start_exporter();
             let result = match decode(name, &kw, at, bridge.config().decode) {
-                Decoded::Event(event, problems) => (bridge.submit(event, EventContext { problems, ..ctx }), None),
+                Decoded::Event(event, problems) => {
+                    let record = spool::record(name, at, ctx.pid, ctx.thread.as_deref(), &kw, capture);
+                    let ctx = EventContext { problems, ..ctx };
+                    (bridge.submit_recorded(event, ctx, Some(&record)), None)
+                }
                 Decoded::Unusable(problems) => (Outcome::Failed, Some(problems)),
                 Decoded::Ignored => (Outcome::Committed(None), None),
             };

@@ -33,6 +33,9 @@ pub struct Record {
     pub seq: Option<i64>,
     pub pid: Option<i64>,
     pub thread: Option<String>,
+    /// Whether content was captured when the record was made (spool
+    /// records say; recorded fixtures do not, and the caller decides).
+    pub capture: Option<bool>,
 }
 
 /// Parses one line, keeping only the kwargs the decoder reads (content
@@ -63,6 +66,12 @@ pub fn parse_line(line: &str, capture_content: bool) -> std::result::Result<Opti
         Some(raw) => serde_json::from_str(raw.get()).map_err(|_| "\"kwargs\" is not an object".to_string())?,
         None => return Err("no \"kwargs\"".into()),
     };
+    // A spooled record says whether content was captured when it was copied.
+    let capture: Option<bool> = top
+        .get("capture")
+        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+        .and_then(|v| v.as_bool());
+    let capture_content = capture.unwrap_or(capture_content);
     let mut kwargs = Map::new();
     if let Some(keys) = crate::hook::keys(&hook) {
         let content: &[&str] = if capture_content { keys.content } else { &[] };
@@ -84,6 +93,7 @@ pub fn parse_line(line: &str, capture_content: bool) -> std::result::Result<Opti
         seq: small("seq").and_then(|v| v.as_i64()),
         pid: small("pid").and_then(|v| v.as_i64()),
         thread: small("thread").and_then(|v| v.as_str().map(str::to_string)),
+        capture,
     }))
 }
 
@@ -142,6 +152,10 @@ pub fn replay_file(store: &mut Store, path: &Path, opts: DecodeOptions, stats: &
     stats.records += records.len();
     let mut batch: Vec<(HookEvent, EventContext)> = Vec::with_capacity(BATCH);
     for r in records {
+        let opts = DecodeOptions {
+            capture_content: r.capture.unwrap_or(opts.capture_content),
+            ..opts
+        };
         match decode(&r.hook, &r.kwargs, r.t.unwrap_or(0.0), opts) {
             Decoded::Ignored => stats.ignored += 1,
             Decoded::Unusable(_) => stats.unusable += 1,

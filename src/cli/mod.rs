@@ -89,6 +89,12 @@ fn open_store(home: Option<PathBuf>) -> Result<Store> {
     let dir = config::store_dir(home).value;
     let mut store = Store::open_dir(&dir)?;
     store.set_prices(PriceTable::load(&dir.join(config::PRICING_FILE_NAME))?);
+    // Events of Hermes processes that died before committing them are in
+    // their spools; a report must include them.
+    let recovered = crate::spool::recover(&mut store, &dir, None, DecodeOptions::default());
+    for e in &recovered.errors {
+        eprintln!("hermes-otel: spool: {e}");
+    }
     Ok(store)
 }
 
