@@ -63,6 +63,28 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 /// this means something is wrong and the caller should fail open.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// SQLite's own busy handler sleeps 1, 2, 5, 10 ... 100 ms between tries,
+/// so a writer that loses the lock by a microsecond waits tens of
+/// milliseconds; with several processes committing small batches that is
+/// most of a hook's wait. Retry every 100 µs for the first 2 ms, then every
+/// millisecond, and give up after [`BUSY_TIMEOUT`].
+fn wait_for_lock(attempt: i32) -> bool {
+    const FAST_TRIES: i32 = 20;
+    let (waited, pause) = if attempt < FAST_TRIES {
+        (Duration::from_micros(100) * attempt as u32, Duration::from_micros(100))
+    } else {
+        (
+            Duration::from_millis(2) + Duration::from_millis(1) * (attempt - FAST_TRIES) as u32,
+            Duration::from_millis(1),
+        )
+    };
+    if waited >= BUSY_TIMEOUT {
+        return false;
+    }
+    std::thread::sleep(pause);
+    true
+}
+
 /// An open store.
 pub struct Store {
     conn: Connection,
@@ -86,11 +108,11 @@ impl Store {
     /// Opens (creating if needed) the database at `path` and migrates it.
     pub fn open(path: &Path) -> Result<Self> {
         create_private_file(path)?;
-        let conn = Connection::open_with_flags(
+        let mut conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
-        conn.busy_timeout(BUSY_TIMEOUT)?;
+        conn.busy_handler(Some(wait_for_lock))?;
         // WAL: readers (reports, the exporter) never block hook writes.
         conn.pragma_update(None, "journal_mode", "WAL")?;
         // NORMAL in WAL mode survives a process crash (what Hermes's
