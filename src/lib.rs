@@ -12,6 +12,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod export;
+pub mod export_task;
 pub mod hook;
 pub mod pricing;
 #[cfg(feature = "python")]

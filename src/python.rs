@@ -27,6 +27,7 @@ use serde_json::{Map, Number, Value};
 use crate::bridge::{self, Bridge, BridgeConfig, BudgetMode, Outcome, Verdict};
 use crate::hook::{self, decode, Decoded, HookKeys, HOOK_NAMES};
 use crate::pricing::ModelPrice;
+use crate::export_task;
 use crate::spool;
 use crate::store::EventContext;
 
@@ -69,6 +70,9 @@ fn bridge(py: Python<'_>) -> &'static Bridge {
     // Opening the store is file I/O: do it without the GIL. A second
     // thread arriving meanwhile waits on the OnceLock, not on Python.
     let b = py.detach(|| BRIDGE.get_or_init(|| Bridge::start(BridgeConfig::from_env())));
+    // The export thread starts lazily, on the first hook (start_exporter).
+    static EXPORTER_FACTORY: std::sync::Once = std::sync::Once::new();
+    EXPORTER_FACTORY.call_once(|| b.set_exporter_factory(Box::new(export_task::factory)));
     if let Some(reason) = b.disabled_reason() {
         log(py, ERROR, "Bridge.Disabled", reason.to_string());
     }
@@ -174,7 +178,10 @@ impl Hook {
             // One-shot and cron processes end with os._exit right after
             // their last turn and skip atexit: make sure it all landed.
             if matches!(name, "on_session_end" | "on_session_finalize") {
+                // One bound for both: the store, then the spans it made ready.
+                let deadline = std::time::Instant::now() + bridge::DEFAULT_FLUSH_TIMEOUT;
                 bridge.flush(bridge::DEFAULT_FLUSH_TIMEOUT);
+                export_task::flush_current(deadline);
             }
             result
         });

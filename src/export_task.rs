@@ -1,0 +1,236 @@
+//! The exporter inside a Hermes process: a background thread that sends
+//! what the store's outbox holds, for whichever process holds the lease.
+//!
+//! Owns: the thread, its pacing, and the bounded flush a session end may ask
+//! for. Must not touch: Python, the hook path (a hook at most waits on a
+//! condition variable, with a deadline, never on a socket).
+//!
+//! The thread polls the outbox every [`POLL`], sends while batches are ready,
+//! closes idle runs every [`CLOSE_IDLE_EVERY`], and backs off as the
+//! exporter says. [`flush_current`] lets `on_session_end` wait, up to a
+//! bound, for what is ready to be sent: one-shot `hermes -z` and cron
+//! processes end with `os._exit` right after, and what they leave stays in
+//! the outbox for the next exporter (`hermes-otel serve`, or the next Hermes
+//! process). It does not wait at all while the collector is failing, so a
+//! collector outage never slows a turn down.
+
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::bridge::Background;
+use crate::error::{Error, Result};
+use crate::export::{ExportConfig, ExportOverrides, Exporter};
+use crate::store::{Store, DB_FILE_NAME};
+
+/// How often the outbox is looked at when nothing was ready.
+pub const POLL: Duration = Duration::from_millis(500);
+
+/// How often runs that went idle without ending are closed.
+pub const CLOSE_IDLE_EVERY: Duration = Duration::from_secs(60);
+
+/// How long a session end waits for its spans by default.
+pub const DEFAULT_SESSION_END_FLUSH: Duration = Duration::from_secs(2);
+
+#[derive(Default)]
+struct State {
+    stop: bool,
+    /// Flush requests not served yet (their deadline).
+    flush_until: Option<Instant>,
+    /// Bumped each time the thread finished a flush request.
+    flushes_done: u64,
+    /// The last send failed (the collector is down or refusing).
+    failing: bool,
+    /// This process holds the export lease.
+    leased: bool,
+    /// The last error, for status and logs.
+    last_error: Option<String>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+    done: Condvar,
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The running export thread of this process.
+pub struct ExportTask {
+    shared: Arc<Shared>,
+    handle: Option<JoinHandle<()>>,
+}
+
+/// The task of this process, for [`flush_current`].
+static CURRENT: OnceLock<Mutex<Weak<Shared>>> = OnceLock::new();
+
+impl ExportTask {
+    /// Starts the export thread over the store in `store_dir`, configured
+    /// from the environment (`OTEL_*`). Export disabled gives no thread.
+    pub fn start(store_dir: &Path) -> Result<Option<Self>> {
+        let config = ExportConfig::from_env(ExportOverrides::default());
+        if !config.enabled() {
+            return Ok(None);
+        }
+        let store = Store::open(&store_dir.join(DB_FILE_NAME))?;
+        let exporter = Exporter::with_store(config, store)?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            wake: Condvar::new(),
+            done: Condvar::new(),
+        });
+        let thread_shared = Arc::clone(&shared);
+        let handle = std::thread::Builder::new()
+            .name("hermes-otel-export".into())
+            .spawn(move || run(exporter, &thread_shared))
+            .map_err(|e| Error::Other(format!("cannot start the export thread: {e}")))?;
+        *CURRENT.get_or_init(|| Mutex::new(Weak::new())).lock().unwrap_or_else(|p| p.into_inner()) =
+            Arc::downgrade(&shared);
+        Ok(Some(ExportTask {
+            shared,
+            handle: Some(handle),
+        }))
+    }
+
+    /// Asks the thread to send what is ready and waits until it did or
+    /// `deadline` passes. Returns at once while the collector is failing or
+    /// another process holds the lease. Returns whether the flush finished.
+    pub fn flush(&self, deadline: Instant) -> bool {
+        flush_shared(&self.shared, deadline)
+    }
+}
+
+fn flush_shared(shared: &Shared, deadline: Instant) -> bool {
+    let mut state = lock(&shared.state);
+    if state.stop || state.failing || !state.leased {
+        return false;
+    }
+    let target = state.flushes_done + 1;
+    state.flush_until = Some(state.flush_until.map_or(deadline, |d| d.max(deadline)));
+    shared.wake.notify_one();
+    while state.flushes_done < target {
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        state = match shared.done.wait_timeout(state, deadline - now) {
+            Ok((s, _)) => s,
+            Err(p) => p.into_inner().0,
+        };
+    }
+    true
+}
+
+/// [`ExportTask::flush`] on this process's task, if one runs.
+pub fn flush_current(deadline: Instant) -> bool {
+    let Some(slot) = CURRENT.get() else {
+        return false;
+    };
+    let shared = slot.lock().unwrap_or_else(|p| p.into_inner()).upgrade();
+    shared.is_some_and(|s| flush_shared(&s, deadline))
+}
+
+fn run(mut exporter: Exporter, shared: &Shared) {
+    let mut last_idle_check: Option<Instant> = None;
+    let mut wait = Duration::ZERO;
+    loop {
+        let flush_until = {
+            let mut state = lock(&shared.state);
+            if !state.stop && state.flush_until.is_none() && !wait.is_zero() {
+                state = match shared.wake.wait_timeout(state, wait) {
+                    Ok((s, _)) => s,
+                    Err(p) => p.into_inner().0,
+                };
+            }
+            if state.stop {
+                break;
+            }
+            state.flush_until.take()
+        };
+        if last_idle_check.is_none_or(|t| t.elapsed() >= CLOSE_IDLE_EVERY) {
+            let _ = exporter.close_idle();
+            last_idle_check = Some(Instant::now());
+        }
+        let step = match flush_until {
+            Some(deadline) => exporter.flush(deadline),
+            None => exporter.run_once(),
+        };
+        let mut state = lock(&shared.state);
+        match step {
+            Ok(step) => {
+                state.leased = step.leased;
+                state.failing = step.error.is_some();
+                if step.error.is_some() {
+                    state.last_error = step.error;
+                }
+                wait = if step.more && step.backing_off.is_none() {
+                    Duration::ZERO
+                } else {
+                    step.backing_off.unwrap_or(POLL).min(POLL * 20)
+                };
+            }
+            Err(e) => {
+                state.failing = true;
+                state.last_error = Some(e.to_string());
+                wait = POLL * 4;
+            }
+        }
+        if flush_until.is_some() {
+            state.flushes_done += 1;
+            shared.done.notify_all();
+        }
+    }
+    // Last chance for whatever is ready, bounded by the shutdown deadline.
+    let deadline = lock(&shared.state).flush_until.take();
+    if let Some(deadline) = deadline {
+        let _ = exporter.flush(deadline);
+    }
+    let _ = exporter.release();
+    let mut state = lock(&shared.state);
+    state.flushes_done += 1;
+    shared.done.notify_all();
+}
+
+impl Background for ExportTask {
+    fn shutdown(&mut self, deadline: Instant) {
+        {
+            let mut state = lock(&self.shared.state);
+            state.stop = true;
+            state.flush_until = Some(deadline);
+        }
+        self.shared.wake.notify_one();
+        if let Some(handle) = self.handle.take() {
+            while !handle.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if handle.is_finished() {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+impl Drop for ExportTask {
+    fn drop(&mut self) {
+        self.shutdown(Instant::now() + Duration::from_millis(200));
+    }
+}
+
+/// What runs when trace export is disabled: nothing.
+#[derive(Debug)]
+pub struct Disabled;
+
+impl Background for Disabled {
+    fn shutdown(&mut self, _deadline: Instant) {}
+}
+
+/// The bridge's exporter factory: the export thread over the bridge's store.
+pub fn factory(config: &crate::bridge::BridgeConfig) -> Result<Box<dyn Background>> {
+    Ok(match ExportTask::start(&config.store_dir)? {
+        Some(task) => Box::new(task),
+        None => Box::new(Disabled),
+    })
+}
