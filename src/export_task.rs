@@ -87,8 +87,10 @@ impl ExportTask {
             .name("hermes-otel-export".into())
             .spawn(move || run(exporter, &thread_shared))
             .map_err(|e| Error::Other(format!("cannot start the export thread: {e}")))?;
-        *CURRENT.get_or_init(|| Mutex::new(Weak::new())).lock().unwrap_or_else(|p| p.into_inner()) =
-            Arc::downgrade(&shared);
+        *CURRENT
+            .get_or_init(|| Mutex::new(Weak::new()))
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Arc::downgrade(&shared);
         Ok(Some(ExportTask {
             shared,
             handle: Some(handle),

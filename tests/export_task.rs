@@ -28,7 +28,9 @@ fn the_export_thread_sends_the_outbox_and_a_session_end_can_wait_for_it() {
         let mut stats = ReplayStats::default();
         replay_file(&mut store, &fixture, DecodeOptions::default(), &mut stats).expect("replay");
     }
-    let mut task = ExportTask::start(dir.path()).expect("start").expect("export is enabled");
+    let mut task = ExportTask::start(dir.path())
+        .expect("start")
+        .expect("export is enabled");
     // readfile: session, turn, two LLM calls, one tool call.
     assert_eq!(receiver.wait_for_spans(5, Duration::from_secs(20)), 5);
 
@@ -39,12 +41,24 @@ fn the_export_thread_sends_the_outbox_and_a_session_end_can_wait_for_it() {
         let mut stats = ReplayStats::default();
         replay_file(&mut store, &more, DecodeOptions::default(), &mut stats).expect("replay");
     }
-    assert!(flush_current(Instant::now() + Duration::from_secs(20)), "the flush finished");
-    assert_eq!(receiver.received.span_count(), 10, "the flush sent the second session's spans");
+    assert!(
+        flush_current(Instant::now() + Duration::from_secs(20)),
+        "the flush finished"
+    );
+    assert_eq!(
+        receiver.received.span_count(),
+        10,
+        "the flush sent the second session's spans"
+    );
     task.shutdown(Instant::now() + Duration::from_secs(5));
     // Nothing is left in the outbox and nothing was sent twice.
     let store = Store::open_dir(dir.path()).expect("store");
-    assert_eq!(store.query_scalar::<i64>("SELECT COUNT(*) FROM outbox").expect("outbox"), 0);
+    assert_eq!(
+        store
+            .query_scalar::<i64>("SELECT COUNT(*) FROM outbox")
+            .expect("outbox"),
+        0
+    );
     let mut ids: Vec<_> = receiver.received.spans().iter().map(|s| s.span_id.clone()).collect();
     ids.sort();
     ids.dedup();
