@@ -20,21 +20,45 @@ fn eight_processes_of_four_threads_record_every_event_exactly_once() {
         processes,
         threads,
         sessions,
-        &["--exact", "eight_processes_of_four_threads_record_every_event_exactly_once", "--nocapture"],
+        &[
+            "--exact",
+            "eight_processes_of_four_threads_record_every_event_exactly_once",
+            "--nocapture",
+        ],
     );
-    assert_eq!(result.failures, 0, "no hook saw a failure (no SQLITE_BUSY, no dropped event)");
+    assert_eq!(
+        result.failures, 0,
+        "no hook saw a failure (no SQLITE_BUSY, no dropped event)"
+    );
     let runs = processes * threads * sessions;
     let fixture = std::fs::read_to_string(load::session_fixture()).expect("fixture");
-    let per_session = |hook: &str| fixture.lines().filter(|l| l.contains(&format!("\"hook\": \"{hook}\""))).count();
+    let per_session = |hook: &str| {
+        fixture
+            .lines()
+            .filter(|l| l.contains(&format!("\"hook\": \"{hook}\"")))
+            .count()
+    };
     let store = Store::open_dir(dir.path()).expect("open");
     let q = |sql: &str| store.query_scalar::<i64>(sql).expect(sql) as usize;
     assert_eq!(q("SELECT COUNT(*) FROM runs"), runs);
-    assert_eq!(q("SELECT COUNT(*) FROM llm_calls"), runs * per_session("post_api_request"));
-    assert_eq!(q("SELECT COUNT(*) FROM tool_calls"), runs * per_session("post_tool_call"));
-    assert_eq!(q("SELECT SUM(llm_calls) FROM runs"), runs * per_session("post_api_request"));
+    assert_eq!(
+        q("SELECT COUNT(*) FROM llm_calls"),
+        runs * per_session("post_api_request")
+    );
+    assert_eq!(
+        q("SELECT COUNT(*) FROM tool_calls"),
+        runs * per_session("post_tool_call")
+    );
+    assert_eq!(
+        q("SELECT SUM(llm_calls) FROM runs"),
+        runs * per_session("post_api_request")
+    );
     assert_eq!(q("SELECT COUNT(*) FROM runs WHERE status = 'ok'"), runs);
     // Every hook call reached the journal; the ignored hooks (transform_*) did not.
-    let recorded = fixture.lines().filter(|l| !l.contains("\"hook\": \"transform_")).count();
+    let recorded = fixture
+        .lines()
+        .filter(|l| !l.contains("\"hook\": \"transform_"))
+        .count();
     assert_eq!(q("SELECT COUNT(*) FROM journal"), runs * recorded);
     assert_eq!(result.latencies.len(), runs * recorded);
 }
