@@ -25,9 +25,9 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
 
 use crate::bridge::{self, Bridge, BridgeConfig, BudgetMode, Outcome, Verdict};
+use crate::export_task;
 use crate::hook::{self, decode, Decoded, HookKeys, HOOK_NAMES};
 use crate::pricing::ModelPrice;
-use crate::export_task;
 use crate::spool;
 use crate::store::EventContext;
 
