@@ -35,24 +35,37 @@
 //!
 //! # Failure
 //!
-//! A store that cannot be opened disables the bridge: [`Bridge::start`]
-//! still returns a bridge, every submit is a no-op, and
-//! [`Bridge::disabled_reason`] says why, once, for the binding to log.
 //! Errors on the writer thread never reach a hook; they are queued as
 //! [`Message`]s the binding drains and logs from a Python thread, so no
 //! thread of ours ever calls into Python.
+//!
+//! Store trouble (see [`crate::health`]) does not stop the bridge. A store
+//! that cannot be opened at start, or a commit that fails because the store
+//! is locked past the busy timeout, the disk is full, the file system is
+//! read-only or the file is corrupt, makes the writer keep the events (in
+//! memory, in order, besides the spool), say so in ONE `Store.Fault`
+//! message, and try the store again with a backoff from
+//! [`BridgeConfig::store_retry_min`] to [`BridgeConfig::store_retry_max`].
+//! Meanwhile hooks wait for no commit (except a gating hook on a merely
+//! locked store, up to its bound). Once the store works, the kept events
+//! land first and a `Store.Recovered` message says so. The writer records
+//! what happened in `<store>/health.json` for `hermes-otel status`. A
+//! corrupt store file is never touched: it is reopened only once the user
+//! replaced it. [`Bridge::disabled_reason`] is left for what no retry can
+//! fix (the writer thread could not start, the pricing file is invalid).
 
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::config;
 use crate::error::{Error, Result};
+use crate::health::{classify, FaultKind, Tracker};
 use crate::hook::{DecodeOptions, Hook, HookEvent};
 use crate::pricing::{ModelPrice, PriceTable};
 use crate::spool::{self, Spool};
@@ -86,6 +99,13 @@ pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
 /// How long before the host is asked again for a price it did not have.
 pub const HOST_PRICE_RETRY: Duration = Duration::from_secs(60);
+
+/// The first wait before the store is tried again after a fault.
+pub const DEFAULT_STORE_RETRY_MIN: Duration = Duration::from_millis(250);
+
+/// The longest wait between tries of a store in trouble: a fault that
+/// lasts costs one open attempt this often, on the writer thread.
+pub const DEFAULT_STORE_RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// Most jobs the queue holds. Only a writer stuck far longer than any
 /// busy timeout gets here; dropping (and counting) beats eating memory.
@@ -143,6 +163,10 @@ pub struct BridgeConfig {
     pub test_panic_hook: Option<String>,
     /// What was wrong with the environment, for the binding to log once.
     pub warnings: Vec<String>,
+    /// The first wait before a store in trouble is tried again.
+    pub store_retry_min: Duration,
+    /// The longest wait between tries (the wait doubles up to this).
+    pub store_retry_max: Duration,
 }
 
 impl BridgeConfig {
@@ -158,6 +182,8 @@ impl BridgeConfig {
             idle_run_seconds: crate::cli::DEFAULT_IDLE_TIMEOUT_SECONDS,
             test_panic_hook: None,
             warnings: Vec::new(),
+            store_retry_min: DEFAULT_STORE_RETRY_MIN,
+            store_retry_max: DEFAULT_STORE_RETRY_MAX,
         }
     }
 
@@ -280,6 +306,8 @@ pub struct Stats {
     pub spooled: u64,
     /// Events of dead processes' spools applied to the store.
     pub recovered: u64,
+    /// Hook calls whose spool write failed.
+    pub spool_failures: u64,
 }
 
 /// A line for the binding to log.
@@ -319,9 +347,6 @@ struct Running {
     /// Models the host was asked about: priced, or when it last had none.
     host_asked: Mutex<HashMap<String, HostAsk>>,
     exporter: Mutex<ExporterSlot>,
-    /// This process's spool; `None` if it could not be created (the bridge
-    /// then waits for commits instead).
-    spool: Option<Arc<Spool>>,
 }
 
 enum HostAsk {
@@ -343,8 +368,17 @@ struct Shared {
     messages: Mutex<Vec<Message>>,
     has_messages: AtomicBool,
     counters: Counters,
-    /// Set once a spool write failed, so the failure is reported once.
+    /// Set once a spool write failed, so the failure is reported once
+    /// (cleared when the store recovers from a fault).
     spool_failed: AtomicBool,
+    /// This process's spool; unset while it cannot be created (hooks then
+    /// wait for commits; the writer creates it once it can).
+    spool: OnceLock<Arc<Spool>>,
+    /// Set by the writer while the store is closed by a fault, so hooks do
+    /// not wait for commits that cannot happen.
+    store_down: AtomicBool,
+    /// The current store fault, for [`Bridge::store_problem`].
+    problem: Mutex<Option<String>>,
 }
 
 #[derive(Default)]
@@ -361,6 +395,7 @@ struct Counters {
     messages_dropped: AtomicU64,
     spooled: AtomicU64,
     recovered: AtomicU64,
+    spool_failures: AtomicU64,
 }
 
 #[derive(Default)]
@@ -453,9 +488,12 @@ impl Bridge {
     }
 
     fn open(config: &BridgeConfig, gate: Box<dyn Gate>) -> Result<Running> {
-        let mut store = Store::open_dir(&config.store_dir)?;
-        let prices = PriceTable::load(&config.store_dir.join(config::PRICING_FILE_NAME))?;
-        store.set_prices(prices.clone());
+        let prices = match PriceTable::load(&config.store_dir.join(config::PRICING_FILE_NAME)) {
+            // An unreadable directory is store trouble, handled below; an
+            // invalid pricing file is the user's to fix and disables.
+            Err(Error::Io { .. }) => PriceTable::default(),
+            other => other?,
+        };
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
@@ -464,21 +502,31 @@ impl Bridge {
             has_messages: AtomicBool::new(false),
             counters: Counters::default(),
             spool_failed: AtomicBool::new(false),
+            spool: OnceLock::new(),
+            store_down: AtomicBool::new(false),
+            problem: Mutex::new(None),
         });
-        let spool = match Spool::create(&config.store_dir) {
-            Ok(spool) => Some(Arc::new(spool)),
-            Err(e) => {
-                shared.message(
-                    "Spool.Unavailable",
-                    format!("cannot create the spool ({e}); hooks wait for their commits instead"),
-                );
-                None
+        let opened = open_store(config, &prices);
+        match Spool::create(&config.store_dir) {
+            Ok(spool) => {
+                let _ = shared.spool.set(Arc::new(spool));
             }
-        };
-        let writer = Writer {
-            store,
+            Err(e) if opened.is_ok() => shared.message(
+                "Spool.Unavailable",
+                format!("cannot create the spool ({e}); hooks wait for their commits instead"),
+            ),
+            // The store fault below says it all.
+            Err(_) => {}
+        }
+        let mut writer = Writer {
+            store: None,
             gate,
-            spool: spool.clone(),
+            prices: prices.clone(),
+            config: config.clone(),
+            pending: Vec::new(),
+            retry_at: None,
+            retry_delay: config.store_retry_min,
+            health: Tracker::default(),
             handled: 0,
             store_dir: config.store_dir.clone(),
             decode: config.decode,
@@ -487,6 +535,13 @@ impl Bridge {
             sweep_interval: config.sweep_interval,
             idle_run_seconds: config.idle_run_seconds,
         };
+        match opened {
+            Ok(store) => writer.store = Some(store),
+            Err(e) => {
+                writer.health.counts.open_failures += 1;
+                writer.fault(classify(&e).unwrap_or(FaultKind::Unavailable), &e);
+            }
+        }
         let handle = std::thread::Builder::new()
             .name("hermes-otel-writer".into())
             .spawn(move || writer.run())
@@ -497,7 +552,6 @@ impl Bridge {
             prices,
             host_asked: Mutex::new(HashMap::new()),
             exporter: Mutex::new(ExporterSlot::NotStarted(None)),
-            spool,
         })
     }
 
@@ -511,6 +565,15 @@ impl Bridge {
         match &self.state {
             State::Disabled(reason) => Some(reason),
             State::Running(_) => None,
+        }
+    }
+
+    /// The store fault the bridge is riding out now, if any (it retries by
+    /// itself; see the module docs). One lock, no I/O.
+    pub fn store_problem(&self) -> Option<String> {
+        match &self.state {
+            State::Running(run) => lock(&run.shared.problem).clone(),
+            State::Disabled(_) => None,
         }
     }
 
@@ -534,13 +597,14 @@ impl Bridge {
             return Outcome::Disabled;
         }
         shared.counters.submitted.fetch_add(1, Ordering::Relaxed);
-        let spooled = match (&run.spool, record) {
+        let spooled = match (shared.spool.get(), record) {
             (Some(spool), Some(record)) => match spool.append(record) {
                 Ok(()) => {
                     shared.counters.spooled.fetch_add(1, Ordering::Relaxed);
                     true
                 }
                 Err(e) => {
+                    shared.counters.spool_failures.fetch_add(1, Ordering::Relaxed);
                     if !shared.spool_failed.swap(true, Ordering::AcqRel) {
                         shared.message(
                             "Spool.WriteFailed",
@@ -556,7 +620,9 @@ impl Bridge {
             _ => false,
         };
         let gating = matches!(event.hook, Hook::PreLlmCall(_) | Hook::PreToolCall(_));
-        let wait = if spooled && !gating {
+        // A store closed by a fault commits nothing until the writer
+        // reopens it: waiting would only add the bound to every hook.
+        let wait = if (spooled && !gating) || shared.store_down.load(Ordering::Acquire) {
             Duration::ZERO
         } else {
             self.config.hook_wait
@@ -590,14 +656,14 @@ impl Bridge {
         let State::Running(run) = &self.state else {
             return true;
         };
-        if !run.shared.alive.load(Ordering::Acquire) {
+        if !run.shared.alive.load(Ordering::Acquire) || run.shared.store_down.load(Ordering::Acquire) {
             return false;
         }
         let ticket = Ticket::new();
         if !self.enqueue(run, Job::Flush(Arc::clone(&ticket))) {
             return false;
         }
-        ticket.wait_until(Instant::now() + timeout).is_some()
+        matches!(ticket.wait_until(Instant::now() + timeout), Some(Outcome::Committed(_)))
     }
 
     fn enqueue(&self, run: &Running, job: Job) -> bool {
@@ -734,6 +800,7 @@ impl Bridge {
             messages_dropped: get(&c.messages_dropped),
             spooled: get(&c.spooled),
             recovered: get(&c.recovered),
+            spool_failures: get(&c.spool_failures),
         }
     }
 
@@ -794,11 +861,36 @@ impl Shared {
     }
 }
 
+/// An event the writer holds: queued by a hook, or kept while the store is
+/// in trouble.
+struct Pending {
+    event: HookEvent,
+    ctx: EventContext,
+    ticket: Option<Arc<Ticket>>,
+    /// The event is in this process's spool.
+    spooled: bool,
+}
+
 /// The writer thread's state: the store and the gate live here only.
 struct Writer {
-    store: Store,
+    /// `None` while the store cannot be opened (see [`Writer::retry`]).
+    store: Option<Store>,
     gate: Box<dyn Gate>,
-    spool: Option<Arc<Spool>>,
+    /// The prices a reopened store gets (user, built-in and host prices).
+    prices: PriceTable,
+    /// What the store is opened with again after a fault.
+    config: BridgeConfig,
+    /// Events kept, in order, while the store is in trouble; they land
+    /// before anything newer once it works again.
+    pending: Vec<Pending>,
+    /// When to try the store again; `None` while it works.
+    retry_at: Option<Instant>,
+    /// The next wait between tries: doubles from `store_retry_min` up to
+    /// `store_retry_max`, so a store that stays broken costs one attempt
+    /// every `store_retry_max`.
+    retry_delay: Duration,
+    /// This process's part of `<store>/health.json`.
+    health: Tracker,
     /// Spooled events processed (committed or failed for good) so far.
     handled: u64,
     store_dir: PathBuf,
@@ -809,6 +901,14 @@ struct Writer {
     idle_run_seconds: f64,
 }
 
+/// Opens the store for the writer: the file, its migrations, the prices and
+/// the profile. Used at start and to reopen after a fault.
+fn open_store(config: &BridgeConfig, prices: &PriceTable) -> Result<Store> {
+    let mut store = Store::open_dir(&config.store_dir)?;
+    store.set_prices(prices.clone());
+    Ok(store)
+}
+
 impl Writer {
     fn run(mut self) {
         let mut dirty = false;
@@ -817,28 +917,23 @@ impl Writer {
         // What dead processes left in their spools lands before anything new.
         self.recover();
         loop {
-            let wait = next_checkpoint
-                .min(next_sweep)
-                .saturating_duration_since(Instant::now());
+            let mut wake_at = next_checkpoint.min(next_sweep);
+            if let Some(t) = self.retry_at {
+                wake_at = wake_at.min(t);
+            }
+            let wait = wake_at.saturating_duration_since(Instant::now());
             let (jobs, stop) = self.shared.take_jobs(wait.max(Duration::from_millis(1)));
+            // Kept events go before the new ones, so retry first.
+            if self.retry_at.is_some_and(|t| Instant::now() >= t) {
+                self.guarded(|w| w.retry(), Vec::new());
+            }
             if !jobs.is_empty() {
                 dirty = true;
                 // A panic in the store code must not kill the writer: every
                 // hook would then wait out its bound. The transaction rolls
                 // back as it unwinds; the tickets of this batch report Failed.
                 let tickets = jobs_tickets(&jobs);
-                if let Err(payload) = catch_unwind(AssertUnwindSafe(|| self.process(jobs))) {
-                    self.shared.message(
-                        "Writer.Panicked",
-                        format!(
-                            "the store writer panicked ({}); events of that batch may not be recorded",
-                            panic_text(payload.as_ref())
-                        ),
-                    );
-                    for t in tickets {
-                        t.complete(Outcome::Failed);
-                    }
-                }
+                self.guarded(|w| w.process(jobs), tickets);
             }
             let now = Instant::now();
             if stop || (dirty && now >= next_checkpoint) {
@@ -847,6 +942,7 @@ impl Writer {
             }
             if now >= next_checkpoint {
                 next_checkpoint = now + self.checkpoint_interval;
+                self.write_health();
             }
             if !stop && now >= next_sweep {
                 self.sweep();
@@ -856,87 +952,260 @@ impl Writer {
                 break;
             }
         }
-        if let Some(spool) = &self.spool {
+        self.write_health();
+        if let Some(spool) = self.shared.spool.get() {
             // A clean exit with everything committed leaves no spool behind.
             let _ = spool.finish(self.handled);
         }
         self.shared.alive.store(false, Ordering::Release);
     }
 
+    /// Runs `f`, turning a panic into a message and failed `tickets`.
+    fn guarded(&mut self, f: impl FnOnce(&mut Self), tickets: Vec<Arc<Ticket>>) {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(self))) {
+            self.shared.message(
+                "Writer.Panicked",
+                format!(
+                    "the store writer panicked ({}); events of that batch may not be recorded",
+                    panic_text(payload.as_ref())
+                ),
+            );
+            for t in tickets {
+                t.complete(Outcome::Failed);
+            }
+        }
+    }
+
     fn process(&mut self, jobs: Vec<Job>) {
-        let mut events: Vec<(HookEvent, EventContext, Option<Arc<Ticket>>)> = Vec::with_capacity(jobs.len());
+        let mut events: Vec<Pending> = Vec::with_capacity(jobs.len());
         let mut flushes = Vec::new();
-        let mut spooled_in_batch = 0;
         for job in jobs {
             match job {
                 // Prices first: a host price only adds knowledge, and the
                 // event that made the binding ask is in this batch or later.
-                Job::HostPrice(model, price) => self.store.prices_mut().set_host_price(&model, price),
+                Job::HostPrice(model, price) => {
+                    if let Some(store) = &mut self.store {
+                        store.prices_mut().set_host_price(&model, price);
+                    }
+                    self.prices.set_host_price(&model, price);
+                }
                 Job::Event {
                     event,
                     ctx,
                     ticket,
                     spooled,
-                } => {
-                    spooled_in_batch += u64::from(spooled);
-                    events.push((event, ctx, ticket));
-                }
+                } => events.push(Pending {
+                    event,
+                    ctx,
+                    ticket,
+                    spooled,
+                }),
                 Job::Flush(ticket) => flushes.push(ticket),
             }
         }
-        let counters = &self.shared.counters;
         if !events.is_empty() {
-            counters.batches.fetch_add(1, Ordering::Relaxed);
-            counters.largest_batch.fetch_max(events.len() as u64, Ordering::Relaxed);
-            let ok: Vec<bool> = match self.store.apply_batch(events.iter().map(|(e, c, _)| (e, c))) {
-                Ok(_) => vec![true; events.len()],
-                Err(e) => {
-                    // One bad event must not cost the others: apply them
-                    // one by one and report only the ones that fail.
-                    self.shared.message(
-                        "Writer.BatchFailed",
-                        format!("batch of {} failed ({e}); retrying one by one", events.len()),
-                    );
-                    events
-                        .iter()
-                        .map(|(event, ctx, _)| match self.store.apply(event, ctx) {
-                            Ok(_) => true,
-                            Err(e) => {
-                                self.shared.message(
-                                    "Writer.EventFailed",
-                                    format!(
-                                        "{} of session {} was not recorded: {e}",
-                                        event.hook.name(),
-                                        event.hook.session_id()
-                                    ),
-                                );
-                                false
-                            }
-                        })
-                        .collect()
-                }
-            };
-            for ((event, _, ticket), ok) in events.iter().zip(ok) {
-                if ok {
-                    counters.committed.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    counters.failed.fetch_add(1, Ordering::Relaxed);
-                }
-                let Some(ticket) = ticket else { continue };
-                let outcome = if !ok {
-                    Outcome::Failed
-                } else if matches!(event.hook, Hook::PreLlmCall(_) | Hook::PreToolCall(_)) {
-                    Outcome::Committed(self.gate.verdict(&self.store, event))
-                } else {
-                    Outcome::Committed(None)
-                };
-                ticket.complete(outcome);
+            if self.retry_at.is_some() {
+                // The store is in trouble: keep them behind the ones kept
+                // already, and try again when the retry is due.
+                self.keep(events);
+            } else if let Err((kind, e, rest)) = self.commit(events) {
+                self.health.counts.failed_commits += 1;
+                self.keep(rest);
+                self.fault(kind, &e);
             }
         }
-        // Spooled events are handled once committed, or once they failed
-        // for good (recovery would only fail them again).
-        self.handled += spooled_in_batch;
-        if let Some(spool) = &self.spool {
+        self.reset_spool();
+        // A flush means "everything before me landed": not while events are kept.
+        let outcome = if self.pending.is_empty() {
+            Outcome::Committed(None)
+        } else {
+            Outcome::Failed
+        };
+        for ticket in flushes {
+            ticket.complete(outcome.clone());
+        }
+    }
+
+    /// Applies `events` in one transaction, or one by one if the batch
+    /// fails on one event's account. On a store fault, returns the events
+    /// not applied, in order, for the caller to keep.
+    fn commit(&mut self, events: Vec<Pending>) -> std::result::Result<(), (FaultKind, Error, Vec<Pending>)> {
+        let Some(store) = self.store.as_mut() else {
+            let e = Error::Other("the store is not open".into());
+            return Err((FaultKind::Unavailable, e, events));
+        };
+        let counters = &self.shared.counters;
+        counters.batches.fetch_add(1, Ordering::Relaxed);
+        counters.largest_batch.fetch_max(events.len() as u64, Ordering::Relaxed);
+        let (ok, fault) = match store.apply_batch(events.iter().map(|p| (&p.event, &p.ctx))) {
+            Ok(_) => (vec![true; events.len()], None),
+            Err(e) => {
+                if let Some(kind) = classify(&e) {
+                    return Err((kind, e, events));
+                }
+                // One bad event must not cost the others: apply them
+                // one by one and report only the ones that fail.
+                self.shared.message(
+                    "Writer.BatchFailed",
+                    format!("batch of {} failed ({e}); retrying one by one", events.len()),
+                );
+                let mut ok = Vec::with_capacity(events.len());
+                let mut fault = None;
+                for p in &events {
+                    match store.apply(&p.event, &p.ctx) {
+                        Ok(_) => ok.push(true),
+                        Err(e) => {
+                            if let Some(kind) = classify(&e) {
+                                // The store broke half-way: the rest is kept.
+                                fault = Some((kind, e));
+                                break;
+                            }
+                            self.shared.message(
+                                "Writer.EventFailed",
+                                format!(
+                                    "{} of session {} was not recorded: {e}",
+                                    p.event.hook.name(),
+                                    p.event.hook.session_id()
+                                ),
+                            );
+                            ok.push(false);
+                        }
+                    }
+                }
+                (ok, fault)
+            }
+        };
+        let mut events = events;
+        let rest = events.split_off(ok.len());
+        self.finish(events, ok);
+        match fault {
+            Some((kind, e)) => Err((kind, e, rest)),
+            None => Ok(()),
+        }
+    }
+
+    /// Counts, gates and completes events that committed (`ok`) or failed
+    /// for good.
+    fn finish(&mut self, events: Vec<Pending>, ok: Vec<bool>) {
+        let counters = &self.shared.counters;
+        for (p, ok) in events.into_iter().zip(ok) {
+            if ok {
+                counters.committed.fetch_add(1, Ordering::Relaxed);
+            } else {
+                counters.failed.fetch_add(1, Ordering::Relaxed);
+            }
+            // Spooled events are handled once committed, or once they
+            // failed for good (recovery would only fail them again).
+            self.handled += u64::from(p.spooled);
+            let Some(ticket) = p.ticket else { continue };
+            let outcome = match &self.store {
+                Some(store) if ok && matches!(p.event.hook, Hook::PreLlmCall(_) | Hook::PreToolCall(_)) => {
+                    Outcome::Committed(self.gate.verdict(store, &p.event))
+                }
+                _ if ok => Outcome::Committed(None),
+                _ => Outcome::Failed,
+            };
+            ticket.complete(outcome);
+        }
+    }
+
+    /// Keeps `events` for when the store works again. Past [`MAX_QUEUED`]
+    /// kept events, new ones are dropped: those in the spool are still
+    /// recovered by the next process, the others are lost and counted.
+    fn keep(&mut self, events: Vec<Pending>) {
+        for p in events {
+            if self.pending.len() >= MAX_QUEUED {
+                self.shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                if !p.spooled {
+                    self.health.counts.dropped_events += 1;
+                }
+                continue;
+            }
+            self.pending.push(p);
+        }
+    }
+
+    /// Notes a store fault: one message per new fault, the store closed
+    /// unless it is only locked (a reopen cannot help with that), and the
+    /// next try scheduled.
+    fn fault(&mut self, kind: FaultKind, e: &Error) {
+        let kind = match kind {
+            FaultKind::Unavailable => crate::health::probe(&self.store_dir).unwrap_or(kind),
+            kind => kind,
+        };
+        let db = self.store_dir.join(crate::store::DB_FILE_NAME);
+        let text = format!(
+            "the store {} is unusable ({}: {e}); {}",
+            db.display(),
+            kind.as_str(),
+            kind.advice(&db)
+        );
+        if self.health.fault(kind, text.clone(), unix_now()) {
+            self.shared.message("Store.Fault", text.clone());
+            self.write_health();
+        }
+        *lock(&self.shared.problem) = Some(text);
+        if kind != FaultKind::Locked {
+            self.store = None;
+            // Hooks stop waiting for commits that cannot happen.
+            self.shared.store_down.store(true, Ordering::Release);
+        }
+        let now = Instant::now();
+        self.retry_at = Some(now + self.retry_delay);
+        self.retry_delay = (self.retry_delay * 2).min(self.config.store_retry_max.max(self.config.store_retry_min));
+    }
+
+    /// Tries the store again: reopens it if it is closed, creates the spool
+    /// if it could not be created, recovers dead processes' spools and
+    /// commits what was kept. Runs on the writer thread only, so no hook
+    /// ever waits for this I/O.
+    fn retry(&mut self) {
+        if self.store.is_none() {
+            match open_store(&self.config, &self.prices) {
+                Ok(store) => self.store = Some(store),
+                Err(e) => {
+                    self.health.counts.open_failures += 1;
+                    self.fault(classify(&e).unwrap_or(FaultKind::Unavailable), &e);
+                    return;
+                }
+            }
+        }
+        if self.shared.spool.get().is_none() {
+            if let Ok(spool) = Spool::create(&self.store_dir) {
+                let _ = self.shared.spool.set(Arc::new(spool));
+            }
+        }
+        let kept = std::mem::take(&mut self.pending);
+        if !kept.is_empty() {
+            if let Err((kind, e, rest)) = self.commit(kept) {
+                self.health.counts.failed_commits += 1;
+                self.pending = rest;
+                self.fault(kind, &e);
+                return;
+            }
+        }
+        self.retry_at = None;
+        self.retry_delay = self.config.store_retry_min;
+        self.shared.store_down.store(false, Ordering::Release);
+        *lock(&self.shared.problem) = None;
+        self.shared.spool_failed.store(false, Ordering::Release);
+        if self.health.recovered(unix_now()) {
+            self.shared.message(
+                "Store.Recovered",
+                format!(
+                    "the store {} works again; the events kept meanwhile are recorded",
+                    self.store_dir.join(crate::store::DB_FILE_NAME).display()
+                ),
+            );
+            self.write_health();
+        }
+        self.recover();
+        self.reset_spool();
+    }
+
+    /// Empties this process's spool once everything in it was handled.
+    fn reset_spool(&mut self) {
+        if let Some(spool) = self.shared.spool.get() {
             if let Err(e) = spool.reset_if_handled(self.handled, spool::RESET_BYTES) {
                 self.shared.message(
                     "Spool.ResetFailed",
@@ -944,15 +1213,22 @@ impl Writer {
                 );
             }
         }
-        for ticket in flushes {
-            ticket.complete(Outcome::Committed(None));
+    }
+
+    /// Merges this process's health into `<store>/health.json` if anything
+    /// changed; a failure (full or read-only disk) leaves it for next time.
+    fn write_health(&mut self) {
+        self.health.counts.spool_write_failures = self.shared.counters.spool_failures.load(Ordering::Relaxed);
+        if self.health.dirty() {
+            let _ = self.health.write(&self.store_dir, unix_now());
         }
     }
 
     /// Applies what dead processes left in their spools.
     fn recover(&mut self) {
-        let own = self.spool.as_ref().map(|s| s.path().to_path_buf());
-        let r = spool::recover(&mut self.store, &self.store_dir, own.as_deref(), self.decode);
+        let own = self.shared.spool.get().map(|s| s.path().to_path_buf());
+        let Some(store) = &mut self.store else { return };
+        let r = spool::recover(store, &self.store_dir, own.as_deref(), self.decode);
         self.shared
             .counters
             .recovered
@@ -972,7 +1248,12 @@ impl Writer {
     }
 
     fn checkpoint(&mut self) {
-        match self.store.checkpoint() {
+        // In trouble, the retry is what touches the store.
+        if self.retry_at.is_some() {
+            return;
+        }
+        let Some(store) = &self.store else { return };
+        match store.checkpoint() {
             Ok(()) => {
                 self.shared.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
             }
@@ -983,8 +1264,12 @@ impl Writer {
     }
 
     fn sweep(&mut self) {
+        if self.retry_at.is_some() {
+            return;
+        }
         self.recover();
-        match self.store.close_idle_runs(unix_now(), self.idle_run_seconds) {
+        let Some(store) = &mut self.store else { return };
+        match store.close_idle_runs(unix_now(), self.idle_run_seconds) {
             Ok(_) => {
                 self.shared.counters.sweeps.fetch_add(1, Ordering::Relaxed);
             }
@@ -1152,21 +1437,45 @@ mod tests {
     }
 
     #[test]
-    fn a_store_that_cannot_be_opened_disables_the_bridge() {
+    fn a_store_that_cannot_be_opened_is_retried_and_hooks_do_not_wait_meanwhile() {
         let dir = tempfile::tempdir().expect("temp dir");
         let not_a_dir = dir.path().join("file");
         std::fs::write(&not_a_dir, b"x").expect("write");
-        let bridge = Bridge::start(BridgeConfig::new(not_a_dir.join("otel")));
-        let reason = bridge.disabled_reason().expect("disabled").to_string();
-        assert!(reason.contains("cannot open its store"), "{reason}");
-        assert!(reason.contains(&not_a_dir.display().to_string()), "{reason}");
+        let mut cfg = BridgeConfig::new(not_a_dir.join("otel"));
+        cfg.store_retry_min = Duration::from_millis(10);
+        cfg.store_retry_max = Duration::from_millis(20);
+        let bridge = Bridge::start(cfg);
+        assert_eq!(bridge.disabled_reason(), None, "store trouble does not disable");
+        let problem = bridge.store_problem().expect("a store problem");
+        assert!(problem.contains(&not_a_dir.display().to_string()), "{problem}");
+        let started = Instant::now();
         assert_eq!(
             bridge.submit(llm_call("d", 1, "gpt-4o"), EventContext::default()),
-            Outcome::Disabled
+            Outcome::Queued
         );
-        assert!(bridge.flush(Duration::from_millis(10)));
-        assert!(!bridge.start_exporter());
-        assert_eq!(bridge.stats(), Stats::default());
+        assert!(!bridge.flush(Duration::from_secs(5)), "nothing can commit");
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            started.elapsed()
+        );
+        // The store comes back: the kept event lands, without a new submit.
+        std::fs::remove_file(&not_a_dir).expect("clear the fault");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while bridge.store_problem().is_some() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(bridge.store_problem(), None);
+        assert!(bridge.flush(Duration::from_secs(5)));
+        let store = Store::open_dir(&not_a_dir.join("otel")).expect("open");
+        assert_eq!(
+            scalar::<i64>(&store, "SELECT llm_calls FROM runs WHERE session_id = 'd'"),
+            1
+        );
+        let messages = bridge.take_messages();
+        let events: Vec<&str> = messages.iter().map(|m| m.event).collect();
+        assert_eq!(events.iter().filter(|e| **e == "Store.Fault").count(), 1, "{events:?}");
+        assert!(events.contains(&"Store.Recovered"), "{events:?}");
     }
 
     #[test]

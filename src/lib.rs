@@ -13,6 +13,7 @@ pub mod config;
 pub mod error;
 pub mod export;
 pub mod export_task;
+pub mod health;
 pub mod hook;
 pub mod pricing;
 #[cfg(feature = "python")]

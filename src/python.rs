@@ -76,6 +76,8 @@ fn bridge(py: Python<'_>) -> &'static Bridge {
     if let Some(reason) = b.disabled_reason() {
         log(py, ERROR, "Bridge.Disabled", reason.to_string());
     }
+    // A store in trouble at start is said once, now, not at the first hook.
+    log_messages(py, b);
     for warning in &b.config().warnings {
         log(py, WARNING, "Config.Invalid", warning.clone());
     }
@@ -194,11 +196,7 @@ impl Hook {
                 format!("{name} call not recorded: {}", what.join("; ")),
             );
         }
-        if bridge.has_messages() {
-            for m in bridge.take_messages() {
-                log(py, ERROR, m.event, m.text);
-            }
-        }
+        log_messages(py, bridge);
         outcome.verdict().map(|v| verdict_dict(py, v))
     }
 }
@@ -404,6 +402,18 @@ fn verdict_dict(py: Python<'_>, verdict: &Verdict) -> Py<PyAny> {
     }
 }
 
+/// Logs what the writer left for us: recoveries as warnings (worth
+/// knowing, nothing to do), everything else as errors.
+fn log_messages(py: Python<'_>, bridge: &Bridge) {
+    if !bridge.has_messages() {
+        return;
+    }
+    for m in bridge.take_messages() {
+        let level = if m.event.ends_with("Recovered") { WARNING } else { ERROR };
+        log(py, level, m.event, m.text);
+    }
+}
+
 /// Per-event rate limiting of log lines: (last logged, suppressed since).
 static LOG_STATE: Mutex<Option<HashMap<&'static str, (Instant, u64)>>> = Mutex::new(None);
 
@@ -442,12 +452,16 @@ fn log(py: Python<'_>, level: i32, event: &'static str, text: String) {
         .and_then(|logger| logger.call_method1("log", (level, line)));
 }
 
-/// Starts the bridge (opening the store) and returns why it is disabled, or
-/// `None` when it runs. Logs that reason once.
+/// Starts the bridge (opening the store) and returns why it is disabled or
+/// what store trouble it is riding out (it retries by itself), or `None`
+/// when all is well. Logs that reason once.
 #[pyfunction]
 fn start(py: Python<'_>) -> Option<String> {
-    catch_unwind(AssertUnwindSafe(|| bridge(py).disabled_reason().map(str::to_string)))
-        .unwrap_or_else(|_| Some("hermes-otel failed to start".into()))
+    catch_unwind(AssertUnwindSafe(|| {
+        let b = bridge(py);
+        b.disabled_reason().map(str::to_string).or_else(|| b.store_problem())
+    }))
+    .unwrap_or_else(|_| Some("hermes-otel failed to start".into()))
 }
 
 /// The hooks to register: the ledger's, without `pre_tool_call` in

@@ -106,7 +106,12 @@ impl Spool {
         line.extend_from_slice(record);
         line.push(b'\n');
         let mut inner = lock(&self.inner);
-        inner.file.write_all(&line)?;
+        if let Err(e) = inner.file.write_all(&line) {
+            // A full disk can take part of the line: cut it off, or the
+            // next line would be glued to it and both lost at recovery.
+            let _ = inner.file.set_len(inner.bytes);
+            return Err(e);
+        }
         inner.appended += 1;
         inner.bytes += line.len() as u64;
         Ok(())

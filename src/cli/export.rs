@@ -73,6 +73,19 @@ fn open(dir: &Path, config: ExportConfig) -> Result<Exporter> {
         &dir.join(crate::config::PRICING_FILE_NAME),
     )?);
     debug_assert!(store.path().ends_with(DB_FILE_NAME));
+    // Hermes processes that died (kill -9, a crash) left their last events
+    // in their spools: apply them first, so the idle closer and the export
+    // see every event whose hook returned.
+    let recovered = crate::spool::recover(&mut store, dir, None, crate::hook::DecodeOptions::default());
+    if recovered.files > 0 {
+        eprintln!(
+            "hermes-otel: applied {} events from {} spool file(s) of ended processes",
+            recovered.applied, recovered.files
+        );
+    }
+    for e in &recovered.errors {
+        eprintln!("hermes-otel: spool: {e}");
+    }
     Exporter::with_store(config, store)
 }
 

@@ -129,8 +129,11 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Export(args) => export::export(&config::store_dir(cli.home).value, &args),
         Command::Status { json } => {
             let home = config::store_dir(cli.home);
-            let store = Store::open_dir(&home.value)?;
-            status::run(&store, &home, json)
+            match Store::open_dir(&home.value) {
+                Ok(store) => status::run(&store, &home, json),
+                // A store in trouble is exactly when status must answer.
+                Err(e) => status::run_unopenable(&home, &e, json),
+            }
         }
     }
 }

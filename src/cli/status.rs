@@ -1,4 +1,5 @@
-//! `hermes-otel status`: where the store is and what it holds.
+//! `hermes-otel status`: where the store is and what it holds, and what
+//! trouble it had (`<store>/health.json`, see [`crate::health`]).
 
 use std::path::PathBuf;
 
@@ -23,6 +24,8 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
             "rows": counts,
             "export": export,
             "export_settings": settings,
+            "health": health_json(&home.value),
+            "spool": spool_json(&home.value),
         });
         let text = serde_json::to_string_pretty(&value).map_err(|e| Error::Other(e.to_string()))?;
         println!("{text}");
@@ -38,8 +41,104 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
     println!("tool calls      {}", counts.tool_calls);
     println!("subagent edges  {}", counts.subagent_edges);
     println!("repaired kwargs {}", counts.decode_problems);
+    print_health(&home.value);
     print_export(&export, &export_config);
     Ok(0)
+}
+
+/// Status of a store that cannot be opened: what is wrong, what the bridges
+/// recorded about it, and what waits in the spool. Exits 1.
+pub fn run_unopenable(home: &Resolved<PathBuf>, error: &Error, json: bool) -> Result<i32> {
+    let db = home.value.join(crate::store::DB_FILE_NAME);
+    let kind = crate::health::classify(error).map(|k| k.as_str());
+    if json {
+        let value = serde_json::json!({
+            "store": { "path": db, "dir_source": home.source.to_string(), "error": error.to_string(), "fault": kind },
+            "health": health_json(&home.value),
+            "spool": spool_json(&home.value),
+        });
+        let text = serde_json::to_string_pretty(&value).map_err(|e| Error::Other(e.to_string()))?;
+        println!("{text}");
+        return Ok(1);
+    }
+    println!("store           {} (from {})", db.display(), home.source);
+    println!(
+        "error           cannot open it ({}): {error}",
+        kind.unwrap_or("unknown")
+    );
+    if let Some(kind) = crate::health::classify(error) {
+        println!("what to do      {}", kind.advice(&db));
+    }
+    print_health(&home.value);
+    Ok(1)
+}
+
+fn health_json(dir: &std::path::Path) -> serde_json::Value {
+    match crate::health::read(dir) {
+        Ok(Some(record)) => serde_json::to_value(record).unwrap_or(serde_json::Value::Null),
+        Ok(None) => serde_json::Value::Null,
+        Err(e) => serde_json::json!({ "error": e.to_string() }),
+    }
+}
+
+/// Spool files waiting to be applied: `(files, bytes)`.
+fn spool_files(dir: &std::path::Path) -> (usize, u64) {
+    let Ok(entries) = std::fs::read_dir(dir.join(crate::spool::SPOOL_DIR_NAME)) else {
+        return (0, 0);
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+        .fold((0, 0), |(n, b), e| {
+            (n + 1, b + e.metadata().map(|m| m.len()).unwrap_or(0))
+        })
+}
+
+fn spool_json(dir: &std::path::Path) -> serde_json::Value {
+    let (files, bytes) = spool_files(dir);
+    serde_json::json!({ "files": files, "bytes": bytes })
+}
+
+fn print_health(dir: &std::path::Path) {
+    let (files, bytes) = spool_files(dir);
+    println!("spool           {files} file(s), {bytes} bytes (live processes' and not yet recovered)");
+    let record = match crate::health::read(dir) {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            println!("health          no store trouble recorded");
+            return;
+        }
+        Err(e) => {
+            println!("health          unreadable: {e}");
+            return;
+        }
+    };
+    let now = crate::export::unix_now();
+    let ago = |t: f64| format!("{:.0} s ago", (now - t).max(0.0));
+    println!(
+        "health          {} (reported by pid {}, {})",
+        record.state,
+        record.updated_by_pid,
+        ago(record.updated_at)
+    );
+    if let Some(f) = &record.last_fault {
+        println!(
+            "  last fault    {} {} (pid {}): {}",
+            f.kind.as_str(),
+            ago(f.at),
+            f.pid,
+            f.message
+        );
+    }
+    if let Some(t) = record.last_recovery_at {
+        println!("  recovered     {}", ago(t));
+    }
+    let c = &record.counts;
+    println!(
+        "  counts        {} faults, {} failed commits (events kept and retried), {} failed opens, \
+         {} spool write failures, {} events dropped, {} recoveries",
+        c.store_faults, c.failed_commits, c.open_failures, c.spool_write_failures, c.dropped_events, c.recoveries
+    );
 }
 
 fn print_export(state: &crate::store::ExportState, config: &crate::export::ExportConfig) {

@@ -208,25 +208,28 @@ def test_a_panic_on_the_rust_path_never_reaches_the_caller(fresh_store) -> None:
     assert query("SELECT hook FROM journal", store_dir=fresh_store) == [("on_session_start",)]
 
 
-def test_a_store_that_cannot_be_opened_is_reported_once_and_hooks_do_nothing(tmp_path) -> None:
+def test_a_store_that_cannot_be_opened_is_reported_once_and_hooks_do_not_wait(tmp_path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     code = textwrap.dedent(
         """
-        import logging, sys
+        import logging, sys, time
         fmt = "%(levelname)s %(name)s %(message)s"
         logging.basicConfig(stream=sys.stdout, level=logging.INFO, format=fmt)
         from hermes_otel import _native
         print("REASON", _native.start())
+        t0 = time.monotonic()
         for _ in range(3):
             assert _native.Hook("on_session_start")(session_id="d") is None
         print("FLUSHED", _native.flush(1.0))
+        print("FAST", time.monotonic() - t0 < 0.5)
         """
     )
     p = run_python(code, HERMES_OTEL_HOME=str(blocker / "otel"))
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "REASON hermes-otel is disabled: cannot open its store" in p.stdout
-    assert p.stdout.count("ERROR hermes_otel Bridge.Disabled") == 1, p.stdout
+    assert f"REASON the store {blocker / 'otel' / 'hermes-otel.db'} is unusable" in p.stdout
+    assert p.stdout.count("ERROR hermes_otel Store.Fault") == 1, p.stdout
+    assert "FLUSHED False" in p.stdout and "FAST True" in p.stdout, p.stdout
 
 
 def test_no_reference_to_a_hermes_object_is_kept() -> None:

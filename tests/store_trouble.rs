@@ -1,0 +1,473 @@
+//! Store trouble: a store locked by another writer, a full disk, a
+//! read-only store, a corrupt store file. Through each, hooks keep their
+//! latency bound (or fail open), nothing raises, one message says what
+//! happened, the bridge recovers by itself once the fault clears, the events
+//! kept meanwhile land, and `<store>/health.json` (what `hermes-otel status`
+//! shows) records it.
+//!
+//! The full-disk and read-only cases need root (a tmpfs mount, `chattr +i`,
+//! a read-only bind mount). Without it they print `SKIP: ...` and pass;
+//! CI runs as root, so there they run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use hermes_otel::bridge::{Bridge, BridgeConfig, Message, Outcome};
+use hermes_otel::health::{self, FaultKind};
+use hermes_otel::hook::{decode, DecodeOptions, Decoded};
+use hermes_otel::spool;
+use hermes_otel::store::{EventContext, Store, DB_FILE_NAME};
+use serde_json::{json, Map, Value};
+
+/// The hook wait of these bridges: what a gating hook may spend.
+const HOOK_WAIT: Duration = Duration::from_millis(100);
+
+/// What a hook that only writes the spool may spend, generously: the CI
+/// machine has 2 cores and builds run beside the tests.
+const FAST: Duration = Duration::from_millis(250);
+
+fn config(dir: &Path) -> BridgeConfig {
+    let mut cfg = BridgeConfig::new(dir.to_path_buf());
+    cfg.hook_wait = HOOK_WAIT;
+    cfg.store_retry_min = Duration::from_millis(20);
+    cfg.store_retry_max = Duration::from_millis(200);
+    cfg
+}
+
+/// One hook call through the same path as the binding: spool record, then
+/// submit. Returns the outcome and how long the call took.
+fn call(bridge: &Bridge, hook: &str, kwargs: Value) -> (Outcome, Duration) {
+    let kwargs: Map<String, Value> = kwargs.as_object().cloned().expect("kwargs object");
+    let at = hermes_otel::bridge::unix_now();
+    let started = Instant::now();
+    let Decoded::Event(event, problems) = decode(hook, &kwargs, at, DecodeOptions::default()) else {
+        panic!("{hook} does not decode");
+    };
+    let record = spool::record(hook, at, Some(1), Some("t"), &kwargs, false);
+    let ctx = EventContext {
+        pid: Some(1),
+        thread: Some("t".into()),
+        problems,
+    };
+    let outcome = bridge.submit_recorded(event, ctx, Some(&record));
+    (outcome, started.elapsed())
+}
+
+fn llm_call(bridge: &Bridge, session: &str, n: usize) -> (Outcome, Duration) {
+    call(
+        bridge,
+        "post_api_request",
+        json!({
+            "session_id": session, "turn_id": format!("{session}:t"),
+            "api_request_id": format!("{session}:t:api:{n}"), "model": "gpt-4o", "api_duration": 0.01,
+            "usage": {"input_tokens": 100, "output_tokens": 10},
+        }),
+    )
+}
+
+fn gating(bridge: &Bridge, session: &str) -> (Outcome, Duration) {
+    call(
+        bridge,
+        "pre_llm_call",
+        json!({"session_id": session, "turn_id": format!("{session}:t")}),
+    )
+}
+
+fn llm_calls(dir: &Path, session: &str) -> i64 {
+    let store = Store::open_dir(dir).expect("open the store to check it");
+    store
+        .query_scalar(&format!(
+            "SELECT COUNT(*) FROM llm_calls WHERE session_id = '{session}'"
+        ))
+        .expect("count")
+}
+
+/// Polls `what` until it holds or `secs` pass.
+fn eventually(secs: u64, mut what: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if what() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    what()
+}
+
+fn events(messages: &[Message]) -> Vec<&'static str> {
+    messages.iter().map(|m| m.event).collect()
+}
+
+fn health_record(dir: &Path) -> health::HealthRecord {
+    health::read(dir).expect("readable health").expect("a health record")
+}
+
+fn run(cmd: &str, args: &[&str]) -> Result<(), String> {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{cmd}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{cmd} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// A tmpfs of `size` mounted at `at`, unmounted on drop.
+struct Mount(PathBuf);
+
+impl Mount {
+    fn tmpfs(at: &Path, size: &str) -> Result<Self, String> {
+        std::fs::create_dir_all(at).map_err(|e| e.to_string())?;
+        run(
+            "mount",
+            &[
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+                &at.display().to_string(),
+            ],
+        )?;
+        Ok(Mount(at.to_path_buf()))
+    }
+
+    fn bind(from: &Path, at: &Path) -> Result<Self, String> {
+        std::fs::create_dir_all(at).map_err(|e| e.to_string())?;
+        run(
+            "mount",
+            &["--bind", &from.display().to_string(), &at.display().to_string()],
+        )?;
+        Ok(Mount(at.to_path_buf()))
+    }
+
+    fn remount(&self, opts: &str) {
+        run("mount", &["-o", opts, &self.0.display().to_string()]).expect("remount");
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = run("umount", &["-l", &self.0.display().to_string()]);
+    }
+}
+
+#[test]
+fn a_store_locked_by_another_writer_for_5_s_costs_hooks_nothing_and_everything_lands() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let bridge = Bridge::start(config(dir.path()));
+    assert_eq!(llm_call(&bridge, "warm", 0).0, Outcome::Queued);
+    assert!(bridge.flush(Duration::from_secs(10)));
+    let blocker = rusqlite::Connection::open(dir.path().join(DB_FILE_NAME)).expect("open");
+    blocker.execute_batch("BEGIN IMMEDIATE").expect("take the write lock");
+    let locked_at = Instant::now();
+    let mut slowest = Duration::ZERO;
+    let mut gated = Vec::new();
+    let mut n = 0;
+    while locked_at.elapsed() < Duration::from_secs(5) {
+        n += 1;
+        let (outcome, took) = llm_call(&bridge, "locked", n);
+        assert_eq!(outcome, Outcome::Queued, "a spooled hook never waits");
+        slowest = slowest.max(took);
+        if n % 10 == 0 {
+            let (outcome, took) = gating(&bridge, "locked");
+            assert!(
+                matches!(outcome, Outcome::TimedOut | Outcome::Committed(_)),
+                "a gating hook waits at most its bound, then goes ahead: {outcome:?}"
+            );
+            gated.push(took);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    blocker.execute_batch("ROLLBACK").expect("release");
+    drop(blocker);
+    assert!(slowest < FAST, "slowest spooled hook {slowest:?}");
+    assert!(!gated.is_empty());
+    for took in &gated {
+        assert!(*took < HOOK_WAIT + FAST, "gating hook took {took:?}");
+    }
+    assert!(
+        eventually(30, || bridge.flush(Duration::from_secs(1))),
+        "everything commits once the lock is gone"
+    );
+    assert_eq!(llm_calls(dir.path(), "locked"), n as i64);
+    // No SQLITE_BUSY surfaced as a failed event: at most the one fault line.
+    let messages = bridge.take_messages();
+    assert!(
+        events(&messages)
+            .iter()
+            .all(|e| *e == "Store.Fault" || *e == "Store.Recovered"),
+        "{messages:?}"
+    );
+    assert_eq!(bridge.stats().failed, 0);
+}
+
+#[test]
+fn a_full_disk_fails_open_with_one_line_and_the_bridge_resumes_when_space_frees() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let mnt = root.path().join("small");
+    let _mount = match Mount::tmpfs(&mnt, "4m") {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("SKIP: a full disk needs a tmpfs mount (root), and mounting failed: {e}");
+            return;
+        }
+    };
+    let dir = mnt.join("otel");
+    let bridge = Bridge::start(config(&dir));
+    assert_eq!(bridge.store_problem(), None);
+    assert_eq!(llm_call(&bridge, "before", 0).0, Outcome::Queued);
+    assert!(bridge.flush(Duration::from_secs(10)));
+    // Fill the file system up to the last byte.
+    let filler = mnt.join("filler");
+    {
+        use std::io::Write as _;
+        let mut f = std::fs::File::create(&filler).expect("filler");
+        let chunk = vec![0u8; 64 * 1024];
+        while f.write_all(&chunk).is_ok() {}
+        while f.write_all(&[0u8; 512]).is_ok() {}
+        while f.write_all(&[0u8]).is_ok() {}
+    }
+    // Big enough that a group of them needs new WAL pages.
+    let mut kept = 0;
+    for n in 0..200 {
+        let (_, took) = llm_call(&bridge, "full", n);
+        assert!(took < HOOK_WAIT + FAST, "hook {n} took {took:?}");
+        kept += 1;
+    }
+    assert!(
+        eventually(10, || bridge.store_problem().is_some()),
+        "the writer notices the full disk"
+    );
+    let problem = bridge.store_problem().expect("problem");
+    assert!(problem.contains("disk_full"), "{problem}");
+    assert!(
+        problem.contains(&dir.join(DB_FILE_NAME).display().to_string()),
+        "{problem}"
+    );
+    // While it lasts, hooks return at once.
+    for n in 200..220 {
+        let (_, took) = llm_call(&bridge, "full", n);
+        assert!(took < FAST, "{took:?}");
+        kept += 1;
+    }
+    let (_, took) = gating(&bridge, "full");
+    assert!(took < FAST, "a gating hook does not wait for a closed store: {took:?}");
+    let messages = bridge.take_messages();
+    let faults = events(&messages).iter().filter(|e| **e == "Store.Fault").count();
+    assert_eq!(faults, 1, "{messages:?}");
+    assert!(events(&messages).contains(&"Spool.WriteFailed"), "{messages:?}");
+    // Space frees: the bridge resumes by itself; kept and later events land.
+    std::fs::remove_file(&filler).expect("free space");
+    assert!(eventually(30, || bridge.store_problem().is_none()), "recovers");
+    assert_eq!(llm_call(&bridge, "after", 0).0, Outcome::Queued);
+    assert!(eventually(30, || bridge.flush(Duration::from_secs(1))));
+    assert_eq!(llm_calls(&dir, "full"), kept);
+    assert_eq!(llm_calls(&dir, "after"), 1);
+    assert!(events(&bridge.take_messages()).contains(&"Store.Recovered"));
+    let h = health_record(&dir);
+    assert_eq!(h.state, "ok");
+    assert_eq!(h.last_fault.as_ref().expect("fault").kind, FaultKind::DiskFull);
+    assert!(h.counts.recoveries >= 1 && h.counts.spool_write_failures >= 1, "{h:?}");
+}
+
+/// `chattr +i` on the store, its WAL, the spool and the directory: root
+/// cannot write them either (file modes do not stop root). Not on the
+/// `-shm` file: SQLite maps it into memory, and the kernel answers a write
+/// to a mapped page of an immutable file with SIGBUS, which no program can
+/// fail open from (a known limit, in the README).
+fn set_immutable(dir: &Path, on: bool) -> Result<(), String> {
+    let flag = if on { "+i" } else { "-i" };
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| e.to_string())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| !p.to_string_lossy().ends_with("-shm"))
+        .collect();
+    if let Ok(spools) = std::fs::read_dir(dir.join(spool::SPOOL_DIR_NAME)) {
+        paths.extend(spools.filter_map(|e| e.ok().map(|e| e.path())));
+    }
+    paths.push(dir.join(spool::SPOOL_DIR_NAME));
+    paths.push(dir.to_path_buf());
+    if !on {
+        paths.reverse();
+    }
+    for p in paths {
+        run("chattr", &[flag, &p.display().to_string()])?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_store_made_read_only_under_a_running_bridge_fails_open_and_recovers() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let dir = root.path().join("otel");
+    let bridge = Bridge::start(config(&dir));
+    assert_eq!(llm_call(&bridge, "before", 0).0, Outcome::Queued);
+    assert!(bridge.flush(Duration::from_secs(10)));
+    if let Err(e) = set_immutable(&dir, true) {
+        let _ = set_immutable(&dir, false);
+        eprintln!("SKIP: a read-only store needs chattr +i (root, a file system with attributes): {e}");
+        return;
+    }
+    let mut kept = 0;
+    for n in 0..20 {
+        let (_, took) = llm_call(&bridge, "ro", n);
+        assert!(took < HOOK_WAIT + FAST, "hook {n} took {took:?}");
+        kept += 1;
+    }
+    let noticed = eventually(10, || bridge.store_problem().is_some());
+    let problem = bridge.store_problem();
+    let _ = bridge.flush(Duration::from_millis(10));
+    set_immutable(&dir, false).expect("chattr -i");
+    assert!(noticed, "the writer notices the read-only store");
+    let problem = problem.expect("problem");
+    assert!(problem.contains("read_only"), "{problem}");
+    let messages = bridge.take_messages();
+    assert_eq!(
+        events(&messages).iter().filter(|e| **e == "Store.Fault").count(),
+        1,
+        "{messages:?}"
+    );
+    assert!(eventually(30, || bridge.store_problem().is_none()), "recovers");
+    assert!(eventually(30, || bridge.flush(Duration::from_secs(1))));
+    assert_eq!(llm_calls(&dir, "ro"), kept);
+    let h = health_record(&dir);
+    assert_eq!(h.last_fault.as_ref().expect("fault").kind, FaultKind::ReadOnly);
+    assert_eq!(h.state, "ok");
+}
+
+#[test]
+fn a_store_on_a_read_only_mount_at_start_is_retried_until_it_is_writable() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let src = root.path().join("src");
+    let dir = root.path().join("otel");
+    drop(Store::open_dir(&src).expect("create the store"));
+    let mount = match Mount::bind(&src, &dir) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("SKIP: a read-only mount needs root: {e}");
+            return;
+        }
+    };
+    mount.remount("remount,bind,ro");
+    let bridge = Bridge::start(config(&dir));
+    let problem = bridge.store_problem().expect("a read-only store is a problem");
+    assert!(problem.contains("read_only"), "{problem}");
+    for n in 0..5 {
+        let (outcome, took) = llm_call(&bridge, "ro", n);
+        assert_eq!(outcome, Outcome::Queued);
+        assert!(took < FAST, "{took:?}");
+    }
+    // The spool cannot be written either: the events wait in memory.
+    assert!(!bridge.flush(Duration::from_secs(1)));
+    mount.remount("remount,bind,rw");
+    assert!(eventually(30, || bridge.store_problem().is_none()), "recovers");
+    assert!(eventually(30, || bridge.flush(Duration::from_secs(1))));
+    assert_eq!(llm_calls(&dir, "ro"), 5);
+    let (outcome, _) = llm_call(&bridge, "ro", 5);
+    assert_eq!(outcome, Outcome::Queued, "the spool exists now");
+    assert!(bridge.flush(Duration::from_secs(5)));
+}
+
+fn bytes(path: &Path) -> Vec<u8> {
+    std::fs::read(path).expect("read")
+}
+
+#[test]
+fn a_corrupt_store_is_kept_untouched_and_a_replaced_one_is_picked_up() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let dir = root.path().join("otel");
+    drop(Store::open_dir(&dir).expect("create the store"));
+    let db = dir.join(DB_FILE_NAME);
+    // Garbage over the header (and the first page).
+    {
+        use std::io::{Seek as _, Write as _};
+        let mut f = std::fs::OpenOptions::new().write(true).open(&db).expect("open");
+        f.seek(std::io::SeekFrom::Start(0)).expect("seek");
+        f.write_all(&[0xA5; 4096]).expect("garbage");
+    }
+    let before = bytes(&db);
+    let bridge = Bridge::start(config(&dir));
+    assert_eq!(bridge.disabled_reason(), None);
+    let problem = bridge.store_problem().expect("a corrupt store is a problem");
+    assert!(problem.contains("corrupt"), "{problem}");
+    assert!(problem.contains(&db.display().to_string()), "names the file: {problem}");
+    assert!(problem.contains("move"), "says what to do: {problem}");
+    for n in 0..5 {
+        let (outcome, took) = llm_call(&bridge, "c", n);
+        assert_eq!(outcome, Outcome::Queued);
+        assert!(took < FAST, "{took:?}");
+    }
+    // Retries leave the file alone.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(bytes(&db), before, "the corrupt file is kept as it was");
+    assert_eq!(
+        events(&bridge.take_messages())
+            .iter()
+            .filter(|e| **e == "Store.Fault")
+            .count(),
+        1
+    );
+    // The user moves it aside, as the message says: a fresh store is used,
+    // and what the hooks recorded meanwhile lands in it.
+    let aside = dir.join(format!("{DB_FILE_NAME}.corrupt"));
+    std::fs::rename(&db, &aside).expect("move aside");
+    for ext in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(dir.join(format!("{DB_FILE_NAME}{ext}")));
+    }
+    assert!(eventually(30, || bridge.store_problem().is_none()), "recovers");
+    assert!(eventually(30, || bridge.flush(Duration::from_secs(1))));
+    assert_eq!(llm_calls(&dir, "c"), 5);
+    assert_eq!(bytes(&aside), before);
+    let h = health_record(&dir);
+    assert_eq!(h.last_fault.as_ref().expect("fault").kind, FaultKind::Corrupt);
+}
+
+#[test]
+fn garbage_over_random_pages_never_reaches_a_hook() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let dir = root.path().join("otel");
+    {
+        let bridge = Bridge::start(config(&dir));
+        for n in 0..300 {
+            llm_call(&bridge, &format!("s{}", n % 30), n);
+        }
+        assert!(bridge.flush(Duration::from_secs(10)));
+    }
+    let db = dir.join(DB_FILE_NAME);
+    let len = std::fs::metadata(&db).expect("stat").len();
+    let pages = len / 4096;
+    assert!(pages > 4, "{pages} pages");
+    {
+        use std::io::{Seek as _, Write as _};
+        let mut f = std::fs::OpenOptions::new().write(true).open(&db).expect("open");
+        let mut rng = fastrand::Rng::with_seed(7);
+        for _ in 0..pages / 2 {
+            let page = rng.u64(1..pages);
+            f.seek(std::io::SeekFrom::Start(page * 4096)).expect("seek");
+            f.write_all(&[0x5A; 4096]).expect("garbage");
+        }
+    }
+    let bridge = Bridge::start(config(&dir));
+    for n in 0..50 {
+        let (_, took) = llm_call(&bridge, &format!("s{}", n % 30), 1000 + n);
+        assert!(took < HOOK_WAIT + FAST, "{took:?}");
+        let (_, took) = gating(&bridge, "g");
+        assert!(took < HOOK_WAIT + FAST, "{took:?}");
+    }
+    let _ = bridge.flush(Duration::from_secs(2));
+    // Either SQLite never read a damaged page and everything landed, or the
+    // writer called the store corrupt, naming the file.
+    if let Some(problem) = bridge.store_problem() {
+        assert!(problem.contains("corrupt"), "{problem}");
+        assert!(problem.contains(&db.display().to_string()), "{problem}");
+        assert!(db.exists(), "never deleted");
+    }
+}
