@@ -15,6 +15,7 @@ pub mod export;
 pub mod export_task;
 pub mod health;
 pub mod hook;
+pub mod metrics;
 pub mod pricing;
 #[cfg(feature = "python")]
 mod python;

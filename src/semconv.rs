@@ -136,3 +136,49 @@ pub const SPAN_ATTRIBUTES: &[&str] = &[
     attr::HERMES_SUBAGENT_ROLE,
     attr::HERMES_SUBAGENT_STATUS,
 ];
+
+/// Metric names (the registry's `metric_name`s), their attributes and
+/// values. Instruments, units and buckets are in [`crate::metrics`].
+pub mod metric {
+    pub const TOKEN_USAGE: &str = "gen_ai.client.token.usage";
+    pub const HERMES_TOKEN_USAGE: &str = "hermes.token.usage";
+    pub const OPERATION_DURATION: &str = "gen_ai.client.operation.duration";
+    pub const COST: &str = "gen_ai.usage.cost";
+    pub const TOOL_CALLS: &str = "hermes.tool.calls";
+    pub const TOOL_DURATION: &str = "gen_ai.execute_tool.duration";
+    pub const API_ERRORS: &str = "hermes.api.errors";
+    pub const SESSIONS: &str = "hermes.sessions";
+    pub const TURNS: &str = "hermes.turns";
+    pub const BUDGET_SPEND: &str = "hermes.budget.spend";
+    pub const BUDGET_LIMIT: &str = "hermes.budget.limit";
+    pub const BUDGET_VERDICTS: &str = "hermes.budget.verdicts";
+    pub const ALERTS: &str = "hermes.alerts";
+
+    /// Attributes only metrics carry.
+    pub mod attr {
+        pub const GEN_AI_TOKEN_TYPE: &str = "gen_ai.token.type";
+        pub const HERMES_TOKEN_TYPE: &str = "hermes.token.type";
+        pub const HERMES_OUTCOME: &str = "hermes.outcome";
+        pub const HERMES_BUDGET_SCOPE: &str = "hermes.budget.scope";
+        pub const HERMES_BUDGET_ID: &str = "hermes.budget.id";
+        pub const HERMES_BUDGET_WINDOW: &str = "hermes.budget.window";
+        pub const HERMES_BUDGET_VERDICT: &str = "hermes.budget.verdict";
+        pub const HERMES_ALERT_KIND: &str = "hermes.alert.kind";
+    }
+
+    /// `gen_ai.token.type` and `hermes.token.type` values.
+    pub mod token_type {
+        pub const INPUT: &str = "input";
+        pub const OUTPUT: &str = "output";
+        pub const CACHE_READ: &str = "cache_read";
+        pub const CACHE_WRITE: &str = "cache_write";
+        pub const REASONING: &str = "reasoning";
+    }
+}
+
+/// Resource attributes metrics add.
+pub mod metric_resource {
+    /// Stable per store (kept in its `meta` table), so short-lived Hermes
+    /// processes never start new series.
+    pub const SERVICE_INSTANCE_ID: &str = "service.instance.id";
+}

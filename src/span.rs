@@ -418,12 +418,7 @@ pub fn tool_span(tool: &ToolRow, run: &RunRow, ancestry: &Ancestry, opts: SpanOp
     }
     let mut status = None;
     if outcome != "ok" {
-        let error_type = match (tool.error_type.as_deref(), tool.exit_code) {
-            (Some(t), _) => t.to_string(),
-            (None, Some(code)) if code != 0 => format!("exit_code_{code}"),
-            _ if outcome == "other" => value::ERROR_TYPE_OTHER.to_string(),
-            _ => outcome.to_string(),
-        };
+        let error_type = tool_error_type(tool, outcome);
         status = Some(error_status(&error_type));
         a.str(attr::ERROR_TYPE, &error_type);
     }
@@ -481,7 +476,20 @@ pub fn server_of(base_url: &str) -> Option<(String, i64)> {
 }
 
 /// Hermes's error reason if it is a short snake_case token, else `_OTHER`.
-fn reason_token(reason: &str) -> &str {
+/// `error.type` of a tool call that did not end `ok` (`outcome` from
+/// [`tool_outcome`]): Hermes' error type, else `exit_code_N`, else the outcome.
+pub fn tool_error_type(tool: &ToolRow, outcome: &str) -> String {
+    match (tool.error_type.as_deref(), tool.exit_code) {
+        (Some(t), _) => t.to_string(),
+        (None, Some(code)) if code != 0 => format!("exit_code_{code}"),
+        _ if outcome == "other" => value::ERROR_TYPE_OTHER.to_string(),
+        _ => outcome.to_string(),
+    }
+}
+
+/// `hermes.error.reason`: Hermes' short classification token, or `_OTHER`
+/// for anything that is not one (never a message).
+pub fn reason_token(reason: &str) -> &str {
     let ok = !reason.is_empty()
         && reason.len() <= 64
         && reason

@@ -4,7 +4,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::export::{ExportConfig, ExportOverrides, Exporter, Protocol};
+use crate::export::{
+    ExportConfig, ExportOverrides, Exporter, MetricExporter, MetricsConfig, MetricsOverrides, PrometheusServer,
+    Protocol,
+};
 use crate::store::{Store, DB_FILE_NAME};
 
 /// How often `serve` closes idle spans. Cheap, but there is no need to
@@ -32,6 +35,12 @@ pub struct ServeArgs {
     /// Exit once nothing is ready to send (for scripts and tests).
     #[arg(long)]
     drain: bool,
+    /// Serve Prometheus text on http://ADDR/metrics (e.g. 127.0.0.1:9464),
+    /// with the names the OTel Collector's Prometheus exporter gives.
+    /// Without it, OTEL_METRICS_EXPORTER=prometheus serves on
+    /// OTEL_EXPORTER_PROMETHEUS_HOST:PORT (default localhost:9464).
+    #[arg(long, value_name = "ADDR")]
+    prometheus: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -101,7 +110,38 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
         config.endpoint.value,
         config.protocol.value.as_str()
     );
+    let metrics_config = MetricsConfig::resolve(
+        ExportOverrides {
+            endpoint: args.target.endpoint.clone(),
+            protocol: args.target.protocol,
+            exporter: None,
+        },
+        MetricsOverrides {
+            prometheus_addr: args.prometheus.clone(),
+        },
+        |name| std::env::var(name).ok(),
+    );
+    for warning in &metrics_config.warnings {
+        eprintln!("hermes-otel: metrics: {warning}");
+    }
     let mut exporter = open(dir, config)?;
+    let _prometheus = if metrics_config.exporters.value.prometheus {
+        let server = PrometheusServer::start(
+            &metrics_config.prometheus_addr.value,
+            exporter.store().path(),
+            metrics_config.attributes.value,
+            metrics_config.transport.session_grace_seconds.value,
+        )?;
+        eprintln!(
+            "hermes-otel: serving Prometheus metrics on http://{}/metrics",
+            server.addr()
+        );
+        Some(server)
+    } else {
+        None
+    };
+    let mut metrics = MetricExporter::new(metrics_config, exporter.store().path())?;
+    let mut reported_metric_error: Option<String> = None;
     let poll = Duration::from_millis(args.poll_ms.max(1));
     let mut last_idle_check: Option<Instant> = None;
     let mut reported_error: Option<String> = None;
@@ -109,6 +149,16 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
         if last_idle_check.is_none_or(|t| t.elapsed() >= CLOSE_IDLE_EVERY) {
             exporter.close_idle()?;
             last_idle_check = Some(Instant::now());
+        }
+        let metric_step = metrics.run_once()?;
+        if metric_step.error.is_some() && metric_step.error != reported_metric_error {
+            if let Some(e) = &metric_step.error {
+                eprintln!("hermes-otel: metrics: {e}; retrying");
+            }
+            reported_metric_error = metric_step.error.clone();
+        }
+        if metric_step.exported_points > 0 {
+            reported_metric_error = None;
         }
         let step = exporter.run_once()?;
         if step.error != reported_error {
@@ -126,6 +176,8 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
             continue;
         }
         if args.drain && step.leased && step.error.is_none() && step.backing_off.is_none() {
+            metrics.flush(Instant::now() + Duration::from_secs(10))?;
+            metrics.release()?;
             exporter.release()?;
             return Ok(0);
         }

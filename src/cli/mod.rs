@@ -4,6 +4,7 @@
 //! Rust binary and the `hermes-otel` script the Python wheel installs.
 
 mod export;
+mod metrics_status;
 mod report;
 mod status;
 mod time;

@@ -26,6 +26,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
             "export_settings": settings,
             "health": health_json(&home.value),
             "spool": spool_json(&home.value),
+            "metrics": super::metrics_status::json(store)?,
         });
         let text = serde_json::to_string_pretty(&value).map_err(|e| Error::Other(e.to_string()))?;
         println!("{text}");
@@ -43,6 +44,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
     println!("repaired kwargs {}", counts.decode_problems);
     print_health(&home.value);
     print_export(&export, &export_config);
+    super::metrics_status::print(store)?;
     Ok(0)
 }
 

@@ -55,6 +55,75 @@ pub mod env {
     pub const OUTBOX_MAX_ROWS: &str = "HERMES_OTEL_OUTBOX_MAX_ROWS";
     /// How long the export lease lasts without renewal.
     pub const LEASE_SECONDS: &str = "HERMES_OTEL_LEASE_SECONDS";
+
+    pub const METRICS_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT";
+    pub const METRICS_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL";
+    pub const METRICS_HEADERS: &str = "OTEL_EXPORTER_OTLP_METRICS_HEADERS";
+    pub const METRICS_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT";
+    pub const METRICS_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION";
+    pub const METRICS_INSECURE: &str = "OTEL_EXPORTER_OTLP_METRICS_INSECURE";
+    pub const METRICS_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE";
+    /// `otlp`, `prometheus`, `console` or `none`.
+    pub const METRICS_EXPORTER: &str = "OTEL_METRICS_EXPORTER";
+    /// Milliseconds between metric exports.
+    pub const METRIC_EXPORT_INTERVAL: &str = "OTEL_METRIC_EXPORT_INTERVAL";
+    /// `cumulative` (the only one supported), `delta` or `lowmemory`.
+    pub const METRICS_TEMPORALITY_PREFERENCE: &str = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE";
+    /// Where `hermes-otel serve` serves `/metrics` when the exporter is `prometheus`.
+    pub const PROMETHEUS_HOST: &str = "OTEL_EXPORTER_PROMETHEUS_HOST";
+    pub const PROMETHEUS_PORT: &str = "OTEL_EXPORTER_PROMETHEUS_PORT";
+    /// Opt-in metric attributes: `sender`, `profile` (comma-separated).
+    pub const METRIC_ATTRIBUTES: &str = "HERMES_OTEL_METRIC_ATTRIBUTES";
+}
+
+/// The OTLP signal a configuration is for: it picks the signal-specific
+/// variables and, for a generic HTTP endpoint, the path appended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    Traces,
+    Metrics,
+}
+
+/// The signal-specific variable names and paths of a [`Signal`].
+struct SignalNames {
+    endpoint: &'static str,
+    protocol: &'static str,
+    headers: &'static str,
+    timeout: &'static str,
+    compression: &'static str,
+    insecure: &'static str,
+    certificate: &'static str,
+    http_path: &'static str,
+    default_http_endpoint: &'static str,
+}
+
+impl Signal {
+    fn names(self) -> SignalNames {
+        match self {
+            Signal::Traces => SignalNames {
+                endpoint: env::TRACES_ENDPOINT,
+                protocol: env::TRACES_PROTOCOL,
+                headers: env::TRACES_HEADERS,
+                timeout: env::TRACES_TIMEOUT,
+                compression: env::TRACES_COMPRESSION,
+                insecure: env::TRACES_INSECURE,
+                certificate: env::TRACES_CERTIFICATE,
+                http_path: HTTP_TRACES_PATH,
+                default_http_endpoint: DEFAULT_HTTP_ENDPOINT,
+            },
+            Signal::Metrics => SignalNames {
+                endpoint: env::METRICS_ENDPOINT,
+                protocol: env::METRICS_PROTOCOL,
+                headers: env::METRICS_HEADERS,
+                timeout: env::METRICS_TIMEOUT,
+                compression: env::METRICS_COMPRESSION,
+                insecure: env::METRICS_INSECURE,
+                certificate: env::METRICS_CERTIFICATE,
+                http_path: HTTP_METRICS_PATH,
+                default_http_endpoint: DEFAULT_HTTP_METRICS_ENDPOINT,
+            },
+        }
+    }
 }
 
 /// Where traces go.
@@ -189,6 +258,10 @@ pub const DEFAULT_GRPC_ENDPOINT: &str = "http://localhost:4317";
 pub const DEFAULT_HTTP_ENDPOINT: &str = "http://localhost:4318/v1/traces";
 /// The path of the traces signal under a generic HTTP endpoint.
 pub const HTTP_TRACES_PATH: &str = "v1/traces";
+/// The default HTTP endpoint of metrics.
+pub const DEFAULT_HTTP_METRICS_ENDPOINT: &str = "http://localhost:4318/v1/metrics";
+/// The path of the metrics signal under a generic HTTP endpoint.
+pub const HTTP_METRICS_PATH: &str = "v1/metrics";
 
 impl ExportConfig {
     /// Resolves from the process environment.
@@ -198,6 +271,14 @@ impl ExportConfig {
 
     /// Resolves from any environment (tests pass a map).
     pub fn resolve(overrides: ExportOverrides, var: impl Fn(&str) -> Option<String>) -> Self {
+        Self::resolve_signal(Signal::Traces, overrides, var)
+    }
+
+    /// Resolves the transport settings of `signal` (its
+    /// `OTEL_EXPORTER_OTLP_{SIGNAL}_*` variables before the generic ones)
+    /// from any environment. The trace-only settings resolve as for traces.
+    pub fn resolve_signal(signal: Signal, overrides: ExportOverrides, var: impl Fn(&str) -> Option<String>) -> Self {
+        let n = signal.names();
         let var = |name: &str| var(name).filter(|v| !v.trim().is_empty());
         let mut r = Resolver {
             var: &var,
@@ -212,33 +293,28 @@ impl ExportConfig {
         );
         let protocol = r.setting(
             overrides.protocol,
-            &[env::TRACES_PROTOCOL, env::PROTOCOL],
+            &[n.protocol, env::PROTOCOL],
             parse_protocol,
             Protocol::Grpc,
         );
-        let endpoint = r.endpoint(overrides.endpoint, protocol.value);
-        let headers = r.setting(
-            None,
-            &[env::TRACES_HEADERS, env::HEADERS],
-            parse_headers,
-            Headers::default(),
-        );
+        let endpoint = r.endpoint(overrides.endpoint, protocol.value, &n);
+        let headers = r.setting(None, &[n.headers, env::HEADERS], parse_headers, Headers::default());
         let timeout = r.setting(
             None,
-            &[env::TRACES_TIMEOUT, env::TIMEOUT],
+            &[n.timeout, env::TIMEOUT],
             |s| s.trim().parse::<u64>().ok().map(Duration::from_millis),
             Duration::from_secs(10),
         );
         let compression = r.setting(
             None,
-            &[env::TRACES_COMPRESSION, env::COMPRESSION],
+            &[n.compression, env::COMPRESSION],
             parse_compression,
             Compression::None,
         );
-        let insecure = r.setting(None, &[env::TRACES_INSECURE, env::INSECURE], parse_bool, false);
+        let insecure = r.setting(None, &[n.insecure, env::INSECURE], parse_bool, false);
         let certificate = r.setting(
             None,
-            &[env::TRACES_CERTIFICATE, env::CERTIFICATE],
+            &[n.certificate, env::CERTIFICATE],
             |s| Some(Some(PathBuf::from(s.trim()))),
             None,
         );
@@ -354,14 +430,16 @@ impl ExportConfig {
     }
 }
 
-struct Resolver<'a> {
-    var: &'a dyn Fn(&str) -> Option<String>,
-    warnings: Vec<String>,
+/// Resolves settings one by one, collecting warnings (shared with the
+/// metric settings in `export/metrics.rs`).
+pub(super) struct Resolver<'a> {
+    pub(super) var: &'a dyn Fn(&str) -> Option<String>,
+    pub(super) warnings: Vec<String>,
 }
 
 impl Resolver<'_> {
     /// explicit > each variable in order > default.
-    fn setting<T>(
+    pub(super) fn setting<T>(
         &mut self,
         explicit: Option<T>,
         names: &[&'static str],
@@ -393,26 +471,26 @@ impl Resolver<'_> {
         }
     }
 
-    /// explicit > `..._TRACES_ENDPOINT` (as is) > `..._ENDPOINT` (for HTTP
-    /// with `/v1/traces` appended) > the protocol's default.
-    fn endpoint(&mut self, explicit: Option<String>, protocol: Protocol) -> Resolved<String> {
+    /// explicit > `..._{SIGNAL}_ENDPOINT` (as is) > `..._ENDPOINT` (for HTTP
+    /// with `/v1/traces` or `/v1/metrics` appended) > the protocol's default.
+    fn endpoint(&mut self, explicit: Option<String>, protocol: Protocol, n: &SignalNames) -> Resolved<String> {
         if let Some(value) = explicit {
             return Resolved {
                 value,
                 source: Source::Explicit,
             };
         }
-        if let Some(v) = (self.var)(env::TRACES_ENDPOINT) {
+        if let Some(v) = (self.var)(n.endpoint) {
             return Resolved {
                 value: v.trim().to_string(),
-                source: Source::Env(env::TRACES_ENDPOINT),
+                source: Source::Env(n.endpoint),
             };
         }
         if let Some(v) = (self.var)(env::ENDPOINT) {
             let v = v.trim();
             let value = match protocol {
                 Protocol::Grpc => v.to_string(),
-                Protocol::HttpProtobuf => format!("{}/{HTTP_TRACES_PATH}", v.trim_end_matches('/')),
+                Protocol::HttpProtobuf => format!("{}/{}", v.trim_end_matches('/'), n.http_path),
             };
             return Resolved {
                 value,
@@ -422,7 +500,7 @@ impl Resolver<'_> {
         Resolved {
             value: match protocol {
                 Protocol::Grpc => DEFAULT_GRPC_ENDPOINT,
-                Protocol::HttpProtobuf => DEFAULT_HTTP_ENDPOINT,
+                Protocol::HttpProtobuf => n.default_http_endpoint,
             }
             .to_string(),
             source: Source::Default,
@@ -578,6 +656,31 @@ mod tests {
             (c.endpoint.value.as_str(), c.endpoint.source),
             (DEFAULT_HTTP_ENDPOINT, Source::Default)
         );
+    }
+
+    #[test]
+    fn metrics_read_their_own_signal_variables_before_the_generic_ones() {
+        let map: HashMap<String, String> = [
+            (env::METRICS_ENDPOINT, "http://m:1/custom"),
+            (env::TRACES_ENDPOINT, "http://t:2"),
+            (env::METRICS_PROTOCOL, "http/protobuf"),
+            (env::METRICS_HEADERS, "k=v"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let c = ExportConfig::resolve_signal(Signal::Metrics, ExportOverrides::default(), |k| map.get(k).cloned());
+        assert_eq!(c.endpoint.value, "http://m:1/custom");
+        assert_eq!(c.protocol.value, Protocol::HttpProtobuf);
+        assert_eq!(c.headers.source, Source::Env(env::METRICS_HEADERS));
+        let map: HashMap<String, String> = [(env::ENDPOINT, "http://g:3/"), (env::PROTOCOL, "http/protobuf")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let c = ExportConfig::resolve_signal(Signal::Metrics, ExportOverrides::default(), |k| map.get(k).cloned());
+        assert_eq!(c.endpoint.value, "http://g:3/v1/metrics");
+        let c = ExportConfig::resolve_signal(Signal::Metrics, ExportOverrides::default(), |_| None);
+        assert_eq!(c.endpoint.value, DEFAULT_GRPC_ENDPOINT);
     }
 
     #[test]

@@ -32,6 +32,57 @@ pub fn print(request: &ExportTraceServiceRequest) {
     }
 }
 
+/// `OTEL_METRICS_EXPORTER=console`: one JSON line per data point.
+pub fn print_metrics(request: &opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest) {
+    use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point::Value};
+    let attrs = |kvs: &[opentelemetry_proto::tonic::common::v1::KeyValue]| -> serde_json::Value {
+        kvs.iter()
+            .map(|kv| (kv.key.clone(), json_of(kv.value.as_ref())))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    let number = |v: &Option<Value>| -> serde_json::Value {
+        match v {
+            Some(Value::AsInt(i)) => (*i).into(),
+            Some(Value::AsDouble(d)) => (*d).into(),
+            None => serde_json::Value::Null,
+        }
+    };
+    for rm in &request.resource_metrics {
+        for sm in &rm.scope_metrics {
+            for metric in &sm.metrics {
+                let points: Vec<serde_json::Value> = match &metric.data {
+                    Some(Data::Sum(s)) => s
+                        .data_points
+                        .iter()
+                        .map(|p| serde_json::json!({"attributes": attrs(&p.attributes), "value": number(&p.value)}))
+                        .collect(),
+                    Some(Data::Gauge(g)) => g
+                        .data_points
+                        .iter()
+                        .map(|p| serde_json::json!({"attributes": attrs(&p.attributes), "value": number(&p.value)}))
+                        .collect(),
+                    Some(Data::Histogram(h)) => h
+                        .data_points
+                        .iter()
+                        .map(|p| {
+                            serde_json::json!({"attributes": attrs(&p.attributes), "count": p.count, "sum": p.sum,
+                                "bucket_counts": p.bucket_counts})
+                        })
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                for point in points {
+                    println!(
+                        "{}",
+                        serde_json::json!({"metric": metric.name, "unit": metric.unit, "point": point})
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Lower-case hex of an id.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()

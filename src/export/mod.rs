@@ -36,11 +36,15 @@
 
 pub mod config;
 mod console;
+pub mod metrics;
+pub mod prometheus;
 pub mod retry;
 pub mod transport;
 
-pub use config::{ExportConfig, ExportOverrides, Protocol, Sampler, TracesExporter};
+pub use config::{ExportConfig, ExportOverrides, Protocol, Sampler, Signal, TracesExporter};
 pub use console::hex;
+pub use metrics::{MetricExporter, MetricStep, MetricsConfig, MetricsExporters, MetricsOverrides};
+pub use prometheus::PrometheusServer;
 pub use transport::{Accepted, SendError, Transport};
 
 use std::collections::HashMap;
@@ -463,7 +467,7 @@ fn ancestry_of(store: &Store, run: &RunRow) -> Result<Ancestry> {
     Ok(Ancestry(chain))
 }
 
-fn resource_of(config: &ExportConfig) -> Resource {
+pub(crate) fn resource_of(config: &ExportConfig) -> Resource {
     let kv = |k: &str, v: &str| KeyValue {
         key: k.to_string(),
         value: Some(AnyValue {

@@ -17,6 +17,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use prost::Message;
@@ -32,6 +34,8 @@ pub struct Accepted {
     /// Spans the collector said it rejected (partial success). They are not
     /// retried: the collector decided.
     pub rejected_spans: i64,
+    /// Metric data points the collector said it rejected (partial success).
+    pub rejected_data_points: i64,
 }
 
 /// A failed send.
@@ -88,11 +92,25 @@ impl Transport {
             }
         }
     }
+
+    /// Sends one metrics request (to the metrics endpoint of the config the
+    /// transport was built from; see [`super::config::Signal`]).
+    pub async fn send_metrics(&mut self, request: ExportMetricsServiceRequest) -> Result<Accepted, SendError> {
+        match self {
+            Transport::Grpc(t) => t.send_metrics(request).await,
+            Transport::Http(t) => t.send_metrics(request).await,
+            Transport::Console => {
+                super::console::print_metrics(&request);
+                Ok(Accepted::default())
+            }
+        }
+    }
 }
 
 /// OTLP/gRPC through opentelemetry-proto's tonic client.
 pub struct GrpcTransport {
     client: TraceServiceClient<Channel>,
+    metrics: MetricsServiceClient<Channel>,
     headers: Vec<(
         tonic::metadata::MetadataKey<tonic::metadata::Ascii>,
         tonic::metadata::AsciiMetadataValue,
@@ -121,13 +139,45 @@ impl GrpcTransport {
             };
             endpoint = endpoint.tls_config(tls).map_err(bad)?;
         }
-        let mut client = TraceServiceClient::new(endpoint.connect_lazy());
+        let channel = endpoint.connect_lazy();
+        let mut client = TraceServiceClient::new(channel.clone());
+        let mut metrics = MetricsServiceClient::new(channel);
         if config.compression.value == Compression::Gzip {
             client = client.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+            metrics = metrics.send_compressed(tonic::codec::CompressionEncoding::Gzip);
         }
         client = client.accept_compressed(tonic::codec::CompressionEncoding::Gzip);
+        metrics = metrics.accept_compressed(tonic::codec::CompressionEncoding::Gzip);
         let headers = grpc_headers(&config.headers.value);
-        Ok(GrpcTransport { client, headers })
+        Ok(GrpcTransport {
+            client,
+            metrics,
+            headers,
+        })
+    }
+
+    async fn send_metrics(&mut self, request: ExportMetricsServiceRequest) -> Result<Accepted, SendError> {
+        let mut request = tonic::Request::new(request);
+        for (k, v) in &self.headers {
+            request.metadata_mut().insert(k.clone(), v.clone());
+        }
+        match self.metrics.export(request).await {
+            Ok(response) => Ok(Accepted {
+                rejected_data_points: response
+                    .into_inner()
+                    .partial_success
+                    .map(|p| p.rejected_data_points)
+                    .unwrap_or(0),
+                ..Accepted::default()
+            }),
+            Err(status) => {
+                let verdict = retry::classify_grpc(status.code(), retry::grpc_retry_info(status.details()));
+                Err(SendError {
+                    verdict,
+                    message: format!("otlp grpc metrics: {:?}: {}", status.code(), status.message()),
+                })
+            }
+        }
     }
 
     async fn send(&mut self, request: ExportTraceServiceRequest) -> Result<Accepted, SendError> {
@@ -142,6 +192,7 @@ impl GrpcTransport {
                     .partial_success
                     .map(|p| p.rejected_spans)
                     .unwrap_or(0),
+                ..Accepted::default()
             }),
             Err(status) => {
                 let verdict = retry::classify_grpc(status.code(), retry::grpc_retry_info(status.details()));
@@ -257,7 +308,33 @@ impl HttpTransport {
     }
 
     async fn send(&mut self, request: ExportTraceServiceRequest) -> Result<Accepted, SendError> {
-        let body = request.encode_to_vec();
+        let body = self.post(request.encode_to_vec()).await?;
+        let rejected_spans = ExportTraceServiceResponse::decode(body)
+            .ok()
+            .and_then(|r| r.partial_success)
+            .map(|p| p.rejected_spans)
+            .unwrap_or(0);
+        Ok(Accepted {
+            rejected_spans,
+            ..Accepted::default()
+        })
+    }
+
+    async fn send_metrics(&mut self, request: ExportMetricsServiceRequest) -> Result<Accepted, SendError> {
+        let body = self.post(request.encode_to_vec()).await?;
+        let rejected_data_points = ExportMetricsServiceResponse::decode(body)
+            .ok()
+            .and_then(|r| r.partial_success)
+            .map(|p| p.rejected_data_points)
+            .unwrap_or(0);
+        Ok(Accepted {
+            rejected_data_points,
+            ..Accepted::default()
+        })
+    }
+
+    /// POSTs one protobuf body; the answer's body on a 2xx status.
+    async fn post(&mut self, body: Vec<u8>) -> Result<Bytes, SendError> {
         let body = if self.gzip { gzip(&body) } else { body };
         match tokio::time::timeout(self.timeout, self.send_body(body)).await {
             Ok(result) => result,
@@ -271,7 +348,7 @@ impl HttpTransport {
         }
     }
 
-    async fn send_body(&mut self, body: Vec<u8>) -> Result<Accepted, SendError> {
+    async fn send_body(&mut self, body: Vec<u8>) -> Result<Bytes, SendError> {
         let transient = |message: String| SendError {
             verdict: Verdict::Retry { after: None },
             message,
@@ -323,12 +400,7 @@ impl HttpTransport {
             }
         };
         if (200..300).contains(&status) {
-            let rejected_spans = ExportTraceServiceResponse::decode(body)
-                .ok()
-                .and_then(|r| r.partial_success)
-                .map(|p| p.rejected_spans)
-                .unwrap_or(0);
-            return Ok(Accepted { rejected_spans });
+            return Ok(body);
         }
         Err(SendError {
             verdict: retry::classify_http(status, retry_after),

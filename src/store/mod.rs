@@ -26,11 +26,16 @@
 //!   background path instead.
 
 mod ledger;
+mod metrics;
 mod outbox;
 mod report;
 mod session_view;
 
 pub use ledger::{Applied, EventContext, ABANDONED, ERROR, INTERRUPTED, OK, RUNNING};
+pub use metrics::{
+    add_to_counter, bucket_index, decode_attrs, encode_attrs, Add, ApiErrorFact, AttrValue, Attrs, Folded, GaugeRow,
+    Increment, LlmCallFact, MetricFact, MetricIdentity, MetricState, RunLabels, SeriesRow, METRIC_LEASE,
+};
 pub use outbox::{
     counter, AttemptError, AttemptRow, EdgeRow, ExportState, Lease, OutboxRow, RunRow, SpanKind, ToolRow, TurnRow,
     TRACE_LEASE,
@@ -53,6 +58,7 @@ pub const DB_FILE_NAME: &str = "hermes-otel.db";
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_ledger.sql"),
     include_str!("migrations/0002_outbox.sql"),
+    include_str!("migrations/0003_metrics.sql"),
 ];
 
 /// The schema version this build writes.

@@ -6,7 +6,9 @@
 //!   (gzip or not) and answers an empty `ExportTraceServiceResponse`.
 //!
 //! Both record every span and the body bytes they received, and can be
-//! told to hold answers (to kill an exporter mid-request).
+//! told to hold answers (to kill an exporter mid-request). Both also take
+//! OTLP metrics (the gRPC `MetricsService`, HTTP `POST /v1/metrics`) and
+//! keep every request.
 
 #![allow(dead_code)]
 
@@ -15,6 +17,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+    MetricsService, MetricsServiceServer,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -32,6 +38,8 @@ pub struct Received {
     pub hold: AtomicBool,
     /// Requests that arrived while held.
     pub held: AtomicUsize,
+    /// Metric export requests, in arrival order.
+    pub metrics: Mutex<Vec<ExportMetricsServiceRequest>>,
 }
 
 impl Received {
@@ -41,6 +49,15 @@ impl Received {
 
     pub fn span_count(&self) -> usize {
         self.spans.lock().expect("spans lock").len()
+    }
+
+    /// Every metric request received so far.
+    pub fn metric_requests(&self) -> Vec<ExportMetricsServiceRequest> {
+        self.metrics.lock().expect("metrics lock").clone()
+    }
+
+    fn take_metrics(&self, request: ExportMetricsServiceRequest) {
+        self.metrics.lock().expect("metrics lock").push(request);
     }
 
     async fn take(&self, request: ExportTraceServiceRequest, wire_bytes: usize) {
@@ -75,6 +92,10 @@ impl Receiver {
 
     pub fn http_endpoint(&self) -> String {
         format!("http://{}/v1/traces", self.addr)
+    }
+
+    pub fn http_metrics_endpoint(&self) -> String {
+        format!("http://{}/v1/metrics", self.addr)
     }
 
     /// Polls until `n` spans arrived or `timeout` passed; returns the count.
@@ -134,6 +155,19 @@ impl TraceService for Svc {
     }
 }
 
+struct MetricsSvc(Arc<Received>);
+
+#[tonic::async_trait]
+impl MetricsService for MetricsSvc {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        self.0.take_metrics(request.into_inner());
+        Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
+    }
+}
+
 /// An OTLP/gRPC receiver on `addr` (or an ephemeral port), with TLS when
 /// `tls` holds a PEM certificate and key.
 pub fn grpc(addr: Option<SocketAddr>, tls: Option<(String, String)>) -> Receiver {
@@ -152,7 +186,10 @@ pub fn grpc(addr: Option<SocketAddr>, tls: Option<(String, String)>) -> Receiver
             )
             .expect("server tls");
     }
-    let router = builder.add_service(svc);
+    let metrics = MetricsServiceServer::new(MetricsSvc(received.clone()))
+        .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
+        .max_decoding_message_size(64 << 20);
+    let router = builder.add_service(svc).add_service(metrics);
     rt.spawn(async move {
         let incoming = tonic::transport::server::TcpIncoming::from(listener);
         let _ = router.serve_with_incoming(incoming).await;
@@ -224,6 +261,28 @@ async fn serve_http(stream: tokio::net::TcpStream, rec: Arc<Received>) -> std::i
         } else {
             body
         };
+        if request_line.starts_with("POST ") && request_line.contains("/v1/metrics") {
+            let answer = match ExportMetricsServiceRequest::decode(body.as_slice()) {
+                Ok(request) => {
+                    rec.take_metrics(request);
+                    ExportMetricsServiceResponse::default().encode_to_vec()
+                }
+                Err(_) => {
+                    write
+                        .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+                        .await?;
+                    continue;
+                }
+            };
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: {}\r\n\r\n",
+                answer.len()
+            );
+            write.write_all(head.as_bytes()).await?;
+            write.write_all(&answer).await?;
+            write.flush().await?;
+            continue;
+        }
         let ok = request_line.starts_with("POST ") && request_line.contains("/v1/traces");
         match ExportTraceServiceRequest::decode(body.as_slice()) {
             Ok(request) if ok => {

@@ -1,0 +1,64 @@
+//! The metrics part of `hermes-otel status`: the store's metric identity,
+//! the fold backlog, the last pushes and the settings with their sources.
+
+use crate::error::Result;
+use crate::export::MetricsConfig;
+use crate::store::Store;
+
+/// The metrics section of `status --json`.
+pub fn json(store: &Store) -> Result<serde_json::Value> {
+    let config = MetricsConfig::from_env(crate::export::ExportOverrides::default());
+    let settings: Vec<_> = config
+        .describe()
+        .into_iter()
+        .map(|(name, value, source)| serde_json::json!({"name": name, "value": value, "source": source}))
+        .collect();
+    Ok(serde_json::json!({
+        "identity": store.metric_identity()?,
+        "state": store.metric_state()?,
+        "settings": settings,
+        "warnings": config.warnings,
+    }))
+}
+
+/// Prints the metrics section of `status`.
+pub fn print(store: &Store) -> Result<()> {
+    let config = MetricsConfig::from_env(crate::export::ExportOverrides::default());
+    let identity = store.metric_identity()?;
+    let state = store.metric_state()?;
+    let now = crate::export::unix_now();
+    let ago = |t: Option<f64>| t.map_or("never".to_string(), |t| format!("{:.0} s ago", (now - t).max(0.0)));
+    println!("metrics");
+    println!(
+        "  instance id   {} (service.instance.id, stable for this store)",
+        identity.instance_id
+    );
+    println!("  counted from  {}", ago(Some(identity.start_time)));
+    println!(
+        "  series        {} ({} gauges), {} finished rows not folded yet",
+        state.series, state.gauges, state.unfolded
+    );
+    println!(
+        "  pushed        {} times, {} data points",
+        state.exports, state.exported_points
+    );
+    println!("  last success  {}", ago(state.last_success_at));
+    if let Some(e) = &state.last_error {
+        println!("  last error    {e} ({})", ago(state.last_error_at));
+    }
+    match &state.lease {
+        Some(l) if l.expires_at >= now => {
+            println!("  lease         {} (expires in {:.0} s)", l.holder, l.expires_at - now)
+        }
+        Some(l) => println!("  lease         free (last held by {})", l.holder),
+        None => println!("  lease         free"),
+    }
+    println!("metric settings");
+    for (name, value, source) in config.describe() {
+        println!("  {name:<26}{value} (from {source})");
+    }
+    for warning in &config.warnings {
+        println!("  warning: {warning}");
+    }
+    Ok(())
+}
