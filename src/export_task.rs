@@ -1,5 +1,6 @@
 //! The exporter inside a Hermes process: a background thread that sends
-//! what the store's outbox holds, for whichever process holds the lease.
+//! what the store's outbox holds (spans) and the metric series folded from
+//! the ledger, for whichever process holds each lease.
 //!
 //! Owns: the thread, its pacing, and the bounded flush a session end may ask
 //! for. Must not touch: Python, the hook path (a hook at most waits on a
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::bridge::Background;
 use crate::error::{Error, Result};
-use crate::export::{ExportConfig, ExportOverrides, Exporter};
+use crate::export::{ExportConfig, ExportOverrides, Exporter, MetricExporter, MetricsConfig};
 use crate::store::{Store, DB_FILE_NAME};
 
 /// How often the outbox is looked at when nothing was ready.
@@ -33,7 +34,6 @@ pub const CLOSE_IDLE_EVERY: Duration = Duration::from_secs(60);
 /// How long a session end waits for its spans by default.
 pub const DEFAULT_SESSION_END_FLUSH: Duration = Duration::from_secs(2);
 
-#[derive(Default)]
 struct State {
     stop: bool,
     /// Flush requests not served yet (their deadline).
@@ -46,6 +46,21 @@ struct State {
     leased: bool,
     /// The last error, for status and logs.
     last_error: Option<String>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            stop: false,
+            flush_until: None,
+            flushes_done: 0,
+            failing: false,
+            // Until the first step says otherwise: a flush asked for before
+            // it must be served, not skipped.
+            leased: true,
+            last_error: None,
+        }
+    }
 }
 
 struct Shared {
@@ -69,14 +84,25 @@ static CURRENT: OnceLock<Mutex<Weak<Shared>>> = OnceLock::new();
 
 impl ExportTask {
     /// Starts the export thread over the store in `store_dir`, configured
-    /// from the environment (`OTEL_*`). Export disabled gives no thread.
+    /// from the environment (`OTEL_*`). With both traces and metrics
+    /// disabled there is no thread.
     pub fn start(store_dir: &Path) -> Result<Option<Self>> {
+        let path = store_dir.join(DB_FILE_NAME);
         let config = ExportConfig::from_env(ExportOverrides::default());
-        if !config.enabled() {
+        let metrics_config = MetricsConfig::from_env(ExportOverrides::default());
+        let exporter = match config.enabled() {
+            true => Some(Exporter::with_store(config, Store::open(&path)?)?),
+            false => None,
+        };
+        // Metric series are pushed by the lease holder every export
+        // interval; a Prometheus endpoint is `hermes-otel serve`'s job.
+        let metrics = match metrics_config.pushes() {
+            true => Some(MetricExporter::with_store(metrics_config, Store::open(&path)?)?),
+            false => None,
+        };
+        if exporter.is_none() && metrics.is_none() {
             return Ok(None);
         }
-        let store = Store::open(&store_dir.join(DB_FILE_NAME))?;
-        let exporter = Exporter::with_store(config, store)?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
@@ -85,7 +111,7 @@ impl ExportTask {
         let thread_shared = Arc::clone(&shared);
         let handle = std::thread::Builder::new()
             .name("hermes-otel-export".into())
-            .spawn(move || run(exporter, &thread_shared))
+            .spawn(move || run(exporter, metrics, &thread_shared))
             .map_err(|e| Error::Other(format!("cannot start the export thread: {e}")))?;
         *CURRENT
             .get_or_init(|| Mutex::new(Weak::new()))
@@ -135,7 +161,7 @@ pub fn flush_current(deadline: Instant) -> bool {
     shared.is_some_and(|s| flush_shared(&s, deadline))
 }
 
-fn run(mut exporter: Exporter, shared: &Shared) {
+fn run(mut exporter: Option<Exporter>, mut metrics: Option<MetricExporter>, shared: &Shared) {
     let mut last_idle_check: Option<Instant> = None;
     let mut wait = Duration::ZERO;
     loop {
@@ -152,15 +178,29 @@ fn run(mut exporter: Exporter, shared: &Shared) {
             }
             state.flush_until.take()
         };
-        if last_idle_check.is_none_or(|t| t.elapsed() >= CLOSE_IDLE_EVERY) {
-            let _ = exporter.close_idle();
-            last_idle_check = Some(Instant::now());
+        if let Some(exporter) = exporter.as_mut() {
+            if last_idle_check.is_none_or(|t| t.elapsed() >= CLOSE_IDLE_EVERY) {
+                let _ = exporter.close_idle();
+                last_idle_check = Some(Instant::now());
+            }
         }
-        let step = match flush_until {
-            Some(deadline) => exporter.flush(deadline),
-            None => exporter.run_once(),
+        // Metrics push only when their interval is due, flush or not: a
+        // session end every turn must not mean a push every turn.
+        let metric_step = metrics.as_mut().map(|m| m.run_once());
+        let step = match (exporter.as_mut(), flush_until) {
+            (Some(e), Some(deadline)) => e.flush(deadline),
+            (Some(e), None) => e.run_once(),
+            (None, _) => Ok(crate::export::Step {
+                leased: metric_step.as_ref().is_some_and(|s| s.as_ref().is_ok_and(|s| s.leased)),
+                ..Default::default()
+            }),
         };
         let mut state = lock(&shared.state);
+        if let Some(Err(e)) | Some(Ok(crate::export::MetricStep { error: Some(e), .. })) =
+            metric_step.map(|s| s.map_err(|e| e.to_string()))
+        {
+            state.last_error = Some(e);
+        }
         match step {
             Ok(step) => {
                 state.leased = step.leased;
@@ -187,10 +227,15 @@ fn run(mut exporter: Exporter, shared: &Shared) {
     }
     // Last chance for whatever is ready, bounded by the shutdown deadline.
     let deadline = lock(&shared.state).flush_until.take();
-    if let Some(deadline) = deadline {
-        let _ = exporter.flush(deadline);
+    if let (Some(deadline), Some(e)) = (deadline, exporter.as_mut()) {
+        let _ = e.flush(deadline);
     }
-    let _ = exporter.release();
+    if let Some(e) = exporter.as_mut() {
+        let _ = e.release();
+    }
+    if let Some(m) = metrics.as_mut() {
+        let _ = m.release();
+    }
     let mut state = lock(&shared.state);
     state.flushes_done += 1;
     shared.done.notify_all();

@@ -1,6 +1,6 @@
 //! The export thread a Hermes process runs: it sends what the outbox holds
-//! to the collector configured by `OTEL_*`, and a session end can wait,
-//! bounded, for what is ready.
+//! and the metric series to the collector configured by `OTEL_*`, and a
+//! session end can wait, bounded, for what is ready.
 //!
 //! One test in this binary: it sets process-wide environment variables.
 
@@ -50,6 +50,23 @@ fn the_export_thread_sends_the_outbox_and_a_session_end_can_wait_for_it() {
         10,
         "the flush sent the second session's spans"
     );
+    // The same thread pushes the metric series folded from the ledger.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let names = || -> Vec<String> {
+        receiver
+            .received
+            .metric_requests()
+            .iter()
+            .flat_map(|r| r.resource_metrics.iter())
+            .flat_map(|rm| rm.scope_metrics.iter())
+            .flat_map(|sm| sm.metrics.iter())
+            .map(|m| m.name.clone())
+            .collect()
+    };
+    while !names().iter().any(|n| n == "gen_ai.client.token.usage") {
+        assert!(Instant::now() < deadline, "no metric push arrived: {:?}", names());
+        std::thread::sleep(Duration::from_millis(20));
+    }
     task.shutdown(Instant::now() + Duration::from_secs(5));
     // Nothing is left in the outbox and nothing was sent twice.
     let store = Store::open_dir(dir.path()).expect("store");
