@@ -10,6 +10,7 @@
 pub mod bridge;
 pub mod cli;
 pub mod config;
+pub mod content;
 pub mod error;
 pub mod export;
 pub mod export_task;
@@ -19,6 +20,7 @@ pub mod metrics;
 pub mod pricing;
 #[cfg(feature = "python")]
 mod python;
+pub mod redact;
 pub mod replay;
 pub mod report;
 pub mod semconv;

@@ -168,6 +168,11 @@ impl Hook {
                 panic!("{} set to {name}: panicking on purpose", bridge::env::TEST_PANIC);
             }
             bridge.start_exporter();
+            // Content is redacted and cut (or, with capture off, reduced to
+            // the facts the decoder reads) before the spool or the store
+            // sees it; off the GIL, since redacting a large prompt is a scan.
+            let mut kw = kw;
+            hook::scrub(name, &mut kw, bridge.config().decode);
             let result = match decode(name, &kw, at, bridge.config().decode) {
                 Decoded::Event(event, problems) => {
                     let record = spool::record(name, at, ctx.pid, ctx.thread.as_deref(), &kw, capture);
@@ -245,7 +250,7 @@ fn tool_result(value: &Bound<'_, PyAny>, capture: bool) -> Value {
     let Ok(s) = value.cast::<PyString>() else {
         return if capture { to_json(value, 0) } else { Value::Null };
     };
-    let Ok(text) = s.to_cow() else { return Value::Null };
+    let text = s.to_string_lossy();
     if capture || (text.len() <= MAX_UNCAPTURED_RESULT_BYTES && text.trim_start().starts_with('{')) {
         Value::String(text.into_owned())
     } else {
@@ -279,15 +284,15 @@ fn to_json(value: &Bound<'_, PyAny>, depth: usize) -> Value {
         return Number::from_f64(f.value()).map_or(Value::Null, Value::Number);
     }
     if let Ok(s) = value.cast::<PyString>() {
-        return s.to_cow().map_or(Value::Null, |s| Value::String(s.into_owned()));
+        // Lossy: a str holding a lone surrogate cannot be UTF-8; its
+        // surrogates become U+FFFD rather than the whole value being lost.
+        return Value::String(s.to_string_lossy().into_owned());
     }
     if let Ok(d) = value.cast::<PyDict>() {
         let mut map = Map::new();
         for (k, v) in d.iter() {
             if let Ok(k) = k.cast::<PyString>() {
-                if let Ok(k) = k.to_cow() {
-                    map.insert(k.into_owned(), to_json(&v, depth + 1));
-                }
+                map.insert(k.to_string_lossy().into_owned(), to_json(&v, depth + 1));
             }
         }
         return Value::Object(map);

@@ -35,6 +35,11 @@ pub mod attr {
     pub const GEN_AI_TOOL_NAME: &str = "gen_ai.tool.name";
     pub const GEN_AI_TOOL_CALL_ID: &str = "gen_ai.tool.call.id";
     pub const GEN_AI_TOOL_TYPE: &str = "gen_ai.tool.type";
+    /// Opt-in content capture only (JSON text, redacted and cut).
+    pub const GEN_AI_INPUT_MESSAGES: &str = "gen_ai.input.messages";
+    pub const GEN_AI_OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
+    pub const GEN_AI_TOOL_CALL_ARGUMENTS: &str = "gen_ai.tool.call.arguments";
+    pub const GEN_AI_TOOL_CALL_RESULT: &str = "gen_ai.tool.call.result";
     pub const ERROR_TYPE: &str = "error.type";
     pub const SERVER_ADDRESS: &str = "server.address";
     pub const SERVER_PORT: &str = "server.port";
@@ -105,6 +110,10 @@ pub const SPAN_ATTRIBUTES: &[&str] = &[
     attr::GEN_AI_TOOL_NAME,
     attr::GEN_AI_TOOL_CALL_ID,
     attr::GEN_AI_TOOL_TYPE,
+    attr::GEN_AI_INPUT_MESSAGES,
+    attr::GEN_AI_OUTPUT_MESSAGES,
+    attr::GEN_AI_TOOL_CALL_ARGUMENTS,
+    attr::GEN_AI_TOOL_CALL_RESULT,
     attr::ERROR_TYPE,
     attr::SERVER_ADDRESS,
     attr::SERVER_PORT,

@@ -437,6 +437,21 @@ pub fn tool_span(tool: &ToolRow, run: &RunRow, ancestry: &Ancestry, opts: SpanOp
     }
 }
 
+/// Adds captured content to a chat or tool span: `(attribute, JSON text)`
+/// pairs as the store holds them (see [`crate::content`]), which exist only
+/// when the user turned content capture on.
+pub fn add_content(span: &mut Span, content: &[(String, String)]) {
+    for (name, text) in content {
+        span.attributes.push(KeyValue {
+            key: name.clone(),
+            value: Some(AnyValue {
+                value: Some(any_value::Value::StringValue(text.clone())),
+            }),
+            ..KeyValue::default()
+        });
+    }
+}
+
 /// The trace and parent of a span inside a turn (or, without a turn, right
 /// under the session span).
 fn placement(session_id: &str, turn_id: Option<&str>, ancestry: &Ancestry, opts: SpanOptions) -> ([u8; 16], [u8; 8]) {

@@ -58,7 +58,7 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 
 use crate::error::{Error, Result};
 use crate::span::{self, Ancestor, Ancestry, SpanOptions};
-use crate::store::{counter, OutboxRow, RunRow, SpanKind, Store, RUNNING, TRACE_LEASE};
+use crate::store::{counter, ContentKind, OutboxRow, RunRow, SpanKind, Store, RUNNING, TRACE_LEASE};
 use retry::Backoff;
 
 /// The instrumentation scope name on every span.
@@ -322,7 +322,21 @@ impl Exporter {
         Ok(out)
     }
 
+    /// Sends one request. A failure's message never holds a header value:
+    /// a collector may echo the request's credentials in its answer, and
+    /// the message is stored, logged and shown by `status`.
     fn send(&mut self, request: ExportTraceServiceRequest, deadline: Option<Instant>) -> Result<Accepted, SendError> {
+        self.send_unscrubbed(request, deadline).map_err(|mut e| {
+            e.message = scrub_error(&e.message, &self.config.headers.value);
+            e
+        })
+    }
+
+    fn send_unscrubbed(
+        &mut self,
+        request: ExportTraceServiceRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Accepted, SendError> {
         let Some(transport) = self.transport.as_mut() else {
             return Ok(Accepted::default());
         };
@@ -382,7 +396,7 @@ impl Exporter {
         let Some((run, ancestry)) = sessions.get(store, &row.session_id)? else {
             return Ok(None);
         };
-        Ok(match row.kind {
+        let span = match row.kind {
             SpanKind::Run => (run.status != RUNNING).then(|| span::session_span(run, ancestry, opts)),
             SpanKind::Turn => store
                 .turn_row(&row.key)?
@@ -401,8 +415,39 @@ impl Exporter {
                 .tool_row(&row.session_id, &row.key)?
                 .filter(|t| t.ended_at.is_some() || run.status != RUNNING)
                 .map(|t| span::tool_span(&t, run, ancestry, opts)),
-        })
+        };
+        let Some(mut span) = span else { return Ok(None) };
+        // Captured content exists only if capture was on when the event was
+        // applied. Output messages belong to the attempt that produced them.
+        let content = match row.kind {
+            SpanKind::LlmCall => store.span_content(ContentKind::Llm, &row.session_id, &row.key)?,
+            SpanKind::LlmError | SpanKind::OpenAttempt => {
+                let mut c = store.span_content(ContentKind::Llm, &row.session_id, &row.key)?;
+                c.retain(|(name, _)| name != crate::semconv::attr::GEN_AI_OUTPUT_MESSAGES);
+                c
+            }
+            SpanKind::Tool => store.span_content(ContentKind::Tool, &row.session_id, &row.key)?,
+            SpanKind::Run | SpanKind::Turn => Vec::new(),
+        };
+        span::add_content(&mut span, &content);
+        Ok(Some(span))
     }
+}
+
+/// `message` with every OTLP header value (and each word of it, so the
+/// token of `Bearer <token>` alone is caught too) and every secret
+/// [`crate::redact`] recognises replaced.
+fn scrub_error(message: &str, headers: &config::Headers) -> String {
+    let mut out = message.to_string();
+    for (_, value) in &headers.0 {
+        let words = value.split_whitespace().filter(|w| w.len() >= 6);
+        for secret in std::iter::once(value.as_str()).chain(words) {
+            if !secret.is_empty() && out.contains(secret) {
+                out = out.replace(secret, crate::redact::REDACTED);
+            }
+        }
+    }
+    crate::redact::redact_text(&out).into_owned()
 }
 
 impl Drop for Exporter {

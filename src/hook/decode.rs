@@ -133,7 +133,7 @@ pub fn decode(hook: &str, kwargs: &Map<String, Value>, at: f64, opts: DecodeOpti
                 duration_ms: r.count("duration_ms"),
                 status: r.label("status"),
                 error_type: r.label("error_type"),
-                error_message: r.text("error_message"),
+                error_message: r.content_str("error_message"),
                 outcome,
                 args: r.content_value("args"),
                 result: r.content_str("result"),
@@ -154,7 +154,7 @@ pub fn decode(hook: &str, kwargs: &Map<String, Value>, at: f64, opts: DecodeOpti
             child_session_id: r.id("child_session_id"),
             child_subagent_id: r.label("child_subagent_id"),
             child_role: r.label("child_role"),
-            child_goal: r.text("child_goal"),
+            child_goal: r.content_str("child_goal"),
         }),
         "subagent_stop" => Hook::SubagentStop(SubagentStop {
             parent_session_id: r.id("parent_session_id"),
@@ -186,6 +186,126 @@ pub fn decode(hook: &str, kwargs: &Map<String, Value>, at: f64, opts: DecodeOpti
     }
     let at = if at.is_finite() && at > 0.0 { at } else { 0.0 };
     Decoded::Event(HookEvent { at, hook }, r.problems)
+}
+
+/// Makes a copied kwargs map fit to be written anywhere (the spool, the
+/// journal) before it is decoded. With capture off, content kwargs are
+/// removed, a tool result is reduced to the facts the decoder reads from it
+/// (exit code, whether `error` is truthy, `success: false`), and an API
+/// error keeps its type but not its message. With capture on, every content
+/// value is redacted and cut as the decoder would. Decoding the scrubbed
+/// map gives the same event as decoding the original.
+pub fn scrub(hook: &str, kw: &mut Map<String, Value>, opts: DecodeOptions) {
+    let content = super::keys(hook).map_or(&[][..], |k| k.content);
+    if !opts.capture_content {
+        for key in content {
+            kw.remove(*key);
+        }
+        if hook == "post_tool_call" {
+            match kw.get(super::TOOL_RESULT).map(result_facts) {
+                Some(Some(facts)) => {
+                    kw.insert(super::TOOL_RESULT.into(), Value::String(facts.to_string()));
+                }
+                Some(None) => {
+                    kw.remove(super::TOOL_RESULT);
+                }
+                None => {}
+            }
+        }
+        if hook == "api_request_error" {
+            match kw.get_mut("error") {
+                Some(Value::Object(error)) => {
+                    error.remove("message");
+                }
+                Some(Value::String(_)) => {
+                    kw.remove("error");
+                }
+                _ => {}
+            }
+        }
+        return;
+    }
+    let max = opts.max_content_bytes;
+    for key in content.iter().chain(if hook == "post_tool_call" {
+        &[super::TOOL_RESULT][..]
+    } else {
+        &[]
+    }) {
+        if let Some(v) = kw.get_mut(*key) {
+            scrub_value(v, max);
+        }
+    }
+    if hook == "api_request_error" {
+        match kw.get_mut("error") {
+            Some(Value::Object(error)) => {
+                if let Some(m) = error.get_mut("message") {
+                    scrub_value(m, max);
+                }
+            }
+            Some(v @ Value::String(_)) => scrub_value(v, max),
+            _ => {}
+        }
+    }
+}
+
+/// One captured value redacted and cut: text as text, JSON text as JSON.
+fn scrub_value(value: &mut Value, max: usize) {
+    let scrubbed = match value {
+        Value::String(s) => match json_text(s) {
+            Some(parsed) => json_content(parsed, max).0,
+            None => {
+                let redacted = crate::redact::redact_text(s);
+                let cut = crate::redact::truncate_text(&redacted, max);
+                if matches!(
+                    (&redacted, &cut),
+                    (std::borrow::Cow::Borrowed(_), std::borrow::Cow::Borrowed(_))
+                ) {
+                    return;
+                }
+                cut.into_owned()
+            }
+        },
+        other => {
+            crate::redact::redact_value(other);
+            let cut = crate::redact::truncate_value(std::mem::take(other), max);
+            *other = cut;
+            return;
+        }
+    };
+    *value = Value::String(scrubbed);
+}
+
+/// The facts-only stand-in for a tool result: a JSON object with just the
+/// keys the decoder reads, or `None` when the result says nothing.
+fn result_facts(result: &Value) -> Option<Value> {
+    const MAX_PARSED_RESULT_BYTES: usize = 256 * 1024;
+    let parsed;
+    let obj = match result {
+        Value::Object(map) => map,
+        Value::String(s) if s.len() <= MAX_PARSED_RESULT_BYTES && s.trim_start().starts_with('{') => {
+            match serde_json::from_str::<Value>(s) {
+                Ok(Value::Object(map)) => {
+                    parsed = map;
+                    &parsed
+                }
+                _ => return None,
+            }
+        }
+        _ => return None,
+    };
+    let mut facts = Map::new();
+    for key in ["exit_code", "returncode"] {
+        if let Some(v @ Value::Number(_)) = obj.get(key) {
+            facts.insert(key.into(), v.clone());
+        }
+    }
+    if let Some(e) = obj.get("error") {
+        facts.insert("error".into(), if truthy(e) { Value::Bool(true) } else { Value::Null });
+    }
+    if obj.get("success") == Some(&Value::Bool(false)) {
+        facts.insert("success".into(), Value::Bool(false));
+    }
+    Some(Value::Object(facts))
 }
 
 const MISSING_ID: &str = "missing id";
@@ -257,9 +377,13 @@ impl<'a> Reader<'a> {
         self.string(key, MAX_LABEL_BYTES)
     }
 
-    /// Free text that is not user content (error messages, goals): kept, but bounded.
-    fn text(&mut self, key: &str) -> Option<String> {
-        self.string(key, 4 * MAX_LABEL_BYTES)
+    /// A URL label with any password in it redacted.
+    fn url(&mut self, key: &str) -> Option<String> {
+        let url = self.label(key)?;
+        Some(match crate::redact::redact_text(&url) {
+            std::borrow::Cow::Borrowed(_) => url,
+            std::borrow::Cow::Owned(redacted) => redacted,
+        })
     }
 
     /// A required id; an empty or missing one makes the event unusable.
@@ -373,18 +497,51 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Captured free text (a prompt, an answer, a tool result, an error
+    /// message): only with capture on, redacted, then cut to
+    /// `max_content_bytes` with a marker. A JSON text (a tool result) is
+    /// redacted and cut as JSON so it stays valid; a dict or list where a
+    /// string was expected is kept as its JSON text.
     fn content_str(&mut self, key: &str) -> Option<String> {
         if !self.opts.capture_content {
             return None;
         }
-        self.string(key, self.opts.max_content_bytes)
+        let value = self.present(key)?;
+        let max = self.opts.max_content_bytes;
+        let (text, cut) = match value {
+            Value::String(s) => match json_text(s) {
+                Some(parsed) => json_content(parsed, max),
+                None => {
+                    let redacted = crate::redact::redact_text(s);
+                    let cut = crate::redact::truncate_text(&redacted, max);
+                    let was_cut = cut.len() != redacted.len();
+                    (cut.into_owned(), was_cut)
+                }
+            },
+            Value::Array(_) | Value::Object(_) => json_content(value.clone(), max),
+            other => (other.to_string(), false),
+        };
+        if cut {
+            self.problem(key, format!("longer than {max} bytes, cut"));
+        }
+        Some(text)
     }
 
+    /// Captured JSON (request messages, tool arguments): only with capture
+    /// on, secret-keyed values and secrets in strings redacted, then cut to
+    /// `max_content_bytes` keeping it valid JSON.
     fn content_value(&mut self, key: &str) -> Option<Value> {
         if !self.opts.capture_content {
             return None;
         }
-        self.present(key).cloned()
+        let mut value = self.present(key)?.clone();
+        crate::redact::redact_value(&mut value);
+        let max = self.opts.max_content_bytes;
+        let cut = crate::redact::truncate_value(value.clone(), max);
+        if cut != value {
+            self.problem(key, format!("longer than {max} bytes, cut"));
+        }
+        Some(cut)
     }
 
     /// The assistant text out of `assistant_message` (a NormalizedResponse
@@ -395,8 +552,14 @@ impl<'a> Reader<'a> {
         }
         let msg = self.present("assistant_message")?;
         let fields = msg.get("fields").unwrap_or(msg);
-        let content = fields.get("content")?.as_str()?.to_string();
-        Some(self.cut("assistant_message", content, self.opts.max_content_bytes))
+        let content = fields.get("content")?.as_str()?;
+        let redacted = crate::redact::redact_text(content);
+        let max = self.opts.max_content_bytes;
+        let cut = crate::redact::truncate_text(&redacted, max);
+        if cut.len() != redacted.len() {
+            self.problem("assistant_message", format!("longer than {max} bytes, cut"));
+        }
+        Some(cut.into_owned())
     }
 
     fn api_request(&mut self) -> ApiRequest {
@@ -408,7 +571,7 @@ impl<'a> Reader<'a> {
             platform: self.label("platform"),
             model: self.label("model"),
             provider: self.label("provider"),
-            base_url: self.label("base_url"),
+            base_url: self.url("base_url"),
             api_mode: self.label("api_mode"),
             api_call_count: self.count("api_call_count"),
             started_at: self.seconds("started_at"),
@@ -463,16 +626,14 @@ impl<'a> Reader<'a> {
                     opts: self.opts,
                 };
                 let t = inner.label("type");
-                let m = inner.text("message");
+                // The provider's error text can echo the request: content.
+                let m = inner.content_str("message");
                 for p in inner.problems {
                     self.problem(&format!("error.{}", p.key), p.what);
                 }
                 (t, m)
             }
-            Some(Value::String(s)) => {
-                let s = s.clone();
-                (None, Some(self.cut("error", s, 4 * MAX_LABEL_BYTES)))
-            }
+            Some(Value::String(_)) => (None, self.content_str("error")),
             Some(other) => {
                 let what = format!("expected a dict, got {}", kind(other));
                 self.problem("error", what);
@@ -509,6 +670,28 @@ impl<'a> Reader<'a> {
             success_false: obj.get("success") == Some(&Value::Bool(false)),
         }
     }
+}
+
+/// The parsed value of a string that holds a JSON object or list (a tool
+/// result), if it does.
+fn json_text(s: &str) -> Option<Value> {
+    let t = s.trim_start();
+    if !(t.starts_with('{') || t.starts_with('[')) {
+        return None;
+    }
+    match serde_json::from_str::<Value>(s) {
+        Ok(v @ (Value::Object(_) | Value::Array(_))) => Some(v),
+        _ => None,
+    }
+}
+
+/// JSON content redacted and cut to `max` bytes, as text; and whether it
+/// was cut.
+fn json_content(mut value: Value, max: usize) -> (String, bool) {
+    crate::redact::redact_value(&mut value);
+    let cut = crate::redact::truncate_value(value.clone(), max);
+    let was_cut = cut != value;
+    (cut.to_string(), was_cut)
 }
 
 /// Python truthiness of a JSON value.

@@ -99,10 +99,7 @@ const API_ERROR: [&str; 19] = concat(
         "reason",
     ],
 );
-const POST_TOOL: [&str; 11] = concat(
-    TOOL,
-    ["duration_ms", "status", "error_type", "error_message", TOOL_RESULT],
-);
+const POST_TOOL: [&str; 10] = concat(TOOL, ["duration_ms", "status", "error_type", TOOL_RESULT]);
 
 /// The kwargs `hook` is decoded from, or `None` for a hook the bridge
 /// does not use.
@@ -125,7 +122,9 @@ pub fn keys(hook: &str) -> Option<HookKeys> {
         "post_api_request" => (&POST_API, &[ASSISTANT_MESSAGE]),
         "api_request_error" => (&API_ERROR, &[]),
         "pre_tool_call" => (&TOOL, &["args"]),
-        "post_tool_call" => (&POST_TOOL, &["args"]),
+        // The error message names what the tool was given ("File not found:
+        // /abs/path"): content.
+        "post_tool_call" => (&POST_TOOL, &["args", "error_message"]),
         "post_llm_call" => (
             &["session_id", "task_id", "turn_id", "model", "platform"],
             &["assistant_response"],
@@ -138,9 +137,9 @@ pub fn keys(hook: &str) -> Option<HookKeys> {
                 "child_session_id",
                 "child_subagent_id",
                 "child_role",
-                "child_goal",
             ],
-            &[],
+            // The goal is the subagent's prompt.
+            &["child_goal"],
         ),
         "subagent_stop" => (
             &[

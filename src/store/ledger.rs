@@ -284,6 +284,8 @@ fn apply_in(
             outbox::enqueue_run(tx, &e.session_id, at, true)?;
         }
     }
+    // Captured content (present only with capture on) lands with its event.
+    super::content::record(tx, event)?;
     Ok(Applied::New)
 }
 

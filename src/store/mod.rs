@@ -25,12 +25,14 @@
 //!   turns auto-checkpointing off and [`Store::checkpoint`] is called from a
 //!   background path instead.
 
+mod content;
 mod ledger;
 mod metrics;
 mod outbox;
 mod report;
 mod session_view;
 
+pub use content::ContentKind;
 pub use ledger::{Applied, EventContext, ABANDONED, ERROR, INTERRUPTED, OK, RUNNING};
 pub use metrics::{
     add_to_counter, bucket_index, decode_attrs, encode_attrs, Add, ApiErrorFact, AttrValue, Attrs, Folded, GaugeRow,
@@ -59,6 +61,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_ledger.sql"),
     include_str!("migrations/0002_outbox.sql"),
     include_str!("migrations/0003_metrics.sql"),
+    include_str!("migrations/0005_content.sql"),
 ];
 
 /// The schema version this build writes.
