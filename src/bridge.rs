@@ -1014,7 +1014,9 @@ impl Writer {
                 self.fault(kind, &e);
             }
         }
-        self.reset_spool();
+        // A flush (session end, exit) empties the spool whatever its size:
+        // a process that then ends leaves nothing for the next one to replay.
+        self.reset_spool(if flushes.is_empty() { spool::RESET_BYTES } else { 0 });
         // A flush means "everything before me landed": not while events are kept.
         let outcome = if self.pending.is_empty() {
             Outcome::Committed(None)
@@ -1200,13 +1202,13 @@ impl Writer {
             self.write_health();
         }
         self.recover();
-        self.reset_spool();
+        self.reset_spool(spool::RESET_BYTES);
     }
 
     /// Empties this process's spool once everything in it was handled.
-    fn reset_spool(&mut self) {
+    fn reset_spool(&mut self, min_bytes: u64) {
         if let Some(spool) = self.shared.spool.get() {
-            if let Err(e) = spool.reset_if_handled(self.handled, spool::RESET_BYTES) {
+            if let Err(e) = spool.reset_if_handled(self.handled, min_bytes) {
                 self.shared.message(
                     "Spool.ResetFailed",
                     format!("cannot empty {}: {e}", spool.path().display()),

@@ -289,6 +289,21 @@ mod tests {
         assert_eq!((r.files, r.applied), (1, 0));
     }
 
+    /// Journal keys are built from the hook time; a spool line read back
+    /// must give the very same f64, or recovery would apply an event twice.
+    #[test]
+    fn hook_times_read_back_from_a_record_are_bit_for_bit_the_same() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        for _ in 0..100_000 {
+            let at = 1_796_008_818.0 + rng.f64() * 1e6;
+            let line = record("on_session_start", at, serde_json::json!({"session_id": "s"}));
+            let rec = crate::replay::parse_line(std::str::from_utf8(&line).expect("utf-8"), false)
+                .expect("record")
+                .expect("line");
+            assert_eq!(rec.t.map(f64::to_bits), Some(at.to_bits()), "{at}");
+        }
+    }
+
     #[test]
     fn the_file_is_emptied_only_when_everything_in_it_was_handled() {
         let dir = tempfile::tempdir().expect("temp dir");
