@@ -17,6 +17,8 @@ step cargo fmt --all -- --check
 step cargo clippy --all-targets -- -D warnings
 step cargo clippy --all-targets --features python -- -D warnings
 step cargo test
+# A fixed fuzzing budget for the decoder and the replay reader (proptest).
+step env PROPTEST_CASES=4096 cargo test --test decode_props
 step bash collector-config/check.sh
 if [ -f scripts/test-python.sh ]; then
     step bash scripts/test-python.sh

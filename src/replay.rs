@@ -77,7 +77,11 @@ pub fn parse_line(line: &str, capture_content: bool) -> std::result::Result<Opti
         let content: &[&str] = if capture_content { keys.content } else { &[] };
         for key in keys.always.iter().chain(content) {
             if let Some(raw) = raw_kwargs.get(*key) {
-                let value = serde_json::from_str(raw.get()).map_err(|e| format!("kwargs.{key}: {e}"))?;
+                // A value the parser refuses (nested past its limit) must not
+                // cost the record: the decoder sees a string where it wanted
+                // something else, repairs what it can and counts the problem.
+                let value = serde_json::from_str(raw.get())
+                    .unwrap_or_else(|e| Value::String(format!("unparseable value: {e}")));
                 kwargs.insert((*key).to_string(), value);
             }
         }

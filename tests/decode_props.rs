@@ -71,7 +71,10 @@ fn kwargs() -> impl Strategy<Value = Map<String, Value>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    // A fixed budget: PROPTEST_CASES (scripts/test.sh sets it), else 512.
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(512)
+    ))]
 
     #[test]
     fn arbitrary_kwargs_never_panic_and_apply_cleanly(

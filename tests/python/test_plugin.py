@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import uuid
 
 import hermes_otel
 import pytest
@@ -277,3 +278,61 @@ def test_errors_outside_hooks_are_hermes_otel_errors() -> None:
     assert issubclass(hermes_otel.HermesOtelError, Exception)
     with pytest.raises(hermes_otel.HermesOtelError):
         _native.Hook("transform_tool_result")
+
+
+def test_hostile_values_are_recorded_as_far_as_possible_never_negative() -> None:
+    """10 MB strings, 10,000-deep nesting, lone surrogates, NaN, inf and
+    negative counts: the hook returns None, the event lands with what could
+    be read, and no total goes negative."""
+    sid = f"hostile-{uuid.uuid4().hex[:8]}"
+    deep: list = []
+    for _ in range(10_000):
+        deep = [deep]
+    huge = "x" * (10 * 1024 * 1024)
+    start = _native.Hook("on_session_start")
+    post = _native.Hook("post_api_request")
+    tool = _native.Hook("post_tool_call")
+    assert start(session_id=sid, platform="cli\ud800", model=huge) is None
+    assert (
+        post(
+            session_id=sid,
+            api_request_id=f"{sid}:api:1",
+            model="gpt-4o",
+            usage={
+                "input_tokens": -100,
+                "output_tokens": float("inf"),
+                "cache_read_tokens": float("nan"),
+                "cache_write_tokens": "12",
+                "reasoning_tokens": deep,
+            },
+            api_duration=float("nan"),
+            response_model=huge,
+        )
+        is None
+    )
+    assert (
+        tool(
+            session_id=sid,
+            tool_call_id="c1",
+            tool_name="terminal",
+            result=huge,
+            args={"deep": deep},
+            duration_ms=-7,
+        )
+        is None
+    )
+    assert _native.flush(10.0)
+    rows = query(
+        "SELECT platform, length(model), input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,"
+        " cost_usd, llm_calls, tool_calls FROM runs WHERE session_id = ?",
+        sid,
+    )
+    assert len(rows) == 1
+    platform, model_len, inp, out, cache_read, cache_write, cost, llm_calls, tool_calls = rows[0]
+    assert platform.startswith("cli")  # the lone surrogate is replaced, not fatal
+    assert model_len <= 1024  # cut, not refused
+    assert (inp, cache_read, cache_write) == (0, 0, 12)
+    assert out >= 0 and cost >= 0
+    assert (llm_calls, tool_calls) == (1, 1)
+    latency = query("SELECT latency_s FROM tool_calls WHERE session_id = ?", sid)[0][0]
+    assert latency is None or latency >= 0
