@@ -167,6 +167,9 @@ pub struct BridgeConfig {
     pub store_retry_min: Duration,
     /// The longest wait between tries (the wait doubles up to this).
     pub store_retry_max: Duration,
+    /// The Hermes profile of this process (`ctx.profile_name`), recorded on
+    /// runs for per-profile budgets; `None` when unknown.
+    pub profile: Option<String>,
 }
 
 impl BridgeConfig {
@@ -184,6 +187,7 @@ impl BridgeConfig {
             warnings: Vec::new(),
             store_retry_min: DEFAULT_STORE_RETRY_MIN,
             store_retry_max: DEFAULT_STORE_RETRY_MAX,
+            profile: None,
         }
     }
 
@@ -233,15 +237,36 @@ pub enum Verdict {
     Context { text: String },
 }
 
-/// Decides verdicts for the gating hooks (`pre_llm_call`, `pre_tool_call`).
+/// Decides verdicts for the gating hooks (see [`is_gating`]).
 ///
 /// Called on the writer thread right after the batch holding the event
 /// committed, so it sees the store including that event. It must be quick
-/// and must not do I/O beyond reading the store: every hook queued behind
-/// it waits. Budgets implement this; until then [`NoGate`] says nothing.
+/// and must not do I/O beyond reading the store (and a rate-limited `stat`
+/// of its configuration): every hook queued behind it waits. Budgets
+/// implement this ([`crate::budget_gate::BudgetGate`]); [`NoGate`] says nothing.
 pub trait Gate: Send {
     /// The verdict for `event`, or `None` to let the call go ahead.
     fn verdict(&mut self, store: &Store, event: &HookEvent) -> Option<Verdict>;
+
+    /// A flag the gate keeps set while `pre_api_request` needs a verdict
+    /// (the budget gate: limits set, enforce mode). While it is clear that
+    /// hook returns once spooled, like the observe-only hooks. `None` (the
+    /// default): it never waits.
+    fn api_request_flag(&self) -> Option<Arc<AtomicBool>> {
+        None
+    }
+}
+
+/// Whether `hook` waits for its commit and gets a verdict: `pre_llm_call`
+/// and `pre_tool_call`, whose return values Hermes uses, and
+/// `pre_api_request`, where the budget gate decides whether the
+/// `llm_execution` middleware stops the call (its verdict goes through the
+/// gate's own handle; Hermes ignores this hook's return value).
+pub fn is_gating(hook: &Hook) -> bool {
+    matches!(
+        hook,
+        Hook::PreLlmCall(_) | Hook::PreToolCall(_) | Hook::PreApiRequest(_)
+    )
 }
 
 /// The gate that never objects.
@@ -347,6 +372,8 @@ struct Running {
     /// Models the host was asked about: priced, or when it last had none.
     host_asked: Mutex<HashMap<String, HostAsk>>,
     exporter: Mutex<ExporterSlot>,
+    /// The gate's [`Gate::api_request_flag`].
+    api_gate: Option<Arc<AtomicBool>>,
 }
 
 enum HostAsk {
@@ -518,6 +545,7 @@ impl Bridge {
             // The store fault below says it all.
             Err(_) => {}
         }
+        let api_gate = gate.api_request_flag();
         let mut writer = Writer {
             store: None,
             gate,
@@ -552,6 +580,7 @@ impl Bridge {
             prices,
             host_asked: Mutex::new(HashMap::new()),
             exporter: Mutex::new(ExporterSlot::NotStarted(None)),
+            api_gate,
         })
     }
 
@@ -619,7 +648,10 @@ impl Bridge {
             },
             _ => false,
         };
-        let gating = matches!(event.hook, Hook::PreLlmCall(_) | Hook::PreToolCall(_));
+        let gating = match &event.hook {
+            Hook::PreApiRequest(_) => run.api_gate.as_ref().is_some_and(|f| f.load(Ordering::Relaxed)),
+            hook => is_gating(hook),
+        };
         // A store closed by a fault commits nothing until the writer
         // reopens it: waiting would only add the bound to every hook.
         let wait = if (spooled && !gating) || shared.store_down.load(Ordering::Acquire) {
@@ -906,6 +938,7 @@ struct Writer {
 fn open_store(config: &BridgeConfig, prices: &PriceTable) -> Result<Store> {
     let mut store = Store::open_dir(&config.store_dir)?;
     store.set_prices(prices.clone());
+    store.set_profile(config.profile.clone());
     Ok(store)
 }
 
@@ -1101,9 +1134,7 @@ impl Writer {
             self.handled += u64::from(p.spooled);
             let Some(ticket) = p.ticket else { continue };
             let outcome = match &self.store {
-                Some(store) if ok && matches!(p.event.hook, Hook::PreLlmCall(_) | Hook::PreToolCall(_)) => {
-                    Outcome::Committed(self.gate.verdict(store, &p.event))
-                }
+                Some(store) if ok && is_gating(&p.event.hook) => Outcome::Committed(self.gate.verdict(store, &p.event)),
                 _ if ok => Outcome::Committed(None),
                 _ => Outcome::Failed,
             };

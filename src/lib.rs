@@ -8,6 +8,8 @@
 //! the binding lives behind the `python` feature.
 
 pub mod bridge;
+pub mod budget;
+pub mod budget_gate;
 pub mod cli;
 pub mod config;
 pub mod content;

@@ -25,6 +25,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
 
 use crate::bridge::{self, Bridge, BridgeConfig, BudgetMode, Outcome, Verdict};
+use crate::budget_gate::{BudgetGate, BudgetHandle};
 use crate::export_task;
 use crate::hook::{self, decode, Decoded, HookKeys, HOOK_NAMES};
 use crate::pricing::ModelPrice;
@@ -59,6 +60,13 @@ const ERROR: i32 = 40;
 /// The process's bridge, started on first use.
 static BRIDGE: OnceLock<Bridge> = OnceLock::new();
 
+/// The Hermes profile of this process, given by `register` before the
+/// bridge starts.
+static PROFILE: OnceLock<String> = OnceLock::new();
+
+/// The budget gate's handle: LLM calls to stop, cron jobs to pause.
+static BUDGET: OnceLock<BudgetHandle> = OnceLock::new();
+
 /// The last top-level session a turn started in, for `/otel` when Hermes
 /// does not say which session it is in.
 static LAST_SESSION: Mutex<Option<String>> = Mutex::new(None);
@@ -69,7 +77,15 @@ fn bridge(py: Python<'_>) -> &'static Bridge {
     }
     // Opening the store is file I/O: do it without the GIL. A second
     // thread arriving meanwhile waits on the OnceLock, not on Python.
-    let b = py.detach(|| BRIDGE.get_or_init(|| Bridge::start(BridgeConfig::from_env())));
+    let b = py.detach(|| {
+        BRIDGE.get_or_init(|| {
+            let mut config = BridgeConfig::from_env();
+            config.profile = PROFILE.get().cloned();
+            let gate = BudgetGate::for_store_dir(&config.store_dir);
+            let _ = BUDGET.set(gate.handle());
+            Bridge::start_with_gate(config, Box::new(gate))
+        })
+    });
     // The export thread starts lazily, on the first hook (start_exporter).
     static EXPORTER_FACTORY: std::sync::Once = std::sync::Once::new();
     EXPORTER_FACTORY.call_once(|| b.set_exporter_factory(Box::new(export_task::factory)));
@@ -202,6 +218,9 @@ impl Hook {
             );
         }
         log_messages(py, bridge);
+        if matches!(name, "pre_llm_call" | "pre_tool_call" | "pre_api_request") {
+            budget_actions(py);
+        }
         outcome.verdict().map(|v| verdict_dict(py, v))
     }
 }
@@ -457,11 +476,68 @@ fn log(py: Python<'_>, level: i32, event: &'static str, text: String) {
         .and_then(|logger| logger.call_method1("log", (level, line)));
 }
 
+/// Pauses the cron jobs the budget gate asked for, through
+/// `hermes_otel._budget.pause_cron_job` (which never raises), and logs the
+/// gate's messages.
+fn budget_actions(py: Python<'_>) {
+    let Some(handle) = BUDGET.get() else { return };
+    for text in handle.take_messages() {
+        log(py, WARNING, "Budget.Problem", text);
+    }
+    for pause in handle.take_pauses() {
+        let done = py
+            .import("hermes_otel._budget")
+            .and_then(|m| m.getattr("pause_cron_job")?.call1((&pause.job_id, &pause.reason)))
+            .and_then(|r| r.extract::<bool>());
+        match done {
+            Ok(true) => log(
+                py,
+                WARNING,
+                "Budget.CronPaused",
+                format!("cron job {} paused: {}", pause.job_id, pause.reason),
+            ),
+            Ok(false) => log(
+                py,
+                WARNING,
+                "Budget.CronPauseFailed",
+                format!("cron job {} could not be paused", pause.job_id),
+            ),
+            Err(e) => log(
+                py,
+                WARNING,
+                "Budget.CronPauseFailed",
+                format!("cron job {} could not be paused: {e}", pause.job_id),
+            ),
+        }
+    }
+}
+
+/// For the `llm_execution` middleware: the stand-in text when the LLM call
+/// `api_request_id` must be stopped (a budget in hard breach, enforce
+/// mode, decided at its `pre_api_request`), else `None`. Never raises.
+#[pyfunction]
+#[pyo3(signature = (api_request_id = None))]
+fn llm_stop(api_request_id: Option<&str>) -> Option<String> {
+    let id = api_request_id?;
+    catch_unwind(AssertUnwindSafe(|| BUDGET.get().and_then(|h| h.take_stop(id)))).unwrap_or(None)
+}
+
+/// The `model` of the stand-in response of a stopped LLM call.
+#[pyfunction]
+fn blocked_model() -> &'static str {
+    crate::budget::BLOCKED_MODEL
+}
+
 /// Starts the bridge (opening the store) and returns why it is disabled or
 /// what store trouble it is riding out (it retries by itself), or `None`
-/// when all is well. Logs that reason once.
+/// when all is well. Logs that reason once. `profile` is Hermes's
+/// `ctx.profile_name`, recorded on runs for per-profile budgets.
 #[pyfunction]
-fn start(py: Python<'_>) -> Option<String> {
+#[pyo3(signature = (profile = None))]
+fn start(py: Python<'_>, profile: Option<String>) -> Option<String> {
+    if let Some(p) = profile.filter(|p| !p.is_empty()) {
+        let _ = PROFILE.set(p);
+    }
     catch_unwind(AssertUnwindSafe(|| {
         let b = bridge(py);
         b.disabled_reason().map(str::to_string).or_else(|| b.store_problem())
@@ -569,6 +645,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<Hook>()?;
     m.add_function(wrap_pyfunction!(start, m)?)?;
+    m.add_function(wrap_pyfunction!(llm_stop, m)?)?;
+    m.add_function(wrap_pyfunction!(blocked_model, m)?)?;
     m.add_function(wrap_pyfunction!(hook_names, m)?)?;
     m.add_function(wrap_pyfunction!(budget_mode, m)?)?;
     m.add_function(wrap_pyfunction!(flush, m)?)?;

@@ -25,9 +25,15 @@ _EXIT_FLUSH_SECONDS = 2.0
 
 def register(ctx: Any) -> None:
     """Register the hooks, ``hermes otel ...`` and ``/otel`` with Hermes."""
-    _native.start()
+    _native.start(_profile_name(ctx))
     for name in _native.hook_names():
         ctx.register_hook(name, _native.Hook(name))
+    if _native.budget_mode() == "enforce" and hasattr(ctx, "register_middleware"):
+        # Stops the LLM calls of a session whose budget is exhausted (hooks
+        # can only observe a call; middleware can answer it instead).
+        from . import _budget
+
+        ctx.register_middleware("llm_execution", _budget.llm_execution)
     ctx.register_cli_command(
         "otel",
         help="hermes-otel spend report and store status",
@@ -41,6 +47,16 @@ def register(ctx: Any) -> None:
         description="This session's cost and tokens, and today's spend (hermes-otel)",
     )
     atexit.register(_native.flush, _EXIT_FLUSH_SECONDS)
+
+
+def _profile_name(ctx: Any) -> str | None:
+    # Hermes's active profile, for per-profile budgets; the property falls
+    # back to "default" itself, but guard against older contexts.
+    try:
+        name = getattr(ctx, "profile_name", None)
+    except Exception:
+        return None
+    return name if isinstance(name, str) else None
 
 
 def _setup_cli(parser: argparse.ArgumentParser) -> None:

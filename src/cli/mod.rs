@@ -3,6 +3,7 @@
 //! Owns: argument parsing and printing. The same entry point serves the
 //! Rust binary and the `hermes-otel` script the Python wheel installs.
 
+mod budget;
 mod export;
 mod metrics_status;
 mod report;
@@ -61,6 +62,11 @@ enum Command {
     Serve(export::ServeArgs),
     /// Re-send every finished span since a time, with the same ids as before.
     Export(export::ExportArgs),
+    /// Budgets: set limits, list spend and verdicts, forecast.
+    Budget {
+        #[command(subcommand)]
+        command: budget::BudgetCommand,
+    },
 }
 
 /// Runs the CLI with `args` (including the program name) and returns the
@@ -128,6 +134,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         }
         Command::Serve(args) => export::serve(&config::store_dir(cli.home).value, &args),
         Command::Export(args) => export::export(&config::store_dir(cli.home).value, &args),
+        Command::Budget { command } => budget::run(&config::store_dir(cli.home).value, &command),
         Command::Status { json } => {
             let home = config::store_dir(cli.home);
             match Store::open_dir(&home.value) {

@@ -5,6 +5,7 @@
 
 use rusqlite::{params, OptionalExtension, Transaction};
 
+use super::budget::{self, RecordedCall};
 use super::outbox::{self, SpanKind};
 use super::Store;
 use crate::error::Result;
@@ -45,7 +46,7 @@ impl Store {
     /// Applies one decoded hook event in one transaction.
     pub fn apply(&mut self, event: &HookEvent, ctx: &EventContext) -> Result<Applied> {
         let tx = self.conn.transaction()?;
-        let applied = apply_in(&tx, &self.prices, event, ctx)?;
+        let applied = apply_in(&tx, &self.prices, self.profile.as_deref(), event, ctx)?;
         tx.commit()?;
         Ok(applied)
     }
@@ -59,7 +60,7 @@ impl Store {
         let tx = self.conn.transaction()?;
         let mut out = Vec::new();
         for (event, ctx) in events {
-            out.push(apply_in(&tx, &self.prices, event, ctx)?);
+            out.push(apply_in(&tx, &self.prices, self.profile.as_deref(), event, ctx)?);
         }
         tx.commit()?;
         Ok(out)
@@ -94,6 +95,7 @@ impl Store {
 fn apply_in(
     tx: &Transaction<'_>,
     prices: &crate::pricing::PriceTable,
+    profile: Option<&str>,
     event: &HookEvent,
     ctx: &EventContext,
 ) -> Result<Applied> {
@@ -173,6 +175,7 @@ fn apply_in(
                 "UPDATE runs SET turns = turns + ?2, status = ?3, ended_at = NULL WHERE session_id = ?1",
             )?
             .execute(params![e.session_id, new_turn as i64, RUNNING])?;
+            budget::note_profile(tx, &e.session_id, profile)?;
         }
         Hook::PreApiRequest(e) => {
             let a = &e.api;
@@ -205,9 +208,17 @@ fn apply_in(
                 a.started_at,
                 at
             ])?;
+            budget::note_profile(tx, &a.session_id, profile)?;
+            budget::on_pre_api_request(tx, prices, e, at)?;
         }
-        Hook::PostApiRequest(e) => apply_llm_call(tx, prices, e, at)?,
-        Hook::ApiRequestError(e) => apply_api_error(tx, e, at)?,
+        Hook::PostApiRequest(e) => {
+            let call = apply_llm_call(tx, prices, e, at)?;
+            budget::on_post_api_request(tx, e, call, at)?;
+        }
+        Hook::ApiRequestError(e) => {
+            apply_api_error(tx, e, at)?;
+            budget::on_api_request_error(tx, e, at)?;
+        }
         Hook::PreToolCall(e) => {
             let t = &e.tool;
             touch_run(tx, &t.session_id, at, None, None, None, None)?;
@@ -379,12 +390,15 @@ pub fn cron_job_id(session_id: &str) -> Option<String> {
     (digits(date, 8) && digits(time, 6) && !job.is_empty()).then(|| job.to_string())
 }
 
-fn apply_llm_call(
+/// Records a successful LLM call; returns it when it is new. A call the
+/// budget middleware stopped (its stand-in response names
+/// [`crate::budget::BLOCKED_MODEL`]) reached no provider: it is no LLM call.
+fn apply_llm_call<'e>(
     tx: &Transaction<'_>,
     prices: &crate::pricing::PriceTable,
-    e: &PostApiRequest,
+    e: &'e PostApiRequest,
     at: f64,
-) -> Result<()> {
+) -> Result<Option<RecordedCall<'e>>> {
     let a = &e.api;
     touch_run(
         tx,
@@ -395,6 +409,9 @@ fn apply_llm_call(
         a.provider.as_deref(),
         a.base_url.as_deref(),
     )?;
+    if e.response_model.as_deref() == Some(crate::budget::BLOCKED_MODEL) {
+        return Ok(None);
+    }
     let request: Option<(Option<i64>, f64, i64)> = tx
         .prepare_cached(
             "SELECT approx_input_tokens, attempt_started_at, attempts FROM api_requests WHERE api_request_id = ?1",
@@ -480,8 +497,15 @@ fn apply_llm_call(
             estimated as i64,
             unpriced as i64
         ])?;
+        return Ok(Some(RecordedCall {
+            model,
+            cost_usd: cost.usd,
+            source: cost.source,
+            estimated,
+            ended_at,
+        }));
     }
-    Ok(())
+    Ok(None)
 }
 
 fn apply_api_error(tx: &Transaction<'_>, e: &ApiRequestError, at: f64) -> Result<()> {

@@ -25,6 +25,7 @@
 //!   turns auto-checkpointing off and [`Store::checkpoint`] is called from a
 //!   background path instead.
 
+mod budget;
 mod content;
 mod ledger;
 mod metrics;
@@ -32,6 +33,7 @@ mod outbox;
 mod report;
 mod session_view;
 
+pub use budget::{AlertRow, RecordedCall, RESERVATION_TTL_SECONDS};
 pub use content::ContentKind;
 pub use ledger::{Applied, EventContext, ABANDONED, ERROR, INTERRUPTED, OK, RUNNING};
 pub use metrics::{
@@ -62,6 +64,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0002_outbox.sql"),
     include_str!("migrations/0003_metrics.sql"),
     include_str!("migrations/0005_content.sql"),
+    include_str!("migrations/0006_budget.sql"),
 ];
 
 /// The schema version this build writes.
@@ -99,6 +102,9 @@ pub struct Store {
     conn: Connection,
     path: PathBuf,
     prices: PriceTable,
+    /// The Hermes profile of the process applying events, recorded on runs
+    /// that have none (per-profile budgets).
+    profile: Option<String>,
 }
 
 impl std::fmt::Debug for Store {
@@ -136,6 +142,7 @@ impl Store {
             conn,
             path: path.to_path_buf(),
             prices: PriceTable::default(),
+            profile: None,
         };
         store.migrate()?;
         Ok(store)
@@ -156,6 +163,12 @@ impl Store {
     /// Sets the prices used for the costs of calls applied from now on.
     pub fn set_prices(&mut self, prices: PriceTable) {
         self.prices = prices;
+    }
+
+    /// Sets the Hermes profile recorded on runs this store applies events
+    /// of (the binding's `ctx.profile_name`).
+    pub fn set_profile(&mut self, profile: Option<String>) {
+        self.profile = profile.filter(|p| !p.is_empty());
     }
 
     /// The prices in use.

@@ -1,0 +1,97 @@
+"""Budget enforcement on the Hermes side: the ``llm_execution`` middleware
+that stops an LLM call with a stand-in response, and the cron pause.
+
+The decisions are made in Rust (the budget gate, at ``pre_api_request`` and
+the other gating hooks); this module only turns them into what Hermes
+understands. Everything here fails open: an error lets the call go ahead.
+"""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace as _NS
+from typing import Any
+
+from . import _native
+
+#: The ``model`` of a stand-in response; ``post_api_request`` reports it as
+#: ``response_model`` and the ledger records no LLM call for it.
+BLOCKED_MODEL = _native.blocked_model()
+
+
+def llm_execution(*, next_call: Any, **kwargs: Any) -> Any:
+    """``llm_execution`` middleware: the provider call, or a stand-in response
+    when the budget gate stopped this ``api_request_id``.
+
+    Never returns ``None`` (Hermes would retry it as an invalid response).
+    Raising before ``next_call`` makes Hermes log it and make the call
+    anyway, which is the fail-open we want."""
+    message = _native.llm_stop(kwargs.get("api_request_id"))
+    if message is None:
+        return next_call()
+    return stand_in(kwargs.get("api_mode"), message)
+
+
+def stand_in(api_mode: str | None, text: str) -> Any:
+    """A response of the provider's shape for ``api_mode``, with ``text`` as the
+    assistant's answer, no tool calls, no usage and ``model`` BLOCKED_MODEL."""
+    rid = f"hermes-otel-blocked-{int(time.time() * 1000)}"
+    if api_mode == "anthropic_messages":
+        return _NS(
+            id=rid,
+            type="message",
+            role="assistant",
+            model=BLOCKED_MODEL,
+            content=[_NS(type="text", text=text)],
+            stop_reason="end_turn",
+            stop_sequence=None,
+            usage=None,
+        )
+    if api_mode == "codex_responses":
+        item = _NS(
+            type="message",
+            id=rid + "-msg",
+            role="assistant",
+            status="completed",
+            content=[_NS(type="output_text", text=text, annotations=[])],
+        )
+        return _NS(
+            id=rid,
+            object="response",
+            model=BLOCKED_MODEL,
+            status="completed",
+            output=[item],
+            output_text=text,
+            usage=None,
+            error=None,
+            incomplete_details=None,
+        )
+    # chat_completions (verified against Hermes 0.19.0), and bedrock_converse,
+    # which also accepts a namespace with non-empty ``choices``.
+    message = _NS(
+        role="assistant",
+        content=text,
+        tool_calls=None,
+        reasoning=None,
+        reasoning_content=None,
+        refusal=None,
+    )
+    return _NS(
+        id=rid,
+        object="chat.completion",
+        created=int(time.time()),
+        model=BLOCKED_MODEL,
+        usage=None,
+        choices=[_NS(index=0, message=message, finish_reason="stop")],
+    )
+
+
+def pause_cron_job(job_id: str, reason: str) -> bool:
+    """Pause a cron job through Hermes (``cron.jobs.pause_job``). Returns whether
+    Hermes found and paused it; never raises."""
+    try:
+        from cron import jobs  # Hermes's own module; absent outside Hermes.
+
+        return jobs.pause_job(job_id, reason=reason) is not None
+    except Exception:
+        return False

@@ -1,0 +1,375 @@
+//! The budget gate: budget verdicts for the gating hooks, on the bridge's
+//! writer thread.
+//!
+//! Owns: reloading `budgets.toml` when it changes (one `stat` at most every
+//! [`RELOAD_INTERVAL`], never a restart), reading the spend snapshot of the
+//! session's budgets from the store, and turning [`crate::budget::assess`]
+//! into what Hermes sees:
+//!
+//! - `pre_llm_call`: `{"context": ...}` with the soft and hard notices (once
+//!   per scope id, window and period, across processes) and pending alerts
+//!   (free→paid, model unavailable; each shown once);
+//! - `pre_tool_call` (enforce): `{"action": "block", ...}` while any budget
+//!   of the session is in hard breach;
+//! - `pre_api_request` (enforce): no return value (Hermes ignores it), but
+//!   the call's id is left in [`BudgetHandle::take_stop`] for the
+//!   `llm_execution` middleware, which answers with a stand-in response
+//!   instead of calling the provider;
+//! - any of them (enforce): a hard breach of a cron job's budget leaves one
+//!   [`CronPause`] per window in [`BudgetHandle::take_pauses`] for the binding
+//!   to call `cron.jobs.pause_job`.
+//!
+//! Must not touch: Python, the network. Every read is bounded (see
+//! `store/budget.rs`), so a verdict costs the same whatever the store's size.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::bridge::{BudgetMode, Gate, Verdict};
+use crate::budget::{self, alert, verdict, BudgetConfig, BudgetState, Level, Scope};
+use crate::hook::{Hook, HookEvent};
+use crate::store::Store;
+
+/// How often the gate looks at the budget file's modification time.
+pub const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Most stop decisions kept for the middleware; the oldest go first (a
+/// stop is taken within milliseconds of being made, or never).
+const MAX_STOPS: usize = 1024;
+
+/// Most pending alerts shown in one `pre_llm_call`.
+const MAX_ALERTS_PER_TURN: usize = 5;
+
+/// A cron job the binding should pause.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CronPause {
+    pub job_id: String,
+    pub reason: String,
+}
+
+#[derive(Default)]
+struct Shared {
+    /// Set while budgets are set in enforce mode: `pre_api_request` then
+    /// waits for its verdict (see `Gate::api_request_flag`).
+    armed: Arc<AtomicBool>,
+    stops: Mutex<(HashMap<String, String>, VecDeque<String>)>,
+    pauses: Mutex<Vec<CronPause>>,
+    messages: Mutex<Vec<String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What the binding asks the gate for outside the hook return values.
+/// Cheap to clone; every method is a short lock, no store access.
+#[derive(Clone, Default)]
+pub struct BudgetHandle(Arc<Shared>);
+
+impl std::fmt::Debug for BudgetHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BudgetHandle")
+    }
+}
+
+impl BudgetHandle {
+    /// The stand-in text if the LLM call `api_request_id` must be stopped
+    /// (decided at its `pre_api_request`); taken once.
+    pub fn take_stop(&self, api_request_id: &str) -> Option<String> {
+        let mut stops = lock(&self.0.stops);
+        let text = stops.0.remove(api_request_id)?;
+        stops.1.retain(|id| id != api_request_id);
+        Some(text)
+    }
+
+    /// Cron jobs to pause now.
+    pub fn take_pauses(&self) -> Vec<CronPause> {
+        std::mem::take(&mut *lock(&self.0.pauses))
+    }
+
+    /// Problems to log (a budget file that does not parse).
+    pub fn take_messages(&self) -> Vec<String> {
+        std::mem::take(&mut *lock(&self.0.messages))
+    }
+
+    fn stop(&self, api_request_id: &str, text: String) {
+        let mut stops = lock(&self.0.stops);
+        if stops.0.insert(api_request_id.to_string(), text).is_none() {
+            stops.1.push_back(api_request_id.to_string());
+        }
+        while stops.1.len() > MAX_STOPS {
+            if let Some(old) = stops.1.pop_front() {
+                stops.0.remove(&old);
+            }
+        }
+    }
+}
+
+/// The [`Gate`] that enforces `budgets.toml`.
+pub struct BudgetGate {
+    path: PathBuf,
+    /// `HERMES_OTEL_BUDGET_MODE`, which wins over the file's `mode`.
+    env_mode: Option<BudgetMode>,
+    cfg: BudgetConfig,
+    /// The file's (mtime, len) when loaded; `None` when it did not exist.
+    loaded: Option<(SystemTime, u64)>,
+    next_check: Instant,
+    /// The configured zone once its per-period totals are kept in the store
+    /// (see `Store::ensure_budget_zone`); until then spends are summed from
+    /// the buckets, which is exact too, only slower.
+    zone: Option<String>,
+    /// When to try registering the zone again after a failure.
+    next_zone_try: Instant,
+    handle: BudgetHandle,
+    /// The clock, replaceable in tests.
+    clock: fn() -> f64,
+}
+
+impl std::fmt::Debug for BudgetGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BudgetGate").field("path", &self.path).finish()
+    }
+}
+
+impl BudgetGate {
+    /// A gate for the budget file `path`; `env_mode` overrides its `mode`.
+    pub fn new(path: PathBuf, env_mode: Option<BudgetMode>) -> Self {
+        let mut gate = BudgetGate {
+            path,
+            env_mode,
+            cfg: BudgetConfig::default(),
+            loaded: None,
+            next_check: Instant::now(),
+            zone: None,
+            next_zone_try: Instant::now(),
+            handle: BudgetHandle::default(),
+            clock: crate::bridge::unix_now,
+        };
+        gate.reload_if_changed(true);
+        gate
+    }
+
+    /// The gate for a bridge: the file in its store directory, and the mode
+    /// from `HERMES_OTEL_BUDGET_MODE` when that is set.
+    pub fn for_store_dir(store_dir: &std::path::Path) -> Self {
+        let env_mode = std::env::var(crate::bridge::env::BUDGET_MODE)
+            .ok()
+            .and_then(|v| BudgetMode::parse(&v));
+        Self::new(store_dir.join(budget::BUDGETS_FILE_NAME), env_mode)
+    }
+
+    /// Uses `clock` (Unix seconds) instead of the system clock.
+    pub fn with_clock(mut self, clock: fn() -> f64) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The handle the binding keeps.
+    pub fn handle(&self) -> BudgetHandle {
+        self.handle.clone()
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &BudgetConfig {
+        &self.cfg
+    }
+
+    /// The mode in force: the environment's, else the file's, else enforce.
+    pub fn mode(&self) -> BudgetMode {
+        self.env_mode.unwrap_or(self.cfg.mode)
+    }
+
+    /// Reloads the file if its modification time or size changed; at most
+    /// once per [`RELOAD_INTERVAL`] unless `force`. A file that does not
+    /// parse keeps the previous configuration and is reported once per change.
+    pub fn reload_if_changed(&mut self, force: bool) {
+        let now = Instant::now();
+        if !force && now < self.next_check {
+            return;
+        }
+        self.next_check = now + RELOAD_INTERVAL;
+        let seen = std::fs::metadata(&self.path)
+            .ok()
+            .map(|m| (m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len()));
+        if seen == self.loaded && !force {
+            return;
+        }
+        self.loaded = seen;
+        match BudgetConfig::load(&self.path) {
+            Ok(cfg) => self.cfg = cfg,
+            Err(e) => lock(&self.handle.0.messages).push(format!("budget file ignored, previous limits kept: {e}")),
+        }
+        self.zone = None;
+        self.next_zone_try = now;
+        let armed = self.mode() == BudgetMode::Enforce && !self.cfg.is_empty();
+        self.handle.0.armed.store(armed, Ordering::Relaxed);
+    }
+
+    /// Registers the configured zone's per-period totals once per load.
+    fn ensure_zone(&mut self, store: &Store, now: f64) {
+        if self.zone.is_some() || self.cfg.is_empty() || Instant::now() < self.next_zone_try {
+            return;
+        }
+        self.next_zone_try = Instant::now() + RELOAD_INTERVAL;
+        let Some(name) = self.cfg.tz.iana_name().map(str::to_string) else {
+            return;
+        };
+        match store.ensure_budget_zone(&name, now) {
+            Ok(true) => self.zone = Some(name),
+            Ok(false) => {}
+            Err(e) => lock(&self.handle.0.messages).push(format!("budget zone {name} not registered yet: {e}")),
+        }
+    }
+
+    /// The state of every budget of `session` (calling `model`) now.
+    fn states(
+        &self,
+        store: &Store,
+        session: &str,
+        model: Option<&str>,
+        now: f64,
+        exclude: Option<&str>,
+    ) -> crate::Result<Vec<BudgetState>> {
+        store.read_snapshot(|st| self.states_in(st, session, model, now, exclude))
+    }
+
+    /// [`BudgetGate::states`] inside a snapshot the caller holds.
+    fn states_in(
+        &self,
+        store: &Store,
+        session: &str,
+        model: Option<&str>,
+        now: f64,
+        exclude: Option<&str>,
+    ) -> crate::Result<Vec<BudgetState>> {
+        let keys = store.budget_scope_keys(session, model)?;
+        match &self.zone {
+            Some(zone) => store.budget_states_in_zone(&self.cfg, &keys, now, exclude, zone),
+            None => store.budget_states_for(&self.cfg, &keys, now, exclude),
+        }
+    }
+
+    fn decide(&mut self, store: &Store, event: &HookEvent) -> crate::Result<Option<Verdict>> {
+        self.reload_if_changed(false);
+        let now = (self.clock)();
+        self.ensure_zone(store, now);
+        let enforce = self.mode() == BudgetMode::Enforce;
+        match &event.hook {
+            Hook::PreLlmCall(e) => {
+                let mut texts = Vec::new();
+                // One snapshot for the budgets and the pending alerts.
+                let (states, pending) = store.read_snapshot(|st| {
+                    let states = if self.cfg.is_empty() {
+                        Vec::new()
+                    } else {
+                        self.states_in(st, &e.session_id, e.model.as_deref(), now, None)?
+                    };
+                    Ok((states, st.pending_alerts(MAX_ALERTS_PER_TURN)?))
+                })?;
+                if !self.cfg.is_empty() {
+                    for s in states.iter().filter(|s| s.level >= Level::Soft) {
+                        let (kind, v) = if s.level == Level::Hard {
+                            (alert::BUDGET_HARD, verdict::HARD)
+                        } else {
+                            (alert::BUDGET_SOFT, verdict::SOFT)
+                        };
+                        let text = budget::notice_text(s, self.mode(), &self.cfg.tz);
+                        let key = format!("{}|{}|{}|{}", s.budget.scope, s.budget.id, s.budget.window, s.period);
+                        if store.raise_alert_delivered(kind, &key, &text, now, &e.session_id)? {
+                            store.count_budget_verdict(v, s, now)?;
+                            texts.push(text);
+                        }
+                    }
+                    if enforce {
+                        self.pause_cron(store, &states, now, &e.session_id)?;
+                    }
+                }
+                for (kind, key, text) in pending {
+                    if store.deliver_alert(&kind, &key, now, &e.session_id)? {
+                        texts.push(text);
+                    }
+                }
+                Ok((!texts.is_empty()).then(|| Verdict::Context {
+                    text: texts.join("\n\n"),
+                }))
+            }
+            Hook::PreToolCall(e) if enforce && !self.cfg.is_empty() => {
+                let session = &e.tool.session_id;
+                let states = self.states(store, session, None, now, None)?;
+                self.pause_cron(store, &states, now, session)?;
+                match states.iter().find(|s| s.level == Level::Hard) {
+                    Some(s) => {
+                        store.count_budget_verdict(verdict::BLOCKED, s, now)?;
+                        Ok(Some(Verdict::Block {
+                            message: budget::block_text(s, &self.cfg.tz),
+                        }))
+                    }
+                    None => Ok(None),
+                }
+            }
+            Hook::PreApiRequest(e) if enforce && !self.cfg.is_empty() => {
+                let a = &e.api;
+                // The call's own reservation is not held against it: a call
+                // starts while the spend before it is under the limit.
+                let states = self.states(store, &a.session_id, a.model.as_deref(), now, Some(&a.api_request_id))?;
+                self.pause_cron(store, &states, now, &a.session_id)?;
+                if let Some(s) = states.iter().find(|s| s.level == Level::Hard) {
+                    store.count_budget_verdict(verdict::BLOCKED, s, now)?;
+                    self.handle.stop(&a.api_request_id, budget::block_text(s, &self.cfg.tz));
+                }
+                Ok(None)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// A cron job's budget in hard breach pauses the job, once per window.
+    fn pause_cron(&self, store: &Store, states: &[BudgetState], now: f64, session: &str) -> crate::Result<()> {
+        for s in states
+            .iter()
+            .filter(|s| s.level == Level::Hard && s.budget.scope == Scope::CronJob)
+        {
+            if store.budget_claim_once("pause", s, now, session)? {
+                store.count_budget_verdict(verdict::PAUSED, s, now)?;
+                lock(&self.handle.0.pauses).push(CronPause {
+                    job_id: s.budget.id.clone(),
+                    reason: budget::pause_reason(s),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Gate for BudgetGate {
+    fn api_request_flag(&self) -> Option<Arc<AtomicBool>> {
+        Some(Arc::clone(&self.handle.0.armed))
+    }
+
+    fn verdict(&mut self, store: &Store, event: &HookEvent) -> Option<Verdict> {
+        match self.decide(store, event) {
+            Ok(v) => v,
+            Err(e) => {
+                // Fail open: a store error never blocks Hermes.
+                lock(&self.handle.0.messages).push(format!("budget verdict failed, call allowed: {e}"));
+                None
+            }
+        }
+    }
+}
+
+/// The budget gauges now (`hermes.budget.spend` and `hermes.budget.limit`,
+/// one pair per budget; see [`budget::BudgetGauge`]): loads the budget file
+/// of `store_dir` and reads every budget's spend (global, overrides, and each
+/// id that spent under a default). For the metrics exporter, off the hook
+/// path; each gauge maps onto `metrics::BudgetReading` field for field.
+pub fn budget_gauges(store: &Store, store_dir: &std::path::Path, now: f64) -> crate::Result<Vec<budget::BudgetGauge>> {
+    let cfg = BudgetConfig::load(&store_dir.join(budget::BUDGETS_FILE_NAME))?;
+    if cfg.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(budget::gauges(&store.budget_states(&cfg, now)?))
+}

@@ -1,0 +1,569 @@
+//! Budgets end to end in Rust: hook events applied to a real store, the
+//! budget gate deciding on them, the budget file reloaded, and two OS
+//! processes spending against one limit.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use hermes_otel::bridge::{Bridge, BridgeConfig, Gate, Outcome, Verdict};
+use hermes_otel::budget::{Scope, BLOCKED_MODEL};
+use hermes_otel::budget_gate::BudgetGate;
+use hermes_otel::hook::{decode, DecodeOptions, Decoded, HookEvent};
+use hermes_otel::store::{EventContext, Store};
+use serde_json::{json, Value};
+
+fn event(hook: &str, at: f64, kwargs: Value) -> HookEvent {
+    let map = kwargs.as_object().expect("kwargs object").clone();
+    match decode(hook, &map, at, DecodeOptions::default()) {
+        Decoded::Event(e, _) => e,
+        other => panic!("{hook}: {other:?}"),
+    }
+}
+
+fn apply(store: &mut Store, e: &HookEvent) {
+    store.apply(e, &EventContext::default()).expect("apply");
+}
+
+/// gpt-4o is $2.50 per million input tokens in the built-in table: 10,000
+/// input tokens cost $0.025.
+const CALL_USD: f64 = 0.025;
+
+fn pre_llm(session: &str, turn: &str, at: f64, platform: &str, sender: &str) -> HookEvent {
+    event(
+        "pre_llm_call",
+        at,
+        json!({"session_id": session, "turn_id": turn, "model": "gpt-4o", "platform": platform, "sender_id": sender}),
+    )
+}
+
+fn pre_api(session: &str, id: &str, at: f64) -> HookEvent {
+    event(
+        "pre_api_request",
+        at,
+        json!({"session_id": session, "turn_id": format!("{session}:t"), "api_request_id": id, "model": "gpt-4o",
+               "platform": "cli", "approx_input_tokens": 10_000, "max_tokens": 0}),
+    )
+}
+
+fn post_api(session: &str, id: &str, at: f64, usage: bool) -> HookEvent {
+    let usage = if usage {
+        json!({"input_tokens": 10_000, "output_tokens": 0, "cache_read_tokens": 0, "cache_write_tokens": 0, "reasoning_tokens": 0})
+    } else {
+        Value::Null
+    };
+    event(
+        "post_api_request",
+        at,
+        json!({"session_id": session, "turn_id": format!("{session}:t"), "api_request_id": id, "model": "gpt-4o",
+               "platform": "cli", "api_duration": 0.5, "ended_at": at, "usage": usage, "assistant_content_chars": 0}),
+    )
+}
+
+fn pre_tool(session: &str, call: &str, at: f64) -> HookEvent {
+    event(
+        "pre_tool_call",
+        at,
+        json!({"session_id": session, "tool_call_id": call, "tool_name": "terminal"}),
+    )
+}
+
+fn write_budgets(dir: &Path, text: &str) -> PathBuf {
+    let path = dir.join("budgets.toml");
+    std::fs::write(&path, text).expect("write budgets");
+    path
+}
+
+static NOW: AtomicU64 = AtomicU64::new(0);
+
+fn set_now(t: f64) {
+    NOW.store(t.to_bits(), Ordering::SeqCst);
+}
+
+fn now() -> f64 {
+    f64::from_bits(NOW.load(Ordering::SeqCst))
+}
+
+fn ts(text: &str) -> f64 {
+    text.parse::<jiff::Timestamp>().expect("timestamp").as_second() as f64
+}
+
+fn context(v: Option<Verdict>) -> Option<String> {
+    match v {
+        Some(Verdict::Context { text }) => Some(text),
+        None => None,
+        other => panic!("expected a context, got {other:?}"),
+    }
+}
+
+/// Every scenario below that uses the fake clock runs in this one test,
+/// because the clock is a process-wide static.
+#[test]
+fn budgets_decide_with_a_clock() {
+    a_subagent_counts_toward_its_roots_cron_job_sender_and_profile();
+    soft_notice_once_then_tool_block_until_the_limit_is_raised();
+    the_window_rolls_over_at_local_midnight_in_a_non_utc_zone();
+    observe_mode_notices_but_never_blocks();
+    estimated_costs_are_flagged_and_can_soften_a_hard_verdict();
+    a_stopped_llm_call_and_a_paused_cron_job();
+}
+
+fn a_subagent_counts_toward_its_roots_cron_job_sender_and_profile() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut store = Store::open_dir(dir.path()).expect("open");
+    store.set_profile(Some("work".into()));
+    let t = ts("2026-11-30T12:00:00Z");
+    let root = "cron_3f9a1c2b7d10_20261130_120000";
+    apply(&mut store, &pre_llm(root, "r:t", t, "cron", "alice"));
+    apply(
+        &mut store,
+        &event(
+            "subagent_start",
+            t + 1.0,
+            json!({"parent_session_id": root, "child_session_id": "child", "parent_turn_id": "r:t"}),
+        ),
+    );
+    apply(&mut store, &post_api(root, "r:api:1", t + 2.0, true));
+    apply(&mut store, &post_api("child", "c:api:1", t + 3.0, true));
+    let day = (ts("2026-11-30T00:00:00Z") as i64, ts("2026-12-01T00:00:00Z") as i64);
+    let spend = |store: &Store, scope, id: &str| {
+        store
+            .budget_spend(scope, id, day.0, day.1, t + 10.0, None)
+            .expect("spend")
+            .settled_usd
+    };
+    for (scope, id) in [
+        (Scope::Global, ""),
+        (Scope::CronJob, "3f9a1c2b7d10"),
+        (Scope::Sender, "alice"),
+        (Scope::Profile, "work"),
+        (Scope::Model, "gpt-4o"),
+    ] {
+        let s = spend(&store, scope, id);
+        assert!((s - 2.0 * CALL_USD).abs() < 1e-12, "{scope} {id}: {s}");
+    }
+    // The same event applied again changes nothing.
+    apply(&mut store, &post_api("child", "c:api:1", t + 3.0, true));
+    assert!((spend(&store, Scope::Global, "") - 2.0 * CALL_USD).abs() < 1e-12);
+    // Outside the window: nothing.
+    let before = store
+        .budget_spend(Scope::Global, "", day.0 - 86_400, day.0, t, None)
+        .expect("spend");
+    assert_eq!(before.settled_usd, 0.0);
+}
+
+fn gate(dir: &Path) -> BudgetGate {
+    BudgetGate::new(dir.join("budgets.toml"), None).with_clock(now)
+}
+
+fn soft_notice_once_then_tool_block_until_the_limit_is_raised() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = write_budgets(dir.path(), "timezone = \"UTC\"\n[per_sender.default]\ndaily = 0.09\n");
+    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut gate = gate(dir.path());
+    let t = ts("2026-11-30T12:00:00Z");
+    set_now(t);
+    let s = "s-soft";
+    apply(&mut store, &pre_llm(s, "t0", t, "telegram", "bob"));
+    for n in 0..3 {
+        apply(&mut store, &post_api(s, &format!("a{n}"), t + n as f64, true));
+    }
+    // $0.075 of $0.09: past 80%, a notice once per period.
+    let first = context(gate.verdict(&store, &pre_llm(s, "t1", t + 5.0, "telegram", "bob"))).expect("notice");
+    assert!(first.contains("sender bob daily"), "{first}");
+    assert!(first.contains("$0.08 spent of $0.09"), "{first}");
+    assert_eq!(
+        context(gate.verdict(&store, &pre_llm(s, "t2", t + 6.0, "telegram", "bob"))),
+        None
+    );
+    assert_eq!(
+        gate.verdict(&store, &pre_tool(s, "c1", t + 6.0)),
+        None,
+        "soft does not block"
+    );
+    // Another process's gate (another writer) does not repeat it either.
+    let mut other = self::gate(dir.path());
+    assert_eq!(
+        context(other.verdict(&store, &pre_llm(s, "t3", t + 7.0, "telegram", "bob"))),
+        None
+    );
+    apply(&mut store, &post_api(s, "a3", t + 8.0, true));
+    // $0.10 of $0.09: hard. Every tool call is blocked, with the way out in the message.
+    for call in ["c2", "c3"] {
+        match gate.verdict(&store, &pre_tool(s, call, t + 9.0)) {
+            Some(Verdict::Block { message }) => {
+                assert!(
+                    message.contains("hermes-otel budget set sender bob daily <usd>"),
+                    "{message}"
+                );
+            }
+            other => panic!("expected a block, got {other:?}"),
+        }
+    }
+    let hard = context(gate.verdict(&store, &pre_llm(s, "t4", t + 9.0, "telegram", "bob"))).expect("hard notice");
+    assert!(hard.contains("is exhausted"), "{hard}");
+    // Other senders are not affected.
+    apply(&mut store, &pre_llm("s-carol", "tc", t, "telegram", "carol"));
+    assert_eq!(gate.verdict(&store, &pre_tool("s-carol", "c1", t + 9.0)), None);
+    // Raising the limit in the file lifts the block (hot reload, no restart).
+    std::fs::write(
+        &path,
+        "timezone = \"UTC\"\n[per_sender.default]\ndaily = 0.09\n[per_sender.overrides.bob]\ndaily = 1.0\n",
+    )
+    .expect("rewrite");
+    gate.reload_if_changed(true);
+    assert_eq!(gate.verdict(&store, &pre_tool(s, "c4", t + 10.0)), None);
+    let counts = store.budget_verdict_counts().expect("counts");
+    assert_eq!(counts, vec![("soft", 1), ("hard", 1), ("blocked", 2), ("paused", 0)]);
+}
+
+fn the_window_rolls_over_at_local_midnight_in_a_non_utc_zone() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_budgets(dir.path(), "timezone = \"Asia/Kolkata\"\n[global]\ndaily = 0.05\n");
+    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut gate = gate(dir.path());
+    // 23:50 in Kolkata (+05:30) is 18:20 UTC.
+    let before = ts("2026-11-30T18:20:00Z");
+    set_now(before);
+    let s = "s-roll";
+    apply(&mut store, &pre_llm(s, "t0", before, "cli", ""));
+    apply(&mut store, &post_api(s, "a0", before, true));
+    apply(&mut store, &post_api(s, "a1", before + 60.0, true));
+    assert!(matches!(
+        gate.verdict(&store, &pre_tool(s, "c0", before + 120.0)),
+        Some(Verdict::Block { .. })
+    ));
+    // 00:00 in Kolkata is 18:30 UTC: a new day, nothing spent in it.
+    set_now(ts("2026-11-30T18:30:00Z"));
+    assert_eq!(gate.verdict(&store, &pre_tool(s, "c1", now())), None);
+    // One second before local midnight the block still holds.
+    set_now(ts("2026-11-30T18:29:59Z"));
+    assert!(gate.verdict(&store, &pre_tool(s, "c2", now())).is_some());
+}
+
+fn observe_mode_notices_but_never_blocks() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_budgets(
+        dir.path(),
+        "mode = \"observe\"\ntimezone = \"UTC\"\n[global]\ndaily = 0.01\n",
+    );
+    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut gate = gate(dir.path());
+    let t = ts("2026-11-30T12:00:00Z");
+    set_now(t);
+    apply(&mut store, &pre_llm("s-obs", "t0", t, "cli", ""));
+    apply(&mut store, &post_api("s-obs", "a0", t, true));
+    assert_eq!(gate.verdict(&store, &pre_tool("s-obs", "c0", t)), None);
+    apply(&mut store, &pre_api("s-obs", "a1", t + 1.0));
+    assert_eq!(gate.verdict(&store, &pre_api("s-obs", "a1", t + 1.0)), None);
+    assert_eq!(gate.handle().take_stop("a1"), None);
+    let text = context(gate.verdict(&store, &pre_llm("s-obs", "t1", t + 2.0, "cli", ""))).expect("notice");
+    assert!(text.contains("observe mode"), "{text}");
+    // The environment's mode wins over the file's.
+    let mut enforced = BudgetGate::new(
+        dir.path().join("budgets.toml"),
+        Some(hermes_otel::bridge::BudgetMode::Enforce),
+    )
+    .with_clock(now);
+    assert!(enforced.verdict(&store, &pre_tool("s-obs", "c1", t)).is_some());
+}
+
+fn estimated_costs_are_flagged_and_can_soften_a_hard_verdict() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = write_budgets(dir.path(), "timezone = \"UTC\"\n[global]\ndaily = 0.03\n");
+    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut gate = gate(dir.path());
+    let t = ts("2026-11-30T12:00:00Z");
+    set_now(t);
+    let s = "s-est";
+    apply(&mut store, &pre_llm(s, "t0", t, "cli", ""));
+    apply(&mut store, &post_api(s, "a0", t, true));
+    // No usage: estimated from pre_api_request's approx_input_tokens.
+    apply(&mut store, &pre_api(s, "a1", t + 1.0));
+    apply(&mut store, &post_api(s, "a1", t + 2.0, false));
+    let day = (ts("2026-11-30T00:00:00Z") as i64, ts("2026-12-01T00:00:00Z") as i64);
+    let spend = store
+        .budget_spend(Scope::Global, "", day.0, day.1, t + 3.0, None)
+        .expect("spend");
+    assert!((spend.settled_usd - 2.0 * CALL_USD).abs() < 1e-12, "{spend:?}");
+    assert!((spend.estimated_usd - CALL_USD).abs() < 1e-12, "{spend:?}");
+    assert_eq!(spend.reserved_usd, 0.0, "settled at post_api_request");
+    assert!(gate.verdict(&store, &pre_tool(s, "c0", t + 3.0)).is_some(), "hard");
+    std::fs::write(
+        &path,
+        "timezone = \"UTC\"\nsoften_estimated = true\n[global]\ndaily = 0.03\n",
+    )
+    .expect("rewrite");
+    gate.reload_if_changed(true);
+    assert_eq!(gate.verdict(&store, &pre_tool(s, "c1", t + 3.0)), None, "softened");
+    let states = store.budget_states(gate.config(), t + 3.0).expect("states");
+    assert!(states[0].softened, "{states:?}");
+}
+
+fn a_stopped_llm_call_and_a_paused_cron_job() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_budgets(dir.path(), "timezone = \"UTC\"\n[per_cron_job.default]\ndaily = 0.02\n");
+    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut gate = gate(dir.path());
+    let handle = gate.handle();
+    let t = ts("2026-11-30T12:00:00Z");
+    set_now(t);
+    let s = "cron_0123456789ab_20261130_120000";
+    apply(&mut store, &pre_llm(s, "t0", t, "cron", ""));
+    apply(&mut store, &pre_api(s, "a0", t));
+    // Its own reservation does not stop the first call.
+    assert_eq!(gate.verdict(&store, &pre_api(s, "a0", t)), None);
+    assert_eq!(handle.take_stop("a0"), None);
+    apply(&mut store, &post_api(s, "a0", t + 1.0, true));
+    apply(&mut store, &pre_api(s, "a1", t + 2.0));
+    gate.verdict(&store, &pre_api(s, "a1", t + 2.0));
+    let text = handle.take_stop("a1").expect("stopped");
+    assert!(text.starts_with("BUDGET-EXCEEDED"), "{text}");
+    assert_eq!(handle.take_stop("a1"), None, "taken once");
+    let pauses = handle.take_pauses();
+    assert_eq!(pauses.len(), 1);
+    assert_eq!(pauses[0].job_id, "0123456789ab");
+    // The stand-in response is no LLM call and costs nothing.
+    let mut blocked = post_api(s, "a1", t + 3.0, false);
+    if let hermes_otel::hook::Hook::PostApiRequest(p) = &mut blocked.hook {
+        p.response_model = Some(BLOCKED_MODEL.into());
+    }
+    apply(&mut store, &blocked);
+    let calls: i64 = store.query_scalar("SELECT COUNT(*) FROM llm_calls").expect("count");
+    assert_eq!(calls, 1);
+    // Paused once per window, whichever gating hook sees the breach next.
+    gate.verdict(&store, &pre_tool(s, "c0", t + 4.0));
+    gate.verdict(&store, &pre_llm(s, "t1", t + 4.0, "cron", ""));
+    assert!(handle.take_pauses().is_empty());
+    // The next day it would pause again.
+    set_now(t + 86_400.0);
+    let s2 = "cron_0123456789ab_20261201_120000";
+    apply(&mut store, &pre_llm(s2, "t0", t + 86_400.0, "cron", ""));
+    apply(&mut store, &post_api(s2, "b0", t + 86_400.0, true));
+    apply(&mut store, &post_api(s2, "b1", t + 86_401.0, true));
+    gate.verdict(&store, &pre_tool(s2, "c0", t + 86_402.0));
+    assert_eq!(handle.take_pauses().len(), 1);
+}
+
+#[test]
+fn free_to_paid_and_unavailable_models_are_one_shot_alerts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut gate = BudgetGate::new(dir.path().join("budgets.toml"), None);
+    let t = hermes_otel::bridge::unix_now();
+    let call = |model: &str, id: &str, at: f64| {
+        event(
+            "post_api_request",
+            at,
+            json!({"session_id": "s", "api_request_id": id, "model": model, "ended_at": at,
+                   "usage": {"input_tokens": 1000, "output_tokens": 10}}),
+        )
+    };
+    apply(&mut store, &call("gpt-4o:free", "f0", t));
+    assert_eq!(context(gate.verdict(&store, &pre_llm("s", "t0", t, "cli", ""))), None);
+    apply(&mut store, &call("gpt-4o", "p0", t + 1.0));
+    let text = context(gate.verdict(&store, &pre_llm("s", "t1", t + 2.0, "cli", ""))).expect("alert");
+    assert!(text.contains("Model gpt-4o was free"), "{text}");
+    apply(&mut store, &call("gpt-4o", "p1", t + 3.0));
+    assert_eq!(
+        context(gate.verdict(&store, &pre_llm("s", "t2", t + 4.0, "cli", ""))),
+        None
+    );
+    // A model only ever seen paid never alerts.
+    apply(&mut store, &call("gpt-4o-mini", "m0", t + 5.0));
+    assert_eq!(
+        context(gate.verdict(&store, &pre_llm("s", "t3", t + 6.0, "cli", ""))),
+        None
+    );
+    // The recorded 404 (not retryable) of Hermes 0.19.0, twice.
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/model404.jsonl");
+    let mut stats = hermes_otel::replay::ReplayStats::default();
+    hermes_otel::replay::replay_file(&mut store, &fixture, DecodeOptions::default(), &mut stats).expect("replay");
+    let e = event(
+        "api_request_error",
+        t + 7.0,
+        json!({"session_id": "s", "api_request_id": "x", "model": "gone-model", "status_code": 404,
+               "retryable": false, "retry_count": 0}),
+    );
+    apply(&mut store, &e);
+    let e2 = event(
+        "api_request_error",
+        t + 8.0,
+        json!({"session_id": "s", "api_request_id": "y", "model": "gone-model", "status_code": 404,
+               "retryable": false, "retry_count": 0}),
+    );
+    apply(&mut store, &e2);
+    let text = context(gate.verdict(&store, &pre_llm("s", "t4", t + 9.0, "cli", ""))).expect("alert");
+    assert!(text.contains("gone-model is unavailable"), "{text}");
+    assert!(text.contains("Seen 2 times"), "{text}");
+    let counts = store.alert_counts().expect("counts");
+    assert_eq!(counts[0], ("free_to_paid", 1));
+    assert!(counts[1].1 >= 2, "the fixture's model and gone-model: {counts:?}");
+}
+
+#[test]
+fn a_store_with_a_ledger_gets_its_spend_rolled_up_on_upgrade() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("hermes-otel.db");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store/schema-v1.db"),
+        &path,
+    )
+    .expect("copy");
+    let store = Store::open(&path).expect("upgrade");
+    let total: f64 = store
+        .query_scalar("SELECT COALESCE(SUM(cost_usd), 0) FROM llm_calls")
+        .expect("sum");
+    for level in 0..3 {
+        let rolled: f64 = store
+            .query_scalar(&format!(
+                "SELECT COALESCE(SUM(cost_usd), 0) FROM budget_spend WHERE scope = 'global' AND level = {level}"
+            ))
+            .expect("sum");
+        assert!((rolled - total).abs() < 1e-9, "level {level}: {rolled} vs {total}");
+    }
+}
+
+/// Calls each child process makes at most.
+const CHILD_CALLS: usize = 200;
+const CHILD_ENV: &str = "HERMES_OTEL_BUDGET_TEST_CHILD";
+
+/// Two OS processes spend against one global limit at once, each through
+/// its own bridge and gate: the overshoot is at most one call per process
+/// in flight.
+#[test]
+fn two_processes_spending_at_once_overshoot_by_at_most_the_calls_in_flight() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let limit = 1.0;
+    write_budgets(dir.path(), &format!("timezone = \"UTC\"\n[global]\ndaily = {limit}\n"));
+    // Created and migrated before the children race to open it.
+    drop(Store::open_dir(dir.path()).expect("create the store"));
+    let exe = std::env::current_exe().expect("test binary");
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args(["--exact", "budget_child_process", "--nocapture", "--test-threads", "1"])
+                .env(CHILD_ENV, dir.path())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    let mut stopped = 0;
+    for child in children {
+        let out = child.wait_with_output().expect("child");
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text
+            .lines()
+            .find_map(|l| l.find("CHILD ").map(|i| &l[i + 6..]))
+            .expect("child summary");
+        let parts: Vec<usize> = line.split_whitespace().map(|n| n.parse().expect("number")).collect();
+        assert!(parts[0] > 0, "each child made calls: {line}");
+        stopped += parts[1];
+    }
+    assert_eq!(stopped, 2, "both children were stopped by the limit");
+    let store = Store::open_dir(dir.path()).expect("open");
+    let spent: f64 = store.query_scalar("SELECT SUM(cost_usd) FROM llm_calls").expect("sum");
+    assert!(spent >= limit - 1e-9, "{spent}");
+    assert!(
+        spent <= limit + 2.0 * CALL_USD + 1e-9,
+        "overshoot beyond the calls in flight: {spent}"
+    );
+}
+
+/// The child of the test above (does nothing unless started by it).
+#[test]
+fn budget_child_process() {
+    let Some(dir) = std::env::var_os(CHILD_ENV) else { return };
+    let dir = PathBuf::from(dir);
+    let mut cfg = BridgeConfig::new(dir.clone());
+    cfg.hook_wait = Duration::from_secs(10);
+    let gate = BudgetGate::new(dir.join("budgets.toml"), None);
+    let handle = gate.handle();
+    let bridge = Bridge::start_with_gate(cfg, Box::new(gate));
+    let pid = std::process::id();
+    let session = format!("p{pid}");
+    let (mut made, mut stopped) = (0, 0);
+    for n in 0..CHILD_CALLS {
+        let id = format!("{session}:api:{n}");
+        let at = hermes_otel::bridge::unix_now();
+        let outcome = bridge.submit(pre_api(&session, &id, at), EventContext::default());
+        assert!(matches!(outcome, Outcome::Committed(None)), "{outcome:?}");
+        if handle.take_stop(&id).is_some() {
+            stopped += 1;
+            break;
+        }
+        // The provider call takes a moment, so the two processes overlap.
+        std::thread::sleep(Duration::from_millis(2));
+        bridge.submit(
+            post_api(&session, &id, hermes_otel::bridge::unix_now(), true),
+            EventContext::default(),
+        );
+        made += 1;
+    }
+    assert!(bridge.flush(Duration::from_secs(10)));
+    println!("CHILD {made} {stopped}");
+}
+
+/// The gate's one-statement read equals the plain bounded sum, for every
+/// window in a zone with a 45-minute offset.
+#[test]
+fn the_gates_read_equals_the_window_sum() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut store = Store::open_dir(dir.path()).expect("open");
+    let now = ts("2026-11-18T09:07:00Z");
+    apply(&mut store, &pre_llm("s-sum", "t0", now - 40.0 * 86_400.0, "cli", ""));
+    // A call every 7 hours 13 minutes over the 40 days before now.
+    // The zone's per-period totals are registered half way: filled from
+    // the buckets, then kept up by every call.
+    let mut at = now - 40.0 * 86_400.0;
+    let mut n = 0;
+    while at < now {
+        if n == 70 {
+            assert!(store.ensure_budget_zone("Asia/Kathmandu", at).expect("zone"));
+        }
+        apply(&mut store, &post_api("s-sum", &format!("a{n}"), at, n % 3 != 0));
+        at += 7.0 * 3600.0 + 13.0 * 60.0;
+        n += 1;
+    }
+    assert!(n > 100);
+    let tz = jiff::tz::TimeZone::get("Asia/Kathmandu").expect("zone");
+    let t = jiff::Timestamp::from_second(now as i64).expect("ts");
+    let windows: Vec<(i64, i64)> = hermes_otel::budget::Window::ALL
+        .iter()
+        .map(|w| {
+            let (s, e) = hermes_otel::budget::window_bounds(*w, t, &tz);
+            (s.as_second(), e.as_second())
+        })
+        .collect();
+    let starts: Vec<i64> = windows.iter().map(|w| w.0).collect();
+    let fast = store
+        .bucket_window_spends(Scope::Global, "", &starts, now, None)
+        .expect("fast");
+    for ((s, e), f) in windows.iter().zip(&fast) {
+        let plain = store.budget_spend(Scope::Global, "", *s, *e, now, None).expect("plain");
+        assert!((plain.settled_usd - f.settled_usd).abs() < 1e-12, "{plain:?} {f:?}");
+        assert!((plain.estimated_usd - f.estimated_usd).abs() < 1e-12, "{plain:?} {f:?}");
+        assert!(f.settled_usd > 0.0);
+    }
+    assert!(fast[0].settled_usd < fast[1].settled_usd && fast[1].settled_usd < fast[2].settled_usd);
+    let periods: Vec<(hermes_otel::budget::Window, i64)> = hermes_otel::budget::Window::ALL
+        .iter()
+        .copied()
+        .zip(starts.iter().copied())
+        .collect();
+    let by_period = store
+        .period_spends(Scope::Global, "", "Asia/Kathmandu", &periods, now, None)
+        .expect("periods");
+    for (f, p) in fast.iter().zip(&by_period) {
+        assert!((f.settled_usd - p.settled_usd).abs() < 1e-12, "{f:?} {p:?}");
+        assert!((f.estimated_usd - p.estimated_usd).abs() < 1e-12, "{f:?} {p:?}");
+    }
+}
