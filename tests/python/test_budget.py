@@ -1,0 +1,60 @@
+"""The budget side of the package: the llm_execution middleware's stand-in
+responses and the fail-open cron pause. (Budget decisions are Rust's, tested
+in tests/budget.rs; the real Hermes runs are in tests/e2e/test_budgets.py.)"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+from hermes_otel import _budget
+
+
+def test_the_stand_in_has_the_shape_of_each_provider_api() -> None:
+    chat = _budget.stand_in("chat_completions", "BUDGET-EXCEEDED: x")
+    assert chat.model == _budget.BLOCKED_MODEL == "hermes-otel/budget-blocked"
+    assert chat.usage is None
+    assert chat.choices[0].message.content == "BUDGET-EXCEEDED: x"
+    assert not chat.choices[0].message.tool_calls
+    assert chat.choices[0].finish_reason == "stop"
+    assert _budget.stand_in(None, "t").choices, "unknown modes get the chat shape"
+    claude = _budget.stand_in("anthropic_messages", "t")
+    assert [b.type for b in claude.content] == ["text"] and claude.content[0].text == "t"
+    assert claude.stop_reason == "end_turn" and claude.model == _budget.BLOCKED_MODEL
+    codex = _budget.stand_in("codex_responses", "t")
+    assert codex.status == "completed" and codex.output and codex.output_text == "t"
+    assert codex.output[0].content[0].type == "output_text"
+
+
+def test_the_middleware_calls_the_provider_unless_the_call_was_stopped() -> None:
+    calls = []
+
+    def next_call(next_payload=None):
+        calls.append(next_payload)
+        return "provider response"
+
+    kwargs = {"request": {}, "api_request_id": "never-stopped:api:1", "api_mode": "chat_completions"}
+    assert _budget.llm_execution(next_call=next_call, **kwargs) == "provider response"
+    assert calls == [None]
+    # No id at all: the call goes ahead too.
+    assert _budget.llm_execution(next_call=next_call, request={}) == "provider response"
+
+
+def test_the_cron_pause_never_raises(monkeypatch) -> None:
+    jobs = types.ModuleType("cron.jobs")
+    cron = types.ModuleType("cron")
+    cron.jobs = jobs
+    monkeypatch.setitem(sys.modules, "cron", cron)
+    monkeypatch.setitem(sys.modules, "cron.jobs", jobs)
+
+    def boom(job_id, reason=None):
+        raise RuntimeError("jobs.json is locked")
+
+    jobs.pause_job = boom
+    assert _budget.pause_cron_job("0123456789ab", "r") is False
+    seen = {}
+    jobs.pause_job = lambda job_id, reason=None: seen.update(job=job_id, reason=reason) or {"id": job_id}
+    assert _budget.pause_cron_job("0123456789ab", "over budget") is True
+    assert seen == {"job": "0123456789ab", "reason": "over budget"}
+    jobs.pause_job = lambda job_id, reason=None: None
+    assert _budget.pause_cron_job("missing", "r") is False
