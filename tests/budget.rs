@@ -567,3 +567,60 @@ fn the_gates_read_equals_the_window_sum() {
         assert!((f.estimated_usd - p.estimated_usd).abs() < 1e-12, "{f:?} {p:?}");
     }
 }
+
+/// A running gate picks up an edited budget file by itself (it looks at the
+/// file's modification time at most once a second), without a restart.
+#[test]
+fn an_edited_budget_file_is_picked_up_without_a_restart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = write_budgets(dir.path(), "[global]\ndaily = 1000\n");
+    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut gate = BudgetGate::new(path.clone(), None);
+    let t = hermes_otel::bridge::unix_now();
+    apply(&mut store, &pre_llm("s-hot", "t0", t, "cli", ""));
+    apply(&mut store, &post_api("s-hot", "a0", t, true));
+    assert_eq!(gate.verdict(&store, &pre_tool("s-hot", "c0", t)), None);
+    // The CLI lowers the limit below what was spent.
+    let home = dir.path().to_string_lossy().into_owned();
+    let code = hermes_otel::cli::run([
+        "hermes-otel",
+        "--home",
+        &home,
+        "budget",
+        "set",
+        "global",
+        "daily",
+        "0.01",
+    ]);
+    assert_eq!(code, 0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut n = 0;
+    loop {
+        n += 1;
+        if gate.verdict(&store, &pre_tool("s-hot", &format!("c{n}"), t)).is_some() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the edit was not picked up");
+        std::thread::yield_now();
+    }
+    // A broken edit keeps the limits in force and is reported.
+    std::fs::write(&path, "[global]\ndaily = \"lots\"\n").expect("break");
+    gate.reload_if_changed(true);
+    assert!(gate.verdict(&store, &pre_tool("s-hot", "cx", t)).is_some());
+    assert!(gate.handle().take_messages()[0].contains("previous limits kept"));
+    // list and forecast read it all back.
+    std::fs::write(&path, "[global]\ndaily = 0.01\n").expect("fix");
+    for cmd in ["list", "forecast"] {
+        assert_eq!(
+            hermes_otel::cli::run(["hermes-otel", "--home", &home, "budget", cmd, "--json"]),
+            0
+        );
+    }
+    let gauges = hermes_otel::budget_gate::budget_gauges(&store, dir.path(), t).expect("gauges");
+    assert_eq!(gauges.len(), 1);
+    assert_eq!(
+        (gauges[0].scope, gauges[0].window, gauges[0].limit_usd),
+        ("global", "daily", 0.01)
+    );
+    assert!((gauges[0].spend_usd - CALL_USD).abs() < 1e-12);
+}

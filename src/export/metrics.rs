@@ -409,6 +409,29 @@ impl MetricExporter {
         set_budget_gauges(&mut self.store, readings, unix_now())
     }
 
+    /// Replaces the budget gauges with every budget's state now (from the
+    /// budget file beside the store; see `budget_gate::budget_gauges`),
+    /// before a push. A budget file that cannot be read leaves the previous
+    /// gauges: budgets never stop an export.
+    pub fn refresh_budget_gauges(&mut self) {
+        let Some(dir) = self.store.path().parent().map(Path::to_path_buf) else {
+            return;
+        };
+        if let Ok(gauges) = crate::budget_gate::budget_gauges(&self.store, &dir, unix_now()) {
+            let readings: Vec<BudgetReading<'_>> = gauges
+                .iter()
+                .map(|g| BudgetReading {
+                    scope: g.scope,
+                    id: &g.id,
+                    window: g.window,
+                    spend_usd: g.spend_usd,
+                    limit_usd: g.limit_usd,
+                })
+                .collect();
+            let _ = self.set_budget_gauges(&readings);
+        }
+    }
+
     /// Folds finished ledger rows into the series (bounded work).
     pub fn fold(&mut self) -> Result<usize> {
         fold(&mut self.store, self.config.transport.session_grace_seconds.value)
@@ -436,6 +459,7 @@ impl MetricExporter {
                 return Ok(step);
             }
         }
+        self.refresh_budget_gauges();
         self.push(&mut step, None)?;
         Ok(step)
     }
@@ -454,6 +478,7 @@ impl MetricExporter {
         if !self.config.pushes() {
             return Ok(step);
         }
+        self.refresh_budget_gauges();
         loop {
             let now = Instant::now();
             if now >= deadline {
