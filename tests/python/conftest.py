@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -44,12 +43,27 @@ def fixture_records(name: str) -> list[dict]:
     return recs
 
 
+_QUERY = """
+import json, sqlite3, sys
+path, sql, args = json.loads(sys.stdin.read())
+conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+print(json.dumps(conn.execute(sql, args).fetchall()))
+"""
+
+
 def query(sql: str, *args, store_dir: Path = STORE_DIR) -> list[tuple]:
-    conn = sqlite3.connect(f"file:{store_dir / 'hermes-otel.db'}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
+    """Reads the store from another process.
+
+    Not in this one: Python's sqlite3 is a second SQLite library beside the
+    extension's, and POSIX locks are per process, so closing its connection
+    would drop the extension's locks on the same files (the WAL index could
+    then be rebuilt under it: stale reads, even SIGBUS). See ARCHITECTURE.md.
+    """
+    payload = json.dumps([str(store_dir / "hermes-otel.db"), sql, list(args)])
+    out = subprocess.run(
+        [sys.executable, "-c", _QUERY], input=payload, text=True, capture_output=True, timeout=60, check=True
+    )
+    return [tuple(row) for row in json.loads(out.stdout)]
 
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
