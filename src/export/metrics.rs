@@ -411,12 +411,15 @@ impl MetricExporter {
 
     /// Replaces the budget gauges with every budget's state now (from the
     /// budget file beside the store; see `budget_gate::budget_gauges`),
-    /// before a push. A budget file that cannot be read leaves the previous
-    /// gauges: budgets never stop an export.
+    /// before a push. Without a budget file, or with one that cannot be
+    /// read, the gauges are left as they are: budgets never stop an export.
     pub fn refresh_budget_gauges(&mut self) {
         let Some(dir) = self.store.path().parent().map(Path::to_path_buf) else {
             return;
         };
+        if !dir.join(crate::budget::BUDGETS_FILE_NAME).exists() {
+            return;
+        }
         if let Ok(gauges) = crate::budget_gate::budget_gauges(&self.store, &dir, unix_now()) {
             let readings: Vec<BudgetReading<'_>> = gauges
                 .iter()

@@ -764,10 +764,12 @@ impl Store {
     /// with the occurrence count in the text. A partial index holds only
     /// these, so this is one short read however many alerts were shown.
     pub fn pending_alerts(&self, limit: usize) -> Result<Vec<(String, String, String)>> {
-        let mut stmt = self.conn().prepare_cached(
-            "SELECT kind, key, text, count FROM alerts WHERE delivered_at IS NULL ORDER BY first_at LIMIT ?1",
-        )?;
-        let rows = stmt.query_map(params![limit as i64], |r| {
+        // The limit is part of the text, not a parameter: a bound LIMIT makes
+        // SQLite (STAT4 build) re-prepare the statement on every run.
+        let mut stmt = self.conn().prepare_cached(&format!(
+            "SELECT kind, key, text, count FROM alerts WHERE delivered_at IS NULL ORDER BY first_at LIMIT {limit}"
+        ))?;
+        let rows = stmt.query_map([], |r| {
             let (kind, key, text, count): (String, String, String, i64) = (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
             let text = if count > 1 {
                 format!("{text} Seen {count} times.")
