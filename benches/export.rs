@@ -1,7 +1,8 @@
 //! Export throughput and bytes on the wire per span.
 //!
 //! Run: `cargo bench --bench export` (optionally `-- COPIES`, default 4000
-//! readfile-shaped sessions = 20,000 spans). Replays the sessions into a
+//! readfile-shaped sessions = 20,000 spans, and/or `-- grpc` or `-- http`
+//! to run one protocol only, e.g. under `perf record`). Replays the sessions into a
 //! fresh store, then times draining the outbox to an in-process loopback
 //! receiver for gRPC and HTTP/protobuf, each with and without gzip. Bytes
 //! per span are the request bodies as they crossed the wire (compressed
@@ -22,6 +23,7 @@ use hermes_otel::store::Store;
 
 fn main() {
     let copies: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(4000);
+    let only: Option<String> = std::env::args().skip(1).find(|a| a == "grpc" || a == "http");
     let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/readfile.jsonl");
     let text = std::fs::read_to_string(fixture).expect("fixture");
     let session = "20261130_013735_bf4b63";
@@ -46,6 +48,9 @@ fn main() {
         ("http/protobuf", false),
         ("http/protobuf", true),
     ] {
+        if only.as_deref().is_some_and(|o| !protocol.starts_with(o)) {
+            continue;
+        }
         run(&template, protocol, gzip);
     }
 }

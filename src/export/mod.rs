@@ -58,7 +58,7 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 
 use crate::error::{Error, Result};
 use crate::span::{self, Ancestor, Ancestry, SpanOptions};
-use crate::store::{counter, ContentKind, OutboxRow, RunRow, SpanKind, Store, RUNNING, TRACE_LEASE};
+use crate::store::{counter, BatchRows, ContentKind, OutboxRow, RunRow, SpanKind, Store, RUNNING, TRACE_LEASE};
 use retry::Backoff;
 
 /// The instrumentation scope name on every span.
@@ -375,22 +375,27 @@ impl Exporter {
         }
     }
 
-    /// The spans of `rows` that are finished and sampled.
+    /// The spans of `rows` that are finished and sampled. Reads every
+    /// ledger row of the batch in one read transaction, with one query per
+    /// kind of row rather than one per outbox row.
     fn build(&self, rows: &[OutboxRow]) -> Result<(Vec<Span>, Skipped)> {
-        let mut sessions = Sessions::default();
-        let mut spans = Vec::with_capacity(rows.len());
-        let mut skipped = Skipped::default();
-        for row in rows {
-            match self.build_one(row, &mut sessions)? {
-                Some(span) if self.config.sampler.value.keeps(&span.trace_id) => spans.push(span),
-                Some(_) => skipped.sampled_out += 1,
-                None => skipped.unfinished += 1,
+        self.store.read_snapshot(|store| {
+            let batch = store.batch_rows(rows)?;
+            let mut sessions = Sessions::default();
+            let mut spans = Vec::with_capacity(rows.len());
+            let mut skipped = Skipped::default();
+            for row in rows {
+                match self.build_one(row, &batch, &mut sessions)? {
+                    Some(span) if self.config.sampler.value.keeps(&span.trace_id) => spans.push(span),
+                    Some(_) => skipped.sampled_out += 1,
+                    None => skipped.unfinished += 1,
+                }
             }
-        }
-        Ok((spans, skipped))
+            Ok((spans, skipped))
+        })
     }
 
-    fn build_one(&self, row: &OutboxRow, sessions: &mut Sessions) -> Result<Option<Span>> {
+    fn build_one(&self, row: &OutboxRow, batch: &BatchRows, sessions: &mut Sessions) -> Result<Option<Span>> {
         let store = &self.store;
         let opts = self.options;
         let Some((run, ancestry)) = sessions.get(store, &row.session_id)? else {
@@ -398,35 +403,35 @@ impl Exporter {
         };
         let span = match row.kind {
             SpanKind::Run => (run.status != RUNNING).then(|| span::session_span(run, ancestry, opts)),
-            SpanKind::Turn => store
-                .turn_row(&row.key)?
+            SpanKind::Turn => batch
+                .turn(&row.key)
                 .filter(|t| t.ended_at.is_some() || run.status != RUNNING)
-                .map(|t| span::turn_span(&t, run, ancestry, opts)),
-            SpanKind::LlmCall => store
-                .llm_call_row(&row.key)?
-                .map(|a| span::attempt_span(&a, run, ancestry, opts)),
-            SpanKind::LlmError => store
-                .llm_error_row(&row.key, row.n)?
-                .map(|a| span::attempt_span(&a, run, ancestry, opts)),
-            SpanKind::OpenAttempt => store
-                .open_attempt_row(&row.key)?
-                .map(|a| span::attempt_span(&a, run, ancestry, opts)),
-            SpanKind::Tool => store
-                .tool_row(&row.session_id, &row.key)?
+                .map(|t| span::turn_span(t, run, ancestry, opts)),
+            SpanKind::LlmCall => batch
+                .llm_call(&row.key)
+                .map(|a| span::attempt_span(a, run, ancestry, opts)),
+            SpanKind::LlmError => batch
+                .llm_error(&row.key, row.n)
+                .map(|a| span::attempt_span(a, run, ancestry, opts)),
+            SpanKind::OpenAttempt => batch
+                .open_attempt(&row.key)
+                .map(|a| span::attempt_span(a, run, ancestry, opts)),
+            SpanKind::Tool => batch
+                .tool(&row.session_id, &row.key)
                 .filter(|t| t.ended_at.is_some() || run.status != RUNNING)
-                .map(|t| span::tool_span(&t, run, ancestry, opts)),
+                .map(|t| span::tool_span(t, run, ancestry, opts)),
         };
         let Some(mut span) = span else { return Ok(None) };
         // Captured content exists only if capture was on when the event was
         // applied. Output messages belong to the attempt that produced them.
         let content = match row.kind {
-            SpanKind::LlmCall => store.span_content(ContentKind::Llm, &row.session_id, &row.key)?,
+            SpanKind::LlmCall => batch.content(ContentKind::Llm, &row.session_id, &row.key),
             SpanKind::LlmError | SpanKind::OpenAttempt => {
-                let mut c = store.span_content(ContentKind::Llm, &row.session_id, &row.key)?;
+                let mut c = batch.content(ContentKind::Llm, &row.session_id, &row.key);
                 c.retain(|(name, _)| name != crate::semconv::attr::GEN_AI_OUTPUT_MESSAGES);
                 c
             }
-            SpanKind::Tool => store.span_content(ContentKind::Tool, &row.session_id, &row.key)?,
+            SpanKind::Tool => batch.content(ContentKind::Tool, &row.session_id, &row.key),
             SpanKind::Run | SpanKind::Turn => Vec::new(),
         };
         span::add_content(&mut span, &content);

@@ -33,10 +33,63 @@
 //! version of the span is sent too. The counters in `export_state`
 //! (`exported`, `dropped`, `rejected`, `sampled_out`) only grow.
 
-use rusqlite::{params, OptionalExtension, Transaction};
+use std::collections::HashMap;
 
-use super::Store;
+use rusqlite::{params, OptionalExtension, Row, Transaction};
+
+use super::{ContentKind, Store};
 use crate::error::Result;
+
+// The reads of ledger rows the span builder needs, shared by the one-row
+// lookups and the per-batch loads (which add their own WHERE).
+macro_rules! turn_select {
+    () => {
+        "SELECT turn_id, session_id, task_id, started_at, ended_at, outcome,
+                (SELECT error_type FROM llm_call_errors e WHERE e.turn_id = turns.turn_id
+                  ORDER BY ended_at DESC LIMIT 1)
+           FROM turns"
+    };
+}
+
+macro_rules! llm_call_select {
+    () => {
+        "SELECT api_request_id, session_id, turn_id, attempts - 1, model, response_model, provider, base_url,
+                started_at, ended_at, finish_reason, input_tokens, output_tokens, cache_read_tokens,
+                cache_write_tokens, reasoning_tokens, cost_usd, cost_source, estimated,
+                (SELECT MAX(max_retries) FROM llm_call_errors e WHERE e.api_request_id = l.api_request_id)
+           FROM llm_calls l"
+    };
+}
+
+macro_rules! llm_error_select {
+    () => {
+        "SELECT api_request_id, session_id, turn_id, retry_count, model, provider, base_url, started_at,
+                ended_at, status_code, retryable, reason, error_type, max_retries
+           FROM llm_call_errors"
+    };
+}
+
+macro_rules! open_attempt_select {
+    () => {
+        "SELECT a.api_request_id, a.session_id, a.turn_id, a.attempts - 1, r.model, r.provider, r.base_url,
+                a.attempt_started_at
+           FROM api_requests a JOIN runs r ON r.session_id = a.session_id"
+    };
+}
+
+macro_rules! open_attempt_filter {
+    () => {
+        " AND NOT EXISTS (SELECT 1 FROM llm_calls l WHERE l.api_request_id = a.api_request_id)"
+    };
+}
+
+macro_rules! tool_select {
+    () => {
+        "SELECT session_id, tool_call_id, tool_name, turn_id, api_request_id, started_at, ended_at, ok, status,
+                error_type, exit_code
+           FROM tool_calls"
+    };
+}
 
 /// What an outbox row names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -586,23 +639,8 @@ impl Store {
     pub fn turn_row(&self, turn_id: &str) -> Result<Option<TurnRow>> {
         Ok(self
             .conn()
-            .prepare_cached(
-                "SELECT turn_id, session_id, task_id, started_at, ended_at, outcome,
-                        (SELECT error_type FROM llm_call_errors e WHERE e.turn_id = turns.turn_id
-                          ORDER BY ended_at DESC LIMIT 1)
-                   FROM turns WHERE turn_id = ?1",
-            )?
-            .query_row(params![turn_id], |r| {
-                Ok(TurnRow {
-                    turn_id: r.get(0)?,
-                    session_id: r.get(1)?,
-                    task_id: r.get(2)?,
-                    started_at: r.get(3)?,
-                    ended_at: r.get(4)?,
-                    outcome: r.get(5)?,
-                    last_error_type: r.get(6)?,
-                })
-            })
+            .prepare_cached(concat!(turn_select!(), " WHERE turn_id = ?1"))?
+            .query_row(params![turn_id], turn_of)
             .optional()?)
     }
 
@@ -610,38 +648,8 @@ impl Store {
     pub fn llm_call_row(&self, api_request_id: &str) -> Result<Option<AttemptRow>> {
         Ok(self
             .conn()
-            .prepare_cached(
-                "SELECT api_request_id, session_id, turn_id, attempts - 1, model, response_model, provider, base_url,
-                        started_at, ended_at, finish_reason, input_tokens, output_tokens, cache_read_tokens,
-                        cache_write_tokens, reasoning_tokens, cost_usd, cost_source, estimated,
-                        (SELECT MAX(max_retries) FROM llm_call_errors e WHERE e.api_request_id = l.api_request_id)
-                   FROM llm_calls l WHERE api_request_id = ?1",
-            )?
-            .query_row(params![api_request_id], |r| {
-                Ok(AttemptRow {
-                    api_request_id: r.get(0)?,
-                    session_id: r.get(1)?,
-                    turn_id: r.get(2)?,
-                    attempt: r.get(3)?,
-                    model: r.get(4)?,
-                    response_model: r.get(5)?,
-                    provider: r.get(6)?,
-                    base_url: r.get(7)?,
-                    started_at: r.get(8)?,
-                    ended_at: r.get(9)?,
-                    finish_reason: r.get(10)?,
-                    input_tokens: r.get(11)?,
-                    output_tokens: r.get(12)?,
-                    cache_read_tokens: r.get(13)?,
-                    cache_write_tokens: r.get(14)?,
-                    reasoning_tokens: r.get(15)?,
-                    cost_usd: r.get(16)?,
-                    cost_source: r.get(17)?,
-                    estimated: r.get(18)?,
-                    error: None,
-                    max_retries: r.get(19)?,
-                })
-            })
+            .prepare_cached(concat!(llm_call_select!(), " WHERE api_request_id = ?1"))?
+            .query_row(params![api_request_id], llm_call_of)
             .optional()?)
     }
 
@@ -649,32 +657,11 @@ impl Store {
     pub fn llm_error_row(&self, api_request_id: &str, retry_count: i64) -> Result<Option<AttemptRow>> {
         Ok(self
             .conn()
-            .prepare_cached(
-                "SELECT api_request_id, session_id, turn_id, retry_count, model, provider, base_url, started_at,
-                        ended_at, status_code, retryable, reason, error_type, max_retries
-                   FROM llm_call_errors WHERE api_request_id = ?1 AND retry_count = ?2",
-            )?
-            .query_row(params![api_request_id, retry_count], |r| {
-                Ok(AttemptRow {
-                    api_request_id: r.get(0)?,
-                    session_id: r.get(1)?,
-                    turn_id: r.get(2)?,
-                    attempt: r.get(3)?,
-                    model: r.get(4)?,
-                    provider: r.get(5)?,
-                    base_url: r.get(6)?,
-                    started_at: r.get(7)?,
-                    ended_at: r.get(8)?,
-                    error: Some(AttemptError {
-                        status_code: r.get(9)?,
-                        retryable: r.get(10)?,
-                        reason: r.get(11)?,
-                        error_type: r.get(12)?,
-                    }),
-                    max_retries: r.get(13)?,
-                    ..AttemptRow::default()
-                })
-            })
+            .prepare_cached(concat!(
+                llm_error_select!(),
+                " WHERE api_request_id = ?1 AND retry_count = ?2"
+            ))?
+            .query_row(params![api_request_id, retry_count], llm_error_of)
             .optional()?)
     }
 
@@ -683,26 +670,12 @@ impl Store {
     pub fn open_attempt_row(&self, api_request_id: &str) -> Result<Option<AttemptRow>> {
         Ok(self
             .conn()
-            .prepare_cached(
-                "SELECT a.api_request_id, a.session_id, a.turn_id, a.attempts - 1, r.model, r.provider, r.base_url,
-                        a.attempt_started_at
-                   FROM api_requests a JOIN runs r ON r.session_id = a.session_id
-                  WHERE a.api_request_id = ?1
-                    AND NOT EXISTS (SELECT 1 FROM llm_calls l WHERE l.api_request_id = a.api_request_id)",
-            )?
-            .query_row(params![api_request_id], |r| {
-                Ok(AttemptRow {
-                    api_request_id: r.get(0)?,
-                    session_id: r.get(1)?,
-                    turn_id: r.get(2)?,
-                    attempt: r.get(3)?,
-                    model: r.get(4)?,
-                    provider: r.get(5)?,
-                    base_url: r.get(6)?,
-                    started_at: r.get(7)?,
-                    ..AttemptRow::default()
-                })
-            })
+            .prepare_cached(concat!(
+                open_attempt_select!(),
+                " WHERE a.api_request_id = ?1",
+                open_attempt_filter!()
+            ))?
+            .query_row(params![api_request_id], open_attempt_of)
             .optional()?)
     }
 
@@ -710,28 +683,263 @@ impl Store {
     pub fn tool_row(&self, session_id: &str, tool_call_id: &str) -> Result<Option<ToolRow>> {
         Ok(self
             .conn()
-            .prepare_cached(
-                "SELECT session_id, tool_call_id, tool_name, turn_id, api_request_id, started_at, ended_at, ok, status,
-                        error_type, exit_code
-                   FROM tool_calls WHERE session_id = ?1 AND tool_call_id = ?2",
-            )?
-            .query_row(params![session_id, tool_call_id], |r| {
-                Ok(ToolRow {
-                    session_id: r.get(0)?,
-                    tool_call_id: r.get(1)?,
-                    tool_name: r.get(2)?,
-                    turn_id: r.get(3)?,
-                    api_request_id: r.get(4)?,
-                    started_at: r.get(5)?,
-                    ended_at: r.get(6)?,
-                    ok: r.get(7)?,
-                    status: r.get(8)?,
-                    error_type: r.get(9)?,
-                    exit_code: r.get(10)?,
-                })
-            })
+            .prepare_cached(concat!(tool_select!(), " WHERE session_id = ?1 AND tool_call_id = ?2"))?
+            .query_row(params![session_id, tool_call_id], tool_of)
             .optional()?)
     }
+
+    /// The ledger rows and captured content that `rows` name, with one
+    /// query per kind of row (the same queries as [`Store::turn_row`] and
+    /// its siblings, over every key of the batch at once).
+    pub fn batch_rows(&self, rows: &[OutboxRow]) -> Result<BatchRows> {
+        let mut keys: [Vec<&str>; 6] = Default::default();
+        let mut tools: Vec<[&str; 2]> = Vec::new();
+        let mut content: Vec<[&str; 3]> = Vec::new();
+        for row in rows {
+            match row.kind {
+                SpanKind::Run => {}
+                SpanKind::Tool => {
+                    tools.push([row.session_id.as_str(), row.key.as_str()]);
+                    content.push([content_kind(ContentKind::Tool), &row.session_id, &row.key]);
+                }
+                kind => {
+                    keys[kind as usize - 1].push(row.key.as_str());
+                    if kind != SpanKind::Turn {
+                        content.push([content_kind(ContentKind::Llm), &row.session_id, &row.key]);
+                    }
+                }
+            }
+        }
+        let mut out = BatchRows::default();
+        let conn = self.conn();
+        let turns = &keys[SpanKind::Turn as usize - 1];
+        if !turns.is_empty() {
+            let mut stmt = conn.prepare_cached(concat!(
+                turn_select!(),
+                " WHERE turn_id IN (SELECT value FROM json_each(?1))"
+            ))?;
+            for t in stmt.query_map(params![json_array(turns)], turn_of)? {
+                let t = t?;
+                out.turns.insert(t.turn_id.clone(), t);
+            }
+        }
+        let calls = &keys[SpanKind::LlmCall as usize - 1];
+        if !calls.is_empty() {
+            let mut stmt = conn.prepare_cached(concat!(
+                llm_call_select!(),
+                " WHERE api_request_id IN (SELECT value FROM json_each(?1))"
+            ))?;
+            for a in stmt.query_map(params![json_array(calls)], llm_call_of)? {
+                let a = a?;
+                out.llm_calls.insert(a.api_request_id.clone(), a);
+            }
+        }
+        let errors = &keys[SpanKind::LlmError as usize - 1];
+        if !errors.is_empty() {
+            // Every attempt of these requests; (api_request_id, retry_count) is unique.
+            let mut stmt = conn.prepare_cached(concat!(
+                llm_error_select!(),
+                " WHERE api_request_id IN (SELECT value FROM json_each(?1))"
+            ))?;
+            for a in stmt.query_map(params![json_array(errors)], llm_error_of)? {
+                let a = a?;
+                out.llm_errors.insert((a.api_request_id.clone(), a.attempt), a);
+            }
+        }
+        let open = &keys[SpanKind::OpenAttempt as usize - 1];
+        if !open.is_empty() {
+            let mut stmt = conn.prepare_cached(concat!(
+                open_attempt_select!(),
+                " WHERE a.api_request_id IN (SELECT value FROM json_each(?1))",
+                open_attempt_filter!()
+            ))?;
+            for a in stmt.query_map(params![json_array(open)], open_attempt_of)? {
+                let a = a?;
+                out.open_attempts.insert(a.api_request_id.clone(), a);
+            }
+        }
+        if !tools.is_empty() {
+            let mut stmt = conn.prepare_cached(concat!(
+                tool_select!(),
+                " WHERE (session_id, tool_call_id) IN
+                   (SELECT value ->> 0, value ->> 1 FROM json_each(?1))"
+            ))?;
+            for t in stmt.query_map(params![json_array(&tools)], tool_of)? {
+                let t = t?;
+                out.tools.insert((t.session_id.clone(), t.tool_call_id.clone()), t);
+            }
+        }
+        if !content.is_empty() {
+            let mut stmt = conn.prepare_cached(
+                "SELECT kind, session_id, key, attr, value FROM span_content
+                  WHERE (kind, session_id, key) IN (SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?1))
+                  ORDER BY kind, session_id, key, attr",
+            )?;
+            let rows = stmt.query_map(params![json_array(&content)], |r| {
+                Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })?;
+            for row in rows {
+                let (kind, session_id, key, attr, value) = row?;
+                out.content
+                    .entry((kind, session_id, key))
+                    .or_default()
+                    .push((attr, value));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The ledger rows of one export batch, from [`Store::batch_rows`].
+#[derive(Debug, Default)]
+pub struct BatchRows {
+    turns: HashMap<String, TurnRow>,
+    llm_calls: HashMap<String, AttemptRow>,
+    llm_errors: HashMap<(String, i64), AttemptRow>,
+    open_attempts: HashMap<String, AttemptRow>,
+    tools: HashMap<(String, String), ToolRow>,
+    content: HashMap<(String, String, String), Vec<(String, String)>>,
+}
+
+impl BatchRows {
+    /// Like [`Store::turn_row`].
+    pub fn turn(&self, turn_id: &str) -> Option<&TurnRow> {
+        self.turns.get(turn_id)
+    }
+
+    /// Like [`Store::llm_call_row`].
+    pub fn llm_call(&self, api_request_id: &str) -> Option<&AttemptRow> {
+        self.llm_calls.get(api_request_id)
+    }
+
+    /// Like [`Store::llm_error_row`].
+    pub fn llm_error(&self, api_request_id: &str, retry_count: i64) -> Option<&AttemptRow> {
+        self.llm_errors.get(&(api_request_id.to_string(), retry_count))
+    }
+
+    /// Like [`Store::open_attempt_row`].
+    pub fn open_attempt(&self, api_request_id: &str) -> Option<&AttemptRow> {
+        self.open_attempts.get(api_request_id)
+    }
+
+    /// Like [`Store::tool_row`].
+    pub fn tool(&self, session_id: &str, tool_call_id: &str) -> Option<&ToolRow> {
+        self.tools.get(&(session_id.to_string(), tool_call_id.to_string()))
+    }
+
+    /// Like [`Store::span_content`].
+    pub fn content(&self, kind: ContentKind, session_id: &str, key: &str) -> Vec<(String, String)> {
+        if self.content.is_empty() {
+            return Vec::new();
+        }
+        self.content
+            .get(&(content_kind(kind).to_string(), session_id.to_string(), key.to_string()))
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+fn turn_of(r: &Row<'_>) -> rusqlite::Result<TurnRow> {
+    Ok(TurnRow {
+        turn_id: r.get(0)?,
+        session_id: r.get(1)?,
+        task_id: r.get(2)?,
+        started_at: r.get(3)?,
+        ended_at: r.get(4)?,
+        outcome: r.get(5)?,
+        last_error_type: r.get(6)?,
+    })
+}
+
+fn llm_call_of(r: &Row<'_>) -> rusqlite::Result<AttemptRow> {
+    Ok(AttemptRow {
+        api_request_id: r.get(0)?,
+        session_id: r.get(1)?,
+        turn_id: r.get(2)?,
+        attempt: r.get(3)?,
+        model: r.get(4)?,
+        response_model: r.get(5)?,
+        provider: r.get(6)?,
+        base_url: r.get(7)?,
+        started_at: r.get(8)?,
+        ended_at: r.get(9)?,
+        finish_reason: r.get(10)?,
+        input_tokens: r.get(11)?,
+        output_tokens: r.get(12)?,
+        cache_read_tokens: r.get(13)?,
+        cache_write_tokens: r.get(14)?,
+        reasoning_tokens: r.get(15)?,
+        cost_usd: r.get(16)?,
+        cost_source: r.get(17)?,
+        estimated: r.get(18)?,
+        error: None,
+        max_retries: r.get(19)?,
+    })
+}
+
+fn llm_error_of(r: &Row<'_>) -> rusqlite::Result<AttemptRow> {
+    Ok(AttemptRow {
+        api_request_id: r.get(0)?,
+        session_id: r.get(1)?,
+        turn_id: r.get(2)?,
+        attempt: r.get(3)?,
+        model: r.get(4)?,
+        provider: r.get(5)?,
+        base_url: r.get(6)?,
+        started_at: r.get(7)?,
+        ended_at: r.get(8)?,
+        error: Some(AttemptError {
+            status_code: r.get(9)?,
+            retryable: r.get(10)?,
+            reason: r.get(11)?,
+            error_type: r.get(12)?,
+        }),
+        max_retries: r.get(13)?,
+        ..AttemptRow::default()
+    })
+}
+
+fn open_attempt_of(r: &Row<'_>) -> rusqlite::Result<AttemptRow> {
+    Ok(AttemptRow {
+        api_request_id: r.get(0)?,
+        session_id: r.get(1)?,
+        turn_id: r.get(2)?,
+        attempt: r.get(3)?,
+        model: r.get(4)?,
+        provider: r.get(5)?,
+        base_url: r.get(6)?,
+        started_at: r.get(7)?,
+        ..AttemptRow::default()
+    })
+}
+
+fn tool_of(r: &Row<'_>) -> rusqlite::Result<ToolRow> {
+    Ok(ToolRow {
+        session_id: r.get(0)?,
+        tool_call_id: r.get(1)?,
+        tool_name: r.get(2)?,
+        turn_id: r.get(3)?,
+        api_request_id: r.get(4)?,
+        started_at: r.get(5)?,
+        ended_at: r.get(6)?,
+        ok: r.get(7)?,
+        status: r.get(8)?,
+        error_type: r.get(9)?,
+        exit_code: r.get(10)?,
+    })
+}
+
+/// `span_content.kind` of a content kind.
+fn content_kind(kind: ContentKind) -> &'static str {
+    match kind {
+        ContentKind::Llm => "llm",
+        ContentKind::Tool => "tool",
+    }
+}
+
+/// A JSON array for `json_each` (of strings: cannot fail).
+fn json_array<T: serde::Serialize + ?Sized>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "[]".into())
 }
 
 fn bump(tx: &Transaction<'_>, key: &str, by: i64) -> Result<()> {
