@@ -1,6 +1,6 @@
 //! Budget state in the store: spend rollups, reservations, one-shot
 //! notices and pauses, verdict counts and alerts (schema in
-//! `migrations/0006_budget.sql`).
+//! `migrations/0005_budget.sql`).
 //!
 //! The ledger calls the `on_*` functions inside the transaction that applies
 //! a hook event, so rollups and reservations commit with the LLM call they

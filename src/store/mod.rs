@@ -63,8 +63,8 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_ledger.sql"),
     include_str!("migrations/0002_outbox.sql"),
     include_str!("migrations/0003_metrics.sql"),
-    include_str!("migrations/0005_content.sql"),
-    include_str!("migrations/0006_budget.sql"),
+    include_str!("migrations/0004_content.sql"),
+    include_str!("migrations/0005_budget.sql"),
 ];
 
 /// The schema version this build writes.

@@ -1,4 +1,4 @@
--- Schema version 5: captured content, per span.
+-- Schema version 4: captured content, per span.
 -- Only written while content capture is on (OTEL_INSTRUMENTATION_GENAI_
 -- CAPTURE_MESSAGE_CONTENT=true), already redacted and cut to size by the
 -- decoder, in the shape the span attribute carries (JSON text).

@@ -1,4 +1,4 @@
--- Schema version 5 (file 0006; no 0004 was ever released): budget state.
+-- Schema version 5: budget state.
 -- Spend rollups, reservations of calls in flight, one-shot notices and
 -- pauses, verdict counts, alerts.
 --
