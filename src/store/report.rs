@@ -1,6 +1,6 @@
 //! Read-only queries for reports and `status`.
 
-use rusqlite::params;
+use rusqlite::{params, OptionalExtension};
 
 use super::Store;
 use crate::error::Result;
@@ -64,6 +64,20 @@ pub struct StoreCounts {
     pub decode_problems: i64,
 }
 
+/// The columns of a [`RunSummary`], in [`run_summary`]'s order.
+const RUN_SUMMARY: &str = "SELECT session_id, platform, status, started_at, ended_at, parent_session_id FROM runs";
+
+fn run_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
+    Ok(RunSummary {
+        session_id: r.get(0)?,
+        platform: r.get(1)?,
+        status: r.get(2)?,
+        started_at: r.get(3)?,
+        ended_at: r.get(4)?,
+        parent_session_id: r.get(5)?,
+    })
+}
+
 impl Store {
     /// Every fact in `[since, until)`, by the time it ended.
     pub fn facts(&self, since: f64, until: f64) -> Result<Vec<FactRow>> {
@@ -116,44 +130,17 @@ impl Store {
 
     /// Runs that started in `[since, until)`, oldest first.
     pub fn runs_started(&self, since: f64, until: f64) -> Result<Vec<RunSummary>> {
-        let mut stmt = self.conn().prepare_cached(
-            "SELECT session_id, platform, status, started_at, ended_at, parent_session_id
-               FROM runs WHERE started_at >= ?1 AND started_at < ?2 ORDER BY started_at",
-        )?;
-        let rows = stmt.query_map(params![since, until], |r| {
-            Ok(RunSummary {
-                session_id: r.get(0)?,
-                platform: r.get(1)?,
-                status: r.get(2)?,
-                started_at: r.get(3)?,
-                ended_at: r.get(4)?,
-                parent_session_id: r.get(5)?,
-            })
-        })?;
+        let sql = format!("{RUN_SUMMARY} WHERE started_at >= ?1 AND started_at < ?2 ORDER BY started_at");
+        let mut stmt = self.conn().prepare_cached(&sql)?;
+        let rows = stmt.query_map(params![since, until], run_summary)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// One run by session id.
     pub fn run(&self, session_id: &str) -> Result<Option<RunSummary>> {
-        Ok(self.runs_where("session_id = ?1", session_id)?.into_iter().next())
-    }
-
-    fn runs_where(&self, cond: &str, arg: &str) -> Result<Vec<RunSummary>> {
-        let sql = format!(
-            "SELECT session_id, platform, status, started_at, ended_at, parent_session_id FROM runs WHERE {cond}"
-        );
-        let mut stmt = self.conn().prepare(&sql)?;
-        let rows = stmt.query_map(params![arg], |r| {
-            Ok(RunSummary {
-                session_id: r.get(0)?,
-                platform: r.get(1)?,
-                status: r.get(2)?,
-                started_at: r.get(3)?,
-                ended_at: r.get(4)?,
-                parent_session_id: r.get(5)?,
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let sql = format!("{RUN_SUMMARY} WHERE session_id = ?1");
+        let mut stmt = self.conn().prepare_cached(&sql)?;
+        Ok(stmt.query_row(params![session_id], run_summary).optional()?)
     }
 
     /// Row counts per table.
