@@ -36,6 +36,7 @@ PLUGIN_KEY = "hermes-otel"
 
 # A run with a panic injected into every hook of ours.
 PANIC_RUN = "panic_readfile"
+OTLP_RUN = "otlp_readfile"
 
 
 @dataclass
@@ -99,19 +100,27 @@ def runs(hermes_bin: Path) -> dict[str, Run]:
     jobs = int(os.environ.get("HERMES_OTEL_E2E_JOBS", "4"))
 
     def one(name: str) -> Run:
-        scenario = "readfile" if name == PANIC_RUN else name
+        scenario = "readfile" if name in (PANIC_RUN, OTLP_RUN) else name
         outdir = out / name
         shutil.rmtree(outdir, ignore_errors=True)
         cmd = ["bash", str(KIT / "run-scenario.sh"), scenario, str(outdir), "--probe"]
         cmd += ["--enable", PLUGIN_KEY, "--env", f"HERMES_OTEL_HOME={outdir / 'otel'}"]
         if name == PANIC_RUN:
             cmd += ["--env", "HERMES_OTEL_TEST_PANIC=*"]
+        if name == OTLP_RUN:
+            # A loopback OTLP/HTTP receiver in the scenario's namespace.
+            cmd += ["--sidecar", f'"$E2E_PYTHON" {Path(__file__).parent / "otlp_sidecar.py"}']
+            cmd += ["--env", "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf"]
+            cmd += ["--env", "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318"]
+            cmd += ["--env", "OTEL_METRIC_EXPORT_INTERVAL=1"]
         p = subprocess.run(cmd, env=env, text=True, capture_output=True)
         return Run(name, outdir, p.returncode, p.stderr)
 
     # Longest first, so the pool is not left waiting on one slow scenario.
     slow = ["multi_turn", "failalways", "delegate_bg_orphan", "failonce", "resume", "cron", "delegate_bg"]
-    names = sorted(SCENARIOS + [PANIC_RUN], key=lambda s: (s not in slow, slow.index(s) if s in slow else 0))
+    names = sorted(
+        SCENARIOS + [PANIC_RUN, OTLP_RUN], key=lambda s: (s not in slow, slow.index(s) if s in slow else 0)
+    )
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         results = {r.scenario: r for r in pool.map(one, names)}
     return results

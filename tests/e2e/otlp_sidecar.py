@@ -1,0 +1,46 @@
+"""A minimal OTLP/HTTP receiver for the e2e kit's --sidecar.
+
+Runs inside the scenario's network namespace, listens on 127.0.0.1:$OTLP_PORT
+(default 4318) and saves every POSTed body (gunzipped) under
+$E2E_OUTDIR/otlp/ as NNNN-traces.pb or NNNN-metrics.pb, answering with an
+empty (valid) export response. Decoding is the test's job.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+OUT = Path(os.environ["E2E_OUTDIR"]) / "otlp"
+OUT.mkdir(parents=True, exist_ok=True)
+COUNTER = itertools.count(1)
+LOCK = threading.Lock()
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        kind = {"/v1/traces": "traces", "/v1/metrics": "metrics"}.get(self.path)
+        if kind is None:
+            self.send_response(404)
+            self.end_headers()
+            return
+        with LOCK:
+            n = next(COUNTER)
+        (OUT / f"{n:04d}-{kind}.pb").write_bytes(body)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+ThreadingHTTPServer(("127.0.0.1", int(os.environ.get("OTLP_PORT", "4318"))), Handler).serve_forever()

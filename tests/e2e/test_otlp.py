@@ -1,0 +1,97 @@
+"""What a loopback OTLP receiver got from a real Hermes run with our plugin.
+
+The `readfile` scenario runs with an OTLP/HTTP receiver as the kit's sidecar
+(tests/e2e/otlp_sidecar.py). The plugin's export thread sends the spans
+when the session ends; the receiver saves the bodies, decoded here with
+opentelemetry-proto and compared with the hook stream the probe recorded.
+"""
+
+from __future__ import annotations
+
+import json
+
+from conftest import OTLP_RUN, Run
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+
+def _bodies(run: Run, kind: str) -> list[bytes]:
+    return [p.read_bytes() for p in sorted((run.outdir / "otlp").glob(f"*-{kind}.pb"))]
+
+
+def _attrs(span) -> dict:
+    out = {}
+    for kv in span.attributes:
+        v = kv.value
+        out[kv.key] = getattr(v, v.WhichOneof("value")) if v.WhichOneof("value") else None
+    return out
+
+
+def test_the_receiver_got_the_session_as_genai_spans(runs: dict[str, Run]) -> None:
+    run = runs[OTLP_RUN]
+    assert run.harness_rc == 0, run.harness_log
+    assert run.rc == 0, run.stdout
+    spans = []
+    for body in _bodies(run, "traces"):
+        req = ExportTraceServiceRequest.FromString(body)
+        for rs in req.resource_spans:
+            for ss in rs.scope_spans:
+                spans.extend(ss.spans)
+    names = sorted(s.name for s in spans)
+    assert names == [
+        "chat mock-model",
+        "chat mock-model",
+        "execute_tool read_file",
+        "hermes.turn",
+        "invoke_agent hermes",
+    ], names
+    assert len({s.span_id for s in spans}) == len(spans), "each span once"
+    assert len({s.trace_id for s in spans}) == 1, "one trace per CLI session"
+    by_name = {s.name: s for s in spans}
+    session, turn = by_name["invoke_agent hermes"], by_name["hermes.turn"]
+    assert not session.parent_span_id
+    assert turn.parent_span_id == session.span_id
+    for s in spans:
+        if s.name.startswith(("chat ", "execute_tool ")):
+            assert s.parent_span_id == turn.span_id, s.name
+
+    # Tokens on the chat spans: semconv input includes cached tokens.
+    hooks = [
+        json.loads(line) for line in (run.outdir / "hooks.jsonl").read_text().splitlines() if line.strip()
+    ]
+    usages = [h["kwargs"]["usage"] for h in hooks if h["hook"] == "post_api_request"]
+    want_input = sorted(u["input_tokens"] + u["cache_read_tokens"] + u["cache_write_tokens"] for u in usages)
+    chats = [_attrs(s) for s in spans if s.name.startswith("chat ")]
+    assert sorted(a["gen_ai.usage.input_tokens"] for a in chats) == want_input
+    assert sorted(a["gen_ai.usage.output_tokens"] for a in chats) == sorted(
+        u["output_tokens"] for u in usages
+    )
+    assert all(a["gen_ai.operation.name"] == "chat" for a in chats)
+    session_attrs = _attrs(session)
+    assert session_attrs["gen_ai.conversation.id"] == hooks[0]["kwargs"]["session_id"]
+    # No prompt text reaches the receiver without content capture.
+    prompt = next(h["kwargs"]["user_message"] for h in hooks if h["hook"] == "pre_llm_call")
+    for body in _bodies(run, "traces"):
+        assert prompt.encode() not in body
+
+
+def test_the_receiver_got_token_metrics_equal_to_the_hook_stream(runs: dict[str, Run]) -> None:
+    run = runs[OTLP_RUN]
+    bodies = _bodies(run, "metrics")
+    assert bodies, "no metric push arrived"
+    last = ExportMetricsServiceRequest.FromString(bodies[-1])
+    total = 0.0
+    for rm in last.resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                if m.name != "gen_ai.client.token.usage":
+                    continue
+                for p in m.histogram.data_points:
+                    kinds = {kv.key: kv.value.string_value for kv in p.attributes}
+                    if kinds.get("gen_ai.token.type") == "input":
+                        total += p.sum
+    hooks = [
+        json.loads(line) for line in (run.outdir / "hooks.jsonl").read_text().splitlines() if line.strip()
+    ]
+    usages = [h["kwargs"]["usage"] for h in hooks if h["hook"] == "post_api_request"]
+    assert total == sum(u["input_tokens"] + u["cache_read_tokens"] + u["cache_write_tokens"] for u in usages)
