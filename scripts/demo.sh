@@ -4,10 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet --bin hermes-otel
+bin="${CARGO_TARGET_DIR:-target}/release/hermes-otel"
 home=$(mktemp -d)
 trap 'rm -rf "$home"' EXIT
 export HERMES_OTEL_HOME="$home"
 cp examples/pricing.toml "$home/pricing.toml"
-./target/release/hermes-otel replay examples/sessions.jsonl
-./target/release/hermes-otel report --tz UTC
-./target/release/hermes-otel status
+"$bin" replay examples/sessions.jsonl
+"$bin" report --tz UTC
+"$bin" status
