@@ -42,23 +42,13 @@ pub fn print(store: &Store) -> Result<()> {
         "  pushed        {} times, {} data points",
         state.exports, state.exported_points
     );
-    println!("  last success  {}", ago(state.last_success_at));
-    if let Some(e) = &state.last_error {
-        println!("  last error    {e} ({})", ago(state.last_error_at));
-    }
-    match &state.lease {
-        Some(l) if l.expires_at >= now => {
-            println!("  lease         {} (expires in {:.0} s)", l.holder, l.expires_at - now)
-        }
-        Some(l) => println!("  lease         free (last held by {})", l.holder),
-        None => println!("  lease         free"),
-    }
-    println!("metric settings");
-    for (name, value, source) in config.describe() {
-        println!("  {name:<26}{value} (from {source})");
-    }
-    for warning in &config.warnings {
-        println!("  warning: {warning}");
-    }
+    super::status::print_outcome(
+        now,
+        state.last_success_at,
+        state.last_error.as_deref(),
+        state.last_error_at,
+        state.lease.as_ref(),
+    );
+    super::status::print_settings("metric settings", 26, &config.describe(), &config.warnings);
     Ok(())
 }

@@ -157,22 +157,45 @@ fn print_export(state: &crate::store::ExportState, config: &crate::export::Expor
     println!("  dropped       {} (retention cap)", state.dropped);
     println!("  rejected      {} (by the collector)", state.rejected);
     println!("  sampled out   {}", state.sampled_out);
-    println!("  last success  {}", ago(state.last_success_at));
-    if let Some(e) = &state.last_error {
-        println!("  last error    {e} ({})", ago(state.last_error_at));
+    print_outcome(
+        now,
+        state.last_success_at,
+        state.last_error.as_deref(),
+        state.last_error_at,
+        state.lease.as_ref(),
+    );
+    print_settings("export settings", 22, &config.describe(), &config.warnings);
+}
+
+/// The last success, last error and lease lines every exporter section has.
+pub(super) fn print_outcome(
+    now: f64,
+    last_success_at: Option<f64>,
+    last_error: Option<&str>,
+    last_error_at: Option<f64>,
+    lease: Option<&crate::store::Lease>,
+) {
+    let ago = |t: Option<f64>| t.map_or("never".to_string(), |t| format!("{:.0} s ago", (now - t).max(0.0)));
+    println!("  last success  {}", ago(last_success_at));
+    if let Some(e) = last_error {
+        println!("  last error    {e} ({})", ago(last_error_at));
     }
-    match &state.lease {
+    match lease {
         Some(l) if l.expires_at >= now => {
             println!("  lease         {} (expires in {:.0} s)", l.holder, l.expires_at - now)
         }
         Some(l) => println!("  lease         free (last held by {})", l.holder),
         None => println!("  lease         free"),
     }
-    println!("export settings");
-    for (name, value, source) in config.describe() {
-        println!("  {name:<22}{value} (from {source})");
+}
+
+/// A settings block: each value with where it came from, then warnings.
+pub(super) fn print_settings(title: &str, width: usize, rows: &[(&str, String, String)], warnings: &[String]) {
+    println!("{title}");
+    for (name, value, source) in rows {
+        println!("  {name:<width$}{value} (from {source})");
     }
-    for warning in &config.warnings {
+    for warning in warnings {
         println!("  warning: {warning}");
     }
 }

@@ -157,51 +157,52 @@ impl GrpcTransport {
     }
 
     async fn send_metrics(&mut self, request: ExportMetricsServiceRequest) -> Result<Accepted, SendError> {
-        let mut request = tonic::Request::new(request);
-        for (k, v) in &self.headers {
-            request.metadata_mut().insert(k.clone(), v.clone());
-        }
-        match self.metrics.export(request).await {
-            Ok(response) => Ok(Accepted {
-                rejected_data_points: response
-                    .into_inner()
-                    .partial_success
-                    .map(|p| p.rejected_data_points)
-                    .unwrap_or(0),
-                ..Accepted::default()
-            }),
-            Err(status) => {
-                let verdict = retry::classify_grpc(status.code(), retry::grpc_retry_info(status.details()));
-                Err(SendError {
-                    verdict,
-                    message: format!("otlp grpc metrics: {:?}: {}", status.code(), status.message()),
-                })
-            }
-        }
+        let response = self
+            .metrics
+            .export(self.request(request))
+            .await
+            .map_err(|status| grpc_error("otlp grpc metrics", status))?;
+        Ok(Accepted {
+            rejected_data_points: response
+                .into_inner()
+                .partial_success
+                .map(|p| p.rejected_data_points)
+                .unwrap_or(0),
+            ..Accepted::default()
+        })
     }
 
     async fn send(&mut self, request: ExportTraceServiceRequest) -> Result<Accepted, SendError> {
-        let mut request = tonic::Request::new(request);
+        let response = self
+            .client
+            .export(self.request(request))
+            .await
+            .map_err(|status| grpc_error("otlp grpc", status))?;
+        Ok(Accepted {
+            rejected_spans: response
+                .into_inner()
+                .partial_success
+                .map(|p| p.rejected_spans)
+                .unwrap_or(0),
+            ..Accepted::default()
+        })
+    }
+
+    /// A request carrying the configured headers.
+    fn request<T>(&self, body: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(body);
         for (k, v) in &self.headers {
             request.metadata_mut().insert(k.clone(), v.clone());
         }
-        match self.client.export(request).await {
-            Ok(response) => Ok(Accepted {
-                rejected_spans: response
-                    .into_inner()
-                    .partial_success
-                    .map(|p| p.rejected_spans)
-                    .unwrap_or(0),
-                ..Accepted::default()
-            }),
-            Err(status) => {
-                let verdict = retry::classify_grpc(status.code(), retry::grpc_retry_info(status.details()));
-                Err(SendError {
-                    verdict,
-                    message: format!("otlp grpc: {:?}: {}", status.code(), status.message()),
-                })
-            }
-        }
+        request
+    }
+}
+
+/// A failed gRPC export, classified for retry.
+fn grpc_error(what: &str, status: tonic::Status) -> SendError {
+    SendError {
+        verdict: retry::classify_grpc(status.code(), retry::grpc_retry_info(status.details())),
+        message: format!("{what}: {:?}: {}", status.code(), status.message()),
     }
 }
 
