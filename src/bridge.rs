@@ -26,9 +26,11 @@
 //! ([`crate::spool`]): one `write(2)`, after which the event survives the
 //! process whatever it does next (crash, `kill -9`, `os._exit`), and the next
 //! process to open the store replays it. So a hook returns as soon as its
-//! line is written, without waiting for the commit. Only the gating hooks
-//! (`pre_llm_call`, `pre_tool_call`), whose verdict needs the committed
-//! state, and any hook whose spool write failed, wait for the commit, up to
+//! line is written, without waiting for the commit. Only a gating hook
+//! (`pre_llm_call`, `pre_tool_call`, `pre_api_request`) while the gate has
+//! something to say ([`Gate::needs`]: a budget is set, an alert waits to be
+//! shown), whose verdict needs the committed state, and any hook whose
+//! spool write failed, wait for the commit, up to
 //! [`BridgeConfig::hook_wait`]: past that they return, the write lands
 //! later, and the timeout is counted. The checkpoint, the sweep and spool
 //! recovery run on the writer thread between batches, never on a hook's path.
@@ -248,20 +250,59 @@ pub trait Gate: Send {
     /// The verdict for `event`, or `None` to let the call go ahead.
     fn verdict(&mut self, store: &Store, event: &HookEvent) -> Option<Verdict>;
 
-    /// A flag the gate keeps set while `pre_api_request` needs a verdict
-    /// (the budget gate: limits set, enforce mode). While it is clear that
-    /// hook returns once spooled, like the observe-only hooks. `None` (the
-    /// default): it never waits.
-    fn api_request_flag(&self) -> Option<Arc<AtomicBool>> {
-        None
+    /// Which gating hooks wait for their commit and a verdict. A gating hook
+    /// whose flag is clear returns once spooled, like the observe-only hooks,
+    /// so a gate with nothing to say (no budgets, no pending alert) costs
+    /// Hermes no wait. The default: `pre_llm_call` and `pre_tool_call`
+    /// always wait, `pre_api_request` never.
+    fn needs(&self) -> Arc<GateNeeds> {
+        GateNeeds::new(true, true, false)
+    }
+
+    /// Keeps the [`Gate::needs`] flags current: called on the writer thread
+    /// after every batch and at least every [`GATE_REFRESH`] (other
+    /// processes write the same store).
+    fn refresh(&mut self, _store: &Store) {}
+}
+
+/// How often the writer calls [`Gate::refresh`] while no batch comes.
+pub const GATE_REFRESH: Duration = Duration::from_secs(1);
+
+/// Which gating hooks need a verdict now; shared between a gate (which sets
+/// them on the writer thread) and the hook path (which reads them, lock-free).
+#[derive(Debug, Default)]
+pub struct GateNeeds {
+    pub pre_llm_call: AtomicBool,
+    pub pre_tool_call: AtomicBool,
+    pub pre_api_request: AtomicBool,
+}
+
+impl GateNeeds {
+    pub fn new(pre_llm_call: bool, pre_tool_call: bool, pre_api_request: bool) -> Arc<Self> {
+        Arc::new(GateNeeds {
+            pre_llm_call: AtomicBool::new(pre_llm_call),
+            pre_tool_call: AtomicBool::new(pre_tool_call),
+            pre_api_request: AtomicBool::new(pre_api_request),
+        })
+    }
+
+    /// Whether `hook` waits for its commit and verdict now.
+    fn waits(&self, hook: &Hook) -> bool {
+        let flag = match hook {
+            Hook::PreLlmCall(_) => &self.pre_llm_call,
+            Hook::PreToolCall(_) => &self.pre_tool_call,
+            Hook::PreApiRequest(_) => &self.pre_api_request,
+            _ => return false,
+        };
+        flag.load(Ordering::Acquire)
     }
 }
 
-/// Whether `hook` waits for its commit and gets a verdict: `pre_llm_call`
-/// and `pre_tool_call`, whose return values Hermes uses, and
-/// `pre_api_request`, where the budget gate decides whether the
-/// `llm_execution` middleware stops the call (its verdict goes through the
-/// gate's own handle; Hermes ignores this hook's return value).
+/// Whether `hook` can get a verdict: `pre_llm_call` and `pre_tool_call`,
+/// whose return values Hermes uses, and `pre_api_request`, where the budget
+/// gate decides whether the `llm_execution` middleware stops the call (its
+/// verdict goes through the gate's own handle; Hermes ignores this hook's
+/// return value). Whether it waits for one is the gate's [`Gate::needs`].
 pub fn is_gating(hook: &Hook) -> bool {
     matches!(
         hook,
@@ -276,6 +317,10 @@ pub struct NoGate;
 impl Gate for NoGate {
     fn verdict(&mut self, _store: &Store, _event: &HookEvent) -> Option<Verdict> {
         None
+    }
+
+    fn needs(&self) -> Arc<GateNeeds> {
+        GateNeeds::new(false, false, false)
     }
 }
 
@@ -372,8 +417,8 @@ struct Running {
     /// Models the host was asked about: priced, or when it last had none.
     host_asked: Mutex<HashMap<String, HostAsk>>,
     exporter: Mutex<ExporterSlot>,
-    /// The gate's [`Gate::api_request_flag`].
-    api_gate: Option<Arc<AtomicBool>>,
+    /// The gate's [`Gate::needs`].
+    needs: Arc<GateNeeds>,
 }
 
 enum HostAsk {
@@ -545,7 +590,7 @@ impl Bridge {
             // The store fault below says it all.
             Err(_) => {}
         }
-        let api_gate = gate.api_request_flag();
+        let needs = gate.needs();
         let mut writer = Writer {
             store: None,
             gate,
@@ -580,7 +625,7 @@ impl Bridge {
             prices,
             host_asked: Mutex::new(HashMap::new()),
             exporter: Mutex::new(ExporterSlot::NotStarted(None)),
-            api_gate,
+            needs,
         })
     }
 
@@ -648,10 +693,7 @@ impl Bridge {
             },
             _ => false,
         };
-        let gating = match &event.hook {
-            Hook::PreApiRequest(_) => run.api_gate.as_ref().is_some_and(|f| f.load(Ordering::Relaxed)),
-            hook => is_gating(hook),
-        };
+        let gating = run.needs.waits(&event.hook);
         // A store closed by a fault commits nothing until the writer
         // reopens it: waiting would only add the bound to every hook.
         let wait = if (spooled && !gating) || shared.store_down.load(Ordering::Acquire) {
@@ -949,8 +991,10 @@ impl Writer {
         let mut next_sweep = Instant::now();
         // What dead processes left in their spools lands before anything new.
         self.recover();
+        self.refresh_gate();
+        let mut next_refresh = Instant::now() + GATE_REFRESH;
         loop {
-            let mut wake_at = next_checkpoint.min(next_sweep);
+            let mut wake_at = next_checkpoint.min(next_sweep).min(next_refresh);
             if let Some(t) = self.retry_at {
                 wake_at = wake_at.min(t);
             }
@@ -969,6 +1013,10 @@ impl Writer {
                 self.guarded(|w| w.process(jobs), tickets);
             }
             let now = Instant::now();
+            if now >= next_refresh {
+                self.refresh_gate();
+                next_refresh = now + GATE_REFRESH;
+            }
             if stop || (dirty && now >= next_checkpoint) {
                 self.checkpoint();
                 dirty = false;
@@ -991,6 +1039,20 @@ impl Writer {
             let _ = spool.finish(self.handled);
         }
         self.shared.alive.store(false, Ordering::Release);
+    }
+
+    /// Lets the gate update which gating hooks wait ([`Gate::refresh`]).
+    fn refresh_gate(&mut self) {
+        if self.store.is_some() {
+            self.guarded(
+                |w| {
+                    if let Some(store) = &w.store {
+                        w.gate.refresh(store);
+                    }
+                },
+                Vec::new(),
+            );
+        }
     }
 
     /// Runs `f`, turning a panic into a message and failed `tickets`.
@@ -1036,7 +1098,8 @@ impl Writer {
                 Job::Flush(ticket) => flushes.push(ticket),
             }
         }
-        if !events.is_empty() {
+        let events_empty = events.is_empty();
+        if !events_empty {
             if self.retry_at.is_some() {
                 // The store is in trouble: keep them behind the ones kept
                 // already, and try again when the retry is due.
@@ -1046,6 +1109,11 @@ impl Writer {
                 self.keep(rest);
                 self.fault(kind, &e);
             }
+        }
+        // What this batch changed may change which gating hooks wait; a
+        // flush below promises that too.
+        if !events_empty {
+            self.refresh_gate();
         }
         // A flush (session end, exit) empties the spool whatever its size:
         // a process that then ends leaves nothing for the next one to replay.

@@ -24,11 +24,11 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::bridge::{BudgetMode, Gate, Verdict};
+use crate::bridge::{BudgetMode, Gate, GateNeeds, Verdict};
 use crate::budget::{self, alert, verdict, BudgetConfig, BudgetState, Level, Scope};
 use crate::hook::{Hook, HookEvent};
 use crate::store::Store;
@@ -50,11 +50,12 @@ pub struct CronPause {
     pub reason: String,
 }
 
-#[derive(Default)]
 struct Shared {
-    /// Set while budgets are set in enforce mode: `pre_api_request` then
-    /// waits for its verdict (see `Gate::api_request_flag`).
-    armed: Arc<AtomicBool>,
+    /// Which gating hooks wait for a verdict (see `Gate::needs`):
+    /// `pre_tool_call` and `pre_api_request` while budgets are set in
+    /// enforce mode, `pre_llm_call` while any budget is set or an alert is
+    /// waiting to be shown.
+    needs: Arc<GateNeeds>,
     stops: Mutex<(HashMap<String, String>, VecDeque<String>)>,
     pauses: Mutex<Vec<CronPause>>,
     messages: Mutex<Vec<String>>,
@@ -62,6 +63,19 @@ struct Shared {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Shared {
+            // Until the first refresh has looked for pending alerts,
+            // `pre_llm_call` waits.
+            needs: GateNeeds::new(true, false, false),
+            stops: Mutex::default(),
+            pauses: Mutex::default(),
+            messages: Mutex::default(),
+        }
+    }
 }
 
 /// What the binding asks the gate for outside the hook return values.
@@ -205,7 +219,12 @@ impl BudgetGate {
         self.zone = None;
         self.next_zone_try = now;
         let armed = self.mode() == BudgetMode::Enforce && !self.cfg.is_empty();
-        self.handle.0.armed.store(armed, Ordering::Relaxed);
+        let needs = &self.handle.0.needs;
+        needs.pre_tool_call.store(armed, Ordering::Release);
+        needs.pre_api_request.store(armed, Ordering::Release);
+        if !self.cfg.is_empty() {
+            needs.pre_llm_call.store(true, Ordering::Release);
+        }
     }
 
     /// Registers the configured zone's per-period totals once per load.
@@ -345,8 +364,20 @@ impl BudgetGate {
 }
 
 impl Gate for BudgetGate {
-    fn api_request_flag(&self) -> Option<Arc<AtomicBool>> {
-        Some(Arc::clone(&self.handle.0.armed))
+    fn needs(&self) -> Arc<GateNeeds> {
+        Arc::clone(&self.handle.0.needs)
+    }
+
+    fn refresh(&mut self, store: &Store) {
+        self.reload_if_changed(false);
+        // Without budgets, `pre_llm_call` only has alerts to show: it waits
+        // while one is pending, in this process's commits or another's.
+        let wait = !self.cfg.is_empty()
+            || store.has_pending_alerts().unwrap_or_else(|e| {
+                lock(&self.handle.0.messages).push(format!("cannot look for pending alerts: {e}"));
+                true
+            });
+        self.handle.0.needs.pre_llm_call.store(wait, Ordering::Release);
     }
 
     fn verdict(&mut self, store: &Store, event: &HookEvent) -> Option<Verdict> {

@@ -198,14 +198,6 @@ impl Hook {
                 Decoded::Unusable(problems) => (Outcome::Failed, Some(problems)),
                 Decoded::Ignored => (Outcome::Committed(None), None),
             };
-            // One-shot and cron processes end with os._exit right after
-            // their last turn and skip atexit: make sure it all landed.
-            if matches!(name, "on_session_end" | "on_session_finalize") {
-                // One bound for both: the store, then the spans it made ready.
-                let deadline = std::time::Instant::now() + bridge::DEFAULT_FLUSH_TIMEOUT;
-                bridge.flush(bridge::DEFAULT_FLUSH_TIMEOUT);
-                export_task::flush_current(deadline);
-            }
             result
         });
         if let Some(problems) = unusable {
@@ -563,14 +555,24 @@ fn budget_mode(py: Python<'_>) -> &'static str {
     bridge(py).config().budget_mode.as_str()
 }
 
-/// Waits up to `timeout_seconds` for everything submitted to commit.
-/// Returns whether it did. Never raises.
+/// Waits up to `timeout_seconds`, in all, for everything submitted to
+/// commit and then for the spans that made ready to be sent (when this
+/// process exports). Returns whether everything committed. Never raises.
+/// The package calls it when the process exits, `os._exit` included.
 #[pyfunction]
 #[pyo3(signature = (timeout_seconds = 2.0))]
 fn flush(py: Python<'_>, timeout_seconds: f64) -> bool {
     let Some(b) = BRIDGE.get() else { return true };
     let timeout = Duration::try_from_secs_f64(timeout_seconds.max(0.0)).unwrap_or(bridge::DEFAULT_FLUSH_TIMEOUT);
-    py.detach(|| catch_unwind(AssertUnwindSafe(|| b.flush(timeout))).unwrap_or(false))
+    py.detach(|| {
+        catch_unwind(AssertUnwindSafe(|| {
+            let deadline = std::time::Instant::now() + timeout;
+            let committed = b.flush(timeout);
+            export_task::flush_current(deadline);
+            committed
+        }))
+        .unwrap_or(false)
+    })
 }
 
 /// The bridge's counters, as a dict.
@@ -600,6 +602,9 @@ fn store_dir(py: Python<'_>) -> String {
     bridge(py).config().store_dir.display().to_string()
 }
 
+/// How long `/otel` waits for the hooks before it to commit.
+const SLASH_FLUSH_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// The reply to `/otel`: the session's cost and tokens and today's spend.
 /// `session_id` is the one Hermes reports, else the last session a turn
 /// started in this process. Raises [`HermesOtelError`] if the store cannot
@@ -608,12 +613,15 @@ fn store_dir(py: Python<'_>) -> String {
 #[pyo3(signature = (raw_args = "", session_id = None))]
 fn otel_command(py: Python<'_>, raw_args: &str, session_id: Option<String>) -> PyResult<String> {
     let _ = raw_args;
-    let dir = bridge(py).config().store_dir.clone();
+    let bridge = bridge(py);
+    let dir = bridge.config().store_dir.clone();
     let session = session_id
         .filter(|s| !s.is_empty())
         .or_else(|| LAST_SESSION.lock().unwrap_or_else(|p| p.into_inner()).clone());
     let result = py.detach(move || {
         catch_unwind(AssertUnwindSafe(|| {
+            // Hooks do not wait for their commits: let this turn's land first.
+            bridge.flush(SLASH_FLUSH_TIMEOUT);
             crate::slash::otel_command(
                 &dir,
                 session.as_deref(),

@@ -624,3 +624,65 @@ fn an_edited_budget_file_is_picked_up_without_a_restart() {
     );
     assert!((gauges[0].spend_usd - CALL_USD).abs() < 1e-12);
 }
+
+/// A hook call the way the binding makes it: spool record, then submit.
+fn spooled(bridge: &Bridge, hook: &str, kwargs: Value) -> Outcome {
+    let kwargs = kwargs.as_object().cloned().expect("kwargs object");
+    let at = hermes_otel::bridge::unix_now();
+    let Decoded::Event(event, problems) = decode(hook, &kwargs, at, DecodeOptions::default()) else {
+        panic!("{hook} does not decode");
+    };
+    let record = hermes_otel::spool::record(hook, at, Some(1), Some("t"), &kwargs, false);
+    let ctx = EventContext {
+        pid: Some(1),
+        thread: Some("t".into()),
+        problems,
+    };
+    bridge.submit_recorded(event, ctx, Some(&record))
+}
+
+fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !ok() {
+        assert!(std::time::Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn gating_hooks_wait_only_while_the_gate_has_something_to_say() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut cfg = BridgeConfig::new(dir.path().to_path_buf());
+    cfg.hook_wait = Duration::from_secs(10);
+    let bridge = Bridge::start_with_gate(cfg, Box::new(BudgetGate::for_store_dir(dir.path())));
+    let llm = |turn: &str| json!({"session_id": "w", "turn_id": turn, "model": "gpt-4o"});
+    let tool = json!({"session_id": "w", "tool_call_id": "c", "tool_name": "terminal"});
+    // No budget, no alert: nothing to wait for.
+    eventually("the first refresh", || {
+        spooled(&bridge, "pre_llm_call", llm("w:0")) == Outcome::Queued
+    });
+    assert_eq!(spooled(&bridge, "pre_tool_call", tool.clone()), Outcome::Queued);
+    // A 404 that is not retryable raises an alert: the next pre_llm_call
+    // after its commit waits, and shows it.
+    let e404 = json!({"session_id": "w", "api_request_id": "x", "model": "gone-model", "status_code": 404,
+                      "retryable": false, "retry_count": 0});
+    assert_eq!(spooled(&bridge, "api_request_error", e404), Outcome::Queued);
+    assert!(bridge.flush(Duration::from_secs(10)));
+    let text = match spooled(&bridge, "pre_llm_call", llm("w:1")) {
+        Outcome::Committed(v) => context(v).expect("the alert"),
+        other => panic!("expected a verdict, got {other:?}"),
+    };
+    assert!(text.contains("gone-model is unavailable"), "{text}");
+    // Shown once; then the hook stops waiting again.
+    assert!(bridge.flush(Duration::from_secs(10)));
+    assert_eq!(spooled(&bridge, "pre_llm_call", llm("w:2")), Outcome::Queued);
+    // A budget in enforce mode: every gating hook waits for its verdict.
+    write_budgets(dir.path(), "[global]\ndaily = 1000.0\n");
+    eventually("the budget file reload", || {
+        matches!(
+            spooled(&bridge, "pre_tool_call", tool.clone()),
+            Outcome::Committed(None)
+        )
+    });
+    assert_eq!(spooled(&bridge, "pre_llm_call", llm("w:3")), Outcome::Committed(None));
+}

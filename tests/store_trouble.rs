@@ -14,6 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use hermes_otel::bridge::{Bridge, BridgeConfig, Message, Outcome};
+use hermes_otel::budget_gate::BudgetGate;
 use hermes_otel::health::{self, FaultKind};
 use hermes_otel::hook::{decode, DecodeOptions, Decoded};
 use hermes_otel::spool;
@@ -162,9 +163,13 @@ impl Drop for Mount {
 #[test]
 fn a_store_locked_by_another_writer_for_5_s_costs_hooks_nothing_and_everything_lands() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let bridge = Bridge::start(config(dir.path()));
+    // With a budget set, pre_llm_call waits for its verdict.
+    std::fs::write(dir.path().join("budgets.toml"), "[global]\ndaily = 1000.0\n").expect("budgets");
+    let gate = BudgetGate::for_store_dir(dir.path());
+    let bridge = Bridge::start_with_gate(config(dir.path()), Box::new(gate));
     assert_eq!(llm_call(&bridge, "warm", 0).0, Outcome::Queued);
     assert!(bridge.flush(Duration::from_secs(10)));
+    assert!(matches!(gating(&bridge, "warm").0, Outcome::Committed(_)));
     let blocker = rusqlite::Connection::open(dir.path().join(DB_FILE_NAME)).expect("open");
     blocker.execute_batch("BEGIN IMMEDIATE").expect("take the write lock");
     let locked_at = Instant::now();

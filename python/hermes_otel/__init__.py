@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import functools
+import os
 import sys
 from typing import Any
 
@@ -19,7 +21,8 @@ from ._native import HermesOtelError
 __all__ = ["HermesOtelError", "register"]
 __version__ = _native.__version__
 
-# How long the interpreter's exit waits for queued hook events to commit.
+# How long a process exit waits for queued hook events to commit and their
+# spans to be sent.
 _EXIT_FLUSH_SECONDS = 2.0
 
 
@@ -47,6 +50,34 @@ def register(ctx: Any) -> None:
         description="This session's cost and tokens, and today's spend (hermes-otel)",
     )
     atexit.register(_native.flush, _EXIT_FLUSH_SECONDS)
+    _flush_before_os_exit()
+
+
+def _flush_before_os_exit() -> None:
+    """Make ``os._exit`` flush first, in this process only.
+
+    Hermes ends one-shot (``hermes -z``), kanban-worker and gateway processes
+    with ``os._exit``, which skips atexit. Flushing at every session end
+    instead would make each turn wait for a commit and an export; this pays
+    that once, when the process ends. Forked children (multiprocessing)
+    inherit the wrapper but not our threads, so they exit straight away.
+    """
+    real_exit = os._exit
+    if getattr(real_exit, "_hermes_otel", False):
+        return
+    pid = os.getpid()
+
+    @functools.wraps(real_exit)
+    def _exit(status: int) -> None:
+        if os.getpid() == pid:
+            try:
+                _native.flush(_EXIT_FLUSH_SECONDS)
+            except BaseException:  # noqa: BLE001 - the exit must happen
+                pass
+        real_exit(status)
+
+    _exit._hermes_otel = True  # type: ignore[attr-defined]
+    os._exit = _exit
 
 
 def _profile_name(ctx: Any) -> str | None:

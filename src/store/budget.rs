@@ -781,6 +781,14 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// Whether any alert waits to be shown (one probe of the partial index).
+    pub fn has_pending_alerts(&self) -> Result<bool> {
+        Ok(self
+            .conn()
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM alerts WHERE delivered_at IS NULL)")?
+            .query_row([], |r| r.get(0))?)
+    }
+
     /// Marks a pending alert shown to `session_id`; true for the one caller,
     /// in any process, that got it (each alert is shown once).
     pub fn deliver_alert(&self, kind: &str, key: &str, at: f64, session_id: &str) -> Result<bool> {

@@ -209,6 +209,44 @@ def test_a_panic_on_the_rust_path_never_reaches_the_caller(fresh_store) -> None:
     assert query("SELECT hook FROM journal", store_dir=fresh_store) == [("on_session_start",)]
 
 
+def test_os_exit_commits_first_and_a_forked_child_exits_at_once(fresh_store) -> None:
+    # Hermes ends `hermes -z`, kanban workers and the gateway with os._exit,
+    # which skips atexit; hooks do not flush, the exit does.
+    code = textwrap.dedent(
+        """
+        import os, time, hermes_otel
+        class Ctx:
+            def __init__(self): self.hooks = {}
+            def register_hook(self, name, cb): self.hooks[name] = cb
+            def register_cli_command(self, *a, **k): pass
+            def register_command(self, *a, **k): pass
+        ctx = Ctx()
+        hermes_otel.register(ctx)
+        ctx.hooks["on_session_start"](session_id="ex", platform="cli", model="gpt-4o")
+        ctx.hooks["post_tool_call"](session_id="ex", tool_call_id="c1", tool_name="read_file", result="{}")
+        ctx.hooks["on_session_end"](session_id="ex", turn_id="ex:t", completed=True, interrupted=False)
+        # A forked child inherits the wrapper, not the writer thread.
+        t0 = time.monotonic()
+        child = os.fork()
+        if child == 0:
+            os._exit(5)
+        _, status = os.waitpid(child, 0)
+        print("CHILD", os.waitstatus_to_exitcode(status), time.monotonic() - t0 < 1.0, flush=True)
+        os._exit(7)
+        """
+    )
+    p = run_python(code, HERMES_OTEL_HOME=str(fresh_store))
+    assert p.returncode == 7, p.stdout + p.stderr
+    assert "CHILD 5 True" in p.stdout, p.stdout
+    # Read without replaying the spool: the exit committed it all, and
+    # emptied the spool, so the next process has nothing to recover.
+    hooks = query("SELECT hook FROM journal WHERE session_id = 'ex' ORDER BY seq", store_dir=fresh_store)
+    assert [h for (h,) in hooks] == ["on_session_start", "post_tool_call", "on_session_end"]
+    assert query("SELECT status FROM runs WHERE session_id = 'ex'", store_dir=fresh_store) == [("ok",)]
+    spooled = [f.stat().st_size for f in (fresh_store / "spool").glob("*.jsonl")]
+    assert sum(spooled) == 0, spooled
+
+
 def test_a_store_that_cannot_be_opened_is_reported_once_and_hooks_do_not_wait(tmp_path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
