@@ -508,6 +508,75 @@ pub fn alert_attrs(kind: &str) -> String {
     AttrSet::new().s(mattr::HERMES_ALERT_KIND, kind).key()
 }
 
+/// The aggregation temporality of pushed counters and histograms
+/// (`OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`). Gauges are
+/// gauges either way; the Prometheus endpoint is always cumulative.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Temporality {
+    /// Totals since the store's metric start time.
+    #[default]
+    Cumulative,
+    /// What changed since the last accepted push. `lowmemory` means the
+    /// same here: it asks delta for synchronous counters and histograms,
+    /// and every instrument with a temporality is one of those.
+    Delta,
+}
+
+impl Temporality {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "cumulative" => Some(Temporality::Cumulative),
+            "delta" | "lowmemory" => Some(Temporality::Delta),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Temporality::Cumulative => "cumulative",
+            Temporality::Delta => "delta",
+        }
+    }
+}
+
+/// What each of the store's series gained since `base` (the same series as
+/// of the last accepted delta push): value, count and buckets minus the
+/// base's. Series that did not change are left out; min and max are
+/// unknown over a window, so dropped. A series that went backwards (a
+/// store replaced under the exporter) counts from zero.
+pub fn deltas(now: &[SeriesRow], base: &[SeriesRow]) -> Vec<SeriesRow> {
+    let base: BTreeMap<(&str, &str), &SeriesRow> = base
+        .iter()
+        .map(|b| ((b.metric.as_str(), b.attrs.as_str()), b))
+        .collect();
+    let mut out = Vec::new();
+    for row in now {
+        let mut d = SeriesRow {
+            min: None,
+            max: None,
+            ..row.clone()
+        };
+        if let Some(b) = base.get(&(row.metric.as_str(), row.attrs.as_str())) {
+            if row.count < b.count || row.value < b.value {
+                out.push(d);
+                continue;
+            }
+            d.value = row.value - b.value;
+            d.count = row.count - b.count;
+            if let (Some(now), Some(then)) = (&row.buckets, &b.buckets) {
+                if now.len() == then.len() {
+                    d.buckets = Some(now.iter().zip(then).map(|(n, t)| n.saturating_sub(*t)).collect());
+                }
+            }
+        }
+        if d.count > 0 || d.value != 0.0 {
+            out.push(d);
+        }
+    }
+    out
+}
+
 /// A series as exported: its instrument, the attributes the allow-list
 /// lets through, and its cumulative state (summed over the store's series
 /// that differ only in left-out attributes).
@@ -616,12 +685,16 @@ fn key_values(attrs: &Attrs) -> Vec<KeyValue> {
         .collect()
 }
 
-/// The OTLP metrics of `series` (from [`project`]): cumulative monotonic
-/// sums, cumulative explicit-bucket histograms and gauges, one [`Metric`]
-/// per instrument that has series. `start` is the store's metric start
-/// time, `now` the data points' time, both Unix seconds.
-pub fn otlp_metrics(series: &[Series], start: f64, now: f64) -> Vec<Metric> {
-    let cumulative = AggregationTemporality::Cumulative as i32;
+/// The OTLP metrics of `series` (from [`project`]): monotonic sums,
+/// explicit-bucket histograms and gauges, one [`Metric`] per instrument
+/// that has series. `start` is where the sums and histograms start (the
+/// store's metric start time, or the last delta push), `now` the data
+/// points' time, both Unix seconds.
+pub fn otlp_metrics(series: &[Series], start: f64, now: f64, temporality: Temporality) -> Vec<Metric> {
+    let temporality = match temporality {
+        Temporality::Cumulative => AggregationTemporality::Cumulative,
+        Temporality::Delta => AggregationTemporality::Delta,
+    } as i32;
     let mut out = Vec::new();
     for instrument in INSTRUMENTS {
         let mine: Vec<&Series> = series.iter().filter(|s| s.instrument.name == instrument.name).collect();
@@ -646,7 +719,7 @@ pub fn otlp_metrics(series: &[Series], start: f64, now: f64) -> Vec<Metric> {
         let data = match instrument.kind {
             Kind::Counter => metric::Data::Sum(Sum {
                 data_points: mine.iter().map(|s| number(s)).collect(),
-                aggregation_temporality: cumulative,
+                aggregation_temporality: temporality,
                 is_monotonic: true,
             }),
             Kind::Gauge => metric::Data::Gauge(Gauge {
@@ -668,7 +741,7 @@ pub fn otlp_metrics(series: &[Series], start: f64, now: f64) -> Vec<Metric> {
                         ..HistogramDataPoint::default()
                     })
                     .collect(),
-                aggregation_temporality: cumulative,
+                aggregation_temporality: temporality,
             }),
         };
         out.push(Metric {
@@ -1038,7 +1111,7 @@ mod tests {
         let mut out = Vec::new();
         measure(&MetricFact::Turn("ok".into(), run()), &mut out);
         let series = project(&series_of(&out), &[], AllowList::default());
-        let metrics = otlp_metrics(&series, 100.0, 200.0);
+        let metrics = otlp_metrics(&series, 100.0, 200.0, Temporality::Cumulative);
         assert_eq!(metrics.len(), 1);
         let Some(metric::Data::Sum(s)) = &metrics[0].data else {
             panic!("a sum")

@@ -105,6 +105,11 @@ fn ledger(path: &Path) -> Ledger {
 type Points = HashMap<String, Vec<(String, f64, u64)>>;
 
 fn points(request: &ExportMetricsServiceRequest) -> Points {
+    points_of(request, AggregationTemporality::Cumulative)
+}
+
+/// [`points`] of a request whose sums and histograms have `temporality`.
+fn points_of(request: &ExportMetricsServiceRequest, temporality: AggregationTemporality) -> Points {
     let mut out: Points = HashMap::new();
     let text = |kvs: &[opentelemetry_proto::tonic::common::v1::KeyValue]| -> String {
         let mut parts: Vec<String> = kvs
@@ -134,7 +139,7 @@ fn points(request: &ExportMetricsServiceRequest) -> Points {
                 match &metric.data {
                     Some(Data::Sum(s)) => {
                         assert!(s.is_monotonic, "{}", metric.name);
-                        assert_eq!(s.aggregation_temporality, AggregationTemporality::Cumulative as i32);
+                        assert_eq!(s.aggregation_temporality, temporality as i32);
                         for p in &s.data_points {
                             entry.push((text(&p.attributes), number(&p.value), 0));
                         }
@@ -145,7 +150,7 @@ fn points(request: &ExportMetricsServiceRequest) -> Points {
                         }
                     }
                     Some(Data::Histogram(h)) => {
-                        assert_eq!(h.aggregation_temporality, AggregationTemporality::Cumulative as i32);
+                        assert_eq!(h.aggregation_temporality, temporality as i32);
                         for p in &h.data_points {
                             assert_eq!(p.bucket_counts.iter().sum::<u64>(), p.count, "{}", metric.name);
                             assert_eq!(p.bucket_counts.len(), p.explicit_bounds.len() + 1);
@@ -384,6 +389,82 @@ fn a_second_exporting_process_continues_every_series_and_never_goes_back() {
         starts.windows(2).all(|w| w[0] == w[1]),
         "one start time for all: {starts:?}"
     );
+}
+
+/// `(start, time)` of every sum and histogram point of `request`.
+fn point_times(request: &ExportMetricsServiceRequest) -> Vec<(u64, u64)> {
+    request.resource_metrics[0].scope_metrics[0]
+        .metrics
+        .iter()
+        .flat_map(|m| match &m.data {
+            Some(Data::Sum(s)) => s
+                .data_points
+                .iter()
+                .map(|p| (p.start_time_unix_nano, p.time_unix_nano))
+                .collect(),
+            Some(Data::Histogram(h)) => h
+                .data_points
+                .iter()
+                .map(|p| (p.start_time_unix_nano, p.time_unix_nano))
+                .collect(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+#[test]
+fn delta_pushes_add_up_to_the_ledger_across_exporting_processes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("hermes-otel.db");
+    let files = all_fixtures();
+    let (first, second) = files.split_at(files.len() / 2);
+    let receiver = support::grpc(None, None);
+    let delta = || {
+        let endpoint = receiver.grpc_endpoint();
+        config(&[
+            ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", endpoint.as_str()),
+            ("HERMES_OTEL_SESSION_GRACE_SECONDS", "0"),
+            ("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "delta"),
+        ])
+    };
+    let mut store = Store::open(&path).expect("open");
+    replay(&mut store, first);
+    let mut a = MetricExporter::with_store(delta(), store).expect("A");
+    let from_a = push(&mut a, &receiver);
+    let start = (a.identity().start_time * 1e9) as u64;
+    let pa = points_of(&from_a, AggregationTemporality::Delta);
+    // The first delta covers everything since the store's metric start.
+    check_against_ledger(&pa, &ledger(&path));
+    let times_a = point_times(&from_a);
+    assert!(times_a.iter().all(|(s, _)| *s == start), "{times_a:?}");
+    drop(a); // process A goes away; B continues its deltas
+    let mut store = Store::open(&path).expect("reopen");
+    replay(&mut store, second);
+    let mut b = MetricExporter::with_store(delta(), store).expect("B");
+    let from_b = push(&mut b, &receiver);
+    let pb = points_of(&from_b, AggregationTemporality::Delta);
+    // B sent only what was new: A's points plus B's are the ledger.
+    let mut both = pa.clone();
+    for (metric, series) in &pb {
+        both.entry(metric.clone()).or_default().extend(series.iter().cloned());
+    }
+    check_against_ledger(&both, &ledger(&path));
+    assert!(
+        total(&pb, m::TOKEN_USAGE, "gen_ai.token.type=output")
+            < total(&both, m::TOKEN_USAGE, "gen_ai.token.type=output"),
+        "B's points are not cumulative"
+    );
+    // B's window starts where A's ended.
+    let a_end = times_a[0].1;
+    let times_b = point_times(&from_b);
+    assert!(!times_b.is_empty());
+    assert!(
+        times_b.iter().all(|(s, t)| *s == a_end && t > s),
+        "{times_b:?} after {a_end}"
+    );
+    // Nothing new: no sum or histogram point at all.
+    let from_b_again = push(&mut b, &receiver);
+    assert_eq!(point_times(&from_b_again), Vec::new());
 }
 
 #[test]

@@ -34,10 +34,14 @@
 //!   exporting process continues every series where the previous one
 //!   left it. A failed push backs off and retries; nothing needs to be
 //!   re-sent because the next push carries the totals.
-//! - Temporality is always cumulative. `delta` (or `lowmemory`) in
-//!   `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` is reported as a
-//!   warning and cumulative is sent: a collector's `cumulativetodelta`
-//!   processor converts if a backend needs deltas.
+//! - With `delta` (or `lowmemory`) in
+//!   `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`, a push sends what
+//!   each series gained since the last accepted push, starting at that
+//!   push's time. The series it measured from are kept in the store
+//!   (`metric_delta_base`, migration 0006) and replaced in the transaction
+//!   that records the accepted push, so a new lease holder continues the
+//!   deltas; a failed push sends nothing new to the base, so the next one
+//!   covers the longer window. Unchanged series are left out.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -53,6 +57,7 @@ use super::transport::{Accepted, SendError, Transport};
 use super::{resource_of, unix_now, SCOPE_NAME};
 use crate::config::{Resolved, Source};
 use crate::error::{Error, Result};
+pub use crate::metrics::Temporality;
 use crate::metrics::{self, AllowList, BudgetReading, Series};
 use crate::store::{Folded, MetricIdentity, Store, METRIC_LEASE};
 
@@ -113,7 +118,7 @@ pub struct MetricsConfig {
     pub exporters: Resolved<MetricsExporters>,
     pub interval: Resolved<Duration>,
     /// What was asked for; cumulative is what is sent.
-    pub temporality_preference: Resolved<String>,
+    pub temporality_preference: Resolved<Temporality>,
     pub attributes: Resolved<AllowList>,
     /// `host:port` of `/metrics` when the exporter is `prometheus`.
     pub prometheus_addr: Resolved<String>,
@@ -197,19 +202,9 @@ impl MetricsConfig {
         let temporality_preference = r.setting(
             None,
             &[env::METRICS_TEMPORALITY_PREFERENCE],
-            |s| {
-                let v = s.trim().to_ascii_lowercase();
-                matches!(v.as_str(), "cumulative" | "delta" | "lowmemory").then_some(v)
-            },
-            "cumulative".to_string(),
+            Temporality::parse,
+            Temporality::Cumulative,
         );
-        if temporality_preference.value != "cumulative" {
-            r.warnings.push(format!(
-                "{}: {} is not supported, metrics are sent cumulative (a collector's cumulativetodelta processor converts)",
-                env::METRICS_TEMPORALITY_PREFERENCE,
-                temporality_preference.value
-            ));
-        }
         let attributes = r.setting(None, &[env::METRIC_ATTRIBUTES], AllowList::parse, AllowList::default());
         let prometheus_addr = match metric_overrides.prometheus_addr {
             Some(addr) => Resolved {
@@ -272,7 +267,7 @@ impl MetricsConfig {
             ),
             (
                 "temporality",
-                format!("cumulative (asked: {})", self.temporality_preference.value),
+                self.temporality_preference.value.as_str().to_string(),
                 self.temporality_preference.source.to_string(),
             ),
             (
@@ -526,8 +521,21 @@ impl MetricExporter {
         if !step.leased {
             return Ok(());
         }
-        let series = self.series()?;
-        let metrics = metrics::otlp_metrics(&series, self.identity.start_time, now);
+        let temporality = self.config.temporality_preference.value;
+        let (series, start, delta_base) = match temporality {
+            Temporality::Cumulative => (self.series()?, self.identity.start_time, None),
+            Temporality::Delta => {
+                // Read together: the series now, and what the last accepted
+                // delta push (by any process) saw.
+                let (rows, (base_rows, base_at), gauges) = self
+                    .store
+                    .read_snapshot(|st| Ok((st.metric_series()?, st.metric_delta_base()?, st.metric_gauges()?)))?;
+                let deltas = metrics::deltas(&rows, &base_rows);
+                let series = metrics::project(&deltas, &gauges, self.config.attributes.value);
+                (series, base_at.unwrap_or(self.identity.start_time), Some(rows))
+            }
+        };
+        let metrics = metrics::otlp_metrics(&series, start, now, temporality);
         let points = metrics::data_points(&metrics);
         let request = ExportMetricsServiceRequest {
             resource_metrics: vec![ResourceMetrics {
@@ -551,7 +559,8 @@ impl MetricExporter {
                 step.error = None;
                 step.backing_off = None;
                 step.exported_points = points;
-                self.store.metric_export_done(points, unix_now())?;
+                let base = delta_base.as_deref().map(|rows| (rows, now));
+                self.store.metric_export_done(points, unix_now(), base)?;
             }
             Err(e) => {
                 let wait = self.backoff.next(e.verdict);
@@ -700,9 +709,14 @@ mod tests {
             None,
         );
         assert_eq!(c.interval.value, Duration::from_secs(5));
-        assert_eq!(c.temporality_preference.value, "delta");
-        assert!(c.warnings.iter().any(|w| w.contains("cumulative")), "{:?}", c.warnings);
+        assert_eq!(c.temporality_preference.value, Temporality::Delta);
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
         assert!(c.attributes.value.sender && !c.attributes.value.profile);
+        let c = resolve(&[(env::METRICS_TEMPORALITY_PREFERENCE, "LowMemory")], None);
+        assert_eq!(c.temporality_preference.value, Temporality::Delta);
+        let c = resolve(&[(env::METRICS_TEMPORALITY_PREFERENCE, "sometimes")], None);
+        assert_eq!(c.temporality_preference.value, Temporality::Cumulative);
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
         let c = resolve(&[], None);
         assert_eq!(c.interval.value, DEFAULT_METRIC_EXPORT_INTERVAL);
         assert_eq!(c.attributes.value, AllowList::default());

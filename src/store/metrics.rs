@@ -242,6 +242,7 @@ mod state_key {
     pub const LAST_SUCCESS_AT: &str = "metrics.last_success_at";
     pub const LAST_ERROR: &str = "metrics.last_error";
     pub const LAST_ERROR_AT: &str = "metrics.last_error_at";
+    pub const DELTA_AT: &str = "metrics.delta_at";
 }
 
 impl Store {
@@ -432,14 +433,57 @@ impl Store {
         })
     }
 
-    /// Records an accepted metric export of `points` data points.
-    pub fn metric_export_done(&mut self, points: usize, now: f64) -> Result<()> {
+    /// Records an accepted metric export of `points` data points. A delta
+    /// push also passes the series it measured from (`delta_base`, as
+    /// [`Store::metric_series`] read them before the push) and when it
+    /// read them: the next delta push starts there.
+    pub fn metric_export_done(
+        &mut self,
+        points: usize,
+        now: f64,
+        delta_base: Option<(&[SeriesRow], f64)>,
+    ) -> Result<()> {
         let tx = self.conn.transaction()?;
         bump_state(&tx, state_key::EXPORTS, 1)?;
         bump_state(&tx, state_key::EXPORTED_POINTS, points as i64)?;
         set_state(&tx, state_key::LAST_SUCCESS_AT, now)?;
+        if let Some((rows, at)) = delta_base {
+            tx.execute("DELETE FROM metric_delta_base", [])?;
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO metric_delta_base (metric, attrs, value, count, buckets) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            for r in rows {
+                let buckets = r.buckets.as_ref().map(|b| serde_json::to_string(b).unwrap_or_default());
+                insert.execute(params![r.metric, r.attrs, r.value, r.count as i64, buckets])?;
+            }
+            drop(insert);
+            set_state(&tx, state_key::DELTA_AT, at)?;
+        }
         tx.commit()?;
         Ok(())
+    }
+
+    /// The series as the last accepted delta push saw them, and when; no
+    /// time when no delta push was accepted yet.
+    pub fn metric_delta_base(&self) -> Result<(Vec<SeriesRow>, Option<f64>)> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT metric, attrs, value, count, buckets FROM metric_delta_base")?;
+        let rows = stmt.query_map([], |r| {
+            let buckets: Option<String> = r.get(4)?;
+            Ok(SeriesRow {
+                metric: r.get(0)?,
+                attrs: r.get(1)?,
+                value: r.get(2)?,
+                count: r.get::<_, i64>(3)?.max(0) as u64,
+                buckets: buckets.and_then(|b| serde_json::from_str(&b).ok()),
+                min: None,
+                max: None,
+                updated_at: 0.0,
+            })
+        })?;
+        let rows = rows.collect::<rusqlite::Result<_>>()?;
+        Ok((rows, self.metric_state_value(state_key::DELTA_AT)?))
     }
 
     /// Records a failed metric export (the message names no secret).

@@ -65,6 +65,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0003_metrics.sql"),
     include_str!("migrations/0004_content.sql"),
     include_str!("migrations/0005_budget.sql"),
+    include_str!("migrations/0006_metric_delta.sql"),
 ];
 
 /// The schema version this build writes.
