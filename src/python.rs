@@ -104,19 +104,30 @@ fn bridge(py: Python<'_>) -> &'static Bridge {
 #[pyclass(frozen, module = "hermes_otel._native")]
 struct Hook {
     name: &'static str,
-    keys: HookKeys,
+    /// The kwargs read (see [`HookKeys`]), as interned Python strings: a
+    /// lookup then allocates nothing and hashes nothing.
+    always: Vec<(&'static str, Py<PyString>)>,
+    content: Vec<(&'static str, Py<PyString>)>,
 }
 
 #[pymethods]
 impl Hook {
     #[new]
-    fn new(name: &str) -> PyResult<Self> {
+    fn new(py: Python<'_>, name: &str) -> PyResult<Self> {
         let name = HOOK_NAMES
             .iter()
             .find(|n| **n == name)
             .ok_or_else(|| HermesOtelError::new_err(format!("unknown hook {name:?}")))?;
-        let keys = hook::keys(name).ok_or_else(|| HermesOtelError::new_err(format!("no keys for hook {name:?}")))?;
-        Ok(Hook { name, keys })
+        let keys: HookKeys =
+            hook::keys(name).ok_or_else(|| HermesOtelError::new_err(format!("no keys for hook {name:?}")))?;
+        let intern = |keys: &[&'static str]| -> Vec<(&'static str, Py<PyString>)> {
+            keys.iter().map(|k| (*k, PyString::intern(py, k).unbind())).collect()
+        };
+        Ok(Hook {
+            name,
+            always: intern(keys.always),
+            content: intern(keys.content),
+        })
     }
 
     /// The hook's Hermes name.
@@ -162,7 +173,7 @@ impl Hook {
         let at = bridge::unix_now();
         let capture = bridge.config().decode.capture_content;
         let kw = match kwargs {
-            Some(kwargs) => copy_kwargs(kwargs, self.keys, capture),
+            Some(kwargs) => self.copy_kwargs(kwargs, capture),
             None => Map::new(),
         };
         let ctx = EventContext {
@@ -217,24 +228,27 @@ impl Hook {
     }
 }
 
-/// Copies the keys the decoder reads out of `kwargs` as plain JSON values.
-fn copy_kwargs(kwargs: &Bound<'_, PyDict>, keys: HookKeys, capture: bool) -> Map<String, Value> {
-    let mut out = Map::new();
-    let content: &[&str] = if capture { keys.content } else { &[] };
-    for key in keys.always.iter().chain(content) {
-        let Ok(Some(value)) = kwargs.get_item(key) else {
-            continue;
-        };
-        let copied = match *key {
-            hook::ASSISTANT_MESSAGE => assistant_message(&value),
-            hook::TOOL_RESULT => tool_result(&value, capture),
-            _ => to_json(&value, 0),
-        };
-        if !copied.is_null() {
-            out.insert((*key).to_string(), copied);
+impl Hook {
+    /// Copies the keys the decoder reads out of `kwargs` as plain JSON values.
+    fn copy_kwargs(&self, kwargs: &Bound<'_, PyDict>, capture: bool) -> Map<String, Value> {
+        let py = kwargs.py();
+        let mut out = Map::new();
+        let content: &[(&str, Py<PyString>)] = if capture { &self.content } else { &[] };
+        for (key, py_key) in self.always.iter().chain(content) {
+            let Ok(Some(value)) = kwargs.get_item(py_key.bind(py)) else {
+                continue;
+            };
+            let copied = match *key {
+                hook::ASSISTANT_MESSAGE => assistant_message(&value),
+                hook::TOOL_RESULT => tool_result(&value, capture),
+                _ => to_json(&value, 0),
+            };
+            if !copied.is_null() {
+                out.insert((*key).to_string(), copied);
+            }
         }
+        out
     }
-    out
 }
 
 /// `assistant_message` is a live `NormalizedResponse`: read its `content`

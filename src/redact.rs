@@ -406,7 +406,22 @@ fn is_credential_byte(b: u8) -> bool {
     !b.is_ascii_whitespace() && b != b'"' && b != b'\'' && b != b','
 }
 
+/// Which bytes some entry of [`PREFIXES`] starts with: most bytes start
+/// none, and this spares them the loop over every prefix.
+const PREFIX_FIRST_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut i = 0;
+    while i < PREFIXES.len() {
+        table[PREFIXES[i].0.as_bytes()[0] as usize] = true;
+        i += 1;
+    }
+    table
+};
+
 fn prefixed_key(bytes: &[u8], i: usize) -> Option<(usize, usize)> {
+    if !PREFIX_FIRST_BYTES[bytes[i] as usize] {
+        return None;
+    }
     for (prefix, min) in PREFIXES {
         let p = prefix.as_bytes();
         if !bytes[i..].starts_with(p) {

@@ -15,6 +15,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use hermes_otel::bridge::{Bridge, BridgeConfig, Outcome};
+use hermes_otel::budget_gate::BudgetGate;
 use hermes_otel::hook::{decode, DecodeOptions, Decoded};
 use hermes_otel::replay::parse_line;
 use hermes_otel::spool;
@@ -61,7 +62,10 @@ pub fn run_child_if_asked() {
         .lines()
         .map(str::to_string)
         .collect();
-    let bridge = Bridge::start(BridgeConfig::new(dir.clone()));
+    // The gate the plugin runs with: budgets from `budgets.toml` in the
+    // store directory, if the parent wrote one.
+    let gate = Box::new(BudgetGate::for_store_dir(&dir));
+    let bridge = Bridge::start_with_gate(BridgeConfig::new(dir.clone()), gate);
     assert!(bridge.disabled_reason().is_none(), "{:?}", bridge.disabled_reason());
     let mut failures = 0;
     let mut latencies = Vec::new();
