@@ -90,17 +90,30 @@ def _profile_name(ctx: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
+# The `hermes otel ...` subcommands: the read-only part of the
+# `hermes-otel` command line (replay, serve and export stay there).
+_CLI_COMMANDS = {
+    "report": "spend and tokens by day, model, provider, sender, cron job and session",
+    "status": "store path, schema, row counts, export and budget state",
+}
+
+
 def _setup_cli(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "args",
-        nargs=argparse.REMAINDER,
-        help="report [--since 7d] | status [--json]",
-    )
+    sub = parser.add_subparsers(dest="otel_command", metavar="{report,status}")
+    for name, help_text in _CLI_COMMANDS.items():
+        # Every option (--help included) goes to the hermes-otel parser: with
+        # no prefix characters of its own, this one takes them all as words.
+        cmd = sub.add_parser(name, help=help_text, add_help=False, prefix_chars="\x00")
+        cmd.add_argument("args", nargs="*")
 
 
 def _run_cli(args: argparse.Namespace) -> None:
     # Hermes ignores the handler's return value; the exit code goes through sys.exit.
-    sys.exit(_native.cli_main(["hermes otel", *args.args]))
+    command = getattr(args, "otel_command", None)
+    if command not in _CLI_COMMANDS:
+        print("usage: hermes otel {report,status} [options]", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(_native.cli_main(["hermes otel", command, *args.args]))
 
 
 class _SlashCommand:

@@ -249,3 +249,8 @@ def test_hermes_otel_status_runs_inside_hermes(runs: dict[str, Run], hermes_bin)
     )
     assert p.returncode == 0, p.stderr
     assert "journal" in p.stdout and "events" in p.stdout, p.stdout
+    p = subprocess.run(
+        [str(hermes_bin), "otel", "report", "--json"], env=env, text=True, capture_output=True, timeout=120
+    )
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["totals"]["llm_calls"] >= 1, p.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import subprocess
@@ -374,3 +375,22 @@ def test_hostile_values_are_recorded_as_far_as_possible_never_negative() -> None
     assert (llm_calls, tool_calls) == (1, 1)
     latency = query("SELECT latency_s FROM tool_calls WHERE session_id = ?", sid)[0][0]
     assert latency is None or latency >= 0
+
+
+def test_hermes_otel_cli_offers_report_and_status_only(capfd) -> None:
+    ctx = FakeContext()
+    hermes_otel.register(ctx)
+    parser = argparse.ArgumentParser(prog="hermes otel")
+    ctx.cli["otel"]["setup_fn"](parser)
+    handler = ctx.cli["otel"]["handler_fn"]
+    args = parser.parse_args(["report", "--since", "7d", "--json"])
+    assert (args.otel_command, args.args) == ("report", ["--since", "7d", "--json"])
+    with pytest.raises(SystemExit) as done:
+        handler(args)
+    assert done.value.code == 0
+    assert '"totals"' in capfd.readouterr().out
+    with pytest.raises(SystemExit):
+        parser.parse_args(["replay", "file.jsonl"])
+    with pytest.raises(SystemExit) as done:
+        handler(parser.parse_args([]))
+    assert done.value.code == 2
