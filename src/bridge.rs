@@ -495,6 +495,8 @@ enum Job {
 struct Ticket {
     result: Mutex<Option<Outcome>>,
     done: Condvar,
+    /// Set when the waiter gave up: its verdict would reach no one.
+    abandoned: AtomicBool,
 }
 
 impl Ticket {
@@ -502,7 +504,13 @@ impl Ticket {
         Arc::new(Ticket {
             result: Mutex::new(None),
             done: Condvar::new(),
+            abandoned: AtomicBool::new(false),
         })
+    }
+
+    /// Whether the waiter gave up (its hook returned without a verdict).
+    fn abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::Acquire)
     }
 
     fn complete(&self, outcome: Outcome) {
@@ -519,6 +527,7 @@ impl Ticket {
             }
             let now = Instant::now();
             if now >= deadline {
+                self.abandoned.store(true, Ordering::Release);
                 return None;
             }
             guard = match self.done.wait_timeout(guard, deadline - now) {
@@ -1202,7 +1211,12 @@ impl Writer {
             self.handled += u64::from(p.spooled);
             let Some(ticket) = p.ticket else { continue };
             let outcome = match &self.store {
-                Some(store) if ok && is_gating(&p.event.hook) => Outcome::Committed(self.gate.verdict(store, &p.event)),
+                // A verdict nobody waits for would only use up what it
+                // shows once (a pending alert, a notice): leave it for the
+                // next gating hook.
+                Some(store) if ok && is_gating(&p.event.hook) && !ticket.abandoned() => {
+                    Outcome::Committed(self.gate.verdict(store, &p.event))
+                }
                 _ if ok => Outcome::Committed(None),
                 _ => Outcome::Failed,
             };
@@ -1535,6 +1549,42 @@ mod tests {
             scalar::<i64>(&store, "SELECT llm_calls FROM runs WHERE session_id = 'w'"),
             1
         );
+    }
+
+    /// Counts the verdicts it was asked for.
+    struct CountingGate(Arc<AtomicU64>);
+
+    impl Gate for CountingGate {
+        fn verdict(&mut self, _store: &Store, _event: &HookEvent) -> Option<Verdict> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            None
+        }
+    }
+
+    #[test]
+    fn a_gating_hook_that_gave_up_gets_no_verdict_later() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut cfg = config(dir.path());
+        cfg.hook_wait = Duration::from_millis(20);
+        let asked = Arc::new(AtomicU64::new(0));
+        let bridge = Bridge::start_with_gate(cfg, Box::new(CountingGate(Arc::clone(&asked))));
+        let gating = |turn: &str| event("pre_llm_call", json!({"session_id": "g", "turn_id": turn}));
+        assert!(matches!(
+            bridge.submit(gating("g:0"), EventContext::default()),
+            Outcome::Committed(None)
+        ));
+        assert_eq!(asked.load(Ordering::SeqCst), 1);
+        let lock = WriteLock::take(dir.path());
+        assert_eq!(bridge.submit(gating("g:1"), EventContext::default()), Outcome::TimedOut);
+        drop(lock);
+        assert!(bridge.flush(Duration::from_secs(30)));
+        let store = reader(dir.path());
+        assert_eq!(
+            scalar::<i64>(&store, "SELECT COUNT(*) FROM journal WHERE session_id = 'g'"),
+            2,
+            "the event itself lands"
+        );
+        assert_eq!(asked.load(Ordering::SeqCst), 1, "no verdict for the hook that gave up");
     }
 
     #[test]
