@@ -263,10 +263,71 @@ pub trait Gate: Send {
     /// after every batch and at least every [`GATE_REFRESH`] (other
     /// processes write the same store).
     fn refresh(&mut self, _store: &Store) {}
+
+    /// The part of the gate a hook thread may ask, without waiting, whether
+    /// a gating event can go ahead with no verdict ([`QuickGate`]).
+    fn quick(&self) -> Option<Arc<dyn QuickGate>> {
+        None
+    }
+
+    /// Told before the verdicts of each batch: the spend bound of every
+    /// event of this process applied so far (see [`QueuedSpend`]).
+    fn applied(&mut self, _spend_usd: f64) {}
 }
 
-/// How often the writer calls [`Gate::refresh`] while no batch comes.
-pub const GATE_REFRESH: Duration = Duration::from_secs(1);
+/// What this process's hooks have submitted that can add to a budget's
+/// spend: the sum of every event's upper bound (an LLM call's cost, a
+/// request's reservation), and how many events not applied yet have no
+/// known bound (an estimated usage, a model priced only by the host).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct QueuedSpend {
+    pub usd: f64,
+    pub unknown: u64,
+}
+
+/// Answers, on the hook thread, whether a gating event can go ahead with
+/// no verdict: only when the verdict the writer would give after its commit
+/// is surely none. `queued` is this process's [`QueuedSpend`], this event
+/// included.
+pub trait QuickGate: Send + Sync {
+    fn no_verdict(&self, event: &HookEvent, queued: QueuedSpend) -> bool;
+}
+
+/// The most `event` can add to a budget's spend once applied, or `None`
+/// when that is not known on the hook thread: the cost of a recorded LLM
+/// call, the reservation of a request (the formula the store uses), zero
+/// for the other hooks. A model neither the user's file nor the built-in
+/// table prices costs 0, unless the host was asked for its price
+/// (`host_asked`): then the writer may price it, and the bound is unknown.
+pub fn spend_bound(event: &HookEvent, prices: &PriceTable, host_asked: impl Fn(&str) -> bool) -> Option<f64> {
+    let priced = |model: &str, usage: &crate::hook::Usage| {
+        let cost = prices.cost(model, usage);
+        if cost.source != crate::pricing::PriceSource::Unknown {
+            Some(cost.usd.max(0.0))
+        } else {
+            (!host_asked(model)).then_some(0.0)
+        }
+    };
+    match &event.hook {
+        Hook::PostApiRequest(e) => {
+            if e.response_model.as_deref() == Some(crate::budget::BLOCKED_MODEL) {
+                return Some(0.0);
+            }
+            let model = e.api.model.as_deref().or(e.response_model.as_deref()).unwrap_or("");
+            priced(model, e.usage.as_ref()?)
+        }
+        Hook::PreApiRequest(e) => priced(
+            e.api.model.as_deref().unwrap_or(""),
+            &crate::store::reservation_usage(e),
+        ),
+        _ => Some(0.0),
+    }
+}
+
+/// How often the writer calls [`Gate::refresh`] while no batch comes. It
+/// bounds how old the budget gate's view of other processes' spend can be
+/// (see `budget_gate.rs`); a refresh is a few indexed reads.
+pub const GATE_REFRESH: Duration = Duration::from_millis(100);
 
 /// Which gating hooks need a verdict now; shared between a gate (which sets
 /// them on the writer thread) and the hook path (which reads them, lock-free).
@@ -404,7 +465,7 @@ impl std::fmt::Debug for Bridge {
 }
 
 enum State {
-    Running(Running),
+    Running(Box<Running>),
     Disabled(String),
 }
 
@@ -417,8 +478,9 @@ struct Running {
     /// Models the host was asked about: priced, or when it last had none.
     host_asked: Mutex<HashMap<String, HostAsk>>,
     exporter: Mutex<ExporterSlot>,
-    /// The gate's [`Gate::needs`].
+    /// The gate's [`Gate::needs`] and [`Gate::quick`].
     needs: Arc<GateNeeds>,
+    quick: Option<Arc<dyn QuickGate>>,
 }
 
 enum HostAsk {
@@ -451,6 +513,9 @@ struct Shared {
     store_down: AtomicBool,
     /// The current store fault, for [`Bridge::store_problem`].
     problem: Mutex<Option<String>>,
+    /// What the hooks submitted toward budgets ([`QueuedSpend`]); the
+    /// writer takes applied events' unknown bounds off.
+    spend: Mutex<QueuedSpend>,
 }
 
 #[derive(Default)]
@@ -486,6 +551,9 @@ enum Job {
         ticket: Option<Arc<Ticket>>,
         /// The event is in this process's spool.
         spooled: bool,
+        /// Its [`spend_bound`], when the gate keeps [`QueuedSpend`]:
+        /// `Some(None)` for an unknown bound.
+        bound: Option<Option<f64>>,
     },
     HostPrice(String, ModelPrice),
     Flush(Arc<Ticket>),
@@ -556,7 +624,7 @@ impl Bridge {
         match Self::open(&config, gate) {
             Ok(running) => Bridge {
                 config,
-                state: State::Running(running),
+                state: State::Running(Box::new(running)),
             },
             Err(e) => Bridge {
                 state: State::Disabled(format!(
@@ -586,6 +654,7 @@ impl Bridge {
             spool: OnceLock::new(),
             store_down: AtomicBool::new(false),
             problem: Mutex::new(None),
+            spend: Mutex::new(QueuedSpend::default()),
         });
         let opened = open_store(config, &prices);
         match Spool::create(&config.store_dir) {
@@ -600,6 +669,7 @@ impl Bridge {
             Err(_) => {}
         }
         let needs = gate.needs();
+        let quick = gate.quick();
         let mut writer = Writer {
             store: None,
             gate,
@@ -610,6 +680,7 @@ impl Bridge {
             retry_delay: config.store_retry_min,
             health: Tracker::default(),
             handled: 0,
+            applied_usd: 0.0,
             store_dir: config.store_dir.clone(),
             decode: config.decode,
             shared: Arc::clone(&shared),
@@ -635,6 +706,7 @@ impl Bridge {
             host_asked: Mutex::new(HashMap::new()),
             exporter: Mutex::new(ExporterSlot::NotStarted(None)),
             needs,
+            quick,
         })
     }
 
@@ -702,7 +774,25 @@ impl Bridge {
             },
             _ => false,
         };
-        let gating = run.needs.waits(&event.hook);
+        let mut gating = run.needs.waits(&event.hook);
+        let bound = match &run.quick {
+            Some(quick) => {
+                let bound = spend_bound(&event, &run.prices, |m| lock(&run.host_asked).contains_key(m));
+                let queued = {
+                    let mut spend = lock(&shared.spend);
+                    match bound {
+                        Some(usd) => spend.usd += usd,
+                        None => spend.unknown += 1,
+                    }
+                    *spend
+                };
+                // The gate may know, without the commit, that it has
+                // nothing to say to this event.
+                gating = gating && !quick.no_verdict(&event, queued);
+                Some(bound)
+            }
+            None => None,
+        };
         // A store closed by a fault commits nothing until the writer
         // reopens it: waiting would only add the bound to every hook.
         let wait = if (spooled && !gating) || shared.store_down.load(Ordering::Acquire) {
@@ -716,6 +806,7 @@ impl Bridge {
             ctx,
             ticket: ticket.clone(),
             spooled,
+            bound,
         };
         if !self.enqueue(run, job) {
             return Outcome::Failed;
@@ -952,6 +1043,7 @@ struct Pending {
     ticket: Option<Arc<Ticket>>,
     /// The event is in this process's spool.
     spooled: bool,
+    bound: Option<Option<f64>>,
 }
 
 /// The writer thread's state: the store and the gate live here only.
@@ -976,6 +1068,9 @@ struct Writer {
     health: Tracker,
     /// Spooled events processed (committed or failed for good) so far.
     handled: u64,
+    /// The spend bounds of this process's events applied so far (see
+    /// [`QueuedSpend`]).
+    applied_usd: f64,
     store_dir: PathBuf,
     decode: DecodeOptions,
     shared: Arc<Shared>,
@@ -1098,11 +1193,13 @@ impl Writer {
                     ctx,
                     ticket,
                     spooled,
+                    bound,
                 } => events.push(Pending {
                     event,
                     ctx,
                     ticket,
                     spooled,
+                    bound,
                 }),
                 Job::Flush(ticket) => flushes.push(ticket),
             }
@@ -1199,6 +1296,21 @@ impl Writer {
     /// Counts, gates and completes events that committed (`ok`) or failed
     /// for good.
     fn finish(&mut self, events: Vec<Pending>, ok: Vec<bool>) {
+        // The store now holds the whole batch: tell the gate before its
+        // verdicts, which it may reuse for events that do not wait.
+        let mut unknown = 0;
+        for p in &events {
+            match p.bound {
+                Some(Some(usd)) => self.applied_usd += usd,
+                Some(None) => unknown += 1,
+                None => {}
+            }
+        }
+        if unknown > 0 {
+            let mut spend = lock(&self.shared.spend);
+            spend.unknown = spend.unknown.saturating_sub(unknown);
+        }
+        self.gate.applied(self.applied_usd);
         let counters = &self.shared.counters;
         for (p, ok) in events.into_iter().zip(ok) {
             if ok {

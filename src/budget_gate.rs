@@ -28,8 +28,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::bridge::{BudgetMode, Gate, GateNeeds, Verdict};
-use crate::budget::{self, alert, verdict, BudgetConfig, BudgetState, Level, Scope};
+use crate::bridge::{BudgetMode, Gate, GateNeeds, QueuedSpend, QuickGate, Verdict, GATE_REFRESH};
+use crate::budget::{self, alert, verdict, BudgetConfig, BudgetState, Level, Scope, Window};
 use crate::hook::{Hook, HookEvent};
 use crate::store::Store;
 
@@ -50,6 +50,56 @@ pub struct CronPause {
     pub reason: String,
 }
 
+/// How much more spend, anywhere, leaves the verdicts of one session (and
+/// model) at "nothing to say", as measured at its last verdict.
+#[derive(Debug, Clone, Copy)]
+struct Headroom {
+    /// Before `pre_llm_call` has a notice to give: the nearest soft line.
+    notice_usd: f64,
+    /// Before `pre_tool_call` or `pre_api_request` would be blocked: the
+    /// nearest hard line.
+    block_usd: f64,
+    /// This process's applied spend bound when measured (`Gate::applied`).
+    own_basis: f64,
+    /// [`QuickView::cost`] when measured.
+    cost_basis: f64,
+}
+
+/// What the hook threads read to skip a verdict ([`QuickGate`]). The rule:
+/// a gating event goes ahead without waiting only while everything that
+/// can have been spent since its session's last verdict (this process's
+/// queued and applied calls, every process's recorded calls as of the last
+/// refresh, every open reservation) stays under that verdict's headroom.
+/// Each part is an upper bound, so the quick answer is the writer's answer;
+/// only other processes' calls since the last refresh (at most
+/// [`GATE_REFRESH`] old) are not seen yet.
+#[derive(Debug, Default)]
+struct QuickView {
+    /// The cost of every LLM call recorded, any process, at the last refresh.
+    cost: f64,
+    /// Every open reservation, any process.
+    reserved: f64,
+    /// An alert waits to be shown: `pre_llm_call` must wait for it.
+    alerts_pending: bool,
+    /// Keyed by [`quick_key`].
+    sessions: HashMap<String, Headroom>,
+    /// The least headroom of every budget any session can count toward
+    /// (a fresh sender or cron job under a default limit included): for
+    /// sessions not measured yet.
+    universal: Option<Headroom>,
+}
+
+/// Spend a quick verdict keeps in reserve besides its bounds (rounding).
+const QUICK_MARGIN_USD: f64 = 1e-9;
+
+/// Most sessions kept in the quick view; past this it starts over (a
+/// session's next verdict measures it again).
+const MAX_QUICK_SESSIONS: usize = 4096;
+
+fn quick_key(session: &str, model: Option<&str>) -> String {
+    format!("{session}\x1f{}", model.unwrap_or(""))
+}
+
 struct Shared {
     /// Which gating hooks wait for a verdict (see `Gate::needs`):
     /// `pre_tool_call` and `pre_api_request` while budgets are set in
@@ -59,6 +109,36 @@ struct Shared {
     stops: Mutex<(HashMap<String, String>, VecDeque<String>)>,
     pauses: Mutex<Vec<CronPause>>,
     messages: Mutex<Vec<String>>,
+    quick: Mutex<QuickView>,
+}
+
+impl QuickGate for Shared {
+    fn no_verdict(&self, event: &HookEvent, queued: QueuedSpend) -> bool {
+        let (session, model, block) = match &event.hook {
+            Hook::PreLlmCall(e) => (&e.session_id, e.model.as_deref(), false),
+            Hook::PreToolCall(e) => (&e.tool.session_id, None, true),
+            Hook::PreApiRequest(e) => (&e.api.session_id, e.api.model.as_deref(), true),
+            _ => return false,
+        };
+        if queued.unknown > 0 {
+            return false;
+        }
+        let view = lock(&self.quick);
+        if !block && view.alerts_pending {
+            return false;
+        }
+        let Some(h) = view
+            .sessions
+            .get(&quick_key(session, model))
+            .or(view.universal.as_ref())
+        else {
+            return false;
+        };
+        let grown = (queued.usd - h.own_basis).max(0.0) + (view.cost - h.cost_basis).max(0.0) + view.reserved;
+        // The sums are kept in different orders: a margin far above their
+        // rounding, far below a cent.
+        grown + QUICK_MARGIN_USD < if block { h.block_usd } else { h.notice_usd }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -74,6 +154,7 @@ impl Default for Shared {
             stops: Mutex::default(),
             pauses: Mutex::default(),
             messages: Mutex::default(),
+            quick: Mutex::default(),
         }
     }
 }
@@ -138,6 +219,10 @@ pub struct BudgetGate {
     /// When to try registering the zone again after a failure.
     next_zone_try: Instant,
     handle: BudgetHandle,
+    /// This process's applied spend bound (see `Gate::applied`).
+    applied_usd: f64,
+    /// When the quick view's universal headroom is measured next.
+    next_universal: Instant,
     /// The clock, replaceable in tests.
     clock: fn() -> f64,
 }
@@ -160,6 +245,8 @@ impl BudgetGate {
             zone: None,
             next_zone_try: Instant::now(),
             handle: BudgetHandle::default(),
+            applied_usd: 0.0,
+            next_universal: Instant::now(),
             clock: crate::bridge::unix_now,
         };
         gate.reload_if_changed(true);
@@ -218,6 +305,12 @@ impl BudgetGate {
         }
         self.zone = None;
         self.next_zone_try = now;
+        // Headrooms were measured against the old limits.
+        let mut view = lock(&self.handle.0.quick);
+        view.sessions.clear();
+        view.universal = None;
+        drop(view);
+        self.next_universal = now;
         let armed = self.mode() == BudgetMode::Enforce && !self.cfg.is_empty();
         let needs = &self.handle.0.needs;
         needs.pre_tool_call.store(armed, Ordering::Release);
@@ -288,6 +381,7 @@ impl BudgetGate {
                     };
                     Ok((states, st.pending_alerts(MAX_ALERTS_PER_TURN)?))
                 })?;
+                self.record_headroom(&e.session_id, e.model.as_deref(), &states);
                 if !self.cfg.is_empty() {
                     for s in states.iter().filter(|s| s.level >= Level::Soft) {
                         let (kind, v) = if s.level == Level::Hard {
@@ -318,6 +412,7 @@ impl BudgetGate {
             Hook::PreToolCall(e) if enforce && !self.cfg.is_empty() => {
                 let session = &e.tool.session_id;
                 let states = self.states(store, session, None, now, None)?;
+                self.record_headroom(session, None, &states);
                 self.pause_cron(store, &states, now, session)?;
                 match states.iter().find(|s| s.level == Level::Hard) {
                     Some(s) => {
@@ -334,6 +429,7 @@ impl BudgetGate {
                 // The call's own reservation is not held against it: a call
                 // starts while the spend before it is under the limit.
                 let states = self.states(store, &a.session_id, a.model.as_deref(), now, Some(&a.api_request_id))?;
+                self.record_headroom(&a.session_id, a.model.as_deref(), &states);
                 self.pause_cron(store, &states, now, &a.session_id)?;
                 if let Some(s) = states.iter().find(|s| s.level == Level::Hard) {
                     store.count_budget_verdict(verdict::BLOCKED, s, now)?;
@@ -343,6 +439,73 @@ impl BudgetGate {
             }
             _ => Ok(None),
         }
+    }
+
+    /// Keeps, for the quick verdicts, how far `states` (of `session` calling
+    /// `model`, just read) are from their soft and hard lines.
+    fn record_headroom(&self, session: &str, model: Option<&str>, states: &[BudgetState]) {
+        let (notice, block) = self.headroom_of(states);
+        let mut view = lock(&self.handle.0.quick);
+        if view.sessions.len() >= MAX_QUICK_SESSIONS {
+            view.sessions.clear();
+        }
+        let h = Headroom {
+            notice_usd: notice,
+            block_usd: block,
+            own_basis: self.applied_usd,
+            cost_basis: view.cost,
+        };
+        view.sessions.insert(quick_key(session, model), h);
+    }
+
+    /// How far `states` are from their nearest soft line (notices) and hard
+    /// line (blocks, pauses); zero once one is reached.
+    fn headroom_of(&self, states: &[BudgetState]) -> (f64, f64) {
+        let (mut notice, mut block) = (f64::INFINITY, f64::INFINITY);
+        for s in states {
+            let total = s.spend.total();
+            let soft = s.budget.limit * self.cfg.soft_threshold;
+            let hard = s.budget.limit * self.cfg.hard_threshold;
+            notice = notice.min(if s.level >= Level::Soft {
+                0.0
+            } else {
+                soft.min(hard) - total
+            });
+            block = block.min(if s.level == Level::Hard { 0.0 } else { hard - total });
+        }
+        (notice, block)
+    }
+
+    /// Brings the quick view's store-wide figures up to date: the cost of
+    /// every call recorded and every open reservation; at most every
+    /// [`GATE_REFRESH`], the universal headroom.
+    fn refresh_quick(&mut self, store: &Store) -> crate::Result<()> {
+        let (cost, reserved) = store.read_snapshot(|st| Ok((st.spend_total()?, st.reserved_now()?)))?;
+        {
+            let mut view = lock(&self.handle.0.quick);
+            view.cost = cost;
+            view.reserved = reserved;
+        }
+        if Instant::now() >= self.next_universal {
+            self.next_universal = Instant::now() + GATE_REFRESH;
+            // Every budget with spend, and a fresh id under each default.
+            let (mut notice, mut block) = self.headroom_of(&store.budget_states(&self.cfg, (self.clock)())?);
+            for limits in self.cfg.scopes.values() {
+                for w in Window::ALL {
+                    if let Some(limit) = limits.default.get(w) {
+                        notice = notice.min(limit * self.cfg.soft_threshold.min(self.cfg.hard_threshold));
+                        block = block.min(limit * self.cfg.hard_threshold);
+                    }
+                }
+            }
+            lock(&self.handle.0.quick).universal = Some(Headroom {
+                notice_usd: notice,
+                block_usd: block,
+                own_basis: self.applied_usd,
+                cost_basis: cost,
+            });
+        }
+        Ok(())
     }
 
     /// A cron job's budget in hard breach pauses the job, once per window.
@@ -370,14 +533,34 @@ impl Gate for BudgetGate {
 
     fn refresh(&mut self, store: &Store) {
         self.reload_if_changed(false);
-        // Without budgets, `pre_llm_call` only has alerts to show: it waits
-        // while one is pending, in this process's commits or another's.
-        let wait = !self.cfg.is_empty()
-            || store.has_pending_alerts().unwrap_or_else(|e| {
-                lock(&self.handle.0.messages).push(format!("cannot look for pending alerts: {e}"));
-                true
-            });
+        // `pre_llm_call` shows pending alerts, in this process's commits or
+        // another's: it waits while one is pending, and while a budget is
+        // set unless the quick view answers for it.
+        let alerts_pending = store.has_pending_alerts().unwrap_or_else(|e| {
+            lock(&self.handle.0.messages).push(format!("cannot look for pending alerts: {e}"));
+            true
+        });
+        lock(&self.handle.0.quick).alerts_pending = alerts_pending;
+        if !self.cfg.is_empty() {
+            if let Err(e) = self.refresh_quick(store) {
+                // Without fresh figures no quick verdict is safe.
+                let mut view = lock(&self.handle.0.quick);
+                view.sessions.clear();
+                view.universal = None;
+                drop(view);
+                lock(&self.handle.0.messages).push(format!("budget quick view not refreshed: {e}"));
+            }
+        }
+        let wait = !self.cfg.is_empty() || alerts_pending;
         self.handle.0.needs.pre_llm_call.store(wait, Ordering::Release);
+    }
+
+    fn quick(&self) -> Option<Arc<dyn QuickGate>> {
+        Some(Arc::clone(&self.handle.0) as Arc<dyn QuickGate>)
+    }
+
+    fn applied(&mut self, spend_usd: f64) {
+        self.applied_usd = spend_usd;
     }
 
     fn verdict(&mut self, store: &Store, event: &HookEvent) -> Option<Verdict> {

@@ -676,13 +676,87 @@ fn gating_hooks_wait_only_while_the_gate_has_something_to_say() {
     // Shown once; then the hook stops waiting again.
     assert!(bridge.flush(Duration::from_secs(10)));
     assert_eq!(spooled(&bridge, "pre_llm_call", llm("w:2")), Outcome::Queued);
-    // A budget in enforce mode: every gating hook waits for its verdict.
-    write_budgets(dir.path(), "[global]\ndaily = 1000.0\n");
+    // A budget in enforce mode, spent from the start (a zero limit): the
+    // gating hooks wait for their verdicts, which stop the calls.
+    write_budgets(dir.path(), "[global]\ndaily = 0.0\n");
     eventually("the budget file reload", || {
         matches!(
             spooled(&bridge, "pre_tool_call", tool.clone()),
-            Outcome::Committed(None)
+            Outcome::Committed(Some(Verdict::Block { .. }))
         )
     });
-    assert_eq!(spooled(&bridge, "pre_llm_call", llm("w:3")), Outcome::Committed(None));
+    let text = match spooled(&bridge, "pre_llm_call", llm("w:3")) {
+        Outcome::Committed(v) => context(v).expect("the hard notice"),
+        other => panic!("expected a verdict, got {other:?}"),
+    };
+    assert!(text.contains("global daily"), "{text}");
+}
+
+#[test]
+fn quick_verdicts_never_let_through_what_the_writer_would_stop() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // $1.00 a day: 40 calls of $0.025 reach the hard line.
+    write_budgets(dir.path(), "timezone = \"UTC\"\n[global]\ndaily = 1.0\n");
+    let mut cfg = BridgeConfig::new(dir.path().to_path_buf());
+    cfg.hook_wait = Duration::from_secs(10);
+    let bridge = Bridge::start_with_gate(cfg, Box::new(BudgetGate::for_store_dir(dir.path())));
+    // The oracle: another gate over another connection, asked after each
+    // step has committed.
+    let reader = Store::open_dir(dir.path()).expect("reader");
+    let mut oracle = BudgetGate::for_store_dir(dir.path());
+    let soft_line = hermes_otel::budget::BudgetConfig::default().soft_threshold;
+    let (mut quick_tools, mut quick_llm, mut notice_at, mut blocked) = (0, 0, None, 0);
+    for i in 0..50 {
+        let id = format!("q:{i}");
+        let call = json!({"session_id": "q", "turn_id": "q:t", "api_request_id": id, "model": "gpt-4o",
+                          "platform": "cli", "api_duration": 0.5, "assistant_content_chars": 0,
+                          "usage": {"input_tokens": 10_000, "output_tokens": 0}});
+        assert_eq!(spooled(&bridge, "post_api_request", call), Outcome::Queued);
+        let llm = spooled(
+            &bridge,
+            "pre_llm_call",
+            json!({"session_id": "q", "turn_id": format!("q:{i}"), "model": "gpt-4o", "platform": "cli"}),
+        );
+        let tool = json!({"session_id": "q", "tool_call_id": format!("c{i}"), "tool_name": "terminal"});
+        let tool_outcome = spooled(&bridge, "pre_tool_call", tool.clone());
+        assert!(bridge.flush(Duration::from_secs(10)));
+        let spent = reader.spend_total().expect("spend");
+        match llm {
+            Outcome::Queued => quick_llm += 1,
+            Outcome::Committed(Some(Verdict::Context { text })) if text.contains("soft") || text.contains("%") => {
+                notice_at.get_or_insert(i);
+            }
+            Outcome::Committed(_) => {}
+            other => panic!("pre_llm_call {i}: {other:?}"),
+        }
+        let expected = oracle.verdict(&reader, &event("pre_tool_call", 0.0, tool));
+        match tool_outcome {
+            Outcome::Queued => {
+                quick_tools += 1;
+                assert_eq!(
+                    expected, None,
+                    "call {i} went ahead quickly at ${spent:.3} but the writer blocks it"
+                );
+            }
+            Outcome::Committed(v) => {
+                assert_eq!(
+                    v.is_some(),
+                    expected.is_some(),
+                    "call {i} at ${spent:.3}: {v:?} vs {expected:?}"
+                );
+                blocked += usize::from(v.is_some());
+            }
+            other => panic!("pre_tool_call {i}: {other:?}"),
+        }
+        // The soft notice comes at the first turn past the soft line.
+        if notice_at.is_none() {
+            assert!(spent < soft_line, "no notice at ${spent:.3} (call {i})");
+        }
+    }
+    assert!(notice_at.is_some(), "the soft notice was given");
+    assert!(blocked >= 10, "the calls past the limit were blocked: {blocked}");
+    assert!(
+        quick_tools >= 20 && quick_llm >= 20,
+        "quick verdicts: {quick_tools} tool, {quick_llm} llm"
+    );
 }

@@ -95,15 +95,7 @@ pub(super) fn note_profile(tx: &Transaction<'_>, session_id: &str, profile: Opti
 pub(super) fn on_pre_api_request(tx: &Transaction<'_>, prices: &PriceTable, e: &PreApiRequest, at: f64) -> Result<()> {
     let a = &e.api;
     let model = a.model.as_deref().unwrap_or("");
-    let usage = Usage {
-        input_tokens: e.approx_input_tokens.unwrap_or(0).max(0),
-        output_tokens: e
-            .max_tokens
-            .unwrap_or(RESERVED_OUTPUT_TOKENS)
-            .clamp(0, MAX_RESERVED_OUTPUT_TOKENS),
-        ..Usage::default()
-    };
-    let amount = prices.cost(model, &usage).usd;
+    let amount = prices.cost(model, &reservation_usage(e)).usd;
     let keys = scope_keys(tx, &a.session_id, a.model.as_deref())?;
     release(tx, &a.api_request_id)?;
     if amount <= 0.0 {
@@ -117,6 +109,19 @@ pub(super) fn on_pre_api_request(tx: &Transaction<'_>, prices: &PriceTable, e: &
         .execute(params![scope.as_str(), id, a.api_request_id, amount, at])?;
     }
     Ok(())
+}
+
+/// The usage a request's reservation is priced at: its approximate input
+/// and its `max_tokens` (capped), or [`RESERVED_OUTPUT_TOKENS`].
+pub fn reservation_usage(e: &PreApiRequest) -> Usage {
+    Usage {
+        input_tokens: e.approx_input_tokens.unwrap_or(0).max(0),
+        output_tokens: e
+            .max_tokens
+            .unwrap_or(RESERVED_OUTPUT_TOKENS)
+            .clamp(0, MAX_RESERVED_OUTPUT_TOKENS),
+        ..Usage::default()
+    }
 }
 
 fn release(tx: &Transaction<'_>, api_request_id: &str) -> Result<()> {
@@ -779,6 +784,28 @@ impl Store {
             Ok((kind, key, text))
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The cost of every LLM call ever recorded, any process, from the
+    /// global daily rollups (only ever added to): its growth is what was
+    /// spent in between.
+    pub fn spend_total(&self) -> Result<f64> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT TOTAL(cost_usd) FROM budget_spend WHERE scope = 'global' AND id = '' AND level = 2",
+            )?
+            .query_row([], |r| r.get(0))?)
+    }
+
+    /// What every open reservation holds, all processes (global scope,
+    /// which every request reserves against; stale ones too, as an upper
+    /// bound of what any scope's reservations hold).
+    pub fn reserved_now(&self) -> Result<f64> {
+        Ok(self
+            .conn()
+            .prepare_cached("SELECT TOTAL(amount_usd) FROM budget_reservations WHERE scope = 'global' AND id = ''")?
+            .query_row([], |r| r.get(0))?)
     }
 
     /// Whether any alert waits to be shown (one probe of the partial index).

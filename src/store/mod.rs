@@ -33,7 +33,7 @@ mod outbox;
 mod report;
 mod session_view;
 
-pub use budget::{AlertRow, RecordedCall, RESERVATION_TTL_SECONDS};
+pub use budget::{reservation_usage, AlertRow, RecordedCall, RESERVATION_TTL_SECONDS};
 pub use content::ContentKind;
 pub use ledger::{Applied, EventContext, ABANDONED, ERROR, INTERRUPTED, OK, RUNNING};
 pub use metrics::{
