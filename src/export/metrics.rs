@@ -56,7 +56,7 @@ use super::retry::{self, Backoff};
 use super::transport::{Accepted, SendError, Transport};
 use super::{resource_of, unix_now, SCOPE_NAME};
 use crate::config::{Resolved, Source};
-use crate::error::{Error, Result};
+use crate::error::Result;
 pub use crate::metrics::Temporality;
 use crate::metrics::{self, AllowList, BudgetReading, Series};
 use crate::store::{Folded, MetricIdentity, Store, METRIC_LEASE};
@@ -355,10 +355,7 @@ impl MetricExporter {
 
     /// Like [`MetricExporter::new`] over an open store.
     pub fn with_store(config: MetricsConfig, store: Store) -> Result<Self> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Other(format!("metric export runtime: {e}")))?;
+        let runtime = super::send_runtime("metric export")?;
         let transport = if config.pushes() {
             let _guard = runtime.enter();
             if config.exporters.value.otlp {
@@ -376,7 +373,7 @@ impl MetricExporter {
             config,
             runtime,
             transport,
-            holder: format!("pid {} #{:08x}", std::process::id(), fastrand::u32(..)),
+            holder: super::lease_holder(),
             backoff: Backoff::default(),
             not_before: None,
             identity,

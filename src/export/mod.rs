@@ -84,6 +84,21 @@ pub struct Step {
     pub error: Option<String>,
 }
 
+/// The single-threaded runtime one exporter sends on (`what` names it in
+/// the error).
+fn send_runtime(what: &str) -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Other(format!("{what} runtime: {e}")))
+}
+
+/// This exporter's id in a lease: the pid, which the OS reuses, and a
+/// random tag.
+fn lease_holder() -> String {
+    format!("pid {} #{:08x}", std::process::id(), fastrand::u32(..))
+}
+
 /// The trace exporter of one store.
 pub struct Exporter {
     store: Store,
@@ -118,17 +133,14 @@ impl Exporter {
 
     /// Like [`Exporter::new`] over an open store.
     pub fn with_store(config: ExportConfig, store: Store) -> Result<Self> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Other(format!("export runtime: {e}")))?;
+        let runtime = send_runtime("export")?;
         let transport = if config.enabled() {
             let _guard = runtime.enter();
             Some(Transport::new(&config)?)
         } else {
             None
         };
-        let holder = format!("pid {} #{:08x}", std::process::id(), fastrand::u32(..));
+        let holder = lease_holder();
         let resource = resource_of(&config);
         let options = SpanOptions {
             mode: config.trace_mode.value,
