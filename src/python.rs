@@ -67,9 +67,35 @@ static PROFILE: OnceLock<String> = OnceLock::new();
 /// The budget gate's handle: LLM calls to stop, cron jobs to pause.
 static BUDGET: OnceLock<BudgetHandle> = OnceLock::new();
 
-/// The last top-level session a turn started in, for `/otel` when Hermes
-/// does not say which session it is in.
-static LAST_SESSION: Mutex<Option<String>> = Mutex::new(None);
+/// The top-level sessions turns started in, for `/otel` when Hermes does
+/// not say which session it is in.
+static RECENT: Mutex<Option<RecentSessions>> = Mutex::new(None);
+
+/// Most senders remembered; past this the map starts over.
+const MAX_SENDERS: usize = 10_000;
+
+#[derive(Default)]
+struct RecentSessions {
+    /// The last session of any sender.
+    last: Option<String>,
+    /// The last session of each sender (`sender_id`, the gateway's user).
+    by_sender: HashMap<String, String>,
+    /// More than one sender was seen: the last session may be someone
+    /// else's, so it is never shown to a caller who cannot be told apart.
+    many_senders: bool,
+}
+
+impl RecentSessions {
+    /// The session `/otel` shows: `sender`'s last one when the caller is
+    /// known, else the last one while this process served one sender only.
+    fn for_caller(&self, sender: Option<&str>) -> Option<String> {
+        match sender {
+            Some(sender) => self.by_sender.get(sender).cloned(),
+            None if self.many_senders => None,
+            None => self.last.clone(),
+        }
+    }
+}
 
 fn bridge(py: Python<'_>) -> &'static Bridge {
     if let Some(b) = BRIDGE.get() {
@@ -348,11 +374,22 @@ fn remember_session(kw: &Map<String, Value>) {
     if kw.get("platform").and_then(Value::as_str) == Some("subagent") {
         return;
     }
-    if let Some(id) = kw.get("session_id").and_then(Value::as_str) {
-        let mut last = LAST_SESSION.lock().unwrap_or_else(|p| p.into_inner());
-        if last.as_deref() != Some(id) {
-            *last = Some(id.to_string());
+    let Some(id) = kw.get("session_id").and_then(Value::as_str) else {
+        return;
+    };
+    let mut guard = RECENT.lock().unwrap_or_else(|p| p.into_inner());
+    let recent = guard.get_or_insert_with(RecentSessions::default);
+    if recent.last.as_deref() != Some(id) {
+        recent.last = Some(id.to_string());
+    }
+    if let Some(sender) = kw.get("sender_id").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+        if recent.by_sender.get(sender).map(String::as_str) != Some(id) {
+            if recent.by_sender.len() >= MAX_SENDERS {
+                recent.by_sender.clear();
+            }
+            recent.by_sender.insert(sender.to_string(), id.to_string());
         }
+        recent.many_senders |= recent.by_sender.len() > 1;
     }
 }
 
@@ -620,18 +657,26 @@ fn store_dir(py: Python<'_>) -> String {
 const SLASH_FLUSH_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The reply to `/otel`: the session's cost and tokens and today's spend.
-/// `session_id` is the one Hermes reports, else the last session a turn
-/// started in this process. Raises [`HermesOtelError`] if the store cannot
-/// be read.
+/// `session_id` is the one Hermes reports; else the last session of
+/// `sender_id` (the gateway user who asked); else, while this process has
+/// served one sender only, its last session. Never another user's session.
+/// Raises [`HermesOtelError`] if the store cannot be read.
 #[pyfunction]
-#[pyo3(signature = (raw_args = "", session_id = None))]
-fn otel_command(py: Python<'_>, raw_args: &str, session_id: Option<String>) -> PyResult<String> {
+#[pyo3(signature = (raw_args = "", session_id = None, sender_id = None))]
+fn otel_command(
+    py: Python<'_>,
+    raw_args: &str,
+    session_id: Option<String>,
+    sender_id: Option<String>,
+) -> PyResult<String> {
     let _ = raw_args;
     let bridge = bridge(py);
     let dir = bridge.config().store_dir.clone();
-    let session = session_id
-        .filter(|s| !s.is_empty())
-        .or_else(|| LAST_SESSION.lock().unwrap_or_else(|p| p.into_inner()).clone());
+    let session = session_id.filter(|s| !s.is_empty()).or_else(|| {
+        let sender = sender_id.as_deref().filter(|s| !s.is_empty());
+        let recent = RECENT.lock().unwrap_or_else(|p| p.into_inner());
+        recent.as_ref().and_then(|r| r.for_caller(sender))
+    });
     let result = py.detach(move || {
         catch_unwind(AssertUnwindSafe(|| {
             // Hooks do not wait for their commits: let this turn's land first.

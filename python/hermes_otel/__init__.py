@@ -123,7 +123,29 @@ class _SlashCommand:
         self._ctx = ctx
 
     def __call__(self, raw_args: str = "") -> str:
-        return _native.otel_command(raw_args, _cli_session_id(self._ctx))
+        session_id = _cli_session_id(self._ctx)
+        sender_id = None if session_id else _caller_sender_id()
+        return _native.otel_command(raw_args, session_id, sender_id)
+
+
+def _caller_sender_id() -> str | None:
+    # The gateway hands a plugin command only its text. The message event,
+    # whose source names the user who asked, is a local of the dispatching
+    # frame (gateway/run.py, Hermes 0.19.0). Without it, /otel shows no
+    # session rather than perhaps another user's.
+    try:
+        frame = sys._getframe(2)
+        for _ in range(4):
+            if frame is None:
+                break
+            source = getattr(frame.f_locals.get("event"), "source", None)
+            user_id = getattr(source, "user_id", None)
+            if user_id is not None and str(user_id):
+                return str(user_id)
+            frame = frame.f_back
+    except Exception:  # noqa: BLE001 - best effort, never raise into Hermes
+        pass
+    return None
 
 
 def _cli_session_id(ctx: Any) -> str | None:

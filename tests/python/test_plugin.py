@@ -301,6 +301,40 @@ def test_the_slash_command_shows_session_cost_and_today(tmp_path) -> None:
     assert session in ctx.commands["otel"]["handler"]("")
 
 
+def test_the_slash_command_in_the_gateway_shows_the_callers_session_only(fresh_store) -> None:
+    code = textwrap.dedent(
+        """
+        import hermes_otel
+        class Ctx:
+            def __init__(self): self.hooks, self.commands = {}, {}
+            def register_hook(self, name, cb): self.hooks[name] = cb
+            def register_cli_command(self, *a, **k): pass
+            def register_command(self, name, handler, **k): self.commands[name] = handler
+        ctx = Ctx()
+        hermes_otel.register(ctx)
+        llm = ctx.hooks["pre_llm_call"]
+        for who in ("alice", "bob"):
+            llm(session_id=who + "-s", turn_id=who + ":1", platform="telegram", sender_id=who, model="gpt-4o")
+        otel = ctx.commands["otel"]
+        class Source:
+            user_id = "alice"
+        class Event:
+            source = Source()
+        def dispatch(event, text):  # gateway/run.py: the event is a local of the caller
+            return otel(text)
+        print("ALICE", dispatch(Event(), "").replace(chr(10), " | "))
+        print("NOBODY", otel("").replace(chr(10), " | "))
+        """
+    )
+    p = run_python(code, HERMES_OTEL_HOME=str(fresh_store))
+    assert p.returncode == 0, p.stderr
+    alice = next(line for line in p.stdout.splitlines() if line.startswith("ALICE"))
+    nobody = next(line for line in p.stdout.splitlines() if line.startswith("NOBODY"))
+    assert "alice-s" in alice and "bob-s" not in alice, alice
+    # Two users seen and the caller unknown: no session rather than a guess.
+    assert "alice-s" not in nobody and "bob-s" not in nobody and "unknown here" in nobody, nobody
+
+
 def test_the_console_script_is_the_rust_cli() -> None:
     p = subprocess.run(
         [sys.executable, "-m", "hermes_otel.cli", "--home", str(STORE_DIR), "status", "--json"],
