@@ -28,7 +28,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::bridge::{BudgetMode, Gate, GateNeeds, QueuedSpend, QuickGate, Verdict, GATE_REFRESH};
+use crate::bridge::{BudgetMode, Gate, GateNeeds, QueuedSpend, QuickGate, Verdict};
 use crate::budget::{self, alert, verdict, BudgetConfig, BudgetState, Level, Scope, Window};
 use crate::hook::{Hook, HookEvent};
 use crate::store::Store;
@@ -72,7 +72,7 @@ struct Headroom {
 /// refresh, every open reservation) stays under that verdict's headroom.
 /// Each part is an upper bound, so the quick answer is the writer's answer;
 /// only other processes' calls since the last refresh (at most
-/// [`GATE_REFRESH`] old) are not seen yet.
+/// [`crate::bridge::GATE_REFRESH`] old) are not seen yet.
 #[derive(Debug, Default)]
 struct QuickView {
     /// The cost of every LLM call recorded, any process, at the last refresh.
@@ -88,6 +88,11 @@ struct QuickView {
     /// sessions not measured yet.
     universal: Option<Headroom>,
 }
+
+/// How often the universal headroom is measured again. It reads every
+/// budget's spend (every sender's, with a per-sender default), so not at
+/// every refresh; between two measures it only shrinks as spend grows.
+const UNIVERSAL_REFRESH: Duration = Duration::from_secs(5);
 
 /// Spend a quick verdict keeps in reserve besides its bounds (rounding).
 const QUICK_MARGIN_USD: f64 = 1e-9;
@@ -478,7 +483,7 @@ impl BudgetGate {
 
     /// Brings the quick view's store-wide figures up to date: the cost of
     /// every call recorded and every open reservation; at most every
-    /// [`GATE_REFRESH`], the universal headroom.
+    /// [`UNIVERSAL_REFRESH`], the universal headroom.
     fn refresh_quick(&mut self, store: &Store) -> crate::Result<()> {
         let (cost, reserved) = store.read_snapshot(|st| Ok((st.spend_total()?, st.reserved_now()?)))?;
         {
@@ -487,7 +492,7 @@ impl BudgetGate {
             view.reserved = reserved;
         }
         if Instant::now() >= self.next_universal {
-            self.next_universal = Instant::now() + GATE_REFRESH;
+            self.next_universal = Instant::now() + UNIVERSAL_REFRESH;
             // Every budget with spend, and a fresh id under each default.
             let (mut notice, mut block) = self.headroom_of(&store.budget_states(&self.cfg, (self.clock)())?);
             for limits in self.cfg.scopes.values() {

@@ -112,7 +112,7 @@ pub(super) fn on_pre_api_request(tx: &Transaction<'_>, prices: &PriceTable, e: &
 }
 
 /// The usage a request's reservation is priced at: its approximate input
-/// and its `max_tokens` (capped), or [`RESERVED_OUTPUT_TOKENS`].
+/// and its `max_tokens` (capped), or `RESERVED_OUTPUT_TOKENS`.
 pub fn reservation_usage(e: &PreApiRequest) -> Usage {
     Usage {
         input_tokens: e.approx_input_tokens.unwrap_or(0).max(0),
