@@ -809,6 +809,15 @@ impl Bridge {
             bound,
         };
         if !self.enqueue(run, job) {
+            // Never applied: its bound no longer waits to be.
+            match bound {
+                Some(Some(usd)) => lock(&shared.spend).usd -= usd,
+                Some(None) => {
+                    let mut spend = lock(&shared.spend);
+                    spend.unknown = spend.unknown.saturating_sub(1);
+                }
+                None => {}
+            }
             return Outcome::Failed;
         }
         let Some(ticket) = ticket else {
@@ -1298,18 +1307,7 @@ impl Writer {
     fn finish(&mut self, events: Vec<Pending>, ok: Vec<bool>) {
         // The store now holds the whole batch: tell the gate before its
         // verdicts, which it may reuse for events that do not wait.
-        let mut unknown = 0;
-        for p in &events {
-            match p.bound {
-                Some(Some(usd)) => self.applied_usd += usd,
-                Some(None) => unknown += 1,
-                None => {}
-            }
-        }
-        if unknown > 0 {
-            let mut spend = lock(&self.shared.spend);
-            spend.unknown = spend.unknown.saturating_sub(unknown);
-        }
+        self.settle(events.iter().map(|p| p.bound));
         self.gate.applied(self.applied_usd);
         let counters = &self.shared.counters;
         for (p, ok) in events.into_iter().zip(ok) {
@@ -1336,12 +1334,32 @@ impl Writer {
         }
     }
 
+    /// Takes events that left the queue for good off [`QueuedSpend`]: their
+    /// bounds join the applied total, their unknown bounds stop counting.
+    fn settle(&mut self, bounds: impl Iterator<Item = Option<Option<f64>>>) {
+        let mut unknown = 0;
+        for bound in bounds {
+            match bound {
+                Some(Some(usd)) => self.applied_usd += usd,
+                Some(None) => unknown += 1,
+                None => {}
+            }
+        }
+        if unknown > 0 {
+            let mut spend = lock(&self.shared.spend);
+            spend.unknown = spend.unknown.saturating_sub(unknown);
+        }
+    }
+
     /// Keeps `events` for when the store works again. Past [`MAX_QUEUED`]
     /// kept events, new ones are dropped: those in the spool are still
     /// recovered by the next process, the others are lost and counted.
     fn keep(&mut self, events: Vec<Pending>) {
         for p in events {
             if self.pending.len() >= MAX_QUEUED {
+                // Out of the queue for good (the spool's copy, if any, is
+                // recovered by the next process and counted as store spend).
+                self.settle(std::iter::once(p.bound));
                 self.shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
                 if !p.spooled {
                     self.health.counts.dropped_events += 1;
