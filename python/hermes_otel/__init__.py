@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextvars
 import functools
 import os
 import sys
@@ -31,6 +32,8 @@ def register(ctx: Any) -> None:
     _native.start(_profile_name(ctx))
     for name in _native.hook_names():
         ctx.register_hook(name, _native.Hook(name))
+    # Who is asking, for `/otel` in the gateway (the command gets only its text).
+    ctx.register_hook("pre_gateway_dispatch", _remember_gateway_caller)
     if _native.budget_mode() == "enforce" and hasattr(ctx, "register_middleware"):
         # Stops the LLM calls of a session whose budget is exhausted (hooks
         # can only observe a call; middleware can answer it instead).
@@ -124,28 +127,40 @@ class _SlashCommand:
 
     def __call__(self, raw_args: str = "") -> str:
         session_id = _cli_session_id(self._ctx)
-        sender_id = None if session_id else _caller_sender_id()
+        sender_id = None
+        if not session_id:
+            sender_id, session_id = _GATEWAY_CALLER.get()
         return _native.otel_command(raw_args, session_id, sender_id)
 
 
-def _caller_sender_id() -> str | None:
-    # The gateway hands a plugin command only its text. The message event,
-    # whose source names the user who asked, is a local of the dispatching
-    # frame (gateway/run.py, Hermes 0.19.0). Without it, /otel shows no
-    # session rather than perhaps another user's.
+# The gateway message being handled in this asyncio task: (user id, session
+# id). Set by the pre_gateway_dispatch hook, which Hermes calls in the same
+# task, before it dispatches a slash command.
+_GATEWAY_CALLER: contextvars.ContextVar[tuple[str | None, str | None]] = contextvars.ContextVar(
+    "hermes_otel_gateway_caller", default=(None, None)
+)
+
+
+def _remember_gateway_caller(
+    event: Any = None, gateway: Any = None, session_store: Any = None, **_: Any
+) -> None:
     try:
-        frame = sys._getframe(2)
-        for _ in range(4):
-            if frame is None:
-                break
-            source = getattr(frame.f_locals.get("event"), "source", None)
-            user_id = getattr(source, "user_id", None)
-            if user_id is not None and str(user_id):
-                return str(user_id)
-            frame = frame.f_back
-    except Exception:  # noqa: BLE001 - best effort, never raise into Hermes
+        source = getattr(event, "source", None)
+        user_id = getattr(source, "user_id", None)
+        session_id = None
+        # Public, read-only and lock-held in Hermes 0.19.0; None for a new chat.
+        peek = getattr(session_store, "peek_session_id", None)
+        key_for = getattr(gateway, "_session_key_for_source", None)
+        if source is not None and callable(peek) and callable(key_for):
+            session_id = peek(key_for(source))
+        _GATEWAY_CALLER.set(
+            (
+                str(user_id) if user_id is not None and str(user_id) else None,
+                session_id if isinstance(session_id, str) and session_id else None,
+            )
+        )
+    except Exception:  # noqa: BLE001 - never raise into Hermes
         pass
-    return None
 
 
 def _cli_session_id(ctx: Any) -> str | None:

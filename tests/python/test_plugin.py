@@ -56,8 +56,9 @@ def replay(records: list[dict], hooks: dict) -> list:
 def test_register_wires_every_ledger_hook_the_cli_and_the_slash_command() -> None:
     ctx = FakeContext()
     hermes_otel.register(ctx)
-    assert list(ctx.hooks) == ALL_HOOKS
-    assert all(repr(cb) == f"<hermes_otel hook {name}>" for name, cb in ctx.hooks.items())
+    assert list(ctx.hooks) == [*ALL_HOOKS, "pre_gateway_dispatch"]
+    native = {name: cb for name, cb in ctx.hooks.items() if name in ALL_HOOKS}
+    assert all(repr(cb) == f"<hermes_otel hook {name}>" for name, cb in native.items())
     assert "otel" in ctx.cli and callable(ctx.cli["otel"]["handler_fn"])
     assert "otel" in ctx.commands
 
@@ -78,7 +79,7 @@ def test_observe_mode_does_not_register_the_gating_tool_hook() -> None:
     p = run_python(code, HERMES_OTEL_BUDGET_MODE="observe")
     assert p.returncode == 0, p.stderr
     names = p.stdout.strip().split(",")
-    assert "pre_tool_call" not in names and len(names) == 11
+    assert "pre_tool_call" not in names and len(names) == 12
 
 
 @pytest.mark.parametrize(
@@ -304,7 +305,7 @@ def test_the_slash_command_shows_session_cost_and_today(tmp_path) -> None:
 def test_the_slash_command_in_the_gateway_shows_the_callers_session_only(fresh_store) -> None:
     code = textwrap.dedent(
         """
-        import hermes_otel
+        import contextvars, hermes_otel
         class Ctx:
             def __init__(self): self.hooks, self.commands = {}, {}
             def register_hook(self, name, cb): self.hooks[name] = cb
@@ -316,22 +317,35 @@ def test_the_slash_command_in_the_gateway_shows_the_callers_session_only(fresh_s
         for who in ("alice", "bob"):
             llm(session_id=who + "-s", turn_id=who + ":1", platform="telegram", sender_id=who, model="gpt-4o")
         otel = ctx.commands["otel"]
+        # What gateway/run.py's _handle_message does for one message, in its task.
         class Source:
-            user_id = "alice"
+            def __init__(self, user): self.user_id = user
         class Event:
-            source = Source()
-        def dispatch(event, text):  # gateway/run.py: the event is a local of the caller
-            return otel(text)
-        print("ALICE", dispatch(Event(), "").replace(chr(10), " | "))
+            def __init__(self, user): self.source = Source(user)
+        class Gateway:
+            def _session_key_for_source(self, source): return "agent:main:telegram:dm:" + source.user_id
+        class SessionStore:
+            def __init__(self, known): self.known = known
+            def peek_session_id(self, key): return self.known.get(key)
+        def handle(user, known):
+            dispatch = ctx.hooks["pre_gateway_dispatch"]
+            dispatch(event=Event(user), gateway=Gateway(), session_store=SessionStore(known))
+            return otel("").replace(chr(10), " | ")
+        print("ALICE", contextvars.copy_context().run(handle, "alice", {}))
+        bound = {"agent:main:telegram:dm:carol": "carol-s"}
+        print("CAROL", contextvars.copy_context().run(handle, "carol", bound))
         print("NOBODY", otel("").replace(chr(10), " | "))
         """
     )
     p = run_python(code, HERMES_OTEL_HOME=str(fresh_store))
     assert p.returncode == 0, p.stderr
-    alice = next(line for line in p.stdout.splitlines() if line.startswith("ALICE"))
-    nobody = next(line for line in p.stdout.splitlines() if line.startswith("NOBODY"))
-    assert "alice-s" in alice and "bob-s" not in alice, alice
+    out = {line.split(" ", 1)[0]: line for line in p.stdout.splitlines()}
+    # A new chat (no session bound yet): the asking user's last session.
+    assert "alice-s" in out["ALICE"] and "bob-s" not in out["ALICE"], out["ALICE"]
+    # The session the gateway has bound to the chat.
+    assert "carol-s" in out["CAROL"], out["CAROL"]
     # Two users seen and the caller unknown: no session rather than a guess.
+    nobody = out["NOBODY"]
     assert "alice-s" not in nobody and "bob-s" not in nobody and "unknown here" in nobody, nobody
 
 
