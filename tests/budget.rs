@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+#[path = "support/hooks.rs"]
+mod hooks;
+
 use hermes_otel::bridge::{Bridge, BridgeConfig, Gate, Outcome, Verdict};
 use hermes_otel::budget::{Scope, BLOCKED_MODEL};
 use hermes_otel::budget_gate::BudgetGate;
@@ -627,18 +630,7 @@ fn an_edited_budget_file_is_picked_up_without_a_restart() {
 
 /// A hook call the way the binding makes it: spool record, then submit.
 fn spooled(bridge: &Bridge, hook: &str, kwargs: Value) -> Outcome {
-    let kwargs = kwargs.as_object().cloned().expect("kwargs object");
-    let at = hermes_otel::bridge::unix_now();
-    let Decoded::Event(event, problems) = decode(hook, &kwargs, at, DecodeOptions::default()) else {
-        panic!("{hook} does not decode");
-    };
-    let record = hermes_otel::spool::record(hook, at, Some(1), Some("t"), &kwargs, false);
-    let ctx = EventContext {
-        pid: Some(1),
-        thread: Some("t".into()),
-        problems,
-    };
-    bridge.submit_recorded(event, ctx, Some(&record))
+    hooks::call(bridge, hook, kwargs).0
 }
 
 fn eventually(what: &str, mut ok: impl FnMut() -> bool) {

@@ -373,18 +373,11 @@ fn a_second_exporting_process_continues_every_series_and_never_goes_back() {
         }
     }
     check_against_ledger(&pb, &ledger(&path));
-    let start = |r: &ExportMetricsServiceRequest| -> Vec<u64> {
-        r.resource_metrics[0].scope_metrics[0]
-            .metrics
-            .iter()
-            .filter_map(|m| match &m.data {
-                Some(Data::Sum(s)) => s.data_points.first().map(|p| p.start_time_unix_nano),
-                Some(Data::Histogram(h)) => h.data_points.first().map(|p| p.start_time_unix_nano),
-                _ => None,
-            })
-            .collect()
-    };
-    let starts: Vec<u64> = start(&from_a).into_iter().chain(start(&from_b)).collect();
+    let starts: Vec<u64> = point_times(&from_a)
+        .into_iter()
+        .chain(point_times(&from_b))
+        .map(|(start, _)| start)
+        .collect();
     assert!(
         starts.windows(2).all(|w| w[0] == w[1]),
         "one start time for all: {starts:?}"

@@ -13,13 +13,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+#[path = "support/hooks.rs"]
+mod hooks;
+use hooks::call;
+
 use hermes_otel::bridge::{Bridge, BridgeConfig, Message, Outcome};
 use hermes_otel::budget_gate::BudgetGate;
 use hermes_otel::health::{self, FaultKind};
-use hermes_otel::hook::{decode, DecodeOptions, Decoded};
 use hermes_otel::spool;
-use hermes_otel::store::{EventContext, Store, DB_FILE_NAME};
-use serde_json::{json, Map, Value};
+use hermes_otel::store::{Store, DB_FILE_NAME};
+use serde_json::json;
 
 /// The hook wait of these bridges: what a gating hook may spend.
 const HOOK_WAIT: Duration = Duration::from_millis(100);
@@ -34,25 +37,6 @@ fn config(dir: &Path) -> BridgeConfig {
     cfg.store_retry_min = Duration::from_millis(20);
     cfg.store_retry_max = Duration::from_millis(200);
     cfg
-}
-
-/// One hook call through the same path as the binding: spool record, then
-/// submit. Returns the outcome and how long the call took.
-fn call(bridge: &Bridge, hook: &str, kwargs: Value) -> (Outcome, Duration) {
-    let kwargs: Map<String, Value> = kwargs.as_object().cloned().expect("kwargs object");
-    let at = hermes_otel::bridge::unix_now();
-    let started = Instant::now();
-    let Decoded::Event(event, problems) = decode(hook, &kwargs, at, DecodeOptions::default()) else {
-        panic!("{hook} does not decode");
-    };
-    let record = spool::record(hook, at, Some(1), Some("t"), &kwargs, false);
-    let ctx = EventContext {
-        pid: Some(1),
-        thread: Some("t".into()),
-        problems,
-    };
-    let outcome = bridge.submit_recorded(event, ctx, Some(&record));
-    (outcome, started.elapsed())
 }
 
 fn llm_call(bridge: &Bridge, session: &str, n: usize) -> (Outcome, Duration) {
