@@ -68,7 +68,7 @@ use std::time::{Duration, Instant};
 use crate::config;
 use crate::error::{Error, Result};
 use crate::health::{classify, FaultKind, Tracker};
-use crate::hook::{DecodeOptions, Hook, HookEvent};
+use crate::hook::{decode, DecodeOptions, Decoded, Hook, HookEvent};
 use crate::pricing::{ModelPrice, PriceTable};
 use crate::spool::{self, Spool};
 use crate::store::{EventContext, Store};
@@ -329,6 +329,10 @@ pub fn spend_bound(event: &HookEvent, prices: &PriceTable, host_asked: impl Fn(&
 /// (see `budget_gate.rs`); a refresh is a few indexed reads.
 pub const GATE_REFRESH: Duration = Duration::from_millis(100);
 
+/// Queued jobs that wake the writer although no one waits for them: keeps
+/// batches (and the queue's memory) bounded under a burst of hooks.
+const WAKE_AT_QUEUED: usize = 256;
+
 /// Which gating hooks need a verdict now; shared between a gate (which sets
 /// them on the writer thread) and the hook path (which reads them, lock-free).
 #[derive(Debug, Default)]
@@ -345,6 +349,13 @@ impl GateNeeds {
             pre_tool_call: AtomicBool::new(pre_tool_call),
             pre_api_request: AtomicBool::new(pre_api_request),
         })
+    }
+
+    /// Whether any gating hook waits for a verdict now.
+    pub fn any(&self) -> bool {
+        [&self.pre_llm_call, &self.pre_tool_call, &self.pre_api_request]
+            .iter()
+            .any(|flag| flag.load(Ordering::Acquire))
     }
 
     /// Whether `hook` waits for its commit and verdict now.
@@ -484,8 +495,21 @@ struct Running {
 }
 
 enum HostAsk {
+    /// The user's file or the built-in table prices it: never asked.
+    Known,
     Priced,
     Asked(Instant),
+}
+
+impl Running {
+    /// Whether the host was asked for `model`'s price (so the writer may
+    /// price it with an answer the hook thread has not seen).
+    fn host_was_asked(&self, model: &str) -> bool {
+        matches!(
+            lock(&self.host_asked).get(model),
+            Some(HostAsk::Priced | HostAsk::Asked(_))
+        )
+    }
 }
 
 enum ExporterSlot {
@@ -539,6 +563,21 @@ struct Counters {
 struct Queue {
     jobs: Vec<Job>,
     stop: bool,
+    /// The writer was woken since it last took the jobs.
+    woken: bool,
+}
+
+/// One hook call for the writer: decoded on the hook thread, or (see
+/// [`Bridge::submit_line`]) its spool record, decoded on the writer thread.
+#[allow(clippy::large_enum_variant)] // as for `Job`
+enum Payload {
+    Decoded(HookEvent),
+    Line {
+        hook: &'static str,
+        line: Vec<u8>,
+        at: f64,
+        opts: DecodeOptions,
+    },
 }
 
 // Nearly every job is an event; boxing it would cost an allocation per
@@ -546,7 +585,7 @@ struct Queue {
 #[allow(clippy::large_enum_variant)]
 enum Job {
     Event {
-        event: HookEvent,
+        payload: Payload,
         ctx: EventContext,
         ticket: Option<Arc<Ticket>>,
         /// The event is in this process's spool.
@@ -747,9 +786,65 @@ impl Bridge {
         let State::Running(run) = &self.state else {
             return Outcome::Disabled;
         };
+        let Some(spooled) = self.spool(run, record) else {
+            return Outcome::Disabled;
+        };
+        let gating = run.needs.waits(&event.hook);
+        let bound = run.quick.as_ref().map(|quick| {
+            let bound = spend_bound(&event, &run.prices, |m| run.host_was_asked(m));
+            (bound, quick)
+        });
+        let (bound, gating) = match bound {
+            Some((bound, quick)) => {
+                let queued = run.shared.add_spend(bound);
+                // The gate may know, without the commit, that it has
+                // nothing to say to this event.
+                (Some(bound), gating && !quick.no_verdict(&event, queued))
+            }
+            None => (None, gating),
+        };
+        self.queue_and_wait(run, Payload::Decoded(event), ctx, spooled, gating, bound)
+    }
+
+    /// Whether a hook call may be decoded on the writer thread
+    /// ([`Bridge::submit_undecoded`]): while no gating hook waits for a
+    /// verdict, the hook path needs nothing the decoder says.
+    pub fn decodes_later(&self) -> bool {
+        match &self.state {
+            State::Running(run) => !run.needs.any(),
+            State::Disabled(_) => false,
+        }
+    }
+
+    /// [`Bridge::submit_recorded`] for a call the writer decodes from its
+    /// spool record `line` (a [`spool::record`] line of scrubbed kwargs),
+    /// when [`Bridge::decodes_later`] said so. It never waits for a
+    /// verdict; it waits for the commit only when the spool write failed. A
+    /// call the decoder cannot use is counted and logged by the writer.
+    pub fn submit_line(&self, hook: &'static str, line: Vec<u8>, at: f64, ctx: EventContext) -> Outcome {
+        let State::Running(run) = &self.state else {
+            return Outcome::Disabled;
+        };
+        let Some(spooled) = self.spool(run, Some(&line)) else {
+            return Outcome::Disabled;
+        };
+        // Its cost is not known until the writer decodes it: a quick
+        // verdict meanwhile waits for the exact one instead.
+        let bound = run.quick.as_ref().map(|_| {
+            run.shared.add_spend(None);
+            None
+        });
+        let opts = self.config.decode;
+        let payload = Payload::Line { hook, line, at, opts };
+        self.queue_and_wait(run, payload, ctx, spooled, false, bound)
+    }
+
+    /// Counts a submission and appends its record to the spool. `None` when
+    /// the writer is gone; else whether the record is in the spool.
+    fn spool(&self, run: &Running, record: Option<&[u8]>) -> Option<bool> {
         let shared = &run.shared;
         if !shared.alive.load(Ordering::Acquire) {
-            return Outcome::Disabled;
+            return None;
         }
         shared.counters.submitted.fetch_add(1, Ordering::Relaxed);
         let spooled = match (shared.spool.get(), record) {
@@ -774,25 +869,21 @@ impl Bridge {
             },
             _ => false,
         };
-        let mut gating = run.needs.waits(&event.hook);
-        let bound = match &run.quick {
-            Some(quick) => {
-                let bound = spend_bound(&event, &run.prices, |m| lock(&run.host_asked).contains_key(m));
-                let queued = {
-                    let mut spend = lock(&shared.spend);
-                    match bound {
-                        Some(usd) => spend.usd += usd,
-                        None => spend.unknown += 1,
-                    }
-                    *spend
-                };
-                // The gate may know, without the commit, that it has
-                // nothing to say to this event.
-                gating = gating && !quick.no_verdict(&event, queued);
-                Some(bound)
-            }
-            None => None,
-        };
+        Some(spooled)
+    }
+
+    /// Queues one hook call and waits, up to `hook_wait`, for its commit
+    /// when it is `gating` or not in the spool.
+    fn queue_and_wait(
+        &self,
+        run: &Running,
+        payload: Payload,
+        ctx: EventContext,
+        spooled: bool,
+        gating: bool,
+        bound: Option<Option<f64>>,
+    ) -> Outcome {
+        let shared = &run.shared;
         // A store closed by a fault commits nothing until the writer
         // reopens it: waiting would only add the bound to every hook.
         let wait = if (spooled && !gating) || shared.store_down.load(Ordering::Acquire) {
@@ -802,21 +893,19 @@ impl Bridge {
         };
         let ticket = (!wait.is_zero()).then(Ticket::new);
         let job = Job::Event {
-            event,
+            payload,
             ctx,
             ticket: ticket.clone(),
             spooled,
             bound,
         };
-        if !self.enqueue(run, job) {
+        // While a budget is set, spend is committed at once, so the
+        // verdicts of this and other processes see it without delay.
+        let prompt = ticket.is_some() || run.needs.any();
+        if !self.enqueue(run, job, prompt) {
             // Never applied: its bound no longer waits to be.
-            match bound {
-                Some(Some(usd)) => lock(&shared.spend).usd -= usd,
-                Some(None) => {
-                    let mut spend = lock(&shared.spend);
-                    spend.unknown = spend.unknown.saturating_sub(1);
-                }
-                None => {}
+            if let Some(bound) = bound {
+                shared.take_spend(bound);
             }
             return Outcome::Failed;
         }
@@ -843,13 +932,18 @@ impl Bridge {
             return false;
         }
         let ticket = Ticket::new();
-        if !self.enqueue(run, Job::Flush(Arc::clone(&ticket))) {
+        if !self.enqueue(run, Job::Flush(Arc::clone(&ticket)), true) {
             return false;
         }
         matches!(ticket.wait_until(Instant::now() + timeout), Some(Outcome::Committed(_)))
     }
 
-    fn enqueue(&self, run: &Running, job: Job) -> bool {
+    /// Queues `job`. The writer is woken only for a job someone waits for
+    /// (`prompt`), or once [`WAKE_AT_QUEUED`] jobs wait; otherwise its next
+    /// tick (at most [`GATE_REFRESH`] away) takes the job. Waking a sleeping
+    /// thread costs the hook a futex call and, on a VM, an inter-processor
+    /// interrupt: several microseconds, the largest part of a hook's cost.
+    fn enqueue(&self, run: &Running, job: Job, prompt: bool) -> bool {
         let mut queue = lock(&run.shared.queue);
         if queue.jobs.len() >= MAX_QUEUED {
             drop(queue);
@@ -857,11 +951,10 @@ impl Bridge {
             return false;
         }
         queue.jobs.push(job);
-        let first = queue.jobs.len() == 1;
+        let wake = !queue.woken && (prompt || queue.jobs.len() >= WAKE_AT_QUEUED);
+        queue.woken |= wake;
         drop(queue);
-        // The writer only sleeps on an empty queue, so only the job that
-        // made it non-empty has to wake it.
-        if first {
+        if wake {
             run.shared.wake.notify_one();
         }
         true
@@ -876,13 +969,19 @@ impl Bridge {
         let State::Running(run) = &self.state else {
             return false;
         };
-        if model.is_empty() || run.prices.knows(model) {
+        if model.is_empty() {
             return false;
         }
         let mut asked = lock(&run.host_asked);
         let now = Instant::now();
         match asked.get(model) {
-            Some(HostAsk::Priced) => false,
+            // The tables' answer is remembered: looking a model up is a
+            // scan of every entry, and this runs on every LLM call.
+            Some(HostAsk::Known | HostAsk::Priced) => false,
+            None if run.prices.knows(model) => {
+                asked.insert(model.to_string(), HostAsk::Known);
+                false
+            }
             Some(HostAsk::Asked(at)) if now.duration_since(*at) < HOST_PRICE_RETRY => false,
             _ => {
                 asked.insert(model.to_string(), HostAsk::Asked(now));
@@ -897,7 +996,7 @@ impl Bridge {
     pub fn set_host_price(&self, model: &str, price: ModelPrice) {
         if let State::Running(run) = &self.state {
             lock(&run.host_asked).insert(model.to_string(), HostAsk::Priced);
-            self.enqueue(run, Job::HostPrice(model.to_string(), price));
+            self.enqueue(run, Job::HostPrice(model.to_string(), price), false);
         }
     }
 
@@ -1032,6 +1131,26 @@ impl Shared {
         self.has_messages.store(true, Ordering::Release);
     }
 
+    /// Adds one queued event's [`spend_bound`] to [`QueuedSpend`] and
+    /// returns the new total.
+    fn add_spend(&self, bound: Option<f64>) -> QueuedSpend {
+        let mut spend = lock(&self.spend);
+        match bound {
+            Some(usd) => spend.usd += usd,
+            None => spend.unknown += 1,
+        }
+        *spend
+    }
+
+    /// Takes a bound [`Shared::add_spend`] added back off.
+    fn take_spend(&self, bound: Option<f64>) {
+        let mut spend = lock(&self.spend);
+        match bound {
+            Some(usd) => spend.usd -= usd,
+            None => spend.unknown = spend.unknown.saturating_sub(1),
+        }
+    }
+
     fn take_jobs(&self, wait: Duration) -> (Vec<Job>, bool) {
         let mut queue = lock(&self.queue);
         if queue.jobs.is_empty() && !queue.stop {
@@ -1040,6 +1159,7 @@ impl Shared {
                 Err(poisoned) => poisoned.into_inner().0,
             };
         }
+        queue.woken = false;
         (std::mem::take(&mut queue.jobs), queue.stop)
     }
 }
@@ -1198,18 +1318,39 @@ impl Writer {
                     self.prices.set_host_price(&model, price);
                 }
                 Job::Event {
-                    event,
+                    payload,
                     ctx,
                     ticket,
                     spooled,
                     bound,
-                } => events.push(Pending {
-                    event,
-                    ctx,
-                    ticket,
-                    spooled,
-                    bound,
-                }),
+                } => {
+                    let event = match payload {
+                        Payload::Decoded(event) => event,
+                        Payload::Line { hook, line, at, opts } => match decode_line(hook, &line, at, opts) {
+                            Decoded::Event(event, problems) => {
+                                events.push(Pending {
+                                    event,
+                                    ctx: EventContext { problems, ..ctx },
+                                    ticket,
+                                    spooled,
+                                    bound,
+                                });
+                                continue;
+                            }
+                            decoded => {
+                                self.not_applied(hook, decoded, ticket, spooled, bound);
+                                continue;
+                            }
+                        },
+                    };
+                    events.push(Pending {
+                        event,
+                        ctx,
+                        ticket,
+                        spooled,
+                        bound,
+                    })
+                }
                 Job::Flush(ticket) => flushes.push(ticket),
             }
         }
@@ -1241,6 +1382,35 @@ impl Writer {
         };
         for ticket in flushes {
             ticket.complete(outcome.clone());
+        }
+    }
+
+    /// Finishes a call decoded here that gives no event: an unusable one is
+    /// counted as failed and logged (as the hook path would have).
+    fn not_applied(
+        &mut self,
+        hook: &str,
+        decoded: Decoded,
+        ticket: Option<Arc<Ticket>>,
+        spooled: bool,
+        bound: Option<Option<f64>>,
+    ) {
+        self.settle(std::iter::once(bound));
+        self.handled += u64::from(spooled);
+        let outcome = match decoded {
+            Decoded::Unusable(problems) => {
+                self.shared.counters.failed.fetch_add(1, Ordering::Relaxed);
+                let what: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+                self.shared.message(
+                    "Decode.Unusable",
+                    format!("{hook} call not recorded: {}", what.join("; ")),
+                );
+                Outcome::Failed
+            }
+            _ => Outcome::Committed(None),
+        };
+        if let Some(ticket) = ticket {
+            ticket.complete(outcome);
         }
     }
 
@@ -1525,6 +1695,30 @@ impl Writer {
     }
 }
 
+/// Decodes a hook call from its spool record (see [`Bridge::submit_line`]),
+/// with the capture setting the record was made with.
+fn decode_line(hook: &str, line: &[u8], at: f64, opts: DecodeOptions) -> Decoded {
+    let text = String::from_utf8_lossy(line);
+    match crate::replay::parse_line(&text, opts.capture_content) {
+        Ok(Some(record)) => {
+            let opts = DecodeOptions {
+                capture_content: record.capture.unwrap_or(opts.capture_content),
+                ..opts
+            };
+            decode(hook, &record.kwargs, at, opts)
+        }
+        Ok(None) => unreadable("an empty spool record".into()),
+        Err(e) => unreadable(e),
+    }
+}
+
+fn unreadable(what: String) -> Decoded {
+    Decoded::Unusable(vec![crate::hook::Problem {
+        key: "(record)".into(),
+        what,
+    }])
+}
+
 fn jobs_tickets(jobs: &[Job]) -> Vec<Arc<Ticket>> {
     jobs.iter()
         .filter_map(|job| match job {
@@ -1621,6 +1815,108 @@ mod tests {
         let store = reader(dir.path());
         assert_eq!(
             scalar::<i64>(&store, "SELECT llm_calls FROM runs WHERE session_id = 's1'"),
+            1
+        );
+    }
+
+    /// Submits `kwargs` the way the binding does while no gate waits: as
+    /// its spool record, for the writer to decode.
+    fn undecoded(bridge: &Bridge, hook: &'static str, kwargs: Value) -> Outcome {
+        let kwargs = kwargs.as_object().expect("kwargs object").clone();
+        let at = unix_now();
+        let line = spool::record(hook, at, Some(1), Some("t"), &kwargs, false);
+        let ctx = EventContext {
+            pid: Some(1),
+            thread: Some("t".into()),
+            problems: Vec::new(),
+        };
+        bridge.submit_line(hook, line, at, ctx)
+    }
+
+    #[test]
+    fn a_call_decoded_on_the_writer_lands_as_a_decoded_one_does() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let bridge = Bridge::start(config(dir.path()));
+        assert!(bridge.decodes_later(), "no gate wants anything: the writer decodes");
+        let kwargs = json!({
+            "session_id": "s1", "turn_id": "s1:t", "api_request_id": "s1:t:api:1",
+            "model": "gpt-4o", "api_duration": 0.01,
+            "usage": {"input_tokens": 1000, "output_tokens": 100, "cache_read_tokens": 0,
+                      "cache_write_tokens": 0, "reasoning_tokens": 0},
+        });
+        assert_eq!(undecoded(&bridge, "post_api_request", kwargs.clone()), Outcome::Queued);
+        // The same call again, decoded on this thread, is a duplicate.
+        let mut again = kwargs;
+        again["api_request_id"] = json!("s1:t:api:2");
+        assert_eq!(
+            bridge.submit(event("post_api_request", again), EventContext::default()),
+            Outcome::Committed(None)
+        );
+        assert!(bridge.flush(Duration::from_secs(5)));
+        let store = reader(dir.path());
+        let (calls, cost): (i64, f64) = (
+            scalar(&store, "SELECT llm_calls FROM runs WHERE session_id = 's1'"),
+            scalar(&store, "SELECT cost_usd FROM runs WHERE session_id = 's1'"),
+        );
+        assert_eq!(calls, 2);
+        // gpt-4o: $2.50 in, $10 out per million; both calls cost the same.
+        assert!(
+            (cost - 2.0 * (1000.0 * 2.5 + 100.0 * 10.0) / 1e6).abs() < 1e-12,
+            "{cost}"
+        );
+        let thread: String = scalar(
+            &store,
+            "SELECT thread FROM journal WHERE hook = 'post_api_request' ORDER BY seq LIMIT 1",
+        );
+        assert_eq!(thread, "t");
+    }
+
+    #[test]
+    fn a_call_the_writer_cannot_decode_is_counted_and_logged() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let bridge = Bridge::start(config(dir.path()));
+        // No session id: nothing to key the event by.
+        undecoded(&bridge, "post_api_request", json!({"model": "gpt-4o"}));
+        assert!(bridge.flush(Duration::from_secs(5)));
+        let stats = bridge.stats();
+        assert_eq!((stats.committed, stats.failed), (0, 1));
+        let messages = bridge.take_messages();
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.event == "Decode.Unusable" && m.text.starts_with("post_api_request call not recorded")),
+            "{messages:?}"
+        );
+        // It was handled: a clean stop leaves no spool to replay.
+        let State::Running(run) = &bridge.state else {
+            panic!("disabled")
+        };
+        let spool = run.shared.spool.get().expect("spool").path().to_path_buf();
+        drop(bridge);
+        assert!(!spool.exists(), "{} left behind", spool.display());
+    }
+
+    #[test]
+    fn an_event_no_one_waits_for_commits_without_waking_the_writer() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let bridge = Bridge::start(config(dir.path()));
+        let kwargs = json!({"session_id": "quiet", "model": "gpt-4o", "platform": "cli"});
+        assert_eq!(undecoded(&bridge, "on_session_start", kwargs), Outcome::Queued);
+        // No flush, no waiter: the writer's own tick must take it.
+        let deadline = Instant::now() + 10 * GATE_REFRESH;
+        while bridge.stats().committed < 1 {
+            assert!(
+                Instant::now() < deadline,
+                "not committed within {:?}",
+                10 * GATE_REFRESH
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            scalar::<i64>(
+                &reader(dir.path()),
+                "SELECT count(*) FROM runs WHERE session_id = 'quiet'"
+            ),
             1
         );
     }

@@ -27,10 +27,13 @@ use serde_json::{Map, Number, Value};
 use crate::bridge::{self, Bridge, BridgeConfig, BudgetMode, Outcome, Verdict};
 use crate::budget_gate::{BudgetGate, BudgetHandle};
 use crate::export_task;
-use crate::hook::{self, decode, Decoded, HookKeys, HOOK_NAMES};
+use crate::hook::{self, decode, DecodeOptions, Decoded, HookKeys, HOOK_NAMES};
 use crate::pricing::ModelPrice;
 use crate::spool;
 use crate::store::EventContext;
+
+mod record;
+use record::Partial;
 
 pyo3::create_exception!(
     hermes_otel._native,
@@ -197,25 +200,81 @@ impl Hook {
             return None;
         }
         let at = bridge::unix_now();
-        let capture = bridge.config().decode.capture_content;
-        let kw = match kwargs {
-            Some(kwargs) => self.copy_kwargs(kwargs, capture),
-            None => Map::new(),
-        };
         let ctx = EventContext {
             pid: Some(i64::from(std::process::id())),
             thread: thread_name(py),
             problems: Vec::new(),
         };
+        let text = |key: &str| -> Option<String> {
+            let value = kwargs?.get_item(key).ok()??;
+            let s = value.cast::<PyString>().ok()?;
+            Some(s.to_string_lossy().into_owned())
+        };
         if self.name == "post_api_request" {
-            offer_host_price(py, bridge, &kw);
+            if let Some(model) = text("model") {
+                offer_host_price(py, bridge, &model, text("provider"), text("base_url"));
+            }
         }
         if self.name == "pre_llm_call" {
-            remember_session(&kw);
+            remember_session(text("session_id"), text("platform").as_deref(), text("sender_id"));
         }
+        let outcome = if bridge.decodes_later() {
+            self.submit_line(py, bridge, kwargs, at, ctx)
+        } else {
+            self.submit_decoded(py, bridge, kwargs, at, ctx)
+        };
+        log_messages(py, bridge);
+        if matches!(self.name, "pre_llm_call" | "pre_tool_call" | "pre_api_request") {
+            budget_actions(py);
+        }
+        outcome.verdict().map(|v| verdict_dict(py, v))
+    }
+
+    /// While no gate waits on any hook: writes the call's spool record
+    /// straight from `kwargs` and leaves decoding to the writer thread.
+    fn submit_line(
+        &self,
+        py: Python<'_>,
+        bridge: &'static Bridge,
+        kwargs: Option<&Bound<'_, PyDict>>,
+        at: f64,
+        ctx: EventContext,
+    ) -> Outcome {
+        let opts = bridge.config().decode;
         let name = self.name;
-        // Test-only: `HERMES_OTEL_TEST_PANIC=<hook>` (or `*` for every hook).
-        let panic_here = matches!(bridge.config().test_panic_hook.as_deref(), Some(h) if h == name || h == "*");
+        let mut partial = Partial::begin(name, at, ctx.pid, ctx.thread.as_deref(), opts.capture_content);
+        if let Some(kwargs) = kwargs {
+            self.write_kwargs(kwargs, &mut partial, opts.capture_content);
+        }
+        let panic_here = self.test_panic(bridge);
+        py.detach(move || {
+            if panic_here {
+                panic!("{} set to {name}: panicking on purpose", bridge::env::TEST_PANIC);
+            }
+            bridge.start_exporter();
+            // Scrubbing (redacting a large prompt is a scan) without the GIL.
+            let line = partial.finish(name, opts);
+            bridge.submit_line(name, line, at, ctx)
+        })
+    }
+
+    /// While a gate may give this call a verdict: copies and decodes it here,
+    /// so the gate sees the event before the hook returns.
+    fn submit_decoded(
+        &self,
+        py: Python<'_>,
+        bridge: &'static Bridge,
+        kwargs: Option<&Bound<'_, PyDict>>,
+        at: f64,
+        ctx: EventContext,
+    ) -> Outcome {
+        let capture = bridge.config().decode.capture_content;
+        let kw = match kwargs {
+            Some(kwargs) => self.copy_kwargs(kwargs, capture),
+            None => Map::new(),
+        };
+        let name = self.name;
+        let panic_here = self.test_panic(bridge);
         let (outcome, unusable) = py.detach(move || {
             if panic_here {
                 panic!("{} set to {name}: panicking on purpose", bridge::env::TEST_PANIC);
@@ -226,7 +285,7 @@ impl Hook {
             // sees it; off the GIL, since redacting a large prompt is a scan.
             let mut kw = kw;
             hook::scrub(name, &mut kw, bridge.config().decode);
-            let result = match decode(name, &kw, at, bridge.config().decode) {
+            match decode(name, &kw, at, bridge.config().decode) {
                 Decoded::Event(event, problems) => {
                     let record = spool::record(name, at, ctx.pid, ctx.thread.as_deref(), &kw, capture);
                     let ctx = EventContext { problems, ..ctx };
@@ -234,8 +293,7 @@ impl Hook {
                 }
                 Decoded::Unusable(problems) => (Outcome::Failed, Some(problems)),
                 Decoded::Ignored => (Outcome::Committed(None), None),
-            };
-            result
+            }
         });
         if let Some(problems) = unusable {
             let what: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
@@ -246,34 +304,64 @@ impl Hook {
                 format!("{name} call not recorded: {}", what.join("; ")),
             );
         }
-        log_messages(py, bridge);
-        if matches!(name, "pre_llm_call" | "pre_tool_call" | "pre_api_request") {
-            budget_actions(py);
-        }
-        outcome.verdict().map(|v| verdict_dict(py, v))
+        outcome
     }
-}
 
-impl Hook {
+    /// Test-only: `HERMES_OTEL_TEST_PANIC=<hook>` (or `*` for every hook).
+    fn test_panic(&self, bridge: &Bridge) -> bool {
+        matches!(bridge.config().test_panic_hook.as_deref(), Some(h) if h == self.name || h == "*")
+    }
+
+    /// The kwargs read, with their interned names: content ones only when
+    /// capturing.
+    fn keys(&self, capture: bool) -> impl Iterator<Item = &(&'static str, Py<PyString>)> {
+        let content: &[(&str, Py<PyString>)] = if capture { &self.content } else { &[] };
+        self.always.iter().chain(content)
+    }
+
+    /// Writes the kwargs the decoder reads into `partial`: plain ones at
+    /// once, the ones [`hook::scrub`] may change as copies for later.
+    fn write_kwargs(&self, kwargs: &Bound<'_, PyDict>, partial: &mut Partial, capture: bool) {
+        let py = kwargs.py();
+        for (key, py_key) in self.keys(capture) {
+            let Ok(Some(value)) = kwargs.get_item(py_key.bind(py)) else {
+                continue;
+            };
+            if hook::scrubbed_key(self.name, key) {
+                let copied = copy_value(key, &value, capture);
+                if !copied.is_null() {
+                    partial.scrub_later(key, copied);
+                }
+            } else {
+                partial.plain(key, &value);
+            }
+        }
+    }
+
     /// Copies the keys the decoder reads out of `kwargs` as plain JSON values.
     fn copy_kwargs(&self, kwargs: &Bound<'_, PyDict>, capture: bool) -> Map<String, Value> {
         let py = kwargs.py();
         let mut out = Map::new();
-        let content: &[(&str, Py<PyString>)] = if capture { &self.content } else { &[] };
-        for (key, py_key) in self.always.iter().chain(content) {
+        for (key, py_key) in self.keys(capture) {
             let Ok(Some(value)) = kwargs.get_item(py_key.bind(py)) else {
                 continue;
             };
-            let copied = match *key {
-                hook::ASSISTANT_MESSAGE => assistant_message(&value),
-                hook::TOOL_RESULT => tool_result(&value, capture),
-                _ => to_json(&value, 0),
-            };
+            let copied = copy_value(key, &value, capture);
             if !copied.is_null() {
                 out.insert((*key).to_string(), copied);
             }
         }
         out
+    }
+}
+
+/// A plain copy of the kwarg `key`: the two live objects Hermes passes are
+/// read as the decoder needs them, everything else is copied as it is.
+fn copy_value(key: &str, value: &Bound<'_, PyAny>, capture: bool) -> Value {
+    match key {
+        hook::ASSISTANT_MESSAGE => assistant_message(value),
+        hook::TOOL_RESULT => tool_result(value, capture),
+        _ => to_json(value, 0),
     }
 }
 
@@ -357,7 +445,32 @@ fn to_json(value: &Bound<'_, PyAny>, depth: usize) -> Value {
     Value::Null
 }
 
+/// How long a thread's name is taken as known. Asking Python costs a
+/// call into `threading` on every hook; a rename shows up this much later.
+const THREAD_NAME_TTL: Duration = Duration::from_secs(1);
+
+thread_local! {
+    static THREAD_NAME: std::cell::RefCell<Option<(Instant, Option<String>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The calling Python thread's name, asked at most once a
+/// [`THREAD_NAME_TTL`] per thread.
 fn thread_name(py: Python<'_>) -> Option<String> {
+    let now = Instant::now();
+    let cached = THREAD_NAME.with_borrow(|c| match c {
+        Some((at, name)) if now.duration_since(*at) < THREAD_NAME_TTL => Some(name.clone()),
+        _ => None,
+    });
+    if let Some(name) = cached {
+        return name;
+    }
+    let name = ask_thread_name(py);
+    THREAD_NAME.set(Some((now, name.clone())));
+    name
+}
+
+fn ask_thread_name(py: Python<'_>) -> Option<String> {
     static CURRENT_THREAD: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let f = CURRENT_THREAD
         .get_or_try_init(py, || {
@@ -370,24 +483,24 @@ fn thread_name(py: Python<'_>) -> Option<String> {
     name.extract::<String>().ok()
 }
 
-fn remember_session(kw: &Map<String, Value>) {
-    if kw.get("platform").and_then(Value::as_str) == Some("subagent") {
+fn remember_session(session_id: Option<String>, platform: Option<&str>, sender_id: Option<String>) {
+    if platform == Some("subagent") {
         return;
     }
-    let Some(id) = kw.get("session_id").and_then(Value::as_str) else {
+    let Some(id) = session_id else {
         return;
     };
     let mut guard = RECENT.lock().unwrap_or_else(|p| p.into_inner());
     let recent = guard.get_or_insert_with(RecentSessions::default);
-    if recent.last.as_deref() != Some(id) {
-        recent.last = Some(id.to_string());
+    if recent.last.as_deref() != Some(id.as_str()) {
+        recent.last = Some(id.clone());
     }
-    if let Some(sender) = kw.get("sender_id").and_then(Value::as_str).filter(|s| !s.is_empty()) {
-        if recent.by_sender.get(sender).map(String::as_str) != Some(id) {
+    if let Some(sender) = sender_id.filter(|s| !s.is_empty()) {
+        if recent.by_sender.get(&sender) != Some(&id) {
             if recent.by_sender.len() >= MAX_SENDERS {
                 recent.by_sender.clear();
             }
-            recent.by_sender.insert(sender.to_string(), id.to_string());
+            recent.by_sender.insert(sender, id);
         }
         recent.many_senders |= recent.by_sender.len() > 1;
     }
@@ -396,10 +509,7 @@ fn remember_session(kw: &Map<String, Value>) {
 /// Asks Hermes (through `hermes_otel._host_pricing`) for the price of a
 /// model no table knows, at most once a minute per model. That helper only
 /// reads what Hermes already fetched: no network I/O on the agent thread.
-fn offer_host_price(py: Python<'_>, bridge: &Bridge, kw: &Map<String, Value>) {
-    let Some(model) = kw.get("model").and_then(Value::as_str) else {
-        return;
-    };
+fn offer_host_price(py: Python<'_>, bridge: &Bridge, model: &str, provider: Option<String>, base_url: Option<String>) {
     if !bridge.needs_host_price(model) {
         return;
     }
@@ -420,8 +530,7 @@ fn offer_host_price(py: Python<'_>, bridge: &Bridge, kw: &Map<String, Value>) {
             return;
         }
     };
-    let text = |k: &str| kw.get(k).and_then(Value::as_str).map(str::to_string);
-    let price = match lookup.call1((model, text("provider"), text("base_url"))) {
+    let price = match lookup.call1((model, provider, base_url)) {
         Ok(p) if p.is_none() => return,
         Ok(p) => p,
         Err(e) => {
@@ -476,7 +585,13 @@ fn log_messages(py: Python<'_>, bridge: &Bridge) {
         return;
     }
     for m in bridge.take_messages() {
-        let level = if m.event.ends_with("Recovered") { WARNING } else { ERROR };
+        // Recoveries and calls the decoder could not use are worth knowing
+        // but need nothing done; everything else is an error.
+        let level = if m.event.ends_with("Recovered") || m.event == "Decode.Unusable" {
+            WARNING
+        } else {
+            ERROR
+        };
         log(py, level, m.event, m.text);
     }
 }
@@ -706,6 +821,28 @@ fn cli_main(py: Python<'_>, argv: Vec<String>) -> i32 {
     py.detach(move || catch_unwind(AssertUnwindSafe(|| crate::cli::run(argv))).unwrap_or(70))
 }
 
+/// For tests: the spool record of one `hook` call both ways the binding
+/// writes it, straight from the kwargs (no gate waiting) and from the
+/// copied map (a gate waiting), with capture on or off. The two must hold
+/// the same kwargs.
+#[pyfunction]
+#[pyo3(signature = (hook, kwargs, capture))]
+fn _spool_records(py: Python<'_>, hook: &str, kwargs: &Bound<'_, PyDict>, capture: bool) -> PyResult<(String, String)> {
+    let hook = Hook::new(py, hook)?;
+    let opts = DecodeOptions {
+        capture_content: capture,
+        ..DecodeOptions::default()
+    };
+    let mut partial = Partial::begin(hook.name, 1.5, Some(1), Some("t"), capture);
+    hook.write_kwargs(kwargs, &mut partial, capture);
+    let direct = partial.finish(hook.name, opts);
+    let mut kw = hook.copy_kwargs(kwargs, capture);
+    hook::scrub(hook.name, &mut kw, opts);
+    let copied = spool::record(hook.name, 1.5, Some(1), Some("t"), &kw, capture);
+    let text = |b: Vec<u8>| String::from_utf8(b).map_err(|e| HermesOtelError::new_err(e.to_string()));
+    Ok((text(direct)?, text(copied)?))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("HermesOtelError", m.py().get_type::<HermesOtelError>())?;
@@ -721,5 +858,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store_dir, m)?)?;
     m.add_function(wrap_pyfunction!(otel_command, m)?)?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
+    m.add_function(wrap_pyfunction!(_spool_records, m)?)?;
     Ok(())
 }

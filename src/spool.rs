@@ -100,13 +100,18 @@ impl Spool {
         &self.path
     }
 
-    /// Appends one record (a line without its newline) in one write.
+    /// Appends one record (a [`record`] line) in one write.
     pub fn append(&self, record: &[u8]) -> std::io::Result<()> {
-        let mut line = Vec::with_capacity(record.len() + 1);
-        line.extend_from_slice(record);
-        line.push(b'\n');
+        // [`record`] ends its lines; anything else gets its newline here.
+        let owned;
+        let line = if record.ends_with(b"\n") {
+            record
+        } else {
+            owned = [record, b"\n"].concat();
+            &owned
+        };
         let mut inner = lock(&self.inner);
-        if let Err(e) = inner.file.write_all(&line) {
+        if let Err(e) = inner.file.write_all(line) {
             // A full disk can take part of the line: cut it off, or the
             // next line would be glued to it and both lost at recovery.
             let _ = inner.file.set_len(inner.bytes);
@@ -146,7 +151,8 @@ impl Spool {
     }
 }
 
-/// Serializes one hook call as a spool record (a replay line). `kwargs` are
+/// Serializes one hook call as a spool record (a replay line, its newline
+/// included). `kwargs` are
 /// the plain values the binding copied; `capture` says whether content
 /// kwargs were among them, so recovery keeps exactly what the live path kept.
 pub fn record(
@@ -168,16 +174,22 @@ pub fn record(
         kwargs: &'a Map<String, Value>,
         capture: bool,
     }
-    // Serializing plain JSON values into a Vec cannot fail.
-    serde_json::to_vec(&Record {
+    // Sized for a typical record, so the hook path does not regrow it.
+    let mut line = Vec::with_capacity(1024);
+    let record = Record {
         hook,
         t: at,
         pid,
         thread,
         kwargs,
         capture,
-    })
-    .unwrap_or_default()
+    };
+    // Serializing plain JSON values into a Vec cannot fail.
+    if serde_json::to_writer(&mut line, &record).is_err() {
+        line.clear();
+    }
+    line.push(b'\n');
+    line
 }
 
 /// What recovering dead processes' spools did.

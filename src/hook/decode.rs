@@ -188,6 +188,15 @@ pub fn decode(hook: &str, kwargs: &Map<String, Value>, at: f64, opts: DecodeOpti
     Decoded::Event(HookEvent { at, hook }, r.problems)
 }
 
+/// Whether [`scrub`] may change or remove `key` of `hook`: its content
+/// kwargs, a tool result, an API error. Every other kwarg is written as
+/// copied, so the binding can write it without building a map first.
+pub fn scrubbed_key(hook: &str, key: &str) -> bool {
+    super::keys(hook).is_some_and(|k| k.content.contains(&key))
+        || (hook == "post_tool_call" && key == super::TOOL_RESULT)
+        || (hook == "api_request_error" && key == "error")
+}
+
 /// Makes a copied kwargs map fit to be written anywhere (the spool, the
 /// journal) before it is decoded. With capture off, content kwargs are
 /// removed, a tool result is reduced to the facts the decoder reads from it

@@ -9,7 +9,7 @@
 mod decode;
 mod keys;
 
-pub use decode::{decode, scrub, DecodeOptions, Decoded, Problem};
+pub use decode::{decode, scrub, scrubbed_key, DecodeOptions, Decoded, Problem};
 pub use keys::{keys, HookKeys, ASSISTANT_MESSAGE, TOOL_RESULT};
 
 use serde::Serialize;

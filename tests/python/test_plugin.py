@@ -12,7 +12,7 @@ import uuid
 
 import hermes_otel
 import pytest
-from conftest import STORE_DIR, fixture_records, query, run_python
+from conftest import FIXTURES, STORE_DIR, fixture_records, query, run_python
 from hermes_otel import _native
 
 ALL_HOOKS = [
@@ -121,6 +121,54 @@ def test_fixture_hooks_land_in_the_store_as_the_rust_replay_puts_them(fixture: s
     assert ours and ours == theirs
     journal = query(f"SELECT COUNT(*) FROM journal WHERE session_id IN ({marks})", *sessions)[0][0]
     assert journal == sum(1 for r in recs if r["hook"] in ALL_HOOKS)
+
+
+ALL_FIXTURES = sorted(p.stem for p in FIXTURES.glob("*.jsonl"))
+
+
+def hostile_kwargs() -> dict:
+    deep: list = []
+    for _ in range(40):
+        deep = [deep]
+    return {
+        "session_id": 'h\ud800\u00e9"quoted"\n',
+        "turn_id": ("tuple", 1, None),
+        "api_request_id": 10**30,
+        "model": b"bytes",
+        "provider": True,
+        "api_call_count": -(2**63),
+        "started_at": float("nan"),
+        "ended_at": float("inf"),
+        "api_duration": 1e-320,
+        "usage": {"input_tokens": 2**64, "nested": {"deep": deep}, 7: "non-string key", "none": None},
+        "error": {"type": "RateLimit", "message": "token sk-abcdefabcdefabcdefabcdef leaked"},
+        "result": '{"exit_code": 1, "error": null, "output": "x"}',
+        "args": {"path": "/etc/passwd", "list": [1.5, None, Exploding()]},
+        "status": Exploding(),
+        "assistant_message": {"content": "ok"},
+        "user_message": "Bearer abcdefghijklmnopqrstuvwxyz0123456789",
+        "request_messages": [{"role": "user", "content": "x" * 20000}],
+    }
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_the_record_written_from_the_kwargs_equals_the_one_from_their_copies(capture: bool) -> None:
+    # Without a budget the binding writes the spool record straight from the
+    # Python kwargs; with one it copies them into a map first. Both lines
+    # must carry the same values, or the writer would decode another event.
+    calls = [(r["hook"], r["kwargs"]) for f in ALL_FIXTURES for r in fixture_records(f)]
+    calls += [(hook, hostile_kwargs()) for hook in ALL_HOOKS]
+    calls += [("api_request_error", {"session_id": "s", "error": "a plain message"})]
+    calls += [("post_tool_call", {"session_id": "s", "tool_call_id": "c", "result": "plain text"})]
+    checked = 0
+    for hook, kwargs in calls:
+        if hook not in ALL_HOOKS:
+            continue
+        direct, copied = _native._spool_records(hook, kwargs, capture)
+        assert direct.endswith("\n") and copied.endswith("\n")
+        assert json.loads(direct) == json.loads(copied), (hook, direct, copied)
+        checked += 1
+    assert checked > 200
 
 
 def test_content_stays_out_of_the_store_unless_capture_is_on(fresh_store) -> None:

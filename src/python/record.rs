@@ -1,0 +1,185 @@
+//! A hook call's spool record, written straight from its Python kwargs.
+//!
+//! The line is the one [`spool::record`] makes of the kwargs the binding
+//! copies (`Hook::copy_kwargs`), but plain kwargs (ids, counts, timings)
+//! are written in one pass over the Python values: no map of copies is
+//! built, and nothing is serialized twice, on the hook thread. The kwargs
+//! [`scrub`] may change (content, tool results, API errors) are still
+//! copied as values, and scrubbed and written after the GIL is released.
+//! The writer thread parses the line back for decoding.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use serde_json::{Map, Value};
+
+use crate::hook::{scrub, DecodeOptions};
+
+use super::MAX_DEPTH;
+
+/// A record being written: its kwargs object is still open.
+pub struct Partial {
+    line: Vec<u8>,
+    /// No kwarg written yet (no comma before the next one).
+    first: bool,
+    /// Copies of the kwargs written by [`Partial::finish`], after [`scrub`].
+    scrubbed: Map<String, Value>,
+}
+
+impl Partial {
+    /// Starts the record of one `hook` call (the fields `spool::record`
+    /// writes besides the kwargs).
+    pub fn begin(hook: &str, at: f64, pid: Option<i64>, thread: Option<&str>, capture: bool) -> Self {
+        // Sized for a typical record, so the hook path does not regrow it.
+        let mut line = Vec::with_capacity(1024);
+        line.extend_from_slice(b"{\"hook\":");
+        write_json(&mut line, hook);
+        line.extend_from_slice(b",\"t\":");
+        write_json(&mut line, &at);
+        if let Some(pid) = pid {
+            line.extend_from_slice(b",\"pid\":");
+            write_json(&mut line, &pid);
+        }
+        if let Some(thread) = thread {
+            line.extend_from_slice(b",\"thread\":");
+            write_json(&mut line, thread);
+        }
+        line.extend_from_slice(if capture {
+            b",\"capture\":true,\"kwargs\":{"
+        } else {
+            b",\"capture\":false,\"kwargs\":{"
+        });
+        Partial {
+            line,
+            first: true,
+            scrubbed: Map::new(),
+        }
+    }
+
+    /// Writes `key` with a plain copy of `value`, or nothing when the copy
+    /// is null (as `copy_kwargs` leaves null copies out).
+    pub fn plain(&mut self, key: &str, value: &Bound<'_, PyAny>) {
+        let (start, first) = (self.line.len(), self.first);
+        self.key(key);
+        if !write_value(&mut self.line, value, 0) {
+            self.line.truncate(start);
+            self.first = first;
+        }
+    }
+
+    /// Keeps `value` (already copied) for [`scrub`] in [`Partial::finish`].
+    pub fn scrub_later(&mut self, key: &str, value: Value) {
+        self.scrubbed.insert(key.to_string(), value);
+    }
+
+    /// Scrubs the kept kwargs, writes what is left of them and ends the
+    /// line (its newline included). Needs no GIL.
+    pub fn finish(mut self, hook: &str, opts: DecodeOptions) -> Vec<u8> {
+        let mut scrubbed = std::mem::take(&mut self.scrubbed);
+        scrub(hook, &mut scrubbed, opts);
+        for (key, value) in &scrubbed {
+            self.key(key);
+            write_json(&mut self.line, value);
+        }
+        self.line.extend_from_slice(b"}}\n");
+        self.line
+    }
+
+    fn key(&mut self, key: &str) {
+        if !self.first {
+            self.line.push(b',');
+        }
+        self.first = false;
+        write_json(&mut self.line, key);
+        self.line.push(b':');
+    }
+}
+
+/// Serializes a plain value; writing JSON into a Vec cannot fail.
+fn write_json<T: serde::Serialize + ?Sized>(line: &mut Vec<u8>, value: &T) {
+    let _ = serde_json::to_writer(&mut *line, value);
+}
+
+/// Writes the JSON of a Python value as `to_json` copies it: None, bool,
+/// int, float, str, dict (str keys), list and tuple; anything else, a
+/// non-finite float and anything nested past [`MAX_DEPTH`] are null.
+/// Returns false when it wrote null.
+fn write_value(line: &mut Vec<u8>, value: &Bound<'_, PyAny>, depth: usize) -> bool {
+    if value.is_none() || depth > MAX_DEPTH {
+        line.extend_from_slice(b"null");
+        return false;
+    }
+    if let Ok(s) = value.cast::<PyString>() {
+        write_json(line, s.to_string_lossy().as_ref());
+        return true;
+    }
+    if let Ok(b) = value.cast::<PyBool>() {
+        line.extend_from_slice(if b.is_true() { b"true" } else { b"false" });
+        return true;
+    }
+    if value.is_instance_of::<PyInt>() {
+        if let Ok(i) = value.extract::<i64>() {
+            write_json(line, &i);
+            return true;
+        }
+        if let Ok(u) = value.extract::<u64>() {
+            write_json(line, &u);
+            return true;
+        }
+        return match value.extract::<f64>() {
+            Ok(f) if f.is_finite() => {
+                write_json(line, &f);
+                true
+            }
+            _ => {
+                line.extend_from_slice(b"null");
+                false
+            }
+        };
+    }
+    if let Ok(f) = value.cast::<PyFloat>() {
+        let f = f.value();
+        if f.is_finite() {
+            write_json(line, &f);
+            return true;
+        }
+        line.extend_from_slice(b"null");
+        return false;
+    }
+    if let Ok(d) = value.cast::<PyDict>() {
+        line.push(b'{');
+        let mut first = true;
+        for (k, v) in d.iter() {
+            let Ok(k) = k.cast::<PyString>() else { continue };
+            if !first {
+                line.push(b',');
+            }
+            first = false;
+            write_json(line, k.to_string_lossy().as_ref());
+            line.push(b':');
+            write_value(line, &v, depth + 1);
+        }
+        line.push(b'}');
+        return true;
+    }
+    if let Ok(l) = value.cast::<PyList>() {
+        write_items(line, l.iter(), depth);
+        return true;
+    }
+    if let Ok(t) = value.cast::<PyTuple>() {
+        write_items(line, t.iter(), depth);
+        return true;
+    }
+    line.extend_from_slice(b"null");
+    false
+}
+
+fn write_items<'py>(line: &mut Vec<u8>, items: impl Iterator<Item = Bound<'py, PyAny>>, depth: usize) {
+    line.push(b'[');
+    for (i, v) in items.enumerate() {
+        if i > 0 {
+            line.push(b',');
+        }
+        write_value(line, &v, depth + 1);
+    }
+    line.push(b']');
+}
