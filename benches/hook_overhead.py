@@ -12,7 +12,12 @@ Each round uses fresh session ids so every call is a real insert, not a
 duplicate. Times include the store write: with the default
 HERMES_OTEL_HOOK_WAIT_MS a hook returns once its event committed.
 
-    python benches/hook_overhead.py [--rounds N] [--threads T]
+    python benches/hook_overhead.py [--rounds N] [--threads T] [--budget]
+
+``--budget`` sets a global daily budget far above what the run spends, and
+prices the fixtures' model (a budget over unpriced calls cannot be told
+apart from no spend): gating hooks then get (quick) verdicts, and every
+call is decoded on the hook thread so the gate sees it at once.
 
 Set HERMES_OTEL_HOOK_WAIT_MS=0 to measure fire-and-forget submission.
 Prints p50/p99 (microseconds) per hook kind and the RSS the plugin added.
@@ -73,10 +78,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--threads", type=int, default=1, help="call from this many threads at once")
+    ap.add_argument("--budget", action="store_true", help="with a budget set (far from its limit)")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="hermes-otel-bench-"))
     os.environ.setdefault("HERMES_OTEL_HOME", str(tmp / "otel"))
+    if args.budget:
+        home = Path(os.environ["HERMES_OTEL_HOME"])
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "budgets.toml").write_text("[global]\ndaily = 1000000\n")
+        (home / "pricing.toml").write_text('[models."mock-model"]\ninput = 1.0\noutput = 2.0\n')
     rounds = load_rounds(args.rounds)
     jsonl_file = open(tmp / "hooks.jsonl", "a")  # noqa: SIM115
     lock = threading.Lock()
@@ -146,7 +157,7 @@ def main() -> None:
     wait = os.environ.get("HERMES_OTEL_HOOK_WAIT_MS", "100 (default)")
     print(
         f"hook overhead: {args.rounds} rounds of all fixtures, {args.threads} thread(s), "
-        f"hook_wait_ms={wait}, {elapsed:.1f} s"
+        f"hook_wait_ms={wait}, budget {'set' if args.budget else 'none'}, {elapsed:.1f} s"
     )
     print(
         f"store: {stats['committed']} events in {stats['batches']} transactions "

@@ -324,6 +324,12 @@ pub fn spend_bound(event: &HookEvent, prices: &PriceTable, host_asked: impl Fn(&
     }
 }
 
+/// Whether a call of `hook` may have a [`spend_bound`] above zero: the
+/// reservation of a request, the cost of a call.
+pub fn carries_spend(hook: &str) -> bool {
+    matches!(hook, "pre_api_request" | "post_api_request")
+}
+
 /// How often the writer calls [`Gate::refresh`] while no batch comes. It
 /// bounds how old the budget gate's view of other processes' spend can be
 /// (see `budget_gate.rs`); a refresh is a few indexed reads.
@@ -360,10 +366,15 @@ impl GateNeeds {
 
     /// Whether `hook` waits for its commit and verdict now.
     fn waits(&self, hook: &Hook) -> bool {
+        self.waits_named(hook.name())
+    }
+
+    /// [`GateNeeds::waits`] by the hook's name.
+    fn waits_named(&self, hook: &str) -> bool {
         let flag = match hook {
-            Hook::PreLlmCall(_) => &self.pre_llm_call,
-            Hook::PreToolCall(_) => &self.pre_tool_call,
-            Hook::PreApiRequest(_) => &self.pre_api_request,
+            "pre_llm_call" => &self.pre_llm_call,
+            "pre_tool_call" => &self.pre_tool_call,
+            "pre_api_request" => &self.pre_api_request,
             _ => return false,
         };
         flag.load(Ordering::Acquire)
@@ -806,12 +817,14 @@ impl Bridge {
         self.queue_and_wait(run, Payload::Decoded(event), ctx, spooled, gating, bound)
     }
 
-    /// Whether a hook call may be decoded on the writer thread
-    /// ([`Bridge::submit_undecoded`]): while no gating hook waits for a
-    /// verdict, the hook path needs nothing the decoder says.
-    pub fn decodes_later(&self) -> bool {
+    /// Whether a call of `hook` may be decoded on the writer thread
+    /// ([`Bridge::submit_line`]): while no gating hook waits for a verdict
+    /// the hook path needs nothing the decoder says; while one does, only a
+    /// call that neither waits itself nor may carry spend (see
+    /// [`spend_bound`]) can go undecoded.
+    pub fn decodes_later(&self, hook: &str) -> bool {
         match &self.state {
-            State::Running(run) => !run.needs.any(),
+            State::Running(run) => !run.needs.any() || !(carries_spend(hook) || run.needs.waits_named(hook)),
             State::Disabled(_) => false,
         }
     }
@@ -828,11 +841,12 @@ impl Bridge {
         let Some(spooled) = self.spool(run, Some(&line)) else {
             return Outcome::Disabled;
         };
-        // Its cost is not known until the writer decodes it: a quick
-        // verdict meanwhile waits for the exact one instead.
+        // A call that may carry spend has no known bound until the writer
+        // decodes it: a quick verdict meanwhile waits for the exact one.
         let bound = run.quick.as_ref().map(|_| {
-            run.shared.add_spend(None);
-            None
+            let bound = (!carries_spend(hook)).then_some(0.0);
+            run.shared.add_spend(bound);
+            bound
         });
         let opts = self.config.decode;
         let payload = Payload::Line { hook, line, at, opts };
@@ -901,7 +915,7 @@ impl Bridge {
         };
         // While a budget is set, spend is committed at once, so the
         // verdicts of this and other processes see it without delay.
-        let prompt = ticket.is_some() || run.needs.any();
+        let prompt = ticket.is_some() || (run.needs.any() && bound != Some(Some(0.0)));
         if !self.enqueue(run, job, prompt) {
             // Never applied: its bound no longer waits to be.
             if let Some(bound) = bound {
@@ -1837,7 +1851,10 @@ mod tests {
     fn a_call_decoded_on_the_writer_lands_as_a_decoded_one_does() {
         let dir = tempfile::tempdir().expect("temp dir");
         let bridge = Bridge::start(config(dir.path()));
-        assert!(bridge.decodes_later(), "no gate wants anything: the writer decodes");
+        assert!(
+            bridge.decodes_later("post_api_request"),
+            "no gate wants anything: the writer decodes"
+        );
         let kwargs = json!({
             "session_id": "s1", "turn_id": "s1:t", "api_request_id": "s1:t:api:1",
             "model": "gpt-4o", "api_duration": 0.01,
@@ -1869,6 +1886,32 @@ mod tests {
             "SELECT thread FROM journal WHERE hook = 'post_api_request' ORDER BY seq LIMIT 1",
         );
         assert_eq!(thread, "t");
+    }
+
+    #[test]
+    fn only_the_hooks_said_to_carry_spend_have_a_bound_above_zero() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let prices = PriceTable::default();
+        let mut checked = 0;
+        for file in std::fs::read_dir(dir).expect("fixtures") {
+            let path = file.expect("entry").path();
+            if path.extension().is_none_or(|e| e != "jsonl") {
+                continue;
+            }
+            for line in std::fs::read_to_string(&path).expect("read").lines() {
+                let Ok(Some(rec)) = crate::replay::parse_line(line, false) else {
+                    continue;
+                };
+                let Decoded::Event(e, _) = decode(&rec.hook, &rec.kwargs, 1.0, DecodeOptions::default()) else {
+                    continue;
+                };
+                if !carries_spend(e.hook.name()) {
+                    assert_eq!(spend_bound(&e, &prices, |_| true), Some(0.0), "{}", e.hook.name());
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 100, "{checked}");
     }
 
     #[test]

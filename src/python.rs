@@ -218,7 +218,7 @@ impl Hook {
         if self.name == "pre_llm_call" {
             remember_session(text("session_id"), text("platform").as_deref(), text("sender_id"));
         }
-        let outcome = if bridge.decodes_later() {
+        let outcome = if bridge.decodes_later(self.name) {
             self.submit_line(py, bridge, kwargs, at, ctx)
         } else {
             self.submit_decoded(py, bridge, kwargs, at, ctx)

@@ -654,6 +654,8 @@ fn gating_hooks_wait_only_while_the_gate_has_something_to_say() {
         spooled(&bridge, "pre_llm_call", llm("w:0")) == Outcome::Queued
     });
     assert_eq!(spooled(&bridge, "pre_tool_call", tool.clone()), Outcome::Queued);
+    // Nothing waits: the binding leaves every call to the writer to decode.
+    assert!(hermes_otel::hook::HOOK_NAMES.iter().all(|h| bridge.decodes_later(h)));
     // A 404 that is not retryable raises an alert: the next pre_llm_call
     // after its commit waits, and shows it.
     let e404 = json!({"session_id": "w", "api_request_id": "x", "model": "gone-model", "status_code": 404,
@@ -682,6 +684,16 @@ fn gating_hooks_wait_only_while_the_gate_has_something_to_say() {
         other => panic!("expected a verdict, got {other:?}"),
     };
     assert!(text.contains("global daily"), "{text}");
+    // Calls that may carry spend or wait for a verdict are now decoded on
+    // the hook thread; the others still go to the writer undecoded.
+    let decoded_here: Vec<&str> = hermes_otel::hook::HOOK_NAMES
+        .into_iter()
+        .filter(|h| !bridge.decodes_later(h))
+        .collect();
+    assert_eq!(
+        decoded_here,
+        ["pre_llm_call", "pre_api_request", "post_api_request", "pre_tool_call"]
+    );
 }
 
 #[test]

@@ -1,5 +1,7 @@
 //! A hook call the way the binding makes it, for tests that drive a
-//! [`Bridge`]: decode the kwargs, append the spool record, submit.
+//! [`Bridge`]: the spool record for the writer to decode when
+//! [`Bridge::decodes_later`] says so, else decode the kwargs, append the
+//! spool record and submit the event.
 
 #![allow(dead_code)]
 
@@ -17,6 +19,19 @@ pub fn call(bridge: &Bridge, hook: &str, kwargs: Value) -> (Outcome, Duration) {
     let kwargs: Map<String, Value> = kwargs.as_object().cloned().expect("kwargs object");
     let at = hermes_otel::bridge::unix_now();
     let started = Instant::now();
+    let hook: &'static str = hermes_otel::hook::HOOK_NAMES
+        .into_iter()
+        .find(|h| *h == hook)
+        .expect("a hook of the bridge");
+    if bridge.decodes_later(hook) {
+        let line = spool::record(hook, at, Some(1), Some("t"), &kwargs, false);
+        let ctx = EventContext {
+            pid: Some(1),
+            thread: Some("t".into()),
+            problems: Vec::new(),
+        };
+        return (bridge.submit_line(hook, line, at, ctx), started.elapsed());
+    }
     let Decoded::Event(event, problems) = decode(hook, &kwargs, at, DecodeOptions::default()) else {
         panic!("{hook} does not decode");
     };
