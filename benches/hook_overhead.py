@@ -9,8 +9,10 @@ as two baselines called with the same kwargs:
   simple recording plugin such as the e2e kit's probe does).
 
 Each round uses fresh session ids so every call is a real insert, not a
-duplicate. Times include the store write: with the default
-HERMES_OTEL_HOOK_WAIT_MS a hook returns once its event committed.
+duplicate. Times include the store write as a hook makes it: the append to
+the spool file, after which the event survives a crash; the writer thread
+commits it to SQLite meanwhile (a gating hook that needs a verdict waits
+for that commit, up to HERMES_OTEL_HOOK_WAIT_MS).
 
     python benches/hook_overhead.py [--rounds N] [--threads T] [--budget]
 
@@ -19,7 +21,6 @@ prices the fixtures' model (a budget over unpriced calls cannot be told
 apart from no spend): gating hooks then get (quick) verdicts, and every
 call is decoded on the hook thread so the gate sees it at once.
 
-Set HERMES_OTEL_HOOK_WAIT_MS=0 to measure fire-and-forget submission.
 Prints p50/p99 (microseconds) per hook kind and the RSS the plugin added.
 """
 
