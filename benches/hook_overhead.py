@@ -18,8 +18,9 @@ for that commit, up to HERMES_OTEL_HOOK_WAIT_MS).
 
 ``--budget`` sets a global daily budget far above what the run spends, and
 prices the fixtures' model (a budget over unpriced calls cannot be told
-apart from no spend): gating hooks then get (quick) verdicts, and every
-call is decoded on the hook thread so the gate sees it at once.
+apart from no spend): gating hooks then get (quick) verdicts, and the
+calls that wait for one or may carry spend are decoded on the hook thread,
+so the gate sees them at once.
 
 Prints p50/p99 (microseconds) per hook kind and the RSS the plugin added.
 """
