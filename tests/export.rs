@@ -571,6 +571,159 @@ fn grpc_over_tls_on_loopback_trusts_the_ca_file_and_nothing_else() {
     assert_eq!(exporter.store().export_state().expect("state").pending, 5);
 }
 
+/// A CA, a server certificate for `localhost` and a client certificate,
+/// both signed by the CA (all PEM), for the mutual-TLS tests.
+struct Pki {
+    ca: String,
+    server: (String, String),
+    client: (String, String),
+}
+
+fn pki() -> Pki {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("ca key")).expect("ca");
+    let leaf = |name: &str, usage: ExtendedKeyUsagePurpose| {
+        let mut params = CertificateParams::new(vec![name.to_string()]).expect("params");
+        params.extended_key_usages = vec![usage];
+        let key = KeyPair::generate().expect("key");
+        let cert = params.signed_by(&key, &ca).expect("sign");
+        (cert.pem(), key.serialize_pem())
+    };
+    Pki {
+        server: leaf("localhost", ExtendedKeyUsagePurpose::ServerAuth),
+        client: leaf("hermes-otel-client", ExtendedKeyUsagePurpose::ClientAuth),
+        ca: ca.pem(),
+    }
+}
+
+#[test]
+fn https_on_loopback_trusts_the_ca_file_and_nothing_else() {
+    let (cert, key) = test_certificate();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &cert).expect("write ca");
+    let ca = ca.to_string_lossy().to_string();
+    let receiver = support::https(support::ServerTls {
+        cert,
+        key,
+        client_ca: None,
+    });
+    let endpoint = format!("https://localhost:{}/v1/traces", receiver.addr.port());
+    let http = [("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")];
+
+    let mut store = store_at(dir.path());
+    replay(&mut store, &[fixture("readfile")]);
+    let mut with_ca = base(&endpoint, &http);
+    with_ca.push(("OTEL_EXPORTER_OTLP_CERTIFICATE", &ca));
+    let mut exporter = Exporter::with_store(config(&with_ca), store).expect("exporter");
+    drain(&mut exporter);
+    assert_eq!(receiver.received.span_count(), 5);
+
+    // Without the CA the collector is not trusted: nothing is sent or lost.
+    let dir2 = tempfile::tempdir().expect("temp dir");
+    let mut store = store_at(dir2.path());
+    replay(&mut store, &[fixture("readfile")]);
+    let mut exporter = Exporter::with_store(config(&base(&endpoint, &http)), store).expect("exporter");
+    exporter.close_idle().expect("close idle");
+    let step = exporter.run_once().expect("step");
+    assert!(step.error.is_some(), "{step:?}");
+    assert_eq!(exporter.store().export_state().expect("state").pending, 5);
+    assert_eq!(receiver.received.span_count(), 5);
+}
+
+#[test]
+fn a_collector_that_asks_for_a_client_certificate_gets_ours_over_grpc_and_https() {
+    let pki = pki();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("write pem");
+        path.to_string_lossy().to_string()
+    };
+    let (ca, cert, key) = (
+        write("ca.pem", &pki.ca),
+        write("client.pem", &pki.client.0),
+        write("client.key", &pki.client.1),
+    );
+    for protocol in ["grpc", "http/protobuf"] {
+        let tls = support::ServerTls {
+            cert: pki.server.0.clone(),
+            key: pki.server.1.clone(),
+            client_ca: Some(pki.ca.clone()),
+        };
+        let (receiver, endpoint) = if protocol == "grpc" {
+            let r = support::grpc_tls(None, Some(tls));
+            let e = format!("https://localhost:{}", r.addr.port());
+            (r, e)
+        } else {
+            let r = support::https(tls);
+            let e = format!("https://localhost:{}/v1/traces", r.addr.port());
+            (r, e)
+        };
+        let settings = |client: bool| {
+            let mut v = base(&endpoint, &[("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)]);
+            v.push(("OTEL_EXPORTER_OTLP_CERTIFICATE", &ca));
+            if client {
+                v.push(("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &cert));
+                v.push(("OTEL_EXPORTER_OTLP_CLIENT_KEY", &key));
+            }
+            config(&v)
+        };
+
+        // Without a client certificate the collector turns us away, and
+        // the spans wait in the outbox.
+        let without = tempfile::tempdir().expect("temp dir");
+        let mut store = store_at(without.path());
+        replay(&mut store, &[fixture("readfile")]);
+        let mut exporter = Exporter::with_store(settings(false), store).expect("exporter");
+        exporter.close_idle().expect("close idle");
+        let step = exporter.run_once().expect("step");
+        assert!(step.error.is_some(), "{protocol}: {step:?}");
+        assert_eq!(exporter.store().export_state().expect("state").pending, 5, "{protocol}");
+        assert_eq!(receiver.received.span_count(), 0, "{protocol}");
+
+        // With it, every span arrives.
+        let with = tempfile::tempdir().expect("temp dir");
+        let mut store = store_at(with.path());
+        replay(&mut store, &[fixture("readfile")]);
+        let mut exporter = Exporter::with_store(settings(true), store).expect("exporter");
+        drain(&mut exporter);
+        assert_eq!(receiver.received.span_count(), 5, "{protocol}");
+    }
+}
+
+#[test]
+fn a_client_certificate_without_its_key_is_a_configuration_error() {
+    let pki = pki();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cert = dir.path().join("client.pem");
+    std::fs::write(&cert, &pki.client.0).expect("write");
+    let cert = cert.to_string_lossy().to_string();
+    for protocol in ["grpc", "http/protobuf"] {
+        let cfg = config(&base(
+            "https://localhost:4317",
+            &[
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol),
+                ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &cert),
+            ],
+        ));
+        let row = cfg
+            .describe()
+            .into_iter()
+            .find(|(name, ..)| *name == "client_certificate")
+            .expect("status shows the client certificate");
+        assert_eq!(row.1, cert);
+        let store = store_at(dir.path());
+        let err = match Exporter::with_store(cfg, store) {
+            Ok(_) => panic!("{protocol}: a certificate without its key was accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains("OTEL_EXPORTER_OTLP_CLIENT_KEY"), "{protocol}: {err}");
+    }
+}
+
 /// Every span the fixtures produce, as one gRPC receiver got them.
 fn all_spans() -> Vec<Span> {
     let dir = tempfile::tempdir().expect("temp dir");

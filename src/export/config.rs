@@ -37,6 +37,12 @@ pub mod env {
     pub const TRACES_INSECURE: &str = "OTEL_EXPORTER_OTLP_TRACES_INSECURE";
     pub const CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CERTIFICATE";
     pub const TRACES_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE";
+    /// The client certificate (PEM) and its private key (PEM), for a
+    /// collector that asks for one (mutual TLS).
+    pub const CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE";
+    pub const TRACES_CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE";
+    pub const CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_CLIENT_KEY";
+    pub const TRACES_CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY";
     pub const SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
     pub const RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
     pub const TRACES_SAMPLER: &str = "OTEL_TRACES_SAMPLER";
@@ -63,6 +69,8 @@ pub mod env {
     pub const METRICS_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION";
     pub const METRICS_INSECURE: &str = "OTEL_EXPORTER_OTLP_METRICS_INSECURE";
     pub const METRICS_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE";
+    pub const METRICS_CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE";
+    pub const METRICS_CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY";
     /// `otlp`, `prometheus`, `console` or `none`.
     pub const METRICS_EXPORTER: &str = "OTEL_METRICS_EXPORTER";
     /// Milliseconds between metric exports.
@@ -93,6 +101,8 @@ struct SignalNames {
     compression: &'static str,
     insecure: &'static str,
     certificate: &'static str,
+    client_certificate: &'static str,
+    client_key: &'static str,
     http_path: &'static str,
     default_http_endpoint: &'static str,
 }
@@ -108,6 +118,8 @@ impl Signal {
                 compression: env::TRACES_COMPRESSION,
                 insecure: env::TRACES_INSECURE,
                 certificate: env::TRACES_CERTIFICATE,
+                client_certificate: env::TRACES_CLIENT_CERTIFICATE,
+                client_key: env::TRACES_CLIENT_KEY,
                 http_path: HTTP_TRACES_PATH,
                 default_http_endpoint: DEFAULT_HTTP_ENDPOINT,
             },
@@ -119,6 +131,8 @@ impl Signal {
                 compression: env::METRICS_COMPRESSION,
                 insecure: env::METRICS_INSECURE,
                 certificate: env::METRICS_CERTIFICATE,
+                client_certificate: env::METRICS_CLIENT_CERTIFICATE,
+                client_key: env::METRICS_CLIENT_KEY,
                 http_path: HTTP_METRICS_PATH,
                 default_http_endpoint: DEFAULT_HTTP_METRICS_ENDPOINT,
             },
@@ -236,6 +250,10 @@ pub struct ExportConfig {
     pub compression: Resolved<Compression>,
     pub insecure: Resolved<bool>,
     pub certificate: Resolved<Option<PathBuf>>,
+    /// The client certificate and key presented to a collector that asks
+    /// for one (mutual TLS); both or neither.
+    pub client_certificate: Resolved<Option<PathBuf>>,
+    pub client_key: Resolved<Option<PathBuf>>,
     pub service_name: Resolved<String>,
     pub resource_attributes: Resolved<Vec<(String, String)>>,
     pub sampler: Resolved<Sampler>,
@@ -312,12 +330,10 @@ impl ExportConfig {
             Compression::None,
         );
         let insecure = r.setting(None, &[n.insecure, env::INSECURE], parse_bool, false);
-        let certificate = r.setting(
-            None,
-            &[n.certificate, env::CERTIFICATE],
-            |s| Some(Some(PathBuf::from(s.trim()))),
-            None,
-        );
+        let path = |s: &str| Some(Some(PathBuf::from(s.trim())));
+        let certificate = r.setting(None, &[n.certificate, env::CERTIFICATE], path, None);
+        let client_certificate = r.setting(None, &[n.client_certificate, env::CLIENT_CERTIFICATE], path, None);
+        let client_key = r.setting(None, &[n.client_key, env::CLIENT_KEY], path, None);
         let resource_attributes = r.setting(None, &[env::RESOURCE_ATTRIBUTES], parse_key_values, Vec::new());
         let service_name = match var(env::SERVICE_NAME) {
             Some(v) => Resolved {
@@ -368,6 +384,8 @@ impl ExportConfig {
             compression,
             insecure,
             certificate,
+            client_certificate,
+            client_key,
             service_name,
             resource_attributes,
             sampler,
@@ -393,6 +411,11 @@ impl ExportConfig {
         fn row<T>(name: &'static str, r: &Resolved<T>, show: impl Fn(&T) -> String) -> (&'static str, String, String) {
             (name, show(&r.value), r.source.to_string())
         }
+        fn show_path(v: &Option<PathBuf>) -> String {
+            v.as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "(none)".into())
+        }
         vec![
             row("sdk_disabled", &self.disabled, |v| v.to_string()),
             row("traces_exporter", &self.exporter, |v| format!("{v:?}").to_lowercase()),
@@ -409,11 +432,9 @@ impl ExportConfig {
             row("timeout_ms", &self.timeout, |v| v.as_millis().to_string()),
             row("compression", &self.compression, |v| format!("{v:?}").to_lowercase()),
             row("insecure", &self.insecure, |v| v.to_string()),
-            row("certificate", &self.certificate, |v| {
-                v.as_ref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_else(|| "(none)".into())
-            }),
+            row("certificate", &self.certificate, show_path),
+            row("client_certificate", &self.client_certificate, show_path),
+            row("client_key", &self.client_key, show_path),
             row("service_name", &self.service_name, |v| v.clone()),
             row("resource_attributes", &self.resource_attributes, |v| {
                 v.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>().join(",")

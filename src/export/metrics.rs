@@ -284,7 +284,15 @@ impl MetricsConfig {
         for (name, value, source) in t.describe() {
             let keep = matches!(
                 name,
-                "protocol" | "endpoint" | "headers" | "timeout_ms" | "compression" | "insecure" | "certificate"
+                "protocol"
+                    | "endpoint"
+                    | "headers"
+                    | "timeout_ms"
+                    | "compression"
+                    | "insecure"
+                    | "certificate"
+                    | "client_certificate"
+                    | "client_key"
             );
             if keep {
                 rows.push((metric_setting_name(name), value, source));
@@ -303,6 +311,8 @@ fn metric_setting_name(name: &'static str) -> &'static str {
         "compression" => "metrics_compression",
         "insecure" => "metrics_insecure",
         "certificate" => "metrics_certificate",
+        "client_certificate" => "metrics_client_certificate",
+        "client_key" => "metrics_client_key",
         other => other,
     }
 }

@@ -8,7 +8,9 @@
 //! Endpoints: `http://` is plaintext, `https://` is TLS (verified against
 //! the CA file of `OTEL_EXPORTER_OTLP_CERTIFICATE` when set, else the system
 //! roots). A gRPC endpoint without a scheme is TLS unless
-//! `OTEL_EXPORTER_OTLP_INSECURE=true`.
+//! `OTEL_EXPORTER_OTLP_INSECURE=true`. A collector that asks for a client
+//! certificate (mutual TLS) gets the one of
+//! `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE` / `_CLIENT_KEY`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +24,7 @@ use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceReq
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use prost::Message;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use super::config::{Compression, ExportConfig, Headers, Protocol, TracesExporter};
 use super::retry::{self, Verdict};
@@ -71,13 +73,29 @@ impl Transport {
         if config.exporter.value == TracesExporter::Console {
             return Ok(Transport::Console);
         }
-        let ca = match &config.certificate.value {
-            Some(path) => Some(std::fs::read(path).map_err(|e| Error::io(path, e))?),
-            None => None,
+        let read = |path: &Option<std::path::PathBuf>| -> Result<Option<Vec<u8>>> {
+            match path {
+                Some(path) => Ok(Some(std::fs::read(path).map_err(|e| Error::io(path, e))?)),
+                None => Ok(None),
+            }
+        };
+        let tls = Tls {
+            ca: read(&config.certificate.value)?,
+            client: match (read(&config.client_certificate.value)?, read(&config.client_key.value)?) {
+                (Some(cert), Some(key)) => Some((cert, key)),
+                (None, None) => None,
+                _ => {
+                    return Err(Error::Other(format!(
+                        "otlp client certificate: {} and {} go together (mutual TLS needs both)",
+                        super::config::env::CLIENT_CERTIFICATE,
+                        super::config::env::CLIENT_KEY
+                    )))
+                }
+            },
         };
         Ok(match config.protocol.value {
-            Protocol::Grpc => Transport::Grpc(Box::new(GrpcTransport::new(config, ca)?)),
-            Protocol::HttpProtobuf => Transport::Http(Box::new(HttpTransport::new(config, ca)?)),
+            Protocol::Grpc => Transport::Grpc(Box::new(GrpcTransport::new(config, tls)?)),
+            Protocol::HttpProtobuf => Transport::Http(Box::new(HttpTransport::new(config, tls)?)),
         })
     }
 
@@ -107,6 +125,14 @@ impl Transport {
     }
 }
 
+/// What a TLS connection trusts and presents, as PEM: the CA of the
+/// collector (else the system roots), and a client certificate with its key
+/// for a collector that asks for one.
+struct Tls {
+    ca: Option<Vec<u8>>,
+    client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
 /// OTLP/gRPC through opentelemetry-proto's tonic client.
 pub struct GrpcTransport {
     client: TraceServiceClient<Channel>,
@@ -118,7 +144,7 @@ pub struct GrpcTransport {
 }
 
 impl GrpcTransport {
-    fn new(config: &ExportConfig, ca: Option<Vec<u8>>) -> Result<Self> {
+    fn new(config: &ExportConfig, tls: Tls) -> Result<Self> {
         let raw = config.endpoint.value.trim();
         let url = if raw.contains("://") {
             raw.to_string()
@@ -133,11 +159,14 @@ impl GrpcTransport {
             .timeout(config.timeout.value)
             .connect_timeout(config.timeout.value);
         if url.starts_with("https://") {
-            let tls = match ca {
+            let mut tls_config = match tls.ca {
                 Some(pem) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)),
                 None => ClientTlsConfig::new().with_native_roots(),
             };
-            endpoint = endpoint.tls_config(tls).map_err(bad)?;
+            if let Some((cert, key)) = tls.client {
+                tls_config = tls_config.identity(Identity::from_pem(cert, key));
+            }
+            endpoint = endpoint.tls_config(tls_config).map_err(bad)?;
         }
         let channel = endpoint.connect_lazy();
         let mut client = TraceServiceClient::new(channel.clone());
@@ -237,7 +266,7 @@ pub struct HttpTransport {
 }
 
 impl HttpTransport {
-    fn new(config: &ExportConfig, ca: Option<Vec<u8>>) -> Result<Self> {
+    fn new(config: &ExportConfig, tls_files: Tls) -> Result<Self> {
         let url = config.endpoint.value.trim();
         let bad = |what: &str| Error::Other(format!("otlp http endpoint {url}: {what}"));
         let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
@@ -257,7 +286,7 @@ impl HttpTransport {
             _ => (authority.to_string(), if tls { 443 } else { 80 }),
         };
         let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
-        let tls = if tls { Some(tls_connector(ca)?) } else { None };
+        let tls = if tls { Some(tls_connector(tls_files)?) } else { None };
         let headers = config
             .headers
             .value
@@ -410,17 +439,16 @@ impl HttpTransport {
     }
 }
 
-fn tls_connector(ca: Option<Vec<u8>>) -> Result<tokio_rustls::TlsConnector> {
+fn tls_connector(tls: Tls) -> Result<tokio_rustls::TlsConnector> {
     use rustls_pki_types::pem::PemObject;
-    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let pem_error = |what: &str, e: &dyn std::fmt::Display| Error::Other(format!("otlp {what}: {e}"));
     let mut roots = rustls::RootCertStore::empty();
-    match ca {
+    match tls.ca {
         Some(pem) => {
             for cert in CertificateDer::pem_slice_iter(&pem) {
-                let cert = cert.map_err(|e| Error::Other(format!("otlp certificate: {e}")))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| Error::Other(format!("otlp certificate: {e}")))?;
+                let cert = cert.map_err(|e| pem_error("certificate", &e))?;
+                roots.add(cert).map_err(|e| pem_error("certificate", &e))?;
             }
         }
         None => {
@@ -430,11 +458,22 @@ fn tls_connector(ca: Option<Vec<u8>>) -> Result<tokio_rustls::TlsConnector> {
         }
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::Other(format!("tls: {e}")))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_root_certificates(roots);
+    let mut config = match tls.client {
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_slice_iter(&cert)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| pem_error("client certificate", &e))?;
+            let key = PrivateKeyDer::from_pem_slice(&key).map_err(|e| pem_error("client key", &e))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| pem_error("client certificate", &e))?
+        }
+        None => builder.with_no_client_auth(),
+    };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
 }

@@ -1,9 +1,10 @@
 //! In-process OTLP receivers on loopback, for tests and the export bench.
 //!
 //! - [`grpc`]: opentelemetry-proto's tonic `TraceService` server, optionally
-//!   over TLS.
+//!   over TLS ([`grpc_tls`]: also asking for a client certificate).
 //! - [`http`]: a minimal HTTP/1.1 server that takes `POST` protobuf bodies
-//!   (gzip or not) and answers an empty `ExportTraceServiceResponse`.
+//!   (gzip or not) and answers an empty `ExportTraceServiceResponse`;
+//!   [`https`] serves it over TLS, with or without client certificates.
 //!
 //! Both record every span and the body bytes they received, and can be
 //! told to hold answers (to kill an exporter mid-request). Both also take
@@ -168,9 +169,29 @@ impl MetricsService for MetricsSvc {
     }
 }
 
+/// A receiver's TLS: its certificate and key, and the CA a client
+/// certificate must chain to when it asks for one (all PEM).
+pub struct ServerTls {
+    pub cert: String,
+    pub key: String,
+    pub client_ca: Option<String>,
+}
+
 /// An OTLP/gRPC receiver on `addr` (or an ephemeral port), with TLS when
 /// `tls` holds a PEM certificate and key.
 pub fn grpc(addr: Option<SocketAddr>, tls: Option<(String, String)>) -> Receiver {
+    grpc_tls(
+        addr,
+        tls.map(|(cert, key)| ServerTls {
+            cert,
+            key,
+            client_ca: None,
+        }),
+    )
+}
+
+/// [`grpc`] with every TLS setting, a client certificate included.
+pub fn grpc_tls(addr: Option<SocketAddr>, tls: Option<ServerTls>) -> Receiver {
     let rt = runtime();
     let listener = bind(&rt, addr);
     let addr = listener.local_addr().expect("local addr");
@@ -179,12 +200,13 @@ pub fn grpc(addr: Option<SocketAddr>, tls: Option<(String, String)>) -> Receiver
         .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
         .max_decoding_message_size(64 << 20);
     let mut builder = tonic::transport::Server::builder();
-    if let Some((cert, key)) = tls {
-        builder = builder
-            .tls_config(
-                tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(cert, key)),
-            )
-            .expect("server tls");
+    if let Some(tls) = tls {
+        let mut config =
+            tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(tls.cert, tls.key));
+        if let Some(ca) = tls.client_ca {
+            config = config.client_ca_root(tonic::transport::Certificate::from_pem(ca));
+        }
+        builder = builder.tls_config(config).expect("server tls");
     }
     let metrics = MetricsServiceServer::new(MetricsSvc(received.clone()))
         .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
@@ -228,8 +250,64 @@ pub fn http(addr: Option<SocketAddr>) -> Receiver {
     }
 }
 
-async fn serve_http(stream: tokio::net::TcpStream, rec: Arc<Received>) -> std::io::Result<()> {
-    let (read, mut write) = stream.into_split();
+/// [`http`] over TLS: a collector's `https://` endpoint.
+pub fn https(tls: ServerTls) -> Receiver {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let chain = CertificateDer::pem_slice_iter(tls.cert.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .expect("server certificate");
+    let key = PrivateKeyDer::from_pem_slice(tls.key.as_bytes()).expect("server key");
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("tls versions");
+    let builder = match tls.client_ca {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+                roots.add(cert.expect("client ca")).expect("client ca");
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .expect("client verifier");
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let config = builder.with_single_cert(chain, key).expect("server config");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let rt = runtime();
+    let listener = bind(&rt, None);
+    let addr = listener.local_addr().expect("local addr");
+    let received = Arc::new(Received::default());
+    let rec = received.clone();
+    rt.spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let (rec, acceptor) = (rec.clone(), acceptor.clone());
+            tokio::spawn(async move {
+                // A client without the certificate asked for fails here.
+                if let Ok(stream) = acceptor.accept(stream).await {
+                    let _ = serve_http(stream, rec).await;
+                }
+            });
+        }
+    });
+    Receiver {
+        addr,
+        received,
+        runtime: Some(rt),
+    }
+}
+
+async fn serve_http<S>(stream: S, rec: Arc<Received>) -> std::io::Result<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+{
+    let (read, mut write) = tokio::io::split(stream);
     let mut read = BufReader::new(read);
     loop {
         let mut request_line = String::new();
