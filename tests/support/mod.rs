@@ -227,6 +227,12 @@ pub fn grpc_tls(addr: Option<SocketAddr>, tls: Option<ServerTls>) -> Receiver {
 
 /// An OTLP/HTTP (protobuf) receiver.
 pub fn http(addr: Option<SocketAddr>) -> Receiver {
+    serve_http_on(addr, None)
+}
+
+/// Accepts connections on `addr` (TLS first when `tls` is given) and
+/// serves each with [`serve_http`].
+fn serve_http_on(addr: Option<SocketAddr>, tls: Option<tokio_rustls::TlsAcceptor>) -> Receiver {
     let rt = runtime();
     let listener = bind(&rt, addr);
     let addr = listener.local_addr().expect("local addr");
@@ -237,9 +243,16 @@ pub fn http(addr: Option<SocketAddr>) -> Receiver {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
-            let rec = rec.clone();
+            let (rec, tls) = (rec.clone(), tls.clone());
             tokio::spawn(async move {
-                let _ = serve_http(stream, rec).await;
+                let _ = match tls {
+                    // A client without the certificate asked for fails here.
+                    Some(tls) => match tls.accept(stream).await {
+                        Ok(stream) => serve_http(stream, rec).await,
+                        Err(e) => Err(e),
+                    },
+                    None => serve_http(stream, rec).await,
+                };
             });
         }
     });
@@ -276,31 +289,7 @@ pub fn https(tls: ServerTls) -> Receiver {
         None => builder.with_no_client_auth(),
     };
     let config = builder.with_single_cert(chain, key).expect("server config");
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let rt = runtime();
-    let listener = bind(&rt, None);
-    let addr = listener.local_addr().expect("local addr");
-    let received = Arc::new(Received::default());
-    let rec = received.clone();
-    rt.spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            let (rec, acceptor) = (rec.clone(), acceptor.clone());
-            tokio::spawn(async move {
-                // A client without the certificate asked for fails here.
-                if let Ok(stream) = acceptor.accept(stream).await {
-                    let _ = serve_http(stream, rec).await;
-                }
-            });
-        }
-    });
-    Receiver {
-        addr,
-        received,
-        runtime: Some(rt),
-    }
+    serve_http_on(None, Some(tokio_rustls::TlsAcceptor::from(Arc::new(config))))
 }
 
 async fn serve_http<S>(stream: S, rec: Arc<Received>) -> std::io::Result<()>
