@@ -1712,7 +1712,7 @@ impl Writer {
 /// Decodes a hook call from its spool record (see [`Bridge::submit_line`]),
 /// with the capture setting the record was made with.
 fn decode_line(hook: &str, line: &[u8], at: f64, opts: DecodeOptions) -> Decoded {
-    let text = String::from_utf8_lossy(line);
+    let text = crate::replay::utf8(line);
     match crate::replay::parse_line(&text, opts.capture_content) {
         Ok(Some(record)) => {
             let opts = DecodeOptions {

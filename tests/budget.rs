@@ -764,3 +764,62 @@ fn quick_verdicts_never_let_through_what_the_writer_would_stop() {
         "quick verdicts: {quick_tools} tool, {quick_llm} llm"
     );
 }
+
+#[test]
+fn a_batch_adds_to_the_spend_rollups_exactly_what_its_events_add_one_by_one() {
+    // Calls of three sessions over two days, several to a bucket, with and
+    // without usage (estimated costs): applied one by one in one store and
+    // in one transaction in another, the rollup rows must be equal.
+    let start = ts("2026-11-17T22:50:00Z");
+    let mut events = Vec::new();
+    for n in 0..60 {
+        let session = format!("s{}", n % 3);
+        let at = start + f64::from(n) * 97.0;
+        let id = format!("{session}:a{n}");
+        events.push(pre_llm(
+            &session,
+            &format!("{session}:t"),
+            at,
+            "cli",
+            &format!("u{}", n % 2),
+        ));
+        events.push(pre_api(&session, &id, at + 0.5));
+        events.push(post_api(&session, &id, at + 1.0, n % 4 != 0));
+    }
+    let rows = |dir: &Path| -> Vec<(String, String, i64, i64, f64, f64, i64)> {
+        let conn = rusqlite::Connection::open(dir.join(hermes_otel::store::DB_FILE_NAME)).expect("open");
+        let mut stmt = conn
+            .prepare(
+                "SELECT scope, id, level, bucket, cost_usd, estimated_usd, calls FROM budget_spend
+                 ORDER BY scope, id, level, bucket",
+            )
+            .expect("prepare");
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                ))
+            })
+            .expect("query");
+        rows.collect::<rusqlite::Result<_>>().expect("rows")
+    };
+    let (one, batch) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
+    let mut store = Store::open_dir(one.path()).expect("open");
+    for e in &events {
+        apply(&mut store, e);
+    }
+    let ctx = EventContext::default();
+    let mut store = Store::open_dir(batch.path()).expect("open");
+    store.apply_batch(events.iter().map(|e| (e, &ctx))).expect("batch");
+    let (one, batch) = (rows(one.path()), rows(batch.path()));
+    assert!(one.len() > 20, "{}", one.len());
+    assert!(one.iter().any(|r| r.6 > 1), "several calls share a bucket");
+    assert!(one.iter().any(|r| r.5 > 0.0), "estimated costs are rolled up too");
+    assert_eq!(one, batch);
+}

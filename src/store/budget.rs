@@ -9,6 +9,8 @@
 //! read used by a gating hook goes through a primary key or a bounded range
 //! of one, never a scan of the ledger.
 
+use std::collections::HashMap;
+
 use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::Store;
@@ -138,6 +140,7 @@ pub(super) fn on_post_api_request(
     e: &PostApiRequest,
     call: Option<RecordedCall<'_>>,
     at: f64,
+    rollup: &mut SpendRollup,
 ) -> Result<()> {
     release(tx, &e.api.api_request_id)?;
     let Some(call) = call else { return Ok(()) };
@@ -146,24 +149,57 @@ pub(super) fn on_post_api_request(
     let t = call.ended_at as i64;
     for (scope, id) in keys.iter() {
         for (level, width) in BUCKET_SECONDS.iter().enumerate() {
-            tx.prepare_cached(
-                "INSERT INTO budget_spend (scope, id, level, bucket, cost_usd, estimated_usd, calls)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1)
-                 ON CONFLICT (scope, id, level, bucket) DO UPDATE SET cost_usd = cost_usd + excluded.cost_usd,
-                    estimated_usd = estimated_usd + excluded.estimated_usd, calls = calls + 1",
-            )?
-            .execute(params![
-                scope.as_str(),
-                id,
-                level as i64,
-                t.div_euclid(*width) * width,
+            rollup.add(
+                (
+                    scope.as_str(),
+                    id.to_string(),
+                    level as i64,
+                    t.div_euclid(*width) * width,
+                ),
                 call.cost_usd,
-                estimated
-            ])?;
+                estimated,
+            );
         }
     }
     add_to_periods(tx, &keys, call.ended_at, call.cost_usd, estimated)?;
     watch_free_to_paid(tx, &call, at)
+}
+
+/// The spend bucket rows one transaction adds to, summed before they are
+/// written: a batch of calls of the same sessions, model and day then
+/// updates each row once instead of once per call. Nothing reads
+/// `budget_spend` while events are applied; [`SpendRollup::write`] runs
+/// before the transaction commits.
+#[derive(Default)]
+pub(super) struct SpendRollup {
+    rows: HashMap<BucketRow, (f64, f64, i64)>,
+}
+
+/// A `budget_spend` row's key: scope, id, level, bucket start.
+type BucketRow = (&'static str, String, i64, i64);
+
+impl SpendRollup {
+    /// Adds one call's cost (and estimated cost) to `row`.
+    fn add(&mut self, row: BucketRow, cost: f64, estimated: f64) {
+        let sums = self.rows.entry(row).or_default();
+        sums.0 += cost;
+        sums.1 += estimated;
+        sums.2 += 1;
+    }
+
+    /// Adds the sums to their rows.
+    pub(super) fn write(&mut self, tx: &Transaction<'_>) -> Result<()> {
+        let mut stmt = tx.prepare_cached(
+            "INSERT INTO budget_spend (scope, id, level, bucket, cost_usd, estimated_usd, calls)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (scope, id, level, bucket) DO UPDATE SET cost_usd = cost_usd + excluded.cost_usd,
+                estimated_usd = estimated_usd + excluded.estimated_usd, calls = calls + excluded.calls",
+        )?;
+        for ((scope, id, level, bucket), (cost, estimated, calls)) in self.rows.drain() {
+            stmt.execute(params![scope, id, level, bucket, cost, estimated, calls])?;
+        }
+        Ok(())
+    }
 }
 
 /// Adds a cost to its period of every window, in every registered zone.

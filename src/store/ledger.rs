@@ -46,7 +46,9 @@ impl Store {
     /// Applies one decoded hook event in one transaction.
     pub fn apply(&mut self, event: &HookEvent, ctx: &EventContext) -> Result<Applied> {
         let tx = self.conn.transaction()?;
-        let applied = apply_in(&tx, &self.prices, self.profile.as_deref(), event, ctx)?;
+        let mut rollup = budget::SpendRollup::default();
+        let applied = apply_in(&tx, &self.prices, self.profile.as_deref(), event, ctx, &mut rollup)?;
+        rollup.write(&tx)?;
         tx.commit()?;
         Ok(applied)
     }
@@ -58,10 +60,19 @@ impl Store {
         events: impl IntoIterator<Item = (&'a HookEvent, &'a EventContext)>,
     ) -> Result<Vec<Applied>> {
         let tx = self.conn.transaction()?;
+        let mut rollup = budget::SpendRollup::default();
         let mut out = Vec::new();
         for (event, ctx) in events {
-            out.push(apply_in(&tx, &self.prices, self.profile.as_deref(), event, ctx)?);
+            out.push(apply_in(
+                &tx,
+                &self.prices,
+                self.profile.as_deref(),
+                event,
+                ctx,
+                &mut rollup,
+            )?);
         }
+        rollup.write(&tx)?;
         tx.commit()?;
         Ok(out)
     }
@@ -98,6 +109,7 @@ fn apply_in(
     profile: Option<&str>,
     event: &HookEvent,
     ctx: &EventContext,
+    rollup: &mut budget::SpendRollup,
 ) -> Result<Applied> {
     let hook = &event.hook;
     let at = event.at;
@@ -213,7 +225,7 @@ fn apply_in(
         }
         Hook::PostApiRequest(e) => {
             let call = apply_llm_call(tx, prices, e, at)?;
-            budget::on_post_api_request(tx, e, call, at)?;
+            budget::on_post_api_request(tx, e, call, at, rollup)?;
         }
         Hook::ApiRequestError(e) => {
             apply_api_error(tx, e, at)?;
