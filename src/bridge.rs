@@ -330,6 +330,10 @@ pub fn carries_spend(hook: &str) -> bool {
     matches!(hook, "pre_api_request" | "post_api_request")
 }
 
+/// How long captured content stays in the store after its session ended
+/// and its spans were exported ([`Store::prune_content`], at every sweep).
+pub const CONTENT_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
 /// How often the writer calls [`Gate::refresh`] while no batch comes. It
 /// bounds how old the budget gate's view of other processes' spend can be
 /// (see `budget_gate.rs`); a refresh is a few indexed reads.
@@ -1698,13 +1702,18 @@ impl Writer {
         }
         self.recover();
         let Some(store) = &mut self.store else { return };
-        match store.close_idle_runs(unix_now(), self.idle_run_seconds) {
+        let now = unix_now();
+        match store.close_idle_runs(now, self.idle_run_seconds) {
             Ok(_) => {
                 self.shared.counters.sweeps.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) => self
                 .shared
                 .message("Writer.SweepFailed", format!("closing idle runs failed: {e}")),
+        }
+        if let Err(e) = store.prune_content(now - CONTENT_RETENTION.as_secs_f64()) {
+            self.shared
+                .message("Writer.SweepFailed", format!("pruning captured content failed: {e}"));
         }
     }
 }

@@ -35,6 +35,8 @@ const CONTENT: &[&str] = &[
     "You are Hermes Agent",
 ];
 
+const CAPTURE: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
+
 fn config(endpoint: &str, extra: &[(&str, &str)]) -> ExportConfig {
     let mut map: HashMap<String, String> = [
         ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint),
@@ -72,13 +74,20 @@ fn replay(store: &mut Store, files: &[PathBuf], capture_content: bool) {
 }
 
 /// Replays `files` into a fresh store, exports everything to a gRPC
-/// receiver and returns the spans and the store directory.
+/// receiver and returns the spans and the store directory. Capture is on
+/// or off for both.
 fn export(files: &[PathBuf], capture_content: bool) -> (Vec<Span>, tempfile::TempDir) {
+    export_with(files, capture_content, capture_content)
+}
+
+/// [`export`], capturing while replaying and exporting as told.
+fn export_with(files: &[PathBuf], capture: bool, export_content: bool) -> (Vec<Span>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
     let receiver = support::grpc(None, None);
     let mut store = Store::open(&dir.path().join("hermes-otel.db")).expect("open store");
-    replay(&mut store, files, capture_content);
-    let mut exporter = Exporter::with_store(config(&receiver.grpc_endpoint(), &[]), store).expect("exporter");
+    replay(&mut store, files, capture);
+    let content = [(CAPTURE, if export_content { "true" } else { "false" })];
+    let mut exporter = Exporter::with_store(config(&receiver.grpc_endpoint(), &content), store).expect("exporter");
     exporter.close_idle().expect("close idle");
     let step = exporter.flush(Instant::now() + Duration::from_secs(30)).expect("flush");
     assert!(step.error.is_none(), "{step:?}");
@@ -217,6 +226,27 @@ const PLANTED: &[&str] = &[
     "PLANTEDARGKEY",
     "PLANTEDBEARER",
 ];
+
+#[test]
+fn content_captured_earlier_stays_home_once_capture_is_off() {
+    let content = [
+        "gen_ai.input.messages",
+        "gen_ai.output.messages",
+        "gen_ai.tool.call.arguments",
+        "gen_ai.tool.call.result",
+    ];
+    let has_content = |spans: &[Span]| spans.iter().any(|s| content.iter().any(|name| attr(s, name).is_some()));
+    // Captured and exported with capture on: the content goes out.
+    let (spans, _dir) = export_with(&fixtures(), true, true);
+    assert!(has_content(&spans));
+    // Captured, then capture turned off before the export: none of it does.
+    let (spans, _dir) = export_with(&fixtures(), true, false);
+    assert!(!spans.is_empty());
+    assert!(
+        !has_content(&spans),
+        "captured content left after capture was turned off"
+    );
+}
 
 #[test]
 fn with_capture_on_content_arrives_in_semconv_shape_redacted_and_capped() {
@@ -466,4 +496,31 @@ fn rejecting_grpc_collector() -> (String, tokio::runtime::Runtime) {
         let _ = router.serve_with_incoming(incoming).await;
     });
     (format!("http://{addr}"), rt)
+}
+
+#[test]
+fn captured_content_is_pruned_once_its_session_ended_and_its_spans_went_out() {
+    let count = |store: &Store| -> i64 { store.query_scalar("SELECT COUNT(*) FROM span_content").expect("count") };
+    // Every fixture captured and exported: the outbox is empty.
+    let (_spans, dir) = export(&fixtures(), true);
+    let mut store = Store::open(&dir.path().join("hermes-otel.db")).expect("open store");
+    let captured = count(&store);
+    assert!(captured > 0);
+    // A session captured since, not exported yet, keeps its content.
+    let text = std::fs::read_to_string(Path::new(FIXTURES).join("readfile.jsonl")).expect("fixture");
+    let session = "20261130_013735_bf4b63";
+    assert!(text.contains(session));
+    let later = dir.path().join("later.jsonl");
+    std::fs::write(&later, text.replace(session, "20261130_013735_later")).expect("write");
+    replay(&mut store, std::slice::from_ref(&later), true);
+    let waiting = count(&store) - captured;
+    assert!(waiting > 0);
+    // Within the retention nothing goes.
+    let ended: f64 = store.query_scalar("SELECT MIN(ended_at) FROM runs").expect("ended");
+    assert_eq!(store.prune_content(ended).expect("prune"), 0);
+    assert_eq!(count(&store), captured + waiting);
+    // Past it, only the exported sessions' content goes.
+    let pruned = store.prune_content(f64::MAX).expect("prune");
+    assert_eq!(pruned as i64, captured);
+    assert_eq!(count(&store), waiting);
 }

@@ -264,6 +264,10 @@ pub struct ExportConfig {
     pub session_grace_seconds: Resolved<f64>,
     pub outbox_max_rows: Resolved<u64>,
     pub lease_seconds: Resolved<f64>,
+    /// Whether captured content is sent with spans
+    /// (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`, the same
+    /// setting that makes hooks capture it).
+    pub capture_content: Resolved<bool>,
     /// Values that did not parse and were ignored (names only).
     pub warnings: Vec<String>,
 }
@@ -374,6 +378,7 @@ impl ExportConfig {
             1_000_000,
         );
         let lease_seconds = r.setting(None, &[env::LEASE_SECONDS], parse_seconds, 15.0);
+        let capture_content = crate::config::capture_content_from(|k| var(k).map(std::ffi::OsString::from));
         ExportConfig {
             disabled,
             exporter,
@@ -396,6 +401,7 @@ impl ExportConfig {
             session_grace_seconds,
             outbox_max_rows,
             lease_seconds,
+            capture_content,
             warnings: r.warnings,
         }
     }
@@ -447,6 +453,7 @@ impl ExportConfig {
             row("session_grace_seconds", &self.session_grace_seconds, |v| v.to_string()),
             row("outbox_max_rows", &self.outbox_max_rows, |v| v.to_string()),
             row("lease_seconds", &self.lease_seconds, |v| v.to_string()),
+            row("capture_content", &self.capture_content, |v| v.to_string()),
         ]
     }
 }

@@ -392,7 +392,9 @@ impl Exporter {
     /// kind of row rather than one per outbox row.
     fn build(&self, rows: &[OutboxRow]) -> Result<(Vec<Span>, Skipped)> {
         self.store.read_snapshot(|store| {
-            let batch = store.batch_rows(rows)?;
+            // Content goes out only while capture is on: turning it off
+            // also stops what was captured before from leaving.
+            let batch = store.batch_rows(rows, self.config.capture_content.value)?;
             let mut sessions = Sessions::default();
             let mut spans = Vec::with_capacity(rows.len());
             let mut skipped = Skipped::default();

@@ -6,7 +6,7 @@
 //! into the span attribute's JSON text ([`crate::content`]) and upserts it
 //! in the event's transaction.
 
-use rusqlite::{params, Transaction};
+use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::Store;
 use crate::content;
@@ -120,6 +120,30 @@ fn put(tx: &Transaction<'_>, kind: ContentKind, session_id: &str, key: &str, nam
 }
 
 impl Store {
+    /// Deletes the captured content of sessions that ended before `before`
+    /// and have no span left to export: it exists only to go out with its
+    /// spans, and prompts are the largest rows of a store. Returns how many
+    /// rows it deleted.
+    pub fn prune_content(&mut self, before: f64) -> Result<usize> {
+        // With capture off (the default) there is nothing to look for.
+        let any: Option<i64> = self
+            .conn()
+            .prepare_cached("SELECT 1 FROM span_content LIMIT 1")?
+            .query_row([], |r| r.get(0))
+            .optional()?;
+        if any.is_none() {
+            return Ok(0);
+        }
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "DELETE FROM span_content
+                  WHERE session_id IN (SELECT session_id FROM runs WHERE status != ?1 AND ended_at < ?2)
+                    AND session_id NOT IN (SELECT session_id FROM outbox)",
+            )?
+            .execute(params![super::RUNNING, before])?)
+    }
+
     /// The captured content attributes of one span, as (attribute, JSON
     /// text), in attribute order. Empty unless capture was on.
     pub fn span_content(&self, kind: ContentKind, session_id: &str, key: &str) -> Result<Vec<(String, String)>> {

@@ -688,10 +688,11 @@ impl Store {
             .optional()?)
     }
 
-    /// The ledger rows and captured content that `rows` name, with one
-    /// query per kind of row (the same queries as [`Store::turn_row`] and
-    /// its siblings, over every key of the batch at once).
-    pub fn batch_rows(&self, rows: &[OutboxRow]) -> Result<BatchRows> {
+    /// The ledger rows and (`with_content`) captured content that `rows`
+    /// name, with one query per kind of row (the same queries as
+    /// [`Store::turn_row`] and its siblings, over every key of the batch at
+    /// once).
+    pub fn batch_rows(&self, rows: &[OutboxRow], with_content: bool) -> Result<BatchRows> {
         let mut keys: [Vec<&str>; 6] = Default::default();
         let mut tools: Vec<[&str; 2]> = Vec::new();
         let mut content: Vec<[&str; 3]> = Vec::new();
@@ -769,7 +770,7 @@ impl Store {
                 out.tools.insert((t.session_id.clone(), t.tool_call_id.clone()), t);
             }
         }
-        if !content.is_empty() {
+        if with_content && !content.is_empty() {
             let mut stmt = conn.prepare_cached(
                 "SELECT kind, session_id, key, attr, value FROM span_content
                   WHERE (kind, session_id, key) IN (SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?1))
