@@ -48,7 +48,15 @@ const MAX_ALERTS_PER_TURN: usize = 5;
 pub struct CronPause {
     pub job_id: String,
     pub reason: String,
+    /// 1 for the first try; see [`BudgetHandle::pause_failed`].
+    pub attempt: u32,
 }
+
+/// How long after a pause Hermes refused it is offered again.
+pub const PAUSE_RETRY: Duration = Duration::from_secs(30);
+
+/// Tries of one pause before it is given up (and said so).
+pub const MAX_PAUSE_ATTEMPTS: u32 = 10;
 
 /// How much more spend, anywhere, leaves the verdicts of one session (and
 /// model) at "nothing to say", as measured at its last verdict.
@@ -113,6 +121,8 @@ struct Shared {
     needs: Arc<GateNeeds>,
     stops: Mutex<(HashMap<String, String>, VecDeque<String>)>,
     pauses: Mutex<Vec<CronPause>>,
+    /// Pauses Hermes refused, with when to offer them again.
+    retries: Mutex<Vec<(Instant, CronPause)>>,
     messages: Mutex<Vec<String>>,
     quick: Mutex<QuickView>,
 }
@@ -158,6 +168,7 @@ impl Default for Shared {
             needs: GateNeeds::new(true, false, false),
             stops: Mutex::default(),
             pauses: Mutex::default(),
+            retries: Mutex::default(),
             messages: Mutex::default(),
             quick: Mutex::default(),
         }
@@ -185,9 +196,36 @@ impl BudgetHandle {
         Some(text)
     }
 
-    /// Cron jobs to pause now.
+    /// Cron jobs to pause now: new pauses, and refused ones due again.
     pub fn take_pauses(&self) -> Vec<CronPause> {
-        std::mem::take(&mut *lock(&self.0.pauses))
+        self.take_pauses_at(Instant::now())
+    }
+
+    /// [`BudgetHandle::take_pauses`] as of `now`.
+    pub fn take_pauses_at(&self, now: Instant) -> Vec<CronPause> {
+        let mut out = std::mem::take(&mut *lock(&self.0.pauses));
+        let mut retries = lock(&self.0.retries);
+        if !retries.is_empty() {
+            let (due, later): (Vec<_>, Vec<_>) = retries.drain(..).partition(|(at, _)| *at <= now);
+            *retries = later;
+            out.extend(due.into_iter().map(|(_, pause)| pause));
+        }
+        out
+    }
+
+    /// Hermes did not pause `pause`'s job (its jobs file was busy, say):
+    /// it is offered again [`PAUSE_RETRY`] from `now`, up to
+    /// [`MAX_PAUSE_ATTEMPTS`] tries in all. Returns whether it will be.
+    pub fn pause_failed(&self, pause: CronPause, now: Instant) -> bool {
+        if pause.attempt >= MAX_PAUSE_ATTEMPTS {
+            return false;
+        }
+        let retry = CronPause {
+            attempt: pause.attempt + 1,
+            ..pause
+        };
+        lock(&self.0.retries).push((now + PAUSE_RETRY, retry));
+        true
     }
 
     /// Problems to log (a budget file that does not parse).
@@ -524,6 +562,7 @@ impl BudgetGate {
                 lock(&self.handle.0.pauses).push(CronPause {
                     job_id: s.budget.id.clone(),
                     reason: budget::pause_reason(s),
+                    attempt: 1,
                 });
             }
         }

@@ -25,7 +25,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
 
 use crate::bridge::{self, Bridge, BridgeConfig, BudgetMode, Outcome, Verdict};
-use crate::budget_gate::{BudgetGate, BudgetHandle};
+use crate::budget_gate::{BudgetGate, BudgetHandle, MAX_PAUSE_ATTEMPTS, PAUSE_RETRY};
 use crate::export_task;
 use crate::hook::{self, decode, DecodeOptions, Decoded, HookKeys, HOOK_NAMES};
 use crate::pricing::ModelPrice;
@@ -647,26 +647,34 @@ fn budget_actions(py: Python<'_>) {
             .import("hermes_otel._budget")
             .and_then(|m| m.getattr("pause_cron_job")?.call1((&pause.job_id, &pause.reason)))
             .and_then(|r| r.extract::<bool>());
-        match done {
-            Ok(true) => log(
-                py,
-                WARNING,
-                "Budget.CronPaused",
-                format!("cron job {} paused: {}", pause.job_id, pause.reason),
-            ),
-            Ok(false) => log(
-                py,
-                WARNING,
-                "Budget.CronPauseFailed",
-                format!("cron job {} could not be paused", pause.job_id),
-            ),
-            Err(e) => log(
-                py,
-                WARNING,
-                "Budget.CronPauseFailed",
-                format!("cron job {} could not be paused: {e}", pause.job_id),
-            ),
-        }
+        let why = match done {
+            Ok(true) => {
+                log(
+                    py,
+                    WARNING,
+                    "Budget.CronPaused",
+                    format!("cron job {} paused: {}", pause.job_id, pause.reason),
+                );
+                continue;
+            }
+            Ok(false) => String::new(),
+            Err(e) => format!(": {e}"),
+        };
+        let (job, attempt) = (pause.job_id.clone(), pause.attempt);
+        let next = if handle.pause_failed(pause, Instant::now()) {
+            format!(
+                "trying again in {} s (try {attempt} of {MAX_PAUSE_ATTEMPTS})",
+                PAUSE_RETRY.as_secs()
+            )
+        } else {
+            format!("giving up after {attempt} tries")
+        };
+        log(
+            py,
+            WARNING,
+            "Budget.CronPauseFailed",
+            format!("cron job {job} could not be paused{why}; {next}"),
+        );
     }
 }
 

@@ -823,3 +823,34 @@ fn a_batch_adds_to_the_spend_rollups_exactly_what_its_events_add_one_by_one() {
     assert!(one.iter().any(|r| r.5 > 0.0), "estimated costs are rolled up too");
     assert_eq!(one, batch);
 }
+
+#[test]
+fn a_pause_hermes_refused_is_offered_again_until_it_is_given_up() {
+    use hermes_otel::budget_gate::{CronPause, MAX_PAUSE_ATTEMPTS, PAUSE_RETRY};
+    use std::time::Instant;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let handle = gate(dir.path()).handle();
+    let pause = CronPause {
+        job_id: "3f9a1c2b7d10".into(),
+        reason: "cron job daily budget spent".into(),
+        attempt: 1,
+    };
+    let t0 = Instant::now();
+    assert!(handle.pause_failed(pause.clone(), t0));
+    // Not before the retry delay, then once.
+    assert!(handle.take_pauses_at(t0).is_empty());
+    assert!(handle
+        .take_pauses_at(t0 + PAUSE_RETRY - Duration::from_millis(1))
+        .is_empty());
+    let again = handle.take_pauses_at(t0 + PAUSE_RETRY);
+    assert_eq!(again, vec![CronPause { attempt: 2, ..pause }]);
+    assert!(handle.take_pauses_at(t0 + 10 * PAUSE_RETRY).is_empty());
+    // Refused every time, it is tried MAX_PAUSE_ATTEMPTS times in all.
+    let (mut p, mut now) = (again[0].clone(), t0 + PAUSE_RETRY);
+    while handle.pause_failed(p.clone(), now) {
+        now += PAUSE_RETRY;
+        p = handle.take_pauses_at(now).pop().expect("offered again");
+    }
+    assert_eq!(p.attempt, MAX_PAUSE_ATTEMPTS);
+    assert!(handle.take_pauses_at(now + 10 * PAUSE_RETRY).is_empty());
+}
