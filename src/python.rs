@@ -205,13 +205,9 @@ impl Hook {
             thread: thread_name(py),
             problems: Vec::new(),
         };
-        let text = |key: &str| -> Option<String> {
-            let value = kwargs?.get_item(key).ok()??;
-            let s = value.cast::<PyString>().ok()?;
-            Some(s.to_string_lossy().into_owned())
-        };
+        let text = |key: &str| kwargs.and_then(|kwargs| self.text(kwargs, key));
         if self.name == "post_api_request" {
-            if let Some(model) = text("model") {
+            if let Some(model) = text("model").filter(|m| bridge.needs_host_price(m)) {
                 offer_host_price(py, bridge, &model, text("provider"), text("base_url"));
             }
         }
@@ -305,6 +301,14 @@ impl Hook {
             );
         }
         outcome
+    }
+
+    /// The string kwarg `key` (one of the keys the decoder reads, looked up
+    /// by its interned name), or `None`.
+    fn text(&self, kwargs: &Bound<'_, PyDict>, key: &str) -> Option<String> {
+        let (_, py_key) = self.always.iter().find(|(k, _)| *k == key)?;
+        let value = kwargs.get_item(py_key.bind(kwargs.py())).ok()??;
+        Some(value.cast::<PyString>().ok()?.to_string_lossy().into_owned())
     }
 
     /// Test-only: `HERMES_OTEL_TEST_PANIC=<hook>` (or `*` for every hook).
@@ -509,10 +513,8 @@ fn remember_session(session_id: Option<String>, platform: Option<&str>, sender_i
 /// Asks Hermes (through `hermes_otel._host_pricing`) for the price of a
 /// model no table knows, at most once a minute per model. That helper only
 /// reads what Hermes already fetched: no network I/O on the agent thread.
+/// Only for a model [`Bridge::needs_host_price`] said to ask about.
 fn offer_host_price(py: Python<'_>, bridge: &Bridge, model: &str, provider: Option<String>, base_url: Option<String>) {
-    if !bridge.needs_host_price(model) {
-        return;
-    }
     static LOOKUP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let lookup = match LOOKUP.get_or_try_init(py, || {
         py.import("hermes_otel._host_pricing")
