@@ -1,0 +1,618 @@
+//! The writer thread: one per process, the only owner of the store
+//! connection. It decodes the calls queued undecoded, applies events in
+//! group commits, gives the gate's verdicts, checkpoints the WAL, sweeps
+//! idle runs and captured content, recovers dead processes' spools and
+//! rides out store faults, all off the hook path.
+
+use super::*;
+
+/// How long captured content stays in the store after its session ended
+/// and its spans were exported ([`Store::prune_content`], at every sweep).
+pub const CONTENT_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+/// An event the writer holds: queued by a hook, or kept while the store is
+/// in trouble.
+pub(super) struct Pending {
+    event: HookEvent,
+    ctx: EventContext,
+    ticket: Option<Arc<Ticket>>,
+    /// The event is in this process's spool.
+    spooled: bool,
+    bound: Option<Option<f64>>,
+}
+
+/// The writer thread's state: the store and the gate live here only.
+pub(super) struct Writer {
+    /// `None` while the store cannot be opened (see [`Writer::retry`]).
+    store: Option<Store>,
+    gate: Box<dyn Gate>,
+    /// The prices a reopened store gets (user, built-in and host prices).
+    prices: PriceTable,
+    /// What the store is opened with again after a fault.
+    config: BridgeConfig,
+    /// Events kept, in order, while the store is in trouble; they land
+    /// before anything newer once it works again.
+    pending: Vec<Pending>,
+    /// When to try the store again; `None` while it works.
+    retry_at: Option<Instant>,
+    /// The next wait between tries: doubles from `store_retry_min` up to
+    /// `store_retry_max`, so a store that stays broken costs one attempt
+    /// every `store_retry_max`.
+    retry_delay: Duration,
+    /// This process's part of `<store>/health.json`.
+    health: Tracker,
+    /// Spooled events processed (committed or failed for good) so far.
+    handled: u64,
+    /// The spend bounds of this process's events applied so far (see
+    /// [`QueuedSpend`]).
+    applied_usd: f64,
+    store_dir: PathBuf,
+    decode: DecodeOptions,
+    shared: Arc<Shared>,
+    checkpoint_interval: Duration,
+    sweep_interval: Duration,
+    idle_run_seconds: f64,
+}
+
+/// Opens the store for the writer: the file, its migrations, the prices and
+/// the profile. Used at start and to reopen after a fault.
+pub(super) fn open_store(config: &BridgeConfig, prices: &PriceTable) -> Result<Store> {
+    let mut store = Store::open_dir(&config.store_dir)?;
+    store.set_prices(prices.clone());
+    store.set_profile(config.profile.clone());
+    Ok(store)
+}
+
+impl Writer {
+    /// The writer of a bridge, with the store `opened` (or the fault that
+    /// kept it closed, which it then retries).
+    pub(super) fn new(
+        config: &BridgeConfig,
+        gate: Box<dyn Gate>,
+        prices: &PriceTable,
+        shared: Arc<Shared>,
+        opened: Result<Store>,
+    ) -> Self {
+        let mut writer = Writer {
+            store: None,
+            gate,
+            prices: prices.clone(),
+            config: config.clone(),
+            pending: Vec::new(),
+            retry_at: None,
+            retry_delay: config.store_retry_min,
+            health: Tracker::default(),
+            handled: 0,
+            applied_usd: 0.0,
+            store_dir: config.store_dir.clone(),
+            decode: config.decode,
+            shared,
+            checkpoint_interval: config.checkpoint_interval,
+            sweep_interval: config.sweep_interval,
+            idle_run_seconds: config.idle_run_seconds,
+        };
+        match opened {
+            Ok(store) => writer.store = Some(store),
+            Err(e) => {
+                writer.health.counts.open_failures += 1;
+                writer.fault(classify(&e).unwrap_or(FaultKind::Unavailable), &e);
+            }
+        }
+        writer
+    }
+
+    pub(super) fn run(mut self) {
+        let mut dirty = false;
+        let mut next_checkpoint = Instant::now() + self.checkpoint_interval;
+        let mut next_sweep = Instant::now();
+        // What dead processes left in their spools lands before anything new.
+        self.recover();
+        self.refresh_gate();
+        let mut next_refresh = Instant::now() + GATE_REFRESH;
+        loop {
+            let mut wake_at = next_checkpoint.min(next_sweep).min(next_refresh);
+            if let Some(t) = self.retry_at {
+                wake_at = wake_at.min(t);
+            }
+            let wait = wake_at.saturating_duration_since(Instant::now());
+            let (jobs, stop) = self.shared.take_jobs(wait.max(Duration::from_millis(1)));
+            // Kept events go before the new ones, so retry first.
+            if self.retry_at.is_some_and(|t| Instant::now() >= t) {
+                self.guarded(|w| w.retry(), Vec::new());
+            }
+            if !jobs.is_empty() {
+                dirty = true;
+                // A panic in the store code must not kill the writer: every
+                // hook would then wait out its bound. The transaction rolls
+                // back as it unwinds; the tickets of this batch report Failed.
+                let tickets = jobs_tickets(&jobs);
+                self.guarded(|w| w.process(jobs), tickets);
+            }
+            let now = Instant::now();
+            if now >= next_refresh {
+                self.refresh_gate();
+                next_refresh = now + GATE_REFRESH;
+            }
+            if stop || (dirty && now >= next_checkpoint) {
+                self.checkpoint();
+                dirty = false;
+            }
+            if now >= next_checkpoint {
+                next_checkpoint = now + self.checkpoint_interval;
+                self.write_health();
+            }
+            if !stop && now >= next_sweep {
+                self.sweep();
+                next_sweep = now + self.sweep_interval;
+            }
+            if stop {
+                break;
+            }
+        }
+        self.write_health();
+        if let Some(spool) = self.shared.spool.get() {
+            // A clean exit with everything committed leaves no spool behind.
+            let _ = spool.finish(self.handled);
+        }
+        self.shared.alive.store(false, Ordering::Release);
+    }
+
+    /// Lets the gate update which gating hooks wait ([`Gate::refresh`]).
+    fn refresh_gate(&mut self) {
+        if self.store.is_some() {
+            self.guarded(
+                |w| {
+                    if let Some(store) = &w.store {
+                        w.gate.refresh(store);
+                    }
+                },
+                Vec::new(),
+            );
+        }
+    }
+
+    /// Runs `f`, turning a panic into a message and failed `tickets`.
+    fn guarded(&mut self, f: impl FnOnce(&mut Self), tickets: Vec<Arc<Ticket>>) {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(self))) {
+            self.shared.message(
+                "Writer.Panicked",
+                format!(
+                    "the store writer panicked ({}); events of that batch may not be recorded",
+                    panic_text(payload.as_ref())
+                ),
+            );
+            for t in tickets {
+                t.complete(Outcome::Failed);
+            }
+        }
+    }
+
+    fn process(&mut self, jobs: Vec<Job>) {
+        let mut events: Vec<Pending> = Vec::with_capacity(jobs.len());
+        let mut flushes = Vec::new();
+        for job in jobs {
+            match job {
+                // Prices first: a host price only adds knowledge, and the
+                // event that made the binding ask is in this batch or later.
+                Job::HostPrice(model, price) => {
+                    if let Some(store) = &mut self.store {
+                        store.prices_mut().set_host_price(&model, price);
+                    }
+                    self.prices.set_host_price(&model, price);
+                }
+                Job::Event {
+                    payload,
+                    ctx,
+                    ticket,
+                    spooled,
+                    bound,
+                } => {
+                    let event = match payload {
+                        Payload::Decoded(event) => event,
+                        Payload::Line { hook, line, at, opts } => match decode_line(hook, &line, at, opts) {
+                            Decoded::Event(event, problems) => {
+                                events.push(Pending {
+                                    event,
+                                    ctx: EventContext { problems, ..ctx },
+                                    ticket,
+                                    spooled,
+                                    bound,
+                                });
+                                continue;
+                            }
+                            decoded => {
+                                self.not_applied(hook, decoded, ticket, spooled, bound);
+                                continue;
+                            }
+                        },
+                    };
+                    events.push(Pending {
+                        event,
+                        ctx,
+                        ticket,
+                        spooled,
+                        bound,
+                    })
+                }
+                Job::Flush(ticket) => flushes.push(ticket),
+            }
+        }
+        let events_empty = events.is_empty();
+        if !events_empty {
+            if self.retry_at.is_some() {
+                // The store is in trouble: keep them behind the ones kept
+                // already, and try again when the retry is due.
+                self.keep(events);
+            } else if let Err((kind, e, rest)) = self.commit(events) {
+                self.health.counts.failed_commits += 1;
+                self.keep(rest);
+                self.fault(kind, &e);
+            }
+        }
+        // What this batch changed may change which gating hooks wait; a
+        // flush below promises that too.
+        if !events_empty {
+            self.refresh_gate();
+        }
+        // A flush (session end, exit) empties the spool whatever its size:
+        // a process that then ends leaves nothing for the next one to replay.
+        self.reset_spool(if flushes.is_empty() { spool::RESET_BYTES } else { 0 });
+        // A flush means "everything before me landed": not while events are kept.
+        let outcome = if self.pending.is_empty() {
+            Outcome::Committed(None)
+        } else {
+            Outcome::Failed
+        };
+        for ticket in flushes {
+            ticket.complete(outcome.clone());
+        }
+    }
+
+    /// Finishes a call decoded here that gives no event: an unusable one is
+    /// counted as failed and logged (as the hook path would have).
+    fn not_applied(
+        &mut self,
+        hook: &str,
+        decoded: Decoded,
+        ticket: Option<Arc<Ticket>>,
+        spooled: bool,
+        bound: Option<Option<f64>>,
+    ) {
+        self.settle(std::iter::once(bound));
+        self.handled += u64::from(spooled);
+        let outcome = match decoded {
+            Decoded::Unusable(problems) => {
+                self.shared.counters.failed.fetch_add(1, Ordering::Relaxed);
+                let what: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+                self.shared.message(
+                    "Decode.Unusable",
+                    format!("{hook} call not recorded: {}", what.join("; ")),
+                );
+                Outcome::Failed
+            }
+            _ => Outcome::Committed(None),
+        };
+        if let Some(ticket) = ticket {
+            ticket.complete(outcome);
+        }
+    }
+
+    /// Applies `events` in one transaction, or one by one if the batch
+    /// fails on one event's account. On a store fault, returns the events
+    /// not applied, in order, for the caller to keep.
+    fn commit(&mut self, events: Vec<Pending>) -> std::result::Result<(), (FaultKind, Error, Vec<Pending>)> {
+        let Some(store) = self.store.as_mut() else {
+            let e = Error::Other("the store is not open".into());
+            return Err((FaultKind::Unavailable, e, events));
+        };
+        let counters = &self.shared.counters;
+        counters.batches.fetch_add(1, Ordering::Relaxed);
+        counters.largest_batch.fetch_max(events.len() as u64, Ordering::Relaxed);
+        let (ok, fault) = match store.apply_batch(events.iter().map(|p| (&p.event, &p.ctx))) {
+            Ok(_) => (vec![true; events.len()], None),
+            Err(e) => {
+                if let Some(kind) = classify(&e) {
+                    return Err((kind, e, events));
+                }
+                // One bad event must not cost the others: apply them
+                // one by one and report only the ones that fail.
+                self.shared.message(
+                    "Writer.BatchFailed",
+                    format!("batch of {} failed ({e}); retrying one by one", events.len()),
+                );
+                let mut ok = Vec::with_capacity(events.len());
+                let mut fault = None;
+                for p in &events {
+                    match store.apply(&p.event, &p.ctx) {
+                        Ok(_) => ok.push(true),
+                        Err(e) => {
+                            if let Some(kind) = classify(&e) {
+                                // The store broke half-way: the rest is kept.
+                                fault = Some((kind, e));
+                                break;
+                            }
+                            self.shared.message(
+                                "Writer.EventFailed",
+                                format!(
+                                    "{} of session {} was not recorded: {e}",
+                                    p.event.hook.name(),
+                                    p.event.hook.session_id()
+                                ),
+                            );
+                            ok.push(false);
+                        }
+                    }
+                }
+                (ok, fault)
+            }
+        };
+        let mut events = events;
+        let rest = events.split_off(ok.len());
+        self.finish(events, ok);
+        match fault {
+            Some((kind, e)) => Err((kind, e, rest)),
+            None => Ok(()),
+        }
+    }
+
+    /// Counts, gates and completes events that committed (`ok`) or failed
+    /// for good.
+    fn finish(&mut self, events: Vec<Pending>, ok: Vec<bool>) {
+        // The store now holds the whole batch: tell the gate before its
+        // verdicts, which it may reuse for events that do not wait.
+        self.settle(events.iter().map(|p| p.bound));
+        self.gate.applied(self.applied_usd);
+        let counters = &self.shared.counters;
+        for (p, ok) in events.into_iter().zip(ok) {
+            if ok {
+                counters.committed.fetch_add(1, Ordering::Relaxed);
+            } else {
+                counters.failed.fetch_add(1, Ordering::Relaxed);
+            }
+            // Spooled events are handled once committed, or once they
+            // failed for good (recovery would only fail them again).
+            self.handled += u64::from(p.spooled);
+            let Some(ticket) = p.ticket else { continue };
+            let outcome = match &self.store {
+                // A verdict nobody waits for would only use up what it
+                // shows once (a pending alert, a notice): leave it for the
+                // next gating hook.
+                Some(store) if ok && is_gating(&p.event.hook) && !ticket.abandoned() => {
+                    Outcome::Committed(self.gate.verdict(store, &p.event))
+                }
+                _ if ok => Outcome::Committed(None),
+                _ => Outcome::Failed,
+            };
+            ticket.complete(outcome);
+        }
+    }
+
+    /// Takes events that left the queue for good off [`QueuedSpend`]: their
+    /// bounds join the applied total, their unknown bounds stop counting.
+    fn settle(&mut self, bounds: impl Iterator<Item = Option<Option<f64>>>) {
+        let mut unknown = 0;
+        for bound in bounds {
+            match bound {
+                Some(Some(usd)) => self.applied_usd += usd,
+                Some(None) => unknown += 1,
+                None => {}
+            }
+        }
+        if unknown > 0 {
+            let mut spend = lock(&self.shared.spend);
+            spend.unknown = spend.unknown.saturating_sub(unknown);
+        }
+    }
+
+    /// Keeps `events` for when the store works again. Past [`MAX_QUEUED`]
+    /// kept events, new ones are dropped: those in the spool are still
+    /// recovered by the next process, the others are lost and counted.
+    fn keep(&mut self, events: Vec<Pending>) {
+        for p in events {
+            if self.pending.len() >= MAX_QUEUED {
+                // Out of the queue for good (the spool's copy, if any, is
+                // recovered by the next process and counted as store spend).
+                self.settle(std::iter::once(p.bound));
+                self.shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                if !p.spooled {
+                    self.health.counts.dropped_events += 1;
+                }
+                continue;
+            }
+            self.pending.push(p);
+        }
+    }
+
+    /// Notes a store fault: one message per new fault, the store closed
+    /// unless it is only locked (a reopen cannot help with that), and the
+    /// next try scheduled.
+    fn fault(&mut self, kind: FaultKind, e: &Error) {
+        let kind = match kind {
+            FaultKind::Unavailable => crate::health::probe(&self.store_dir).unwrap_or(kind),
+            kind => kind,
+        };
+        let db = self.store_dir.join(crate::store::DB_FILE_NAME);
+        let text = format!(
+            "the store {} is unusable ({}: {e}); {}",
+            db.display(),
+            kind.as_str(),
+            kind.advice(&db)
+        );
+        if self.health.fault(kind, text.clone(), unix_now()) {
+            self.shared.message("Store.Fault", text.clone());
+            self.write_health();
+        }
+        *lock(&self.shared.problem) = Some(text);
+        if kind != FaultKind::Locked {
+            self.store = None;
+            // Hooks stop waiting for commits that cannot happen.
+            self.shared.store_down.store(true, Ordering::Release);
+        }
+        let now = Instant::now();
+        self.retry_at = Some(now + self.retry_delay);
+        self.retry_delay = (self.retry_delay * 2).min(self.config.store_retry_max.max(self.config.store_retry_min));
+    }
+
+    /// Tries the store again: reopens it if it is closed, creates the spool
+    /// if it could not be created, recovers dead processes' spools and
+    /// commits what was kept. Runs on the writer thread only, so no hook
+    /// ever waits for this I/O.
+    fn retry(&mut self) {
+        if self.store.is_none() {
+            match open_store(&self.config, &self.prices) {
+                Ok(store) => self.store = Some(store),
+                Err(e) => {
+                    self.health.counts.open_failures += 1;
+                    self.fault(classify(&e).unwrap_or(FaultKind::Unavailable), &e);
+                    return;
+                }
+            }
+        }
+        if self.shared.spool.get().is_none() {
+            if let Ok(spool) = Spool::create(&self.store_dir) {
+                let _ = self.shared.spool.set(Arc::new(spool));
+            }
+        }
+        let kept = std::mem::take(&mut self.pending);
+        if !kept.is_empty() {
+            if let Err((kind, e, rest)) = self.commit(kept) {
+                self.health.counts.failed_commits += 1;
+                self.pending = rest;
+                self.fault(kind, &e);
+                return;
+            }
+        }
+        self.retry_at = None;
+        self.retry_delay = self.config.store_retry_min;
+        self.shared.store_down.store(false, Ordering::Release);
+        *lock(&self.shared.problem) = None;
+        self.shared.spool_failed.store(false, Ordering::Release);
+        if self.health.recovered(unix_now()) {
+            self.shared.message(
+                "Store.Recovered",
+                format!(
+                    "the store {} works again; the events kept meanwhile are recorded",
+                    self.store_dir.join(crate::store::DB_FILE_NAME).display()
+                ),
+            );
+            self.write_health();
+        }
+        self.recover();
+        self.reset_spool(spool::RESET_BYTES);
+    }
+
+    /// Empties this process's spool once everything in it was handled.
+    fn reset_spool(&mut self, min_bytes: u64) {
+        if let Some(spool) = self.shared.spool.get() {
+            if let Err(e) = spool.reset_if_handled(self.handled, min_bytes) {
+                self.shared.message(
+                    "Spool.ResetFailed",
+                    format!("cannot empty {}: {e}", spool.path().display()),
+                );
+            }
+        }
+    }
+
+    /// Merges this process's health into `<store>/health.json` if anything
+    /// changed; a failure (full or read-only disk) leaves it for next time.
+    fn write_health(&mut self) {
+        self.health.counts.spool_write_failures = self.shared.counters.spool_failures.load(Ordering::Relaxed);
+        if self.health.dirty() {
+            let _ = self.health.write(&self.store_dir, unix_now());
+        }
+    }
+
+    /// Applies what dead processes left in their spools.
+    fn recover(&mut self) {
+        let own = self.shared.spool.get().map(|s| s.path().to_path_buf());
+        let Some(store) = &mut self.store else { return };
+        let r = spool::recover(store, &self.store_dir, own.as_deref(), self.decode);
+        self.shared
+            .counters
+            .recovered
+            .fetch_add(r.applied as u64, Ordering::Relaxed);
+        if r.files > 0 {
+            self.shared.message(
+                "Spool.Recovered",
+                format!(
+                    "applied {} events from {} spool file(s) of ended processes",
+                    r.applied, r.files
+                ),
+            );
+        }
+        for e in r.errors {
+            self.shared.message("Spool.RecoverFailed", e);
+        }
+    }
+
+    fn checkpoint(&mut self) {
+        // In trouble, the retry is what touches the store.
+        if self.retry_at.is_some() {
+            return;
+        }
+        let Some(store) = &self.store else { return };
+        match store.checkpoint() {
+            Ok(()) => {
+                self.shared.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => self
+                .shared
+                .message("Writer.CheckpointFailed", format!("WAL checkpoint failed: {e}")),
+        }
+    }
+
+    fn sweep(&mut self) {
+        if self.retry_at.is_some() {
+            return;
+        }
+        self.recover();
+        let Some(store) = &mut self.store else { return };
+        let now = unix_now();
+        match store.close_idle_runs(now, self.idle_run_seconds) {
+            Ok(_) => {
+                self.shared.counters.sweeps.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => self
+                .shared
+                .message("Writer.SweepFailed", format!("closing idle runs failed: {e}")),
+        }
+        if let Err(e) = store.prune_content(now - CONTENT_RETENTION.as_secs_f64()) {
+            self.shared
+                .message("Writer.SweepFailed", format!("pruning captured content failed: {e}"));
+        }
+    }
+}
+
+/// Decodes a hook call from its spool record (see [`Bridge::submit_line`]),
+/// with the capture setting the record was made with.
+fn decode_line(hook: &str, line: &[u8], at: f64, opts: DecodeOptions) -> Decoded {
+    let text = crate::replay::utf8(line);
+    match crate::replay::parse_line(&text, opts.capture_content) {
+        Ok(Some(record)) => {
+            let opts = DecodeOptions {
+                capture_content: record.capture.unwrap_or(opts.capture_content),
+                ..opts
+            };
+            decode(hook, &record.kwargs, at, opts)
+        }
+        Ok(None) => unreadable("an empty spool record".into()),
+        Err(e) => unreadable(e),
+    }
+}
+
+fn unreadable(what: String) -> Decoded {
+    Decoded::Unusable(vec![crate::hook::Problem {
+        key: "(record)".into(),
+        what,
+    }])
+}
+
+fn jobs_tickets(jobs: &[Job]) -> Vec<Arc<Ticket>> {
+    jobs.iter()
+        .filter_map(|job| match job {
+            Job::Event { ticket, .. } => ticket.clone(),
+            Job::Flush(ticket) => Some(Arc::clone(ticket)),
+            Job::HostPrice(..) => None,
+        })
+        .collect()
+}
