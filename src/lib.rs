@@ -32,3 +32,12 @@ pub mod spool;
 pub mod store;
 
 pub use error::{Error, Result};
+
+/// Now, in Unix seconds: the time the store records (0 if the clock is
+/// before 1970).
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}

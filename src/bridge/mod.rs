@@ -1004,13 +1004,7 @@ pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Now, in Unix seconds.
-pub fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
+pub use crate::unix_now;
 
 #[cfg(test)]
 mod tests {

@@ -127,7 +127,7 @@ fn apply_in(
             hook.name(),
             hook.session_id(),
             at,
-            now(),
+            crate::unix_now(),
             ctx.pid,
             ctx.thread,
             ctx.problems.len() as i64,
@@ -730,13 +730,6 @@ fn apply_subagent_stop(tx: &Transaction<'_>, e: &SubagentStop, at: f64) -> Resul
         .execute(params![e.parent_session_id, (!ok) as i64])?;
     }
     Ok(())
-}
-
-fn now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
 }
 
 #[cfg(test)]
