@@ -152,9 +152,9 @@ impl Spool {
 }
 
 /// Serializes one hook call as a spool record (a replay line, its newline
-/// included). `kwargs` are
-/// the plain values the binding copied; `capture` says whether content
-/// kwargs were among them, so recovery keeps exactly what the live path kept.
+/// included). `kwargs` are the plain values the binding copied; `capture`
+/// says whether content kwargs were among them, so recovery keeps exactly
+/// what the live path kept.
 pub fn record(
     hook: &str,
     at: f64,
@@ -163,33 +163,94 @@ pub fn record(
     kwargs: &Map<String, Value>,
     capture: bool,
 ) -> Vec<u8> {
-    #[derive(serde::Serialize)]
-    struct Record<'a> {
-        hook: &'a str,
-        t: f64,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        pid: Option<i64>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        thread: Option<&'a str>,
-        kwargs: &'a Map<String, Value>,
-        capture: bool,
+    let mut w = RecordWriter::begin(hook, at, pid, thread, capture);
+    for (key, value) in kwargs {
+        w.kwarg(key, value);
     }
-    // Sized for a typical record, so the hook path does not regrow it.
-    let mut line = Vec::with_capacity(1024);
-    let record = Record {
-        hook,
-        t: at,
-        pid,
-        thread,
-        kwargs,
-        capture,
-    };
-    // Serializing plain JSON values into a Vec cannot fail.
-    if serde_json::to_writer(&mut line, &record).is_err() {
-        line.clear();
+    w.finish()
+}
+
+/// A spool record written field by field: the one place its layout is
+/// spelled out. [`record`] writes copied kwargs with it; the binding
+/// writes kwargs straight from Python values into [`RecordWriter::buf`].
+pub struct RecordWriter {
+    line: Vec<u8>,
+    /// No kwarg written yet (no comma before the next one).
+    first: bool,
+}
+
+/// Where a [`RecordWriter`] was, to go back to.
+#[derive(Debug, Clone, Copy)]
+pub struct Mark(usize, bool);
+
+impl RecordWriter {
+    /// Writes everything before the kwargs' values.
+    pub fn begin(hook: &str, at: f64, pid: Option<i64>, thread: Option<&str>, capture: bool) -> Self {
+        // Sized for a typical record, so the hook path does not regrow it.
+        let mut line = Vec::with_capacity(1024);
+        line.extend_from_slice(b"{\"hook\":");
+        write_json(&mut line, hook);
+        line.extend_from_slice(b",\"t\":");
+        write_json(&mut line, &at);
+        if let Some(pid) = pid {
+            line.extend_from_slice(b",\"pid\":");
+            write_json(&mut line, &pid);
+        }
+        if let Some(thread) = thread {
+            line.extend_from_slice(b",\"thread\":");
+            write_json(&mut line, thread);
+        }
+        line.extend_from_slice(if capture {
+            b",\"capture\":true,\"kwargs\":{"
+        } else {
+            b",\"capture\":false,\"kwargs\":{"
+        });
+        RecordWriter { line, first: true }
     }
-    line.push(b'\n');
-    line
+
+    /// Writes kwarg `key` with a plain JSON value.
+    pub fn kwarg(&mut self, key: &str, value: &Value) {
+        self.key(key);
+        write_json(&mut self.line, value);
+    }
+
+    /// Starts kwarg `key`: its value's JSON goes into [`RecordWriter::buf`]
+    /// next.
+    pub fn key(&mut self, key: &str) {
+        if !self.first {
+            self.line.push(b',');
+        }
+        self.first = false;
+        write_json(&mut self.line, key);
+        self.line.push(b':');
+    }
+
+    /// The line so far, for a value's JSON.
+    pub fn buf(&mut self) -> &mut Vec<u8> {
+        &mut self.line
+    }
+
+    /// Where the writer is now.
+    pub fn mark(&self) -> Mark {
+        Mark(self.line.len(), self.first)
+    }
+
+    /// Forgets everything written since `mark` (a kwarg left out).
+    pub fn rewind(&mut self, mark: Mark) {
+        self.line.truncate(mark.0);
+        self.first = mark.1;
+    }
+
+    /// Ends the record, newline included.
+    pub fn finish(mut self) -> Vec<u8> {
+        self.line.extend_from_slice(b"}}\n");
+        self.line
+    }
+}
+
+/// Serializes a plain value; writing JSON into a Vec cannot fail.
+pub fn write_json<T: serde::Serialize + ?Sized>(line: &mut Vec<u8>, value: &T) {
+    let _ = serde_json::to_writer(&mut *line, value);
 }
 
 /// What recovering dead processes' spools did.

@@ -1,56 +1,35 @@
 //! A hook call's spool record, written straight from its Python kwargs.
 //!
-//! The line is the one [`spool::record`] makes of the kwargs the binding
+//! The line is the one `spool::record` makes of the kwargs the binding
 //! copies (`Hook::copy_kwargs`), but plain kwargs (ids, counts, timings)
 //! are written in one pass over the Python values: no map of copies is
 //! built, and nothing is serialized twice, on the hook thread. The kwargs
 //! [`scrub`] may change (content, tool results, API errors) are still
 //! copied as values, and scrubbed and written after the GIL is released.
-//! The writer thread parses the line back for decoding.
+//! The writer thread parses the line back for decoding. The record's layout
+//! is `spool::RecordWriter`'s; this file writes Python values into it.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Value};
 
 use crate::hook::{scrub, DecodeOptions};
+use crate::spool::{write_json, RecordWriter};
 
 use super::MAX_DEPTH;
 
 /// A record being written: its kwargs object is still open.
 pub struct Partial {
-    line: Vec<u8>,
-    /// No kwarg written yet (no comma before the next one).
-    first: bool,
+    writer: RecordWriter,
     /// Copies of the kwargs written by [`Partial::finish`], after [`scrub`].
     scrubbed: Map<String, Value>,
 }
 
 impl Partial {
-    /// Starts the record of one `hook` call (the fields `spool::record`
-    /// writes besides the kwargs).
+    /// Starts the record of one `hook` call.
     pub fn begin(hook: &str, at: f64, pid: Option<i64>, thread: Option<&str>, capture: bool) -> Self {
-        // Sized for a typical record, so the hook path does not regrow it.
-        let mut line = Vec::with_capacity(1024);
-        line.extend_from_slice(b"{\"hook\":");
-        write_json(&mut line, hook);
-        line.extend_from_slice(b",\"t\":");
-        write_json(&mut line, &at);
-        if let Some(pid) = pid {
-            line.extend_from_slice(b",\"pid\":");
-            write_json(&mut line, &pid);
-        }
-        if let Some(thread) = thread {
-            line.extend_from_slice(b",\"thread\":");
-            write_json(&mut line, thread);
-        }
-        line.extend_from_slice(if capture {
-            b",\"capture\":true,\"kwargs\":{"
-        } else {
-            b",\"capture\":false,\"kwargs\":{"
-        });
         Partial {
-            line,
-            first: true,
+            writer: RecordWriter::begin(hook, at, pid, thread, capture),
             scrubbed: Map::new(),
         }
     }
@@ -58,11 +37,10 @@ impl Partial {
     /// Writes `key` with a plain copy of `value`, or nothing when the copy
     /// is null (as `copy_kwargs` leaves null copies out).
     pub fn plain(&mut self, key: &str, value: &Bound<'_, PyAny>) {
-        let (start, first) = (self.line.len(), self.first);
-        self.key(key);
-        if !write_value(&mut self.line, value, 0) {
-            self.line.truncate(start);
-            self.first = first;
+        let mark = self.writer.mark();
+        self.writer.key(key);
+        if !write_value(self.writer.buf(), value, 0) {
+            self.writer.rewind(mark);
         }
     }
 
@@ -74,29 +52,12 @@ impl Partial {
     /// Scrubs the kept kwargs, writes what is left of them and ends the
     /// line (its newline included). Needs no GIL.
     pub fn finish(mut self, hook: &str, opts: DecodeOptions) -> Vec<u8> {
-        let mut scrubbed = std::mem::take(&mut self.scrubbed);
-        scrub(hook, &mut scrubbed, opts);
-        for (key, value) in &scrubbed {
-            self.key(key);
-            write_json(&mut self.line, value);
+        scrub(hook, &mut self.scrubbed, opts);
+        for (key, value) in &self.scrubbed {
+            self.writer.kwarg(key, value);
         }
-        self.line.extend_from_slice(b"}}\n");
-        self.line
+        self.writer.finish()
     }
-
-    fn key(&mut self, key: &str) {
-        if !self.first {
-            self.line.push(b',');
-        }
-        self.first = false;
-        write_json(&mut self.line, key);
-        self.line.push(b':');
-    }
-}
-
-/// Serializes a plain value; writing JSON into a Vec cannot fail.
-fn write_json<T: serde::Serialize + ?Sized>(line: &mut Vec<u8>, value: &T) {
-    let _ = serde_json::to_writer(&mut *line, value);
 }
 
 /// Writes the JSON of a Python value as `to_json` copies it: None, bool,
