@@ -606,3 +606,47 @@ fn the_cli_reports_bad_lines_with_file_and_line_and_keeps_the_good_ones() {
         );
     }
 }
+
+/// One event of `hook` for session "s" at `t`, with `model`.
+fn event_for_model(hook: &str, t: f64, model: &str) -> hermes_otel::hook::HookEvent {
+    let kwargs = serde_json::json!({
+        "session_id": "s", "model": model, "platform": "cli",
+        "task_id": "s", "turn_id": format!("turn-{t}"), "user_message": "hi",
+    });
+    match hermes_otel::hook::decode(hook, kwargs.as_object().expect("object"), t, DecodeOptions::default()) {
+        hermes_otel::hook::Decoded::Event(e, _) => e,
+        other => panic!("{hook} did not decode: {other:?}"),
+    }
+}
+
+#[test]
+fn a_run_written_by_two_processes_keeps_the_last_model_each_one_said() {
+    // The writer skips refreshing a run whose event says nothing new, from
+    // what it remembers of the run; another process's commit must make it
+    // look again.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("otel.db");
+    let mut a = Store::open(&path).expect("open a");
+    let mut b = Store::open(&path).expect("open b");
+    let ctx = hermes_otel::store::EventContext::default();
+    let model = |s: &Store| scalar::<String>(s, "SELECT model FROM runs WHERE session_id = 's'");
+
+    a.apply(&event_for_model("pre_llm_call", 100.0, "m1"), &ctx).expect("a");
+    b.apply(&event_for_model("post_llm_call", 100.1, "m2"), &ctx)
+        .expect("b");
+    assert_eq!(model(&a), "m2");
+    // Same second, same model as a last said: only b's commit tells a to write.
+    a.apply(&event_for_model("post_llm_call", 100.2, "m1"), &ctx)
+        .expect("a again");
+    assert_eq!(model(&a), "m1");
+    // And a run a never saw (b made it) is read, not assumed.
+    b.apply(&event_for_model("on_session_start", 100.3, "m3"), &ctx)
+        .expect("b again");
+    a.apply(&event_for_model("post_llm_call", 100.4, "m3"), &ctx)
+        .expect("a third");
+    assert_eq!(model(&a), "m3");
+    assert_eq!(
+        scalar::<f64>(&a, "SELECT started_at FROM runs WHERE session_id = 's'"),
+        100.0
+    );
+}

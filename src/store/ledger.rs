@@ -3,10 +3,11 @@
 //! Each event is one transaction: the journal row first (its unique key
 //! makes a repeated event a no-op), then the ledger rows and run totals.
 
-use rusqlite::{params, OptionalExtension, Transaction};
+use rusqlite::{params, OptionalExtension, Transaction, TransactionBehavior};
 
 use super::budget::{self, RecordedCall};
 use super::outbox::{self, SpanKind};
+use super::run_memo::{RunFacts, RunMemo, RunSays};
 use super::Store;
 use crate::error::Result;
 use crate::hook::*;
@@ -45,11 +46,27 @@ pub const SUBAGENT_TOOL_NAME: &str = "delegate_task/subagent";
 impl Store {
     /// Applies one decoded hook event in one transaction.
     pub fn apply(&mut self, event: &HookEvent, ctx: &EventContext) -> Result<Applied> {
-        let tx = self.conn.transaction()?;
+        // Taken out for the transaction: a failed one leaves the memo empty,
+        // since what it learned was rolled back.
+        let mut runs = std::mem::take(&mut self.runs);
+        // Immediate: the write lock first (its wait is the busy handler's),
+        // so the read of data_version cannot pin a snapshot that a commit
+        // of another process makes stale before our first write.
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        runs.follow(data_version(&tx)?);
         let mut rollup = budget::SpendRollup::default();
-        let applied = apply_in(&tx, &self.prices, self.profile.as_deref(), event, ctx, &mut rollup)?;
+        let applied = apply_in(
+            &tx,
+            &mut runs,
+            &self.prices,
+            self.profile.as_deref(),
+            event,
+            ctx,
+            &mut rollup,
+        )?;
         rollup.write(&tx)?;
         tx.commit()?;
+        self.runs = runs;
         Ok(applied)
     }
 
@@ -59,12 +76,18 @@ impl Store {
         &mut self,
         events: impl IntoIterator<Item = (&'a HookEvent, &'a EventContext)>,
     ) -> Result<Vec<Applied>> {
-        let tx = self.conn.transaction()?;
+        let mut runs = std::mem::take(&mut self.runs);
+        // Immediate: the write lock first (its wait is the busy handler's),
+        // so the read of data_version cannot pin a snapshot that a commit
+        // of another process makes stale before our first write.
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        runs.follow(data_version(&tx)?);
         let mut rollup = budget::SpendRollup::default();
         let mut out = Vec::new();
         for (event, ctx) in events {
             out.push(apply_in(
                 &tx,
+                &mut runs,
                 &self.prices,
                 self.profile.as_deref(),
                 event,
@@ -74,6 +97,7 @@ impl Store {
         }
         rollup.write(&tx)?;
         tx.commit()?;
+        self.runs = runs;
         Ok(out)
     }
 
@@ -103,8 +127,14 @@ impl Store {
     }
 }
 
+/// Moves whenever another connection commits (SQLite's own counter).
+fn data_version(tx: &Transaction<'_>) -> Result<i64> {
+    Ok(tx.prepare_cached("PRAGMA data_version")?.query_row([], |r| r.get(0))?)
+}
+
 fn apply_in(
     tx: &Transaction<'_>,
+    runs: &mut RunMemo,
     prices: &crate::pricing::PriceTable,
     profile: Option<&str>,
     event: &HookEvent,
@@ -148,6 +178,7 @@ fn apply_in(
         Hook::SessionStart(e) => {
             touch_run(
                 tx,
+                runs,
                 &e.session_id,
                 at,
                 e.platform.as_deref(),
@@ -159,6 +190,7 @@ fn apply_in(
         Hook::PreLlmCall(e) => {
             touch_run(
                 tx,
+                runs,
                 &e.session_id,
                 at,
                 e.platform.as_deref(),
@@ -193,6 +225,7 @@ fn apply_in(
             let a = &e.api;
             touch_run(
                 tx,
+                runs,
                 &a.session_id,
                 at,
                 a.platform.as_deref(),
@@ -224,26 +257,27 @@ fn apply_in(
             budget::on_pre_api_request(tx, prices, e, at)?;
         }
         Hook::PostApiRequest(e) => {
-            let call = apply_llm_call(tx, prices, e, at)?;
+            let call = apply_llm_call(tx, runs, prices, e, at)?;
             budget::on_post_api_request(tx, e, call, at, rollup)?;
         }
         Hook::ApiRequestError(e) => {
-            apply_api_error(tx, e, at)?;
+            apply_api_error(tx, runs, e, at)?;
             budget::on_api_request_error(tx, e, at)?;
         }
         Hook::PreToolCall(e) => {
             let t = &e.tool;
-            touch_run(tx, &t.session_id, at, None, None, None, None)?;
+            touch_run(tx, runs, &t.session_id, at, None, None, None, None)?;
             tx.prepare_cached(
                 "INSERT INTO tool_calls (session_id, tool_call_id, tool_name, turn_id, task_id, api_request_id, started_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (session_id, tool_call_id) DO NOTHING",
             )?
             .execute(params![t.session_id, t.tool_call_id, t.tool_name, t.turn_id, t.task_id, t.api_request_id, at])?;
         }
-        Hook::PostToolCall(e) => apply_tool_result(tx, e, at)?,
+        Hook::PostToolCall(e) => apply_tool_result(tx, runs, e, at)?,
         Hook::PostLlmCall(e) => {
             touch_run(
                 tx,
+                runs,
                 &e.session_id,
                 at,
                 e.platform.as_deref(),
@@ -252,11 +286,12 @@ fn apply_in(
                 None,
             )?;
         }
-        Hook::SubagentStart(e) => apply_subagent_start(tx, e, at)?,
-        Hook::SubagentStop(e) => apply_subagent_stop(tx, e, at)?,
+        Hook::SubagentStart(e) => apply_subagent_start(tx, runs, e, at)?,
+        Hook::SubagentStop(e) => apply_subagent_stop(tx, runs, e, at)?,
         Hook::SessionEnd(e) => {
             touch_run(
                 tx,
+                runs,
                 &e.session_id,
                 at,
                 e.platform.as_deref(),
@@ -284,7 +319,7 @@ fn apply_in(
             outbox::enqueue_run(tx, &e.session_id, at, false)?;
         }
         Hook::SessionFinalize(e) => {
-            touch_run(tx, &e.session_id, at, e.platform.as_deref(), None, None, None)?;
+            touch_run(tx, runs, &e.session_id, at, e.platform.as_deref(), None, None, None)?;
             // Turns that never reached on_session_end failed (their last API
             // request has errors and no success) or were cut short.
             outbox::enqueue_open_turns(tx, &e.session_id, at)?;
@@ -314,8 +349,10 @@ fn apply_in(
 
 /// Makes sure the run exists (a resumed session fires no on_session_start)
 /// and refreshes what the event says about it.
+#[allow(clippy::too_many_arguments)]
 fn touch_run(
     tx: &Transaction<'_>,
+    runs: &mut RunMemo,
     session_id: &str,
     at: f64,
     platform: Option<&str>,
@@ -328,22 +365,37 @@ fn touch_run(
     } else {
         None
     };
-    let inserted = tx
-        .prepare_cached(
-            "INSERT INTO runs (session_id, platform, cron_job_id, model, provider, base_url, root_session_id, started_at, last_event_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?1, ?7, ?7) ON CONFLICT (session_id) DO NOTHING",
-        )?
-        .execute(params![session_id, platform, cron_job_id, model, provider, base_url, at])?;
-    if inserted == 1 {
-        // A child run created after its subagent_start: link it to the edge.
-        let parent: Option<String> = tx
-            .prepare_cached("SELECT parent_session_id FROM subagent_edges WHERE child_session_id = ?1")?
-            .query_row(params![session_id], |r| r.get(0))
-            .optional()?;
-        if let Some(parent) = parent {
-            link_child(tx, session_id, &parent)?;
-        }
+    let says = RunSays {
+        platform,
+        cron_job_id: cron_job_id.as_deref(),
+        model,
+        provider,
+        base_url,
+        at,
+    };
+    let known = runs.get(session_id);
+    if known.is_some_and(|run| !run.changed_by(&says)) {
         return Ok(());
+    }
+    if known.is_none() {
+        let inserted = tx
+            .prepare_cached(
+                "INSERT INTO runs (session_id, platform, cron_job_id, model, provider, base_url, root_session_id, started_at, last_event_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?1, ?7, ?7) ON CONFLICT (session_id) DO NOTHING",
+            )?
+            .execute(params![session_id, platform, cron_job_id, model, provider, base_url, at])?;
+        if inserted == 1 {
+            runs.put(session_id, RunFacts::new_run(&says));
+            // A child run created after its subagent_start: link it to the edge.
+            let parent: Option<String> = tx
+                .prepare_cached("SELECT parent_session_id FROM subagent_edges WHERE child_session_id = ?1")?
+                .query_row(params![session_id], |r| r.get(0))
+                .optional()?;
+            if let Some(parent) = parent {
+                link_child(tx, session_id, &parent)?;
+            }
+            return Ok(());
+        }
     }
     // Rewrite the row only when the event says something new: most events
     // change nothing here, and an unchanged row costs no page write.
@@ -373,6 +425,28 @@ fn touch_run(
         base_url,
         at
     ])?;
+    let facts = match runs.get(session_id) {
+        Some(run) => run.with(&says),
+        // A run this connection has not seen (written before a restart, or
+        // by another process): read what it holds now.
+        None => tx
+            .prepare_cached(
+                "SELECT platform IS NOT NULL, cron_job_id IS NOT NULL, model, provider, base_url, started_at, last_event_at
+                 FROM runs WHERE session_id = ?1",
+            )?
+            .query_row(params![session_id], |r| {
+                Ok(RunFacts {
+                    has_platform: r.get(0)?,
+                    has_cron_job_id: r.get(1)?,
+                    model: r.get(2)?,
+                    provider: r.get(3)?,
+                    base_url: r.get(4)?,
+                    started_at: r.get(5)?,
+                    last_event_at: r.get(6)?,
+                })
+            })?,
+    };
+    runs.put(session_id, facts);
     Ok(())
 }
 
@@ -407,6 +481,7 @@ pub fn cron_job_id(session_id: &str) -> Option<String> {
 /// [`crate::budget::BLOCKED_MODEL`]) reached no provider: it is no LLM call.
 fn apply_llm_call<'e>(
     tx: &Transaction<'_>,
+    runs: &mut RunMemo,
     prices: &crate::pricing::PriceTable,
     e: &'e PostApiRequest,
     at: f64,
@@ -414,6 +489,7 @@ fn apply_llm_call<'e>(
     let a = &e.api;
     touch_run(
         tx,
+        runs,
         &a.session_id,
         at,
         a.platform.as_deref(),
@@ -520,10 +596,11 @@ fn apply_llm_call<'e>(
     Ok(None)
 }
 
-fn apply_api_error(tx: &Transaction<'_>, e: &ApiRequestError, at: f64) -> Result<()> {
+fn apply_api_error(tx: &Transaction<'_>, runs: &mut RunMemo, e: &ApiRequestError, at: f64) -> Result<()> {
     let a = &e.api;
     touch_run(
         tx,
+        runs,
         &a.session_id,
         at,
         a.platform.as_deref(),
@@ -588,9 +665,9 @@ fn apply_api_error(tx: &Transaction<'_>, e: &ApiRequestError, at: f64) -> Result
     Ok(())
 }
 
-fn apply_tool_result(tx: &Transaction<'_>, e: &PostToolCall, at: f64) -> Result<()> {
+fn apply_tool_result(tx: &Transaction<'_>, runs: &mut RunMemo, e: &PostToolCall, at: f64) -> Result<()> {
     let t = &e.tool;
-    touch_run(tx, &t.session_id, at, None, None, None, None)?;
+    touch_run(tx, runs, &t.session_id, at, None, None, None, None)?;
     let ok = e.ok();
     let latency = e.duration_ms.map(|ms| ms as f64 / 1000.0);
     let started_at = at - latency.unwrap_or(0.0);
@@ -630,8 +707,8 @@ fn apply_tool_result(tx: &Transaction<'_>, e: &PostToolCall, at: f64) -> Result<
     Ok(())
 }
 
-fn apply_subagent_start(tx: &Transaction<'_>, e: &SubagentStart, at: f64) -> Result<()> {
-    touch_run(tx, &e.parent_session_id, at, None, None, None, None)?;
+fn apply_subagent_start(tx: &Transaction<'_>, runs: &mut RunMemo, e: &SubagentStart, at: f64) -> Result<()> {
+    touch_run(tx, runs, &e.parent_session_id, at, None, None, None, None)?;
     tx.prepare_cached(
         "INSERT INTO subagent_edges (child_session_id, parent_session_id, parent_turn_id, parent_subagent_id,
             child_subagent_id, role, goal, started_at)
@@ -657,8 +734,8 @@ fn apply_subagent_start(tx: &Transaction<'_>, e: &SubagentStart, at: f64) -> Res
     link_child(tx, &e.child_session_id, &e.parent_session_id)
 }
 
-fn apply_subagent_stop(tx: &Transaction<'_>, e: &SubagentStop, at: f64) -> Result<()> {
-    touch_run(tx, &e.parent_session_id, at, None, None, None, None)?;
+fn apply_subagent_stop(tx: &Transaction<'_>, runs: &mut RunMemo, e: &SubagentStop, at: f64) -> Result<()> {
+    touch_run(tx, runs, &e.parent_session_id, at, None, None, None, None)?;
     let edge_started: Option<f64> = tx
         .prepare_cached("SELECT started_at FROM subagent_edges WHERE child_session_id = ?1")?
         .query_row(params![e.child_session_id], |r| r.get(0))

@@ -31,6 +31,7 @@ mod ledger;
 mod metrics;
 mod outbox;
 mod report;
+mod run_memo;
 mod session_view;
 
 pub use budget::{reservation_usage, AlertRow, RecordedCall, RESERVATION_TTL_SECONDS};
@@ -106,6 +107,8 @@ pub struct Store {
     /// The Hermes profile of the process applying events, recorded on runs
     /// that have none (per-profile budgets).
     profile: Option<String>,
+    /// What this connection knows of runs, so unchanged runs cost nothing.
+    runs: run_memo::RunMemo,
 }
 
 impl std::fmt::Debug for Store {
@@ -144,6 +147,7 @@ impl Store {
             path: path.to_path_buf(),
             prices: PriceTable::default(),
             profile: None,
+            runs: run_memo::RunMemo::default(),
         };
         store.migrate()?;
         Ok(store)
