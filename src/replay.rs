@@ -9,7 +9,7 @@ use std::path::Path;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::io::BufRead as _;
+use std::io::{Read as _, Seek as _};
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -24,9 +24,11 @@ const BULK_CACHE_KIB: u32 = 64 * 1024;
 /// How many events one replay transaction carries.
 const BATCH: usize = 2048;
 
-/// Lines read before they are parsed, on two threads: recorded lines are
-/// kilobytes of JSON, and parsing is a third of a replay's time.
-const PARSE_CHUNK: usize = 4096;
+/// Lines a parsing thread parses and hands over at a time.
+const PARSE_CHUNK: usize = 512;
+
+/// What the indexing pass reads at a time (it grows for a longer line).
+const READ_BLOCK: usize = 16 << 20;
 
 /// One parsed record.
 #[derive(Debug, Clone)]
@@ -185,79 +187,276 @@ pub struct ReplayStats {
 
 /// Reads `path` and applies its records to `store`. Bad lines are
 /// collected in the stats; the valid lines of the file still land.
+///
+/// Three steps, the last two at once:
+/// 1. the file is read through once for where each line is and its order
+///    key (`t`, `seq`), read from the fields before its kwargs
+///    ([`order_key`]), which is cheap: the kwargs are what is large;
+/// 2. parsing threads read the lines again in `(t, seq)` order, a chunk
+///    at a time, and parse and decode them;
+/// 3. this thread applies the decoded chunks as they come, `BATCH` events
+///    to a transaction.
+///
+/// The single SQLite writer is the slower side, so applying does not wait
+/// for all the parsing to finish first. The file is never held whole:
+/// fresh memory for a large file costs more to fault in than reading it.
 pub fn replay_file(store: &mut Store, path: &Path, opts: DecodeOptions, stats: &mut ReplayStats) -> Result<()> {
     store.set_cache_size_kib(BULK_CACHE_KIB)?;
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
-    let mut records = Vec::new();
-    // A chunk's lines, back to back in one buffer (kept across chunks),
-    // each with its number and where it ends.
-    let mut text: Vec<u8> = Vec::new();
-    let mut chunk: Vec<(usize, usize)> = Vec::with_capacity(PARSE_CHUNK);
-    let mut line_no = 0;
-    loop {
-        let n = reader.read_until(b'\n', &mut text).map_err(|e| Error::io(path, e))?;
-        if n > 0 {
-            line_no += 1;
-            chunk.push((line_no, text.len()));
-        }
-        if chunk.len() == PARSE_CHUNK || (n == 0 && !chunk.is_empty()) {
-            for (line, parsed) in parse_chunk(&text, &chunk, opts) {
+    let (lines, keys) = index_lines(path)?;
+    let order = apply_order(&keys);
+    let chunks: Vec<&[usize]> = order.chunks(PARSE_CHUNK).collect();
+    // One parsing thread per core but the one applying (at least one).
+    let parsers = std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1));
+    let mut batch: Vec<(HookEvent, EventContext)> = Vec::with_capacity(BATCH);
+    let mut bad_lines = Vec::new();
+    std::thread::scope(|scope| -> Result<()> {
+        // Parser `p` takes chunks p, p + parsers, ... and hands each over
+        // through its own channel, so chunks arrive in order.
+        let receivers: Vec<_> = (0..parsers)
+            .map(|p| {
+                let (send, receive) = std::sync::mpsc::sync_channel(2);
+                let (chunks, lines) = (&chunks, &lines);
+                scope.spawn(move || {
+                    let mut reader = LineReader::new(path);
+                    for chunk in chunks.iter().skip(p).step_by(parsers) {
+                        let parsed = reader
+                            .read(lines, chunk)
+                            .map(|text| parse_chunk(text, lines, chunk, opts));
+                        let failed = parsed.is_err();
+                        if send.send(parsed).is_err() || failed {
+                            return; // the applying side stopped, or the file did
+                        }
+                    }
+                });
+                receive
+            })
+            .collect();
+        for n in 0..chunks.len() {
+            let Ok(parsed) = receivers[n % parsers].recv() else {
+                break; // a parser panicked; the scope rethrows it
+            };
+            for (line, parsed) in parsed? {
                 match parsed {
-                    Ok(Some(r)) => records.push(r),
+                    Ok(Some(r)) => {
+                        stats.records += 1;
+                        match r.decoded {
+                            Decoded::Ignored => stats.ignored += 1,
+                            Decoded::Unusable(_) => stats.unusable += 1,
+                            Decoded::Event(event, problems) => {
+                                stats.problems += problems.len();
+                                let ctx = EventContext {
+                                    pid: r.pid,
+                                    thread: r.thread,
+                                    problems,
+                                };
+                                batch.push((event, ctx));
+                                if batch.len() == BATCH {
+                                    flush(store, &mut batch, stats)?;
+                                }
+                            }
+                        }
+                    }
                     Ok(None) => {}
-                    Err(message) => stats.bad_lines.push(Error::BadRecord {
+                    Err(message) => bad_lines.push(Error::BadRecord {
                         path: path.to_path_buf(),
                         line,
                         message,
                     }),
                 }
             }
-            chunk.clear();
-            text.clear();
         }
-        if n == 0 {
-            break;
-        }
-    }
-    // Applied in (t, seq) order; the records stay where they are and only
-    // their keys move (a decoded event is hundreds of bytes).
-    let mut order: Vec<(f64, Option<i64>, usize)> = records
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (r.t.unwrap_or(f64::MAX), r.seq, i))
-        .collect();
-    order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-    let mut records: Vec<Option<Parsed>> = records.into_iter().map(Some).collect();
-    stats.records += records.len();
-    let mut batch: Vec<(HookEvent, EventContext)> = Vec::with_capacity(BATCH);
-    for (_, _, i) in order {
-        let Some(r) = records[i].take() else { continue };
-        match r.decoded {
-            Decoded::Ignored => stats.ignored += 1,
-            Decoded::Unusable(_) => stats.unusable += 1,
-            Decoded::Event(event, problems) => {
-                stats.problems += problems.len();
-                let ctx = EventContext {
-                    pid: r.pid,
-                    thread: r.thread,
-                    problems,
-                };
-                batch.push((event, ctx));
-                if batch.len() == BATCH {
-                    flush(store, &mut batch, stats)?;
-                }
-            }
-        }
-    }
-    flush(store, &mut batch, stats)
+        Ok(())
+    })?;
+    flush(store, &mut batch, stats)?;
+    // Reported in file order, not the order they were met in.
+    bad_lines.sort_by_key(|e| match e {
+        Error::BadRecord { line, .. } => *line,
+        _ => 0,
+    });
+    stats.bad_lines.extend(bad_lines);
+    Ok(())
 }
 
-/// A record parsed and decoded (on the parsing threads), waiting for its
-/// turn in `(t, seq)` order.
+/// When a record happened: its `t` (`f64::MAX` without one) and `seq`.
+type OrderKey = (f64, Option<i64>);
+
+/// Where one line of a file is (its newline included).
+struct Line {
+    start: u64,
+    len: usize,
+}
+
+/// Reads a file block by block: where each line is, and its order key.
+fn index_lines(path: &Path) -> Result<(Vec<Line>, Vec<OrderKey>)> {
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut lines = Vec::new();
+    let mut keys = Vec::new();
+    // A block holds whole lines; the unfinished last one moves to the front.
+    let mut block = vec![0u8; READ_BLOCK];
+    let (mut filled, mut block_start) = (0usize, 0u64);
+    loop {
+        if filled == block.len() {
+            block.resize(block.len() * 2, 0); // a line longer than the block
+        }
+        let n = file.read(&mut block[filled..]).map_err(|e| Error::io(path, e))?;
+        filled += n;
+        let mut start = 0;
+        for end in memchr::memchr_iter(b'\n', &block[..filled]).map(|i| i + 1) {
+            lines.push(Line {
+                start: block_start + start as u64,
+                len: end - start,
+            });
+            keys.push(order_key(&block[start..end]));
+            start = end;
+        }
+        if n == 0 {
+            if start < filled {
+                // The last line, without a newline.
+                lines.push(Line {
+                    start: block_start + start as u64,
+                    len: filled - start,
+                });
+                keys.push(order_key(&block[start..filled]));
+            }
+            return Ok((lines, keys));
+        }
+        block.copy_within(start..filled, 0);
+        filled -= start;
+        block_start += start as u64;
+    }
+}
+
+/// A parsing thread's own handle on the file and buffer for its chunks.
+struct LineReader<'p> {
+    path: &'p Path,
+    file: Option<std::fs::File>,
+    text: Vec<u8>,
+}
+
+impl<'p> LineReader<'p> {
+    fn new(path: &'p Path) -> Self {
+        LineReader {
+            path,
+            file: None,
+            text: Vec::new(),
+        }
+    }
+
+    /// The chunk's lines back to back, each run of lines that follow one
+    /// another in the file read at once (a file in order: the whole chunk).
+    fn read(&mut self, lines: &[Line], chunk: &[usize]) -> Result<&[u8]> {
+        let path = self.path;
+        let file = match &mut self.file {
+            Some(file) => file,
+            None => self
+                .file
+                .insert(std::fs::File::open(path).map_err(|e| Error::io(path, e))?),
+        };
+        self.text.clear();
+        let mut i = 0;
+        while i < chunk.len() {
+            let first = &lines[chunk[i]];
+            let mut len = first.len;
+            let mut next = i + 1;
+            while next < chunk.len() && chunk[next] == chunk[next - 1] + 1 {
+                len += lines[chunk[next]].len;
+                next += 1;
+            }
+            let at = self.text.len();
+            self.text.resize(at + len, 0);
+            file.seek(std::io::SeekFrom::Start(first.start))
+                .and_then(|_| file.read_exact(&mut self.text[at..]))
+                .map_err(|e| Error::io(path, e))?;
+            i = next;
+        }
+        Ok(&self.text)
+    }
+}
+
+/// Parses and decodes a chunk's lines, given back to back in `text`.
+#[allow(clippy::type_complexity)]
+fn parse_chunk(
+    text: &[u8],
+    lines: &[Line],
+    chunk: &[usize],
+    opts: DecodeOptions,
+) -> Vec<(usize, std::result::Result<Option<Parsed>, String>)> {
+    let mut start = 0;
+    chunk
+        .iter()
+        .map(|&i| {
+            let end = start + lines[i].len;
+            let parsed = parse_line(&utf8(&text[start..end]), opts.capture_content);
+            start = end;
+            (i + 1, parsed.map(|r| r.map(|r| Parsed::decode(r, opts))))
+        })
+        .collect()
+}
+
+/// The lines' indexes in `(t, seq)` order; ties and lines without a time
+/// keep their file order, the timeless last.
+fn apply_order(keys: &[OrderKey]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    // Recorded and spooled files are mostly in order already.
+    if !keys.windows(2).all(|k| key_order(&k[0], &k[1]).is_le()) {
+        order.sort_by(|&a, &b| key_order(&keys[a], &keys[b]));
+    }
+    order
+}
+
+fn key_order(a: &OrderKey, b: &OrderKey) -> std::cmp::Ordering {
+    a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
+}
+
+/// A line's `t` (`f64::MAX` without one) and `seq`, as its record will
+/// have them. They are read from the fields before `kwargs` when both are
+/// there, as recorded lines have them; otherwise the whole line is read.
+/// (A line that repeats `t` or `seq` after its kwargs is ordered by the
+/// first ones.)
+fn order_key(line: &[u8]) -> OrderKey {
+    use serde::de::{Deserializer as _, Error as _, IgnoredAny, MapAccess, Visitor};
+
+    #[derive(Default)]
+    struct Key {
+        t: Option<Option<f64>>,
+        seq: Option<Option<i64>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Name<'a>(#[serde(borrow)] Cow<'a, str>);
+    struct Fields<'k>(&'k mut Key);
+    impl<'de> Visitor<'de> for Fields<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a record")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<(), A::Error> {
+            while let Some(Name(name)) = map.next_key::<Name<'de>>()? {
+                match name.as_ref() {
+                    "t" => {
+                        let t = map.next_value::<Value>()?;
+                        self.0.t = Some(t.as_f64().filter(|t| t.is_finite()));
+                    }
+                    "seq" => self.0.seq = Some(map.next_value::<Value>()?.as_i64()),
+                    "kwargs" if self.0.t.is_some() && self.0.seq.is_some() => {
+                        // Everything the key needs is read: skip the rest.
+                        return Err(A::Error::custom("read enough"));
+                    }
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+    let mut key = Key::default();
+    // An error is the early stop, or a line the parser will report.
+    let _ = serde_json::Deserializer::from_slice(line).deserialize_map(Fields(&mut key));
+    (key.t.flatten().unwrap_or(f64::MAX), key.seq.flatten())
+}
+
+/// A record parsed and decoded (on a parsing thread).
 struct Parsed {
-    t: Option<f64>,
-    seq: Option<i64>,
     pid: Option<i64>,
     thread: Option<String>,
     decoded: Decoded,
@@ -271,8 +470,6 @@ impl Parsed {
         };
         let decoded = decode(&r.hook, &r.kwargs, r.t.unwrap_or(0.0), opts);
         Parsed {
-            t: r.t,
-            seq: r.seq,
             pid: r.pid,
             thread: r.thread,
             decoded,
@@ -288,34 +485,6 @@ pub fn utf8(bytes: &[u8]) -> Cow<'_, str> {
         Ok(text) => Cow::Borrowed(text),
         Err(_) => String::from_utf8_lossy(bytes),
     }
-}
-
-/// Parses and decodes the lines of `text` (numbered, each ending where
-/// `lines` says) in order, the second half on another thread.
-#[allow(clippy::type_complexity)]
-fn parse_chunk(
-    text: &[u8],
-    lines: &[(usize, usize)],
-    opts: DecodeOptions,
-) -> Vec<(usize, std::result::Result<Option<Parsed>, String>)> {
-    let parse = |part: &[(usize, usize)], mut start: usize| -> Vec<_> {
-        part.iter()
-            .map(|&(line, end)| {
-                let bytes = &text[start..end];
-                start = end;
-                let parsed = parse_line(&utf8(bytes), opts.capture_content);
-                (line, parsed.map(|r| r.map(|r| Parsed::decode(r, opts))))
-            })
-            .collect()
-    };
-    let (first, second) = lines.split_at(lines.len() / 2);
-    let second_start = first.last().map_or(0, |&(_, end)| end);
-    std::thread::scope(|scope| {
-        let other = scope.spawn(|| parse(second, second_start));
-        let mut out = parse(first, 0);
-        out.extend(other.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
-        out
-    })
 }
 
 fn flush(store: &mut Store, batch: &mut Vec<(HookEvent, EventContext)>, stats: &mut ReplayStats) -> Result<()> {
@@ -406,5 +575,69 @@ mod tests {
                 .hook,
             "y"
         );
+    }
+
+    #[test]
+    fn the_order_key_is_the_records_t_and_seq_wherever_they_are() {
+        let key = |line: &str| order_key(line.as_bytes());
+        assert_eq!(
+            key(r#"{"hook": "h", "t": 2.5, "seq": 7, "kwargs": {"t": 1}}"#),
+            (2.5, Some(7))
+        );
+        // Without seq before the kwargs, the whole line is read.
+        assert_eq!(
+            key(r#"{"hook": "h", "t": 2.5, "kwargs": {"seq": 1}, "seq": 3}"#),
+            (2.5, Some(3))
+        );
+        assert_eq!(key(r#"{"kwargs": {}, "hook": "h", "t": 4}"#), (4.0, None));
+        assert_eq!(
+            key(r#"{"hook": "h", "t": 1, "t": 5, "seq": 1, "kwargs": {}}"#),
+            (5.0, Some(1))
+        );
+        assert_eq!(key(r#"{"hook": "h", "kwargs": {}}"#), (f64::MAX, None));
+        assert_eq!(key(r#"{"hook": "h", "t": "soon", "kwargs": {}}"#), (f64::MAX, None));
+        assert_eq!(key("not json"), (f64::MAX, None));
+        assert_eq!(key(r#"{"hook": "h\u00e9", "t": 3, "kwargs": {"#), (3.0, None));
+        // The key agrees with the parsed record on every recorded line.
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        for file in std::fs::read_dir(dir).expect("fixtures") {
+            let path = file.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "jsonl") {
+                for line in std::fs::read_to_string(&path).expect("read").lines() {
+                    let r = parse_line(line, false).expect("record").expect("one");
+                    assert_eq!(key(line), (r.t.unwrap_or(f64::MAX), r.seq), "{line}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn lines_are_found_across_blocks_longer_than_a_block_and_without_a_last_newline() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("lines.jsonl");
+        let long = format!(
+            r#"{{"hook": "h", "t": 2, "kwargs": {{"x": "{}"}}}}"#,
+            "a".repeat(READ_BLOCK + 10)
+        );
+        let text = format!("{{\"t\": 3}}\n\n{long}\n{{\"t\": 1}}");
+        std::fs::write(&path, &text).expect("write");
+        let (lines, keys) = index_lines(&path).expect("index");
+        let spans: Vec<(u64, usize)> = lines.iter().map(|l| (l.start, l.len)).collect();
+        let first = "{\"t\": 3}\n".len();
+        assert_eq!(
+            spans,
+            [
+                (0, first),
+                (first as u64, 1),
+                (first as u64 + 1, long.len() + 1),
+                ((first + 2 + long.len()) as u64, "{\"t\": 1}".len())
+            ]
+        );
+        assert_eq!(keys, [(3.0, None), (f64::MAX, None), (2.0, None), (1.0, None)]);
+        assert_eq!(apply_order(&keys), [3, 2, 0, 1]);
+        // A parsing thread reads a chunk's scattered lines back to back.
+        let mut reader = LineReader::new(&path);
+        let read = reader.read(&lines, &[3, 0]).expect("read").to_vec();
+        assert_eq!(read, b"{\"t\": 1}{\"t\": 3}\n");
     }
 }

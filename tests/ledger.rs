@@ -650,3 +650,37 @@ fn a_run_written_by_two_processes_keeps_the_last_model_each_one_said() {
         100.0
     );
 }
+
+#[test]
+fn a_file_out_of_time_order_is_applied_in_time_order() {
+    // All fixtures in one file, lines reversed and blank lines between:
+    // the estimate of a call without usage needs its pre_api_request
+    // first, and a turn's outcome its on_session_end last.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let shuffled = dir.path().join("reversed.jsonl");
+    let mut lines: Vec<String> = fixtures()
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(f)
+                .expect("read")
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    lines.reverse();
+    std::fs::write(&shuffled, lines.join("\n\n")).expect("write");
+    let reversed = replay(&[shuffled]);
+    let each = replay(&fixtures());
+    assert_eq!(reversed.stats.bad_lines.len(), 0);
+    assert_eq!(reversed.stats.applied, each.stats.applied);
+    assert_eq!(totals(&reversed.store), totals(&each.store));
+    let rows = |s: &Store| {
+        scalar::<String>(
+            s,
+            "SELECT group_concat(session_id || ':' || status || ':' || started_at || ':' || estimated_llm_calls, ',')
+             FROM (SELECT * FROM runs ORDER BY session_id)",
+        )
+    };
+    assert_eq!(rows(&reversed.store), rows(&each.store));
+}
