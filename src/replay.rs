@@ -9,7 +9,7 @@ use std::path::Path;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::io::{Read as _, Seek as _};
+use std::io::Read as _;
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -214,7 +214,9 @@ pub fn replay_file(store: &mut Store, path: &Path, opts: DecodeOptions, stats: &
         // through its own channel, so chunks arrive in order.
         let receivers: Vec<_> = (0..parsers)
             .map(|p| {
-                let (send, receive) = std::sync::mpsc::sync_channel(2);
+                // Room for two transactions' worth: applying takes events a
+                // transaction at a time, and parsing must not stall meanwhile.
+                let (send, receive) = std::sync::mpsc::sync_channel(2 * BATCH.div_ceil(PARSE_CHUNK));
                 let (chunks, lines) = (&chunks, &lines);
                 scope.spawn(move || {
                     let mut reader = LineReader::new(path);
@@ -364,12 +366,24 @@ impl<'p> LineReader<'p> {
             }
             let at = self.text.len();
             self.text.resize(at + len, 0);
-            file.seek(std::io::SeekFrom::Start(first.start))
-                .and_then(|_| file.read_exact(&mut self.text[at..]))
-                .map_err(|e| Error::io(path, e))?;
+            read_at(file, &mut self.text[at..], first.start).map_err(|e| Error::io(path, e))?;
             i = next;
         }
         Ok(&self.text)
+    }
+}
+
+/// Fills `buf` from `file` at `offset` (one system call where there is one).
+fn read_at(file: &mut std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+    }
+    #[cfg(not(unix))]
+    {
+        use std::io::Read as _;
+        file.seek(std::io::SeekFrom::Start(offset))?;
+        file.read_exact(buf)
     }
 }
 
