@@ -119,8 +119,10 @@ impl Store {
             params![ABANDONED, cutoff],
         )?;
         let n = tx.execute(
-            "UPDATE runs SET status = ?1, ended_at = last_event_at WHERE status = ?2 AND last_event_at < ?3",
-            params![ABANDONED, RUNNING, cutoff],
+            // 'running' spelled out: the partial index runs_running is
+            // chosen only for the literal its WHERE names.
+            "UPDATE runs SET status = ?1, ended_at = last_event_at WHERE status = 'running' AND last_event_at < ?2",
+            params![ABANDONED, cutoff],
         )?;
         tx.commit()?;
         Ok(n)
@@ -323,14 +325,8 @@ fn apply_in(
             // Turns that never reached on_session_end failed (their last API
             // request has errors and no success) or were cut short.
             outbox::enqueue_open_turns(tx, &e.session_id, at)?;
-            tx.prepare_cached(
-                "UPDATE turns SET ended_at = ?2, outcome = CASE WHEN EXISTS (
-                     SELECT 1 FROM llm_call_errors x WHERE x.turn_id = turns.turn_id
-                       AND NOT EXISTS (SELECT 1 FROM llm_calls l WHERE l.api_request_id = x.api_request_id))
-                   THEN ?3 ELSE ?4 END
-                 WHERE session_id = ?1 AND outcome IS NULL",
-            )?
-            .execute(params![e.session_id, at, ERROR, INTERRUPTED])?;
+            tx.prepare_cached(CLOSE_OPEN_TURNS)?
+                .execute(params![e.session_id, at, ERROR, INTERRUPTED])?;
             // The run ends with the outcome of its last turn.
             tx.prepare_cached(
                 "UPDATE runs SET finalized_at = ?2, ended_at = ?2,
@@ -346,6 +342,14 @@ fn apply_in(
     super::content::record(tx, event)?;
     Ok(Applied::New)
 }
+
+/// Closes a finalized session's open turns: failed when an attempt of
+/// theirs failed and none succeeded, else interrupted.
+const CLOSE_OPEN_TURNS: &str = "UPDATE turns SET ended_at = ?2, outcome = CASE WHEN EXISTS (
+        SELECT 1 FROM llm_call_errors x WHERE x.turn_id = turns.turn_id
+          AND NOT EXISTS (SELECT 1 FROM llm_calls l WHERE l.api_request_id = x.api_request_id))
+      THEN ?3 ELSE ?4 END
+    WHERE session_id = ?1 AND outcome IS NULL";
 
 /// Makes sure the run exists (a resumed session fires no on_session_start)
 /// and refreshes what the event says about it.
@@ -812,6 +816,27 @@ fn apply_subagent_stop(tx: &Transaction<'_>, runs: &mut RunMemo, e: &SubagentSto
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn closing_a_sessions_turns_reads_no_table_whole() {
+        // Once per finalize: a scan would cost more with every error ever
+        // recorded.
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(&dir.path().join("plan.db")).expect("open");
+        let mut plan = store
+            .conn()
+            .prepare(&format!("EXPLAIN QUERY PLAN {CLOSE_OPEN_TURNS}"))
+            .expect("explain");
+        let steps: Vec<String> = plan
+            .query_map(params![None::<String>, 0.0, ERROR, INTERRUPTED], |r| {
+                r.get::<_, String>(3)
+            })
+            .expect("plan")
+            .collect::<std::result::Result<_, _>>()
+            .expect("rows");
+        assert!(steps.iter().any(|s| s.contains("llm_call_errors_turn")), "{steps:?}");
+        assert!(!steps.iter().any(|s| s.starts_with("SCAN")), "{steps:?}");
+    }
 
     #[test]
     fn cron_job_ids_come_from_the_session_id() {

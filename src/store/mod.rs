@@ -67,6 +67,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0004_content.sql"),
     include_str!("migrations/0005_budget.sql"),
     include_str!("migrations/0006_metric_delta.sql"),
+    include_str!("migrations/0007_error_turns.sql"),
 ];
 
 /// The schema version this build writes.
