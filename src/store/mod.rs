@@ -33,6 +33,7 @@ mod outbox;
 mod report;
 mod run_memo;
 mod session_view;
+mod wal_vfs;
 
 pub use budget::{reservation_usage, AlertRow, RecordedCall, RESERVATION_TTL_SECONDS};
 pub use content::ContentKind;
@@ -128,10 +129,13 @@ impl Store {
     /// Opens (creating if needed) the database at `path` and migrates it.
     pub fn open(path: &Path) -> Result<Self> {
         create_private_file(path)?;
-        let mut conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        // A commit's WAL frames in one write (see wal_vfs); the default VFS
+        // should registering it ever fail.
+        let mut conn = match wal_vfs::register() {
+            Ok(()) => Connection::open_with_flags_and_vfs(path, flags, wal_vfs::NAME)?,
+            Err(_) => Connection::open_with_flags(path, flags)?,
+        };
         conn.busy_handler(Some(wait_for_lock))?;
         // WAL: readers (reports, the exporter) never block hook writes.
         conn.pragma_update(None, "journal_mode", "WAL")?;
