@@ -28,7 +28,8 @@ const BATCH: usize = 2048;
 const PARSE_CHUNK: usize = 512;
 
 /// What the indexing pass reads at a time (it grows for a longer line).
-const READ_BLOCK: usize = 16 << 20;
+/// Small in unit tests, so a small file spans many blocks.
+const READ_BLOCK: usize = if cfg!(test) { 4 << 10 } else { 16 << 20 };
 
 /// One parsed record.
 #[derive(Debug, Clone)]
@@ -288,44 +289,78 @@ struct Line {
     len: usize,
 }
 
-/// Reads a file block by block: where each line is, and its order key.
+/// Reads a file block by block: where each line is, and its order key. A
+/// helper thread finds the lines and keys of a block while this one reads
+/// the next.
 fn index_lines(path: &Path) -> Result<(Vec<Line>, Vec<OrderKey>)> {
     let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut lines = Vec::new();
-    let mut keys = Vec::new();
-    // A block holds whole lines; the unfinished last one moves to the front.
-    let mut block = vec![0u8; READ_BLOCK];
-    let (mut filled, mut block_start) = (0usize, 0u64);
-    loop {
-        if filled == block.len() {
-            block.resize(block.len() * 2, 0); // a line longer than the block
-        }
-        let n = file.read(&mut block[filled..]).map_err(|e| Error::io(path, e))?;
-        filled += n;
-        let mut start = 0;
-        for end in memchr::memchr_iter(b'\n', &block[..filled]).map(|i| i + 1) {
-            lines.push(Line {
-                start: block_start + start as u64,
-                len: end - start,
-            });
-            keys.push(order_key(&block[start..end]));
-            start = end;
-        }
-        if n == 0 {
-            if start < filled {
-                // The last line, without a newline.
-                lines.push(Line {
-                    start: block_start + start as u64,
-                    len: filled - start,
-                });
-                keys.push(order_key(&block[start..filled]));
+    std::thread::scope(|scope| {
+        // (buffer, bytes of whole lines in it, their offset in the file)
+        let (send_block, blocks) = std::sync::mpsc::sync_channel::<(Vec<u8>, usize, u64)>(1);
+        // Unbounded, so the helper never waits here while this thread waits
+        // to send it a block (a deadlock); a few buffers exist at most, as
+        // only one block waits to be indexed.
+        let (give_back, returned) = std::sync::mpsc::channel::<Vec<u8>>();
+        let helper = scope.spawn(move || {
+            let (mut lines, mut keys) = (Vec::new(), Vec::new());
+            for (block, len, at) in blocks {
+                let text = &block[..len];
+                let mut start = 0;
+                let ends = memchr::memchr_iter(b'\n', text).map(|i| i + 1);
+                // The file's last line may have no newline.
+                let last = (text.last() != Some(&b'\n')).then_some(len);
+                for end in ends.chain(last) {
+                    lines.push(Line {
+                        start: at + start as u64,
+                        len: end - start,
+                    });
+                    keys.push(order_key(&text[start..end]));
+                    start = end;
+                }
+                let _ = give_back.send(block);
             }
-            return Ok((lines, keys));
-        }
-        block.copy_within(start..filled, 0);
-        filled -= start;
-        block_start += start as u64;
-    }
+            (lines, keys)
+        });
+        let mut buf = vec![0u8; READ_BLOCK];
+        let (mut filled, mut at) = (0usize, 0u64);
+        let read = loop {
+            if filled == buf.len() {
+                buf.resize(buf.len() * 2, 0); // a line longer than the block
+            }
+            let n = match file.read(&mut buf[filled..]) {
+                Ok(n) => n,
+                Err(e) => break Err(Error::io(path, e)),
+            };
+            filled += n;
+            // Whole lines go to the helper; an unfinished last one stays,
+            // unless the file ends there.
+            let whole = match (n, memchr::memrchr(b'\n', &buf[..filled])) {
+                (0, _) => filled,
+                (_, Some(i)) => i + 1,
+                (_, None) => continue,
+            };
+            if whole > 0 {
+                let mut next = returned.try_recv().unwrap_or_else(|_| vec![0u8; READ_BLOCK]);
+                let rest = filled - whole;
+                if next.len() < rest.max(READ_BLOCK) {
+                    next.resize(rest.max(READ_BLOCK), 0);
+                }
+                next[..rest].copy_from_slice(&buf[whole..filled]);
+                let block = std::mem::replace(&mut buf, next);
+                if send_block.send((block, whole, at)).is_err() {
+                    break Ok(()); // the helper panicked; joining says so
+                }
+                at += whole as u64;
+                filled = rest;
+            }
+            if n == 0 {
+                break Ok(());
+            }
+        };
+        drop(send_block);
+        let indexed = helper.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        read.map(|()| indexed)
+    })
 }
 
 /// A parsing thread's own handle on the file and buffer for its chunks.
@@ -653,5 +688,29 @@ mod tests {
         let mut reader = LineReader::new(&path);
         let read = reader.read(&lines, &[3, 0]).expect("read").to_vec();
         assert_eq!(read, b"{\"t\": 1}{\"t\": 3}\n");
+    }
+
+    #[test]
+    fn a_file_of_many_blocks_is_indexed_line_by_line() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("many.jsonl");
+        let mut text = String::new();
+        for n in 0..3000 {
+            let pad = "p".repeat(n % 1500);
+            text.push_str(&format!(
+                "{{\"hook\": \"h\", \"t\": {}, \"kwargs\": {{\"x\": \"{pad}\"}}}}\n",
+                3000 - n
+            ));
+        }
+        std::fs::write(&path, &text).expect("write");
+        assert!(text.len() > 200 * READ_BLOCK);
+        let (lines, keys) = index_lines(&path).expect("index");
+        let mut start = 0u64;
+        for (n, (line, expected)) in lines.iter().zip(text.split_inclusive('\n')).enumerate() {
+            assert_eq!((line.start, line.len), (start, expected.len()), "line {n}");
+            assert_eq!(keys[n], ((3000 - n) as f64, None));
+            start += expected.len() as u64;
+        }
+        assert_eq!(lines.len(), 3000);
     }
 }

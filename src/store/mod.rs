@@ -33,7 +33,7 @@ mod outbox;
 mod report;
 mod run_memo;
 mod session_view;
-mod wal_vfs;
+pub mod wal_vfs;
 
 pub use budget::{reservation_usage, AlertRow, RecordedCall, RESERVATION_TTL_SECONDS};
 pub use content::ContentKind;
