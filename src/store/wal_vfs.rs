@@ -150,10 +150,16 @@ unsafe extern "C" fn open(
         unsafe { (*file).pMethods = std::ptr::null() };
         return rc;
     }
+    if unsafe { (*(*real).pMethods).iVersion } < 3 {
+        // A locking style without the methods this wrapper forwards (some
+        // network file systems): the default VFS's file, unwrapped.
+        unsafe { ((*(*real).pMethods).xClose.expect("xClose"))(real) };
+        return unsafe { base_open(base, name, file, flags, out_flags) };
+    }
     unsafe {
         file.cast::<WalFile>().write(WalFile {
             base: ffi::sqlite3_file {
-                pMethods: wal_methods((*real).pMethods),
+                pMethods: wal_methods(),
             },
             gathered_at: 0,
             gathered: Vec::new(),
@@ -163,14 +169,14 @@ unsafe extern "C" fn open(
     rc
 }
 
-/// The WAL file's methods: the default ones, with writes gathered and
-/// everything else writing out first.
-fn wal_methods(real: *const ffi::sqlite3_io_methods) -> *const ffi::sqlite3_io_methods {
+/// The WAL file's methods: each forwards to the method of the file's own
+/// default-VFS methods, with writes gathered and everything else writing
+/// out first. One table serves every WAL file.
+fn wal_methods() -> *const ffi::sqlite3_io_methods {
     static METHODS: OnceLock<usize> = OnceLock::new();
     *METHODS.get_or_init(|| {
-        // SAFETY: the default VFS's methods live for the life of the process.
-        let r = unsafe { &*real };
         let methods = Box::leak(Box::new(ffi::sqlite3_io_methods {
+            iVersion: 3,
             xClose: Some(close),
             xRead: Some(read),
             xWrite: Some(write),
@@ -189,7 +195,6 @@ fn wal_methods(real: *const ffi::sqlite3_io_methods) -> *const ffi::sqlite3_io_m
             xShmUnmap: Some(shm_unmap),
             xFetch: Some(fetch),
             xUnfetch: Some(unfetch),
-            ..*r
         }));
         methods as *const _ as usize
     }) as *const ffi::sqlite3_io_methods
