@@ -46,28 +46,9 @@ pub const SUBAGENT_TOOL_NAME: &str = "delegate_task/subagent";
 impl Store {
     /// Applies one decoded hook event in one transaction.
     pub fn apply(&mut self, event: &HookEvent, ctx: &EventContext) -> Result<Applied> {
-        // Taken out for the transaction: a failed one leaves the memo empty,
-        // since what it learned was rolled back.
-        let mut runs = std::mem::take(&mut self.runs);
-        // Immediate: the write lock first (its wait is the busy handler's),
-        // so the read of data_version cannot pin a snapshot that a commit
-        // of another process makes stale before our first write.
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        runs.follow(data_version(&tx)?);
-        let mut rollup = budget::SpendRollup::default();
-        let applied = apply_in(
-            &tx,
-            &mut runs,
-            &self.prices,
-            self.profile.as_deref(),
-            event,
-            ctx,
-            &mut rollup,
-        )?;
-        rollup.write(&tx)?;
-        tx.commit()?;
-        self.runs = runs;
-        Ok(applied)
+        let mut applied = self.apply_batch([(event, ctx)])?;
+        // One result per event: the fallback is never taken.
+        Ok(applied.pop().unwrap_or(Applied::Duplicate))
     }
 
     /// Applies several events in one transaction (replay, group commit).
@@ -76,6 +57,8 @@ impl Store {
         &mut self,
         events: impl IntoIterator<Item = (&'a HookEvent, &'a EventContext)>,
     ) -> Result<Vec<Applied>> {
+        // Taken out for the transaction: a failed one leaves the memo empty,
+        // since what it learned was rolled back.
         let mut runs = std::mem::take(&mut self.runs);
         // Immediate: the write lock first (its wait is the busy handler's),
         // so the read of data_version cannot pin a snapshot that a commit
