@@ -150,12 +150,6 @@ unsafe extern "C" fn open(
         unsafe { (*file).pMethods = std::ptr::null() };
         return rc;
     }
-    if unsafe { (*(*real).pMethods).iVersion } < 3 {
-        // A locking style without the methods this wrapper forwards (some
-        // network file systems): the default VFS's file, unwrapped.
-        unsafe { ((*(*real).pMethods).xClose.expect("xClose"))(real) };
-        return unsafe { base_open(base, name, file, flags, out_flags) };
-    }
     unsafe {
         file.cast::<WalFile>().write(WalFile {
             base: ffi::sqlite3_file {
@@ -171,12 +165,13 @@ unsafe extern "C" fn open(
 
 /// The WAL file's methods: each forwards to the method of the file's own
 /// default-VFS methods, with writes gathered and everything else writing
-/// out first. One table serves every WAL file.
+/// out first. One table serves every WAL file. Version 1: shared memory and
+/// memory-mapped reads are methods SQLite calls on the database file only.
 fn wal_methods() -> *const ffi::sqlite3_io_methods {
     static METHODS: OnceLock<usize> = OnceLock::new();
     *METHODS.get_or_init(|| {
         let methods = Box::leak(Box::new(ffi::sqlite3_io_methods {
-            iVersion: 3,
+            iVersion: 1,
             xClose: Some(close),
             xRead: Some(read),
             xWrite: Some(write),
@@ -189,12 +184,12 @@ fn wal_methods() -> *const ffi::sqlite3_io_methods {
             xFileControl: Some(file_control),
             xSectorSize: Some(sector_size),
             xDeviceCharacteristics: Some(device_characteristics),
-            xShmMap: Some(shm_map),
-            xShmLock: Some(shm_lock),
-            xShmBarrier: Some(shm_barrier),
-            xShmUnmap: Some(shm_unmap),
-            xFetch: Some(fetch),
-            xUnfetch: Some(unfetch),
+            xShmMap: None,
+            xShmLock: None,
+            xShmBarrier: None,
+            xShmUnmap: None,
+            xFetch: None,
+            xUnfetch: None,
         }));
         methods as *const _ as usize
     }) as *const ffi::sqlite3_io_methods
@@ -231,11 +226,6 @@ after_writing_out!(lock => xLock(level: c_int));
 after_writing_out!(unlock => xUnlock(level: c_int));
 after_writing_out!(check_reserved_lock => xCheckReservedLock(out: *mut c_int));
 after_writing_out!(file_control => xFileControl(op: c_int, arg: *mut c_void));
-after_writing_out!(shm_map => xShmMap(page: c_int, size: c_int, extend: c_int, out: *mut *mut c_void));
-after_writing_out!(shm_lock => xShmLock(offset: c_int, n: c_int, flags: c_int));
-after_writing_out!(shm_unmap => xShmUnmap(delete: c_int));
-after_writing_out!(fetch => xFetch(offset: i64, amount: c_int, out: *mut *mut c_void));
-after_writing_out!(unfetch => xUnfetch(offset: i64, page: *mut c_void));
 
 unsafe extern "C" fn sector_size(file: *mut ffi::sqlite3_file) -> c_int {
     let (real, method) = real_method!(file, xSectorSize);
@@ -244,13 +234,6 @@ unsafe extern "C" fn sector_size(file: *mut ffi::sqlite3_file) -> c_int {
 
 unsafe extern "C" fn device_characteristics(file: *mut ffi::sqlite3_file) -> c_int {
     let (real, method) = real_method!(file, xDeviceCharacteristics);
-    unsafe { method(real) }
-}
-
-unsafe extern "C" fn shm_barrier(file: *mut ffi::sqlite3_file) {
-    // No error can be returned here; a commit has written out already.
-    let _ = unsafe { WalFile::write_out(file) };
-    let (real, method) = real_method!(file, xShmBarrier);
     unsafe { method(real) }
 }
 
@@ -317,6 +300,16 @@ mod tests {
         conn
     }
 
+    /// Our connection to a new database with table `t` and a page cache of
+    /// `cache_pages` (small, so a large transaction spills).
+    fn with_table(path: &std::path::Path, cache_pages: i64) -> Connection {
+        let ours = open(path, true);
+        ours.pragma_update(None, "cache_size", cache_pages).expect("cache");
+        ours.execute_batch("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)")
+            .expect("table");
+        ours
+    }
+
     fn count(conn: &Connection) -> i64 {
         conn.query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))
             .expect("count")
@@ -358,10 +351,7 @@ mod tests {
         // more than MAX_GATHERED is gathered before the commit.
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("v.db");
-        let ours = open(&path, true);
-        ours.pragma_update(None, "cache_size", 40).expect("cache");
-        ours.execute_batch("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)")
-            .expect("table");
+        let ours = with_table(&path, 40);
         ours.execute_batch("BEGIN").expect("begin");
         let row = vec![7u8; 1500];
         for k in 0..8000i64 {
@@ -392,10 +382,7 @@ mod tests {
     fn a_rolled_back_transaction_leaves_nothing_behind() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("v.db");
-        let ours = open(&path, true);
-        ours.pragma_update(None, "cache_size", 20).expect("cache");
-        ours.execute_batch("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)")
-            .expect("table");
+        let ours = with_table(&path, 20);
         ours.execute_batch("BEGIN").expect("begin");
         for k in 0..2000i64 {
             ours.execute("INSERT INTO t (k, v) VALUES (?1, zeroblob(1000))", [k])
