@@ -79,54 +79,42 @@ fn main() {
 }
 
 /// One-row transactions into a table with no index (one page written) and
-/// into one with a unique text key (two pages), with the store's pragmas,
-/// through the store's VFS and through SQLite's default one.
+/// into one with a unique text key (two pages), on a connection opened as
+/// the store opens it.
 fn bench_floor(dir: &Path, events: usize) {
-    hermes_otel::store::wal_vfs::register().expect("vfs");
-    for (vfs, file) in [("store's VFS", "floor.db"), ("default VFS", "floor-default.db")] {
-        let path = dir.join(file);
-        let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_CREATE;
-        let conn = if file == "floor.db" {
-            rusqlite::Connection::open_with_flags_and_vfs(&path, flags, hermes_otel::store::wal_vfs::NAME)
-        } else {
-            rusqlite::Connection::open_with_flags(&path, flags)
-        }
-        .expect("open");
-        conn.pragma_update(None, "journal_mode", "WAL").expect("wal");
-        conn.pragma_update(None, "synchronous", "NORMAL").expect("synchronous");
-        conn.pragma_update(None, "wal_autocheckpoint", 0).expect("checkpoints");
-        conn.execute_batch(
-            "CREATE TABLE one (id INTEGER PRIMARY KEY, v TEXT);
-             CREATE TABLE two (id INTEGER PRIMARY KEY, k TEXT UNIQUE, v TEXT);",
-        )
-        .expect("tables");
-        let value = "x".repeat(200);
-        for (label, sql) in [
-            ("1 page", "INSERT INTO one (v) VALUES (?2)"),
-            ("2 pages", "INSERT INTO two (k, v) VALUES (?1, ?2)"),
-        ] {
-            let mut micros = Vec::with_capacity(events);
-            for n in 0..events {
-                let t0 = Instant::now();
-                conn.execute_batch("BEGIN").expect("begin");
-                conn.prepare_cached(sql)
-                    .expect("prepare")
-                    .execute(rusqlite::params![format!("{n:012}"), value])
-                    .expect("insert");
-                conn.execute_batch("COMMIT").expect("commit");
-                micros.push(t0.elapsed().as_secs_f64() * 1e6);
-                if n % 1_000 == 999 {
-                    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-                        .expect("checkpoint");
-                }
+    let path = dir.join("floor.db");
+    let conn = hermes_otel::store::connect(&path).expect("open");
+    conn.execute_batch(
+        "CREATE TABLE one (id INTEGER PRIMARY KEY, v TEXT);
+         CREATE TABLE two (id INTEGER PRIMARY KEY, k TEXT UNIQUE, v TEXT);",
+    )
+    .expect("tables");
+    let value = "x".repeat(200);
+    for (label, sql) in [
+        ("1 page", "INSERT INTO one (v) VALUES (?2)"),
+        ("2 pages", "INSERT INTO two (k, v) VALUES (?1, ?2)"),
+    ] {
+        let mut micros = Vec::with_capacity(events);
+        for n in 0..events {
+            let t0 = Instant::now();
+            conn.execute_batch("BEGIN").expect("begin");
+            conn.prepare_cached(sql)
+                .expect("prepare")
+                .execute(rusqlite::params![format!("{n:012}"), value])
+                .expect("insert");
+            conn.execute_batch("COMMIT").expect("commit");
+            micros.push(t0.elapsed().as_secs_f64() * 1e6);
+            if n % 1_000 == 999 {
+                conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+                    .expect("checkpoint");
             }
-            micros.sort_by(f64::total_cmp);
-            println!(
-                "SQLite floor, one-row transaction ({label}, {vfs}): p50 {:.1} µs  p99 {:.1} µs",
-                percentile(&micros, 0.5),
-                percentile(&micros, 0.99)
-            );
         }
+        micros.sort_by(f64::total_cmp);
+        println!(
+            "SQLite floor, one-row transaction ({label}): p50 {:.1} µs  p99 {:.1} µs",
+            percentile(&micros, 0.5),
+            percentile(&micros, 0.99)
+        );
     }
 }
 

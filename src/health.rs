@@ -84,8 +84,9 @@ impl FaultKind {
             FaultKind::DiskFull => "free some space; events are kept (in memory and, if it can be written, the spool) and land once there is room".into(),
             FaultKind::ReadOnly => "make the store directory writable again; events are kept in memory and land once it is".into(),
             FaultKind::Corrupt => format!(
-                "the file is kept as it is for inspection; move {0} (and {0}-wal, {0}-shm) aside to start a fresh store, \
-                 which hermes-otel picks up by itself; events are kept in the spool meanwhile",
+                "stop Hermes (and `hermes-otel serve`), then run `hermes-otel doctor --rebuild`: it keeps {0} aside \
+                 for inspection and rebuilds the store from what it can read plus the spool; events are kept in \
+                 the spool meanwhile",
                 db.display()
             ),
             FaultKind::Unavailable => "events are kept (in the spool if it can be written) and the store is retried".into(),

@@ -4,6 +4,7 @@
 //! Rust binary and the `hermes-otel` script the Python wheel installs.
 
 mod budget;
+mod doctor;
 mod export;
 mod metrics_status;
 mod report;
@@ -62,6 +63,8 @@ enum Command {
     Serve(export::ServeArgs),
     /// Re-send every finished span since a time, with the same ids as before.
     Export(export::ExportArgs),
+    /// Check the store file's integrity; --rebuild rebuilds a damaged one.
+    Doctor(doctor::DoctorArgs),
     /// Budgets: set limits, list spend and verdicts, forecast.
     Budget {
         #[command(subcommand)]
@@ -134,13 +137,16 @@ fn dispatch(cli: Cli) -> Result<i32> {
         }
         Command::Serve(args) => export::serve(&config::store_dir(cli.home).value, &args),
         Command::Export(args) => export::export(&config::store_dir(cli.home).value, &args),
+        Command::Doctor(args) => doctor::run(&config::store_dir(cli.home).value, &args),
         Command::Budget { command } => budget::run(&config::store_dir(cli.home).value, &command),
         Command::Status { json } => {
             let home = config::store_dir(cli.home);
-            match Store::open_dir(&home.value) {
-                Ok(store) => status::run(&store, &home, json),
-                // A store in trouble is exactly when status must answer.
-                Err(e) => status::run_unopenable(&home, &e, json),
+            // A store in trouble is exactly when status must answer: one
+            // that cannot be opened, or whose pages fail to read.
+            match Store::open_dir(&home.value).and_then(|store| status::run(&store, &home, json)) {
+                Ok(code) => Ok(code),
+                Err(e) if crate::health::classify(&e).is_some() => status::run_unopenable(&home, &e, json),
+                Err(e) => Err(e),
             }
         }
     }

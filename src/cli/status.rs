@@ -17,10 +17,13 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
         .into_iter()
         .map(|(name, value, source)| serde_json::json!({"name": name, "value": value, "source": source}))
         .collect();
+    // Damage a process or `doctor` found makes status fail, first line.
+    let damaged = damaged(&home.value);
+    let code = i32::from(damaged.is_some());
     if json {
         let value = serde_json::json!({
             "store": { "path": store.path(), "dir_source": home.source.to_string(), "schema_version": version,
-                       "supported_schema_version": SCHEMA_VERSION },
+                       "supported_schema_version": SCHEMA_VERSION, "damaged": damaged },
             "rows": counts,
             "export": export,
             "export_settings": settings,
@@ -30,7 +33,10 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
         });
         let text = serde_json::to_string_pretty(&value).map_err(|e| Error::Other(e.to_string()))?;
         println!("{text}");
-        return Ok(0);
+        return Ok(code);
+    }
+    if let Some(text) = &damaged {
+        println!("DAMAGED         {text}");
     }
     println!("store           {} (from {})", store.path().display(), home.source);
     println!("schema version  {version} (this build: {SCHEMA_VERSION})");
@@ -45,7 +51,29 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
     print_health(&home.value);
     print_export(&export, &export_config);
     super::metrics_status::print(store)?;
-    Ok(0)
+    Ok(code)
+}
+
+/// The damage recorded in `<store>/health.json` and not repaired since
+/// (a writer that hit a damaged page, or `doctor`), with what to do.
+fn damaged(dir: &std::path::Path) -> Option<String> {
+    let record = crate::health::read(dir).ok().flatten()?;
+    let fault = record
+        .last_fault
+        .filter(|f| f.kind == crate::health::FaultKind::Corrupt)?;
+    if record.state != "fault" {
+        return None;
+    }
+    let db = dir.join(crate::store::DB_FILE_NAME);
+    if fault.message.contains("doctor --rebuild") {
+        Some(fault.message)
+    } else {
+        Some(format!(
+            "{}; {}",
+            fault.message,
+            crate::health::FaultKind::Corrupt.advice(&db)
+        ))
+    }
 }
 
 /// Status of a store that cannot be opened: what is wrong, what the bridges

@@ -12,7 +12,7 @@ mod keys;
 pub use decode::{decode, scrub, scrubbed_key, DecodeOptions, Decoded, Problem};
 pub use keys::{keys, HookKeys, ASSISTANT_MESSAGE, TOOL_RESULT};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The hooks the bridge registers, by the name Hermes gives them.
 pub const HOOK_NAMES: [&str; 12] = [
@@ -31,7 +31,7 @@ pub const HOOK_NAMES: [&str; 12] = [
 ];
 
 /// One hook call, decoded.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HookEvent {
     /// Wall-clock time of the call, in Unix seconds.
     pub at: f64,
@@ -40,7 +40,7 @@ pub struct HookEvent {
 }
 
 /// A decoded hook call, a variant per hook.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "hook", rename_all = "snake_case")]
 pub enum Hook {
     SessionStart(SessionStart),
@@ -115,7 +115,7 @@ impl Hook {
 }
 
 /// `on_session_start`: a session begins (not fired for `--resume`).
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct SessionStart {
     pub session_id: String,
     pub model: Option<String>,
@@ -123,7 +123,7 @@ pub struct SessionStart {
 }
 
 /// `pre_llm_call`: a turn begins.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct PreLlmCall {
     pub session_id: String,
     pub task_id: Option<String>,
@@ -138,7 +138,7 @@ pub struct PreLlmCall {
 }
 
 /// Ids and routing shared by the three API-request hooks.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ApiRequest {
     pub session_id: String,
     pub task_id: Option<String>,
@@ -155,7 +155,7 @@ pub struct ApiRequest {
 }
 
 /// `pre_api_request`: one attempt of an LLM API call is about to be sent.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct PreApiRequest {
     #[serde(flatten)]
     pub api: ApiRequest,
@@ -172,7 +172,7 @@ pub struct PreApiRequest {
 /// Token usage as Hermes reports it. `input_tokens` excludes cache reads
 /// and writes; `prompt_tokens` and `total_tokens` are kept for the journal
 /// but never added into anything.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct Usage {
     pub input_tokens: i64,
     pub output_tokens: i64,
@@ -184,7 +184,7 @@ pub struct Usage {
 }
 
 /// `post_api_request`: an LLM API call succeeded.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct PostApiRequest {
     #[serde(flatten)]
     pub api: ApiRequest,
@@ -203,7 +203,7 @@ pub struct PostApiRequest {
 }
 
 /// `api_request_error`: one attempt of an LLM API call failed.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ApiRequestError {
     #[serde(flatten)]
     pub api: ApiRequest,
@@ -219,7 +219,7 @@ pub struct ApiRequestError {
 }
 
 /// Ids shared by the tool hooks.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ToolRef {
     pub session_id: String,
     pub task_id: Option<String>,
@@ -230,7 +230,7 @@ pub struct ToolRef {
 }
 
 /// `pre_tool_call`: a tool is about to run (the gating hook).
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct PreToolCall {
     #[serde(flatten)]
     pub tool: ToolRef,
@@ -240,7 +240,7 @@ pub struct PreToolCall {
 }
 
 /// `post_tool_call`: a tool finished.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct PostToolCall {
     #[serde(flatten)]
     pub tool: ToolRef,
@@ -259,7 +259,7 @@ pub struct PostToolCall {
 }
 
 /// Facts read from a tool's JSON result text.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct ToolResultFacts {
     /// `exit_code` of a terminal-style result.
     pub exit_code: Option<i64>,
@@ -286,7 +286,7 @@ impl PostToolCall {
 }
 
 /// `post_llm_call`: a turn produced its final answer.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct PostLlmCall {
     pub session_id: String,
     pub task_id: Option<String>,
@@ -299,7 +299,7 @@ pub struct PostLlmCall {
 }
 
 /// `subagent_start`: a delegation began, on the parent's thread.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct SubagentStart {
     pub parent_session_id: String,
     pub parent_turn_id: Option<String>,
@@ -312,7 +312,7 @@ pub struct SubagentStart {
 
 /// `subagent_stop`: a delegation ended (for background delegations, later and
 /// on another thread).
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct SubagentStop {
     pub parent_session_id: String,
     pub parent_turn_id: Option<String>,
@@ -326,7 +326,7 @@ pub struct SubagentStop {
 }
 
 /// `on_session_end`: fires once per turn that completed or was interrupted.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct SessionEnd {
     pub session_id: String,
     pub task_id: Option<String>,
@@ -339,7 +339,7 @@ pub struct SessionEnd {
 
 /// `on_session_finalize`: the process is done with the session. Never fires
 /// for `hermes -z`, cron runs or subagents.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct SessionFinalize {
     pub session_id: String,
     pub platform: Option<String>,

@@ -27,16 +27,17 @@
 
 mod budget;
 mod content;
+mod doctor;
 mod ledger;
 mod metrics;
 mod outbox;
 mod report;
 mod run_memo;
 mod session_view;
-pub mod wal_vfs;
 
 pub use budget::{reservation_usage, AlertRow, RecordedCall, RESERVATION_TTL_SECONDS};
 pub use content::ContentKind;
+pub use doctor::{check_integrity, Integrity, Rebuilt};
 pub use ledger::{Applied, EventContext, ABANDONED, ERROR, INTERRUPTED, OK, RUNNING};
 pub use metrics::{
     add_to_counter, bucket_index, decode_attrs, encode_attrs, Add, ApiErrorFact, AttrValue, Attrs, Folded, GaugeRow,
@@ -129,24 +130,7 @@ impl Store {
     /// Opens (creating if needed) the database at `path` and migrates it.
     pub fn open(path: &Path) -> Result<Self> {
         create_private_file(path)?;
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        // A commit's WAL frames in one write (see wal_vfs); the default VFS
-        // should registering it ever fail.
-        let mut conn = match wal_vfs::register() {
-            Ok(()) => Connection::open_with_flags_and_vfs(path, flags, wal_vfs::NAME)?,
-            Err(_) => Connection::open_with_flags(path, flags)?,
-        };
-        conn.busy_handler(Some(wait_for_lock))?;
-        // WAL: readers (reports, the exporter) never block hook writes.
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        // NORMAL in WAL mode survives a process crash (what Hermes's
-        // os._exit and kill -9 are); only an OS crash can lose the last
-        // transactions, and it costs no fsync per event.
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        // Checkpoints are run by `checkpoint`, off the per-event path.
-        conn.pragma_update(None, "wal_autocheckpoint", 0)?;
-        conn.pragma_update(None, "foreign_keys", "OFF")?;
-        conn.set_prepared_statement_cache_capacity(64);
+        let conn = connect(path)?;
         let mut store = Store {
             conn,
             path: path.to_path_buf(),
@@ -205,6 +189,31 @@ impl Store {
     fn conn(&self) -> &Connection {
         &self.conn
     }
+}
+
+/// Opens a connection to the database at `path` exactly as the store uses
+/// it (SQLite's default VFS, WAL, the pragmas below), without creating the
+/// file's mode or migrating. The crash-consistency tests open their
+/// databases through this, so they test what the store relies on.
+pub fn connect(path: &Path) -> Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    // SQLite's default VFS, on purpose: a VFS of our own that gathered WAL
+    // writes lost acknowledged commits (issue 13; tests/crash_consistency.rs).
+    let mut conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_handler(Some(wait_for_lock))?;
+    // WAL: readers (reports, the exporter) never block hook writes.
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    // NORMAL in WAL mode: a commit has written its frames to the WAL file
+    // (the operating system holds them) before it returns, so it survives
+    // the process (os._exit, kill -9, a crash); only an OS crash or power
+    // loss can take the transactions since the last checkpoint's fsync,
+    // and the file stays consistent then. It costs no fsync per event.
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    // Checkpoints are run by `Store::checkpoint`, off the per-event path.
+    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(conn)
 }
 
 /// Brings the schema of `conn` up to `migrations.len()`, one transaction per
