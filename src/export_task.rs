@@ -242,6 +242,10 @@ fn run(mut exporter: Option<Exporter>, mut metrics: Option<MetricExporter>, shar
 }
 
 impl Background for ExportTask {
+    fn flush(&self, deadline: Instant) -> bool {
+        flush_shared(&self.shared, deadline)
+    }
+
     fn shutdown(&mut self, deadline: Instant) {
         {
             let mut state = lock(&self.shared.state);

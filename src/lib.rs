@@ -20,6 +20,7 @@ pub mod health;
 pub mod hook;
 pub mod metrics;
 pub mod pricing;
+pub mod process;
 #[cfg(feature = "python")]
 mod python;
 pub mod redact;

@@ -744,7 +744,26 @@ fn flush(py: Python<'_>, timeout_seconds: f64) -> bool {
         catch_unwind(AssertUnwindSafe(|| {
             let deadline = std::time::Instant::now() + timeout;
             let committed = b.flush(timeout);
-            export_task::flush_current(deadline);
+            b.flush_exporter(deadline);
+            committed
+        }))
+        .unwrap_or(false)
+    })
+}
+
+/// The flush of a process about to exit (atexit, `os._exit`): commits
+/// what is queued, releases the session spans this process held for their
+/// grace period, and lets the exporter send what that made ready, all
+/// within `timeout_seconds`. Never raises.
+#[pyfunction]
+fn exit_flush(py: Python<'_>, timeout_seconds: f64) -> bool {
+    let Some(b) = BRIDGE.get() else { return true };
+    let timeout = Duration::try_from_secs_f64(timeout_seconds.max(0.0)).unwrap_or(bridge::DEFAULT_FLUSH_TIMEOUT);
+    py.detach(|| {
+        catch_unwind(AssertUnwindSafe(|| {
+            let deadline = std::time::Instant::now() + timeout;
+            let committed = b.flush_at_exit(timeout);
+            b.flush_exporter(deadline);
             committed
         }))
         .unwrap_or(false)
@@ -864,6 +883,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hook_names, m)?)?;
     m.add_function(wrap_pyfunction!(budget_mode, m)?)?;
     m.add_function(wrap_pyfunction!(flush, m)?)?;
+    m.add_function(wrap_pyfunction!(exit_flush, m)?)?;
     m.add_function(wrap_pyfunction!(stats, m)?)?;
     m.add_function(wrap_pyfunction!(store_dir, m)?)?;
     m.add_function(wrap_pyfunction!(otel_command, m)?)?;

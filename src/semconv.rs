@@ -54,6 +54,8 @@ pub mod attr {
     pub const HERMES_SENDER_ID: &str = "hermes.sender.id";
     pub const HERMES_PROFILE: &str = "hermes.profile";
     pub const HERMES_SESSION_STATUS: &str = "hermes.session.status";
+    pub const HERMES_SESSION_CONTINUATION: &str = "hermes.session.continuation";
+    pub const OPENINFERENCE_SPAN_KIND: &str = "openinference.span.kind";
     pub const HERMES_TURN_OUTCOME: &str = "hermes.turn.outcome";
     pub const HERMES_SPAN_CLOSE_REASON: &str = "hermes.span.close_reason";
     pub const HERMES_USAGE_COST_USD: &str = "hermes.usage.cost_usd";
@@ -84,8 +86,12 @@ pub mod value {
     pub const TOOL_TYPE_FUNCTION: &str = "function";
     /// `hermes.span.close_reason` of a span the idle closer ended.
     pub const CLOSE_REASON_IDLE_TIMEOUT: &str = "idle_timeout";
+    /// `hermes.span.close_reason` of a span its process left open at exit.
+    pub const CLOSE_REASON_PROCESS_EXIT: &str = "process_exit";
     /// `error.type` when nothing more specific is known.
     pub const ERROR_TYPE_OTHER: &str = "_OTHER";
+    /// `openinference.span.kind` of a turn.
+    pub const OPENINFERENCE_KIND_CHAIN: &str = "CHAIN";
 }
 
 /// Resource attribute names.
@@ -127,6 +133,8 @@ pub const SPAN_ATTRIBUTES: &[&str] = &[
     attr::HERMES_SENDER_ID,
     attr::HERMES_PROFILE,
     attr::HERMES_SESSION_STATUS,
+    attr::HERMES_SESSION_CONTINUATION,
+    attr::OPENINFERENCE_SPAN_KIND,
     attr::HERMES_TURN_OUTCOME,
     attr::HERMES_SPAN_CLOSE_REASON,
     attr::HERMES_USAGE_COST_USD,

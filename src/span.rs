@@ -144,9 +144,19 @@ impl Ancestry {
     }
 }
 
-/// The span id of a session span.
+/// The span id of a session's root span.
 pub fn session_span_id(session_id: &str) -> [u8; 8] {
     span_id(&["session", session_id])
+}
+
+/// The span id of session span `n`: the root span for 0, continuation `n`
+/// after it (see [`session_span`]).
+pub fn session_part_span_id(session_id: &str, n: i64) -> [u8; 8] {
+    if n <= 0 {
+        session_span_id(session_id)
+    } else {
+        span_id(&["session", session_id, &n.to_string()])
+    }
 }
 
 /// The span id of a turn span.
@@ -164,32 +174,47 @@ pub fn tool_span_id(session_id: &str, tool_call_id: &str) -> [u8; 8] {
     span_id(&["tool", session_id, tool_call_id])
 }
 
-/// The session span of `run`.
-pub fn session_span(run: &RunRow, ancestry: &Ancestry, opts: SpanOptions) -> Span {
+/// Session span `n` of `run`. A session span is sent once and never
+/// again: span 0, the root, covers the session from its start until it was
+/// sent (finalized, the process exited, or the grace period passed with no
+/// new turn); when the session goes on after that (a resumed session in a
+/// new process, a turn after the grace period), continuation 1, 2, ...
+/// covers the next stretch, as a child of the root span with a link to it,
+/// and reports only what that stretch added.
+pub fn session_span(run: &RunRow, n: i64, ancestry: &Ancestry, opts: SpanOptions) -> Span {
     let trace = ancestry.trace_of_session(opts.mode);
-    let parent = run
-        .edge
-        .as_ref()
-        .map(|edge| match (&edge.delegate_tool_call_id, &edge.parent_turn_id) {
-            (Some(tool), _) => tool_span_id(&edge.parent_session_id, tool),
-            (None, Some(turn)) => turn_span_id(turn),
-            (None, None) => session_span_id(&edge.parent_session_id),
-        });
+    let root = session_span_id(&run.session_id);
+    let parent = if n > 0 {
+        Some(root)
+    } else {
+        run.edge
+            .as_ref()
+            .map(|edge| match (&edge.delegate_tool_call_id, &edge.parent_turn_id) {
+                (Some(tool), _) => tool_span_id(&edge.parent_session_id, tool),
+                (None, Some(turn)) => turn_span_id(turn),
+                (None, None) => session_span_id(&edge.parent_session_id),
+            })
+    };
+    // What this span reports: the totals since the previous one was sent
+    // (zero for the root span).
+    let (base_input, base_output, base_cost) = if n > 0 && n == run.span_n {
+        run.span_base
+    } else {
+        (0, 0, 0.0)
+    };
     let mut a = Attrs::default();
     a.str(attr::GEN_AI_OPERATION_NAME, value::OPERATION_INVOKE_AGENT);
     a.str(attr::GEN_AI_AGENT_NAME, value::AGENT_NAME);
     a.str(attr::GEN_AI_CONVERSATION_ID, &run.session_id);
     a.opt_str(attr::GEN_AI_PROVIDER_NAME, run.provider.as_deref());
     a.opt_str(attr::GEN_AI_REQUEST_MODEL, run.model.as_deref());
-    a.int(
-        attr::GEN_AI_USAGE_INPUT_TOKENS,
-        run.input_tokens + run.cache_read_tokens + run.cache_write_tokens,
-    );
-    a.int(attr::GEN_AI_USAGE_OUTPUT_TOKENS, run.output_tokens);
+    a.int(attr::GEN_AI_USAGE_INPUT_TOKENS, session_input_tokens(run) - base_input);
+    a.int(attr::GEN_AI_USAGE_OUTPUT_TOKENS, run.output_tokens - base_output);
     a.str(attr::HERMES_SESSION_ID, &run.session_id);
+    a.int(attr::HERMES_SESSION_CONTINUATION, n.max(0));
     a.str(attr::HERMES_PLATFORM, run.platform.as_deref().unwrap_or("unknown"));
     a.str(attr::HERMES_SESSION_STATUS, &run.status);
-    a.double(attr::HERMES_USAGE_TOTAL_COST_USD, run.cost_usd);
+    a.double(attr::HERMES_USAGE_TOTAL_COST_USD, run.cost_usd - base_cost);
     a.opt_str(attr::HERMES_CRON_JOB_ID, run.cron_job_id.as_deref());
     if opts.include_sender {
         a.opt_str(attr::HERMES_SENDER_ID, run.sender_id.as_deref());
@@ -202,7 +227,7 @@ pub fn session_span(run: &RunRow, ancestry: &Ancestry, opts: SpanOptions) -> Spa
     }
     let abandoned = run.status == crate::store::ABANDONED;
     if abandoned {
-        a.str(attr::HERMES_SPAN_CLOSE_REASON, value::CLOSE_REASON_IDLE_TIMEOUT);
+        a.str(attr::HERMES_SPAN_CLOSE_REASON, close_reason(run));
     }
     let error = run.status == crate::store::ERROR;
     if error {
@@ -212,27 +237,59 @@ pub fn session_span(run: &RunRow, ancestry: &Ancestry, opts: SpanOptions) -> Spa
         );
     }
     let end = run.ended_at.unwrap_or(run.last_event_at);
+    let start = if n > 0 {
+        run.span_started_at.unwrap_or(end).min(end)
+    } else {
+        run.started_at
+    };
     Span {
         trace_id: trace.to_vec(),
-        span_id: session_span_id(&run.session_id).to_vec(),
+        span_id: session_part_span_id(&run.session_id, n).to_vec(),
         parent_span_id: parent.map(|p| p.to_vec()).unwrap_or_default(),
         name: names::SESSION.to_string(),
         kind: span::SpanKind::Internal as i32,
-        start_time_unix_nano: nanos(run.started_at),
-        end_time_unix_nano: nanos(end.max(run.started_at)),
+        start_time_unix_nano: nanos(start),
+        end_time_unix_nano: nanos(end.max(start)),
         attributes: a.0,
+        links: if n > 0 {
+            vec![span::Link {
+                trace_id: trace.to_vec(),
+                span_id: root.to_vec(),
+                ..span::Link::default()
+            }]
+        } else {
+            Vec::new()
+        },
         status: error.then(|| error_status(&run.status)),
         ..Span::default()
     }
 }
 
+/// Why a span of `run` that Hermes never closed was closed: the run's own
+/// reason (`process_exit` when its process exited with it open), else the
+/// idle timeout.
+fn close_reason(run: &RunRow) -> &str {
+    match run.close_reason.as_deref() {
+        Some(value::CLOSE_REASON_PROCESS_EXIT) => value::CLOSE_REASON_PROCESS_EXIT,
+        _ => value::CLOSE_REASON_IDLE_TIMEOUT,
+    }
+}
+
+/// A run's input tokens in the conventions' sense (cache included).
+pub fn session_input_tokens(run: &RunRow) -> i64 {
+    run.input_tokens + run.cache_read_tokens + run.cache_write_tokens
+}
+
 /// The span of `turn` of `run`.
 pub fn turn_span(turn: &TurnRow, run: &RunRow, ancestry: &Ancestry, opts: SpanOptions) -> Span {
     let trace = ancestry.trace_of_turn(&turn.turn_id, opts.mode);
-    let session_span = session_span_id(&turn.session_id);
+    let session_span = session_part_span_id(&turn.session_id, turn.span_n);
     let root = ancestry.turns_are_roots(opts.mode);
     let outcome = turn.outcome.as_deref().unwrap_or(crate::store::ABANDONED);
     let mut a = Attrs::default();
+    // Not a GenAI operation: OpenInference's kind keeps trace UIs that
+    // derive a kind (Phoenix) from showing it as unknown.
+    a.str(attr::OPENINFERENCE_SPAN_KIND, value::OPENINFERENCE_KIND_CHAIN);
     a.str(attr::HERMES_TURN_ID, &turn.turn_id);
     a.str(attr::HERMES_SESSION_ID, &turn.session_id);
     a.opt_str(attr::HERMES_TASK_ID, turn.task_id.as_deref());
@@ -240,7 +297,7 @@ pub fn turn_span(turn: &TurnRow, run: &RunRow, ancestry: &Ancestry, opts: SpanOp
     a.str(attr::HERMES_PLATFORM, run.platform.as_deref().unwrap_or("unknown"));
     a.str(attr::HERMES_TURN_OUTCOME, outcome);
     if outcome == crate::store::ABANDONED {
-        a.str(attr::HERMES_SPAN_CLOSE_REASON, value::CLOSE_REASON_IDLE_TIMEOUT);
+        a.str(attr::HERMES_SPAN_CLOSE_REASON, close_reason(run));
     }
     let error = outcome == crate::store::ERROR;
     if error {
@@ -349,7 +406,7 @@ pub fn attempt_span(at: &AttemptRow, run: &RunRow, ancestry: &Ancestry, opts: Sp
             a.bool(attr::HERMES_USAGE_ESTIMATED, at.estimated);
         }
         (None, None) => {
-            a.str(attr::HERMES_SPAN_CLOSE_REASON, value::CLOSE_REASON_IDLE_TIMEOUT);
+            a.str(attr::HERMES_SPAN_CLOSE_REASON, close_reason(run));
         }
     }
     let end = at.ended_at.unwrap_or(run.ended_at.unwrap_or(run.last_event_at));
@@ -414,7 +471,7 @@ pub fn tool_span(tool: &ToolRow, run: &RunRow, ancestry: &Ancestry, opts: SpanOp
         a.bool(attr::HERMES_TOOL_BLOCKED, true);
     }
     if tool.ended_at.is_none() {
-        a.str(attr::HERMES_SPAN_CLOSE_REASON, value::CLOSE_REASON_IDLE_TIMEOUT);
+        a.str(attr::HERMES_SPAN_CLOSE_REASON, close_reason(run));
     }
     let mut status = None;
     if outcome != "ok" {

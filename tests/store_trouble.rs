@@ -389,7 +389,7 @@ fn a_corrupt_store_is_kept_untouched_and_a_replaced_one_is_picked_up() {
     let problem = bridge.store_problem().expect("a corrupt store is a problem");
     assert!(problem.contains("corrupt"), "{problem}");
     assert!(problem.contains(&db.display().to_string()), "names the file: {problem}");
-    assert!(problem.contains("move"), "says what to do: {problem}");
+    assert!(problem.contains("doctor --rebuild"), "says what to do: {problem}");
     for n in 0..5 {
         let (outcome, took) = llm_call(&bridge, "c", n);
         assert_eq!(outcome, Outcome::Queued);

@@ -52,7 +52,7 @@ def register(ctx: Any) -> None:
         _SlashCommand(ctx),
         description="This session's cost and tokens, and today's spend (hermes-otel)",
     )
-    atexit.register(_native.flush, _EXIT_FLUSH_SECONDS)
+    atexit.register(_native.exit_flush, _EXIT_FLUSH_SECONDS)
     _flush_before_os_exit()
 
 
@@ -60,9 +60,12 @@ def _flush_before_os_exit() -> None:
     """Make ``os._exit`` flush first, in this process only.
 
     Hermes ends one-shot (``hermes -z``), kanban-worker and gateway processes
-    with ``os._exit``, which skips atexit. Flushing at every session end
-    instead would make each turn wait for a commit and an export; this pays
-    that once, when the process ends. Forked children (multiprocessing)
+    with ``os._exit``, which skips atexit. The exit flush commits what is
+    queued, releases the session spans this process held for their grace
+    period (Hermes never finalizes ``-z``, cron or kanban sessions) and
+    lets the exporter send them, within ``_EXIT_FLUSH_SECONDS``. Flushing at
+    every session end instead would make each turn wait for a commit and an
+    export; this pays that once, when the process ends. Forked children (multiprocessing)
     inherit the wrapper but not our threads, so they exit straight away.
     """
     real_exit = os._exit
@@ -74,7 +77,7 @@ def _flush_before_os_exit() -> None:
     def _exit(status: int) -> None:
         if os.getpid() == pid:
             try:
-                _native.flush(_EXIT_FLUSH_SECONDS)
+                _native.exit_flush(_EXIT_FLUSH_SECONDS)
             except BaseException:  # noqa: BLE001 - the exit must happen
                 pass
         real_exit(status)

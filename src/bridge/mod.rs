@@ -250,6 +250,13 @@ impl BridgeConfig {
 pub trait Background: Send {
     /// Asks the task to finish what it can before `deadline` and stop.
     fn shutdown(&mut self, deadline: Instant);
+
+    /// Asks the task to send what is ready now and waits for it until
+    /// `deadline`; returns whether it finished. The default has nothing to
+    /// send.
+    fn flush(&self, _deadline: Instant) -> bool {
+        true
+    }
 }
 
 /// Starts the exporter; see [`Bridge::start_exporter`].
@@ -446,6 +453,9 @@ enum Job {
     },
     HostPrice(String, ModelPrice),
     Flush(Arc<Ticket>),
+    /// A flush at process exit: also lets go of the session spans this
+    /// process held for their grace period, so they are sent now.
+    Exit(Arc<Ticket>),
 }
 
 /// Where the writer leaves one result and wakes whoever waits for it.
@@ -767,6 +777,26 @@ impl Bridge {
         matches!(ticket.wait_until(Instant::now() + timeout), Some(Outcome::Committed(_)))
     }
 
+    /// [`Bridge::flush`] for a process about to exit: the session spans
+    /// this process held back for their grace period (Hermes never
+    /// finalizes `hermes -z`, cron or kanban sessions) are released, so the
+    /// exporter can send them before the process ends. A session that goes
+    /// on later (`--resume`) gets a continuation span, never a second copy
+    /// of this one. Returns whether everything committed in time.
+    pub fn flush_at_exit(&self, timeout: Duration) -> bool {
+        let State::Running(run) = &self.state else {
+            return true;
+        };
+        if !run.shared.alive.load(Ordering::Acquire) || run.shared.store_down.load(Ordering::Acquire) {
+            return false;
+        }
+        let ticket = Ticket::new();
+        if !self.enqueue(run, Job::Exit(Arc::clone(&ticket)), true) {
+            return false;
+        }
+        matches!(ticket.wait_until(Instant::now() + timeout), Some(Outcome::Committed(_)))
+    }
+
     /// Queues `job`. The writer is woken only for a job someone waits for
     /// (`prompt`), or once [`WAKE_AT_QUEUED`] jobs wait; otherwise its next
     /// tick (at most [`GATE_REFRESH`] away) takes the job. Waking a sleeping
@@ -868,6 +898,19 @@ impl Bridge {
         let ran = started.is_some();
         *slot = ExporterSlot::Started(started);
         ran
+    }
+
+    /// Asks this bridge's exporter (if it started) to send what is ready,
+    /// waiting until `deadline` at most: the second half of an exit flush.
+    /// The exporter lock is held meanwhile, so a concurrent start waits.
+    pub fn flush_exporter(&self, deadline: Instant) -> bool {
+        let State::Running(run) = &self.state else {
+            return true;
+        };
+        match &*lock(&run.exporter) {
+            ExporterSlot::Started(Some(task)) => task.flush(deadline),
+            _ => true,
+        }
     }
 
     /// Whether messages are waiting for [`Bridge::take_messages`]; one

@@ -52,6 +52,35 @@ pub(super) struct Writer {
     checkpoint_interval: Duration,
     sweep_interval: Duration,
     idle_run_seconds: f64,
+    /// The sessions this process recorded events of, whose held session
+    /// spans its exit releases (see [`Bridge::flush_at_exit`]).
+    touched: Touched,
+}
+
+/// The sessions a process recorded events of, up to [`Touched::MAX`]; past
+/// that, every session whose span was held since the process started.
+struct Touched {
+    sessions: std::collections::HashSet<String>,
+    overflow: bool,
+    since: f64,
+}
+
+impl Touched {
+    /// A gateway serves many sessions; beyond this many the exit releases
+    /// by time instead of by name.
+    const MAX: usize = 10_000;
+
+    fn note(&mut self, session_id: &str) {
+        if self.overflow || self.sessions.contains(session_id) {
+            return;
+        }
+        if self.sessions.len() >= Self::MAX {
+            self.overflow = true;
+            self.sessions.clear();
+        } else {
+            self.sessions.insert(session_id.to_string());
+        }
+    }
 }
 
 /// Opens the store for the writer: the file, its migrations, the prices and
@@ -90,6 +119,11 @@ impl Writer {
             checkpoint_interval: config.checkpoint_interval,
             sweep_interval: config.sweep_interval,
             idle_run_seconds: config.idle_run_seconds,
+            touched: Touched {
+                sessions: std::collections::HashSet::new(),
+                overflow: false,
+                since: unix_now(),
+            },
         };
         match opened {
             Ok(store) => writer.store = Some(store),
@@ -190,6 +224,7 @@ impl Writer {
     fn process(&mut self, jobs: Vec<Job>) {
         let mut events: Vec<Pending> = Vec::with_capacity(jobs.len());
         let mut flushes = Vec::new();
+        let mut exiting = false;
         for job in jobs {
             match job {
                 // Prices first: a host price only adds knowledge, and the
@@ -235,6 +270,10 @@ impl Writer {
                     })
                 }
                 Job::Flush(ticket) => flushes.push(ticket),
+                Job::Exit(ticket) => {
+                    flushes.push(ticket);
+                    exiting = true;
+                }
             }
         }
         let events_empty = events.is_empty();
@@ -253,6 +292,9 @@ impl Writer {
         // flush below promises that too.
         if !events_empty {
             self.refresh_gate();
+        }
+        if exiting && self.pending.is_empty() {
+            self.release_held_sessions();
         }
         // A flush (session end, exit) empties the spool whatever its size:
         // a process that then ends leaves nothing for the next one to replay.
@@ -372,6 +414,9 @@ impl Writer {
             // Spooled events are handled once committed, or once they
             // failed for good (recovery would only fail them again).
             self.handled += u64::from(p.spooled);
+            if ok {
+                self.touched.note(p.event.hook.session_id());
+            }
             let Some(ticket) = p.ticket else { continue };
             let outcome = match &self.store {
                 // A verdict nobody waits for would only use up what it
@@ -501,6 +546,29 @@ impl Writer {
         self.reset_spool(spool::RESET_BYTES);
     }
 
+    /// Lets go of the session spans this process held for their grace
+    /// period, at its exit.
+    fn release_held_sessions(&mut self) {
+        let Some(store) = self.store.as_mut() else { return };
+        let now = unix_now();
+        let released = if self.touched.overflow {
+            store.release_held_sessions_since(self.touched.since, now)
+        } else {
+            // What this process leaves open dies with it: close it now, so
+            // the exit flush sends it rather than the idle closer later.
+            let sessions: Vec<&str> = self.touched.sessions.iter().map(String::as_str).collect();
+            store
+                .close_exited_runs(&sessions, now)
+                .and_then(|_| store.release_held_sessions(&sessions, now))
+        };
+        if let Err(e) = released {
+            self.shared.message(
+                "Writer.ExitReleaseFailed",
+                format!("cannot release this process's session spans at exit: {e}"),
+            );
+        }
+    }
+
     /// Empties this process's spool once everything in it was handled.
     fn reset_spool(&mut self, min_bytes: u64) {
         if let Some(spool) = self.shared.spool.get() {
@@ -611,7 +679,7 @@ fn jobs_tickets(jobs: &[Job]) -> Vec<Arc<Ticket>> {
     jobs.iter()
         .filter_map(|job| match job {
             Job::Event { ticket, .. } => ticket.clone(),
-            Job::Flush(ticket) => Some(Arc::clone(ticket)),
+            Job::Flush(ticket) | Job::Exit(ticket) => Some(Arc::clone(ticket)),
             Job::HostPrice(..) => None,
         })
         .collect()

@@ -518,10 +518,10 @@ impl MetricExporter {
             }
         }
         let now = unix_now();
-        step.leased = self.store.acquire_lease(
+        step.leased = super::take_lease(
+            &mut self.store,
             METRIC_LEASE,
             &self.holder,
-            std::process::id() as i64,
             now,
             self.config.transport.lease_seconds.value,
         )?;

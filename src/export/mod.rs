@@ -58,7 +58,9 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 
 use crate::error::{Error, Result};
 use crate::span::{self, Ancestor, Ancestry, SpanOptions};
-use crate::store::{counter, BatchRows, ContentKind, OutboxRow, RunRow, SpanKind, Store, RUNNING, TRACE_LEASE};
+use crate::store::{
+    counter, BatchRows, ContentKind, OutboxRow, RunRow, SentSession, SpanKind, Store, RUNNING, TRACE_LEASE,
+};
 use retry::Backoff;
 
 /// The instrumentation scope name on every span.
@@ -93,10 +95,27 @@ fn send_runtime(what: &str) -> Result<tokio::runtime::Runtime> {
         .map_err(|e| Error::Other(format!("{what} runtime: {e}")))
 }
 
-/// This exporter's id in a lease: the pid, which the OS reuses, and a
-/// random tag.
+/// This exporter's id in a lease (see [`crate::process::lease_holder`]).
 fn lease_holder() -> String {
-    format!("pid {} #{:08x}", std::process::id(), fastrand::u32(..))
+    crate::process::lease_holder()
+}
+
+/// Takes or renews lease `name` for `holder`. A lease whose holder has
+/// ended (a one-shot `hermes -z` that left with `os._exit`, a `kill -9`)
+/// is taken over at once rather than after it lapses, so the next process
+/// sends what the dead one left without waiting out the lease.
+pub(crate) fn take_lease(store: &mut Store, name: &str, holder: &str, now: f64, ttl_seconds: f64) -> Result<bool> {
+    let pid = std::process::id() as i64;
+    if store.acquire_lease(name, holder, pid, now, ttl_seconds)? {
+        return Ok(true);
+    }
+    match store.lease(name)? {
+        Some(l) if l.holder != holder && crate::process::holder_is_gone(&l.holder, l.pid) => {
+            store.release_lease(name, &l.holder)?;
+            store.acquire_lease(name, holder, pid, now, ttl_seconds)
+        }
+        _ => Ok(false),
+    }
 }
 
 /// The trace exporter of one store.
@@ -266,10 +285,10 @@ impl Exporter {
             }
         }
         let now = unix_now();
-        if !self.store.acquire_lease(
+        if !take_lease(
+            &mut self.store,
             TRACE_LEASE,
             &self.holder,
-            std::process::id() as i64,
             now,
             self.config.lease_seconds.value,
         )? {
@@ -294,6 +313,7 @@ impl Exporter {
         if spans.is_empty() {
             self.store.outbox_done(
                 &rows,
+                &skipped.sessions,
                 &[
                     (counter::SAMPLED_OUT, sampled_out as i64),
                     (counter::SKIPPED, skipped.unfinished as i64),
@@ -311,6 +331,7 @@ impl Exporter {
                 let rejected = accepted.rejected_spans.clamp(0, n as i64);
                 self.store.outbox_done(
                     &rows,
+                    &skipped.sessions,
                     &[
                         (counter::EXPORTED, n as i64 - rejected),
                         (counter::REJECTED, rejected),
@@ -399,7 +420,7 @@ impl Exporter {
             let mut spans = Vec::with_capacity(rows.len());
             let mut skipped = Skipped::default();
             for row in rows {
-                match self.build_one(row, &batch, &mut sessions)? {
+                match self.build_one(row, &batch, &mut sessions, &mut skipped.sessions)? {
                     Some(span) if self.config.sampler.value.keeps(&span.trace_id) => spans.push(span),
                     Some(_) => skipped.sampled_out += 1,
                     None => skipped.unfinished += 1,
@@ -409,14 +430,29 @@ impl Exporter {
         })
     }
 
-    fn build_one(&self, row: &OutboxRow, batch: &BatchRows, sessions: &mut Sessions) -> Result<Option<Span>> {
+    fn build_one(
+        &self,
+        row: &OutboxRow,
+        batch: &BatchRows,
+        sessions: &mut Sessions,
+        sent: &mut Vec<SentSession>,
+    ) -> Result<Option<Span>> {
         let store = &self.store;
         let opts = self.options;
         let Some((run, ancestry)) = sessions.get(store, &row.session_id)? else {
             return Ok(None);
         };
         let span = match row.kind {
-            SpanKind::Run => (run.status != RUNNING).then(|| span::session_span(run, ancestry, opts)),
+            SpanKind::Run if run.status != RUNNING => {
+                sent.push(SentSession {
+                    session_id: run.session_id.clone(),
+                    n: row.n,
+                    ended_at: run.ended_at.unwrap_or(run.last_event_at),
+                    totals: (span::session_input_tokens(run), run.output_tokens, run.cost_usd),
+                });
+                Some(span::session_span(run, row.n, ancestry, opts))
+            }
+            SpanKind::Run => None,
             SpanKind::Turn => batch
                 .turn(&row.key)
                 .filter(|t| t.ended_at.is_some() || run.status != RUNNING)
@@ -475,10 +511,13 @@ impl Drop for Exporter {
     }
 }
 
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 struct Skipped {
     sampled_out: usize,
     unfinished: usize,
+    /// Session spans built (sent or sampled out): once the batch is done
+    /// their runs move on to the next session span.
+    sessions: Vec<SentSession>,
 }
 
 /// Runs and their ancestry, loaded once per batch.

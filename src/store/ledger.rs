@@ -104,8 +104,31 @@ impl Store {
         let n = tx.execute(
             // 'running' spelled out: the partial index runs_running is
             // chosen only for the literal its WHERE names.
-            "UPDATE runs SET status = ?1, ended_at = last_event_at WHERE status = 'running' AND last_event_at < ?2",
+            "UPDATE runs SET status = ?1, ended_at = last_event_at, close_reason = 'idle_timeout'
+              WHERE status = 'running' AND last_event_at < ?2",
             params![ABANDONED, cutoff],
+        )?;
+        tx.commit()?;
+        Ok(n)
+    }
+
+    /// Closes what `sessions` left open as their process exits (a
+    /// background subagent cut off, a gateway stopped mid-turn), as the idle
+    /// closer would but at once and with close reason `process_exit`, and
+    /// enqueues it, so the exit flush can send it. Returns the runs closed.
+    pub fn close_exited_runs(&mut self, sessions: &[&str], now: f64) -> Result<usize> {
+        let json = serde_json::to_string(sessions).unwrap_or_else(|_| "[]".into());
+        let tx = self.conn.transaction()?;
+        outbox::enqueue_exited(&tx, &json, now)?;
+        tx.execute(
+            "UPDATE turns SET outcome = ?1, ended_at = (SELECT last_event_at FROM runs r WHERE r.session_id = turns.session_id)
+             WHERE outcome IS NULL AND session_id IN (SELECT value FROM json_each(?2))",
+            params![ABANDONED, json],
+        )?;
+        let n = tx.execute(
+            "UPDATE runs SET status = ?1, ended_at = last_event_at, close_reason = 'process_exit'
+              WHERE status = 'running' AND session_id IN (SELECT value FROM json_each(?2))",
+            params![ABANDONED, json],
         )?;
         tx.commit()?;
         Ok(n)
@@ -187,10 +210,12 @@ fn apply_in(
                 tx.prepare_cached("UPDATE runs SET sender_id = ?2 WHERE session_id = ?1")?
                     .execute(params![e.session_id, sender])?;
             }
+            // The turn hangs under the session span being recorded now.
             let new_turn = tx
                 .prepare_cached(
-                    "INSERT INTO turns (turn_id, session_id, task_id, is_first_turn, model, started_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (turn_id) DO NOTHING",
+                    "INSERT INTO turns (turn_id, session_id, task_id, is_first_turn, model, started_at, span_n)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, COALESCE((SELECT span_n FROM runs WHERE session_id = ?2), 0))
+                     ON CONFLICT (turn_id) DO NOTHING",
                 )?
                 .execute(params![
                     e.turn_id,
@@ -200,10 +225,14 @@ fn apply_in(
                     e.model,
                     at
                 ])?;
+            // A continuation (span_n > 0) starts with its first turn.
             tx.prepare_cached(
-                "UPDATE runs SET turns = turns + ?2, status = ?3, ended_at = NULL WHERE session_id = ?1",
+                "UPDATE runs SET turns = turns + ?2, status = ?3, ended_at = NULL,
+                        span_started_at = CASE WHEN span_n > 0 AND span_started_at IS NULL THEN ?4
+                                               ELSE span_started_at END
+                  WHERE session_id = ?1",
             )?
-            .execute(params![e.session_id, new_turn as i64, RUNNING])?;
+            .execute(params![e.session_id, new_turn as i64, RUNNING, at])?;
             budget::note_profile(tx, &e.session_id, profile)?;
         }
         Hook::PreApiRequest(e) => {

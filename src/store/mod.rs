@@ -44,8 +44,8 @@ pub use metrics::{
     Increment, LlmCallFact, MetricFact, MetricIdentity, MetricState, RunLabels, SeriesRow, METRIC_LEASE,
 };
 pub use outbox::{
-    counter, AttemptError, AttemptRow, BatchRows, EdgeRow, ExportState, Lease, OutboxRow, RunRow, SpanKind, ToolRow,
-    TurnRow, TRACE_LEASE,
+    counter, AttemptError, AttemptRow, BatchRows, EdgeRow, ExportState, Lease, OutboxRow, RunRow, SentSession,
+    SpanKind, ToolRow, TurnRow, TRACE_LEASE,
 };
 pub use report::{FactKind, FactRow, RunSummary, StoreCounts};
 pub use session_view::{SessionTotals, SpendTotals};
@@ -70,6 +70,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0005_budget.sql"),
     include_str!("migrations/0006_metric_delta.sql"),
     include_str!("migrations/0007_error_turns.sql"),
+    include_str!("migrations/0008_session_spans.sql"),
 ];
 
 /// The schema version this build writes.

@@ -46,7 +46,7 @@ macro_rules! turn_select {
     () => {
         "SELECT turn_id, session_id, task_id, started_at, ended_at, outcome,
                 (SELECT error_type FROM llm_call_errors e WHERE e.turn_id = turns.turn_id
-                  ORDER BY ended_at DESC LIMIT 1)
+                  ORDER BY ended_at DESC LIMIT 1), span_n
            FROM turns"
     };
 }
@@ -195,13 +195,16 @@ pub(super) fn enqueue(
     Ok(())
 }
 
-/// Enqueues the run's session span; held unless `final_` or the run is a
-/// cron run (one turn per session, never finalized).
+/// Enqueues the session span being recorded now (`runs.span_n`); held
+/// unless `final_` or the run is a cron run (one turn per session, never
+/// finalized). A continuation with no turn yet has nothing to say: an
+/// event that only ends what was already sent (a late finalize) sends
+/// nothing.
 pub(super) fn enqueue_run(tx: &Transaction<'_>, session_id: &str, at: f64, final_: bool) -> Result<()> {
     tx.prepare_cached(
         "INSERT INTO outbox (kind, session_id, key, n, ready_at, hold)
-         SELECT ?1, session_id, session_id, -1, ?3, CASE WHEN ?4 OR platform = 'cron' THEN 0 ELSE 1 END
-           FROM runs WHERE session_id = ?2
+         SELECT ?1, session_id, session_id, span_n, ?3, CASE WHEN ?4 OR platform = 'cron' THEN 0 ELSE 1 END
+           FROM runs WHERE session_id = ?2 AND (span_n = 0 OR span_started_at IS NOT NULL)
          ON CONFLICT (kind, session_id, key, n) DO UPDATE SET ready_at = excluded.ready_at, hold = excluded.hold",
     )?
     .execute(params![SpanKind::Run as i64, session_id, at, final_])?;
@@ -226,6 +229,23 @@ pub(super) fn enqueue_open_turns(tx: &Transaction<'_>, session_id: &str, at: f64
 pub(super) fn enqueue_idle(tx: &Transaction<'_>, cutoff: f64, now: f64) -> Result<()> {
     let idle = "SELECT session_id FROM runs WHERE last_event_at < ?2 AND (status = 'running'
                  OR EXISTS (SELECT 1 FROM turns t WHERE t.session_id = runs.session_id AND t.outcome IS NULL))";
+    enqueue_closing(tx, idle, &cutoff, now)
+}
+
+/// [`enqueue_idle`] for the sessions named in `sessions` (a JSON array)
+/// that are still open: a process exits with them open.
+pub(super) fn enqueue_exited(tx: &Transaction<'_>, sessions: &str, now: f64) -> Result<()> {
+    let open =
+        "SELECT session_id FROM runs WHERE session_id IN (SELECT value FROM json_each(?2)) AND (status = 'running'
+                 OR EXISTS (SELECT 1 FROM turns t WHERE t.session_id = runs.session_id AND t.outcome IS NULL))";
+    enqueue_closing(tx, open, &sessions, now)
+}
+
+/// Enqueues the open turns, tool calls and attempts of the sessions `idle`
+/// selects (a query whose one parameter is `?2`, bound to `scope`), and the
+/// sessions' spans.
+fn enqueue_closing(tx: &Transaction<'_>, idle: &str, scope: &dyn rusqlite::ToSql, now: f64) -> Result<()> {
+    let cutoff = scope;
     tx.execute(
         &format!(
             "INSERT INTO outbox (kind, session_id, key, n, ready_at, hold)
@@ -259,7 +279,8 @@ pub(super) fn enqueue_idle(tx: &Transaction<'_>, cutoff: f64, now: f64) -> Resul
     tx.execute(
         &format!(
             "INSERT INTO outbox (kind, session_id, key, n, ready_at, hold)
-             SELECT ?1, session_id, session_id, -1, ?3, 0 FROM runs WHERE session_id IN ({idle})
+             SELECT ?1, session_id, session_id, span_n, ?3, 0 FROM runs
+              WHERE session_id IN ({idle}) AND (span_n = 0 OR span_started_at IS NOT NULL)
              ON CONFLICT (kind, session_id, key, n) DO UPDATE SET ready_at = excluded.ready_at, hold = 0"
         ),
         params![SpanKind::Run as i64, cutoff, now],
@@ -291,6 +312,30 @@ pub struct RunRow {
     pub last_error_type: Option<String>,
     /// The delegation that started this session, if it is a subagent.
     pub edge: Option<EdgeRow>,
+    /// The session span being recorded now (0: the root span).
+    pub span_n: i64,
+    /// When continuation `span_n` began, once it has a turn.
+    pub span_started_at: Option<f64>,
+    /// The totals when the previous session span was sent: input tokens
+    /// (cache included), output tokens, cost.
+    pub span_base: (i64, i64, f64),
+    /// Why hermes-otel closed the run itself (`idle_timeout`,
+    /// `process_exit`), if it did.
+    pub close_reason: Option<String>,
+}
+
+/// A session span the collector took (or the sampler dropped), with what
+/// it reported, so the next one continues from there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SentSession {
+    pub session_id: String,
+    /// Which session span (the outbox row's `n`).
+    pub n: i64,
+    /// The span's end.
+    pub ended_at: f64,
+    /// The run's totals the span was built from: input tokens (cache
+    /// included), output tokens, cost.
+    pub totals: (i64, i64, f64),
 }
 
 /// A delegation from a parent session to this one.
@@ -315,6 +360,8 @@ pub struct TurnRow {
     pub ended_at: Option<f64>,
     pub outcome: Option<String>,
     pub last_error_type: Option<String>,
+    /// The session span it hangs under (0: the root span).
+    pub span_n: i64,
 }
 
 /// One LLM API attempt: a success, a failure, or one left open.
@@ -409,12 +456,41 @@ impl Store {
     /// Deletes rows the collector accepted (or that had nothing to send) and
     /// adds to the counters, in one transaction. A row whose `ready_at`
     /// changed since it was read is kept: it names a newer span version.
-    pub fn outbox_done(&mut self, rows: &[OutboxRow], counts: &[(&str, i64)], now: f64) -> Result<()> {
+    ///
+    /// Each session span in `sessions` went out (or was sampled out) for
+    /// good: its run moves on to the next session span, which reports only
+    /// what comes after. Its row goes even if it moved meanwhile (a new
+    /// turn ended while it was being sent): it then names that next span.
+    pub fn outbox_done(
+        &mut self,
+        rows: &[OutboxRow],
+        sessions: &[SentSession],
+        counts: &[(&str, i64)],
+        now: f64,
+    ) -> Result<()> {
         let tx = self.conn.transaction()?;
         {
             let mut del = tx.prepare_cached("DELETE FROM outbox WHERE seq = ?1 AND ready_at = ?2")?;
             for row in rows.iter().filter(|r| r.seq > 0) {
                 del.execute(params![row.seq, row.ready_at])?;
+            }
+            let mut next = tx.prepare_cached(
+                "UPDATE runs SET span_n = ?2 + 1, span_started_at = NULL, span_base_input = ?3,
+                        span_base_output = ?4, span_base_cost = ?5
+                  WHERE session_id = ?1 AND span_n = ?2",
+            )?;
+            let mut moved = tx.prepare_cached(
+                "UPDATE OR REPLACE outbox SET n = n + 1 WHERE kind = ?1 AND session_id = ?2 AND key = ?2 AND n = ?3",
+            )?;
+            let mut moved_start = tx.prepare_cached(
+                "UPDATE runs SET span_started_at = ?2 WHERE session_id = ?1 AND span_started_at IS NULL",
+            )?;
+            for s in sessions {
+                let (input, output, cost) = s.totals;
+                next.execute(params![s.session_id, s.n, input, output, cost])?;
+                if moved.execute(params![SpanKind::Run as i64, s.session_id, s.n])? > 0 {
+                    moved_start.execute(params![s.session_id, s.ended_at])?;
+                }
             }
         }
         for (name, by) in counts {
@@ -423,6 +499,32 @@ impl Store {
         set_state(&tx, "last_success_at", now)?;
         tx.commit()?;
         Ok(())
+    }
+
+    /// Makes the held session spans of `sessions` ready now (a process
+    /// exits: no later turn of it will come). Returns how many.
+    pub fn release_held_sessions(&mut self, sessions: &[&str], now: f64) -> Result<usize> {
+        let tx = self.conn.transaction()?;
+        let mut n = 0;
+        {
+            let mut stmt = tx.prepare_cached(
+                "UPDATE outbox SET hold = 0, ready_at = MIN(ready_at, ?3) WHERE kind = ?1 AND session_id = ?2 AND hold = 1",
+            )?;
+            for session in sessions {
+                n += stmt.execute(params![SpanKind::Run as i64, session, now])?;
+            }
+        }
+        tx.commit()?;
+        Ok(n)
+    }
+
+    /// [`Store::release_held_sessions`] for every session span held since
+    /// `since` (a process that served too many sessions to name them).
+    pub fn release_held_sessions_since(&mut self, since: f64, now: f64) -> Result<usize> {
+        Ok(self.conn.execute(
+            "UPDATE outbox SET hold = 0, ready_at = MIN(ready_at, ?3) WHERE kind = ?1 AND hold = 1 AND ready_at >= ?2",
+            params![SpanKind::Run as i64, since, now],
+        )?)
     }
 
     /// Deletes the oldest rows beyond `max_rows` and counts them as dropped.
@@ -532,7 +634,7 @@ impl Store {
     /// time order, as rows for `export --since` (not in the outbox: `seq` 0).
     pub fn history(&self, since: f64) -> Result<Vec<OutboxRow>> {
         let sql = "
-            SELECT 1, session_id, session_id, -1, COALESCE(ended_at, last_event_at) AS t FROM runs
+            SELECT 1, session_id, session_id, 0, COALESCE(ended_at, last_event_at) AS t FROM runs
              WHERE status != 'running' AND COALESCE(ended_at, last_event_at) >= ?1
             UNION ALL SELECT 2, session_id, turn_id, -1, ended_at FROM turns WHERE ended_at IS NOT NULL AND ended_at >= ?1
             UNION ALL SELECT 3, session_id, api_request_id, -1, ended_at FROM llm_calls WHERE ended_at >= ?1
@@ -575,7 +677,9 @@ impl Store {
                         last_event_at, finalized_at, status, input_tokens, output_tokens, cache_read_tokens,
                         cache_write_tokens, cost_usd,
                         (SELECT error_type FROM llm_call_errors e WHERE e.session_id = runs.session_id
-                          ORDER BY ended_at DESC LIMIT 1)
+                          ORDER BY ended_at DESC LIMIT 1),
+                        span_n, span_started_at, span_base_input, span_base_output, span_base_cost,
+                        close_reason
                    FROM runs WHERE session_id = ?1",
             )?
             .query_row(params![session_id], |r| {
@@ -599,6 +703,10 @@ impl Store {
                     cost_usd: r.get(16)?,
                     last_error_type: r.get(17)?,
                     edge: None,
+                    span_n: r.get(18)?,
+                    span_started_at: r.get(19)?,
+                    span_base: (r.get(20)?, r.get(21)?, r.get(22)?),
+                    close_reason: r.get(23)?,
                 })
             })
             .optional()?;
@@ -849,6 +957,7 @@ fn turn_of(r: &Row<'_>) -> rusqlite::Result<TurnRow> {
         ended_at: r.get(4)?,
         outcome: r.get(5)?,
         last_error_type: r.get(6)?,
+        span_n: r.get(7)?,
     })
 }
 
@@ -1018,12 +1127,12 @@ mod tests {
         enqueue(&tx, SpanKind::Run, "s", "s", -1, 2.0, false).expect("re-enqueue");
         tx.commit().expect("commit");
         store
-            .outbox_done(&rows, &[(counter::EXPORTED, 1)], 100.0)
+            .outbox_done(&rows, &[], &[(counter::EXPORTED, 1)], 100.0)
             .expect("done");
         assert_eq!(store.export_state().expect("state").pending, 1);
         let rows = store.outbox_ready(100.0, 60.0, 10).expect("ready");
         store
-            .outbox_done(&rows, &[(counter::EXPORTED, 1)], 100.0)
+            .outbox_done(&rows, &[], &[(counter::EXPORTED, 1)], 100.0)
             .expect("done");
         let state = store.export_state().expect("state");
         assert_eq!((state.pending, state.exported), (0, 2));

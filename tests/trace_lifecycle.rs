@@ -1,0 +1,300 @@
+//! Traces whole with the defaults, however Hermes runs (issue 15): the
+//! recorded Hermes streams are fed through the hook path of a bridge with
+//! the plugin's defaults (the 120 s session grace, the 2 s exit flush), as
+//! live events (their times moved to now), to an in-process OTLP receiver.
+//! Each test ends its "process" the way the plugin does at exit
+//! ([`Bridge::flush_at_exit`], then the export flush), and checks what
+//! arrived by then: every span, one root per trace, no orphan, no span id
+//! twice.
+//!
+//! The receiver is shared by the tests of this binary (the export thread
+//! reads `OTEL_EXPORTER_OTLP_ENDPOINT` once it starts); each test looks only
+//! at the traces of its own sessions.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use hermes_otel::bridge::{Bridge, BridgeConfig};
+use hermes_otel::hook::{decode, DecodeOptions, Decoded, HOOK_NAMES};
+use hermes_otel::replay::{parse_line, Record};
+use hermes_otel::spool;
+use hermes_otel::store::EventContext;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::trace::v1::Span;
+
+fn receiver() -> &'static support::Receiver {
+    static RECEIVER: OnceLock<support::Receiver> = OnceLock::new();
+    RECEIVER.get_or_init(|| {
+        let r = support::grpc(None, None);
+        std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", r.grpc_endpoint());
+        std::env::remove_var("HERMES_OTEL_SESSION_GRACE_SECONDS");
+        std::env::set_var("OTEL_METRICS_EXPORTER", "none");
+        r
+    })
+}
+
+/// A fixture's records in the order Hermes made them.
+fn records(name: &str) -> Vec<Record> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+    let mut out: Vec<Record> = std::fs::read_to_string(path)
+        .expect("fixture")
+        .lines()
+        .filter_map(|l| parse_line(l, false).ok().flatten())
+        .filter(|r| HOOK_NAMES.contains(&r.hook.as_str()))
+        .collect();
+    out.sort_by(|a, b| {
+        (a.t.unwrap_or(0.0), a.seq.unwrap_or(0))
+            .partial_cmp(&(b.t.unwrap_or(0.0), b.seq.unwrap_or(0)))
+            .expect("times are numbers")
+    });
+    out
+}
+
+/// A plugin process: a bridge over `dir` with the defaults and the export
+/// thread the plugin starts.
+fn process(dir: &Path) -> Bridge {
+    receiver();
+    let bridge = Bridge::start(BridgeConfig::new(dir.to_path_buf()));
+    bridge.set_exporter_factory(Box::new(hermes_otel::export_task::factory));
+    assert!(bridge.start_exporter(), "the export thread starts");
+    bridge
+}
+
+/// Feeds `records` as hook calls happening now (shifted by `shift` seconds).
+fn feed(bridge: &Bridge, records: &[Record], shift: f64) {
+    for rec in records {
+        let at = rec.t.expect("t") + shift;
+        let Decoded::Event(event, problems) = decode(&rec.hook, &rec.kwargs, at, DecodeOptions::default()) else {
+            continue;
+        };
+        let line = spool::record(&rec.hook, at, rec.pid, rec.thread.as_deref(), &rec.kwargs, false);
+        let ctx = EventContext {
+            pid: rec.pid,
+            thread: rec.thread.clone(),
+            problems,
+        };
+        bridge.submit_recorded(event, ctx, Some(&line));
+    }
+}
+
+/// The plugin's exit: commit, release held session spans, send, within
+/// the default 2 s.
+fn exit(bridge: Bridge) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    assert!(bridge.flush_at_exit(Duration::from_secs(2)), "the exit flush committed");
+    assert!(
+        bridge.flush_exporter(deadline),
+        "the exit flush sent what was ready within 2 s"
+    );
+    drop(bridge);
+}
+
+/// The spans received so far whose trace holds a span of `session`.
+fn spans_of(session: &str) -> Vec<Span> {
+    let all = receiver().received.spans();
+    let traces: HashSet<Vec<u8>> = all
+        .iter()
+        .filter(|s| attr(s, "gen_ai.conversation.id").as_deref() == Some(session))
+        .map(|s| s.trace_id.clone())
+        .collect();
+    all.into_iter().filter(|s| traces.contains(&s.trace_id)).collect()
+}
+
+fn attr(span: &Span, key: &str) -> Option<String> {
+    span.attributes.iter().find(|kv| kv.key == key).and_then(|kv| {
+        kv.value.as_ref().and_then(|v| match v.value.as_ref()? {
+            AnyValue::StringValue(s) => Some(s.clone()),
+            AnyValue::IntValue(i) => Some(i.to_string()),
+            AnyValue::BoolValue(b) => Some(b.to_string()),
+            AnyValue::DoubleValue(d) => Some(d.to_string()),
+            _ => None,
+        })
+    })
+}
+
+/// Every span once, one root per trace, every parent present.
+fn assert_whole(spans: &[Span], what: &str) {
+    let mut ids = HashSet::new();
+    for s in spans {
+        assert!(ids.insert(s.span_id.clone()), "{what}: span {} sent twice", s.name);
+    }
+    let mut roots: HashMap<Vec<u8>, usize> = HashMap::new();
+    for s in spans {
+        if s.parent_span_id.is_empty() {
+            *roots.entry(s.trace_id.clone()).or_default() += 1;
+        } else {
+            assert!(
+                ids.contains(&s.parent_span_id),
+                "{what}: the parent of {} never arrived (an orphan)",
+                s.name
+            );
+        }
+    }
+    let traces: HashSet<&Vec<u8>> = spans.iter().map(|s| &s.trace_id).collect();
+    for t in traces {
+        assert_eq!(roots.get(t), Some(&1), "{what}: one root per trace");
+    }
+}
+
+fn names(spans: &[Span]) -> Vec<String> {
+    let mut n: Vec<String> = spans.iter().map(|s| s.name.clone()).collect();
+    n.sort();
+    n
+}
+
+fn store_dir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("otel");
+    (dir, path)
+}
+
+fn now_shift(records: &[Record]) -> f64 {
+    hermes_otel::unix_now() - records.last().and_then(|r| r.t).expect("t") - 0.5
+}
+
+#[test]
+fn a_one_shot_run_sends_its_whole_tree_before_the_process_ends() {
+    // hermes -z with a synchronous subagent: Hermes never finalizes it.
+    let recs = records("delegate_sync.jsonl");
+    let session = recs[0].kwargs["session_id"].as_str().expect("id").to_string();
+    let (_tmp, dir) = store_dir();
+    let bridge = process(&dir);
+    feed(&bridge, &recs, now_shift(&recs));
+    exit(bridge);
+    let spans = spans_of(&session);
+    assert_whole(&spans, "hermes -z");
+    assert_eq!(
+        names(&spans),
+        [
+            "chat mock-model",
+            "chat mock-model",
+            "chat mock-model",
+            "execute_tool delegate_task",
+            "hermes.turn",
+            "hermes.turn",
+            "invoke_agent hermes",
+            "invoke_agent hermes",
+        ]
+    );
+    let tool = spans
+        .iter()
+        .find(|s| s.name == "execute_tool delegate_task")
+        .expect("tool");
+    let child = spans
+        .iter()
+        .find(|s| s.name == "invoke_agent hermes" && !s.parent_span_id.is_empty())
+        .expect("the subagent's session span");
+    assert_eq!(
+        child.parent_span_id, tool.span_id,
+        "the subagent hangs under delegate_task"
+    );
+    let turn = spans.iter().find(|s| s.name == "hermes.turn").expect("turn");
+    assert_eq!(attr(turn, "openinference.span.kind").as_deref(), Some("CHAIN"));
+}
+
+#[test]
+fn a_repl_session_over_two_turns_sends_its_session_span_once() {
+    let recs = records("multi_turn.jsonl");
+    let session = recs[0].kwargs["session_id"].as_str().expect("id").to_string();
+    let (_tmp, dir) = store_dir();
+    let bridge = process(&dir);
+    let shift = now_shift(&recs);
+    // The first turn, then a pause long enough for the exporter to look
+    // (it polls every 500 ms), then the second turn and /exit.
+    let first_end = recs
+        .iter()
+        .position(|r| r.hook == "on_session_end")
+        .expect("turn 1 end");
+    feed(&bridge, &recs[..=first_end], shift);
+    assert!(bridge.flush(Duration::from_secs(5)));
+    std::thread::sleep(Duration::from_millis(1200));
+    feed(&bridge, &recs[first_end + 1..], shift);
+    exit(bridge);
+    let spans = spans_of(&session);
+    assert_whole(&spans, "REPL");
+    let sessions: Vec<&Span> = spans.iter().filter(|s| s.name == "invoke_agent hermes").collect();
+    assert_eq!(sessions.len(), 1, "one session span, sent once");
+    let turns: Vec<&Span> = spans.iter().filter(|s| s.name == "hermes.turn").collect();
+    assert_eq!(turns.len(), 2);
+    assert!(turns.iter().all(|t| t.parent_span_id == sessions[0].span_id));
+}
+
+#[test]
+fn a_resumed_session_continues_its_trace_without_sending_the_root_again() {
+    let recs = records("resume.jsonl");
+    let session = recs[0].kwargs["session_id"].as_str().expect("id").to_string();
+    let first_pid = recs[0].pid;
+    let (first, second): (Vec<Record>, Vec<Record>) = recs.into_iter().partition(|r| r.pid == first_pid);
+    let (_tmp, dir) = store_dir();
+    // Process 1: chat -q, finalized at its end.
+    let shift = hermes_otel::unix_now() - second.last().and_then(|r| r.t).expect("t") - 0.5;
+    let bridge = process(&dir);
+    feed(&bridge, &first, shift);
+    exit(bridge);
+    let after_first = spans_of(&session);
+    assert_whole(&after_first, "first process");
+    // Process 2: --resume, no on_session_start.
+    let bridge = process(&dir);
+    feed(&bridge, &second, shift);
+    exit(bridge);
+    let spans = spans_of(&session);
+    assert_whole(&spans, "resumed");
+    let chats = spans.iter().filter(|s| s.name.starts_with("chat ")).count();
+    assert_eq!(chats, 3, "every chat span of both processes arrived");
+    let sessions: Vec<&Span> = spans.iter().filter(|s| s.name == "invoke_agent hermes").collect();
+    assert_eq!(sessions.len(), 2, "the root and one continuation: {:?}", names(&spans));
+    let root = sessions.iter().find(|s| s.parent_span_id.is_empty()).expect("root");
+    let cont = sessions
+        .iter()
+        .find(|s| !s.parent_span_id.is_empty())
+        .expect("continuation");
+    assert_eq!(cont.parent_span_id, root.span_id);
+    assert_eq!(attr(root, "hermes.session.continuation").as_deref(), Some("0"));
+    assert_eq!(attr(cont, "hermes.session.continuation").as_deref(), Some("1"));
+    assert_eq!(
+        cont.links.first().map(|l| l.span_id.clone()),
+        Some(root.span_id.clone())
+    );
+    // Each stretch reports its own tokens: together they are the session's.
+    let tokens = |s: &Span| {
+        attr(s, "gen_ai.usage.output_tokens")
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(0)
+    };
+    let chat_tokens: i64 = spans.iter().filter(|s| s.name.starts_with("chat ")).map(tokens).sum();
+    assert_eq!(tokens(root) + tokens(cont), chat_tokens);
+    let turns: Vec<&Span> = spans.iter().filter(|s| s.name == "hermes.turn").collect();
+    assert_eq!(turns.len(), 2);
+    assert!(
+        turns.iter().any(|t| t.parent_span_id == cont.span_id),
+        "the resumed turn is under the continuation"
+    );
+}
+
+#[test]
+fn a_background_child_cut_off_by_the_exit_is_closed_and_sent() {
+    // The child never ends: the process exits under it.
+    let recs = records("delegate_bg_orphan.jsonl");
+    let session = recs[0].kwargs["session_id"].as_str().expect("id").to_string();
+    let (_tmp, dir) = store_dir();
+    let bridge = process(&dir);
+    feed(&bridge, &recs, now_shift(&recs));
+    exit(bridge);
+    let spans = spans_of(&session);
+    assert_whole(&spans, "orphaned child");
+    let child = spans
+        .iter()
+        .find(|s| s.name == "invoke_agent hermes" && !s.parent_span_id.is_empty())
+        .expect("the child's session span arrived");
+    assert_eq!(attr(child, "hermes.span.close_reason").as_deref(), Some("process_exit"));
+    assert!(
+        spans
+            .iter()
+            .any(|s| s.name.starts_with("chat ") && attr(s, "hermes.span.close_reason").is_some()),
+        "the child's open attempt was closed and sent"
+    );
+}
