@@ -738,31 +738,27 @@ fn budget_mode(py: Python<'_>) -> &'static str {
 #[pyfunction]
 #[pyo3(signature = (timeout_seconds = 2.0))]
 fn flush(py: Python<'_>, timeout_seconds: f64) -> bool {
-    let Some(b) = BRIDGE.get() else { return true };
-    let timeout = Duration::try_from_secs_f64(timeout_seconds.max(0.0)).unwrap_or(bridge::DEFAULT_FLUSH_TIMEOUT);
-    py.detach(|| {
-        catch_unwind(AssertUnwindSafe(|| {
-            let deadline = std::time::Instant::now() + timeout;
-            let committed = b.flush(timeout);
-            b.flush_exporter(deadline);
-            committed
-        }))
-        .unwrap_or(false)
-    })
+    flush_with(py, timeout_seconds, Bridge::flush)
 }
 
 /// The flush of a process about to exit (atexit, `os._exit`): commits
 /// what is queued, releases the session spans this process held for their
-/// grace period, and lets the exporter send what that made ready, all
-/// within `timeout_seconds`. Never raises.
+/// grace period and closes what it leaves open, and lets the exporter send
+/// what that made ready, all within `timeout_seconds`. Never raises.
 #[pyfunction]
 fn exit_flush(py: Python<'_>, timeout_seconds: f64) -> bool {
+    flush_with(py, timeout_seconds, Bridge::flush_at_exit)
+}
+
+/// Commits with `commit` (within the timeout), then lets the exporter send
+/// what is ready until the same deadline, with the GIL released.
+fn flush_with(py: Python<'_>, timeout_seconds: f64, commit: fn(&Bridge, Duration) -> bool) -> bool {
     let Some(b) = BRIDGE.get() else { return true };
     let timeout = Duration::try_from_secs_f64(timeout_seconds.max(0.0)).unwrap_or(bridge::DEFAULT_FLUSH_TIMEOUT);
     py.detach(|| {
         catch_unwind(AssertUnwindSafe(|| {
             let deadline = std::time::Instant::now() + timeout;
-            let committed = b.flush_at_exit(timeout);
+            let committed = commit(b, timeout);
             b.flush_exporter(deadline);
             committed
         }))

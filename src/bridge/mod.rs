@@ -761,29 +761,25 @@ impl Bridge {
     }
 
     /// Waits until everything submitted before this call is committed, or
-    /// `timeout` passes. Returns whether it all committed in time. For
-    /// processes that end with `os._exit` and skip atexit handlers.
+    /// `timeout` passes. Returns whether it all committed in time.
     pub fn flush(&self, timeout: Duration) -> bool {
-        let State::Running(run) = &self.state else {
-            return true;
-        };
-        if !run.shared.alive.load(Ordering::Acquire) || run.shared.store_down.load(Ordering::Acquire) {
-            return false;
-        }
-        let ticket = Ticket::new();
-        if !self.enqueue(run, Job::Flush(Arc::clone(&ticket)), true) {
-            return false;
-        }
-        matches!(ticket.wait_until(Instant::now() + timeout), Some(Outcome::Committed(_)))
+        self.wait_for(Job::Flush, timeout)
     }
 
     /// [`Bridge::flush`] for a process about to exit: the session spans
     /// this process held back for their grace period (Hermes never
-    /// finalizes `hermes -z`, cron or kanban sessions) are released, so the
-    /// exporter can send them before the process ends. A session that goes
-    /// on later (`--resume`) gets a continuation span, never a second copy
-    /// of this one. Returns whether everything committed in time.
+    /// finalizes `hermes -z`, cron or kanban sessions) are released, and
+    /// what it leaves open is closed, so the exporter can send them before
+    /// the process ends. A session that goes on later (`--resume`) gets a
+    /// continuation span, never a second copy of this one. Returns whether
+    /// everything committed in time.
     pub fn flush_at_exit(&self, timeout: Duration) -> bool {
+        self.wait_for(Job::Exit, timeout)
+    }
+
+    /// Queues the job `make` builds around a ticket and waits, up to
+    /// `timeout`, until the writer has committed everything before it.
+    fn wait_for(&self, make: fn(Arc<Ticket>) -> Job, timeout: Duration) -> bool {
         let State::Running(run) = &self.state else {
             return true;
         };
@@ -791,7 +787,7 @@ impl Bridge {
             return false;
         }
         let ticket = Ticket::new();
-        if !self.enqueue(run, Job::Exit(Arc::clone(&ticket)), true) {
+        if !self.enqueue(run, make(Arc::clone(&ticket)), true) {
             return false;
         }
         matches!(ticket.wait_until(Instant::now() + timeout), Some(Outcome::Committed(_)))
