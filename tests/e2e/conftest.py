@@ -37,6 +37,18 @@ PLUGIN_KEY = "hermes-otel"
 # A run with a panic injected into every hook of ours.
 PANIC_RUN = "panic_readfile"
 OTLP_RUN = "otlp_readfile"
+# Runs with a loopback OTLP receiver and nothing but the endpoint set (the
+# plugin's defaults otherwise), by the scenario they run: every way of
+# running Hermes the kit drives (README, "Traces").
+OTLP_RUNS = {
+    OTLP_RUN: "readfile",  # hermes chat -q
+    "otlp_oneshot": "delegate_sync",  # hermes -z, a synchronous subagent
+    "otlp_resume": "resume",  # chat -q, then --resume in a second process
+    "otlp_repl": "multi_turn",  # the interactive REPL, two turns
+    "otlp_bg": "delegate_bg",  # a background subagent
+    "otlp_bg_orphan": "delegate_bg_orphan",  # a background child the exit cuts off
+    "otlp_cron": "cron",  # hermes cron run
+}
 
 
 @dataclass
@@ -100,26 +112,28 @@ def runs(hermes_bin: Path) -> dict[str, Run]:
     jobs = int(os.environ.get("HERMES_OTEL_E2E_JOBS", "4"))
 
     def one(name: str) -> Run:
-        scenario = "readfile" if name in (PANIC_RUN, OTLP_RUN) else name
+        scenario = "readfile" if name == PANIC_RUN else OTLP_RUNS.get(name, name)
         outdir = out / name
         shutil.rmtree(outdir, ignore_errors=True)
         cmd = ["bash", str(KIT / "run-scenario.sh"), scenario, str(outdir), "--probe"]
         cmd += ["--enable", PLUGIN_KEY, "--env", f"HERMES_OTEL_HOME={outdir / 'otel'}"]
         if name == PANIC_RUN:
             cmd += ["--env", "HERMES_OTEL_TEST_PANIC=*"]
-        if name == OTLP_RUN:
+        if name in OTLP_RUNS:
             # A loopback OTLP/HTTP receiver in the scenario's namespace.
             cmd += ["--sidecar", f'"$E2E_PYTHON" {Path(__file__).parent / "otlp_sidecar.py"}']
             cmd += ["--env", "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf"]
             cmd += ["--env", "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318"]
+        if name == OTLP_RUN:
             cmd += ["--env", "OTEL_METRIC_EXPORT_INTERVAL=1"]
         p = subprocess.run(cmd, env=env, text=True, capture_output=True)
         return Run(name, outdir, p.returncode, p.stderr)
 
     # Longest first, so the pool is not left waiting on one slow scenario.
     slow = ["multi_turn", "failalways", "delegate_bg_orphan", "failonce", "resume", "cron", "delegate_bg"]
+    slow += ["otlp_repl", "otlp_bg_orphan", "otlp_resume", "otlp_cron", "otlp_bg"]
     names = sorted(
-        SCENARIOS + [PANIC_RUN, OTLP_RUN], key=lambda s: (s not in slow, slow.index(s) if s in slow else 0)
+        SCENARIOS + [PANIC_RUN, *OTLP_RUNS], key=lambda s: (s not in slow, slow.index(s) if s in slow else 0)
     )
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         results = {r.scenario: r for r in pool.map(one, names)}

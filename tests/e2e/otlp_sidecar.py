@@ -3,7 +3,9 @@
 Runs inside the scenario's network namespace, listens on 127.0.0.1:$OTLP_PORT
 (default 4318) and saves every POSTed body (gunzipped) under
 $E2E_OUTDIR/otlp/ as NNNN-traces.pb or NNNN-metrics.pb, answering with an
-empty (valid) export response. Decoding is the test's job.
+empty (valid) export response, and appends ``NNNN kind unix-time`` to
+``otlp/arrivals.tsv`` before answering (the time the body arrived, for tests
+that check what a process sent before it ended). Decoding is the test's job.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import gzip
 import itertools
 import os
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -34,6 +37,8 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             n = next(COUNTER)
         (OUT / f"{n:04d}-{kind}.pb").write_bytes(body)
+        with LOCK, (OUT / "arrivals.tsv").open("a") as f:
+            f.write(f"{n:04d}\t{kind}\t{time.time():.6f}\n")
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
         self.send_header("Content-Length", "0")
