@@ -16,6 +16,8 @@ pub mod span {
     pub const CHAT_PREFIX: &str = "chat";
     /// Prefix of `execute_tool {gen_ai.tool.name}`.
     pub const EXECUTE_TOOL_PREFIX: &str = "execute_tool";
+    /// A tool call's wait for approval.
+    pub const APPROVAL: &str = "hermes.approval";
 }
 
 /// Upstream attribute names (OpenTelemetry semantic conventions).
@@ -56,6 +58,11 @@ pub mod attr {
     pub const HERMES_SESSION_STATUS: &str = "hermes.session.status";
     pub const HERMES_SESSION_CONTINUATION: &str = "hermes.session.continuation";
     pub const OPENINFERENCE_SPAN_KIND: &str = "openinference.span.kind";
+    pub const HERMES_TOOL_DECISION: &str = "hermes.tool.decision";
+    pub const HERMES_TOOL_DECISION_REASON: &str = "hermes.tool.decision_reason";
+    pub const HERMES_APPROVAL_SURFACE: &str = "hermes.approval.surface";
+    pub const HERMES_APPROVAL_CHOICE: &str = "hermes.approval.choice";
+    pub const HERMES_APPROVAL_DECIDED_BY: &str = "hermes.approval.decided_by";
     pub const HERMES_TURN_OUTCOME: &str = "hermes.turn.outcome";
     pub const HERMES_SPAN_CLOSE_REASON: &str = "hermes.span.close_reason";
     pub const HERMES_USAGE_COST_USD: &str = "hermes.usage.cost_usd";
@@ -92,6 +99,15 @@ pub mod value {
     pub const ERROR_TYPE_OTHER: &str = "_OTHER";
     /// `openinference.span.kind` of a turn.
     pub const OPENINFERENCE_KIND_CHAIN: &str = "CHAIN";
+    /// `openinference.span.kind` of an approval.
+    pub const OPENINFERENCE_KIND_GUARDRAIL: &str = "GUARDRAIL";
+    /// `hermes.tool.decision` of a denied tool call.
+    pub const DECISION_DENY: &str = "deny";
+    /// `hermes.tool.decision_reason` values.
+    pub const DECISION_REASON_BUDGET: &str = "budget";
+    pub const DECISION_REASON_USER: &str = "user";
+    pub const DECISION_REASON_AUX_LLM: &str = "aux_llm";
+    pub const DECISION_REASON_TIMEOUT: &str = "timeout";
 }
 
 /// Resource attribute names.
@@ -135,6 +151,11 @@ pub const SPAN_ATTRIBUTES: &[&str] = &[
     attr::HERMES_SESSION_STATUS,
     attr::HERMES_SESSION_CONTINUATION,
     attr::OPENINFERENCE_SPAN_KIND,
+    attr::HERMES_TOOL_DECISION,
+    attr::HERMES_TOOL_DECISION_REASON,
+    attr::HERMES_APPROVAL_SURFACE,
+    attr::HERMES_APPROVAL_CHOICE,
+    attr::HERMES_APPROVAL_DECIDED_BY,
     attr::HERMES_TURN_OUTCOME,
     attr::HERMES_SPAN_CLOSE_REASON,
     attr::HERMES_USAGE_COST_USD,

@@ -40,7 +40,7 @@ use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, ArrayValue, Ke
 use opentelemetry_proto::tonic::trace::v1::{span, status, Span, Status};
 
 use crate::semconv::{attr, span as names, value};
-use crate::store::{AttemptRow, RunRow, ToolRow, TurnRow};
+use crate::store::{ApprovalRow, AttemptRow, RunRow, ToolRow, TurnRow};
 
 /// How traces are cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -469,6 +469,9 @@ pub fn tool_span(tool: &ToolRow, run: &RunRow, ancestry: &Ancestry, opts: SpanOp
     }
     if outcome == "blocked" {
         a.bool(attr::HERMES_TOOL_BLOCKED, true);
+        // The same decision an approval span carries, with why.
+        a.str(attr::HERMES_TOOL_DECISION, value::DECISION_DENY);
+        a.str(attr::HERMES_TOOL_DECISION_REASON, value::DECISION_REASON_BUDGET);
     }
     if tool.ended_at.is_none() {
         a.str(attr::HERMES_SPAN_CLOSE_REASON, close_reason(run));
@@ -515,6 +518,60 @@ fn placement(session_id: &str, turn_id: Option<&str>, ancestry: &Ancestry, opts:
     match turn_id {
         Some(turn) => (ancestry.trace_of_turn(turn, opts.mode), turn_span_id(turn)),
         None => (ancestry.trace_of_session(opts.mode), session_span_id(session_id)),
+    }
+}
+
+/// The `hermes.approval` span of a tool call's wait for approval: under
+/// the tool call's span when Hermes named it, else under the turn. The
+/// decision is `hermes.tool.decision` (`approve`, `deny`, `timeout`), the
+/// same attribute a tool call blocked by a budget carries; Hermes's own
+/// answer is `hermes.approval.choice`. One left open by its process (no
+/// answer came) is closed with `hermes.span.close_reason`.
+pub fn approval_span(ap: &ApprovalRow, run: &RunRow, ancestry: &Ancestry, opts: SpanOptions) -> Span {
+    let (trace, turn_parent) = placement(&ap.session_id, ap.turn_id.as_deref(), ancestry, opts);
+    let parent = match &ap.tool_call_id {
+        Some(tool) => tool_span_id(&ap.session_id, tool),
+        None => turn_parent,
+    };
+    let mut a = Attrs::default();
+    a.str(attr::OPENINFERENCE_SPAN_KIND, value::OPENINFERENCE_KIND_GUARDRAIL);
+    a.str(attr::HERMES_SESSION_ID, &ap.session_id);
+    a.str(attr::GEN_AI_CONVERSATION_ID, &ap.session_id);
+    a.opt_str(attr::HERMES_TURN_ID, ap.turn_id.as_deref());
+    a.opt_str(attr::GEN_AI_TOOL_CALL_ID, ap.tool_call_id.as_deref());
+    a.opt_str(attr::HERMES_APPROVAL_SURFACE, ap.surface.as_deref());
+    a.opt_str(attr::HERMES_APPROVAL_CHOICE, ap.choice.as_deref());
+    a.opt_str(attr::HERMES_APPROVAL_DECIDED_BY, ap.decided_by.as_deref());
+    let decision = crate::hook::Approval {
+        choice: ap.choice.clone(),
+        ..Default::default()
+    }
+    .decision();
+    match decision {
+        Some(d) => {
+            a.str(attr::HERMES_TOOL_DECISION, d);
+            let reason = if ap.decided_by.is_some() {
+                value::DECISION_REASON_AUX_LLM
+            } else if d == "timeout" {
+                value::DECISION_REASON_TIMEOUT
+            } else {
+                value::DECISION_REASON_USER
+            };
+            a.str(attr::HERMES_TOOL_DECISION_REASON, reason);
+        }
+        None => a.str(attr::HERMES_SPAN_CLOSE_REASON, close_reason(run)),
+    }
+    let end = ap.ended_at.unwrap_or(run.ended_at.unwrap_or(run.last_event_at));
+    Span {
+        trace_id: trace.to_vec(),
+        span_id: span_id(&["approval", &ap.session_id, &ap.key]).to_vec(),
+        parent_span_id: parent.to_vec(),
+        name: names::APPROVAL.to_string(),
+        kind: span::SpanKind::Internal as i32,
+        start_time_unix_nano: nanos(ap.started_at),
+        end_time_unix_nano: nanos(end.max(ap.started_at)),
+        attributes: a.0,
+        ..Span::default()
     }
 }
 
@@ -726,6 +783,80 @@ mod tests {
         // The child's own turns stay in that trace.
         assert_eq!(gw.trace_of_turn("ct", TraceMode::Auto), trace_id(&["turn", "t1"]));
         assert!(!gw.turns_are_roots(TraceMode::Auto));
+    }
+
+    fn attr_of<'a>(span: &'a Span, key: &str) -> Option<&'a AnyValue> {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key == key)
+            .and_then(|kv| kv.value.as_ref())
+    }
+
+    fn text(v: Option<&AnyValue>) -> Option<&str> {
+        match v?.value.as_ref()? {
+            any_value::Value::StringValue(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_tool_call_a_budget_blocked_carries_the_deny_decision_and_why() {
+        let run = RunRow {
+            session_id: "s".into(),
+            ..RunRow::default()
+        };
+        let ancestry = Ancestry(vec![node("s", "cli", None)]);
+        let blocked = ToolRow {
+            session_id: "s".into(),
+            tool_call_id: "c".into(),
+            tool_name: "terminal".into(),
+            ended_at: Some(2.0),
+            status: Some("blocked".into()),
+            ..ToolRow::default()
+        };
+        let span = tool_span(&blocked, &run, &ancestry, SpanOptions::default());
+        assert_eq!(text(attr_of(&span, attr::HERMES_TOOL_DECISION)), Some("deny"));
+        assert_eq!(text(attr_of(&span, attr::HERMES_TOOL_DECISION_REASON)), Some("budget"));
+        let ran = ToolRow {
+            status: Some("ok".into()),
+            ok: Some(true),
+            ..blocked
+        };
+        let span = tool_span(&ran, &run, &ancestry, SpanOptions::default());
+        assert_eq!(attr_of(&span, attr::HERMES_TOOL_DECISION), None);
+    }
+
+    #[test]
+    fn a_continuation_hangs_under_the_root_and_reports_only_its_stretch() {
+        let run = RunRow {
+            session_id: "s".into(),
+            started_at: 1.0,
+            ended_at: Some(9.0),
+            status: "ok".into(),
+            input_tokens: 100,
+            output_tokens: 10,
+            cost_usd: 1.0,
+            span_n: 1,
+            span_started_at: Some(5.0),
+            span_base: (60, 6, 0.25),
+            ..RunRow::default()
+        };
+        let ancestry = Ancestry(vec![node("s", "cli", None)]);
+        let root = session_span(&run, 0, &ancestry, SpanOptions::default());
+        let cont = session_span(&run, 1, &ancestry, SpanOptions::default());
+        assert!(root.parent_span_id.is_empty());
+        assert_eq!(cont.parent_span_id, root.span_id);
+        assert_ne!(cont.span_id, root.span_id);
+        assert_eq!(cont.trace_id, root.trace_id);
+        assert_eq!(cont.start_time_unix_nano, nanos(5.0));
+        let int = |s: &Span, k| match attr_of(s, k).and_then(|v| v.value.as_ref()) {
+            Some(any_value::Value::IntValue(i)) => *i,
+            _ => -1,
+        };
+        assert_eq!(int(&cont, attr::GEN_AI_USAGE_INPUT_TOKENS), 40);
+        assert_eq!(int(&cont, attr::GEN_AI_USAGE_OUTPUT_TOKENS), 4);
+        assert_eq!(int(&cont, attr::HERMES_SESSION_CONTINUATION), 1);
+        assert_eq!(int(&root, attr::HERMES_SESSION_CONTINUATION), 0);
     }
 
     #[test]

@@ -311,6 +311,11 @@ fn verify(dir: &Path, seed: u64, rng: &mut fastrand::Rng) -> i64 {
         .filter_map(|l| l.trim().parse().ok())
         .max()
         .unwrap_or(0);
+    if !dir.join(DB).exists() {
+        // Killed before it created the file: nothing can have been acknowledged.
+        assert_eq!(acked, 0, "acknowledged commits but no database ({what})");
+        return 0;
+    }
     let conn = Connection::open_with_flags(dir.join(DB), OpenFlags::SQLITE_OPEN_READ_WRITE).expect("reopen");
     if rng.bool() {
         // Leave the WAL for the next child to recover, sometimes.

@@ -298,3 +298,68 @@ fn a_background_child_cut_off_by_the_exit_is_closed_and_sent() {
         "the child's open attempt was closed and sent"
     );
 }
+
+/// An approval record shaped as Hermes 0.19.0's `tools/approval.py` fires
+/// it (the turn and tool call ids come from its context variables).
+fn approval(hook: &str, t: f64, like: &Record, choice: Option<&str>) -> Record {
+    let mut kwargs = serde_json::Map::new();
+    let k = |v: &str| serde_json::Value::String(v.to_string());
+    kwargs.insert("command".into(), k("rm -rf build/"));
+    kwargs.insert("description".into(), k("recursive delete"));
+    kwargs.insert("pattern_key".into(), k("rm_recursive"));
+    kwargs.insert("pattern_keys".into(), serde_json::json!(["rm_recursive"]));
+    kwargs.insert("session_key".into(), k("cli"));
+    kwargs.insert("surface".into(), k("cli"));
+    kwargs.insert("turn_id".into(), like.kwargs["turn_id"].clone());
+    kwargs.insert("tool_call_id".into(), like.kwargs["tool_call_id"].clone());
+    if let Some(c) = choice {
+        kwargs.insert("choice".into(), k(c));
+    }
+    Record {
+        hook: hook.into(),
+        kwargs,
+        t: Some(t),
+        seq: None,
+        pid: like.pid,
+        thread: like.thread.clone(),
+        capture: None,
+    }
+}
+
+#[test]
+fn the_wait_for_an_approval_is_a_span_under_its_tool_call_with_the_decision() {
+    let mut recs = records("terminal_ok.jsonl");
+    let session = recs[0].kwargs["session_id"].as_str().expect("id").to_string();
+    let at = recs.iter().position(|r| r.hook == "pre_tool_call").expect("tool call");
+    let tool = recs[at].clone();
+    let t = tool.t.expect("t");
+    recs.insert(at + 1, approval("pre_approval_request", t + 0.01, &tool, None));
+    recs.insert(at + 2, approval("post_approval_response", t + 0.2, &tool, Some("once")));
+    let (_tmp, dir) = store_dir();
+    let bridge = process(&dir);
+    feed(&bridge, &recs, now_shift(&recs));
+    exit(bridge);
+    let spans = spans_of(&session);
+    assert_whole(&spans, "approval");
+    let tool_span = spans
+        .iter()
+        .find(|s| s.name == "execute_tool terminal")
+        .expect("tool span");
+    let approval = spans
+        .iter()
+        .find(|s| s.name == "hermes.approval")
+        .expect("approval span");
+    assert_eq!(approval.parent_span_id, tool_span.span_id, "under its tool call");
+    assert_eq!(attr(approval, "hermes.tool.decision").as_deref(), Some("approve"));
+    assert_eq!(attr(approval, "hermes.tool.decision_reason").as_deref(), Some("user"));
+    assert_eq!(attr(approval, "hermes.approval.choice").as_deref(), Some("once"));
+    assert_eq!(attr(approval, "openinference.span.kind").as_deref(), Some("GUARDRAIL"));
+    let waited = (approval.end_time_unix_nano - approval.start_time_unix_nano) as f64 / 1e9;
+    assert!((waited - 0.19).abs() < 0.01, "the span is the wait: {waited}");
+    assert!(
+        spans
+            .iter()
+            .all(|s| attr(s, "hermes.approval.choice").is_none() || s.name == "hermes.approval"),
+        "no other span carries the approval"
+    );
+}

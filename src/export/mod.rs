@@ -470,6 +470,10 @@ impl Exporter {
                 .tool(&row.session_id, &row.key)
                 .filter(|t| t.ended_at.is_some() || run.status != RUNNING)
                 .map(|t| span::tool_span(t, run, ancestry, opts)),
+            SpanKind::Approval => store
+                .approval_row(&row.session_id, &row.key)?
+                .filter(|a| a.ended_at.is_some() || run.status != RUNNING)
+                .map(|a| span::approval_span(&a, run, ancestry, opts)),
         };
         let Some(mut span) = span else { return Ok(None) };
         // Captured content exists only if capture was on when the event was
@@ -482,7 +486,7 @@ impl Exporter {
                 c
             }
             SpanKind::Tool => batch.content(ContentKind::Tool, &row.session_id, &row.key),
-            SpanKind::Run | SpanKind::Turn => Vec::new(),
+            SpanKind::Run | SpanKind::Turn | SpanKind::Approval => Vec::new(),
         };
         span::add_content(&mut span, &content);
         Ok(Some(span))

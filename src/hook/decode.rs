@@ -179,6 +179,38 @@ pub fn decode(hook: &str, kwargs: &Map<String, Value>, at: f64, opts: DecodeOpti
             platform: r.label("platform"),
             reason: r.label("reason"),
         }),
+        "pre_approval_request" | "post_approval_response" => {
+            let turn_id = r.label("turn_id");
+            let session_key = r.label("session_key");
+            let session_id = turn_id
+                .as_deref()
+                .and_then(|t| t.split(':').next())
+                .or(session_key.as_deref())
+                .unwrap_or_default()
+                .to_string();
+            let approval = Approval {
+                session_id,
+                session_key,
+                turn_id,
+                tool_call_id: r.label("tool_call_id"),
+                surface: r.label("surface"),
+                pattern_key: r.label("pattern_key"),
+                choice: r.label("choice"),
+                decided_by: r.label("decided_by"),
+                command: r.content_str("command"),
+            };
+            if approval.session_id.is_empty() {
+                return Decoded::Unusable(vec![Problem {
+                    key: "turn_id".into(),
+                    what: MISSING_ID.into(),
+                }]);
+            }
+            if hook == "pre_approval_request" {
+                Hook::ApprovalRequest(approval)
+            } else {
+                Hook::ApprovalResponse(approval)
+            }
+        }
         _ => return Decoded::Ignored,
     };
     if r.problems.iter().any(|p| p.what == MISSING_ID) {
@@ -860,5 +892,57 @@ mod tests {
         let (hook, problems) = event("on_session_start", json!({"session_id": long}));
         assert!(hook.session_id().len() <= MAX_LABEL_BYTES);
         assert_eq!(problems.len(), 1);
+    }
+}
+
+#[cfg(test)]
+mod approval_tests {
+    use super::*;
+
+    /// Kwargs as Hermes 0.19.0's `tools/approval.py` fires them, the smart
+    /// (auxiliary model) surface included.
+    #[test]
+    fn approval_hooks_decode_with_the_session_from_the_turn_id() {
+        let kwargs = serde_json::json!({
+            "command": "rm -rf /tmp/x", "description": "recursive delete",
+            "pattern_key": "rm_recursive", "pattern_keys": ["rm_recursive"],
+            "session_key": "agent:main:telegram:dm:42", "surface": "smart",
+            "choice": "smart_deny", "decided_by": "aux_llm",
+            "turn_id": "20261130_013735_bf4b63:task:90cda183", "tool_call_id": "call_1",
+            "telemetry_schema_version": "hermes.observer.v1",
+        });
+        let map = kwargs.as_object().expect("object").clone();
+        let Decoded::Event(event, problems) = decode("post_approval_response", &map, 10.0, DecodeOptions::default())
+        else {
+            panic!("decodes");
+        };
+        assert!(problems.is_empty(), "{problems:?}");
+        let Hook::ApprovalResponse(a) = event.hook else {
+            panic!("an approval response")
+        };
+        assert_eq!(a.session_id, "20261130_013735_bf4b63");
+        assert_eq!(a.key(), "call_1");
+        assert_eq!(a.decision(), Some("deny"));
+        assert_eq!(a.decided_by.as_deref(), Some("aux_llm"));
+        assert_eq!(a.command, None, "the command is content: kept only with capture on");
+        // No turn (an approval outside a turn): the session key stands in.
+        let mut map = map;
+        map.remove("turn_id");
+        let Decoded::Event(event, _) = decode("pre_approval_request", &map, 10.0, DecodeOptions::default()) else {
+            panic!("decodes");
+        };
+        assert_eq!(event.hook.session_id(), "agent:main:telegram:dm:42");
+        for (choice, decision) in [
+            ("once", "approve"),
+            ("always", "approve"),
+            ("deny", "deny"),
+            ("timeout", "timeout"),
+        ] {
+            let a = Approval {
+                choice: Some(choice.into()),
+                ..Approval::default()
+            };
+            assert_eq!(a.decision(), Some(decision), "{choice}");
+        }
     }
 }

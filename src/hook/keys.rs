@@ -99,6 +99,8 @@ const API_ERROR: [&str; 19] = concat(
         "reason",
     ],
 );
+const APPROVAL: [&str; 5] = ["session_key", "turn_id", "tool_call_id", "surface", "pattern_key"];
+const POST_APPROVAL: [&str; 7] = concat(APPROVAL, ["choice", "decided_by"]);
 const POST_TOOL: [&str; 10] = concat(TOOL, ["duration_ms", "status", "error_type", TOOL_RESULT]);
 
 /// The kwargs `hook` is decoded from, or `None` for a hook the bridge
@@ -165,6 +167,8 @@ pub fn keys(hook: &str) -> Option<HookKeys> {
             &[],
         ),
         "on_session_finalize" => (&["session_id", "platform", "reason"], &[]),
+        "pre_approval_request" => (&APPROVAL, &["command"]),
+        "post_approval_response" => (&POST_APPROVAL, &["command"]),
         _ => return None,
     };
     Some(HookKeys { always, content })

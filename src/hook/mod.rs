@@ -15,7 +15,7 @@ pub use keys::{keys, HookKeys, ASSISTANT_MESSAGE, TOOL_RESULT};
 use serde::{Deserialize, Serialize};
 
 /// The hooks the bridge registers, by the name Hermes gives them.
-pub const HOOK_NAMES: [&str; 12] = [
+pub const HOOK_NAMES: [&str; 14] = [
     "on_session_start",
     "pre_llm_call",
     "pre_api_request",
@@ -28,6 +28,8 @@ pub const HOOK_NAMES: [&str; 12] = [
     "subagent_stop",
     "on_session_end",
     "on_session_finalize",
+    "pre_approval_request",
+    "post_approval_response",
 ];
 
 /// One hook call, decoded.
@@ -55,6 +57,8 @@ pub enum Hook {
     SubagentStop(SubagentStop),
     SessionEnd(SessionEnd),
     SessionFinalize(SessionFinalize),
+    ApprovalRequest(Approval),
+    ApprovalResponse(Approval),
 }
 
 impl Hook {
@@ -73,6 +77,8 @@ impl Hook {
             Hook::SubagentStop(_) => "subagent_stop",
             Hook::SessionEnd(_) => "on_session_end",
             Hook::SessionFinalize(_) => "on_session_finalize",
+            Hook::ApprovalRequest(_) => "pre_approval_request",
+            Hook::ApprovalResponse(_) => "post_approval_response",
         }
     }
 
@@ -92,6 +98,7 @@ impl Hook {
             Hook::SubagentStop(e) => &e.parent_session_id,
             Hook::SessionEnd(e) => &e.session_id,
             Hook::SessionFinalize(e) => &e.session_id,
+            Hook::ApprovalRequest(e) | Hook::ApprovalResponse(e) => &e.session_id,
         }
     }
 
@@ -110,6 +117,7 @@ impl Hook {
             Hook::SubagentStop(e) => e.child_session_id.clone(),
             Hook::SessionStart(e) => e.session_id.clone(),
             Hook::SessionFinalize(e) => e.session_id.clone(),
+            Hook::ApprovalRequest(e) | Hook::ApprovalResponse(e) => format!("{}/{}", e.session_id, e.key()),
         }
     }
 }
@@ -344,4 +352,50 @@ pub struct SessionFinalize {
     pub session_id: String,
     pub platform: Option<String>,
     pub reason: Option<String>,
+}
+
+/// `pre_approval_request` and `post_approval_response`: a command a tool
+/// wants to run waits for a decision, by the user (CLI prompt, gateway
+/// message) or by Hermes's auxiliary model (`surface` "smart"). Hermes
+/// 0.19.0 passes no session id: it is the turn id's first part (Hermes's
+/// turn ids are `{session_id}:...`), else the approval session key.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Approval {
+    pub session_id: String,
+    pub session_key: Option<String>,
+    pub turn_id: Option<String>,
+    /// The tool call waiting for the decision, when Hermes knows it.
+    pub tool_call_id: Option<String>,
+    /// `cli`, `gateway` or `smart`.
+    pub surface: Option<String>,
+    pub pattern_key: Option<String>,
+    /// `post_approval_response` only: `once`, `session`, `always`, `deny`,
+    /// `timeout`, `smart_approve`, `smart_deny`.
+    pub choice: Option<String>,
+    /// `aux_llm` when the auxiliary model decided.
+    pub decided_by: Option<String>,
+    /// The command (content: only with capture on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+}
+
+impl Approval {
+    /// What the approval is of: the tool call, else the turn, else the
+    /// pattern that asked.
+    pub fn key(&self) -> &str {
+        self.tool_call_id
+            .as_deref()
+            .or(self.turn_id.as_deref())
+            .or(self.pattern_key.as_deref())
+            .unwrap_or("approval")
+    }
+
+    /// The decision `choice` stands for: `approve`, `deny` or `timeout`.
+    pub fn decision(&self) -> Option<&'static str> {
+        Some(match self.choice.as_deref()? {
+            "once" | "session" | "always" | "smart_approve" | "approve" => "approve",
+            "timeout" => "timeout",
+            _ => "deny",
+        })
+    }
 }

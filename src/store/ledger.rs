@@ -332,6 +332,9 @@ fn apply_in(
             outbox::enqueue(tx, SpanKind::Turn, &e.session_id, &e.turn_id, -1, at, false)?;
             outbox::enqueue_run(tx, &e.session_id, at, false)?;
         }
+        Hook::ApprovalRequest(a) | Hook::ApprovalResponse(a) => {
+            apply_approval(tx, a, at, matches!(hook, Hook::ApprovalResponse(_)))?;
+        }
         Hook::SessionFinalize(e) => {
             touch_run(tx, runs, &e.session_id, at, e.platform.as_deref(), None, None, None)?;
             // Turns that never reached on_session_end failed (their last API
@@ -353,6 +356,39 @@ fn apply_in(
     // Captured content (present only with capture on) lands with its event.
     super::content::record(tx, event)?;
     Ok(Applied::New)
+}
+
+/// Records an approval's start or its decision. The session is the turn's
+/// when the turn is known (the decoder could only guess it from the turn
+/// id). A decision finishes the span, enqueued for export.
+fn apply_approval(tx: &Transaction<'_>, a: &crate::hook::Approval, at: f64, decided: bool) -> Result<()> {
+    let session: String = tx
+        .prepare_cached("SELECT session_id FROM turns WHERE turn_id = ?1")?
+        .query_row(params![a.turn_id], |r| r.get(0))
+        .optional()?
+        .unwrap_or_else(|| a.session_id.clone());
+    let key = a.key();
+    tx.prepare_cached(
+        "INSERT INTO approvals (session_id, key, turn_id, tool_call_id, surface, pattern_key, started_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (session_id, key) DO NOTHING",
+    )?
+    .execute(params![
+        session,
+        key,
+        a.turn_id,
+        a.tool_call_id,
+        a.surface,
+        a.pattern_key,
+        at
+    ])?;
+    if decided {
+        tx.prepare_cached(
+            "UPDATE approvals SET ended_at = ?3, choice = ?4, decided_by = ?5 WHERE session_id = ?1 AND key = ?2",
+        )?
+        .execute(params![session, key, at, a.choice, a.decided_by])?;
+        outbox::enqueue(tx, SpanKind::Approval, &session, key, -1, at, false)?;
+    }
+    Ok(())
 }
 
 /// Closes a finalized session's open turns: failed when an attempt of

@@ -44,8 +44,8 @@ pub use metrics::{
     Increment, LlmCallFact, MetricFact, MetricIdentity, MetricState, RunLabels, SeriesRow, METRIC_LEASE,
 };
 pub use outbox::{
-    counter, AttemptError, AttemptRow, BatchRows, EdgeRow, ExportState, Lease, OutboxRow, RunRow, SentSession,
-    SpanKind, ToolRow, TurnRow, TRACE_LEASE,
+    counter, ApprovalRow, AttemptError, AttemptRow, BatchRows, EdgeRow, ExportState, Lease, OutboxRow, RunRow,
+    SentSession, SpanKind, ToolRow, TurnRow, TRACE_LEASE,
 };
 pub use report::{FactKind, FactRow, RunSummary, StoreCounts};
 pub use session_view::{SessionTotals, SpendTotals};

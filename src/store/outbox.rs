@@ -106,6 +106,9 @@ pub enum SpanKind {
     Tool = 5,
     /// An attempt a dead process left open (`api_requests`), keyed by api_request_id.
     OpenAttempt = 6,
+    /// A tool call's wait for approval (`approvals`), keyed by session id
+    /// and the approval's key.
+    Approval = 7,
 }
 
 impl SpanKind {
@@ -117,6 +120,7 @@ impl SpanKind {
             4 => SpanKind::LlmError,
             5 => SpanKind::Tool,
             6 => SpanKind::OpenAttempt,
+            7 => SpanKind::Approval,
             _ => return None,
         })
     }
@@ -263,6 +267,15 @@ fn enqueue_closing(tx: &Transaction<'_>, idle: &str, scope: &dyn rusqlite::ToSql
         ),
         params![SpanKind::Tool as i64, cutoff, now],
     )?;
+    tx.execute(
+        &format!(
+            "INSERT INTO outbox (kind, session_id, key, n, ready_at, hold)
+             SELECT ?1, session_id, key, -1, ?3, 0 FROM approvals
+              WHERE ended_at IS NULL AND session_id IN ({idle})
+             ON CONFLICT (kind, session_id, key, n) DO NOTHING"
+        ),
+        params![SpanKind::Approval as i64, cutoff, now],
+    )?;
     // An attempt is open when its request has fewer finished attempts
     // (successes and errors) than pre_api_request calls.
     tx.execute(
@@ -362,6 +375,20 @@ pub struct TurnRow {
     pub last_error_type: Option<String>,
     /// The session span it hangs under (0: the root span).
     pub span_n: i64,
+}
+
+/// A tool call's wait for approval.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ApprovalRow {
+    pub session_id: String,
+    pub key: String,
+    pub turn_id: Option<String>,
+    pub tool_call_id: Option<String>,
+    pub surface: Option<String>,
+    pub started_at: f64,
+    pub ended_at: Option<f64>,
+    pub choice: Option<String>,
+    pub decided_by: Option<String>,
 }
 
 /// One LLM API attempt: a success, a failure, or one left open.
@@ -641,6 +668,7 @@ impl Store {
             UNION ALL SELECT 4, session_id, api_request_id, retry_count, ended_at FROM llm_call_errors WHERE ended_at >= ?1
             UNION ALL SELECT 5, session_id, tool_call_id, -1, ended_at FROM tool_calls
              WHERE proxy = 0 AND ended_at IS NOT NULL AND ended_at >= ?1
+            UNION ALL SELECT 7, session_id, key, -1, ended_at FROM approvals WHERE ended_at IS NOT NULL AND ended_at >= ?1
             UNION ALL SELECT 6, a.session_id, a.api_request_id, -1, COALESCE(r.ended_at, r.last_event_at)
               FROM api_requests a JOIN runs r ON r.session_id = a.session_id
              WHERE r.status != 'running' AND COALESCE(r.ended_at, r.last_event_at) >= ?1
@@ -787,6 +815,30 @@ impl Store {
             .optional()?)
     }
 
+    /// The approval `key` of `session_id`.
+    pub fn approval_row(&self, session_id: &str, key: &str) -> Result<Option<ApprovalRow>> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT session_id, key, turn_id, tool_call_id, surface, started_at, ended_at, choice, decided_by
+                   FROM approvals WHERE session_id = ?1 AND key = ?2",
+            )?
+            .query_row(params![session_id, key], |r| {
+                Ok(ApprovalRow {
+                    session_id: r.get(0)?,
+                    key: r.get(1)?,
+                    turn_id: r.get(2)?,
+                    tool_call_id: r.get(3)?,
+                    surface: r.get(4)?,
+                    started_at: r.get(5)?,
+                    ended_at: r.get(6)?,
+                    choice: r.get(7)?,
+                    decided_by: r.get(8)?,
+                })
+            })
+            .optional()?)
+    }
+
     /// The tool call `tool_call_id` of `session_id`.
     pub fn tool_row(&self, session_id: &str, tool_call_id: &str) -> Result<Option<ToolRow>> {
         Ok(self
@@ -806,7 +858,9 @@ impl Store {
         let mut content: Vec<[&str; 3]> = Vec::new();
         for row in rows {
             match row.kind {
-                SpanKind::Run => {}
+                // Read one by one: sessions through the batch's session
+                // cache, approvals (rare) with their own query.
+                SpanKind::Run | SpanKind::Approval => {}
                 SpanKind::Tool => {
                     tools.push([row.session_id.as_str(), row.key.as_str()]);
                     content.push([content_kind(ContentKind::Tool), &row.session_id, &row.key]);

@@ -38,3 +38,22 @@ UPDATE OR REPLACE outbox SET n = 0 WHERE kind = 1;
 -- A session span reads its session's last failed attempt; without this
 -- index that scanned every error row once per session (issue 18).
 CREATE INDEX llm_call_errors_session ON llm_call_errors (session_id, ended_at);
+
+-- Approvals: a tool call waiting for a human (or Hermes's auxiliary model)
+-- to approve its command (pre_approval_request .. post_approval_response).
+--   key: the tool call id, else the turn id, else the pattern that asked.
+--   choice: Hermes's answer (once, session, always, deny, timeout,
+--           smart_approve, smart_deny); NULL while waiting.
+CREATE TABLE approvals (
+    session_id   TEXT NOT NULL,
+    key          TEXT NOT NULL,
+    turn_id      TEXT,
+    tool_call_id TEXT,
+    surface      TEXT,
+    pattern_key  TEXT,
+    started_at   REAL NOT NULL,
+    ended_at     REAL,
+    choice       TEXT,
+    decided_by   TEXT,
+    PRIMARY KEY (session_id, key)
+) WITHOUT ROWID;
