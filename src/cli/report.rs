@@ -32,7 +32,16 @@ pub struct ReportArgs {
     limit: usize,
 }
 
-pub fn run(store: &Store, args: &ReportArgs) -> Result<i32> {
+/// The report's window and zone, read from the arguments.
+pub struct Window {
+    tz: TimeZone,
+    since: f64,
+    until: f64,
+}
+
+/// Reads `--tz`, `--since` and `--until`. A window that ends before it
+/// starts is an error: it would report zeros, which look like an answer.
+pub fn window(args: &ReportArgs) -> Result<Window> {
     let tz = match &args.tz {
         Some(name) => TimeZone::get(name).map_err(|e| Error::Other(format!("--tz {name}: {e}")))?,
         None => TimeZone::system(),
@@ -46,6 +55,19 @@ pub fn run(store: &Store, args: &ReportArgs) -> Result<i32> {
     };
     let since = bound(&args.since, 0.0, "--since")?;
     let until = bound(&args.until, END_OF_TIME, "--until")?;
+    if until <= since {
+        return Err(Error::Other(format!(
+            "--until {} is not after --since {}: the window is empty; --since is its earlier end \
+             (e.g. --since 7d --until 1d, or --since 2026-11-01 --until 2026-11-30)",
+            args.until.as_deref().unwrap_or("-"),
+            args.since.as_deref().unwrap_or("-"),
+        )));
+    }
+    Ok(Window { tz, since, until })
+}
+
+pub fn run(store: &Store, args: &ReportArgs, window: Window) -> Result<i32> {
+    let Window { tz, since, until } = window;
     let facts = store.facts(since, until)?;
     let runs = store.runs_started(since, until)?;
     let report = build(&facts, &runs, &tz, since, until);
@@ -62,11 +84,19 @@ pub fn run(store: &Store, args: &ReportArgs) -> Result<i32> {
 pub fn render(r: &Report, limit: usize) -> String {
     let mut out = String::new();
     let t = &r.totals;
-    let _ = writeln!(
-        out,
-        "hermes-otel report  {} .. {}  (days in {})",
-        r.since, r.until, r.timezone
-    );
+    // The unbounded window's ends are placeholders (the epoch, year
+    // 9999); printing them reads like a bug, so name the window instead.
+    let start = if r.since.starts_with("1970-01-01T00:00:00") {
+        "the first event"
+    } else {
+        r.since.as_str()
+    };
+    let end = if r.until.starts_with("9999-") {
+        "now"
+    } else {
+        r.until.as_str()
+    };
+    let _ = writeln!(out, "hermes-otel report  {start} .. {end}  (days in {})", r.timezone);
     let _ = writeln!(
         out,
         "total ${:.4}  sessions {}  llm calls {} ({} estimated, {} unpriced)  api errors {}  tool calls {} ({} failed)",
