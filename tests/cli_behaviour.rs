@@ -218,3 +218,200 @@ fn budget_list_shows_scope_defaults_which_limit_applies_and_the_zone() {
         .expect("weekly override");
     assert_eq!(over["limit_of"], "override");
 }
+
+mod support;
+
+/// Polls `what` until it holds or 20 s pass.
+fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !ok() {
+        assert!(std::time::Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The trace export lease of the store in `home`, if someone holds it now.
+fn lease_holder(home: &Path) -> Option<String> {
+    let store = hermes_otel::store::Store::open_dir(home).expect("open");
+    let now = hermes_otel::unix_now();
+    store
+        .export_state()
+        .expect("export state")
+        .lease
+        .filter(|l| l.expires_at >= now)
+        .map(|l| l.holder)
+}
+
+/// A port nothing listens on.
+fn dead_endpoint() -> String {
+    format!("http://{}", support::free_addr())
+}
+
+#[test]
+fn export_to_a_dead_collector_names_it_says_what_to_do_and_status_keeps_it() {
+    let (_dir, home) = store_with_history();
+    let endpoint = dead_endpoint();
+    let started = std::time::Instant::now();
+    let o = bin()
+        .arg("--home")
+        .arg(&home)
+        .args(["export", "--since", "3650d", "--endpoint", &endpoint])
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(1));
+    // The default timeout is one a person waits for (10 s), said up front.
+    assert!(started.elapsed() < std::time::Duration::from_secs(15));
+    let e = stderr(&o);
+    assert!(e.contains("giving up after 10 s"), "{e}");
+    let last = e.lines().last().unwrap_or_default();
+    assert!(last.contains(&endpoint), "{e}");
+    assert!(last.contains("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), "what to do: {e}");
+    let status = run(&home, &["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status json");
+    let recorded = v["export"]["last_error"].as_str().unwrap_or_default();
+    assert!(recorded.contains(&endpoint), "status: {v}");
+}
+
+#[test]
+fn export_marks_what_it_re_sent_as_exported() {
+    let (_dir, home) = store_with_history();
+    let receiver = support::grpc(None, None);
+    let pending = |home: &Path| {
+        let store = hermes_otel::store::Store::open_dir(home).expect("open");
+        store.export_state().expect("state").pending
+    };
+    assert!(pending(&home) > 0, "the fixture leaves spans waiting");
+    let o = run(
+        &home,
+        &["export", "--since", "3650d", "--endpoint", &receiver.grpc_endpoint()],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(receiver.received.span_count() > 0);
+    assert!(stderr(&o).contains("accepted by"), "progress: {}", stderr(&o));
+    assert_eq!(pending(&home), 0, "what export re-sent would be sent again");
+}
+
+#[test]
+fn serve_drain_ends_with_an_error_when_the_collector_stays_down() {
+    let (_dir, home) = store_with_history();
+    let endpoint = dead_endpoint();
+    let o = bin()
+        .arg("--home")
+        .arg(&home)
+        .args([
+            "serve",
+            "--drain",
+            "--drain-timeout-seconds",
+            "2",
+            "--endpoint",
+            &endpoint,
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let last = stderr(&o).lines().last().unwrap_or_default().to_string();
+    assert!(last.contains("serve --drain: gave up after 2 s"), "{last}");
+    assert!(last.contains(&endpoint) && last.contains("still waiting"), "{last}");
+    assert!(lease_holder(&home).is_none(), "the lease outlived serve");
+}
+
+#[test]
+fn sigterm_releases_the_export_lease_at_once() {
+    let (_dir, home) = store_with_history();
+    let mut child = bin()
+        .arg("--home")
+        .arg(&home)
+        .args(["serve", "--endpoint", &dead_endpoint()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve");
+    eventually("serve to take the lease", || lease_holder(&home).is_some());
+    let pid = child.id().to_string();
+    let killed = Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
+    assert!(killed.success());
+    let sent = std::time::Instant::now();
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        sent.elapsed() < std::time::Duration::from_secs(2),
+        "took {:?}",
+        sent.elapsed()
+    );
+    assert!(lease_holder(&home).is_none(), "the lease is held after SIGTERM");
+}
+
+#[test]
+fn a_trace_only_backend_gets_one_line_naming_the_variable_and_no_retry_storm() {
+    let (_dir, home) = store_with_history();
+    let backend = support::grpc_traces_only();
+    let mut child = bin()
+        .arg("--home")
+        .arg(&home)
+        .args(["serve", "--poll-ms", "20"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", backend.grpc_endpoint())
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "100")
+        // Every metric export attempt is logged, repeats at debug.
+        .env("HERMES_OTEL_LOG", "MetricExport=debug,warn")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve");
+    // Traces still go; metrics are refused. Ten push intervals later...
+    eventually("the spans", || backend.received.span_count() > 0);
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().expect("stderr"), &mut err).expect("read");
+    assert_eq!(child.wait().expect("wait").code(), Some(0), "{err}");
+    let attempts: Vec<&str> = err.lines().filter(|l| l.contains("MetricExport.Failed")).collect();
+    assert_eq!(attempts.len(), 1, "one attempt, one line:\n{err}");
+    assert!(attempts[0].contains("OTEL_METRICS_EXPORTER=none"), "{}", attempts[0]);
+    assert!(attempts[0].contains(&backend.grpc_endpoint()), "{}", attempts[0]);
+    let status = run(&home, &["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status json");
+    assert!(
+        v.to_string().contains("OTEL_METRICS_EXPORTER=none"),
+        "status keeps it: {v}"
+    );
+}
+
+#[test]
+fn serve_prometheus_alone_pushes_no_traces_and_says_what_it_serves() {
+    let (_dir, home) = store_with_history();
+    // A collector listening where the traces would go by default must get nothing.
+    let collector = support::grpc(None, None);
+    let mut child = bin()
+        .arg("--home")
+        .arg(&home)
+        .args(["serve", "--prometheus", "127.0.0.1:0"])
+        .env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", collector.grpc_endpoint())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve");
+    let mut err = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut said = String::new();
+    while !said.contains("/metrics") {
+        let mut line = String::new();
+        if std::io::BufRead::read_line(&mut err, &mut line).expect("read") == 0 {
+            break;
+        }
+        said.push_str(&line);
+    }
+    eventually("serve to take the lease", || lease_holder(&home).is_some());
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    child.wait().expect("wait");
+    assert!(said.contains("not pushing traces (--prometheus alone)"), "{said}");
+    assert!(said.contains("serving Prometheus metrics"), "{said}");
+    assert_eq!(collector.received.span_count(), 0);
+    let store = hermes_otel::store::Store::open_dir(&home).expect("open");
+    assert!(
+        store.export_state().expect("state").pending > 0,
+        "spans stay for a trace exporter"
+    );
+}
