@@ -114,7 +114,7 @@ fn ledger(path: &Path) -> Ledger {
         reasoning: one("SELECT COALESCE(SUM(reasoning_tokens), 0) FROM llm_calls") as i64,
         cost: one("SELECT COALESCE(SUM(cost_usd), 0) FROM llm_calls"),
         errors: one("SELECT COUNT(*) FROM llm_call_errors") as i64,
-        tools: one("SELECT COUNT(*) FROM tool_calls WHERE ended_at IS NOT NULL") as i64,
+        tools: one("SELECT COUNT(*) FROM tool_calls WHERE ended_at IS NOT NULL AND proxy = 0") as i64,
         turns: one("SELECT COUNT(*) FROM turns WHERE outcome IS NOT NULL") as i64,
         sessions: one("SELECT COUNT(*) FROM runs WHERE status != 'running'") as i64,
     }

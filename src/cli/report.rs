@@ -99,7 +99,8 @@ pub fn render(r: &Report, limit: usize) -> String {
     let _ = writeln!(out, "hermes-otel report  {start} .. {end}  (days in {})", r.timezone);
     let _ = writeln!(
         out,
-        "total ${:.4}  sessions {}  llm calls {} ({} estimated, {} unpriced)  api errors {}  tool calls {} ({} failed)",
+        "total ${:.4}  sessions {}  llm calls {} ({} estimated, {} unpriced)  api errors {}  \
+         tool calls {} ({} failed, {} of them a non-zero exit Hermes reported as ok)",
         t.cost_usd,
         t.sessions,
         t.llm_calls,
@@ -107,7 +108,8 @@ pub fn render(r: &Report, limit: usize) -> String {
         t.unpriced_llm_calls,
         t.api_errors,
         t.tool_calls,
-        t.tool_failures
+        t.tool_failures,
+        t.tool_nonzero_exits
     );
     let _ = writeln!(
         out,
@@ -133,7 +135,7 @@ pub fn render(r: &Report, limit: usize) -> String {
 
 fn table(out: &mut String, title: &str, groups: &[Group], limit: usize) {
     let headers = [
-        "cost $", "input", "output", "cache r", "cache w", "reason", "calls", "errors", "tools", "failed",
+        "cost $", "input", "output", "cache r", "cache w", "reason", "calls", "errors", "tools", "failed", "nonzero",
     ];
     let cells = |t: &Totals| {
         [
@@ -147,6 +149,7 @@ fn table(out: &mut String, title: &str, groups: &[Group], limit: usize) {
             t.api_errors.to_string(),
             t.tool_calls.to_string(),
             t.tool_failures.to_string(),
+            t.tool_nonzero_exits.to_string(),
         ]
     };
     let shown: Vec<_> = groups.iter().take(limit).collect();
@@ -156,7 +159,7 @@ fn table(out: &mut String, title: &str, groups: &[Group], limit: usize) {
         .chain([title.len()])
         .max()
         .unwrap_or(0);
-    let rows: Vec<[String; 10]> = shown.iter().map(|g| cells(&g.totals)).collect();
+    let rows: Vec<[String; 11]> = shown.iter().map(|g| cells(&g.totals)).collect();
     let widths: Vec<usize> = (0..headers.len())
         .map(|i| {
             rows.iter()

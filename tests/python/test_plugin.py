@@ -330,7 +330,8 @@ def test_an_export_failure_is_logged_to_the_hermes_otel_logger_naming_the_endpoi
     code = textwrap.dedent(
         """
         import logging, sys
-        logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
+        fmt = "%(levelname)s %(name)s %(message)s"
+        logging.basicConfig(stream=sys.stdout, level=logging.INFO, format=fmt)
         from hermes_otel import _native
         _native.start()
         _native.Hook("on_session_start")(session_id="s", platform="cli")
@@ -345,7 +346,7 @@ def test_an_export_failure_is_logged_to_the_hermes_otel_logger_naming_the_endpoi
         HERMES_OTEL_SESSION_GRACE_SECONDS="0",
     )
     assert p.returncode == 0, p.stdout + p.stderr
-    lines = [line for line in p.stdout.splitlines() if "Export.Failed" in line]
+    lines = [line for line in p.stdout.splitlines() if " hermes_otel Export.Failed: " in line]
     assert lines, p.stdout + p.stderr
     assert lines[0].startswith("WARNING hermes_otel Export.Failed: traces to " + dead), lines
     assert "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" in lines[0], lines
