@@ -184,8 +184,10 @@ fn init_logging(verbose: u8, quiet: u8) {
             }
         }
     };
+    use std::io::IsTerminal as _;
     let installed = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(filter)
         .with_target(true)
         .try_init()
