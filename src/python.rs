@@ -904,6 +904,9 @@ fn otel_command(
 /// returns its exit code. Panics become exit code 70 (EX_SOFTWARE).
 #[pyfunction]
 fn cli_main(py: Python<'_>, argv: Vec<String>) -> i32 {
+    // With the bridge started, this is a Hermes process (`hermes otel ...`),
+    // not the `hermes-otel` console script.
+    crate::cli::set_embedded(BRIDGE.get().is_some());
     py.detach(move || catch_unwind(AssertUnwindSafe(|| crate::cli::run(argv))).unwrap_or(70))
 }
 

@@ -132,6 +132,13 @@ impl StopSignal {
     /// runs is caught) and waits for them on a thread of its own.
     fn install() -> Result<Self> {
         use tokio::signal::unix::{signal, SignalKind};
+        let stop = Arc::new(AtomicBool::new(false));
+        let name = Arc::new(std::sync::Mutex::new(""));
+        // Inside Hermes (`hermes otel serve`) the signals are the host's:
+        // taking SIGINT would keep Ctrl-C from reaching it, for good.
+        if super::embedded() {
+            return Ok(StopSignal { stop, name });
+        }
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -142,8 +149,6 @@ impl StopSignal {
             let int = signal(SignalKind::interrupt()).map_err(|e| Error::Other(format!("SIGINT handler: {e}")))?;
             (term, int)
         };
-        let stop = Arc::new(AtomicBool::new(false));
-        let name = Arc::new(std::sync::Mutex::new(""));
         let (stop2, name2) = (stop.clone(), name.clone());
         std::thread::Builder::new()
             .name("hermes-otel-signals".into())

@@ -29,6 +29,21 @@ macro_rules! print {
     };
 }
 
+/// Set while the CLI runs inside a Hermes process (`hermes otel ...`):
+/// process-wide things that belong to the host (signal handlers) are left
+/// alone then.
+static EMBEDDED: AtomicBool = AtomicBool::new(false);
+
+/// Tells the CLI whether it runs inside a process that hosts the plugin.
+pub fn set_embedded(embedded: bool) {
+    EMBEDDED.store(embedded, Ordering::Relaxed);
+}
+
+/// Whether the CLI runs inside a Hermes process.
+pub(crate) fn embedded() -> bool {
+    EMBEDDED.load(Ordering::Relaxed)
+}
+
 /// Writes to stdout unless it was found closed; never panics.
 pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
     use std::io::Write as _;
