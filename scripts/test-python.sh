@@ -42,7 +42,10 @@ LINT=(python tests/python tests/e2e/conftest.py tests/e2e/test_scenarios.py test
 
 step "package tests"
 "$VENV/bin/python" -m pip install "${PIP[@]}" --force-reinstall --no-deps "$WHEEL"
-"$VENV/bin/python" -m pytest tests/python -q "$@"
+# Temporary directories of passed tests are removed (pytest keeps the last
+# three runs' otherwise: the end-to-end ones hold ~20 MB of Hermes homes).
+KEEP=(-o tmp_path_retention_policy=failed)
+"$VENV/bin/python" -m pytest tests/python -q "${KEEP[@]}" "$@"
 
 if [ "$E2E" = 1 ]; then
     step "end to end (real Hermes 0.19.0)"
@@ -54,6 +57,6 @@ if [ "$E2E" = 1 ]; then
     # opentelemetry-proto decodes what the e2e OTLP receiver saved.
     "$HERMES_VENV/bin/python" -m pip install "${PIP[@]}" "pytest>=8" "opentelemetry-proto>=1.27"
     HERMES_OTEL_E2E_HERMES=$HERMES_VENV/bin/hermes \
-        "$HERMES_VENV/bin/python" -m pytest tests/e2e -q "$@"
+        "$HERMES_VENV/bin/python" -m pytest tests/e2e -q "${KEEP[@]}" "$@"
 fi
 printf '\npython tests: ok\n'

@@ -1,9 +1,53 @@
 #!/usr/bin/env bash
-# The one test command (README, "Run the tests"). CI runs exactly this
-# through .ci/run. Needs: cargo, python3 (3.11+) with pip and venv, and
-# promtool (Debian package `prometheus`) for the collector-config checks.
+# The one test command (README, "The two commands"). CI runs exactly this
+# through .ci/run. It first checks every prerequisite and stops with one
+# line per missing one, naming how to install it:
+#   Rust >= 1.89 with the rustfmt and clippy components; python3 >= 3.11
+#   with venv and PyYAML; promtool and prometheus (Debian `prometheus`);
+#   ip and unshare (iproute2, util-linux) for the end-to-end namespaces;
+#   access to PyPI the first time (maturin, ruff, pytest, hermes-agent).
+# Nothing is skipped: a test that needs one of these fails without it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+missing=0
+need() { # need WHAT HOW: print the line, count it
+    echo "missing: $1; $2" >&2
+    missing=$((missing + 1))
+}
+if ! command -v cargo >/dev/null 2>&1; then
+    need "cargo (Rust >= 1.89)" "install Rust with rustup: https://rustup.rs"
+else
+    rust=$(rustc --version 2>/dev/null | awk '{print $2}')
+    if ! printf '1.89.0\n%s\n' "${rust:-0}" | sort -V -C; then
+        need "Rust >= 1.89 (found ${rust:-none})" "rustup update stable"
+    fi
+    cargo fmt --version >/dev/null 2>&1 || need "rustfmt" "rustup component add rustfmt"
+    cargo clippy --version >/dev/null 2>&1 || need "clippy" "rustup component add clippy"
+fi
+PY=${PYTHON:-python3}
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    need "python3 >= 3.11 ($PY)" "apt-get install -y python3 (Debian 12 has 3.11), or set PYTHON"
+else
+    "$PY" -c 'import venv, ensurepip' 2>/dev/null || need "python3 venv" "apt-get install -y python3-venv"
+    "$PY" -c 'import yaml' 2>/dev/null || need "PyYAML" "apt-get install -y python3-yaml"
+fi
+command -v promtool >/dev/null 2>&1 || need "promtool" "apt-get install -y prometheus"
+[ -x /usr/bin/prometheus ] || need "/usr/bin/prometheus (the real-Prometheus test)" "apt-get install -y prometheus"
+command -v ip >/dev/null 2>&1 || need "ip (end-to-end loopback namespaces)" "apt-get install -y iproute2"
+command -v unshare >/dev/null 2>&1 || need "unshare (end-to-end loopback namespaces)" "apt-get install -y util-linux"
+if "$PY" -c '' 2>/dev/null && { [ ! -x "${HERMES_OTEL_PY_VENV:-target/py/venv}/bin/maturin" ] ||
+    [ ! -x target/py/hermes-venv/bin/hermes ]; }; then
+    index=${PIP_INDEX_URL:-https://pypi.org/simple/}
+    if ! "$PY" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=15)' "$index" >/dev/null 2>&1; then
+        need "access to $index (first run: maturin, ruff, pytest, hermes-agent==0.19.0)" \
+            "allow HTTPS to PyPI, or set PIP_INDEX_URL to a mirror"
+    fi
+fi
+if [ "$missing" -gt 0 ]; then
+    echo "scripts/test.sh: $missing prerequisite(s) missing (README, \"The two commands\"); nothing was run" >&2
+    exit 1
+fi
 
 steps=0
 step() {

@@ -181,9 +181,12 @@ impl Limits {
     fn check(&self, what: &str) -> Result<(), String> {
         for w in Window::ALL {
             if let Some(v) = self.get(w) {
-                if !v.is_finite() || v < 0.0 {
+                // A limit of 0 would block every call, which nobody means;
+                // no limit is written as no key (`hermes-otel budget rm`).
+                if !v.is_finite() || v <= 0.0 {
                     return Err(format!(
-                        "{what}.{w}: a limit must be a non-negative number of USD, not {v}"
+                        "{what}.{w}: a limit must be more than 0 USD, not {v} \
+                         (to have no limit, remove the key: hermes-otel budget rm)"
                     ));
                 }
             }

@@ -31,6 +31,7 @@ pub mod slash;
 pub mod span;
 pub mod spool;
 pub mod store;
+pub mod tool_outcome;
 
 pub use error::{Error, Result};
 

@@ -1038,7 +1038,7 @@ mod tests {
         };
         measure(&MetricFact::Tool(tool, None, run()), &mut out);
         assert!(
-            out[0].attrs.contains(r#"["hermes.tool.outcome","error"]"#),
+            out[0].attrs.contains(r#"["hermes.tool.outcome","nonzero_exit"]"#),
             "{:?}",
             out[0]
         );

@@ -57,8 +57,78 @@ const MAX_DEPTH: usize = 16;
 const MAX_UNCAPTURED_RESULT_BYTES: usize = 256 * 1024;
 
 /// Python's `logging` levels.
+const INFO: i32 = 20;
 const WARNING: i32 = 30;
 const ERROR: i32 = 40;
+
+/// Log events of the core (`tracing`, e.g. `Export.Failed` from the export
+/// thread) waiting for a thread holding the GIL to pass them to `logging`.
+/// Taking the GIL from the export thread could stall it behind Hermes, so
+/// the next hook call (or `flush`) drains this instead.
+static TRACING_QUEUE: Mutex<Vec<(i32, &'static str, String)>> = Mutex::new(Vec::new());
+
+/// Most events kept in [`TRACING_QUEUE`]; later ones are dropped (the rate
+/// limiter would suppress them anyway).
+const TRACING_QUEUE_MAX: usize = 256;
+
+/// Whether [`TRACING_QUEUE`] holds anything: the hook path checks this
+/// instead of taking the lock.
+static TRACING_WAITING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The `tracing` subscriber of a Hermes process: every event at `info` or
+/// above goes to Python's `logging` logger [`LOGGER`], named by its target
+/// (`Export.Failed: ...`), through [`log`]'s rate limit.
+struct PythonLogLayer;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for PythonLogLayer {
+    fn on_event(&self, event: &tracing::Event<'_>, _ctx: tracing_subscriber::layer::Context<'_, S>) {
+        struct Text(String);
+        impl tracing::field::Visit for Text {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                use std::fmt::Write as _;
+                if field.name() == "message" {
+                    let _ = write!(self.0, "{value:?}");
+                } else {
+                    let _ = write!(self.0, " {}={value:?}", field.name());
+                }
+            }
+        }
+        let meta = event.metadata();
+        let level = match *meta.level() {
+            tracing::Level::ERROR => ERROR,
+            tracing::Level::WARN => WARNING,
+            _ => INFO,
+        };
+        let mut text = Text(String::new());
+        event.record(&mut text);
+        let mut queue = TRACING_QUEUE.lock().unwrap_or_else(|p| p.into_inner());
+        if queue.len() < TRACING_QUEUE_MAX {
+            queue.push((level, meta.target(), text.0.trim().to_string()));
+            TRACING_WAITING.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+}
+
+/// Makes [`PythonLogLayer`] the process's subscriber, unless the host
+/// already installed one (then events go there).
+fn install_log_layer() {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::Layer as _;
+    let subscriber =
+        tracing_subscriber::registry().with(PythonLogLayer.with_filter(tracing_subscriber::filter::LevelFilter::INFO));
+    let _ = tracing::subscriber::set_global_default(subscriber);
+}
+
+/// Passes queued `tracing` events to `logging` (rate-limited per event).
+fn log_tracing_events(py: Python<'_>) {
+    if !TRACING_WAITING.swap(false, std::sync::atomic::Ordering::AcqRel) {
+        return;
+    }
+    let events = std::mem::take(&mut *TRACING_QUEUE.lock().unwrap_or_else(|p| p.into_inner()));
+    for (level, target, text) in events {
+        log(py, level, target, text);
+    }
+}
 
 /// The process's bridge, started on first use.
 static BRIDGE: OnceLock<Bridge> = OnceLock::new();
@@ -108,6 +178,7 @@ fn bridge(py: Python<'_>) -> &'static Bridge {
     // thread arriving meanwhile waits on the OnceLock, not on Python.
     let b = py.detach(|| {
         BRIDGE.get_or_init(|| {
+            install_log_layer();
             let mut config = BridgeConfig::from_env();
             config.profile = PROFILE.get().cloned();
             let gate = BudgetGate::for_store_dir(&config.store_dir);
@@ -583,6 +654,7 @@ fn verdict_dict(py: Python<'_>, verdict: &Verdict) -> Py<PyAny> {
 /// Logs what the writer left for us: recoveries as warnings (worth
 /// knowing, nothing to do), everything else as errors.
 fn log_messages(py: Python<'_>, bridge: &Bridge) {
+    log_tracing_events(py);
     if !bridge.has_messages() {
         return;
     }
@@ -755,7 +827,7 @@ fn exit_flush(py: Python<'_>, timeout_seconds: f64) -> bool {
 fn flush_with(py: Python<'_>, timeout_seconds: f64, commit: fn(&Bridge, Duration) -> bool) -> bool {
     let Some(b) = BRIDGE.get() else { return true };
     let timeout = Duration::try_from_secs_f64(timeout_seconds.max(0.0)).unwrap_or(bridge::DEFAULT_FLUSH_TIMEOUT);
-    py.detach(|| {
+    let committed = py.detach(|| {
         catch_unwind(AssertUnwindSafe(|| {
             let deadline = std::time::Instant::now() + timeout;
             let committed = commit(b, timeout);
@@ -763,7 +835,11 @@ fn flush_with(py: Python<'_>, timeout_seconds: f64, commit: fn(&Bridge, Duration
             committed
         }))
         .unwrap_or(false)
-    })
+    });
+    // What the last export attempts said (a dead collector, say) is the
+    // last thing a one-shot process can still tell.
+    log_messages(py, b);
+    committed
 }
 
 /// The bridge's counters, as a dict.
@@ -843,6 +919,9 @@ fn otel_command(
 /// returns its exit code. Panics become exit code 70 (EX_SOFTWARE).
 #[pyfunction]
 fn cli_main(py: Python<'_>, argv: Vec<String>) -> i32 {
+    // With the bridge started, this is a Hermes process (`hermes otel ...`),
+    // not the `hermes-otel` console script.
+    crate::cli::set_embedded(BRIDGE.get().is_some());
     py.detach(move || catch_unwind(AssertUnwindSafe(|| crate::cli::run(argv))).unwrap_or(70))
 }
 

@@ -30,7 +30,12 @@ pub struct Totals {
     pub unpriced_llm_calls: i64,
     pub api_errors: i64,
     pub tool_calls: i64,
+    /// Tool calls whose outcome is not `ok` (see [`crate::tool_outcome`]),
+    /// `tool_nonzero_exits` included.
     pub tool_failures: i64,
+    /// Of the failures: terminal commands that exited non-zero while Hermes
+    /// reported `ok` (`hermes.tool.outcome = nonzero_exit`).
+    pub tool_nonzero_exits: i64,
     pub sessions: i64,
 }
 
@@ -84,7 +89,9 @@ impl Acc {
             FactKind::ApiError => t.api_errors += 1,
             FactKind::ToolCall => {
                 t.tool_calls += 1;
-                t.tool_failures += (!f.ok) as i64;
+                let outcome = f.tool_outcome.unwrap_or(crate::tool_outcome::ToolOutcome::Other);
+                t.tool_failures += outcome.is_failure() as i64;
+                t.tool_nonzero_exits += (outcome == crate::tool_outcome::ToolOutcome::NonzeroExit) as i64;
             }
         }
         if !self.sessions.contains(&f.session_id) {
@@ -173,7 +180,7 @@ mod tests {
             cost_usd: cost,
             estimated: false,
             unpriced: false,
-            ok: false,
+            tool_outcome: (kind == FactKind::ToolCall).then_some(crate::tool_outcome::ToolOutcome::NonzeroExit),
         }
     }
 
@@ -190,6 +197,10 @@ mod tests {
         assert_eq!(r.totals.input_tokens, 20);
         assert_eq!(r.totals.api_errors, 1);
         assert_eq!((r.totals.tool_calls, r.totals.tool_failures), (1, 1));
+        assert_eq!(
+            r.totals.tool_nonzero_exits, 1,
+            "a non-zero exit is a failure and counted by itself"
+        );
         assert_eq!(r.totals.sessions, 2);
         assert_eq!(r.by_model[0].key.as_deref(), Some("m2"));
         let days: Vec<_> = r.by_day.iter().map(|g| g.key.clone().unwrap_or_default()).collect();

@@ -424,28 +424,11 @@ pub fn attempt_span(at: &AttemptRow, run: &RunRow, ancestry: &Ancestry, opts: Sp
     }
 }
 
-/// How a tool call ended, as `hermes.tool.outcome`. Hermes reports a
-/// terminal command that exits non-zero with status `ok`: the exit code
-/// decides.
+/// How a tool call ended, as `hermes.tool.outcome`: see
+/// [`crate::tool_outcome`], the one definition every surface shares.
 pub fn tool_outcome(tool: &ToolRow) -> &'static str {
-    if tool.ended_at.is_none() {
-        return "other";
-    }
-    match tool.status.as_deref() {
-        Some("blocked") => return "blocked",
-        Some("cancelled") | Some("interrupted") => return "cancelled",
-        Some("timeout") | Some("timed_out") => return "timeout",
-        _ => {}
-    }
-    if tool.exit_code.is_some_and(|c| c != 0) {
-        return "error";
-    }
-    match (tool.ok, tool.status.as_deref()) {
-        (_, Some("error")) | (Some(false), _) => "error",
-        (Some(true), _) => "ok",
-        (None, Some("ok")) => "ok",
-        _ => "other",
-    }
+    crate::tool_outcome::ToolOutcome::of(tool.ended_at.is_some(), tool.status.as_deref(), tool.ok, tool.exit_code)
+        .as_str()
 }
 
 /// The `execute_tool {tool}` span of a tool call (open calls end with their run).
@@ -887,7 +870,7 @@ mod tests {
                     exit_code: Some(3),
                     ..base.clone()
                 },
-                "error",
+                "nonzero_exit",
             ),
             (
                 ToolRow {

@@ -670,9 +670,14 @@ fn gating_hooks_wait_only_while_the_gate_has_something_to_say() {
     // Shown once; then the hook stops waiting again.
     assert!(bridge.flush(Duration::from_secs(10)));
     assert_eq!(spooled(&bridge, "pre_llm_call", llm("w:2")), Outcome::Queued);
-    // A budget in enforce mode, spent from the start (a zero limit): the
-    // gating hooks wait for their verdicts, which stop the calls.
-    write_budgets(dir.path(), "[global]\ndaily = 0.0\n");
+    // A budget in enforce mode, already spent (a call cost more than its
+    // whole limit; a limit must be above 0): the gating hooks wait for
+    // their verdicts, which stop the calls.
+    let spend = json!({"session_id": "w", "turn_id": "w:0", "api_request_id": "w:0:api:1", "model": "gpt-4o",
+                       "api_duration": 0.01, "usage": {"input_tokens": 1000, "output_tokens": 100}});
+    spooled(&bridge, "post_api_request", spend);
+    assert!(bridge.flush(Duration::from_secs(10)));
+    write_budgets(dir.path(), "[global]\ndaily = 0.0001\n");
     eventually("the budget file reload", || {
         matches!(
             spooled(&bridge, "pre_tool_call", tool.clone()),

@@ -334,7 +334,7 @@ invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input
 invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=2060 usage.output_tokens=66
   hermes.turn [internal] hermes.platform=cli turn.outcome=ok
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
-    execute_tool terminal [internal] hermes.platform=cli tool.outcome=error tool.exit_code=3 error.type=exit_code_3 ERROR
+    execute_tool terminal [internal] hermes.platform=cli tool.outcome=nonzero_exit tool.exit_code=3 error.type=exit_code_3 ERROR
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1040 usage.output_tokens=42 usage.estimated=false
 "#,
     ),

@@ -128,11 +128,17 @@ fn expected_totals(path: &Path) -> Totals {
             "api_request_error" => t.api_errors += 1,
             "post_tool_call" => {
                 t.tool_calls += 1;
-                t.tool_failures += (kw["status"].as_str() != Some("ok")) as i64;
-            }
-            "subagent_stop" => {
-                t.tool_calls += 1;
-                t.tool_failures += (kw["child_status"].as_str() != Some("completed")) as i64;
+                // Failed: Hermes said so, or the command exited non-zero
+                // while Hermes said ok (src/tool_outcome.rs).
+                let result: serde_json::Value = kw["result"]
+                    .as_str()
+                    .and_then(|r| serde_json::from_str(r).ok())
+                    .unwrap_or_default();
+                let exit = result["exit_code"].as_i64().or(kw["exit_code"].as_i64());
+                let said_ok = kw["status"].as_str() == Some("ok");
+                let nonzero = exit.is_some_and(|c| c != 0);
+                t.tool_failures += (!said_ok || nonzero) as i64;
+                t.tool_nonzero_exits += (said_ok && nonzero) as i64;
             }
             _ => {}
         }
@@ -197,11 +203,11 @@ fn all_fixtures_together_add_up_and_run_totals_match_their_rows() {
     );
     assert_eq!(
         q("SELECT SUM(tool_calls) FROM runs"),
-        q("SELECT COUNT(*) FROM tool_calls WHERE ended_at IS NOT NULL")
+        q("SELECT COUNT(*) FROM tool_calls WHERE ended_at IS NOT NULL AND proxy = 0")
     );
     assert_eq!(
         q("SELECT SUM(tool_failures) FROM runs"),
-        q("SELECT COUNT(*) FROM tool_calls WHERE ok = 0")
+        q("SELECT COUNT(*) FROM tool_calls WHERE proxy = 0 AND (ok = 0 OR COALESCE(exit_code, 0) != 0)")
     );
 }
 

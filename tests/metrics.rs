@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use hermes_otel::export::{ExportOverrides, MetricExporter, MetricsConfig, MetricsOverrides};
 use hermes_otel::hook::DecodeOptions;
-use hermes_otel::metrics::{self, BudgetReading};
+use hermes_otel::metrics;
 use hermes_otel::replay::{replay_file, ReplayStats};
 use hermes_otel::semconv::metric as m;
 use hermes_otel::store::Store;
@@ -49,6 +49,26 @@ fn replay(store: &mut Store, files: &[PathBuf]) {
     store
         .close_idle_runs(hermes_otel::export::unix_now(), 60.0)
         .expect("close idle");
+}
+
+/// A replay file with one LLM call of `session` made now, 1,000,000 input
+/// tokens of the mock model, so $3.00 at [`replay`]'s price: spend inside
+/// today's budget window (the fixtures are days old).
+fn call_now(dir: &Path, session: &str) -> PathBuf {
+    let now = hermes_otel::export::unix_now();
+    let turn = format!("{session}:t");
+    let lines = [
+        serde_json::json!({"hook": "on_session_start", "t": now,
+            "kwargs": {"session_id": session, "platform": "cli", "model": "mock-model"}}),
+        serde_json::json!({"hook": "post_api_request", "t": now + 0.5,
+            "kwargs": {"session_id": session, "turn_id": turn, "api_request_id": format!("{turn}:api:1"),
+                       "model": "mock-model", "provider": "custom", "api_duration": 0.5,
+                       "usage": {"input_tokens": 1_000_000, "output_tokens": 0}}}),
+    ];
+    let path = dir.join(format!("{session}.jsonl"));
+    let text: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    std::fs::write(&path, text.join("\n") + "\n").expect("write the call");
+    path
 }
 
 fn config(pairs: &[(&str, &str)]) -> MetricsConfig {
@@ -94,7 +114,7 @@ fn ledger(path: &Path) -> Ledger {
         reasoning: one("SELECT COALESCE(SUM(reasoning_tokens), 0) FROM llm_calls") as i64,
         cost: one("SELECT COALESCE(SUM(cost_usd), 0) FROM llm_calls"),
         errors: one("SELECT COUNT(*) FROM llm_call_errors") as i64,
-        tools: one("SELECT COUNT(*) FROM tool_calls WHERE ended_at IS NOT NULL") as i64,
+        tools: one("SELECT COUNT(*) FROM tool_calls WHERE ended_at IS NOT NULL AND proxy = 0") as i64,
         turns: one("SELECT COUNT(*) FROM turns WHERE outcome IS NOT NULL") as i64,
         sessions: one("SELECT COUNT(*) FROM runs WHERE status != 'running'") as i64,
     }
@@ -241,16 +261,13 @@ fn after_replaying_the_fixtures_every_instrument_arrives_with_the_ledgers_sums()
     let mut store = Store::open(&path).expect("open");
     replay(&mut store, &all_fixtures());
     let receiver = support::grpc(None, None);
+    // A budget (the fixtures are days old: nothing spent in today's window).
+    std::fs::write(
+        dir.path().join("budgets.toml"),
+        "timezone = \"UTC\"\n[global]\ndaily = 10.0\n",
+    )
+    .expect("budgets");
     let mut exporter = MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store).expect("exporter");
-    exporter
-        .set_budget_gauges(&[BudgetReading {
-            scope: "global",
-            id: "",
-            window: "daily",
-            spend_usd: 1.5,
-            limit_usd: 10.0,
-        }])
-        .expect("gauges");
     let mut counters = Store::open(&path).expect("second connection");
     let now = hermes_otel::export::unix_now();
     counters
@@ -275,7 +292,7 @@ fn after_replaying_the_fixtures_every_instrument_arrives_with_the_ledgers_sums()
     for i in metrics::INSTRUMENTS {
         assert!(p.contains_key(i.name), "{} did not arrive", i.name);
     }
-    assert_eq!(total(&p, m::BUDGET_SPEND, "hermes.budget.scope=global"), 1.5);
+    assert_eq!(total(&p, m::BUDGET_SPEND, "hermes.budget.scope=global"), 0.0);
     assert_eq!(total(&p, m::BUDGET_LIMIT, "hermes.budget.window=daily"), 10.0);
     assert_eq!(total(&p, m::BUDGET_VERDICTS, "hermes.budget.verdict=soft"), 1.0);
     assert_eq!(total(&p, m::ALERTS, "hermes.alert.kind=budget_soft"), 1.0);
@@ -461,6 +478,34 @@ fn delta_pushes_add_up_to_the_ledger_across_exporting_processes() {
 }
 
 #[test]
+fn budget_gauges_follow_the_budget_file_and_spend_at_every_push() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = dir.path().join("otel");
+    let store = Store::open_dir(&home).expect("open");
+    let receiver = support::grpc(None, None);
+    let mut exporter = MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store).expect("exporter");
+    let budgets = home.join("budgets.toml");
+    let gauge = |p: &Points, name: &str| total(p, name, "hermes.budget.window=daily");
+    // No budget file: no budget gauges.
+    let p = points(&push(&mut exporter, &receiver));
+    assert!(!p.contains_key(m::BUDGET_LIMIT), "{:?}", p.keys());
+    std::fs::write(&budgets, "timezone = \"UTC\"\n[global]\ndaily = 10.0\n").expect("budgets");
+    let p = points(&push(&mut exporter, &receiver));
+    assert_eq!((gauge(&p, m::BUDGET_LIMIT), gauge(&p, m::BUDGET_SPEND)), (10.0, 0.0));
+    // Spend, then a new limit: the next push has both.
+    let mut other = Store::open_dir(&home).expect("second connection");
+    replay(&mut other, &[call_now(dir.path(), "spend-now")]);
+    std::fs::write(&budgets, "timezone = \"UTC\"\n[global]\ndaily = 2.0\n").expect("budgets");
+    let p = points(&push(&mut exporter, &receiver));
+    assert_eq!(gauge(&p, m::BUDGET_LIMIT), 2.0);
+    assert!(close(gauge(&p, m::BUDGET_SPEND), 3.0), "{}", gauge(&p, m::BUDGET_SPEND));
+    // The budget removed: its gauges go.
+    std::fs::write(&budgets, "timezone = \"UTC\"\n").expect("budgets");
+    let p = points(&push(&mut exporter, &receiver));
+    assert!(!p.contains_key(m::BUDGET_LIMIT), "{:?}", p.keys());
+}
+
+#[test]
 fn replaying_the_same_events_again_counts_nothing_twice() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("hermes-otel.db");
@@ -559,12 +604,12 @@ fn poll<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
 
 #[test]
 fn a_real_prometheus_scraping_serve_sees_the_ledger_totals_and_fires_the_budget_alert() {
-    if !Path::new(PROMETHEUS).exists() {
-        eprintln!(
-            "SKIPPED: {PROMETHEUS} is missing (apt-get install -y prometheus); CI installs it, so this runs there"
-        );
-        return;
-    }
+    // Missing Prometheus is a failure, not a silent pass: scripts/test.sh
+    // checks for it first and says how to install it.
+    assert!(
+        Path::new(PROMETHEUS).exists(),
+        "{PROMETHEUS} is missing: apt-get install -y prometheus (Debian); this test needs the real server"
+    );
     let dir = tempfile::tempdir().expect("temp dir");
     let home = dir.path().join("otel");
     let mut store = Store::open_dir(&home).expect("open");
@@ -667,25 +712,31 @@ fn a_real_prometheus_scraping_serve_sees_the_ledger_totals_and_fires_the_budget_
         "the model404 fixture's 404: {notfound:?}"
     );
 
-    // A budget goes over its limit: the budget gauges (from the budget
-    // code's snapshot; here set directly) make HermesBudgetHardBurn fire.
+    // Budgets on this route (no OTLP push here): the gauges follow the
+    // budget file and the spend within a scrape of each change, and a
+    // budget going over its limit makes HermesBudgetHardBurn fire.
     assert!(
         http_get(&prom_addr, "/api/v1/alerts").is_some_and(|b| !b.contains("HermesBudgetHardBurn")),
         "not firing before the budget is exceeded"
     );
-    hermes_otel::export::metrics::set_budget_gauges(
-        &mut store,
-        &[BudgetReading {
-            scope: "global",
-            id: "",
-            window: "daily",
-            spend_usd: 12.5,
-            limit_usd: 10.0,
-        }],
-        hermes_otel::export::unix_now(),
-    )
-    .expect("gauges");
-    expect("hermes_budget_spend / hermes_budget_limit", 1.25);
+    let cli = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+            .arg("--home")
+            .arg(&home)
+            .args(args)
+            .output()
+            .expect("hermes-otel");
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    let global = "{hermes_budget_scope=\"global\",hermes_budget_window=\"daily\"}";
+    cli(&["budget", "set", "global", "daily", "10"]);
+    expect(&format!("hermes_budget_limit{global}"), 10.0);
+    expect(&format!("hermes_budget_spend{global}"), 0.0);
+    replay(&mut store, &[call_now(dir.path(), "spend-now")]);
+    expect(&format!("hermes_budget_spend{global}"), 3.0);
+    cli(&["budget", "set", "global", "daily", "2"]);
+    expect(&format!("hermes_budget_limit{global}"), 2.0);
+    expect("hermes_budget_spend / hermes_budget_limit", 1.5);
     let firing = poll(wait, || {
         let body = http_get(&prom_addr, "/api/v1/alerts")?;
         let v: serde_json::Value = serde_json::from_str(&body).ok()?;
@@ -696,6 +747,17 @@ fn a_real_prometheus_scraping_serve_sees_the_ledger_totals_and_fires_the_budget_
     let firing = firing.expect("HermesBudgetHardBurn fires");
     assert_eq!(firing["labels"]["hermes_budget_scope"], "global");
     assert_eq!(firing["labels"]["hermes_budget_window"], "daily");
+    // Removed: the series goes stale at the next scrape.
+    cli(&["budget", "rm", "global", "daily"]);
+    let gone = poll(wait, || {
+        let body = http_get(
+            &prom_addr,
+            &format!("/api/v1/query?query={}", encode("count(hermes_budget_limit)")),
+        )?;
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        v["data"]["result"].as_array()?.is_empty().then_some(())
+    });
+    assert!(gone.is_some(), "hermes_budget_limit still scraped after budget rm");
     drop(prometheus);
     drop(serve);
 }

@@ -147,9 +147,10 @@ impl Drop for Mount {
 #[test]
 fn a_store_locked_by_another_writer_for_5_s_costs_hooks_nothing_and_everything_lands() {
     let dir = tempfile::tempdir().expect("temp dir");
-    // With a budget spent (a zero limit), pre_llm_call always waits for its
-    // verdict: no quick answer is possible.
-    std::fs::write(dir.path().join("budgets.toml"), "[global]\ndaily = 0.0\n").expect("budgets");
+    // With a budget spent (the warm-up call below costs more than the whole
+    // limit), pre_llm_call always waits for its verdict: no quick answer is
+    // possible.
+    std::fs::write(dir.path().join("budgets.toml"), "[global]\ndaily = 0.0001\n").expect("budgets");
     let gate = BudgetGate::for_store_dir(dir.path());
     let bridge = Bridge::start_with_gate(config(dir.path()), Box::new(gate));
     assert_eq!(llm_call(&bridge, "warm", 0).0, Outcome::Queued);

@@ -1,7 +1,7 @@
-//! `hermes-otel budget set | list | forecast`: edit the budget file and show
-//! each budget's spend, verdict and forecast.
+//! `hermes-otel budget set | rm | list | forecast`: edit the budget file and
+//! show each budget's spend, verdict and forecast.
 //!
-//! `set` edits `budgets.toml` with `toml_edit`, so the user's comments and
+//! `set` and `rm` edit `budgets.toml` with `toml_edit`, so the user's comments and
 //! layout survive, checks the result parses, and replaces the file
 //! atomically (a temporary file in the same directory, then a rename): a
 //! hook reloading it concurrently sees the old file or the new, never half.
@@ -27,7 +27,15 @@ pub enum BudgetCommand {
         #[arg(required = true, num_args = 3..=4, value_name = "ARGS")]
         args: Vec<String>,
     },
-    /// Each budget with its spend, limit and verdict now.
+    /// Remove a limit: `rm <scope> [<id>] <window>`, the same words as `set`
+    /// without the amount. E.g. `rm cron 3f9a1c2b7d10 daily`.
+    Rm {
+        /// <scope> [<id>] <window>
+        #[arg(required = true, num_args = 2..=3, value_name = "ARGS")]
+        args: Vec<String>,
+    },
+    /// Each budget with its spend, limit and verdict now, and each scope's
+    /// default (which ids without an override of their own get).
     List {
         /// Print JSON.
         #[arg(long)]
@@ -41,6 +49,25 @@ pub enum BudgetCommand {
     },
 }
 
+impl BudgetCommand {
+    /// Whether the command may create the store directory (`set` writes the
+    /// budget file, which may come before Hermes ever ran); the others need
+    /// an existing one.
+    pub fn creates_home(&self) -> bool {
+        matches!(self, BudgetCommand::Set { .. })
+    }
+}
+
+/// How a budget reads in messages: `global daily`, `cron 3f9a daily`,
+/// `cron (default) daily`.
+fn budget_words(scope: Scope, id: Option<&str>, window: Window) -> String {
+    match (id, scope) {
+        (_, Scope::Global) => format!("global {window}"),
+        (Some(id), _) => format!("{scope} {id} {window}"),
+        (None, _) => format!("{scope} (default) {window}"),
+    }
+}
+
 /// Runs a `budget` subcommand against the store directory `dir`.
 pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
     let path = dir.join(budget::BUDGETS_FILE_NAME);
@@ -48,46 +75,41 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
         BudgetCommand::Set { args } => {
             let (scope, id, window, usd) = parse_set(args).map_err(Error::Other)?;
             set(&path, scope, id.as_deref(), window, usd)?;
-            let what = match (&id, scope) {
-                (_, Scope::Global) => format!("global {window}"),
-                (Some(id), _) => format!("{scope} {id} {window}"),
-                (None, _) => format!("{scope} (default) {window}"),
-            };
+            let what = budget_words(scope, id.as_deref(), window);
             println!("{what} limit set to ${usd:.2} in {}", path.display());
+            Ok(0)
+        }
+        BudgetCommand::Rm { args } => {
+            let (scope, id, window) = parse_rm(args).map_err(Error::Other)?;
+            remove(&path, scope, id.as_deref(), window)?;
+            let what = budget_words(scope, id.as_deref(), window);
+            println!("{what} limit removed from {}", path.display());
             Ok(0)
         }
         BudgetCommand::List { json } => {
             let cfg = BudgetConfig::load(&path)?;
             let states = states(dir, &cfg)?;
+            let defaults = scope_defaults(&cfg);
+            let zone = zone_name(&cfg);
             if *json {
-                let rows: Vec<_> = states.iter().map(|s| state_json(s, None)).collect();
-                print_json(&serde_json::json!({"mode": cfg.mode.as_str(), "timezone": cfg.tz_name, "budgets": rows}))?;
-            } else if states.is_empty() {
+                let rows: Vec<_> = states.iter().map(|s| state_json(s, Some(&cfg), None)).collect();
+                let defaults: Vec<_> = defaults
+                    .iter()
+                    .map(|(scope, window, limit)| {
+                        serde_json::json!({"scope": scope.as_str(), "window": window.as_str(), "limit_usd": limit})
+                    })
+                    .collect();
+                print_json(&serde_json::json!({
+                    "mode": cfg.mode.as_str(),
+                    "timezone": cfg.tz_name,
+                    "zone": zone,
+                    "budgets": rows,
+                    "scope_defaults": defaults,
+                }))?;
+            } else if states.is_empty() && defaults.is_empty() {
                 println!("no budgets set; add one with: hermes-otel budget set global daily 10");
             } else {
-                println!("mode {}, windows in {}", cfg.mode.as_str(), cfg.tz_name);
-                println!(
-                    "{:<8} {:<20} {:<8} {:>10} {:>10} {:>5}  {:<8} {:>10}  resets",
-                    "scope", "id", "window", "spend", "limit", "%", "verdict", "estimated"
-                );
-                for s in &states {
-                    let verdict = if s.softened { "soft*" } else { s.level.as_str() };
-                    println!(
-                        "{:<8} {:<20} {:<8} {:>10} {:>10} {:>5}  {:<8} {:>10}  {}",
-                        s.budget.scope.as_str(),
-                        if s.budget.id.is_empty() { "-" } else { &s.budget.id },
-                        s.budget.window.as_str(),
-                        format!("${:.4}", s.spend.total()),
-                        format!("${:.2}", s.budget.limit),
-                        pct(s.spend.total(), s.budget.limit),
-                        verdict,
-                        format!("${:.4}", s.spend.estimated_usd),
-                        local(s.window_end, &cfg)
-                    );
-                }
-                if states.iter().any(|s| s.softened) {
-                    println!("* hard breach softened: it rests on estimated costs (soften_estimated = true)");
-                }
+                print!("{}", render_list(&cfg, &states, &defaults));
             }
             Ok(0)
         }
@@ -106,13 +128,15 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
                 })
                 .collect();
             if *json {
-                let out: Vec<_> = rows.iter().map(|(s, f)| state_json(s, Some(f))).collect();
+                let out: Vec<_> = rows.iter().map(|(s, f)| state_json(s, Some(&cfg), Some(f))).collect();
                 print_json(&serde_json::json!({"budgets": out}))?;
             } else if rows.is_empty() {
                 println!("no budgets set");
             } else {
+                let w = id_width(rows.iter().map(|(s, _)| s.budget.id.as_str()));
+                println!("windows in {}", zone_name(&cfg));
                 println!(
-                    "{:<8} {:<20} {:<8} {:>10} {:>10} {:>12} {:>10}  at window end",
+                    "{:<8} {:<w$} {:<8} {:>10} {:>10} {:>12} {:>10}  at window end",
                     "scope", "id", "window", "spend", "limit", "$/hour", "projected"
                 );
                 for (s, f) in &rows {
@@ -124,7 +148,7 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
                         "within"
                     };
                     println!(
-                        "{:<8} {:<20} {:<8} {:>10} {:>10} {:>12} {:>10}  {over} ({})",
+                        "{:<8} {:<w$} {:<8} {:>10} {:>10} {:>12} {:>10}  {over} ({})",
                         s.budget.scope.as_str(),
                         if s.budget.id.is_empty() { "-" } else { &s.budget.id },
                         s.budget.window.as_str(),
@@ -149,6 +173,115 @@ fn states(dir: &Path, cfg: &BudgetConfig) -> Result<Vec<BudgetState>> {
     store.budget_states(cfg, super::time::now())
 }
 
+/// The zone windows are computed in, named: the file's IANA name, or the
+/// system zone's name for `local` (`local (Europe/Paris)`).
+fn zone_name(cfg: &BudgetConfig) -> String {
+    if cfg.tz_name == "local" {
+        match cfg.tz.iana_name() {
+            Some(name) => format!("local ({name})"),
+            None => "local (the system zone, unnamed)".to_string(),
+        }
+    } else {
+        cfg.tz_name.clone()
+    }
+}
+
+/// Each non-global scope's default limits: `(scope, window, usd)`.
+fn scope_defaults(cfg: &BudgetConfig) -> Vec<(Scope, Window, f64)> {
+    let mut out = Vec::new();
+    for (scope, limits) in &cfg.scopes {
+        if *scope == Scope::Global {
+            continue;
+        }
+        for w in Window::ALL {
+            if let Some(limit) = limits.default.get(w) {
+                out.push((*scope, w, limit));
+            }
+        }
+    }
+    out
+}
+
+/// Which entry of the file sets a budget's limit: `global`, `override`
+/// (the id's own) or `default` (the scope's, for an id without its own).
+fn applies(cfg: &BudgetConfig, b: &budget::Budget) -> &'static str {
+    if b.scope == Scope::Global {
+        return "global";
+    }
+    let own = cfg
+        .scopes
+        .get(&b.scope)
+        .and_then(|s| s.overrides.get(&b.id))
+        .and_then(|l| l.get(b.window));
+    if own.is_some() {
+        "override"
+    } else {
+        "default"
+    }
+}
+
+/// The id column's width: the longest id, at least as wide as its header
+/// and the `(default)` placeholder, so long ids keep the columns aligned.
+fn id_width<'a>(ids: impl Iterator<Item = &'a str>) -> usize {
+    ids.map(|id| id.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("(default)".len())
+}
+
+/// The `budget list` table: one row per budget with spend, then one per
+/// scope default (spend is per id, so a default row has none).
+fn render_list(cfg: &BudgetConfig, states: &[BudgetState], defaults: &[(Scope, Window, f64)]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let w = id_width(states.iter().map(|s| s.budget.id.as_str()));
+    let _ = writeln!(out, "mode {}, windows in {}", cfg.mode.as_str(), zone_name(cfg));
+    let _ = writeln!(
+        out,
+        "{:<8} {:<w$} {:<8} {:<8} {:>10} {:>10} {:>5}  {:<8} {:>10}  resets",
+        "scope", "id", "window", "limit of", "spend", "limit", "%", "verdict", "estimated"
+    );
+    for s in states {
+        let verdict = if s.softened { "soft*" } else { s.level.as_str() };
+        let _ = writeln!(
+            out,
+            "{:<8} {:<w$} {:<8} {:<8} {:>10} {:>10} {:>5}  {:<8} {:>10}  {}",
+            s.budget.scope.as_str(),
+            if s.budget.id.is_empty() { "-" } else { &s.budget.id },
+            s.budget.window.as_str(),
+            applies(cfg, &s.budget),
+            format!("${:.4}", s.spend.total()),
+            format!("${:.2}", s.budget.limit),
+            pct(s.spend.total(), s.budget.limit),
+            verdict,
+            format!("${:.4}", s.spend.estimated_usd),
+            local(s.window_end, cfg)
+        );
+    }
+    for (scope, window, limit) in defaults {
+        let _ = writeln!(
+            out,
+            "{:<8} {:<w$} {:<8} {:<8} {:>10} {:>10} {:>5}  {:<8} {:>10}  each id without an override",
+            scope.as_str(),
+            "(default)",
+            window.as_str(),
+            "default",
+            "-",
+            format!("${limit:.2}"),
+            "-",
+            "-",
+            "-",
+        );
+    }
+    if states.iter().any(|s| s.softened) {
+        let _ = writeln!(
+            out,
+            "* hard breach softened: it rests on estimated costs (soften_estimated = true)"
+        );
+    }
+    out
+}
+
 fn pct(spend: f64, limit: f64) -> String {
     if limit > 0.0 {
         format!("{:.0}", 100.0 * spend / limit)
@@ -163,7 +296,7 @@ fn local(unix: i64, cfg: &BudgetConfig) -> String {
         .unwrap_or_default()
 }
 
-fn state_json(s: &BudgetState, f: Option<&budget::Forecast>) -> serde_json::Value {
+fn state_json(s: &BudgetState, cfg: Option<&BudgetConfig>, f: Option<&budget::Forecast>) -> serde_json::Value {
     let mut v = serde_json::json!({
         "scope": s.budget.scope.as_str(),
         "id": s.budget.id,
@@ -178,6 +311,9 @@ fn state_json(s: &BudgetState, f: Option<&budget::Forecast>) -> serde_json::Valu
         "softened": s.softened,
         "window_end": s.window_end,
     });
+    if let Some(cfg) = cfg {
+        v["limit_of"] = applies(cfg, &s.budget).into();
+    }
     if let Some(f) = f {
         v["usd_per_hour"] = f.usd_per_hour.into();
         v["projected_usd"] = f.projected_usd.into();
@@ -215,9 +351,100 @@ pub fn parse_set(args: &[String]) -> std::result::Result<(Scope, Option<String>,
         .trim_start_matches('$')
         .parse()
         .ok()
-        .filter(|v: &f64| v.is_finite() && *v >= 0.0)
+        .filter(|v: &f64| v.is_finite())
         .ok_or_else(|| format!("{usd:?} is not an amount of USD"))?;
+    if usd <= 0.0 {
+        return Err(format!(
+            "a limit must be more than 0 USD, not {usd}; to have no limit, remove it: hermes-otel budget rm {}",
+            args[..args.len() - 1].join(" ")
+        ));
+    }
     Ok((scope, id, window, usd))
+}
+
+/// Reads `<scope> [<id>] <window>`.
+pub fn parse_rm(args: &[String]) -> std::result::Result<(Scope, Option<String>, Window), String> {
+    let scope_word = args.first().ok_or("missing scope")?;
+    let scope = Scope::parse(scope_word)
+        .ok_or_else(|| format!("unknown scope {scope_word:?}: use global, cron, sender, profile or model"))?;
+    let (id, window) = match (scope, args.len()) {
+        (Scope::Global, 2) => (None, &args[1]),
+        (Scope::Global, _) => return Err("global takes no id: budget rm global <window>".into()),
+        (_, 2) => (None, &args[1]),
+        (_, 3) => (Some(args[1].clone()), &args[2]),
+        _ => return Err("usage: budget rm <scope> [<id>] <window>".into()),
+    };
+    let window =
+        Window::parse(window).ok_or_else(|| format!("unknown window {window:?}: use daily, weekly or monthly"))?;
+    Ok((scope, id, window))
+}
+
+/// Removes one limit from the budget file at `path`, keeping everything
+/// else (comments too). A table left empty by it goes as well. Removing a
+/// limit that is not set is an error naming what is set instead.
+pub fn remove(path: &Path, scope: Scope, id: Option<&str>, window: Window) -> Result<()> {
+    let what = budget_words(scope, id, window);
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::Other(format!(
+                "no {what} limit to remove: {} does not exist",
+                path.display()
+            )))
+        }
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let mut doc = parse_doc(path, &text)?;
+    let missing = || {
+        Error::Other(format!(
+            "no {what} limit is set in {}; see hermes-otel budget list",
+            path.display()
+        ))
+    };
+    let root = doc.as_table_mut();
+    let removed = match (scope, id) {
+        (Scope::Global, _) => remove_key(root, &[scope.table()], window.as_str()),
+        (_, None) => remove_key(root, &[scope.table(), "default"], window.as_str()),
+        (_, Some(id)) => remove_key(root, &[scope.table(), "overrides", id], window.as_str()),
+    };
+    if !removed {
+        return Err(missing());
+    }
+    write_checked(path, &doc)
+}
+
+/// The budget file's text as an editable document.
+fn parse_doc(path: &Path, text: &str) -> Result<toml_edit::DocumentMut> {
+    text.parse().map_err(|e: toml_edit::TomlError| Error::Config {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
+/// Writes the edited file, once it is known to parse as a budget file.
+fn write_checked(path: &Path, doc: &toml_edit::DocumentMut) -> Result<()> {
+    let new_text = doc.to_string();
+    BudgetConfig::parse(&new_text).map_err(|message| Error::Config {
+        path: path.to_path_buf(),
+        message,
+    })?;
+    write_atomically(path, new_text.as_bytes())
+}
+
+/// Removes `key` from the table at `path` under `table`, then every table
+/// on the way that it left empty. Whether the key was there.
+fn remove_key(table: &mut dyn toml_edit::TableLike, path: &[&str], key: &str) -> bool {
+    let Some((first, rest)) = path.split_first() else {
+        return table.remove(key).is_some();
+    };
+    let Some(inner) = table.get_mut(first).and_then(|i| i.as_table_like_mut()) else {
+        return false;
+    };
+    let removed = remove_key(inner, rest, key);
+    if removed && inner.is_empty() {
+        table.remove(first);
+    }
+    removed
 }
 
 /// Sets one limit in the budget file at `path`, keeping everything else.
@@ -227,10 +454,7 @@ pub fn set(path: &Path, scope: Scope, id: Option<&str>, window: Window, usd: f64
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => NEW_FILE_HEADER.to_string(),
         Err(e) => return Err(Error::io(path, e)),
     };
-    let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| Error::Config {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
+    let mut doc = parse_doc(path, &text)?;
     let table = |item: &mut toml_edit::Item| -> Option<()> {
         if item.is_none() {
             let mut t = toml_edit::Table::new();
@@ -267,12 +491,7 @@ pub fn set(path: &Path, scope: Scope, id: Option<&str>, window: Window, usd: f64
         }
     };
     target[window.as_str()] = toml_edit::value(usd);
-    let new_text = doc.to_string();
-    BudgetConfig::parse(&new_text).map_err(|message| Error::Config {
-        path: path.to_path_buf(),
-        message,
-    })?;
-    write_atomically(path, new_text.as_bytes())
+    write_checked(path, &doc)
 }
 
 const NEW_FILE_HEADER: &str = "\
@@ -329,6 +548,48 @@ mod tests {
         assert!(parse_set(&args("team daily 1")).is_err());
         assert!(parse_set(&args("cron x hourly 1")).is_err());
         assert!(parse_set(&args("cron x daily -1")).is_err());
+    }
+
+    #[test]
+    fn a_limit_of_zero_is_refused_with_the_way_to_remove_one() {
+        let e = parse_set(&args("global daily 0")).expect_err("0 is no limit");
+        assert!(e.contains("more than 0") && e.contains("budget rm global daily"), "{e}");
+        let e = BudgetConfig::parse("[global]\ndaily = 0\n").expect_err("0 in the file");
+        assert!(e.contains("more than 0"), "{e}");
+    }
+
+    #[test]
+    fn rm_removes_one_limit_and_keeps_comments() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("budgets.toml");
+        std::fs::write(
+            &path,
+            "# my budgets\n[global]\ndaily = 10.0 # the main one\nweekly = 50.0\n",
+        )
+        .expect("write");
+        set(&path, Scope::CronJob, Some("3f9a1c2b7d10"), Window::Daily, 2.5).expect("override");
+        set(&path, Scope::CronJob, None, Window::Monthly, 20.0).expect("default");
+        remove(&path, Scope::Global, None, Window::Weekly).expect("rm global weekly");
+        remove(&path, Scope::CronJob, Some("3f9a1c2b7d10"), Window::Daily).expect("rm override");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert!(text.starts_with("# my budgets\n"), "{text}");
+        assert!(text.contains("daily = 10.0 # the main one"), "{text}");
+        assert!(!text.contains("weekly"), "{text}");
+        assert!(
+            !text.contains("3f9a1c2b7d10"),
+            "the emptied override table goes too: {text}"
+        );
+        let cfg = BudgetConfig::parse(&text).expect("parses");
+        assert_eq!(cfg.limits(Scope::Global, "").daily, Some(10.0));
+        assert_eq!(cfg.limits(Scope::CronJob, "3f9a1c2b7d10").daily, None);
+        assert_eq!(cfg.limits(Scope::CronJob, "3f9a1c2b7d10").monthly, Some(20.0));
+        let e = remove(&path, Scope::Global, None, Window::Weekly).expect_err("gone already");
+        assert!(e.to_string().contains("no global weekly limit"), "{e}");
+        assert!(parse_rm(&args("global x daily")).is_err());
+        assert_eq!(
+            parse_rm(&args("cron abc weekly")),
+            Ok((Scope::CronJob, Some("abc".into()), Window::Weekly))
+        );
     }
 
     #[test]

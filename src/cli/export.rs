@@ -1,12 +1,15 @@
 //! `hermes-otel serve` and `hermes-otel export --since T`.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::config::{Resolved, Source};
 use crate::error::{Error, Result};
 use crate::export::{
     ExportConfig, ExportOverrides, Exporter, MetricExporter, MetricsConfig, MetricsOverrides, PrometheusServer,
-    Protocol,
+    Protocol, TracesExporter,
 };
 use crate::store::{Store, DB_FILE_NAME};
 
@@ -32,16 +35,27 @@ pub struct ServeArgs {
     /// Milliseconds between looks at the outbox when it is empty.
     #[arg(long, default_value_t = 500)]
     poll_ms: u64,
-    /// Exit once nothing is ready to send (for scripts and tests).
+    /// Exit once nothing is ready to send (for scripts and tests); exit 1
+    /// if the collector has not accepted it within --drain-timeout-seconds.
     #[arg(long)]
     drain: bool,
+    /// With --drain: how long a collector that does not accept is waited for.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    drain_timeout_seconds: u64,
     /// Serve Prometheus text on http://ADDR/metrics (e.g. 127.0.0.1:9464),
     /// with the names the OTel Collector's Prometheus exporter gives.
     /// Without it, OTEL_METRICS_EXPORTER=prometheus serves on
     /// OTEL_EXPORTER_PROMETHEUS_HOST:PORT (default localhost:9464).
+    /// Alone, it pushes nothing: add --endpoint (or set
+    /// OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT or OTEL_TRACES_EXPORTER) to
+    /// push traces too.
     #[arg(long, value_name = "ADDR")]
     prometheus: Option<String>,
 }
+
+/// The default of `export --timeout-seconds`: long enough for a collector
+/// that is starting, short enough that a person at a terminal waits for it.
+pub const EXPORT_TIMEOUT_SECONDS: u64 = 10;
 
 #[derive(Debug, clap::Args)]
 pub struct ExportArgs {
@@ -52,7 +66,7 @@ pub struct ExportArgs {
     #[arg(long)]
     since: String,
     /// Give up after this many seconds of a collector that does not accept.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = EXPORT_TIMEOUT_SECONDS)]
     timeout_seconds: u64,
 }
 
@@ -98,18 +112,91 @@ fn open(dir: &Path, config: ExportConfig) -> Result<Exporter> {
     Exporter::with_store(config, store)
 }
 
-/// Runs the exporter until killed (or, with `--drain`, until nothing is ready).
-pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
-    let config = config(&args.target);
-    if !config.enabled() {
-        eprintln!("hermes-otel: trace export is disabled (OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER=none)");
+/// Whether the user asked for traces to be pushed somewhere: `--endpoint`,
+/// or a traces exporter or endpoint variable. `serve --prometheus` alone
+/// serves metrics and pushes nothing.
+fn traces_asked(config: &ExportConfig) -> bool {
+    config.exporter.source != Source::Default || config.endpoint.source != Source::Default
+}
+
+/// Set by SIGTERM or SIGINT: `serve` stops at its next look, releasing its
+/// export leases at once (a killed holder's lease would keep every other
+/// exporter out for `HERMES_OTEL_LEASE_SECONDS`).
+struct StopSignal {
+    stop: Arc<AtomicBool>,
+    name: Arc<std::sync::Mutex<&'static str>>,
+}
+
+impl StopSignal {
+    /// Installs the handlers now (so a signal sent once `serve` said it
+    /// runs is caught) and waits for them on a thread of its own.
+    fn install() -> Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let stop = Arc::new(AtomicBool::new(false));
+        let name = Arc::new(std::sync::Mutex::new(""));
+        // Inside Hermes (`hermes otel serve`) the signals are the host's:
+        // taking SIGINT would keep Ctrl-C from reaching it, for good.
+        if super::embedded() {
+            return Ok(StopSignal { stop, name });
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Other(format!("signal runtime: {e}")))?;
+        let (mut term, mut int) = {
+            let _guard = runtime.enter();
+            let term = signal(SignalKind::terminate()).map_err(|e| Error::Other(format!("SIGTERM handler: {e}")))?;
+            let int = signal(SignalKind::interrupt()).map_err(|e| Error::Other(format!("SIGINT handler: {e}")))?;
+            (term, int)
+        };
+        let (stop2, name2) = (stop.clone(), name.clone());
+        std::thread::Builder::new()
+            .name("hermes-otel-signals".into())
+            .spawn(move || {
+                let which = runtime.block_on(async {
+                    tokio::select! {
+                        _ = term.recv() => "SIGTERM",
+                        _ = int.recv() => "SIGINT",
+                    }
+                });
+                if let Ok(mut n) = name2.lock() {
+                    *n = which;
+                }
+                stop2.store(true, Ordering::SeqCst);
+            })
+            .map_err(|e| Error::Other(format!("signal thread: {e}")))?;
+        Ok(StopSignal { stop, name })
     }
-    eprintln!(
-        "hermes-otel: serving traces from {} to {} ({})",
-        dir.display(),
-        config.endpoint.value,
-        config.protocol.value.as_str()
-    );
+
+    fn stopped(&self) -> Option<&'static str> {
+        self.stop
+            .load(Ordering::SeqCst)
+            .then(|| self.name.lock().map(|n| *n).unwrap_or("a signal"))
+    }
+
+    /// Sleeps `d`, or less if a stop signal comes.
+    fn sleep(&self, d: Duration) {
+        let until = Instant::now() + d;
+        while self.stopped().is_none() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(50)));
+        }
+    }
+}
+
+/// Runs the exporter until SIGTERM/SIGINT (or, with `--drain`, until
+/// nothing is ready, or the collector kept refusing past the drain timeout).
+pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
+    let mut config = config(&args.target);
+    if args.prometheus.is_some() && !traces_asked(&config) {
+        config.exporter = Resolved {
+            value: TracesExporter::None,
+            source: Source::Explicit,
+        };
+    }
     let metrics_config = MetricsConfig::resolve(
         ExportOverrides {
             endpoint: args.target.endpoint.clone(),
@@ -124,7 +211,23 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
     for warning in &metrics_config.warnings {
         eprintln!("hermes-otel: metrics: {warning}");
     }
-    let mut exporter = open(dir, config)?;
+    let signals = StopSignal::install()?;
+    let mut exporter = open(dir, config.clone())?;
+    eprintln!("hermes-otel: serving the store in {}", dir.display());
+    if config.enabled() {
+        eprintln!(
+            "hermes-otel: pushing traces to {} ({})",
+            config.endpoint.value,
+            config.protocol.value.as_str()
+        );
+    } else if args.prometheus.is_some() && !config.disabled.value && config.exporter.source == Source::Explicit {
+        eprintln!(
+            "hermes-otel: not pushing traces (--prometheus alone); add --endpoint URL or set {} to push them",
+            crate::export::config::env::ENDPOINT
+        );
+    } else {
+        eprintln!("hermes-otel: not pushing traces (OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER=none)");
+    }
     let _prometheus = if metrics_config.exporters.value.prometheus {
         let server = PrometheusServer::start(
             &metrics_config.prometheus_addr.value,
@@ -133,59 +236,82 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
             metrics_config.transport.session_grace_seconds.value,
         )?;
         eprintln!(
-            "hermes-otel: serving Prometheus metrics on http://{}/metrics",
+            "hermes-otel: serving Prometheus metrics (budget gauges included) on http://{}/metrics",
             server.addr()
         );
         Some(server)
     } else {
         None
     };
+    if metrics_config.exporters.value.otlp {
+        eprintln!(
+            "hermes-otel: pushing metrics to {} every {} s",
+            metrics_config.transport.endpoint.value,
+            metrics_config.interval.value.as_secs_f64()
+        );
+    }
     let mut metrics = MetricExporter::new(metrics_config, exporter.store().path())?;
-    let mut reported_metric_error: Option<String> = None;
     let poll = Duration::from_millis(args.poll_ms.max(1));
     let mut last_idle_check: Option<Instant> = None;
-    let mut reported_error: Option<String> = None;
+    let mut last_error: Option<String> = None;
+    let drain_deadline = Instant::now() + Duration::from_secs(args.drain_timeout_seconds);
     loop {
+        if let Some(name) = signals.stopped() {
+            metrics.release()?;
+            exporter.release()?;
+            eprintln!("hermes-otel: stopped by {name}; export leases released");
+            return Ok(0);
+        }
         if last_idle_check.is_none_or(|t| t.elapsed() >= CLOSE_IDLE_EVERY) {
             exporter.close_idle()?;
             last_idle_check = Some(Instant::now());
         }
-        let metric_step = metrics.run_once()?;
-        if metric_step.error.is_some() && metric_step.error != reported_metric_error {
-            if let Some(e) = &metric_step.error {
-                eprintln!("hermes-otel: metrics: {e}; retrying");
-            }
-            reported_metric_error = metric_step.error.clone();
-        }
-        if metric_step.exported_points > 0 {
-            reported_metric_error = None;
-        }
+        // Failures are logged by the exporters (`Export.Failed`,
+        // `MetricExport.Failed`: once each, then at debug while they repeat).
+        metrics.run_once()?;
         let step = exporter.run_once()?;
-        if step.error != reported_error {
-            if let Some(e) = &step.error {
-                eprintln!("hermes-otel: {e}; retrying");
-            }
-            if step.error.is_some() {
-                reported_error = step.error.clone();
-            }
+        if step.error.is_some() {
+            last_error = step.error.clone();
         }
         if step.exported > 0 {
-            reported_error = None;
+            last_error = None;
         }
         if step.more {
             continue;
         }
-        if args.drain && step.leased && step.error.is_none() && step.backing_off.is_none() {
-            metrics.flush(Instant::now() + Duration::from_secs(10))?;
-            metrics.release()?;
-            exporter.release()?;
-            return Ok(0);
+        if args.drain {
+            if step.leased && step.error.is_none() && step.backing_off.is_none() {
+                metrics.flush(Instant::now() + Duration::from_secs(10))?;
+                metrics.release()?;
+                exporter.release()?;
+                return Ok(0);
+            }
+            if Instant::now() >= drain_deadline {
+                metrics.release()?;
+                exporter.release()?;
+                let pending = exporter.store().export_state()?.pending;
+                let why = last_error
+                    .clone()
+                    .or_else(|| (!step.leased).then(|| "another process holds the export lease".to_string()))
+                    .unwrap_or_else(|| "the collector did not accept".to_string());
+                return Err(Error::Other(format!(
+                    "serve --drain: gave up after {} s with {pending} spans still waiting in the store \
+                     (kept for the next exporter): {why}",
+                    args.drain_timeout_seconds
+                )));
+            }
         }
-        std::thread::sleep(step.backing_off.unwrap_or(poll));
+        let wait = step.backing_off.unwrap_or(poll);
+        let wait = if args.drain {
+            wait.min(drain_deadline.saturating_duration_since(Instant::now()))
+        } else {
+            wait
+        };
+        signals.sleep(wait);
     }
 }
 
-/// Re-sends history.
+/// Re-sends history, saying where to and how it goes.
 pub fn export(dir: &Path, args: &ExportArgs) -> Result<i32> {
     let since =
         super::time::parse(&args.since, &jiff::tz::TimeZone::system(), super::time::now()).map_err(Error::Other)?;
@@ -195,8 +321,16 @@ pub fn export(dir: &Path, args: &ExportArgs) -> Result<i32> {
             "trace export is disabled (OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER=none)".into(),
         ));
     }
+    let endpoint = config.endpoint.value.clone();
     let mut exporter = open(dir, config)?;
-    let sent = exporter.export_history(since, Instant::now() + Duration::from_secs(args.timeout_seconds))?;
-    println!("re-sent {sent} spans");
+    eprintln!(
+        "hermes-otel: re-sending spans since {} to {endpoint} (giving up after {} s; --timeout-seconds to change)",
+        args.since, args.timeout_seconds
+    );
+    let deadline = Instant::now() + Duration::from_secs(args.timeout_seconds);
+    let sent = exporter.export_history_with(since, deadline, |sent, total| {
+        eprintln!("hermes-otel: {sent} spans (of at most {total}) accepted by {endpoint}");
+    })?;
+    println!("re-sent {sent} spans to {endpoint}");
     Ok(0)
 }

@@ -2,6 +2,59 @@
 //!
 //! Owns: argument parsing and printing. The same entry point serves the
 //! Rust binary and the `hermes-otel` script the Python wheel installs.
+//!
+//! Output to a closed stdout (`hermes-otel status | head -1`) is not an
+//! error: `println!` below stops writing once the reader went away and the
+//! command ends with exit 0, as `cat` and `ls` do.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set once a write to stdout failed (the reader closed the pipe); later
+/// output is dropped. Reset at the start of every [`run`].
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// The commands' `println!`: like std's, except that a closed stdout is
+/// noted in [`STDOUT_CLOSED`] instead of panicking (std's panics on EPIPE,
+/// which ended `status | head -1` with exit 101).
+macro_rules! println {
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// The commands' `print!`; see [`println!`].
+macro_rules! print {
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(format_args!($($arg)*))
+    };
+}
+
+/// Set while the CLI runs inside a Hermes process (`hermes otel ...`):
+/// process-wide things that belong to the host (signal handlers) are left
+/// alone then.
+static EMBEDDED: AtomicBool = AtomicBool::new(false);
+
+/// Tells the CLI whether it runs inside a process that hosts the plugin.
+pub fn set_embedded(embedded: bool) {
+    EMBEDDED.store(embedded, Ordering::Relaxed);
+}
+
+/// Whether the CLI runs inside a Hermes process.
+pub(crate) fn embedded() -> bool {
+    EMBEDDED.load(Ordering::Relaxed)
+}
+
+/// Writes to stdout unless it was found closed; never panics.
+pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut out = std::io::stdout().lock();
+    if out.write_fmt(args).and_then(|()| out.flush()).is_err() {
+        STDOUT_CLOSED.store(true, Ordering::Relaxed);
+    }
+}
 
 mod budget;
 mod doctor;
@@ -33,8 +86,17 @@ pub const DEFAULT_IDLE_TIMEOUT_SECONDS: f64 = 15.0 * 60.0;
 )]
 struct Cli {
     /// Store directory (default: $HERMES_OTEL_HOME, else $HERMES_HOME/otel, else ~/.hermes/otel).
+    /// It must exist, except for `replay` and `budget set`, which create it.
     #[arg(long, global = true, value_name = "DIR")]
     home: Option<PathBuf>,
+
+    /// More log lines on stderr (-v info, -vv debug, -vvv trace); overrides HERMES_OTEL_LOG.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    verbose: u8,
+
+    /// Fewer log lines on stderr (-q errors only, -qq none); overrides HERMES_OTEL_LOG.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    quiet: u8,
 
     #[command(subcommand)]
     command: Command,
@@ -79,6 +141,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
+    STDOUT_CLOSED.store(false, Ordering::Relaxed);
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
@@ -86,17 +149,88 @@ where
             return e.exit_code();
         }
     };
-    match dispatch(cli) {
+    init_logging(cli.verbose, cli.quiet);
+    let code = match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("hermes-otel: {e}");
             1
         }
+    };
+    // The reader of our output went away (`| head -1`): what it wanted, it
+    // got. Like `cat`, end quietly and successfully.
+    if STDOUT_CLOSED.load(Ordering::Relaxed) && code == 0 {
+        return 0;
+    }
+    code
+}
+
+/// Log filter variable (`RUST_LOG` syntax: `warn`, `Export=debug,info`);
+/// `RUST_LOG` is read when it is unset.
+pub const LOG_ENV: &str = "HERMES_OTEL_LOG";
+
+/// Installs the stderr log subscriber: the level from `-v`/`-q` if given,
+/// else [`LOG_ENV`], else `RUST_LOG`, else warnings and errors. Our events
+/// are named `Component.Event` (their target), so `Export=debug` selects
+/// the exporter's. Inside Hermes a subscriber that forwards to Python's
+/// `logging` is already installed and this one is not (`try_init`).
+fn init_logging(verbose: u8, quiet: u8) {
+    use tracing_subscriber::EnvFilter;
+    let from_flags = match (verbose, quiet) {
+        (0, 0) => None,
+        (1, _) => Some("info"),
+        (2, _) => Some("debug"),
+        (v, _) if v > 2 => Some("trace"),
+        (_, 1) => Some("error"),
+        _ => Some("off"),
+    };
+    let mut problem = None;
+    let filter = match from_flags {
+        Some(level) => EnvFilter::new(level),
+        None => {
+            let (name, text) = match std::env::var(LOG_ENV) {
+                Ok(v) if !v.trim().is_empty() => (LOG_ENV, v),
+                _ => ("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_default()),
+            };
+            if text.trim().is_empty() {
+                EnvFilter::new("warn")
+            } else {
+                EnvFilter::try_new(&text).unwrap_or_else(|e| {
+                    problem = Some(format!("{name}={text:?} is not a log filter ({e}); using warn"));
+                    EnvFilter::new("warn")
+                })
+            }
+        }
+    };
+    use std::io::IsTerminal as _;
+    let installed = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(filter)
+        .with_target(true)
+        .try_init()
+        .is_ok();
+    if let (true, Some(p)) = (installed, problem) {
+        eprintln!("hermes-otel: {p}");
     }
 }
 
-fn open_store(home: Option<PathBuf>) -> Result<Store> {
-    let dir = config::store_dir(home).value;
+/// The store directory, which must exist: a typo in `--home` (or in
+/// `HERMES_OTEL_HOME`) must not silently make a new, empty store whose
+/// report says nothing was spent.
+fn existing_home(home: Option<PathBuf>) -> Result<config::Resolved<PathBuf>> {
+    let resolved = config::store_dir(home);
+    if !resolved.value.is_dir() {
+        return Err(crate::error::Error::Other(format!(
+            "no store at {} (from {}): check the path; Hermes with the plugin, or `hermes-otel replay`, creates it",
+            resolved.value.display(),
+            resolved.source
+        )));
+    }
+    Ok(resolved)
+}
+
+fn open_store(dir: PathBuf) -> Result<Store> {
     let mut store = Store::open_dir(&dir)?;
     store.set_prices(PriceTable::load(&dir.join(config::PRICING_FILE_NAME))?);
     // Events of Hermes processes that died before committing them are in
@@ -111,7 +245,12 @@ fn open_store(home: Option<PathBuf>) -> Result<Store> {
 fn dispatch(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Replay { files, capture_content } => {
-            let mut store = open_store(cli.home)?;
+            // Every input must be readable before the store is created: a
+            // mistyped file name must not leave an empty store behind.
+            for file in &files {
+                std::fs::File::open(file).map_err(|e| crate::error::Error::io(file, e))?;
+            }
+            let mut store = open_store(config::store_dir(cli.home).value)?;
             let opts = DecodeOptions {
                 capture_content,
                 ..DecodeOptions::default()
@@ -132,15 +271,24 @@ fn dispatch(cli: Cli) -> Result<i32> {
             Ok(if stats.bad_lines.is_empty() { 0 } else { 2 })
         }
         Command::Report(args) => {
-            let store = open_store(cli.home)?;
-            report::run(&store, &args)
+            // Arguments first: a bad window is reported before any store work.
+            let window = report::window(&args)?;
+            let store = open_store(existing_home(cli.home)?.value)?;
+            report::run(&store, &args, window)
         }
-        Command::Serve(args) => export::serve(&config::store_dir(cli.home).value, &args),
-        Command::Export(args) => export::export(&config::store_dir(cli.home).value, &args),
-        Command::Doctor(args) => doctor::run(&config::store_dir(cli.home).value, &args),
-        Command::Budget { command } => budget::run(&config::store_dir(cli.home).value, &command),
+        Command::Serve(args) => export::serve(&existing_home(cli.home)?.value, &args),
+        Command::Export(args) => export::export(&existing_home(cli.home)?.value, &args),
+        Command::Budget { command } => {
+            let dir = if command.creates_home() {
+                config::store_dir(cli.home).value
+            } else {
+                existing_home(cli.home)?.value
+            };
+            budget::run(&dir, &command)
+        }
+        Command::Doctor(args) => doctor::run(&existing_home(cli.home)?.value, &args),
         Command::Status { json } => {
-            let home = config::store_dir(cli.home);
+            let home = existing_home(cli.home)?;
             // A store in trouble is exactly when status must answer: one
             // that cannot be opened, or whose pages fail to read.
             match Store::open_dir(&home.value).and_then(|store| status::run(&store, &home, json)) {

@@ -32,7 +32,16 @@ pub struct ReportArgs {
     limit: usize,
 }
 
-pub fn run(store: &Store, args: &ReportArgs) -> Result<i32> {
+/// The report's window and zone, read from the arguments.
+pub struct Window {
+    tz: TimeZone,
+    since: f64,
+    until: f64,
+}
+
+/// Reads `--tz`, `--since` and `--until`. A window that ends before it
+/// starts is an error: it would report zeros, which look like an answer.
+pub fn window(args: &ReportArgs) -> Result<Window> {
     let tz = match &args.tz {
         Some(name) => TimeZone::get(name).map_err(|e| Error::Other(format!("--tz {name}: {e}")))?,
         None => TimeZone::system(),
@@ -46,6 +55,19 @@ pub fn run(store: &Store, args: &ReportArgs) -> Result<i32> {
     };
     let since = bound(&args.since, 0.0, "--since")?;
     let until = bound(&args.until, END_OF_TIME, "--until")?;
+    if until <= since {
+        return Err(Error::Other(format!(
+            "--until {} is not after --since {}: the window is empty; --since is its earlier end \
+             (e.g. --since 7d --until 1d, or --since 2026-11-01 --until 2026-11-30)",
+            args.until.as_deref().unwrap_or("-"),
+            args.since.as_deref().unwrap_or("-"),
+        )));
+    }
+    Ok(Window { tz, since, until })
+}
+
+pub fn run(store: &Store, args: &ReportArgs, window: Window) -> Result<i32> {
+    let Window { tz, since, until } = window;
     let facts = store.facts(since, until)?;
     let runs = store.runs_started(since, until)?;
     let report = build(&facts, &runs, &tz, since, until);
@@ -62,14 +84,23 @@ pub fn run(store: &Store, args: &ReportArgs) -> Result<i32> {
 pub fn render(r: &Report, limit: usize) -> String {
     let mut out = String::new();
     let t = &r.totals;
+    // The unbounded window's ends are placeholders (the epoch, year
+    // 9999); printing them reads like a bug, so name the window instead.
+    let start = if r.since.starts_with("1970-01-01T00:00:00") {
+        "the first event"
+    } else {
+        r.since.as_str()
+    };
+    let end = if r.until.starts_with("9999-") {
+        "now"
+    } else {
+        r.until.as_str()
+    };
+    let _ = writeln!(out, "hermes-otel report  {start} .. {end}  (days in {})", r.timezone);
     let _ = writeln!(
         out,
-        "hermes-otel report  {} .. {}  (days in {})",
-        r.since, r.until, r.timezone
-    );
-    let _ = writeln!(
-        out,
-        "total ${:.4}  sessions {}  llm calls {} ({} estimated, {} unpriced)  api errors {}  tool calls {} ({} failed)",
+        "total ${:.4}  sessions {}  llm calls {} ({} estimated, {} unpriced)  api errors {}  \
+         tool calls {} ({} failed, {} of them a non-zero exit Hermes reported as ok)",
         t.cost_usd,
         t.sessions,
         t.llm_calls,
@@ -77,7 +108,8 @@ pub fn render(r: &Report, limit: usize) -> String {
         t.unpriced_llm_calls,
         t.api_errors,
         t.tool_calls,
-        t.tool_failures
+        t.tool_failures,
+        t.tool_nonzero_exits
     );
     let _ = writeln!(
         out,
@@ -103,7 +135,7 @@ pub fn render(r: &Report, limit: usize) -> String {
 
 fn table(out: &mut String, title: &str, groups: &[Group], limit: usize) {
     let headers = [
-        "cost $", "input", "output", "cache r", "cache w", "reason", "calls", "errors", "tools", "failed",
+        "cost $", "input", "output", "cache r", "cache w", "reason", "calls", "errors", "tools", "failed", "nonzero",
     ];
     let cells = |t: &Totals| {
         [
@@ -117,6 +149,7 @@ fn table(out: &mut String, title: &str, groups: &[Group], limit: usize) {
             t.api_errors.to_string(),
             t.tool_calls.to_string(),
             t.tool_failures.to_string(),
+            t.tool_nonzero_exits.to_string(),
         ]
     };
     let shown: Vec<_> = groups.iter().take(limit).collect();
@@ -126,7 +159,7 @@ fn table(out: &mut String, title: &str, groups: &[Group], limit: usize) {
         .chain([title.len()])
         .max()
         .unwrap_or(0);
-    let rows: Vec<[String; 10]> = shown.iter().map(|g| cells(&g.totals)).collect();
+    let rows: Vec<[String; 11]> = shown.iter().map(|g| cells(&g.totals)).collect();
     let widths: Vec<usize> = (0..headers.len())
         .map(|i| {
             rows.iter()

@@ -108,6 +108,27 @@ struct SignalNames {
 }
 
 impl Signal {
+    /// `traces` or `metrics`, as messages say it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Signal::Traces => "traces",
+            Signal::Metrics => "metrics",
+        }
+    }
+
+    /// The variable that turns this signal's export off with `none`.
+    pub fn exporter_var(self) -> &'static str {
+        match self {
+            Signal::Traces => env::TRACES_EXPORTER,
+            Signal::Metrics => env::METRICS_EXPORTER,
+        }
+    }
+
+    /// The signal-specific endpoint variable.
+    pub fn endpoint_var(self) -> &'static str {
+        self.names().endpoint
+    }
+
     fn names(self) -> SignalNames {
         match self {
             Signal::Traces => SignalNames {

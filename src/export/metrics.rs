@@ -343,6 +343,8 @@ pub struct MetricExporter {
     not_before: Option<Instant>,
     identity: MetricIdentity,
     resource: Resource,
+    /// The failure last logged at `warn`: a repeat is logged at `debug`.
+    last_logged: Option<String>,
 }
 
 impl std::fmt::Debug for MetricExporter {
@@ -388,6 +390,7 @@ impl MetricExporter {
             not_before: None,
             identity,
             resource,
+            last_logged: None,
         })
     }
 
@@ -411,30 +414,10 @@ impl MetricExporter {
         set_budget_gauges(&mut self.store, readings, unix_now())
     }
 
-    /// Replaces the budget gauges with every budget's state now (from the
-    /// budget file beside the store; see `budget_gate::budget_gauges`),
-    /// before a push. Without a budget file, or with one that cannot be
-    /// read, the gauges are left as they are: budgets never stop an export.
+    /// Replaces the budget gauges with every budget's state now, before a
+    /// push; see [`refresh_budget_gauges`].
     pub fn refresh_budget_gauges(&mut self) {
-        let Some(dir) = self.store.path().parent().map(Path::to_path_buf) else {
-            return;
-        };
-        if !dir.join(crate::budget::BUDGETS_FILE_NAME).exists() {
-            return;
-        }
-        if let Ok(gauges) = crate::budget_gate::budget_gauges(&self.store, &dir, unix_now()) {
-            let readings: Vec<BudgetReading<'_>> = gauges
-                .iter()
-                .map(|g| BudgetReading {
-                    scope: g.scope,
-                    id: &g.id,
-                    window: g.window,
-                    spend_usd: g.spend_usd,
-                    limit_usd: g.limit_usd,
-                })
-                .collect();
-            let _ = self.set_budget_gauges(&readings);
-        }
+        refresh_budget_gauges(&mut self.store);
     }
 
     /// Folds finished ledger rows into the series (bounded work).
@@ -563,6 +546,7 @@ impl MetricExporter {
             Ok(_) => {
                 self.backoff.reset();
                 self.not_before = None;
+                self.last_logged = None;
                 step.error = None;
                 step.backing_off = None;
                 step.exported_points = points;
@@ -572,10 +556,14 @@ impl MetricExporter {
             Err(e) => {
                 let wait = self.backoff.next(e.verdict);
                 self.not_before = Some(Instant::now() + wait);
-                self.store.metric_export_failed(&e.message, unix_now())?;
-                tracing::warn!(target: "MetricExport.Failed", error = %e.message, retry_in_ms = wait.as_millis() as u64);
+                let text = super::failure_text(super::Signal::Metrics, &self.config.transport.endpoint.value, &e);
+                self.store.metric_export_failed(&text, unix_now())?;
+                // A backend that does not take metrics (a trace-only one)
+                // is said once, then tried again only every
+                // UNSUPPORTED_RETRY: no retry storm, no log storm.
+                super::log_failure("MetricExport.Failed", &mut self.last_logged, &text, wait);
                 step.backing_off = Some(wait);
-                step.error = Some(e.message);
+                step.error = Some(text);
             }
         }
         Ok(())
@@ -633,6 +621,43 @@ pub fn snapshot(store: &Store, allow: AllowList) -> Result<Vec<Series>> {
         &store.metric_gauges()?,
         allow,
     ))
+}
+
+/// Replaces the budget gauges of `store` with every budget's state now,
+/// from the budget file beside the store (see
+/// `budget_gate::budget_gauges`): before each OTLP push and each
+/// Prometheus scrape, so both routes show the limits and spend of the
+/// moment, a `budget set` or `budget rm` included. Without a budget file
+/// there are no gauges; a file that cannot be read leaves them as they were
+/// (budgets never stop an export or a scrape).
+pub fn refresh_budget_gauges(store: &mut Store) {
+    let Some(dir) = store.path().parent().map(Path::to_path_buf) else {
+        return;
+    };
+    let gauges = if dir.join(crate::budget::BUDGETS_FILE_NAME).exists() {
+        match crate::budget_gate::budget_gauges(store, &dir, unix_now()) {
+            Ok(g) => g,
+            Err(e) => {
+                tracing::warn!(target: "Budget.GaugesFailed", "budget gauges left as they were: {e}");
+                return;
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    let readings: Vec<BudgetReading<'_>> = gauges
+        .iter()
+        .map(|g| BudgetReading {
+            scope: g.scope,
+            id: &g.id,
+            window: g.window,
+            spend_usd: g.spend_usd,
+            limit_usd: g.limit_usd,
+        })
+        .collect();
+    if let Err(e) = set_budget_gauges(store, &readings, unix_now()) {
+        tracing::warn!(target: "Budget.GaugesFailed", "budget gauges not updated: {e}");
+    }
 }
 
 /// Replaces the budget gauges of `store` with `readings`.

@@ -129,6 +129,8 @@ pub struct Exporter {
     not_before: Option<Instant>,
     resource: Resource,
     options: SpanOptions,
+    /// The failure last logged at `warn`: a repeat is logged at `debug`.
+    last_logged: Option<String>,
 }
 
 impl std::fmt::Debug for Exporter {
@@ -175,6 +177,7 @@ impl Exporter {
             not_before: None,
             resource,
             options,
+            last_logged: None,
         })
     }
 
@@ -248,6 +251,20 @@ impl Exporter {
     /// seconds), whatever the outbox says, with the same ids as before.
     /// Leaves the outbox alone. Retries each batch until `deadline`.
     pub fn export_history(&mut self, since: f64, deadline: Instant) -> Result<usize> {
+        self.export_history_with(since, deadline, |_, _| {})
+    }
+
+    /// [`Exporter::export_history`], calling `progress(sent, total)` after
+    /// each accepted batch. Spans it re-sent that were still waiting in the
+    /// outbox are marked exported there (the normal exporter would send
+    /// them again otherwise). A failure is recorded for `status`, like the
+    /// export loop's, and its message names the endpoint and what to do.
+    pub fn export_history_with(
+        &mut self,
+        since: f64,
+        deadline: Instant,
+        mut progress: impl FnMut(usize, usize),
+    ) -> Result<usize> {
         let rows = self.store.history(since)?;
         let mut sent = 0;
         for chunk in rows.chunks(self.config.batch_max_spans.value.max(1)) {
@@ -262,15 +279,19 @@ impl Exporter {
                     Ok(_) => break,
                     Err(e) => {
                         let wait = self.backoff.next(e.verdict);
-                        if Instant::now() + wait >= deadline {
-                            return Err(Error::Other(format!("export --since: {}", e.message)));
+                        if Instant::now() + wait >= deadline || e.verdict == retry::Verdict::Unsupported {
+                            let text = failure_text(Signal::Traces, &self.config.endpoint.value, &e);
+                            self.store.export_failed(&text, unix_now())?;
+                            return Err(Error::Other(format!("export --since: {text}")));
                         }
                         std::thread::sleep(wait);
                     }
                 }
             }
             self.backoff.reset();
+            self.store.outbox_resent(chunk, unix_now())?;
             sent += n;
+            progress(sent, rows.len());
         }
         Ok(sent)
     }
@@ -328,6 +349,7 @@ impl Exporter {
             Ok(accepted) => {
                 self.backoff.reset();
                 self.not_before = None;
+                self.last_logged = None;
                 let rejected = accepted.rejected_spans.clamp(0, n as i64);
                 self.store.outbox_done(
                     &rows,
@@ -345,10 +367,11 @@ impl Exporter {
             Err(e) => {
                 let wait = self.backoff.next(e.verdict);
                 self.not_before = Some(Instant::now() + wait);
-                self.store.export_failed(&e.message, unix_now())?;
-                tracing::warn!(target: "Export.Failed", error = %e.message, retry_in_ms = wait.as_millis() as u64);
+                let text = failure_text(Signal::Traces, &self.config.endpoint.value, &e);
+                self.store.export_failed(&text, unix_now())?;
+                log_failure("Export.Failed", &mut self.last_logged, &text, wait);
                 out.backing_off = Some(wait);
-                out.error = Some(e.message);
+                out.error = Some(text);
                 out.more = false;
             }
         }
@@ -491,6 +514,48 @@ impl Exporter {
         span::add_content(&mut span, &content);
         Ok(Some(span))
     }
+}
+
+/// What a failed send says wherever it is shown (stderr, logs, `status`):
+/// the signal, where it went, the collector's answer and what to do.
+pub fn failure_text(signal: Signal, endpoint: &str, e: &SendError) -> String {
+    let what = signal.as_str();
+    let todo = match e.verdict {
+        retry::Verdict::Retry { .. } => format!(
+            "is a collector listening there? Start it, or point {} (or --endpoint) at yours; \
+             nothing is lost meanwhile",
+            signal.endpoint_var()
+        ),
+        retry::Verdict::Permanent => format!(
+            "the collector refused them; see its log, and check {} and the endpoint",
+            config::env::HEADERS
+        ),
+        retry::Verdict::Unsupported => format!(
+            "it does not take {what}: set {}=none to stop sending them, or point {} at a collector that does",
+            signal.exporter_var(),
+            signal.endpoint_var(),
+        ),
+    };
+    format!("{what} to {endpoint}: {} ({todo})", e.message)
+}
+
+/// Logs an export failure at `warn` the first time it is seen (after a
+/// success, or after a different failure) and at `debug` while it repeats:
+/// a collector that is down for an hour is one line, not 120.
+pub(crate) fn log_failure(event: &'static str, last: &mut Option<String>, text: &str, retry_in: Duration) {
+    let retry_in_ms = retry_in.as_millis() as u64;
+    if last.as_deref() == Some(text) {
+        match event {
+            "MetricExport.Failed" => tracing::debug!(target: "MetricExport.Failed", retry_in_ms, "{text}"),
+            _ => tracing::debug!(target: "Export.Failed", retry_in_ms, "{text}"),
+        }
+        return;
+    }
+    match event {
+        "MetricExport.Failed" => tracing::warn!(target: "MetricExport.Failed", retry_in_ms, "{text}"),
+        _ => tracing::warn!(target: "Export.Failed", retry_in_ms, "{text}"),
+    }
+    *last = Some(text.to_string());
 }
 
 /// `message` with every OTLP header value (and each word of it, so the

@@ -5,8 +5,9 @@
 //! `GET /metrics` with [`crate::metrics::prometheus_text`]. Must not
 //! touch: the ledger (it only folds and reads metric state).
 //!
-//! Each scrape first folds finished ledger rows (one short transaction),
-//! so what Prometheus reads is current to the scrape. Folding is exactly
+//! Each scrape first folds finished ledger rows (one short transaction)
+//! and reads every budget's spend and limit into the budget gauges, so
+//! what Prometheus reads is current to the scrape. Folding is exactly
 //! once whichever process does it, so the endpoint needs no lease: two
 //! `serve` processes on one store serve the same totals (scrape only one of
 //! them, or sums double).
@@ -115,6 +116,9 @@ impl Scrape {
             ))
         })?;
         super::metrics::fold(&mut store, self.session_grace_seconds)?;
+        // Budget gauges are a reading of now, not a fold of the ledger:
+        // taken at every scrape, as before every push.
+        super::metrics::refresh_budget_gauges(&mut store);
         let series = super::metrics::snapshot(&store, self.allow)?;
         Ok(crate::metrics::prometheus_text(&series))
     }

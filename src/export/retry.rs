@@ -20,7 +20,17 @@ pub enum Verdict {
     Retry { after: Option<Duration> },
     /// The server will not accept this as it is; retry slowly.
     Permanent,
+    /// The server does not take this signal at all (gRPC `UNIMPLEMENTED`,
+    /// HTTP 404, 405 or 501): a trace-only backend sent metrics, say.
+    /// Retrying soon cannot help; the user should turn the signal off.
+    Unsupported,
 }
+
+/// How long a signal the backend does not take waits before it is tried
+/// again: it will not start taking it by itself, but a collector may be
+/// reconfigured or replaced, so the door stays open, once per 15 minutes
+/// rather than every 30 s (which filled logs and the backend's).
+pub const UNSUPPORTED_RETRY: Duration = Duration::from_secs(15 * 60);
 
 /// The gRPC codes the OTLP specification calls retryable.
 /// `RESOURCE_EXHAUSTED` only is when the server sent `RetryInfo`.
@@ -31,16 +41,19 @@ pub fn classify_grpc(code: tonic::Code, retry_info: Option<Duration>) -> Verdict
             Verdict::Retry { after: retry_info }
         }
         ResourceExhausted if retry_info.is_some() => Verdict::Retry { after: retry_info },
+        Unimplemented => Verdict::Unsupported,
         _ => Verdict::Permanent,
     }
 }
 
 /// The HTTP statuses the OTLP specification calls retryable: 429, 502, 503,
-/// 504 (with `Retry-After` honoured). Anything else that is not 2xx is
-/// permanent.
+/// 504 (with `Retry-After` honoured). 404, 405 and 501 say the server has
+/// no such signal (a trace-only backend's answer to `/v1/metrics`).
+/// Anything else that is not 2xx is permanent.
 pub fn classify_http(status: u16, retry_after: Option<Duration>) -> Verdict {
     match status {
         429 | 502 | 503 | 504 => Verdict::Retry { after: retry_after },
+        404 | 405 | 501 => Verdict::Unsupported,
         _ => Verdict::Permanent,
     }
 }
@@ -123,6 +136,7 @@ impl Backoff {
         self.failures = self.failures.saturating_add(1);
         match verdict {
             Verdict::Permanent => self.max,
+            Verdict::Unsupported => UNSUPPORTED_RETRY,
             Verdict::Retry { after: Some(hint) } => hint.min(self.max),
             Verdict::Retry { after: None } => {
                 let exp = self.failures.saturating_sub(1).min(20);
@@ -163,7 +177,7 @@ mod tests {
             (Code::InvalidArgument, None, Verdict::Permanent),
             (Code::Unauthenticated, None, Verdict::Permanent),
             (Code::PermissionDenied, None, Verdict::Permanent),
-            (Code::Unimplemented, None, Verdict::Permanent),
+            (Code::Unimplemented, None, Verdict::Unsupported),
             (Code::Internal, None, Verdict::Permanent),
             (Code::NotFound, None, Verdict::Permanent),
         ] {
@@ -181,7 +195,9 @@ mod tests {
             (504, Verdict::Retry { after: hint }),
             (400, Verdict::Permanent),
             (401, Verdict::Permanent),
-            (404, Verdict::Permanent),
+            (404, Verdict::Unsupported),
+            (405, Verdict::Unsupported),
+            (501, Verdict::Unsupported),
             (413, Verdict::Permanent),
             (500, Verdict::Permanent),
         ] {
@@ -219,6 +235,7 @@ mod tests {
             assert!(d <= b.max);
         }
         assert_eq!(b.next(Verdict::Permanent), b.max);
+        assert_eq!(b.next(Verdict::Unsupported), UNSUPPORTED_RETRY);
         assert_eq!(
             b.next(Verdict::Retry {
                 after: Some(Duration::from_secs(999))

@@ -751,10 +751,14 @@ fn apply_tool_result(tx: &Transaction<'_>, runs: &mut RunMemo, e: &PostToolCall,
         ])?;
     if completed == 1 {
         outbox::enqueue(tx, SpanKind::Tool, &t.session_id, &t.tool_call_id, -1, at, false)?;
+        // Failed as every surface counts it (crate::tool_outcome): a
+        // non-zero exit Hermes reported as ok is one.
+        let failed =
+            crate::tool_outcome::ToolOutcome::of(true, e.status.as_deref(), Some(ok), e.outcome.exit_code).is_failure();
         tx.prepare_cached(
             "UPDATE runs SET tool_calls = tool_calls + 1, tool_failures = tool_failures + ?2 WHERE session_id = ?1",
         )?
-        .execute(params![t.session_id, (!ok) as i64])?;
+        .execute(params![t.session_id, failed as i64])?;
     }
     Ok(())
 }
@@ -852,12 +856,10 @@ fn apply_subagent_stop(tx: &Transaction<'_>, runs: &mut RunMemo, e: &SubagentSto
             ok,
             e.child_status
         ])?;
-    if inserted == 1 {
-        tx.prepare_cached(
-            "UPDATE runs SET tool_calls = tool_calls + 1, tool_failures = tool_failures + ?2 WHERE session_id = ?1",
-        )?
-        .execute(params![e.parent_session_id, (!ok) as i64])?;
-    }
+    // The proxy row is no call Hermes made (the parent's delegate_task call
+    // is counted when it returns): run totals leave it out, as the report,
+    // metrics and spans do. The child's own outcome is its run's status.
+    let _ = inserted;
     Ok(())
 }
 

@@ -629,11 +629,14 @@ fn api_error_fact(conn: &Connection, api_request_id: &str, retry_count: i64) -> 
         .optional()?)
 }
 
+/// A finished tool call to measure. The proxy row a `subagent_stop` records
+/// on the parent is no call Hermes made (its `delegate_task` call is one,
+/// and has a span): like spans and the report, metrics leave it out.
 fn tool_fact(conn: &Connection, session_id: &str, tool_call_id: &str) -> Result<Option<(ToolRow, Option<f64>)>> {
     Ok(conn
         .prepare_cached(
             "SELECT tool_name, turn_id, api_request_id, started_at, ended_at, ok, status, error_type, exit_code, latency_s
-               FROM tool_calls WHERE session_id = ?1 AND tool_call_id = ?2",
+               FROM tool_calls WHERE session_id = ?1 AND tool_call_id = ?2 AND proxy = 0",
         )?
         .query_row(params![session_id, tool_call_id], |r| {
             Ok((

@@ -572,6 +572,26 @@ impl Store {
         Ok(n as u64)
     }
 
+    /// Marks spans `export --since` re-sent (history rows) as exported: the
+    /// ones still waiting in the outbox leave it and count as exported, so
+    /// the export loop does not send them a second time. Returns how many
+    /// were waiting.
+    pub fn outbox_resent(&mut self, rows: &[OutboxRow], now: f64) -> Result<usize> {
+        let tx = self.conn.transaction()?;
+        let mut waiting = 0;
+        {
+            let mut del =
+                tx.prepare_cached("DELETE FROM outbox WHERE kind = ?1 AND session_id = ?2 AND key = ?3 AND n = ?4")?;
+            for row in rows {
+                waiting += del.execute(params![row.kind as i64, row.session_id, row.key, row.n])?;
+            }
+        }
+        bump(&tx, counter::EXPORTED, waiting as i64)?;
+        set_state(&tx, "last_success_at", now)?;
+        tx.commit()?;
+        Ok(waiting)
+    }
+
     /// Records a failed export attempt for `status` (the message names no secret).
     pub fn export_failed(&mut self, message: &str, now: f64) -> Result<()> {
         let tx = self.conn.transaction()?;

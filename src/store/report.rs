@@ -36,8 +36,8 @@ pub struct FactRow {
     pub cost_usd: f64,
     pub estimated: bool,
     pub unpriced: bool,
-    /// For tool calls: whether it succeeded.
-    pub ok: bool,
+    /// For tool calls: how it ended (the definition spans and metrics use).
+    pub tool_outcome: Option<crate::tool_outcome::ToolOutcome>,
 }
 
 /// A run, as `report` lists sessions.
@@ -84,30 +84,42 @@ impl Store {
         let sql = "
             SELECT 0, l.ended_at, l.session_id, l.model, l.provider, root.sender_id, root.cron_job_id,
                    l.input_tokens, l.output_tokens, l.cache_read_tokens, l.cache_write_tokens, l.reasoning_tokens,
-                   l.cost_usd, l.estimated, l.cost_source = 'unknown', 1
+                   l.cost_usd, l.estimated, l.cost_source = 'unknown', NULL, NULL, NULL
               FROM llm_calls l JOIN runs r ON r.session_id = l.session_id
               JOIN runs root ON root.session_id = r.root_session_id
              WHERE l.ended_at >= ?1 AND l.ended_at < ?2
             UNION ALL
             SELECT 1, e.ended_at, e.session_id, e.model, e.provider, root.sender_id, root.cron_job_id,
-                   0, 0, 0, 0, 0, 0.0, 0, 0, 0
+                   0, 0, 0, 0, 0, 0.0, 0, 0, NULL, NULL, NULL
               FROM llm_call_errors e JOIN runs r ON r.session_id = e.session_id
               JOIN runs root ON root.session_id = r.root_session_id
              WHERE e.ended_at >= ?1 AND e.ended_at < ?2
             UNION ALL
             SELECT 2, t.ended_at, t.session_id, r.model, r.provider, root.sender_id, root.cron_job_id,
-                   0, 0, 0, 0, 0, 0.0, 0, 0, COALESCE(t.ok, 0)
+                   0, 0, 0, 0, 0, 0.0, 0, 0, t.status, t.ok, t.exit_code
               FROM tool_calls t JOIN runs r ON r.session_id = t.session_id
               JOIN runs root ON root.session_id = r.root_session_id
-             WHERE t.ended_at IS NOT NULL AND t.ended_at >= ?1 AND t.ended_at < ?2";
+             WHERE t.ended_at IS NOT NULL AND t.ended_at >= ?1 AND t.ended_at < ?2 AND t.proxy = 0";
         let mut stmt = self.conn().prepare_cached(sql)?;
         let rows = stmt.query_map(params![since, until], |r| {
+            let kind = match r.get::<_, i64>(0)? {
+                0 => FactKind::LlmCall,
+                1 => FactKind::ApiError,
+                _ => FactKind::ToolCall,
+            };
+            let tool_outcome = if kind == FactKind::ToolCall {
+                let status: Option<String> = r.get(15)?;
+                Some(crate::tool_outcome::ToolOutcome::of(
+                    true,
+                    status.as_deref(),
+                    r.get(16)?,
+                    r.get(17)?,
+                ))
+            } else {
+                None
+            };
             Ok(FactRow {
-                kind: match r.get::<_, i64>(0)? {
-                    0 => FactKind::LlmCall,
-                    1 => FactKind::ApiError,
-                    _ => FactKind::ToolCall,
-                },
+                kind,
                 at: r.get(1)?,
                 session_id: r.get(2)?,
                 model: r.get(3)?,
@@ -122,7 +134,7 @@ impl Store {
                 cost_usd: r.get(12)?,
                 estimated: r.get(13)?,
                 unpriced: r.get(14)?,
-                ok: r.get(15)?,
+                tool_outcome,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)

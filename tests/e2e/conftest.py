@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,8 +104,10 @@ SCENARIOS = _scenarios()
 
 
 @pytest.fixture(scope="session")
-def runs(hermes_bin: Path) -> dict[str, Run]:
+def runs(hermes_bin: Path) -> Iterator[dict[str, Run]]:
     """Every scenario (and the panic run), run once, a few at a time."""
+    # HERMES_OTEL_E2E_OUT keeps the runs for a look afterwards; otherwise
+    # they go when the session ends (about 20 MB of Hermes homes and stores).
     root = os.environ.get("HERMES_OTEL_E2E_OUT")
     out = Path(root) if root else Path(tempfile.mkdtemp(prefix="hermes-otel-e2e-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -137,4 +140,6 @@ def runs(hermes_bin: Path) -> dict[str, Run]:
     )
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         results = {r.scenario: r for r in pool.map(one, names)}
-    return results
+    yield results
+    if not root:
+        shutil.rmtree(out, ignore_errors=True)

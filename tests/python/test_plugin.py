@@ -321,6 +321,37 @@ def test_a_store_that_cannot_be_opened_is_reported_once_and_hooks_do_not_wait(tm
     assert "FLUSHED False" in p.stdout and "FAST True" in p.stdout, p.stdout
 
 
+def test_an_export_failure_is_logged_to_the_hermes_otel_logger_naming_the_endpoint(tmp_path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    code = textwrap.dedent(
+        """
+        import logging, sys
+        fmt = "%(levelname)s %(name)s %(message)s"
+        logging.basicConfig(stream=sys.stdout, level=logging.INFO, format=fmt)
+        from hermes_otel import _native
+        _native.start()
+        _native.Hook("on_session_start")(session_id="s", platform="cli")
+        _native.Hook("on_session_finalize")(session_id="s")
+        _native.flush(2.0)
+        """
+    )
+    p = run_python(
+        code,
+        HERMES_OTEL_HOME=str(tmp_path / "otel"),
+        OTEL_EXPORTER_OTLP_ENDPOINT=dead,
+        HERMES_OTEL_SESSION_GRACE_SECONDS="0",
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = [line for line in p.stdout.splitlines() if " hermes_otel Export.Failed: " in line]
+    assert lines, p.stdout + p.stderr
+    assert lines[0].startswith("WARNING hermes_otel Export.Failed: traces to " + dead), lines
+    assert "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" in lines[0], lines
+
+
 def test_no_reference_to_a_hermes_object_is_kept() -> None:
     class Response:
         content = "hello"

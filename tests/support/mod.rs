@@ -192,6 +192,16 @@ pub fn grpc(addr: Option<SocketAddr>, tls: Option<(String, String)>) -> Receiver
 
 /// [`grpc`] with every TLS setting, a client certificate included.
 pub fn grpc_tls(addr: Option<SocketAddr>, tls: Option<ServerTls>) -> Receiver {
+    grpc_services(addr, tls, true)
+}
+
+/// A trace-only OTLP/gRPC backend (as Arize Phoenix is): no
+/// `MetricsService`, so a metric export gets `UNIMPLEMENTED` from tonic.
+pub fn grpc_traces_only() -> Receiver {
+    grpc_services(None, None, false)
+}
+
+fn grpc_services(addr: Option<SocketAddr>, tls: Option<ServerTls>, with_metrics: bool) -> Receiver {
     let rt = runtime();
     let listener = bind(&rt, addr);
     let addr = listener.local_addr().expect("local addr");
@@ -208,10 +218,12 @@ pub fn grpc_tls(addr: Option<SocketAddr>, tls: Option<ServerTls>) -> Receiver {
         }
         builder = builder.tls_config(config).expect("server tls");
     }
-    let metrics = MetricsServiceServer::new(MetricsSvc(received.clone()))
-        .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
-        .max_decoding_message_size(64 << 20);
-    let router = builder.add_service(svc).add_service(metrics);
+    let metrics = with_metrics.then(|| {
+        MetricsServiceServer::new(MetricsSvc(received.clone()))
+            .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
+            .max_decoding_message_size(64 << 20)
+    });
+    let router = builder.add_service(svc).add_optional_service(metrics);
     rt.spawn(async move {
         // As a collector does: without TCP_NODELAY, Nagle and delayed ACKs
         // stall some responses by ~40 ms, which is the bench measuring TCP.

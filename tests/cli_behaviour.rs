@@ -1,0 +1,417 @@
+//! The `hermes-otel` binary as an operator meets it: a closed pipe, a
+//! mistyped directory or file, a window the wrong way round, a budget of
+//! $0. Each mistake gets one line saying what to do and touches nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn bin() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hermes-otel"));
+    // The caller's own settings must not leak into what is tested.
+    for var in ["HERMES_OTEL_HOME", "HERMES_HOME", "HERMES_OTEL_LOG", "RUST_LOG"] {
+        cmd.env_remove(var);
+    }
+    cmd.env("OTEL_SDK_DISABLED", "false");
+    cmd
+}
+
+fn run(home: &Path, args: &[&str]) -> Output {
+    bin()
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .output()
+        .expect("run hermes-otel")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+/// A store with the `cron` fixture in it.
+fn store_with_history() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = dir.path().join("otel");
+    let o = run(&home, &["replay", fixture("cron.jsonl").to_str().expect("utf-8 path")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    (dir, home)
+}
+
+#[test]
+fn a_closed_stdout_ends_quietly_with_exit_0() {
+    let (_dir, home) = store_with_history();
+    for args in [&["status"][..], &["report"], &["status", "--json"], &["budget", "list"]] {
+        // The reader is gone before the command writes anything, as with
+        // `| head -1` once head has its line.
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let o = bin()
+            .arg("--home")
+            .arg(&home)
+            .args(args)
+            .stdout(Stdio::from(writer))
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run");
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("panicked"), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn a_home_that_does_not_exist_is_an_error_and_stays_absent() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let typo = dir.path().join("otle");
+    for args in [
+        &["status"][..],
+        &["report"],
+        &["budget", "list"],
+        &["budget", "forecast"],
+        &["export", "--since", "1d"],
+        &["serve", "--drain"],
+    ] {
+        let o = run(&typo, args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let e = stderr(&o);
+        assert!(e.contains("no store at") && e.contains("otle"), "{args:?}: {e}");
+        assert_eq!(e.lines().count(), 1, "{args:?}: {e}");
+        assert!(!typo.exists(), "{args:?} created the mistyped directory");
+    }
+    // `budget set` may come before Hermes ever ran: it creates the directory.
+    let o = run(&typo, &["budget", "set", "global", "daily", "5"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(typo.join("budgets.toml").exists());
+}
+
+#[test]
+fn replay_of_a_missing_file_creates_no_store() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = dir.path().join("otel");
+    let present = fixture("cron.jsonl");
+    let o = run(
+        &home,
+        &["replay", present.to_str().expect("utf-8"), "/no/such/file.jsonl"],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("/no/such/file.jsonl"), "{}", stderr(&o));
+    assert!(!home.exists(), "a store was created for input that was never read");
+}
+
+#[test]
+fn reversed_and_impossible_windows_get_one_line_naming_the_accepted_forms() {
+    let (_dir, home) = store_with_history();
+    let o = run(&home, &["report", "--since", "1d", "--until", "7d"]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("--until 7d is not after --since 1d"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(stdout(&o).is_empty(), "a reversed window printed a report of zeros");
+
+    for bad in ["2026-13-45", "yesterday", "3y"] {
+        let o = run(&home, &["report", "--since", bad]);
+        assert_eq!(o.status.code(), Some(1), "{bad}");
+        let e = stderr(&o);
+        assert!(e.contains(bad), "{bad}: {e}");
+        assert!(
+            e.contains("2026-11-30") && e.contains("7d") && e.contains("RFC 3339"),
+            "{bad}: {e}"
+        );
+        assert!(!e.contains("unit"), "{bad}: {e}");
+        assert_eq!(e.lines().count(), 1, "{bad}: {e}");
+    }
+}
+
+#[test]
+fn the_unbounded_report_names_its_window_instead_of_placeholder_dates() {
+    let (_dir, home) = store_with_history();
+    let o = run(&home, &["report"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let first = stdout(&o).lines().next().unwrap_or_default().to_string();
+    assert!(!first.contains("1970") && !first.contains("9999"), "{first}");
+    assert!(first.contains("the first event .. now"), "{first}");
+}
+
+#[test]
+fn a_zero_budget_is_refused_and_rm_removes_one_keeping_comments() {
+    let (_dir, home) = store_with_history();
+    let o = run(&home, &["budget", "set", "global", "daily", "0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("more than 0"), "{}", stderr(&o));
+    assert!(!home.join("budgets.toml").exists(), "a refused limit wrote the file");
+
+    std::fs::write(
+        home.join("budgets.toml"),
+        "# ours\n[global]\ndaily = 4.0 # keep me\nweekly = 9.0\n",
+    )
+    .expect("write");
+    let o = run(&home, &["budget", "rm", "global", "weekly"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(home.join("budgets.toml")).expect("read");
+    assert!(
+        text.contains("# ours") && text.contains("daily = 4.0 # keep me"),
+        "{text}"
+    );
+    assert!(!text.contains("weekly"), "{text}");
+
+    let o = run(&home, &["budget", "rm", "global", "weekly"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no global weekly limit"), "{}", stderr(&o));
+}
+
+#[test]
+fn budget_list_shows_scope_defaults_which_limit_applies_and_the_zone() {
+    let (_dir, home) = store_with_history();
+    std::fs::write(
+        home.join("budgets.toml"),
+        "timezone = \"Europe/Paris\"\n[global]\ndaily = 10.0\n\
+         [per_cron_job.default]\ndaily = 3.0\n\
+         [per_cron_job.overrides.a-cron-job-id-much-longer-than-twenty-characters]\nweekly = 5.0\n",
+    )
+    .expect("write");
+    let o = run(&home, &["budget", "list"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("windows in Europe/Paris"), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    let header = lines.iter().find(|l| l.starts_with("scope")).expect("header");
+    let default_row = lines
+        .iter()
+        .find(|l| l.starts_with("cron") && l.contains("(default)"))
+        .unwrap_or_else(|| panic!("no scope default row: {text}"));
+    assert!(default_row.contains("$3.00"), "{default_row}");
+    let long = lines
+        .iter()
+        .find(|l| l.contains("a-cron-job-id-much-longer-than-twenty-characters") && l.contains("weekly"))
+        .unwrap_or_else(|| panic!("no override row: {text}"));
+    assert!(long.contains("override"), "{long}");
+    // The id keeps its column: every row's window starts where the header's does.
+    let col = header.find("window").expect("window column");
+    for row in lines
+        .iter()
+        .filter(|l| l.starts_with("cron") || l.starts_with("global"))
+    {
+        let word = &row[col..col + 6];
+        assert!(
+            ["daily ", "weekly", "monthl"].contains(&word),
+            "misaligned: {row:?} in\n{text}"
+        );
+    }
+
+    let o = run(&home, &["budget", "list", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["timezone"], "Europe/Paris");
+    assert_eq!(v["scope_defaults"][0]["scope"], "cron");
+    assert_eq!(v["scope_defaults"][0]["limit_usd"], 3.0);
+    let over = v["budgets"]
+        .as_array()
+        .expect("budgets")
+        .iter()
+        .find(|b| b["window"] == "weekly")
+        .expect("weekly override");
+    assert_eq!(over["limit_of"], "override");
+}
+
+mod support;
+
+/// Polls `what` until it holds or 20 s pass.
+fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !ok() {
+        assert!(std::time::Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The trace export lease of the store in `home`, if someone holds it now.
+fn lease_holder(home: &Path) -> Option<String> {
+    let store = hermes_otel::store::Store::open_dir(home).expect("open");
+    let now = hermes_otel::unix_now();
+    store
+        .export_state()
+        .expect("export state")
+        .lease
+        .filter(|l| l.expires_at >= now)
+        .map(|l| l.holder)
+}
+
+/// A port nothing listens on.
+fn dead_endpoint() -> String {
+    format!("http://{}", support::free_addr())
+}
+
+#[test]
+fn export_to_a_dead_collector_names_it_says_what_to_do_and_status_keeps_it() {
+    let (_dir, home) = store_with_history();
+    let endpoint = dead_endpoint();
+    let started = std::time::Instant::now();
+    let o = bin()
+        .arg("--home")
+        .arg(&home)
+        .args(["export", "--since", "3650d", "--endpoint", &endpoint])
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(1));
+    // The default timeout is one a person waits for (10 s), said up front.
+    assert!(started.elapsed() < std::time::Duration::from_secs(15));
+    let e = stderr(&o);
+    assert!(e.contains("giving up after 10 s"), "{e}");
+    let last = e.lines().last().unwrap_or_default();
+    assert!(last.contains(&endpoint), "{e}");
+    assert!(last.contains("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), "what to do: {e}");
+    let status = run(&home, &["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status json");
+    let recorded = v["export"]["last_error"].as_str().unwrap_or_default();
+    assert!(recorded.contains(&endpoint), "status: {v}");
+}
+
+#[test]
+fn export_marks_what_it_re_sent_as_exported() {
+    let (_dir, home) = store_with_history();
+    let receiver = support::grpc(None, None);
+    let pending = |home: &Path| {
+        let store = hermes_otel::store::Store::open_dir(home).expect("open");
+        store.export_state().expect("state").pending
+    };
+    assert!(pending(&home) > 0, "the fixture leaves spans waiting");
+    let o = run(
+        &home,
+        &["export", "--since", "3650d", "--endpoint", &receiver.grpc_endpoint()],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(receiver.received.span_count() > 0);
+    assert!(stderr(&o).contains("accepted by"), "progress: {}", stderr(&o));
+    assert_eq!(pending(&home), 0, "what export re-sent would be sent again");
+}
+
+#[test]
+fn serve_drain_ends_with_an_error_when_the_collector_stays_down() {
+    let (_dir, home) = store_with_history();
+    let endpoint = dead_endpoint();
+    let o = bin()
+        .arg("--home")
+        .arg(&home)
+        .args([
+            "serve",
+            "--drain",
+            "--drain-timeout-seconds",
+            "2",
+            "--endpoint",
+            &endpoint,
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let last = stderr(&o).lines().last().unwrap_or_default().to_string();
+    assert!(last.contains("serve --drain: gave up after 2 s"), "{last}");
+    assert!(last.contains(&endpoint) && last.contains("still waiting"), "{last}");
+    assert!(lease_holder(&home).is_none(), "the lease outlived serve");
+}
+
+#[test]
+fn sigterm_releases_the_export_lease_at_once() {
+    let (_dir, home) = store_with_history();
+    let mut child = bin()
+        .arg("--home")
+        .arg(&home)
+        .args(["serve", "--endpoint", &dead_endpoint()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve");
+    eventually("serve to take the lease", || lease_holder(&home).is_some());
+    let pid = child.id().to_string();
+    let killed = Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
+    assert!(killed.success());
+    let sent = std::time::Instant::now();
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        sent.elapsed() < std::time::Duration::from_secs(2),
+        "took {:?}",
+        sent.elapsed()
+    );
+    assert!(lease_holder(&home).is_none(), "the lease is held after SIGTERM");
+}
+
+#[test]
+fn a_trace_only_backend_gets_one_line_naming_the_variable_and_no_retry_storm() {
+    let (_dir, home) = store_with_history();
+    let backend = support::grpc_traces_only();
+    let mut child = bin()
+        .arg("--home")
+        .arg(&home)
+        .args(["serve", "--poll-ms", "20"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", backend.grpc_endpoint())
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "100")
+        // Every metric export attempt is logged, repeats at debug.
+        .env("HERMES_OTEL_LOG", "MetricExport=debug,warn")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve");
+    // Traces still go; metrics are refused. Ten push intervals later...
+    eventually("the spans", || backend.received.span_count() > 0);
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().expect("stderr"), &mut err).expect("read");
+    assert_eq!(child.wait().expect("wait").code(), Some(0), "{err}");
+    let attempts: Vec<&str> = err.lines().filter(|l| l.contains("MetricExport.Failed")).collect();
+    assert_eq!(attempts.len(), 1, "one attempt, one line:\n{err}");
+    assert!(attempts[0].contains("OTEL_METRICS_EXPORTER=none"), "{}", attempts[0]);
+    assert!(attempts[0].contains(&backend.grpc_endpoint()), "{}", attempts[0]);
+    let status = run(&home, &["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status json");
+    assert!(
+        v.to_string().contains("OTEL_METRICS_EXPORTER=none"),
+        "status keeps it: {v}"
+    );
+}
+
+#[test]
+fn serve_prometheus_alone_pushes_no_traces_and_says_what_it_serves() {
+    let (_dir, home) = store_with_history();
+    // A collector listening where the traces would go by default must get nothing.
+    let collector = support::grpc(None, None);
+    let mut child = bin()
+        .arg("--home")
+        .arg(&home)
+        .args(["serve", "--prometheus", "127.0.0.1:0"])
+        .env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", collector.grpc_endpoint())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve");
+    let mut err = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut said = String::new();
+    while !said.contains("/metrics") {
+        let mut line = String::new();
+        if std::io::BufRead::read_line(&mut err, &mut line).expect("read") == 0 {
+            break;
+        }
+        said.push_str(&line);
+    }
+    eventually("serve to take the lease", || lease_holder(&home).is_some());
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    child.wait().expect("wait");
+    assert!(said.contains("not pushing traces (--prometheus alone)"), "{said}");
+    assert!(said.contains("serving Prometheus metrics"), "{said}");
+    assert_eq!(collector.received.span_count(), 0);
+    let store = hermes_otel::store::Store::open_dir(&home).expect("open");
+    assert!(
+        store.export_state().expect("state").pending > 0,
+        "spans stay for a trace exporter"
+    );
+}
