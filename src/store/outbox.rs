@@ -91,6 +91,27 @@ macro_rules! tool_select {
     };
 }
 
+/// A run with what its session span needs, by session id.
+const RUN_ROW_SQL: &str =
+    "SELECT session_id, platform, cron_job_id, model, provider, sender_id, profile, started_at, ended_at,
+                        last_event_at, finalized_at, status, input_tokens, output_tokens, cache_read_tokens,
+                        cache_write_tokens, cost_usd,
+                        (SELECT error_type FROM llm_call_errors e WHERE e.session_id = runs.session_id
+                          ORDER BY ended_at DESC LIMIT 1),
+                        span_n, span_started_at, span_base_input, span_base_output, span_base_cost,
+                        close_reason
+                   FROM runs WHERE session_id = ?1";
+
+/// The delegation that started a child session, with the parent's
+/// `delegate_task` call it hangs under.
+const EDGE_ROW_SQL: &str = "SELECT e.parent_session_id, e.parent_turn_id, e.role, e.child_status, e.started_at,
+                        (SELECT t.tool_call_id FROM tool_calls t
+                          WHERE t.session_id = e.parent_session_id AND t.proxy = 0 AND t.tool_name = 'delegate_task'
+                            AND (e.parent_turn_id IS NULL OR t.turn_id = e.parent_turn_id)
+                            AND t.started_at <= e.started_at AND (t.ended_at IS NULL OR t.ended_at >= e.started_at)
+                          ORDER BY t.started_at DESC LIMIT 1)
+                   FROM subagent_edges e WHERE e.child_session_id = ?1";
+
 /// What an outbox row names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SpanKind {
@@ -720,16 +741,7 @@ impl Store {
     pub fn run_row(&self, session_id: &str) -> Result<Option<RunRow>> {
         let run = self
             .conn()
-            .prepare_cached(
-                "SELECT session_id, platform, cron_job_id, model, provider, sender_id, profile, started_at, ended_at,
-                        last_event_at, finalized_at, status, input_tokens, output_tokens, cache_read_tokens,
-                        cache_write_tokens, cost_usd,
-                        (SELECT error_type FROM llm_call_errors e WHERE e.session_id = runs.session_id
-                          ORDER BY ended_at DESC LIMIT 1),
-                        span_n, span_started_at, span_base_input, span_base_output, span_base_cost,
-                        close_reason
-                   FROM runs WHERE session_id = ?1",
-            )?
+            .prepare_cached(RUN_ROW_SQL)?
             .query_row(params![session_id], |r| {
                 Ok(RunRow {
                     session_id: r.get(0)?,
@@ -769,15 +781,7 @@ impl Store {
     fn edge_row(&self, child: &str) -> Result<Option<EdgeRow>> {
         Ok(self
             .conn()
-            .prepare_cached(
-                "SELECT e.parent_session_id, e.parent_turn_id, e.role, e.child_status, e.started_at,
-                        (SELECT t.tool_call_id FROM tool_calls t
-                          WHERE t.session_id = e.parent_session_id AND t.proxy = 0 AND t.tool_name = 'delegate_task'
-                            AND (e.parent_turn_id IS NULL OR t.turn_id = e.parent_turn_id)
-                            AND t.started_at <= e.started_at AND (t.ended_at IS NULL OR t.ended_at >= e.started_at)
-                          ORDER BY t.started_at DESC LIMIT 1)
-                   FROM subagent_edges e WHERE e.child_session_id = ?1",
-            )?
+            .prepare_cached(EDGE_ROW_SQL)?
             .query_row(params![child], |r| {
                 Ok(EdgeRow {
                     parent_session_id: r.get(0)?,
@@ -1149,6 +1153,50 @@ fn set_state(tx: &Transaction<'_>, key: &str, value: impl rusqlite::ToSql) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every statement that loads a span's ledger rows reaches them through
+    /// an index: exporting costs the same per span however large the store
+    /// grows (issue 18). Only the small json_each list of a batch's keys is
+    /// scanned.
+    #[test]
+    fn the_export_path_reads_no_ledger_table_whole() {
+        let (_dir, store) = store();
+        let one = |sql: &str| -> Vec<String> {
+            let mut plan = store
+                .conn()
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .expect("explain");
+            let n = plan.parameter_count();
+            let params: Vec<String> = (0..n).map(|_| "k".to_string()).collect();
+            plan.query_map(rusqlite::params_from_iter(params.iter()), |r| r.get::<_, String>(3))
+                .expect("plan")
+                .collect::<std::result::Result<_, _>>()
+                .expect("rows")
+        };
+        for sql in [
+            RUN_ROW_SQL.to_string(),
+            EDGE_ROW_SQL.to_string(),
+            concat!(turn_select!(), " WHERE turn_id = ?1").to_string(),
+            concat!(turn_select!(), " WHERE turn_id IN (SELECT value FROM json_each(?1))").to_string(),
+            concat!(llm_call_select!(), " WHERE api_request_id = ?1").to_string(),
+            concat!(llm_error_select!(), " WHERE api_request_id = ?1 AND retry_count = ?2").to_string(),
+            concat!(tool_select!(), " WHERE session_id = ?1 AND tool_call_id = ?2").to_string(),
+            concat!(
+                open_attempt_select!(),
+                " WHERE a.api_request_id = ?1",
+                open_attempt_filter!()
+            )
+            .to_string(),
+            "SELECT session_id, key, turn_id FROM approvals WHERE session_id = ?1 AND key = ?2".to_string(),
+        ] {
+            let steps = one(&sql);
+            let scans: Vec<&String> = steps
+                .iter()
+                .filter(|s| s.starts_with("SCAN") && !s.contains("json_each"))
+                .collect();
+            assert!(scans.is_empty(), "{sql}\n{steps:?}");
+        }
+    }
 
     fn store() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().expect("temp dir");

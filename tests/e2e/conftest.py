@@ -49,6 +49,7 @@ OTLP_RUNS = {
     "otlp_bg": "delegate_bg",  # a background subagent
     "otlp_bg_orphan": "delegate_bg_orphan",  # a background child the exit cuts off
     "otlp_cron": "cron",  # hermes cron run
+    "otlp_gateway": "custom:gateway.sh",  # the gateway (API server platform), two turns, SIGTERM
 }
 
 
@@ -86,6 +87,8 @@ def _build_hermes_venv() -> Path:
     wheel = sorted(glob.glob(str(wheels / "hermes_otel-*.whl")))[-1]
     venv = work / "hermes-venv"
     _run(["bash", str(KIT / "setup-hermes.sh"), str(venv), "--force-reinstall", "--no-deps", wheel])
+    # The gateway's API server platform (hermes-agent[messaging] pins it).
+    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "aiohttp==3.14.1"])
     return venv / "bin" / "hermes"
 
 
@@ -118,7 +121,11 @@ def runs(hermes_bin: Path) -> Iterator[dict[str, Run]]:
         scenario = "readfile" if name == PANIC_RUN else OTLP_RUNS.get(name, name)
         outdir = out / name
         shutil.rmtree(outdir, ignore_errors=True)
-        cmd = ["bash", str(KIT / "run-scenario.sh"), scenario, str(outdir), "--probe"]
+        script = []
+        if scenario.startswith("custom:"):
+            script = ["--script", str(Path(__file__).parent / "scripts" / scenario.split(":", 1)[1])]
+            scenario = "custom"
+        cmd = ["bash", str(KIT / "run-scenario.sh"), scenario, str(outdir), "--probe", *script]
         cmd += ["--enable", PLUGIN_KEY, "--env", f"HERMES_OTEL_HOME={outdir / 'otel'}"]
         if name == PANIC_RUN:
             cmd += ["--env", "HERMES_OTEL_TEST_PANIC=*"]
@@ -134,7 +141,7 @@ def runs(hermes_bin: Path) -> Iterator[dict[str, Run]]:
 
     # Longest first, so the pool is not left waiting on one slow scenario.
     slow = ["multi_turn", "failalways", "delegate_bg_orphan", "failonce", "resume", "cron", "delegate_bg"]
-    slow += ["otlp_repl", "otlp_bg_orphan", "otlp_resume", "otlp_cron", "otlp_bg"]
+    slow += ["otlp_gateway", "otlp_repl", "otlp_bg_orphan", "otlp_resume", "otlp_cron", "otlp_bg"]
     names = sorted(
         SCENARIOS + [PANIC_RUN, *OTLP_RUNS], key=lambda s: (s not in slow, slow.index(s) if s in slow else 0)
     )

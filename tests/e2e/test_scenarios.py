@@ -140,7 +140,9 @@ class Expected:
             elif s in child_stop:
                 status = "ok" if child_stop[s] in ("completed", "ok", "success") else "error"
             else:
-                status = "running"
+                # Never ended by Hermes (a background child the exit cut
+                # off): the plugin's exit flush closes it.
+                status = "abandoned"
             self.status[s] = status
 
 

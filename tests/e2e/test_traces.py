@@ -154,3 +154,25 @@ def test_a_background_child_cut_off_by_the_exit_is_closed_and_sent(runs: dict[st
     children = [s for s in spans if s.name == "invoke_agent hermes" and s.parent_span_id]
     assert len(children) == 1
     assert _attrs(children[0]).get("hermes.span.close_reason") == "process_exit"
+
+
+def test_a_gateway_conversation_sends_each_turn_within_seconds_and_its_session_at_shutdown(
+    runs: dict[str, Run],
+) -> None:
+    run = runs["otlp_gateway"]
+    times = json.loads((run.outdir / "gateway_times.json").read_text())
+    received = _received(run)
+    turns = sorted(
+        (r for r in received if r.span.name == "hermes.turn"), key=lambda r: r.span.start_time_unix_nano
+    )
+    assert len(turns) == 2, [r.span.name for r in received]
+    # The first turn's tree went out while the gateway kept running, within
+    # seconds of its answer (before the second turn was even sent).
+    assert turns[0].arrived < times["turn2_sent"]
+    assert turns[0].arrived - times["turn1_answered"] < 3.0
+    # Per-turn traces on gateway platforms; the session span went out at
+    # the shutdown, once.
+    assert len({r.span.trace_id for r in turns}) == 2
+    sessions = [r for r in received if r.span.name == "invoke_agent hermes"]
+    assert len(sessions) == 1
+    assert times["sigterm"] <= sessions[0].arrived <= times["exited"]

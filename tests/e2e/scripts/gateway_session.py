@@ -1,0 +1,100 @@
+"""Drive one gateway conversation through Hermes's API server platform.
+
+Starts ``hermes gateway run`` with the api_server platform on 127.0.0.1,
+waits for /health, sends two chat completions in one session (header
+X-Hermes-Session-Id), waits PAUSE seconds after the first, stops the gateway
+with SIGTERM and waits for it to exit. Writes ``gateway_times.json`` (when
+each turn was sent and answered) beside the gateway's log in --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+PORT = 8642
+KEY = "e2e-gateway-loopback-test-key-6f1c2a9b8d7e"
+PAUSE = 3.0
+
+
+def _get(path: str) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{PORT}{path}", timeout=5) as r:
+        return r.status
+
+
+def _chat(text: str) -> dict:
+    body = json.dumps({"model": "hermes-agent", "messages": [{"role": "user", "content": text}]}).encode()
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{PORT}/v1/chat/completions",
+        data=body,
+        headers={
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {KEY}",
+            "X-Hermes-Session-Id": "e2e-gateway-conversation",
+        },
+    )
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hermes", required=True)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    out = Path(a.out)
+    env = dict(
+        os.environ,
+        API_SERVER_ENABLED="1",
+        API_SERVER_KEY=KEY,
+        API_SERVER_HOST="127.0.0.1",
+        API_SERVER_PORT=str(PORT),
+    )
+    log = (out / "gateway.log").open("w")
+    gw = subprocess.Popen([a.hermes, "gateway", "run", "--force"], env=env, stdout=log, stderr=log)
+    times: dict[str, float] = {}
+    rc = 0
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                if _get("/health") == 200:
+                    break
+            except OSError:
+                pass
+            if gw.poll() is not None or time.time() > deadline:
+                print("gateway_session: the API server never came up", file=sys.stderr)
+                return 1
+            time.sleep(0.2)
+        for n, text in enumerate(["First turn, plain answer please", "Second turn, plain answer please"], 1):
+            times[f"turn{n}_sent"] = time.time()
+            reply = _chat(text)
+            times[f"turn{n}_answered"] = time.time()
+            if not reply.get("choices"):
+                print(f"gateway_session: no answer to turn {n}: {reply}", file=sys.stderr)
+                rc = 1
+            if n == 1:
+                time.sleep(PAUSE)
+    finally:
+        times["sigterm"] = time.time()
+        gw.send_signal(signal.SIGTERM)
+        try:
+            gw.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            gw.kill()
+            gw.wait()
+            rc = 1
+        times["exited"] = time.time()
+        (out / "gateway_times.json").write_text(json.dumps(times))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
