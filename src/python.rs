@@ -277,7 +277,7 @@ impl Hook {
             problems: Vec::new(),
         };
         let text = |key: &str| kwargs.and_then(|kwargs| self.text(kwargs, key));
-        if self.name == "post_api_request" {
+        if matches!(self.name, "post_api_request" | "post_auxiliary_call") {
             if let Some(model) = text("model").filter(|m| bridge.needs_host_price(m)) {
                 offer_host_price(py, bridge, &model, text("provider"), text("base_url"));
             }
@@ -842,6 +842,12 @@ fn flush_with(py: Python<'_>, timeout_seconds: f64, commit: fn(&Bridge, Duration
     committed
 }
 
+/// The hooks registered only where the running Hermes knows them.
+#[pyfunction]
+fn optional_hooks() -> Vec<&'static str> {
+    hook::OPTIONAL_HOOKS.to_vec()
+}
+
 /// The bridge's counters, as a dict.
 #[pyfunction]
 fn stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
@@ -959,6 +965,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(budget_mode, m)?)?;
     m.add_function(wrap_pyfunction!(flush, m)?)?;
     m.add_function(wrap_pyfunction!(exit_flush, m)?)?;
+    m.add_function(wrap_pyfunction!(optional_hooks, m)?)?;
     m.add_function(wrap_pyfunction!(stats, m)?)?;
     m.add_function(wrap_pyfunction!(store_dir, m)?)?;
     m.add_function(wrap_pyfunction!(otel_command, m)?)?;

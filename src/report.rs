@@ -36,6 +36,10 @@ pub struct Totals {
     /// Of the failures: terminal commands that exited non-zero while Hermes
     /// reported `ok` (`hermes.tool.outcome = nonzero_exit`).
     pub tool_nonzero_exits: i64,
+    /// Of the LLM calls: auxiliary ones (titles, compression, vision, ...),
+    /// which Hermes makes outside a turn's own requests, and their cost.
+    pub aux_llm_calls: i64,
+    pub aux_cost_usd: f64,
     pub sessions: i64,
 }
 
@@ -85,6 +89,10 @@ impl Acc {
                 t.llm_calls += 1;
                 t.estimated_llm_calls += f.estimated as i64;
                 t.unpriced_llm_calls += f.unpriced as i64;
+                if f.aux_task.is_some() {
+                    t.aux_llm_calls += 1;
+                    t.aux_cost_usd += f.cost_usd;
+                }
             }
             FactKind::ApiError => t.api_errors += 1,
             FactKind::ToolCall => {
@@ -181,6 +189,7 @@ mod tests {
             estimated: false,
             unpriced: false,
             tool_outcome: (kind == FactKind::ToolCall).then_some(crate::tool_outcome::ToolOutcome::NonzeroExit),
+            aux_task: None,
         }
     }
 

@@ -59,6 +59,7 @@ pub mod attr {
     pub const HERMES_SESSION_CONTINUATION: &str = "hermes.session.continuation";
     pub const OPENINFERENCE_SPAN_KIND: &str = "openinference.span.kind";
     pub const HERMES_TOOL_DECISION: &str = "hermes.tool.decision";
+    pub const HERMES_LLM_AUX_TASK: &str = "hermes.llm.aux_task";
     pub const HERMES_TOOL_DECISION_REASON: &str = "hermes.tool.decision_reason";
     pub const HERMES_APPROVAL_SURFACE: &str = "hermes.approval.surface";
     pub const HERMES_APPROVAL_CHOICE: &str = "hermes.approval.choice";
@@ -152,6 +153,7 @@ pub const SPAN_ATTRIBUTES: &[&str] = &[
     attr::HERMES_SESSION_CONTINUATION,
     attr::OPENINFERENCE_SPAN_KIND,
     attr::HERMES_TOOL_DECISION,
+    attr::HERMES_LLM_AUX_TASK,
     attr::HERMES_TOOL_DECISION_REASON,
     attr::HERMES_APPROVAL_SURFACE,
     attr::HERMES_APPROVAL_CHOICE,

@@ -342,6 +342,7 @@ pub fn attempt_span(at: &AttemptRow, run: &RunRow, ancestry: &Ancestry, opts: Sp
         .unwrap_or("unknown");
     let mut a = Attrs::default();
     a.str(attr::GEN_AI_OPERATION_NAME, value::OPERATION_CHAT);
+    a.opt_str(attr::HERMES_LLM_AUX_TASK, at.aux_task.as_deref());
     a.str(
         attr::GEN_AI_PROVIDER_NAME,
         at.provider

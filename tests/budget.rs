@@ -697,7 +697,13 @@ fn gating_hooks_wait_only_while_the_gate_has_something_to_say() {
         .collect();
     assert_eq!(
         decoded_here,
-        ["pre_llm_call", "pre_api_request", "post_api_request", "pre_tool_call"]
+        [
+            "pre_llm_call",
+            "pre_api_request",
+            "post_api_request",
+            "pre_tool_call",
+            "post_auxiliary_call"
+        ]
     );
 }
 

@@ -30,8 +30,17 @@ _EXIT_FLUSH_SECONDS = 2.0
 def register(ctx: Any) -> None:
     """Register the hooks, ``hermes otel ...`` and ``/otel`` with Hermes."""
     _native.start(_profile_name(ctx))
+    known = _hermes_hooks()
     for name in _native.hook_names():
+        if name in _native.optional_hooks() and known is not None and name not in known:
+            continue
         ctx.register_hook(name, _native.Hook(name))
+    if known is not None and "post_auxiliary_call" not in known:
+        # Hermes 0.19.0: auxiliary calls fire no hook; feed ours from
+        # Hermes's own auxiliary accounting instead.
+        from . import _aux
+
+        _aux.install(_native.Hook("post_auxiliary_call"))
     # Who is asking, for `/otel` in the gateway (the command gets only its text).
     ctx.register_hook("pre_gateway_dispatch", _remember_gateway_caller)
     if _native.budget_mode() == "enforce" and hasattr(ctx, "register_middleware"):
@@ -84,6 +93,15 @@ def _flush_before_os_exit() -> None:
 
     _exit._hermes_otel = True  # type: ignore[attr-defined]
     os._exit = _exit
+
+
+def _hermes_hooks() -> frozenset[str] | None:
+    """The hook names the running Hermes knows, or None if it cannot say."""
+    try:
+        from hermes_cli.plugins import VALID_HOOKS
+    except Exception:
+        return None
+    return frozenset(VALID_HOOKS)
 
 
 def _profile_name(ctx: Any) -> str | None:

@@ -108,7 +108,7 @@ pub fn spend_bound(event: &HookEvent, prices: &PriceTable, host_asked: impl Fn(&
 /// Whether a call of `hook` may have a [`spend_bound`] above zero: the
 /// reservation of a request, the cost of a call.
 pub fn carries_spend(hook: &str) -> bool {
-    matches!(hook, "pre_api_request" | "post_api_request")
+    matches!(hook, "pre_api_request" | "post_api_request" | "post_auxiliary_call")
 }
 
 /// How often the writer calls [`Gate::refresh`] while no batch comes. It

@@ -99,13 +99,15 @@ pub fn render(r: &Report, limit: usize) -> String {
     let _ = writeln!(out, "hermes-otel report  {start} .. {end}  (days in {})", r.timezone);
     let _ = writeln!(
         out,
-        "total ${:.4}  sessions {}  llm calls {} ({} estimated, {} unpriced)  api errors {}  \
+        "total ${:.4}  sessions {}  llm calls {} ({} estimated, {} unpriced, {} auxiliary for ${:.4})  api errors {}  \
          tool calls {} ({} failed, {} of them a non-zero exit Hermes reported as ok)",
         t.cost_usd,
         t.sessions,
         t.llm_calls,
         t.estimated_llm_calls,
         t.unpriced_llm_calls,
+        t.aux_llm_calls,
+        t.aux_cost_usd,
         t.api_errors,
         t.tool_calls,
         t.tool_failures,
@@ -135,7 +137,8 @@ pub fn render(r: &Report, limit: usize) -> String {
 
 fn table(out: &mut String, title: &str, groups: &[Group], limit: usize) {
     let headers = [
-        "cost $", "input", "output", "cache r", "cache w", "reason", "calls", "errors", "tools", "failed", "nonzero",
+        "cost $", "input", "output", "cache r", "cache w", "reason", "calls", "aux", "errors", "tools", "failed",
+        "nonzero",
     ];
     let cells = |t: &Totals| {
         [
@@ -146,6 +149,7 @@ fn table(out: &mut String, title: &str, groups: &[Group], limit: usize) {
             t.cache_write_tokens.to_string(),
             t.reasoning_tokens.to_string(),
             t.llm_calls.to_string(),
+            t.aux_llm_calls.to_string(),
             t.api_errors.to_string(),
             t.tool_calls.to_string(),
             t.tool_failures.to_string(),
@@ -159,7 +163,7 @@ fn table(out: &mut String, title: &str, groups: &[Group], limit: usize) {
         .chain([title.len()])
         .max()
         .unwrap_or(0);
-    let rows: Vec<[String; 11]> = shown.iter().map(|g| cells(&g.totals)).collect();
+    let rows: Vec<[String; 12]> = shown.iter().map(|g| cells(&g.totals)).collect();
     let widths: Vec<usize> = (0..headers.len())
         .map(|i| {
             rows.iter()

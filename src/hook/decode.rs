@@ -104,7 +104,46 @@ pub fn decode(hook: &str, kwargs: &Map<String, Value>, at: f64, opts: DecodeOpti
             assistant_content_chars: r.count("assistant_content_chars"),
             assistant_tool_call_count: r.count("assistant_tool_call_count"),
             assistant_content: r.assistant_content(),
+            aux_task: None,
         }),
+        // An auxiliary LLM call (titles, compression, vision, ...): an LLM
+        // call like any other, marked with its task. Hermes may leave its
+        // ids empty: one with no session is not attributable and ignored;
+        // one with no request id gets one made of its session, task and time.
+        "post_auxiliary_call" => {
+            let Some(session_id) = r.label("session_id").filter(|s| !s.is_empty()) else {
+                return Decoded::Ignored;
+            };
+            let aux_task = r.label("aux_task").unwrap_or_else(|| "auxiliary".into());
+            let api_request_id = r
+                .label("api_request_id")
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| format!("{session_id}:aux:{aux_task}:{at:.6}"));
+            Hook::PostApiRequest(PostApiRequest {
+                api: ApiRequest {
+                    session_id,
+                    task_id: r.label("task_id"),
+                    turn_id: r.label("turn_id").filter(|s| !s.is_empty()),
+                    api_request_id,
+                    platform: r.label("platform"),
+                    model: r.label("model"),
+                    provider: r.label("provider"),
+                    base_url: r.url("base_url"),
+                    api_mode: r.label("api_mode"),
+                    api_call_count: r.count("api_call_count"),
+                    started_at: r.seconds("started_at"),
+                },
+                api_duration: r.seconds("api_duration"),
+                ended_at: r.seconds("ended_at"),
+                finish_reason: r.label("finish_reason"),
+                response_model: r.label("response_model"),
+                usage: r.usage(),
+                assistant_content_chars: None,
+                assistant_tool_call_count: None,
+                assistant_content: None,
+                aux_task: Some(aux_task),
+            })
+        }
         "api_request_error" => {
             let api = r.api_request();
             let (error_type, error_message) = r.error_object();
@@ -944,5 +983,37 @@ mod approval_tests {
             };
             assert_eq!(a.decision(), Some(decision), "{choice}");
         }
+    }
+
+    /// Kwargs shaped as newer Hermes fires `post_auxiliary_call` (those of
+    /// `post_api_request` plus `aux_task`; ids may be empty), and as the
+    /// package feeds it from Hermes 0.19.0's own accounting.
+    #[test]
+    fn an_auxiliary_call_decodes_as_an_llm_call_marked_with_its_task() {
+        let kwargs = serde_json::json!({
+            "session_id": "s1", "turn_id": "", "api_request_id": "", "aux_task": "compression",
+            "model": "gpt-4o-mini", "provider": "openai", "api_duration": 0.4, "finish_reason": "stop",
+            "usage": {"input_tokens": 900, "output_tokens": 80, "cache_read_tokens": 100},
+        });
+        let map = kwargs.as_object().expect("object").clone();
+        let Decoded::Event(event, problems) = decode("post_auxiliary_call", &map, 12.5, DecodeOptions::default())
+        else {
+            panic!("decodes");
+        };
+        assert!(problems.is_empty(), "{problems:?}");
+        let Hook::PostApiRequest(e) = &event.hook else {
+            panic!("an LLM call")
+        };
+        assert_eq!(e.aux_task.as_deref(), Some("compression"));
+        assert_eq!(e.api.turn_id, None, "an empty turn id is no turn");
+        assert_eq!(e.api.api_request_id, "s1:aux:compression:12.500000");
+        assert_eq!(e.usage.map(|u| (u.input_tokens, u.cache_read_tokens)), Some((900, 100)));
+        // No session: nothing to attribute it to.
+        let mut map = map;
+        map.insert("session_id".into(), serde_json::json!(""));
+        assert!(matches!(
+            decode("post_auxiliary_call", &map, 12.5, DecodeOptions::default()),
+            Decoded::Ignored
+        ));
     }
 }

@@ -99,6 +99,7 @@ const API_ERROR: [&str; 19] = concat(
         "reason",
     ],
 );
+const POST_AUX: [&str; 19] = concat(POST_API, ["aux_task"]);
 const APPROVAL: [&str; 5] = ["session_key", "turn_id", "tool_call_id", "surface", "pattern_key"];
 const POST_APPROVAL: [&str; 7] = concat(APPROVAL, ["choice", "decided_by"]);
 const POST_TOOL: [&str; 10] = concat(TOOL, ["duration_ms", "status", "error_type", TOOL_RESULT]);
@@ -122,6 +123,7 @@ pub fn keys(hook: &str) -> Option<HookKeys> {
         ),
         "pre_api_request" => (&PRE_API, &["request_messages"]),
         "post_api_request" => (&POST_API, &[ASSISTANT_MESSAGE]),
+        "post_auxiliary_call" => (&POST_AUX, &[]),
         "api_request_error" => (&API_ERROR, &[]),
         "pre_tool_call" => (&TOOL, &["args"]),
         // The error message names what the tool was given ("File not found:

@@ -15,7 +15,7 @@ pub use keys::{keys, HookKeys, ASSISTANT_MESSAGE, TOOL_RESULT};
 use serde::{Deserialize, Serialize};
 
 /// The hooks the bridge registers, by the name Hermes gives them.
-pub const HOOK_NAMES: [&str; 14] = [
+pub const HOOK_NAMES: [&str; 15] = [
     "on_session_start",
     "pre_llm_call",
     "pre_api_request",
@@ -30,7 +30,14 @@ pub const HOOK_NAMES: [&str; 14] = [
     "on_session_finalize",
     "pre_approval_request",
     "post_approval_response",
+    // Fired by Hermes releases that have it; on 0.19.0 the package calls it
+    // itself from Hermes's own auxiliary accounting (see python/hermes_otel).
+    "post_auxiliary_call",
 ];
+
+/// Hooks the package registers only where the running Hermes knows them
+/// (feature-detected at register time); elsewhere it feeds them itself.
+pub const OPTIONAL_HOOKS: [&str; 1] = ["post_auxiliary_call"];
 
 /// One hook call, decoded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -208,6 +215,11 @@ pub struct PostApiRequest {
     /// The assistant's text; only with content capture on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub assistant_content: Option<String>,
+    /// The auxiliary task (`title_generation`, `compression`, `vision`, ...)
+    /// when this is an auxiliary LLM call (`post_auxiliary_call`), which
+    /// Hermes makes outside the turn's own API requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aux_task: Option<String>,
 }
 
 /// `api_request_error`: one attempt of an LLM API call failed.

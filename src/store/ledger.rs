@@ -588,8 +588,8 @@ fn apply_llm_call<'e>(
         .prepare_cached(
             "INSERT INTO llm_calls (api_request_id, session_id, turn_id, task_id, model, response_model, provider, base_url,
                 api_mode, started_at, ended_at, latency_s, attempts, finish_reason, input_tokens, output_tokens,
-                cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, cost_source, estimated)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)
+                cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, cost_source, estimated, aux_task)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)
              ON CONFLICT (api_request_id) DO NOTHING",
         )?
         .execute(params![
@@ -614,7 +614,8 @@ fn apply_llm_call<'e>(
             usage.reasoning_tokens,
             cost.usd,
             cost.source.as_str(),
-            estimated
+            estimated,
+            e.aux_task
         ])?;
     if inserted == 1 {
         outbox::enqueue(tx, SpanKind::LlmCall, &a.session_id, &a.api_request_id, -1, at, false)?;

@@ -56,7 +56,7 @@ macro_rules! llm_call_select {
         "SELECT api_request_id, session_id, turn_id, attempts - 1, model, response_model, provider, base_url,
                 started_at, ended_at, finish_reason, input_tokens, output_tokens, cache_read_tokens,
                 cache_write_tokens, reasoning_tokens, cost_usd, cost_source, estimated,
-                (SELECT MAX(max_retries) FROM llm_call_errors e WHERE e.api_request_id = l.api_request_id)
+                (SELECT MAX(max_retries) FROM llm_call_errors e WHERE e.api_request_id = l.api_request_id), aux_task
            FROM llm_calls l"
     };
 }
@@ -439,6 +439,8 @@ pub struct AttemptRow {
     /// Set for failed attempts.
     pub error: Option<AttemptError>,
     pub max_retries: Option<i64>,
+    /// The auxiliary task of an auxiliary LLM call.
+    pub aux_task: Option<String>,
 }
 
 /// What went wrong with a failed attempt.
@@ -1062,6 +1064,7 @@ fn llm_call_of(r: &Row<'_>) -> rusqlite::Result<AttemptRow> {
         estimated: r.get(18)?,
         error: None,
         max_retries: r.get(19)?,
+        aux_task: r.get(20)?,
     })
 }
 

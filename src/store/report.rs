@@ -38,6 +38,8 @@ pub struct FactRow {
     pub unpriced: bool,
     /// For tool calls: how it ended (the definition spans and metrics use).
     pub tool_outcome: Option<crate::tool_outcome::ToolOutcome>,
+    /// For LLM calls: the auxiliary task of an auxiliary call.
+    pub aux_task: Option<String>,
 }
 
 /// A run, as `report` lists sessions.
@@ -84,19 +86,19 @@ impl Store {
         let sql = "
             SELECT 0, l.ended_at, l.session_id, l.model, l.provider, root.sender_id, root.cron_job_id,
                    l.input_tokens, l.output_tokens, l.cache_read_tokens, l.cache_write_tokens, l.reasoning_tokens,
-                   l.cost_usd, l.estimated, l.cost_source = 'unknown', NULL, NULL, NULL
+                   l.cost_usd, l.estimated, l.cost_source = 'unknown', NULL, NULL, NULL, l.aux_task
               FROM llm_calls l JOIN runs r ON r.session_id = l.session_id
               JOIN runs root ON root.session_id = r.root_session_id
              WHERE l.ended_at >= ?1 AND l.ended_at < ?2
             UNION ALL
             SELECT 1, e.ended_at, e.session_id, e.model, e.provider, root.sender_id, root.cron_job_id,
-                   0, 0, 0, 0, 0, 0.0, 0, 0, NULL, NULL, NULL
+                   0, 0, 0, 0, 0, 0.0, 0, 0, NULL, NULL, NULL, NULL
               FROM llm_call_errors e JOIN runs r ON r.session_id = e.session_id
               JOIN runs root ON root.session_id = r.root_session_id
              WHERE e.ended_at >= ?1 AND e.ended_at < ?2
             UNION ALL
             SELECT 2, t.ended_at, t.session_id, r.model, r.provider, root.sender_id, root.cron_job_id,
-                   0, 0, 0, 0, 0, 0.0, 0, 0, t.status, t.ok, t.exit_code
+                   0, 0, 0, 0, 0, 0.0, 0, 0, t.status, t.ok, t.exit_code, NULL
               FROM tool_calls t JOIN runs r ON r.session_id = t.session_id
               JOIN runs root ON root.session_id = r.root_session_id
              WHERE t.ended_at IS NOT NULL AND t.ended_at >= ?1 AND t.ended_at < ?2 AND t.proxy = 0";
@@ -135,6 +137,7 @@ impl Store {
                 estimated: r.get(13)?,
                 unpriced: r.get(14)?,
                 tool_outcome,
+                aux_task: r.get(18)?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)

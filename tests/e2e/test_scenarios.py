@@ -12,7 +12,9 @@ import math
 import os
 import sqlite3
 import subprocess
+import sys
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 from conftest import PANIC_RUN, SCENARIOS, Run
@@ -155,8 +157,12 @@ def test_the_store_matches_the_hook_stream(runs: dict[str, Run], scenario: str) 
     assert recs, "the probe recorded no hooks"
     exp = Expected(recs)
 
-    # Every hook call of ours is in the journal, once.
-    assert query(run, "SELECT COUNT(*) FROM journal")[0][0] == len(recs)
+    # Every hook call of ours is in the journal, once, and every auxiliary
+    # call the mock served (Hermes fires no hook for them on 0.19.0; the
+    # plugin reads them from Hermes's own accounting).
+    aux = len(served(run, "AUX"))
+    assert query(run, "SELECT COUNT(*) FROM journal")[0][0] == len(recs) + aux
+    assert query(run, "SELECT COUNT(*) FROM llm_calls WHERE aux_task IS NOT NULL")[0][0] == aux
 
     # Runs and statuses.
     got_runs = {r[0]: r[1] for r in query(run, "SELECT session_id, status FROM runs")}
@@ -169,7 +175,7 @@ def test_the_store_matches_the_hook_stream(runs: dict[str, Run], scenario: str) 
         for r in query(
             run,
             "SELECT api_request_id, session_id, input_tokens, output_tokens, cache_read_tokens,"
-            " cache_write_tokens, estimated, cost_usd, cost_source FROM llm_calls",
+            " cache_write_tokens, estimated, cost_usd, cost_source FROM llm_calls WHERE aux_task IS NULL",
         )
     }
     assert set(got_calls) == set(exp.llm_calls)
@@ -199,14 +205,64 @@ def test_the_store_matches_the_hook_stream(runs: dict[str, Run], scenario: str) 
     }
     assert got_edges == exp.edges
 
-    # Run totals add up to their rows.
+    # Run totals add up to their rows (auxiliary calls included: the mock's
+    # auxiliary model is one neither table nor Hermes prices, so they add
+    # calls, not cost).
     for session, llm_calls, cost, tools in query(
         run, "SELECT session_id, llm_calls, cost_usd, tool_calls FROM runs"
     ):
         mine = [c for c in exp.llm_calls.values() if c[0] == session]
-        assert llm_calls == len(mine), session
+        aux_mine = query(
+            run, f"SELECT COUNT(*) FROM llm_calls WHERE aux_task IS NOT NULL AND session_id = '{session}'"
+        )
+        assert llm_calls == len(mine) + aux_mine[0][0], session
         assert math.isclose(cost, sum(mock_cost(*c[1:5]) for c in mine), rel_tol=1e-9, abs_tol=1e-15)
         assert tools >= len([t for t in exp.tools if t[0] == session])
+
+
+def served(run: Run, decision: str | None = None) -> list[dict]:
+    """The requests the mock provider answered with 200, optionally of one rule."""
+    out = []
+    for line in (run.outdir / "requests.jsonl").read_text().splitlines():
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        if r.get("status") == 200 and r.get("usage") and (decision is None or r.get("decision") == decision):
+            out.append(r)
+    return out
+
+
+def test_a_repl_sessions_ledger_equals_what_the_provider_served_auxiliary_calls_included(
+    runs: dict[str, Run],
+) -> None:
+    # The REPL's first turn makes Hermes generate a title: an auxiliary call
+    # no hook announces on 0.19.0.
+    run = runs["multi_turn"]
+    billed = served(run)
+    assert any(r["decision"] == "AUX" for r in billed), "the mock served a title generation"
+    (inp, out) = query(
+        run,
+        "SELECT SUM(input_tokens + cache_read_tokens + cache_write_tokens), SUM(output_tokens)"
+        " FROM llm_calls",
+    )[0]
+    assert inp == sum(r["usage"]["prompt_tokens"] for r in billed)
+    assert out == sum(r["usage"]["completion_tokens"] for r in billed)
+    assert query(run, "SELECT aux_task FROM llm_calls WHERE aux_task IS NOT NULL") == [("title_generation",)]
+    report = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "hermes-otel"),
+            "--home",
+            str(run.outdir / "otel"),
+            "report",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    totals = json.loads(report.stdout)["totals"]
+    assert totals["aux_llm_calls"] == 1
+    assert totals["input_tokens"] + totals["cache_read_tokens"] + totals["cache_write_tokens"] == inp
 
 
 def test_our_cost_of_a_one_shot_run_equals_the_usage_file(runs: dict[str, Run]) -> None:

@@ -109,8 +109,18 @@ def test_one_chat_span_per_attempt_and_turns_are_chains(traced) -> None:
     run, received = traced
     spans = [r.span for r in received]
     attempts = sum(1 for h in _hooks(run) if h["hook"] == "pre_api_request")
-    chats = [s for s in spans if s.name.startswith("chat ")]
+    chats = [s for s in spans if s.name.startswith("chat ") and "hermes.llm.aux_task" not in _attrs(s)]
     assert len(chats) == attempts, f"{run.scenario}: {len(chats)} chat spans for {attempts} attempts"
+    # Auxiliary calls (a title in the REPL) are chat spans too, one each.
+    aux_served = sum(
+        1
+        for line in (run.outdir / "requests.jsonl").read_text().splitlines()
+        if line.strip()
+        and json.loads(line).get("decision") == "AUX"
+        and json.loads(line).get("status") == 200
+    )
+    aux = [s for s in spans if "hermes.llm.aux_task" in _attrs(s)]
+    assert len(aux) == aux_served, run.scenario
     turns = [s for s in spans if s.name == "hermes.turn"]
     assert turns, run.scenario
     assert all(_attrs(t).get("openinference.span.kind") == "CHAIN" for t in turns)

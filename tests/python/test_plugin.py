@@ -28,6 +28,11 @@ ALL_HOOKS = [
     "subagent_stop",
     "on_session_end",
     "on_session_finalize",
+    "pre_approval_request",
+    "post_approval_response",
+    # Registered where Hermes cannot say which hooks it knows (here: no
+    # hermes_cli); see test_auxiliary_calls_* below.
+    "post_auxiliary_call",
 ]
 
 
@@ -79,7 +84,7 @@ def test_observe_mode_does_not_register_the_gating_tool_hook() -> None:
     p = run_python(code, HERMES_OTEL_BUDGET_MODE="observe")
     assert p.returncode == 0, p.stderr
     names = p.stdout.strip().split(",")
-    assert "pre_tool_call" not in names and len(names) == 12
+    assert "pre_tool_call" not in names and len(names) == len(ALL_HOOKS)
 
 
 @pytest.mark.parametrize(
@@ -521,3 +526,64 @@ def test_hermes_otel_cli_offers_report_and_status_only(capfd) -> None:
     with pytest.raises(SystemExit) as done:
         handler(parser.parse_args([]))
     assert done.value.code == 2
+
+
+AUX_HERMES = """
+import sys, types, json
+plugins = types.ModuleType("hermes_cli.plugins")
+plugins.VALID_HOOKS = set(json.loads(sys.argv[1]))
+sys.modules["hermes_cli"] = types.ModuleType("hermes_cli")
+sys.modules["hermes_cli.plugins"] = plugins
+state = types.ModuleType("hermes_state")
+class SessionDB:
+    written = []
+    def record_auxiliary_usage(self, session_id, task, *, model=None, billing_provider=None,
+                               billing_base_url=None, input_tokens=0, output_tokens=0,
+                               cache_read_tokens=0, cache_write_tokens=0, reasoning_tokens=0,
+                               estimated_cost_usd=None):
+        SessionDB.written.append((session_id, task, input_tokens))
+state.SessionDB = SessionDB
+sys.modules["hermes_state"] = state
+import hermes_otel
+from hermes_otel import _native
+hooks = []
+class Ctx:
+    def register_hook(self, name, cb): hooks.append(name)
+    def register_cli_command(self, *a, **k): pass
+    def register_command(self, *a, **k): pass
+hermes_otel.register(Ctx())
+# Hermes's auxiliary client records a title generation of session s-aux.
+SessionDB().record_auxiliary_usage("s-aux", "title_generation", model="gpt-4o-mini",
+    billing_provider="openai", input_tokens=1020, output_tokens=42)
+assert _native.flush(5.0)
+print(json.dumps({"hooks": hooks, "written": SessionDB.written}))
+"""
+
+
+def _aux_run(tmp_path, valid_hooks: list[str]) -> dict:
+    code = AUX_HERMES.replace("sys.argv[1]", repr(json.dumps(valid_hooks)))
+    p = run_python(code, HERMES_OTEL_HOME=str(tmp_path / "otel"))
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_auxiliary_calls_on_hermes_0_19_come_from_its_own_accounting(tmp_path) -> None:
+    known = [h for h in ALL_HOOKS if h != "post_auxiliary_call"]
+    out = _aux_run(tmp_path, known)
+    assert "post_auxiliary_call" not in out["hooks"], "Hermes 0.19.0 does not know the hook"
+    assert out["written"] == [["s-aux", "title_generation", 1020]], "Hermes's own write ran, unchanged"
+    store = tmp_path / "otel"
+    rows = query(
+        "SELECT session_id, aux_task, model, input_tokens, output_tokens FROM llm_calls", store_dir=store
+    )
+    assert [tuple(r) for r in rows] == [("s-aux", "title_generation", "gpt-4o-mini", 1020, 42)]
+    cost = query("SELECT cost_usd FROM llm_calls", store_dir=store)[0][0]
+    assert cost > 0, "priced like any call (the built-in table knows gpt-4o-mini)"
+
+
+def test_auxiliary_calls_use_the_hook_where_hermes_has_it_and_are_never_counted_twice(tmp_path) -> None:
+    out = _aux_run(tmp_path, ALL_HOOKS)
+    assert "post_auxiliary_call" in out["hooks"]
+    assert out["written"] == [["s-aux", "title_generation", 1020]]
+    # The hook is Hermes's to fire: the accounting write no longer reports.
+    assert query("SELECT COUNT(*) FROM llm_calls", store_dir=tmp_path / "otel")[0][0] == 0

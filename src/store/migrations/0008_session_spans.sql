@@ -57,3 +57,8 @@ CREATE TABLE approvals (
     decided_by   TEXT,
     PRIMARY KEY (session_id, key)
 ) WITHOUT ROWID;
+
+-- Auxiliary LLM calls (titles, compression, vision, ...; Hermes's
+-- post_auxiliary_call, or its own auxiliary accounting on 0.19.0) are LLM
+-- calls like the others, marked with their task; NULL for a turn's calls.
+ALTER TABLE llm_calls ADD COLUMN aux_task TEXT;
