@@ -8,15 +8,16 @@
 //!
 //! The thread polls the outbox every [`POLL`], sends while batches are ready,
 //! closes idle runs every [`CLOSE_IDLE_EVERY`], and backs off as the
-//! exporter says. [`flush_current`] lets `on_session_end` wait, up to a
-//! bound, for what is ready to be sent: one-shot `hermes -z` and cron
-//! processes end with `os._exit` right after, and what they leave stays in
-//! the outbox for the next exporter (`hermes-otel serve`, or the next Hermes
-//! process). It does not wait at all while the collector is failing, so a
-//! collector outage never slows a turn down.
+//! exporter says. [`ExportTask::flush`] (through the bridge that owns the
+//! task, [`crate::bridge::Bridge::flush_exporter`]) lets the exit flush
+//! wait, up to a bound, for what is ready to be sent: one-shot `hermes -z`
+//! and cron processes end with `os._exit` right after, and what they leave
+//! stays in the outbox for the next exporter (`hermes-otel serve`, or the
+//! next Hermes process). It does not wait at all while the collector is
+//! failing, so a collector outage never slows an exit down.
 
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -79,9 +80,6 @@ pub struct ExportTask {
     handle: Option<JoinHandle<()>>,
 }
 
-/// The task of this process, for [`flush_current`].
-static CURRENT: OnceLock<Mutex<Weak<Shared>>> = OnceLock::new();
-
 impl ExportTask {
     /// Starts the export thread over the store in `store_dir`, configured
     /// from the environment (`OTEL_*`). With both traces and metrics
@@ -113,10 +111,7 @@ impl ExportTask {
             .name("hermes-otel-export".into())
             .spawn(move || run(exporter, metrics, &thread_shared))
             .map_err(|e| Error::Other(format!("cannot start the export thread: {e}")))?;
-        *CURRENT
-            .get_or_init(|| Mutex::new(Weak::new()))
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Arc::downgrade(&shared);
+
         Ok(Some(ExportTask {
             shared,
             handle: Some(handle),
@@ -150,15 +145,6 @@ fn flush_shared(shared: &Shared, deadline: Instant) -> bool {
         };
     }
     true
-}
-
-/// [`ExportTask::flush`] on this process's task, if one runs.
-pub fn flush_current(deadline: Instant) -> bool {
-    let Some(slot) = CURRENT.get() else {
-        return false;
-    };
-    let shared = slot.lock().unwrap_or_else(|p| p.into_inner()).upgrade();
-    shared.is_some_and(|s| flush_shared(&s, deadline))
 }
 
 fn run(mut exporter: Option<Exporter>, mut metrics: Option<MetricExporter>, shared: &Shared) {

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use hermes_otel::bridge::Background;
-use hermes_otel::export_task::{flush_current, ExportTask};
+use hermes_otel::export_task::ExportTask;
 use hermes_otel::hook::DecodeOptions;
 use hermes_otel::replay::{replay_file, ReplayStats};
 use hermes_otel::store::Store;
@@ -42,7 +42,7 @@ fn the_export_thread_sends_the_outbox_and_a_session_end_can_wait_for_it() {
         replay_file(&mut store, &more, DecodeOptions::default(), &mut stats).expect("replay");
     }
     assert!(
-        flush_current(Instant::now() + Duration::from_secs(20)),
+        task.flush(Instant::now() + Duration::from_secs(20)),
         "the flush finished"
     );
     assert_eq!(
