@@ -32,6 +32,7 @@ pub mod span;
 pub mod spool;
 pub mod store;
 pub mod tool_outcome;
+pub mod trace;
 
 pub use error::{Error, Result};
 
