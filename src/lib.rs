@@ -33,6 +33,7 @@ pub mod spool;
 pub mod store;
 pub mod tool_outcome;
 pub mod trace;
+pub mod ui;
 
 pub use error::{Error, Result};
 

@@ -64,6 +64,7 @@ mod report;
 mod status;
 mod time;
 mod trace;
+mod ui;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -135,6 +136,8 @@ enum Command {
     },
     /// One session's spans as a tree: turns, attempts, tools, subagents.
     Trace(trace::TraceArgs),
+    /// A local read-only web viewer: sessions, their spans, budgets.
+    Ui(ui::UiArgs),
 }
 
 /// Runs the CLI with `args` (including the program name) and returns the
@@ -294,6 +297,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             let store = open_store(existing_home(cli.home)?.value)?;
             trace::run(&store, &args)
         }
+        Command::Ui(args) => ui::run(&existing_home(cli.home)?.value, &args),
         Command::Status { json } => {
             let home = existing_home(cli.home)?;
             // A store in trouble is exactly when status must answer: one
