@@ -74,9 +74,10 @@ fn browse(url: &str, mode: &str, profile: &Path) -> (String, Vec<String>) {
         String::from_utf8_lossy(&out.stderr)
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
+    // Chromium's own chrome:// pages may log too; only the viewer's count.
     let console = stderr
         .lines()
-        .filter(|l| l.contains(":CONSOLE") || l.contains("Uncaught"))
+        .filter(|l| (l.contains(":CONSOLE") || l.contains("Uncaught")) && !l.contains("source: chrome://"))
         .map(str::to_string)
         .collect();
     (String::from_utf8_lossy(&out.stdout).into_owned(), console)
