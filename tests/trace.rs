@@ -314,3 +314,31 @@ fn the_tree_is_exactly_the_exported_spans() {
         );
     }
 }
+
+/// Runs `trace` on a pseudo-terminal (util-linux `script`), as a person does.
+fn on_a_terminal(home: &Path, id: &str, no_color: bool) -> String {
+    let cmd = format!("{BIN} --home '{}' trace {id}", home.display());
+    let mut c = Command::new("script");
+    c.args(["-qec", &cmd, "/dev/null"]).env_remove("NO_COLOR");
+    if no_color {
+        c.env("NO_COLOR", "1");
+    }
+    let out = c.output().expect("script (util-linux) runs the command on a pty");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+#[test]
+fn a_terminal_gets_colours_unless_no_color_is_set() {
+    let home = replayed(&["failonce"]);
+    let id = session_of("failonce");
+    let coloured = on_a_terminal(home.path(), &id, false);
+    assert!(
+        coloured.contains("\x1b[31merror InternalServerError\x1b[0m"),
+        "{coloured:?}"
+    );
+    assert!(coloured.contains("\x1b[32mok\x1b[0m"), "{coloured:?}");
+    let plain = on_a_terminal(home.path(), &id, true);
+    assert!(!plain.contains('\x1b'), "{plain:?}");
+    assert!(plain.contains("error InternalServerError"));
+}

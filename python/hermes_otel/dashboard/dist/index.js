@@ -1,6 +1,6 @@
 // hermes-otel's tab in Hermes's web dashboard: the viewer `hermes-otel ui`
 // serves, in a frame. The plugin's backend (plugin_api.py) starts the viewer
-// inside the dashboard process, on loopback with a fresh token, and says
+// inside the dashboard process, on a free loopback port, and says
 // where; this file only asks it and shows the answer.
 (function () {
   "use strict";
