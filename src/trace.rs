@@ -48,6 +48,8 @@ pub enum NodeKind {
     Turn,
     Chat,
     Tool,
+    /// A tool call's wait for a human's approval.
+    Approval,
 }
 
 /// One span of the tree.
@@ -343,6 +345,31 @@ pub fn build(rows: &TraceRows, top: &Ancestry, opts: SpanOptions) -> Trace {
         {
             content.insert(n.span_id.clone(), c.clone());
         }
+        nodes.push(n);
+    }
+    for ap in &rows.approvals {
+        let Some(run) = runs.get(ap.session_id.as_str()) else {
+            continue;
+        };
+        let a = ancestry.get(&ap.session_id).unwrap_or(&empty);
+        let s = span::approval_span(ap, run, a, opts);
+        let mut n = node(NodeKind::Approval, &s, &ap.session_id, &ap.key);
+        n.status = match str_attr(&s, attr::HERMES_TOOL_DECISION) {
+            Some(d) => d,
+            None if run.status == RUNNING => RUNNING.to_string(),
+            None => crate::store::ABANDONED.to_string(),
+        };
+        let mut words = Vec::new();
+        if let Some(c) = &ap.choice {
+            words.push(format!("choice {c}"));
+        }
+        if let Some(by) = &ap.decided_by {
+            words.push(format!("by {by}"));
+        }
+        if let Some(surface) = &ap.surface {
+            words.push(format!("on {surface}"));
+        }
+        n.detail = (!words.is_empty()).then(|| words.join(", "));
         nodes.push(n);
     }
 

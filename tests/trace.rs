@@ -244,6 +244,14 @@ fn the_tree_is_exactly_the_exported_spans() {
         "bigcache",
     ];
     let home = replayed(&names);
+    let roots = trees_match_the_export(home.path());
+    assert!(roots >= names.len() - 1, "{roots}");
+}
+
+/// Exports every finished span of the store at `home` to a loopback OTLP
+/// receiver and checks that the trees of all root sessions show exactly
+/// those spans (id, parent, name, times). Returns how many roots it checked.
+fn trees_match_the_export(home: &Path) -> usize {
     let receiver = support::grpc(None, None);
     let endpoint = receiver.grpc_endpoint();
     let map: std::collections::HashMap<String, String> = [("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint.as_str())]
@@ -251,7 +259,7 @@ fn the_tree_is_exactly_the_exported_spans() {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     let config = ExportConfig::resolve(ExportOverrides::default(), move |k| map.get(k).cloned());
-    let mut exporter = Exporter::new(config, &home.path().join("hermes-otel.db")).expect("exporter");
+    let mut exporter = Exporter::new(config, &home.join("hermes-otel.db")).expect("exporter");
     let sent = exporter
         .export_history(0.0, Instant::now() + Duration::from_secs(30))
         .expect("export history");
@@ -274,7 +282,7 @@ fn the_tree_is_exactly_the_exported_spans() {
         .collect();
 
     // Every root session's tree (subagents come inside their parents').
-    let db = rusqlite::Connection::open(home.path().join("hermes-otel.db")).expect("db");
+    let db = rusqlite::Connection::open(home.join("hermes-otel.db")).expect("db");
     let roots: Vec<String> = db
         .prepare("SELECT session_id FROM runs WHERE parent_session_id IS NULL")
         .expect("prepare")
@@ -282,10 +290,10 @@ fn the_tree_is_exactly_the_exported_spans() {
         .expect("query")
         .collect::<Result<_, _>>()
         .expect("roots");
-    assert!(roots.len() >= names.len() - 1, "{roots:?}");
     let mut shown = BTreeMap::new();
+    let checked = roots.len();
     for id in roots {
-        let t = trace_json(home.path(), &id);
+        let t = trace_json(home, &id);
         let mut stack = vec![t["root"].clone()];
         while let Some(n) = stack.pop() {
             let nanos = |k: &str| (n[k].as_f64().expect("time") * 1e9).round() as u64;
@@ -313,6 +321,7 @@ fn the_tree_is_exactly_the_exported_spans() {
             "{name}: {s} {start} {e} {end}"
         );
     }
+    checked
 }
 
 /// Runs `trace` on a pseudo-terminal (util-linux `script`), as a person does.
@@ -341,4 +350,56 @@ fn a_terminal_gets_colours_unless_no_color_is_set() {
     let plain = on_a_terminal(home.path(), &id, true);
     assert!(!plain.contains('\x1b'), "{plain:?}");
     assert!(plain.contains("error InternalServerError"));
+}
+
+#[test]
+fn an_approval_hangs_under_the_tool_call_it_gated_with_the_decision() {
+    // terminal_ok with a human's approval of its terminal call, shaped as
+    // Hermes 0.19.0's tools/approval.py fires the two hooks.
+    let text = std::fs::read_to_string(fixture("terminal_ok")).expect("fixture");
+    let mut lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+    let at = lines
+        .iter()
+        .position(|r| r["hook"] == "pre_tool_call")
+        .expect("a tool call");
+    let tool = lines[at].clone();
+    let t = tool["t"].as_f64().expect("t");
+    let approval = |hook: &str, dt: f64, choice: Option<&str>| {
+        let mut kw = serde_json::json!({"command": "rm -rf build/", "pattern_key": "rm_recursive",
+            "session_key": "cli", "surface": "cli", "turn_id": tool["kwargs"]["turn_id"],
+            "tool_call_id": tool["kwargs"]["tool_call_id"]});
+        if let Some(c) = choice {
+            kw["choice"] = c.into();
+        }
+        serde_json::json!({"hook": hook, "t": t + dt, "pid": tool["pid"], "thread": tool["thread"], "seq": 0,
+            "kwargs": kw})
+    };
+    lines.insert(at + 1, approval("pre_approval_request", 0.01, None));
+    lines.insert(at + 2, approval("post_approval_response", 0.2, Some("once")));
+    let home = tempfile::tempdir().expect("temp dir");
+    let file = home.path().join("approval.jsonl");
+    let body: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    std::fs::write(&file, body.join("\n")).expect("write");
+    let out = cli(home.path(), &["replay", &file.display().to_string()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let t = trace_json(home.path(), &session_of("terminal_ok"));
+    let mut stack = vec![&t["root"]];
+    let mut found = None;
+    while let Some(n) = stack.pop() {
+        if n["name"] == "execute_tool terminal" {
+            found = Some(n);
+        }
+        stack.extend(n["children"].as_array().expect("children"));
+    }
+    let tool = found.expect("the terminal call");
+    let ap = &tool["children"][0];
+    assert_eq!(ap["kind"], "approval");
+    assert_eq!(ap["name"], "hermes.approval");
+    assert_eq!(ap["status"], "approve");
+    assert_eq!(ap["detail"], "choice once, on cli");
+    assert_eq!(ap["parent_span_id"], tool["span_id"]);
+    let waited = ap["duration_ms"].as_f64().expect("ms");
+    assert!((waited - 190.0).abs() < 5.0, "the wait: {waited}");
+    trees_match_the_export(home.path());
 }

@@ -120,6 +120,8 @@ pub(super) const LLM_ERROR_SELECT: &str = llm_error_select!();
 pub(super) const OPEN_ATTEMPT_SELECT: &str = open_attempt_select!();
 pub(super) const OPEN_ATTEMPT_FILTER: &str = open_attempt_filter!();
 pub(super) const TOOL_SELECT: &str = tool_select!();
+pub(super) const APPROVAL_SELECT: &str =
+    "SELECT session_id, key, turn_id, tool_call_id, surface, started_at, ended_at, choice, decided_by FROM approvals";
 
 /// What an outbox row names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -854,23 +856,8 @@ impl Store {
     pub fn approval_row(&self, session_id: &str, key: &str) -> Result<Option<ApprovalRow>> {
         Ok(self
             .conn()
-            .prepare_cached(
-                "SELECT session_id, key, turn_id, tool_call_id, surface, started_at, ended_at, choice, decided_by
-                   FROM approvals WHERE session_id = ?1 AND key = ?2",
-            )?
-            .query_row(params![session_id, key], |r| {
-                Ok(ApprovalRow {
-                    session_id: r.get(0)?,
-                    key: r.get(1)?,
-                    turn_id: r.get(2)?,
-                    tool_call_id: r.get(3)?,
-                    surface: r.get(4)?,
-                    started_at: r.get(5)?,
-                    ended_at: r.get(6)?,
-                    choice: r.get(7)?,
-                    decided_by: r.get(8)?,
-                })
-            })
+            .prepare_cached(&format!("{APPROVAL_SELECT} WHERE session_id = ?1 AND key = ?2"))?
+            .query_row(params![session_id, key], approval_of)
             .optional()?)
     }
 
@@ -1110,6 +1097,20 @@ pub(super) fn open_attempt_of(r: &Row<'_>) -> rusqlite::Result<AttemptRow> {
         base_url: r.get(6)?,
         started_at: r.get(7)?,
         ..AttemptRow::default()
+    })
+}
+
+pub(super) fn approval_of(r: &Row<'_>) -> rusqlite::Result<ApprovalRow> {
+    Ok(ApprovalRow {
+        session_id: r.get(0)?,
+        key: r.get(1)?,
+        turn_id: r.get(2)?,
+        tool_call_id: r.get(3)?,
+        surface: r.get(4)?,
+        started_at: r.get(5)?,
+        ended_at: r.get(6)?,
+        choice: r.get(7)?,
+        decided_by: r.get(8)?,
     })
 }
 

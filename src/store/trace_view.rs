@@ -23,10 +23,10 @@ use std::path::Path;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 use super::outbox::{
-    llm_call_of, llm_error_of, open_attempt_of, tool_of, turn_of, LLM_CALL_SELECT, LLM_ERROR_SELECT,
-    OPEN_ATTEMPT_FILTER, OPEN_ATTEMPT_SELECT, TOOL_SELECT, TURN_SELECT,
+    approval_of, llm_call_of, llm_error_of, open_attempt_of, tool_of, turn_of, APPROVAL_SELECT, LLM_CALL_SELECT,
+    LLM_ERROR_SELECT, OPEN_ATTEMPT_FILTER, OPEN_ATTEMPT_SELECT, TOOL_SELECT, TURN_SELECT,
 };
-use super::{AttemptRow, RunRow, Store, ToolRow, TurnRow};
+use super::{ApprovalRow, AttemptRow, RunRow, Store, ToolRow, TurnRow};
 use crate::error::Result;
 use crate::pricing::PriceTable;
 
@@ -43,6 +43,8 @@ pub struct TraceRows {
     pub attempts: Vec<AttemptRow>,
     /// Tool calls (not the proxy rows a `subagent_stop` records).
     pub tools: Vec<ToolRow>,
+    /// Waits for a human's approval of a tool call.
+    pub approvals: Vec<ApprovalRow>,
     /// What the failed attempts said, by `(api_request_id, retry_count)`.
     pub error_messages: HashMap<(String, i64), String>,
     /// Captured content by `(kind, session_id, key)`: `(attribute, JSON text)`
@@ -297,6 +299,11 @@ impl Store {
         let mut stmt = conn.prepare_cached(&format!("{TOOL_SELECT} WHERE session_id = ?1 AND proxy = 0"))?;
         for t in stmt.query_map(params![sid], tool_of)? {
             out.tools.push(t?);
+        }
+
+        let mut stmt = conn.prepare_cached(&format!("{APPROVAL_SELECT} WHERE session_id = ?1 ORDER BY started_at"))?;
+        for a in stmt.query_map(params![sid], approval_of)? {
+            out.approvals.push(a?);
         }
 
         let mut stmt = conn.prepare_cached(

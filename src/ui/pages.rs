@@ -247,6 +247,7 @@ pub fn session(frame: &Frame<'_>, trace: &Trace) -> String {
             NodeKind::Turn => "turn",
             NodeKind::Chat => "chat",
             NodeKind::Tool => "tool",
+            NodeKind::Approval => "approval",
         };
         let x = (n.start - t0) / range * 1000.0;
         let w = ((n.end - n.start) / range * 1000.0).max(2.0);
