@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The demo: replay sessions recorded from a real Hermes 0.19.0 into a fresh
-# store and print the spend report. No collector, no network, no Hermes.
+# store, print the spend report and the trace of the newest session. No collector, no network, no Hermes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet --bin hermes-otel
@@ -12,3 +12,4 @@ cp examples/pricing.toml "$home/pricing.toml"
 "$bin" replay examples/sessions.jsonl
 "$bin" report --tz UTC
 "$bin" status
+"$bin" trace --last

@@ -32,6 +32,8 @@ pub mod span;
 pub mod spool;
 pub mod store;
 pub mod tool_outcome;
+pub mod trace;
+pub mod ui;
 
 pub use error::{Error, Result};
 

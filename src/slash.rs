@@ -96,6 +96,12 @@ pub fn render(session: Option<(&str, Option<&SessionTotals>)>, today: &SpendTota
         today.sessions,
         plural(today.sessions)
     ));
+    // Where to look further: the viewer (a tab of Hermes's dashboard, or
+    // standalone) and the session's span tree.
+    out.push_str("\nviewer    the OTel tab of `hermes dashboard`, or `hermes-otel ui`");
+    if let Some((id, Some(_))) = session {
+        out.push_str(&format!(" · spans: `hermes-otel trace {id}`"));
+    }
     out
 }
 
@@ -147,6 +153,12 @@ mod tests {
         assert!(text.contains("input 3060 · output 108"), "{text}");
         assert!(
             text.contains("today     $1.50 over 5 LLM calls in 2 sessions"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                "viewer    the OTel tab of `hermes dashboard`, or `hermes-otel ui` · spans: `hermes-otel trace s`"
+            ),
             "{text}"
         );
         let text = render(Some(("s", None)), &SpendTotals::default());

@@ -63,6 +63,23 @@ def register(ctx: Any) -> None:
     )
     atexit.register(_native.exit_flush, _EXIT_FLUSH_SECONDS)
     _flush_before_os_exit()
+    _install_dashboard_tab()
+
+
+def _install_dashboard_tab() -> None:
+    """Puts the viewer's tab where Hermes's web dashboard looks for tabs
+    (``$HERMES_HOME/plugins/hermes-otel/dashboard``), in a Hermes home only
+    (one with a config.yaml). Never raises: the tab is a convenience."""
+    try:
+        from . import _dashboard
+
+        home = _dashboard.hermes_home()
+        if (home / "config.yaml").is_file():
+            _dashboard.install(home)
+    except Exception:  # a missing tab must not break the plugin
+        import logging
+
+        logging.getLogger("hermes_otel").debug("dashboard tab not installed", exc_info=True)
 
 
 def _flush_before_os_exit() -> None:

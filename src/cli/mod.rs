@@ -63,6 +63,8 @@ mod metrics_status;
 mod report;
 mod status;
 mod time;
+mod trace;
+mod ui;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -132,6 +134,10 @@ enum Command {
         #[command(subcommand)]
         command: budget::BudgetCommand,
     },
+    /// One session's spans as a tree: turns, attempts, tools, subagents.
+    Trace(trace::TraceArgs),
+    /// A local read-only web viewer: sessions, their spans, budgets.
+    Ui(ui::UiArgs),
 }
 
 /// Runs the CLI with `args` (including the program name) and returns the
@@ -287,6 +293,11 @@ fn dispatch(cli: Cli) -> Result<i32> {
             budget::run(&dir, &command)
         }
         Command::Doctor(args) => doctor::run(&existing_home(cli.home)?.value, &args),
+        Command::Trace(args) => {
+            let store = open_store(existing_home(cli.home)?.value)?;
+            trace::run(&store, &args)
+        }
+        Command::Ui(args) => ui::run(&existing_home(cli.home)?.value, &args),
         Command::Status { json } => {
             let home = existing_home(cli.home)?;
             // A store in trouble is exactly when status must answer: one

@@ -609,7 +609,9 @@ impl Sessions {
     }
 }
 
-fn ancestry_of(store: &Store, run: &RunRow) -> Result<Ancestry> {
+/// The chain of sessions from `run` up to its root (also what
+/// [`crate::trace`] places a session's spans with).
+pub(crate) fn ancestry_of(store: &Store, run: &RunRow) -> Result<Ancestry> {
     let node = |r: &RunRow| Ancestor {
         session_id: r.session_id.clone(),
         platform: r.platform.clone(),

@@ -34,6 +34,7 @@ mod outbox;
 mod report;
 mod run_memo;
 mod session_view;
+mod trace_view;
 
 pub use budget::{reservation_usage, AlertRow, RecordedCall, RESERVATION_TTL_SECONDS};
 pub use content::ContentKind;
@@ -49,6 +50,7 @@ pub use outbox::{
 };
 pub use report::{FactKind, FactRow, RunSummary, StoreCounts};
 pub use session_view::{SessionTotals, SpendTotals};
+pub use trace_view::{SessionFilter, SessionListRow, SessionListTotals, SessionSort, TraceRows};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

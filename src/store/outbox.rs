@@ -112,6 +112,17 @@ const EDGE_ROW_SQL: &str = "SELECT e.parent_session_id, e.parent_turn_id, e.role
                           ORDER BY t.started_at DESC LIMIT 1)
                    FROM subagent_edges e WHERE e.child_session_id = ?1";
 
+/// The span builder's reads, for the read-only views of `trace_view.rs`
+/// (which add their own WHERE and map rows with the `*_of` functions below).
+pub(super) const TURN_SELECT: &str = turn_select!();
+pub(super) const LLM_CALL_SELECT: &str = llm_call_select!();
+pub(super) const LLM_ERROR_SELECT: &str = llm_error_select!();
+pub(super) const OPEN_ATTEMPT_SELECT: &str = open_attempt_select!();
+pub(super) const OPEN_ATTEMPT_FILTER: &str = open_attempt_filter!();
+pub(super) const TOOL_SELECT: &str = tool_select!();
+pub(super) const APPROVAL_SELECT: &str =
+    "SELECT session_id, key, turn_id, tool_call_id, surface, started_at, ended_at, choice, decided_by FROM approvals";
+
 /// What an outbox row names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SpanKind {
@@ -845,23 +856,8 @@ impl Store {
     pub fn approval_row(&self, session_id: &str, key: &str) -> Result<Option<ApprovalRow>> {
         Ok(self
             .conn()
-            .prepare_cached(
-                "SELECT session_id, key, turn_id, tool_call_id, surface, started_at, ended_at, choice, decided_by
-                   FROM approvals WHERE session_id = ?1 AND key = ?2",
-            )?
-            .query_row(params![session_id, key], |r| {
-                Ok(ApprovalRow {
-                    session_id: r.get(0)?,
-                    key: r.get(1)?,
-                    turn_id: r.get(2)?,
-                    tool_call_id: r.get(3)?,
-                    surface: r.get(4)?,
-                    started_at: r.get(5)?,
-                    ended_at: r.get(6)?,
-                    choice: r.get(7)?,
-                    decided_by: r.get(8)?,
-                })
-            })
+            .prepare_cached(&format!("{APPROVAL_SELECT} WHERE session_id = ?1 AND key = ?2"))?
+            .query_row(params![session_id, key], approval_of)
             .optional()?)
     }
 
@@ -1028,7 +1024,7 @@ impl BatchRows {
     }
 }
 
-fn turn_of(r: &Row<'_>) -> rusqlite::Result<TurnRow> {
+pub(super) fn turn_of(r: &Row<'_>) -> rusqlite::Result<TurnRow> {
     Ok(TurnRow {
         turn_id: r.get(0)?,
         session_id: r.get(1)?,
@@ -1041,7 +1037,7 @@ fn turn_of(r: &Row<'_>) -> rusqlite::Result<TurnRow> {
     })
 }
 
-fn llm_call_of(r: &Row<'_>) -> rusqlite::Result<AttemptRow> {
+pub(super) fn llm_call_of(r: &Row<'_>) -> rusqlite::Result<AttemptRow> {
     Ok(AttemptRow {
         api_request_id: r.get(0)?,
         session_id: r.get(1)?,
@@ -1068,7 +1064,7 @@ fn llm_call_of(r: &Row<'_>) -> rusqlite::Result<AttemptRow> {
     })
 }
 
-fn llm_error_of(r: &Row<'_>) -> rusqlite::Result<AttemptRow> {
+pub(super) fn llm_error_of(r: &Row<'_>) -> rusqlite::Result<AttemptRow> {
     Ok(AttemptRow {
         api_request_id: r.get(0)?,
         session_id: r.get(1)?,
@@ -1090,7 +1086,7 @@ fn llm_error_of(r: &Row<'_>) -> rusqlite::Result<AttemptRow> {
     })
 }
 
-fn open_attempt_of(r: &Row<'_>) -> rusqlite::Result<AttemptRow> {
+pub(super) fn open_attempt_of(r: &Row<'_>) -> rusqlite::Result<AttemptRow> {
     Ok(AttemptRow {
         api_request_id: r.get(0)?,
         session_id: r.get(1)?,
@@ -1104,7 +1100,21 @@ fn open_attempt_of(r: &Row<'_>) -> rusqlite::Result<AttemptRow> {
     })
 }
 
-fn tool_of(r: &Row<'_>) -> rusqlite::Result<ToolRow> {
+pub(super) fn approval_of(r: &Row<'_>) -> rusqlite::Result<ApprovalRow> {
+    Ok(ApprovalRow {
+        session_id: r.get(0)?,
+        key: r.get(1)?,
+        turn_id: r.get(2)?,
+        tool_call_id: r.get(3)?,
+        surface: r.get(4)?,
+        started_at: r.get(5)?,
+        ended_at: r.get(6)?,
+        choice: r.get(7)?,
+        decided_by: r.get(8)?,
+    })
+}
+
+pub(super) fn tool_of(r: &Row<'_>) -> rusqlite::Result<ToolRow> {
     Ok(ToolRow {
         session_id: r.get(0)?,
         tool_call_id: r.get(1)?,

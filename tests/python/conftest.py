@@ -19,6 +19,8 @@ import pytest
 
 STORE_DIR = Path(tempfile.mkdtemp(prefix="hermes-otel-pytest-"))
 os.environ["HERMES_OTEL_HOME"] = str(STORE_DIR)
+# Never the user's own Hermes home (register() installs the dashboard tab there).
+os.environ["HERMES_HOME"] = tempfile.mkdtemp(prefix="hermes-otel-pytest-home-")
 os.environ.pop("HERMES_OTEL_TEST_PANIC", None)
 os.environ.pop("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", None)
 

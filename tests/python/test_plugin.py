@@ -381,7 +381,9 @@ def test_the_slash_command_shows_session_cost_and_today(tmp_path) -> None:
     text = _native.otel_command("", session)
     assert f"session   {session}" in text
     assert "input 5000 · output 3000 · cache read 100000 · cache write 15000" in text
-    assert text.splitlines()[-1].startswith("today")
+    assert text.splitlines()[-2].startswith("today")
+    assert text.splitlines()[-1].startswith("viewer    the OTel tab of `hermes dashboard`")
+    assert f"`hermes-otel trace {session}`" in text
     # Without an id from Hermes, the last session a turn started in.
     assert session in ctx.commands["otel"]["handler"]("")
 

@@ -1,0 +1,70 @@
+//! `hermes-otel trace`: one session's spans as a tree in the terminal.
+//!
+//! Owns: the arguments, colour choice and printing. The tree itself is
+//! [`crate::trace`], built from the same rows and span code as the export.
+
+use std::io::IsTerminal;
+
+use clap::Args;
+
+use crate::error::{Error, Result};
+use crate::export::{ExportConfig, ExportOverrides};
+use crate::span::SpanOptions;
+use crate::store::Store;
+
+/// Disables colour whatever the terminal (<https://no-color.org>).
+pub const NO_COLOR_ENV: &str = "NO_COLOR";
+
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// The Hermes session id (a subagent's id shows its own subtree).
+    #[arg(required_unless_present = "last", conflicts_with = "last")]
+    pub session_id: Option<String>,
+    /// The newest session that is not a subagent.
+    #[arg(long)]
+    pub last: bool,
+    /// Print the tree as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The span options the exporter would use (trace mode, sender), from the
+/// same settings, so ids and parents match the exported spans.
+pub fn span_options() -> SpanOptions {
+    let config = ExportConfig::from_env(ExportOverrides::default());
+    SpanOptions {
+        mode: config.trace_mode.value,
+        include_sender: config.include_sender.value,
+    }
+}
+
+/// Whether to colour: a terminal on stdout and no `NO_COLOR`.
+fn use_color() -> bool {
+    let no_color = std::env::var_os(NO_COLOR_ENV).is_some_and(|v| !v.is_empty());
+    !no_color && std::io::stdout().is_terminal()
+}
+
+/// Prints the tree; 1 with one line on stderr for an unknown session.
+pub fn run(store: &Store, args: &TraceArgs) -> Result<i32> {
+    let id = match (&args.session_id, args.last) {
+        (Some(id), _) => id.clone(),
+        (None, _) => match store.last_session_id()? {
+            Some(id) => id,
+            None => {
+                eprintln!("hermes-otel: no sessions recorded yet in {}", store.path().display());
+                return Ok(1);
+            }
+        },
+    };
+    let Some(trace) = crate::trace::load(store, &id, span_options())? else {
+        eprintln!("hermes-otel: no session {id:?} in {}", store.path().display());
+        return Ok(1);
+    };
+    if args.json {
+        let text = serde_json::to_string_pretty(&trace).map_err(|e| Error::Other(e.to_string()))?;
+        println!("{text}");
+    } else {
+        print!("{}", crate::trace::render_text(&trace, use_color()));
+    }
+    Ok(0)
+}

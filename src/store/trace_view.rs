@@ -1,0 +1,467 @@
+//! Read-only queries for `hermes-otel trace` and the viewer: every ledger
+//! row of one session and its subagents (the rows the span builder turns
+//! into spans), and the list of sessions with filters and totals.
+//!
+//! Owns: those queries and the read-only connection the viewer opens per
+//! request. Must not touch: writes of any kind, span building (that is
+//! [`crate::span`], fed with these rows by [`crate::trace`]).
+//!
+//! # Finding a session's rows without new indexes
+//!
+//! Every index is paid for on the hook path, and `llm_calls` and
+//! `api_requests` have none on `session_id`. Hermes 0.19.0 builds
+//! `api_request_id` as `{session_id}:{task}:{n}:api:{k}`, so a session's
+//! calls are a range of the primary key (`session_id || ':'` up to
+//! `session_id || ';'`, `;` being the byte after `:`). The run's own
+//! `llm_calls` total (an invariant of the ledger) tells whether the range
+//! found them all; if not (ids of another shape), the query falls back to
+//! a scan, so the answer is always complete.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+
+use super::outbox::{
+    approval_of, llm_call_of, llm_error_of, open_attempt_of, tool_of, turn_of, APPROVAL_SELECT, LLM_CALL_SELECT,
+    LLM_ERROR_SELECT, OPEN_ATTEMPT_FILTER, OPEN_ATTEMPT_SELECT, TOOL_SELECT, TURN_SELECT,
+};
+use super::{ApprovalRow, AttemptRow, RunRow, Store, ToolRow, TurnRow};
+use crate::error::Result;
+use crate::pricing::PriceTable;
+
+/// How deep subagents of subagents are followed (a guard against cycles).
+const MAX_DEPTH: usize = 32;
+
+/// Every ledger row of a session and the subagents it started (at any depth).
+#[derive(Debug, Clone, Default)]
+pub struct TraceRows {
+    /// The session first, then its subagents, parents before children.
+    pub runs: Vec<RunRow>,
+    pub turns: Vec<TurnRow>,
+    /// Successful, failed and open attempts.
+    pub attempts: Vec<AttemptRow>,
+    /// Tool calls (not the proxy rows a `subagent_stop` records).
+    pub tools: Vec<ToolRow>,
+    /// Waits for a human's approval of a tool call.
+    pub approvals: Vec<ApprovalRow>,
+    /// What the failed attempts said, by `(api_request_id, retry_count)`.
+    pub error_messages: HashMap<(String, i64), String>,
+    /// Captured content by `(kind, session_id, key)`: `(attribute, JSON text)`
+    /// pairs; empty unless content capture was on.
+    pub content: HashMap<(String, String, String), Vec<(String, String)>>,
+}
+
+/// Which sessions the index lists.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SessionFilter {
+    /// Started in `[since, until)`, Unix seconds.
+    pub since: Option<f64>,
+    pub until: Option<f64>,
+    pub platform: Option<String>,
+    pub cron_job_id: Option<String>,
+    pub sender_id: Option<String>,
+    pub model: Option<String>,
+    pub sort: SessionSort,
+    pub limit: usize,
+    pub offset: usize,
+}
+
+/// The order of the session list.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SessionSort {
+    /// Newest first.
+    #[default]
+    Newest,
+    /// Most expensive first.
+    Cost,
+    /// Longest first.
+    Duration,
+}
+
+impl SessionSort {
+    /// `newest`, `cost` or `duration`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "newest" | "" => Some(SessionSort::Newest),
+            "cost" => Some(SessionSort::Cost),
+            "duration" => Some(SessionSort::Duration),
+            _ => None,
+        }
+    }
+
+    /// The name [`SessionSort::parse`] reads.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionSort::Newest => "newest",
+            SessionSort::Cost => "cost",
+            SessionSort::Duration => "duration",
+        }
+    }
+}
+
+/// One session in the list.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+pub struct SessionListRow {
+    pub session_id: String,
+    pub parent_session_id: Option<String>,
+    pub platform: Option<String>,
+    pub cron_job_id: Option<String>,
+    pub sender_id: Option<String>,
+    pub model: Option<String>,
+    pub started_at: f64,
+    /// When it ended, else its last event.
+    pub last_at: f64,
+    pub status: String,
+    pub turns: i64,
+    pub llm_calls: i64,
+    /// Including cache reads and writes.
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cost_usd: f64,
+    pub api_errors: i64,
+    pub tool_calls: i64,
+    pub tool_failures: i64,
+}
+
+/// Totals over every session a filter selects (not only the page).
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+pub struct SessionListTotals {
+    pub sessions: i64,
+    pub llm_calls: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cost_usd: f64,
+    pub api_errors: i64,
+}
+
+impl Store {
+    /// Opens the database at `path` read-only, for one viewer request: no
+    /// migration, no lock held between statements, so Hermes's writes go
+    /// on (WAL readers never block the writer). The schema must be one
+    /// this build knows; `hermes-otel ui` migrates once at start.
+    pub fn open_read_only(path: &Path) -> Result<Self> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags)?;
+        conn.busy_timeout(std::time::Duration::from_secs(2))?;
+        conn.set_prepared_statement_cache_capacity(64);
+        let found: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        if found > super::SCHEMA_VERSION {
+            return Err(crate::error::Error::SchemaTooNew {
+                found,
+                supported: super::SCHEMA_VERSION,
+            });
+        }
+        Ok(Store {
+            conn,
+            path: path.to_path_buf(),
+            prices: PriceTable::default(),
+            profile: None,
+            runs: super::run_memo::RunMemo::default(),
+        })
+    }
+
+    /// The newest root session (not a subagent), if any.
+    pub fn last_session_id(&self) -> Result<Option<String>> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT session_id FROM runs WHERE parent_session_id IS NULL ORDER BY started_at DESC LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    /// The rows of `session_id` and its subagents, or `None` if the store
+    /// has never seen the session. Read in one snapshot.
+    pub fn trace_rows(&self, session_id: &str) -> Result<Option<TraceRows>> {
+        self.read_snapshot(|store| store.trace_rows_now(session_id))
+    }
+
+    fn trace_rows_now(&self, session_id: &str) -> Result<Option<TraceRows>> {
+        let Some(run) = self.run_row(session_id)? else {
+            return Ok(None);
+        };
+        let mut out = TraceRows::default();
+        let mut queue = vec![(run, 0usize)];
+        let mut seen = std::collections::HashSet::new();
+        while let Some((run, depth)) = queue.pop() {
+            if !seen.insert(run.session_id.clone()) {
+                continue;
+            }
+            if depth < MAX_DEPTH {
+                for child in self.child_session_ids(&run.session_id)? {
+                    if let Some(c) = self.run_row(&child)? {
+                        queue.push((c, depth + 1));
+                    }
+                }
+            }
+            self.session_rows(&run, &mut out)?;
+            out.runs.push(run);
+        }
+        Ok(Some(out))
+    }
+
+    fn child_session_ids(&self, parent: &str) -> Result<Vec<String>> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT child_session_id FROM subagent_edges WHERE parent_session_id = ?1 ORDER BY started_at",
+        )?;
+        let rows = stmt.query_map(params![parent], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Adds the turns, attempts, tool calls and content of `run` to `out`.
+    fn session_rows(&self, run: &RunRow, out: &mut TraceRows) -> Result<()> {
+        let conn = self.conn();
+        let sid = run.session_id.as_str();
+        let (lo, hi) = (format!("{sid}:"), format!("{sid};"));
+        let mut stmt = conn.prepare_cached(&format!("{TURN_SELECT} WHERE session_id = ?1 ORDER BY started_at"))?;
+        for t in stmt.query_map(params![sid], turn_of)? {
+            out.turns.push(t?);
+        }
+
+        // Successful calls: the key range, else (ids of another shape) a scan.
+        let expected: i64 = conn.query_row("SELECT llm_calls FROM runs WHERE session_id = ?1", params![sid], |r| {
+            r.get(0)
+        })?;
+        let mut calls = Vec::new();
+        let mut stmt = conn.prepare_cached(&format!(
+            "{LLM_CALL_SELECT} WHERE l.api_request_id >= ?2 AND l.api_request_id < ?3 AND l.session_id = ?1"
+        ))?;
+        for a in stmt.query_map(params![sid, lo, hi], llm_call_of)? {
+            calls.push(a?);
+        }
+        let ranged = calls.len() as i64 >= expected;
+        if !ranged {
+            calls.clear();
+            let mut stmt = conn.prepare_cached(&format!("{LLM_CALL_SELECT} WHERE l.session_id = ?1"))?;
+            for a in stmt.query_map(params![sid], llm_call_of)? {
+                calls.push(a?);
+            }
+        }
+        out.attempts.extend(calls);
+
+        // Failed attempts: by turn (indexed); a scan if that missed some
+        // (attempts outside any turn).
+        let errors_sql = |filter: &str| {
+            format!(
+                "SELECT e.*, (SELECT error_message FROM llm_call_errors m
+                               WHERE m.api_request_id = e.api_request_id AND m.retry_count = e.retry_count)
+                   FROM ({LLM_ERROR_SELECT} WHERE {filter}) e"
+            )
+        };
+        let error_of = |r: &rusqlite::Row<'_>| Ok((llm_error_of(r)?, r.get::<_, Option<String>>(14)?));
+        let mut stmt = conn.prepare_cached(&errors_sql(
+            "turn_id IN (SELECT turn_id FROM turns WHERE session_id = ?1) AND session_id = ?1",
+        ))?;
+        let mut errors = stmt
+            .query_map(params![sid], error_of)?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let api_errors: i64 =
+            conn.query_row("SELECT api_errors FROM runs WHERE session_id = ?1", params![sid], |r| {
+                r.get(0)
+            })?;
+        if (errors.len() as i64) < api_errors {
+            let mut stmt = conn.prepare_cached(&errors_sql("session_id = ?1"))?;
+            errors = stmt
+                .query_map(params![sid], error_of)?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+        }
+        for (attempt, message) in errors {
+            if let Some(m) = message {
+                out.error_messages
+                    .insert((attempt.api_request_id.clone(), attempt.attempt), m);
+            }
+            out.attempts.push(attempt);
+        }
+
+        // Attempts begun and never answered (in flight, or left by a dead
+        // process): more pre_api_request calls than results.
+        let open_sql = if ranged {
+            format!(
+                "{OPEN_ATTEMPT_SELECT} WHERE a.api_request_id >= ?2 AND a.api_request_id < ?3 AND a.session_id = ?1
+                 {OPEN_ATTEMPT_FILTER}
+                   AND a.attempts > (SELECT COUNT(*) FROM llm_call_errors e WHERE e.api_request_id = a.api_request_id)"
+            )
+        } else {
+            format!(
+                "{OPEN_ATTEMPT_SELECT} WHERE a.session_id = ?1 AND ?2 IS NOT NULL AND ?3 IS NOT NULL
+                 {OPEN_ATTEMPT_FILTER}
+                   AND a.attempts > (SELECT COUNT(*) FROM llm_call_errors e WHERE e.api_request_id = a.api_request_id)"
+            )
+        };
+        let mut stmt = conn.prepare_cached(&open_sql)?;
+        for a in stmt.query_map(params![sid, lo, hi], open_attempt_of)? {
+            out.attempts.push(a?);
+        }
+
+        let mut stmt = conn.prepare_cached(&format!("{TOOL_SELECT} WHERE session_id = ?1 AND proxy = 0"))?;
+        for t in stmt.query_map(params![sid], tool_of)? {
+            out.tools.push(t?);
+        }
+
+        let mut stmt = conn.prepare_cached(&format!("{APPROVAL_SELECT} WHERE session_id = ?1 ORDER BY started_at"))?;
+        for a in stmt.query_map(params![sid], approval_of)? {
+            out.approvals.push(a?);
+        }
+
+        let mut stmt = conn.prepare_cached(
+            "SELECT kind, key, attr, value FROM span_content WHERE kind IN ('llm', 'tool') AND session_id = ?1
+              ORDER BY kind, key, attr",
+        )?;
+        let rows = stmt.query_map(params![sid], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get(2)?, r.get(3)?))
+        })?;
+        for row in rows {
+            let (kind, key, attr, value) = row?;
+            out.content
+                .entry((kind, sid.to_string(), key))
+                .or_default()
+                .push((attr, value));
+        }
+        Ok(())
+    }
+
+    /// One page of sessions matching `filter`, and the totals of all of them.
+    pub fn session_list(&self, filter: &SessionFilter) -> Result<(Vec<SessionListRow>, SessionListTotals)> {
+        let (clause, args) = filter_clause(filter);
+        let order = match filter.sort {
+            SessionSort::Newest => "started_at DESC",
+            SessionSort::Cost => "cost_usd DESC, started_at DESC",
+            SessionSort::Duration => "COALESCE(ended_at, last_event_at) - started_at DESC, started_at DESC",
+        };
+        let sql = format!(
+            "SELECT session_id, parent_session_id, platform, cron_job_id, sender_id, model, started_at,
+                    COALESCE(ended_at, last_event_at), status, turns, llm_calls,
+                    input_tokens + cache_read_tokens + cache_write_tokens, output_tokens, cost_usd, api_errors,
+                    tool_calls, tool_failures
+               FROM runs {clause} ORDER BY {order} LIMIT {} OFFSET {}",
+            filter.limit.clamp(1, 1000),
+            filter.offset
+        );
+        let mut stmt = self.conn().prepare_cached(&sql)?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(args.iter()), |r| {
+            Ok(SessionListRow {
+                session_id: r.get(0)?,
+                parent_session_id: r.get(1)?,
+                platform: r.get(2)?,
+                cron_job_id: r.get(3)?,
+                sender_id: r.get(4)?,
+                model: r.get(5)?,
+                started_at: r.get(6)?,
+                last_at: r.get(7)?,
+                status: r.get(8)?,
+                turns: r.get(9)?,
+                llm_calls: r.get(10)?,
+                input_tokens: r.get(11)?,
+                output_tokens: r.get(12)?,
+                cost_usd: r.get(13)?,
+                api_errors: r.get(14)?,
+                tool_calls: r.get(15)?,
+                tool_failures: r.get(16)?,
+            })
+        })?;
+        let list = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+        let totals = self
+            .conn()
+            .prepare_cached(&format!(
+                "SELECT COUNT(*), COALESCE(SUM(llm_calls), 0),
+                    COALESCE(SUM(input_tokens + cache_read_tokens + cache_write_tokens), 0),
+                    COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cost_usd), 0), COALESCE(SUM(api_errors), 0)
+               FROM runs {clause}"
+            ))?
+            .query_row(rusqlite::params_from_iter(args.iter()), |r| {
+                Ok(SessionListTotals {
+                    sessions: r.get(0)?,
+                    llm_calls: r.get(1)?,
+                    input_tokens: r.get(2)?,
+                    output_tokens: r.get(3)?,
+                    cost_usd: r.get(4)?,
+                    api_errors: r.get(5)?,
+                })
+            })?;
+        Ok((list, totals))
+    }
+
+    /// SQLite's plan for the session list of `filter` and for one
+    /// session's reads, one line per step, for the test that holds them to
+    /// indexes.
+    pub fn trace_query_plans(&self, filter: &SessionFilter) -> Result<Vec<(String, String)>> {
+        let (clause, args) = filter_clause(filter);
+        let mut out = Vec::new();
+        let mut plan = |name: &str, sql: &str, args: &[rusqlite::types::Value]| -> Result<()> {
+            let mut stmt = self.conn().prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
+            let rows = stmt.query_map(rusqlite::params_from_iter(args.iter()), |r| r.get::<_, String>(3))?;
+            for detail in rows {
+                out.push((name.to_string(), detail?));
+            }
+            Ok(())
+        };
+        plan(
+            "index",
+            &format!("SELECT session_id FROM runs {clause} ORDER BY started_at DESC LIMIT 50"),
+            &args,
+        )?;
+        let text = |s: &str| rusqlite::types::Value::Text(s.to_string());
+        let sid = [text("s"), text("s:"), text("s;")];
+        plan(
+            "turns",
+            &format!("{TURN_SELECT} WHERE session_id = ?1 ORDER BY started_at"),
+            &sid[..1],
+        )?;
+        plan(
+            "llm_calls",
+            &format!("{LLM_CALL_SELECT} WHERE l.api_request_id >= ?2 AND l.api_request_id < ?3 AND l.session_id = ?1"),
+            &sid,
+        )?;
+        plan(
+            "errors",
+            &format!("{LLM_ERROR_SELECT} WHERE turn_id IN (SELECT turn_id FROM turns WHERE session_id = ?1)"),
+            &sid[..1],
+        )?;
+        plan(
+            "tools",
+            &format!("{TOOL_SELECT} WHERE session_id = ?1 AND proxy = 0"),
+            &sid[..1],
+        )?;
+        plan(
+            "children",
+            "SELECT child_session_id FROM subagent_edges WHERE parent_session_id = ?1",
+            &sid[..1],
+        )?;
+        Ok(out)
+    }
+}
+
+/// The WHERE clause of a session filter and its arguments.
+fn filter_clause(filter: &SessionFilter) -> (String, Vec<rusqlite::types::Value>) {
+    use rusqlite::types::Value;
+    let mut terms = Vec::new();
+    let mut args = Vec::new();
+    if let Some(since) = filter.since {
+        args.push(Value::Real(since));
+        terms.push(format!("started_at >= ?{}", args.len()));
+    }
+    if let Some(until) = filter.until {
+        args.push(Value::Real(until));
+        terms.push(format!("started_at < ?{}", args.len()));
+    }
+    for (column, value) in [
+        ("platform", &filter.platform),
+        ("cron_job_id", &filter.cron_job_id),
+        ("sender_id", &filter.sender_id),
+        ("model", &filter.model),
+    ] {
+        if let Some(v) = value.as_deref().filter(|v| !v.is_empty()) {
+            args.push(Value::Text(v.to_string()));
+            terms.push(format!("{column} = ?{}", args.len()));
+        }
+    }
+    let clause = if terms.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", terms.join(" AND "))
+    };
+    (clause, args)
+}

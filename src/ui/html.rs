@@ -1,0 +1,106 @@
+//! Escaping and URL pieces for the viewer. Pure.
+//!
+//! Everything the viewer writes into HTML that did not come from this
+//! crate's own literals (session ids, tool and model names, captured
+//! content, error messages) goes through [`esc`]; every id put in a URL
+//! through [`url_part`].
+
+use std::fmt::Write as _;
+
+/// `text` safe inside HTML text and double-quoted attribute values.
+pub fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 8);
+    for ch in text.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `text` percent-encoded for a path segment or a query value (everything
+/// but unreserved characters).
+pub fn url_part(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// Decodes `%XX` escapes (and `+` as a space when `plus`); invalid escapes
+/// are kept as they are, invalid UTF-8 is replaced.
+pub fn percent_decode(text: &str, plus: bool) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(v) => {
+                        out.push(v);
+                        i += 3;
+                        continue;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b'+' if plus => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The pairs of a query string, decoded.
+pub fn query_pairs(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k, true), percent_decode(v, true))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markup_in_untrusted_text_is_escaped() {
+        assert_eq!(
+            esc(r#"<script>alert("x")</script> & 'q'"#),
+            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;q&#39;"
+        );
+    }
+
+    #[test]
+    fn ids_survive_a_round_trip_through_a_url() {
+        for id in ["20261130_013759_e4a976", "a b/c?d=e&f#g", "é<>\"", "100%", "%zz"] {
+            assert_eq!(percent_decode(&url_part(id), false), id);
+        }
+        assert_eq!(percent_decode("a+b%2", true), "a b%2");
+        assert_eq!(
+            query_pairs("day=2026-11-30&model=gpt+4o&x"),
+            vec![
+                ("day".into(), "2026-11-30".into()),
+                ("model".into(), "gpt 4o".into()),
+                ("x".into(), String::new())
+            ]
+        );
+    }
+}

@@ -1,0 +1,557 @@
+//! `hermes-otel ui`: a local, read-only web viewer over the store.
+//!
+//! Owns: the HTTP server (hyper, as `serve --prometheus` uses, on a thread
+//! of its own), routing, the access token, and the JSON endpoints. The
+//! pages are [`pages`], the trees [`crate::trace`], the queries
+//! [`crate::store`]. Must not touch: writes to the store.
+//!
+//! # Reading without getting in Hermes's way
+//!
+//! Every request opens the database read-only ([`Store::open_read_only`]),
+//! reads in one snapshot and closes it: in WAL mode a reader never blocks
+//! a writer, and no connection is held between requests, so the viewer
+//! holds no lock while Hermes runs. The store is opened for writing once,
+//! at start, only to create or migrate it.
+//!
+//! # Access
+//!
+//! Loopback by default. A non-loopback address needs a token (`--token` or
+//! `HERMES_OTEL_UI_TOKEN`), and once a token is set every request must
+//! carry it: `?token=` (answered with a cookie and a redirect that drops it
+//! from the URL), the cookie, or `Authorization: Bearer`. Without a token
+//! the viewer answers only requests whose `Host` is a loopback name, so a
+//! web page elsewhere cannot reach it through DNS rebinding.
+//!
+//! # Pages
+//!
+//! `/` sessions, `/session/{id}` one session, `/budgets`; `/api/version`
+//! (the data version pages poll to refresh), `/api/sessions`,
+//! `/api/session/{id}`; `/static/` the stylesheet and script, embedded.
+
+pub mod html;
+pub mod pages;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use jiff::tz::TimeZone;
+
+use crate::budget::{self, BudgetConfig};
+use crate::error::{Error, Result};
+use crate::span::SpanOptions;
+use crate::store::{SessionFilter, SessionSort, Store, DB_FILE_NAME};
+use html::{percent_decode, query_pairs};
+use pages::{Frame, Tab};
+
+/// The environment variable holding the viewer's access token.
+pub const TOKEN_ENV: &str = "HERMES_OTEL_UI_TOKEN";
+/// The default address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8765";
+/// The cookie a browser keeps the token in.
+const COOKIE: &str = "hermes_otel_ui";
+/// Sessions on one index page.
+pub const PAGE_SIZE: usize = 50;
+
+const STYLE: &str = include_str!("assets/style.css");
+const SCRIPT: &str = include_str!("assets/app.js");
+
+/// Everything the viewer needs.
+#[derive(Debug, Clone)]
+pub struct UiConfig {
+    /// `host:port`; port 0 picks one.
+    pub listen: String,
+    /// The store directory.
+    pub store_dir: PathBuf,
+    /// Required on every request when set; required to bind off loopback.
+    pub token: Option<String>,
+    /// The exporter's span options, so trees match exported spans.
+    pub span_options: SpanOptions,
+    /// A path prefix the pages are served under (`""`, or e.g. `/otel`
+    /// behind a proxy); links and the script use it.
+    pub base: String,
+}
+
+/// A running viewer; serves until dropped.
+pub struct UiServer {
+    addr: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for UiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UiServer").field("addr", &self.addr).finish()
+    }
+}
+
+impl UiServer {
+    /// Checks the token rule, creates or migrates the store, binds and
+    /// serves on a thread of its own.
+    pub fn start(config: UiConfig) -> Result<Self> {
+        let token = config.token.clone().filter(|t| !t.is_empty());
+        let what = |e: std::io::Error| Error::Other(format!("viewer address {}: {e}", config.listen));
+        let listener = std::net::TcpListener::bind(&config.listen).map_err(what)?;
+        let addr = listener.local_addr().map_err(what)?;
+        if !addr.ip().is_loopback() && token.is_none() {
+            return Err(Error::Other(format!(
+                "the viewer would listen on {addr}, which is not loopback: set a token with --token or {TOKEN_ENV}"
+            )));
+        }
+        listener.set_nonblocking(true).map_err(what)?;
+        drop(Store::open_dir(&config.store_dir)?);
+        let state = Arc::new(State {
+            db: config.store_dir.join(DB_FILE_NAME),
+            dir: config.store_dir.clone(),
+            token,
+            opts: config.span_options,
+            base: config.base.trim_end_matches('/').to_string(),
+            loopback_only: addr.ip().is_loopback(),
+            tz: TimeZone::system(),
+        });
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("hermes-otel-ui".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        tracing::error!(target: "Ui.Failed", error = %e);
+                        return;
+                    }
+                };
+                runtime.block_on(accept_loop(listener, state, rx));
+            })
+            .map_err(|e| Error::Other(format!("viewer thread: {e}")))?;
+        Ok(UiServer {
+            addr,
+            shutdown: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Blocks until the server stops (it does not, unless it failed).
+    pub fn wait(mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for UiServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct State {
+    db: PathBuf,
+    dir: PathBuf,
+    token: Option<String>,
+    opts: SpanOptions,
+    base: String,
+    loopback_only: bool,
+    tz: TimeZone,
+}
+
+async fn accept_loop(
+    listener: std::net::TcpListener,
+    state: Arc<State>,
+    mut shutdown: tokio::sync::oneshot::Receiver<()>,
+) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(target: "Ui.Failed", error = %e);
+            return;
+        }
+    };
+    loop {
+        let stream = tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(_) => continue,
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let state = state.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                let state = state.clone();
+                async move {
+                    let asked = Asked::of(&req);
+                    // Store reads are blocking: off the async workers.
+                    let response = tokio::task::spawn_blocking(move || answer(&state, &asked))
+                        .await
+                        .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, "viewer task failed\n"));
+                    Ok::<_, Infallible>(response)
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// What a request asked, copied out of it.
+#[derive(Debug, Clone)]
+struct Asked {
+    method: Method,
+    path: String,
+    query: Vec<(String, String)>,
+    host: Option<String>,
+    cookie: Option<String>,
+    bearer: Option<String>,
+}
+
+impl Asked {
+    fn of<B>(req: &Request<B>) -> Self {
+        let header_text = |name: header::HeaderName| {
+            req.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let cookie = header_text(header::COOKIE).and_then(|c| {
+            c.split(';').find_map(|kv| {
+                let (k, v) = kv.trim().split_once('=')?;
+                (k == COOKIE).then(|| percent_decode(v, false))
+            })
+        });
+        let bearer =
+            header_text(header::AUTHORIZATION).and_then(|v| v.strip_prefix("Bearer ").map(|t| t.trim().to_string()));
+        Asked {
+            method: req.method().clone(),
+            path: req.uri().path().to_string(),
+            query: query_pairs(req.uri().query().unwrap_or("")),
+            host: header_text(header::HOST),
+            cookie,
+            bearer,
+        }
+    }
+
+    fn param(&self, name: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .filter(|v| !v.is_empty())
+    }
+}
+
+/// Equal in time independent of where they differ.
+fn same_secret(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Whether a `Host` header names this machine's loopback.
+fn loopback_host(host: &str) -> bool {
+    let name = if let Some(v6) = host.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':').map(|(h, _)| h).unwrap_or(host)
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+fn answer(state: &State, asked: &Asked) -> Response<Full<Bytes>> {
+    if asked.method != Method::GET && asked.method != Method::HEAD {
+        return plain(StatusCode::METHOD_NOT_ALLOWED, "read-only viewer: GET only\n");
+    }
+    let path = match asked.path.strip_prefix(state.base.as_str()) {
+        Some(p) if state.base.is_empty() || p.is_empty() || p.starts_with('/') => {
+            if p.is_empty() {
+                "/"
+            } else {
+                p
+            }
+        }
+        _ => return plain(StatusCode::NOT_FOUND, "not found\n"),
+    };
+    // The stylesheet and script are this binary's, the same for everyone.
+    match path {
+        "/static/style.css" => return asset("text/css; charset=utf-8", STYLE),
+        "/static/app.js" => return asset("text/javascript; charset=utf-8", SCRIPT),
+        _ => {}
+    }
+    match &state.token {
+        Some(token) => {
+            if let Some(given) = asked.param("token") {
+                if !same_secret(given, token) {
+                    return plain(StatusCode::UNAUTHORIZED, "wrong token\n");
+                }
+                // Keep it in a cookie and take it out of the address bar.
+                let rest: Vec<String> = asked
+                    .query
+                    .iter()
+                    .filter(|(k, _)| k != "token")
+                    .map(|(k, v)| format!("{}={}", html::url_part(k), html::url_part(v)))
+                    .collect();
+                let mut location = asked.path.clone();
+                if !rest.is_empty() {
+                    location = format!("{location}?{}", rest.join("&"));
+                }
+                let mut r = plain(StatusCode::SEE_OTHER, "");
+                set_header(&mut r, header::LOCATION, &location);
+                set_header(
+                    &mut r,
+                    header::SET_COOKIE,
+                    &format!("{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict", html::url_part(token)),
+                );
+                return r;
+            }
+            let ok = [&asked.cookie, &asked.bearer]
+                .iter()
+                .any(|g| g.as_deref().is_some_and(|g| same_secret(g, token)));
+            if !ok {
+                let mut r = plain(
+                    StatusCode::UNAUTHORIZED,
+                    "this viewer needs its token: open the address `hermes-otel ui` printed, \
+or send Authorization: Bearer <token>\n",
+                );
+                set_header(&mut r, header::WWW_AUTHENTICATE, "Bearer");
+                return r;
+            }
+        }
+        None => {
+            if state.loopback_only && !asked.host.as_deref().is_some_and(loopback_host) {
+                return plain(StatusCode::FORBIDDEN, "the viewer answers loopback host names only\n");
+            }
+        }
+    }
+    match route(state, path, asked) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(target: "Ui.RequestFailed", path = %asked.path, error = %e);
+            plain(StatusCode::INTERNAL_SERVER_ERROR, &format!("{e}\n"))
+        }
+    }
+}
+
+fn route(state: &State, path: &str, asked: &Asked) -> Result<Response<Full<Bytes>>> {
+    let store = Store::open_read_only(&state.db)?;
+    let version = data_version(&store)?;
+    let frame = Frame {
+        base: &state.base,
+        version,
+        tz: &state.tz,
+    };
+    if path == "/api/version" {
+        return Ok(json(&serde_json::json!({ "version": version })));
+    }
+    if path == "/" || path == "/api/sessions" {
+        let (filter, day) = filter_of(asked, &state.tz);
+        let (rows, totals) = store.read_snapshot(|s| s.session_list(&filter))?;
+        if path == "/api/sessions" {
+            return Ok(json(&serde_json::json!({ "sessions": rows, "totals": totals })));
+        }
+        let body = pages::index(&frame, &filter, &day, &rows, &totals);
+        return Ok(html_page(
+            StatusCode::OK,
+            pages::page(&frame, "Sessions", Tab::Sessions, &body),
+        ));
+    }
+    if path == "/budgets" {
+        let cfg = BudgetConfig::load(&state.dir.join(budget::BUDGETS_FILE_NAME))?;
+        let now = crate::unix_now();
+        let (states, verdicts, alerts) = store.read_snapshot(|s| {
+            let states = if cfg.is_empty() {
+                Vec::new()
+            } else {
+                s.budget_states(&cfg, now)?
+            };
+            Ok((states, s.budget_verdict_counts()?, s.alerts()?))
+        })?;
+        let rows: Vec<pages::BudgetRow> = states
+            .into_iter()
+            .map(|state| {
+                let (start, end) = budget::window_bounds(state.budget.window, budget::timestamp(now), &cfg.tz);
+                let forecast = budget::forecast(state.spend.total(), start.as_second(), end.as_second(), now);
+                pages::BudgetRow { state, forecast }
+            })
+            .collect();
+        let body = pages::budgets(&frame, &cfg, &rows, &verdicts, &alerts);
+        return Ok(html_page(
+            StatusCode::OK,
+            pages::page(&frame, "Budgets", Tab::Budgets, &body),
+        ));
+    }
+    let api = path.strip_prefix("/api/session/");
+    if let Some(raw) = api.or_else(|| path.strip_prefix("/session/")) {
+        let id = percent_decode(raw, false);
+        return Ok(match crate::trace::load(&store, &id, state.opts)? {
+            Some(trace) if api.is_some() => json(&trace),
+            Some(trace) => {
+                let body = pages::session(&frame, &trace);
+                html_page(
+                    StatusCode::OK,
+                    pages::page(&frame, &format!("Session {id}"), Tab::None, &body),
+                )
+            }
+            None if api.is_some() => {
+                let mut r = json(&serde_json::json!({ "error": format!("no session {id:?}") }));
+                *r.status_mut() = StatusCode::NOT_FOUND;
+                r
+            }
+            None => html_page(
+                StatusCode::NOT_FOUND,
+                pages::page(
+                    &frame,
+                    "Not found",
+                    Tab::None,
+                    &pages::not_found(&format!("No session {id:?} in this store.")),
+                ),
+            ),
+        });
+    }
+    Ok(html_page(
+        StatusCode::NOT_FOUND,
+        pages::page(
+            &frame,
+            "Not found",
+            Tab::None,
+            &pages::not_found(&format!("Nothing at {path}.")),
+        ),
+    ))
+}
+
+/// The newest journal row: moves with every event any process applies.
+fn data_version(store: &Store) -> Result<i64> {
+    store.query_scalar("SELECT COALESCE(MAX(seq), 0) FROM journal")
+}
+
+/// The index filter from the query: `day` (a date in the viewer's zone),
+/// `platform`, `cron`, `sender`, `model`, `sort`, `offset`.
+fn filter_of(asked: &Asked, tz: &TimeZone) -> (SessionFilter, String) {
+    let text = |k: &str| asked.param(k).map(str::to_string);
+    let mut filter = SessionFilter {
+        platform: text("platform"),
+        cron_job_id: text("cron"),
+        sender_id: text("sender"),
+        model: text("model"),
+        sort: asked.param("sort").and_then(SessionSort::parse).unwrap_or_default(),
+        limit: PAGE_SIZE,
+        offset: asked.param("offset").and_then(|o| o.parse().ok()).unwrap_or(0),
+        ..SessionFilter::default()
+    };
+    let mut day = String::new();
+    if let Some(d) = asked.param("day").and_then(|d| d.parse::<jiff::civil::Date>().ok()) {
+        filter.since = day_start(d, tz);
+        filter.until = d.tomorrow().ok().and_then(|next| day_start(next, tz));
+        day = d.to_string();
+    }
+    (filter, day)
+}
+
+/// Midnight of `date` in `tz`, Unix seconds.
+fn day_start(date: jiff::civil::Date, tz: &TimeZone) -> Option<f64> {
+    date.to_zoned(tz.clone())
+        .ok()
+        .map(|z| z.timestamp().as_microsecond() as f64 / 1e6)
+}
+
+fn set_header(r: &mut Response<Full<Bytes>>, name: header::HeaderName, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        r.headers_mut().insert(name, v);
+    }
+}
+
+fn respond(status: StatusCode, content_type: &str, body: Bytes) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body));
+    *r.status_mut() = status;
+    set_header(&mut r, header::CONTENT_TYPE, content_type);
+    set_header(&mut r, header::X_CONTENT_TYPE_OPTIONS, "nosniff");
+    set_header(&mut r, header::REFERRER_POLICY, "no-referrer");
+    r
+}
+
+fn plain(status: StatusCode, text: &str) -> Response<Full<Bytes>> {
+    let mut r = respond(status, "text/plain; charset=utf-8", Bytes::from(text.to_string()));
+    set_header(&mut r, header::CACHE_CONTROL, "no-store");
+    r
+}
+
+fn asset(content_type: &str, text: &'static str) -> Response<Full<Bytes>> {
+    let mut r = respond(StatusCode::OK, content_type, Bytes::from_static(text.as_bytes()));
+    set_header(&mut r, header::CACHE_CONTROL, "max-age=300");
+    r
+}
+
+fn html_page(status: StatusCode, text: String) -> Response<Full<Bytes>> {
+    let mut r = respond(status, "text/html; charset=utf-8", Bytes::from(text));
+    set_header(&mut r, header::CACHE_CONTROL, "no-store");
+    // Only this viewer's own script and stylesheet; SVG geometry instead
+    // of inline styles.
+    set_header(
+        &mut r,
+        header::CONTENT_SECURITY_POLICY,
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; \
+base-uri 'none'; form-action 'self'",
+    );
+    r
+}
+
+fn json<T: serde::Serialize>(value: &T) -> Response<Full<Bytes>> {
+    match serde_json::to_vec(value) {
+        Ok(body) => {
+            let mut r = respond(StatusCode::OK, "application/json", Bytes::from(body));
+            set_header(&mut r, header::CACHE_CONTROL, "no-store");
+            r
+        }
+        Err(e) => plain(StatusCode::INTERNAL_SERVER_ERROR, &format!("{e}\n")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts_are_recognised() {
+        for (host, want) in [
+            ("127.0.0.1:8765", true),
+            ("localhost:8765", true),
+            ("LOCALHOST", true),
+            ("[::1]:8765", true),
+            ("127.1.2.3", true),
+            ("evil.example:8765", false),
+            ("192.168.1.2:8765", false),
+            ("", false),
+        ] {
+            assert_eq!(loopback_host(host), want, "{host}");
+        }
+    }
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(same_secret("abc", "abc"));
+        assert!(!same_secret("abc", "abd"));
+        assert!(!same_secret("abc", "abcd"));
+    }
+}

@@ -1,0 +1,530 @@
+//! The viewer's pages as HTML strings. Pure: callers hand in what the
+//! store said.
+//!
+//! Owns: markup. Every value that is not one of this file's literals is
+//! escaped with [`esc`] (text) or [`url_part`] (ids in links). No inline
+//! scripts or style attributes: the page's Content-Security-Policy allows
+//! only the viewer's own `/static/` files, and bars and charts are SVG
+//! geometry.
+
+use std::fmt::Write as _;
+
+use jiff::tz::TimeZone;
+
+use super::html::{esc, url_part};
+use crate::budget::{BudgetConfig, BudgetState, Forecast, Level};
+use crate::store::{AlertRow, SessionFilter, SessionListRow, SessionListTotals, SessionSort};
+use crate::trace::{human_count, human_duration, walk, NodeKind, Trace, TraceNode, TurnPoint};
+
+/// Which page the header marks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tab {
+    Sessions,
+    Budgets,
+    None,
+}
+
+/// What every page shares.
+#[derive(Debug, Clone)]
+pub struct Frame<'a> {
+    /// Path prefix the viewer is mounted under (`""` standalone).
+    pub base: &'a str,
+    /// The store's data version, which the page polls for.
+    pub version: i64,
+    pub tz: &'a TimeZone,
+}
+
+/// A whole page around `body`.
+pub fn page(frame: &Frame<'_>, title: &str, tab: Tab, body: &str) -> String {
+    let b = esc(frame.base);
+    let here = |t: Tab| if t == tab { " class=\"here\"" } else { "" };
+    format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+<meta name=\"hermes-otel-version\" content=\"{version}\">\
+<title>{title} · hermes-otel</title><link rel=\"stylesheet\" href=\"{b}/static/style.css\"></head>\
+<body data-base=\"{b}\"><header class=\"top\"><span class=\"brand\">hermes-otel</span>\
+<a href=\"{b}/\"{s}>Sessions</a><a href=\"{b}/budgets\"{u}>Budgets</a><span id=\"live\"></span></header>\
+<main>{body}</main><script src=\"{b}/static/app.js\"></script></body></html>\n",
+        version = frame.version,
+        title = esc(title),
+        s = here(Tab::Sessions),
+        u = here(Tab::Budgets),
+    )
+}
+
+/// A local time for people.
+pub fn local_time(unix: f64, tz: &TimeZone) -> String {
+    jiff::Timestamp::from_microsecond((unix * 1e6) as i64)
+        .map(|t| t.to_zoned(tz.clone()).strftime("%Y-%m-%d %H:%M:%S").to_string())
+        .unwrap_or_default()
+}
+
+fn usd(v: f64) -> String {
+    format!("${v:.4}")
+}
+
+fn status_class(status: &str) -> String {
+    let s: String = status
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    format!("status-{s}")
+}
+
+/// The index: filters, totals, one page of sessions, paging links.
+pub fn index(
+    frame: &Frame<'_>,
+    filter: &SessionFilter,
+    day: &str,
+    rows: &[SessionListRow],
+    totals: &SessionListTotals,
+) -> String {
+    let b = esc(frame.base);
+    let mut h = String::new();
+    h.push_str("<h1>Sessions</h1>");
+    let _ = write!(h, "<form class=\"filters\" method=\"get\" action=\"{b}/\">");
+    let text = |label: &str, name: &str, value: &Option<String>| {
+        format!(
+            "<label>{label}<input name=\"{name}\" value=\"{}\" size=\"14\"></label>",
+            esc(value.as_deref().unwrap_or(""))
+        )
+    };
+    let _ = write!(
+        h,
+        "<label>Day<input type=\"date\" name=\"day\" value=\"{}\"></label>",
+        esc(day)
+    );
+    h.push_str(&text("Platform", "platform", &filter.platform));
+    h.push_str(&text("Cron job", "cron", &filter.cron_job_id));
+    h.push_str(&text("Sender", "sender", &filter.sender_id));
+    h.push_str(&text("Model", "model", &filter.model));
+    h.push_str("<label>Sort<select name=\"sort\">");
+    for (value, label) in [
+        (SessionSort::Newest, "newest first"),
+        (SessionSort::Cost, "cost"),
+        (SessionSort::Duration, "duration"),
+    ] {
+        let sel = if value == filter.sort { " selected" } else { "" };
+        let _ = write!(h, "<option value=\"{}\"{sel}>{label}</option>", value.as_str());
+    }
+    h.push_str("</select></label><button type=\"submit\">Apply</button></form>");
+    let _ = write!(
+        h,
+        "<div class=\"totals\"><div><b id=\"total-sessions\">{}</b>sessions</div><div><b id=\"total-cost\">{}</b>cost</div>\
+<div><b>{}</b>LLM calls</div><div><b>{} → {}</b>tokens in (incl. cache) → out</div><div><b>{}</b>API errors</div></div>",
+        human_count(totals.sessions),
+        usd(totals.cost_usd),
+        human_count(totals.llm_calls),
+        human_count(totals.input_tokens),
+        human_count(totals.output_tokens),
+        human_count(totals.api_errors),
+    );
+    if rows.is_empty() {
+        h.push_str("<p class=\"muted\" id=\"no-sessions\">No sessions match.</p>");
+        return h;
+    }
+    h.push_str(
+        "<table class=\"sessions\"><thead><tr><th>Started</th><th>Session</th><th>Platform</th><th>Model</th>\
+<th>Status</th><th class=\"num\">Turns</th><th class=\"num\">LLM calls</th><th class=\"num\">Tokens in → out</th>\
+<th class=\"num\">Cost</th><th class=\"num\">Duration</th><th class=\"num\">Errors</th></tr></thead><tbody>",
+    );
+    for r in rows {
+        let mut who = esc(r.platform.as_deref().unwrap_or("?"));
+        if let Some(c) = &r.cron_job_id {
+            let _ = write!(who, " <span class=\"muted\">cron {}</span>", esc(c));
+        }
+        if r.parent_session_id.is_some() {
+            who.push_str(" <span class=\"muted\">(subagent)</span>");
+        }
+        let _ = write!(
+            h,
+            "<tr class=\"session {sc}\"><td>{}</td><td><a href=\"{b}/session/{}\">{}</a></td><td>{who}</td><td>{}</td>\
+<td class=\"{sc}\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{} → {}</td>\
+<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            local_time(r.started_at, frame.tz),
+            url_part(&r.session_id),
+            esc(&r.session_id),
+            esc(r.model.as_deref().unwrap_or("")),
+            esc(&r.status),
+            r.turns,
+            r.llm_calls,
+            human_count(r.input_tokens),
+            human_count(r.output_tokens),
+            usd(r.cost_usd),
+            human_duration((r.last_at - r.started_at).max(0.0) * 1000.0),
+            r.api_errors + r.tool_failures,
+            sc = status_class(&r.status),
+        );
+    }
+    h.push_str("</tbody></table><div class=\"pager\">");
+    let link = |offset: usize| {
+        let mut q = format!("?sort={}&offset={offset}", filter.sort.as_str());
+        for (k, v) in [
+            ("day", Some(day.to_string())),
+            ("platform", filter.platform.clone()),
+            ("cron", filter.cron_job_id.clone()),
+            ("sender", filter.sender_id.clone()),
+            ("model", filter.model.clone()),
+        ] {
+            if let Some(v) = v.filter(|v| !v.is_empty()) {
+                let _ = write!(q, "&{k}={}", url_part(&v));
+            }
+        }
+        esc(&q)
+    };
+    if filter.offset > 0 {
+        let _ = write!(
+            h,
+            "<a href=\"{b}/{}\">← newer</a>",
+            link(filter.offset.saturating_sub(filter.limit))
+        );
+    }
+    let shown_to = filter.offset + rows.len();
+    let _ = write!(
+        h,
+        "<span class=\"muted\">{}–{} of {}</span>",
+        filter.offset + 1,
+        shown_to,
+        human_count(totals.sessions)
+    );
+    if (shown_to as i64) < totals.sessions {
+        let _ = write!(h, "<a href=\"{b}/{}\">older →</a>", link(shown_to));
+    }
+    h.push_str("</div>");
+    h
+}
+
+/// The session page: summary, waterfall, per-turn chart, errors.
+pub fn session(frame: &Frame<'_>, trace: &Trace) -> String {
+    let b = esc(frame.base);
+    let root = &trace.root;
+    let nodes = walk(root);
+    let sessions: Vec<&TraceNode> = nodes
+        .iter()
+        .map(|(_, n)| *n)
+        .filter(|n| n.kind == NodeKind::Session)
+        .collect();
+    let cost: f64 = sessions.iter().filter_map(|n| n.cost_usd).sum();
+    let input: i64 = sessions.iter().filter_map(|n| n.input_tokens).sum();
+    let output: i64 = sessions.iter().filter_map(|n| n.output_tokens).sum();
+    let chats = nodes.iter().filter(|(_, n)| n.kind == NodeKind::Chat).count();
+    let tools = nodes.iter().filter(|(_, n)| n.kind == NodeKind::Tool).count();
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<h1>Session <span id=\"session-id\">{}</span></h1>",
+        esc(&trace.session_id)
+    );
+    let _ = write!(
+        h,
+        "<div class=\"totals\"><div><b class=\"{}\">{}</b>status</div><div><b>{}</b>started</div><div><b>{}</b>duration</div>\
+<div><b>{}</b>cost (with {} subagent{})</div><div><b>{} → {}</b>tokens in (incl. cache) → out</div>\
+<div><b>{chats}</b>LLM attempts</div><div><b>{tools}</b>tool calls</div><div><b>{}</b>errors</div></div>",
+        status_class(&root.status),
+        esc(&root.status),
+        local_time(root.start, frame.tz),
+        human_duration(root.duration_ms),
+        usd(cost),
+        sessions.len() - 1,
+        if sessions.len() == 2 { "" } else { "s" },
+        human_count(input),
+        human_count(output),
+        trace.errors.len(),
+    );
+    // Waterfall over the tree's whole time range.
+    let t0 = nodes.iter().map(|(_, n)| n.start).fold(f64::INFINITY, f64::min);
+    let t1 = nodes.iter().map(|(_, n)| n.end).fold(f64::NEG_INFINITY, f64::max);
+    let range = (t1 - t0).max(1e-6);
+    h.push_str(
+        "<h2>Spans</h2><table class=\"waterfall\"><thead><tr><th>Span</th><th class=\"bar\">Timeline</th>\
+<th class=\"num\">Duration</th><th class=\"num\">Tokens in → out</th><th class=\"num\">Cost</th><th>Status</th></tr></thead><tbody>",
+    );
+    for (depth, n) in &nodes {
+        let kind = match n.kind {
+            NodeKind::Session => "session",
+            NodeKind::Continuation => "continuation",
+            NodeKind::Turn => "turn",
+            NodeKind::Chat => "chat",
+            NodeKind::Tool => "tool",
+            NodeKind::Approval => "approval",
+        };
+        let x = (n.start - t0) / range * 1000.0;
+        let w = ((n.end - n.start) / range * 1000.0).max(2.0);
+        let mut label = esc(&n.name);
+        if n.kind == NodeKind::Session && !std::ptr::eq(*n, root) {
+            let _ = write!(
+                label,
+                " <a href=\"{b}/session/{}\">{}</a>",
+                url_part(&n.session_id),
+                esc(&n.session_id)
+            );
+        }
+        if let Some(a) = n.attempt.filter(|a| *a > 0) {
+            let _ = write!(label, " <span class=\"muted\">(retry {a})</span>");
+        }
+        if let Some(d) = &n.detail {
+            let _ = write!(label, " <span class=\"muted\">[{}]</span>", esc(d));
+        }
+        let tokens = match (n.input_tokens, n.output_tokens) {
+            (Some(i), Some(o)) => format!("{} → {}", human_count(i), human_count(o)),
+            _ => String::new(),
+        };
+        let status = match &n.error {
+            Some(e) if !e.is_empty() => format!("{} {}", esc(&n.status), esc(e)),
+            _ => esc(&n.status),
+        };
+        let indent = if *depth > 0 {
+            format!("<span class=\"indent i{}\"></span>", depth.min(&10))
+        } else {
+            String::new()
+        };
+        let _ = write!(
+            h,
+            "<tr class=\"span kind-{kind} {sc}\" data-span-id=\"{}\" data-parent-span-id=\"{}\" data-depth=\"{depth}\">\
+<td class=\"name\">{indent}{label}</td><td class=\"bar\"><svg class=\"bar\" viewBox=\"0 0 1000 10\" preserveAspectRatio=\"none\">\
+<rect x=\"{x:.2}\" y=\"1\" width=\"{w:.2}\" height=\"8\"><title>{}</title></rect></svg></td>\
+<td class=\"num\">{}</td><td class=\"num\">{tokens}</td><td class=\"num\">{}</td><td class=\"{sc}\">{status}</td></tr>",
+            esc(&n.span_id),
+            esc(n.parent_span_id.as_deref().unwrap_or("")),
+            esc(&n.name),
+            human_duration(n.duration_ms),
+            n.cost_usd.map(usd).unwrap_or_default(),
+            sc = status_class(&n.status),
+        );
+        if let Some(content) = trace.content.get(&n.span_id) {
+            let _ = write!(
+                h,
+                "<tr class=\"content\"><td colspan=\"6\"><details class=\"content\" id=\"c-{}\"><summary>captured content</summary>",
+                esc(&n.span_id)
+            );
+            for (name, text) in content {
+                let pretty = serde_json::from_str::<serde_json::Value>(text)
+                    .ok()
+                    .and_then(|v| serde_json::to_string_pretty(&v).ok())
+                    .unwrap_or_else(|| text.clone());
+                let _ = write!(h, "<div class=\"muted\">{}</div><pre>{}</pre>", esc(name), esc(&pretty));
+            }
+            h.push_str("</details></td></tr>");
+        }
+    }
+    h.push_str("</tbody></table>");
+    if trace.content.is_empty() {
+        h.push_str(
+            "<p class=\"muted\">No prompts or responses: content capture was off \
+(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT).</p>",
+        );
+    }
+    // The session's own turns (a subagent's turns are on its own page).
+    let own: Vec<TurnPoint> = trace
+        .turns
+        .iter()
+        .filter(|t| t.session_id == trace.session_id)
+        .cloned()
+        .collect();
+    h.push_str("<h2>Per turn: cost and context size</h2>");
+    h.push_str(&turn_chart(&own));
+    h.push_str("<h2>Errors</h2>");
+    if trace.errors.is_empty() {
+        h.push_str("<p class=\"muted\" id=\"no-errors\">None.</p>");
+    } else {
+        h.push_str(
+            "<table class=\"errors\"><thead><tr><th>At</th><th>Span</th><th>Error</th><th class=\"num\">HTTP</th>\
+<th>Reason</th><th>Message</th></tr></thead><tbody>",
+        );
+        for e in &trace.errors {
+            let _ = write!(
+                h,
+                "<tr class=\"error\" data-span-id=\"{}\"><td>{}</td><td>{}</td><td class=\"status-error\">{}</td>\
+<td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&e.span_id),
+                local_time(e.at, frame.tz),
+                esc(&e.name),
+                esc(&e.error_type),
+                e.status_code.map(|c| c.to_string()).unwrap_or_default(),
+                esc(e.reason.as_deref().unwrap_or("")),
+                esc(e.message.as_deref().unwrap_or("")),
+            );
+        }
+        h.push_str("</tbody></table>");
+    }
+    h
+}
+
+/// Bars of each turn's cost and a line of its context size, as SVG.
+fn turn_chart(turns: &[TurnPoint]) -> String {
+    if turns.is_empty() {
+        return "<p class=\"muted\">No turns.</p>".into();
+    }
+    let (w, hgt, pad) = (900.0, 200.0, 30.0);
+    let max_cost = turns.iter().map(|t| t.cost_usd).fold(0.0, f64::max);
+    let max_ctx = turns.iter().map(|t| t.context_tokens).max().unwrap_or(0).max(1) as f64;
+    let step = (w - 2.0 * pad) / turns.len() as f64;
+    let plot = hgt - 2.0 * pad;
+    let mut s = format!(
+        "<div class=\"legend\"><span class=\"swatch-cost\">■ cost (max {})</span>\
+<span class=\"swatch-context\">● context, input tokens incl. cache (max {})</span></div>\
+<svg class=\"chart\" id=\"turn-chart\" viewBox=\"0 0 {w} {hgt}\" role=\"img\" aria-label=\"cost and context per turn\">\
+<line class=\"axis\" x1=\"{pad}\" y1=\"{y0}\" x2=\"{x1}\" y2=\"{y0}\"></line>",
+        usd(max_cost),
+        human_count(max_ctx as i64),
+        y0 = hgt - pad,
+        x1 = w - pad,
+    );
+    let mut points = Vec::new();
+    for (i, t) in turns.iter().enumerate() {
+        let x = pad + step * i as f64;
+        let bh = if max_cost > 0.0 {
+            t.cost_usd / max_cost * plot
+        } else {
+            0.0
+        };
+        let _ = write!(
+            s,
+            "<rect class=\"cost\" x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\"><title>turn {}: {}, {} calls</title></rect>",
+            x + step * 0.15,
+            hgt - pad - bh,
+            step * 0.7,
+            bh,
+            i + 1,
+            usd(t.cost_usd),
+            t.llm_calls
+        );
+        let cy = hgt - pad - t.context_tokens as f64 / max_ctx * plot;
+        let cx = x + step / 2.0;
+        points.push(format!("{cx:.1},{cy:.1}"));
+        let _ = write!(
+            s,
+            "<circle class=\"context\" cx=\"{cx:.1}\" cy=\"{cy:.1}\" r=\"3\"><title>turn {}: {} tokens of context</title></circle>",
+            i + 1,
+            human_count(t.context_tokens)
+        );
+        let _ = write!(
+            s,
+            "<text x=\"{cx:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+            hgt - pad + 14.0,
+            i + 1
+        );
+    }
+    let _ = write!(
+        s,
+        "<polyline class=\"context\" points=\"{}\"></polyline></svg>",
+        points.join(" ")
+    );
+    s
+}
+
+/// One budget with its forecast, for the budgets page.
+#[derive(Debug, Clone)]
+pub struct BudgetRow {
+    pub state: BudgetState,
+    pub forecast: Forecast,
+}
+
+/// The budgets page: each budget's spend against its limit, the forecast,
+/// and the verdicts and alerts given so far.
+pub fn budgets(
+    frame: &Frame<'_>,
+    cfg: &BudgetConfig,
+    rows: &[BudgetRow],
+    verdicts: &[(&str, i64)],
+    alerts: &[AlertRow],
+) -> String {
+    let mut h = String::from("<h1>Budgets</h1>");
+    if rows.is_empty() {
+        h.push_str(
+            "<p class=\"muted\" id=\"no-budgets\">No budgets set; add one with <code>hermes-otel budget set global daily 10</code>.</p>",
+        );
+    } else {
+        let _ = write!(
+            h,
+            "<p class=\"muted\">Mode {}, windows in {}; soft at {:.0}%, hard at {:.0}% of the limit.</p>",
+            esc(cfg.mode.as_str()),
+            esc(&cfg.tz_name),
+            cfg.soft_threshold * 100.0,
+            cfg.hard_threshold * 100.0
+        );
+        h.push_str(
+            "<table class=\"budgets\"><thead><tr><th>Scope</th><th>Id</th><th>Window</th><th>Spend / limit</th>\
+<th class=\"num\">Spend</th><th class=\"num\">Limit</th><th class=\"num\">%</th><th>Verdict</th>\
+<th class=\"num\">$/hour</th><th class=\"num\">Projected</th><th>Resets</th></tr></thead><tbody>",
+        );
+        for r in rows {
+            let s = &r.state;
+            let spend = s.spend.total();
+            let frac = if s.budget.limit > 0.0 {
+                (spend / s.budget.limit).min(1.0)
+            } else {
+                1.0
+            };
+            let verdict = if s.softened {
+                "soft (estimated)"
+            } else {
+                s.level.as_str()
+            };
+            let projected_class = if r.forecast.projected_usd >= s.budget.limit {
+                status_class(Level::Hard.as_str())
+            } else {
+                String::new()
+            };
+            let _ = write!(
+                h,
+                "<tr class=\"budget {sc}\"><td>{}</td><td>{}</td><td>{}</td>\
+<td><svg class=\"gauge\" viewBox=\"0 0 160 10\"><rect class=\"track\" x=\"0\" y=\"0\" width=\"160\" height=\"10\"></rect>\
+<rect class=\"spend\" x=\"0\" y=\"0\" width=\"{:.1}\" height=\"10\"></rect></svg></td>\
+<td class=\"num\">{}</td><td class=\"num\">${:.2}</td><td class=\"num\">{}</td><td class=\"{sc}\">{}</td>\
+<td class=\"num\">{}</td><td class=\"num {projected_class}\">${:.2}</td><td>{}</td></tr>",
+                s.budget.scope.as_str(),
+                esc(if s.budget.id.is_empty() { "-" } else { &s.budget.id }),
+                s.budget.window.as_str(),
+                frac * 160.0,
+                usd(spend),
+                s.budget.limit,
+                if s.budget.limit > 0.0 {
+                    format!("{:.0}", 100.0 * spend / s.budget.limit)
+                } else {
+                    "-".into()
+                },
+                esc(verdict),
+                usd(r.forecast.usd_per_hour),
+                r.forecast.projected_usd,
+                local_time(s.window_end as f64, &cfg.tz),
+                sc = status_class(s.level.as_str()),
+            );
+        }
+        h.push_str("</tbody></table>");
+    }
+    h.push_str("<h2>Verdicts given</h2><table class=\"verdicts\"><tbody>");
+    for (v, n) in verdicts {
+        let _ = write!(h, "<tr><td>{}</td><td class=\"num\">{n}</td></tr>", esc(v));
+    }
+    h.push_str("</tbody></table><h2>Alerts</h2>");
+    if alerts.is_empty() {
+        h.push_str("<p class=\"muted\">None.</p>");
+    } else {
+        h.push_str(
+            "<table class=\"alerts\"><thead><tr><th>Last</th><th>Kind</th><th>What</th><th class=\"num\">Times</th>\
+<th>Shown</th></tr></thead><tbody>",
+        );
+        for a in alerts {
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                local_time(a.last_at, frame.tz),
+                esc(&a.kind),
+                esc(&a.text),
+                a.count,
+                a.delivered_at
+                    .map(|t| local_time(t, frame.tz))
+                    .unwrap_or_else(|| "not yet".into())
+            );
+        }
+        h.push_str("</tbody></table>");
+    }
+    h
+}
+
+/// The body of a 404 page.
+pub fn not_found(what: &str) -> String {
+    format!("<h1>Not found</h1><p id=\"not-found\">{}</p>", esc(what))
+}

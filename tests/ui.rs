@@ -1,0 +1,349 @@
+//! The viewer (`hermes-otel ui`) over HTTP on loopback: pages, status
+//! codes, escaping of untrusted text, the access token, refreshing, and
+//! the query plans behind the pages.
+
+#[path = "support/http_get.rs"]
+mod http_get;
+
+use std::path::{Path, PathBuf};
+
+use hermes_otel::hook::{decode, DecodeOptions, Decoded};
+use hermes_otel::replay::{replay_file, ReplayStats};
+use hermes_otel::span::SpanOptions;
+use hermes_otel::store::{EventContext, SessionFilter, Store};
+use hermes_otel::ui::{UiConfig, UiServer};
+use http_get::get;
+use serde_json::{json, Value};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(FIXTURES).join(format!("{name}.jsonl"))
+}
+
+fn store_with(names: &[&str]) -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut store = Store::open_dir(dir.path()).expect("store");
+    let mut stats = ReplayStats::default();
+    for n in names {
+        replay_file(&mut store, &fixture(n), DecodeOptions::default(), &mut stats).expect("replay");
+    }
+    (dir, store)
+}
+
+fn serve(dir: &Path, token: Option<&str>, listen: &str) -> UiServer {
+    UiServer::start(UiConfig {
+        listen: listen.into(),
+        store_dir: dir.to_path_buf(),
+        token: token.map(Into::into),
+        span_options: SpanOptions::default(),
+        base: String::new(),
+    })
+    .expect("viewer starts")
+}
+
+fn apply(store: &mut Store, hook: &str, at: f64, kwargs: Value) {
+    let map = kwargs.as_object().expect("object").clone();
+    let Decoded::Event(event, _) = decode(hook, &map, at, DecodeOptions::default()) else {
+        panic!("{hook} did not decode");
+    };
+    store.apply(&event, &EventContext::default()).expect("apply");
+}
+
+fn session_of(name: &str) -> String {
+    let text = std::fs::read_to_string(fixture(name)).expect("fixture");
+    let first: Value = serde_json::from_str(text.lines().next().expect("a line")).expect("json");
+    first["kwargs"]["session_id"].as_str().expect("id").to_string()
+}
+
+#[test]
+fn the_index_lists_sessions_newest_first_with_totals_and_links() {
+    let (dir, _store) = store_with(&["failonce", "delegate_sync", "cron", "multi_turn"]);
+    let ui = serve(dir.path(), None, "127.0.0.1:0");
+    let page = get(ui.addr(), "/", &[]);
+    assert_eq!(page.status, 200);
+    assert!(page.header("content-type").is_some_and(|c| c.starts_with("text/html")));
+    assert!(page
+        .header("content-security-policy")
+        .is_some_and(|c| c.contains("script-src 'self'")));
+    // Four root sessions and delegate_sync's subagent.
+    assert!(page.body.contains("<b id=\"total-sessions\">5</b>"), "{}", page.body);
+    for n in ["cron", "multi_turn", "delegate_sync", "failonce"] {
+        assert!(
+            page.body.contains(&format!("href=\"/session/{}\"", session_of(n))),
+            "{n} listed"
+        );
+    }
+    let api = get(ui.addr(), "/api/sessions", &[]);
+    let list: Value = serde_json::from_str(&api.body).expect("json");
+    let starts: Vec<f64> = list["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .map(|s| s["started_at"].as_f64().expect("start"))
+        .collect();
+    assert!(starts.windows(2).all(|w| w[0] >= w[1]), "{starts:?}");
+    assert_eq!(list["totals"]["sessions"], 5);
+
+    let cron = get(ui.addr(), "/?platform=cron", &[]);
+    assert!(cron.body.contains("<b id=\"total-sessions\">1</b>"), "{}", cron.body);
+    assert!(cron.body.contains(&session_of("cron")));
+    assert!(!cron.body.contains(&session_of("failonce")));
+
+    let none = get(ui.addr(), "/?day=2001-01-01", &[]);
+    assert!(none.body.contains("id=\"no-sessions\""));
+    let by_cost = get(ui.addr(), "/api/sessions?sort=cost", &[]);
+    let list: Value = serde_json::from_str(&by_cost.body).expect("json");
+    let costs: Vec<f64> = list["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .map(|s| s["cost_usd"].as_f64().expect("cost"))
+        .collect();
+    assert!(costs.windows(2).all(|w| w[0] >= w[1]), "{costs:?}");
+}
+
+#[test]
+fn a_session_page_shows_every_span_of_the_trace_and_its_errors() {
+    let (dir, _store) = store_with(&["delegate_sync", "failonce"]);
+    let ui = serve(dir.path(), None, "127.0.0.1:0");
+    for name in ["delegate_sync", "failonce"] {
+        let id = session_of(name);
+        let tree: Value = serde_json::from_str(&get(ui.addr(), &format!("/api/session/{id}"), &[]).body).expect("json");
+        let page = get(ui.addr(), &format!("/session/{id}"), &[]);
+        assert_eq!(page.status, 200);
+        let mut stack = vec![&tree["root"]];
+        let mut n = 0;
+        while let Some(node) = stack.pop() {
+            let span = node["span_id"].as_str().expect("span id");
+            assert!(
+                page.body.contains(&format!("data-span-id=\"{span}\"")),
+                "{name}: span {span} on the page"
+            );
+            stack.extend(node["children"].as_array().expect("children"));
+            n += 1;
+        }
+        assert_eq!(
+            page.body.matches("<tr class=\"span ").count(),
+            n,
+            "{name}: one row a span"
+        );
+        assert!(page.body.contains("id=\"turn-chart\""), "{name}: the per-turn chart");
+    }
+    let failed = get(ui.addr(), &format!("/session/{}", session_of("failonce")), &[]);
+    assert!(failed.body.contains("<table class=\"errors\">"));
+    assert!(failed.body.contains("InternalServerError") && failed.body.contains("server_error"));
+    assert!(failed.body.contains("(retry 1)"));
+    // The subagent links to its own page.
+    let parent = get(ui.addr(), &format!("/session/{}", session_of("delegate_sync")), &[]);
+    assert!(parent.body.contains("href=\"/session/20261130_013800_5b8baf\""));
+    assert_eq!(get(ui.addr(), "/session/20261130_013800_5b8baf", &[]).status, 200);
+}
+
+#[test]
+fn unknown_sessions_and_paths_are_404_and_writes_are_refused() {
+    let (dir, _store) = store_with(&["failonce"]);
+    let ui = serve(dir.path(), None, "127.0.0.1:0");
+    let missing = get(ui.addr(), "/session/no-such-session", &[]);
+    assert_eq!(missing.status, 404);
+    assert!(missing.body.contains("id=\"not-found\""));
+    assert_eq!(get(ui.addr(), "/api/session/no-such-session", &[]).status, 404);
+    assert_eq!(get(ui.addr(), "/nothing/here", &[]).status, 404);
+    let mut stream = std::net::TcpStream::connect(ui.addr()).expect("connect");
+    use std::io::{Read, Write};
+    write!(
+        stream,
+        "POST / HTTP/1.1\r\nHost: {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        ui.addr()
+    )
+    .expect("send");
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).expect("read");
+    assert!(reply.starts_with("HTTP/1.1 405"), "{reply}");
+}
+
+#[test]
+fn untrusted_ids_names_and_content_are_escaped() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut store = Store::open_dir(dir.path()).expect("store");
+    let sid = "s<script>alert(1)</script>";
+    let tool = "<img src=x onerror=alert(2)>";
+    apply(
+        &mut store,
+        "on_session_start",
+        100.0,
+        json!({"session_id": sid, "platform": "cli\"><b>x"}),
+    );
+    apply(
+        &mut store,
+        "pre_llm_call",
+        100.5,
+        json!({"session_id": sid, "turn_id": format!("{sid}:t1"), "model": "m<i>", "platform": "cli"}),
+    );
+    apply(
+        &mut store,
+        "pre_tool_call",
+        101.0,
+        json!({"session_id": sid, "turn_id": format!("{sid}:t1"), "tool_name": tool, "tool_call_id": "c1", "args": {}}),
+    );
+    apply(
+        &mut store,
+        "post_tool_call",
+        102.0,
+        json!({"session_id": sid, "turn_id": format!("{sid}:t1"), "tool_name": tool, "tool_call_id": "c1",
+               "result": "{\"error\": null}", "status": "ok"}),
+    );
+    drop(store);
+    let ui = serve(dir.path(), None, "127.0.0.1:0");
+    let index = get(ui.addr(), "/", &[]);
+    assert!(!index.body.contains("<script>alert"), "raw markup in the index");
+    assert!(index.body.contains("s&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert!(index
+        .body
+        .contains("href=\"/session/s%3Cscript%3Ealert%281%29%3C%2Fscript%3E\""));
+    assert!(!index.body.contains("\"><b>x"));
+    let page = get(ui.addr(), "/session/s%3Cscript%3Ealert%281%29%3C%2Fscript%3E", &[]);
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(!page.body.contains("<img src=x"), "raw tool name on the page");
+    assert!(page.body.contains("execute_tool &lt;img src=x onerror=alert(2)&gt;"));
+    assert!(!page.body.contains("<script>alert"));
+    let missing = get(ui.addr(), "/session/%3Cb%3Enope", &[]);
+    assert_eq!(missing.status, 404);
+    assert!(missing.body.contains("&lt;b&gt;nope") && !missing.body.contains("<b>nope"));
+}
+
+#[test]
+fn off_loopback_needs_a_token_and_every_request_must_carry_it() {
+    let (dir, _store) = store_with(&["failonce"]);
+    let refused = UiServer::start(UiConfig {
+        listen: "0.0.0.0:0".into(),
+        store_dir: dir.path().to_path_buf(),
+        token: None,
+        span_options: SpanOptions::default(),
+        base: String::new(),
+    });
+    let err = refused.expect_err("no token off loopback");
+    assert!(err.to_string().contains("token"), "{err}");
+
+    // Listening on every address with a token; reached over loopback.
+    let ui = serve(dir.path(), Some("s3cret-token"), "0.0.0.0:0");
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", ui.addr().port()).parse().expect("addr");
+    let other_host = [("Host", "viewer.lan:8765")];
+    assert_eq!(get(addr, "/", &other_host).status, 401);
+    assert_eq!(get(addr, "/api/version", &other_host).status, 401);
+    assert_eq!(get(addr, "/?token=wrong", &other_host).status, 401);
+    let bearer = get(
+        addr,
+        "/",
+        &[("Host", "viewer.lan:8765"), ("Authorization", "Bearer s3cret-token")],
+    );
+    assert_eq!(bearer.status, 200);
+    let first = get(addr, "/?token=s3cret-token&platform=cli", &other_host);
+    assert_eq!(first.status, 303);
+    assert_eq!(first.header("location"), Some("/?platform=cli"));
+    let cookie = first.header("set-cookie").expect("a cookie").to_string();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().expect("name=value");
+    let with_cookie = get(addr, "/?platform=cli", &[("Host", "viewer.lan:8765"), ("Cookie", pair)]);
+    assert_eq!(with_cookie.status, 200);
+    assert!(with_cookie.body.contains(&session_of("failonce")));
+    // The stylesheet and script carry no data and need no token.
+    assert_eq!(get(addr, "/static/app.js", &other_host).status, 200);
+}
+
+#[test]
+fn without_a_token_only_loopback_host_names_are_answered() {
+    let (dir, _store) = store_with(&["failonce"]);
+    let ui = serve(dir.path(), None, "127.0.0.1:0");
+    assert_eq!(get(ui.addr(), "/", &[("Host", "attacker.example")]).status, 403);
+    assert_eq!(get(ui.addr(), "/", &[("Host", "localhost:8765")]).status, 200);
+}
+
+#[test]
+fn the_data_version_moves_when_hermes_records_more() {
+    let (dir, mut store) = store_with(&["failonce"]);
+    let ui = serve(dir.path(), None, "127.0.0.1:0");
+    let version = |ui: &UiServer| -> i64 {
+        let v: Value = serde_json::from_str(&get(ui.addr(), "/api/version", &[]).body).expect("json");
+        v["version"].as_i64().expect("version")
+    };
+    let before = version(&ui);
+    // The store stays writable while the viewer serves: it holds no lock.
+    apply(
+        &mut store,
+        "on_session_start",
+        2e9,
+        json!({"session_id": "later", "platform": "cli"}),
+    );
+    let after = version(&ui);
+    assert!(after > before, "{before} -> {after}");
+    let page = get(ui.addr(), "/", &[]);
+    assert!(page.body.contains(&format!("content=\"{after}\"")));
+    assert!(page.body.contains("href=\"/session/later\""));
+    let script = get(ui.addr(), "/static/app.js", &[]);
+    assert!(script.body.contains("/api/version"));
+}
+
+#[test]
+fn the_budgets_page_shows_spend_against_limit_with_its_forecast() {
+    let (dir, _store) = store_with(&["cron", "model404"]);
+    let empty = serve(dir.path(), None, "127.0.0.1:0");
+    assert!(get(empty.addr(), "/budgets", &[]).body.contains("id=\"no-budgets\""));
+    drop(empty);
+    let home = dir.path().display().to_string();
+    assert_eq!(
+        hermes_otel::cli::run(["hermes-otel", "--home", &home, "budget", "set", "global", "daily", "10"]),
+        0
+    );
+    let ui = serve(dir.path(), None, "127.0.0.1:0");
+    let page = get(ui.addr(), "/budgets", &[]);
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body
+            .contains("<tr class=\"budget status-ok\"><td>global</td><td>-</td><td>daily</td>"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("$10.00"));
+    assert!(page.body.contains("$/hour"));
+    // model404's alert is a verdict the plugin gave.
+    assert!(page.body.contains("model_unavailable"), "{}", page.body);
+}
+
+/// The pages' reads use indexes, not scans of the ledger.
+#[test]
+fn the_index_and_session_queries_use_indexes() {
+    let (_dir, store) = store_with(&["failonce"]);
+    let plans = store
+        .trace_query_plans(&SessionFilter {
+            limit: 50,
+            ..SessionFilter::default()
+        })
+        .expect("plans");
+    assert!(!plans.is_empty());
+    for (query, detail) in &plans {
+        let scan =
+            detail.starts_with("SCAN") && !detail.contains("USING INDEX") && !detail.contains("USING COVERING INDEX");
+        assert!(!scan, "{query}: {detail}\n{plans:#?}");
+    }
+    let index: Vec<&str> = plans
+        .iter()
+        .filter(|(q, _)| q == "index")
+        .map(|(_, d)| d.as_str())
+        .collect();
+    assert!(index.iter().any(|d| d.contains("runs_started")), "{index:?}");
+    let calls: Vec<&str> = plans
+        .iter()
+        .filter(|(q, _)| q == "llm_calls")
+        .map(|(_, d)| d.as_str())
+        .collect();
+    assert!(
+        calls
+            .iter()
+            .any(|d| d.contains("SEARCH l USING PRIMARY KEY (api_request_id>? AND api_request_id<?)")),
+        "{calls:?}"
+    );
+}
