@@ -220,6 +220,8 @@ pub(super) fn print_outcome(
 /// A settings block: each value with where it came from, then warnings.
 pub(super) fn print_settings(title: &str, width: usize, rows: &[(&str, String, String)], warnings: &[String]) {
     println!("{title}");
+    // At least one space after the longest name, whatever `width` says.
+    let width = rows.iter().map(|(n, _, _)| n.len() + 1).max().unwrap_or(0).max(width);
     for (name, value, source) in rows {
         println!("  {name:<width$}{value} (from {source})");
     }
