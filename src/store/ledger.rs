@@ -95,19 +95,8 @@ impl Store {
         let tx = self.conn.transaction()?;
         let cutoff = now - idle_seconds;
         outbox::enqueue_idle(&tx, cutoff, now)?;
-        tx.execute(
-            "UPDATE turns SET outcome = ?1, ended_at = (SELECT last_event_at FROM runs r WHERE r.session_id = turns.session_id)
-             WHERE outcome IS NULL AND session_id IN
-               (SELECT session_id FROM runs WHERE last_event_at < ?2)",
-            params![ABANDONED, cutoff],
-        )?;
-        let n = tx.execute(
-            // 'running' spelled out: the partial index runs_running is
-            // chosen only for the literal its WHERE names.
-            "UPDATE runs SET status = ?1, ended_at = last_event_at, close_reason = 'idle_timeout'
-              WHERE status = 'running' AND last_event_at < ?2",
-            params![ABANDONED, cutoff],
-        )?;
+        tx.execute(CLOSE_IDLE_TURNS, params![ABANDONED, cutoff])?;
+        let n = tx.execute(CLOSE_IDLE_RUNS, params![ABANDONED, cutoff])?;
         tx.commit()?;
         Ok(n)
     }
@@ -134,6 +123,18 @@ impl Store {
         Ok(n)
     }
 }
+
+/// Closes the open turns of runs idle since `?2` as `?1`, ended at their
+/// run's last event. Reads only open turns (partial index `turns_open`).
+pub(super) const CLOSE_IDLE_TURNS: &str =
+    "UPDATE turns SET outcome = ?1, ended_at = (SELECT last_event_at FROM runs r WHERE r.session_id = turns.session_id)
+      WHERE outcome IS NULL AND (SELECT last_event_at FROM runs r WHERE r.session_id = turns.session_id) < ?2";
+
+/// Closes running runs idle since `?2` as `?1`. 'running' spelled out: the
+/// partial index runs_running is chosen only for the literal its WHERE names.
+pub(super) const CLOSE_IDLE_RUNS: &str =
+    "UPDATE runs SET status = ?1, ended_at = last_event_at, close_reason = 'idle_timeout'
+      WHERE status = 'running' AND last_event_at < ?2";
 
 /// Moves whenever another connection commits (SQLite's own counter).
 fn data_version(tx: &Transaction<'_>) -> Result<i64> {

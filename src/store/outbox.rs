@@ -259,77 +259,94 @@ pub(super) fn enqueue_open_turns(tx: &Transaction<'_>, session_id: &str, at: f64
     Ok(())
 }
 
+/// The sessions the idle closer closes: running ones, and ones with a turn
+/// still open, idle since `?2`. Written as two arms over partial indexes
+/// (`runs_running`, `turns_open`) so the sweep reads what is open, not
+/// every run ever recorded.
+const IDLE_SESSIONS: &str = "SELECT session_id FROM runs WHERE status = 'running' AND last_event_at < ?2
+     UNION ALL SELECT t.session_id FROM turns t WHERE t.outcome IS NULL
+       AND (SELECT r.last_event_at FROM runs r WHERE r.session_id = t.session_id) < ?2";
+
+/// The sessions named in `?2` (a JSON array) that are still open.
+const EXITED_SESSIONS: &str = "SELECT session_id FROM runs
+      WHERE session_id IN (SELECT value FROM json_each(?2)) AND (status = 'running'
+        OR EXISTS (SELECT 1 FROM turns t WHERE t.session_id = runs.session_id AND t.outcome IS NULL))";
+
 /// Enqueues everything the idle closer is about to close: the open turns,
 /// open tool calls and open attempts of runs idle since `cutoff`, and the
 /// runs themselves. Must run before the statements that close them.
 pub(super) fn enqueue_idle(tx: &Transaction<'_>, cutoff: f64, now: f64) -> Result<()> {
-    let idle = "SELECT session_id FROM runs WHERE last_event_at < ?2 AND (status = 'running'
-                 OR EXISTS (SELECT 1 FROM turns t WHERE t.session_id = runs.session_id AND t.outcome IS NULL))";
-    enqueue_closing(tx, idle, &cutoff, now)
+    enqueue_closing(tx, IDLE_SESSIONS, &cutoff, now)
 }
 
 /// [`enqueue_idle`] for the sessions named in `sessions` (a JSON array)
 /// that are still open: a process exits with them open.
 pub(super) fn enqueue_exited(tx: &Transaction<'_>, sessions: &str, now: f64) -> Result<()> {
-    let open =
-        "SELECT session_id FROM runs WHERE session_id IN (SELECT value FROM json_each(?2)) AND (status = 'running'
-                 OR EXISTS (SELECT 1 FROM turns t WHERE t.session_id = runs.session_id AND t.outcome IS NULL))";
-    enqueue_closing(tx, open, &sessions, now)
+    enqueue_closing(tx, EXITED_SESSIONS, &sessions, now)
 }
 
-/// Enqueues the open turns, tool calls and attempts of the sessions `idle`
-/// selects (a query whose one parameter is `?2`, bound to `scope`), and the
-/// sessions' spans.
+/// The statements of [`enqueue_closing`], each with the span kind it
+/// enqueues: `?1` the kind, `?2` the selector's parameter, `?3` now.
+fn closing_statements(idle: &str) -> [(SpanKind, String); 5] {
+    [
+        (
+            SpanKind::Turn,
+            format!(
+                "INSERT INTO outbox (kind, session_id, key, n, ready_at, hold)
+                 SELECT ?1, session_id, turn_id, -1, ?3, 0 FROM turns WHERE outcome IS NULL AND session_id IN ({idle})
+                 ON CONFLICT (kind, session_id, key, n) DO UPDATE SET ready_at = excluded.ready_at, hold = 0"
+            ),
+        ),
+        (
+            SpanKind::Tool,
+            format!(
+                "INSERT INTO outbox (kind, session_id, key, n, ready_at, hold)
+                 SELECT ?1, session_id, tool_call_id, -1, ?3, 0 FROM tool_calls
+                  WHERE ended_at IS NULL AND proxy = 0 AND session_id IN ({idle})
+                 ON CONFLICT (kind, session_id, key, n) DO NOTHING"
+            ),
+        ),
+        (
+            SpanKind::Approval,
+            format!(
+                "INSERT INTO outbox (kind, session_id, key, n, ready_at, hold)
+                 SELECT ?1, session_id, key, -1, ?3, 0 FROM approvals
+                  WHERE ended_at IS NULL AND session_id IN ({idle})
+                 ON CONFLICT (kind, session_id, key, n) DO NOTHING"
+            ),
+        ),
+        // An attempt is open when its request has fewer finished attempts
+        // (successes and errors) than pre_api_request calls.
+        (
+            SpanKind::OpenAttempt,
+            format!(
+                "INSERT INTO outbox (kind, session_id, key, n, ready_at, hold)
+                 SELECT ?1, a.session_id, a.api_request_id, -1, ?3, 0 FROM api_requests a
+                  WHERE a.session_id IN ({idle})
+                    AND NOT EXISTS (SELECT 1 FROM llm_calls l WHERE l.api_request_id = a.api_request_id)
+                    AND a.attempts > (SELECT COUNT(*) FROM llm_call_errors e WHERE e.api_request_id = a.api_request_id)
+                 ON CONFLICT (kind, session_id, key, n) DO NOTHING"
+            ),
+        ),
+        (
+            SpanKind::Run,
+            format!(
+                "INSERT INTO outbox (kind, session_id, key, n, ready_at, hold)
+                 SELECT ?1, session_id, session_id, span_n, ?3, 0 FROM runs
+                  WHERE session_id IN ({idle}) AND (span_n = 0 OR span_started_at IS NOT NULL)
+                 ON CONFLICT (kind, session_id, key, n) DO UPDATE SET ready_at = excluded.ready_at, hold = 0"
+            ),
+        ),
+    ]
+}
+
+/// Enqueues the open turns, tool calls, approvals and attempts of the
+/// sessions `idle` selects (a query whose one parameter is `?2`, bound to
+/// `scope`), and the sessions' spans.
 fn enqueue_closing(tx: &Transaction<'_>, idle: &str, scope: &dyn rusqlite::ToSql, now: f64) -> Result<()> {
-    let cutoff = scope;
-    tx.execute(
-        &format!(
-            "INSERT INTO outbox (kind, session_id, key, n, ready_at, hold)
-             SELECT ?1, session_id, turn_id, -1, ?3, 0 FROM turns WHERE outcome IS NULL AND session_id IN ({idle})
-             ON CONFLICT (kind, session_id, key, n) DO UPDATE SET ready_at = excluded.ready_at, hold = 0"
-        ),
-        params![SpanKind::Turn as i64, cutoff, now],
-    )?;
-    tx.execute(
-        &format!(
-            "INSERT INTO outbox (kind, session_id, key, n, ready_at, hold)
-             SELECT ?1, session_id, tool_call_id, -1, ?3, 0 FROM tool_calls
-              WHERE ended_at IS NULL AND proxy = 0 AND session_id IN ({idle})
-             ON CONFLICT (kind, session_id, key, n) DO NOTHING"
-        ),
-        params![SpanKind::Tool as i64, cutoff, now],
-    )?;
-    tx.execute(
-        &format!(
-            "INSERT INTO outbox (kind, session_id, key, n, ready_at, hold)
-             SELECT ?1, session_id, key, -1, ?3, 0 FROM approvals
-              WHERE ended_at IS NULL AND session_id IN ({idle})
-             ON CONFLICT (kind, session_id, key, n) DO NOTHING"
-        ),
-        params![SpanKind::Approval as i64, cutoff, now],
-    )?;
-    // An attempt is open when its request has fewer finished attempts
-    // (successes and errors) than pre_api_request calls.
-    tx.execute(
-        &format!(
-            "INSERT INTO outbox (kind, session_id, key, n, ready_at, hold)
-             SELECT ?1, a.session_id, a.api_request_id, -1, ?3, 0 FROM api_requests a
-              WHERE a.session_id IN ({idle})
-                AND NOT EXISTS (SELECT 1 FROM llm_calls l WHERE l.api_request_id = a.api_request_id)
-                AND a.attempts > (SELECT COUNT(*) FROM llm_call_errors e WHERE e.api_request_id = a.api_request_id)
-             ON CONFLICT (kind, session_id, key, n) DO NOTHING"
-        ),
-        params![SpanKind::OpenAttempt as i64, cutoff, now],
-    )?;
-    tx.execute(
-        &format!(
-            "INSERT INTO outbox (kind, session_id, key, n, ready_at, hold)
-             SELECT ?1, session_id, session_id, span_n, ?3, 0 FROM runs
-              WHERE session_id IN ({idle}) AND (span_n = 0 OR span_started_at IS NOT NULL)
-             ON CONFLICT (kind, session_id, key, n) DO UPDATE SET ready_at = excluded.ready_at, hold = 0"
-        ),
-        params![SpanKind::Run as i64, cutoff, now],
-    )?;
+    for (kind, sql) in closing_statements(idle) {
+        tx.execute(&sql, params![kind as i64, scope, now])?;
+    }
     Ok(())
 }
 
@@ -1166,6 +1183,36 @@ fn set_state(tx: &Transaction<'_>, key: &str, value: impl rusqlite::ToSql) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The idle sweep, every minute in every Hermes process, reads what is
+    /// open, not every row ever recorded (issue 18): no statement of it
+    /// scans a ledger table.
+    #[test]
+    fn the_idle_sweep_reads_only_what_is_open() {
+        let (_dir, store) = store();
+        let mut statements: Vec<String> = closing_statements(IDLE_SESSIONS).into_iter().map(|(_, s)| s).collect();
+        statements.extend(closing_statements(EXITED_SESSIONS).into_iter().map(|(_, s)| s));
+        statements.push(super::super::ledger::CLOSE_IDLE_TURNS.to_string());
+        statements.push(super::super::ledger::CLOSE_IDLE_RUNS.to_string());
+        for sql in statements {
+            let mut plan = store
+                .conn()
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .expect("explain");
+            let n = plan.parameter_count();
+            let params: Vec<String> = (0..n).map(|_| "1".to_string()).collect();
+            let steps: Vec<String> = plan
+                .query_map(rusqlite::params_from_iter(params.iter()), |r| r.get::<_, String>(3))
+                .expect("plan")
+                .collect::<std::result::Result<_, _>>()
+                .expect("rows");
+            let scans: Vec<&String> = steps
+                .iter()
+                .filter(|s| s.starts_with("SCAN") && !s.contains("json_each") && !s.contains("USING INDEX turns_open"))
+                .collect();
+            assert!(scans.is_empty(), "{sql}\n{steps:?}");
+        }
+    }
 
     /// Every statement that loads a span's ledger rows reaches them through
     /// an index: exporting costs the same per span however large the store

@@ -62,3 +62,9 @@ CREATE TABLE approvals (
 -- post_auxiliary_call, or its own auxiliary accounting on 0.19.0) are LLM
 -- calls like the others, marked with their task; NULL for a turn's calls.
 ALTER TABLE llm_calls ADD COLUMN aux_task TEXT;
+
+-- The idle sweep runs every minute in every Hermes process; it must read
+-- what is open, not every turn and request ever recorded (issue 18): open
+-- turns (a small partial index), and a session's API requests.
+CREATE INDEX turns_open ON turns (session_id) WHERE outcome IS NULL;
+CREATE INDEX api_requests_session ON api_requests (session_id);
