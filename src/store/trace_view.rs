@@ -152,6 +152,14 @@ impl Store {
                 supported: super::SCHEMA_VERSION,
             });
         }
+        if found < super::SCHEMA_VERSION {
+            // A store no process of this version has opened yet (the plugin
+            // was just upgraded): bring it up to date once, as any command
+            // that writes would, then read it as usual.
+            drop(conn);
+            drop(Store::open(path)?);
+            return Self::open_read_only(path);
+        }
         Ok(Store {
             conn,
             path: path.to_path_buf(),
@@ -464,4 +472,30 @@ fn filter_clause(filter: &SessionFilter) -> (String, Vec<rusqlite::types::Value>
         format!("WHERE {}", terms.join(" AND "))
     };
     (clause, args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `trace` and `ui` read with a read-only connection; a store an older
+    /// version wrote (the plugin just upgraded, no Hermes process run since)
+    /// is brought up to date first instead of failing on a missing column.
+    #[test]
+    fn a_store_of_an_older_schema_is_migrated_before_it_is_read() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("old.db");
+        let mut conn = Connection::open(&path).expect("open");
+        super::super::migrate(&mut conn, &super::super::MIGRATIONS[..7]).expect("schema 7");
+        conn.execute(
+            "INSERT INTO runs (session_id, root_session_id, started_at, last_event_at, status)
+             VALUES ('s', 's', 1, 2, 'ok')",
+            [],
+        )
+        .expect("a run");
+        drop(conn);
+        let store = Store::open_read_only(&path).expect("open read-only");
+        assert_eq!(store.schema_version().expect("version"), super::super::SCHEMA_VERSION);
+        assert!(store.trace_rows("s").expect("read").is_some(), "the session reads");
+    }
 }
