@@ -5,6 +5,7 @@
 #   Rust >= 1.89 with the rustfmt and clippy components; python3 >= 3.11
 #   with venv and PyYAML; promtool and prometheus (Debian `prometheus`);
 #   ip and unshare (iproute2, util-linux) for the end-to-end namespaces;
+#   headless chromium for the viewer's browser tests;
 #   access to PyPI the first time (maturin, ruff, pytest, hermes-agent).
 # Nothing is skipped: a test that needs one of these fails without it.
 set -euo pipefail
@@ -36,6 +37,10 @@ command -v promtool >/dev/null 2>&1 || need "promtool" "apt-get install -y prome
 [ -x /usr/bin/prometheus ] || need "/usr/bin/prometheus (the real-Prometheus test)" "apt-get install -y prometheus"
 command -v ip >/dev/null 2>&1 || need "ip (end-to-end loopback namespaces)" "apt-get install -y iproute2"
 command -v unshare >/dev/null 2>&1 || need "unshare (end-to-end loopback namespaces)" "apt-get install -y util-linux"
+if [ -z "${CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1 &&
+    ! command -v google-chrome >/dev/null 2>&1; then
+    need "chromium (the viewer's browser tests)" "apt-get install -y chromium, or set CHROMIUM"
+fi
 if "$PY" -c '' 2>/dev/null && { [ ! -x "${HERMES_OTEL_PY_VENV:-target/py/venv}/bin/maturin" ] ||
     [ ! -x target/py/hermes-venv/bin/hermes ]; }; then
     index=${PIP_INDEX_URL:-https://pypi.org/simple/}
