@@ -18,6 +18,7 @@ pub mod export;
 pub mod export_task;
 pub mod health;
 pub mod hook;
+pub mod http_server;
 pub mod metrics;
 pub mod pricing;
 pub mod process;

@@ -2,7 +2,7 @@
 //! report, the Prometheus scrape of `/metrics`, the OTLP metrics and the
 //! spans agree on every count they share: LLM calls, failed attempts, tool
 //! calls, failed tool calls, non-zero exits Hermes reported as ok, tokens
-//! and cost. Real components: a store in a temp dir, the Prometheus
+//! and cost, auxiliary LLM calls included. Real components: a store in a temp dir, the Prometheus
 //! endpoint of `serve`, in-process OTLP receivers on loopback.
 
 mod support;
@@ -251,10 +251,36 @@ fn replay(store: &mut Store, file: &Path) {
     assert!(stats.bad_lines.is_empty(), "{:?}", stats.bad_lines);
 }
 
+/// The REPL fixture plus an auxiliary call (a title), as the package feeds
+/// it from Hermes 0.19.0's own accounting: auxiliary calls are LLM calls
+/// on every surface.
+fn with_auxiliary_call(dir: &Path) -> PathBuf {
+    let base = std::fs::read_to_string(Path::new(FIXTURES).join("multi_turn.jsonl")).expect("fixture");
+    let session = base
+        .lines()
+        .find_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            v["kwargs"]["session_id"].as_str().map(str::to_string)
+        })
+        .expect("a session id");
+    let aux = serde_json::json!({
+        "hook": "post_auxiliary_call", "t": 1796002700.5, "pid": 1, "thread": "title",
+        "kwargs": {"session_id": session, "aux_task": "title_generation", "model": "mock-model",
+                   "provider": "custom", "usage": {"input_tokens": 1020, "output_tokens": 42}},
+    });
+    let path = dir.join("multi_turn_with_an_auxiliary_call.jsonl");
+    std::fs::write(&path, format!("{base}{aux}\n")).expect("write");
+    path
+}
+
 #[test]
 fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
     let mut all = Counts::default();
-    for file in fixtures() {
+    let extra = tempfile::tempdir().expect("temp dir");
+    let mut files = fixtures();
+    files.push(with_auxiliary_call(extra.path()));
+    let mut aux_calls = 0;
+    for file in files {
         let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("hermes-otel.db");
@@ -280,6 +306,9 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
 
         let store = Store::open(&path).expect("reopen");
         let report = report_counts(&store);
+        aux_calls += store
+            .query_scalar::<i64>("SELECT COUNT(*) FROM llm_calls WHERE aux_task IS NOT NULL")
+            .expect("aux calls");
         assert!(
             report.llm_calls + report.tool_calls + report.api_errors > 0.0,
             "{name}: empty fixture?"
@@ -320,4 +349,5 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
         "no fixture has a non-zero exit Hermes called ok: {all:?}"
     );
     assert!(all.api_errors >= 1.0 && all.tool_calls >= 1.0, "{all:?}");
+    assert_eq!(aux_calls, 1, "the auxiliary call was compared too");
 }

@@ -1,7 +1,6 @@
 //! `hermes-otel serve --prometheus ADDR`: the Prometheus text endpoint.
 //!
-//! Owns: a small HTTP/1.1 server (hyper, already in the tree through
-//! tonic) on its own thread and its own store connection, answering
+//! Owns: its store connection, answering, through [`HttpServer`],
 //! `GET /metrics` with [`crate::metrics::prometheus_text`]. Must not
 //! touch: the ledger (it only folds and reads metric state).
 //!
@@ -12,17 +11,16 @@
 //! `serve` processes on one store serve the same totals (scrape only one of
 //! them, or sums double).
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 
 use crate::error::{Error, Result};
+use crate::http_server::{HttpServer, Reply};
 use crate::metrics::AllowList;
 use crate::store::Store;
 
@@ -31,16 +29,9 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// A running `/metrics` endpoint; serves until the process ends or it is
 /// dropped.
+#[derive(Debug)]
 pub struct PrometheusServer {
-    addr: SocketAddr,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl std::fmt::Debug for PrometheusServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PrometheusServer").field("addr", &self.addr).finish()
-    }
+    server: HttpServer,
 }
 
 impl PrometheusServer {
@@ -49,54 +40,21 @@ impl PrometheusServer {
     pub fn start(addr: &str, store_path: &Path, allow: AllowList, session_grace_seconds: f64) -> Result<Self> {
         let listener =
             std::net::TcpListener::bind(addr).map_err(|e| Error::Other(format!("prometheus endpoint {addr}: {e}")))?;
-        let bound = listener
-            .local_addr()
-            .map_err(|e| Error::Other(format!("prometheus endpoint {addr}: {e}")))?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| Error::Other(format!("prometheus endpoint {addr}: {e}")))?;
         let store = Store::open(store_path)?;
-        let state = Arc::new(Scrape {
+        let state = Scrape {
             store: Mutex::new(store),
             allow,
             session_grace_seconds,
             path: store_path.to_path_buf(),
-        });
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("hermes-otel-prometheus".into())
-            .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        tracing::error!(target: "Prometheus.Failed", error = %e);
-                        return;
-                    }
-                };
-                runtime.block_on(accept_loop(listener, state, rx));
-            })
-            .map_err(|e| Error::Other(format!("prometheus endpoint thread: {e}")))?;
-        Ok(PrometheusServer {
-            addr: bound,
-            shutdown: Some(tx),
-            thread: Some(thread),
-        })
+        };
+        // Scrapes share the one store connection: they run one at a time.
+        let server = HttpServer::start(listener, "prometheus", move |req| answer(&state, &req))?;
+        Ok(PrometheusServer { server })
     }
 
     /// The address it listens on.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for PrometheusServer {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.server.addr()
     }
 }
 
@@ -124,40 +82,7 @@ impl Scrape {
     }
 }
 
-async fn accept_loop(
-    listener: std::net::TcpListener,
-    state: Arc<Scrape>,
-    mut shutdown: tokio::sync::oneshot::Receiver<()>,
-) {
-    let listener = match tokio::net::TcpListener::from_std(listener) {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!(target: "Prometheus.Failed", error = %e);
-            return;
-        }
-    };
-    loop {
-        let stream = tokio::select! {
-            _ = &mut shutdown => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(_) => continue,
-            },
-        };
-        let state = state.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let state = state.clone();
-                async move { Ok::<_, Infallible>(answer(&state, &req)) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
-}
-
-fn answer<B>(state: &Scrape, req: &Request<B>) -> Response<Full<Bytes>> {
+fn answer<B>(state: &Scrape, req: &Request<B>) -> Reply {
     let reply = |status: StatusCode, content_type: &str, body: String| {
         let mut response = Response::new(Full::new(Bytes::from(body)));
         *response.status_mut() = status;

@@ -5,7 +5,7 @@
 //! content, error messages) goes through [`esc`]; every id put in a URL
 //! through [`url_part`].
 
-use std::fmt::Write as _;
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 /// `text` safe inside HTML text and double-quoted attribute values.
 pub fn esc(text: &str) -> String {
@@ -23,45 +23,19 @@ pub fn esc(text: &str) -> String {
     out
 }
 
-/// `text` percent-encoded for a path segment or a query value (everything
-/// but unreserved characters).
+/// Everything but RFC 3986's unreserved characters is escaped.
+const NOT_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+
+/// `text` percent-encoded for a path segment or a query value.
 pub fn url_part(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
+    utf8_percent_encode(text, NOT_UNRESERVED).to_string()
 }
 
-/// Decodes `%XX` escapes (and `+` as a space when `plus`); invalid escapes
-/// are kept as they are, invalid UTF-8 is replaced.
+/// Decodes `%XX` escapes (and `+` as a space when `plus`, as in a query
+/// string); invalid escapes are kept as they are, invalid UTF-8 is replaced.
 pub fn percent_decode(text: &str, plus: bool) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(v) => {
-                        out.push(v);
-                        i += 3;
-                        continue;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b'+' if plus => out.push(b' '),
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    let text = if plus { text.replace('+', " ") } else { text.to_string() };
+    percent_decode_str(&text).decode_utf8_lossy().into_owned()
 }
 
 /// The pairs of a query string, decoded.

@@ -1,7 +1,6 @@
 //! `hermes-otel ui`: a local, read-only web viewer over the store.
 //!
-//! Owns: the HTTP server (hyper, as `serve --prometheus` uses, on a thread
-//! of its own), routing, the access token, and the JSON endpoints. The
+//! Owns: routing (served by [`HttpServer`], as `serve --prometheus` is), the access token, and the JSON endpoints. The
 //! pages are [`pages`], the trees [`crate::trace`], the queries
 //! [`crate::store`]. Must not touch: writes to the store.
 //!
@@ -31,20 +30,18 @@
 pub mod html;
 pub mod pages;
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use jiff::tz::TimeZone;
 
 use crate::budget::{self, BudgetConfig};
 use crate::error::{Error, Result};
+use crate::http_server::HttpServer;
 use crate::span::SpanOptions;
 use crate::store::{SessionFilter, SessionSort, Store, DB_FILE_NAME};
 use html::{percent_decode, query_pairs};
@@ -79,16 +76,9 @@ pub struct UiConfig {
 }
 
 /// A running viewer; serves until dropped.
+#[derive(Debug)]
 pub struct UiServer {
-    addr: SocketAddr,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl std::fmt::Debug for UiServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UiServer").field("addr", &self.addr).finish()
-    }
+    server: HttpServer,
 }
 
 impl UiServer {
@@ -104,9 +94,8 @@ impl UiServer {
                 "the viewer would listen on {addr}, which is not loopback: set a token with --token or {TOKEN_ENV}"
             )));
         }
-        listener.set_nonblocking(true).map_err(what)?;
         drop(Store::open_dir(&config.store_dir)?);
-        let state = Arc::new(State {
+        let state = State {
             db: config.store_dir.join(DB_FILE_NAME),
             dir: config.store_dir.clone(),
             token,
@@ -114,53 +103,19 @@ impl UiServer {
             base: config.base.trim_end_matches('/').to_string(),
             loopback_only: addr.ip().is_loopback(),
             tz: TimeZone::system(),
-        });
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("hermes-otel-ui".into())
-            .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        tracing::error!(target: "Ui.Failed", error = %e);
-                        return;
-                    }
-                };
-                runtime.block_on(accept_loop(listener, state, rx));
-            })
-            .map_err(|e| Error::Other(format!("viewer thread: {e}")))?;
-        Ok(UiServer {
-            addr,
-            shutdown: Some(tx),
-            thread: Some(thread),
-        })
+        };
+        let server = HttpServer::start(listener, "ui", move |req| answer(&state, &Asked::of(&req)))?;
+        Ok(UiServer { server })
     }
 
     /// The address it listens on.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     /// Blocks until the server stops (it does not, unless it failed).
-    pub fn wait(mut self) {
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for UiServer {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+    pub fn wait(self) {
+        self.server.wait();
     }
 }
 
@@ -172,47 +127,6 @@ struct State {
     base: String,
     loopback_only: bool,
     tz: TimeZone,
-}
-
-async fn accept_loop(
-    listener: std::net::TcpListener,
-    state: Arc<State>,
-    mut shutdown: tokio::sync::oneshot::Receiver<()>,
-) {
-    let listener = match tokio::net::TcpListener::from_std(listener) {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!(target: "Ui.Failed", error = %e);
-            return;
-        }
-    };
-    loop {
-        let stream = tokio::select! {
-            _ = &mut shutdown => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(_) => continue,
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let state = state.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let state = state.clone();
-                async move {
-                    let asked = Asked::of(&req);
-                    // Store reads are blocking: off the async workers.
-                    let response = tokio::task::spawn_blocking(move || answer(&state, &asked))
-                        .await
-                        .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, "viewer task failed\n"));
-                    Ok::<_, Infallible>(response)
-                }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
 }
 
 /// What a request asked, copied out of it.
