@@ -628,11 +628,9 @@ fn offer_host_price(py: Python<'_>, bridge: &Bridge, model: &str, provider: Opti
     bridge.set_host_price(
         model,
         ModelPrice {
-            input,
-            output,
             cache_read: get("cache_read"),
             cache_write: get("cache_write"),
-            reasoning: None,
+            ..ModelPrice::flat(input, output)
         },
     );
 }

@@ -10,7 +10,7 @@ use jiff::tz::TimeZone;
 use serde::Serialize;
 
 use crate::store::FactKind;
-use crate::store::{FactRow, RunSummary};
+use crate::store::{FactRow, ProviderBilled, RunSummary};
 
 /// Identifies the JSON layout; bumped on any incompatible change.
 pub const REPORT_SCHEMA: &str = "hermes-otel.report.v1";
@@ -67,6 +67,11 @@ pub struct Report {
     pub by_sender: Vec<Group>,
     pub by_cron_job: Vec<Group>,
     pub by_session: Vec<Group>,
+    /// Calls whose cost the provider reported itself (then the cost above),
+    /// by model and provider, with the price table's estimate beside it:
+    /// what to check against the provider's invoice. Empty when no provider
+    /// reported a cost.
+    pub provider_billed: Vec<ProviderBilled>,
 }
 
 #[derive(Default)]
@@ -164,6 +169,7 @@ pub fn build(facts: &[FactRow], runs: &[RunSummary], tz: &TimeZone, since: f64, 
         by_sender: group_by(facts, |f| f.sender_id.clone()),
         by_cron_job: group_by(facts, |f| f.cron_job_id.clone()),
         by_session: group_by(facts, |f| Some(f.session_id.clone())),
+        provider_billed: Vec::new(),
     }
 }
 

@@ -365,6 +365,69 @@ fn cached_and_reasoning_tokens_are_priced_without_adding_prompt_tokens() {
 }
 
 #[test]
+fn a_cost_the_provider_reported_is_the_cost_everywhere_with_the_estimate_beside_it() {
+    // The readfile run as a provider that bills each call itself would
+    // report it (OpenRouter's `usage.cost`): 1 cent, then 2 cents, ...
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("billed.jsonl");
+    let mut billed = Vec::new();
+    let mut estimates = Vec::new();
+    let lines: Vec<String> = records(&fixture("readfile"))
+        .into_iter()
+        .map(|mut r| {
+            if r["hook"] == "post_api_request" {
+                let u = &r["kwargs"]["usage"];
+                let est = (int(&u["input_tokens"]) as f64 * 2.0
+                    + int(&u["output_tokens"]) as f64 * 8.0
+                    + int(&u["cache_read_tokens"]) as f64 * 0.5
+                    + int(&u["cache_write_tokens"]) as f64 * 2.5)
+                    / 1e6;
+                let cost = 0.01 * (billed.len() + 1) as f64;
+                r["kwargs"]["usage"]["cost"] = cost.into();
+                billed.push(cost);
+                estimates.push(est);
+            }
+            r.to_string()
+        })
+        .collect();
+    assert!(billed.len() >= 2, "readfile makes two LLM calls");
+    std::fs::write(&path, lines.join("\n") + "\n").expect("write");
+    let r = replay(&[path]);
+    let s = &r.store;
+    let total: f64 = billed.iter().sum();
+    let estimate: f64 = estimates.iter().sum();
+    assert_eq!(
+        scalar::<i64>(s, "SELECT COUNT(*) FROM llm_calls WHERE cost_source = 'provider'"),
+        billed.len() as i64
+    );
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+    assert!(close(scalar::<f64>(s, "SELECT SUM(cost_usd) FROM llm_calls"), total));
+    assert!(close(
+        scalar::<f64>(s, "SELECT SUM(estimate_usd) FROM llm_calls"),
+        estimate
+    ));
+    // The run, the report and the budgets count what the provider billed.
+    assert!(close(scalar::<f64>(s, "SELECT SUM(cost_usd) FROM runs"), total));
+    assert!(close(totals(s).cost_usd, total));
+    assert!(close(
+        scalar::<f64>(
+            s,
+            "SELECT SUM(cost_usd) FROM budget_spend WHERE scope = 'global' AND level = 0"
+        ),
+        total
+    ));
+    let rows = s.provider_billed(0.0, 1e12).expect("provider billed");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (rows[0].model.as_deref(), rows[0].llm_calls),
+        (Some("mock-model"), billed.len() as i64)
+    );
+    assert!(close(rows[0].billed_usd, total) && close(rows[0].estimate_usd, estimate));
+    // A window without those calls has nothing to reconcile.
+    assert!(s.provider_billed(0.0, 1.0).expect("empty window").is_empty());
+}
+
+#[test]
 fn unknown_models_cost_nothing_and_are_flagged_unpriced() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut store = Store::open_dir(dir.path()).expect("open");

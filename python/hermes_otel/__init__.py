@@ -41,6 +41,10 @@ def register(ctx: Any) -> None:
         from . import _aux
 
         _aux.install(_native.Hook("post_auxiliary_call"))
+    # What the provider billed, where its usage says (OpenRouter's `cost`).
+    from . import _provider_cost
+
+    _provider_cost.install()
     # Who is asking, for `/otel` in the gateway (the command gets only its text).
     ctx.register_hook("pre_gateway_dispatch", _remember_gateway_caller)
     if _native.budget_mode() == "enforce" and hasattr(ctx, "register_middleware"):
@@ -136,11 +140,12 @@ def _profile_name(ctx: Any) -> str | None:
 _CLI_COMMANDS = {
     "report": "spend and tokens by day, model, provider, sender, cron job and session",
     "status": "store path, schema, row counts, export and budget state",
+    "pricing": "the price a model gets and why, price list updates, drift from Hermes's prices",
 }
 
 
 def _setup_cli(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="otel_command", metavar="{report,status}")
+    sub = parser.add_subparsers(dest="otel_command", metavar="{" + ",".join(_CLI_COMMANDS) + "}")
     for name, help_text in _CLI_COMMANDS.items():
         # Every option (--help included) goes to the hermes-otel parser: with
         # no prefix characters of its own, this one takes them all as words.
@@ -152,8 +157,9 @@ def _run_cli(args: argparse.Namespace) -> None:
     # Hermes ignores the handler's return value; the exit code goes through sys.exit.
     command = getattr(args, "otel_command", None)
     if command not in _CLI_COMMANDS:
-        print("usage: hermes otel {report,status} [options]", file=sys.stderr)
+        print("usage: hermes otel {" + ",".join(_CLI_COMMANDS) + "} [options]", file=sys.stderr)
         sys.exit(2)
+    os.environ.setdefault("HERMES_OTEL_HERMES_PYTHON", sys.executable)
     sys.exit(_native.cli_main(["hermes otel", command, *args.args]))
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from . import _native
 
 
 def main() -> None:
+    # `pricing drift` reads Hermes's own prices with Hermes's Python: this
+    # one, when the wheel is installed beside Hermes.
+    os.environ.setdefault("HERMES_OTEL_HERMES_PYTHON", sys.executable)
     sys.exit(_native.cli_main(["hermes-otel", *sys.argv[1:]]))
 
 

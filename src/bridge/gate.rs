@@ -81,10 +81,10 @@ pub trait QuickGate: Send + Sync {
 /// table prices costs 0, unless the host was asked for its price
 /// (`host_asked`): then the writer may price it, and the bound is unknown.
 pub fn spend_bound(event: &HookEvent, prices: &PriceTable, host_asked: impl Fn(&str) -> bool) -> Option<f64> {
-    let priced = |model: &str, usage: &crate::hook::Usage| {
-        let cost = prices.cost(model, usage);
-        if cost.source != crate::pricing::PriceSource::Unknown {
-            Some(cost.usd.max(0.0))
+    let priced = |model: &str, provider: Option<&str>, usage: &crate::hook::Usage| {
+        let bill = prices.bill(model, provider, usage);
+        if bill.cost.source != crate::pricing::PriceSource::Unknown {
+            Some(bill.cost.usd.max(0.0))
         } else {
             (!host_asked(model)).then_some(0.0)
         }
@@ -95,10 +95,11 @@ pub fn spend_bound(event: &HookEvent, prices: &PriceTable, host_asked: impl Fn(&
                 return Some(0.0);
             }
             let model = e.api.model.as_deref().or(e.response_model.as_deref()).unwrap_or("");
-            priced(model, e.usage.as_ref()?)
+            priced(model, e.api.provider.as_deref(), e.usage.as_ref()?)
         }
         Hook::PreApiRequest(e) => priced(
             e.api.model.as_deref().unwrap_or(""),
+            e.api.provider.as_deref(),
             &crate::store::reservation_usage(e),
         ),
         _ => Some(0.0),

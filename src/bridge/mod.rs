@@ -833,7 +833,7 @@ impl Bridge {
             // The tables' answer is remembered: looking a model up is a
             // scan of every entry, and this runs on every LLM call.
             Some(HostAsk::Known | HostAsk::Priced) => false,
-            None if run.prices.knows(model) => {
+            None if run.prices.knows(model, None) => {
                 asked.insert(model.to_string(), HostAsk::Known);
                 false
             }
@@ -1487,11 +1487,9 @@ mod tests {
         bridge.set_host_price(
             "mock-model",
             ModelPrice {
-                input: 2.0,
-                output: 8.0,
                 cache_read: Some(0.5),
                 cache_write: Some(2.5),
-                reasoning: None,
+                ..ModelPrice::flat(2.0, 8.0)
             },
         );
         assert!(!bridge.needs_host_price("mock-model"));

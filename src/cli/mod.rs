@@ -60,6 +60,7 @@ mod budget;
 mod doctor;
 mod export;
 mod metrics_status;
+mod pricing;
 mod report;
 mod status;
 mod time;
@@ -133,6 +134,11 @@ enum Command {
     Budget {
         #[command(subcommand)]
         command: budget::BudgetCommand,
+    },
+    /// Prices: the one a model gets and why, updates from a price list, drift from Hermes's own.
+    Pricing {
+        #[command(subcommand)]
+        command: pricing::PricingCommand,
     },
     /// One session's spans as a tree: turns, attempts, tools, subagents.
     Trace(trace::TraceArgs),
@@ -292,6 +298,9 @@ fn dispatch(cli: Cli) -> Result<i32> {
             };
             budget::run(&dir, &command)
         }
+        // Prices need no store: pricing.toml lives in the store directory,
+        // which `update` creates like `budget set` does.
+        Command::Pricing { command } => pricing::run(&config::store_dir(cli.home).value, &command),
         Command::Doctor(args) => doctor::run(&existing_home(cli.home)?.value, &args),
         Command::Trace(args) => {
             let store = open_store(existing_home(cli.home)?.value)?;

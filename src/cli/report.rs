@@ -70,7 +70,8 @@ pub fn run(store: &Store, args: &ReportArgs, window: Window) -> Result<i32> {
     let Window { tz, since, until } = window;
     let facts = store.facts(since, until)?;
     let runs = store.runs_started(since, until)?;
-    let report = build(&facts, &runs, &tz, since, until);
+    let mut report = build(&facts, &runs, &tz, since, until);
+    report.provider_billed = store.provider_billed(since, until)?;
     if args.json {
         let text = serde_json::to_string_pretty(&report).map_err(|e| Error::Other(e.to_string()))?;
         println!("{text}");
@@ -132,7 +133,55 @@ pub fn render(r: &Report, limit: usize) -> String {
         out.push('\n');
         table(&mut out, title, groups, limit);
     }
+    if !r.provider_billed.is_empty() {
+        out.push('\n');
+        provider_billed(&mut out, &r.provider_billed);
+    }
     out
+}
+
+/// The calls providers billed themselves against our estimate of them.
+fn provider_billed(out: &mut String, rows: &[crate::store::ProviderBilled]) {
+    let _ = writeln!(
+        out,
+        "billed by the provider (the cost above) vs the price table's estimate:"
+    );
+    let name = |r: &crate::store::ProviderBilled| {
+        format!(
+            "{} via {}",
+            r.model.as_deref().unwrap_or("-"),
+            r.provider.as_deref().unwrap_or("-")
+        )
+    };
+    let width = rows
+        .iter()
+        .map(|r| name(r).chars().count())
+        .chain([5])
+        .max()
+        .unwrap_or(5);
+    let _ = writeln!(
+        out,
+        "{:<width$}  {:>6}  {:>12}  {:>12}  {:>12}",
+        "model", "calls", "billed $", "estimate $", "difference $"
+    );
+    for r in rows {
+        let diff = r.billed_usd - r.estimate_usd;
+        // Differences below a micro-dollar are float noise, not a disagreement.
+        let shown = if diff.abs() < 1e-6 {
+            "agree".to_string()
+        } else {
+            format!("{diff:+.6}")
+        };
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:>6}  {:>12.6}  {:>12.6}  {:>12}",
+            name(r),
+            r.llm_calls,
+            r.billed_usd,
+            r.estimate_usd,
+            shown
+        );
+    }
 }
 
 fn table(out: &mut String, title: &str, groups: &[Group], limit: usize) {

@@ -554,6 +554,17 @@ impl<'a> Reader<'a> {
         Some(f)
     }
 
+    /// A non-negative amount of money (USD), below 1e9 so no single call
+    /// can swamp every total.
+    fn amount(&mut self, key: &str) -> Option<f64> {
+        let f = self.float(key)?;
+        if !(0.0..1e9).contains(&f) {
+            self.problem(key, "not an amount between 0 and 1e9 USD, dropped");
+            return None;
+        }
+        Some(f)
+    }
+
     fn bool(&mut self, key: &str) -> Option<bool> {
         let value = self.present(key)?;
         match value {
@@ -688,6 +699,7 @@ impl<'a> Reader<'a> {
             reasoning_tokens: inner.count("reasoning_tokens").unwrap_or(0),
             prompt_tokens: inner.count("prompt_tokens"),
             total_tokens: inner.count("total_tokens"),
+            provider_cost_usd: inner.amount("cost"),
         };
         for p in inner.problems {
             self.problem(&format!("usage.{}", p.key), p.what);

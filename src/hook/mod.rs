@@ -196,6 +196,10 @@ pub struct Usage {
     pub reasoning_tokens: i64,
     pub prompt_tokens: Option<i64>,
     pub total_tokens: Option<i64>,
+    /// What the provider billed for the call, in USD, where its usage says
+    /// (OpenRouter's `usage.cost`); it then wins over the price table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_cost_usd: Option<f64>,
 }
 
 /// `post_api_request`: an LLM API call succeeded.

@@ -97,7 +97,7 @@ pub(super) fn note_profile(tx: &Transaction<'_>, session_id: &str, profile: Opti
 pub(super) fn on_pre_api_request(tx: &Transaction<'_>, prices: &PriceTable, e: &PreApiRequest, at: f64) -> Result<()> {
     let a = &e.api;
     let model = a.model.as_deref().unwrap_or("");
-    let amount = prices.cost(model, &reservation_usage(e)).usd;
+    let amount = prices.cost(model, a.provider.as_deref(), &reservation_usage(e)).usd;
     let keys = scope_keys(tx, &a.session_id, a.model.as_deref())?;
     release(tx, &a.api_request_id)?;
     if amount <= 0.0 {

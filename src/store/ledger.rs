@@ -575,7 +575,8 @@ fn apply_llm_call<'e>(
         }
     };
     let model = a.model.as_deref().or(e.response_model.as_deref()).unwrap_or("");
-    let cost = prices.cost(model, &usage);
+    let bill = prices.bill(model, a.provider.as_deref(), &usage);
+    let cost = bill.cost;
     let ended_at = e.ended_at.unwrap_or(at);
     // The successful attempt began at the latest pre_api_request; without
     // one, at the call's own start.
@@ -589,8 +590,9 @@ fn apply_llm_call<'e>(
         .prepare_cached(
             "INSERT INTO llm_calls (api_request_id, session_id, turn_id, task_id, model, response_model, provider, base_url,
                 api_mode, started_at, ended_at, latency_s, attempts, finish_reason, input_tokens, output_tokens,
-                cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, cost_source, estimated, aux_task)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)
+                cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, cost_source, estimated, aux_task, estimate_usd)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23,
+                ?24)
              ON CONFLICT (api_request_id) DO NOTHING",
         )?
         .execute(params![
@@ -616,7 +618,8 @@ fn apply_llm_call<'e>(
             cost.usd,
             cost.source.as_str(),
             estimated,
-            e.aux_task
+            e.aux_task,
+            bill.estimate.usd
         ])?;
     if inserted == 1 {
         outbox::enqueue(tx, SpanKind::LlmCall, &a.session_id, &a.api_request_id, -1, at, false)?;

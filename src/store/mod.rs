@@ -48,7 +48,7 @@ pub use outbox::{
     counter, ApprovalRow, AttemptError, AttemptRow, BatchRows, EdgeRow, ExportState, Lease, OutboxRow, RunRow,
     SentSession, SpanKind, ToolRow, TurnRow, TRACE_LEASE,
 };
-pub use report::{FactKind, FactRow, RunSummary, StoreCounts};
+pub use report::{FactKind, FactRow, ProviderBilled, RunSummary, StoreCounts};
 pub use session_view::{SessionTotals, SpendTotals};
 pub use trace_view::{SessionFilter, SessionListRow, SessionListTotals, SessionSort, TraceRows};
 
@@ -73,6 +73,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0006_metric_delta.sql"),
     include_str!("migrations/0007_error_turns.sql"),
     include_str!("migrations/0008_session_spans.sql"),
+    include_str!("migrations/0009_provider_cost.sql"),
 ];
 
 /// The schema version this build writes.

@@ -42,6 +42,19 @@ pub struct FactRow {
     pub aux_task: Option<String>,
 }
 
+/// The calls of one model and provider that the provider billed itself,
+/// beside what the price table estimated for the same usage.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ProviderBilled {
+    pub model: Option<String>,
+    pub provider: Option<String>,
+    pub llm_calls: i64,
+    /// What the provider reported it billed.
+    pub billed_usd: f64,
+    /// What the price table gives for the same tokens.
+    pub estimate_usd: f64,
+}
+
 /// A run, as `report` lists sessions.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunSummary {
@@ -81,6 +94,27 @@ fn run_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
 }
 
 impl Store {
+    /// The calls in `[since, until)` whose cost the provider reported, by
+    /// model and provider, most billed first.
+    pub fn provider_billed(&self, since: f64, until: f64) -> Result<Vec<ProviderBilled>> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT model, provider, COUNT(*), SUM(cost_usd), SUM(COALESCE(estimate_usd, cost_usd))
+               FROM llm_calls INDEXED BY llm_calls_provider_billed
+              WHERE cost_source = 'provider' AND ended_at >= ?1 AND ended_at < ?2
+              GROUP BY model, provider ORDER BY 4 DESC, 1, 2",
+        )?;
+        let rows = stmt.query_map(params![since, until], |r| {
+            Ok(ProviderBilled {
+                model: r.get(0)?,
+                provider: r.get(1)?,
+                llm_calls: r.get(2)?,
+                billed_usd: r.get(3)?,
+                estimate_usd: r.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
     /// Every fact in `[since, until)`, by the time it ended.
     pub fn facts(&self, since: f64, until: f64) -> Result<Vec<FactRow>> {
         let sql = "

@@ -68,6 +68,7 @@ class Expected:
     def __init__(self, recs: list[dict]):
         self.sessions: set[str] = set()
         self.llm_calls: dict[str, tuple] = {}
+        self.billed: dict[str, float | None] = {}
         self.errors: set[tuple] = set()
         self.tools: dict[tuple, tuple] = {}
         self.edges: dict[str, tuple] = {}
@@ -103,6 +104,8 @@ class Expected:
                         u["cache_write_tokens"],
                     )
                 self.llm_calls[rid] = (kw["session_id"], *tokens, u is None)
+                # What the provider billed, where its usage said (PROVIDERCOST).
+                self.billed[rid] = (u or {}).get("cost")
             elif hook == "api_request_error":
                 self.errors.add((kw["api_request_id"], kw["retry_count"], kw.get("status_code")))
                 api_failed[kw.get("turn_id")].add(kw["api_request_id"])
@@ -169,21 +172,27 @@ def test_the_store_matches_the_hook_stream(runs: dict[str, Run], scenario: str) 
     assert set(got_runs) == exp.sessions
     assert got_runs == exp.status
 
-    # LLM calls: tokens exactly, cost from Hermes's own price (provenance host).
+    # LLM calls: tokens exactly; the cost from Hermes's own price (provenance
+    # host), or what the provider billed where it said; the estimate from
+    # Hermes's price either way.
     got_calls = {
         r[0]: r[1:]
         for r in query(
             run,
             "SELECT api_request_id, session_id, input_tokens, output_tokens, cache_read_tokens,"
-            " cache_write_tokens, estimated, cost_usd, cost_source FROM llm_calls WHERE aux_task IS NULL",
+            " cache_write_tokens, estimated, cost_usd, cost_source, estimate_usd FROM llm_calls"
+            " WHERE aux_task IS NULL",
         )
     }
     assert set(got_calls) == set(exp.llm_calls)
     for rid, (session, inp, out, cr, cw, estimated) in exp.llm_calls.items():
         g = got_calls[rid]
         assert g[:6] == (session, inp, out, cr, cw, int(estimated)), rid
-        assert g[7] == "host", rid
-        assert math.isclose(g[6], mock_cost(inp, out, cr, cw), rel_tol=1e-12, abs_tol=1e-15), rid
+        billed = exp.billed[rid]
+        estimate = mock_cost(inp, out, cr, cw)
+        assert g[7] == ("host" if billed is None else "provider"), rid
+        assert math.isclose(g[6], estimate if billed is None else billed, rel_tol=1e-12, abs_tol=1e-15), rid
+        assert math.isclose(g[8], estimate, rel_tol=1e-12, abs_tol=1e-15), rid
 
     # Failed attempts.
     got_errors = set(query(run, "SELECT api_request_id, retry_count, status_code FROM llm_call_errors"))
@@ -216,8 +225,20 @@ def test_the_store_matches_the_hook_stream(runs: dict[str, Run], scenario: str) 
             run, f"SELECT COUNT(*) FROM llm_calls WHERE aux_task IS NOT NULL AND session_id = '{session}'"
         )
         assert llm_calls == len(mine) + aux_mine[0][0], session
-        assert math.isclose(cost, sum(mock_cost(*c[1:5]) for c in mine), rel_tol=1e-9, abs_tol=1e-15)
+        want = sum(
+            mock_cost(*c[1:5]) if exp.billed[rid] is None else exp.billed[rid]
+            for rid, c in exp.llm_calls.items()
+            if c[0] == session
+        )
+        assert math.isclose(cost, want, rel_tol=1e-9, abs_tol=1e-15)
         assert tools >= len([t for t in exp.tools if t[0] == session])
+
+
+def our_cli(run: Run, *args: str) -> str:
+    """What `hermes-otel --home <the run's store> ARGS...` prints."""
+    cli = str(Path(sys.executable).parent / "hermes-otel")
+    home = str(run.outdir / "otel")
+    return subprocess.run([cli, "--home", home, *args], capture_output=True, text=True, check=True).stdout
 
 
 def served(run: Run, decision: str | None = None) -> list[dict]:
@@ -248,21 +269,30 @@ def test_a_repl_sessions_ledger_equals_what_the_provider_served_auxiliary_calls_
     assert inp == sum(r["usage"]["prompt_tokens"] for r in billed)
     assert out == sum(r["usage"]["completion_tokens"] for r in billed)
     assert query(run, "SELECT aux_task FROM llm_calls WHERE aux_task IS NOT NULL") == [("title_generation",)]
-    report = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "hermes-otel"),
-            "--home",
-            str(run.outdir / "otel"),
-            "report",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    totals = json.loads(report.stdout)["totals"]
+    totals = json.loads(our_cli(run, "report", "--json"))["totals"]
     assert totals["aux_llm_calls"] == 1
     assert totals["input_tokens"] + totals["cache_read_tokens"] + totals["cache_write_tokens"] == inp
+
+
+def test_what_the_provider_billed_is_the_cost_and_report_reconciles_it(runs: dict[str, Run]) -> None:
+    # The mock bills each main call itself (OpenRouter's `usage.cost`) at
+    # prices other than the ones it lists, as a provider's invoice can.
+    run = runs["provider_cost"]
+    billed = [r for r in served(run) if r["decision"] != "AUX"]
+    assert len(billed) == 2 and all("cost" in r["usage"] for r in billed), billed
+    total = sum(r["usage"]["cost"] for r in billed)
+    (calls, cost, estimate) = query(
+        run,
+        "SELECT COUNT(*), SUM(cost_usd), SUM(estimate_usd) FROM llm_calls WHERE cost_source = 'provider'",
+    )[0]
+    assert calls == 2 and math.isclose(cost, total, rel_tol=1e-12)
+    assert not math.isclose(estimate, total, rel_tol=1e-3), "the mock bills apart from its list prices"
+    rows = json.loads(our_cli(run, "report", "--json"))["provider_billed"]
+    assert [(r["model"], r["llm_calls"]) for r in rows] == [("mock-model", 2)]
+    assert math.isclose(rows[0]["billed_usd"], total, rel_tol=1e-12)
+    assert math.isclose(rows[0]["estimate_usd"], estimate, rel_tol=1e-12)
+    text = our_cli(run, "report")
+    assert "billed by the provider" in text and f"{total - estimate:+.6f}" in text, text
 
 
 def test_our_cost_of_a_one_shot_run_equals_the_usage_file(runs: dict[str, Run]) -> None:
@@ -312,3 +342,32 @@ def test_hermes_otel_status_runs_inside_hermes(runs: dict[str, Run], hermes_bin)
     )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["totals"]["llm_calls"] >= 1, p.stdout
+
+
+def test_pricing_drift_reads_hermes_own_prices_and_names_what_differs(tmp_path: Path) -> None:
+    # The e2e venv is Hermes's own: its `hermes-otel` script runs with
+    # Hermes's Python, so drift needs no flag.
+    cli = str(Path(sys.executable).parent / "hermes-otel")
+
+    def drift() -> dict:
+        p = subprocess.run(
+            [cli, "--home", str(tmp_path), "pricing", "drift", "--json", "--all"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return json.loads(p.stdout)
+
+    out = drift()
+    assert out["hermes_version"] == "0.19.0"
+    assert out["models"] == len(out["compared"]) > 20
+    by_model = {(c["provider"], c["model"]): c for c in out["compared"]}
+    opus = by_model[("anthropic", "claude-opus-4-7")]
+    assert opus["differs"] == [] and opus["ours_source"] == "builtin", opus
+    # An override in pricing.toml that Hermes does not share shows up.
+    (tmp_path / "pricing.toml").write_text(
+        '[models."claude-opus-4-7"]\ninput = 7.0\noutput = 25.0\ncache_read = 0.5\ncache_write = 6.25\n'
+    )
+    opus = {(c["provider"], c["model"]): c for c in drift()["compared"]}[("anthropic", "claude-opus-4-7")]
+    assert opus["ours_source"] == "user"
+    assert opus["differs"] == ["input ours $7 Hermes $5"], opus

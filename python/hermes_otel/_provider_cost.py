@@ -1,0 +1,67 @@
+"""The cost a provider reports for a call, passed on with its usage.
+
+Some providers bill each response themselves and say what they billed in
+the response's usage (OpenRouter's ``usage.cost``, in USD). Hermes 0.19.0
+drops everything but the token counts when it builds the ``usage`` of
+``post_api_request`` (``AIAgent._usage_summary_for_api_request_hook``).
+:func:`install` wraps that method, in this process only: Hermes's summary is
+built first and unchanged, then the provider's figure is added as ``cost``
+when the raw usage carries a finite, non-negative number. The ledger then
+records it as the call's cost (source ``provider``) with our estimate
+beside it. Nothing else in Hermes reads the key.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+
+def install() -> bool:
+    """Wrap the usage summary of ``post_api_request``; returns whether it did."""
+    try:
+        import run_agent
+    except Exception:
+        return False
+    cls = getattr(run_agent, "AIAgent", None)
+    original = getattr(cls, "_usage_summary_for_api_request_hook", None)
+    if original is None or getattr(original, "_hermes_otel", False):
+        return False
+
+    @functools.wraps(original)
+    def summary_with_cost(self: Any, response: Any, *args: Any, **kwargs: Any) -> Any:
+        summary = original(self, response, *args, **kwargs)
+        try:
+            if isinstance(summary, dict) and "cost" not in summary:
+                cost = reported_cost(getattr(response, "usage", None))
+                if cost is not None:
+                    summary["cost"] = cost
+        except Exception:  # noqa: BLE001 - Hermes's summary must survive us
+            pass
+        return summary
+
+    summary_with_cost._hermes_otel = True  # type: ignore[attr-defined]
+    cls._usage_summary_for_api_request_hook = summary_with_cost
+    return True
+
+
+def reported_cost(usage: Any) -> float | None:
+    """The provider's billed USD in a raw usage object or dict, if any."""
+    if usage is None:
+        return None
+    if isinstance(usage, dict):
+        value = usage.get("cost")
+    else:
+        value = getattr(usage, "cost", None)
+        if value is None:
+            # Pydantic models keep fields they do not declare here.
+            extra = getattr(usage, "model_extra", None)
+            value = extra.get("cost") if isinstance(extra, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        cost = float(value)
+    except ValueError:
+        return None
+    return cost if math.isfinite(cost) and cost >= 0 else None

@@ -1,0 +1,442 @@
+//! Price lists published elsewhere, read into pricing-file entries, and
+//! merged into a pricing file without touching what the user wrote.
+//!
+//! Two public formats are read:
+//! - OpenRouter's model list (`GET https://openrouter.ai/api/v1/models`):
+//!   `{"data": [{"id", "pricing": {"prompt", "completion",
+//!   "input_cache_read", "input_cache_write", "internal_reasoning"}}]}`,
+//!   USD per token as decimal strings. These are OpenRouter's prices, so
+//!   the entries are scoped to the provider `openrouter`.
+//! - LiteLLM's `model_prices_and_context_window.json`: `{"<id>":
+//!   {"litellm_provider", "mode", "input_cost_per_token", ...}}`, USD per
+//!   token as numbers, with context tiers as
+//!   `input_cost_per_token_above_200k_tokens` and the like. Entries are
+//!   scoped to their `litellm_provider`, the id without that provider's
+//!   route prefix.
+//!
+//! Pure: text in, entries or text out.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+use toml_edit::{DocumentMut, Item, Table};
+
+use super::{ModelPrice, TierPrice};
+
+/// The price lists [`parse`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    OpenRouter,
+    LiteLlm,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::OpenRouter => "OpenRouter /models",
+            Format::LiteLlm => "LiteLLM model prices",
+        }
+    }
+}
+
+/// One model's price from a list, with the provider it is scoped to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Imported {
+    /// `None`: for any provider (`[models]`).
+    pub provider: Option<String>,
+    pub model: String,
+    pub price: ModelPrice,
+}
+
+/// What [`parse`] read: the entries and why others were left out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PriceList {
+    pub format: Format,
+    pub entries: Vec<Imported>,
+    /// `(id, reason)` of the models left out.
+    pub skipped: Vec<(String, String)>,
+}
+
+/// Reads an OpenRouter or LiteLLM price list, whichever `text` is.
+pub fn parse(text: &str) -> Result<PriceList, String> {
+    let value: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let Value::Object(map) = value else {
+        return Err("not a JSON object".into());
+    };
+    if let Some(data) = map.get("data") {
+        let Value::Array(models) = data else {
+            return Err("`data` is not a list (OpenRouter's /models)".into());
+        };
+        return Ok(openrouter(models));
+    }
+    if map
+        .values()
+        .any(|v| v.get("input_cost_per_token").is_some() || v.get("litellm_provider").is_some())
+    {
+        return Ok(litellm(&map));
+    }
+    Err(
+        "neither OpenRouter's /models (a `data` list) nor LiteLLM's model prices (models with \
+         `input_cost_per_token`)"
+            .into(),
+    )
+}
+
+/// USD per token (a number or a decimal string) as USD per million tokens,
+/// rounded to 1e-9 so `0.000003` reads back as 3, not 2.9999999999999996.
+fn per_million(value: Option<&Value>) -> Option<f64> {
+    let per_token = match value? {
+        Value::Number(n) => n.as_f64()?,
+        Value::String(s) => s.trim().parse::<f64>().ok()?,
+        _ => return None,
+    };
+    let m = (per_token * 1e6 * 1e9).round() / 1e9;
+    (m.is_finite() && m >= 0.0).then_some(m)
+}
+
+fn openrouter(models: &[Value]) -> PriceList {
+    let mut entries = Vec::new();
+    let mut skipped = Vec::new();
+    for m in models {
+        let Some(id) = m.get("id").and_then(Value::as_str).filter(|id| !id.trim().is_empty()) else {
+            continue;
+        };
+        let pricing = m.get("pricing");
+        let rate = |key: &str| per_million(pricing.and_then(|p| p.get(key)));
+        // "-1" marks a router whose price depends on where it sends the call.
+        let (Some(input), Some(output)) = (rate("prompt"), rate("completion")) else {
+            skipped.push((id.to_string(), "no fixed prompt and completion price".into()));
+            continue;
+        };
+        let reasoning = rate("internal_reasoning").filter(|r| *r > 0.0 && *r != output);
+        entries.push(Imported {
+            provider: Some("openrouter".into()),
+            model: id.to_string(),
+            price: ModelPrice {
+                cache_read: rate("input_cache_read"),
+                cache_write: rate("input_cache_write"),
+                reasoning,
+                ..ModelPrice::flat(input, output)
+            },
+        });
+    }
+    PriceList {
+        format: Format::OpenRouter,
+        entries,
+        skipped,
+    }
+}
+
+/// LiteLLM modes whose models bill chat tokens; embeddings, images, audio
+/// and the like are priced per other units.
+const TOKEN_MODES: &[&str] = &["chat", "completion", "responses"];
+
+fn litellm(map: &serde_json::Map<String, Value>) -> PriceList {
+    let mut entries = Vec::new();
+    let mut skipped = Vec::new();
+    for (key, m) in map {
+        if key == "sample_spec" || !m.is_object() {
+            continue;
+        }
+        let mode = m.get("mode").and_then(Value::as_str).unwrap_or("chat");
+        if !TOKEN_MODES.contains(&mode) {
+            skipped.push((key.clone(), format!("mode {mode}, not billed per chat token")));
+            continue;
+        }
+        let rate = |k: &str| per_million(m.get(k));
+        let (Some(input), Some(output)) = (rate("input_cost_per_token"), rate("output_cost_per_token")) else {
+            skipped.push((key.clone(), "no input and output price per token".into()));
+            continue;
+        };
+        let provider = m
+            .get("litellm_provider")
+            .and_then(Value::as_str)
+            .map(|p| p.trim().to_ascii_lowercase())
+            .filter(|p| !p.is_empty());
+        let model = match &provider {
+            Some(p) => key.strip_prefix(&format!("{p}/")).unwrap_or(key),
+            None => key,
+        };
+        let mut price = ModelPrice {
+            cache_read: rate("cache_read_input_token_cost"),
+            cache_write: rate("cache_creation_input_token_cost"),
+            reasoning: rate("output_cost_per_reasoning_token").filter(|r| *r != output),
+            ..ModelPrice::flat(input, output)
+        };
+        if let Some(tokens) = lowest_tier(m) {
+            let suffix = format!("_above_{}k_tokens", tokens / 1000);
+            let tier = TierPrice {
+                input: rate(&format!("input_cost_per_token{suffix}")),
+                output: rate(&format!("output_cost_per_token{suffix}")),
+                cache_read: rate(&format!("cache_read_input_token_cost{suffix}")),
+                cache_write: rate(&format!("cache_creation_input_token_cost{suffix}")),
+                reasoning: None,
+            };
+            if tier != TierPrice::default() {
+                price.above_tokens = Some(tokens);
+                price.above = Some(tier);
+            }
+        }
+        entries.push(Imported {
+            provider,
+            model: model.to_string(),
+            price,
+        });
+    }
+    PriceList {
+        format: Format::LiteLlm,
+        entries,
+        skipped,
+    }
+}
+
+/// The lowest context tier a LiteLLM entry prices (`*_above_128k_tokens`),
+/// in tokens. The pricing file holds one tier a model; the lowest is the
+/// one a long request reaches first.
+fn lowest_tier(m: &Value) -> Option<i64> {
+    let obj = m.as_object()?;
+    obj.keys()
+        .filter_map(|k| {
+            let rest = k.split_once("_above_")?.1;
+            let n = rest.strip_suffix("k_tokens")?.parse::<i64>().ok()?;
+            (n > 0).then_some(n * 1000)
+        })
+        .min()
+}
+
+/// How [`merge`] changed a pricing file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Merged {
+    pub added: usize,
+    pub changed: usize,
+    pub unchanged: usize,
+}
+
+/// Writes `entries` into the pricing file `doc`: new models are added,
+/// models whose price differs are replaced, everything else in the file
+/// (the user's own entries, comments, `[defaults]`) stays as it was.
+pub fn merge(doc: &mut DocumentMut, entries: &[Imported]) -> Merged {
+    let mut merged = Merged::default();
+    // Sorted, so the file reads in order and a diff is stable.
+    let mut sorted: BTreeMap<(Option<&str>, &str), &ModelPrice> = BTreeMap::new();
+    for e in entries {
+        sorted.insert((e.provider.as_deref(), e.model.as_str()), &e.price);
+    }
+    for ((provider, model), price) in sorted {
+        let models = models_table(doc, provider);
+        let existing = models.get(model).and_then(read_price);
+        match existing {
+            Some(p) if p == *price => merged.unchanged += 1,
+            Some(_) => {
+                models.insert(model, Item::Table(price_table(price)));
+                merged.changed += 1;
+            }
+            None => {
+                models.insert(model, Item::Table(price_table(price)));
+                merged.added += 1;
+            }
+        }
+    }
+    merged
+}
+
+/// `[models]` or `[providers.<p>.models]`, made (implicitly) when missing.
+fn models_table<'d>(doc: &'d mut DocumentMut, provider: Option<&str>) -> &'d mut Table {
+    fn child<'t>(t: &'t mut Table, key: &str) -> &'t mut Table {
+        if !t.get(key).is_some_and(Item::is_table) {
+            let mut new = Table::new();
+            new.set_implicit(true);
+            t.insert(key, Item::Table(new));
+        }
+        t[key].as_table_mut().expect("just made a table")
+    }
+    let root = doc.as_table_mut();
+    match provider {
+        None => child(root, "models"),
+        Some(p) => child(child(child(root, "providers"), p), "models"),
+    }
+}
+
+/// A price as the pricing file spells it; rates left out are not written.
+fn price_table(p: &ModelPrice) -> Table {
+    let mut t = Table::new();
+    t.insert("input", toml_edit::value(p.input));
+    t.insert("output", toml_edit::value(p.output));
+    for (key, rate) in [
+        ("cache_read", p.cache_read),
+        ("cache_write", p.cache_write),
+        ("reasoning", p.reasoning),
+    ] {
+        if let Some(r) = rate {
+            t.insert(key, toml_edit::value(r));
+        }
+    }
+    if let (Some(n), Some(tier)) = (p.above_tokens, p.above) {
+        t.insert("above_tokens", toml_edit::value(n));
+        let mut above = toml_edit::InlineTable::new();
+        for (key, rate) in [
+            ("input", tier.input),
+            ("output", tier.output),
+            ("cache_read", tier.cache_read),
+            ("cache_write", tier.cache_write),
+            ("reasoning", tier.reasoning),
+        ] {
+            if let Some(r) = rate {
+                above.insert(key, r.into());
+            }
+        }
+        t.insert("above", toml_edit::value(above));
+    }
+    t
+}
+
+/// The price an existing entry of the file says, if it reads as one.
+fn read_price(item: &Item) -> Option<ModelPrice> {
+    let text = match item {
+        Item::Table(t) => format!("[p]\n{t}"),
+        Item::Value(v) => format!("p = {v}"),
+        _ => return None,
+    };
+    let mut map: BTreeMap<String, ModelPrice> = toml::from_str(&text).ok()?;
+    map.remove("p")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pricing::PriceTable;
+
+    const OPENROUTER: &str = r#"{"data": [
+        {"id": "anthropic/claude-sonnet-4.5", "pricing": {"prompt": "0.000003", "completion": "0.000015",
+         "input_cache_read": "0.0000003", "input_cache_write": "0.00000375", "internal_reasoning": "0"}},
+        {"id": "openrouter/auto", "pricing": {"prompt": "-1", "completion": "-1"}},
+        {"id": "deepseek/deepseek-r1", "pricing": {"prompt": "0.0000004", "completion": "0.000002",
+         "internal_reasoning": "0.000003"}},
+        {"id": "meta-llama/llama-3.3-70b-instruct:free", "pricing": {"prompt": "0", "completion": "0"}}
+    ]}"#;
+
+    const LITELLM: &str = r#"{
+        "sample_spec": {"input_cost_per_token": 0, "litellm_provider": "one of ..."},
+        "gemini/gemini-2.5-pro": {"litellm_provider": "gemini", "mode": "chat",
+            "input_cost_per_token": 1.25e-06, "output_cost_per_token": 1e-05,
+            "cache_read_input_token_cost": 3.125e-07,
+            "input_cost_per_token_above_200k_tokens": 2.5e-06, "output_cost_per_token_above_200k_tokens": 1.5e-05},
+        "gpt-4o": {"litellm_provider": "openai", "mode": "chat",
+            "input_cost_per_token": 2.5e-06, "output_cost_per_token": 1e-05, "cache_read_input_token_cost": 1.25e-06},
+        "text-embedding-3-small": {"litellm_provider": "openai", "mode": "embedding", "input_cost_per_token": 2e-08,
+            "output_cost_per_token": 0}
+    }"#;
+
+    #[test]
+    fn openrouter_lists_become_entries_scoped_to_openrouter() {
+        let list = parse(OPENROUTER).expect("parses");
+        assert_eq!(list.format, Format::OpenRouter);
+        let ids: Vec<_> = list.entries.iter().map(|e| e.model.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "anthropic/claude-sonnet-4.5",
+                "deepseek/deepseek-r1",
+                "meta-llama/llama-3.3-70b-instruct:free"
+            ]
+        );
+        let sonnet = &list.entries[0];
+        assert_eq!(sonnet.provider.as_deref(), Some("openrouter"));
+        assert_eq!(
+            sonnet.price,
+            ModelPrice {
+                cache_read: Some(0.3),
+                cache_write: Some(3.75),
+                ..ModelPrice::flat(3.0, 15.0)
+            }
+        );
+        assert_eq!(list.entries[1].price.reasoning, Some(3.0));
+        assert_eq!(
+            list.skipped,
+            [(
+                "openrouter/auto".to_string(),
+                "no fixed prompt and completion price".into()
+            )]
+        );
+    }
+
+    #[test]
+    fn litellm_lists_keep_tiers_and_leave_other_modes_out() {
+        let list = parse(LITELLM).expect("parses");
+        assert_eq!(list.format, Format::LiteLlm);
+        let gemini = list
+            .entries
+            .iter()
+            .find(|e| e.model == "gemini-2.5-pro")
+            .expect("gemini");
+        assert_eq!(gemini.provider.as_deref(), Some("gemini"));
+        assert_eq!(gemini.price.above_tokens, Some(200_000));
+        let tier = gemini.price.above.expect("tier");
+        assert_eq!(
+            (tier.input, tier.output, tier.cache_read),
+            (Some(2.5), Some(15.0), None)
+        );
+        assert_eq!(gemini.price.cache_read, Some(0.3125));
+        assert!(list
+            .entries
+            .iter()
+            .any(|e| e.model == "gpt-4o" && e.provider.as_deref() == Some("openai")));
+        assert!(list
+            .skipped
+            .iter()
+            .any(|(id, why)| id == "text-embedding-3-small" && why.contains("embedding")));
+    }
+
+    #[test]
+    fn anything_else_is_refused_with_what_was_expected() {
+        for bad in ["", "[]", "{\"data\": 3}", "{\"a\": 1}"] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn merging_keeps_the_users_file_and_reports_what_changed() {
+        let user = "# my prices\n[defaults]\ncache_read_fraction = 0.2\n\n[models.mine]\ninput = 1.0\noutput = 2.0\n\n\
+                    [providers.openrouter.models.\"deepseek/deepseek-r1\"]\ninput = 0.4\noutput = 2.0\nreasoning = 3.0\n";
+        let mut doc: DocumentMut = user.parse().expect("toml");
+        let list = parse(OPENROUTER).expect("parses");
+        let merged = merge(&mut doc, &list.entries);
+        assert_eq!(
+            merged,
+            Merged {
+                added: 2,
+                changed: 0,
+                unchanged: 1
+            }
+        );
+        let text = doc.to_string();
+        assert!(
+            text.starts_with("# my prices\n[defaults]\ncache_read_fraction = 0.2\n"),
+            "{text}"
+        );
+        // The result is a pricing file that prices the imported models.
+        let mut table = PriceTable::default();
+        table
+            .add_user_prices(&text, std::path::Path::new("pricing.toml"))
+            .expect("valid pricing file");
+        let (price, _) = table.lookup("anthropic/claude-sonnet-4.5", Some("openrouter"));
+        assert_eq!(price.map(|p| (p.input, p.cache_write)), Some((3.0, Some(3.75))));
+        assert_eq!(table.lookup("mine", None).0.map(|p| p.input), Some(1.0));
+        // Again: nothing to do. A changed price replaces the entry.
+        assert_eq!(merge(&mut doc, &list.entries).unchanged, 3);
+        let mut cheaper = list.entries.clone();
+        cheaper[0].price.input = 2.0;
+        assert_eq!(merge(&mut doc, &cheaper).changed, 1);
+        // Tiers survive the round trip through the file.
+        let mut doc = DocumentMut::new();
+        let gemini = parse(LITELLM).expect("parses").entries;
+        merge(&mut doc, &gemini);
+        let mut table = PriceTable::default();
+        table
+            .add_user_prices(&doc.to_string(), std::path::Path::new("pricing.toml"))
+            .expect("valid pricing file");
+        let (price, _) = table.lookup("gemini-2.5-pro", Some("gemini"));
+        assert_eq!(price.and_then(|p| p.above).and_then(|t| t.input), Some(2.5));
+        assert_eq!(merge(&mut doc, &gemini).unchanged, gemini.len());
+    }
+}

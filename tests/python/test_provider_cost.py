@@ -1,0 +1,64 @@
+"""The provider's billed cost passed on with a call's usage. (The real
+Hermes run with a provider that bills is tests/e2e/test_scenarios.py's
+``provider_cost`` scenario.)"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+from hermes_otel import _provider_cost
+
+
+class _Usage:
+    """Shaped like an OpenAI SDK usage object: declared fields as
+    attributes, undeclared ones (OpenRouter's ``cost``) in ``model_extra``."""
+
+    def __init__(self, extra: dict) -> None:
+        self.prompt_tokens = 10
+        self.model_extra = extra
+
+
+def test_the_reported_cost_is_read_from_objects_dicts_and_extras() -> None:
+    assert _provider_cost.reported_cost({"cost": 0.0123}) == 0.0123
+    assert _provider_cost.reported_cost(types.SimpleNamespace(cost=2)) == 2.0
+    assert _provider_cost.reported_cost(_Usage({"cost": "0.5"})) == 0.5
+    assert _provider_cost.reported_cost(_Usage({"cost": 0})) == 0.0
+    for absent in (None, {}, _Usage({}), types.SimpleNamespace(prompt_tokens=1)):
+        assert _provider_cost.reported_cost(absent) is None
+    for bad in (-1, float("nan"), float("inf"), "free", True, [1], {"usd": 1}):
+        assert _provider_cost.reported_cost({"cost": bad}) is None, bad
+
+
+def test_install_adds_the_cost_to_hermes_summary_once_and_never_breaks_it(monkeypatch) -> None:
+    class AIAgent:
+        def _usage_summary_for_api_request_hook(self, response):
+            if response is None:
+                return None
+            return {"input_tokens": response.usage.prompt_tokens}
+
+    monkeypatch.setitem(sys.modules, "run_agent", types.SimpleNamespace(AIAgent=AIAgent))
+    assert _provider_cost.install()
+    assert not _provider_cost.install(), "wrapped once"
+    agent = AIAgent()
+    billed = types.SimpleNamespace(usage=_Usage({"cost": 0.25}))
+    assert agent._usage_summary_for_api_request_hook(billed) == {"input_tokens": 10, "cost": 0.25}
+    unbilled = types.SimpleNamespace(usage=_Usage({}))
+    assert agent._usage_summary_for_api_request_hook(unbilled) == {"input_tokens": 10}
+    assert agent._usage_summary_for_api_request_hook(None) is None
+
+    # A usage object that raises on access leaves Hermes's summary as it was.
+    class Hostile:
+        prompt_tokens = 3
+
+        @property
+        def model_extra(self):
+            raise RuntimeError("boom")
+
+    hostile = types.SimpleNamespace(usage=Hostile())
+    assert agent._usage_summary_for_api_request_hook(hostile) == {"input_tokens": 3}
+
+
+def test_install_without_hermes_does_nothing(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "run_agent", None)
+    assert not _provider_cost.install()
