@@ -289,6 +289,7 @@ impl AllowList {
     }
 }
 
+#[derive(Clone)]
 struct AttrSet(Attrs);
 
 impl AttrSet {
@@ -418,6 +419,12 @@ pub fn measure(fact: &MetricFact, out: &mut Vec<Increment>) {
                 .s(attr::ERROR_TYPE, error_type)
                 .s(attr::HERMES_PLATFORM, platform(run));
             observe(out, m::OPERATION_DURATION, &a, e.ended_at - e.started_at);
+            // A failed call is a token usage observation of 0 with its
+            // error.type (the GenAI conventions), so a usage histogram's
+            // count is every call, and failures show by type.
+            for kind in [token_type::INPUT, token_type::OUTPUT] {
+                observe(out, m::TOKEN_USAGE, &a.clone().s(mattr::GEN_AI_TOKEN_TYPE, kind), 0.0);
+            }
             let mut a = AttrSet::new()
                 .s(attr::GEN_AI_PROVIDER_NAME, provider)
                 .s(attr::GEN_AI_REQUEST_MODEL, model)
@@ -1022,6 +1029,16 @@ mod tests {
             .find(|i| i.metric == m::OPERATION_DURATION)
             .expect("duration");
         assert!(duration.attrs.contains("NotFoundError"));
+        let tokens: Vec<_> = out.iter().filter(|i| i.metric == m::TOKEN_USAGE).collect();
+        assert_eq!(tokens.len(), 2, "input and output, each 0");
+        for t in tokens {
+            assert!(
+                matches!(t.add, crate::store::Add::Observe { value, .. } if value == 0.0),
+                "{:?}",
+                t.add
+            );
+            assert!(t.attrs.contains(r#"["error.type","NotFoundError"]"#), "{}", t.attrs);
+        }
     }
 
     #[test]

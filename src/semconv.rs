@@ -34,6 +34,10 @@ pub mod attr {
     pub const GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: &str = "gen_ai.usage.cache_read.input_tokens";
     pub const GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: &str = "gen_ai.usage.cache_creation.input_tokens";
     pub const GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: &str = "gen_ai.usage.reasoning.output_tokens";
+    /// Proposed (semantic-conventions-genai#443), beside hermes.usage.cost_usd.
+    pub const GEN_AI_USAGE_COST_AMOUNT: &str = "gen_ai.usage.cost.amount";
+    pub const GEN_AI_USAGE_COST_CURRENCY: &str = "gen_ai.usage.cost.currency";
+    pub const GEN_AI_USAGE_COST_SOURCE: &str = "gen_ai.usage.cost.source";
     pub const GEN_AI_TOOL_NAME: &str = "gen_ai.tool.name";
     pub const GEN_AI_TOOL_CALL_ID: &str = "gen_ai.tool.call.id";
     pub const GEN_AI_TOOL_TYPE: &str = "gen_ai.tool.type";
@@ -130,6 +134,9 @@ pub const SPAN_ATTRIBUTES: &[&str] = &[
     attr::GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
     attr::GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS,
     attr::GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
+    attr::GEN_AI_USAGE_COST_AMOUNT,
+    attr::GEN_AI_USAGE_COST_CURRENCY,
+    attr::GEN_AI_USAGE_COST_SOURCE,
     attr::GEN_AI_TOOL_NAME,
     attr::GEN_AI_TOOL_CALL_ID,
     attr::GEN_AI_TOOL_TYPE,

@@ -401,6 +401,13 @@ pub fn attempt_span(at: &AttemptRow, run: &RunRow, ancestry: &Ancestry, opts: Sp
             if source != "unknown" {
                 if let Some(cost) = at.cost_usd {
                     a.double(attr::HERMES_USAGE_COST_USD, cost);
+                    a.double(attr::GEN_AI_USAGE_COST_AMOUNT, cost);
+                    a.str(attr::GEN_AI_USAGE_COST_CURRENCY, "USD");
+                    let received = source == crate::pricing::PriceSource::Provider.as_str();
+                    a.str(
+                        attr::GEN_AI_USAGE_COST_SOURCE,
+                        if received { "provider" } else { "local" },
+                    );
                 }
             }
             a.str(attr::HERMES_USAGE_COST_SOURCE, source);

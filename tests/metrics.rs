@@ -218,7 +218,12 @@ fn check_against_ledger(p: &Points, l: &Ledger) {
     let input_semconv = (l.input + l.cache_read + l.cache_write) as f64;
     assert_eq!(total(p, m::TOKEN_USAGE, "gen_ai.token.type=input"), input_semconv);
     assert_eq!(total(p, m::TOKEN_USAGE, "gen_ai.token.type=output"), l.output as f64);
-    assert_eq!(count(p, m::TOKEN_USAGE, "gen_ai.token.type=input"), l.calls as u64);
+    // Every attempt is one observation; a failed one is 0 with its error.type.
+    assert_eq!(
+        count(p, m::TOKEN_USAGE, "gen_ai.token.type=input"),
+        (l.calls + l.errors) as u64
+    );
+    assert_eq!(count(p, m::TOKEN_USAGE, "error.type="), 2 * l.errors as u64);
     assert_eq!(
         total(p, m::HERMES_TOKEN_USAGE, "hermes.token.type=input"),
         l.input as f64
@@ -688,7 +693,11 @@ fn a_real_prometheus_scraping_serve_sees_the_ledger_totals_and_fires_the_budget_
     );
     expect(
         "sum(gen_ai_client_token_usage_count{gen_ai_token_type=\"output\"})",
-        l.calls as f64,
+        (l.calls + l.errors) as f64,
+    );
+    expect(
+        "sum(gen_ai_client_token_usage_count{gen_ai_token_type=\"output\", error_type!=\"\"})",
+        l.errors as f64,
     );
     expect(
         "sum(gen_ai_client_operation_duration_seconds_count)",

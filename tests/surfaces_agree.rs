@@ -106,7 +106,8 @@ fn prometheus_counts(text: &str) -> Counts {
             text,
             "gen_ai_client_token_usage_count",
             &["gen_ai_token_type=\"output\""],
-            &[],
+            // Failed attempts are observations of 0 with their error.type.
+            &["error_type="],
         ),
         api_errors: prom_sum(text, "hermes_api_errors_total", &[], &[]),
         tool_calls: prom_sum(text, "hermes_tool_calls_total", &[], &[]),
@@ -179,7 +180,9 @@ fn otlp_counts(r: &ExportMetricsServiceRequest) -> Counts {
     let is = |key: &'static str, value: &'static str| move |a: &[KeyValue]| string_attr(a, key) == Some(value);
     let outcome = attr::HERMES_TOOL_OUTCOME;
     Counts {
-        llm_calls: otlp_sum(r, m::TOKEN_USAGE, is("gen_ai.token.type", "output")),
+        llm_calls: otlp_sum(r, m::TOKEN_USAGE, |a| {
+            is("gen_ai.token.type", "output")(a) && string_attr(a, attr::ERROR_TYPE).is_none()
+        }),
         api_errors: otlp_sum(r, m::API_ERRORS, |_| true),
         tool_calls: otlp_sum(r, m::TOOL_CALLS, |_| true),
         tool_failures: otlp_sum(r, m::TOOL_CALLS, |a| string_attr(a, outcome) != Some("ok")),
@@ -208,6 +211,15 @@ fn span_counts(spans: &[Span]) -> Counts {
                     - number_attr(a, attr::GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS);
                 c.output_tokens += number_attr(a, attr::GEN_AI_USAGE_OUTPUT_TOKENS);
                 c.cost_usd += number_attr(a, attr::HERMES_USAGE_COST_USD);
+                // The proposed GenAI cost attributes say the same amount.
+                assert_eq!(
+                    number_attr(a, attr::GEN_AI_USAGE_COST_AMOUNT),
+                    number_attr(a, attr::HERMES_USAGE_COST_USD)
+                );
+                if a.iter().any(|kv| kv.key == attr::HERMES_USAGE_COST_USD) {
+                    assert_eq!(string_attr(a, attr::GEN_AI_USAGE_COST_CURRENCY), Some("USD"));
+                    assert_eq!(string_attr(a, attr::GEN_AI_USAGE_COST_SOURCE), Some("local"));
+                }
             }
             Some("execute_tool") => {
                 c.tool_calls += 1.0;

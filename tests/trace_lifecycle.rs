@@ -299,6 +299,52 @@ fn a_background_child_cut_off_by_the_exit_is_closed_and_sent() {
     );
 }
 
+#[test]
+fn a_child_that_ends_after_the_exit_flush_closed_it_sends_nothing_twice() {
+    // The background child answers while the interpreter shuts down: the
+    // exit flush has closed its turn and attempt (process_exit) and sent
+    // them when its last hooks arrive from the still-running thread.
+    let recs = records("delegate_bg.jsonl");
+    let session = recs[0].kwargs["session_id"].as_str().expect("id").to_string();
+    let child = recs
+        .iter()
+        .find(|r| r.hook == "subagent_start")
+        .and_then(|r| r.kwargs["child_session_id"].as_str())
+        .expect("a child")
+        .to_string();
+    let late_hooks = ["post_api_request", "post_llm_call", "on_session_end", "subagent_stop"];
+    let is_late = |r: &Record| {
+        late_hooks.contains(&r.hook.as_str())
+            && (r.kwargs.get("session_id").and_then(|v| v.as_str()) == Some(child.as_str())
+                || r.kwargs.get("child_session_id").and_then(|v| v.as_str()) == Some(child.as_str()))
+    };
+    let (late, early): (Vec<Record>, Vec<Record>) = recs.iter().cloned().partition(|r| is_late(r));
+    assert_eq!(
+        late.len(),
+        4,
+        "the child's answer, its turn's end and its stop come late"
+    );
+    let (_tmp, dir) = store_dir();
+    let bridge = process(&dir);
+    let shift = now_shift(&recs);
+    feed(&bridge, &early, shift);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    assert!(bridge.flush_at_exit(Duration::from_secs(2)), "the exit flush committed");
+    assert!(bridge.flush_exporter(deadline), "the exit flush sent what was ready");
+    let closed = spans_of(&session);
+    assert!(
+        closed
+            .iter()
+            .any(|s| s.name == "hermes.turn" && attr(s, "hermes.span.close_reason").as_deref() == Some("process_exit")),
+        "the child's turn went out closed by the exit"
+    );
+    feed(&bridge, &late, shift);
+    assert!(bridge.flush_at_exit(Duration::from_secs(2)));
+    assert!(bridge.flush_exporter(Instant::now() + Duration::from_secs(2)));
+    drop(bridge);
+    assert_whole(&spans_of(&session), "a child ending after the exit flush");
+}
+
 /// An approval record shaped as Hermes 0.19.0's `tools/approval.py` fires
 /// it (the turn and tool call ids come from its context variables).
 fn approval(hook: &str, t: f64, like: &Record, choice: Option<&str>) -> Record {

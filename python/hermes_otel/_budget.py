@@ -1,5 +1,6 @@
 """Budget enforcement on the Hermes side: the ``llm_execution`` middleware
-that stops an LLM call with a stand-in response, and the cron pause.
+that stops an LLM call (with ``LLMExecutionBlocked`` where Hermes has it,
+else a stand-in response), and the cron pause.
 
 The decisions are made in Rust (the budget gate, at ``pre_api_request`` and
 the other gating hooks); this module only turns them into what Hermes
@@ -29,7 +30,25 @@ def llm_execution(*, next_call: Any, **kwargs: Any) -> Any:
     message = _native.llm_stop(kwargs.get("api_request_id"))
     if message is None:
         return next_call()
-    return stand_in(kwargs.get("api_mode"), message)
+    return stop(kwargs.get("api_mode"), message)
+
+
+def stop(api_mode: str | None, message: str) -> Any:
+    """Stops a call: raises Hermes's ``LLMExecutionBlocked`` where it exists
+    (newer Hermes: the sanctioned way; the runner re-raises it and the turn
+    ends with ``message``), else returns the stand-in response (0.19.0)."""
+    blocked = _llm_execution_blocked()
+    if blocked is not None:
+        raise blocked(message, metadata={"checked_by": "hermes-otel", "reason": "budget"})
+    return stand_in(api_mode, message)
+
+
+def _llm_execution_blocked() -> Any:
+    try:
+        from hermes_cli.middleware import LLMExecutionBlocked  # type: ignore[attr-defined]
+    except Exception:
+        return None
+    return LLMExecutionBlocked if isinstance(LLMExecutionBlocked, type) else None
 
 
 def stand_in(api_mode: str | None, text: str) -> Any:

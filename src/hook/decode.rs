@@ -200,7 +200,10 @@ pub fn decode(hook: &str, kwargs: &Map<String, Value>, at: f64, opts: DecodeOpti
             parent_turn_id: r.label("parent_turn_id"),
             child_session_id: r.id("child_session_id"),
             child_role: r.label("child_role"),
-            child_status: r.label("child_status"),
+            child_status: match r.label("child_status") {
+                Some(status) => Some(status),
+                None => r.child_outcome(),
+            },
             duration_ms: r.count("duration_ms"),
             child_summary: r.content_str("child_summary"),
         }),
@@ -552,6 +555,20 @@ impl<'a> Reader<'a> {
             return None;
         }
         Some(f)
+    }
+
+    /// Newer Hermes's `child_outcome` of `subagent_stop`, read where
+    /// `child_status` is missing: a status string, or a dict with one.
+    fn child_outcome(&mut self) -> Option<String> {
+        match self.present("child_outcome")? {
+            Value::Object(map) => {
+                let status = ["status", "outcome"]
+                    .iter()
+                    .find_map(|k| map.get(*k).and_then(Value::as_str))?;
+                Some(crate::redact::truncate_text(status, MAX_LABEL_BYTES).into_owned())
+            }
+            _ => self.label("child_outcome"),
+        }
     }
 
     /// A non-negative amount of money (USD), below 1e9 so no single call
@@ -1027,5 +1044,60 @@ mod approval_tests {
             decode("post_auxiliary_call", &map, 12.5, DecodeOptions::default()),
             Decoded::Ignored
         ));
+    }
+
+    #[test]
+    fn newer_hermes_kwargs_decode_the_provider_cost_and_child_outcome() {
+        // post_api_request with the provider's billed cost in the usage.
+        let kwargs = serde_json::json!({
+            "session_id": "s1", "api_request_id": "s1:t:api:1", "model": "anthropic/claude-sonnet-4.5",
+            "provider": "openrouter", "first_chunk_at": 1756000000.512, "moa_references": null,
+            "usage": {"input_tokens": 2048, "output_tokens": 512, "cost": 0.0139},
+        });
+        let map = kwargs.as_object().expect("object").clone();
+        let Decoded::Event(event, problems) = decode("post_api_request", &map, 1.0, DecodeOptions::default()) else {
+            panic!("decodes");
+        };
+        assert!(problems.is_empty(), "{problems:?}");
+        let Hook::PostApiRequest(e) = &event.hook else {
+            panic!("an LLM call")
+        };
+        assert_eq!(e.usage.and_then(|u| u.provider_cost_usd), Some(0.0139));
+        // A cost that is not an amount is dropped and reported, the call kept.
+        for bad in [
+            serde_json::json!(-1.0),
+            serde_json::json!("lots"),
+            serde_json::json!(1e12),
+        ] {
+            let mut map = map.clone();
+            map.insert("usage".into(), serde_json::json!({"input_tokens": 1, "cost": bad}));
+            let Decoded::Event(event, problems) = decode("post_api_request", &map, 1.0, DecodeOptions::default())
+            else {
+                panic!("decodes");
+            };
+            let Hook::PostApiRequest(e) = &event.hook else {
+                panic!("an LLM call")
+            };
+            assert_eq!(e.usage.map(|u| (u.input_tokens, u.provider_cost_usd)), Some((1, None)));
+            assert!(problems.iter().any(|p| p.key == "usage.cost"), "{problems:?}");
+        }
+        // subagent_stop: child_outcome where child_status is missing.
+        for (outcome, want) in [
+            (serde_json::json!("cancelled"), Some("cancelled")),
+            (serde_json::json!({"status": "failed", "summary": "x"}), Some("failed")),
+            (serde_json::json!({"other": 1}), None),
+        ] {
+            let kwargs = serde_json::json!({
+                "parent_session_id": "p", "child_session_id": "c", "child_outcome": outcome,
+            });
+            let map = kwargs.as_object().expect("object").clone();
+            let Decoded::Event(event, _) = decode("subagent_stop", &map, 1.0, DecodeOptions::default()) else {
+                panic!("decodes");
+            };
+            let Hook::SubagentStop(e) = &event.hook else {
+                panic!("a subagent stop")
+            };
+            assert_eq!(e.child_status.as_deref(), want);
+        }
     }
 }

@@ -321,7 +321,15 @@ fn apply_in(
             } else {
                 ERROR
             };
-            // A turn whose pre_llm_call was missed still gets a row.
+            // A turn whose pre_llm_call was missed still gets a row. A turn
+            // hermes-otel already closed (its process exited, or it went
+            // idle) takes Hermes's end in the ledger, but its span went out
+            // with the close and is not sent again: a span goes out once.
+            let closed_before: bool = tx
+                .prepare_cached("SELECT outcome IS NOT NULL FROM turns WHERE turn_id = ?1")?
+                .query_row(params![e.turn_id], |r| r.get(0))
+                .optional()?
+                .unwrap_or(false);
             tx.prepare_cached(
                 "INSERT INTO turns (turn_id, session_id, task_id, model, started_at, ended_at, outcome)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6)
@@ -330,7 +338,9 @@ fn apply_in(
             .execute(params![e.turn_id, e.session_id, e.task_id, e.model, at, outcome])?;
             tx.prepare_cached("UPDATE runs SET status = ?2, ended_at = ?3 WHERE session_id = ?1")?
                 .execute(params![e.session_id, outcome, at])?;
-            outbox::enqueue(tx, SpanKind::Turn, &e.session_id, &e.turn_id, -1, at, false)?;
+            if !closed_before {
+                outbox::enqueue(tx, SpanKind::Turn, &e.session_id, &e.turn_id, -1, at, false)?;
+            }
             outbox::enqueue_run(tx, &e.session_id, at, false)?;
         }
         Hook::ApprovalRequest(a) | Hook::ApprovalResponse(a) => {
@@ -622,7 +632,9 @@ fn apply_llm_call<'e>(
             bill.estimate.usd
         ])?;
     if inserted == 1 {
-        outbox::enqueue(tx, SpanKind::LlmCall, &a.session_id, &a.api_request_id, -1, at, false)?;
+        if !attempt_already_sent(tx, &a.api_request_id, attempts - 1)? {
+            outbox::enqueue(tx, SpanKind::LlmCall, &a.session_id, &a.api_request_id, -1, at, false)?;
+        }
         let unpriced = cost.source == crate::pricing::PriceSource::Unknown;
         tx.prepare_cached(
             "UPDATE runs SET llm_calls = llm_calls + 1, input_tokens = input_tokens + ?2, output_tokens = output_tokens + ?3,
@@ -706,20 +718,32 @@ fn apply_api_error(tx: &Transaction<'_>, runs: &mut RunMemo, e: &ApiRequestError
              WHERE session_id = ?1",
         )?
         .execute(params![a.session_id, last_attempt, ERROR, ended_at])?;
-        outbox::enqueue(
-            tx,
-            SpanKind::LlmError,
-            &a.session_id,
-            &a.api_request_id,
-            e.retry_count,
-            at,
-            false,
-        )?;
+        if !attempt_already_sent(tx, &a.api_request_id, e.retry_count)? {
+            outbox::enqueue(
+                tx,
+                SpanKind::LlmError,
+                &a.session_id,
+                &a.api_request_id,
+                e.retry_count,
+                at,
+                false,
+            )?;
+        }
         if last_attempt {
             outbox::enqueue_run(tx, &a.session_id, at, false)?;
         }
     }
     Ok(())
+}
+
+/// Whether attempt `attempt` (0-based) of `api_request_id` already went out
+/// as a span that hermes-otel closed (its process exited, or it went idle).
+fn attempt_already_sent(tx: &Transaction<'_>, api_request_id: &str, attempt: i64) -> Result<bool> {
+    let closed: Option<Option<i64>> = tx
+        .prepare_cached("SELECT closed_attempt FROM api_requests WHERE api_request_id = ?1")?
+        .query_row(params![api_request_id], |r| r.get(0))
+        .optional()?;
+    Ok(closed.flatten() == Some(attempt))
 }
 
 fn apply_tool_result(tx: &Transaction<'_>, runs: &mut RunMemo, e: &PostToolCall, at: f64) -> Result<()> {

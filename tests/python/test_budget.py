@@ -58,3 +58,27 @@ def test_the_cron_pause_never_raises(monkeypatch) -> None:
     assert seen == {"job": "0123456789ab", "reason": "over budget"}
     jobs.pause_job = lambda job_id, reason=None: None
     assert _budget.pause_cron_job("missing", "r") is False
+
+
+def test_a_stop_raises_hermes_own_block_where_hermes_has_it(monkeypatch) -> None:
+    # Hermes 0.19.0 has no LLMExecutionBlocked: the stand-in answers.
+    monkeypatch.setitem(sys.modules, "hermes_cli.middleware", types.ModuleType("hermes_cli.middleware"))
+    assert _budget.stop("chat_completions", "BUDGET-EXCEEDED: x").model == _budget.BLOCKED_MODEL
+
+    # Newer Hermes: shaped after hermes_cli/middleware.py there.
+    class LLMExecutionBlocked(Exception):
+        def __init__(self, reason: str, *, metadata: dict | None = None) -> None:
+            super().__init__(reason)
+            self.reason = reason
+            self.metadata = metadata or {}
+
+    middleware = types.ModuleType("hermes_cli.middleware")
+    middleware.LLMExecutionBlocked = LLMExecutionBlocked
+    monkeypatch.setitem(sys.modules, "hermes_cli.middleware", middleware)
+    try:
+        _budget.stop("chat_completions", "BUDGET-EXCEEDED: x")
+    except LLMExecutionBlocked as e:
+        assert e.reason == "BUDGET-EXCEEDED: x"
+        assert e.metadata == {"checked_by": "hermes-otel", "reason": "budget"}
+    else:
+        raise AssertionError("the call was not stopped")
