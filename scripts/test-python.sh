@@ -36,7 +36,7 @@ rm -rf "$WORK/wheels"
 WHEEL=$(ls "$WORK"/wheels/hermes_otel-*.whl | tail -n 1)
 
 step "ruff"
-LINT=(python tests/python tests/e2e/conftest.py tests/e2e/test_scenarios.py tests/e2e/test_crash.py benches/hook_overhead.py tests/e2e/test_budgets.py tests/e2e/test_otlp.py tests/e2e/test_traces.py tests/e2e/otlp_sidecar.py tests/e2e/scripts/gateway_session.py tests/e2e/test_dashboard.py tests/e2e/dashboard_probe.py)
+LINT=(python tests/python tests/e2e/conftest.py tests/e2e/test_scenarios.py tests/e2e/test_crash.py benches/hook_overhead.py tests/e2e/test_budgets.py tests/e2e/test_otlp.py tests/e2e/test_traces.py tests/e2e/otlp_sidecar.py tests/e2e/scripts/gateway_session.py tests/e2e/test_dashboard.py tests/e2e/dashboard_probe.py tests/e2e/test_older_hermes.py)
 "$VENV/bin/ruff" format --check "${LINT[@]}"
 "$VENV/bin/ruff" check "${LINT[@]}"
 
@@ -57,7 +57,7 @@ if [ "$E2E" = 1 ]; then
     # opentelemetry-proto decodes what the e2e OTLP receiver saved; aiohttp
     # is the gateway's API server platform (hermes-agent[messaging] pins it).
     "$HERMES_VENV/bin/python" -m pip install "${PIP[@]}" "pytest>=8" "opentelemetry-proto>=1.27" "aiohttp==3.14.1"
-    HERMES_OTEL_E2E_HERMES=$HERMES_VENV/bin/hermes \
+    HERMES_OTEL_E2E_HERMES=$HERMES_VENV/bin/hermes HERMES_OTEL_E2E_WHEEL=$WHEEL \
         "$HERMES_VENV/bin/python" -m pytest tests/e2e -q "${KEEP[@]}" "$@"
 fi
 printf '\npython tests: ok\n'

@@ -36,11 +36,12 @@ def register(ctx: Any) -> None:
             continue
         ctx.register_hook(name, _native.Hook(name))
     if known is not None and "post_auxiliary_call" not in known:
-        # Hermes 0.19.0: auxiliary calls fire no hook; feed ours from
-        # Hermes's own auxiliary accounting instead.
+        # Hermes 0.19.0: auxiliary calls fire no hook; feed ours from the
+        # chokepoint of Hermes's own auxiliary accounting instead.
         from . import _aux
 
-        _aux.install(_native.Hook("post_auxiliary_call"))
+        if _aux.install(_native.Hook("post_auxiliary_call")):
+            ctx.register_hook("pre_llm_call", _aux.remember_session)
     # What the provider billed, where its usage says (OpenRouter's `cost`).
     from . import _provider_cost
 

@@ -3,17 +3,22 @@
 Hermes makes auxiliary calls (session titles, context compression, vision,
 web extraction, approval review, plugins' ``ctx.llm``) outside a turn's API
 requests and fires no hook for them before ``post_auxiliary_call`` exists.
-It does account them itself: its auxiliary client passes every successful
-response to ``agent.aux_accounting.record_aux_usage``, which writes the
-normalized usage with ``SessionDB.record_auxiliary_usage`` (one chokepoint,
-after Hermes's own exclusions such as MoA slots the main loop counts).
+Every successful one passes through one chokepoint of its auxiliary client,
+``agent.aux_accounting.record_aux_usage(response, task, provider=...,
+base_url=...)``, which writes the usage to Hermes's own database, but only
+while a turn has published its session: a ``/compress`` typed in the REPL
+is billed by the provider and recorded nowhere.
 
-:func:`install` wraps that method, in this process only: Hermes's own
-write runs first and unchanged, then the same figures go to our
-``post_auxiliary_call`` hook, shaped as newer Hermes fires it (the fields
-of ``post_api_request`` plus ``aux_task``). Nothing here opens Hermes's
-database. Where Hermes knows ``post_auxiliary_call`` the package registers
-the hook instead and never installs this, so no call is counted twice.
+:func:`install` wraps that function, in this process only: Hermes's own
+accounting runs first and unchanged, then the same response goes to our
+``post_auxiliary_call`` hook, shaped as newer Hermes fires it (the fields of
+``post_api_request`` plus ``aux_task``), with the provider's billed cost when
+its usage carries one. The session is the one Hermes published, else the
+last one a turn of this process started (:func:`remember_session`). Tasks
+Hermes's main loop counts itself (its ``_EXCLUDED_TASKS``, the mixture-of-
+agents slots) are left to it. Nothing here opens Hermes's database. Where
+Hermes knows ``post_auxiliary_call`` the package registers the hook instead
+and never installs this, so no call is counted twice.
 """
 
 from __future__ import annotations
@@ -23,50 +28,108 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from . import _provider_cost
+
+#: Auxiliary tasks Hermes's main loop counts itself (0.19.0's
+#: ``aux_accounting._EXCLUDED_TASKS``), for a Hermes without that module.
+_MAIN_LOOP_TASKS = frozenset({"moa_reference", "moa_aggregator"})
+
+#: The session of the latest turn this process started (``pre_llm_call``):
+#: where an auxiliary call made outside a turn (a manual ``/compress``) is
+#: counted when Hermes published no session for it.
+_last_session: str | None = None
+
+
+def remember_session(**kwargs: Any) -> None:
+    """``pre_llm_call`` hook: remembers the session of the turn starting."""
+    global _last_session
+    session_id = kwargs.get("session_id")
+    if isinstance(session_id, str) and session_id:
+        _last_session = session_id
+
 
 def install(hook: Callable[..., Any]) -> bool:
-    """Wrap ``SessionDB.record_auxiliary_usage``; returns whether it did."""
+    """Wrap Hermes's auxiliary chokepoint; returns whether it did.
+
+    ``agent.aux_accounting.record_aux_usage`` where Hermes has it (0.19.0);
+    before that (0.18 and older, no auxiliary accounting at all) the
+    auxiliary client's ``_validate_llm_response``, which every successful
+    auxiliary response passes through too."""
     try:
-        import hermes_state
+        from agent import aux_accounting
     except Exception:
-        return False
-    cls = getattr(hermes_state, "SessionDB", None)
-    original = getattr(cls, "record_auxiliary_usage", None)
+        return _install_before_accounting(hook)
+    original = getattr(aux_accounting, "record_aux_usage", None)
     if original is None or getattr(original, "_hermes_otel", False):
         return False
 
     @functools.wraps(original)
-    def record_auxiliary_usage(self: Any, session_id: Any, task: Any, *args: Any, **kwargs: Any) -> Any:
+    def record_aux_usage(response: Any, task: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            return original(self, session_id, task, *args, **kwargs)
+            return original(response, task, *args, **kwargs)
         finally:
-            _report(hook, session_id, task, kwargs)
+            _report(hook, aux_accounting, response, task, kwargs)
 
-    record_auxiliary_usage._hermes_otel = True  # type: ignore[attr-defined]
-    cls.record_auxiliary_usage = record_auxiliary_usage
+    record_aux_usage._hermes_otel = True  # type: ignore[attr-defined]
+    aux_accounting.record_aux_usage = record_aux_usage
     return True
 
 
-def _report(hook: Callable[..., Any], session_id: Any, task: Any, kw: dict) -> None:
+def _install_before_accounting(hook: Callable[..., Any]) -> bool:
+    try:
+        from agent import auxiliary_client
+    except Exception:
+        return False
+    original = getattr(auxiliary_client, "_validate_llm_response", None)
+    if original is None or getattr(original, "_hermes_otel", False):
+        return False
+
+    @functools.wraps(original)
+    def validate(response: Any, task: Any = None, *args: Any, **kwargs: Any) -> Any:
+        valid = original(response, task, *args, **kwargs)
+        _report(hook, None, valid, task, kwargs)
+        return valid
+
+    validate._hermes_otel = True  # type: ignore[attr-defined]
+    auxiliary_client._validate_llm_response = validate
+    return True
+
+
+def _report(hook: Callable[..., Any], accounting: Any, response: Any, task: Any, kw: dict) -> None:
     # Never let accounting of ours disturb Hermes's (the hook itself never
     # raises, but building its kwargs must not either).
     try:
-        if not session_id or not task:
+        if not task or task in getattr(accounting, "_EXCLUDED_TASKS", _MAIN_LOOP_TASKS):
             return
+        published = accounting.get_accounting_context() if accounting is not None else None
+        session_id = published[1] if published else _last_session
+        raw = getattr(response, "usage", None)
+        if not session_id or raw is None:
+            return
+        from agent.usage_pricing import normalize_usage
+
+        provider = kw.get("provider")
+        u = normalize_usage(raw, provider=provider)
+        usage = {
+            "input_tokens": u.input_tokens,
+            "output_tokens": u.output_tokens,
+            "cache_read_tokens": u.cache_read_tokens,
+            "cache_write_tokens": u.cache_write_tokens,
+            "reasoning_tokens": u.reasoning_tokens,
+        }
+        if not any(usage.values()):
+            return
+        cost = _provider_cost.reported_cost(raw)
+        if cost is not None:
+            usage["cost"] = cost
         hook(
             session_id=session_id,
             aux_task=task,
-            model=kw.get("model"),
-            provider=kw.get("billing_provider"),
-            base_url=kw.get("billing_base_url"),
+            model=str(getattr(response, "model", "") or "") or "unknown",
+            provider=provider,
+            base_url=kw.get("base_url"),
             ended_at=time.time(),
-            usage={
-                "input_tokens": kw.get("input_tokens") or 0,
-                "output_tokens": kw.get("output_tokens") or 0,
-                "cache_read_tokens": kw.get("cache_read_tokens") or 0,
-                "cache_write_tokens": kw.get("cache_write_tokens") or 0,
-                "reasoning_tokens": kw.get("reasoning_tokens") or 0,
-            },
+            usage=usage,
         )
     except BaseException:  # noqa: BLE001 - an aux call must never fail because of us
         pass

@@ -241,6 +241,18 @@ impl BridgeConfig {
                 )),
             }
         }
+        // The writer's idle sweep and the exporter's close runs after the
+        // same idle time: one setting, one parser.
+        let idle = crate::export::config::env::IDLE_TIMEOUT_SECONDS;
+        if let Some(v) = var(idle) {
+            match crate::export::config::parse_seconds(&v.to_string_lossy()) {
+                Some(seconds) => cfg.idle_run_seconds = seconds,
+                None => cfg.warnings.push(format!(
+                    "{idle}={v:?} is not a number of seconds; using {}",
+                    crate::cli::DEFAULT_IDLE_TIMEOUT_SECONDS
+                )),
+            }
+        }
         cfg.test_panic_hook = var(env::TEST_PANIC).map(|v| v.to_string_lossy().into_owned());
         cfg
     }
@@ -1554,5 +1566,22 @@ mod tests {
         assert_eq!(cfg.hook_wait, DEFAULT_HOOK_WAIT);
         assert_eq!(cfg.budget_mode, BudgetMode::Enforce);
         assert_eq!(cfg.warnings.len(), 2);
+    }
+
+    #[test]
+    fn the_writer_closes_idle_runs_after_the_idle_time_the_exporter_uses() {
+        // Both read HERMES_OTEL_IDLE_TIMEOUT_SECONDS; the writer used to keep
+        // 900 s whatever it said, closing a run the exporter still waited on.
+        for (value, want, warnings) in [
+            ("3600", 3600.0, 0),
+            ("later", crate::cli::DEFAULT_IDLE_TIMEOUT_SECONDS, 1),
+        ] {
+            let var = |k: &str| (k == "HERMES_OTEL_IDLE_TIMEOUT_SECONDS").then(|| value.to_string());
+            let bridge = BridgeConfig::from_vars(|k| var(k).map(OsString::from));
+            let export = crate::export::config::ExportConfig::resolve(Default::default(), var);
+            assert_eq!(bridge.idle_run_seconds, want, "{value}");
+            assert_eq!(export.idle_timeout_seconds.value, want, "{value}");
+            assert_eq!(bridge.warnings.len(), warnings, "{value}");
+        }
     }
 }

@@ -592,7 +592,9 @@ fn parse_bool(s: &str) -> Option<bool> {
     }
 }
 
-fn parse_seconds(s: &str) -> Option<f64> {
+/// A non-negative number of seconds; shared with the bridge, which must
+/// read `HERMES_OTEL_IDLE_TIMEOUT_SECONDS` the same way.
+pub(crate) fn parse_seconds(s: &str) -> Option<f64> {
     s.trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0)
 }
 

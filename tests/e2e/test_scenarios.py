@@ -253,14 +253,23 @@ def served(run: Run, decision: str | None = None) -> list[dict]:
     return out
 
 
+@pytest.mark.parametrize(
+    ("scenario", "aux_tasks"),
+    [
+        # The REPL's first turn makes Hermes generate a title: an auxiliary
+        # call no hook announces on 0.19.0.
+        ("multi_turn", ["title_generation"]),
+        # Then a /compress typed in the REPL: Hermes summarizes the
+        # conversation outside any turn, and records it nowhere itself.
+        ("compress", ["compression", "title_generation"]),
+    ],
+)
 def test_a_repl_sessions_ledger_equals_what_the_provider_served_auxiliary_calls_included(
-    runs: dict[str, Run],
+    runs: dict[str, Run], scenario: str, aux_tasks: list[str]
 ) -> None:
-    # The REPL's first turn makes Hermes generate a title: an auxiliary call
-    # no hook announces on 0.19.0.
-    run = runs["multi_turn"]
+    run = runs[scenario]
     billed = served(run)
-    assert any(r["decision"] == "AUX" for r in billed), "the mock served a title generation"
+    assert len([r for r in billed if r["decision"] == "AUX"]) == len(aux_tasks), "the mock served them"
     (inp, out) = query(
         run,
         "SELECT SUM(input_tokens + cache_read_tokens + cache_write_tokens), SUM(output_tokens)"
@@ -268,9 +277,10 @@ def test_a_repl_sessions_ledger_equals_what_the_provider_served_auxiliary_calls_
     )[0]
     assert inp == sum(r["usage"]["prompt_tokens"] for r in billed)
     assert out == sum(r["usage"]["completion_tokens"] for r in billed)
-    assert query(run, "SELECT aux_task FROM llm_calls WHERE aux_task IS NOT NULL") == [("title_generation",)]
+    got = query(run, "SELECT aux_task FROM llm_calls WHERE aux_task IS NOT NULL ORDER BY aux_task")
+    assert [t for (t,) in got] == aux_tasks
     totals = json.loads(our_cli(run, "report", "--json"))["totals"]
-    assert totals["aux_llm_calls"] == 1
+    assert totals["aux_llm_calls"] == len(aux_tasks)
     assert totals["input_tokens"] + totals["cache_read_tokens"] + totals["cache_write_tokens"] == inp
 
 

@@ -531,34 +531,58 @@ def test_hermes_otel_cli_offers_report_and_status_only(capfd) -> None:
 
 
 AUX_HERMES = """
-import sys, types, json
+import contextvars, sys, types, json
 plugins = types.ModuleType("hermes_cli.plugins")
 plugins.VALID_HOOKS = set(json.loads(sys.argv[1]))
 sys.modules["hermes_cli"] = types.ModuleType("hermes_cli")
 sys.modules["hermes_cli.plugins"] = plugins
-state = types.ModuleType("hermes_state")
-class SessionDB:
-    written = []
-    def record_auxiliary_usage(self, session_id, task, *, model=None, billing_provider=None,
-                               billing_base_url=None, input_tokens=0, output_tokens=0,
-                               cache_read_tokens=0, cache_write_tokens=0, reasoning_tokens=0,
-                               estimated_cost_usd=None):
-        SessionDB.written.append((session_id, task, input_tokens))
-state.SessionDB = SessionDB
-sys.modules["hermes_state"] = state
+# agent.aux_accounting and agent.usage_pricing shaped after Hermes 0.19.0's.
+agent = types.ModuleType("agent")
+acc = types.ModuleType("agent.aux_accounting")
+acc._EXCLUDED_TASKS = frozenset({"moa_reference", "moa_aggregator"})
+acc._accounting = contextvars.ContextVar("aux_accounting_context", default=None)
+acc.get_accounting_context = lambda: acc._accounting.get()
+written = []
+def record_aux_usage(response, task, *, provider=None, base_url=None):
+    ctx = acc._accounting.get()
+    if ctx is not None and task not in acc._EXCLUDED_TASKS:
+        written.append((ctx[1], task, response.usage.prompt_tokens))
+acc.record_aux_usage = record_aux_usage
+pricing = types.ModuleType("agent.usage_pricing")
+def normalize_usage(raw, provider=None, api_mode=None):
+    return types.SimpleNamespace(input_tokens=raw.prompt_tokens, output_tokens=raw.completion_tokens,
+        cache_read_tokens=0, cache_write_tokens=0, reasoning_tokens=0)
+pricing.normalize_usage = normalize_usage
+agent.aux_accounting, agent.usage_pricing = acc, pricing
+sys.modules.update({"agent": agent, "agent.aux_accounting": acc, "agent.usage_pricing": pricing})
 import hermes_otel
 from hermes_otel import _native
-hooks = []
+hooks = {}
 class Ctx:
-    def register_hook(self, name, cb): hooks.append(name)
+    def register_hook(self, name, cb): hooks.setdefault(name, []).append(cb)
     def register_cli_command(self, *a, **k): pass
     def register_command(self, *a, **k): pass
 hermes_otel.register(Ctx())
-# Hermes's auxiliary client records a title generation of session s-aux.
-SessionDB().record_auxiliary_usage("s-aux", "title_generation", model="gpt-4o-mini",
-    billing_provider="openai", input_tokens=1020, output_tokens=42)
+def response(prompt, completion, **extra):
+    usage = types.SimpleNamespace(prompt_tokens=prompt, completion_tokens=completion, **extra)
+    return types.SimpleNamespace(model="gpt-4o-mini", usage=usage)
+def aux_call(resp, task):
+    # What Hermes's auxiliary client does: `from agent.aux_accounting import ...` at call time.
+    from agent.aux_accounting import record_aux_usage
+    record_aux_usage(resp, task, provider="openai", base_url="https://api.openai.com/v1")
+# In a turn of s-aux: a title generation, billed by the provider at $0.001.
+token = acc._accounting.set((object(), "s-aux"))
+aux_call(response(1020, 42, cost=0.001), "title_generation")
+acc._accounting.reset(token)
+# A turn of s-two starts (pre_llm_call), then a /compress outside any turn:
+# Hermes publishes no session and records nothing.
+for cb in hooks.get("pre_llm_call", []):
+    cb(session_id="s-two", turn_id="s-two:t1", task_id="s-two")
+aux_call(response(3000, 200), "compression")
+# A mixture-of-agents slot is the main loop's to count.
+aux_call(response(50, 5), "moa_reference")
 assert _native.flush(5.0)
-print(json.dumps({"hooks": hooks, "written": SessionDB.written}))
+print(json.dumps({"hooks": sorted(hooks), "written": written}))
 """
 
 
@@ -576,11 +600,19 @@ def test_auxiliary_calls_on_hermes_0_19_come_from_its_own_accounting(tmp_path) -
     assert out["written"] == [["s-aux", "title_generation", 1020]], "Hermes's own write ran, unchanged"
     store = tmp_path / "otel"
     rows = query(
-        "SELECT session_id, aux_task, model, input_tokens, output_tokens FROM llm_calls", store_dir=store
+        "SELECT session_id, aux_task, model, input_tokens, output_tokens, cost_source FROM llm_calls"
+        " ORDER BY session_id",
+        store_dir=store,
     )
-    assert [tuple(r) for r in rows] == [("s-aux", "title_generation", "gpt-4o-mini", 1020, 42)]
-    cost = query("SELECT cost_usd FROM llm_calls", store_dir=store)[0][0]
-    assert cost > 0, "priced like any call (the built-in table knows gpt-4o-mini)"
+    assert [tuple(r) for r in rows] == [
+        # The /compress Hermes itself did not record counts against the
+        # session of the last turn, priced by the table.
+        ("s-aux", "title_generation", "gpt-4o-mini", 1020, 42, "provider"),
+        ("s-two", "compression", "gpt-4o-mini", 3000, 200, "builtin"),
+    ]
+    costs = query("SELECT cost_usd, estimate_usd FROM llm_calls ORDER BY session_id", store_dir=store)
+    assert costs[0][0] == 0.001 and costs[0][1] > 0, "the provider's figure, the estimate beside it"
+    assert costs[1][0] > 0, "priced like any call (the built-in table knows gpt-4o-mini)"
 
 
 def test_auxiliary_calls_use_the_hook_where_hermes_has_it_and_are_never_counted_twice(tmp_path) -> None:
