@@ -22,10 +22,11 @@
 //! Must not touch: Python, the network. Every read is bounded (see
 //! `store/budget.rs`), so a verdict costs the same whatever the store's size.
 
+use crate::lock;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::bridge::{BudgetMode, Gate, GateNeeds, QueuedSpend, QuickGate, Verdict};
@@ -154,10 +155,6 @@ impl QuickGate for Shared {
         // rounding, far below a cent.
         grown + QUICK_MARGIN_USD < if block { h.block_usd } else { h.notice_usd }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Default for Shared {

@@ -19,6 +19,11 @@ pub mod env {
     pub const CAPTURE_CONTENT: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
 }
 
+/// Default idle time after which a run that never ended is closed as
+/// abandoned (`HERMES_OTEL_IDLE_TIMEOUT_SECONDS`; the writer's sweep and
+/// the exporter both use it).
+pub const DEFAULT_IDLE_TIMEOUT_SECONDS: f64 = 15.0 * 60.0;
+
 /// The pricing file's name inside the store directory.
 pub const PRICING_FILE_NAME: &str = "pricing.toml";
 

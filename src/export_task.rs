@@ -16,8 +16,9 @@
 //! next Hermes process). It does not wait at all while the collector is
 //! failing, so a collector outage never slows an exit down.
 
+use crate::lock;
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -68,10 +69,6 @@ struct Shared {
     state: Mutex<State>,
     wake: Condvar,
     done: Condvar,
-}
-
-fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The running export thread of this process.

@@ -38,6 +38,12 @@ pub mod ui;
 
 pub use error::{Error, Result};
 
+/// Locks a mutex, ignoring poison: every critical section of this crate
+/// leaves its data consistent, and a hook must never panic on a lock.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Now, in Unix seconds: the time the store records (0 if the clock is
 /// before 1970).
 pub fn unix_now() -> f64 {

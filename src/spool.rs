@@ -25,10 +25,11 @@
 //! or CLI that opens the store. Replaying is idempotent (journal keys), so a
 //! crash between a commit and the file being emptied double-applies nothing.
 
+use crate::lock;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 use serde_json::{Map, Value};
 
@@ -59,10 +60,6 @@ struct Inner {
     appended: u64,
     /// Bytes in the file now.
     bytes: u64,
-}
-
-fn lock(m: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Spool {

@@ -32,7 +32,9 @@ def register(ctx: Any) -> None:
     _native.start(_profile_name(ctx))
     known = _hermes_hooks()
     for name in _native.hook_names():
-        if name in _native.optional_hooks() and known is not None and name not in known:
+        # Only the hooks this Hermes knows: it warns at every start about
+        # the others (older releases lack approvals, subagent_start, ...).
+        if known is not None and name not in known:
             continue
         ctx.register_hook(name, _native.Hook(name))
     if known is not None and "post_auxiliary_call" not in known:
@@ -47,7 +49,8 @@ def register(ctx: Any) -> None:
 
     _provider_cost.install()
     # Who is asking, for `/otel` in the gateway (the command gets only its text).
-    ctx.register_hook("pre_gateway_dispatch", _remember_gateway_caller)
+    if known is None or "pre_gateway_dispatch" in known:
+        ctx.register_hook("pre_gateway_dispatch", _remember_gateway_caller)
     if _native.budget_mode() == "enforce" and hasattr(ctx, "register_middleware"):
         # Stops the LLM calls of a session whose budget is exhausted (hooks
         # can only observe a call; middleware can answer it instead).

@@ -59,12 +59,13 @@
 //! replaced it. [`Bridge::disabled_reason`] is left for what no retry can
 //! fix (the writer thread could not start, the pricing file is invalid).
 
+use crate::lock;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -200,7 +201,7 @@ impl BridgeConfig {
             budget_mode: BudgetMode::Enforce,
             checkpoint_interval: DEFAULT_CHECKPOINT_INTERVAL,
             sweep_interval: DEFAULT_SWEEP_INTERVAL,
-            idle_run_seconds: crate::cli::DEFAULT_IDLE_TIMEOUT_SECONDS,
+            idle_run_seconds: crate::config::DEFAULT_IDLE_TIMEOUT_SECONDS,
             test_panic_hook: None,
             warnings: Vec::new(),
             store_retry_min: DEFAULT_STORE_RETRY_MIN,
@@ -249,7 +250,7 @@ impl BridgeConfig {
                 Some(seconds) => cfg.idle_run_seconds = seconds,
                 None => cfg.warnings.push(format!(
                     "{idle}={v:?} is not a number of seconds; using {}",
-                    crate::cli::DEFAULT_IDLE_TIMEOUT_SECONDS
+                    crate::config::DEFAULT_IDLE_TIMEOUT_SECONDS
                 )),
             }
         }
@@ -515,12 +516,6 @@ impl Ticket {
             };
         }
     }
-}
-
-/// Locks a mutex, ignoring poison: every critical section here leaves its
-/// data consistent, and a hook must never panic on a lock.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Bridge {
@@ -1574,7 +1569,7 @@ mod tests {
         // 900 s whatever it said, closing a run the exporter still waited on.
         for (value, want, warnings) in [
             ("3600", 3600.0, 0),
-            ("later", crate::cli::DEFAULT_IDLE_TIMEOUT_SECONDS, 1),
+            ("later", crate::config::DEFAULT_IDLE_TIMEOUT_SECONDS, 1),
         ] {
             let var = |k: &str| (k == "HERMES_OTEL_IDLE_TIMEOUT_SECONDS").then(|| value.to_string());
             let bridge = BridgeConfig::from_vars(|k| var(k).map(OsString::from));

@@ -5,6 +5,7 @@
 //! rides out store faults, all off the hook path.
 
 use super::*;
+use crate::lock;
 
 /// How long captured content stays in the store after its session ended
 /// and its spans were exported ([`Store::prune_content`], at every sweep).

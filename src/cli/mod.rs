@@ -78,8 +78,7 @@ use crate::hook::DecodeOptions;
 use crate::pricing::PriceTable;
 use crate::store::Store;
 
-/// Default idle time after which a run that never ended is closed as abandoned.
-pub const DEFAULT_IDLE_TIMEOUT_SECONDS: f64 = 15.0 * 60.0;
+pub use crate::config::DEFAULT_IDLE_TIMEOUT_SECONDS;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -3,9 +3,7 @@
 use jiff::{civil::Date, tz::TimeZone, Timestamp};
 
 /// Now, in Unix seconds.
-pub fn now() -> f64 {
-    Timestamp::now().as_microsecond() as f64 / 1e6
-}
+pub use crate::unix_now as now;
 
 /// The forms [`parse`] accepts, for error messages.
 pub const ACCEPTED_FORMS: &str =

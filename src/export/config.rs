@@ -389,7 +389,7 @@ impl ExportConfig {
             None,
             &[env::IDLE_TIMEOUT_SECONDS],
             parse_seconds,
-            crate::cli::DEFAULT_IDLE_TIMEOUT_SECONDS,
+            crate::config::DEFAULT_IDLE_TIMEOUT_SECONDS,
         );
         let session_grace_seconds = r.setting(None, &[env::SESSION_GRACE_SECONDS], parse_seconds, 120.0);
         let outbox_max_rows = r.setting(

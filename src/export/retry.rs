@@ -65,45 +65,9 @@ pub fn parse_retry_after(value: &str) -> Option<Duration> {
 }
 
 /// The `google.rpc.RetryInfo` delay in a gRPC status's details, if any.
-pub fn grpc_retry_info(details: &[u8]) -> Option<Duration> {
-    use prost::Message;
-    let status = RpcStatus::decode(details).ok()?;
-    status
-        .details
-        .iter()
-        .find(|any| any.type_url.ends_with("google.rpc.RetryInfo"))
-        .and_then(|any| RetryInfo::decode(any.value.as_slice()).ok())
-        .and_then(|info| info.retry_delay)
-        .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.clamp(0, 999_999_999) as u32))
-}
-
-/// `google.rpc.Status`, only the field we read.
-#[derive(Clone, PartialEq, prost::Message)]
-struct RpcStatus {
-    #[prost(message, repeated, tag = "3")]
-    details: Vec<ProtoAny>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct ProtoAny {
-    #[prost(string, tag = "1")]
-    type_url: String,
-    #[prost(bytes = "vec", tag = "2")]
-    value: Vec<u8>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct RetryInfo {
-    #[prost(message, optional, tag = "1")]
-    retry_delay: Option<ProtoDuration>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct ProtoDuration {
-    #[prost(int64, tag = "1")]
-    seconds: i64,
-    #[prost(int32, tag = "2")]
-    nanos: i32,
+pub fn grpc_retry_info(status: &tonic::Status) -> Option<Duration> {
+    use tonic_types::StatusExt;
+    status.get_details_retry_info()?.retry_delay
 }
 
 /// Bounded exponential backoff with full jitter.
@@ -213,18 +177,11 @@ mod tests {
 
     #[test]
     fn retry_info_is_read_from_status_details() {
-        use prost::Message;
-        let info = RetryInfo {
-            retry_delay: Some(ProtoDuration { seconds: 2, nanos: 500 }),
-        };
-        let status = RpcStatus {
-            details: vec![ProtoAny {
-                type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
-                value: info.encode_to_vec(),
-            }],
-        };
-        assert_eq!(grpc_retry_info(&status.encode_to_vec()), Some(Duration::new(2, 500)));
-        assert_eq!(grpc_retry_info(&[]), None);
+        use tonic_types::{ErrorDetails, StatusExt};
+        let details = ErrorDetails::with_retry_info(Some(Duration::new(2, 500)));
+        let status = tonic::Status::with_error_details(tonic::Code::ResourceExhausted, "slow down", details);
+        assert_eq!(grpc_retry_info(&status), Some(Duration::new(2, 500)));
+        assert_eq!(grpc_retry_info(&tonic::Status::unavailable("down")), None);
     }
 
     #[test]

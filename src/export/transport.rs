@@ -230,7 +230,7 @@ impl GrpcTransport {
 /// A failed gRPC export, classified for retry.
 fn grpc_error(what: &str, status: tonic::Status) -> SendError {
     SendError {
-        verdict: retry::classify_grpc(status.code(), retry::grpc_retry_info(status.details())),
+        verdict: retry::classify_grpc(status.code(), retry::grpc_retry_info(&status)),
         message: format!("{what}: {:?}: {}", status.code(), status.message()),
     }
 }

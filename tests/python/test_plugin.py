@@ -615,6 +615,17 @@ def test_auxiliary_calls_on_hermes_0_19_come_from_its_own_accounting(tmp_path) -
     assert costs[1][0] > 0, "priced like any call (the built-in table knows gpt-4o-mini)"
 
 
+def test_only_the_hooks_the_running_hermes_knows_are_registered(tmp_path) -> None:
+    # Hermes 0.17.0's hook set: no approvals, no auxiliary hook.
+    older = [
+        h
+        for h in ALL_HOOKS
+        if h not in ("pre_approval_request", "post_approval_response", "post_auxiliary_call")
+    ]
+    out = _aux_run(tmp_path, older)
+    assert sorted(set(out["hooks"])) == sorted(older), "nothing Hermes would warn about as unknown"
+
+
 def test_auxiliary_calls_use_the_hook_where_hermes_has_it_and_are_never_counted_twice(tmp_path) -> None:
     out = _aux_run(tmp_path, ALL_HOOKS)
     assert "post_auxiliary_call" in out["hooks"]
