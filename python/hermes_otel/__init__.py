@@ -36,6 +36,15 @@ def register(ctx: Any) -> None:
         # the others (older releases lack approvals, subagent_start, ...).
         if known is not None and name not in known:
             continue
+        if name == "post_auxiliary_call":
+            # Hermes fires it with an empty session for turn-less callers
+            # (cron, gateway idle work): count those against the last turn's
+            # session instead of dropping spend the provider billed.
+            from . import _aux
+
+            ctx.register_hook(name, _aux.with_session(_native.Hook(name)))
+            ctx.register_hook("pre_llm_call", _aux.remember_session)
+            continue
         ctx.register_hook(name, _native.Hook(name))
     if known is not None and "post_auxiliary_call" not in known:
         # Hermes 0.19.0: auxiliary calls fire no hook; feed ours from the

@@ -48,6 +48,18 @@ def remember_session(**kwargs: Any) -> None:
         _last_session = session_id
 
 
+def with_session(hook: Callable[..., Any]) -> Callable[..., Any]:
+    """``post_auxiliary_call`` as Hermes fires it, with the last turn's
+    session where Hermes gives none (a turn-less caller)."""
+
+    def post_auxiliary_call(**kwargs: Any) -> Any:
+        if not kwargs.get("session_id") and _last_session:
+            kwargs["session_id"] = _last_session
+        return hook(**kwargs)
+
+    return post_auxiliary_call
+
+
 def install(hook: Callable[..., Any]) -> bool:
     """Wrap Hermes's auxiliary chokepoint; returns whether it did.
 

@@ -632,3 +632,20 @@ def test_auxiliary_calls_use_the_hook_where_hermes_has_it_and_are_never_counted_
     assert out["written"] == [["s-aux", "title_generation", 1020]]
     # The hook is Hermes's to fire: the accounting write no longer reports.
     assert query("SELECT COUNT(*) FROM llm_calls", store_dir=tmp_path / "otel")[0][0] == 0
+
+
+def test_a_turn_less_auxiliary_call_counts_against_the_last_turns_session(tmp_path) -> None:
+    # Newer Hermes fires post_auxiliary_call with session_id "" for callers
+    # outside a turn (cron, gateway idle work).
+    code = AUX_HERMES.replace("sys.argv[1]", repr(json.dumps(ALL_HOOKS)))
+    code = code.replace(
+        "assert _native.flush(5.0)",
+        """for cb in hooks["post_auxiliary_call"]:
+    cb(session_id="", aux_task="compression", model="gpt-4o-mini", provider="openai",
+       ended_at=time.time(), usage={"input_tokens": 700, "output_tokens": 30})
+assert _native.flush(5.0)""",
+    )
+    p = run_python("import time\n" + code, HERMES_OTEL_HOME=str(tmp_path / "otel"))
+    assert p.returncode == 0, p.stderr
+    rows = query("SELECT session_id, aux_task, input_tokens FROM llm_calls", store_dir=tmp_path / "otel")
+    assert [tuple(r) for r in rows] == [("s-two", "compression", 700)]
