@@ -14,9 +14,10 @@ accounting runs first and unchanged, then the same response goes to our
 ``post_auxiliary_call`` hook, shaped as newer Hermes fires it (the fields of
 ``post_api_request`` plus ``aux_task``), with the provider's billed cost when
 its usage carries one. The session is the one Hermes published, else the
-last one a turn of this process started (:func:`remember_session`). Tasks
-Hermes's main loop counts itself (its ``_EXCLUDED_TASKS``, the mixture-of-
-agents slots) are left to it. Nothing here opens Hermes's database. Where
+last one a turn of this process started (:func:`remember_session`). The
+mixture-of-agents aggregator is the turn's own call (``post_api_request``);
+its advisors (``moa_reference``) are counted here, since the usage Hermes
+passes to ``post_api_request`` is the aggregator's only. Nothing here opens Hermes's database. Where
 Hermes knows ``post_auxiliary_call`` the package registers the hook instead
 and never installs this, so no call is counted twice.
 """
@@ -30,9 +31,12 @@ from typing import Any
 
 from . import _provider_cost
 
-#: Auxiliary tasks Hermes's main loop counts itself (0.19.0's
-#: ``aux_accounting._EXCLUDED_TASKS``), for a Hermes without that module.
-_MAIN_LOOP_TASKS = frozenset({"moa_reference", "moa_aggregator"})
+#: Auxiliary tasks whose response is the turn's own, which
+#: ``post_api_request`` already reports: the mixture-of-agents aggregator.
+#: (Hermes's ``_EXCLUDED_TASKS`` also names ``moa_reference``, which its own
+#: turn accounting adds; ``post_api_request`` carries only the aggregator's
+#: usage, so the advisors, usually the bulk of a MoA turn, are counted here.)
+_MAIN_LOOP_TASKS = frozenset({"moa_aggregator"})
 
 #: The session of the latest turn this process started (``pre_llm_call``):
 #: where an auxiliary call made outside a turn (a manual ``/compress``) is
@@ -111,7 +115,7 @@ def _report(hook: Callable[..., Any], accounting: Any, response: Any, task: Any,
     # Never let accounting of ours disturb Hermes's (the hook itself never
     # raises, but building its kwargs must not either).
     try:
-        if not task or task in getattr(accounting, "_EXCLUDED_TASKS", _MAIN_LOOP_TASKS):
+        if not task or task in _MAIN_LOOP_TASKS:
             return
         published = accounting.get_accounting_context() if accounting is not None else None
         session_id = published[1] if published else _last_session

@@ -579,8 +579,10 @@ acc._accounting.reset(token)
 for cb in hooks.get("pre_llm_call", []):
     cb(session_id="s-two", turn_id="s-two:t1", task_id="s-two")
 aux_call(response(3000, 200), "compression")
-# A mixture-of-agents slot is the main loop's to count.
+# Mixture of agents: an advisor is counted here (post_api_request carries
+# only the aggregator's usage); the aggregator is the turn's own call.
 aux_call(response(50, 5), "moa_reference")
+aux_call(response(60, 6), "moa_aggregator")
 assert _native.flush(5.0)
 print(json.dumps({"hooks": sorted(hooks), "written": written}))
 """
@@ -601,7 +603,7 @@ def test_auxiliary_calls_on_hermes_0_19_come_from_its_own_accounting(tmp_path) -
     store = tmp_path / "otel"
     rows = query(
         "SELECT session_id, aux_task, model, input_tokens, output_tokens, cost_source FROM llm_calls"
-        " ORDER BY session_id",
+        " ORDER BY session_id, input_tokens DESC",
         store_dir=store,
     )
     assert [tuple(r) for r in rows] == [
@@ -609,8 +611,11 @@ def test_auxiliary_calls_on_hermes_0_19_come_from_its_own_accounting(tmp_path) -
         # session of the last turn, priced by the table.
         ("s-aux", "title_generation", "gpt-4o-mini", 1020, 42, "provider"),
         ("s-two", "compression", "gpt-4o-mini", 3000, 200, "builtin"),
+        ("s-two", "moa_reference", "gpt-4o-mini", 50, 5, "builtin"),
     ]
-    costs = query("SELECT cost_usd, estimate_usd FROM llm_calls ORDER BY session_id", store_dir=store)
+    costs = query(
+        "SELECT cost_usd, estimate_usd FROM llm_calls ORDER BY session_id, input_tokens DESC", store_dir=store
+    )
     assert costs[0][0] == 0.001 and costs[0][1] > 0, "the provider's figure, the estimate beside it"
     assert costs[1][0] > 0, "priced like any call (the built-in table knows gpt-4o-mini)"
 
