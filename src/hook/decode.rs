@@ -11,6 +11,10 @@ use serde_json::{Map, Value};
 
 use super::*;
 
+/// The auxiliary task of a mixture-of-agents aggregator: the turn's own
+/// response, reported by `post_api_request`.
+const MOA_AGGREGATOR: &str = "moa_aggregator";
+
 /// Longest id or label kept; longer values are cut at a char boundary.
 /// Ids from Hermes are under 100 bytes; anything near this is garbage.
 const MAX_LABEL_BYTES: usize = 1024;
@@ -115,6 +119,13 @@ pub fn decode(hook: &str, kwargs: &Map<String, Value>, at: f64, opts: DecodeOpti
                 return Decoded::Ignored;
             };
             let aux_task = r.label("aux_task").unwrap_or_else(|| "auxiliary".into());
+            // A failed attempt bills nothing (its retry reports again), and
+            // the mixture-of-agents aggregator is the turn's own call, which
+            // post_api_request reports: counting either would add spend
+            // nobody was billed.
+            if r.present("error").is_some() || aux_task == MOA_AGGREGATOR {
+                return Decoded::Ignored;
+            }
             let api_request_id = r
                 .label("api_request_id")
                 .filter(|s| !s.is_empty())
@@ -1012,6 +1023,33 @@ mod approval_tests {
             };
             assert_eq!(a.decision(), Some(decision), "{choice}");
         }
+    }
+
+    #[test]
+    fn failed_auxiliary_attempts_and_the_moa_aggregator_are_not_calls_of_their_own() {
+        let call = |extra: serde_json::Value| {
+            let mut kwargs = serde_json::json!({
+                "session_id": "s1", "aux_task": "vision", "model": "m", "streaming": false,
+                "usage": {"input_tokens": 10, "output_tokens": 2},
+            });
+            for (k, v) in extra.as_object().expect("object") {
+                kwargs[k] = v.clone();
+            }
+            let map = kwargs.as_object().expect("object").clone();
+            matches!(
+                decode("post_auxiliary_call", &map, 1.0, DecodeOptions::default()),
+                Decoded::Event(..)
+            )
+        };
+        assert!(call(serde_json::json!({"error": null})), "a success");
+        assert!(!call(
+            serde_json::json!({"error": "RateLimitError: slow down", "usage": null})
+        ));
+        assert!(!call(serde_json::json!({"aux_task": "moa_aggregator"})));
+        assert!(
+            call(serde_json::json!({"aux_task": "moa_reference"})),
+            "an advisor is a call"
+        );
     }
 
     /// Kwargs shaped as newer Hermes fires `post_auxiliary_call` (those of
