@@ -1,7 +1,8 @@
 //! The crate error type.
 //!
-//! Callers act on the variants (the binding maps them to Python exception
-//! classes, the CLI to exit codes); everything else is a message.
+//! Callers act on the variants (the store's health check classifies them,
+//! `status` and `doctor` say what to do); everything else is a message. The
+//! binding never raises them into Hermes: it logs them and returns None.
 
 use std::path::PathBuf;
 

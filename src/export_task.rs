@@ -2,7 +2,7 @@
 //! what the store's outbox holds (spans) and the metric series folded from
 //! the ledger, for whichever process holds each lease.
 //!
-//! Owns: the thread, its pacing, and the bounded flush a session end may ask
+//! Owns: the thread, its pacing, and the bounded flush the exit flush asks
 //! for. Must not touch: Python, the hook path (a hook at most waits on a
 //! condition variable, with a deadline, never on a socket).
 //!
@@ -32,9 +32,6 @@ pub const POLL: Duration = Duration::from_millis(500);
 
 /// How often runs that went idle without ending are closed.
 pub const CLOSE_IDLE_EVERY: Duration = Duration::from_secs(60);
-
-/// How long a session end waits for its spans by default.
-pub const DEFAULT_SESSION_END_FLUSH: Duration = Duration::from_secs(2);
 
 struct State {
     stop: bool,

@@ -1,4 +1,4 @@
-//! The SQLite store: journal, ledger, and (later) outbox and budget state.
+//! The SQLite store: journal, ledger, span outbox, metric log and budget state.
 //!
 //! Owns: opening the file, pragmas, migrations, and every SQL statement.
 //! Must not touch: the network, Python, telemetry encoding.
