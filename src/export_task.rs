@@ -240,12 +240,7 @@ impl Background for ExportTask {
         }
         self.shared.wake.notify_one();
         if let Some(handle) = self.handle.take() {
-            while !handle.is_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            if handle.is_finished() {
-                let _ = handle.join();
-            }
+            join_until(handle, deadline);
         }
     }
 }
@@ -253,6 +248,17 @@ impl Background for ExportTask {
 impl Drop for ExportTask {
     fn drop(&mut self) {
         self.shutdown(Instant::now() + Duration::from_millis(200));
+    }
+}
+
+/// Joins a background thread that was told to stop, if it ends by
+/// `deadline`; else leaves it (it holds nothing a later process needs).
+pub(crate) fn join_until(handle: JoinHandle<()>, deadline: Instant) {
+    while !handle.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    if handle.is_finished() {
+        let _ = handle.join();
     }
 }
 
@@ -264,10 +270,38 @@ impl Background for Disabled {
     fn shutdown(&mut self, _deadline: Instant) {}
 }
 
-/// The bridge's exporter factory: the export thread over the bridge's store.
+/// The export thread and the fleet sync thread of one process, which
+/// start and stop together.
+struct WithFleet {
+    export: Box<dyn Background>,
+    fleet: crate::fleet::task::FleetTask,
+}
+
+impl Background for WithFleet {
+    fn flush(&self, deadline: Instant) -> bool {
+        self.export.flush(deadline)
+    }
+
+    fn shutdown(&mut self, deadline: Instant) {
+        self.export.shutdown(deadline);
+        self.fleet.shutdown(deadline);
+    }
+}
+
+/// The bridge's exporter factory: the export thread over the bridge's
+/// store, and the fleet sync when `HERMES_OTEL_FLEET_URL` is set.
 pub fn factory(config: &crate::bridge::BridgeConfig) -> Result<Box<dyn Background>> {
-    Ok(match ExportTask::start(&config.store_dir)? {
+    let export: Box<dyn Background> = match ExportTask::start(&config.store_dir)? {
         Some(task) => Box::new(task),
         None => Box::new(Disabled),
+    };
+    Ok(match crate::fleet::task::FleetTask::start_from_env(&config.store_dir) {
+        Ok(Some(fleet)) => Box::new(WithFleet { export, fleet }),
+        Ok(None) => export,
+        Err(e) => {
+            // Budgets stay local; the exporter runs regardless.
+            tracing::warn!(target: "Fleet.StartFailed", "fleet budgets are off in this process: {e}");
+            export
+        }
     })
 }
