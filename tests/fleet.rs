@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 #[path = "support/budget_events.rs"]
 mod budget_events;
+#[path = "support/http_get.rs"]
+mod http_get;
 #[path = "support/postgres.rs"]
 mod postgres;
 
@@ -491,4 +493,68 @@ fn budget_edits_reach_every_host_and_status_shows_no_password() {
     assert_eq!(global["verdict"], "ok");
     let status = cli(db.path(), &["status"]);
     assert!(status.contains("fleet"), "{status}");
+}
+
+#[test]
+fn the_sync_lag_grows_in_status_and_metrics_while_the_database_is_down() {
+    let mut pg = Postgres::start();
+    let dir = tempfile::tempdir().expect("dir");
+    set_fleet_limit(&pg.url(), dir.path(), 10.0);
+    let mut host = Host::start(dir.path(), &pg.url());
+    host.call().expect("under the limit");
+    host.wait_pushed();
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+        .args(["serve", "--prometheus", "127.0.0.1:0"])
+        .env("HERMES_OTEL_HOME", dir.path())
+        .env(FLEET_URL_ENV, pg.url())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve");
+    let mut stderr = BufReader::new(serve.stderr.take().expect("stderr")).lines();
+    let addr: std::net::SocketAddr = stderr
+        .by_ref()
+        .map_while(|l| l.ok())
+        .find_map(|l| {
+            l.split("http://")
+                .nth(1)
+                .and_then(|rest| rest.strip_suffix("/metrics").map(str::to_string))
+        })
+        .expect("the metrics address")
+        .parse()
+        .expect("an address");
+    // Keep reading: serve must not write into a closed pipe.
+    std::thread::spawn(move || stderr.for_each(drop));
+    let lag = || -> Option<f64> {
+        let got = http_get::get(addr, "/metrics", &[]);
+        got.body
+            .lines()
+            .find(|l| l.starts_with("hermes_fleet_sync_lag_seconds{"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    };
+    eventually("a lag under the sync interval's scale", || {
+        lag().is_some_and(|l| l < 5.0)
+    });
+    pg.stop();
+    let down = hermes_otel::unix_now();
+    eventually("the lag growing past the outage's length", || {
+        lag().is_some_and(|l| l >= 2.0 && l >= hermes_otel::unix_now() - down - 1.0)
+    });
+    let status = Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+        .args(["status", "--json"])
+        .env("HERMES_OTEL_HOME", dir.path())
+        .env(FLEET_URL_ENV, pg.url())
+        .output()
+        .expect("status");
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).expect("json");
+    assert!(v["fleet"]["sync_lag_seconds"].as_f64().is_some_and(|l| l >= 2.0), "{v}");
+    assert!(v["fleet"]["last_error"].is_string(), "{v}");
+    pg.resume();
+    let up = hermes_otel::unix_now();
+    eventually("the lag back to a sync interval", || {
+        host.synced_since(up) && lag().is_some_and(|l| l < 5.0)
+    });
+    let _ = serve.kill();
+    let _ = serve.wait();
 }
