@@ -278,8 +278,11 @@ struct WithFleet {
 }
 
 impl Background for WithFleet {
+    /// Only the exit flush calls this: the spans, then this process's spend
+    /// to the fleet, by one deadline.
     fn flush(&self, deadline: Instant) -> bool {
-        self.export.flush(deadline)
+        let exported = self.export.flush(deadline);
+        self.fleet.flush(deadline) && exported
     }
 
     fn shutdown(&mut self, deadline: Instant) {

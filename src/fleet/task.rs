@@ -25,9 +25,37 @@ const LEASE_TTL_SECONDS: f64 = 15.0;
 /// every few seconds catches up soon after it returns.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(2);
 
+struct State {
+    stop: bool,
+    /// A flush asks for a step now.
+    step_now: bool,
+    /// Steps finished (successful or not), for flushes to wait on.
+    steps_done: u64,
+    /// This process held the fleet lease at its last look.
+    leased: bool,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            stop: false,
+            step_now: false,
+            steps_done: 0,
+            // Until the first step says otherwise: a flush asked for before
+            // it must be served, not skipped.
+            leased: true,
+        }
+    }
+}
+
 struct Shared {
-    stop: Mutex<bool>,
+    state: Mutex<State>,
     wake: Condvar,
+    done: Condvar,
+}
+
+fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The running fleet sync thread of this process.
@@ -42,8 +70,9 @@ impl FleetTask {
         let store = Store::open(&store_dir.join(DB_FILE_NAME))?;
         let sync = FleetSync::new(cfg, store_dir);
         let shared = Arc::new(Shared {
-            stop: Mutex::new(false),
+            state: Mutex::new(State::default()),
             wake: Condvar::new(),
+            done: Condvar::new(),
         });
         let thread_shared = Arc::clone(&shared);
         let handle = std::thread::Builder::new()
@@ -77,7 +106,8 @@ fn run(mut store: Store, mut sync: FleetSync, shared: &Shared) {
     let mut failing = false;
     loop {
         let now = crate::unix_now();
-        let wait = match crate::export::take_lease(&mut store, FLEET_LEASE, &holder, now, LEASE_TTL_SECONDS) {
+        let leased = crate::export::take_lease(&mut store, FLEET_LEASE, &holder, now, LEASE_TTL_SECONDS);
+        let wait = match leased {
             Ok(true) => match runtime.block_on(sync.step(&store, now)) {
                 Ok(s) => {
                     if failing {
@@ -101,16 +131,19 @@ fn run(mut store: Store, mut sync: FleetSync, shared: &Shared) {
             Ok(false) => SYNC_INTERVAL,
             Err(_) => RETRY_AFTER_FAILURE,
         };
-        let stop = shared.stop.lock().unwrap_or_else(|p| p.into_inner());
-        let stop = match *stop {
-            true => stop,
-            false => shared
+        let mut state = lock(&shared.state);
+        state.leased = matches!(leased, Ok(true));
+        state.steps_done += 1;
+        shared.done.notify_all();
+        if !state.stop && !state.step_now {
+            state = shared
                 .wake
-                .wait_timeout(stop, wait)
+                .wait_timeout(state, wait)
                 .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0),
-        };
-        if *stop {
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+        state.step_now = false;
+        if state.stop {
             break;
         }
     }
@@ -118,8 +151,41 @@ fn run(mut store: Store, mut sync: FleetSync, shared: &Shared) {
 }
 
 impl Background for FleetTask {
+    /// Pushes now what this process recorded (a one-shot `hermes -z` that
+    /// is about to exit), waiting until `deadline` at most; at once when
+    /// another process of the store holds the fleet lease (it pushes the
+    /// store's spend, this process's included).
+    fn flush(&self, deadline: Instant) -> bool {
+        let mut state = lock(&self.shared.state);
+        if state.stop || !state.leased {
+            return true;
+        }
+        // The step running now may have read the store before the last
+        // commits: wait for the one after it.
+        let target = state.steps_done + 2;
+        state.step_now = true;
+        self.shared.wake.notify_all();
+        while state.steps_done < target {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            state = self
+                .shared
+                .done
+                .wait_timeout(state, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+            if state.steps_done + 1 == target {
+                state.step_now = true;
+                self.shared.wake.notify_all();
+            }
+        }
+        true
+    }
+
     fn shutdown(&mut self, deadline: Instant) {
-        *self.shared.stop.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        lock(&self.shared.state).stop = true;
         self.shared.wake.notify_all();
         if let Some(handle) = self.handle.take() {
             crate::export_task::join_until(handle, deadline);
