@@ -558,3 +558,27 @@ fn the_sync_lag_grows_in_status_and_metrics_while_the_database_is_down() {
     let _ = serve.kill();
     let _ = serve.wait();
 }
+
+#[test]
+fn the_fleet_schema_is_versioned_and_a_newer_one_is_refused() {
+    let pg = Postgres::start();
+    let dir = tempfile::tempdir().expect("dir");
+    set_fleet_limit(&pg.url(), dir.path(), 5.0);
+    assert_eq!(
+        pg.psql("SELECT version FROM hermes_fleet_schema"),
+        hermes_otel::fleet::schema::SCHEMA_VERSION.to_string()
+    );
+    // A build newer than this one migrated the fleet: this host refuses to
+    // sync (and says why) rather than guess, and keeps its last view.
+    pg.psql("UPDATE hermes_fleet_schema SET version = version + 1");
+    let host = Host::start(dir.path(), &pg.url());
+    eventually("the refusal in the sync state", || {
+        host.store
+            .fleet_status()
+            .ok()
+            .flatten()
+            .and_then(|s| s.error)
+            .is_some_and(|e| e.contains("newer than this build"))
+    });
+    assert!(host.status().synced_at.is_none());
+}
