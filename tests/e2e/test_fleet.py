@@ -66,43 +66,48 @@ def postgres_url() -> Iterator[str]:
 
 
 def test_host_b_is_stopped_by_host_a_spend(hermes_bin, tmp_path, postgres_url) -> None:
-    # Host B runs `hermes-otel serve` (as a gateway host runs something all
-    # the time), which keeps its store synced with the fleet; host A spends
-    # once with a one-shot `hermes -z`, which pushes its spend as it exits.
+    # Host B ran Hermes before (one call, under the limit) and runs
+    # `hermes-otel serve` (as a gateway host runs something all the time),
+    # which keeps its store synced with the fleet. Host A then spends with a
+    # one-shot `hermes -z`, which pushes its spend as it exits. B's own spend
+    # alone is under the limit; with A's it is over, and B's next LLM call is
+    # stopped before the provider.
     out = _scenario(
         hermes_bin,
         tmp_path,
         """
         A="$OUTDIR/otel-a"; B="$OUTDIR/otel-b"
-        step set env HERMES_OTEL_HOME="$A" "$BUDGET" budget set global daily 0.001
+        step set env HERMES_OTEL_HOME="$A" "$BUDGET" budget set global daily 0.004
+        step b1 env HERMES_OTEL_HOME="$B" "$HERMES" -z "plain question"
         HERMES_OTEL_HOME="$B" setsid "$BUDGET" serve --prometheus 127.0.0.1:0 >"$OUTDIR/serve-b.log" 2>&1 &
         PIDS+=($!)
-        b_until() {  # NAME PATTERN: until host B's `budget list --json` has PATTERN
-            step "$1" bash -c 'until HERMES_OTEL_HOME="$0" "$1" budget list --json | grep -q "$2"; do
-                sleep 0.1; done' "$B" "$BUDGET" "$2"
-        }
-        b_until b_synced '"global"'
-        step a env HERMES_OTEL_HOME="$A" "$HERMES" -z "plain question"
+        # NAME PATTERN: polls until host B's `budget list --json` has PATTERN.
+        POLL='until HERMES_OTEL_HOME="$0" "$1" budget list --json | grep -q "$2"; do sleep 0.1; done'
+        b_until() { step "$1" bash -c "$POLL" "$B" "$BUDGET" "$2"; }
+        b_until b_synced '"this_host_usd"'
+        step a env HERMES_OTEL_HOME="$A" "$HERMES" -z "another plain question"
         b_until b_sees_a '"verdict": "hard"'
-        step b env HERMES_OTEL_HOME="$B" "$HERMES" -z "another plain question"
+        step b2 env HERMES_OTEL_HOME="$B" "$HERMES" -z "a third plain question"
         step list_b env HERMES_OTEL_HOME="$B" "$BUDGET" budget list --json
         step status_b env HERMES_OTEL_HOME="$B" "$BUDGET" status
         """,
         env={"HERMES_OTEL_FLEET_URL": postgres_url},
     )
     steps = _steps(out)
-    for name in ("set", "b_synced", "a", "b_sees_a", "b", "list_b", "status_b"):
+    for name in ("set", "b1", "b_synced", "a", "b_sees_a", "b2", "list_b", "status_b"):
         assert steps[name][0] == 0, (name, steps[name], (out / "serve-b.log").read_text())
-    # A's call went to the provider; B's was answered with the stand-in.
+    # B's first call and A's went to the provider; B's second was answered
+    # with the stand-in.
+    assert "BUDGET-EXCEEDED" not in steps["b1"][1], steps["b1"]
     assert "BUDGET-EXCEEDED" not in steps["a"][1], steps["a"]
-    assert "BUDGET-EXCEEDED" in steps["b"][1], steps["b"]
-    assert _chat_posts(out) == 1, "only host A's run reached the provider"
+    assert "BUDGET-EXCEEDED" in steps["b2"][1], steps["b2"]
+    assert _chat_posts(out) == 2, "host B's second run did not reach the provider"
     posts = [h for h in _hooks(out) if h["hook"] == "post_api_request"]
     assert posts[-1]["kwargs"]["response_model"] == "hermes-otel/budget-blocked"
-    # B's list: the fleet's spend (A's), none of it B's, the verdict hard.
+    # B's list: the fleet's spend (A's and B's), B's part alone under the
+    # limit, the verdict hard.
     budgets = json.loads(steps["list_b"][1])["budgets"]
     row = next(b for b in budgets if b["scope"] == "global" and b["window"] == "daily")
     assert row["verdict"] == "hard", row
-    assert row["this_host_usd"] == 0.0, row
-    assert row["spend_usd"] >= row["limit_usd"], row
+    assert 0 < row["this_host_usd"] < row["limit_usd"] <= row["spend_usd"], row
     assert "fleet sync" in steps["status_b"][1], steps["status_b"]
