@@ -582,3 +582,62 @@ fn the_fleet_schema_is_versioned_and_a_newer_one_is_refused() {
     });
     assert!(host.status().synced_at.is_none());
 }
+
+#[test]
+fn tls_and_passwords_work_as_libpq_users_expect() {
+    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).expect("certificate");
+    let pg = Postgres::start_with(postgres::Options {
+        password: Some("s3cret-pw".into()),
+        tls: Some((ck.cert.pem(), ck.signing_key.serialize_pem())),
+    });
+    let dir = tempfile::tempdir().expect("dir");
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, ck.cert.pem()).expect("write ca");
+    let store = Store::open_dir(dir.path()).expect("store");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let step = |cfg: FleetConfig| -> Result<(), String> {
+        let mut sync = hermes_otel::fleet::sync::FleetSync::new(cfg, dir.path());
+        runtime
+            .block_on(sync.step(&store, hermes_otel::unix_now()))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    let from = |pairs: Vec<(&'static str, String)>| {
+        FleetConfig::from_vars(move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.into()))
+            .expect("parse")
+            .expect("set")
+    };
+    let verified = format!("{}?sslmode=verify-full&sslrootcert={}", pg.tcp_url(), ca.display());
+    // libpq's way: the CA file in the URL, the password in PGPASSWORD.
+    let good = from(vec![
+        (FLEET_URL_ENV, verified.clone()),
+        ("PGPASSWORD", "s3cret-pw".into()),
+    ]);
+    step(good.clone()).expect("a verified TLS connection with the password");
+    let ssl: bool = runtime.block_on(async {
+        let client = good.connect().await.expect("connect");
+        let row = client
+            .query_one("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", &[])
+            .await
+            .expect("pg_stat_ssl");
+        row.get(0)
+    });
+    assert!(ssl, "the connection is TLS");
+    // The system's roots do not vouch for this server.
+    let untrusted = FleetConfig::parse(&format!(
+        "{}?sslmode=require",
+        pg.tcp_url().replace("postgres@", "postgres:s3cret-pw@")
+    ))
+    .expect("url");
+    let err = step(untrusted).expect_err("an unknown issuer is refused");
+    assert!(err.contains("UnknownIssuer"), "{err}");
+    assert!(!err.contains("s3cret-pw"), "{err}");
+    // A wrong password is refused, and never repeated.
+    let wrong = from(vec![(FLEET_URL_ENV, verified), ("PGPASSWORD", "wrong-pw".into())]);
+    let err = step(wrong).expect_err("a wrong password is refused");
+    assert!(err.contains("password"), "{err}");
+    assert!(!err.contains("wrong-pw"), "{err}");
+}

@@ -5,10 +5,12 @@
 //!
 //! Owns: parsing, the password from `PGPASSWORD` when the URL has none (as
 //! libpq does), the redacted form `status` and logs show (never the
-//! password), TLS per `sslmode` (`disable`, `prefer`, the default, or
-//! `require`; the server certificate is always verified against the
-//! system's roots, so `require` is libpq's `verify-full`). Must not touch:
-//! the store.
+//! password), TLS per `sslmode` (`disable`, `prefer`, the default,
+//! `require`, `verify-ca`, `verify-full`: the server certificate is always
+//! verified, so the last three are one), the libpq TLS files tokio-postgres
+//! does not read itself (`sslrootcert`, `sslcert`, `sslkey`, or
+//! `PGSSLROOTCERT`, `PGSSLCERT`, `PGSSLKEY`), taken out of the text before
+//! it is parsed. Must not touch: the store.
 
 use std::ffi::OsString;
 use std::str::FromStr;
@@ -25,6 +27,13 @@ pub const FLEET_URL_ENV: &str = "HERMES_OTEL_FLEET_URL";
 /// libpq's password variable, used when the URL carries none.
 pub const PASSWORD_ENV: &str = "PGPASSWORD";
 
+/// libpq's TLS file parameters and the variables that stand in for them.
+const TLS_FILES: [(&str, &str); 3] = [
+    ("sslrootcert", "PGSSLROOTCERT"),
+    ("sslcert", "PGSSLCERT"),
+    ("sslkey", "PGSSLKEY"),
+];
+
 /// How long a connection attempt may take when the URL does not say
 /// (`connect_timeout`): a sync must not hang on a dead address.
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -33,6 +42,8 @@ const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct FleetConfig {
     pg: tokio_postgres::Config,
+    /// `sslrootcert`, `sslcert`, `sslkey`, in [`TLS_FILES`] order.
+    tls_files: [Option<std::path::PathBuf>; 3],
 }
 
 impl std::fmt::Debug for FleetConfig {
@@ -57,13 +68,19 @@ impl FleetConfig {
                 cfg.pg.password(pw.to_string_lossy().as_bytes());
             }
         }
+        for (slot, (_, env)) in cfg.tls_files.iter_mut().zip(TLS_FILES) {
+            if slot.is_none() {
+                *slot = var(env).map(std::path::PathBuf::from);
+            }
+        }
         Ok(Some(cfg))
     }
 
     /// Parses a libpq URL or key/value string. The error never repeats the
     /// text, which may hold a password.
     pub fn parse(url: &str) -> Result<Self> {
-        let mut pg = tokio_postgres::Config::from_str(url.trim()).map_err(|_| {
+        let (rest, tls_files) = take_tls_files(url.trim());
+        let mut pg = tokio_postgres::Config::from_str(&rest).map_err(|_| {
             Error::Other(format!(
                 "{FLEET_URL_ENV} is not a PostgreSQL URL in libpq form \
                  (postgresql://user@host/db, or postgresql://user@/db?host=/run/postgresql)"
@@ -80,7 +97,7 @@ impl FleetConfig {
         if pg.get_application_name().is_none() {
             pg.application_name("hermes-otel");
         }
-        Ok(FleetConfig { pg })
+        Ok(FleetConfig { pg, tls_files })
     }
 
     /// The address without secrets: `postgresql://user@host:port/db`, a
@@ -113,7 +130,21 @@ impl FleetConfig {
     /// Connects (TLS as `sslmode` says) and drives the connection on the
     /// current tokio runtime.
     pub async fn connect(&self) -> Result<Client> {
-        let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls_config());
+        let read = |i: usize| -> Result<Option<Vec<u8>>> {
+            self.tls_files[i]
+                .as_ref()
+                .map(|p| std::fs::read(p).map_err(|e| Error::io(p, e)))
+                .transpose()
+        };
+        // `sslrootcert=system` is libpq's name for the system's roots.
+        let ca = match self.tls_files[0].as_ref().is_some_and(|p| p.as_os_str() == "system") {
+            true => None,
+            false => read(0)?,
+        };
+        let (cert, key) = (read(1)?, read(2)?);
+        let client = cert.as_deref().zip(key.as_deref());
+        let config = crate::export::transport::client_tls_config(ca.as_deref(), client, "fleet database tls")?;
+        let tls = tokio_postgres_rustls::MakeRustlsConnect::new(config);
         let (client, connection) = self.pg.connect(tls).await.map_err(pg_error)?;
         tokio::spawn(async move {
             // The client sees the failure on its next query.
@@ -123,29 +154,54 @@ impl FleetConfig {
     }
 }
 
-/// Client TLS over the system's trust roots (as the OTLP exporter uses).
-fn tls_config() -> rustls::ClientConfig {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_native_certs::load_native_certs().certs {
-        let _ = roots.add(cert);
+/// Takes libpq's TLS file parameters out of a URL's query or a key/value
+/// string (tokio-postgres refuses what it does not know) and reads
+/// `sslmode=verify-ca` and `verify-full` as `require`, which verifies the
+/// certificate and the host name here anyway. Other parameters are left as
+/// they were, byte for byte.
+fn take_tls_files(text: &str) -> (String, [Option<std::path::PathBuf>; 3]) {
+    let mut files: [Option<std::path::PathBuf>; 3] = [None, None, None];
+    let url = text.starts_with("postgres://") || text.starts_with("postgresql://");
+    let (head, params, sep) = match (url, text.split_once('?')) {
+        (true, Some((head, query))) => (format!("{head}?"), query, '&'),
+        (true, None) => return (text.to_string(), files),
+        (false, _) => (String::new(), text, ' '),
+    };
+    let mut kept = Vec::new();
+    for param in params.split(sep) {
+        let (key, value) = param.split_once('=').unwrap_or((param, ""));
+        let decoded = match url {
+            true => percent_encoding::percent_decode_str(value)
+                .decode_utf8_lossy()
+                .into_owned(),
+            false => value.to_string(),
+        };
+        if let Some(i) = TLS_FILES.iter().position(|(k, _)| *k == key.trim()) {
+            files[i] = Some(std::path::PathBuf::from(decoded));
+        } else if key.trim() == "sslmode" && matches!(decoded.as_str(), "verify-ca" | "verify-full") {
+            kept.push("sslmode=require".to_string());
+        } else {
+            kept.push(param.to_string());
+        }
     }
-    rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map(|b| b.with_root_certificates(roots).with_no_client_auth())
-        .unwrap_or_else(|_| {
-            rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
-                .with_protocol_versions(rustls::DEFAULT_VERSIONS)
-                .expect("ring supports the default TLS versions")
-                .with_root_certificates(rustls::RootCertStore::empty())
-                .with_no_client_auth()
-        })
+    (format!("{head}{}", kept.join(&sep.to_string())), files)
 }
 
 /// A PostgreSQL error as ours: the server's message (never the URL).
 pub fn pg_error(e: tokio_postgres::Error) -> Error {
     let text = match e.as_db_error() {
         Some(db) => format!("{}: {}", db.code().code(), db.message()),
-        None => e.to_string(),
+        None => {
+            // The cause says what to fix (an unknown issuer, a refused
+            // connection); tokio-postgres's own text only says where.
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                text.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            text
+        }
     };
     Error::Other(format!("fleet database: {text}"))
 }
@@ -195,6 +251,28 @@ mod tests {
         .expect("parse")
         .expect("set");
         assert_eq!(cfg.pg.get_password(), Some(&b"inurl"[..]));
+    }
+
+    #[test]
+    fn libpq_tls_files_and_verify_modes_are_understood() {
+        let cfg = FleetConfig::parse(
+            "postgresql://ops@db:5432/fleet?sslmode=verify-full&sslrootcert=%2Fetc%2Fca.pem&application_name=x",
+        )
+        .expect("url");
+        assert_eq!(cfg.tls_files[0].as_deref(), Some(std::path::Path::new("/etc/ca.pem")));
+        assert_eq!(cfg.pg.get_ssl_mode(), tokio_postgres::config::SslMode::Require);
+        assert_eq!(cfg.pg.get_application_name(), Some("x"));
+        let kv = FleetConfig::parse("host=db dbname=fleet sslmode=verify-ca sslcert=/c.pem sslkey=/k.pem").expect("kv");
+        assert_eq!(kv.tls_files[1].as_deref(), Some(std::path::Path::new("/c.pem")));
+        assert_eq!(kv.tls_files[2].as_deref(), Some(std::path::Path::new("/k.pem")));
+        assert_eq!(kv.pg.get_ssl_mode(), tokio_postgres::config::SslMode::Require);
+        let env = FleetConfig::from_vars(vars(&[
+            (FLEET_URL_ENV, "postgresql://ops@db/fleet"),
+            ("PGSSLROOTCERT", "/env/ca.pem"),
+        ]))
+        .expect("parse")
+        .expect("set");
+        assert_eq!(env.tls_files[0].as_deref(), Some(std::path::Path::new("/env/ca.pem")));
     }
 
     #[test]

@@ -24,11 +24,29 @@ const NOBODY: u32 = 65534;
 pub struct Postgres {
     dir: tempfile::TempDir,
     server: Option<Child>,
+    /// With TLS: the loopback TCP port it also listens on.
+    port: Option<u16>,
+}
+
+/// How [`Postgres::start_with`] sets the cluster up.
+#[derive(Default)]
+pub struct Options {
+    /// The `postgres` user's password; every connection must give it
+    /// (SCRAM). Without it, local connections are trusted.
+    pub password: Option<String>,
+    /// A server certificate and key (PEM): TLS on, and the server also
+    /// listens on 127.0.0.1 on a free port.
+    pub tls: Option<(String, String)>,
 }
 
 impl Postgres {
     /// Makes a cluster and starts it; waits until it accepts connections.
     pub fn start() -> Postgres {
+        Self::start_with(Options::default())
+    }
+
+    /// [`Postgres::start`] with a password and TLS.
+    pub fn start_with(options: Options) -> Postgres {
         let dir = tempfile::Builder::new()
             .prefix("hermes-otel-pg")
             .tempdir()
@@ -40,17 +58,55 @@ impl Postgres {
             assert_eq!(rc, 0, "chown the cluster directory to nobody");
         }
         let data = dir.path().join("data");
-        let out = command("initdb")
+        let mut initdb = command("initdb");
+        initdb
             .arg("-D")
             .arg(&data)
-            .args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"])
+            .args(["-U", "postgres", "-E", "UTF8", "--no-sync"]);
+        match &options.password {
+            Some(pw) => {
+                let file = dir.path().join("pwfile");
+                write_owned(&file, pw);
+                initdb.args(["-A", "scram-sha-256", "--pwfile"]).arg(&file);
+            }
+            None => {
+                initdb.args(["-A", "trust"]);
+            }
+        }
+        let out = initdb
             .stdout(Stdio::null())
             .output()
             .expect("run initdb (apt-get install postgresql)");
         assert!(out.status.success(), "initdb: {}", String::from_utf8_lossy(&out.stderr));
-        let mut pg = Postgres { dir, server: None };
+        let mut port = None;
+        if let Some((cert, key)) = &options.tls {
+            write_owned(&data.join("server.crt"), cert);
+            write_owned(&data.join("server.key"), key);
+            let free = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+            port = Some(free.local_addr().expect("addr").port());
+            let conf = format!(
+                "ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\nlisten_addresses = '127.0.0.1'\nport = {}\n",
+                port.unwrap_or(5432)
+            );
+            let mut text = std::fs::read_to_string(data.join("postgresql.conf")).expect("conf");
+            text.push_str(&conf);
+            std::fs::write(data.join("postgresql.conf"), text).expect("write conf");
+        }
+        let mut pg = Postgres {
+            dir,
+            server: None,
+            port,
+        };
         pg.resume();
         pg
+    }
+
+    /// The libpq URL of the TCP listener (with TLS): `postgresql://postgres@127.0.0.1:PORT/postgres`.
+    pub fn tcp_url(&self) -> String {
+        format!(
+            "postgresql://postgres@127.0.0.1:{}/postgres",
+            self.port.expect("started with TLS")
+        )
     }
 
     /// The fleet URL in libpq form, with the socket directory as host.
@@ -75,10 +131,15 @@ impl Postgres {
     pub fn resume(&mut self) {
         assert!(self.server.is_none(), "already running");
         let log = std::fs::File::create(self.dir.path().join("server.log")).expect("log file");
+        // Only a Unix socket unless TLS asked for the loopback listener.
+        let listen = format!(
+            "listen_addresses={}",
+            if self.port.is_some() { "127.0.0.1" } else { "" }
+        );
         let child = command("postgres")
             .arg("-D")
             .arg(self.dir.path().join("data"))
-            .args(["-c", "listen_addresses=", "-k"])
+            .args(["-c", &listen, "-k"])
             .arg(self.dir.path())
             .stdout(Stdio::null())
             .stderr(log)
@@ -93,6 +154,7 @@ impl Postgres {
         let out = command("psql")
             .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-U", "postgres", "-h"])
             .arg(self.dir.path())
+            .args(["-p", &self.port.unwrap_or(5432).to_string()])
             .args(["-d", "postgres", "-c", sql])
             .output()
             .expect("run psql");
@@ -110,6 +172,7 @@ impl Postgres {
             let ok = command("pg_isready")
                 .arg("-h")
                 .arg(self.dir.path())
+                .args(["-p", &self.port.unwrap_or(5432).to_string()])
                 .args(["-U", "postgres", "-q"])
                 .status()
                 .is_ok_and(|s| s.success());
@@ -134,6 +197,23 @@ impl Postgres {
 impl Drop for Postgres {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Writes `text` to `path`, mode 0600, owned by the cluster's user.
+fn write_owned(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).expect("write");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    if as_root() {
+        let c = std::ffi::CString::new(path.to_str().expect("utf-8 path")).expect("no NUL");
+        // SAFETY: chown on a path we just wrote, with valid ids.
+        assert_eq!(
+            unsafe { libc::chown(c.as_ptr(), NOBODY, NOBODY) },
+            0,
+            "chown {}",
+            path.display()
+        );
     }
 }
 
