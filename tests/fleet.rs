@@ -42,8 +42,14 @@ fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
 /// Sets the fleet's global daily limit with `hermes-otel budget set` on
 /// the host of `dir`.
 fn set_fleet_limit(url: &str, dir: &Path, usd: f64) {
+    fleet_budget_set(url, dir, &["global", "daily", &usd.to_string()]);
+}
+
+/// `hermes-otel budget set ARGS` on the host of `dir`, for the fleet.
+fn fleet_budget_set(url: &str, dir: &Path, args: &[&str]) {
     let out = Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
-        .args(["budget", "set", "global", "daily", &usd.to_string()])
+        .args(["budget", "set"])
+        .args(args)
         .env("HERMES_OTEL_HOME", dir)
         .env(FLEET_URL_ENV, url)
         .output()
@@ -139,13 +145,33 @@ impl Host {
 
     /// The global daily budget as this host sees it now (fleet spend).
     fn global(&self) -> hermes_otel::budget::BudgetState {
+        self.daily(Scope::Global)
+    }
+
+    /// The daily budget of `scope` (its one id) as this host sees it now.
+    fn daily(&self, scope: Scope) -> hermes_otel::budget::BudgetState {
         let mut cfg = BudgetConfig::load(&self.dir.join(BUDGETS_FILE_NAME)).expect("budgets");
         cfg.fleet = true;
         let states = self.store.budget_states(&cfg, hermes_otel::unix_now()).expect("states");
         states
             .into_iter()
-            .find(|s| s.budget.scope == Scope::Global && s.budget.window == Window::Daily)
-            .expect("a global daily budget")
+            .find(|s| s.budget.scope == scope && s.budget.window == Window::Daily)
+            .expect("a daily budget of the scope")
+    }
+
+    /// Makes this host's next calls those of a run of cron job `job`.
+    fn cron_run(&mut self, job: &str) {
+        self.session = format!("cron_{job}_20261201_{:06}", fastrand::u32(..1_000_000));
+        let outcome = self.bridge.submit(
+            budget_events::event(
+                "pre_llm_call",
+                hermes_otel::unix_now(),
+                serde_json::json!({"session_id": self.session, "turn_id": format!("{}:t", self.session),
+                                   "model": "gpt-4o", "platform": "cron"}),
+            ),
+            EventContext::default(),
+        );
+        assert!(matches!(outcome, Outcome::Committed(_)), "{outcome:?}");
     }
 
     /// What this store recorded: (cost, calls).
@@ -640,4 +666,45 @@ fn tls_and_passwords_work_as_libpq_users_expect() {
     let err = step(wrong).expect_err("a wrong password is refused");
     assert!(err.contains("password"), "{err}");
     assert!(!err.contains("wrong-pw"), "{err}");
+}
+
+#[test]
+fn a_cron_job_whose_fleet_budget_another_host_spent_is_paused_here() {
+    let pg = Postgres::start();
+    let (da, db) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
+    let job = "0123456789ab";
+    fleet_budget_set(&pg.url(), da.path(), &["cron", job, "daily", "0.05"]);
+    let mut a = Host::start(da.path(), &pg.url());
+    let mut b = Host::start(db.path(), &pg.url());
+    eventually("two hosts enforcing the fleet's budget", || {
+        [&a, &b]
+            .iter()
+            .all(|h| h.handle.enforcing() && h.store.fleet_status().ok().flatten().is_some_and(|s| s.hosts == 2))
+    });
+    // Host A runs the job until the fleet's budget for it is spent.
+    a.cron_run(job);
+    while a.daily(Scope::CronJob).level != hermes_otel::budget::Level::Hard {
+        if a.call().is_err() {
+            let synced = a.status().synced_at;
+            eventually("A's next sync", || a.status().synced_at != synced);
+        }
+    }
+    a.wait_pushed();
+    let t = hermes_otel::unix_now();
+    eventually("B synced after A's spend", || b.synced_since(t));
+    // Host B never spent on the job; its next run of it is paused, its tool
+    // calls blocked, with the texts of a local budget.
+    b.cron_run(job);
+    assert!(matches!(b.tool(), Some(Verdict::Block { message }) if message.starts_with("BUDGET-EXCEEDED")));
+    let pauses = b.handle.take_pauses();
+    assert_eq!(pauses.len(), 1, "{pauses:?}");
+    assert_eq!(pauses[0].job_id, job);
+    assert!(
+        pauses[0]
+            .reason
+            .starts_with(&format!("hermes-otel: cron {job} daily budget exhausted")),
+        "{}",
+        pauses[0].reason
+    );
+    assert_eq!(b.local().1, 0, "B spent nothing on it");
 }
