@@ -708,3 +708,27 @@ fn a_cron_job_whose_fleet_budget_another_host_spent_is_paused_here() {
     );
     assert_eq!(b.local().1, 0, "B spent nothing on it");
 }
+
+#[test]
+fn spend_and_hosts_no_window_reaches_leave_the_database() {
+    let pg = Postgres::start();
+    let dir = tempfile::tempdir().expect("dir");
+    set_fleet_limit(&pg.url(), dir.path(), 5.0);
+    let day = 86_400.0;
+    let long_ago = hermes_otel::unix_now() - 45.0 * day;
+    let recent = hermes_otel::unix_now() - 20.0 * day;
+    pg.psql(&format!(
+        "INSERT INTO hermes_fleet_hosts VALUES ('gone', 'old laptop', {long_ago}, {long_ago}), ('recent', 'x', {recent}, {recent});
+         INSERT INTO hermes_fleet_spend VALUES ('global', '', {}, 'gone', 1, 0, 1), ('global', '', {}, 'recent', 1, 0, 1)",
+        (long_ago as i64).div_euclid(900) * 900,
+        (recent as i64).div_euclid(900) * 900
+    ));
+    let host = Host::start(dir.path(), &pg.url());
+    host.wait_pushed();
+    assert_eq!(
+        pg.psql("SELECT string_agg(host_id, ',' ORDER BY host_id) FROM hermes_fleet_spend"),
+        "recent"
+    );
+    let hosts = pg.psql("SELECT string_agg(host_id, ',' ORDER BY host_id) FROM hermes_fleet_hosts");
+    assert!(!hosts.contains("gone") && hosts.contains("recent"), "{hosts}");
+}

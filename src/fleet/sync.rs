@@ -12,6 +12,9 @@
 //! the previous ones. Only once that committed are the buckets marked
 //! pushed locally: a crash in between pushes them again, to no effect.
 //!
+//! Once an hour: buckets and hosts no window reaches any more are deleted,
+//! so the database holds about 40 days of spend.
+//!
 //! Pull: the fleet's budget file (written here when it changed: the gate
 //! reloads it as if edited locally), each scope id's spend in each window
 //! now, split into this host's and the others', the live hosts, and from
@@ -37,6 +40,13 @@ const PUSH_BATCH: usize = 5_000;
 /// of zone offset.
 const PUSH_SECONDS: i64 = 32 * 86_400;
 
+/// Buckets and hosts older than this leave the fleet database: no window
+/// reaches back that far (a week of slack past the longest).
+const KEEP_SECONDS: f64 = 40.0 * 86_400.0;
+
+/// How often a host prunes them (any host may; the deletes are idempotent).
+const PRUNE_EVERY_SECONDS: f64 = 3600.0;
+
 /// What one step did.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Synced {
@@ -56,6 +66,8 @@ pub struct FleetSync {
     budgets_path: PathBuf,
     host_name: String,
     client: Option<Client>,
+    /// When this sync last pruned old rows.
+    pruned_at: Option<f64>,
 }
 
 impl FleetSync {
@@ -66,6 +78,7 @@ impl FleetSync {
             budgets_path: store_dir.join(budget::BUDGETS_FILE_NAME),
             host_name: host_name(),
             client: None,
+            pruned_at: None,
         }
     }
 
@@ -185,10 +198,25 @@ impl FleetSync {
             None => BudgetConfig::load(&self.budgets_path)?,
         };
 
+        let prune = self.pruned_at.is_none_or(|t| now - t >= PRUNE_EVERY_SECONDS);
         let client = self.connected().await?;
+        if prune {
+            let cutoff = now - KEEP_SECONDS;
+            client
+                .execute("DELETE FROM hermes_fleet_spend WHERE bucket < $1", &[&(cutoff as i64)])
+                .await
+                .map_err(pg_error)?;
+            client
+                .execute("DELETE FROM hermes_fleet_hosts WHERE last_seen < $1", &[&cutoff])
+                .await
+                .map_err(pg_error)?;
+        }
         let (view, hosts) = pull(client, &cfg, &host, now).await?;
         synced.hosts = hosts;
         store.fleet_write_view(&view, hosts, doc.map(|d| d.1), now)?;
+        if prune {
+            self.pruned_at = Some(now);
+        }
         Ok(synced)
     }
 }
