@@ -62,14 +62,23 @@ impl FleetStatus {
 impl Store {
     /// This store's host id in the fleet, made (random) on first use.
     pub fn fleet_host_id(&self) -> Result<String> {
+        let read = || -> Result<Option<String>> {
+            Ok(self
+                .conn()
+                .prepare_cached("SELECT host_id FROM fleet_state WHERE singleton = 1")?
+                .query_row([], |r| r.get(0))
+                .optional()?)
+        };
+        // Read first: an insert takes the write lock the hooks' writer needs,
+        // even when it changes nothing.
+        if let Some(id) = read()? {
+            return Ok(id);
+        }
         let made = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
         self.conn()
             .prepare_cached("INSERT INTO fleet_state (singleton, host_id) VALUES (1, ?1) ON CONFLICT DO NOTHING")?
             .execute(params![made])?;
-        Ok(self
-            .conn()
-            .prepare_cached("SELECT host_id FROM fleet_state WHERE singleton = 1")?
-            .query_row([], |r| r.get(0))?)
+        read()?.ok_or_else(|| crate::Error::Other("fleet host id: not stored".into()))
     }
 
     /// The sync's state; `None` when this store never took part in a fleet.
