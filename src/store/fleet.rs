@@ -136,6 +136,9 @@ impl Store {
 
     /// Notes `rows` as pushed (after the fleet database committed them).
     pub fn fleet_mark_pushed(&self, rows: &[PushRow]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
         self.in_write_tx(|conn| {
             let mut stmt = conn.prepare_cached(
                 "INSERT INTO fleet_pushed (scope, id, bucket, cost_usd, calls) VALUES (?1, ?2, ?3, ?4, ?5)
