@@ -33,6 +33,11 @@ use crate::budget::{self, BudgetConfig, Scope, Window, BUCKET_SECONDS};
 use crate::error::{Error, Result};
 use crate::store::{FleetRow, Store, RESERVATION_TTL_SECONDS};
 
+/// The longest a step may take: a database that stops answering mid-way
+/// (a network partition) must not stall the sync for good; the next step
+/// reconnects.
+const STEP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Most buckets pushed in one step; more are pushed by the next, at once.
 const PUSH_BATCH: usize = 5_000;
 
@@ -86,7 +91,14 @@ impl FleetSync {
     /// `status`), drops the connection (the next step reconnects) and
     /// leaves the fleet view as the last success left it.
     pub async fn step(&mut self, store: &Store, now: f64) -> Result<Synced> {
-        match self.exchange(store, now).await {
+        let bounded = tokio::time::timeout(STEP_TIMEOUT, self.exchange(store, now)).await;
+        let done = bounded.unwrap_or_else(|_| {
+            Err(Error::Other(format!(
+                "fleet database: no answer within {} s",
+                STEP_TIMEOUT.as_secs()
+            )))
+        });
+        match done {
             Ok(s) => Ok(s),
             Err(e) => {
                 self.client = None;
