@@ -107,10 +107,7 @@ impl ExportTask {
             done: Condvar::new(),
         });
         let thread_shared = Arc::clone(&shared);
-        let handle = std::thread::Builder::new()
-            .name("hermes-otel-export".into())
-            .spawn(move || run(exporter, metrics, &thread_shared))
-            .map_err(|e| Error::Other(format!("cannot start the export thread: {e}")))?;
+        let handle = spawn("hermes-otel-export", move || run(exporter, metrics, &thread_shared))?;
 
         Ok(Some(ExportTask {
             shared,
@@ -249,6 +246,14 @@ impl Drop for ExportTask {
     fn drop(&mut self) {
         self.shutdown(Instant::now() + Duration::from_millis(200));
     }
+}
+
+/// Starts the background thread `name` (export, fleet sync).
+pub(crate) fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map_err(|e| Error::Other(format!("cannot start the thread {name}: {e}")))
 }
 
 /// Joins a background thread that was told to stop, if it ends by

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use super::sync::FleetSync;
 use super::{FleetConfig, FLEET_LEASE, SYNC_INTERVAL};
 use crate::bridge::Background;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::store::{Store, DB_FILE_NAME};
 
 /// How long the fleet lease lasts unless renewed: several sync intervals,
@@ -75,10 +75,7 @@ impl FleetTask {
             done: Condvar::new(),
         });
         let thread_shared = Arc::clone(&shared);
-        let handle = std::thread::Builder::new()
-            .name("hermes-otel-fleet".into())
-            .spawn(move || run(store, sync, &thread_shared))
-            .map_err(|e| Error::Other(format!("cannot start the fleet thread: {e}")))?;
+        let handle = crate::export_task::spawn("hermes-otel-fleet", move || run(store, sync, &thread_shared))?;
         Ok(FleetTask {
             shared,
             handle: Some(handle),
