@@ -6,6 +6,8 @@
 #   with venv and PyYAML; promtool and prometheus (Debian `prometheus`);
 #   ip and unshare (iproute2, util-linux) for the end-to-end namespaces;
 #   headless chromium for the viewer's browser tests;
+#   Debian's PostgreSQL 15 (initdb, postgres, psql, pg_isready) for the
+#   fleet budget tests, and setpriv (util-linux) to run it as nobody as root;
 #   access to PyPI the first time (maturin, ruff, pytest, hermes-agent).
 # Nothing is skipped: a test that needs one of these fails without it.
 set -euo pipefail
@@ -37,6 +39,13 @@ command -v promtool >/dev/null 2>&1 || need "promtool" "apt-get install -y prome
 [ -x /usr/bin/prometheus ] || need "/usr/bin/prometheus (the real-Prometheus test)" "apt-get install -y prometheus"
 command -v ip >/dev/null 2>&1 || need "ip (end-to-end loopback namespaces)" "apt-get install -y iproute2"
 command -v unshare >/dev/null 2>&1 || need "unshare (end-to-end loopback namespaces)" "apt-get install -y util-linux"
+pg_bin=${PG_BIN:-/usr/lib/postgresql/15/bin}
+for tool in initdb postgres psql pg_isready; do
+    [ -x "$pg_bin/$tool" ] || { need "$pg_bin/$tool (the fleet budget tests)" "apt-get install -y postgresql, or set PG_BIN"; break; }
+done
+if [ "$(id -u)" = 0 ] && ! command -v setpriv >/dev/null 2>&1; then
+    need "setpriv (PostgreSQL refuses root; the fleet tests run it as nobody)" "apt-get install -y util-linux"
+fi
 if [ -z "${CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1 &&
     ! command -v google-chrome >/dev/null 2>&1; then
     need "chromium (the viewer's browser tests)" "apt-get install -y chromium, or set CHROMIUM"

@@ -240,6 +240,9 @@ pub struct BudgetConfig {
     pub soften_estimated: bool,
     /// Limits by scope (`Global` uses the default only).
     pub scopes: BTreeMap<Scope, ScopeLimits>,
+    /// Spend is the fleet's (`HERMES_OTEL_FLEET_URL`): set by whoever loads
+    /// the file, never by the file.
+    pub fleet: bool,
 }
 
 impl Default for BudgetConfig {
@@ -253,6 +256,7 @@ impl Default for BudgetConfig {
             hard_threshold: DEFAULT_HARD_THRESHOLD,
             soften_estimated: false,
             scopes: BTreeMap::new(),
+            fleet: false,
         }
     }
 }
@@ -544,10 +548,21 @@ impl Level {
     }
 }
 
+/// This host's part of a fleet budget (see [`crate::fleet`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FleetShare {
+    /// This host's spend and reservations in the window, USD.
+    pub own_usd: f64,
+    /// What is left of the lease this host took at its last sync; at or
+    /// below zero its calls are blocked until the next sync.
+    pub lease_left_usd: f64,
+}
+
 /// A budget, its spend and its verdict now.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BudgetState {
     pub budget: Budget,
+    /// The fleet's spend with a fleet, else this store's.
     pub spend: Spend,
     pub level: Level,
     /// A hard breach softened because it rests on estimated costs.
@@ -556,6 +571,16 @@ pub struct BudgetState {
     pub period: String,
     /// When the window ends, Unix seconds.
     pub window_end: i64,
+    /// With a fleet: this host's share and lease.
+    pub fleet: Option<FleetShare>,
+}
+
+impl BudgetState {
+    /// Whether calls must be blocked: a hard breach, or (with a fleet) this
+    /// host's lease used up until its next sync.
+    pub fn blocks(&self) -> bool {
+        self.level == Level::Hard || self.fleet.is_some_and(|f| f.lease_left_usd <= 0.0)
+    }
 }
 
 /// The verdict for one budget given its spend: the rule of the whole module.
@@ -927,6 +952,7 @@ mod tests {
             softened: false,
             period: "2026-11-30".into(),
             window_end: 1_796_083_200,
+            fleet: None,
         };
         let block = block_text(&state, &TimeZone::UTC);
         assert!(block.contains("cron 3f9a1c2b7d10 daily"), "{block}");

@@ -225,6 +225,12 @@ impl BudgetHandle {
         true
     }
 
+    /// Whether limits are loaded and enforced: tool and LLM calls wait for
+    /// verdicts (a budget file just written takes up to [`RELOAD_INTERVAL`]).
+    pub fn enforcing(&self) -> bool {
+        self.0.needs.pre_api_request.load(Ordering::Acquire)
+    }
+
     /// Problems to log (a budget file that does not parse).
     pub fn take_messages(&self) -> Vec<String> {
         std::mem::take(&mut *lock(&self.0.messages))
@@ -265,6 +271,10 @@ pub struct BudgetGate {
     next_universal: Instant,
     /// The clock, replaceable in tests.
     clock: fn() -> f64,
+    /// Budgets are the fleet's (`HERMES_OTEL_FLEET_URL` is set).
+    fleet: bool,
+    /// The store's fleet view version the quick view was measured against.
+    fleet_version: i64,
 }
 
 impl std::fmt::Debug for BudgetGate {
@@ -288,9 +298,18 @@ impl BudgetGate {
             applied_usd: 0.0,
             next_universal: Instant::now(),
             clock: crate::bridge::unix_now,
+            fleet: false,
+            fleet_version: 0,
         };
         gate.reload_if_changed(true);
         gate
+    }
+
+    /// Counts the fleet's spend (see [`crate::fleet`]) when `fleet`.
+    pub fn with_fleet(mut self, fleet: bool) -> Self {
+        self.fleet = fleet;
+        self.reload_if_changed(true);
+        self
     }
 
     /// The gate for a bridge: the file in its store directory, and the mode
@@ -299,7 +318,7 @@ impl BudgetGate {
         let env_mode = std::env::var(crate::bridge::env::BUDGET_MODE)
             .ok()
             .and_then(|v| BudgetMode::parse(&v));
-        Self::new(store_dir.join(budget::BUDGETS_FILE_NAME), env_mode)
+        Self::new(store_dir.join(budget::BUDGETS_FILE_NAME), env_mode).with_fleet(fleet_from_env())
     }
 
     /// Uses `clock` (Unix seconds) instead of the system clock.
@@ -340,7 +359,10 @@ impl BudgetGate {
         }
         self.loaded = seen;
         match BudgetConfig::load(&self.path) {
-            Ok(cfg) => self.cfg = cfg,
+            Ok(cfg) => {
+                self.cfg = cfg;
+                self.cfg.fleet = self.fleet;
+            }
             Err(e) => lock(&self.handle.0.messages).push(format!("budget file ignored, previous limits kept: {e}")),
         }
         self.zone = None;
@@ -454,7 +476,7 @@ impl BudgetGate {
                 let states = self.states(store, session, None, now, None)?;
                 self.record_headroom(session, None, &states);
                 self.pause_cron(store, &states, now, session)?;
-                match states.iter().find(|s| s.level == Level::Hard) {
+                match blocking(&states) {
                     Some(s) => {
                         store.count_budget_verdict(verdict::BLOCKED, s, now)?;
                         Ok(Some(Verdict::Block {
@@ -471,7 +493,7 @@ impl BudgetGate {
                 let states = self.states(store, &a.session_id, a.model.as_deref(), now, Some(&a.api_request_id))?;
                 self.record_headroom(&a.session_id, a.model.as_deref(), &states);
                 self.pause_cron(store, &states, now, &a.session_id)?;
-                if let Some(s) = states.iter().find(|s| s.level == Level::Hard) {
+                if let Some(s) = blocking(&states) {
                     store.count_budget_verdict(verdict::BLOCKED, s, now)?;
                     self.handle.stop(&a.api_request_id, budget::block_text(s, &self.cfg.tz));
                 }
@@ -511,7 +533,10 @@ impl BudgetGate {
             } else {
                 soft.min(hard) - total
             });
-            block = block.min(if s.level == Level::Hard { 0.0 } else { hard - total });
+            block = block.min(if s.blocks() { 0.0 } else { hard - total });
+            if let Some(f) = s.fleet {
+                block = block.min(f.lease_left_usd.max(0.0));
+            }
         }
         (notice, block)
     }
@@ -521,20 +546,34 @@ impl BudgetGate {
     /// [`UNIVERSAL_REFRESH`], the universal headroom.
     fn refresh_quick(&mut self, store: &Store) -> crate::Result<()> {
         let (cost, reserved) = store.read_snapshot(|st| Ok((st.spend_total()?, st.reserved_now()?)))?;
+        // A pull brought other hosts' spend: every headroom measured before
+        // it is void.
+        let fleet_version = if self.fleet { store.fleet_view_version()? } else { 0 };
         {
             let mut view = lock(&self.handle.0.quick);
             view.cost = cost;
             view.reserved = reserved;
+            if fleet_version != self.fleet_version {
+                view.sessions.clear();
+                view.universal = None;
+                self.next_universal = Instant::now();
+            }
         }
+        self.fleet_version = fleet_version;
         if Instant::now() >= self.next_universal {
             self.next_universal = Instant::now() + UNIVERSAL_REFRESH;
             // Every budget with spend, and a fresh id under each default.
             let (mut notice, mut block) = self.headroom_of(&store.budget_states(&self.cfg, (self.clock)())?);
+            // A fresh id's lease is its hard line shared by the live hosts.
+            let hosts = match self.fleet {
+                true => store.fleet_status()?.map_or(1, |s| s.hosts.max(1)),
+                false => 1,
+            };
             for limits in self.cfg.scopes.values() {
                 for w in Window::ALL {
                     if let Some(limit) = limits.default.get(w) {
                         notice = notice.min(limit * self.cfg.soft_threshold.min(self.cfg.hard_threshold));
-                        block = block.min(limit * self.cfg.hard_threshold);
+                        block = block.min(limit * self.cfg.hard_threshold / hosts as f64);
                     }
                 }
             }
@@ -616,13 +655,28 @@ impl Gate for BudgetGate {
     }
 }
 
+/// Whether `HERMES_OTEL_FLEET_URL` is set: budgets count the fleet's spend.
+pub fn fleet_from_env() -> bool {
+    std::env::var_os(crate::fleet::FLEET_URL_ENV).is_some_and(|v| !v.is_empty())
+}
+
+/// The state to block a call on: a hard breach first (its text says the
+/// budget is exhausted), else a fleet lease used up.
+fn blocking(states: &[BudgetState]) -> Option<&BudgetState> {
+    states
+        .iter()
+        .find(|s| s.level == Level::Hard)
+        .or_else(|| states.iter().find(|s| s.blocks()))
+}
+
 /// The budget gauges now (`hermes.budget.spend` and `hermes.budget.limit`,
 /// one pair per budget; see [`budget::BudgetGauge`]): loads the budget file
 /// of `store_dir` and reads every budget's spend (global, overrides, and each
 /// id that spent under a default). For the metrics exporter, off the hook
 /// path; each gauge maps onto `metrics::BudgetReading` field for field.
 pub fn budget_gauges(store: &Store, store_dir: &std::path::Path, now: f64) -> crate::Result<Vec<budget::BudgetGauge>> {
-    let cfg = BudgetConfig::load(&store_dir.join(budget::BUDGETS_FILE_NAME))?;
+    let mut cfg = BudgetConfig::load(&store_dir.join(budget::BUDGETS_FILE_NAME))?;
+    cfg.fleet = fleet_from_env();
     if cfg.is_empty() {
         return Ok(Vec::new());
     }

@@ -101,10 +101,7 @@ impl ExportTask {
             done: Condvar::new(),
         });
         let thread_shared = Arc::clone(&shared);
-        let handle = std::thread::Builder::new()
-            .name("hermes-otel-export".into())
-            .spawn(move || run(exporter, metrics, &thread_shared))
-            .map_err(|e| Error::Other(format!("cannot start the export thread: {e}")))?;
+        let handle = spawn("hermes-otel-export", move || run(exporter, metrics, &thread_shared))?;
 
         Ok(Some(ExportTask {
             shared,
@@ -234,12 +231,7 @@ impl Background for ExportTask {
         }
         self.shared.wake.notify_one();
         if let Some(handle) = self.handle.take() {
-            while !handle.is_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            if handle.is_finished() {
-                let _ = handle.join();
-            }
+            join_until(handle, deadline);
         }
     }
 }
@@ -247,6 +239,25 @@ impl Background for ExportTask {
 impl Drop for ExportTask {
     fn drop(&mut self) {
         self.shutdown(Instant::now() + Duration::from_millis(200));
+    }
+}
+
+/// Starts the background thread `name` (export, fleet sync).
+pub(crate) fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map_err(|e| Error::Other(format!("cannot start the thread {name}: {e}")))
+}
+
+/// Joins a background thread that was told to stop, if it ends by
+/// `deadline`; else leaves it (it holds nothing a later process needs).
+pub(crate) fn join_until(handle: JoinHandle<()>, deadline: Instant) {
+    while !handle.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    if handle.is_finished() {
+        let _ = handle.join();
     }
 }
 
@@ -258,10 +269,41 @@ impl Background for Disabled {
     fn shutdown(&mut self, _deadline: Instant) {}
 }
 
-/// The bridge's exporter factory: the export thread over the bridge's store.
+/// The export thread and the fleet sync thread of one process, which
+/// start and stop together.
+struct WithFleet {
+    export: Box<dyn Background>,
+    fleet: crate::fleet::task::FleetTask,
+}
+
+impl Background for WithFleet {
+    /// Only the exit flush calls this: the spans, then this process's spend
+    /// to the fleet, by one deadline.
+    fn flush(&self, deadline: Instant) -> bool {
+        let exported = self.export.flush(deadline);
+        self.fleet.flush(deadline) && exported
+    }
+
+    fn shutdown(&mut self, deadline: Instant) {
+        self.export.shutdown(deadline);
+        self.fleet.shutdown(deadline);
+    }
+}
+
+/// The bridge's exporter factory: the export thread over the bridge's
+/// store, and the fleet sync when `HERMES_OTEL_FLEET_URL` is set.
 pub fn factory(config: &crate::bridge::BridgeConfig) -> Result<Box<dyn Background>> {
-    Ok(match ExportTask::start(&config.store_dir)? {
+    let export: Box<dyn Background> = match ExportTask::start(&config.store_dir)? {
         Some(task) => Box::new(task),
         None => Box::new(Disabled),
+    };
+    Ok(match crate::fleet::task::FleetTask::start_from_env(&config.store_dir) {
+        Ok(Some(fleet)) => Box::new(WithFleet { export, fleet }),
+        Ok(None) => export,
+        Err(e) => {
+            // Budgets stay local; the exporter runs regardless.
+            tracing::warn!(target: "Fleet.StartFailed", "fleet budgets are off in this process: {e}");
+            export
+        }
     })
 }

@@ -16,6 +16,7 @@ pub mod content;
 pub mod error;
 pub mod export;
 pub mod export_task;
+pub mod fleet;
 pub mod health;
 pub mod hook;
 pub mod http_server;

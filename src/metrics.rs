@@ -212,6 +212,15 @@ pub const INSTRUMENTS: &[Instrument] = &[
         "The budget's hard limit for its window, in US dollars.",
     ),
     inst(
+        m::FLEET_SYNC_LAG,
+        Kind::Gauge,
+        "s",
+        "hermes_fleet_sync_lag_seconds",
+        &[],
+        false,
+        "Seconds since this store last synced with the fleet database (fleet budgets only).",
+    ),
+    inst(
         m::BUDGET_VERDICTS,
         Kind::Counter,
         "{verdict}",
@@ -231,8 +240,8 @@ pub const INSTRUMENTS: &[Instrument] = &[
     ),
 ];
 
-/// The budget gauge metrics, replaced together.
-pub const GAUGE_METRICS: [&str; 2] = [m::BUDGET_SPEND, m::BUDGET_LIMIT];
+/// The budget gauge metrics (and the fleet sync lag), replaced together.
+pub const GAUGE_METRICS: [&str; 3] = [m::BUDGET_SPEND, m::BUDGET_LIMIT, m::FLEET_SYNC_LAG];
 
 /// The instrument named `name`.
 pub fn instrument(name: &str) -> Option<&'static Instrument> {
@@ -499,6 +508,16 @@ pub fn budget_gauge_rows(readings: &[BudgetReading<'_>]) -> Vec<(&'static str, S
         out.push((m::BUDGET_LIMIT, a, r.limit_usd));
     }
     out
+}
+
+/// The `hermes.fleet.sync.lag` row of host `host_id`: seconds since its
+/// last successful fleet sync.
+pub fn fleet_lag_row(host_id: &str, lag_seconds: f64) -> (&'static str, String, f64) {
+    (
+        m::FLEET_SYNC_LAG,
+        AttrSet::new().s(mattr::HERMES_FLEET_HOST_ID, host_id).key(),
+        lag_seconds,
+    )
 }
 
 /// The attribute set of a `hermes.budget.verdicts` series.
@@ -1219,7 +1238,10 @@ mod tests {
             window: "daily",
             spend_usd: 1.0,
             limit_usd: 1.0,
-        }]) {
+        }])
+        .into_iter()
+        .chain([fleet_lag_row("5f0c8e2a", 1.5)])
+        {
             out.push(Increment {
                 metric,
                 attrs,

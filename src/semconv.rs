@@ -198,6 +198,8 @@ pub mod metric {
     pub const TURNS: &str = "hermes.turns";
     pub const BUDGET_SPEND: &str = "hermes.budget.spend";
     pub const BUDGET_LIMIT: &str = "hermes.budget.limit";
+    /// Seconds since this store's last successful fleet sync (gauge).
+    pub const FLEET_SYNC_LAG: &str = "hermes.fleet.sync.lag";
     pub const BUDGET_VERDICTS: &str = "hermes.budget.verdicts";
     pub const ALERTS: &str = "hermes.alerts";
 
@@ -210,6 +212,7 @@ pub mod metric {
         pub const HERMES_BUDGET_ID: &str = "hermes.budget.id";
         pub const HERMES_BUDGET_WINDOW: &str = "hermes.budget.window";
         pub const HERMES_BUDGET_VERDICT: &str = "hermes.budget.verdict";
+        pub const HERMES_FLEET_HOST_ID: &str = "hermes.fleet.host.id";
         pub const HERMES_ALERT_KIND: &str = "hermes.alert.kind";
     }
 

@@ -6,68 +6,28 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+#[path = "support/budget_events.rs"]
+mod budget_events;
 #[path = "support/hooks.rs"]
 mod hooks;
 
+use budget_events::{event, post_api, pre_api, pre_tool, CALL_USD};
 use hermes_otel::bridge::{Bridge, BridgeConfig, Gate, Outcome, Verdict};
 use hermes_otel::budget::{Scope, BLOCKED_MODEL};
 use hermes_otel::budget_gate::BudgetGate;
-use hermes_otel::hook::{decode, DecodeOptions, Decoded, HookEvent};
+use hermes_otel::hook::{DecodeOptions, HookEvent};
 use hermes_otel::store::{EventContext, Store};
 use serde_json::{json, Value};
-
-fn event(hook: &str, at: f64, kwargs: Value) -> HookEvent {
-    let map = kwargs.as_object().expect("kwargs object").clone();
-    match decode(hook, &map, at, DecodeOptions::default()) {
-        Decoded::Event(e, _) => e,
-        other => panic!("{hook}: {other:?}"),
-    }
-}
 
 fn apply(store: &mut Store, e: &HookEvent) {
     store.apply(e, &EventContext::default()).expect("apply");
 }
-
-/// gpt-4o is $2.50 per million input tokens in the built-in table: 10,000
-/// input tokens cost $0.025.
-const CALL_USD: f64 = 0.025;
 
 fn pre_llm(session: &str, turn: &str, at: f64, platform: &str, sender: &str) -> HookEvent {
     event(
         "pre_llm_call",
         at,
         json!({"session_id": session, "turn_id": turn, "model": "gpt-4o", "platform": platform, "sender_id": sender}),
-    )
-}
-
-fn pre_api(session: &str, id: &str, at: f64) -> HookEvent {
-    event(
-        "pre_api_request",
-        at,
-        json!({"session_id": session, "turn_id": format!("{session}:t"), "api_request_id": id, "model": "gpt-4o",
-               "platform": "cli", "approx_input_tokens": 10_000, "max_tokens": 0}),
-    )
-}
-
-fn post_api(session: &str, id: &str, at: f64, usage: bool) -> HookEvent {
-    let usage = if usage {
-        json!({"input_tokens": 10_000, "output_tokens": 0, "cache_read_tokens": 0, "cache_write_tokens": 0, "reasoning_tokens": 0})
-    } else {
-        Value::Null
-    };
-    event(
-        "post_api_request",
-        at,
-        json!({"session_id": session, "turn_id": format!("{session}:t"), "api_request_id": id, "model": "gpt-4o",
-               "platform": "cli", "api_duration": 0.5, "ended_at": at, "usage": usage, "assistant_content_chars": 0}),
-    )
-}
-
-fn pre_tool(session: &str, call: &str, at: f64) -> HookEvent {
-    event(
-        "pre_tool_call",
-        at,
-        json!({"session_id": session, "tool_call_id": call, "tool_name": "terminal"}),
     )
 }
 

@@ -91,6 +91,11 @@ fn rebuilding_a_whole_store_gives_the_same_ledger_and_sends_nothing_twice() {
         .expect("open")
         .execute("DELETE FROM outbox WHERE seq % 2 = 0", [])
         .expect("export half");
+    // It took part in a fleet: a rebuilt store must stay the same host.
+    hermes_otel::store::Store::open_dir(home)
+        .expect("open")
+        .fleet_host_id()
+        .expect("host id");
     let (code, out, _) = cli(home, &["doctor"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("whole"), "{out}");
@@ -116,6 +121,7 @@ fn rebuilding_a_whole_store_gives_the_same_ledger_and_sends_nothing_twice() {
         ("budget spend", "SELECT * FROM budget_spend"),
         ("metric log", "SELECT kind, session_id, key, n FROM metric_log"),
         ("meta", "SELECT * FROM meta"),
+        ("fleet host id", "SELECT host_id FROM fleet_state"),
     ] {
         assert_eq!(rows(&db, sql), rows(&old, sql), "{what} after a rebuild");
     }

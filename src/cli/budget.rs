@@ -6,7 +6,6 @@
 //! atomically (a temporary file in the same directory, then a rename): a
 //! hook reloading it concurrently sees the old file or the new, never half.
 
-use std::io::Write as _;
 use std::path::Path;
 
 use clap::Subcommand;
@@ -14,7 +13,7 @@ use jiff::Timestamp;
 
 use crate::budget::{self, BudgetConfig, BudgetState, Level, Scope, Window};
 use crate::error::{Error, Result};
-use crate::store::Store;
+use crate::store::{write_atomically, Store};
 
 /// The `budget` subcommands.
 #[derive(Debug, Subcommand)]
@@ -74,20 +73,21 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
     match cmd {
         BudgetCommand::Set { args } => {
             let (scope, id, window, usd) = parse_set(args).map_err(Error::Other)?;
-            set(&path, scope, id.as_deref(), window, usd)?;
             let what = budget_words(scope, id.as_deref(), window);
-            println!("{what} limit set to ${usd:.2} in {}", path.display());
+            let edit = |p: &Path| set(p, scope, id.as_deref(), window, usd);
+            let place = edit_here_or_fleet(&path, edit)?;
+            println!("{what} limit set to ${usd:.2} {place}");
             Ok(0)
         }
         BudgetCommand::Rm { args } => {
             let (scope, id, window) = parse_rm(args).map_err(Error::Other)?;
-            remove(&path, scope, id.as_deref(), window)?;
             let what = budget_words(scope, id.as_deref(), window);
-            println!("{what} limit removed from {}", path.display());
+            let place = edit_here_or_fleet(&path, |p: &Path| remove(p, scope, id.as_deref(), window))?;
+            println!("{what} limit removed {place}");
             Ok(0)
         }
         BudgetCommand::List { json } => {
-            let cfg = BudgetConfig::load(&path)?;
+            let cfg = load(&path)?;
             let states = states(dir, &cfg)?;
             let defaults = scope_defaults(&cfg);
             let zone = zone_name(&cfg);
@@ -114,7 +114,7 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
             Ok(0)
         }
         BudgetCommand::Forecast { json } => {
-            let cfg = BudgetConfig::load(&path)?;
+            let cfg = load(&path)?;
             let states = states(dir, &cfg)?;
             let now = super::time::now();
             let rows: Vec<_> = states
@@ -163,6 +163,32 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
             Ok(0)
         }
     }
+}
+
+/// Applies `edit` to the budget file: the fleet's with a fleet (in force on
+/// every host within seconds), else the local one. Says where, for the
+/// message (the fleet's address without its password).
+fn edit_here_or_fleet(path: &Path, edit: impl FnOnce(&Path) -> Result<()>) -> Result<String> {
+    match crate::fleet::FleetConfig::from_env()? {
+        Some(fleet) => {
+            let version = crate::fleet::budgets::edit(&fleet, path, edit)?;
+            Ok(format!(
+                "for the fleet at {} (budget file version {version}; every host within seconds)",
+                fleet.redacted()
+            ))
+        }
+        None => {
+            edit(path)?;
+            Ok(format!("in {}", path.display()))
+        }
+    }
+}
+
+/// The budget file, counting the fleet's spend when there is a fleet.
+fn load(path: &Path) -> Result<BudgetConfig> {
+    let mut cfg = BudgetConfig::load(path)?;
+    cfg.fleet = crate::budget_gate::fleet_from_env();
+    Ok(cfg)
 }
 
 fn states(dir: &Path, cfg: &BudgetConfig) -> Result<Vec<BudgetState>> {
@@ -236,21 +262,51 @@ fn render_list(cfg: &BudgetConfig, states: &[BudgetState], defaults: &[(Scope, W
     let mut out = String::new();
     let w = id_width(states.iter().map(|s| s.budget.id.as_str()));
     let _ = writeln!(out, "mode {}, windows in {}", cfg.mode.as_str(), zone_name(cfg));
-    let _ = writeln!(
-        out,
-        "{:<8} {:<w$} {:<8} {:<8} {:>10} {:>10} {:>5}  {:<8} {:>10}  resets",
-        "scope", "id", "window", "limit of", "spend", "limit", "%", "verdict", "estimated"
-    );
-    for s in states {
-        let verdict = if s.softened { "soft*" } else { s.level.as_str() };
+    if cfg.fleet {
         let _ = writeln!(
             out,
-            "{:<8} {:<w$} {:<8} {:<8} {:>10} {:>10} {:>5}  {:<8} {:>10}  {}",
+            "fleet budgets: spend is every host's; \"this host\" is this store's part"
+        );
+    }
+    let host_col = |text: String| {
+        if cfg.fleet {
+            format!(" {text:>10}")
+        } else {
+            String::new()
+        }
+    };
+    let _ = writeln!(
+        out,
+        "{:<8} {:<w$} {:<8} {:<8} {:>10}{} {:>10} {:>5}  {:<8} {:>10}  resets",
+        "scope",
+        "id",
+        "window",
+        "limit of",
+        "spend",
+        host_col("this host".into()),
+        "limit",
+        "%",
+        "verdict",
+        "estimated"
+    );
+    for s in states {
+        let verdict = if s.softened {
+            "soft*"
+        } else if s.level != Level::Hard && s.blocks() {
+            "lease"
+        } else {
+            s.level.as_str()
+        };
+        let own = s.fleet.map_or("-".to_string(), |f| format!("${:.4}", f.own_usd));
+        let _ = writeln!(
+            out,
+            "{:<8} {:<w$} {:<8} {:<8} {:>10}{} {:>10} {:>5}  {:<8} {:>10}  {}",
             s.budget.scope.as_str(),
             if s.budget.id.is_empty() { "-" } else { &s.budget.id },
             s.budget.window.as_str(),
             applies(cfg, &s.budget),
             format!("${:.4}", s.spend.total()),
+            host_col(own),
             format!("${:.2}", s.budget.limit),
             pct(s.spend.total(), s.budget.limit),
             verdict,
@@ -261,16 +317,23 @@ fn render_list(cfg: &BudgetConfig, states: &[BudgetState], defaults: &[(Scope, W
     for (scope, window, limit) in defaults {
         let _ = writeln!(
             out,
-            "{:<8} {:<w$} {:<8} {:<8} {:>10} {:>10} {:>5}  {:<8} {:>10}  each id without an override",
+            "{:<8} {:<w$} {:<8} {:<8} {:>10}{} {:>10} {:>5}  {:<8} {:>10}  each id without an override",
             scope.as_str(),
             "(default)",
             window.as_str(),
             "default",
             "-",
+            host_col("-".into()),
             format!("${limit:.2}"),
             "-",
             "-",
             "-",
+        );
+    }
+    if states.iter().any(|s| s.level != Level::Hard && s.blocks()) {
+        let _ = writeln!(
+            out,
+            "lease: this host used its share of the fleet's headroom; its calls wait for the next fleet sync"
         );
     }
     if states.iter().any(|s| s.softened) {
@@ -313,6 +376,11 @@ fn state_json(s: &BudgetState, cfg: Option<&BudgetConfig>, f: Option<&budget::Fo
     });
     if let Some(cfg) = cfg {
         v["limit_of"] = applies(cfg, &s.budget).into();
+    }
+    if let Some(f) = s.fleet {
+        v["this_host_usd"] = f.own_usd.into();
+        v["lease_left_usd"] = f.lease_left_usd.into();
+        v["blocked"] = s.blocks().into();
     }
     if let Some(f) = f {
         v["usd_per_hour"] = f.usd_per_hour.into();
@@ -505,22 +573,6 @@ const NEW_FILE_HEADER: &str = "\
 # hard_threshold = 1.0
 # soften_estimated = false  # a hard breach resting on estimated costs is soft
 ";
-
-/// Writes `bytes` to a temporary file beside `path` and renames it over.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    crate::store::create_private_dir(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("budgets.toml"),
-        std::process::id()
-    ));
-    let mut f = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-    f.write_all(bytes).map_err(|e| Error::io(&tmp, e))?;
-    f.sync_all().map_err(|e| Error::io(&tmp, e))?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
-}
 
 #[cfg(test)]
 mod tests {

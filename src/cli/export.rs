@@ -250,6 +250,11 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
             metrics_config.interval.value.as_secs_f64()
         );
     }
+    // Fleet budgets: this store's sync, when no Hermes process holds it.
+    let _fleet = crate::fleet::task::FleetTask::start_from_env(dir)?;
+    if let Ok(Some(fleet)) = crate::fleet::FleetConfig::from_env() {
+        eprintln!("hermes-otel: syncing budgets with the fleet at {}", fleet.redacted());
+    }
     let mut metrics = MetricExporter::new(metrics_config, exporter.store().path())?;
     let poll = Duration::from_millis(args.poll_ms.max(1));
     let mut last_idle_check: Option<Instant> = None;

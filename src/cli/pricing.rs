@@ -263,7 +263,7 @@ fn update(path: &Path, from: &str, prefixes: &[String], provider: Option<&str>, 
     if dry_run {
         println!("dry run: nothing written");
     } else if new != old {
-        crate::cli::budget::write_atomically(path, new.as_bytes())?;
+        crate::store::write_atomically(path, new.as_bytes())?;
         println!("written; the plugin reads it when Hermes next starts");
     }
     Ok(0)

@@ -30,6 +30,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
             "health": health_json(&home.value),
             "spool": spool_json(&home.value),
             "metrics": super::metrics_status::json(store)?,
+            "fleet": fleet_json(store)?,
         });
         let text = serde_json::to_string_pretty(&value).map_err(|e| Error::Other(e.to_string()))?;
         println!("{text}");
@@ -51,7 +52,54 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
     print_health(&home.value);
     print_export(&export, &export_config);
     super::metrics_status::print(store)?;
+    print_fleet(store)?;
     Ok(code)
+}
+
+/// The fleet's address (never its password), this host, the last sync and
+/// the sync lag; `None` without `HERMES_OTEL_FLEET_URL`.
+fn fleet_json(store: &Store) -> Result<serde_json::Value> {
+    let cfg = match crate::fleet::FleetConfig::from_env() {
+        Ok(Some(cfg)) => cfg,
+        Ok(None) => return Ok(serde_json::Value::Null),
+        Err(e) => return Ok(serde_json::json!({ "error": e.to_string() })),
+    };
+    let now = super::time::now();
+    let st = store.fleet_status()?;
+    Ok(serde_json::json!({
+        "url": cfg.redacted(),
+        "host_id": st.as_ref().map(|s| s.host_id.clone()),
+        "synced_at": st.as_ref().and_then(|s| s.synced_at),
+        "sync_lag_seconds": st.as_ref().and_then(|s| s.lag_seconds(now)),
+        "hosts": st.as_ref().map(|s| s.hosts),
+        "budgets_version": st.as_ref().and_then(|s| s.budgets_version),
+        "last_error": st.as_ref().and_then(|s| s.error.clone()),
+    }))
+}
+
+fn print_fleet(store: &Store) -> Result<()> {
+    let v = fleet_json(store)?;
+    if v.is_null() {
+        println!("fleet           off (budgets are this store's; set HERMES_OTEL_FLEET_URL to share them)");
+        return Ok(());
+    }
+    if let Some(e) = v["error"].as_str() {
+        println!("fleet           not usable: {e}");
+        return Ok(());
+    }
+    println!("fleet           {}", v["url"].as_str().unwrap_or(""));
+    match v["sync_lag_seconds"].as_f64() {
+        Some(lag) => println!(
+            "fleet sync      {lag:.1} s ago (lag), {} live hosts, this host {}",
+            v["hosts"],
+            v["host_id"].as_str().unwrap_or("")
+        ),
+        None => println!("fleet sync      never yet: budgets are enforced on this store's spend alone"),
+    }
+    if let Some(e) = v["last_error"].as_str() {
+        println!("fleet trouble   {e} (enforcing on the last fleet totals plus this host's spend since)");
+    }
+    Ok(())
 }
 
 /// The damage recorded in `<store>/health.json` and not repaired since

@@ -655,7 +655,18 @@ pub fn refresh_budget_gauges(store: &mut Store) {
             limit_usd: g.limit_usd,
         })
         .collect();
-    if let Err(e) = set_budget_gauges(store, &readings, unix_now()) {
+    let mut rows = metrics::budget_gauge_rows(&readings);
+    // With a fleet, the sync lag from the last successful sync (none before
+    // the first: there is no lag to measure, and `status` says so).
+    if crate::budget_gate::fleet_from_env() {
+        if let Some(st) = store.fleet_status().ok().flatten() {
+            rows.extend(
+                st.lag_seconds(unix_now())
+                    .map(|lag| metrics::fleet_lag_row(&st.host_id, lag)),
+            );
+        }
+    }
+    if let Err(e) = store.replace_metric_gauges(&metrics::GAUGE_METRICS, &rows, unix_now()) {
         tracing::warn!(target: "Budget.GaugesFailed", "budget gauges not updated: {e}");
     }
 }

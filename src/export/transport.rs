@@ -440,13 +440,27 @@ impl HttpTransport {
 }
 
 fn tls_connector(tls: Tls) -> Result<tokio_rustls::TlsConnector> {
+    let client = tls.client.as_ref().map(|(cert, key)| (cert.as_slice(), key.as_slice()));
+    let mut config = client_tls_config(tls.ca.as_deref(), client, "otlp")?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
+
+/// A rustls client configuration: trust `ca` (PEM certificates) or, without
+/// it, the system's roots; present `client` (PEM chain, PEM key) if given.
+/// `what` names the caller in errors. For OTLP and the fleet database.
+pub(crate) fn client_tls_config(
+    ca: Option<&[u8]>,
+    client: Option<(&[u8], &[u8])>,
+    what: &str,
+) -> Result<rustls::ClientConfig> {
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-    let pem_error = |what: &str, e: &dyn std::fmt::Display| Error::Other(format!("otlp {what}: {e}"));
+    let pem_error = |part: &str, e: &dyn std::fmt::Display| Error::Other(format!("{what} {part}: {e}"));
     let mut roots = rustls::RootCertStore::empty();
-    match tls.ca {
+    match ca {
         Some(pem) => {
-            for cert in CertificateDer::pem_slice_iter(&pem) {
+            for cert in CertificateDer::pem_slice_iter(pem) {
                 let cert = cert.map_err(|e| pem_error("certificate", &e))?;
                 roots.add(cert).map_err(|e| pem_error("certificate", &e))?;
             }
@@ -462,20 +476,18 @@ fn tls_connector(tls: Tls) -> Result<tokio_rustls::TlsConnector> {
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::Other(format!("tls: {e}")))?
         .with_root_certificates(roots);
-    let mut config = match tls.client {
+    Ok(match client {
         Some((cert, key)) => {
-            let chain = CertificateDer::pem_slice_iter(&cert)
+            let chain = CertificateDer::pem_slice_iter(cert)
                 .collect::<std::result::Result<Vec<_>, _>>()
                 .map_err(|e| pem_error("client certificate", &e))?;
-            let key = PrivateKeyDer::from_pem_slice(&key).map_err(|e| pem_error("client key", &e))?;
+            let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| pem_error("client key", &e))?;
             builder
                 .with_client_auth_cert(chain, key)
                 .map_err(|e| pem_error("client certificate", &e))?
         }
         None => builder.with_no_client_auth(),
-    };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+    })
 }
 
 /// Gzips a body (level 6, the usual balance).

@@ -676,6 +676,12 @@ impl Store {
         zone: Option<&str>,
     ) -> Result<Vec<BudgetState>> {
         let mut out = Vec::with_capacity(budgets.len());
+        // With a fleet, once this store synced: the live hosts then (a store
+        // that never synced knows no fleet figures and counts its own).
+        let fleet_hosts = match cfg.fleet && !budgets.is_empty() {
+            true => self.fleet_status()?.filter(|s| s.synced_at.is_some()).map(|s| s.hosts),
+            false => None,
+        };
         let mut i = 0;
         while i < budgets.len() {
             // budgets_for lists each scope id's windows together.
@@ -702,6 +708,13 @@ impl Store {
                 }
             };
             for ((b, (_, end, period)), spend) in budgets[i..j].iter().zip(windows).zip(spends) {
+                let (spend, fleet) = match fleet_hosts {
+                    Some(hosts) => {
+                        let (spend, share) = self.fleet_share(cfg, b, &period, spend, hosts)?;
+                        (spend, Some(share))
+                    }
+                    None => (spend, None),
+                };
                 let (level, softened) = assess(cfg, b, spend);
                 out.push(BudgetState {
                     budget: b.clone(),
@@ -710,6 +723,7 @@ impl Store {
                     softened,
                     period,
                     window_end: end,
+                    fleet,
                 });
             }
             i = j;
@@ -743,6 +757,10 @@ impl Store {
                 })?;
                 for id in rows {
                     ids.insert(id?);
+                }
+                if cfg.fleet {
+                    // Ids only other hosts spent under.
+                    ids.extend(self.fleet_view_ids(scope.as_str())?);
                 }
             }
             let mut budgets = Vec::new();

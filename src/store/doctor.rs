@@ -190,7 +190,7 @@ impl Store {
     fn carry_over(&mut self, damaged: &Path, out: &mut Rebuilt) -> Result<()> {
         let conn = self.conn();
         conn.execute("ATTACH DATABASE ?1 AS damaged", params![damaged.to_string_lossy()])?;
-        let replaced: [(&'static str, &str); 7] = [
+        let replaced: [(&'static str, &str); 8] = [
             ("meta", "INSERT OR REPLACE INTO meta SELECT * FROM damaged.meta"),
             (
                 "export_state",
@@ -212,6 +212,13 @@ impl Store {
             (
                 "budget_models",
                 "INSERT OR REPLACE INTO budget_models SELECT * FROM damaged.budget_models",
+            ),
+            // The fleet host id: a rebuilt store is the same host, so its
+            // pushes (absolute totals) replace its old ones, never add to them.
+            (
+                "fleet_state",
+                "INSERT OR REPLACE INTO fleet_state (singleton, host_id, budgets_version)
+                 SELECT singleton, host_id, budgets_version FROM damaged.fleet_state",
             ),
         ];
         for (table, sql) in replaced {

@@ -28,6 +28,7 @@
 mod budget;
 mod content;
 mod doctor;
+mod fleet;
 mod ledger;
 mod metrics;
 mod outbox;
@@ -39,6 +40,7 @@ mod trace_view;
 pub use budget::{reservation_usage, AlertRow, RecordedCall, RESERVATION_TTL_SECONDS};
 pub use content::ContentKind;
 pub use doctor::{check_integrity, Integrity, Rebuilt};
+pub use fleet::{FleetRow, FleetStatus, PushRow};
 pub use ledger::{Applied, EventContext, ABANDONED, ERROR, INTERRUPTED, OK, RUNNING};
 pub use metrics::{
     add_to_counter, bucket_index, decode_attrs, encode_attrs, Add, ApiErrorFact, AttrValue, Attrs, Folded, GaugeRow,
@@ -74,6 +76,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0007_error_turns.sql"),
     include_str!("migrations/0008_session_spans.sql"),
     include_str!("migrations/0009_provider_cost.sql"),
+    include_str!("migrations/0010_fleet.sql"),
 ];
 
 /// The schema version this build writes.
@@ -252,6 +255,24 @@ pub fn create_private_dir(dir: &Path) -> Result<()> {
         builder.mode(0o700);
     }
     builder.create(dir).map_err(|e| Error::io(dir, e))
+}
+
+/// Writes `bytes` to a temporary file beside `path` and renames it over
+/// (the budget file: a process reloading it sees the old text or the new).
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    crate::store::create_private_dir(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.{}.{:08x}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("budgets.toml"),
+        std::process::id(),
+        fastrand::u32(..)
+    ));
+    let mut f = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    std::io::Write::write_all(&mut f, bytes).map_err(|e| Error::io(&tmp, e))?;
+    f.sync_all().map_err(|e| Error::io(&tmp, e))?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
 }
 
 /// Creates `path` with mode 0600 if it does not exist, so SQLite never

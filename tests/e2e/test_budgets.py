@@ -22,7 +22,9 @@ from conftest import KIT, PLUGIN_KEY
 BLOCKED_MODEL = "hermes-otel/budget-blocked"
 
 
-def _scenario(hermes_bin: Path, tmp_path: Path, script: str) -> Path:
+def _scenario(hermes_bin: Path, tmp_path: Path, script: str, env: dict[str, str] | None = None) -> Path:
+    """Runs ``script`` in the kit's ``custom`` scenario; ``env`` goes to
+    Hermes and the script's steps."""
     out = tmp_path / "run"
     script_file = tmp_path / "script.sh"
     script_file.write_text('BUDGET="$(dirname "$HERMES")/hermes-otel"\n' + textwrap.dedent(script))
@@ -39,8 +41,10 @@ def _scenario(hermes_bin: Path, tmp_path: Path, script: str) -> Path:
         "--env",
         f"HERMES_OTEL_HOME={out / 'otel'}",
     ]
-    env = {"HERMES_BIN": str(hermes_bin), "PATH": "/usr/bin:/bin"}
-    p = subprocess.run(cmd, env=env, text=True, capture_output=True, timeout=600)
+    for key, value in (env or {}).items():
+        cmd += ["--env", f"{key}={value}"]
+    run_env = {"HERMES_BIN": str(hermes_bin), "PATH": "/usr/bin:/bin"}
+    p = subprocess.run(cmd, env=run_env, text=True, capture_output=True, timeout=600)
     assert p.returncode == 0, p.stderr
     return out
 

@@ -1,0 +1,734 @@
+//! Fleet budgets against a real PostgreSQL (Debian's, started by the test
+//! on a Unix socket in a temporary directory; see `support/postgres.rs`):
+//! hosts are stores with their own bridge, gate and fleet sync, in this
+//! process or, where it matters, in processes of their own.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[path = "support/budget_events.rs"]
+mod budget_events;
+#[path = "support/http_get.rs"]
+mod http_get;
+#[path = "support/postgres.rs"]
+mod postgres;
+
+use budget_events::{post_api, pre_api, pre_tool, CALL_USD};
+use hermes_otel::bridge::{Bridge, BridgeConfig, Outcome, Verdict};
+use hermes_otel::budget::{BudgetConfig, Scope, Window, BLOCKED_MODEL, BUDGETS_FILE_NAME};
+use hermes_otel::budget_gate::{BudgetGate, BudgetHandle};
+use hermes_otel::fleet::task::FleetTask;
+use hermes_otel::fleet::{FleetConfig, FLEET_URL_ENV};
+use hermes_otel::store::{EventContext, FleetStatus, Store};
+use postgres::Postgres;
+
+/// The child process's mode (`spend` or `crash`) and its store directory.
+const CHILD_MODE: &str = "HERMES_OTEL_FLEET_TEST_CHILD";
+const CHILD_DIR: &str = "HERMES_OTEL_FLEET_TEST_DIR";
+/// How many hosts a spending child waits to see before it spends.
+const CHILD_HOSTS: &str = "HERMES_OTEL_FLEET_TEST_HOSTS";
+
+/// Polls `ok` until it holds; fails after a minute.
+fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Sets the fleet's global daily limit with `hermes-otel budget set` on
+/// the host of `dir`.
+fn set_fleet_limit(url: &str, dir: &Path, usd: f64) {
+    fleet_budget_set(url, dir, &["global", "daily", &usd.to_string()]);
+}
+
+/// `hermes-otel budget set ARGS` on the host of `dir`, for the fleet.
+fn fleet_budget_set(url: &str, dir: &Path, args: &[&str]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+        .args(["budget", "set"])
+        .args(args)
+        .env("HERMES_OTEL_HOME", dir)
+        .env(FLEET_URL_ENV, url)
+        .output()
+        .expect("run hermes-otel");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// One host: a store with its bridge, budget gate and fleet sync.
+struct Host {
+    dir: PathBuf,
+    bridge: Bridge,
+    handle: BudgetHandle,
+    _fleet: FleetTask,
+    store: Store,
+    session: String,
+    calls: usize,
+}
+
+impl Host {
+    fn start(dir: &Path, url: &str) -> Host {
+        let mut cfg = BridgeConfig::new(dir.to_path_buf());
+        cfg.hook_wait = Duration::from_secs(10);
+        let gate = BudgetGate::new(dir.join(BUDGETS_FILE_NAME), None).with_fleet(true);
+        let handle = gate.handle();
+        let bridge = Bridge::start_with_gate(cfg, Box::new(gate));
+        assert!(bridge.disabled_reason().is_none());
+        let fleet = FleetTask::start(dir, FleetConfig::parse(url).expect("url")).expect("fleet task");
+        Host {
+            dir: dir.to_path_buf(),
+            bridge,
+            handle,
+            _fleet: fleet,
+            store: Store::open_dir(dir).expect("open"),
+            session: format!("s{}-{}", std::process::id(), fastrand::u32(..)),
+            calls: 0,
+        }
+    }
+
+    /// One LLM call: `Ok` when it went ahead, else the stop text.
+    fn call(&mut self) -> Result<(), String> {
+        self.calls += 1;
+        let id = format!("{}:api:{}", self.session, self.calls);
+        let outcome = self.bridge.submit(
+            pre_api(&self.session, &id, hermes_otel::unix_now()),
+            EventContext::default(),
+        );
+        assert_eq!(
+            outcome,
+            Outcome::Committed(None),
+            "the hook is not held up by the fleet"
+        );
+        if let Some(text) = self.handle.take_stop(&id) {
+            // Hermes then reports the stand-in response, which settles the
+            // call's reservation at no cost.
+            let mut blocked = post_api(&self.session, &id, hermes_otel::unix_now(), false);
+            if let hermes_otel::hook::Hook::PostApiRequest(p) = &mut blocked.hook {
+                p.response_model = Some(BLOCKED_MODEL.into());
+            }
+            self.bridge.submit(blocked, EventContext::default());
+            return Err(text);
+        }
+        let outcome = self.bridge.submit(
+            post_api(&self.session, &id, hermes_otel::unix_now(), true),
+            EventContext::default(),
+        );
+        assert!(matches!(outcome, Outcome::Committed(_)), "{outcome:?}");
+        Ok(())
+    }
+
+    /// The verdict of a tool call now.
+    fn tool(&mut self) -> Option<Verdict> {
+        self.calls += 1;
+        let id = format!("{}:tool:{}", self.session, self.calls);
+        match self.bridge.submit(
+            pre_tool(&self.session, &id, hermes_otel::unix_now()),
+            EventContext::default(),
+        ) {
+            Outcome::Committed(v) => v,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn status(&self) -> FleetStatus {
+        self.store.fleet_status().expect("status").expect("synced once")
+    }
+
+    fn synced_since(&self, t: f64) -> bool {
+        self.store
+            .fleet_status()
+            .expect("status")
+            .is_some_and(|s| s.synced_at.is_some_and(|at| at > t) && s.error.is_none())
+    }
+
+    /// The global daily budget as this host sees it now (fleet spend).
+    fn global(&self) -> hermes_otel::budget::BudgetState {
+        self.daily(Scope::Global)
+    }
+
+    /// The daily budget of `scope` (its one id) as this host sees it now.
+    fn daily(&self, scope: Scope) -> hermes_otel::budget::BudgetState {
+        let mut cfg = BudgetConfig::load(&self.dir.join(BUDGETS_FILE_NAME)).expect("budgets");
+        cfg.fleet = true;
+        let states = self.store.budget_states(&cfg, hermes_otel::unix_now()).expect("states");
+        states
+            .into_iter()
+            .find(|s| s.budget.scope == scope && s.budget.window == Window::Daily)
+            .expect("a daily budget of the scope")
+    }
+
+    /// Makes this host's next calls those of a run of cron job `job`.
+    fn cron_run(&mut self, job: &str) {
+        self.session = format!("cron_{job}_20261201_{:06}", fastrand::u32(..1_000_000));
+        let outcome = self.bridge.submit(
+            budget_events::event(
+                "pre_llm_call",
+                hermes_otel::unix_now(),
+                serde_json::json!({"session_id": self.session, "turn_id": format!("{}:t", self.session),
+                                   "model": "gpt-4o", "platform": "cron"}),
+            ),
+            EventContext::default(),
+        );
+        assert!(matches!(outcome, Outcome::Committed(_)), "{outcome:?}");
+    }
+
+    /// What this store recorded: (cost, calls).
+    fn local(&self) -> (f64, i64) {
+        let cost: f64 = self
+            .store
+            .query_scalar("SELECT TOTAL(cost_usd) FROM llm_calls")
+            .expect("cost");
+        let calls: i64 = self
+            .store
+            .query_scalar("SELECT COUNT(*) FROM llm_calls")
+            .expect("calls");
+        (cost, calls)
+    }
+
+    /// Waits until everything this host spent is in the fleet database.
+    fn wait_pushed(&self) {
+        let t = hermes_otel::unix_now();
+        assert!(self.bridge.flush(Duration::from_secs(10)));
+        eventually("a sync after the last call", || self.synced_since(t));
+    }
+}
+
+/// The fleet database's totals for the global scope: (cost, calls).
+fn fleet_totals(pg: &Postgres) -> (f64, i64) {
+    let row = pg.psql("SELECT TOTAL_COST, CALLS FROM (SELECT COALESCE(SUM(cost_usd), 0) AS TOTAL_COST, COALESCE(SUM(calls), 0) AS CALLS FROM hermes_fleet_spend WHERE scope = 'global') t");
+    let (cost, calls) = row.split_once('|').expect("two columns");
+    (cost.parse().expect("cost"), calls.parse().expect("calls"))
+}
+
+fn child_summary(out: &std::process::Output) -> Vec<f64> {
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "child failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = text
+        .lines()
+        .find_map(|l| l.find("CHILD ").map(|i| l[i + 6..].to_string()))
+        .unwrap_or_else(|| panic!("no summary in {text}"));
+    line.split_whitespace().map(|n| n.parse().expect("number")).collect()
+}
+
+#[test]
+fn three_hosts_spending_at_once_overshoot_by_at_most_their_leases() {
+    let pg = Postgres::start();
+    let limit = 1.5;
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("temp dir")).collect();
+    set_fleet_limit(&pg.url(), dirs[0].path(), limit);
+    let exe = std::env::current_exe().expect("test binary");
+    let children: Vec<_> = dirs
+        .iter()
+        .map(|dir| {
+            Command::new(&exe)
+                .args(["--exact", "fleet_child_process", "--nocapture", "--test-threads", "1"])
+                .env(CHILD_MODE, "spend")
+                .env(CHILD_DIR, dir.path())
+                .env(CHILD_HOSTS, "3")
+                .env(FLEET_URL_ENV, pg.url())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    let mut leases = 0.0;
+    let mut spent_by_host = Vec::new();
+    for child in children {
+        let s = child_summary(&child.wait_with_output().expect("child"));
+        assert!(s[0] >= 1.0, "each host made calls: {s:?}");
+        leases += s[1];
+        spent_by_host.push(s[2]);
+    }
+    let total: f64 = spent_by_host.iter().sum();
+    let (fleet_cost, fleet_calls) = fleet_totals(&pg);
+    assert!((fleet_cost - total).abs() < 1e-9, "fleet {fleet_cost} vs hosts {total}");
+    assert_eq!(
+        fleet_calls,
+        (total / CALL_USD).round() as i64,
+        "every call counted once"
+    );
+    // Each host stopped only once the fleet's spend reached the line.
+    assert!(total >= limit - 1e-9, "{total}");
+    // The documented bound: the leases, plus the calls in flight (one per host).
+    assert!(
+        total <= limit + leases + 3.0 * CALL_USD + 1e-9,
+        "overshoot {} beyond leases {leases}",
+        total - limit
+    );
+    // No host could have spent the limit alone: the others' spend stopped it.
+    assert!(spent_by_host.iter().all(|s| *s < limit), "{spent_by_host:?}");
+}
+
+#[test]
+fn fleet_child_process() {
+    let (Some(mode), Some(dir)) = (std::env::var_os(CHILD_MODE), std::env::var_os(CHILD_DIR)) else {
+        return;
+    };
+    let url = std::env::var(FLEET_URL_ENV).expect("fleet url");
+    let dir = PathBuf::from(dir);
+    let mut host = Host::start(&dir, &url);
+    match mode.to_str() {
+        Some("spend") => child_spend(&mut host),
+        Some("crash") => child_crash(&mut host),
+        other => panic!("unknown mode {other:?}"),
+    }
+}
+
+/// Spends until the fleet's budget is exhausted; prints calls made, the
+/// largest lease held and what it spent.
+fn child_spend(host: &mut Host) {
+    let hosts: i64 = std::env::var(CHILD_HOSTS).expect("hosts").parse().expect("number");
+    eventually("every host in the fleet", || {
+        host.store
+            .fleet_status()
+            .ok()
+            .flatten()
+            .is_some_and(|s| s.hosts >= hosts && s.synced_at.is_some())
+            && host.handle.enforcing()
+    });
+    let lease = |host: &Host| -> f64 {
+        host.store
+            .query_scalar("SELECT COALESCE(MAX(lease_usd), 0) FROM fleet_view WHERE scope = 'global' AND win = 'daily'")
+            .expect("lease")
+    };
+    let (mut made, mut max_lease) = (0, lease(host));
+    loop {
+        match host.call() {
+            Ok(()) => made += 1,
+            Err(text) => {
+                assert!(text.starts_with("BUDGET-EXCEEDED"), "{text}");
+                if host.global().level == hermes_otel::budget::Level::Hard {
+                    break;
+                }
+                // The lease is spent: wait for the next sync to take another.
+                let synced = host.status().synced_at;
+                eventually("the next sync", || host.status().synced_at != synced);
+            }
+        }
+        max_lease = max_lease.max(lease(host));
+        // The provider call takes a moment, so the hosts overlap.
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    host.wait_pushed();
+    println!("CHILD {made} {max_lease} {}", host.local().0);
+}
+
+/// Spends until killed, printing each call made.
+fn child_crash(host: &mut Host) {
+    loop {
+        host.call().expect("far from the limit");
+        println!("made {}", host.calls);
+    }
+}
+
+#[test]
+fn a_database_outage_loosens_nothing_and_loses_nothing() {
+    let mut pg = Postgres::start();
+    let (da, db) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
+    set_fleet_limit(&pg.url(), da.path(), 1.0);
+    let mut a = Host::start(da.path(), &pg.url());
+    let mut b = Host::start(db.path(), &pg.url());
+    eventually("two hosts", || {
+        [&a, &b]
+            .iter()
+            .all(|h| h.store.fleet_status().ok().flatten().is_some_and(|s| s.hosts == 2))
+    });
+    for _ in 0..8 {
+        a.call().expect("under the limit");
+        b.call().expect("under the limit");
+    }
+    a.wait_pushed();
+    b.wait_pushed();
+    // Both see the fleet's $0.40; each holds a lease of (1.00 - 0.40) / 2.
+    eventually("both views at $0.40", || {
+        [&a, &b]
+            .iter()
+            .all(|h| (h.global().spend.total() - 16.0 * CALL_USD).abs() < 1e-9)
+    });
+    let lease = (1.0 - 16.0 * CALL_USD) / 2.0;
+
+    pg.stop();
+    let down = hermes_otel::unix_now();
+    // Hooks go on; A spends its lease and no more, then is blocked with
+    // the budget text.
+    let mut made = 0;
+    let text = loop {
+        match a.call() {
+            Ok(()) => made += 1,
+            Err(text) => break text,
+        }
+        assert!(made < 100, "never stopped");
+    };
+    assert!(text.starts_with("BUDGET-EXCEEDED"), "{text}");
+    let spent = made as f64 * CALL_USD;
+    assert!(
+        spent >= lease - CALL_USD - 1e-9 && spent <= lease + 1e-9,
+        "spent {spent} on a lease of {lease}"
+    );
+    assert!(
+        matches!(a.tool(), Some(Verdict::Block { .. })),
+        "tool calls are blocked too"
+    );
+    // The outage shows: the last attempt failed, the last success is older.
+    eventually("A's failed sync", || a.status().error.is_some());
+    assert!(a.status().synced_at.expect("synced before") < down);
+    // B still counts A's spend as of the last sync.
+    assert!((b.global().spend.total() - 16.0 * CALL_USD).abs() < 1e-9);
+
+    pg.resume();
+    let up = hermes_otel::unix_now();
+    eventually("both hosts synced again", || a.synced_since(up) && b.synced_since(up));
+    let (fa, fb) = (a.local(), b.local());
+    let (cost, calls) = fleet_totals(&pg);
+    assert_eq!(calls, fa.1 + fb.1, "nothing lost, nothing counted twice");
+    assert!((cost - fa.0 - fb.0).abs() < 1e-9);
+    eventually("B sees A's spend during the outage", || {
+        (b.global().spend.total() - cost).abs() < 1e-9
+    });
+    // A fresh lease: A may spend again.
+    assert!(a.call().is_ok(), "a new lease after the outage");
+}
+
+#[test]
+fn a_host_killed_mid_run_catches_up_without_counting_twice() {
+    let pg = Postgres::start();
+    let dir = tempfile::tempdir().expect("dir");
+    set_fleet_limit(&pg.url(), dir.path(), 1000.0);
+    let exe = std::env::current_exe().expect("test binary");
+    let mut child = Command::new(&exe)
+        .args(["--exact", "fleet_child_process", "--nocapture", "--test-threads", "1"])
+        .env(CHILD_MODE, "crash")
+        .env(CHILD_DIR, dir.path())
+        .env(FLEET_URL_ENV, pg.url())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    // Some of its spend synced, some not yet.
+    let mut pushed_some = false;
+    let mut made: i64 = 0;
+    while let Some(Ok(line)) = lines.next() {
+        if line.starts_with("made ") {
+            made += 1;
+        }
+        if !pushed_some && made >= 10 {
+            let (_, calls) = fleet_totals(&pg);
+            pushed_some = calls > 0;
+        }
+        if pushed_some && made >= 40 {
+            break;
+        }
+    }
+    child.kill().expect("kill -9");
+    let _ = child.wait();
+    // The child ran ahead of this reader: the rest of its lines.
+    made += lines.map_while(|l| l.ok()).filter(|l| l.starts_with("made ")).count() as i64;
+    // A call may have committed (and been pushed) before its line was printed.
+    let (_, before) = fleet_totals(&pg);
+    assert!(before > 0 && before <= made + 1, "{before} pushed of {made}");
+
+    // The restarted host recovers the spool, takes the fleet lease over at
+    // once and pushes the rest.
+    let host = Host::start(dir.path(), &pg.url());
+    host.wait_pushed();
+    let (cost, calls) = host.local();
+    assert!(
+        calls >= made,
+        "every call that returned is in the store: {calls} of {made}"
+    );
+    let (fleet_cost, fleet_calls) = fleet_totals(&pg);
+    assert_eq!(fleet_calls, calls, "nothing lost, nothing counted twice");
+    assert!((fleet_cost - cost).abs() < 1e-9);
+    assert_eq!(
+        pg.psql("SELECT COUNT(*) FROM hermes_fleet_hosts"),
+        "1",
+        "the same host after a restart"
+    );
+}
+
+#[test]
+fn budget_edits_reach_every_host_and_status_shows_no_password() {
+    let pg = Postgres::start();
+    let (da, db) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
+    // A password in the URL (the cluster trusts local connections, so it
+    // is not checked): it must never be printed.
+    let url = pg.url().replace("postgres@", "postgres:hunter2@");
+    let a = Host::start(da.path(), &url);
+    let b = Host::start(db.path(), &url);
+    let cli = |dir: &Path, args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+            .args(args)
+            .env("HERMES_OTEL_HOME", dir)
+            .env(FLEET_URL_ENV, &url)
+            .output()
+            .expect("run hermes-otel");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{args:?}: {text}");
+        assert!(!text.contains("hunter2"), "{args:?} printed the password: {text}");
+        text
+    };
+    cli(da.path(), &["budget", "set", "global", "daily", "5"]);
+    let limit_in = |dir: &Path| {
+        BudgetConfig::load(&dir.join(BUDGETS_FILE_NAME))
+            .ok()
+            .and_then(|c| c.limits(Scope::Global, "").daily)
+    };
+    eventually("B has A's budget", || limit_in(db.path()) == Some(5.0));
+    cli(db.path(), &["budget", "set", "sender", "alice", "daily", "2"]);
+    cli(db.path(), &["budget", "rm", "global", "daily"]);
+    eventually("A has B's edits", || {
+        limit_in(da.path()).is_none()
+            && BudgetConfig::load(&da.path().join(BUDGETS_FILE_NAME))
+                .is_ok_and(|c| c.limits(Scope::Sender, "alice").daily == Some(2.0))
+    });
+    cli(da.path(), &["budget", "set", "global", "daily", "5"]);
+    let mut a = a;
+    for _ in 0..4 {
+        a.call().expect("under the limit");
+    }
+    a.wait_pushed();
+    let t = hermes_otel::unix_now();
+    eventually("B synced after A's spend", || b.synced_since(t));
+    let list = cli(db.path(), &["budget", "list", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&list).expect("json");
+    let global = v["budgets"]
+        .as_array()
+        .expect("budgets")
+        .iter()
+        .find(|r| r["scope"] == "global" && r["window"] == "daily")
+        .expect("global daily")
+        .clone();
+    assert!(
+        (global["spend_usd"].as_f64().expect("spend") - 4.0 * CALL_USD).abs() < 1e-9,
+        "{global}"
+    );
+    assert_eq!(global["this_host_usd"].as_f64(), Some(0.0), "{global}");
+    assert_eq!(global["verdict"], "ok");
+    let status = cli(db.path(), &["status"]);
+    assert!(status.contains("fleet"), "{status}");
+}
+
+#[test]
+fn the_sync_lag_grows_in_status_and_metrics_while_the_database_is_down() {
+    let mut pg = Postgres::start();
+    let dir = tempfile::tempdir().expect("dir");
+    set_fleet_limit(&pg.url(), dir.path(), 10.0);
+    let mut host = Host::start(dir.path(), &pg.url());
+    host.call().expect("under the limit");
+    host.wait_pushed();
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+        .args(["serve", "--prometheus", "127.0.0.1:0"])
+        .env("HERMES_OTEL_HOME", dir.path())
+        .env(FLEET_URL_ENV, pg.url())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve");
+    let mut stderr = BufReader::new(serve.stderr.take().expect("stderr")).lines();
+    let addr: std::net::SocketAddr = stderr
+        .by_ref()
+        .map_while(|l| l.ok())
+        .find_map(|l| {
+            l.split("http://")
+                .nth(1)
+                .and_then(|rest| rest.strip_suffix("/metrics").map(str::to_string))
+        })
+        .expect("the metrics address")
+        .parse()
+        .expect("an address");
+    // Keep reading: serve must not write into a closed pipe.
+    std::thread::spawn(move || stderr.for_each(drop));
+    let lag = || -> Option<f64> {
+        let got = http_get::get(addr, "/metrics", &[]);
+        got.body
+            .lines()
+            .find(|l| l.starts_with("hermes_fleet_sync_lag_seconds{"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    };
+    eventually("a lag under the sync interval's scale", || {
+        lag().is_some_and(|l| l < 5.0)
+    });
+    pg.stop();
+    let down = hermes_otel::unix_now();
+    eventually("the lag growing past the outage's length", || {
+        lag().is_some_and(|l| l >= 2.0 && l >= hermes_otel::unix_now() - down - 1.0)
+    });
+    let status = Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+        .args(["status", "--json"])
+        .env("HERMES_OTEL_HOME", dir.path())
+        .env(FLEET_URL_ENV, pg.url())
+        .output()
+        .expect("status");
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).expect("json");
+    assert!(v["fleet"]["sync_lag_seconds"].as_f64().is_some_and(|l| l >= 2.0), "{v}");
+    assert!(v["fleet"]["last_error"].is_string(), "{v}");
+    pg.resume();
+    let up = hermes_otel::unix_now();
+    eventually("the lag back to a sync interval", || {
+        host.synced_since(up) && lag().is_some_and(|l| l < 5.0)
+    });
+    let _ = serve.kill();
+    let _ = serve.wait();
+}
+
+#[test]
+fn the_fleet_schema_is_versioned_and_a_newer_one_is_refused() {
+    let pg = Postgres::start();
+    let dir = tempfile::tempdir().expect("dir");
+    set_fleet_limit(&pg.url(), dir.path(), 5.0);
+    assert_eq!(
+        pg.psql("SELECT version FROM hermes_fleet_schema"),
+        hermes_otel::fleet::schema::SCHEMA_VERSION.to_string()
+    );
+    // A build newer than this one migrated the fleet: this host refuses to
+    // sync (and says why) rather than guess, and keeps its last view.
+    pg.psql("UPDATE hermes_fleet_schema SET version = version + 1");
+    let host = Host::start(dir.path(), &pg.url());
+    eventually("the refusal in the sync state", || {
+        host.store
+            .fleet_status()
+            .ok()
+            .flatten()
+            .and_then(|s| s.error)
+            .is_some_and(|e| e.contains("newer than this build"))
+    });
+    assert!(host.status().synced_at.is_none());
+}
+
+#[test]
+fn tls_and_passwords_work_as_libpq_users_expect() {
+    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).expect("certificate");
+    let pg = Postgres::start_with(postgres::Options {
+        password: Some("s3cret-pw".into()),
+        tls: Some((ck.cert.pem(), ck.signing_key.serialize_pem())),
+    });
+    let dir = tempfile::tempdir().expect("dir");
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, ck.cert.pem()).expect("write ca");
+    let store = Store::open_dir(dir.path()).expect("store");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let step = |cfg: FleetConfig| -> Result<(), String> {
+        let mut sync = hermes_otel::fleet::sync::FleetSync::new(cfg, dir.path());
+        runtime
+            .block_on(sync.step(&store, hermes_otel::unix_now()))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    let from = |pairs: Vec<(&'static str, String)>| {
+        FleetConfig::from_vars(move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.into()))
+            .expect("parse")
+            .expect("set")
+    };
+    let verified = format!("{}?sslmode=verify-full&sslrootcert={}", pg.tcp_url(), ca.display());
+    // libpq's way: the CA file in the URL, the password in PGPASSWORD.
+    let good = from(vec![
+        (FLEET_URL_ENV, verified.clone()),
+        ("PGPASSWORD", "s3cret-pw".into()),
+    ]);
+    step(good.clone()).expect("a verified TLS connection with the password");
+    let ssl: bool = runtime.block_on(async {
+        let client = good.connect().await.expect("connect");
+        let row = client
+            .query_one("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", &[])
+            .await
+            .expect("pg_stat_ssl");
+        row.get(0)
+    });
+    assert!(ssl, "the connection is TLS");
+    // The system's roots do not vouch for this server.
+    let untrusted = FleetConfig::parse(&format!(
+        "{}?sslmode=require",
+        pg.tcp_url().replace("postgres@", "postgres:s3cret-pw@")
+    ))
+    .expect("url");
+    let err = step(untrusted).expect_err("an unknown issuer is refused");
+    assert!(err.contains("UnknownIssuer"), "{err}");
+    assert!(!err.contains("s3cret-pw"), "{err}");
+    // A wrong password is refused, and never repeated.
+    let wrong = from(vec![(FLEET_URL_ENV, verified), ("PGPASSWORD", "wrong-pw".into())]);
+    let err = step(wrong).expect_err("a wrong password is refused");
+    assert!(err.contains("password"), "{err}");
+    assert!(!err.contains("wrong-pw"), "{err}");
+}
+
+#[test]
+fn a_cron_job_whose_fleet_budget_another_host_spent_is_paused_here() {
+    let pg = Postgres::start();
+    let (da, db) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
+    let job = "0123456789ab";
+    fleet_budget_set(&pg.url(), da.path(), &["cron", job, "daily", "0.05"]);
+    let mut a = Host::start(da.path(), &pg.url());
+    let mut b = Host::start(db.path(), &pg.url());
+    eventually("two hosts enforcing the fleet's budget", || {
+        [&a, &b]
+            .iter()
+            .all(|h| h.handle.enforcing() && h.store.fleet_status().ok().flatten().is_some_and(|s| s.hosts == 2))
+    });
+    // Host A runs the job until the fleet's budget for it is spent.
+    a.cron_run(job);
+    while a.daily(Scope::CronJob).level != hermes_otel::budget::Level::Hard {
+        if a.call().is_err() {
+            let synced = a.status().synced_at;
+            eventually("A's next sync", || a.status().synced_at != synced);
+        }
+    }
+    a.wait_pushed();
+    let t = hermes_otel::unix_now();
+    eventually("B synced after A's spend", || b.synced_since(t));
+    // Host B never spent on the job; its next run of it is paused, its tool
+    // calls blocked, with the texts of a local budget.
+    b.cron_run(job);
+    assert!(matches!(b.tool(), Some(Verdict::Block { message }) if message.starts_with("BUDGET-EXCEEDED")));
+    let pauses = b.handle.take_pauses();
+    assert_eq!(pauses.len(), 1, "{pauses:?}");
+    assert_eq!(pauses[0].job_id, job);
+    assert!(
+        pauses[0]
+            .reason
+            .starts_with(&format!("hermes-otel: cron {job} daily budget exhausted")),
+        "{}",
+        pauses[0].reason
+    );
+    assert_eq!(b.local().1, 0, "B spent nothing on it");
+}
+
+#[test]
+fn spend_and_hosts_no_window_reaches_leave_the_database() {
+    let pg = Postgres::start();
+    let dir = tempfile::tempdir().expect("dir");
+    set_fleet_limit(&pg.url(), dir.path(), 5.0);
+    let day = 86_400.0;
+    let long_ago = hermes_otel::unix_now() - 45.0 * day;
+    let recent = hermes_otel::unix_now() - 20.0 * day;
+    pg.psql(&format!(
+        "INSERT INTO hermes_fleet_hosts VALUES ('gone', 'old laptop', {long_ago}, {long_ago}), ('recent', 'x', {recent}, {recent});
+         INSERT INTO hermes_fleet_spend VALUES ('global', '', {}, 'gone', 1, 0, 1), ('global', '', {}, 'recent', 1, 0, 1)",
+        (long_ago as i64).div_euclid(900) * 900,
+        (recent as i64).div_euclid(900) * 900
+    ));
+    let host = Host::start(dir.path(), &pg.url());
+    host.wait_pushed();
+    assert_eq!(
+        pg.psql("SELECT string_agg(host_id, ',' ORDER BY host_id) FROM hermes_fleet_spend"),
+        "recent"
+    );
+    let hosts = pg.psql("SELECT string_agg(host_id, ',' ORDER BY host_id) FROM hermes_fleet_hosts");
+    assert!(!hosts.contains("gone") && hosts.contains("recent"), "{hosts}");
+}
