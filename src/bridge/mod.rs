@@ -74,7 +74,7 @@ use crate::health::{classify, FaultKind, Tracker};
 use crate::hook::{decode, DecodeOptions, Decoded, HookEvent};
 use crate::pricing::{ModelPrice, PriceTable};
 use crate::spool::{self, Spool};
-use crate::store::{EventContext, Store};
+use crate::store::{ContentCursor, EventContext, Store};
 
 /// Environment variables the bridge reads.
 pub mod env {
@@ -92,7 +92,6 @@ mod writer;
 pub use gate::{
     carries_spend, is_gating, spend_bound, Gate, GateNeeds, NoGate, QueuedSpend, QuickGate, Verdict, GATE_REFRESH,
 };
-pub use writer::CONTENT_RETENTION;
 use writer::{open_store, Writer};
 
 /// Queued jobs that wake the writer although no one waits for them: keeps
@@ -188,6 +187,14 @@ pub struct BridgeConfig {
     /// The Hermes profile of this process (`ctx.profile_name`), recorded on
     /// runs for per-profile budgets; `None` when unknown.
     pub profile: Option<String>,
+    /// What the writer's sweep prunes, and when.
+    pub retention: config::Retention,
+    /// The outbox cap (`HERMES_OTEL_OUTBOX_MAX_ROWS`), enforced by the
+    /// sweep too, so it holds with trace export off.
+    pub outbox_max_rows: u64,
+    /// How long after its end a session counts as settled for metrics
+    /// (`HERMES_OTEL_SESSION_GRACE_SECONDS`), for the sweep's fold.
+    pub session_grace_seconds: f64,
 }
 
 impl BridgeConfig {
@@ -206,7 +213,20 @@ impl BridgeConfig {
             store_retry_min: DEFAULT_STORE_RETRY_MIN,
             store_retry_max: DEFAULT_STORE_RETRY_MAX,
             profile: None,
+            retention: config::Retention::defaults(),
+            outbox_max_rows: 0,
+            session_grace_seconds: 0.0,
         }
+        .with_export_settings(|_| None)
+    }
+
+    /// Takes the outbox cap and the session grace from the export
+    /// settings' own resolver (one place resolves them).
+    fn with_export_settings(mut self, var: impl Fn(&str) -> Option<String>) -> Self {
+        let export = crate::export::ExportConfig::resolve(crate::export::ExportOverrides::default(), var);
+        self.outbox_max_rows = export.outbox_max_rows.value;
+        self.session_grace_seconds = export.session_grace_seconds.value;
+        self
     }
 
     /// Resolves the configuration from the process environment.
@@ -242,7 +262,8 @@ impl BridgeConfig {
             }
         }
         cfg.test_panic_hook = var(env::TEST_PANIC).map(|v| v.to_string_lossy().into_owned());
-        cfg
+        cfg.retention = config::Retention::from_vars(&var, &mut cfg.warnings);
+        cfg.with_export_settings(|name| var(name).map(|v| v.to_string_lossy().into_owned()))
     }
 }
 

@@ -6,9 +6,16 @@
 
 use super::*;
 
-/// How long captured content stays in the store after its session ended
-/// and its spans were exported ([`Store::prune_content`], at every sweep).
-pub const CONTENT_RETENTION: Duration = Duration::from_secs(24 * 3600);
+/// Rows each retention step deletes (or folds) at most, each kind in its
+/// own transaction: a step holds the write lock for a few milliseconds,
+/// so gating hooks and exit flushes never wait long on it.
+const RETAIN_BATCH: usize = 500;
+
+/// The pause between retention steps while a backlog remains (a store
+/// upgraded with a year of journal, a burst): the writer handles its
+/// queue between steps, and a backlog of millions of rows still clears
+/// within hours.
+const RETAIN_BACKLOG_PAUSE: Duration = Duration::from_millis(200);
 
 /// An event the writer holds: queued by a hook, or kept while the store is
 /// in trouble.
@@ -55,6 +62,8 @@ pub(super) struct Writer {
     /// The sessions this process recorded events of, whose held session
     /// spans its exit releases (see [`Bridge::flush_at_exit`]).
     touched: Touched,
+    /// Where content retention goes on from.
+    content_cursor: ContentCursor,
 }
 
 /// The sessions a process recorded events of, up to [`Touched::MAX`]; past
@@ -124,6 +133,7 @@ impl Writer {
                 overflow: false,
                 since: unix_now(),
             },
+            content_cursor: ContentCursor::default(),
         };
         match opened {
             Ok(store) => writer.store = Some(store),
@@ -139,12 +149,13 @@ impl Writer {
         let mut dirty = false;
         let mut next_checkpoint = Instant::now() + self.checkpoint_interval;
         let mut next_sweep = Instant::now();
+        let mut next_retain = Instant::now();
         // What dead processes left in their spools lands before anything new.
         self.recover();
         self.refresh_gate();
         let mut next_refresh = Instant::now() + GATE_REFRESH;
         loop {
-            let mut wake_at = next_checkpoint.min(next_sweep).min(next_refresh);
+            let mut wake_at = next_checkpoint.min(next_sweep).min(next_refresh).min(next_retain);
             if let Some(t) = self.retry_at {
                 wake_at = wake_at.min(t);
             }
@@ -178,6 +189,16 @@ impl Writer {
             if !stop && now >= next_sweep {
                 self.sweep();
                 next_sweep = now + self.sweep_interval;
+            }
+            if !stop && now >= next_retain {
+                let (worked, more) = self.retain();
+                dirty |= worked;
+                next_retain = now
+                    + if more {
+                        RETAIN_BACKLOG_PAUSE
+                    } else {
+                        self.sweep_interval
+                    };
             }
             if stop {
                 break;
@@ -644,10 +665,78 @@ impl Writer {
                 .shared
                 .message("Writer.SweepFailed", format!("closing idle runs failed: {e}")),
         }
-        if let Err(e) = store.prune_content(now - CONTENT_RETENTION.as_secs_f64()) {
-            self.shared
-                .message("Writer.SweepFailed", format!("pruning captured content failed: {e}"));
+    }
+
+    /// One step of retention (see `store/retention.rs`): at most
+    /// [`RETAIN_BATCH`] journal rows, expired outbox rows, outbox rows over
+    /// the cap and content rows deleted, and metric log rows folded (the
+    /// log is consumed by folding, which no other process may be doing:
+    /// trace and metric export can both be off). Returns whether it changed
+    /// anything and whether a backlog remains.
+    fn retain(&mut self) -> (bool, bool) {
+        if self.retry_at.is_some() {
+            return (false, false);
         }
+        let Some(store) = &mut self.store else {
+            return (false, false);
+        };
+        const DAY: f64 = 86_400.0;
+        let now = unix_now();
+        let r = &self.config.retention;
+        let shared = &self.shared;
+        // How many rows a step handled (0 after a failure, which is said).
+        let handled = |what: &str, result: Result<usize>| match result {
+            Ok(n) => n,
+            Err(e) => {
+                shared.message("Writer.RetentionFailed", format!("{what} failed: {e}"));
+                0
+            }
+        };
+        let journal = handled(
+            "pruning the journal",
+            store.prune_journal(now - r.journal_days.value * DAY, RETAIN_BATCH),
+        );
+        let expired = handled(
+            "expiring the outbox",
+            store.expire_outbox(now - r.outbox_days.value * DAY, RETAIN_BATCH),
+        );
+        let capped = handled(
+            "enforcing the outbox cap",
+            store
+                .outbox_enforce_cap(self.config.outbox_max_rows, RETAIN_BATCH)
+                .map(|n| n as usize),
+        );
+        let (content, content_more) = match store.prune_content_batch(
+            now - r.content_hours.value * 3600.0,
+            now - r.outbox_days.value * DAY,
+            &mut self.content_cursor,
+            RETAIN_BATCH,
+        ) {
+            Ok(step) => step,
+            Err(e) => {
+                shared.message(
+                    "Writer.RetentionFailed",
+                    format!("pruning captured content failed: {e}"),
+                );
+                (0, false)
+            }
+        };
+        let grace = self.config.session_grace_seconds;
+        let (folded, fold_more) = match store.fold_metrics(now, now - grace, RETAIN_BATCH, &mut crate::metrics::measure)
+        {
+            Ok(f) => (f.rows, f.more),
+            Err(e) => {
+                shared.message("Writer.RetentionFailed", format!("folding the metric log failed: {e}"));
+                (0, false)
+            }
+        };
+        let worked = journal + expired + capped + content + folded > 0;
+        let more = journal == RETAIN_BATCH
+            || expired == RETAIN_BATCH
+            || capped == RETAIN_BATCH
+            || (content_more && content > 0)
+            || fold_more;
+        (worked, more)
     }
 }
 

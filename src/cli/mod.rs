@@ -274,6 +274,13 @@ fn dispatch(cli: Cli) -> Result<i32> {
                 "replayed {} records: {} applied, {} already present, {} ignored hooks, {} unusable, {} repaired kwargs",
                 stats.records, stats.applied, stats.duplicates, stats.ignored, stats.unusable, stats.problems
             );
+            if stats.too_old > 0 {
+                println!(
+                    "{} events older than the journal's retention were not applied (the store no longer \
+                     keeps the keys that would tell whether it has them)",
+                    stats.too_old
+                );
+            }
             Ok(if stats.bad_lines.is_empty() { 0 } else { 2 })
         }
         Command::Report(args) => {

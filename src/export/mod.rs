@@ -316,7 +316,8 @@ impl Exporter {
             return Ok(out);
         }
         out.leased = true;
-        self.store.outbox_enforce_cap(self.config.outbox_max_rows.value)?;
+        self.store
+            .outbox_enforce_cap(self.config.outbox_max_rows.value, usize::MAX)?;
         if self.transport.is_none() {
             return Ok(out);
         }

@@ -504,7 +504,7 @@ impl Store {
     pub fn metric_state(&self) -> Result<MetricState> {
         let count = |sql: &str| -> Result<i64> { Ok(self.conn().query_row(sql, [], |r| r.get(0))?) };
         Ok(MetricState {
-            unfolded: count("SELECT COUNT(*) FROM metric_log")?,
+            unfolded: self.store_count("metric_log")?,
             series: count("SELECT COUNT(*) FROM metric_series")?,
             gauges: count("SELECT COUNT(*) FROM metric_gauges")?,
             exports: self.metric_state_value(state_key::EXPORTS)?.unwrap_or(0),

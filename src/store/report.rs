@@ -158,21 +158,18 @@ impl Store {
         Ok(stmt.query_row(params![session_id], run_summary).optional()?)
     }
 
-    /// Row counts per table.
+    /// Row counts per table, from the counters kept as rows are written
+    /// (`store_counts`): one read each, however large the store.
     pub fn counts(&self) -> Result<StoreCounts> {
-        let count = |table: &str| -> Result<i64> {
-            Ok(self
-                .conn()
-                .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))?)
-        };
         Ok(StoreCounts {
-            journal: count("journal")?,
-            runs: count("runs")?,
-            turns: count("turns")?,
-            llm_calls: count("llm_calls")?,
-            llm_call_errors: count("llm_call_errors")?,
-            tool_calls: count("tool_calls")?,
-            subagent_edges: count("subagent_edges")?,
+            journal: self.store_count("journal")?,
+            runs: self.store_count("runs")?,
+            turns: self.store_count("turns")?,
+            llm_calls: self.store_count("llm_calls")?,
+            llm_call_errors: self.store_count("llm_call_errors")?,
+            tool_calls: self.store_count("tool_calls")?,
+            subagent_edges: self.store_count("subagent_edges")?,
+            // One row per (hook, key, problem): small.
             decode_problems: self
                 .conn()
                 .query_row("SELECT COALESCE(SUM(count), 0) FROM decode_problems", [], |r| r.get(0))?,
