@@ -1,0 +1,199 @@
+//! Size benchmark (issue 18): fills one store through the real apply path
+//! (the replay decoder and `Store::apply_batch`) with copies of the
+//! recorded Hermes stream, fresh ids per copy, spread evenly over a year
+//! ending now, and prints per size: store bytes per hook call, the time of
+//! `report` (all time and the last day), `status`, `export --since 1h`, an
+//! idle sweep, and retention: the longest step and what the store holds
+//! once the backlog is gone.
+//!
+//! Run: `cargo bench --bench size` (10,000 sessions), or
+//! `cargo bench --bench size -- --sessions 100000` (and 1000000; the
+//! fill takes about a minute per 10,000 sessions in a release build).
+//! `-- --keep DIR` keeps the store in DIR.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use hermes_otel::hook::DecodeOptions;
+use hermes_otel::replay::{replay_file, ReplayStats};
+use hermes_otel::report::build;
+use hermes_otel::store::{ContentCursor, Store};
+
+#[path = "../tests/support/stream.rs"]
+mod stream;
+
+const DAY: f64 = 86_400.0;
+/// What retention keeps by default (`config::Retention`).
+const JOURNAL_DAYS: f64 = 28.0;
+const OUTBOX_DAYS: f64 = 28.0;
+/// The writer's step size.
+const BATCH: usize = 500;
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    // `cargo bench` passes --bench; anything else (cargo test --benches)
+    // gets a smoke run.
+    let default = if args.iter().any(|a| a == "--bench") { 10_000 } else { 100 };
+    let sessions: usize = arg(&args, "--sessions").and_then(|n| n.parse().ok()).unwrap_or(default);
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = arg(&args, "--keep").map(std::path::PathBuf::from).unwrap_or_else(|| tmp.path().to_path_buf());
+    std::fs::create_dir_all(&dir).expect("store dir");
+    let mut store = Store::open_dir(&dir).expect("open store");
+    store.set_cache_size_kib(64 * 1024).expect("cache");
+
+    let lines = stream::fixture_lines();
+    let per_copy = sessions_per_copy(&lines);
+    let copies = sessions.div_ceil(per_copy).max(1);
+    let now = hermes_otel::unix_now();
+    let recorded: f64 = lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["t"].as_f64())
+        .fold(0.0, f64::max);
+    let t0 = Instant::now();
+    let stats = fill(&mut store, &dir, &lines, copies, recorded, now);
+    let fill_secs = t0.elapsed().as_secs_f64();
+    let hook_calls = stats.records as f64;
+    let runs: i64 = store.query_scalar("SELECT COUNT(*) FROM runs").expect("runs");
+    println!(
+        "filled {runs} sessions, {} hook calls ({} applied) in {fill_secs:.1} s",
+        stats.records, stats.applied
+    );
+    store.checkpoint().expect("checkpoint");
+    let before = bytes(&store);
+    println!(
+        "store before retention: {:.1} MB in use, {:.0} bytes per hook call",
+        before as f64 / 1e6,
+        before as f64 / hook_calls
+    );
+    measure_commands(&store, now);
+
+    let t0 = Instant::now();
+    store.close_idle_runs(now, 900.0).expect("idle sweep");
+    println!("idle sweep: {:.1} ms", ms(t0.elapsed()));
+
+    let (steps, longest) = retain(&mut store, now);
+    store.checkpoint().expect("checkpoint");
+    let after = bytes(&store);
+    println!(
+        "retention: {steps} steps of at most {BATCH} rows, longest {:.1} ms; the backlog of a year cleared",
+        ms(longest)
+    );
+    println!(
+        "store after retention: {:.1} MB in use, {:.0} bytes per hook call of the year \
+         (the ledger of the year and the last {JOURNAL_DAYS} days' journal)",
+        after as f64 / 1e6,
+        after as f64 / hook_calls,
+    );
+    measure_commands(&store, now);
+}
+
+/// Sessions (runs) one copy of the stream makes.
+fn sessions_per_copy(lines: &[String]) -> usize {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut store = Store::open_dir(dir.path()).expect("open");
+    let path = dir.path().join("one.jsonl");
+    std::fs::write(&path, stream::session_copy(lines, 0, 0.0)).expect("write");
+    let mut stats = ReplayStats::default();
+    replay_file(&mut store, &path, DecodeOptions::default(), &mut stats).expect("replay");
+    let runs: i64 = store.query_scalar("SELECT COUNT(*) FROM runs").expect("runs");
+    runs.max(1) as usize
+}
+
+/// Replays `copies` copies, copy `i` moved so the copies spread evenly
+/// over the year before `now`, 200 copies a file.
+fn fill(store: &mut Store, dir: &Path, lines: &[String], copies: usize, recorded: f64, now: f64) -> ReplayStats {
+    let path = dir.join("fill.jsonl");
+    let mut stats = ReplayStats::default();
+    let step = 365.0 * DAY / copies as f64;
+    let mut i = 0;
+    while i < copies {
+        let mut text = String::new();
+        for c in i..(i + 200).min(copies) {
+            let at = now - 365.0 * DAY + c as f64 * step;
+            text.push_str(&stream::session_copy(lines, c + 1, at - recorded));
+        }
+        std::fs::write(&path, text).expect("write chunk");
+        replay_file(store, &path, DecodeOptions::default(), &mut stats).expect("replay");
+        i += 200;
+    }
+    let _ = std::fs::remove_file(&path);
+    stats
+}
+
+/// Pages in use (the file less its free pages), in bytes.
+fn bytes(store: &Store) -> i64 {
+    let pages: i64 = store.query_scalar("PRAGMA page_count").expect("pages");
+    let free: i64 = store.query_scalar("PRAGMA freelist_count").expect("free");
+    let size: i64 = store.query_scalar("PRAGMA page_size").expect("page size");
+    (pages - free) * size
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Times what `report`, `report --since 1d`, `status` and `export --since
+/// 1h` read.
+fn measure_commands(store: &Store, now: f64) {
+    let report = |since: f64| {
+        let t0 = Instant::now();
+        let facts = store.facts(since, f64::MAX).expect("facts");
+        let runs = store.runs_started(since, f64::MAX).expect("runs");
+        let r = build(&facts, &runs, &jiff::tz::TimeZone::UTC, since, f64::MAX);
+        (t0.elapsed(), r.totals.llm_calls)
+    };
+    let (all, calls) = report(0.0);
+    let (day, day_calls) = report(now - DAY);
+    let t0 = Instant::now();
+    let counts = store.counts().expect("counts");
+    store.export_state().expect("export state");
+    store.metric_state().expect("metric state");
+    let status = t0.elapsed();
+    let t0 = Instant::now();
+    let history = store.history(now - 3600.0).expect("history");
+    let export = t0.elapsed();
+    println!(
+        "  report all time {:.1} ms ({calls} LLM calls); report --since 1d {:.1} ms ({day_calls}); \
+         status {:.2} ms ({} journal rows); export --since 1h reads {:.1} ms ({} spans)",
+        ms(all),
+        ms(day),
+        ms(status),
+        counts.journal,
+        ms(export),
+        history.len()
+    );
+}
+
+/// Runs retention steps as the writer does (each kind its own
+/// transaction) until nothing is left to prune; returns the steps and the
+/// longest step (all kinds together).
+fn retain(store: &mut Store, now: f64) -> (usize, Duration) {
+    let mut cursor = ContentCursor::default();
+    let mut steps = 0;
+    let mut longest = Duration::ZERO;
+    loop {
+        let t0 = Instant::now();
+        let journal = store
+            .prune_journal(now - JOURNAL_DAYS * DAY, BATCH)
+            .expect("journal");
+        let outbox = store
+            .expire_outbox(now - OUTBOX_DAYS * DAY, BATCH)
+            .expect("outbox");
+        let capped = store.outbox_enforce_cap(1_000_000, BATCH).expect("cap") as usize;
+        let (content, _) = store
+            .prune_content_batch(now - DAY, now - OUTBOX_DAYS * DAY, &mut cursor, BATCH)
+            .expect("content");
+        let folded = store
+            .fold_metrics(now, now - 120.0, BATCH, &mut hermes_otel::metrics::measure)
+            .expect("fold");
+        longest = longest.max(t0.elapsed());
+        steps += 1;
+        if journal + outbox + capped + content + folded.rows == 0 {
+            return (steps, longest);
+        }
+    }
+}
