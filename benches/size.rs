@@ -30,17 +30,26 @@ const OUTBOX_DAYS: f64 = 28.0;
 const BATCH: usize = 500;
 
 fn arg(args: &[String], name: &str) -> Option<String> {
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     // `cargo bench` passes --bench; anything else (cargo test --benches)
     // gets a smoke run.
-    let default = if args.iter().any(|a| a == "--bench") { 10_000 } else { 100 };
+    let default = if args.iter().any(|a| a == "--bench") {
+        10_000
+    } else {
+        100
+    };
     let sessions: usize = arg(&args, "--sessions").and_then(|n| n.parse().ok()).unwrap_or(default);
     let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = arg(&args, "--keep").map(std::path::PathBuf::from).unwrap_or_else(|| tmp.path().to_path_buf());
+    let dir = arg(&args, "--keep")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| tmp.path().to_path_buf());
     std::fs::create_dir_all(&dir).expect("store dir");
     let mut store = Store::open_dir(&dir).expect("open store");
     store.set_cache_size_kib(64 * 1024).expect("cache");
@@ -177,12 +186,8 @@ fn retain(store: &mut Store, now: f64) -> (usize, Duration) {
     let mut longest = Duration::ZERO;
     loop {
         let t0 = Instant::now();
-        let journal = store
-            .prune_journal(now - JOURNAL_DAYS * DAY, BATCH)
-            .expect("journal");
-        let outbox = store
-            .expire_outbox(now - OUTBOX_DAYS * DAY, BATCH)
-            .expect("outbox");
+        let journal = store.prune_journal(now - JOURNAL_DAYS * DAY, BATCH).expect("journal");
+        let outbox = store.expire_outbox(now - OUTBOX_DAYS * DAY, BATCH).expect("outbox");
         let capped = store.outbox_enforce_cap(1_000_000, BATCH).expect("cap") as usize;
         let (content, _) = store
             .prune_content_batch(now - DAY, now - OUTBOX_DAYS * DAY, &mut cursor, BATCH)

@@ -210,6 +210,25 @@ pub struct Lease {
     pub expires_at: f64,
 }
 
+/// Every finished span whose ledger row ended at or after `?1` (`export
+/// --since`); each arm reads an index on when its rows ended, so the
+/// command costs what its window holds.
+pub(super) const HISTORY: &str = "
+            SELECT 1, session_id, session_id, 0, COALESCE(ended_at, last_event_at) AS t FROM runs
+             WHERE status != 'running' AND COALESCE(ended_at, last_event_at) >= ?1
+            UNION ALL SELECT 2, session_id, turn_id, -1, ended_at FROM turns WHERE ended_at IS NOT NULL AND ended_at >= ?1
+            UNION ALL SELECT 3, session_id, api_request_id, -1, ended_at FROM llm_calls WHERE ended_at >= ?1
+            UNION ALL SELECT 4, session_id, api_request_id, retry_count, ended_at FROM llm_call_errors WHERE ended_at >= ?1
+            UNION ALL SELECT 5, session_id, tool_call_id, -1, ended_at FROM tool_calls
+             WHERE proxy = 0 AND ended_at IS NOT NULL AND ended_at >= ?1
+            UNION ALL SELECT 7, session_id, key, -1, ended_at FROM approvals WHERE ended_at IS NOT NULL AND ended_at >= ?1
+            UNION ALL SELECT 6, a.session_id, a.api_request_id, -1, COALESCE(r.ended_at, r.last_event_at)
+              FROM api_requests a JOIN runs r ON r.session_id = a.session_id
+             WHERE r.status != 'running' AND COALESCE(r.ended_at, r.last_event_at) >= ?1
+               AND NOT EXISTS (SELECT 1 FROM llm_calls l WHERE l.api_request_id = a.api_request_id)
+               AND a.attempts > (SELECT COUNT(*) FROM llm_call_errors e WHERE e.api_request_id = a.api_request_id)
+            ORDER BY t";
+
 /// The lease name of the trace exporter.
 pub const TRACE_LEASE: &str = "traces";
 
@@ -746,21 +765,7 @@ impl Store {
     /// Every finished span whose ledger row ended at or after `since`, in
     /// time order, as rows for `export --since` (not in the outbox: `seq` 0).
     pub fn history(&self, since: f64) -> Result<Vec<OutboxRow>> {
-        let sql = "
-            SELECT 1, session_id, session_id, 0, COALESCE(ended_at, last_event_at) AS t FROM runs
-             WHERE status != 'running' AND COALESCE(ended_at, last_event_at) >= ?1
-            UNION ALL SELECT 2, session_id, turn_id, -1, ended_at FROM turns WHERE ended_at IS NOT NULL AND ended_at >= ?1
-            UNION ALL SELECT 3, session_id, api_request_id, -1, ended_at FROM llm_calls WHERE ended_at >= ?1
-            UNION ALL SELECT 4, session_id, api_request_id, retry_count, ended_at FROM llm_call_errors WHERE ended_at >= ?1
-            UNION ALL SELECT 5, session_id, tool_call_id, -1, ended_at FROM tool_calls
-             WHERE proxy = 0 AND ended_at IS NOT NULL AND ended_at >= ?1
-            UNION ALL SELECT 7, session_id, key, -1, ended_at FROM approvals WHERE ended_at IS NOT NULL AND ended_at >= ?1
-            UNION ALL SELECT 6, a.session_id, a.api_request_id, -1, COALESCE(r.ended_at, r.last_event_at)
-              FROM api_requests a JOIN runs r ON r.session_id = a.session_id
-             WHERE r.status != 'running' AND COALESCE(r.ended_at, r.last_event_at) >= ?1
-               AND NOT EXISTS (SELECT 1 FROM llm_calls l WHERE l.api_request_id = a.api_request_id)
-               AND a.attempts > (SELECT COUNT(*) FROM llm_call_errors e WHERE e.api_request_id = a.api_request_id)
-            ORDER BY t";
+        let sql = HISTORY;
         let mut stmt = self.conn().prepare(sql)?;
         let rows = stmt.query_map(params![since], |r| {
             Ok((r.get::<_, i64>(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))

@@ -66,24 +66,9 @@ pub struct StoreCounts {
     pub decode_problems: i64,
 }
 
-/// The columns of a [`RunSummary`], in [`run_summary`]'s order.
-const RUN_SUMMARY: &str = "SELECT session_id, platform, status, started_at, ended_at, parent_session_id FROM runs";
-
-fn run_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
-    Ok(RunSummary {
-        session_id: r.get(0)?,
-        platform: r.get(1)?,
-        status: r.get(2)?,
-        started_at: r.get(3)?,
-        ended_at: r.get(4)?,
-        parent_session_id: r.get(5)?,
-    })
-}
-
-impl Store {
-    /// Every fact in `[since, until)`, by the time it ended.
-    pub fn facts(&self, since: f64, until: f64) -> Result<Vec<FactRow>> {
-        let sql = "
+/// Every fact that ended in `[?1, ?2)`; each arm reads its table's index
+/// on when rows ended, so a window costs what it holds.
+pub(super) const FACTS: &str = "
             SELECT 0, l.ended_at, l.session_id, l.model, l.provider, root.sender_id, root.cron_job_id,
                    l.input_tokens, l.output_tokens, l.cache_read_tokens, l.cache_write_tokens, l.reasoning_tokens,
                    l.cost_usd, l.estimated, l.cost_source = 'unknown', NULL, NULL, NULL, l.aux_task
@@ -102,6 +87,25 @@ impl Store {
               FROM tool_calls t JOIN runs r ON r.session_id = t.session_id
               JOIN runs root ON root.session_id = r.root_session_id
              WHERE t.ended_at IS NOT NULL AND t.ended_at >= ?1 AND t.ended_at < ?2 AND t.proxy = 0";
+
+/// The columns of a [`RunSummary`], in [`run_summary`]'s order.
+const RUN_SUMMARY: &str = "SELECT session_id, platform, status, started_at, ended_at, parent_session_id FROM runs";
+
+fn run_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
+    Ok(RunSummary {
+        session_id: r.get(0)?,
+        platform: r.get(1)?,
+        status: r.get(2)?,
+        started_at: r.get(3)?,
+        ended_at: r.get(4)?,
+        parent_session_id: r.get(5)?,
+    })
+}
+
+impl Store {
+    /// Every fact in `[since, until)`, by the time it ended.
+    pub fn facts(&self, since: f64, until: f64) -> Result<Vec<FactRow>> {
+        let sql = FACTS;
         let mut stmt = self.conn().prepare_cached(sql)?;
         let rows = stmt.query_map(params![since, until], |r| {
             let kind = match r.get::<_, i64>(0)? {
@@ -180,5 +184,33 @@ impl Store {
     /// (tests and `status` use it for single numbers).
     pub fn query_scalar<T: rusqlite::types::FromSql>(&self, sql: &str) -> Result<T> {
         Ok(self.conn().query_row(sql, [], |r| r.get(0))?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `report` over a window, `status` and `export --since` read what
+    /// their window holds through indexes, never a ledger table whole
+    /// (issue 18): their cost follows their answer, not the store's age.
+    #[test]
+    fn reports_status_and_export_since_read_their_window_only() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(&dir.path().join("plan.db")).expect("open");
+        let runs_started = format!("{RUN_SUMMARY} WHERE started_at >= ?1 AND started_at < ?2 ORDER BY started_at");
+        for sql in [
+            FACTS,
+            runs_started.as_str(),
+            super::super::outbox::HISTORY,
+            "SELECT n FROM store_counts WHERE name = ?1",
+        ] {
+            let steps = store.query_plan(sql, "1");
+            let scans: Vec<&String> = steps
+                .iter()
+                .filter(|s| s.starts_with("SCAN") && s.as_str() != "SCAN CONSTANT ROW")
+                .collect();
+            assert!(scans.is_empty(), "{sql}\n{steps:?}");
+        }
     }
 }

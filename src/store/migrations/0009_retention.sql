@@ -104,3 +104,12 @@ UPDATE journal SET payload = json_remove(payload, '$.user_message', '$.request_m
         OR json_type(payload, '$.assistant_content') IS NOT NULL OR json_type(payload, '$.args') IS NOT NULL
         OR json_type(payload, '$.result') IS NOT NULL OR json_type(payload, '$.assistant_response') IS NOT NULL
         OR json_type(payload, '$.child_summary') IS NOT NULL OR json_type(payload, '$.command') IS NOT NULL);
+
+-- `report --since` and `export --since` read what ended in their window,
+-- not every row ever recorded: each table they read has an index on when
+-- its rows ended (llm_calls and llm_call_errors had one). Partial, so rows
+-- still open (and subagent proxy rows, which no report counts) cost nothing.
+CREATE INDEX tool_calls_ended ON tool_calls (ended_at) WHERE proxy = 0 AND ended_at IS NOT NULL;
+CREATE INDEX turns_ended ON turns (ended_at) WHERE ended_at IS NOT NULL;
+CREATE INDEX runs_settled ON runs (COALESCE(ended_at, last_event_at)) WHERE status != 'running';
+CREATE INDEX approvals_ended ON approvals (ended_at) WHERE ended_at IS NOT NULL;
