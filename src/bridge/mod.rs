@@ -117,6 +117,11 @@ pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 /// How long before the host is asked again for a price it did not have.
 pub const HOST_PRICE_RETRY: Duration = Duration::from_secs(60);
 
+/// Most models [`Bridge::needs_host_price`] remembers; past this it starts
+/// over (a model is then looked up or asked about again), so a gateway
+/// that meets ever new model names keeps a bounded map.
+const MAX_HOST_ASKED: usize = 1024;
+
 /// The first wait before the store is tried again after a fault.
 pub const DEFAULT_STORE_RETRY_MIN: Duration = Duration::from_millis(250);
 
@@ -849,6 +854,9 @@ impl Bridge {
             return false;
         }
         let mut asked = lock(&run.host_asked);
+        if asked.len() >= MAX_HOST_ASKED && !asked.contains_key(model) {
+            asked.clear();
+        }
         let now = Instant::now();
         match asked.get(model) {
             // The tables' answer is remembered: looking a model up is a
@@ -1121,6 +1129,22 @@ mod tests {
         fn drop(&mut self) {
             let _ = self.0.execute_batch("ROLLBACK");
         }
+    }
+
+    /// A long-lived gateway meeting ever new model names keeps a bounded
+    /// map of the models it asked Hermes about.
+    #[test]
+    fn the_models_asked_about_stay_bounded() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let bridge = Bridge::start(config(dir.path()));
+        for i in 0..3 * MAX_HOST_ASKED {
+            assert!(bridge.needs_host_price(&format!("unknown-model-{i}")));
+        }
+        let State::Running(run) = &bridge.state else {
+            panic!("the bridge runs");
+        };
+        let kept = lock(&run.host_asked).len();
+        assert!(kept > 0 && kept <= MAX_HOST_ASKED, "{kept}");
     }
 
     #[test]
