@@ -281,3 +281,70 @@ fn the_writer_sweep_prunes_folds_and_caps_with_no_exporter() {
         "the log was folded, not dropped"
     );
 }
+
+/// A new store gives what retention freed back to the file system, a few
+/// pages a step (incremental auto-vacuum).
+#[test]
+fn a_new_store_gives_freed_pages_back_a_step_at_a_time() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut store = open(dir.path());
+    assert_eq!(count(&store, "PRAGMA auto_vacuum"), 2, "incremental");
+    for copy in 1..=4 {
+        replay(&mut store, &stream(dir.path(), copy, 60.0), false);
+    }
+    prune_all(&mut store, hermes_otel::unix_now() - 28.0 * DAY);
+    let pages = count(&store, "PRAGMA page_count");
+    let free = count(&store, "PRAGMA freelist_count");
+    assert!(free > 20, "pruning freed pages ({free})");
+    let mut given = 0;
+    loop {
+        let n = store.vacuum_step(0, 16).expect("vacuum step");
+        assert!(n <= 16);
+        given += n;
+        if n == 0 {
+            break;
+        }
+    }
+    assert_eq!(given, free);
+    assert_eq!(count(&store, "PRAGMA freelist_count"), 0);
+    assert_eq!(count(&store, "PRAGMA page_count"), pages - free);
+    let integrity: String = store.query_scalar("PRAGMA integrity_check").expect("check");
+    assert_eq!(integrity, "ok");
+}
+
+/// A store created before incremental auto-vacuum was the default gets it,
+/// and its freed space back, from `hermes-otel compact`.
+#[test]
+fn compact_gives_an_older_store_its_space_back_and_turns_on_incremental_vacuum() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store_dir = dir.path().join("otel");
+    std::fs::create_dir_all(&store_dir).expect("dir");
+    {
+        // A table first: auto-vacuum can no longer change without a VACUUM.
+        let conn = rusqlite::Connection::open(store_dir.join("hermes-otel.db")).expect("raw open");
+        conn.execute_batch("CREATE TABLE before_9 (x)").expect("table");
+    }
+    let mut store = open(&store_dir);
+    assert_eq!(count(&store, "PRAGMA auto_vacuum"), 0);
+    for copy in 1..=4 {
+        replay(&mut store, &stream(dir.path(), copy, 60.0), false);
+    }
+    let before = totals(&store);
+    prune_all(&mut store, hermes_otel::unix_now() - 28.0 * DAY);
+    assert_eq!(
+        store.vacuum_step(0, 16).expect("step"),
+        0,
+        "nothing to do without the mode"
+    );
+    drop(store);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+        .args(["--home", &store_dir.display().to_string(), "compact"])
+        .output()
+        .expect("run compact");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("compacted"));
+    let store = open(&store_dir);
+    assert_eq!(count(&store, "PRAGMA auto_vacuum"), 2);
+    assert_eq!(count(&store, "PRAGMA freelist_count"), 0);
+    assert_eq!(totals(&store), before, "the ledger is whole");
+}

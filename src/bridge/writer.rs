@@ -11,6 +11,11 @@ use super::*;
 /// so gating hooks and exit flushes never wait long on it.
 const RETAIN_BATCH: usize = 500;
 
+/// Free pages a store keeps to grow into (16 MiB of 4 KiB pages), and
+/// the most a retention step gives back to the file system at once.
+const VACUUM_KEEP_PAGES: i64 = 4096;
+const VACUUM_STEP_PAGES: i64 = 512;
+
 /// The pause between retention steps while a backlog remains (a store
 /// upgraded with a year of journal, a burst): the writer handles its
 /// queue between steps, and a backlog of millions of rows still clears
@@ -730,12 +735,21 @@ impl Writer {
                 (0, false)
             }
         };
-        let worked = journal + expired + capped + content + folded > 0;
+        // What was freed goes back to the file system, a few MiB a step.
+        let vacuumed = match store.vacuum_step(VACUUM_KEEP_PAGES, VACUUM_STEP_PAGES) {
+            Ok(n) => n,
+            Err(e) => {
+                shared.message("Writer.RetentionFailed", format!("incremental vacuum failed: {e}"));
+                0
+            }
+        };
+        let worked = journal + expired + capped + content + folded > 0 || vacuumed > 0;
         let more = journal == RETAIN_BATCH
             || expired == RETAIN_BATCH
             || capped == RETAIN_BATCH
             || (content_more && content > 0)
-            || fold_more;
+            || fold_more
+            || vacuumed == VACUUM_STEP_PAGES;
         (worked, more)
     }
 }

@@ -222,6 +222,11 @@ pub fn connect(path: &Path) -> Result<Connection> {
     // writes lost acknowledged commits (issue 13; tests/crash_consistency.rs).
     let mut conn = Connection::open_with_flags(path, flags)?;
     conn.busy_handler(Some(wait_for_lock))?;
+    // Incremental auto-vacuum, so retention can give freed pages back to
+    // the file system a few at a time (`Store::vacuum_step`). It takes
+    // effect only on a new file (set before its first table) or at a
+    // VACUUM (`hermes-otel compact`); on an older store it changes nothing.
+    conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
     // WAL: readers (reports, the exporter) never block hook writes.
     conn.pragma_update(None, "journal_mode", "WAL")?;
     // NORMAL in WAL mode: a commit has written its frames to the WAL file

@@ -113,6 +113,48 @@ impl Store {
         Ok(n)
     }
 
+    /// Gives up to `pages` free pages back to the file system (incremental
+    /// vacuum, one short transaction) once more than `keep` pages are free:
+    /// a store keeps some free pages to grow into rather than giving them
+    /// back and taking them again. Returns the pages given back (0 on a
+    /// store without incremental auto-vacuum: see `hermes-otel compact`).
+    pub fn vacuum_step(&mut self, keep: i64, pages: i64) -> Result<i64> {
+        let free: i64 = self.conn().query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+        let mode: i64 = self.conn().query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
+        // 2: incremental.
+        if mode != 2 || free <= keep {
+            return Ok(0);
+        }
+        let n = pages.min(free - keep);
+        self.conn().execute_batch(&format!("PRAGMA incremental_vacuum({n})"))?;
+        let left: i64 = self.conn().query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+        Ok(free - left)
+    }
+
+    /// Rewrites the whole file (`VACUUM`), which also turns on incremental
+    /// auto-vacuum for a store created before it was the default. Holds
+    /// the write lock throughout: writers meanwhile keep their events in
+    /// their spools. Returns the file's size before and after, in bytes.
+    pub fn compact(&mut self) -> Result<(i64, i64)> {
+        let size = |s: &Self| -> Result<i64> {
+            let pages: i64 = s.conn().query_row("PRAGMA page_count", [], |r| r.get(0))?;
+            let page: i64 = s.conn().query_row("PRAGMA page_size", [], |r| r.get(0))?;
+            Ok(pages * page)
+        };
+        let before = size(self)?;
+        self.conn().execute_batch("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")?;
+        self.checkpoint_truncate()?;
+        Ok((before, size(self)?))
+    }
+
+    /// A checkpoint that empties the WAL file (after a compaction, whose
+    /// rewrite went through it).
+    fn checkpoint_truncate(&self) -> Result<()> {
+        self.conn()
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        Ok(())
+    }
+
     /// The journal's horizon: events before it are refused (see the module
     /// docs). `None` while nothing was ever pruned.
     pub fn journal_horizon(&self) -> Result<Option<f64>> {
