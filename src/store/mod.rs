@@ -223,10 +223,15 @@ pub fn connect(path: &Path) -> Result<Connection> {
     let mut conn = Connection::open_with_flags(path, flags)?;
     conn.busy_handler(Some(wait_for_lock))?;
     // Incremental auto-vacuum, so retention can give freed pages back to
-    // the file system a few at a time (`Store::vacuum_step`). It takes
-    // effect only on a new file (set before its first table) or at a
-    // VACUUM (`hermes-otel compact`); on an older store it changes nothing.
-    conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+    // the file system a few at a time (`Store::vacuum_step`). Set on a new
+    // (empty) file only, before its first table: on an existing file even
+    // setting the mode it has writes its header, and an open must never
+    // write (a damaged file is evidence). An older store gets it from
+    // `hermes-otel compact`.
+    let pages: i64 = conn.pragma_query_value(None, "page_count", |r| r.get(0))?;
+    if pages == 0 {
+        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+    }
     // WAL: readers (reports, the exporter) never block hook writes.
     conn.pragma_update(None, "journal_mode", "WAL")?;
     // NORMAL in WAL mode: a commit has written its frames to the WAL file
