@@ -348,3 +348,44 @@ fn compact_gives_an_older_store_its_space_back_and_turns_on_incremental_vacuum()
     assert_eq!(count(&store, "PRAGMA freelist_count"), 0);
     assert_eq!(totals(&store), before, "the ledger is whole");
 }
+
+/// `doctor --rebuild` after retention: the journal no longer holds the old
+/// sessions' events, so their ledger and budget rollups come from the
+/// damaged file's tables; reports, budgets and re-export are as before.
+#[test]
+fn a_rebuild_after_pruning_keeps_the_ledger_the_journal_no_longer_holds() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut store = open(&dir.path().join("old"));
+    replay(&mut store, &stream(dir.path(), 1, 60.0), false);
+    replay(&mut store, &stream(dir.path(), 2, 0.0), false);
+    prune_all(&mut store, hermes_otel::unix_now() - 28.0 * DAY);
+    // As the rebuild does, so both have closed the same idle runs.
+    store.close_idle_runs(hermes_otel::unix_now(), 3600.0).expect("idle");
+    let before = totals(&store);
+    let budgets = budget_rows(&store);
+    let runs = count(&store, "SELECT COUNT(*) FROM runs");
+    let history = store.history(0.0).expect("history").len();
+    let damaged = store.path().to_path_buf();
+    drop(store);
+
+    let mut rebuilt = open(&dir.path().join("new"));
+    let report = rebuilt
+        .rebuild_from(&damaged, 3600.0, hermes_otel::unix_now())
+        .expect("rebuild");
+    assert!(report.unreadable.is_empty(), "{report:?}");
+    assert_eq!(totals(&rebuilt), before);
+    assert_eq!(budget_rows(&rebuilt), budgets);
+    assert_eq!(count(&rebuilt, "SELECT COUNT(*) FROM runs"), runs);
+    assert_eq!(rebuilt.history(0.0).expect("history").len(), history);
+    for table in ["runs", "llm_calls", "tool_calls", "turns", "journal"] {
+        assert_eq!(
+            rebuilt.store_count(table).expect("kept"),
+            count(&rebuilt, &format!("SELECT COUNT(*) FROM {table}")),
+            "{table}"
+        );
+    }
+    // The horizon came along: the old stream is still refused.
+    let again = replay(&mut rebuilt, &stream(dir.path(), 1, 60.0), false);
+    assert_eq!(again.applied, 0);
+    assert_eq!(totals(&rebuilt), before);
+}

@@ -27,7 +27,7 @@ pub fn fixture_lines() -> Vec<String> {
 
 /// Copy `copy` of `lines`: every id made fresh (each Hermes id embeds its
 /// session id, whose date part is replaced) and every call moved `shift`
-/// seconds later (negative: earlier).
+/// seconds later (negative: earlier), with the times its kwargs carry.
 pub fn session_copy(lines: &[String], copy: usize, shift: f64) -> String {
     let stamp = format!("{:08}_", 10_000_000 + copy);
     let mut out = String::new();
@@ -35,6 +35,12 @@ pub fn session_copy(lines: &[String], copy: usize, shift: f64) -> String {
         let mut v: serde_json::Value = serde_json::from_str(&line.replace("20261130_", &stamp)).expect("json line");
         if let Some(t) = v["t"].as_f64() {
             v["t"] = serde_json::json!(t + shift);
+        }
+        // The API hooks' own times move with the call.
+        for key in ["started_at", "ended_at"] {
+            if let Some(t) = v["kwargs"][key].as_f64() {
+                v["kwargs"][key] = serde_json::json!(t + shift);
+            }
         }
         out.push_str(&v.to_string());
         out.push('\n');
