@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use hermes_otel::hook::DecodeOptions;
 use hermes_otel::replay::{replay_file, ReplayStats};
-use hermes_otel::report::build;
+use hermes_otel::report::Builder;
 use hermes_otel::store::{ContentCursor, Store};
 
 #[path = "../tests/support/stream.rs"]
@@ -149,10 +149,14 @@ fn ms(d: Duration) -> f64 {
 /// 1h` read.
 fn measure_commands(store: &Store, now: f64) {
     let report = |since: f64| {
+        // As `report` does: facts added up as they are read.
         let t0 = Instant::now();
-        let facts = store.facts(since, f64::MAX).expect("facts");
-        let runs = store.runs_started(since, f64::MAX).expect("runs");
-        let r = build(&facts, &runs, &jiff::tz::TimeZone::UTC, since, f64::MAX);
+        let mut b = Builder::new(&jiff::tz::TimeZone::UTC, since, f64::MAX);
+        store.for_each_fact(since, f64::MAX, |f| b.add(&f)).expect("facts");
+        store
+            .for_each_run_started(since, f64::MAX, |id| b.add_session(id))
+            .expect("runs");
+        let r = b.finish();
         (t0.elapsed(), r.totals.llm_calls)
     };
     let (all, calls) = report(0.0);

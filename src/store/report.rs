@@ -105,8 +105,15 @@ fn run_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
 impl Store {
     /// Every fact in `[since, until)`, by the time it ended.
     pub fn facts(&self, since: f64, until: f64) -> Result<Vec<FactRow>> {
-        let sql = FACTS;
-        let mut stmt = self.conn().prepare_cached(sql)?;
+        let mut out = Vec::new();
+        self.for_each_fact(since, until, |f| out.push(f))?;
+        Ok(out)
+    }
+
+    /// Hands every fact in `[since, until)` to `each`, one row at a time,
+    /// holding none (`report` adds them up as they come).
+    pub fn for_each_fact(&self, since: f64, until: f64, mut each: impl FnMut(FactRow)) -> Result<()> {
+        let mut stmt = self.conn().prepare_cached(FACTS)?;
         let rows = stmt.query_map(params![since, until], |r| {
             let kind = match r.get::<_, i64>(0)? {
                 0 => FactKind::LlmCall,
@@ -144,7 +151,10 @@ impl Store {
                 aux_task: r.get(18)?,
             })
         })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        for row in rows {
+            each(row?);
+        }
+        Ok(())
     }
 
     /// Runs that started in `[since, until)`, oldest first.
@@ -153,6 +163,19 @@ impl Store {
         let mut stmt = self.conn().prepare_cached(&sql)?;
         let rows = stmt.query_map(params![since, until], run_summary)?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Hands the id of every run that started in `[since, until)` to
+    /// `each`, holding none.
+    pub fn for_each_run_started(&self, since: f64, until: f64, mut each: impl FnMut(&str)) -> Result<()> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT session_id FROM runs WHERE started_at >= ?1 AND started_at < ?2")?;
+        let mut rows = stmt.query(params![since, until])?;
+        while let Some(row) = rows.next()? {
+            each(row.get_ref(0)?.as_str().unwrap_or_default());
+        }
+        Ok(())
     }
 
     /// One run by session id.
