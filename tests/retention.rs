@@ -389,3 +389,37 @@ fn a_rebuild_after_pruning_keeps_the_ledger_the_journal_no_longer_holds() {
     assert_eq!(again.applied, 0);
     assert_eq!(totals(&rebuilt), before);
 }
+
+/// `status` says what retention pruned and refused, and from which
+/// settings, without counting any table.
+#[test]
+fn status_counts_what_was_pruned_and_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store_dir = dir.path().join("otel");
+    let mut store = open(&store_dir);
+    let old_copy = stream(dir.path(), 1, 60.0);
+    let old = replay(&mut store, &old_copy, false);
+    replay(&mut store, &stream(dir.path(), 2, 0.0), false);
+    let pruned = prune_all(&mut store, hermes_otel::unix_now() - 28.0 * DAY);
+    replay(&mut store, &old_copy, false);
+    drop(store);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+        .args(["--home", &store_dir.display().to_string(), "status", "--json"])
+        .env("HERMES_OTEL_RETENTION_OUTBOX_DAYS", "7")
+        .output()
+        .expect("run status");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let r = &v["retention"];
+    assert_eq!(r["pruned"]["journal"].as_u64(), Some(pruned as u64));
+    assert_eq!(r["refused_too_old"].as_u64(), Some(old.applied as u64));
+    assert!(r["journal_horizon"].as_f64().is_some());
+    let settings = r["settings"].as_array().expect("settings");
+    let outbox = settings
+        .iter()
+        .find(|s| s["name"] == "HERMES_OTEL_RETENTION_OUTBOX_DAYS")
+        .expect("outbox setting");
+    assert_eq!(outbox["value"], "7 days");
+    assert_eq!(outbox["source"], "env HERMES_OTEL_RETENTION_OUTBOX_DAYS");
+    assert_eq!(v["rows"]["journal"].as_u64(), Some((2 * old.applied - pruned) as u64));
+}
