@@ -87,9 +87,13 @@ fn main() {
     let (steps, longest) = retain(&mut store, now);
     store.checkpoint().expect("checkpoint");
     let after = bytes(&store);
+    let longest: Vec<String> = longest
+        .iter()
+        .map(|(what, d)| format!("{what} {:.1} ms", ms(*d)))
+        .collect();
     println!(
-        "retention: {steps} steps of at most {BATCH} rows, longest {:.1} ms; the backlog of a year cleared",
-        ms(longest)
+        "retention: {steps} steps of at most {BATCH} rows clear a year's backlog; longest transaction: {}",
+        longest.join(", ")
     );
     println!(
         "store after retention: {:.1} MB in use, {:.0} bytes per hook call of the year \
@@ -183,25 +187,50 @@ fn measure_commands(store: &Store, now: f64) {
 
 /// Runs retention steps as the writer does (each kind its own
 /// transaction) until nothing is left to prune; returns the steps and the
-/// longest step (all kinds together).
-fn retain(store: &mut Store, now: f64) -> (usize, Duration) {
+/// longest transaction of each kind.
+fn retain(store: &mut Store, now: f64) -> (usize, Vec<(&'static str, Duration)>) {
     let mut cursor = ContentCursor::default();
     let mut steps = 0;
-    let mut longest = Duration::ZERO;
+    let mut longest = vec![
+        ("journal", Duration::ZERO),
+        ("outbox", Duration::ZERO),
+        ("cap", Duration::ZERO),
+        ("content", Duration::ZERO),
+        ("fold", Duration::ZERO),
+        ("vacuum", Duration::ZERO),
+    ];
+    let timed = |i: usize, t0: Instant, longest: &mut [(&'static str, Duration)]| {
+        longest[i].1 = longest[i].1.max(t0.elapsed());
+    };
     loop {
         let t0 = Instant::now();
-        let journal = store.prune_journal(now - JOURNAL_DAYS * DAY, BATCH).expect("journal");
-        let outbox = store.expire_outbox(now - OUTBOX_DAYS * DAY, BATCH).expect("outbox");
+        let journal = store
+            .prune_journal(now - JOURNAL_DAYS * DAY, BATCH)
+            .expect("journal");
+        timed(0, t0, &mut longest);
+        let t0 = Instant::now();
+        let outbox = store
+            .expire_outbox(now - OUTBOX_DAYS * DAY, BATCH)
+            .expect("outbox");
+        timed(1, t0, &mut longest);
+        let t0 = Instant::now();
         let capped = store.outbox_enforce_cap(1_000_000, BATCH).expect("cap") as usize;
+        timed(2, t0, &mut longest);
+        let t0 = Instant::now();
         let (content, _) = store
             .prune_content_batch(now - DAY, now - OUTBOX_DAYS * DAY, &mut cursor, BATCH)
             .expect("content");
+        timed(3, t0, &mut longest);
+        let t0 = Instant::now();
         let folded = store
             .fold_metrics(now, now - 120.0, BATCH, &mut hermes_otel::metrics::measure)
             .expect("fold");
-        longest = longest.max(t0.elapsed());
+        timed(4, t0, &mut longest);
+        let t0 = Instant::now();
+        let vacuumed = store.vacuum_step(4096, 512).expect("vacuum");
+        timed(5, t0, &mut longest);
         steps += 1;
-        if journal + outbox + capped + content + folded.rows == 0 {
+        if journal + outbox + capped + content + folded.rows + vacuumed as usize == 0 {
             return (steps, longest);
         }
     }

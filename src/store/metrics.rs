@@ -294,12 +294,16 @@ impl Store {
                 measure(&fact, &mut increments);
             }
         }
+        // At most `limit` sessions too: a log that was never folded (trace
+        // and metric export off for a year) holds millions, and a fold is
+        // one transaction holding the write lock.
         let sessions: Vec<(i64, String)> = {
-            let mut stmt =
-                conn.prepare_cached("SELECT seq, session_id FROM metric_log WHERE kind = ?1 ORDER BY seq")?;
-            let rows = stmt.query_map(params![kind::SESSION], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            let mut stmt = conn
+                .prepare_cached("SELECT seq, session_id FROM metric_log WHERE kind = ?1 ORDER BY seq LIMIT ?2")?;
+            let rows = stmt.query_map(params![kind::SESSION, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
             rows.collect::<rusqlite::Result<_>>()?
         };
+        let more = more || sessions.len() >= limit;
         for (seq, session_id) in &sessions {
             let Some((labels, end)) = run_of(conn, &mut runs, session_id)? else {
                 done.push(*seq);

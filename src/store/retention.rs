@@ -126,7 +126,11 @@ impl Store {
             return Ok(0);
         }
         let n = pages.min(free - keep);
-        self.conn().execute_batch(&format!("PRAGMA incremental_vacuum({n})"))?;
+        // The pragma frees one page per step of its statement: run it to
+        // the end, or it gives back a single page.
+        let mut stmt = self.conn().prepare(&format!("PRAGMA incremental_vacuum({n})"))?;
+        let mut rows = stmt.query([])?;
+        while rows.next()?.is_some() {}
         let left: i64 = self.conn().query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
         Ok(free - left)
     }
