@@ -26,8 +26,9 @@ const DAY: f64 = 86_400.0;
 /// What retention keeps by default (`config::Retention`).
 const JOURNAL_DAYS: f64 = 28.0;
 const OUTBOX_DAYS: f64 = 28.0;
-/// The writer's step size.
+/// The writer's step sizes (`bridge/writer.rs`).
 const BATCH: usize = 500;
+const FOLD_STEP: usize = 200;
 
 fn arg(args: &[String], name: &str) -> Option<String> {
     args.iter()
@@ -204,14 +205,10 @@ fn retain(store: &mut Store, now: f64) -> (usize, Vec<(&'static str, Duration)>)
     };
     loop {
         let t0 = Instant::now();
-        let journal = store
-            .prune_journal(now - JOURNAL_DAYS * DAY, BATCH)
-            .expect("journal");
+        let journal = store.prune_journal(now - JOURNAL_DAYS * DAY, BATCH).expect("journal");
         timed(0, t0, &mut longest);
         let t0 = Instant::now();
-        let outbox = store
-            .expire_outbox(now - OUTBOX_DAYS * DAY, BATCH)
-            .expect("outbox");
+        let outbox = store.expire_outbox(now - OUTBOX_DAYS * DAY, BATCH).expect("outbox");
         timed(1, t0, &mut longest);
         let t0 = Instant::now();
         let capped = store.outbox_enforce_cap(1_000_000, BATCH).expect("cap") as usize;
@@ -223,7 +220,7 @@ fn retain(store: &mut Store, now: f64) -> (usize, Vec<(&'static str, Duration)>)
         timed(3, t0, &mut longest);
         let t0 = Instant::now();
         let folded = store
-            .fold_metrics(now, now - 120.0, BATCH, &mut hermes_otel::metrics::measure)
+            .fold_metrics(now, now - 120.0, FOLD_STEP, &mut hermes_otel::metrics::measure)
             .expect("fold");
         timed(4, t0, &mut longest);
         let t0 = Instant::now();

@@ -11,6 +11,10 @@ use super::*;
 /// so gating hooks and exit flushes never wait long on it.
 const RETAIN_BATCH: usize = 500;
 
+/// Metric log rows a retention step folds at most: a fold measures each
+/// row and updates its series, about 15 µs a row in a release build.
+const FOLD_STEP: usize = 200;
+
 /// Free pages a store keeps to grow into (16 MiB of 4 KiB pages), and
 /// the most a retention step gives back to the file system at once.
 const VACUUM_KEEP_PAGES: i64 = 4096;
@@ -727,8 +731,7 @@ impl Writer {
             }
         };
         let grace = self.config.session_grace_seconds;
-        let (folded, fold_more) = match store.fold_metrics(now, now - grace, RETAIN_BATCH, &mut crate::metrics::measure)
-        {
+        let (folded, fold_more) = match store.fold_metrics(now, now - grace, FOLD_STEP, &mut crate::metrics::measure) {
             Ok(f) => (f.rows, f.more),
             Err(e) => {
                 shared.message("Writer.RetentionFailed", format!("folding the metric log failed: {e}"));

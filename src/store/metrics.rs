@@ -298,8 +298,8 @@ impl Store {
         // and metric export off for a year) holds millions, and a fold is
         // one transaction holding the write lock.
         let sessions: Vec<(i64, String)> = {
-            let mut stmt = conn
-                .prepare_cached("SELECT seq, session_id FROM metric_log WHERE kind = ?1 ORDER BY seq LIMIT ?2")?;
+            let mut stmt =
+                conn.prepare_cached("SELECT seq, session_id FROM metric_log WHERE kind = ?1 ORDER BY seq LIMIT ?2")?;
             let rows = stmt.query_map(params![kind::SESSION, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
             rows.collect::<rusqlite::Result<_>>()?
         };
