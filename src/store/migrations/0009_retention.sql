@@ -113,3 +113,8 @@ CREATE INDEX tool_calls_ended ON tool_calls (ended_at) WHERE proxy = 0 AND ended
 CREATE INDEX turns_ended ON turns (ended_at) WHERE ended_at IS NOT NULL;
 CREATE INDEX runs_settled ON runs (COALESCE(ended_at, last_event_at)) WHERE status != 'running';
 CREATE INDEX approvals_ended ON approvals (ended_at) WHERE ended_at IS NOT NULL;
+
+-- A fold reads the oldest session rows of the metric log; without an
+-- index it read every other row before them, which in a log that was not
+-- folded for a while is most of it. One entry per session end.
+CREATE INDEX metric_log_sessions ON metric_log (seq) WHERE kind = 5;
