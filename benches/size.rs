@@ -233,6 +233,10 @@ fn retain(store: &mut Store, now: f64) -> (usize, Vec<(&'static str, Vec<Duratio
             spent.push(t0.elapsed());
         }
         steps += 1;
+        // The writer checkpoints every second and steps every 200 ms.
+        if steps % 5 == 0 {
+            store.checkpoint().expect("checkpoint");
+        }
         if handled == 0 {
             return (steps, times);
         }
