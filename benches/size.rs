@@ -80,6 +80,12 @@ fn main() {
         before as f64 / hook_calls
     );
     measure_commands(&store, now);
+    let (p50, p99) = apply_latency(&mut store, &lines, copies + 1, now - recorded);
+    println!(
+        "apply one event in its own transaction (a fresh copy, 1 per hook call): p50 {:.1} µs, p99 {:.1} µs",
+        p50 * 1e6,
+        p99 * 1e6
+    );
 
     let t0 = Instant::now();
     let closed = store.close_idle_runs(now, 900.0).expect("idle sweep");
@@ -148,6 +154,29 @@ fn fill(store: &mut Store, dir: &Path, lines: &[String], copies: usize, recorded
     }
     let _ = std::fs::remove_file(&path);
     stats
+}
+
+/// Applies copy `copy` of the stream (moved to now), one event per
+/// transaction as a lone hook's commit, decoding outside the timer;
+/// returns the p50 and p99 in seconds.
+fn apply_latency(store: &mut Store, lines: &[String], copy: usize, shift: f64) -> (f64, f64) {
+    let ctx = hermes_otel::store::EventContext::default();
+    let text = stream::session_copy(lines, copy, shift);
+    let mut spent = Vec::new();
+    for line in text.lines() {
+        let rec = hermes_otel::replay::parse_line(line, false)
+            .expect("line")
+            .expect("record");
+        let decoded = hermes_otel::hook::decode(&rec.hook, &rec.kwargs, rec.t.unwrap_or(0.0), DecodeOptions::default());
+        if let hermes_otel::hook::Decoded::Event(e, _) = decoded {
+            let t0 = Instant::now();
+            store.apply(&e, &ctx).expect("apply");
+            spent.push(t0.elapsed().as_secs_f64());
+        }
+    }
+    spent.sort_by(f64::total_cmp);
+    let at = |p: f64| spent[((spent.len() - 1) as f64 * p).round() as usize];
+    (at(0.5), at(0.99))
 }
 
 /// Pages in use (the file less its free pages), in bytes.
