@@ -140,7 +140,7 @@ impl Writer {
         let mut dirty = false;
         let mut next_checkpoint = Instant::now() + self.checkpoint_interval;
         let mut next_sweep = Instant::now();
-        let mut next_retain = Instant::now();
+        let mut next_retain = Instant::now() + retain::RETAIN_FIRST_DELAY;
         // What dead processes left in their spools lands before anything new.
         self.recover();
         self.refresh_gate();

@@ -17,6 +17,11 @@ const FOLD_STEP: usize = 200;
 const VACUUM_KEEP_PAGES: i64 = 4096;
 const VACUUM_STEP_PAGES: i64 = 512;
 
+/// When the first retention step runs after the writer starts: not
+/// before the recovery and first commits a short-lived process (`hermes
+/// -z`) is there for, but soon enough that such processes still prune.
+pub(super) const RETAIN_FIRST_DELAY: Duration = Duration::from_secs(2);
+
 /// The pause between retention steps while a backlog remains (a store
 /// upgraded with a year of journal, a burst): the writer handles its
 /// queue between steps, and a backlog of millions of rows still clears
