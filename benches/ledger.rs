@@ -17,20 +17,11 @@ use hermes_otel::hook::{decode, DecodeOptions, Decoded, HookEvent};
 use hermes_otel::replay::{replay_file, ReplayStats};
 use hermes_otel::store::{EventContext, Store};
 
-fn fixture_lines() -> Vec<String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    let mut lines = Vec::new();
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .expect("fixtures")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
-        .collect();
-    files.sort();
-    for f in files {
-        lines.extend(std::fs::read_to_string(f).expect("read").lines().map(str::to_string));
-    }
-    lines
-}
+// The size benchmark's copies shift time too; this one's do not.
+#[allow(dead_code)]
+#[path = "../tests/support/stream.rs"]
+mod stream;
+use stream::fixture_lines;
 
 /// Copy `i` of every fixture line, with session ids (which every other id
 /// embeds) and times made unique.

@@ -17,6 +17,12 @@ pub mod env {
     pub const HOME: &str = "HOME";
     /// Opt-in capture of prompts, responses and tool arguments.
     pub const CAPTURE_CONTENT: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
+    /// Days journal rows (each event's key and payload) are kept.
+    pub const RETENTION_JOURNAL_DAYS: &str = "HERMES_OTEL_RETENTION_JOURNAL_DAYS";
+    /// Days a span waits in the outbox for a collector before it is given up.
+    pub const RETENTION_OUTBOX_DAYS: &str = "HERMES_OTEL_RETENTION_OUTBOX_DAYS";
+    /// Hours captured content stays after its session ended and its spans went out.
+    pub const RETENTION_CONTENT_HOURS: &str = "HERMES_OTEL_RETENTION_CONTENT_HOURS";
 }
 
 /// Default idle time after which a run that never ended is closed as
@@ -105,6 +111,88 @@ pub fn capture_content_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) ->
     }
 }
 
+/// How long the store keeps what is not ledger (see `store/retention.rs`):
+/// the ledger and budget rollups are kept for as long as the store lives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Retention {
+    /// Journal rows older than this many days are deleted; events older
+    /// than what was deleted are then refused (their keys are gone).
+    pub journal_days: Resolved<f64>,
+    /// Spans not accepted by a collector within this many days leave the
+    /// outbox (`export --since` can still send them from the ledger).
+    pub outbox_days: Resolved<f64>,
+    /// Captured content is deleted this many hours after its session ended
+    /// and its spans went out (or once its spans left the outbox unsent).
+    pub content_hours: Resolved<f64>,
+}
+
+impl Retention {
+    /// Four weeks: a month of journal to rebuild or replay from, and four
+    /// weeks for a collector outage before spans are given up.
+    pub const DEFAULT_JOURNAL_DAYS: f64 = 28.0;
+    pub const DEFAULT_OUTBOX_DAYS: f64 = 28.0;
+    /// A day: content exists to go out with its spans.
+    pub const DEFAULT_CONTENT_HOURS: f64 = 24.0;
+    /// The shortest journal retention: a hook's event is applied within
+    /// seconds, a dead process's spool within a minute of the next start;
+    /// a horizon closer than a day could refuse events still on their way.
+    pub const MIN_JOURNAL_DAYS: f64 = 1.0;
+
+    /// The retention settings: each variable if set to a number of at
+    /// least its minimum, else the default (and a warning in `warnings`).
+    pub fn from_vars(var: impl Fn(&str) -> Option<std::ffi::OsString>, warnings: &mut Vec<String>) -> Self {
+        let mut setting = |name: &'static str, default: f64, min: f64| -> Resolved<f64> {
+            let Some(v) = var(name) else {
+                return Resolved {
+                    value: default,
+                    source: Source::Default,
+                };
+            };
+            match v.to_string_lossy().trim().parse::<f64>() {
+                Ok(x) if x.is_finite() && x >= min => Resolved {
+                    value: x,
+                    source: Source::Env(name),
+                },
+                _ => {
+                    warnings.push(format!(
+                        "{name}={v:?} is not a number of at least {min}; using {default}"
+                    ));
+                    Resolved {
+                        value: default,
+                        source: Source::Default,
+                    }
+                }
+            }
+        };
+        Retention {
+            journal_days: setting(
+                env::RETENTION_JOURNAL_DAYS,
+                Self::DEFAULT_JOURNAL_DAYS,
+                Self::MIN_JOURNAL_DAYS,
+            ),
+            outbox_days: setting(env::RETENTION_OUTBOX_DAYS, Self::DEFAULT_OUTBOX_DAYS, 1.0),
+            content_hours: setting(env::RETENTION_CONTENT_HOURS, Self::DEFAULT_CONTENT_HOURS, 0.0),
+        }
+    }
+
+    /// The defaults.
+    pub fn defaults() -> Self {
+        Self::from_vars(|_| None, &mut Vec::new())
+    }
+
+    /// Each setting as (variable, value, source), for `status`.
+    pub fn describe(&self) -> Vec<(&'static str, String, String)> {
+        [
+            (env::RETENTION_JOURNAL_DAYS, &self.journal_days, "days"),
+            (env::RETENTION_OUTBOX_DAYS, &self.outbox_days, "days"),
+            (env::RETENTION_CONTENT_HOURS, &self.content_hours, "hours"),
+        ]
+        .into_iter()
+        .map(|(name, r, unit)| (name, format!("{} {unit}", r.value), r.source.to_string()))
+        .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,6 +221,31 @@ mod tests {
         );
         let r = store_dir_from(None, env_of(&all[2..]));
         assert_eq!((r.value, r.source), (PathBuf::from("/u/.hermes/otel"), Source::Default));
+    }
+
+    #[test]
+    fn retention_follows_env_then_default_and_refuses_too_short_a_journal() {
+        let mut warnings = Vec::new();
+        let r = Retention::from_vars(env_of(&[]), &mut warnings);
+        assert_eq!(r.journal_days.value, Retention::DEFAULT_JOURNAL_DAYS);
+        assert_eq!(r.journal_days.source, Source::Default);
+        let r = Retention::from_vars(
+            env_of(&[
+                ("HERMES_OTEL_RETENTION_JOURNAL_DAYS", "90"),
+                ("HERMES_OTEL_RETENTION_OUTBOX_DAYS", "7"),
+                ("HERMES_OTEL_RETENTION_CONTENT_HOURS", "0"),
+            ]),
+            &mut warnings,
+        );
+        assert_eq!(
+            (r.journal_days.value, r.outbox_days.value, r.content_hours.value),
+            (90.0, 7.0, 0.0)
+        );
+        assert_eq!(r.outbox_days.source, Source::Env("HERMES_OTEL_RETENTION_OUTBOX_DAYS"));
+        assert!(warnings.is_empty());
+        let r = Retention::from_vars(env_of(&[("HERMES_OTEL_RETENTION_JOURNAL_DAYS", "0.5")]), &mut warnings);
+        assert_eq!(r.journal_days.value, Retention::DEFAULT_JOURNAL_DAYS);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
     }
 
     #[test]

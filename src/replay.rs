@@ -176,6 +176,9 @@ pub struct ReplayStats {
     pub records: usize,
     pub applied: usize,
     pub duplicates: usize,
+    /// Events older than the journal's retention horizon, refused (the
+    /// store can no longer tell whether it has them).
+    pub too_old: usize,
     /// Hooks the bridge does not use.
     pub ignored: usize,
     /// Records missing the id they are keyed by.
@@ -545,6 +548,7 @@ fn flush(store: &mut Store, batch: &mut Vec<(HookEvent, EventContext)>, stats: &
         match a {
             Applied::New => stats.applied += 1,
             Applied::Duplicate => stats.duplicates += 1,
+            Applied::TooOld => stats.too_old += 1,
         }
     }
     batch.clear();

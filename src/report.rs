@@ -118,21 +118,120 @@ impl Acc {
     }
 }
 
-fn group_by(facts: &[FactRow], key: impl Fn(&FactRow) -> Option<String>) -> Vec<Group> {
-    let mut groups: BTreeMap<Option<String>, Acc> = BTreeMap::new();
-    for f in facts {
-        groups.entry(key(f).filter(|k| !k.is_empty())).or_default().add(f);
-    }
-    let mut out: Vec<Group> = groups
-        .into_iter()
-        .map(|(key, acc)| Group {
+/// One grouping being added up: its key for a fact, and the totals so far.
+struct Grouping {
+    key: fn(&FactRow, &TimeZone) -> Option<String>,
+    groups: BTreeMap<Option<String>, Acc>,
+}
+
+impl Grouping {
+    fn new(key: fn(&FactRow, &TimeZone) -> Option<String>) -> Self {
+        Grouping {
             key,
-            totals: acc.finish(),
-        })
-        .collect();
-    // Most expensive first; ties by key so output is stable.
-    out.sort_by(|a, b| b.totals.cost_usd.total_cmp(&a.totals.cost_usd).then(a.key.cmp(&b.key)));
-    out
+            groups: BTreeMap::new(),
+        }
+    }
+
+    fn add(&mut self, f: &FactRow, tz: &TimeZone) {
+        let key = (self.key)(f, tz).filter(|k| !k.is_empty());
+        self.groups.entry(key).or_default().add(f);
+    }
+
+    /// Most expensive first; ties by key so output is stable.
+    fn finish(self) -> Vec<Group> {
+        let mut out: Vec<Group> = self
+            .groups
+            .into_iter()
+            .map(|(key, acc)| Group {
+                key,
+                totals: acc.finish(),
+            })
+            .collect();
+        out.sort_by(|a, b| b.totals.cost_usd.total_cmp(&a.totals.cost_usd).then(a.key.cmp(&b.key)));
+        out
+    }
+}
+
+/// A report being built one fact at a time ([`Builder::add`]): it holds
+/// the groups, never the facts, so its memory follows the answer (the
+/// groups it prints), not the number of calls in the window.
+pub struct Builder {
+    tz: TimeZone,
+    since: f64,
+    until: f64,
+    all: Acc,
+    by_day: Grouping,
+    by_model: Grouping,
+    by_provider: Grouping,
+    by_sender: Grouping,
+    by_cron_job: Grouping,
+    by_session: Grouping,
+}
+
+impl Builder {
+    /// A report of the window `[since, until)`, days counted in `tz`.
+    pub fn new(tz: &TimeZone, since: f64, until: f64) -> Self {
+        Builder {
+            tz: tz.clone(),
+            since,
+            until,
+            all: Acc::default(),
+            by_day: Grouping::new(|f, tz| day_of(f.at, tz)),
+            by_model: Grouping::new(|f, _| f.model.clone()),
+            by_provider: Grouping::new(|f, _| f.provider.clone()),
+            by_sender: Grouping::new(|f, _| f.sender_id.clone()),
+            by_cron_job: Grouping::new(|f, _| f.cron_job_id.clone()),
+            by_session: Grouping::new(|f, _| Some(f.session_id.clone())),
+        }
+    }
+
+    /// Adds one fact to the totals and every grouping.
+    pub fn add(&mut self, f: &FactRow) {
+        self.all.add(f);
+        for g in [
+            &mut self.by_day,
+            &mut self.by_model,
+            &mut self.by_provider,
+            &mut self.by_sender,
+            &mut self.by_cron_job,
+            &mut self.by_session,
+        ] {
+            g.add(f, &self.tz);
+        }
+    }
+
+    /// Counts a session that started in the window (it counts in the
+    /// totals' sessions even without a fact).
+    pub fn add_session(&mut self, session_id: &str) {
+        if !self.all.sessions.contains(session_id) {
+            self.all.sessions.insert(session_id.to_string());
+        }
+    }
+
+    /// The report.
+    pub fn finish(self) -> Report {
+        let mut by_day = self.by_day.finish();
+        by_day.sort_by(|a, b| a.key.cmp(&b.key));
+        let stamp = |t: f64| {
+            jiff::Timestamp::from_microsecond((t * 1e6) as i64)
+                .map(|ts| ts.to_string())
+                .unwrap_or_default()
+        };
+        Report {
+            schema: REPORT_SCHEMA,
+            since: stamp(self.since),
+            until: stamp(self.until),
+            timezone: self.tz.iana_name().unwrap_or("local").to_string(),
+            totals: self.all.finish(),
+            by_day,
+            by_model: self.by_model.finish(),
+            by_provider: self.by_provider.finish(),
+            by_sender: self.by_sender.finish(),
+            by_cron_job: self.by_cron_job.finish(),
+            by_session: self.by_session.finish(),
+            provider_billed: Vec::new(),
+        }
+    }
 }
 
 /// The calendar day of `at` in `tz`, as `YYYY-MM-DD`.
@@ -143,34 +242,14 @@ pub fn day_of(at: f64, tz: &TimeZone) -> Option<String> {
 
 /// Builds the report of `facts` and the `runs` that started in the window.
 pub fn build(facts: &[FactRow], runs: &[RunSummary], tz: &TimeZone, since: f64, until: f64) -> Report {
-    let mut all = Acc::default();
+    let mut b = Builder::new(tz, since, until);
     for f in facts {
-        all.add(f);
+        b.add(f);
     }
     for r in runs {
-        all.sessions.insert(r.session_id.clone());
+        b.add_session(&r.session_id);
     }
-    let mut by_day = group_by(facts, |f| day_of(f.at, tz));
-    by_day.sort_by(|a, b| a.key.cmp(&b.key));
-    let stamp = |t: f64| {
-        jiff::Timestamp::from_microsecond((t * 1e6) as i64)
-            .map(|ts| ts.to_string())
-            .unwrap_or_default()
-    };
-    Report {
-        schema: REPORT_SCHEMA,
-        since: stamp(since),
-        until: stamp(until),
-        timezone: tz.iana_name().unwrap_or("local").to_string(),
-        totals: all.finish(),
-        by_day,
-        by_model: group_by(facts, |f| f.model.clone()),
-        by_provider: group_by(facts, |f| f.provider.clone()),
-        by_sender: group_by(facts, |f| f.sender_id.clone()),
-        by_cron_job: group_by(facts, |f| f.cron_job_id.clone()),
-        by_session: group_by(facts, |f| Some(f.session_id.clone())),
-        provider_billed: Vec::new(),
-    }
+    b.finish()
 }
 
 #[cfg(test)]

@@ -7,7 +7,9 @@
 //! shapes: a few rows, thousands of rows that spill past a tiny page cache
 //! and are then rewritten (the shape that lost commits in issue 13),
 //! savepoints rolled back and released, whole transactions rolled back,
-//! deletes of most of the table and `VACUUM` (a shrinking file), while a
+//! deletes of most of the table, `VACUUM` (a shrinking file) and, through
+//! the store's open path (incremental auto-vacuum), the retention sweep's
+//! `PRAGMA incremental_vacuum` steps, while a
 //! second connection runs passive, restart and truncate checkpoints beside
 //! it. After each commit returns, the child appends its sequence number to
 //! an acknowledgement file with one `write(2)`. The child ends by `_exit`
@@ -176,6 +178,14 @@ fn child(dir: &Path) -> ! {
         if rng.u8(0..40) == 0 {
             // A shrinking file: VACUUM rewrites the database smaller.
             conn.execute_batch("VACUUM").expect("vacuum");
+            continue;
+        }
+        if rng.u8(0..8) == 0 {
+            // The retention sweep's step: free pages moved to the end and
+            // cut off (the store opens with incremental auto-vacuum; on the
+            // reference, without it, this does nothing).
+            conn.execute_batch(&format!("PRAGMA incremental_vacuum({})", rng.u32(1..200)))
+                .expect("incremental vacuum");
             continue;
         }
         // Immediate, as the store's apply transactions are: a deferred one
@@ -380,6 +390,15 @@ fn crash_suite(opener: Opener, test_name: &str) {
             let end = if rng.bool() { End::Exit } else { End::Kill };
             run_child(dir.path(), opener, seed, end, test_name, &mut rng);
             commits = verify(dir.path(), seed, &mut rng).max(commits);
+        }
+        if matches!(opener, Opener::Store) && dir.path().join(DB).exists() {
+            // What the store opens is what was crashed: incremental
+            // auto-vacuum, whose steps the children ran.
+            let conn = Connection::open(dir.path().join(DB)).expect("reopen");
+            let mode: i64 = conn
+                .query_row("PRAGMA auto_vacuum", [], |r| r.get(0))
+                .expect("auto_vacuum");
+            assert_eq!(mode, 2, "the store's files are incremental");
         }
     }
     eprintln!(

@@ -75,7 +75,7 @@ use crate::health::{classify, FaultKind, Tracker};
 use crate::hook::{decode, DecodeOptions, Decoded, HookEvent};
 use crate::pricing::{ModelPrice, PriceTable};
 use crate::spool::{self, Spool};
-use crate::store::{EventContext, Store};
+use crate::store::{ContentCursor, EventContext, Store};
 
 /// Environment variables the bridge reads.
 pub mod env {
@@ -93,7 +93,6 @@ mod writer;
 pub use gate::{
     carries_spend, is_gating, spend_bound, Gate, GateNeeds, NoGate, QueuedSpend, QuickGate, Verdict, GATE_REFRESH,
 };
-pub use writer::CONTENT_RETENTION;
 use writer::{open_store, Writer};
 
 /// Queued jobs that wake the writer although no one waits for them: keeps
@@ -118,6 +117,11 @@ pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
 /// How long before the host is asked again for a price it did not have.
 pub const HOST_PRICE_RETRY: Duration = Duration::from_secs(60);
+
+/// Most models [`Bridge::needs_host_price`] remembers; past this it starts
+/// over (a model is then looked up or asked about again), so a gateway
+/// that meets ever new model names keeps a bounded map.
+const MAX_HOST_ASKED: usize = 1024;
 
 /// The first wait before the store is tried again after a fault.
 pub const DEFAULT_STORE_RETRY_MIN: Duration = Duration::from_millis(250);
@@ -189,6 +193,14 @@ pub struct BridgeConfig {
     /// The Hermes profile of this process (`ctx.profile_name`), recorded on
     /// runs for per-profile budgets; `None` when unknown.
     pub profile: Option<String>,
+    /// What the writer's sweep prunes, and when.
+    pub retention: config::Retention,
+    /// The outbox cap (`HERMES_OTEL_OUTBOX_MAX_ROWS`), enforced by the
+    /// sweep too, so it holds with trace export off.
+    pub outbox_max_rows: u64,
+    /// How long after its end a session counts as settled for metrics
+    /// (`HERMES_OTEL_SESSION_GRACE_SECONDS`), for the sweep's fold.
+    pub session_grace_seconds: f64,
 }
 
 impl BridgeConfig {
@@ -207,7 +219,20 @@ impl BridgeConfig {
             store_retry_min: DEFAULT_STORE_RETRY_MIN,
             store_retry_max: DEFAULT_STORE_RETRY_MAX,
             profile: None,
+            retention: config::Retention::defaults(),
+            outbox_max_rows: 0,
+            session_grace_seconds: 0.0,
         }
+        .with_export_settings(|_| None)
+    }
+
+    /// Takes the outbox cap and the session grace from the export
+    /// settings' own resolver (one place resolves them).
+    fn with_export_settings(mut self, var: impl Fn(&str) -> Option<String>) -> Self {
+        let export = crate::export::ExportConfig::resolve(crate::export::ExportOverrides::default(), var);
+        self.outbox_max_rows = export.outbox_max_rows.value;
+        self.session_grace_seconds = export.session_grace_seconds.value;
+        self
     }
 
     /// Resolves the configuration from the process environment.
@@ -255,7 +280,8 @@ impl BridgeConfig {
             }
         }
         cfg.test_panic_hook = var(env::TEST_PANIC).map(|v| v.to_string_lossy().into_owned());
-        cfg
+        cfg.retention = config::Retention::from_vars(&var, &mut cfg.warnings);
+        cfg.with_export_settings(|name| var(name).map(|v| v.to_string_lossy().into_owned()))
     }
 }
 
@@ -835,6 +861,9 @@ impl Bridge {
             return false;
         }
         let mut asked = lock(&run.host_asked);
+        if asked.len() >= MAX_HOST_ASKED && !asked.contains_key(model) {
+            asked.clear();
+        }
         let now = Instant::now();
         match asked.get(model) {
             // The tables' answer is remembered: looking a model up is a
@@ -1107,6 +1136,22 @@ mod tests {
         fn drop(&mut self) {
             let _ = self.0.execute_batch("ROLLBACK");
         }
+    }
+
+    /// A long-lived gateway meeting ever new model names keeps a bounded
+    /// map of the models it asked Hermes about.
+    #[test]
+    fn the_models_asked_about_stay_bounded() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let bridge = Bridge::start(config(dir.path()));
+        for i in 0..3 * MAX_HOST_ASKED {
+            assert!(bridge.needs_host_price(&format!("unknown-model-{i}")));
+        }
+        let State::Running(run) = &bridge.state else {
+            panic!("the bridge runs");
+        };
+        let kept = lock(&run.host_asked).len();
+        assert!(kept > 0 && kept <= MAX_HOST_ASKED, "{kept}");
     }
 
     #[test]

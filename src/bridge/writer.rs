@@ -7,9 +7,7 @@
 use super::*;
 use crate::lock;
 
-/// How long captured content stays in the store after its session ended
-/// and its spans were exported ([`Store::prune_content`], at every sweep).
-pub const CONTENT_RETENTION: Duration = Duration::from_secs(24 * 3600);
+mod retain;
 
 /// An event the writer holds: queued by a hook, or kept while the store is
 /// in trouble.
@@ -56,6 +54,8 @@ pub(super) struct Writer {
     /// The sessions this process recorded events of, whose held session
     /// spans its exit releases (see [`Bridge::flush_at_exit`]).
     touched: Touched,
+    /// Where content retention goes on from.
+    content_cursor: ContentCursor,
 }
 
 /// The sessions a process recorded events of, up to [`Touched::MAX`]; past
@@ -125,6 +125,7 @@ impl Writer {
                 overflow: false,
                 since: unix_now(),
             },
+            content_cursor: ContentCursor::default(),
         };
         match opened {
             Ok(store) => writer.store = Some(store),
@@ -140,12 +141,13 @@ impl Writer {
         let mut dirty = false;
         let mut next_checkpoint = Instant::now() + self.checkpoint_interval;
         let mut next_sweep = Instant::now();
+        let mut next_retain = Instant::now() + retain::RETAIN_FIRST_DELAY;
         // What dead processes left in their spools lands before anything new.
         self.recover();
         self.refresh_gate();
         let mut next_refresh = Instant::now() + GATE_REFRESH;
         loop {
-            let mut wake_at = next_checkpoint.min(next_sweep).min(next_refresh);
+            let mut wake_at = next_checkpoint.min(next_sweep).min(next_refresh).min(next_retain);
             if let Some(t) = self.retry_at {
                 wake_at = wake_at.min(t);
             }
@@ -179,6 +181,16 @@ impl Writer {
             if !stop && now >= next_sweep {
                 self.sweep();
                 next_sweep = now + self.sweep_interval;
+            }
+            if !stop && now >= next_retain {
+                let (worked, more) = self.retain();
+                dirty |= worked;
+                next_retain = now
+                    + if more {
+                        retain::RETAIN_BACKLOG_PAUSE
+                    } else {
+                        self.sweep_interval
+                    };
             }
             if stop {
                 break;
@@ -644,10 +656,6 @@ impl Writer {
             Err(e) => self
                 .shared
                 .message("Writer.SweepFailed", format!("closing idle runs failed: {e}")),
-        }
-        if let Err(e) = store.prune_content(now - CONTENT_RETENTION.as_secs_f64()) {
-            self.shared
-                .message("Writer.SweepFailed", format!("pruning captured content failed: {e}"));
         }
     }
 }

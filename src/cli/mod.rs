@@ -123,6 +123,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Rewrite the store file to give back the space retention freed (holds the store's write lock while it runs).
+    Compact,
     /// Export spans from the store until stopped (one exporter per store).
     Serve(export::ServeArgs),
     /// Re-send every finished span since a time, with the same ids as before.
@@ -279,6 +281,13 @@ fn dispatch(cli: Cli) -> Result<i32> {
                 "replayed {} records: {} applied, {} already present, {} ignored hooks, {} unusable, {} repaired kwargs",
                 stats.records, stats.applied, stats.duplicates, stats.ignored, stats.unusable, stats.problems
             );
+            if stats.too_old > 0 {
+                println!(
+                    "{} events older than the journal's retention were not applied (the store no longer \
+                     keeps the keys that would tell whether it has them)",
+                    stats.too_old
+                );
+            }
             Ok(if stats.bad_lines.is_empty() { 0 } else { 2 })
         }
         Command::Report(args) => {
@@ -306,6 +315,18 @@ fn dispatch(cli: Cli) -> Result<i32> {
             trace::run(&store, &args)
         }
         Command::Ui(args) => ui::run(&existing_home(cli.home)?.value, &args),
+        Command::Compact => {
+            let home = existing_home(cli.home)?;
+            let mut store = Store::open_dir(&home.value)?;
+            let (before, after) = store.compact()?;
+            println!(
+                "compacted {}: {:.1} MB -> {:.1} MB",
+                store.path().display(),
+                before as f64 / 1e6,
+                after as f64 / 1e6
+            );
+            Ok(0)
+        }
         Command::Status { json } => {
             let home = existing_home(cli.home)?;
             // A store in trouble is exactly when status must answer: one

@@ -7,7 +7,7 @@ use jiff::tz::TimeZone;
 
 use super::time;
 use crate::error::{Error, Result};
-use crate::report::{build, Group, Report, Totals};
+use crate::report::{Builder, Group, Report, Totals};
 use crate::store::Store;
 
 /// The latest time a window can reach (9999-01-01T00:00:00Z).
@@ -68,9 +68,12 @@ pub fn window(args: &ReportArgs) -> Result<Window> {
 
 pub fn run(store: &Store, args: &ReportArgs, window: Window) -> Result<i32> {
     let Window { tz, since, until } = window;
-    let facts = store.facts(since, until)?;
-    let runs = store.runs_started(since, until)?;
-    let mut report = build(&facts, &runs, &tz, since, until);
+    // Facts are added up as SQLite yields them: memory follows the groups
+    // the report prints, not the calls in the window.
+    let mut builder = Builder::new(&tz, since, until);
+    store.for_each_fact(since, until, |f| builder.add(&f))?;
+    store.for_each_run_started(since, until, |id| builder.add_session(id))?;
+    let mut report = builder.finish();
     report.provider_billed = store.provider_billed(since, until)?;
     if args.json {
         let text = serde_json::to_string_pretty(&report).map_err(|e| Error::Other(e.to_string()))?;

@@ -17,6 +17,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
         .into_iter()
         .map(|(name, value, source)| serde_json::json!({"name": name, "value": value, "source": source}))
         .collect();
+    let retention = retention_state(store)?;
     // Damage a process or `doctor` found makes status fail, first line.
     let damaged = damaged(&home.value);
     let code = i32::from(damaged.is_some());
@@ -25,6 +26,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
             "store": { "path": store.path(), "dir_source": home.source.to_string(), "schema_version": version,
                        "supported_schema_version": SCHEMA_VERSION, "damaged": damaged },
             "rows": counts,
+            "retention": retention.json(),
             "export": export,
             "export_settings": settings,
             "health": health_json(&home.value),
@@ -49,6 +51,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
     println!("tool calls      {}", counts.tool_calls);
     println!("subagent edges  {}", counts.subagent_edges);
     println!("repaired kwargs {}", counts.decode_problems);
+    retention.print();
     print_health(&home.value);
     print_export(&export, &export_config);
     super::metrics_status::print(store)?;
@@ -100,6 +103,70 @@ fn print_fleet(store: &Store) -> Result<()> {
         println!("fleet trouble   {e} (enforcing on the last fleet totals plus this host's spend since)");
     }
     Ok(())
+}
+
+/// Retention settings and what the writers' sweeps pruned so far.
+struct RetentionState {
+    settings: crate::config::Retention,
+    journal: i64,
+    outbox: i64,
+    content: i64,
+    refused: i64,
+    horizon: Option<f64>,
+}
+
+fn retention_state(store: &Store) -> Result<RetentionState> {
+    use crate::store::pruned;
+    let mut warnings = Vec::new();
+    Ok(RetentionState {
+        settings: crate::config::Retention::from_vars(
+            |name| std::env::var_os(name).filter(|v| !v.is_empty()),
+            &mut warnings,
+        ),
+        journal: store.store_count(pruned::JOURNAL)?,
+        outbox: store.store_count(pruned::OUTBOX)?,
+        content: store.store_count(pruned::CONTENT)?,
+        refused: store.store_count(pruned::REFUSED)?,
+        horizon: store.journal_horizon()?,
+    })
+}
+
+impl RetentionState {
+    fn json(&self) -> serde_json::Value {
+        let settings: Vec<_> = self
+            .settings
+            .describe()
+            .into_iter()
+            .map(|(name, value, source)| serde_json::json!({"name": name, "value": value, "source": source}))
+            .collect();
+        serde_json::json!({
+            "settings": settings,
+            "pruned": { "journal": self.journal, "outbox": self.outbox, "content": self.content },
+            "refused_too_old": self.refused,
+            "journal_horizon": self.horizon,
+        })
+    }
+
+    fn print(&self) {
+        let s = &self.settings;
+        println!(
+            "retention       journal {} days, unsent spans {} days, captured content {} hours",
+            s.journal_days.value, s.outbox_days.value, s.content_hours.value
+        );
+        println!(
+            "  pruned        {} journal rows, {} spans never accepted, {} content rows",
+            self.journal, self.outbox, self.content
+        );
+        if let Some(h) = self.horizon {
+            let at = jiff::Timestamp::from_microsecond((h * 1e6) as i64)
+                .map(|t| t.to_string())
+                .unwrap_or_default();
+            println!(
+                "  horizon       events before {at} are refused ({} so far): their keys were pruned",
+                self.refused
+            );
+        }
+    }
 }
 
 /// The damage recorded in `<store>/health.json` and not repaired since

@@ -69,6 +69,11 @@ pub const SCOPE_NAME: &str = "hermes-otel";
 /// How deep a chain of subagents is followed (a guard against cycles).
 const MAX_ANCESTRY: usize = 32;
 
+/// Outbox rows over the cap one export step drops at most: a store far
+/// over it (trace export was off for months) is brought down a step at a
+/// time, each a short transaction, as the writers' retention does.
+const CAP_STEP: usize = 10_000;
+
 /// What one step did.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Step {
@@ -316,7 +321,8 @@ impl Exporter {
             return Ok(out);
         }
         out.leased = true;
-        self.store.outbox_enforce_cap(self.config.outbox_max_rows.value)?;
+        self.store
+            .outbox_enforce_cap(self.config.outbox_max_rows.value, CAP_STEP)?;
         if self.transport.is_none() {
             return Ok(out);
         }

@@ -109,6 +109,43 @@ impl Hook {
         }
     }
 
+    /// The event without its captured content (prompts, answers, tool
+    /// arguments and results, commands), or `None` when it carries none.
+    /// The journal keeps events this way: content lives only in
+    /// `span_content`, where its retention applies.
+    pub fn without_content(&self) -> Option<Hook> {
+        let has = match self {
+            Hook::PreLlmCall(e) => e.user_message.is_some(),
+            Hook::PreApiRequest(e) => e.request_messages.is_some(),
+            Hook::PostApiRequest(e) => e.assistant_content.is_some(),
+            Hook::PreToolCall(e) => e.args.is_some(),
+            Hook::PostToolCall(e) => e.args.is_some() || e.result.is_some(),
+            Hook::PostLlmCall(e) => e.assistant_response.is_some(),
+            Hook::SubagentStop(e) => e.child_summary.is_some(),
+            Hook::ApprovalRequest(e) | Hook::ApprovalResponse(e) => e.command.is_some(),
+            _ => false,
+        };
+        if !has {
+            return None;
+        }
+        let mut hook = self.clone();
+        match &mut hook {
+            Hook::PreLlmCall(e) => e.user_message = None,
+            Hook::PreApiRequest(e) => e.request_messages = None,
+            Hook::PostApiRequest(e) => e.assistant_content = None,
+            Hook::PreToolCall(e) => e.args = None,
+            Hook::PostToolCall(e) => {
+                e.args = None;
+                e.result = None;
+            }
+            Hook::PostLlmCall(e) => e.assistant_response = None,
+            Hook::SubagentStop(e) => e.child_summary = None,
+            Hook::ApprovalRequest(e) | Hook::ApprovalResponse(e) => e.command = None,
+            _ => {}
+        }
+        Some(hook)
+    }
+
     /// The most specific Hermes id of the event, part of its journal key.
     pub fn natural_id(&self) -> String {
         match self {

@@ -6,7 +6,7 @@
 //! into the span attribute's JSON text ([`crate::content`]) and upserts it
 //! in the event's transaction.
 
-use rusqlite::{params, OptionalExtension, Transaction};
+use rusqlite::{params, Transaction};
 
 use super::Store;
 use crate::content;
@@ -110,6 +110,24 @@ pub(super) fn record(tx: &Transaction<'_>, event: &HookEvent) -> Result<()> {
     Ok(())
 }
 
+/// Where content retention goes on from: the last (kind, session) it
+/// looked at, `None` to start from the beginning.
+#[derive(Debug, Clone, Default)]
+pub struct ContentCursor(Option<(String, String)>);
+
+/// Up to `?3` content rows after (`?1`, `?2`) in key order: where content
+/// retention looks next.
+pub(super) const CONTENT_CANDIDATES: &str = "SELECT kind, session_id FROM span_content
+    WHERE (kind, session_id) > (?1, ?2) ORDER BY kind, session_id LIMIT ?3";
+
+/// Whether session `?1`'s content may go: its run is gone, or it ended
+/// before `?2` and has no span in the outbox, or its last event is before
+/// `?3`. Index lookups only (runs by key, outbox by kind and session).
+pub(super) const PRUNABLE_CONTENT: &str = "SELECT NOT EXISTS (SELECT 1 FROM runs WHERE session_id = ?1)
+    OR EXISTS (SELECT 1 FROM runs r WHERE r.session_id = ?1 AND (r.last_event_at < ?3
+        OR (r.status != ?4 AND r.ended_at < ?2
+            AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.kind IN (1, 2, 3, 4, 5, 6, 7) AND o.session_id = ?1))))";
+
 fn put(tx: &Transaction<'_>, kind: ContentKind, session_id: &str, key: &str, name: &str, value: &str) -> Result<()> {
     tx.prepare_cached(
         "INSERT INTO span_content (kind, session_id, key, attr, value) VALUES (?1, ?2, ?3, ?4, ?5)
@@ -123,25 +141,65 @@ impl Store {
     /// Deletes the captured content of sessions that ended before `before`
     /// and have no span left to export: it exists only to go out with its
     /// spans, and prompts are the largest rows of a store. Returns how many
-    /// rows it deleted.
+    /// rows it deleted. Works through the whole table in bounded batches
+    /// ([`Store::prune_content_batch`]).
     pub fn prune_content(&mut self, before: f64) -> Result<usize> {
-        // With capture off (the default) there is nothing to look for.
-        let any: Option<i64> = self
-            .conn()
-            .prepare_cached("SELECT 1 FROM span_content LIMIT 1")?
-            .query_row([], |r| r.get(0))
-            .optional()?;
-        if any.is_none() {
-            return Ok(0);
+        let mut cursor = ContentCursor::default();
+        let mut total = 0;
+        loop {
+            let (n, more) = self.prune_content_batch(before, f64::NEG_INFINITY, &mut cursor, 256)?;
+            total += n;
+            if !more {
+                return Ok(total);
+            }
         }
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "DELETE FROM span_content
-                  WHERE session_id IN (SELECT session_id FROM runs WHERE status != ?1 AND ended_at < ?2)
-                    AND session_id NOT IN (SELECT session_id FROM outbox)",
-            )?
-            .execute(params![super::RUNNING, before])?)
+    }
+
+    /// One step of content retention, in one transaction: looks at the
+    /// sessions of up to `limit` content rows after `cursor` and deletes
+    /// the content of those that ended before `ended_before` with no span
+    /// left in the outbox, or whose last event is before `stale_before`
+    /// (their spans, never sent, have left the outbox by then), or whose
+    /// run is gone. Returns the rows deleted and whether rows remain after
+    /// the cursor (it starts over from the beginning once they do not).
+    pub fn prune_content_batch(
+        &mut self,
+        ended_before: f64,
+        stale_before: f64,
+        cursor: &mut ContentCursor,
+        limit: usize,
+    ) -> Result<(usize, bool)> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let (kind, session) = cursor.0.clone().unwrap_or_default();
+        let rows: Vec<(String, String)> = {
+            let mut stmt = tx.prepare_cached(CONTENT_CANDIDATES)?;
+            let rows = stmt.query_map(params![kind, session, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        let more = rows.len() >= limit;
+        let mut deleted = 0;
+        {
+            let mut prunable = tx.prepare_cached(PRUNABLE_CONTENT)?;
+            let mut delete = tx.prepare_cached("DELETE FROM span_content WHERE kind = ?1 AND session_id = ?2")?;
+            let mut last: Option<&(String, String)> = None;
+            for row in &rows {
+                if last == Some(row) {
+                    continue;
+                }
+                last = Some(row);
+                let gone: bool =
+                    prunable.query_row(params![row.1, ended_before, stale_before, super::RUNNING], |r| r.get(0))?;
+                if gone {
+                    deleted += delete.execute(params![row.0, row.1])?;
+                }
+            }
+        }
+        super::retention::count(&tx, super::retention::pruned::CONTENT, deleted as i64)?;
+        tx.commit()?;
+        cursor.0 = if more { rows.last().cloned() } else { None };
+        Ok((deleted, more))
     }
 
     /// The captured content attributes of one span, as (attribute, JSON

@@ -19,6 +19,9 @@
 //! - `meta` (the store's instance id), export counters, the metric delta
 //!   base, budget verdict counts, one-shot actions (cron pauses) and alerts
 //!   with their delivery, the models' free and paid times, run profiles;
+//! - what retention pruned from the journal: the ledger rows of sessions
+//!   that began before the journal's horizon, and the budget rollups of
+//!   buckets and periods that began before it (`carry_pruned_ledger`);
 //! - what was already exported: outbox rows the damaged store no longer
 //!   held were sent, so they are dropped from the rebuilt outbox (no span
 //!   is sent twice); likewise metric log rows already folded, with the
@@ -240,6 +243,9 @@ impl Store {
                 [],
             )? as u64)
         });
+        // What retention took out of the journal: the ledger of sessions
+        // that began before its horizon, and the budget rollups before it.
+        carry(conn, "ledger before the journal's horizon", out, carry_pruned_ledger);
         // Metric state moves as one: the folded series with the log rows
         // not folded yet, or (either unreadable) everything folded again
         // from the rebuilt log, which gives the ledger's totals.
@@ -291,6 +297,75 @@ impl Store {
             .optional()?
             .unwrap_or(0))
     }
+}
+
+/// The ledger tables keyed by session, which a journal rebuild fills.
+const SESSION_TABLES: [&str; 7] = [
+    "runs",
+    "turns",
+    "api_requests",
+    "llm_calls",
+    "llm_call_errors",
+    "tool_calls",
+    "approvals",
+];
+
+/// Copies from the damaged file what its journal's pruned rows made: the
+/// ledger rows of sessions that began before the horizon (every event of
+/// theirs after it is in the journal too, so the damaged file's rows are
+/// the whole story and replace what the rebuild made of them), and the
+/// budget rollups of buckets and periods that began before it. Explicit
+/// deletes, not `INSERT OR REPLACE`, so the row-count triggers follow.
+/// Nothing to do for a store whose journal was never pruned.
+fn carry_pruned_ledger(conn: &Connection) -> Result<u64> {
+    let horizon: Option<f64> = conn
+        .query_row(
+            "SELECT CAST(value AS REAL) FROM damaged.meta WHERE key = 'retention.journal_horizon'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let Some(h) = horizon else { return Ok(0) };
+    let tx = conn.unchecked_transaction()?;
+    tx.execute(
+        "CREATE TEMP TABLE pruned_sessions AS SELECT session_id FROM damaged.runs WHERE started_at < ?1",
+        params![h],
+    )?;
+    let mut n = 0;
+    for table in SESSION_TABLES {
+        let scope = "session_id IN (SELECT session_id FROM temp.pruned_sessions)";
+        tx.execute(&format!("DELETE FROM {table} WHERE {scope}"), [])?;
+        // Every column but a rowid alias (`llm_call_errors.id`), which the
+        // rebuilt rows may already use.
+        let columns: Vec<String> = tx
+            .prepare(&format!(
+                "SELECT name FROM pragma_table_info('{table}') WHERE NOT (pk = 1 AND type = 'INTEGER')"
+            ))?
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        let columns = columns.join(", ");
+        n += tx.execute(
+            &format!("INSERT INTO {table} ({columns}) SELECT {columns} FROM damaged.{table} WHERE {scope}"),
+            [],
+        )? as u64;
+    }
+    let edges = "parent_session_id IN (SELECT session_id FROM temp.pruned_sessions)
+                 OR child_session_id IN (SELECT session_id FROM temp.pruned_sessions)";
+    tx.execute(&format!("DELETE FROM subagent_edges WHERE {edges}"), [])?;
+    n += tx.execute(
+        &format!("INSERT INTO subagent_edges SELECT * FROM damaged.subagent_edges WHERE {edges}"),
+        [],
+    )? as u64;
+    for (table, start) in [("budget_spend", "bucket"), ("budget_period", "period")] {
+        tx.execute(&format!("DELETE FROM {table} WHERE {start} < ?1"), params![h])?;
+        n += tx.execute(
+            &format!("INSERT INTO {table} SELECT * FROM damaged.{table} WHERE {start} < ?1"),
+            params![h],
+        )? as u64;
+    }
+    tx.execute_batch("DROP TABLE temp.pruned_sessions")?;
+    tx.commit()?;
+    Ok(n)
 }
 
 /// Runs one carry-over step; a failure (a damaged or missing table) is

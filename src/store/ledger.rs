@@ -7,6 +7,7 @@ use rusqlite::{params, OptionalExtension, Transaction, TransactionBehavior};
 
 use super::budget::{self, RecordedCall};
 use super::outbox::{self, SpanKind};
+use super::retention;
 use super::run_memo::{RunFacts, RunMemo, RunSays};
 use super::Store;
 use crate::error::Result;
@@ -28,6 +29,10 @@ pub enum Applied {
     New,
     /// The event was already in the journal; nothing changed.
     Duplicate,
+    /// The event is older than the journal's retention horizon: its key
+    /// may have been pruned, so it was refused and counted, not applied
+    /// (see `store/retention.rs`).
+    TooOld,
 }
 
 /// The outcome a turn or run ends with.
@@ -65,9 +70,16 @@ impl Store {
         // of another process makes stale before our first write.
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         runs.follow(data_version(&tx)?);
+        let horizon = retention::horizon(&tx)?;
         let mut rollup = budget::SpendRollup::default();
         let mut out = Vec::new();
         for (event, ctx) in events {
+            // Its key may have been pruned: refused, not applied twice.
+            if horizon.is_some_and(|h| event.at < h) {
+                retention::count(&tx, retention::pruned::REFUSED, 1)?;
+                out.push(Applied::TooOld);
+                continue;
+            }
             out.push(apply_in(
                 &tx,
                 &mut runs,
@@ -153,9 +165,13 @@ fn apply_in(
     let hook = &event.hook;
     let at = event.at;
     // Time first, zero-padded, so keys grow with time and the unique index
-    // appends at its right edge instead of splitting pages in the middle.
-    let key = format!("{:017.6}|{}|{}", at, hook.name(), hook.natural_id());
-    let payload = serde_json::to_string(hook).unwrap_or_else(|_| "{}".into());
+    // appends at its right edge instead of splitting pages in the middle
+    // (and retention finds the oldest keys first).
+    let key = format!("{}|{}|{}", retention::key_prefix(at), hook.name(), hook.natural_id());
+    // Captured content goes to span_content only, where its retention
+    // applies; the journal keeps the event without it.
+    let stripped = hook.without_content();
+    let payload = serde_json::to_string(stripped.as_ref().unwrap_or(hook)).unwrap_or_else(|_| "{}".into());
     let inserted = tx
         .prepare_cached(
             "INSERT INTO journal (event_key, hook, session_id, at, recorded_at, pid, thread, problems, payload)
@@ -902,17 +918,7 @@ mod tests {
         // recorded.
         let dir = tempfile::tempdir().expect("temp dir");
         let store = Store::open(&dir.path().join("plan.db")).expect("open");
-        let mut plan = store
-            .conn()
-            .prepare(&format!("EXPLAIN QUERY PLAN {CLOSE_OPEN_TURNS}"))
-            .expect("explain");
-        let steps: Vec<String> = plan
-            .query_map(params![None::<String>, 0.0, ERROR, INTERRUPTED], |r| {
-                r.get::<_, String>(3)
-            })
-            .expect("plan")
-            .collect::<std::result::Result<_, _>>()
-            .expect("rows");
+        let steps = store.query_plan(CLOSE_OPEN_TURNS, "s");
         assert!(steps.iter().any(|s| s.contains("llm_call_errors_turn")), "{steps:?}");
         assert!(!steps.iter().any(|s| s.starts_with("SCAN")), "{steps:?}");
     }

@@ -41,6 +41,12 @@ mod kind {
     pub const SESSION: i64 = 5;
 }
 
+/// The oldest `?1` session rows of the log. `kind = 5` (`kind::SESSION`)
+/// spelled out: the partial index `metric_log_sessions` is chosen only for
+/// the literal its WHERE names; without it, a log whose head holds many
+/// other rows was read up to them at every fold (issue 18).
+pub(super) const FOLD_SESSIONS: &str = "SELECT seq, session_id FROM metric_log WHERE kind = 5 ORDER BY seq LIMIT ?1";
+
 /// The lease name of the metric exporter.
 pub const METRIC_LEASE: &str = "metrics";
 
@@ -294,12 +300,15 @@ impl Store {
                 measure(&fact, &mut increments);
             }
         }
+        // At most `limit` sessions too: a log that was never folded (trace
+        // and metric export off for a year) holds millions, and a fold is
+        // one transaction holding the write lock.
         let sessions: Vec<(i64, String)> = {
-            let mut stmt =
-                conn.prepare_cached("SELECT seq, session_id FROM metric_log WHERE kind = ?1 ORDER BY seq")?;
-            let rows = stmt.query_map(params![kind::SESSION], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            let mut stmt = conn.prepare_cached(FOLD_SESSIONS)?;
+            let rows = stmt.query_map(params![limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
             rows.collect::<rusqlite::Result<_>>()?
         };
+        let more = more || sessions.len() >= limit;
         for (seq, session_id) in &sessions {
             let Some((labels, end)) = run_of(conn, &mut runs, session_id)? else {
                 done.push(*seq);
@@ -504,7 +513,7 @@ impl Store {
     pub fn metric_state(&self) -> Result<MetricState> {
         let count = |sql: &str| -> Result<i64> { Ok(self.conn().query_row(sql, [], |r| r.get(0))?) };
         Ok(MetricState {
-            unfolded: count("SELECT COUNT(*) FROM metric_log")?,
+            unfolded: self.store_count("metric_log")?,
             series: count("SELECT COUNT(*) FROM metric_series")?,
             gauges: count("SELECT COUNT(*) FROM metric_gauges")?,
             exports: self.metric_state_value(state_key::EXPORTS)?.unwrap_or(0),

@@ -33,12 +33,13 @@ mod ledger;
 mod metrics;
 mod outbox;
 mod report;
+mod retention;
 mod run_memo;
 mod session_view;
 mod trace_view;
 
 pub use budget::{reservation_usage, AlertRow, RecordedCall, RESERVATION_TTL_SECONDS};
-pub use content::ContentKind;
+pub use content::{ContentCursor, ContentKind};
 pub use doctor::{check_integrity, Integrity, Rebuilt};
 pub use fleet::{FleetRow, FleetStatus, PushRow};
 pub use ledger::{Applied, EventContext, ABANDONED, ERROR, INTERRUPTED, OK, RUNNING};
@@ -51,6 +52,7 @@ pub use outbox::{
     SentSession, SpanKind, ToolRow, TurnRow, TRACE_LEASE,
 };
 pub use report::{FactKind, FactRow, ProviderBilled, RunSummary, StoreCounts};
+pub use retention::pruned;
 pub use session_view::{SessionTotals, SpendTotals};
 pub use trace_view::{SessionFilter, SessionListRow, SessionListTotals, SessionSort, TraceRows};
 
@@ -77,6 +79,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0008_session_spans.sql"),
     include_str!("migrations/0009_provider_cost.sql"),
     include_str!("migrations/0010_fleet.sql"),
+    include_str!("migrations/0011_retention.sql"),
 ];
 
 /// The schema version this build writes.
@@ -196,6 +199,21 @@ impl Store {
     fn conn(&self) -> &Connection {
         &self.conn
     }
+
+    /// The steps of SQLite's plan for `sql`, every parameter bound to
+    /// `value` (the EXPLAIN QUERY PLAN tests of this module's statements).
+    #[cfg(test)]
+    fn query_plan(&self, sql: &str, value: &str) -> Vec<String> {
+        let mut plan = self
+            .conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .expect("explain");
+        let params: Vec<&str> = (0..plan.parameter_count()).map(|_| value).collect();
+        plan.query_map(rusqlite::params_from_iter(params), |r| r.get::<_, String>(3))
+            .expect("plan")
+            .collect::<std::result::Result<_, _>>()
+            .expect("rows")
+    }
 }
 
 /// Opens a connection to the database at `path` exactly as the store uses
@@ -208,6 +226,16 @@ pub fn connect(path: &Path) -> Result<Connection> {
     // writes lost acknowledged commits (issue 13; tests/crash_consistency.rs).
     let mut conn = Connection::open_with_flags(path, flags)?;
     conn.busy_handler(Some(wait_for_lock))?;
+    // Incremental auto-vacuum, so retention can give freed pages back to
+    // the file system a few at a time (`Store::vacuum_step`). Set on a new
+    // (empty) file only, before its first table: on an existing file even
+    // setting the mode it has writes its header, and an open must never
+    // write (a damaged file is evidence). An older store gets it from
+    // `hermes-otel compact`.
+    let pages: i64 = conn.pragma_query_value(None, "page_count", |r| r.get(0))?;
+    if pages == 0 {
+        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+    }
     // WAL: readers (reports, the exporter) never block hook writes.
     conn.pragma_update(None, "journal_mode", "WAL")?;
     // NORMAL in WAL mode: a commit has written its frames to the WAL file
@@ -372,6 +400,37 @@ mod tests {
                 1
             );
         }
+    }
+
+    /// Version 11 counts the rows a store already had, and takes captured
+    /// content out of the journal payloads earlier versions wrote it into.
+    #[test]
+    fn upgrading_to_11_counts_rows_and_scrubs_content_from_the_journal() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("s.db");
+        let mut conn = Connection::open(&path).expect("open");
+        migrate(&mut conn, &MIGRATIONS[..8]).expect("version 8");
+        conn.execute_batch(
+            r#"INSERT INTO journal (event_key, hook, session_id, at, recorded_at, payload) VALUES
+                 ('k1', 'pre_api_request', 's', 1, 1, '{"hook":"pre_api_request","session_id":"s","api_request_id":"a","request_messages":[{"role":"user","content":"secret prompt"}]}'),
+                 ('k2', 'post_tool_call', 's', 2, 2, '{"hook":"post_tool_call","session_id":"s","args":{"cmd":"ls"},"result":"secret output","status":"ok"}'),
+                 ('k3', 'on_session_start', 's', 3, 3, '{"hook":"on_session_start","session_id":"s"}');
+               INSERT INTO outbox (kind, session_id, key, ready_at, hold) VALUES (1, 's', 's', 1, 1), (2, 's', 't', 1, 0);"#,
+        )
+        .expect("data");
+        drop(conn);
+        let store = Store::open(&path).expect("upgrade");
+        let secrets: i64 = store
+            .query_scalar("SELECT COUNT(*) FROM journal WHERE payload LIKE '%secret%' OR payload LIKE '%\"args\"%'")
+            .expect("count");
+        assert_eq!(secrets, 0);
+        let status: String = store
+            .query_scalar("SELECT json_extract(payload, '$.status') FROM journal WHERE event_key = 'k2'")
+            .expect("kept");
+        assert_eq!(status, "ok", "the rest of the payload stays");
+        assert_eq!(store.counts().expect("counts").journal, 3);
+        let export = store.export_state().expect("export");
+        assert_eq!((export.pending, export.held), (2, 1));
     }
 
     #[test]

@@ -210,6 +210,25 @@ pub struct Lease {
     pub expires_at: f64,
 }
 
+/// Every finished span whose ledger row ended at or after `?1` (`export
+/// --since`); each arm reads an index on when its rows ended, so the
+/// command costs what its window holds.
+pub(super) const HISTORY: &str = "
+            SELECT 1, session_id, session_id, 0, COALESCE(ended_at, last_event_at) AS t FROM runs
+             WHERE status != 'running' AND COALESCE(ended_at, last_event_at) >= ?1
+            UNION ALL SELECT 2, session_id, turn_id, -1, ended_at FROM turns WHERE ended_at IS NOT NULL AND ended_at >= ?1
+            UNION ALL SELECT 3, session_id, api_request_id, -1, ended_at FROM llm_calls WHERE ended_at >= ?1
+            UNION ALL SELECT 4, session_id, api_request_id, retry_count, ended_at FROM llm_call_errors WHERE ended_at >= ?1
+            UNION ALL SELECT 5, session_id, tool_call_id, -1, ended_at FROM tool_calls
+             WHERE proxy = 0 AND ended_at IS NOT NULL AND ended_at >= ?1
+            UNION ALL SELECT 7, session_id, key, -1, ended_at FROM approvals WHERE ended_at IS NOT NULL AND ended_at >= ?1
+            UNION ALL SELECT 6, a.session_id, a.api_request_id, -1, COALESCE(r.ended_at, r.last_event_at)
+              FROM api_requests a JOIN runs r ON r.session_id = a.session_id
+             WHERE r.status != 'running' AND COALESCE(r.ended_at, r.last_event_at) >= ?1
+               AND NOT EXISTS (SELECT 1 FROM llm_calls l WHERE l.api_request_id = a.api_request_id)
+               AND a.attempts > (SELECT COUNT(*) FROM llm_call_errors e WHERE e.api_request_id = a.api_request_id)
+            ORDER BY t";
+
 /// The lease name of the trace exporter.
 pub const TRACE_LEASE: &str = "traces";
 
@@ -568,8 +587,15 @@ impl Store {
                         span_base_output = ?4, span_base_cost = ?5
                   WHERE session_id = ?1 AND span_n = ?2",
             )?;
+            // The row of the next span, if any, gives way to the moved one
+            // (an explicit DELETE rather than UPDATE OR REPLACE, whose
+            // deletes would pass the row-count triggers by).
+            let mut make_way = tx.prepare_cached(
+                "DELETE FROM outbox WHERE kind = ?1 AND session_id = ?2 AND key = ?2 AND n = ?3 + 1
+                   AND EXISTS (SELECT 1 FROM outbox WHERE kind = ?1 AND session_id = ?2 AND key = ?2 AND n = ?3)",
+            )?;
             let mut moved = tx.prepare_cached(
-                "UPDATE OR REPLACE outbox SET n = n + 1 WHERE kind = ?1 AND session_id = ?2 AND key = ?2 AND n = ?3",
+                "UPDATE outbox SET n = n + 1 WHERE kind = ?1 AND session_id = ?2 AND key = ?2 AND n = ?3",
             )?;
             let mut moved_start = tx.prepare_cached(
                 "UPDATE runs SET span_started_at = ?2 WHERE session_id = ?1 AND span_started_at IS NULL",
@@ -577,6 +603,7 @@ impl Store {
             for s in sessions {
                 let (input, output, cost) = s.totals;
                 next.execute(params![s.session_id, s.n, input, output, cost])?;
+                make_way.execute(params![SpanKind::Run as i64, s.session_id, s.n])?;
                 if moved.execute(params![SpanKind::Run as i64, s.session_id, s.n])? > 0 {
                     moved_start.execute(params![s.session_id, s.ended_at])?;
                 }
@@ -616,15 +643,18 @@ impl Store {
         )?)
     }
 
-    /// Deletes the oldest rows beyond `max_rows` and counts them as dropped.
-    /// Returns how many were dropped.
-    pub fn outbox_enforce_cap(&mut self, max_rows: u64) -> Result<u64> {
-        let pending: i64 = self.conn().query_row("SELECT COUNT(*) FROM outbox", [], |r| r.get(0))?;
-        let excess = pending - max_rows.min(i64::MAX as u64) as i64;
+    /// Deletes the oldest rows beyond `max_rows`, at most `limit` of them,
+    /// and counts them as dropped. Returns how many were dropped. The row
+    /// count is the trigger-kept one: no scan.
+    pub fn outbox_enforce_cap(&mut self, max_rows: u64, limit: usize) -> Result<u64> {
+        let pending = self.store_count("outbox")?;
+        let excess = (pending - max_rows.min(i64::MAX as u64) as i64).min(i64::try_from(limit).unwrap_or(i64::MAX));
         if excess <= 0 {
             return Ok(0);
         }
-        let tx = self.conn.transaction()?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let n = tx.execute(
             "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox ORDER BY seq LIMIT ?1)",
             params![excess],
@@ -708,10 +738,14 @@ impl Store {
 
     /// Pending rows, counters and the lease, for `status`.
     pub fn export_state(&self) -> Result<ExportState> {
-        let (pending, held, oldest): (i64, i64, Option<f64>) = self.conn().query_row(
-            "SELECT COUNT(*), COALESCE(SUM(hold), 0), MIN(ready_at) FROM outbox",
+        // Counters kept by triggers (migration 9), and the oldest among the
+        // rows waiting longest: status reads no table whole.
+        let pending = self.store_count("outbox")?;
+        let held = self.store_count("outbox.held")?;
+        let oldest: Option<f64> = self.conn().query_row(
+            "SELECT MIN(ready_at) FROM (SELECT ready_at FROM outbox ORDER BY seq LIMIT 1000)",
             [],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            |r| r.get(0),
         )?;
         let int = |k: &str| -> Result<i64> { Ok(self.state_value::<i64>(k)?.unwrap_or(0)) };
         Ok(ExportState {
@@ -742,21 +776,7 @@ impl Store {
     /// Every finished span whose ledger row ended at or after `since`, in
     /// time order, as rows for `export --since` (not in the outbox: `seq` 0).
     pub fn history(&self, since: f64) -> Result<Vec<OutboxRow>> {
-        let sql = "
-            SELECT 1, session_id, session_id, 0, COALESCE(ended_at, last_event_at) AS t FROM runs
-             WHERE status != 'running' AND COALESCE(ended_at, last_event_at) >= ?1
-            UNION ALL SELECT 2, session_id, turn_id, -1, ended_at FROM turns WHERE ended_at IS NOT NULL AND ended_at >= ?1
-            UNION ALL SELECT 3, session_id, api_request_id, -1, ended_at FROM llm_calls WHERE ended_at >= ?1
-            UNION ALL SELECT 4, session_id, api_request_id, retry_count, ended_at FROM llm_call_errors WHERE ended_at >= ?1
-            UNION ALL SELECT 5, session_id, tool_call_id, -1, ended_at FROM tool_calls
-             WHERE proxy = 0 AND ended_at IS NOT NULL AND ended_at >= ?1
-            UNION ALL SELECT 7, session_id, key, -1, ended_at FROM approvals WHERE ended_at IS NOT NULL AND ended_at >= ?1
-            UNION ALL SELECT 6, a.session_id, a.api_request_id, -1, COALESCE(r.ended_at, r.last_event_at)
-              FROM api_requests a JOIN runs r ON r.session_id = a.session_id
-             WHERE r.status != 'running' AND COALESCE(r.ended_at, r.last_event_at) >= ?1
-               AND NOT EXISTS (SELECT 1 FROM llm_calls l WHERE l.api_request_id = a.api_request_id)
-               AND a.attempts > (SELECT COUNT(*) FROM llm_call_errors e WHERE e.api_request_id = a.api_request_id)
-            ORDER BY t";
+        let sql = HISTORY;
         let mut stmt = self.conn().prepare(sql)?;
         let rows = stmt.query_map(params![since], |r| {
             Ok((r.get::<_, i64>(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
@@ -1206,17 +1226,7 @@ mod tests {
         statements.push(super::super::ledger::CLOSE_IDLE_TURNS.to_string());
         statements.push(super::super::ledger::CLOSE_IDLE_RUNS.to_string());
         for sql in statements {
-            let mut plan = store
-                .conn()
-                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-                .expect("explain");
-            let n = plan.parameter_count();
-            let params: Vec<String> = (0..n).map(|_| "1".to_string()).collect();
-            let steps: Vec<String> = plan
-                .query_map(rusqlite::params_from_iter(params.iter()), |r| r.get::<_, String>(3))
-                .expect("plan")
-                .collect::<std::result::Result<_, _>>()
-                .expect("rows");
+            let steps = store.query_plan(&sql, "1");
             let scans: Vec<&String> = steps
                 .iter()
                 .filter(|s| s.starts_with("SCAN") && !s.contains("json_each") && !s.contains("USING INDEX turns_open"))
@@ -1232,18 +1242,7 @@ mod tests {
     #[test]
     fn the_export_path_reads_no_ledger_table_whole() {
         let (_dir, store) = store();
-        let one = |sql: &str| -> Vec<String> {
-            let mut plan = store
-                .conn()
-                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-                .expect("explain");
-            let n = plan.parameter_count();
-            let params: Vec<String> = (0..n).map(|_| "k".to_string()).collect();
-            plan.query_map(rusqlite::params_from_iter(params.iter()), |r| r.get::<_, String>(3))
-                .expect("plan")
-                .collect::<std::result::Result<_, _>>()
-                .expect("rows")
-        };
+        let one = |sql: &str| store.query_plan(sql, "k");
         for sql in [
             RUN_ROW_SQL.to_string(),
             EDGE_ROW_SQL.to_string(),
@@ -1300,7 +1299,12 @@ mod tests {
             enqueue(&tx, SpanKind::Tool, "s", &format!("t{i}"), -1, i as f64, false).expect("enqueue");
         }
         tx.commit().expect("commit");
-        assert_eq!(store.outbox_enforce_cap(7).expect("cap"), 3);
+        assert_eq!(
+            store.outbox_enforce_cap(7, 2).expect("cap"),
+            2,
+            "at most the limit at once"
+        );
+        assert_eq!(store.outbox_enforce_cap(7, 100).expect("cap"), 1);
         let ready = store.outbox_ready(100.0, 0.0, 100).expect("ready");
         assert_eq!(ready.first().map(|r| r.key.as_str()), Some("t3"));
         let state = store.export_state().expect("state");

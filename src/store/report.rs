@@ -79,6 +79,28 @@ pub struct StoreCounts {
     pub decode_problems: i64,
 }
 
+/// Every fact that ended in `[?1, ?2)`; each arm reads its table's index
+/// on when rows ended, so a window costs what it holds.
+pub(super) const FACTS: &str = "
+            SELECT 0, l.ended_at, l.session_id, l.model, l.provider, root.sender_id, root.cron_job_id,
+                   l.input_tokens, l.output_tokens, l.cache_read_tokens, l.cache_write_tokens, l.reasoning_tokens,
+                   l.cost_usd, l.estimated, l.cost_source = 'unknown', NULL, NULL, NULL, l.aux_task
+              FROM llm_calls l JOIN runs r ON r.session_id = l.session_id
+              JOIN runs root ON root.session_id = r.root_session_id
+             WHERE l.ended_at >= ?1 AND l.ended_at < ?2
+            UNION ALL
+            SELECT 1, e.ended_at, e.session_id, e.model, e.provider, root.sender_id, root.cron_job_id,
+                   0, 0, 0, 0, 0, 0.0, 0, 0, NULL, NULL, NULL, NULL
+              FROM llm_call_errors e JOIN runs r ON r.session_id = e.session_id
+              JOIN runs root ON root.session_id = r.root_session_id
+             WHERE e.ended_at >= ?1 AND e.ended_at < ?2
+            UNION ALL
+            SELECT 2, t.ended_at, t.session_id, r.model, r.provider, root.sender_id, root.cron_job_id,
+                   0, 0, 0, 0, 0, 0.0, 0, 0, t.status, t.ok, t.exit_code, NULL
+              FROM tool_calls t JOIN runs r ON r.session_id = t.session_id
+              JOIN runs root ON root.session_id = r.root_session_id
+             WHERE t.ended_at IS NOT NULL AND t.ended_at >= ?1 AND t.ended_at < ?2 AND t.proxy = 0";
+
 /// The columns of a [`RunSummary`], in [`run_summary`]'s order.
 const RUN_SUMMARY: &str = "SELECT session_id, platform, status, started_at, ended_at, parent_session_id FROM runs";
 
@@ -117,26 +139,15 @@ impl Store {
 
     /// Every fact in `[since, until)`, by the time it ended.
     pub fn facts(&self, since: f64, until: f64) -> Result<Vec<FactRow>> {
-        let sql = "
-            SELECT 0, l.ended_at, l.session_id, l.model, l.provider, root.sender_id, root.cron_job_id,
-                   l.input_tokens, l.output_tokens, l.cache_read_tokens, l.cache_write_tokens, l.reasoning_tokens,
-                   l.cost_usd, l.estimated, l.cost_source = 'unknown', NULL, NULL, NULL, l.aux_task
-              FROM llm_calls l JOIN runs r ON r.session_id = l.session_id
-              JOIN runs root ON root.session_id = r.root_session_id
-             WHERE l.ended_at >= ?1 AND l.ended_at < ?2
-            UNION ALL
-            SELECT 1, e.ended_at, e.session_id, e.model, e.provider, root.sender_id, root.cron_job_id,
-                   0, 0, 0, 0, 0, 0.0, 0, 0, NULL, NULL, NULL, NULL
-              FROM llm_call_errors e JOIN runs r ON r.session_id = e.session_id
-              JOIN runs root ON root.session_id = r.root_session_id
-             WHERE e.ended_at >= ?1 AND e.ended_at < ?2
-            UNION ALL
-            SELECT 2, t.ended_at, t.session_id, r.model, r.provider, root.sender_id, root.cron_job_id,
-                   0, 0, 0, 0, 0, 0.0, 0, 0, t.status, t.ok, t.exit_code, NULL
-              FROM tool_calls t JOIN runs r ON r.session_id = t.session_id
-              JOIN runs root ON root.session_id = r.root_session_id
-             WHERE t.ended_at IS NOT NULL AND t.ended_at >= ?1 AND t.ended_at < ?2 AND t.proxy = 0";
-        let mut stmt = self.conn().prepare_cached(sql)?;
+        let mut out = Vec::new();
+        self.for_each_fact(since, until, |f| out.push(f))?;
+        Ok(out)
+    }
+
+    /// Hands every fact in `[since, until)` to `each`, one row at a time,
+    /// holding none (`report` adds them up as they come).
+    pub fn for_each_fact(&self, since: f64, until: f64, mut each: impl FnMut(FactRow)) -> Result<()> {
+        let mut stmt = self.conn().prepare_cached(FACTS)?;
         let rows = stmt.query_map(params![since, until], |r| {
             let kind = match r.get::<_, i64>(0)? {
                 0 => FactKind::LlmCall,
@@ -174,7 +185,10 @@ impl Store {
                 aux_task: r.get(18)?,
             })
         })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        for row in rows {
+            each(row?);
+        }
+        Ok(())
     }
 
     /// Runs that started in `[since, until)`, oldest first.
@@ -185,6 +199,19 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// Hands the id of every run that started in `[since, until)` to
+    /// `each`, holding none.
+    pub fn for_each_run_started(&self, since: f64, until: f64, mut each: impl FnMut(&str)) -> Result<()> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT session_id FROM runs WHERE started_at >= ?1 AND started_at < ?2")?;
+        let mut rows = stmt.query(params![since, until])?;
+        while let Some(row) = rows.next()? {
+            each(row.get_ref(0)?.as_str().unwrap_or_default());
+        }
+        Ok(())
+    }
+
     /// One run by session id.
     pub fn run(&self, session_id: &str) -> Result<Option<RunSummary>> {
         let sql = format!("{RUN_SUMMARY} WHERE session_id = ?1");
@@ -192,21 +219,18 @@ impl Store {
         Ok(stmt.query_row(params![session_id], run_summary).optional()?)
     }
 
-    /// Row counts per table.
+    /// Row counts per table, from the counters kept as rows are written
+    /// (`store_counts`): one read each, however large the store.
     pub fn counts(&self) -> Result<StoreCounts> {
-        let count = |table: &str| -> Result<i64> {
-            Ok(self
-                .conn()
-                .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))?)
-        };
         Ok(StoreCounts {
-            journal: count("journal")?,
-            runs: count("runs")?,
-            turns: count("turns")?,
-            llm_calls: count("llm_calls")?,
-            llm_call_errors: count("llm_call_errors")?,
-            tool_calls: count("tool_calls")?,
-            subagent_edges: count("subagent_edges")?,
+            journal: self.store_count("journal")?,
+            runs: self.store_count("runs")?,
+            turns: self.store_count("turns")?,
+            llm_calls: self.store_count("llm_calls")?,
+            llm_call_errors: self.store_count("llm_call_errors")?,
+            tool_calls: self.store_count("tool_calls")?,
+            subagent_edges: self.store_count("subagent_edges")?,
+            // One row per (hook, key, problem): small.
             decode_problems: self
                 .conn()
                 .query_row("SELECT COALESCE(SUM(count), 0) FROM decode_problems", [], |r| r.get(0))?,
@@ -217,5 +241,33 @@ impl Store {
     /// (tests and `status` use it for single numbers).
     pub fn query_scalar<T: rusqlite::types::FromSql>(&self, sql: &str) -> Result<T> {
         Ok(self.conn().query_row(sql, [], |r| r.get(0))?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `report` over a window, `status` and `export --since` read what
+    /// their window holds through indexes, never a ledger table whole
+    /// (issue 18): their cost follows their answer, not the store's age.
+    #[test]
+    fn reports_status_and_export_since_read_their_window_only() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(&dir.path().join("plan.db")).expect("open");
+        let runs_started = format!("{RUN_SUMMARY} WHERE started_at >= ?1 AND started_at < ?2 ORDER BY started_at");
+        for sql in [
+            FACTS,
+            runs_started.as_str(),
+            super::super::outbox::HISTORY,
+            "SELECT n FROM store_counts WHERE name = ?1",
+        ] {
+            let steps = store.query_plan(sql, "1");
+            let scans: Vec<&String> = steps
+                .iter()
+                .filter(|s| s.starts_with("SCAN") && s.as_str() != "SCAN CONSTANT ROW")
+                .collect();
+            assert!(scans.is_empty(), "{sql}\n{steps:?}");
+        }
     }
 }

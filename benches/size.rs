@@ -1,0 +1,273 @@
+//! Size benchmark (issue 18): fills one store through the real apply path
+//! (the replay decoder and `Store::apply_batch`) with copies of the
+//! recorded Hermes stream, fresh ids per copy, spread evenly over a year
+//! ending now, and prints per size: store bytes per hook call, the time of
+//! `report` (all time and the last day), `status`, `export --since 1h`, an
+//! idle sweep, and retention: the longest step and what the store holds
+//! once the backlog is gone.
+//!
+//! Run: `cargo bench --bench size` (10,000 sessions), or
+//! `cargo bench --bench size -- --sessions 100000` (and 1000000; the
+//! fill takes about a minute per 10,000 sessions in a release build).
+//! `-- --keep DIR` keeps the store in DIR.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use hermes_otel::hook::DecodeOptions;
+use hermes_otel::replay::{replay_file, ReplayStats};
+use hermes_otel::report::Builder;
+use hermes_otel::store::{ContentCursor, Store};
+
+#[path = "../tests/support/stream.rs"]
+mod stream;
+
+const DAY: f64 = 86_400.0;
+/// What retention keeps by default (`config::Retention`).
+const JOURNAL_DAYS: f64 = 28.0;
+const OUTBOX_DAYS: f64 = 28.0;
+/// The writer's step sizes (`bridge/writer.rs`).
+const BATCH: usize = 500;
+const FOLD_STEP: usize = 200;
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    // `cargo bench` passes --bench; anything else (cargo test --benches)
+    // gets a smoke run.
+    let default = if args.iter().any(|a| a == "--bench") {
+        10_000
+    } else {
+        100
+    };
+    let sessions: usize = arg(&args, "--sessions").and_then(|n| n.parse().ok()).unwrap_or(default);
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = arg(&args, "--keep")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| tmp.path().to_path_buf());
+    std::fs::create_dir_all(&dir).expect("store dir");
+    let mut store = Store::open_dir(&dir).expect("open store");
+    store.set_cache_size_kib(64 * 1024).expect("cache");
+
+    let lines = stream::fixture_lines();
+    let per_copy = sessions_per_copy(&lines);
+    let copies = sessions.div_ceil(per_copy).max(1);
+    let now = hermes_otel::unix_now();
+    let recorded: f64 = lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["t"].as_f64())
+        .fold(0.0, f64::max);
+    let t0 = Instant::now();
+    let stats = fill(&mut store, &dir, &lines, copies, recorded, now);
+    let fill_secs = t0.elapsed().as_secs_f64();
+    let hook_calls = stats.records as f64;
+    let runs: i64 = store.query_scalar("SELECT COUNT(*) FROM runs").expect("runs");
+    println!(
+        "filled {runs} sessions, {} hook calls ({} applied) in {fill_secs:.1} s",
+        stats.records, stats.applied
+    );
+    store.checkpoint().expect("checkpoint");
+    let before = bytes(&store);
+    println!(
+        "store before retention: {:.1} MB in use, {:.0} bytes per hook call",
+        before as f64 / 1e6,
+        before as f64 / hook_calls
+    );
+    measure_commands(&store, now);
+    let (p50, p99) = apply_latency(&mut store, &lines, copies + 1, now - recorded);
+    println!(
+        "apply one event in its own transaction (a fresh copy, 1 per hook call): p50 {:.1} µs, p99 {:.1} µs",
+        p50 * 1e6,
+        p99 * 1e6
+    );
+
+    let t0 = Instant::now();
+    let closed = store.close_idle_runs(now, 900.0).expect("idle sweep");
+    let first = t0.elapsed();
+    let t0 = Instant::now();
+    store.close_idle_runs(now, 900.0).expect("idle sweep");
+    println!(
+        "idle sweep: {:.1} ms closing the {closed} runs the fill left open, then {:.2} ms with none open",
+        ms(first),
+        ms(t0.elapsed())
+    );
+
+    let (steps, spent) = retain(&mut store, now);
+    store.checkpoint().expect("checkpoint");
+    let after = bytes(&store);
+    let times: Vec<String> = spent
+        .into_iter()
+        .map(|(what, mut spent)| {
+            spent.sort();
+            let at = |p: f64| ms(spent[((spent.len() - 1) as f64 * p).round() as usize]);
+            format!("{what} {:.1}/{:.1}/{:.1}", at(0.5), at(0.99), at(1.0))
+        })
+        .collect();
+    println!(
+        "retention: {steps} steps of at most {BATCH} rows clear a year's backlog; \
+         transaction ms p50/p99/max: {}",
+        times.join(", ")
+    );
+    println!(
+        "store after retention: {:.1} MB in use, {:.0} bytes per hook call of the year \
+         (the ledger of the year and the last {JOURNAL_DAYS} days' journal)",
+        after as f64 / 1e6,
+        after as f64 / hook_calls,
+    );
+    measure_commands(&store, now);
+}
+
+/// Sessions (runs) one copy of the stream makes.
+fn sessions_per_copy(lines: &[String]) -> usize {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut store = Store::open_dir(dir.path()).expect("open");
+    let path = dir.path().join("one.jsonl");
+    std::fs::write(&path, stream::session_copy(lines, 0, 0.0)).expect("write");
+    let mut stats = ReplayStats::default();
+    replay_file(&mut store, &path, DecodeOptions::default(), &mut stats).expect("replay");
+    let runs: i64 = store.query_scalar("SELECT COUNT(*) FROM runs").expect("runs");
+    runs.max(1) as usize
+}
+
+/// Replays `copies` copies, copy `i` moved so the copies spread evenly
+/// over the year before `now`, 200 copies a file.
+fn fill(store: &mut Store, dir: &Path, lines: &[String], copies: usize, recorded: f64, now: f64) -> ReplayStats {
+    let path = dir.join("fill.jsonl");
+    let mut stats = ReplayStats::default();
+    let step = 365.0 * DAY / copies as f64;
+    let mut i = 0;
+    while i < copies {
+        let mut text = String::new();
+        for c in i..(i + 200).min(copies) {
+            let at = now - 365.0 * DAY + c as f64 * step;
+            text.push_str(&stream::session_copy(lines, c + 1, at - recorded));
+        }
+        std::fs::write(&path, text).expect("write chunk");
+        replay_file(store, &path, DecodeOptions::default(), &mut stats).expect("replay");
+        i += 200;
+    }
+    let _ = std::fs::remove_file(&path);
+    stats
+}
+
+/// Applies copy `copy` of the stream (moved to now), one event per
+/// transaction as a lone hook's commit, decoding outside the timer;
+/// returns the p50 and p99 in seconds.
+fn apply_latency(store: &mut Store, lines: &[String], copy: usize, shift: f64) -> (f64, f64) {
+    let ctx = hermes_otel::store::EventContext::default();
+    let text = stream::session_copy(lines, copy, shift);
+    let mut spent = Vec::new();
+    for line in text.lines() {
+        let rec = hermes_otel::replay::parse_line(line, false)
+            .expect("line")
+            .expect("record");
+        let decoded = hermes_otel::hook::decode(&rec.hook, &rec.kwargs, rec.t.unwrap_or(0.0), DecodeOptions::default());
+        if let hermes_otel::hook::Decoded::Event(e, _) = decoded {
+            let t0 = Instant::now();
+            store.apply(&e, &ctx).expect("apply");
+            spent.push(t0.elapsed().as_secs_f64());
+        }
+    }
+    spent.sort_by(f64::total_cmp);
+    let at = |p: f64| spent[((spent.len() - 1) as f64 * p).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+/// Pages in use (the file less its free pages), in bytes.
+fn bytes(store: &Store) -> i64 {
+    let pages: i64 = store.query_scalar("PRAGMA page_count").expect("pages");
+    let free: i64 = store.query_scalar("PRAGMA freelist_count").expect("free");
+    let size: i64 = store.query_scalar("PRAGMA page_size").expect("page size");
+    (pages - free) * size
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Times what `report`, `report --since 1d`, `status` and `export --since
+/// 1h` read.
+fn measure_commands(store: &Store, now: f64) {
+    let report = |since: f64| {
+        // As `report` does: facts added up as they are read.
+        let t0 = Instant::now();
+        let mut b = Builder::new(&jiff::tz::TimeZone::UTC, since, f64::MAX);
+        store.for_each_fact(since, f64::MAX, |f| b.add(&f)).expect("facts");
+        store
+            .for_each_run_started(since, f64::MAX, |id| b.add_session(id))
+            .expect("runs");
+        let r = b.finish();
+        (t0.elapsed(), r.totals.llm_calls)
+    };
+    let (all, calls) = report(0.0);
+    let (day, day_calls) = report(now - DAY);
+    let t0 = Instant::now();
+    let counts = store.counts().expect("counts");
+    store.export_state().expect("export state");
+    store.metric_state().expect("metric state");
+    let status = t0.elapsed();
+    let t0 = Instant::now();
+    let history = store.history(now - 3600.0).expect("history");
+    let export = t0.elapsed();
+    println!(
+        "  report all time {:.1} ms ({calls} LLM calls); report --since 1d {:.1} ms ({day_calls}); \
+         status {:.2} ms ({} journal rows); export --since 1h reads {:.1} ms ({} spans)",
+        ms(all),
+        ms(day),
+        ms(status),
+        counts.journal,
+        ms(export),
+        history.len()
+    );
+}
+
+/// Runs retention steps as the writer does (each kind its own
+/// transaction) until nothing is left to prune; returns the steps and
+/// every transaction's time, by kind.
+fn retain(store: &mut Store, now: f64) -> (usize, Vec<(&'static str, Vec<Duration>)>) {
+    let mut cursor = ContentCursor::default();
+    let mut steps = 0;
+    let mut times: Vec<(&'static str, Vec<Duration>)> = ["journal", "outbox", "cap", "content", "fold", "vacuum"]
+        .into_iter()
+        .map(|k| (k, Vec::new()))
+        .collect();
+    loop {
+        let mut handled = 0;
+        for (i, (_, spent)) in times.iter_mut().enumerate() {
+            let t0 = Instant::now();
+            handled += match i {
+                0 => store.prune_journal(now - JOURNAL_DAYS * DAY, BATCH).expect("journal"),
+                1 => store.expire_outbox(now - OUTBOX_DAYS * DAY, BATCH).expect("outbox"),
+                2 => store.outbox_enforce_cap(1_000_000, BATCH).expect("cap") as usize,
+                3 => {
+                    store
+                        .prune_content_batch(now - DAY, now - OUTBOX_DAYS * DAY, &mut cursor, BATCH)
+                        .expect("content")
+                        .0
+                }
+                4 => {
+                    store
+                        .fold_metrics(now, now - 120.0, FOLD_STEP, &mut hermes_otel::metrics::measure)
+                        .expect("fold")
+                        .rows
+                }
+                _ => store.vacuum_step(4096, 512).expect("vacuum") as usize,
+            };
+            spent.push(t0.elapsed());
+        }
+        steps += 1;
+        // The writer checkpoints every second and steps every 200 ms.
+        if steps % 5 == 0 {
+            store.checkpoint().expect("checkpoint");
+        }
+        if handled == 0 {
+            return (steps, times);
+        }
+    }
+}
