@@ -3,8 +3,9 @@
 //! `postgresql://user@/db?host=/run/postgresql` for a Unix-socket
 //! directory, or `host=... dbname=...` key/value), and the connection.
 //!
-//! Owns: parsing, the password from `PGPASSWORD` when the URL has none (as
-//! libpq does), the redacted form `status` and logs show (never the
+//! Owns: parsing, the password from `PGPASSWORD` or the password file
+//! (`PGPASSFILE`, else `~/.pgpass`) when the URL has none (as libpq does),
+//! the redacted form `status` and logs show (never the
 //! password), TLS per `sslmode` (`disable`, `prefer`, the default,
 //! `require`, `verify-ca`, `verify-full`: the server certificate is always
 //! verified, so the last three are one), the libpq TLS files tokio-postgres
@@ -26,6 +27,9 @@ pub const FLEET_URL_ENV: &str = "HERMES_OTEL_FLEET_URL";
 
 /// libpq's password variable, used when the URL carries none.
 pub const PASSWORD_ENV: &str = "PGPASSWORD";
+
+/// libpq's password file variable; the default is `~/.pgpass`.
+pub const PASSFILE_ENV: &str = "PGPASSFILE";
 
 /// libpq's TLS file parameters and the variables that stand in for them.
 const TLS_FILES: [(&str, &str); 3] = [
@@ -68,12 +72,50 @@ impl FleetConfig {
                 cfg.pg.password(pw.to_string_lossy().as_bytes());
             }
         }
+        if cfg.pg.get_password().is_none() {
+            // As libpq: the password file, when it is private to its owner.
+            let file = var(PASSFILE_ENV)
+                .map(std::path::PathBuf::from)
+                .or_else(|| var("HOME").map(|h| std::path::Path::new(&h).join(".pgpass")));
+            if let Some(pw) = file
+                .and_then(|f| read_private(&f))
+                .and_then(|text| cfg.password_in(&text))
+            {
+                cfg.pg.password(pw.as_bytes());
+            }
+        }
         for (slot, (_, env)) in cfg.tls_files.iter_mut().zip(TLS_FILES) {
             if slot.is_none() {
                 *slot = var(env).map(std::path::PathBuf::from);
             }
         }
         Ok(Some(cfg))
+    }
+
+    /// The password a `.pgpass` text gives this connection: the first line
+    /// whose host, port, database and user match (`*` matches anything; a
+    /// socket directory matches `localhost` or its path, as in libpq).
+    fn password_in(&self, pgpass: &str) -> Option<String> {
+        let port = self.pg.get_ports().first().copied().unwrap_or(5432).to_string();
+        let user = self.pg.get_user().unwrap_or("");
+        let db = self.pg.get_dbname().unwrap_or(user);
+        let hosts: Vec<String> = self
+            .pg
+            .get_hosts()
+            .iter()
+            .flat_map(|h| match h {
+                Host::Tcp(name) => vec![name.clone()],
+                #[cfg(unix)]
+                Host::Unix(dir) => vec!["localhost".to_string(), dir.display().to_string()],
+            })
+            .collect();
+        pgpass_lines(pgpass).find_map(|fields| {
+            let [h, p, d, u, pw] = fields.as_slice() else {
+                return None;
+            };
+            let hit = |pattern: &str, value: &str| pattern == "*" || pattern == value;
+            (hosts.iter().any(|host| hit(h, host)) && hit(p, &port) && hit(d, db) && hit(u, user)).then(|| pw.clone())
+        })
     }
 
     /// Parses a libpq URL or key/value string. The error never repeats the
@@ -206,6 +248,36 @@ pub fn pg_error(e: tokio_postgres::Error) -> Error {
     Error::Other(format!("fleet database: {text}"))
 }
 
+/// The fields of each entry of a `.pgpass` text: `#` comments and blank
+/// lines skipped, `\:` and `\\` unescaped.
+fn pgpass_lines(text: &str) -> impl Iterator<Item = Vec<String>> + '_ {
+    text.lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|line| {
+            let mut fields = vec![String::new()];
+            let mut chars = line.chars();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => fields.last_mut().expect("one field").extend(chars.next()),
+                    ':' if fields.len() < 5 => fields.push(String::new()),
+                    c => fields.last_mut().expect("one field").push(c),
+                }
+            }
+            fields
+        })
+}
+
+/// A password file's text, if only its owner may read it (libpq ignores a
+/// file others can read, and so do we).
+fn read_private(path: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_file() || meta.permissions().mode() & 0o077 != 0 {
+        return None;
+    }
+    std::fs::read_to_string(path).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +323,41 @@ mod tests {
         .expect("parse")
         .expect("set");
         assert_eq!(cfg.pg.get_password(), Some(&b"inurl"[..]));
+    }
+
+    #[test]
+    fn a_private_pgpass_file_gives_the_password_as_libpq_reads_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("pgpass");
+        std::fs::write(
+            &file,
+            "# comment\nother:5432:*:*:wrong\nlocalhost:5433:budgets:ops:s3c\\:ret\n*:*:*:ops:fallback\n",
+        )
+        .expect("write");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let path = file.to_string_lossy().into_owned();
+        let resolve = |url: &str, passfile: &str| {
+            let cfg = FleetConfig::from_vars(vars(&[(FLEET_URL_ENV, url), (PASSFILE_ENV, passfile)]))
+                .expect("parse")
+                .expect("set");
+            cfg.pg.get_password().map(|p| String::from_utf8_lossy(p).into_owned())
+        };
+        // A socket directory matches `localhost`; `\:` is a colon.
+        let socket = "postgresql://ops@/budgets?host=/run/postgresql&port=5433";
+        assert_eq!(resolve(socket, &path).as_deref(), Some("s3c:ret"));
+        assert_eq!(
+            resolve("postgresql://ops@db:5432/fleet", &path).as_deref(),
+            Some("fallback")
+        );
+        assert_eq!(
+            resolve("postgresql://ops:inurl@db/fleet", &path).as_deref(),
+            Some("inurl")
+        );
+        assert_eq!(resolve("postgresql://nobody@db/fleet", &path), None);
+        // A file others may read is ignored, as libpq ignores it.
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        assert_eq!(resolve(socket, &path), None);
     }
 
     #[test]
