@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Any
 
-from . import _native
+from . import _aux, _native
 from ._native import HermesOtelError
 
 __all__ = ["HermesOtelError", "register"]
@@ -36,23 +36,21 @@ def register(ctx: Any) -> None:
         # the others (older releases lack approvals, subagent_start, ...).
         if known is not None and name not in known:
             continue
-        if name == "post_auxiliary_call":
+        hook = _native.Hook(name)
+        if name == "pre_llm_call":
+            # The session of the turn starting: where an auxiliary call
+            # made outside a turn is counted (see _aux).
+            hook = _aux.remembering(hook)
+        elif name == "post_auxiliary_call":
             # Hermes fires it with an empty session for turn-less callers
             # (cron, gateway idle work): count those against the last turn's
             # session instead of dropping spend the provider billed.
-            from . import _aux
-
-            ctx.register_hook(name, _aux.with_session(_native.Hook(name)))
-            ctx.register_hook("pre_llm_call", _aux.remember_session)
-            continue
-        ctx.register_hook(name, _native.Hook(name))
+            hook = _aux.with_session(hook)
+        ctx.register_hook(name, hook)
     if known is not None and "post_auxiliary_call" not in known:
         # Hermes 0.19.0: auxiliary calls fire no hook; feed ours from the
         # chokepoint of Hermes's own auxiliary accounting instead.
-        from . import _aux
-
-        if _aux.install(_native.Hook("post_auxiliary_call")):
-            ctx.register_hook("pre_llm_call", _aux.remember_session)
+        _aux.install(_native.Hook("post_auxiliary_call"))
     # What the provider billed, where its usage says (OpenRouter's `cost`).
     from . import _provider_cost
 

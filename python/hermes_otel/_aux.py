@@ -14,7 +14,7 @@ accounting runs first and unchanged, then the same response goes to our
 ``post_auxiliary_call`` hook, shaped as newer Hermes fires it (the fields of
 ``post_api_request`` plus ``aux_task``), with the provider's billed cost when
 its usage carries one. The session is the one Hermes published, else the
-last one a turn of this process started (:func:`remember_session`). The
+last one a turn of this process started (:func:`remembering`). The
 mixture-of-agents aggregator is the turn's own call (``post_api_request``);
 its advisors (``moa_reference``) are counted here, since the usage Hermes
 passes to ``post_api_request`` is the aggregator's only. Nothing here opens Hermes's database. Where
@@ -44,12 +44,19 @@ _MAIN_LOOP_TASKS = frozenset({"moa_aggregator"})
 _last_session: str | None = None
 
 
-def remember_session(**kwargs: Any) -> None:
-    """``pre_llm_call`` hook: remembers the session of the turn starting."""
-    global _last_session
-    session_id = kwargs.get("session_id")
-    if isinstance(session_id, str) and session_id:
-        _last_session = session_id
+def remembering(hook: Callable[..., Any]) -> Callable[..., Any]:
+    """``pre_llm_call`` that first remembers the session of the turn
+    starting, then is ``hook`` (its verdict returned unchanged)."""
+
+    def pre_llm_call(**kwargs: Any) -> Any:
+        global _last_session
+        session_id = kwargs.get("session_id")
+        if isinstance(session_id, str) and session_id:
+            _last_session = session_id
+        return hook(**kwargs)
+
+    pre_llm_call.__wrapped__ = hook  # type: ignore[attr-defined]
+    return pre_llm_call
 
 
 def with_session(hook: Callable[..., Any]) -> Callable[..., Any]:
@@ -61,6 +68,7 @@ def with_session(hook: Callable[..., Any]) -> Callable[..., Any]:
             kwargs["session_id"] = _last_session
         return hook(**kwargs)
 
+    post_auxiliary_call.__wrapped__ = hook  # type: ignore[attr-defined]
     return post_auxiliary_call
 
 

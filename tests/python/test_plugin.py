@@ -45,6 +45,7 @@ class FakeContext:
         self.commands: dict[str, dict] = {}
 
     def register_hook(self, name, callback):
+        assert name not in self.hooks, f"{name} registered twice"
         self.hooks[name] = callback
 
     def register_cli_command(self, name, help, setup_fn, handler_fn=None, description=""):
@@ -63,7 +64,11 @@ def test_register_wires_every_ledger_hook_the_cli_and_the_slash_command() -> Non
     hermes_otel.register(ctx)
     assert list(ctx.hooks) == [*ALL_HOOKS, "pre_gateway_dispatch"]
     native = {name: cb for name, cb in ctx.hooks.items() if name in ALL_HOOKS}
-    assert all(repr(cb) == f"<hermes_otel hook {name}>" for name, cb in native.items())
+    # pre_llm_call and post_auxiliary_call are wrapped (the last turn's
+    # session, for auxiliary calls outside a turn); the rest are native.
+    assert all(
+        repr(getattr(cb, "__wrapped__", cb)) == f"<hermes_otel hook {name}>" for name, cb in native.items()
+    )
     assert "otel" in ctx.cli and callable(ctx.cli["otel"]["handler_fn"])
     assert "otel" in ctx.commands
 
