@@ -34,7 +34,33 @@ use jiff::tz::TimeZone;
 use jiff::{Timestamp, ToSpan, Zoned};
 use serde::Deserialize;
 
-use crate::bridge::BudgetMode;
+/// Whether budgets may block calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BudgetMode {
+    /// Budgets are computed and reported, never enforced.
+    Observe,
+    /// An exhausted budget blocks the next tool call (the default).
+    Enforce,
+}
+
+impl BudgetMode {
+    /// Parses `observe` or `enforce` (any case).
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "observe" => Some(BudgetMode::Observe),
+            "enforce" => Some(BudgetMode::Enforce),
+            _ => None,
+        }
+    }
+
+    /// The spelling users type.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetMode::Observe => "observe",
+            BudgetMode::Enforce => "enforce",
+        }
+    }
+}
 
 /// The budget file's name inside the store directory.
 pub const BUDGETS_FILE_NAME: &str = "budgets.toml";

@@ -137,33 +137,8 @@ const MAX_QUEUED: usize = 100_000;
 /// Most messages kept for the binding to log; later ones are counted only.
 const MAX_MESSAGES: usize = 64;
 
-/// Whether budgets may block calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BudgetMode {
-    /// Budgets are computed and reported, never enforced.
-    Observe,
-    /// An exhausted budget blocks the next tool call (the default).
-    Enforce,
-}
-
-impl BudgetMode {
-    /// Parses `observe` or `enforce` (any case).
-    pub fn parse(text: &str) -> Option<Self> {
-        match text.trim().to_ascii_lowercase().as_str() {
-            "observe" => Some(BudgetMode::Observe),
-            "enforce" => Some(BudgetMode::Enforce),
-            _ => None,
-        }
-    }
-
-    /// The spelling users type.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BudgetMode::Observe => "observe",
-            BudgetMode::Enforce => "enforce",
-        }
-    }
-}
+/// Whether budgets may block calls (defined with the budgets).
+pub use crate::budget::BudgetMode;
 
 /// Everything the bridge needs, resolved once.
 #[derive(Debug, Clone)]
