@@ -24,12 +24,11 @@ and never installs this, so no call is counted twice.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 from typing import Any
 
-from . import _provider_cost
+from . import _patch, _provider_cost
 
 #: Auxiliary tasks whose response is the turn's own, which
 #: ``post_api_request`` already reports: the mixture-of-agents aggregator.
@@ -82,41 +81,32 @@ def install(hook: Callable[..., Any]) -> bool:
     try:
         from agent import aux_accounting
     except Exception:
-        return _install_before_accounting(hook)
-    original = getattr(aux_accounting, "record_aux_usage", None)
-    if original is None or getattr(original, "_hermes_otel", False):
-        return False
-
-    @functools.wraps(original)
-    def record_aux_usage(response: Any, task: Any, *args: Any, **kwargs: Any) -> Any:
+        # Before 0.19.0: no auxiliary accounting at all.
         try:
-            return original(response, task, *args, **kwargs)
-        finally:
-            _report(hook, aux_accounting, response, task, kwargs)
+            from agent import auxiliary_client
+        except Exception:
+            return False
 
-    record_aux_usage._hermes_otel = True  # type: ignore[attr-defined]
-    aux_accounting.record_aux_usage = record_aux_usage
-    return True
+        def validating(original: Callable[..., Any]) -> Callable[..., Any]:
+            def validate(response: Any, task: Any = None, *args: Any, **kwargs: Any) -> Any:
+                valid = original(response, task, *args, **kwargs)
+                _report(hook, None, valid, task, kwargs)
+                return valid
 
+            return validate
 
-def _install_before_accounting(hook: Callable[..., Any]) -> bool:
-    try:
-        from agent import auxiliary_client
-    except Exception:
-        return False
-    original = getattr(auxiliary_client, "_validate_llm_response", None)
-    if original is None or getattr(original, "_hermes_otel", False):
-        return False
+        return _patch.wrap(auxiliary_client, "_validate_llm_response", validating)
 
-    @functools.wraps(original)
-    def validate(response: Any, task: Any = None, *args: Any, **kwargs: Any) -> Any:
-        valid = original(response, task, *args, **kwargs)
-        _report(hook, None, valid, task, kwargs)
-        return valid
+    def recording(original: Callable[..., Any]) -> Callable[..., Any]:
+        def record_aux_usage(response: Any, task: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return original(response, task, *args, **kwargs)
+            finally:
+                _report(hook, aux_accounting, response, task, kwargs)
 
-    validate._hermes_otel = True  # type: ignore[attr-defined]
-    auxiliary_client._validate_llm_response = validate
-    return True
+        return record_aux_usage
+
+    return _patch.wrap(aux_accounting, "record_aux_usage", recording)
 
 
 def _report(hook: Callable[..., Any], accounting: Any, response: Any, task: Any, kw: dict) -> None:

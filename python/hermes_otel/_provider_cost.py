@@ -13,9 +13,10 @@ beside it. Nothing else in Hermes reads the key.
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
+
+from . import _patch
 
 
 def install() -> bool:
@@ -24,26 +25,22 @@ def install() -> bool:
         import run_agent
     except Exception:
         return False
-    cls = getattr(run_agent, "AIAgent", None)
-    original = getattr(cls, "_usage_summary_for_api_request_hook", None)
-    if original is None or getattr(original, "_hermes_otel", False):
-        return False
 
-    @functools.wraps(original)
-    def summary_with_cost(self: Any, response: Any, *args: Any, **kwargs: Any) -> Any:
-        summary = original(self, response, *args, **kwargs)
-        try:
-            if isinstance(summary, dict) and "cost" not in summary:
-                cost = reported_cost(getattr(response, "usage", None))
-                if cost is not None:
-                    summary["cost"] = cost
-        except Exception:  # noqa: BLE001 - Hermes's summary must survive us
-            pass
-        return summary
+    def with_cost(original: Any) -> Any:
+        def summary_with_cost(self: Any, response: Any, *args: Any, **kwargs: Any) -> Any:
+            summary = original(self, response, *args, **kwargs)
+            try:
+                if isinstance(summary, dict) and "cost" not in summary:
+                    cost = reported_cost(getattr(response, "usage", None))
+                    if cost is not None:
+                        summary["cost"] = cost
+            except Exception:  # noqa: BLE001 - Hermes's summary must survive us
+                pass
+            return summary
 
-    summary_with_cost._hermes_otel = True  # type: ignore[attr-defined]
-    cls._usage_summary_for_api_request_hook = summary_with_cost
-    return True
+        return summary_with_cost
+
+    return _patch.wrap(getattr(run_agent, "AIAgent", None), "_usage_summary_for_api_request_hook", with_cost)
 
 
 def reported_cost(usage: Any) -> float | None:

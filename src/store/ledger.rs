@@ -579,11 +579,14 @@ fn apply_llm_call<'e>(
     if e.response_model.as_deref() == Some(crate::budget::BLOCKED_MODEL) {
         return Ok(None);
     }
-    let request: Option<(Option<i64>, f64, i64)> = tx
+    let request: Option<(Option<i64>, f64, i64, Option<i64>)> = tx
         .prepare_cached(
-            "SELECT approx_input_tokens, attempt_started_at, attempts FROM api_requests WHERE api_request_id = ?1",
+            "SELECT approx_input_tokens, attempt_started_at, attempts, closed_attempt
+               FROM api_requests WHERE api_request_id = ?1",
         )?
-        .query_row(params![a.api_request_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .query_row(params![a.api_request_id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })
         .optional()?;
     let (usage, estimated) = match e.usage {
         Some(u) => (u, false),
@@ -648,7 +651,8 @@ fn apply_llm_call<'e>(
             bill.estimate.usd
         ])?;
     if inserted == 1 {
-        if !attempt_already_sent(tx, &a.api_request_id, attempts - 1)? {
+        // An attempt hermes-otel closed itself already went out as a span.
+        if request.and_then(|r| r.3) != Some(attempts - 1) {
             outbox::enqueue(tx, SpanKind::LlmCall, &a.session_id, &a.api_request_id, -1, at, false)?;
         }
         let unpriced = cost.source == crate::pricing::PriceSource::Unknown;
@@ -693,10 +697,11 @@ fn apply_api_error(tx: &Transaction<'_>, runs: &mut RunMemo, e: &ApiRequestError
         a.provider.as_deref(),
         a.base_url.as_deref(),
     )?;
-    let attempt_started: Option<f64> = tx
-        .prepare_cached("SELECT attempt_started_at FROM api_requests WHERE api_request_id = ?1")?
-        .query_row(params![a.api_request_id], |r| r.get(0))
-        .optional()?;
+    let (attempt_started, closed_attempt): (Option<f64>, Option<i64>) = tx
+        .prepare_cached("SELECT attempt_started_at, closed_attempt FROM api_requests WHERE api_request_id = ?1")?
+        .query_row(params![a.api_request_id], |r| Ok((Some(r.get(0)?), r.get(1)?)))
+        .optional()?
+        .unwrap_or((None, None));
     let ended_at = e.ended_at.unwrap_or(at);
     let started_at = attempt_started.or(a.started_at).unwrap_or(ended_at).min(ended_at);
     let inserted = tx
@@ -734,7 +739,8 @@ fn apply_api_error(tx: &Transaction<'_>, runs: &mut RunMemo, e: &ApiRequestError
              WHERE session_id = ?1",
         )?
         .execute(params![a.session_id, last_attempt, ERROR, ended_at])?;
-        if !attempt_already_sent(tx, &a.api_request_id, e.retry_count)? {
+        // An attempt hermes-otel closed itself already went out as a span.
+        if closed_attempt != Some(e.retry_count) {
             outbox::enqueue(
                 tx,
                 SpanKind::LlmError,
@@ -750,16 +756,6 @@ fn apply_api_error(tx: &Transaction<'_>, runs: &mut RunMemo, e: &ApiRequestError
         }
     }
     Ok(())
-}
-
-/// Whether attempt `attempt` (0-based) of `api_request_id` already went out
-/// as a span that hermes-otel closed (its process exited, or it went idle).
-fn attempt_already_sent(tx: &Transaction<'_>, api_request_id: &str, attempt: i64) -> Result<bool> {
-    let closed: Option<Option<i64>> = tx
-        .prepare_cached("SELECT closed_attempt FROM api_requests WHERE api_request_id = ?1")?
-        .query_row(params![api_request_id], |r| r.get(0))
-        .optional()?;
-    Ok(closed.flatten() == Some(attempt))
 }
 
 fn apply_tool_result(tx: &Transaction<'_>, runs: &mut RunMemo, e: &PostToolCall, at: f64) -> Result<()> {

@@ -367,16 +367,17 @@ fn enqueue_closing(tx: &Transaction<'_>, idle: &str, scope: &dyn rusqlite::ToSql
         tx.execute(&sql, params![kind as i64, scope, now])?;
     }
     // Remember which attempt went out closed, so a late answer to it does
-    // not send its span again (see `ledger::attempt_already_sent`).
-    tx.execute(
-        &format!(
-            "UPDATE api_requests SET closed_attempt = attempts - 1
-              WHERE session_id IN ({idle}) AND ?1 IS NOT NULL
-                AND NOT EXISTS (SELECT 1 FROM llm_calls l WHERE l.api_request_id = api_requests.api_request_id)
-                AND attempts > (SELECT COUNT(*) FROM llm_call_errors e WHERE e.api_request_id = api_requests.api_request_id)"
-        ),
-        params![SpanKind::OpenAttempt as i64, scope],
-    )?;
+    // not send its span again (`api_requests.closed_attempt`, read by the
+    // ledger where the attempt ends).
+    // The selector's one parameter is `?2`; only it is bound.
+    let mut mark = tx.prepare(&format!(
+        "UPDATE api_requests SET closed_attempt = attempts - 1
+          WHERE session_id IN ({idle})
+            AND NOT EXISTS (SELECT 1 FROM llm_calls l WHERE l.api_request_id = api_requests.api_request_id)
+            AND attempts > (SELECT COUNT(*) FROM llm_call_errors e WHERE e.api_request_id = api_requests.api_request_id)"
+    ))?;
+    mark.raw_bind_parameter(2, scope)?;
+    mark.raw_execute()?;
     Ok(())
 }
 
