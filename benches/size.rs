@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use hermes_otel::hook::DecodeOptions;
 use hermes_otel::replay::{replay_file, ReplayStats};
-use hermes_otel::report::Builder;
 use hermes_otel::store::{ContentCursor, Store};
 
 #[path = "../tests/support/stream.rs"]
@@ -195,14 +194,11 @@ fn ms(d: Duration) -> f64 {
 /// 1h` read.
 fn measure_commands(store: &Store, now: f64) {
     let report = |since: f64| {
-        // As `report` does: facts added up as they are read.
+        // As `report` prints it: the 20 most expensive sessions.
         let t0 = Instant::now();
-        let mut b = Builder::new(&jiff::tz::TimeZone::UTC, since, f64::MAX);
-        store.for_each_fact(since, f64::MAX, |f| b.add(&f)).expect("facts");
-        store
-            .for_each_run_started(since, f64::MAX, |id| b.add_session(id))
-            .expect("runs");
-        let r = b.finish();
+        let r = store
+            .report(&jiff::tz::TimeZone::UTC, since, f64::MAX, Some(20))
+            .expect("report");
         (t0.elapsed(), r.totals.llm_calls)
     };
     let (all, calls) = report(0.0);
@@ -216,9 +212,15 @@ fn measure_commands(store: &Store, now: f64) {
     let history = store.history(now - 3600.0).expect("history");
     let export = t0.elapsed();
     println!(
-        "  report all time {:.1} ms ({calls} LLM calls); report --since 1d {:.1} ms ({day_calls}); \
+        "  report all time {:.1} ms ({calls} LLM calls; rollups up to {}); report --since 1d {:.1} ms ({day_calls}); \
          status {:.2} ms ({} journal rows); export --since 1h reads {:.1} ms ({} spans)",
         ms(all),
+        store
+            .rolled_until()
+            .ok()
+            .and_then(|t| jiff::Timestamp::from_second(t).ok())
+            .map(|t| t.to_string())
+            .unwrap_or_default(),
         ms(day),
         ms(status),
         counts.journal,
@@ -233,10 +235,11 @@ fn measure_commands(store: &Store, now: f64) {
 fn retain(store: &mut Store, now: f64) -> (usize, Vec<(&'static str, Vec<Duration>)>) {
     let mut cursor = ContentCursor::default();
     let mut steps = 0;
-    let mut times: Vec<(&'static str, Vec<Duration>)> = ["journal", "outbox", "cap", "content", "fold", "vacuum"]
-        .into_iter()
-        .map(|k| (k, Vec::new()))
-        .collect();
+    let mut times: Vec<(&'static str, Vec<Duration>)> =
+        ["journal", "outbox", "cap", "content", "fold", "rollup", "vacuum"]
+            .into_iter()
+            .map(|k| (k, Vec::new()))
+            .collect();
     loop {
         let mut handled = 0;
         for (i, (_, spent)) in times.iter_mut().enumerate() {
@@ -257,6 +260,7 @@ fn retain(store: &mut Store, now: f64) -> (usize, Vec<(&'static str, Vec<Duratio
                         .expect("fold")
                         .rows
                 }
+                5 => store.roll_up(now - 300.0).expect("roll up").buckets,
                 _ => store.vacuum_step(4096, 512).expect("vacuum") as usize,
             };
             spent.push(t0.elapsed());

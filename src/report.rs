@@ -1,19 +1,93 @@
-//! Spend and token reports over ledger facts. Pure: the store supplies the
-//! rows, this module only adds them up.
+//! Spend and token reports. Pure: the store hands over facts (one LLM
+//! call, failed attempt or tool call each) and rollup rows (the same sums
+//! per quarter hour or day, see `store/rollup.rs`); this module only adds
+//! them up.
 //!
 //! The JSON form is a contract scripts depend on; its schema is documented
 //! in the README ("Report JSON") and versioned by [`REPORT_SCHEMA`].
+//!
+//! # What `sessions` counts
+//!
+//! A count of sessions must add up across buckets, or a report would have
+//! to read every session of its window again. So a session counts once,
+//! where it began: in the totals, a day, a sender and a cron job, in the
+//! window it started in; under a model or provider, in the window of its
+//! first call with that model or provider. `by_session` lists the sessions
+//! that started in the window, each with everything it spent.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use jiff::tz::TimeZone;
 use serde::Serialize;
 
-use crate::store::FactKind;
-use crate::store::{FactRow, ProviderBilled, RunSummary};
+use crate::tool_outcome::ToolOutcome;
 
 /// Identifies the JSON layout; bumped on any incompatible change.
 pub const REPORT_SCHEMA: &str = "hermes-otel.report.v1";
+
+/// What a fact row records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FactKind {
+    /// A successful LLM API call (tokens and cost).
+    LlmCall,
+    /// A failed attempt of an LLM API call.
+    ApiError,
+    /// A tool call that finished.
+    ToolCall,
+}
+
+/// One LLM call, API error or finished tool call, with the attributes a
+/// report groups by. Sender and cron job are the root session's, so a
+/// subagent's spend rolls up to whoever started the work.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FactRow {
+    pub kind: FactKind,
+    pub at: f64,
+    pub session_id: String,
+    pub model: Option<String>,
+    pub provider: Option<String>,
+    pub sender_id: Option<String>,
+    pub cron_job_id: Option<String>,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cache_read_tokens: i64,
+    pub cache_write_tokens: i64,
+    pub reasoning_tokens: i64,
+    pub cost_usd: f64,
+    pub estimated: bool,
+    pub unpriced: bool,
+    /// For tool calls: how it ended (the definition spans and metrics use).
+    pub tool_outcome: Option<ToolOutcome>,
+    /// For LLM calls: the auxiliary task of an auxiliary call.
+    pub aux_task: Option<String>,
+    /// For LLM calls the provider billed itself: the price table's
+    /// estimate of the same usage (`cost_usd` is then the provider's).
+    pub provider_estimate_usd: Option<f64>,
+}
+
+/// The calls of one model and provider that the provider billed itself,
+/// beside what the price table estimated for the same usage.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProviderBilled {
+    pub model: Option<String>,
+    pub provider: Option<String>,
+    pub llm_calls: i64,
+    /// What the provider reported it billed.
+    pub billed_usd: f64,
+    /// What the price table gives for the same tokens.
+    pub estimate_usd: f64,
+}
+
+/// A run, as `report` lists sessions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSummary {
+    pub session_id: String,
+    pub platform: Option<String>,
+    pub status: String,
+    pub started_at: f64,
+    pub ended_at: Option<f64>,
+    pub parent_session_id: Option<String>,
+}
 
 /// Sums over a set of facts. Token counts are as Hermes reports them:
 /// `input_tokens` excludes cache reads and writes, reasoning is part of output.
@@ -40,7 +114,123 @@ pub struct Totals {
     /// which Hermes makes outside a turn's own requests, and their cost.
     pub aux_llm_calls: i64,
     pub aux_cost_usd: f64,
+    /// Sessions that began here (see the module docs).
     pub sessions: i64,
+}
+
+impl Totals {
+    /// What one fact adds (it begins no session by itself).
+    pub fn of_fact(f: &FactRow) -> Totals {
+        let mut t = Totals::default();
+        match f.kind {
+            FactKind::LlmCall => {
+                t.cost_usd = f.cost_usd;
+                t.input_tokens = f.input_tokens;
+                t.output_tokens = f.output_tokens;
+                t.cache_read_tokens = f.cache_read_tokens;
+                t.cache_write_tokens = f.cache_write_tokens;
+                t.reasoning_tokens = f.reasoning_tokens;
+                t.llm_calls = 1;
+                t.estimated_llm_calls = f.estimated as i64;
+                t.unpriced_llm_calls = f.unpriced as i64;
+                if f.aux_task.is_some() {
+                    t.aux_llm_calls = 1;
+                    t.aux_cost_usd = f.cost_usd;
+                }
+            }
+            FactKind::ApiError => t.api_errors = 1,
+            FactKind::ToolCall => {
+                t.tool_calls = 1;
+                let outcome = f.tool_outcome.unwrap_or(ToolOutcome::Other);
+                t.tool_failures = outcome.is_failure() as i64;
+                t.tool_nonzero_exits = (outcome == ToolOutcome::NonzeroExit) as i64;
+            }
+        }
+        t
+    }
+
+    /// One session beginning, and nothing else.
+    pub fn one_session() -> Totals {
+        Totals {
+            sessions: 1,
+            ..Totals::default()
+        }
+    }
+
+    /// Adds `o` field by field.
+    pub fn add(&mut self, o: &Totals) {
+        self.cost_usd += o.cost_usd;
+        self.input_tokens += o.input_tokens;
+        self.output_tokens += o.output_tokens;
+        self.cache_read_tokens += o.cache_read_tokens;
+        self.cache_write_tokens += o.cache_write_tokens;
+        self.reasoning_tokens += o.reasoning_tokens;
+        self.llm_calls += o.llm_calls;
+        self.estimated_llm_calls += o.estimated_llm_calls;
+        self.unpriced_llm_calls += o.unpriced_llm_calls;
+        self.api_errors += o.api_errors;
+        self.tool_calls += o.tool_calls;
+        self.tool_failures += o.tool_failures;
+        self.tool_nonzero_exits += o.tool_nonzero_exits;
+        self.aux_llm_calls += o.aux_llm_calls;
+        self.aux_cost_usd += o.aux_cost_usd;
+        self.sessions += o.sessions;
+    }
+}
+
+/// A grouping of a report, as rollup rows store it (`dim`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Dim {
+    /// The whole report (totals and days); its key is always empty.
+    All,
+    Model,
+    Provider,
+    /// The root session's sender.
+    Sender,
+    /// The root session's cron job.
+    CronJob,
+    /// Calls the provider billed itself, keyed by [`billed_key`].
+    Billed,
+}
+
+impl Dim {
+    /// Every dimension, in code order.
+    pub const ALL: [Dim; 6] = [
+        Dim::All,
+        Dim::Model,
+        Dim::Provider,
+        Dim::Sender,
+        Dim::CronJob,
+        Dim::Billed,
+    ];
+
+    /// Its number in the rollup table.
+    pub fn code(self) -> i64 {
+        self as i64
+    }
+
+    /// The dimension numbered `code`.
+    pub fn of_code(code: i64) -> Option<Dim> {
+        Dim::ALL.get(usize::try_from(code).ok()?).copied()
+    }
+
+    /// A fact's key in this dimension ('' where unknown, as rollups store it).
+    pub fn key_of<'a>(self, f: &'a FactRow) -> std::borrow::Cow<'a, str> {
+        let text = |v: &'a Option<String>| std::borrow::Cow::Borrowed(v.as_deref().unwrap_or(""));
+        match self {
+            Dim::All => std::borrow::Cow::Borrowed(""),
+            Dim::Model => text(&f.model),
+            Dim::Provider => text(&f.provider),
+            Dim::Sender => text(&f.sender_id),
+            Dim::CronJob => text(&f.cron_job_id),
+            Dim::Billed => std::borrow::Cow::Owned(billed_key(f.model.as_deref(), f.provider.as_deref())),
+        }
+    }
+}
+
+/// The [`Dim::Billed`] key of a model and provider.
+pub fn billed_key(model: Option<&str>, provider: Option<&str>) -> String {
+    format!("{}\u{1f}{}", model.unwrap_or(""), provider.unwrap_or(""))
 }
 
 /// Totals for one key of a grouping (`key` is null where the attribute is unknown).
@@ -66,6 +256,8 @@ pub struct Report {
     pub by_provider: Vec<Group>,
     pub by_sender: Vec<Group>,
     pub by_cron_job: Vec<Group>,
+    /// The sessions that started in the window, each with everything it
+    /// spent, most expensive first (the human form lists the first few).
     pub by_session: Vec<Group>,
     /// Calls whose cost the provider reported itself (then the cost above),
     /// by model and provider, with the price table's estimate beside it:
@@ -74,98 +266,26 @@ pub struct Report {
     pub provider_billed: Vec<ProviderBilled>,
 }
 
-#[derive(Default)]
-struct Acc {
-    totals: Totals,
-    sessions: BTreeSet<String>,
+/// The key as a report shows it: `None` where unknown.
+fn shown(key: &str) -> Option<String> {
+    (!key.is_empty()).then(|| key.to_string())
 }
 
-impl Acc {
-    fn add(&mut self, f: &FactRow) {
-        let t = &mut self.totals;
-        match f.kind {
-            FactKind::LlmCall => {
-                t.cost_usd += f.cost_usd;
-                t.input_tokens += f.input_tokens;
-                t.output_tokens += f.output_tokens;
-                t.cache_read_tokens += f.cache_read_tokens;
-                t.cache_write_tokens += f.cache_write_tokens;
-                t.reasoning_tokens += f.reasoning_tokens;
-                t.llm_calls += 1;
-                t.estimated_llm_calls += f.estimated as i64;
-                t.unpriced_llm_calls += f.unpriced as i64;
-                if f.aux_task.is_some() {
-                    t.aux_llm_calls += 1;
-                    t.aux_cost_usd += f.cost_usd;
-                }
-            }
-            FactKind::ApiError => t.api_errors += 1,
-            FactKind::ToolCall => {
-                t.tool_calls += 1;
-                let outcome = f.tool_outcome.unwrap_or(crate::tool_outcome::ToolOutcome::Other);
-                t.tool_failures += outcome.is_failure() as i64;
-                t.tool_nonzero_exits += (outcome == crate::tool_outcome::ToolOutcome::NonzeroExit) as i64;
-            }
-        }
-        if !self.sessions.contains(&f.session_id) {
-            self.sessions.insert(f.session_id.clone());
-        }
-    }
-
-    fn finish(mut self) -> Totals {
-        self.totals.sessions = self.sessions.len() as i64;
-        self.totals
-    }
-}
-
-/// One grouping being added up: its key for a fact, and the totals so far.
-struct Grouping {
-    key: fn(&FactRow, &TimeZone) -> Option<String>,
-    groups: BTreeMap<Option<String>, Acc>,
-}
-
-impl Grouping {
-    fn new(key: fn(&FactRow, &TimeZone) -> Option<String>) -> Self {
-        Grouping {
-            key,
-            groups: BTreeMap::new(),
-        }
-    }
-
-    fn add(&mut self, f: &FactRow, tz: &TimeZone) {
-        let key = (self.key)(f, tz).filter(|k| !k.is_empty());
-        self.groups.entry(key).or_default().add(f);
-    }
-
-    /// Most expensive first; ties by key so output is stable.
-    fn finish(self) -> Vec<Group> {
-        let mut out: Vec<Group> = self
-            .groups
-            .into_iter()
-            .map(|(key, acc)| Group {
-                key,
-                totals: acc.finish(),
-            })
-            .collect();
-        out.sort_by(|a, b| b.totals.cost_usd.total_cmp(&a.totals.cost_usd).then(a.key.cmp(&b.key)));
-        out
-    }
-}
-
-/// A report being built one fact at a time ([`Builder::add`]): it holds
-/// the groups, never the facts, so its memory follows the answer (the
-/// groups it prints), not the number of calls in the window.
+/// A report being built from facts and rollup rows ([`Builder::add`]): it
+/// holds one sum per key it will print, never the facts, so its memory
+/// follows the answer, not the number of calls in the window.
 pub struct Builder {
     tz: TimeZone,
     since: f64,
     until: f64,
-    all: Acc,
-    by_day: Grouping,
-    by_model: Grouping,
-    by_provider: Grouping,
-    by_sender: Grouping,
-    by_cron_job: Grouping,
-    by_session: Grouping,
+    totals: Totals,
+    by_day: BTreeMap<String, Totals>,
+    by_model: BTreeMap<String, Totals>,
+    by_provider: BTreeMap<String, Totals>,
+    by_sender: BTreeMap<String, Totals>,
+    by_cron_job: BTreeMap<String, Totals>,
+    billed: BTreeMap<String, (Totals, f64)>,
+    by_session: Vec<Group>,
 }
 
 impl Builder {
@@ -175,43 +295,105 @@ impl Builder {
             tz: tz.clone(),
             since,
             until,
-            all: Acc::default(),
-            by_day: Grouping::new(|f, tz| day_of(f.at, tz)),
-            by_model: Grouping::new(|f, _| f.model.clone()),
-            by_provider: Grouping::new(|f, _| f.provider.clone()),
-            by_sender: Grouping::new(|f, _| f.sender_id.clone()),
-            by_cron_job: Grouping::new(|f, _| f.cron_job_id.clone()),
-            by_session: Grouping::new(|f, _| Some(f.session_id.clone())),
+            totals: Totals::default(),
+            by_day: BTreeMap::new(),
+            by_model: BTreeMap::new(),
+            by_provider: BTreeMap::new(),
+            by_sender: BTreeMap::new(),
+            by_cron_job: BTreeMap::new(),
+            billed: BTreeMap::new(),
+            by_session: Vec::new(),
         }
     }
 
-    /// Adds one fact to the totals and every grouping.
-    pub fn add(&mut self, f: &FactRow) {
-        self.all.add(f);
-        for g in [
-            &mut self.by_day,
-            &mut self.by_model,
-            &mut self.by_provider,
-            &mut self.by_sender,
-            &mut self.by_cron_job,
-            &mut self.by_session,
-        ] {
-            g.add(f, &self.tz);
+    /// Adds what happened at `at` under `key` of `dim` (a rollup row, at
+    /// its bucket's start, or a fact). `estimate_usd` is the price table's
+    /// estimate of [`Dim::Billed`] calls and ignored elsewhere.
+    pub fn add(&mut self, dim: Dim, key: &str, at: f64, totals: &Totals, estimate_usd: f64) {
+        let into = |map: &mut BTreeMap<String, Totals>, key: &str| match map.get_mut(key) {
+            Some(t) => t.add(totals),
+            None => {
+                map.insert(key.to_string(), totals.clone());
+            }
+        };
+        match dim {
+            Dim::All => {
+                self.totals.add(totals);
+                if let Some(day) = day_of(at, &self.tz) {
+                    into(&mut self.by_day, &day);
+                }
+            }
+            Dim::Model => into(&mut self.by_model, key),
+            Dim::Provider => into(&mut self.by_provider, key),
+            Dim::Sender => into(&mut self.by_sender, key),
+            Dim::CronJob => into(&mut self.by_cron_job, key),
+            Dim::Billed => {
+                let entry = self.billed.entry(key.to_string()).or_default();
+                entry.0.add(totals);
+                entry.1 += estimate_usd;
+            }
         }
     }
 
-    /// Counts a session that started in the window (it counts in the
-    /// totals' sessions even without a fact).
-    pub fn add_session(&mut self, session_id: &str) {
-        if !self.all.sessions.contains(session_id) {
-            self.all.sessions.insert(session_id.to_string());
+    /// Adds one fact to every grouping it belongs to.
+    pub fn add_fact(&mut self, f: &FactRow) {
+        let totals = Totals::of_fact(f);
+        for dim in [Dim::All, Dim::Model, Dim::Provider, Dim::Sender, Dim::CronJob] {
+            self.add(dim, &dim.key_of(f), f.at, &totals, 0.0);
         }
+        if let Some(estimate) = f.provider_estimate_usd {
+            self.add(Dim::Billed, &Dim::Billed.key_of(f), f.at, &totals, estimate);
+        }
+    }
+
+    /// Lists a session that started in the window, with its totals.
+    pub fn add_session(&mut self, session_id: &str, totals: Totals) {
+        self.by_session.push(Group {
+            key: Some(session_id.to_string()),
+            totals,
+        });
     }
 
     /// The report.
     pub fn finish(self) -> Report {
-        let mut by_day = self.by_day.finish();
-        by_day.sort_by(|a, b| a.key.cmp(&b.key));
+        let groups = |map: BTreeMap<String, Totals>| {
+            let mut out: Vec<Group> = map
+                .into_iter()
+                .map(|(key, totals)| Group {
+                    key: shown(&key),
+                    totals,
+                })
+                .collect();
+            out.sort_by(by_cost);
+            out
+        };
+        let by_day: Vec<Group> = self
+            .by_day
+            .into_iter()
+            .map(|(key, totals)| Group { key: Some(key), totals })
+            .collect();
+        let mut by_session = self.by_session;
+        by_session.sort_by(by_cost);
+        let mut provider_billed: Vec<ProviderBilled> = self
+            .billed
+            .into_iter()
+            .map(|(key, (totals, estimate_usd))| {
+                let (model, provider) = key.split_once('\u{1f}').unwrap_or((key.as_str(), ""));
+                ProviderBilled {
+                    model: shown(model),
+                    provider: shown(provider),
+                    llm_calls: totals.llm_calls,
+                    billed_usd: totals.cost_usd,
+                    estimate_usd,
+                }
+            })
+            .collect();
+        provider_billed.sort_by(|a, b| {
+            b.billed_usd
+                .total_cmp(&a.billed_usd)
+                .then_with(|| a.model.cmp(&b.model))
+                .then_with(|| a.provider.cmp(&b.provider))
+        });
         let stamp = |t: f64| {
             jiff::Timestamp::from_microsecond((t * 1e6) as i64)
                 .map(|ts| ts.to_string())
@@ -222,16 +404,24 @@ impl Builder {
             since: stamp(self.since),
             until: stamp(self.until),
             timezone: self.tz.iana_name().unwrap_or("local").to_string(),
-            totals: self.all.finish(),
+            totals: self.totals,
             by_day,
-            by_model: self.by_model.finish(),
-            by_provider: self.by_provider.finish(),
-            by_sender: self.by_sender.finish(),
-            by_cron_job: self.by_cron_job.finish(),
-            by_session: self.by_session.finish(),
-            provider_billed: Vec::new(),
+            by_model: groups(self.by_model),
+            by_provider: groups(self.by_provider),
+            by_sender: groups(self.by_sender),
+            by_cron_job: groups(self.by_cron_job),
+            by_session,
+            provider_billed,
         }
     }
+}
+
+/// Most expensive first; ties by key so output is stable.
+fn by_cost(a: &Group, b: &Group) -> std::cmp::Ordering {
+    b.totals
+        .cost_usd
+        .total_cmp(&a.totals.cost_usd)
+        .then_with(|| a.key.cmp(&b.key))
 }
 
 /// The calendar day of `at` in `tz`, as `YYYY-MM-DD`.
@@ -240,14 +430,24 @@ pub fn day_of(at: f64, tz: &TimeZone) -> Option<String> {
     Some(ts.to_zoned(tz.clone()).date().to_string())
 }
 
-/// Builds the report of `facts` and the `runs` that started in the window.
+/// Builds the report of `facts` and the `runs` that started in the window
+/// straight from the ledger's rows (what `report` does without rollups):
+/// each run counts as a session and is listed with the facts given for it.
 pub fn build(facts: &[FactRow], runs: &[RunSummary], tz: &TimeZone, since: f64, until: f64) -> Report {
     let mut b = Builder::new(tz, since, until);
+    let mut per_session: BTreeMap<&str, Totals> = BTreeMap::new();
     for f in facts {
-        b.add(f);
+        b.add_fact(f);
+        per_session
+            .entry(f.session_id.as_str())
+            .or_default()
+            .add(&Totals::of_fact(f));
     }
     for r in runs {
-        b.add_session(&r.session_id);
+        b.add(Dim::All, "", r.started_at, &Totals::one_session(), 0.0);
+        let mut totals = per_session.get(r.session_id.as_str()).cloned().unwrap_or_default();
+        totals.sessions = 1;
+        b.add_session(&r.session_id, totals);
     }
     b.finish()
 }
@@ -273,8 +473,20 @@ mod tests {
             cost_usd: cost,
             estimated: false,
             unpriced: false,
-            tool_outcome: (kind == FactKind::ToolCall).then_some(crate::tool_outcome::ToolOutcome::NonzeroExit),
+            tool_outcome: (kind == FactKind::ToolCall).then_some(ToolOutcome::NonzeroExit),
             aux_task: None,
+            provider_estimate_usd: None,
+        }
+    }
+
+    fn run(session: &str, at: f64) -> RunSummary {
+        RunSummary {
+            session_id: session.into(),
+            platform: None,
+            status: "ok".into(),
+            started_at: at,
+            ended_at: None,
+            parent_session_id: None,
         }
     }
 
@@ -286,7 +498,7 @@ mod tests {
             fact(FactKind::ApiError, "b", "m2", 0.0, 86_400.0),
             fact(FactKind::ToolCall, "b", "m2", 0.0, 86_400.0),
         ];
-        let r = build(&facts, &[], &TimeZone::UTC, 0.0, 1e9);
+        let r = build(&facts, &[run("a", 0.0), run("b", 86_000.0)], &TimeZone::UTC, 0.0, 1e9);
         assert_eq!(r.totals.llm_calls, 2);
         assert_eq!(r.totals.input_tokens, 20);
         assert_eq!(r.totals.api_errors, 1);
@@ -299,6 +511,43 @@ mod tests {
         assert_eq!(r.by_model[0].key.as_deref(), Some("m2"));
         let days: Vec<_> = r.by_day.iter().map(|g| g.key.clone().unwrap_or_default()).collect();
         assert_eq!(days, ["1970-01-01", "1970-01-02"]);
+        assert_eq!(
+            r.by_day.iter().map(|g| g.totals.sessions).collect::<Vec<_>>(),
+            [2, 0],
+            "b started on the first day: it counts there"
+        );
+        assert_eq!(r.by_session[0].key.as_deref(), Some("b"));
+        assert_eq!(
+            (r.by_session[0].totals.cost_usd, r.by_session[0].totals.llm_calls),
+            (2.0, 1)
+        );
+    }
+
+    #[test]
+    fn rollup_rows_and_facts_add_up_alike() {
+        // One fact given as a fact, the same as a rollup row per dimension.
+        let mut f = fact(FactKind::LlmCall, "a", "m1", 1.5, 900.0);
+        f.provider_estimate_usd = Some(1.25);
+        let mut by_fact = Builder::new(&TimeZone::UTC, 0.0, 1e9);
+        by_fact.add_fact(&f);
+        let mut by_row = Builder::new(&TimeZone::UTC, 0.0, 1e9);
+        for dim in Dim::ALL {
+            let estimate = if dim == Dim::Billed { 1.25 } else { 0.0 };
+            by_row.add(dim, &dim.key_of(&f), 900.0, &Totals::of_fact(&f), estimate);
+        }
+        let (a, b) = (by_fact.finish(), by_row.finish());
+        assert_eq!(a, b);
+        assert_eq!(a.provider_billed[0].estimate_usd, 1.25);
+        assert_eq!(a.provider_billed[0].provider.as_deref(), Some("p"));
+    }
+
+    #[test]
+    fn dims_round_trip_their_codes() {
+        for dim in Dim::ALL {
+            assert_eq!(Dim::of_code(dim.code()), Some(dim));
+        }
+        assert_eq!(Dim::of_code(6), None);
+        assert_eq!(Dim::of_code(-1), None);
     }
 
     #[test]

@@ -416,7 +416,8 @@ fn a_cost_the_provider_reported_is_the_cost_everywhere_with_the_estimate_beside_
         ),
         total
     ));
-    let rows = s.provider_billed(0.0, 1e12).expect("provider billed");
+    let utc = jiff::tz::TimeZone::UTC;
+    let rows = s.report(&utc, 0.0, 1e12, None).expect("report").provider_billed;
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(
         (rows[0].model.as_deref(), rows[0].llm_calls),
@@ -424,7 +425,11 @@ fn a_cost_the_provider_reported_is_the_cost_everywhere_with_the_estimate_beside_
     );
     assert!(close(rows[0].billed_usd, total) && close(rows[0].estimate_usd, estimate));
     // A window without those calls has nothing to reconcile.
-    assert!(s.provider_billed(0.0, 1.0).expect("empty window").is_empty());
+    assert!(s
+        .report(&utc, 0.0, 1.0, None)
+        .expect("empty window")
+        .provider_billed
+        .is_empty());
 }
 
 #[test]

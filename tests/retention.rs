@@ -235,8 +235,8 @@ fn the_kept_row_counts_equal_the_tables() {
 
 /// A Hermes process with trace export off (no exporter in this bridge)
 /// and the defaults users run: its writer's sweep prunes the journal past
-/// four weeks, folds the metric log, holds the outbox to its cap and
-/// leaves the ledger as it was.
+/// four weeks, folds the metric log, holds the outbox to its cap, builds
+/// report rollups and leaves the ledger as it was.
 #[test]
 fn the_writer_sweep_prunes_folds_and_caps_with_no_exporter() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -263,18 +263,22 @@ fn the_writer_sweep_prunes_folds_and_caps_with_no_exporter() {
         let journal = count(&store, "SELECT COUNT(*) FROM journal");
         let outbox = count(&store, "SELECT COUNT(*) FROM outbox");
         let log = count(&store, "SELECT COUNT(*) FROM metric_log");
+        // Report rollups reach five minutes ago (within a quarter hour).
+        let rolled = store.rolled_until().expect("rollup mark") as f64;
+        let rolled_up = rolled >= hermes_otel::unix_now() - 300.0 - 900.0;
         // The newest journal row stays (its seq is never reused).
-        if journal <= 1 && outbox <= 3 && log == 0 {
+        if journal <= 1 && outbox <= 3 && log == 0 && rolled_up {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "journal {journal}, outbox {outbox}, metric log {log}"
+            "journal {journal}, outbox {outbox}, metric log {log}, rollups up to {rolled}"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
     bridge.shutdown(Duration::from_secs(5));
     assert_eq!(totals(&store), before, "the ledger is untouched");
+    assert!(count(&store, "SELECT COUNT(*) FROM report_rollups WHERE level = 0 AND dim = 0") > 0);
     assert!(store.store_count(pruned::JOURNAL).expect("count") as usize >= 2 * old.applied - 1);
     assert!(
         count(&store, "SELECT COUNT(*) FROM metric_series") > 0,

@@ -343,7 +343,7 @@ fn the_index_and_session_queries_use_indexes() {
     assert!(
         calls
             .iter()
-            .any(|d| d.contains("SEARCH l USING PRIMARY KEY (api_request_id>? AND api_request_id<?)")),
+            .any(|d| d.contains("SEARCH l USING INDEX llm_calls_session (session_id=?)")),
         "{calls:?}"
     );
 }

@@ -123,7 +123,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Rewrite the store file to give back the space retention freed (holds the store's write lock while it runs).
+    /// Build report's rollups, then rewrite the store file to give back the space retention freed (holds the store's write lock while it runs).
     Compact,
     /// Export spans from the store until stopped (one exporter per store).
     Serve(export::ServeArgs),
@@ -318,6 +318,19 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Compact => {
             let home = existing_home(cli.home)?;
             let mut store = Store::open_dir(&home.value)?;
+            // The report rollups a running Hermes builds a few at a time,
+            // all at once (a store filled by `replay`, or upgraded).
+            let mut buckets = 0;
+            loop {
+                let step = store.roll_up(crate::unix_now() - 300.0)?;
+                buckets += step.buckets;
+                if !step.more {
+                    break;
+                }
+            }
+            if buckets > 0 {
+                println!("rolled up {buckets} quarter hours for report");
+            }
             let (before, after) = store.compact()?;
             println!(
                 "compacted {}: {:.1} MB -> {:.1} MB",

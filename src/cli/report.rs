@@ -7,7 +7,7 @@ use jiff::tz::TimeZone;
 
 use super::time;
 use crate::error::{Error, Result};
-use crate::report::{Builder, Group, Report, Totals};
+use crate::report::{Group, Report, Totals};
 use crate::store::Store;
 
 /// The latest time a window can reach (9999-01-01T00:00:00Z).
@@ -68,13 +68,11 @@ pub fn window(args: &ReportArgs) -> Result<Window> {
 
 pub fn run(store: &Store, args: &ReportArgs, window: Window) -> Result<i32> {
     let Window { tz, since, until } = window;
-    // Facts are added up as SQLite yields them: memory follows the groups
-    // the report prints, not the calls in the window.
-    let mut builder = Builder::new(&tz, since, until);
-    store.for_each_fact(since, until, |f| builder.add(&f))?;
-    store.for_each_run_started(since, until, |id| builder.add_session(id))?;
-    let mut report = builder.finish();
-    report.provider_billed = store.provider_billed(since, until)?;
+    // Rollups answer for most of the window (store/rollup.rs): the time
+    // follows the buckets and keys printed, not the calls in the window.
+    // The human form lists only the sessions it shows.
+    let top = (!args.json).then_some(args.limit);
+    let report = store.report(&tz, since, until, top)?;
     if args.json {
         let text = serde_json::to_string_pretty(&report).map_err(|e| Error::Other(e.to_string()))?;
         println!("{text}");
@@ -134,7 +132,13 @@ pub fn render(r: &Report, limit: usize) -> String {
             continue;
         }
         out.push('\n');
-        table(&mut out, title, groups, limit);
+        // The human form's report holds only the sessions it shows.
+        let total = if title == "session" {
+            groups.len().max(usize::try_from(r.totals.sessions).unwrap_or(0))
+        } else {
+            groups.len()
+        };
+        table(&mut out, title, groups, total, limit);
     }
     if !r.provider_billed.is_empty() {
         out.push('\n');
@@ -187,7 +191,7 @@ fn provider_billed(out: &mut String, rows: &[crate::store::ProviderBilled]) {
     }
 }
 
-fn table(out: &mut String, title: &str, groups: &[Group], limit: usize) {
+fn table(out: &mut String, title: &str, groups: &[Group], total: usize, limit: usize) {
     let headers = [
         "cost $", "input", "output", "cache r", "cache w", "reason", "calls", "aux", "errors", "tools", "failed",
         "nonzero",
@@ -237,7 +241,7 @@ fn table(out: &mut String, title: &str, groups: &[Group], limit: usize) {
         }
         out.push('\n');
     }
-    if groups.len() > limit {
-        let _ = writeln!(out, "... {} more (--limit)", groups.len() - limit);
+    if total > shown.len() {
+        let _ = writeln!(out, "... {} more (--limit)", total - shown.len());
     }
 }

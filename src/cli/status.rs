@@ -113,6 +113,8 @@ struct RetentionState {
     content: i64,
     refused: i64,
     horizon: Option<f64>,
+    /// How far `report`'s rollups hold (Unix seconds, 0: not yet).
+    rolled_until: i64,
 }
 
 fn retention_state(store: &Store) -> Result<RetentionState> {
@@ -128,6 +130,7 @@ fn retention_state(store: &Store) -> Result<RetentionState> {
         content: store.store_count(pruned::CONTENT)?,
         refused: store.store_count(pruned::REFUSED)?,
         horizon: store.journal_horizon()?,
+        rolled_until: store.rolled_until()?,
     })
 }
 
@@ -144,6 +147,7 @@ impl RetentionState {
             "pruned": { "journal": self.journal, "outbox": self.outbox, "content": self.content },
             "refused_too_old": self.refused,
             "journal_horizon": self.horizon,
+            "report_rolled_until": self.rolled_until,
         })
     }
 
@@ -165,6 +169,14 @@ impl RetentionState {
                 "  horizon       events before {at} are refused ({} so far): their keys were pruned",
                 self.refused
             );
+        }
+        let rolled = jiff::Timestamp::from_second(self.rolled_until)
+            .map(|t| t.to_string())
+            .unwrap_or_default();
+        if self.rolled_until > 0 {
+            println!("  rollups       report sums up to {rolled}; later calls are read from the ledger");
+        } else {
+            println!("  rollups       none yet: report reads the ledger (a running Hermes builds them)");
         }
     }
 }

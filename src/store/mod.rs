@@ -34,6 +34,7 @@ mod metrics;
 mod outbox;
 mod report;
 mod retention;
+mod rollup;
 mod run_memo;
 mod session_view;
 mod trace_view;
@@ -53,6 +54,7 @@ pub use outbox::{
 };
 pub use report::{FactKind, FactRow, ProviderBilled, RunSummary, StoreCounts};
 pub use retention::pruned;
+pub use rollup::RollupStep;
 pub use session_view::{SessionTotals, SpendTotals};
 pub use trace_view::{SessionFilter, SessionListRow, SessionListTotals, SessionSort, TraceRows};
 
@@ -80,6 +82,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0009_provider_cost.sql"),
     include_str!("migrations/0010_fleet.sql"),
     include_str!("migrations/0011_retention.sql"),
+    include_str!("migrations/0012_report_rollups.sql"),
 ];
 
 /// The schema version this build writes.
@@ -213,6 +216,18 @@ impl Store {
             .expect("plan")
             .collect::<std::result::Result<_, _>>()
             .expect("rows")
+    }
+
+    /// Panics unless every step of `sql`'s plan reads through an index
+    /// (SQLite's `SCAN` of a table is a read of all of it).
+    #[cfg(test)]
+    fn assert_indexed(&self, sql: &str) {
+        let steps = self.query_plan(sql, "1");
+        let scans: Vec<&String> = steps
+            .iter()
+            .filter(|s| s.starts_with("SCAN") && s.as_str() != "SCAN CONSTANT ROW")
+            .collect();
+        assert!(scans.is_empty(), "{sql}\n{steps:?}");
     }
 }
 

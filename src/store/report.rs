@@ -5,65 +5,44 @@ use rusqlite::{params, OptionalExtension};
 use super::Store;
 use crate::error::Result;
 
-/// What a fact row records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FactKind {
-    /// A successful LLM API call (tokens and cost).
-    LlmCall,
-    /// A failed attempt of an LLM API call.
-    ApiError,
-    /// A tool call that finished.
-    ToolCall,
+/// Hands every fact in `[since, until)` to `each`, one row at a time.
+pub(super) fn for_each_fact(
+    conn: &rusqlite::Connection,
+    since: f64,
+    until: f64,
+    mut each: impl FnMut(FactRow),
+) -> Result<()> {
+    let mut stmt = conn.prepare_cached(&FACTS)?;
+    let rows = stmt.query_map(params![since, until], fact_row)?;
+    for row in rows {
+        each(row?);
+    }
+    Ok(())
 }
 
-/// One LLM call, API error or finished tool call, with the attributes a
-/// report groups by. Sender and cron job are the root session's, so a
-/// subagent's spend rolls up to whoever started the work.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FactRow {
-    pub kind: FactKind,
-    pub at: f64,
-    pub session_id: String,
-    pub model: Option<String>,
-    pub provider: Option<String>,
-    pub sender_id: Option<String>,
-    pub cron_job_id: Option<String>,
-    pub input_tokens: i64,
-    pub output_tokens: i64,
-    pub cache_read_tokens: i64,
-    pub cache_write_tokens: i64,
-    pub reasoning_tokens: i64,
-    pub cost_usd: f64,
-    pub estimated: bool,
-    pub unpriced: bool,
-    /// For tool calls: how it ended (the definition spans and metrics use).
-    pub tool_outcome: Option<crate::tool_outcome::ToolOutcome>,
-    /// For LLM calls: the auxiliary task of an auxiliary call.
-    pub aux_task: Option<String>,
+use crate::report::{Builder, Dim, Report, Totals};
+pub use crate::report::{FactKind, FactRow, ProviderBilled, RunSummary};
+
+/// Runs, most expensive first, with when they started.
+pub(super) const RUNS_BY_COST: &str =
+    "SELECT session_id, started_at FROM runs INDEXED BY runs_cost ORDER BY cost_usd DESC";
+
+/// A cost that sorts most expensive first.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Costlier(f64);
+
+impl Eq for Costlier {}
+
+impl PartialOrd for Costlier {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
-/// The calls of one model and provider that the provider billed itself,
-/// beside what the price table estimated for the same usage.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct ProviderBilled {
-    pub model: Option<String>,
-    pub provider: Option<String>,
-    pub llm_calls: i64,
-    /// What the provider reported it billed.
-    pub billed_usd: f64,
-    /// What the price table gives for the same tokens.
-    pub estimate_usd: f64,
-}
-
-/// A run, as `report` lists sessions.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunSummary {
-    pub session_id: String,
-    pub platform: Option<String>,
-    pub status: String,
-    pub started_at: f64,
-    pub ended_at: Option<f64>,
-    pub parent_session_id: Option<String>,
+impl Ord for Costlier {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other.0.total_cmp(&self.0)
+    }
 }
 
 /// Row counts per table, for `status`.
@@ -79,27 +58,85 @@ pub struct StoreCounts {
     pub decode_problems: i64,
 }
 
+/// The facts each arm's condition selects (`l` an LLM call, `e` a failed
+/// attempt, `t` a tool call), with the columns [`fact_row`] reads.
+fn facts_sql(llm: &str, error: &str, tool: &str) -> String {
+    format!(
+        "SELECT 0, l.ended_at, l.session_id, l.model, l.provider, root.sender_id, root.cron_job_id,
+                l.input_tokens, l.output_tokens, l.cache_read_tokens, l.cache_write_tokens, l.reasoning_tokens,
+                l.cost_usd, l.estimated, l.cost_source = 'unknown', NULL, NULL, NULL, l.aux_task,
+                CASE WHEN l.cost_source = 'provider' THEN COALESCE(l.estimate_usd, l.cost_usd) END
+           FROM llm_calls l JOIN runs r ON r.session_id = l.session_id
+           JOIN runs root ON root.session_id = r.root_session_id
+          WHERE {llm}
+         UNION ALL
+         SELECT 1, e.ended_at, e.session_id, e.model, e.provider, root.sender_id, root.cron_job_id,
+                0, 0, 0, 0, 0, 0.0, 0, 0, NULL, NULL, NULL, NULL, NULL
+           FROM llm_call_errors e JOIN runs r ON r.session_id = e.session_id
+           JOIN runs root ON root.session_id = r.root_session_id
+          WHERE {error}
+         UNION ALL
+         SELECT 2, t.ended_at, t.session_id, r.model, r.provider, root.sender_id, root.cron_job_id,
+                0, 0, 0, 0, 0, 0.0, 0, 0, t.status, t.ok, t.exit_code, NULL, NULL
+           FROM tool_calls t JOIN runs r ON r.session_id = t.session_id
+           JOIN runs root ON root.session_id = r.root_session_id
+          WHERE t.ended_at IS NOT NULL AND t.proxy = 0 AND {tool}"
+    )
+}
+
 /// Every fact that ended in `[?1, ?2)`; each arm reads its table's index
 /// on when rows ended, so a window costs what it holds.
-pub(super) const FACTS: &str = "
-            SELECT 0, l.ended_at, l.session_id, l.model, l.provider, root.sender_id, root.cron_job_id,
-                   l.input_tokens, l.output_tokens, l.cache_read_tokens, l.cache_write_tokens, l.reasoning_tokens,
-                   l.cost_usd, l.estimated, l.cost_source = 'unknown', NULL, NULL, NULL, l.aux_task
-              FROM llm_calls l JOIN runs r ON r.session_id = l.session_id
-              JOIN runs root ON root.session_id = r.root_session_id
-             WHERE l.ended_at >= ?1 AND l.ended_at < ?2
-            UNION ALL
-            SELECT 1, e.ended_at, e.session_id, e.model, e.provider, root.sender_id, root.cron_job_id,
-                   0, 0, 0, 0, 0, 0.0, 0, 0, NULL, NULL, NULL, NULL
-              FROM llm_call_errors e JOIN runs r ON r.session_id = e.session_id
-              JOIN runs root ON root.session_id = r.root_session_id
-             WHERE e.ended_at >= ?1 AND e.ended_at < ?2
-            UNION ALL
-            SELECT 2, t.ended_at, t.session_id, r.model, r.provider, root.sender_id, root.cron_job_id,
-                   0, 0, 0, 0, 0, 0.0, 0, 0, t.status, t.ok, t.exit_code, NULL
-              FROM tool_calls t JOIN runs r ON r.session_id = t.session_id
-              JOIN runs root ON root.session_id = r.root_session_id
-             WHERE t.ended_at IS NOT NULL AND t.ended_at >= ?1 AND t.ended_at < ?2 AND t.proxy = 0";
+pub(super) static FACTS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    facts_sql(
+        "l.ended_at >= ?1 AND l.ended_at < ?2",
+        "e.ended_at >= ?1 AND e.ended_at < ?2",
+        "t.ended_at >= ?1 AND t.ended_at < ?2",
+    )
+});
+
+/// Every fact of session `?1`, through each table's session index.
+pub(super) static SESSION_FACTS: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| facts_sql("l.session_id = ?1", "e.session_id = ?1", "t.session_id = ?1"));
+
+/// A fact from a row of [`facts_sql`]'s columns.
+pub(super) fn fact_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<FactRow> {
+    let kind = match r.get::<_, i64>(0)? {
+        0 => FactKind::LlmCall,
+        1 => FactKind::ApiError,
+        _ => FactKind::ToolCall,
+    };
+    let tool_outcome = if kind == FactKind::ToolCall {
+        let status: Option<String> = r.get(15)?;
+        Some(crate::tool_outcome::ToolOutcome::of(
+            true,
+            status.as_deref(),
+            r.get(16)?,
+            r.get(17)?,
+        ))
+    } else {
+        None
+    };
+    Ok(FactRow {
+        kind,
+        at: r.get(1)?,
+        session_id: r.get(2)?,
+        model: r.get(3)?,
+        provider: r.get(4)?,
+        sender_id: r.get(5)?,
+        cron_job_id: r.get(6)?,
+        input_tokens: r.get(7)?,
+        output_tokens: r.get(8)?,
+        cache_read_tokens: r.get(9)?,
+        cache_write_tokens: r.get(10)?,
+        reasoning_tokens: r.get(11)?,
+        cost_usd: r.get(12)?,
+        estimated: r.get(13)?,
+        unpriced: r.get(14)?,
+        tool_outcome,
+        aux_task: r.get(18)?,
+        provider_estimate_usd: r.get(19)?,
+    })
+}
 
 /// The columns of a [`RunSummary`], in [`run_summary`]'s order.
 const RUN_SUMMARY: &str = "SELECT session_id, platform, status, started_at, ended_at, parent_session_id FROM runs";
@@ -116,25 +153,96 @@ fn run_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
 }
 
 impl Store {
-    /// The calls in `[since, until)` whose cost the provider reported, by
-    /// model and provider, most billed first.
-    pub fn provider_billed(&self, since: f64, until: f64) -> Result<Vec<ProviderBilled>> {
-        let mut stmt = self.conn().prepare_cached(
-            "SELECT model, provider, COUNT(*), SUM(cost_usd), SUM(COALESCE(estimate_usd, cost_usd))
-               FROM llm_calls INDEXED BY llm_calls_provider_billed
-              WHERE cost_source = 'provider' AND ended_at >= ?1 AND ended_at < ?2
-              GROUP BY model, provider ORDER BY 4 DESC, 1, 2",
-        )?;
-        let rows = stmt.query_map(params![since, until], |r| {
-            Ok(ProviderBilled {
-                model: r.get(0)?,
-                provider: r.get(1)?,
-                llm_calls: r.get(2)?,
-                billed_usd: r.get(3)?,
-                estimate_usd: r.get(4)?,
-            })
-        })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    /// The report of `[since, until)`, days counted in `tz`, listing all
+    /// sessions that started in it (`top: None`) or the `top` most
+    /// expensive. Rollups answer for the buckets below their mark, the
+    /// ledger for the rest (the window's first part quarter hour, and what
+    /// the sweep has not rolled up yet).
+    pub fn report(&self, tz: &jiff::tz::TimeZone, since: f64, until: f64, top: Option<usize>) -> Result<Report> {
+        use super::rollup::{ceil_to, floor_to, QUARTER};
+        let conn = self.conn();
+        let mut builder = Builder::new(tz, since, until);
+        // Sessions that started in the window, for choosing how to list them.
+        let mut sessions = 0;
+        let mut add = |bucket: i64, dim: Dim, key: &str, t: &Totals, estimate: f64| {
+            if dim == Dim::All {
+                sessions += t.sessions;
+            }
+            builder.add(dim, key, bucket as f64, t, estimate);
+        };
+        let rolled_from = ceil_to(since, QUARTER);
+        let rolled_to = floor_to(until, QUARTER).min(super::rollup::rolled_until(conn)?);
+        let mut ledger_parts = vec![(since, until)];
+        if rolled_from < rolled_to {
+            ledger_parts = vec![(since, rolled_from as f64), (rolled_to as f64, until)];
+            super::rollup::for_each_rolled(conn, rolled_from, rolled_to, &mut add)?;
+        }
+        for (from, to) in ledger_parts {
+            if from < to {
+                for ((bucket, dim, key), (t, estimate)) in super::rollup::gather(conn, from, to)? {
+                    add(bucket, dim, &key, &t, estimate);
+                }
+            }
+        }
+        for session in self.sessions_started(since, until, sessions, top)? {
+            let mut totals = Totals::one_session();
+            let mut stmt = conn.prepare_cached(&SESSION_FACTS)?;
+            for fact in stmt.query_map(params![session], fact_row)? {
+                totals.add(&Totals::of_fact(&fact?));
+            }
+            builder.add_session(&session, totals);
+        }
+        Ok(builder.finish())
+    }
+
+    /// The sessions that started in `[since, until)` (`count` of them):
+    /// all, or the `top` most expensive. For the few most expensive of a
+    /// long window it walks runs by cost and keeps those of the window,
+    /// which reads about `top × runs / count` rows, when that is fewer than
+    /// the window's `count`.
+    fn sessions_started(&self, since: f64, until: f64, count: i64, top: Option<usize>) -> Result<Vec<String>> {
+        let conn = self.conn();
+        let Some(top) = top else {
+            let mut out = Vec::new();
+            self.for_each_run_started(since, until, |id| out.push(id.to_string()))?;
+            return Ok(out);
+        };
+        if top == 0 || count == 0 {
+            return Ok(Vec::new());
+        }
+        let runs = self.store_count("runs")?.max(1);
+        let walk = (top as i64).saturating_mul(runs) / count.max(1);
+        let mut out = Vec::with_capacity(top);
+        if walk < count {
+            let mut stmt = conn.prepare_cached(RUNS_BY_COST)?;
+            let mut rows = stmt.query([])?;
+            while let Some(r) = rows.next()? {
+                let at: f64 = r.get(1)?;
+                if at >= since && at < until {
+                    out.push(r.get(0)?);
+                    if out.len() == top {
+                        break;
+                    }
+                }
+            }
+            return Ok(out);
+        }
+        // The window's runs, keeping the `top` most expensive (ties by id).
+        let mut best: std::collections::BTreeSet<(Costlier, String)> = std::collections::BTreeSet::new();
+        let mut stmt =
+            conn.prepare_cached("SELECT session_id, cost_usd FROM runs WHERE started_at >= ?1 AND started_at < ?2")?;
+        let mut rows = stmt.query(params![since, until])?;
+        while let Some(r) = rows.next()? {
+            let entry = (Costlier(r.get(1)?), r.get::<_, String>(0)?);
+            if best.len() < top {
+                best.insert(entry);
+            } else if best.last().is_some_and(|worst| entry < *worst) {
+                best.insert(entry);
+                best.pop_last();
+            }
+        }
+        out.extend(best.into_iter().map(|(_, id)| id));
+        Ok(out)
     }
 
     /// Every fact in `[since, until)`, by the time it ended.
@@ -145,50 +253,9 @@ impl Store {
     }
 
     /// Hands every fact in `[since, until)` to `each`, one row at a time,
-    /// holding none (`report` adds them up as they come).
-    pub fn for_each_fact(&self, since: f64, until: f64, mut each: impl FnMut(FactRow)) -> Result<()> {
-        let mut stmt = self.conn().prepare_cached(FACTS)?;
-        let rows = stmt.query_map(params![since, until], |r| {
-            let kind = match r.get::<_, i64>(0)? {
-                0 => FactKind::LlmCall,
-                1 => FactKind::ApiError,
-                _ => FactKind::ToolCall,
-            };
-            let tool_outcome = if kind == FactKind::ToolCall {
-                let status: Option<String> = r.get(15)?;
-                Some(crate::tool_outcome::ToolOutcome::of(
-                    true,
-                    status.as_deref(),
-                    r.get(16)?,
-                    r.get(17)?,
-                ))
-            } else {
-                None
-            };
-            Ok(FactRow {
-                kind,
-                at: r.get(1)?,
-                session_id: r.get(2)?,
-                model: r.get(3)?,
-                provider: r.get(4)?,
-                sender_id: r.get(5)?,
-                cron_job_id: r.get(6)?,
-                input_tokens: r.get(7)?,
-                output_tokens: r.get(8)?,
-                cache_read_tokens: r.get(9)?,
-                cache_write_tokens: r.get(10)?,
-                reasoning_tokens: r.get(11)?,
-                cost_usd: r.get(12)?,
-                estimated: r.get(13)?,
-                unpriced: r.get(14)?,
-                tool_outcome,
-                aux_task: r.get(18)?,
-            })
-        })?;
-        for row in rows {
-            each(row?);
-        }
-        Ok(())
+    /// holding none.
+    pub fn for_each_fact(&self, since: f64, until: f64, each: impl FnMut(FactRow)) -> Result<()> {
+        for_each_fact(self.conn(), since, until, each)
     }
 
     /// Runs that started in `[since, until)`, oldest first.
@@ -257,17 +324,13 @@ mod tests {
         let store = Store::open(&dir.path().join("plan.db")).expect("open");
         let runs_started = format!("{RUN_SUMMARY} WHERE started_at >= ?1 AND started_at < ?2 ORDER BY started_at");
         for sql in [
-            FACTS,
+            FACTS.as_str(),
+            SESSION_FACTS.as_str(),
             runs_started.as_str(),
             super::super::outbox::HISTORY,
             "SELECT n FROM store_counts WHERE name = ?1",
         ] {
-            let steps = store.query_plan(sql, "1");
-            let scans: Vec<&String> = steps
-                .iter()
-                .filter(|s| s.starts_with("SCAN") && s.as_str() != "SCAN CONSTANT ROW")
-                .collect();
-            assert!(scans.is_empty(), "{sql}\n{steps:?}");
+            store.assert_indexed(sql);
         }
     }
 }

@@ -6,16 +6,12 @@
 //! request. Must not touch: writes of any kind, span building (that is
 //! [`crate::span`], fed with these rows by [`crate::trace`]).
 //!
-//! # Finding a session's rows without new indexes
+//! # Finding a session's rows
 //!
-//! Every index is paid for on the hook path, and `llm_calls` and
-//! `api_requests` have none on `session_id`. Hermes 0.19.0 builds
-//! `api_request_id` as `{session_id}:{task}:{n}:api:{k}`, so a session's
-//! calls are a range of the primary key (`session_id || ':'` up to
-//! `session_id || ';'`, `;` being the byte after `:`). The run's own
-//! `llm_calls` total (an invariant of the ledger) tells whether the range
-//! found them all; if not (ids of another shape), the query falls back to
-//! a scan, so the answer is always complete.
+//! Each ledger table is read through an index on the session
+//! (`llm_calls_session` since schema 12, which `report` needs too; before
+//! it, a key range of Hermes's `api_request_id`, whose shape nothing
+//! promises, with a scan as the fallback).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -223,30 +219,16 @@ impl Store {
     fn session_rows(&self, run: &RunRow, out: &mut TraceRows) -> Result<()> {
         let conn = self.conn();
         let sid = run.session_id.as_str();
-        let (lo, hi) = (format!("{sid}:"), format!("{sid};"));
         let mut stmt = conn.prepare_cached(&format!("{TURN_SELECT} WHERE session_id = ?1 ORDER BY started_at"))?;
         for t in stmt.query_map(params![sid], turn_of)? {
             out.turns.push(t?);
         }
 
-        // Successful calls: the key range, else (ids of another shape) a scan.
-        let expected: i64 = conn.query_row("SELECT llm_calls FROM runs WHERE session_id = ?1", params![sid], |r| {
-            r.get(0)
-        })?;
+        // Successful calls, through `llm_calls_session`.
         let mut calls = Vec::new();
-        let mut stmt = conn.prepare_cached(&format!(
-            "{LLM_CALL_SELECT} WHERE l.api_request_id >= ?2 AND l.api_request_id < ?3 AND l.session_id = ?1"
-        ))?;
-        for a in stmt.query_map(params![sid, lo, hi], llm_call_of)? {
+        let mut stmt = conn.prepare_cached(&format!("{LLM_CALL_SELECT} WHERE l.session_id = ?1"))?;
+        for a in stmt.query_map(params![sid], llm_call_of)? {
             calls.push(a?);
-        }
-        let ranged = calls.len() as i64 >= expected;
-        if !ranged {
-            calls.clear();
-            let mut stmt = conn.prepare_cached(&format!("{LLM_CALL_SELECT} WHERE l.session_id = ?1"))?;
-            for a in stmt.query_map(params![sid], llm_call_of)? {
-                calls.push(a?);
-            }
         }
         out.attempts.extend(calls);
 
@@ -286,21 +268,13 @@ impl Store {
 
         // Attempts begun and never answered (in flight, or left by a dead
         // process): more pre_api_request calls than results.
-        let open_sql = if ranged {
-            format!(
-                "{OPEN_ATTEMPT_SELECT} WHERE a.api_request_id >= ?2 AND a.api_request_id < ?3 AND a.session_id = ?1
-                 {OPEN_ATTEMPT_FILTER}
-                   AND a.attempts > (SELECT COUNT(*) FROM llm_call_errors e WHERE e.api_request_id = a.api_request_id)"
-            )
-        } else {
-            format!(
-                "{OPEN_ATTEMPT_SELECT} WHERE a.session_id = ?1 AND ?2 IS NOT NULL AND ?3 IS NOT NULL
-                 {OPEN_ATTEMPT_FILTER}
-                   AND a.attempts > (SELECT COUNT(*) FROM llm_call_errors e WHERE e.api_request_id = a.api_request_id)"
-            )
-        };
+        let open_sql = format!(
+            "{OPEN_ATTEMPT_SELECT} WHERE a.session_id = ?1
+             {OPEN_ATTEMPT_FILTER}
+               AND a.attempts > (SELECT COUNT(*) FROM llm_call_errors e WHERE e.api_request_id = a.api_request_id)"
+        );
         let mut stmt = conn.prepare_cached(&open_sql)?;
-        for a in stmt.query_map(params![sid, lo, hi], open_attempt_of)? {
+        for a in stmt.query_map(params![sid], open_attempt_of)? {
             out.attempts.push(a?);
         }
 
@@ -412,31 +386,32 @@ impl Store {
             &args,
         )?;
         let text = |s: &str| rusqlite::types::Value::Text(s.to_string());
-        let sid = [text("s"), text("s:"), text("s;")];
+        let sid = [text("s")];
         plan(
             "turns",
             &format!("{TURN_SELECT} WHERE session_id = ?1 ORDER BY started_at"),
-            &sid[..1],
-        )?;
-        plan(
-            "llm_calls",
-            &format!("{LLM_CALL_SELECT} WHERE l.api_request_id >= ?2 AND l.api_request_id < ?3 AND l.session_id = ?1"),
             &sid,
         )?;
+        plan("llm_calls", &format!("{LLM_CALL_SELECT} WHERE l.session_id = ?1"), &sid)?;
         plan(
             "errors",
             &format!("{LLM_ERROR_SELECT} WHERE turn_id IN (SELECT turn_id FROM turns WHERE session_id = ?1)"),
-            &sid[..1],
+            &sid,
         )?;
         plan(
             "tools",
             &format!("{TOOL_SELECT} WHERE session_id = ?1 AND proxy = 0"),
-            &sid[..1],
+            &sid,
+        )?;
+        plan(
+            "open attempts",
+            &format!("{OPEN_ATTEMPT_SELECT} WHERE a.session_id = ?1 {OPEN_ATTEMPT_FILTER}"),
+            &sid,
         )?;
         plan(
             "children",
             "SELECT child_session_id FROM subagent_edges WHERE parent_session_id = ?1",
-            &sid[..1],
+            &sid,
         )?;
         Ok(out)
     }

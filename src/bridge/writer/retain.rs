@@ -17,6 +17,10 @@ const FOLD_STEP: usize = 200;
 const VACUUM_KEEP_PAGES: i64 = 4096;
 const VACUUM_STEP_PAGES: i64 = 512;
 
+/// How long after a quarter hour ends its report rollup is built: calls
+/// still being applied land in it meanwhile.
+const ROLLUP_LAG_SECONDS: f64 = 300.0;
+
 /// When the first retention step runs after the writer starts: not
 /// before the recovery and first commits a short-lived process (`hermes
 /// -z`) is there for, but soon enough that such processes still prune.
@@ -91,6 +95,15 @@ impl Writer {
                 (0, false)
             }
         };
+        // Report rollups, up to five minutes ago: later quarter hours still
+        // take facts (a late one moves the mark back; see store/rollup.rs).
+        let rolled = match store.roll_up(now - ROLLUP_LAG_SECONDS) {
+            Ok(step) => step,
+            Err(e) => {
+                shared.message("Writer.RetentionFailed", format!("rolling up the report failed: {e}"));
+                crate::store::RollupStep::default()
+            }
+        };
         // What was freed goes back to the file system, a few MiB a step.
         let vacuumed = match store.vacuum_step(VACUUM_KEEP_PAGES, VACUUM_STEP_PAGES) {
             Ok(n) => n,
@@ -99,12 +112,13 @@ impl Writer {
                 0
             }
         };
-        let worked = journal + expired + capped + content + folded > 0 || vacuumed > 0;
+        let worked = journal + expired + capped + content + folded + rolled.buckets > 0 || vacuumed > 0;
         let more = journal == RETAIN_BATCH
             || expired == RETAIN_BATCH
             || capped == RETAIN_BATCH
             || (content_more && content > 0)
             || fold_more
+            || rolled.more
             || vacuumed == VACUUM_STEP_PAGES;
         (worked, more)
     }

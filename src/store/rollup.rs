@@ -1,0 +1,364 @@
+//! Report rollups (issue 18): the sums `report` prints, per quarter hour
+//! and per UTC day, so a report reads a row per key and bucket rather than
+//! every fact of its window.
+//!
+//! Owns: filling `report_rollups` from the ledger ([`Store::roll_up`], a
+//! few buckets a transaction from the writer's sweep, never from a hook),
+//! gathering a stretch of the ledger into the same sums ([`gather`]) and
+//! reading rollup rows back ([`for_each_rolled`]). Must not touch: the
+//! ledger, which stays the truth: rollups are rebuilt from it.
+//!
+//! # Why they are never stale where they are read
+//!
+//! `report_rollup_state.until` marks how far the rollups hold. Triggers
+//! (migration 0012) move the mark back to the bucket of any fact or run
+//! that changes before it, in the transaction that changes it, so every
+//! bucket below the mark was rebuilt after the ledger's last change to it.
+//! Readers use rollups below the mark only and the ledger for the rest.
+//! Each day row is rebuilt from its quarter-hour rows once the mark has
+//! passed the day's end.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+use super::Store;
+use crate::error::Result;
+use crate::report::{Dim, Totals};
+
+/// A quarter hour: the finest bucket. Every time zone's offset is a whole
+/// number of quarter hours, so any zone's days are unions of buckets.
+pub const QUARTER: i64 = 900;
+/// A UTC day: the coarse bucket.
+pub const DAY: i64 = 86_400;
+
+/// The bucket level of quarter hours and of days in `report_rollups`.
+const LEVEL_QUARTER: i64 = 0;
+const LEVEL_DAY: i64 = 1;
+
+/// How long a roll-up step may hold the write lock, about: it stops after
+/// the bucket that passes this.
+const STEP_BUDGET: Duration = Duration::from_millis(4);
+
+/// The start of the bucket of `size` seconds that holds `at`.
+pub fn floor_to(at: f64, size: i64) -> i64 {
+    (at / size as f64).floor() as i64 * size
+}
+
+/// The start of the first bucket of `size` seconds at or after `at`.
+pub fn ceil_to(at: f64, size: i64) -> i64 {
+    (at / size as f64).ceil() as i64 * size
+}
+
+/// One rollup row's sums, keyed by quarter hour, dimension and key.
+pub type Gathered = BTreeMap<(i64, Dim, String), (Totals, f64)>;
+
+/// What one [`Store::roll_up`] call did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RollupStep {
+    /// Quarter hours rebuilt.
+    pub buckets: usize,
+    /// Whether buckets before the horizon are still to do.
+    pub more: bool,
+}
+
+/// The sums of everything in `[since, until)`, per quarter hour and key:
+/// facts by when they ended, sessions where they began (see
+/// `crate::report`'s module docs).
+pub(super) fn gather(conn: &Connection, since: f64, until: f64) -> Result<Gathered> {
+    let mut out = Gathered::new();
+    let mut add = |bucket: i64, dim: Dim, key: &str, totals: &Totals, estimate: f64| match out.get_mut(&(
+        bucket,
+        dim,
+        key.to_string(),
+    )) {
+        Some(entry) => {
+            entry.0.add(totals);
+            entry.1 += estimate;
+        }
+        None => {
+            out.insert((bucket, dim, key.to_string()), (totals.clone(), estimate));
+        }
+    };
+    // The first fact of each session with a model or provider in the
+    // stretch: it begins that session there unless an earlier one did.
+    let mut firsts: BTreeMap<(Dim, String, String), f64> = BTreeMap::new();
+    super::report::for_each_fact(conn, since, until, |f| {
+        let bucket = floor_to(f.at, QUARTER);
+        let totals = Totals::of_fact(&f);
+        for dim in [Dim::All, Dim::Model, Dim::Provider, Dim::Sender, Dim::CronJob] {
+            add(bucket, dim, &dim.key_of(&f), &totals, 0.0);
+        }
+        if let Some(estimate) = f.provider_estimate_usd {
+            add(bucket, Dim::Billed, &Dim::Billed.key_of(&f), &totals, estimate);
+        }
+        for dim in [Dim::Model, Dim::Provider] {
+            let at = firsts
+                .entry((dim, dim.key_of(&f).into_owned(), f.session_id.clone()))
+                .or_insert(f.at);
+            *at = at.min(f.at);
+        }
+    })?;
+    for ((dim, key, session), at) in firsts {
+        if !used_before(conn, dim, &key, &session, at)? {
+            add(floor_to(at, QUARTER), dim, &key, &Totals::one_session(), 0.0);
+        }
+    }
+    let mut stmt = conn.prepare_cached(STARTED)?;
+    let mut rows = stmt.query(params![since, until])?;
+    while let Some(r) = rows.next()? {
+        let bucket = floor_to(r.get(0)?, QUARTER);
+        let sender: Option<String> = r.get(1)?;
+        let cron: Option<String> = r.get(2)?;
+        let one = Totals::one_session();
+        add(bucket, Dim::All, "", &one, 0.0);
+        add(bucket, Dim::Sender, sender.as_deref().unwrap_or(""), &one, 0.0);
+        add(bucket, Dim::CronJob, cron.as_deref().unwrap_or(""), &one, 0.0);
+    }
+    Ok(out)
+}
+
+/// Runs that started in `[?1, ?2)`, with their root's sender and cron job.
+const STARTED: &str = "SELECT r.started_at, root.sender_id, root.cron_job_id
+       FROM runs r JOIN runs root ON root.session_id = r.root_session_id
+      WHERE r.started_at >= ?1 AND r.started_at < ?2";
+
+/// Whether session `?2` has a fact with model (or provider) `?1` ('' for
+/// none) that ended before `?3`. Tool calls count under their run's.
+const USED_MODEL_BEFORE: &str = "SELECT
+        EXISTS (SELECT 1 FROM llm_calls WHERE session_id = ?2 AND ended_at < ?3 AND COALESCE(model, '') = ?1)
+     OR EXISTS (SELECT 1 FROM llm_call_errors WHERE session_id = ?2 AND ended_at < ?3 AND COALESCE(model, '') = ?1)
+     OR EXISTS (SELECT 1 FROM tool_calls t JOIN runs r ON r.session_id = t.session_id
+                 WHERE t.session_id = ?2 AND t.proxy = 0 AND t.ended_at < ?3 AND COALESCE(r.model, '') = ?1)";
+const USED_PROVIDER_BEFORE: &str = "SELECT
+        EXISTS (SELECT 1 FROM llm_calls WHERE session_id = ?2 AND ended_at < ?3 AND COALESCE(provider, '') = ?1)
+     OR EXISTS (SELECT 1 FROM llm_call_errors WHERE session_id = ?2 AND ended_at < ?3 AND COALESCE(provider, '') = ?1)
+     OR EXISTS (SELECT 1 FROM tool_calls t JOIN runs r ON r.session_id = t.session_id
+                 WHERE t.session_id = ?2 AND t.proxy = 0 AND t.ended_at < ?3 AND COALESCE(r.provider, '') = ?1)";
+
+fn used_before(conn: &Connection, dim: Dim, key: &str, session: &str, at: f64) -> Result<bool> {
+    let sql = if dim == Dim::Model {
+        USED_MODEL_BEFORE
+    } else {
+        USED_PROVIDER_BEFORE
+    };
+    Ok(conn
+        .prepare_cached(sql)?
+        .query_row(params![key, session, at], |r| r.get(0))?)
+}
+
+/// The columns of a rollup row after its key, in [`Totals`] order.
+const SUMS: &str = "cost_usd, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens,
+     llm_calls, estimated_llm_calls, unpriced_llm_calls, aux_llm_calls, aux_cost_usd, api_errors, tool_calls,
+     tool_failures, tool_nonzero_exits, sessions, estimate_usd";
+
+/// Rollup rows of `level` with buckets in `[?1, ?2)`; `?3` is 1 for the
+/// whole-store dimension only, 0 for every other.
+static ROLLED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT bucket, dim, key, {SUMS} FROM report_rollups
+          WHERE level = ?4 AND bucket >= ?1 AND bucket < ?2 AND (dim = 0) = (?3 = 1)"
+    )
+});
+
+fn totals_at(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<(Totals, f64)> {
+    let totals = Totals {
+        cost_usd: r.get(first)?,
+        input_tokens: r.get(first + 1)?,
+        output_tokens: r.get(first + 2)?,
+        cache_read_tokens: r.get(first + 3)?,
+        cache_write_tokens: r.get(first + 4)?,
+        reasoning_tokens: r.get(first + 5)?,
+        llm_calls: r.get(first + 6)?,
+        estimated_llm_calls: r.get(first + 7)?,
+        unpriced_llm_calls: r.get(first + 8)?,
+        aux_llm_calls: r.get(first + 9)?,
+        aux_cost_usd: r.get(first + 10)?,
+        api_errors: r.get(first + 11)?,
+        tool_calls: r.get(first + 12)?,
+        tool_failures: r.get(first + 13)?,
+        tool_nonzero_exits: r.get(first + 14)?,
+        sessions: r.get(first + 15)?,
+    };
+    Ok((totals, r.get(first + 16)?))
+}
+
+/// Hands every rollup row of `[since, until)` (bucket-aligned, below the
+/// mark) to `each`: the whole-store rows by quarter hour, so days of any
+/// zone can be told apart, and the other dimensions by UTC day where whole
+/// days fit, by quarter hour at the ends.
+pub(super) fn for_each_rolled(
+    conn: &Connection,
+    since: i64,
+    until: i64,
+    mut each: impl FnMut(i64, Dim, &str, &Totals, f64),
+) -> Result<()> {
+    let mut stmt = conn.prepare_cached(&ROLLED)?;
+    let mut read = |level: i64, from: i64, to: i64, whole: bool| -> Result<()> {
+        if from >= to {
+            return Ok(());
+        }
+        let mut rows = stmt.query(params![from, to, whole as i64, level])?;
+        while let Some(r) = rows.next()? {
+            let Some(dim) = Dim::of_code(r.get(1)?) else { continue };
+            let key = r.get_ref(2)?.as_str().unwrap_or_default();
+            let (totals, estimate) = totals_at(r, 3)?;
+            each(r.get(0)?, dim, key, &totals, estimate);
+        }
+        Ok(())
+    };
+    read(LEVEL_QUARTER, since, until, true)?;
+    let (days_from, days_to) = ((since + DAY - 1).div_euclid(DAY) * DAY, until.div_euclid(DAY) * DAY);
+    if days_from < days_to {
+        read(LEVEL_QUARTER, since, days_from, false)?;
+        read(LEVEL_DAY, days_from, days_to, false)?;
+        read(LEVEL_QUARTER, days_to, until, false)?;
+    } else {
+        read(LEVEL_QUARTER, since, until, false)?;
+    }
+    Ok(())
+}
+
+/// How far the rollups hold (see the module docs).
+pub(super) fn rolled_until(conn: &Connection) -> Result<i64> {
+    Ok(conn
+        .prepare_cached("SELECT until FROM report_rollup_state WHERE id = 0")?
+        .query_row([], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0))
+}
+
+/// The first quarter hour at or after `from` with a fact, a run's start or
+/// a rollup row to replace, if any.
+fn next_bucket(conn: &Connection, from: i64) -> Result<Option<i64>> {
+    let at: Option<f64> = conn
+        .prepare_cached(
+            "SELECT MIN(t) FROM (
+                SELECT MIN(ended_at) AS t FROM llm_calls WHERE ended_at >= ?1
+                UNION ALL SELECT MIN(ended_at) FROM llm_call_errors WHERE ended_at >= ?1
+                UNION ALL SELECT MIN(ended_at) FROM tool_calls WHERE proxy = 0 AND ended_at IS NOT NULL AND ended_at >= ?1
+                UNION ALL SELECT MIN(started_at) FROM runs WHERE started_at >= ?1
+                UNION ALL SELECT MIN(bucket) FROM report_rollups WHERE level = 0 AND bucket >= ?1)",
+        )?
+        .query_row(params![from], |r| r.get(0))?;
+    Ok(at.map(|t| floor_to(t, QUARTER)))
+}
+
+impl Store {
+    /// Rebuilds rollup buckets from the mark on, in one short transaction
+    /// (about [`STEP_BUDGET`]), up to the quarter hour that holds
+    /// `horizon`: later buckets still take facts. Days the mark passed are
+    /// summed from their quarter hours.
+    pub fn roll_up(&mut self, horizon: f64) -> Result<RollupStep> {
+        let end = floor_to(horizon, QUARTER);
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let start = rolled_until(&tx)?;
+        let mut mark = start;
+        let mut step = RollupStep::default();
+        let began = Instant::now();
+        while mark < end {
+            if began.elapsed() >= STEP_BUDGET {
+                step.more = true;
+                break;
+            }
+            let Some(bucket) = next_bucket(&tx, mark)?.filter(|b| *b < end) else {
+                mark = end;
+                break;
+            };
+            tx.prepare_cached("DELETE FROM report_rollups WHERE level = 0 AND bucket = ?1")?
+                .execute(params![bucket])?;
+            let mut insert = tx.prepare_cached(&format!(
+                "INSERT INTO report_rollups (level, bucket, dim, key, {SUMS})
+                 VALUES (0, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"
+            ))?;
+            for ((_, dim, key), (t, estimate)) in gather(&tx, bucket as f64, (bucket + QUARTER) as f64)? {
+                insert.execute(params![
+                    bucket,
+                    dim.code(),
+                    key,
+                    t.cost_usd,
+                    t.input_tokens,
+                    t.output_tokens,
+                    t.cache_read_tokens,
+                    t.cache_write_tokens,
+                    t.reasoning_tokens,
+                    t.llm_calls,
+                    t.estimated_llm_calls,
+                    t.unpriced_llm_calls,
+                    t.aux_llm_calls,
+                    t.aux_cost_usd,
+                    t.api_errors,
+                    t.tool_calls,
+                    t.tool_failures,
+                    t.tool_nonzero_exits,
+                    t.sessions,
+                    estimate
+                ])?;
+            }
+            step.buckets += 1;
+            mark = bucket + QUARTER;
+        }
+        // Days wholly before the mark now, and not before: their sums.
+        let (days_from, days_to) = (start.div_euclid(DAY) * DAY, mark.div_euclid(DAY) * DAY);
+        if days_from < days_to {
+            tx.prepare_cached("DELETE FROM report_rollups WHERE level = 1 AND bucket >= ?1 AND bucket < ?2")?
+                .execute(params![days_from, days_to])?;
+            tx.prepare_cached(&format!(
+                "INSERT INTO report_rollups (level, bucket, dim, key, {SUMS})
+                 SELECT 1, bucket - bucket % {DAY}, dim, key, SUM(cost_usd), SUM(input_tokens), SUM(output_tokens),
+                        SUM(cache_read_tokens), SUM(cache_write_tokens), SUM(reasoning_tokens), SUM(llm_calls),
+                        SUM(estimated_llm_calls), SUM(unpriced_llm_calls), SUM(aux_llm_calls), SUM(aux_cost_usd),
+                        SUM(api_errors), SUM(tool_calls), SUM(tool_failures), SUM(tool_nonzero_exits),
+                        SUM(sessions), SUM(estimate_usd)
+                   FROM report_rollups WHERE level = 0 AND bucket >= ?1 AND bucket < ?2 AND dim != 0
+                  GROUP BY 2, dim, key"
+            ))?
+            .execute(params![days_from, days_to])?;
+        }
+        if mark != start {
+            tx.prepare_cached("UPDATE report_rollup_state SET until = ?1 WHERE id = 0")?
+                .execute(params![mark])?;
+        }
+        tx.commit()?;
+        Ok(step)
+    }
+
+    /// How far the report rollups hold (Unix seconds; 0 before the first
+    /// roll-up): `report` reads the ledger from there on.
+    pub fn rolled_until(&self) -> Result<i64> {
+        rolled_until(self.conn())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_floor_and_ceil_to_their_size() {
+        assert_eq!(floor_to(899.9, QUARTER), 0);
+        assert_eq!(floor_to(900.0, QUARTER), 900);
+        assert_eq!(ceil_to(900.0, QUARTER), 900);
+        assert_eq!(ceil_to(900.5, QUARTER), 1800);
+        assert_eq!(floor_to(86_399.0, DAY), 0);
+    }
+
+    /// Every statement a roll-up step or a report runs on the rollups
+    /// reads through an index: its cost follows the buckets it touches.
+    #[test]
+    fn roll_up_statements_read_no_table_whole() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(&dir.path().join("plan.db")).expect("open");
+        for sql in [
+            ROLLED.as_str(),
+            STARTED,
+            USED_MODEL_BEFORE,
+            USED_PROVIDER_BEFORE,
+            "SELECT MIN(ended_at) FROM tool_calls WHERE proxy = 0 AND ended_at IS NOT NULL AND ended_at >= ?1",
+            "SELECT MIN(bucket) FROM report_rollups WHERE level = 0 AND bucket >= ?1",
+        ] {
+            store.assert_indexed(sql);
+        }
+    }
+}
