@@ -120,6 +120,99 @@ fn main() {
         after as f64 / hook_calls,
     );
     measure_commands(&store, now);
+    drop(store);
+    measure_cli(&dir);
+    measure_gating_hooks(&dir, &lines, copies + 2, now - recorded);
+}
+
+/// The commands as a user runs them: the release binary, its process
+/// start included, median of three runs each.
+fn measure_cli(dir: &Path) {
+    let exe = env!("CARGO_BIN_EXE_hermes-otel");
+    let home = dir.display().to_string();
+    let time = |args: &[&str]| {
+        let mut spent: Vec<Duration> = (0..3)
+            .map(|_| {
+                let t0 = Instant::now();
+                let out = std::process::Command::new(exe)
+                    .args(["--home", &home])
+                    .args(args)
+                    .output()
+                    .expect("run hermes-otel");
+                assert!(
+                    out.status.success(),
+                    "{args:?}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                t0.elapsed()
+            })
+            .collect();
+        spent.sort();
+        ms(spent[1])
+    };
+    std::fs::write(dir.join("budgets.toml"), BUDGETS).expect("budgets");
+    println!(
+        "  CLI (median of 3, process start included): report {:.1} ms, report --since 1d {:.1} ms, \
+         report --json --since 7d {:.1} ms, status {:.1} ms, budget list {:.1} ms",
+        time(&["report"]),
+        time(&["report", "--since", "1d"]),
+        time(&["report", "--json", "--since", "7d"]),
+        time(&["status"]),
+        time(&["budget", "list"]),
+    );
+}
+
+/// Budgets every gating hook must ask about: enforced, and already over
+/// (the slowest verdicts: each waits for its commit and the exact spend).
+const BUDGETS: &str =
+    "mode = \"enforce\"\n[global]\ndaily = 0.000001\nmonthly = 0.00001\n\n[per_model.default]\ndaily = 0.000001\n";
+
+/// A gateway process on the year's store: one bridge serves a fresh copy
+/// of the stream through the hook path with [`BUDGETS`] set, while its
+/// writer runs its sweeps over the whole store. Prints the gating hooks'
+/// p50/p99 (each waits for its verdict) and the others'.
+fn measure_gating_hooks(dir: &Path, lines: &[String], copy: usize, shift: f64) {
+    use hermes_otel::bridge::{Bridge, BridgeConfig};
+    use hermes_otel::hook::HOOK_NAMES;
+    let bridge = Bridge::start(BridgeConfig::new(dir.to_path_buf()));
+    let (mut gating, mut others) = (Vec::new(), Vec::new());
+    for c in 0..3 {
+        let text = stream::session_copy(lines, copy + c, shift + c as f64);
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).expect("json line");
+            let Some(hook) = HOOK_NAMES.iter().find(|h| v["hook"] == **h) else {
+                continue;
+            };
+            let at = v["t"].as_f64().unwrap_or(0.0);
+            let t0 = Instant::now();
+            bridge.submit_line(
+                hook,
+                line.as_bytes().to_vec(),
+                at,
+                hermes_otel::store::EventContext::default(),
+            );
+            let spent = t0.elapsed().as_secs_f64();
+            if matches!(*hook, "pre_llm_call" | "pre_tool_call" | "pre_api_request") {
+                gating.push(spent);
+            } else {
+                others.push(spent);
+            }
+        }
+    }
+    bridge.shutdown(Duration::from_secs(30));
+    let at = |v: &mut Vec<f64>, p: f64| {
+        v.sort_by(f64::total_cmp);
+        v[((v.len() - 1) as f64 * p).round() as usize] * 1e6
+    };
+    println!(
+        "  hooks through a bridge on this store, budgets enforced and over: gating p50 {:.0} µs, p99 {:.0} µs \
+         ({} calls, each waits for its verdict); others p50 {:.1} µs, p99 {:.1} µs",
+        at(&mut gating, 0.5),
+        at(&mut gating, 0.99),
+        gating.len(),
+        at(&mut others, 0.5),
+        at(&mut others, 0.99),
+    );
 }
 
 /// Sessions (runs) one copy of the stream makes.

@@ -63,6 +63,9 @@ pub struct FactRow {
     /// For LLM calls the provider billed itself: the price table's
     /// estimate of the same usage (`cost_usd` is then the provider's).
     pub provider_estimate_usd: Option<f64>,
+    /// When the fact's session started: a session that started in a window
+    /// has no fact before it.
+    pub session_started_at: f64,
 }
 
 /// The calls of one model and provider that the provider billed itself,
@@ -476,6 +479,7 @@ mod tests {
             tool_outcome: (kind == FactKind::ToolCall).then_some(ToolOutcome::NonzeroExit),
             aux_task: None,
             provider_estimate_usd: None,
+            session_started_at: at,
         }
     }
 

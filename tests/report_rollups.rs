@@ -142,6 +142,37 @@ fn reports_from_rollups_equal_reports_from_the_ledger() {
         .expect("rows");
     assert!(rows > 0);
 
+    // Counts add up: windows that cut the store anywhere sum to the whole,
+    // and each (session, model) pair counts once, as SQL counts them.
+    let pairs: i64 = rolled
+        .query_scalar(
+            "SELECT COUNT(*) FROM (SELECT session_id, COALESCE(model, '') FROM llm_calls
+              UNION SELECT session_id, COALESCE(model, '') FROM llm_call_errors
+              UNION SELECT t.session_id, COALESCE(r.model, '') FROM tool_calls t JOIN runs r USING (session_id)
+               WHERE t.proxy = 0 AND t.ended_at IS NOT NULL)",
+        )
+        .expect("pairs");
+    let model_sessions = |r: &Report| r.by_model.iter().map(|g| g.totals.sessions).sum::<i64>();
+    assert_eq!(model_sessions(&all), pairs);
+    let cuts = [
+        0.0,
+        T0 + 1.3 * DAY + 77.0,
+        T0 + 2.0 * DAY,
+        T0 + 4.9 * DAY - 11.0,
+        T0 + 7.25 * DAY,
+        1e12,
+    ];
+    let (mut sessions, mut by_model, mut calls_sum, mut cost) = (0, 0, 0, 0.0);
+    for w in cuts.windows(2) {
+        let r = rolled.report(&TimeZone::UTC, w[0], w[1], Some(3)).expect("window");
+        sessions += r.totals.sessions;
+        by_model += model_sessions(&r);
+        calls_sum += r.totals.llm_calls;
+        cost += r.totals.cost_usd;
+    }
+    assert_eq!((sessions, by_model, calls_sum), (runs, pairs, calls));
+    assert!((cost - all.totals.cost_usd).abs() < 1e-9 * cost.max(1.0));
+
     // Rolling up again with nothing new changes nothing.
     assert_eq!(roll_up_all(&mut rolled, T0 + 60.0 * DAY), 0);
     agree(&ledger, &rolled, "rolled up twice");

@@ -278,7 +278,12 @@ fn the_writer_sweep_prunes_folds_and_caps_with_no_exporter() {
     }
     bridge.shutdown(Duration::from_secs(5));
     assert_eq!(totals(&store), before, "the ledger is untouched");
-    assert!(count(&store, "SELECT COUNT(*) FROM report_rollups WHERE level = 0 AND dim = 0") > 0);
+    assert!(
+        count(
+            &store,
+            "SELECT COUNT(*) FROM report_rollups WHERE level = 0 AND dim = 0"
+        ) > 0
+    );
     assert!(store.store_count(pruned::JOURNAL).expect("count") as usize >= 2 * old.applied - 1);
     assert!(
         count(&store, "SELECT COUNT(*) FROM metric_series") > 0,

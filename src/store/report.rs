@@ -65,19 +65,19 @@ fn facts_sql(llm: &str, error: &str, tool: &str) -> String {
         "SELECT 0, l.ended_at, l.session_id, l.model, l.provider, root.sender_id, root.cron_job_id,
                 l.input_tokens, l.output_tokens, l.cache_read_tokens, l.cache_write_tokens, l.reasoning_tokens,
                 l.cost_usd, l.estimated, l.cost_source = 'unknown', NULL, NULL, NULL, l.aux_task,
-                CASE WHEN l.cost_source = 'provider' THEN COALESCE(l.estimate_usd, l.cost_usd) END
+                CASE WHEN l.cost_source = 'provider' THEN COALESCE(l.estimate_usd, l.cost_usd) END, r.started_at
            FROM llm_calls l JOIN runs r ON r.session_id = l.session_id
            JOIN runs root ON root.session_id = r.root_session_id
           WHERE {llm}
          UNION ALL
          SELECT 1, e.ended_at, e.session_id, e.model, e.provider, root.sender_id, root.cron_job_id,
-                0, 0, 0, 0, 0, 0.0, 0, 0, NULL, NULL, NULL, NULL, NULL
+                0, 0, 0, 0, 0, 0.0, 0, 0, NULL, NULL, NULL, NULL, NULL, r.started_at
            FROM llm_call_errors e JOIN runs r ON r.session_id = e.session_id
            JOIN runs root ON root.session_id = r.root_session_id
           WHERE {error}
          UNION ALL
          SELECT 2, t.ended_at, t.session_id, r.model, r.provider, root.sender_id, root.cron_job_id,
-                0, 0, 0, 0, 0, 0.0, 0, 0, t.status, t.ok, t.exit_code, NULL, NULL
+                0, 0, 0, 0, 0, 0.0, 0, 0, t.status, t.ok, t.exit_code, NULL, NULL, r.started_at
            FROM tool_calls t JOIN runs r ON r.session_id = t.session_id
            JOIN runs root ON root.session_id = r.root_session_id
           WHERE t.ended_at IS NOT NULL AND t.proxy = 0 AND {tool}"
@@ -135,6 +135,7 @@ pub(super) fn fact_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<FactRow> {
         tool_outcome,
         aux_task: r.get(18)?,
         provider_estimate_usd: r.get(19)?,
+        session_started_at: r.get(20)?,
     })
 }
 

@@ -33,6 +33,12 @@ pub const QUARTER: i64 = 900;
 /// A UTC day: the coarse bucket.
 pub const DAY: i64 = 86_400;
 
+/// How long before its session's first event a call may have ended, at
+/// most, by its own clock (a call's end time comes from Hermes, the
+/// session's start from the first hook of it this store saw): a session
+/// that started this much after a stretch began had no call before it.
+const CALL_BEFORE_ITS_SESSION: f64 = 300.0;
+
 /// The bucket level of quarter hours and of days in `report_rollups`.
 const LEVEL_QUARTER: i64 = 0;
 const LEVEL_DAY: i64 = 1;
@@ -41,14 +47,15 @@ const LEVEL_DAY: i64 = 1;
 /// the bucket that passes this.
 const STEP_BUDGET: Duration = Duration::from_millis(4);
 
-/// The start of the bucket of `size` seconds that holds `at`.
+/// The start of the bucket of `size` seconds that holds `at` (saturating
+/// at the ends of `i64`, for an unbounded window).
 pub fn floor_to(at: f64, size: i64) -> i64 {
-    (at / size as f64).floor() as i64 * size
+    ((at / size as f64).floor() * size as f64) as i64
 }
 
 /// The start of the first bucket of `size` seconds at or after `at`.
 pub fn ceil_to(at: f64, size: i64) -> i64 {
-    (at / size as f64).ceil() as i64 * size
+    ((at / size as f64).ceil() * size as f64) as i64
 }
 
 /// One rollup row's sums, keyed by quarter hour, dimension and key.
@@ -82,8 +89,9 @@ pub(super) fn gather(conn: &Connection, since: f64, until: f64) -> Result<Gather
         }
     };
     // The first fact of each session with a model or provider in the
-    // stretch: it begins that session there unless an earlier one did.
-    let mut firsts: BTreeMap<(Dim, String, String), f64> = BTreeMap::new();
+    // stretch: it begins that session there unless an earlier one did,
+    // which only a session that started before the stretch can have.
+    let mut firsts: BTreeMap<(Dim, String, String), (f64, bool)> = BTreeMap::new();
     super::report::for_each_fact(conn, since, until, |f| {
         let bucket = floor_to(f.at, QUARTER);
         let totals = Totals::of_fact(&f);
@@ -93,15 +101,16 @@ pub(super) fn gather(conn: &Connection, since: f64, until: f64) -> Result<Gather
         if let Some(estimate) = f.provider_estimate_usd {
             add(bucket, Dim::Billed, &Dim::Billed.key_of(&f), &totals, estimate);
         }
+        let started_here = f.session_started_at - CALL_BEFORE_ITS_SESSION >= since;
         for dim in [Dim::Model, Dim::Provider] {
-            let at = firsts
+            let first = firsts
                 .entry((dim, dim.key_of(&f).into_owned(), f.session_id.clone()))
-                .or_insert(f.at);
-            *at = at.min(f.at);
+                .or_insert((f.at, started_here));
+            first.0 = first.0.min(f.at);
         }
     })?;
-    for ((dim, key, session), at) in firsts {
-        if !used_before(conn, dim, &key, &session, at)? {
+    for ((dim, key, session), (at, started_here)) in firsts {
+        if started_here || !used_before(conn, dim, &key, &session, at)? {
             add(floor_to(at, QUARTER), dim, &key, &Totals::one_session(), 0.0);
         }
     }
@@ -209,7 +218,7 @@ pub(super) fn for_each_rolled(
         Ok(())
     };
     read(LEVEL_QUARTER, since, until, true)?;
-    let (days_from, days_to) = ((since + DAY - 1).div_euclid(DAY) * DAY, until.div_euclid(DAY) * DAY);
+    let (days_from, days_to) = (ceil_to(since as f64, DAY), floor_to(until as f64, DAY));
     if days_from < days_to {
         read(LEVEL_QUARTER, since, days_from, false)?;
         read(LEVEL_DAY, days_from, days_to, false)?;
@@ -300,7 +309,7 @@ impl Store {
             mark = bucket + QUARTER;
         }
         // Days wholly before the mark now, and not before: their sums.
-        let (days_from, days_to) = (start.div_euclid(DAY) * DAY, mark.div_euclid(DAY) * DAY);
+        let (days_from, days_to) = (floor_to(start as f64, DAY), floor_to(mark as f64, DAY));
         if days_from < days_to {
             tx.prepare_cached("DELETE FROM report_rollups WHERE level = 1 AND bucket >= ?1 AND bucket < ?2")?
                 .execute(params![days_from, days_to])?;
