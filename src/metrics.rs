@@ -23,7 +23,7 @@
 //! - Gauges (`hermes.budget.spend`, `hermes.budget.limit`) are the latest
 //!   values the budget code reported.
 //!
-//! # Budgets (for `budget.rs`)
+//! # Budgets (for `budget/`)
 //!
 //! - Gauges: turn each budget's state into a [`BudgetReading`] and hand
 //!   the list to [`crate::export::MetricExporter::set_budget_gauges`] (or

@@ -38,7 +38,7 @@ mod run_memo;
 mod session_view;
 mod trace_view;
 
-pub use budget::{reservation_usage, AlertRow, RecordedCall, RESERVATION_TTL_SECONDS};
+pub use budget::{AlertRow, RecordedCall, RESERVATION_TTL_SECONDS};
 pub use content::{ContentCursor, ContentKind};
 pub use doctor::{check_integrity, Integrity, Rebuilt};
 pub use fleet::{FleetRow, FleetStatus, PushRow};
