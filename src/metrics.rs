@@ -45,15 +45,15 @@ use opentelemetry_proto::tonic::metrics::v1::{
     Sum,
 };
 
+pub use crate::model::{
+    encode_attrs, Add, ApiErrorFact, AttrValue, Attrs, GaugeRow, Increment, LlmCallFact, MetricFact, RunLabels,
+    SeriesRow,
+};
 use crate::semconv::attr;
 use crate::semconv::metric as m;
 use crate::semconv::metric::attr as mattr;
 use crate::semconv::metric::token_type;
 use crate::semconv::value;
-pub use crate::store::{
-    encode_attrs, Add, ApiErrorFact, AttrValue, Attrs, GaugeRow, Increment, LlmCallFact, MetricFact, RunLabels,
-    SeriesRow,
-};
 
 /// How an instrument aggregates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -642,7 +642,7 @@ pub fn project(series: &[SeriesRow], gauges: &[GaugeRow], allow: AllowList) -> V
         );
     for (metric, attrs, value, count, buckets, min, max) in rows {
         let Some(instrument) = instrument(metric) else { continue };
-        let attrs: Attrs = crate::store::decode_attrs(attrs)
+        let attrs: Attrs = crate::model::decode_attrs(attrs)
             .into_iter()
             .filter(|(k, _)| allow.allows(k))
             .collect();
@@ -886,7 +886,7 @@ fn number(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::ToolRow;
+    use crate::model::ToolRow;
 
     fn run() -> RunLabels {
         RunLabels {
@@ -908,7 +908,7 @@ mod tests {
                     Add::Sum(v) => (*v, None, None, None),
                     Add::Observe { value, bounds } => {
                         let mut b = vec![0; bounds.len() + 1];
-                        b[crate::store::bucket_index(*value, bounds)] = 1;
+                        b[crate::model::bucket_index(*value, bounds)] = 1;
                         (*value, Some(b), Some(*value), Some(*value))
                     }
                 };
@@ -1052,7 +1052,7 @@ mod tests {
         assert_eq!(tokens.len(), 2, "input and output, each 0");
         for t in tokens {
             assert!(
-                matches!(t.add, crate::store::Add::Observe { value, .. } if value == 0.0),
+                matches!(t.add, crate::model::Add::Observe { value, .. } if value == 0.0),
                 "{:?}",
                 t.add
             );
@@ -1268,7 +1268,7 @@ mod tests {
                 .iter()
                 .filter_map(|a| a["id"].as_str())
                 .collect();
-            for (k, _) in crate::store::decode_attrs(&inc.attrs) {
+            for (k, _) in crate::model::decode_attrs(&inc.attrs) {
                 assert!(
                     allowed.contains(&k.as_str()),
                     "{}: {k} is not in the registry",

@@ -25,7 +25,7 @@
 //! turn's trace is its session's. A subagent session lives in the trace of
 //! the parent turn that delegated it, under the parent's `delegate_task`
 //! tool span (matched by turn and time, see
-//! [`crate::store::EdgeRow::delegate_tool_call_id`]), else under that turn.
+//! [`crate::model::EdgeRow::delegate_tool_call_id`]), else under that turn.
 //! That also holds for background delegations that finish after the parent
 //! ended, because nothing depends on the parent span still being open.
 //!
@@ -39,8 +39,8 @@
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, ArrayValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::{span, status, Span, Status};
 
+use crate::model::{ApprovalRow, AttemptRow, RunRow, ToolRow, TurnRow};
 use crate::semconv::{attr, span as names, value};
-use crate::store::{ApprovalRow, AttemptRow, RunRow, ToolRow, TurnRow};
 
 /// How traces are cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
