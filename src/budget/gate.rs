@@ -20,6 +20,8 @@
 //!   to call `cron.jobs.pause_job`.
 //!
 //! Must not touch: Python, the network. Every read is bounded (see
+//! `store/budget/spend.rs`), so a verdict costs the same whatever the
+//! store's size.
 //!
 //! This file holds the gate itself; `handle.rs` what the binding asks it
 //! (stops, pauses, messages), `quick.rs` the headroom that lets a hook

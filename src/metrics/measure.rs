@@ -2,7 +2,7 @@
 //! and the attribute sets of the budget gauges, verdicts and alerts. Must
 //! not touch: rendering.
 
-use super::instruments::*;
+use super::instruments::instrument;
 use crate::model::{encode_attrs, Add, AttrValue, Attrs, Increment, MetricFact, RunLabels};
 use crate::semconv::attr;
 use crate::semconv::metric as m;

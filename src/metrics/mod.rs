@@ -8,6 +8,12 @@
 //! touch: I/O. The store keeps the series (`store/metrics.rs`), the
 //! exporter sends them (`export/metrics.rs`).
 //!
+//! One file a concern: `instruments.rs` (the registry's instruments),
+//! `measure.rs` (ledger facts to increments, budget and alert attribute
+//! sets), `series.rs` (allow-list, projection, deltas), `otlp.rs` and
+//! `prometheus.rs` (the two renderings). The row and fact types are
+//! `crate::model`'s, so this module never imports the store.
+//!
 //! # What a consumer sees
 //!
 //! - Counters are monotonic cumulative sums and histograms cumulative

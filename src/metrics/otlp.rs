@@ -7,8 +7,8 @@ use opentelemetry_proto::tonic::metrics::v1::{
     Sum,
 };
 
-use super::instruments::*;
-use super::series::*;
+use super::instruments::{Kind, INSTRUMENTS};
+use super::series::{Series, Temporality};
 use crate::model::{AttrValue, Attrs};
 
 fn nanos(t: f64) -> u64 {

@@ -2,8 +2,8 @@
 //! the OTel Collector's `prometheus` exporter gives the same data. Must not
 //! touch: OTLP.
 
-use super::instruments::*;
-use super::series::*;
+use super::instruments::{Kind, INSTRUMENTS};
+use super::series::Series;
 
 /// The Prometheus text exposition (format 0.0.4) of `series`, with the
 /// names and labels the OTel Collector's `prometheus` exporter gives the

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::instruments::*;
+use super::instruments::{instrument, Instrument, Kind};
 use crate::model::{Attrs, GaugeRow, SeriesRow};
 use crate::semconv::attr;
 
