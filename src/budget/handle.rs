@@ -138,3 +138,41 @@ impl BudgetHandle {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_is_taken_once_and_the_oldest_go_past_the_bound() {
+        let handle = BudgetHandle::default();
+        for i in 0..=MAX_STOPS {
+            handle.stop(&format!("r{i}"), format!("stop {i}"));
+        }
+        assert_eq!(handle.take_stop("r0"), None, "the oldest went first");
+        assert_eq!(handle.take_stop("r1").as_deref(), Some("stop 1"));
+        assert_eq!(handle.take_stop("r1"), None, "taken once");
+        assert_eq!(lock(&handle.0.stops).1.len(), MAX_STOPS - 1);
+    }
+
+    #[test]
+    fn a_refused_pause_is_offered_again_until_its_tries_run_out() {
+        let handle = BudgetHandle::default();
+        let now = Instant::now();
+        let pause = CronPause {
+            job_id: "job".into(),
+            reason: "why".into(),
+            attempt: 1,
+        };
+        assert!(handle.pause_failed(pause.clone(), now));
+        assert!(handle.take_pauses_at(now).is_empty(), "not due yet");
+        let again = handle.take_pauses_at(now + PAUSE_RETRY);
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].attempt, 2);
+        let last = CronPause {
+            attempt: MAX_PAUSE_ATTEMPTS,
+            ..pause
+        };
+        assert!(!handle.pause_failed(last, now), "given up");
+    }
+}

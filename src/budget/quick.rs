@@ -186,3 +186,102 @@ impl BudgetGate {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hook::{PreLlmCall, PreToolCall, ToolRef};
+
+    fn tool_call(session: &str) -> HookEvent {
+        HookEvent {
+            at: 1.0,
+            hook: Hook::PreToolCall(PreToolCall {
+                tool: ToolRef {
+                    session_id: session.into(),
+                    ..ToolRef::default()
+                },
+                ..PreToolCall::default()
+            }),
+        }
+    }
+
+    fn llm_call(session: &str) -> HookEvent {
+        HookEvent {
+            at: 1.0,
+            hook: Hook::PreLlmCall(PreLlmCall {
+                session_id: session.into(),
+                ..PreLlmCall::default()
+            }),
+        }
+    }
+
+    /// Shared state whose session `s1` was measured with $1 to its soft
+    /// line and $2 to its hard line, when this process had applied $0.5
+    /// and the store had recorded $10.
+    fn measured() -> Shared {
+        let shared = Shared::default();
+        let mut view = lock(&shared.quick);
+        view.cost = 10.0;
+        view.sessions.insert(
+            quick_key("s1", None),
+            Headroom {
+                notice_usd: 1.0,
+                block_usd: 2.0,
+                own_basis: 0.5,
+                cost_basis: 10.0,
+            },
+        );
+        drop(view);
+        shared
+    }
+
+    fn queued(usd: f64) -> QueuedSpend {
+        QueuedSpend { usd, unknown: 0 }
+    }
+
+    #[test]
+    fn a_gating_call_goes_ahead_only_while_the_spend_since_stays_under_its_headroom() {
+        let shared = measured();
+        assert!(shared.no_verdict(&tool_call("s1"), queued(0.5)), "nothing spent since");
+        assert!(
+            shared.no_verdict(&tool_call("s1"), queued(2.0)),
+            "$1.5 queued is under the $2 block line"
+        );
+        assert!(!shared.no_verdict(&tool_call("s1"), queued(2.5)), "$2 reaches it");
+        assert!(
+            !shared.no_verdict(&llm_call("s1"), queued(1.5)),
+            "$1 reaches the notice line"
+        );
+        lock(&shared.quick).cost = 11.5;
+        assert!(
+            !shared.no_verdict(&tool_call("s1"), queued(1.0)),
+            "other processes' $1.5 counts too"
+        );
+        lock(&shared.quick).cost = 10.0;
+        lock(&shared.quick).reserved = 2.0;
+        assert!(
+            !shared.no_verdict(&tool_call("s1"), queued(0.5)),
+            "open reservations count"
+        );
+    }
+
+    #[test]
+    fn an_unmeasured_session_an_unknown_bound_or_a_pending_alert_waits() {
+        let shared = measured();
+        assert!(
+            !shared.no_verdict(&tool_call("s2"), queued(0.5)),
+            "no headroom known for s2"
+        );
+        let unknown = QueuedSpend { usd: 0.5, unknown: 1 };
+        assert!(!shared.no_verdict(&tool_call("s1"), unknown));
+        lock(&shared.quick).alerts_pending = true;
+        assert!(
+            !shared.no_verdict(&llm_call("s1"), queued(0.5)),
+            "the alert must be shown"
+        );
+        assert!(
+            shared.no_verdict(&tool_call("s1"), queued(0.5)),
+            "a tool call shows no alert"
+        );
+    }
+}
