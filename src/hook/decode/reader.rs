@@ -7,7 +7,7 @@
 use serde_json::{Map, Value};
 
 use super::{DecodeOptions, Problem, MAX_LABEL_BYTES};
-use crate::hook::*;
+use crate::hook::{ApiRequest, ToolRef, ToolResultFacts, Usage};
 
 pub(super) const MISSING_ID: &str = "missing id";
 
