@@ -116,7 +116,7 @@ impl BudgetHandle {
     }
 
     /// Whether limits are loaded and enforced: tool and LLM calls wait for
-    /// verdicts (a budget file just written takes up to [`RELOAD_INTERVAL`]).
+    /// verdicts (a budget file just written takes up to [`super::RELOAD_INTERVAL`]).
     pub fn enforcing(&self) -> bool {
         self.0.needs.pre_api_request.load(Ordering::Acquire)
     }

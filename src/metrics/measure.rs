@@ -78,7 +78,7 @@ fn model_provider<'a>(
 
 /// The increments one finished ledger row makes. Every attribute the
 /// registry allows is set here, including the opt-in ones; the allow-list
-/// applies when series are read ([`project`]), so it can change at any time
+/// applies when series are read ([`super::project`]), so it can change at any time
 /// without splitting what the store counted.
 pub fn measure(fact: &MetricFact, out: &mut Vec<Increment>) {
     match fact {

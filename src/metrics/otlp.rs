@@ -32,7 +32,7 @@ fn key_values(attrs: &Attrs) -> Vec<KeyValue> {
         .collect()
 }
 
-/// The OTLP metrics of `series` (from [`project`]): monotonic sums,
+/// The OTLP metrics of `series` (from [`super::project`]): monotonic sums,
 /// explicit-bucket histograms and gauges, one [`Metric`] per instrument
 /// that has series. `start` is where the sums and histograms start (the
 /// store's metric start time, or the last delta push), `now` the data
