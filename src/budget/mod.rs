@@ -19,6 +19,8 @@
 //! - `gate.rs` (with `handle.rs` and `quick.rs`): the bridge's [`BudgetGate`]
 //!   (reload, notices, tool blocks, LLM-call stops, cron pauses), which
 //!   reads the store on the writer thread, and its quick view;
+//! - `states.rs`: every budget of a session with its spend and verdict,
+//!   read through the store's spend reads (`Store::budget_states`, ...);
 //! - `env.rs`: the two environment variables the budget code reads.
 //!
 //! Must not touch: SQL (every statement is in `store/budget/`), Python, the
@@ -47,6 +49,7 @@ mod gate;
 mod handle;
 mod quick;
 mod spend_bound;
+mod states;
 mod text;
 pub mod verdict;
 mod window;

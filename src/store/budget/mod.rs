@@ -5,8 +5,9 @@
 //!   (`budget_spend`), per-period totals of registered zones
 //!   (`budget_period`, `budget_zones`), reservations
 //!   (`budget_reservations`), free/paid sightings (`budget_models`);
-//! - `spend.rs`: reading a scope id's spend in a window and assessing it
-//!   into budget states, for the gate, `budget list` and the gauges;
+//! - `spend.rs`: reading a scope id's spend in a window, the ids that
+//!   spent, store-wide totals (`budget/states.rs` turns these into budget
+//!   states for the gate, `budget list` and the gauges);
 //! - `alerts.rs`: alerts (`alerts`), once-per-period claims (`budget_once`)
 //!   and verdict counts (`budget_verdicts`).
 //!
@@ -16,7 +17,8 @@
 //! (`budget/gate.rs`) and the CLI read through the `Store` methods; every
 //! read used by a gating hook goes through a primary key or a bounded range
 //! of one, never a scan of the ledger. The budget rules themselves (windows,
-//! verdicts) are `crate::budget`'s; this module only runs SQL.
+//! verdicts, assembling states) are `crate::budget`'s; this module only
+//! runs SQL.
 
 mod alerts;
 mod rollups;

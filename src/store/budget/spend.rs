@@ -1,6 +1,8 @@
 //! Reading budget spend for verdicts, `budget list` and the gauges: the
 //! spend of a scope id in a window, from the rollups or the per-period
-//! totals, plus its open reservations, assessed into budget states.
+//! totals, plus its open reservations; which ids spent; store-wide totals
+//! for the quick view. `budget/states.rs` assembles these into budget
+//! states.
 //!
 //! Every read used by a gating hook goes through a primary key or a bounded
 //! range of one, never a scan of the ledger. Must not touch: writes (the
@@ -9,9 +11,7 @@
 use rusqlite::params;
 
 use super::rollups::scope_keys;
-use crate::budget::{
-    self, assess, bucket_ranges, window_bounds, BudgetConfig, BudgetState, Scope, ScopeKeys, Spend, Window,
-};
+use crate::budget::{self, bucket_ranges, Scope, ScopeKeys, Spend, Window};
 use crate::error::Result;
 use crate::store::Store;
 
@@ -264,149 +264,17 @@ impl Store {
         Ok(out)
     }
 
-    /// The state of every budget of a session with `keys`, now.
-    pub fn budget_states_for(
-        &self,
-        cfg: &BudgetConfig,
-        keys: &ScopeKeys,
-        now: f64,
-        exclude: Option<&str>,
-    ) -> Result<Vec<BudgetState>> {
-        let mut bounds: [Option<(i64, i64, String)>; 3] = [None, None, None];
-        self.states_of(cfg, cfg.budgets_for(keys), &mut bounds, now, exclude, None)
-    }
-
-    /// [`Store::budget_states_for`] reading the per-period totals of the
-    /// registered zone `zone` (see [`Store::ensure_budget_zone`]), which
-    /// must be `cfg`'s zone.
-    pub fn budget_states_in_zone(
-        &self,
-        cfg: &BudgetConfig,
-        keys: &ScopeKeys,
-        now: f64,
-        exclude: Option<&str>,
-        zone: &str,
-    ) -> Result<Vec<BudgetState>> {
-        let mut bounds: [Option<(i64, i64, String)>; 3] = [None, None, None];
-        self.states_of(cfg, cfg.budgets_for(keys), &mut bounds, now, exclude, Some(zone))
-    }
-
-    /// Reads the spends of `budgets` (one statement per scope id) and
-    /// assesses them.
-    fn states_of(
-        &self,
-        cfg: &BudgetConfig,
-        budgets: Vec<budget::Budget>,
-        bounds: &mut [Option<(i64, i64, String)>; 3],
-        now: f64,
-        exclude: Option<&str>,
-        zone: Option<&str>,
-    ) -> Result<Vec<BudgetState>> {
-        let mut out = Vec::with_capacity(budgets.len());
-        // With a fleet, once this store synced: the live hosts then (a store
-        // that never synced knows no fleet figures and counts its own).
-        let fleet_hosts = match cfg.fleet && !budgets.is_empty() {
-            true => self.fleet_status()?.filter(|s| s.synced_at.is_some()).map(|s| s.hosts),
-            false => None,
-        };
-        let mut i = 0;
-        while i < budgets.len() {
-            // budgets_for lists each scope id's windows together.
-            let j = i + budgets[i..]
-                .iter()
-                .take_while(|b| b.scope == budgets[i].scope && b.id == budgets[i].id)
-                .count();
-            let windows: Vec<(i64, i64, String)> = budgets[i..j]
-                .iter()
-                .map(|b| window(bounds, cfg, b.window, now))
-                .collect();
-            let spends = match zone {
-                Some(zone) => {
-                    let periods: Vec<(Window, i64)> = budgets[i..j]
-                        .iter()
-                        .zip(&windows)
-                        .map(|(b, w)| (b.window, w.0))
-                        .collect();
-                    self.period_spends(budgets[i].scope, &budgets[i].id, zone, &periods, now, exclude)?
-                }
-                None => {
-                    let starts: Vec<i64> = windows.iter().map(|w| w.0).collect();
-                    self.bucket_window_spends(budgets[i].scope, &budgets[i].id, &starts, now, exclude)?
-                }
-            };
-            for ((b, (_, end, period)), spend) in budgets[i..j].iter().zip(windows).zip(spends) {
-                let (spend, fleet) = match fleet_hosts {
-                    Some(hosts) => {
-                        let (spend, share) = self.fleet_share(cfg, b, &period, spend, hosts)?;
-                        (spend, Some(share))
-                    }
-                    None => (spend, None),
-                };
-                let (level, softened) = assess(cfg, b, spend);
-                out.push(BudgetState {
-                    budget: b.clone(),
-                    spend,
-                    level,
-                    softened,
-                    period,
-                    window_end: end,
-                    fleet,
-                });
-            }
-            i = j;
-        }
-        Ok(out)
-    }
-
-    /// The state of every budget now: global, every override, and for a
-    /// scope with a default, every id that spent in the window. For
-    /// `budget list` and the metrics' budget gauges (not a hook path: it
-    /// lists ids from the day buckets of the longest window).
-    pub fn budget_states(&self, cfg: &BudgetConfig, now: f64) -> Result<Vec<BudgetState>> {
-        let mut out = Vec::new();
-        let mut bounds: [Option<(i64, i64, String)>; 3] = [None, None, None];
-        for (scope, limits) in &cfg.scopes {
-            let mut ids: std::collections::BTreeSet<String> = limits.overrides.keys().cloned().collect();
-            if *scope == Scope::Global {
-                ids.insert(String::new());
-            } else if limits.default != budget::Limits::default() {
-                let since = Window::ALL
-                    .iter()
-                    .filter(|w| limits.default.get(**w).is_some())
-                    .map(|w| window(&mut bounds, cfg, *w, now).0)
-                    .min()
-                    .unwrap_or(0);
-                let mut stmt = self.conn().prepare_cached(
-                    "SELECT DISTINCT id FROM budget_spend WHERE scope = ?1 AND level = 2 AND bucket >= ?2",
-                )?;
-                let rows = stmt.query_map(params![scope.as_str(), since.div_euclid(86_400) * 86_400], |r| {
-                    r.get::<_, String>(0)
-                })?;
-                for id in rows {
-                    ids.insert(id?);
-                }
-                if cfg.fleet {
-                    // Ids only other hosts spent under.
-                    ids.extend(self.fleet_view_ids(scope.as_str())?);
-                }
-            }
-            let mut budgets = Vec::new();
-            for id in ids {
-                let l = cfg.limits(*scope, &id);
-                for w in Window::ALL {
-                    if let Some(limit) = l.get(w) {
-                        budgets.push(budget::Budget {
-                            scope: *scope,
-                            id: id.clone(),
-                            window: w,
-                            limit,
-                        });
-                    }
-                }
-            }
-            out.extend(self.states_of(cfg, budgets, &mut bounds, now, None, None)?);
-        }
-        Ok(out)
+    /// The ids of `scope` that spent since `since` (Unix seconds, taken
+    /// from its UTC day): a read of the day buckets, for listing every id
+    /// under a scope's default (`budget list`, the gauges; no hook path).
+    pub fn budget_ids_spent_since(&self, scope: Scope, since: i64) -> Result<Vec<String>> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT DISTINCT id FROM budget_spend WHERE scope = ?1 AND level = 2 AND bucket >= ?2")?;
+        let rows = stmt.query_map(params![scope.as_str(), since.div_euclid(86_400) * 86_400], |r| {
+            r.get::<_, String>(0)
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// The cost of every LLM call ever recorded, any process, from the
@@ -432,22 +300,10 @@ impl Store {
     }
 }
 
-/// The bounds and period name of `w` at `now`, computed once per call.
-fn window(cache: &mut [Option<(i64, i64, String)>; 3], cfg: &BudgetConfig, w: Window, now: f64) -> (i64, i64, String) {
-    let slot = &mut cache[w as usize];
-    if slot.is_none() {
-        let t = budget::timestamp(now);
-        let (s, e) = window_bounds(w, t, &cfg.tz);
-        let period = s.to_zoned(cfg.tz.clone()).date().to_string();
-        *slot = Some((s.as_second(), e.as_second(), period));
-    }
-    slot.clone().unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::Level;
+    use crate::budget::{BudgetConfig, Level};
     use crate::store::budget::temp_store;
 
     fn ts(s: &str) -> f64 {
@@ -604,5 +460,21 @@ mod tests {
             (0.0, 0.25),
             "no weekly row yet"
         );
+    }
+
+    #[test]
+    fn ids_spent_since_come_from_the_day_buckets_of_their_scope() {
+        let (_dir, store) = temp_store();
+        let now = ts(NOW);
+        spent(&store, "sender", "alice", now - 60.0, 0.5);
+        spent(&store, "sender", "bob", ts("2026-11-10T12:00:00Z"), 0.5);
+        spent(&store, "profile", "carol", now - 60.0, 0.5);
+        let since = |s: &str| store.budget_ids_spent_since(Scope::Sender, ts(s) as i64).expect("ids");
+        assert_eq!(since("2026-11-16T00:00:00Z"), ["alice"]);
+        let mut month = since("2026-11-01T00:00:00Z");
+        month.sort();
+        assert_eq!(month, ["alice", "bob"]);
+        // A start inside a day counts that whole UTC day.
+        assert_eq!(since("2026-11-10T18:00:00Z").len(), 2);
     }
 }
