@@ -18,7 +18,7 @@
 use std::time::Instant;
 
 use hermes_otel::bridge::Gate;
-use hermes_otel::budget_gate::BudgetGate;
+use hermes_otel::budget::BudgetGate;
 use hermes_otel::hook::{decode, DecodeOptions, Decoded, HookEvent};
 use hermes_otel::store::{EventContext, Store};
 use serde_json::{json, Value};

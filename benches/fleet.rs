@@ -27,7 +27,7 @@ mod postgres;
 
 use budget_events::{post_api, pre_api, CALL_USD};
 use hermes_otel::bridge::{Bridge, BridgeConfig};
-use hermes_otel::budget_gate::BudgetGate;
+use hermes_otel::budget::BudgetGate;
 use hermes_otel::fleet::task::FleetTask;
 use hermes_otel::fleet::FleetConfig;
 use hermes_otel::store::{EventContext, Store};

@@ -21,6 +21,7 @@ pub mod health;
 pub mod hook;
 pub mod http_server;
 pub mod metrics;
+pub mod model;
 pub mod pricing;
 pub mod process;
 #[cfg(feature = "python")]

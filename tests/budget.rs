@@ -13,8 +13,8 @@ mod hooks;
 
 use budget_events::{event, post_api, pre_api, pre_tool, CALL_USD};
 use hermes_otel::bridge::{Bridge, BridgeConfig, Gate, Outcome, Verdict};
+use hermes_otel::budget::BudgetGate;
 use hermes_otel::budget::{Scope, BLOCKED_MODEL};
-use hermes_otel::budget_gate::BudgetGate;
 use hermes_otel::hook::{DecodeOptions, HookEvent};
 use hermes_otel::store::{EventContext, Store};
 use serde_json::{json, Value};
@@ -579,7 +579,7 @@ fn an_edited_budget_file_is_picked_up_without_a_restart() {
             0
         );
     }
-    let gauges = hermes_otel::budget_gate::budget_gauges(&store, dir.path(), t).expect("gauges");
+    let gauges = hermes_otel::budget::budget_gauges(&store, dir.path(), t).expect("gauges");
     assert_eq!(gauges.len(), 1);
     assert_eq!(
         (gauges[0].scope, gauges[0].window, gauges[0].limit_usd),
@@ -797,7 +797,7 @@ fn a_batch_adds_to_the_spend_rollups_exactly_what_its_events_add_one_by_one() {
 
 #[test]
 fn a_pause_hermes_refused_is_offered_again_until_it_is_given_up() {
-    use hermes_otel::budget_gate::{CronPause, MAX_PAUSE_ATTEMPTS, PAUSE_RETRY};
+    use hermes_otel::budget::{CronPause, MAX_PAUSE_ATTEMPTS, PAUSE_RETRY};
     use std::time::Instant;
     let dir = tempfile::tempdir().expect("temp dir");
     let handle = gate(dir.path()).handle();

@@ -18,7 +18,7 @@ mod postgres;
 use budget_events::{post_api, pre_api, pre_tool, CALL_USD};
 use hermes_otel::bridge::{Bridge, BridgeConfig, Outcome, Verdict};
 use hermes_otel::budget::{BudgetConfig, Scope, Window, BLOCKED_MODEL, BUDGETS_FILE_NAME};
-use hermes_otel::budget_gate::{BudgetGate, BudgetHandle};
+use hermes_otel::budget::{BudgetGate, BudgetHandle};
 use hermes_otel::fleet::task::FleetTask;
 use hermes_otel::fleet::{FleetConfig, FLEET_URL_ENV};
 use hermes_otel::store::{EventContext, FleetStatus, Store};

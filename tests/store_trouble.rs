@@ -18,7 +18,7 @@ mod hooks;
 use hooks::call;
 
 use hermes_otel::bridge::{Bridge, BridgeConfig, Message, Outcome};
-use hermes_otel::budget_gate::BudgetGate;
+use hermes_otel::budget::BudgetGate;
 use hermes_otel::health::{self, FaultKind};
 use hermes_otel::spool;
 use hermes_otel::store::{Store, DB_FILE_NAME};

@@ -1,15 +1,17 @@
 //! The gate of the gating hooks: what a verdict is, what a gate must do
 //! ([`Gate`], [`QuickGate`]), which hooks wait for one now ([`GateNeeds`]),
-//! and the spend a queued call may add ([`spend_bound`]). Budgets implement
-//! it in `budget_gate.rs`; [`NoGate`] says nothing.
+//! and (re-exported from `budget/spend_bound.rs`) the spend a queued call may
+//! add ([`spend_bound`]). Budgets implement it in `budget/gate.rs`; [`NoGate`] says nothing.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::hook::{Hook, HookEvent};
-use crate::pricing::PriceTable;
 use crate::store::Store;
+
+// The spend bound is budget arithmetic; the bridge asks it on the hook thread.
+pub use crate::budget::{carries_spend, spend_bound};
 
 /// What a gating hook tells Hermes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,7 +28,7 @@ pub enum Verdict {
 /// committed, so it sees the store including that event. It must be quick
 /// and must not do I/O beyond reading the store (and a rate-limited `stat`
 /// of its configuration): every hook queued behind it waits. Budgets
-/// implement this ([`crate::budget_gate::BudgetGate`]); [`NoGate`] says nothing.
+/// implement this ([`crate::budget::BudgetGate`]); [`NoGate`] says nothing.
 pub trait Gate: Send {
     /// The verdict for `event`, or `None` to let the call go ahead.
     fn verdict(&mut self, store: &Store, event: &HookEvent) -> Option<Verdict>;
@@ -74,47 +76,9 @@ pub trait QuickGate: Send + Sync {
     fn no_verdict(&self, event: &HookEvent, queued: QueuedSpend) -> bool;
 }
 
-/// The most `event` can add to a budget's spend once applied, or `None`
-/// when that is not known on the hook thread: the cost of a recorded LLM
-/// call, the reservation of a request (the formula the store uses), zero
-/// for the other hooks. A model neither the user's file nor the built-in
-/// table prices costs 0, unless the host was asked for its price
-/// (`host_asked`): then the writer may price it, and the bound is unknown.
-pub fn spend_bound(event: &HookEvent, prices: &PriceTable, host_asked: impl Fn(&str) -> bool) -> Option<f64> {
-    let priced = |model: &str, provider: Option<&str>, usage: &crate::hook::Usage| {
-        let bill = prices.bill(model, provider, usage);
-        if bill.cost.source != crate::pricing::PriceSource::Unknown {
-            Some(bill.cost.usd.max(0.0))
-        } else {
-            (!host_asked(model)).then_some(0.0)
-        }
-    };
-    match &event.hook {
-        Hook::PostApiRequest(e) => {
-            if e.response_model.as_deref() == Some(crate::budget::BLOCKED_MODEL) {
-                return Some(0.0);
-            }
-            let model = e.api.model.as_deref().or(e.response_model.as_deref()).unwrap_or("");
-            priced(model, e.api.provider.as_deref(), e.usage.as_ref()?)
-        }
-        Hook::PreApiRequest(e) => priced(
-            e.api.model.as_deref().unwrap_or(""),
-            e.api.provider.as_deref(),
-            &crate::store::reservation_usage(e),
-        ),
-        _ => Some(0.0),
-    }
-}
-
-/// Whether a call of `hook` may have a [`spend_bound`] above zero: the
-/// reservation of a request, the cost of a call.
-pub fn carries_spend(hook: &str) -> bool {
-    matches!(hook, "pre_api_request" | "post_api_request" | "post_auxiliary_call")
-}
-
 /// How often the writer calls [`Gate::refresh`] while no batch comes. It
 /// bounds how old the budget gate's view of other processes' spend can be
-/// (see `budget_gate.rs`); a refresh is a few indexed reads.
+/// (see `budget/quick.rs`); a refresh is a few indexed reads.
 pub const GATE_REFRESH: Duration = Duration::from_millis(100);
 
 /// Which gating hooks need a verdict now; shared between a gate (which sets

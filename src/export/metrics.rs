@@ -625,7 +625,7 @@ pub fn snapshot(store: &Store, allow: AllowList) -> Result<Vec<Series>> {
 
 /// Replaces the budget gauges of `store` with every budget's state now,
 /// from the budget file beside the store (see
-/// `budget_gate::budget_gauges`): before each OTLP push and each
+/// `budget::budget_gauges`): before each OTLP push and each
 /// Prometheus scrape, so both routes show the limits and spend of the
 /// moment, a `budget set` or `budget rm` included. Without a budget file
 /// there are no gauges; a file that cannot be read leaves them as they were
@@ -635,7 +635,7 @@ pub fn refresh_budget_gauges(store: &mut Store) {
         return;
     };
     let gauges = if dir.join(crate::budget::BUDGETS_FILE_NAME).exists() {
-        match crate::budget_gate::budget_gauges(store, &dir, unix_now()) {
+        match crate::budget::budget_gauges(store, &dir, unix_now()) {
             Ok(g) => g,
             Err(e) => {
                 tracing::warn!(target: "Budget.GaugesFailed", "budget gauges left as they were: {e}");
@@ -658,7 +658,7 @@ pub fn refresh_budget_gauges(store: &mut Store) {
     let mut rows = metrics::budget_gauge_rows(&readings);
     // With a fleet, the sync lag from the last successful sync (none before
     // the first: there is no lag to measure, and `status` says so).
-    if crate::budget_gate::fleet_from_env() {
+    if crate::budget::fleet_from_env() {
         if let Some(st) = store.fleet_status().ok().flatten() {
             rows.extend(
                 st.lag_seconds(unix_now())

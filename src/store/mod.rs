@@ -39,19 +39,19 @@ mod run_memo;
 mod session_view;
 mod trace_view;
 
-pub use budget::{reservation_usage, AlertRow, RecordedCall, RESERVATION_TTL_SECONDS};
+pub use budget::{AlertRow, RecordedCall, RESERVATION_TTL_SECONDS};
 pub use content::{ContentCursor, ContentKind};
 pub use doctor::{check_integrity, Integrity, Rebuilt};
 pub use fleet::{FleetRow, FleetStatus, PushRow};
 pub use ledger::{Applied, EventContext, ABANDONED, ERROR, INTERRUPTED, OK, RUNNING};
-pub use metrics::{
-    add_to_counter, bucket_index, decode_attrs, encode_attrs, Add, ApiErrorFact, AttrValue, Attrs, Folded, GaugeRow,
-    Increment, LlmCallFact, MetricFact, MetricIdentity, MetricState, RunLabels, SeriesRow, METRIC_LEASE,
+// The rows and metric facts live in the model, below the store, which
+// fills them; re-exported so `store::RunRow` and the like keep working.
+pub use crate::model::{
+    bucket_index, decode_attrs, encode_attrs, Add, ApiErrorFact, ApprovalRow, AttemptError, AttemptRow, AttrValue,
+    Attrs, EdgeRow, GaugeRow, Increment, LlmCallFact, MetricFact, RunLabels, RunRow, SeriesRow, ToolRow, TurnRow,
 };
-pub use outbox::{
-    counter, ApprovalRow, AttemptError, AttemptRow, BatchRows, EdgeRow, ExportState, Lease, OutboxRow, RunRow,
-    SentSession, SpanKind, ToolRow, TurnRow, TRACE_LEASE,
-};
+pub use metrics::{add_to_counter, Folded, MetricIdentity, MetricState, METRIC_LEASE};
+pub use outbox::{counter, BatchRows, ExportState, Lease, OutboxRow, SentSession, SpanKind, TRACE_LEASE};
 pub use report::{FactKind, FactRow, ProviderBilled, RunSummary, StoreCounts};
 pub use retention::pruned;
 pub use rollup::RollupStep;

@@ -15,7 +15,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use hermes_otel::bridge::{Bridge, BridgeConfig, Outcome};
-use hermes_otel::budget_gate::BudgetGate;
+use hermes_otel::budget::BudgetGate;
 use hermes_otel::hook::{decode, DecodeOptions, Decoded};
 use hermes_otel::replay::parse_line;
 use hermes_otel::spool;

@@ -25,7 +25,7 @@
 //! turn's trace is its session's. A subagent session lives in the trace of
 //! the parent turn that delegated it, under the parent's `delegate_task`
 //! tool span (matched by turn and time, see
-//! [`crate::store::EdgeRow::delegate_tool_call_id`]), else under that turn.
+//! [`crate::model::EdgeRow::delegate_tool_call_id`]), else under that turn.
 //! That also holds for background delegations that finish after the parent
 //! ended, because nothing depends on the parent span still being open.
 //!
@@ -39,8 +39,11 @@
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, ArrayValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::{span, status, Span, Status};
 
+use crate::model::{ApprovalRow, AttemptRow, RunRow, ToolRow, TurnRow};
 use crate::semconv::{attr, span as names, value};
-use crate::store::{ApprovalRow, AttemptRow, RunRow, ToolRow, TurnRow};
+
+mod ids;
+pub use ids::{attempt_span_id, session_part_span_id, session_span_id, span_id, tool_span_id, trace_id, turn_span_id};
 
 /// How traces are cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -142,36 +145,6 @@ impl Ancestry {
     pub fn turns_are_roots(&self, mode: TraceMode) -> bool {
         self.0.len() == 1 && mode.per_turn(self.0[0].platform.as_deref())
     }
-}
-
-/// The span id of a session's root span.
-pub fn session_span_id(session_id: &str) -> [u8; 8] {
-    span_id(&["session", session_id])
-}
-
-/// The span id of session span `n`: the root span for 0, continuation `n`
-/// after it (see [`session_span`]).
-pub fn session_part_span_id(session_id: &str, n: i64) -> [u8; 8] {
-    if n <= 0 {
-        session_span_id(session_id)
-    } else {
-        span_id(&["session", session_id, &n.to_string()])
-    }
-}
-
-/// The span id of a turn span.
-pub fn turn_span_id(turn_id: &str) -> [u8; 8] {
-    span_id(&["turn", turn_id])
-}
-
-/// The span id of attempt `attempt` (0-based) of an API request.
-pub fn attempt_span_id(api_request_id: &str, attempt: i64) -> [u8; 8] {
-    span_id(&["chat", api_request_id, &attempt.to_string()])
-}
-
-/// The span id of a tool call (tool call ids repeat across sessions).
-pub fn tool_span_id(session_id: &str, tool_call_id: &str) -> [u8; 8] {
-    span_id(&["tool", session_id, tool_call_id])
 }
 
 /// Session span `n` of `run`. A session span is sent once and never
@@ -638,48 +611,6 @@ pub fn nanos(seconds: f64) -> u64 {
     }
 }
 
-/// A 128-bit trace id from parts (never all zero).
-pub fn trace_id(parts: &[&str]) -> [u8; 16] {
-    let a = hash64(0x6a09_e667_f3bc_c908, parts);
-    let b = hash64(0xbb67_ae85_84ca_a73b, parts);
-    let mut out = [0u8; 16];
-    out[..8].copy_from_slice(&a.to_be_bytes());
-    out[8..].copy_from_slice(&b.to_be_bytes());
-    if out == [0; 16] {
-        out[15] = 1;
-    }
-    out
-}
-
-/// A 64-bit span id from parts (never zero).
-pub fn span_id(parts: &[&str]) -> [u8; 8] {
-    let h = hash64(0x3c6e_f372_fe94_f82b, parts);
-    if h == 0 {
-        1u64.to_be_bytes()
-    } else {
-        h.to_be_bytes()
-    }
-}
-
-/// FNV-1a over the parts (each followed by a separator byte no id
-/// contains), seeded, then a splitmix64 finalizer to spread the bits.
-/// Stable across builds and platforms, unlike std's hasher.
-fn hash64(seed: u64, parts: &[&str]) -> u64 {
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let mut h = 0xcbf2_9ce4_8422_2325 ^ seed;
-    for part in parts {
-        for &b in part.as_bytes().iter().chain(std::iter::once(&0xffu8)) {
-            h ^= b as u64;
-            h = h.wrapping_mul(PRIME);
-        }
-    }
-    h ^= h >> 30;
-    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h ^= h >> 27;
-    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
-}
-
 /// Attribute list builder.
 #[derive(Default)]
 struct Attrs(Vec<KeyValue>);
@@ -721,206 +652,4 @@ impl Attrs {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn node(id: &str, platform: &str, parent_turn: Option<&str>) -> Ancestor {
-        Ancestor {
-            session_id: id.into(),
-            platform: Some(platform.into()),
-            parent_turn_id: parent_turn.map(Into::into),
-        }
-    }
-
-    #[test]
-    fn ids_are_stable_and_distinct() {
-        assert_eq!(session_span_id("s1"), session_span_id("s1"));
-        assert_ne!(session_span_id("s1"), turn_span_id("s1"));
-        assert_ne!(attempt_span_id("r", 0), attempt_span_id("r", 1));
-        assert_ne!(tool_span_id("a", "call_1"), tool_span_id("b", "call_1"));
-        // Part boundaries matter: ("ab", "c") is not ("a", "bc").
-        assert_ne!(span_id(&["ab", "c"]), span_id(&["a", "bc"]));
-        // Pinned, so a change of the hash (which would break parents across
-        // versions) is noticed.
-        assert_eq!(session_span_id("s1"), session_span_id(&String::from("s1")));
-    }
-
-    #[test]
-    fn trace_mode_defaults_per_platform() {
-        let m = TraceMode::Auto;
-        assert!(!m.per_turn(Some("cli")));
-        assert!(!m.per_turn(Some("cron")));
-        assert!(!m.per_turn(Some("subagent")));
-        assert!(!m.per_turn(None));
-        assert!(m.per_turn(Some("telegram")));
-        assert!(TraceMode::Turn.per_turn(Some("cli")));
-        assert!(!TraceMode::Session.per_turn(Some("telegram")));
-        assert_eq!(TraceMode::parse(" Turn "), Some(TraceMode::Turn));
-        assert_eq!(TraceMode::parse("x"), None);
-    }
-
-    #[test]
-    fn a_subagent_lives_in_the_trace_of_the_turn_that_delegated_it() {
-        let cli = Ancestry(vec![node("child", "subagent", Some("t1")), node("root", "cli", None)]);
-        assert_eq!(
-            cli.trace_of_session(TraceMode::Auto),
-            Ancestry(vec![node("root", "cli", None)]).trace_of_session(TraceMode::Auto)
-        );
-        let gw = Ancestry(vec![
-            node("child", "subagent", Some("t1")),
-            node("root", "telegram", None),
-        ]);
-        assert_eq!(gw.trace_of_session(TraceMode::Auto), trace_id(&["turn", "t1"]));
-        // The child's own turns stay in that trace.
-        assert_eq!(gw.trace_of_turn("ct", TraceMode::Auto), trace_id(&["turn", "t1"]));
-        assert!(!gw.turns_are_roots(TraceMode::Auto));
-    }
-
-    fn attr_of<'a>(span: &'a Span, key: &str) -> Option<&'a AnyValue> {
-        span.attributes
-            .iter()
-            .find(|kv| kv.key == key)
-            .and_then(|kv| kv.value.as_ref())
-    }
-
-    fn text(v: Option<&AnyValue>) -> Option<&str> {
-        match v?.value.as_ref()? {
-            any_value::Value::StringValue(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    #[test]
-    fn a_tool_call_a_budget_blocked_carries_the_deny_decision_and_why() {
-        let run = RunRow {
-            session_id: "s".into(),
-            ..RunRow::default()
-        };
-        let ancestry = Ancestry(vec![node("s", "cli", None)]);
-        let blocked = ToolRow {
-            session_id: "s".into(),
-            tool_call_id: "c".into(),
-            tool_name: "terminal".into(),
-            ended_at: Some(2.0),
-            status: Some("blocked".into()),
-            ..ToolRow::default()
-        };
-        let span = tool_span(&blocked, &run, &ancestry, SpanOptions::default());
-        assert_eq!(text(attr_of(&span, attr::HERMES_TOOL_DECISION)), Some("deny"));
-        assert_eq!(text(attr_of(&span, attr::HERMES_TOOL_DECISION_REASON)), Some("budget"));
-        let ran = ToolRow {
-            status: Some("ok".into()),
-            ok: Some(true),
-            ..blocked
-        };
-        let span = tool_span(&ran, &run, &ancestry, SpanOptions::default());
-        assert_eq!(attr_of(&span, attr::HERMES_TOOL_DECISION), None);
-    }
-
-    #[test]
-    fn a_continuation_hangs_under_the_root_and_reports_only_its_stretch() {
-        let run = RunRow {
-            session_id: "s".into(),
-            started_at: 1.0,
-            ended_at: Some(9.0),
-            status: "ok".into(),
-            input_tokens: 100,
-            output_tokens: 10,
-            cost_usd: 1.0,
-            span_n: 1,
-            span_started_at: Some(5.0),
-            span_base: (60, 6, 0.25),
-            ..RunRow::default()
-        };
-        let ancestry = Ancestry(vec![node("s", "cli", None)]);
-        let root = session_span(&run, 0, &ancestry, SpanOptions::default());
-        let cont = session_span(&run, 1, &ancestry, SpanOptions::default());
-        assert!(root.parent_span_id.is_empty());
-        assert_eq!(cont.parent_span_id, root.span_id);
-        assert_ne!(cont.span_id, root.span_id);
-        assert_eq!(cont.trace_id, root.trace_id);
-        assert_eq!(cont.start_time_unix_nano, nanos(5.0));
-        let int = |s: &Span, k| match attr_of(s, k).and_then(|v| v.value.as_ref()) {
-            Some(any_value::Value::IntValue(i)) => *i,
-            _ => -1,
-        };
-        assert_eq!(int(&cont, attr::GEN_AI_USAGE_INPUT_TOKENS), 40);
-        assert_eq!(int(&cont, attr::GEN_AI_USAGE_OUTPUT_TOKENS), 4);
-        assert_eq!(int(&cont, attr::HERMES_SESSION_CONTINUATION), 1);
-        assert_eq!(int(&root, attr::HERMES_SESSION_CONTINUATION), 0);
-    }
-
-    #[test]
-    fn base_urls_give_server_address_and_port() {
-        for (url, want) in [
-            ("http://127.0.0.1:43117/v1", Some(("127.0.0.1", 43117))),
-            ("https://api.openai.com/v1", Some(("api.openai.com", 443))),
-            ("http://[::1]:8080", Some(("::1", 8080))),
-            ("http://user:pw@host/x", Some(("host", 80))),
-            ("not a url", None),
-        ] {
-            assert_eq!(server_of(url), want.map(|(h, p)| (h.to_string(), p)), "{url}");
-        }
-    }
-
-    #[test]
-    fn tool_outcomes_follow_the_exit_code_over_hermes_status() {
-        let base = ToolRow {
-            ended_at: Some(2.0),
-            ok: Some(true),
-            status: Some("ok".into()),
-            ..ToolRow::default()
-        };
-        for (row, want) in [
-            (base.clone(), "ok"),
-            (
-                ToolRow {
-                    exit_code: Some(3),
-                    ..base.clone()
-                },
-                "nonzero_exit",
-            ),
-            (
-                ToolRow {
-                    exit_code: Some(0),
-                    ..base.clone()
-                },
-                "ok",
-            ),
-            (
-                ToolRow {
-                    status: Some("error".into()),
-                    ok: Some(false),
-                    ..base.clone()
-                },
-                "error",
-            ),
-            (
-                ToolRow {
-                    status: Some("blocked".into()),
-                    ok: Some(false),
-                    ..base.clone()
-                },
-                "blocked",
-            ),
-            (
-                ToolRow {
-                    ended_at: None,
-                    ok: None,
-                    status: None,
-                    ..base.clone()
-                },
-                "other",
-            ),
-        ] {
-            assert_eq!(tool_outcome(&row), want, "{row:?}");
-        }
-    }
-
-    #[test]
-    fn reasons_that_are_not_tokens_become_other() {
-        assert_eq!(reason_token("server_error"), "server_error");
-        assert_eq!(reason_token("Error code: 500"), "_OTHER");
-        assert_eq!(reason_token(""), "_OTHER");
-    }
-}
+mod tests;

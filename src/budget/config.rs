@@ -1,0 +1,463 @@
+//! The budget file and what it means: modes, scopes, limits, thresholds,
+//! and which budgets apply to a session. Pure.
+//!
+//! Owns: the format of `budgets.toml` ([`BudgetConfig::parse`]), its
+//! defaults, and [`BudgetConfig::budgets_for`]. Must not touch: the store,
+//! windows or verdicts (`window.rs`, `verdict.rs`); the only I/O is
+//! [`BudgetConfig::load`] reading the file it is given.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use jiff::tz::TimeZone;
+use serde::Deserialize;
+
+use super::window::Window;
+
+/// Whether budgets may block calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BudgetMode {
+    /// Budgets are computed and reported, never enforced.
+    Observe,
+    /// An exhausted budget blocks the next tool call (the default).
+    Enforce,
+}
+
+impl BudgetMode {
+    /// Parses `observe` or `enforce` (any case).
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "observe" => Some(BudgetMode::Observe),
+            "enforce" => Some(BudgetMode::Enforce),
+            _ => None,
+        }
+    }
+
+    /// The spelling users type.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetMode::Observe => "observe",
+            BudgetMode::Enforce => "enforce",
+        }
+    }
+}
+
+/// The budget file's name inside the store directory.
+pub const BUDGETS_FILE_NAME: &str = "budgets.toml";
+
+/// Default soft threshold, as a fraction of the limit.
+pub const DEFAULT_SOFT_THRESHOLD: f64 = 0.8;
+/// Default hard threshold, as a fraction of the limit.
+pub const DEFAULT_HARD_THRESHOLD: f64 = 1.0;
+
+/// The profile id of runs whose profile is unknown (replayed files), the
+/// name Hermes gives its root profile.
+pub const DEFAULT_PROFILE: &str = "default";
+
+/// What a budget is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scope {
+    Global,
+    CronJob,
+    Sender,
+    Profile,
+    Model,
+}
+
+impl Scope {
+    /// Every scope, in the order budgets are checked and listed.
+    pub const ALL: [Scope; 5] = [
+        Scope::Global,
+        Scope::CronJob,
+        Scope::Sender,
+        Scope::Profile,
+        Scope::Model,
+    ];
+
+    /// The short name the CLI takes and the store and metrics use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Global => "global",
+            Scope::CronJob => "cron",
+            Scope::Sender => "sender",
+            Scope::Profile => "profile",
+            Scope::Model => "model",
+        }
+    }
+
+    /// The table of the budget file.
+    pub fn table(self) -> &'static str {
+        match self {
+            Scope::Global => "global",
+            Scope::CronJob => "per_cron_job",
+            Scope::Sender => "per_sender",
+            Scope::Profile => "per_profile",
+            Scope::Model => "per_model",
+        }
+    }
+
+    /// Parses a short name or a table name.
+    pub fn parse(text: &str) -> Option<Scope> {
+        Scope::ALL.into_iter().find(|s| s.as_str() == text || s.table() == text)
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Limits in USD per window; `None` means no limit for that window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    pub daily: Option<f64>,
+    pub weekly: Option<f64>,
+    pub monthly: Option<f64>,
+}
+
+impl Limits {
+    /// The limit for `window`.
+    pub fn get(&self, window: Window) -> Option<f64> {
+        match window {
+            Window::Daily => self.daily,
+            Window::Weekly => self.weekly,
+            Window::Monthly => self.monthly,
+        }
+    }
+
+    /// These limits, with the windows they leave unset taken from `base`.
+    pub fn or(self, base: Limits) -> Limits {
+        Limits {
+            daily: self.daily.or(base.daily),
+            weekly: self.weekly.or(base.weekly),
+            monthly: self.monthly.or(base.monthly),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.daily.is_none() && self.weekly.is_none() && self.monthly.is_none()
+    }
+
+    fn check(&self, what: &str) -> Result<(), String> {
+        for w in Window::ALL {
+            if let Some(v) = self.get(w) {
+                // A limit of 0 would block every call, which nobody means;
+                // no limit is written as no key (`hermes-otel budget rm`).
+                if !v.is_finite() || v <= 0.0 {
+                    return Err(format!(
+                        "{what}.{w}: a limit must be more than 0 USD, not {v} \
+                         (to have no limit, remove the key: hermes-otel budget rm)"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One scope's limits: the default for every id and overrides by id.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScopeLimits {
+    #[serde(default)]
+    pub default: Limits,
+    #[serde(default)]
+    pub overrides: BTreeMap<String, Limits>,
+}
+
+/// The budget file as written (`budgets.toml`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    mode: Option<String>,
+    timezone: Option<String>,
+    soft_threshold: Option<f64>,
+    hard_threshold: Option<f64>,
+    soften_estimated: Option<bool>,
+    global: Option<Limits>,
+    per_cron_job: Option<ScopeLimits>,
+    per_sender: Option<ScopeLimits>,
+    per_profile: Option<ScopeLimits>,
+    per_model: Option<ScopeLimits>,
+}
+
+/// The budget configuration, resolved.
+#[derive(Debug, Clone)]
+pub struct BudgetConfig {
+    /// `enforce` (the default) or `observe`, from the file.
+    pub mode: BudgetMode,
+    /// Whether the file set the mode.
+    pub mode_set: bool,
+    /// The zone windows are computed in.
+    pub tz: TimeZone,
+    /// Its IANA name, or `local`.
+    pub tz_name: String,
+    /// Fraction of the limit at which a budget is in soft breach.
+    pub soft_threshold: f64,
+    /// Fraction of the limit at which a budget is in hard breach.
+    pub hard_threshold: f64,
+    /// A hard breach that would not be one without estimated costs is soft.
+    pub soften_estimated: bool,
+    /// Limits by scope (`Global` uses the default only).
+    pub scopes: BTreeMap<Scope, ScopeLimits>,
+    /// Spend is the fleet's (`HERMES_OTEL_FLEET_URL`): set by whoever loads
+    /// the file, never by the file.
+    pub fleet: bool,
+}
+
+impl Default for BudgetConfig {
+    fn default() -> Self {
+        BudgetConfig {
+            mode: BudgetMode::Enforce,
+            mode_set: false,
+            tz: TimeZone::system(),
+            tz_name: "local".into(),
+            soft_threshold: DEFAULT_SOFT_THRESHOLD,
+            hard_threshold: DEFAULT_HARD_THRESHOLD,
+            soften_estimated: false,
+            scopes: BTreeMap::new(),
+            fleet: false,
+        }
+    }
+}
+
+impl BudgetConfig {
+    /// Parses the text of a budget file. Unknown keys, bad limits, an
+    /// unknown zone or thresholds out of order are errors.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let file: File = toml::from_str(text).map_err(|e| e.message().to_string())?;
+        let mut cfg = BudgetConfig::default();
+        if let Some(m) = &file.mode {
+            cfg.mode = BudgetMode::parse(m).ok_or_else(|| format!("mode: {m:?} is neither observe nor enforce"))?;
+            cfg.mode_set = true;
+        }
+        if let Some(name) = file.timezone.as_deref().filter(|n| *n != "local") {
+            cfg.tz = TimeZone::get(name).map_err(|e| format!("timezone: {name:?}: {e}"))?;
+            cfg.tz_name = name.to_string();
+        }
+        cfg.soft_threshold = file.soft_threshold.unwrap_or(DEFAULT_SOFT_THRESHOLD);
+        cfg.hard_threshold = file.hard_threshold.unwrap_or(DEFAULT_HARD_THRESHOLD);
+        if !(cfg.soft_threshold > 0.0 && cfg.soft_threshold <= cfg.hard_threshold && cfg.hard_threshold.is_finite()) {
+            return Err(format!(
+                "thresholds: need 0 < soft_threshold <= hard_threshold, got {} and {}",
+                cfg.soft_threshold, cfg.hard_threshold
+            ));
+        }
+        cfg.soften_estimated = file.soften_estimated.unwrap_or(false);
+        if let Some(g) = file.global {
+            g.check("global")?;
+            cfg.scopes.insert(
+                Scope::Global,
+                ScopeLimits {
+                    default: g,
+                    overrides: BTreeMap::new(),
+                },
+            );
+        }
+        for (scope, limits) in [
+            (Scope::CronJob, file.per_cron_job),
+            (Scope::Sender, file.per_sender),
+            (Scope::Profile, file.per_profile),
+            (Scope::Model, file.per_model),
+        ] {
+            if let Some(l) = limits {
+                l.default.check(&format!("{}.default", scope.table()))?;
+                for (id, o) in &l.overrides {
+                    o.check(&format!("{}.overrides.{id}", scope.table()))?;
+                }
+                cfg.scopes.insert(scope, l);
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// Reads `path`; a missing file is the empty configuration (no budgets).
+    pub fn load(path: &Path) -> crate::Result<Self> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::parse(&text).map_err(|message| crate::Error::Config {
+                path: path.to_path_buf(),
+                message,
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(e) => Err(crate::Error::io(path, e)),
+        }
+    }
+
+    /// Whether no limit is set at all (the gate then reads nothing).
+    pub fn is_empty(&self) -> bool {
+        self.scopes
+            .values()
+            .all(|s| s.default.is_empty() && s.overrides.values().all(Limits::is_empty))
+    }
+
+    /// The limits for one scope id: its override over the scope's default.
+    pub fn limits(&self, scope: Scope, id: &str) -> Limits {
+        match self.scopes.get(&scope) {
+            None => Limits::default(),
+            Some(s) if scope == Scope::Global => s.default,
+            Some(s) => s.overrides.get(id).copied().unwrap_or_default().or(s.default),
+        }
+    }
+
+    /// The budgets a session with these scope keys is subject to.
+    pub fn budgets_for(&self, keys: &ScopeKeys) -> Vec<Budget> {
+        let mut out = Vec::new();
+        for (scope, id) in keys.iter() {
+            let limits = self.limits(scope, id);
+            for window in Window::ALL {
+                if let Some(limit) = limits.get(window) {
+                    out.push(Budget {
+                        scope,
+                        id: id.to_string(),
+                        window,
+                        limit,
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+/// What a session is accountable to: its root session's cron job, sender
+/// and profile, and the model of the call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScopeKeys {
+    pub cron_job: Option<String>,
+    pub sender: Option<String>,
+    pub profile: Option<String>,
+    pub model: Option<String>,
+}
+
+impl ScopeKeys {
+    /// `(scope, id)` for every scope that applies; global's id is `""`.
+    pub fn iter(&self) -> impl Iterator<Item = (Scope, &str)> {
+        fn opt(s: &Option<String>) -> Option<&str> {
+            s.as_deref().filter(|s| !s.is_empty())
+        }
+        [
+            (Scope::Global, Some("")),
+            (Scope::CronJob, opt(&self.cron_job)),
+            (Scope::Sender, opt(&self.sender)),
+            (Scope::Profile, Some(self.profile.as_deref().unwrap_or(DEFAULT_PROFILE))),
+            (Scope::Model, opt(&self.model)),
+        ]
+        .into_iter()
+        .filter_map(|(s, id)| id.map(|id| (s, id)))
+    }
+}
+
+/// One limit on one scope id over one window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Budget {
+    pub scope: Scope,
+    /// The scope id; `""` for global.
+    pub id: String,
+    pub window: Window,
+    /// USD.
+    pub limit: f64,
+}
+
+impl Budget {
+    /// `global daily` or `cron 3f9a1c2b7d10 daily`.
+    pub fn label(&self) -> String {
+        if self.scope == Scope::Global {
+            format!("global {}", self.window)
+        } else {
+            format!("{} {} {}", self.scope, self.id, self.window)
+        }
+    }
+
+    /// The command that raises this budget's limit.
+    pub fn raise_command(&self) -> String {
+        if self.scope == Scope::Global {
+            format!("hermes-otel budget set global {} <usd>", self.window)
+        } else {
+            format!(
+                "hermes-otel budget set {} {} {} <usd>",
+                self.scope, self.id, self.window
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_file_parses_with_defaults_and_overrides() {
+        let cfg = BudgetConfig::parse(
+            r#"
+            # comment
+            mode = "observe"
+            timezone = "Asia/Kolkata"
+            soften_estimated = true
+            [global]
+            daily = 10
+            [per_cron_job.default]
+            daily = 1.0
+            monthly = 20
+            [per_cron_job.overrides.3f9a1c2b7d10]
+            daily = 2.5
+            "#,
+        )
+        .expect("parse");
+        assert_eq!(cfg.mode, BudgetMode::Observe);
+        assert!(cfg.mode_set);
+        assert_eq!(cfg.tz_name, "Asia/Kolkata");
+        assert_eq!(cfg.soft_threshold, 0.8);
+        assert_eq!(cfg.hard_threshold, 1.0);
+        let l = cfg.limits(Scope::CronJob, "3f9a1c2b7d10");
+        assert_eq!((l.daily, l.weekly, l.monthly), (Some(2.5), None, Some(20.0)));
+        let l = cfg.limits(Scope::CronJob, "other");
+        assert_eq!(l.daily, Some(1.0));
+        assert_eq!(cfg.limits(Scope::Sender, "x"), Limits::default());
+        assert!(!cfg.is_empty());
+        assert!(BudgetConfig::parse("").expect("empty").is_empty());
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_rejected() {
+        for bad in [
+            "colour = 1",
+            "[global]\nhourly = 1",
+            "[per_sender.default]\ndaily = -1",
+            "[per_sender.overrides.x]\ndaily = 1\nextra = 2",
+            "mode = \"strict\"",
+            "timezone = \"Mars/Olympus\"",
+            "soft_threshold = 1.2\nhard_threshold = 1.0",
+            "[per_team.default]\ndaily = 1",
+        ] {
+            assert!(BudgetConfig::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_session_is_subject_to_every_scope_that_applies() {
+        let cfg = BudgetConfig::parse(
+            "[global]\ndaily = 10\n[per_cron_job.default]\ndaily = 1\n[per_model.overrides.gpt-4o]\nweekly = 5\n\
+             [per_profile.default]\nmonthly = 50\n[per_sender.default]\ndaily = 2",
+        )
+        .expect("parse");
+        let keys = ScopeKeys {
+            cron_job: Some("job".into()),
+            sender: None,
+            profile: None,
+            model: Some("gpt-4o".into()),
+        };
+        let labels: Vec<String> = cfg.budgets_for(&keys).iter().map(Budget::label).collect();
+        assert_eq!(
+            labels,
+            [
+                "global daily",
+                "cron job daily",
+                "profile default monthly",
+                "model gpt-4o weekly"
+            ]
+        );
+    }
+}

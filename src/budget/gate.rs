@@ -1,0 +1,392 @@
+//! The budget gate: budget verdicts for the gating hooks, on the bridge's
+//! writer thread.
+//!
+//! Owns: reloading `budgets.toml` when it changes (one `stat` at most every
+//! [`RELOAD_INTERVAL`], never a restart), reading the spend snapshot of the
+//! session's budgets from the store, and turning [`crate::budget::assess`]
+//! into what Hermes sees:
+//!
+//! - `pre_llm_call`: `{"context": ...}` with the soft and hard notices (once
+//!   per scope id, window and period, across processes) and pending alerts
+//!   (free→paid, model unavailable; each shown once);
+//! - `pre_tool_call` (enforce): `{"action": "block", ...}` while any budget
+//!   of the session is in hard breach;
+//! - `pre_api_request` (enforce): no return value (Hermes ignores it), but
+//!   the call's id is left in [`BudgetHandle::take_stop`] for the
+//!   `llm_execution` middleware, which answers with a stand-in response
+//!   instead of calling the provider;
+//! - any of them (enforce): a hard breach of a cron job's budget leaves one
+//!   [`CronPause`] per window in [`BudgetHandle::take_pauses`] for the binding
+//!   to call `cron.jobs.pause_job`.
+//!
+//! Must not touch: Python, the network. Every read is bounded (see
+//! `store/budget/spend.rs`), so a verdict costs the same whatever the
+//! store's size.
+//!
+//! This file holds the gate itself; `handle.rs` what the binding asks it
+//! (stops, pauses, messages), `quick.rs` the headroom that lets a hook
+//! thread skip a verdict, `env.rs` the environment it reads.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use super::handle::{BudgetHandle, CronPause};
+use crate::bridge::{Gate, GateNeeds, QuickGate, Verdict};
+use crate::budget::{self, alert, verdict, BudgetConfig, BudgetMode, BudgetState, Level, Scope};
+use crate::hook::{Hook, HookEvent};
+use crate::lock;
+use crate::store::Store;
+
+/// How often the gate looks at the budget file's modification time.
+pub const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Most pending alerts shown in one `pre_llm_call`.
+const MAX_ALERTS_PER_TURN: usize = 5;
+
+/// The [`Gate`] that enforces `budgets.toml`.
+pub struct BudgetGate {
+    pub(super) path: PathBuf,
+    /// `HERMES_OTEL_BUDGET_MODE`, which wins over the file's `mode`.
+    pub(super) env_mode: Option<BudgetMode>,
+    pub(super) cfg: BudgetConfig,
+    /// The file's (mtime, len) when loaded; `None` when it did not exist.
+    pub(super) loaded: Option<(SystemTime, u64)>,
+    pub(super) next_check: Instant,
+    /// The configured zone once its per-period totals are kept in the store
+    /// (see `Store::ensure_budget_zone`); until then spends are summed from
+    /// the buckets, which is exact too, only slower.
+    pub(super) zone: Option<String>,
+    /// When to try registering the zone again after a failure.
+    pub(super) next_zone_try: Instant,
+    pub(super) handle: BudgetHandle,
+    /// This process's applied spend bound (see `Gate::applied`).
+    pub(super) applied_usd: f64,
+    /// When the quick view's universal headroom is measured next.
+    pub(super) next_universal: Instant,
+    /// The clock, replaceable in tests.
+    pub(super) clock: fn() -> f64,
+    /// Budgets are the fleet's (`HERMES_OTEL_FLEET_URL` is set).
+    pub(super) fleet: bool,
+    /// The store's fleet view version the quick view was measured against.
+    pub(super) fleet_version: i64,
+}
+
+impl std::fmt::Debug for BudgetGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BudgetGate").field("path", &self.path).finish()
+    }
+}
+
+impl BudgetGate {
+    /// A gate for the budget file `path`; `env_mode` overrides its `mode`.
+    pub fn new(path: PathBuf, env_mode: Option<BudgetMode>) -> Self {
+        let mut gate = BudgetGate {
+            path,
+            env_mode,
+            cfg: BudgetConfig::default(),
+            loaded: None,
+            next_check: Instant::now(),
+            zone: None,
+            next_zone_try: Instant::now(),
+            handle: BudgetHandle::default(),
+            applied_usd: 0.0,
+            next_universal: Instant::now(),
+            clock: crate::bridge::unix_now,
+            fleet: false,
+            fleet_version: 0,
+        };
+        gate.reload_if_changed(true);
+        gate
+    }
+
+    /// Counts the fleet's spend (see [`crate::fleet`]) when `fleet`.
+    pub fn with_fleet(mut self, fleet: bool) -> Self {
+        self.fleet = fleet;
+        self.reload_if_changed(true);
+        self
+    }
+
+    /// The gate for a bridge: the file in its store directory, and the mode
+    /// from `HERMES_OTEL_BUDGET_MODE` when that is set.
+    pub fn for_store_dir(store_dir: &std::path::Path) -> Self {
+        Self::new(
+            store_dir.join(budget::BUDGETS_FILE_NAME),
+            super::env::budget_mode_from_env(),
+        )
+        .with_fleet(super::env::fleet_from_env())
+    }
+
+    /// Uses `clock` (Unix seconds) instead of the system clock.
+    pub fn with_clock(mut self, clock: fn() -> f64) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The handle the binding keeps.
+    pub fn handle(&self) -> BudgetHandle {
+        self.handle.clone()
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &BudgetConfig {
+        &self.cfg
+    }
+
+    /// The mode in force: the environment's, else the file's, else enforce.
+    pub fn mode(&self) -> BudgetMode {
+        self.env_mode.unwrap_or(self.cfg.mode)
+    }
+
+    /// Reloads the file if its modification time or size changed; at most
+    /// once per [`RELOAD_INTERVAL`] unless `force`. A file that does not
+    /// parse keeps the previous configuration and is reported once per change.
+    pub fn reload_if_changed(&mut self, force: bool) {
+        let now = Instant::now();
+        if !force && now < self.next_check {
+            return;
+        }
+        self.next_check = now + RELOAD_INTERVAL;
+        let seen = std::fs::metadata(&self.path)
+            .ok()
+            .map(|m| (m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len()));
+        if seen == self.loaded && !force {
+            return;
+        }
+        self.loaded = seen;
+        match BudgetConfig::load(&self.path) {
+            Ok(cfg) => {
+                self.cfg = cfg;
+                self.cfg.fleet = self.fleet;
+            }
+            Err(e) => lock(&self.handle.0.messages).push(format!("budget file ignored, previous limits kept: {e}")),
+        }
+        self.zone = None;
+        self.next_zone_try = now;
+        // Headrooms were measured against the old limits.
+        let mut view = lock(&self.handle.0.quick);
+        view.sessions.clear();
+        view.universal = None;
+        drop(view);
+        self.next_universal = now;
+        let armed = self.mode() == BudgetMode::Enforce && !self.cfg.is_empty();
+        let needs = &self.handle.0.needs;
+        needs.pre_tool_call.store(armed, Ordering::Release);
+        needs.pre_api_request.store(armed, Ordering::Release);
+        if !self.cfg.is_empty() {
+            needs.pre_llm_call.store(true, Ordering::Release);
+        }
+    }
+
+    /// Registers the configured zone's per-period totals once per load.
+    fn ensure_zone(&mut self, store: &Store, now: f64) {
+        if self.zone.is_some() || self.cfg.is_empty() || Instant::now() < self.next_zone_try {
+            return;
+        }
+        self.next_zone_try = Instant::now() + RELOAD_INTERVAL;
+        let Some(name) = self.cfg.tz.iana_name().map(str::to_string) else {
+            return;
+        };
+        match store.ensure_budget_zone(&name, now) {
+            Ok(true) => self.zone = Some(name),
+            Ok(false) => {}
+            Err(e) => lock(&self.handle.0.messages).push(format!("budget zone {name} not registered yet: {e}")),
+        }
+    }
+
+    /// The state of every budget of `session` (calling `model`) now.
+    fn states(
+        &self,
+        store: &Store,
+        session: &str,
+        model: Option<&str>,
+        now: f64,
+        exclude: Option<&str>,
+    ) -> crate::Result<Vec<BudgetState>> {
+        store.read_snapshot(|st| self.states_in(st, session, model, now, exclude))
+    }
+
+    /// [`BudgetGate::states`] inside a snapshot the caller holds.
+    fn states_in(
+        &self,
+        store: &Store,
+        session: &str,
+        model: Option<&str>,
+        now: f64,
+        exclude: Option<&str>,
+    ) -> crate::Result<Vec<BudgetState>> {
+        let keys = store.budget_scope_keys(session, model)?;
+        match &self.zone {
+            Some(zone) => store.budget_states_in_zone(&self.cfg, &keys, now, exclude, zone),
+            None => store.budget_states_for(&self.cfg, &keys, now, exclude),
+        }
+    }
+
+    fn decide(&mut self, store: &Store, event: &HookEvent) -> crate::Result<Option<Verdict>> {
+        self.reload_if_changed(false);
+        let now = (self.clock)();
+        self.ensure_zone(store, now);
+        let enforce = self.mode() == BudgetMode::Enforce;
+        match &event.hook {
+            Hook::PreLlmCall(e) => {
+                let mut texts = Vec::new();
+                // One snapshot for the budgets and the pending alerts.
+                let (states, pending) = store.read_snapshot(|st| {
+                    let states = if self.cfg.is_empty() {
+                        Vec::new()
+                    } else {
+                        self.states_in(st, &e.session_id, e.model.as_deref(), now, None)?
+                    };
+                    Ok((states, st.pending_alerts(MAX_ALERTS_PER_TURN)?))
+                })?;
+                self.record_headroom(&e.session_id, e.model.as_deref(), &states);
+                if !self.cfg.is_empty() {
+                    for s in states.iter().filter(|s| s.level >= Level::Soft) {
+                        let (kind, v) = if s.level == Level::Hard {
+                            (alert::BUDGET_HARD, verdict::HARD)
+                        } else {
+                            (alert::BUDGET_SOFT, verdict::SOFT)
+                        };
+                        let text = budget::notice_text(s, self.mode(), &self.cfg.tz);
+                        let key = format!("{}|{}|{}|{}", s.budget.scope, s.budget.id, s.budget.window, s.period);
+                        if store.raise_alert_delivered(kind, &key, &text, now, &e.session_id)? {
+                            store.count_budget_verdict(v, s, now)?;
+                            texts.push(text);
+                        }
+                    }
+                    if enforce {
+                        self.pause_cron(store, &states, now, &e.session_id)?;
+                    }
+                }
+                for (kind, key, text) in pending {
+                    if store.deliver_alert(&kind, &key, now, &e.session_id)? {
+                        texts.push(text);
+                    }
+                }
+                Ok((!texts.is_empty()).then(|| Verdict::Context {
+                    text: texts.join("\n\n"),
+                }))
+            }
+            Hook::PreToolCall(e) if enforce && !self.cfg.is_empty() => {
+                let session = &e.tool.session_id;
+                let states = self.states(store, session, None, now, None)?;
+                self.record_headroom(session, None, &states);
+                self.pause_cron(store, &states, now, session)?;
+                match blocking(&states) {
+                    Some(s) => {
+                        store.count_budget_verdict(verdict::BLOCKED, s, now)?;
+                        Ok(Some(Verdict::Block {
+                            message: budget::block_text(s, &self.cfg.tz),
+                        }))
+                    }
+                    None => Ok(None),
+                }
+            }
+            Hook::PreApiRequest(e) if enforce && !self.cfg.is_empty() => {
+                let a = &e.api;
+                // The call's own reservation is not held against it: a call
+                // starts while the spend before it is under the limit.
+                let states = self.states(store, &a.session_id, a.model.as_deref(), now, Some(&a.api_request_id))?;
+                self.record_headroom(&a.session_id, a.model.as_deref(), &states);
+                self.pause_cron(store, &states, now, &a.session_id)?;
+                if let Some(s) = blocking(&states) {
+                    store.count_budget_verdict(verdict::BLOCKED, s, now)?;
+                    self.handle.stop(&a.api_request_id, budget::block_text(s, &self.cfg.tz));
+                }
+                Ok(None)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// A cron job's budget in hard breach pauses the job, once per window.
+    fn pause_cron(&self, store: &Store, states: &[BudgetState], now: f64, session: &str) -> crate::Result<()> {
+        for s in states
+            .iter()
+            .filter(|s| s.level == Level::Hard && s.budget.scope == Scope::CronJob)
+        {
+            if store.budget_claim_once("pause", s, now, session)? {
+                store.count_budget_verdict(verdict::PAUSED, s, now)?;
+                lock(&self.handle.0.pauses).push(CronPause {
+                    job_id: s.budget.id.clone(),
+                    reason: budget::pause_reason(s),
+                    attempt: 1,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Gate for BudgetGate {
+    fn needs(&self) -> Arc<GateNeeds> {
+        Arc::clone(&self.handle.0.needs)
+    }
+
+    fn refresh(&mut self, store: &Store) {
+        self.reload_if_changed(false);
+        // `pre_llm_call` shows pending alerts, in this process's commits or
+        // another's: it waits while one is pending, and while a budget is
+        // set unless the quick view answers for it.
+        let alerts_pending = store.has_pending_alerts().unwrap_or_else(|e| {
+            lock(&self.handle.0.messages).push(format!("cannot look for pending alerts: {e}"));
+            true
+        });
+        lock(&self.handle.0.quick).alerts_pending = alerts_pending;
+        if !self.cfg.is_empty() {
+            if let Err(e) = self.refresh_quick(store) {
+                // Without fresh figures no quick verdict is safe.
+                let mut view = lock(&self.handle.0.quick);
+                view.sessions.clear();
+                view.universal = None;
+                drop(view);
+                lock(&self.handle.0.messages).push(format!("budget quick view not refreshed: {e}"));
+            }
+        }
+        let wait = !self.cfg.is_empty() || alerts_pending;
+        self.handle.0.needs.pre_llm_call.store(wait, Ordering::Release);
+    }
+
+    fn quick(&self) -> Option<Arc<dyn QuickGate>> {
+        Some(Arc::clone(&self.handle.0) as Arc<dyn QuickGate>)
+    }
+
+    fn applied(&mut self, spend_usd: f64) {
+        self.applied_usd = spend_usd;
+    }
+
+    fn verdict(&mut self, store: &Store, event: &HookEvent) -> Option<Verdict> {
+        match self.decide(store, event) {
+            Ok(v) => v,
+            Err(e) => {
+                // Fail open: a store error never blocks Hermes.
+                lock(&self.handle.0.messages).push(format!("budget verdict failed, call allowed: {e}"));
+                None
+            }
+        }
+    }
+}
+
+/// The state to block a call on: a hard breach first (its text says the
+/// budget is exhausted), else a fleet lease used up.
+fn blocking(states: &[BudgetState]) -> Option<&BudgetState> {
+    states
+        .iter()
+        .find(|s| s.level == Level::Hard)
+        .or_else(|| states.iter().find(|s| s.blocks()))
+}
+
+/// The budget gauges now (`hermes.budget.spend` and `hermes.budget.limit`,
+/// one pair per budget; see [`budget::BudgetGauge`]): loads the budget file
+/// of `store_dir` and reads every budget's spend (global, overrides, and each
+/// id that spent under a default). For the metrics exporter, off the hook
+/// path; each gauge maps onto `metrics::BudgetReading` field for field.
+pub fn budget_gauges(store: &Store, store_dir: &std::path::Path, now: f64) -> crate::Result<Vec<budget::BudgetGauge>> {
+    let mut cfg = BudgetConfig::load(&store_dir.join(budget::BUDGETS_FILE_NAME))?;
+    cfg.fleet = super::env::fleet_from_env();
+    if cfg.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(budget::gauges(&store.budget_states(&cfg, now)?))
+}

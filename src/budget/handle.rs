@@ -1,0 +1,178 @@
+//! What the binding asks the budget gate outside hook return values: LLM
+//! calls to stop, cron jobs to pause (and retry), messages to log.
+//!
+//! Owns: [`BudgetHandle`], [`CronPause`] and the state the gate shares with
+//! hook threads. Must not touch: the store; every method is a short lock.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::quick::QuickView;
+use crate::bridge::GateNeeds;
+use crate::lock;
+
+/// Most stop decisions kept for the middleware; the oldest go first (a
+/// stop is taken within milliseconds of being made, or never).
+const MAX_STOPS: usize = 1024;
+
+/// A cron job the binding should pause.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CronPause {
+    pub job_id: String,
+    pub reason: String,
+    /// 1 for the first try; see [`BudgetHandle::pause_failed`].
+    pub attempt: u32,
+}
+
+/// How long after a pause Hermes refused it is offered again.
+pub const PAUSE_RETRY: Duration = Duration::from_secs(30);
+
+/// Tries of one pause before it is given up (and said so).
+pub const MAX_PAUSE_ATTEMPTS: u32 = 10;
+
+/// The state the gate shares with its handle and the hook threads.
+pub(super) struct Shared {
+    /// Which gating hooks wait for a verdict (see `Gate::needs`):
+    /// `pre_tool_call` and `pre_api_request` while budgets are set in
+    /// enforce mode, `pre_llm_call` while any budget is set or an alert is
+    /// waiting to be shown.
+    pub(super) needs: Arc<GateNeeds>,
+    pub(super) stops: Mutex<(HashMap<String, String>, VecDeque<String>)>,
+    pub(super) pauses: Mutex<Vec<CronPause>>,
+    /// Pauses Hermes refused, with when to offer them again.
+    pub(super) retries: Mutex<Vec<(Instant, CronPause)>>,
+    pub(super) messages: Mutex<Vec<String>>,
+    pub(super) quick: Mutex<QuickView>,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Shared {
+            // Until the first refresh has looked for pending alerts,
+            // `pre_llm_call` waits.
+            needs: GateNeeds::new(true, false, false),
+            stops: Mutex::default(),
+            pauses: Mutex::default(),
+            retries: Mutex::default(),
+            messages: Mutex::default(),
+            quick: Mutex::default(),
+        }
+    }
+}
+
+/// What the binding asks the gate for outside the hook return values.
+/// Cheap to clone; every method is a short lock, no store access.
+#[derive(Clone, Default)]
+pub struct BudgetHandle(pub(super) Arc<Shared>);
+
+impl std::fmt::Debug for BudgetHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BudgetHandle")
+    }
+}
+
+impl BudgetHandle {
+    /// The stand-in text if the LLM call `api_request_id` must be stopped
+    /// (decided at its `pre_api_request`); taken once.
+    pub fn take_stop(&self, api_request_id: &str) -> Option<String> {
+        let mut stops = lock(&self.0.stops);
+        let text = stops.0.remove(api_request_id)?;
+        stops.1.retain(|id| id != api_request_id);
+        Some(text)
+    }
+
+    /// Cron jobs to pause now: new pauses, and refused ones due again.
+    pub fn take_pauses(&self) -> Vec<CronPause> {
+        self.take_pauses_at(Instant::now())
+    }
+
+    /// [`BudgetHandle::take_pauses`] as of `now`.
+    pub fn take_pauses_at(&self, now: Instant) -> Vec<CronPause> {
+        let mut out = std::mem::take(&mut *lock(&self.0.pauses));
+        let mut retries = lock(&self.0.retries);
+        if !retries.is_empty() {
+            let (due, later): (Vec<_>, Vec<_>) = retries.drain(..).partition(|(at, _)| *at <= now);
+            *retries = later;
+            out.extend(due.into_iter().map(|(_, pause)| pause));
+        }
+        out
+    }
+
+    /// Hermes did not pause `pause`'s job (its jobs file was busy, say):
+    /// it is offered again [`PAUSE_RETRY`] from `now`, up to
+    /// [`MAX_PAUSE_ATTEMPTS`] tries in all. Returns whether it will be.
+    pub fn pause_failed(&self, pause: CronPause, now: Instant) -> bool {
+        if pause.attempt >= MAX_PAUSE_ATTEMPTS {
+            return false;
+        }
+        let retry = CronPause {
+            attempt: pause.attempt + 1,
+            ..pause
+        };
+        lock(&self.0.retries).push((now + PAUSE_RETRY, retry));
+        true
+    }
+
+    /// Whether limits are loaded and enforced: tool and LLM calls wait for
+    /// verdicts (a budget file just written takes up to [`super::RELOAD_INTERVAL`]).
+    pub fn enforcing(&self) -> bool {
+        self.0.needs.pre_api_request.load(Ordering::Acquire)
+    }
+
+    /// Problems to log (a budget file that does not parse).
+    pub fn take_messages(&self) -> Vec<String> {
+        std::mem::take(&mut *lock(&self.0.messages))
+    }
+
+    pub(super) fn stop(&self, api_request_id: &str, text: String) {
+        let mut stops = lock(&self.0.stops);
+        if stops.0.insert(api_request_id.to_string(), text).is_none() {
+            stops.1.push_back(api_request_id.to_string());
+        }
+        while stops.1.len() > MAX_STOPS {
+            if let Some(old) = stops.1.pop_front() {
+                stops.0.remove(&old);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_is_taken_once_and_the_oldest_go_past_the_bound() {
+        let handle = BudgetHandle::default();
+        for i in 0..=MAX_STOPS {
+            handle.stop(&format!("r{i}"), format!("stop {i}"));
+        }
+        assert_eq!(handle.take_stop("r0"), None, "the oldest went first");
+        assert_eq!(handle.take_stop("r1").as_deref(), Some("stop 1"));
+        assert_eq!(handle.take_stop("r1"), None, "taken once");
+        assert_eq!(lock(&handle.0.stops).1.len(), MAX_STOPS - 1);
+    }
+
+    #[test]
+    fn a_refused_pause_is_offered_again_until_its_tries_run_out() {
+        let handle = BudgetHandle::default();
+        let now = Instant::now();
+        let pause = CronPause {
+            job_id: "job".into(),
+            reason: "why".into(),
+            attempt: 1,
+        };
+        assert!(handle.pause_failed(pause.clone(), now));
+        assert!(handle.take_pauses_at(now).is_empty(), "not due yet");
+        let again = handle.take_pauses_at(now + PAUSE_RETRY);
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].attempt, 2);
+        let last = CronPause {
+            attempt: MAX_PAUSE_ATTEMPTS,
+            ..pause
+        };
+        assert!(!handle.pause_failed(last, now), "given up");
+    }
+}

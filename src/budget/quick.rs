@@ -1,0 +1,287 @@
+//! The quick view: how much more spend leaves a session's verdicts at
+//! "nothing to say", measured at each verdict, so a gating hook can go
+//! ahead on its own thread without waiting for the writer ([`QuickGate`]).
+//!
+//! Owns: [`Headroom`] and [`QuickView`], the answer of [`QuickGate`] for
+//! the gate's shared state, and the gate's methods that measure headroom.
+//! Must not touch: verdicts themselves (`gate.rs`), Python.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use super::gate::BudgetGate;
+use super::handle::Shared;
+use crate::bridge::{QueuedSpend, QuickGate};
+use crate::budget::{BudgetState, Level, Window};
+use crate::hook::{Hook, HookEvent};
+use crate::lock;
+use crate::store::Store;
+
+/// How much more spend, anywhere, leaves the verdicts of one session (and
+/// model) at "nothing to say", as measured at its last verdict.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Headroom {
+    /// Before `pre_llm_call` has a notice to give: the nearest soft line.
+    pub(super) notice_usd: f64,
+    /// Before `pre_tool_call` or `pre_api_request` would be blocked: the
+    /// nearest hard line.
+    pub(super) block_usd: f64,
+    /// This process's applied spend bound when measured (`Gate::applied`).
+    pub(super) own_basis: f64,
+    /// [`QuickView::cost`] when measured.
+    pub(super) cost_basis: f64,
+}
+
+/// What the hook threads read to skip a verdict ([`QuickGate`]). The rule:
+/// a gating event goes ahead without waiting only while everything that
+/// can have been spent since its session's last verdict (this process's
+/// queued and applied calls, every process's recorded calls as of the last
+/// refresh, every open reservation) stays under that verdict's headroom.
+/// Each part is an upper bound, so the quick answer is the writer's answer;
+/// only other processes' calls since the last refresh (at most
+/// [`crate::bridge::GATE_REFRESH`] old) are not seen yet.
+#[derive(Debug, Default)]
+pub(super) struct QuickView {
+    /// The cost of every LLM call recorded, any process, at the last refresh.
+    pub(super) cost: f64,
+    /// Every open reservation, any process.
+    pub(super) reserved: f64,
+    /// An alert waits to be shown: `pre_llm_call` must wait for it.
+    pub(super) alerts_pending: bool,
+    /// Keyed by [`quick_key`].
+    pub(super) sessions: HashMap<String, Headroom>,
+    /// The least headroom of every budget any session can count toward
+    /// (a fresh sender or cron job under a default limit included): for
+    /// sessions not measured yet.
+    pub(super) universal: Option<Headroom>,
+}
+
+/// How often the universal headroom is measured again. It reads every
+/// budget's spend (every sender's, with a per-sender default), so not at
+/// every refresh; between two measures it only shrinks as spend grows.
+const UNIVERSAL_REFRESH: Duration = Duration::from_secs(5);
+
+/// Spend a quick verdict keeps in reserve besides its bounds (rounding).
+const QUICK_MARGIN_USD: f64 = 1e-9;
+
+/// Most sessions kept in the quick view; past this it starts over (a
+/// session's next verdict measures it again).
+const MAX_QUICK_SESSIONS: usize = 4096;
+
+pub(super) fn quick_key(session: &str, model: Option<&str>) -> String {
+    format!("{session}\x1f{}", model.unwrap_or(""))
+}
+
+impl QuickGate for Shared {
+    fn no_verdict(&self, event: &HookEvent, queued: QueuedSpend) -> bool {
+        let (session, model, block) = match &event.hook {
+            Hook::PreLlmCall(e) => (&e.session_id, e.model.as_deref(), false),
+            Hook::PreToolCall(e) => (&e.tool.session_id, None, true),
+            Hook::PreApiRequest(e) => (&e.api.session_id, e.api.model.as_deref(), true),
+            _ => return false,
+        };
+        if queued.unknown > 0 {
+            return false;
+        }
+        let view = lock(&self.quick);
+        if !block && view.alerts_pending {
+            return false;
+        }
+        let Some(h) = view
+            .sessions
+            .get(&quick_key(session, model))
+            .or(view.universal.as_ref())
+        else {
+            return false;
+        };
+        let grown = (queued.usd - h.own_basis).max(0.0) + (view.cost - h.cost_basis).max(0.0) + view.reserved;
+        // The sums are kept in different orders: a margin far above their
+        // rounding, far below a cent.
+        grown + QUICK_MARGIN_USD < if block { h.block_usd } else { h.notice_usd }
+    }
+}
+
+impl BudgetGate {
+    /// Keeps, for the quick verdicts, how far `states` (of `session` calling
+    /// `model`, just read) are from their soft and hard lines.
+    pub(super) fn record_headroom(&self, session: &str, model: Option<&str>, states: &[BudgetState]) {
+        let (notice, block) = self.headroom_of(states);
+        let mut view = lock(&self.handle.0.quick);
+        if view.sessions.len() >= MAX_QUICK_SESSIONS {
+            view.sessions.clear();
+        }
+        let h = Headroom {
+            notice_usd: notice,
+            block_usd: block,
+            own_basis: self.applied_usd,
+            cost_basis: view.cost,
+        };
+        view.sessions.insert(quick_key(session, model), h);
+    }
+
+    /// How far `states` are from their nearest soft line (notices) and hard
+    /// line (blocks, pauses); zero once one is reached.
+    pub(super) fn headroom_of(&self, states: &[BudgetState]) -> (f64, f64) {
+        let (mut notice, mut block) = (f64::INFINITY, f64::INFINITY);
+        for s in states {
+            let total = s.spend.total();
+            let soft = s.budget.limit * self.cfg.soft_threshold;
+            let hard = s.budget.limit * self.cfg.hard_threshold;
+            notice = notice.min(if s.level >= Level::Soft {
+                0.0
+            } else {
+                soft.min(hard) - total
+            });
+            block = block.min(if s.blocks() { 0.0 } else { hard - total });
+            if let Some(f) = s.fleet {
+                block = block.min(f.lease_left_usd.max(0.0));
+            }
+        }
+        (notice, block)
+    }
+
+    /// Brings the quick view's store-wide figures up to date: the cost of
+    /// every call recorded and every open reservation; at most every
+    /// [`UNIVERSAL_REFRESH`], the universal headroom.
+    pub(super) fn refresh_quick(&mut self, store: &Store) -> crate::Result<()> {
+        let (cost, reserved) = store.read_snapshot(|st| Ok((st.spend_total()?, st.reserved_now()?)))?;
+        // A pull brought other hosts' spend: every headroom measured before
+        // it is void.
+        let fleet_version = if self.fleet { store.fleet_view_version()? } else { 0 };
+        {
+            let mut view = lock(&self.handle.0.quick);
+            view.cost = cost;
+            view.reserved = reserved;
+            if fleet_version != self.fleet_version {
+                view.sessions.clear();
+                view.universal = None;
+                self.next_universal = Instant::now();
+            }
+        }
+        self.fleet_version = fleet_version;
+        if Instant::now() >= self.next_universal {
+            self.next_universal = Instant::now() + UNIVERSAL_REFRESH;
+            // Every budget with spend, and a fresh id under each default.
+            let (mut notice, mut block) = self.headroom_of(&store.budget_states(&self.cfg, (self.clock)())?);
+            // A fresh id's lease is its hard line shared by the live hosts.
+            let hosts = match self.fleet {
+                true => store.fleet_status()?.map_or(1, |s| s.hosts.max(1)),
+                false => 1,
+            };
+            for limits in self.cfg.scopes.values() {
+                for w in Window::ALL {
+                    if let Some(limit) = limits.default.get(w) {
+                        notice = notice.min(limit * self.cfg.soft_threshold.min(self.cfg.hard_threshold));
+                        block = block.min(limit * self.cfg.hard_threshold / hosts as f64);
+                    }
+                }
+            }
+            lock(&self.handle.0.quick).universal = Some(Headroom {
+                notice_usd: notice,
+                block_usd: block,
+                own_basis: self.applied_usd,
+                cost_basis: cost,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hook::{PreLlmCall, PreToolCall, ToolRef};
+
+    fn tool_call(session: &str) -> HookEvent {
+        HookEvent {
+            at: 1.0,
+            hook: Hook::PreToolCall(PreToolCall {
+                tool: ToolRef {
+                    session_id: session.into(),
+                    ..ToolRef::default()
+                },
+                ..PreToolCall::default()
+            }),
+        }
+    }
+
+    fn llm_call(session: &str) -> HookEvent {
+        HookEvent {
+            at: 1.0,
+            hook: Hook::PreLlmCall(PreLlmCall {
+                session_id: session.into(),
+                ..PreLlmCall::default()
+            }),
+        }
+    }
+
+    /// Shared state whose session `s1` was measured with $1 to its soft
+    /// line and $2 to its hard line, when this process had applied $0.5
+    /// and the store had recorded $10.
+    fn measured() -> Shared {
+        let shared = Shared::default();
+        let mut view = lock(&shared.quick);
+        view.cost = 10.0;
+        view.sessions.insert(
+            quick_key("s1", None),
+            Headroom {
+                notice_usd: 1.0,
+                block_usd: 2.0,
+                own_basis: 0.5,
+                cost_basis: 10.0,
+            },
+        );
+        drop(view);
+        shared
+    }
+
+    fn queued(usd: f64) -> QueuedSpend {
+        QueuedSpend { usd, unknown: 0 }
+    }
+
+    #[test]
+    fn a_gating_call_goes_ahead_only_while_the_spend_since_stays_under_its_headroom() {
+        let shared = measured();
+        assert!(shared.no_verdict(&tool_call("s1"), queued(0.5)), "nothing spent since");
+        assert!(
+            shared.no_verdict(&tool_call("s1"), queued(2.0)),
+            "$1.5 queued is under the $2 block line"
+        );
+        assert!(!shared.no_verdict(&tool_call("s1"), queued(2.5)), "$2 reaches it");
+        assert!(
+            !shared.no_verdict(&llm_call("s1"), queued(1.5)),
+            "$1 reaches the notice line"
+        );
+        lock(&shared.quick).cost = 11.5;
+        assert!(
+            !shared.no_verdict(&tool_call("s1"), queued(1.0)),
+            "other processes' $1.5 counts too"
+        );
+        lock(&shared.quick).cost = 10.0;
+        lock(&shared.quick).reserved = 2.0;
+        assert!(
+            !shared.no_verdict(&tool_call("s1"), queued(0.5)),
+            "open reservations count"
+        );
+    }
+
+    #[test]
+    fn an_unmeasured_session_an_unknown_bound_or_a_pending_alert_waits() {
+        let shared = measured();
+        assert!(
+            !shared.no_verdict(&tool_call("s2"), queued(0.5)),
+            "no headroom known for s2"
+        );
+        let unknown = QueuedSpend { usd: 0.5, unknown: 1 };
+        assert!(!shared.no_verdict(&tool_call("s1"), unknown));
+        lock(&shared.quick).alerts_pending = true;
+        assert!(
+            !shared.no_verdict(&llm_call("s1"), queued(0.5)),
+            "the alert must be shown"
+        );
+        assert!(
+            shared.no_verdict(&tool_call("s1"), queued(0.5)),
+            "a tool call shows no alert"
+        );
+    }
+}

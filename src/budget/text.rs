@@ -1,0 +1,119 @@
+//! The texts Hermes shows for budgets: notices, block messages, the pause
+//! reason, and the model name of the stand-in response of a stopped LLM
+//! call. Pure.
+//!
+//! Owns: wording and money formatting. Must not touch: verdicts
+//! (`verdict.rs` decides, this only words them) or the store.
+
+use jiff::tz::TimeZone;
+use jiff::Timestamp;
+
+use super::config::BudgetMode;
+use super::verdict::{BudgetState, Level};
+
+/// The `model` of the stand-in response that stops an LLM call; the ledger
+/// recognises it in `post_api_request` and records no LLM call for it.
+pub const BLOCKED_MODEL: &str = "hermes-otel/budget-blocked";
+
+fn usd(v: f64) -> String {
+    if v.abs() < 0.01 && v != 0.0 {
+        format!("${v:.4}")
+    } else {
+        format!("${v:.2}")
+    }
+}
+
+fn when(end: i64, tz: &TimeZone) -> String {
+    Timestamp::from_second(end)
+        .map(|t| t.to_zoned(tz.clone()).strftime("%Y-%m-%d %H:%M %Z").to_string())
+        .unwrap_or_else(|_| "the end of the window".into())
+}
+
+/// The `pre_llm_call` context of a soft or hard notice.
+pub fn notice_text(state: &BudgetState, mode: BudgetMode, tz: &TimeZone) -> String {
+    let s = state;
+    let pct = if s.budget.limit > 0.0 {
+        format!(" ({:.0}%)", 100.0 * s.spend.total() / s.budget.limit)
+    } else {
+        String::new()
+    };
+    let est = if s.spend.estimated_usd > 0.0 {
+        format!(", of which {} estimated", usd(s.spend.estimated_usd))
+    } else {
+        String::new()
+    };
+    let what = match (s.level, mode) {
+        (Level::Hard, BudgetMode::Enforce) => "is exhausted: tool calls and LLM calls are blocked until",
+        (Level::Hard, BudgetMode::Observe) => "is exhausted (observe mode: nothing is blocked); it resets",
+        _ if s.softened => "is past its limit on estimated costs (soft notice); it resets",
+        _ => "is nearly used up; it resets",
+    };
+    format!(
+        "[hermes-otel budget notice] The {} budget has {} spent of {}{pct}{est}. It {what} {}. To raise it: {}",
+        s.budget.label(),
+        usd(s.spend.total()),
+        usd(s.budget.limit),
+        when(s.window_end, tz),
+        s.budget.raise_command(),
+    )
+}
+
+/// The `pre_tool_call` block message (and the stand-in response of a
+/// stopped LLM call).
+pub fn block_text(state: &BudgetState, tz: &TimeZone) -> String {
+    format!(
+        "BUDGET-EXCEEDED: hermes-otel blocked this call: the {} budget is exhausted ({} spent of {}). \
+         It resets {}. To raise the limit run: {}",
+        state.budget.label(),
+        usd(state.spend.total()),
+        usd(state.budget.limit),
+        when(state.window_end, tz),
+        state.budget.raise_command(),
+    )
+}
+
+/// The reason given to `cron.jobs.pause_job`.
+pub fn pause_reason(state: &BudgetState) -> String {
+    format!(
+        "hermes-otel: {} budget exhausted ({} of {}); resume with `hermes cron resume` after raising it: {}",
+        state.budget.label(),
+        usd(state.spend.total()),
+        usd(state.budget.limit),
+        state.budget.raise_command()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::{Budget, Scope, Spend, Window};
+
+    #[test]
+    fn texts_name_the_budget_and_how_to_raise_it() {
+        let state = BudgetState {
+            budget: Budget {
+                scope: Scope::CronJob,
+                id: "3f9a1c2b7d10".into(),
+                window: Window::Daily,
+                limit: 2.5,
+            },
+            spend: Spend {
+                settled_usd: 2.6,
+                ..Spend::default()
+            },
+            level: Level::Hard,
+            softened: false,
+            period: "2026-11-30".into(),
+            window_end: 1_796_083_200,
+            fleet: None,
+        };
+        let block = block_text(&state, &TimeZone::UTC);
+        assert!(block.contains("cron 3f9a1c2b7d10 daily"), "{block}");
+        assert!(
+            block.contains("hermes-otel budget set cron 3f9a1c2b7d10 daily <usd>"),
+            "{block}"
+        );
+        let notice = notice_text(&state, BudgetMode::Enforce, &TimeZone::UTC);
+        assert!(notice.contains("$2.60 spent of $2.50 (104%)"), "{notice}");
+    }
+}

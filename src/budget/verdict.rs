@@ -1,0 +1,216 @@
+//! The verdict over a budget's spend, forecasts and gauges. Pure.
+//!
+//! Owns: [`Spend`], [`Level`], [`BudgetState`], the rule [`assess`], the
+//! burn-rate [`forecast`], the metrics' budget [`gauges`], and the names of
+//! the verdicts counted in the store and in `hermes.budget.verdicts`
+//! ([`SOFT`], [`HARD`], [`BLOCKED`], [`PAUSED`]). Must not touch: the store
+//! (which reads the spend), texts (`text.rs`) or the gate (`gate.rs`).
+
+use super::config::{Budget, BudgetConfig};
+
+/// A soft notice was shown.
+pub const SOFT: &str = "soft";
+/// A hard-breach notice was shown.
+pub const HARD: &str = "hard";
+/// A tool call was blocked or an LLM call stopped.
+pub const BLOCKED: &str = "blocked";
+/// A cron job was paused.
+pub const PAUSED: &str = "paused";
+/// Every verdict counted (attribute `hermes.budget.verdict`).
+pub const ALL: [&str; 4] = [SOFT, HARD, BLOCKED, PAUSED];
+
+/// A budget's spend in its current window, from the store.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Spend {
+    /// Cost of the calls that finished in the window, USD.
+    pub settled_usd: f64,
+    /// The part of `settled_usd` whose usage was estimated (no usage from
+    /// the provider).
+    pub estimated_usd: f64,
+    /// Estimates of calls in flight (reservations not yet settled), USD.
+    pub reserved_usd: f64,
+}
+
+impl Spend {
+    /// What counts against the limit: settled plus reserved.
+    pub fn total(&self) -> f64 {
+        self.settled_usd + self.reserved_usd
+    }
+}
+
+/// How far a budget is used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Ok,
+    Soft,
+    Hard,
+}
+
+impl Level {
+    /// `ok`, `soft` or `hard`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Ok => "ok",
+            Level::Soft => "soft",
+            Level::Hard => "hard",
+        }
+    }
+}
+
+/// This host's part of a fleet budget (see [`crate::fleet`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FleetShare {
+    /// This host's spend and reservations in the window, USD.
+    pub own_usd: f64,
+    /// What is left of the lease this host took at its last sync; at or
+    /// below zero its calls are blocked until the next sync.
+    pub lease_left_usd: f64,
+}
+
+/// A budget, its spend and its verdict now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetState {
+    pub budget: Budget,
+    /// The fleet's spend with a fleet, else this store's.
+    pub spend: Spend,
+    pub level: Level,
+    /// A hard breach softened because it rests on estimated costs.
+    pub softened: bool,
+    /// The period's start date, naming it (`2026-11-30`).
+    pub period: String,
+    /// When the window ends, Unix seconds.
+    pub window_end: i64,
+    /// With a fleet: this host's share and lease.
+    pub fleet: Option<FleetShare>,
+}
+
+impl BudgetState {
+    /// Whether calls must be blocked: a hard breach, or (with a fleet) this
+    /// host's lease used up until its next sync.
+    pub fn blocks(&self) -> bool {
+        self.level == Level::Hard || self.fleet.is_some_and(|f| f.lease_left_usd <= 0.0)
+    }
+}
+
+/// The verdict for one budget given its spend: the rule of the whole module.
+///
+/// - spend ≥ hard_threshold × limit: hard, unless `soften_estimated` is on
+///   and the settled spend without its estimated part (plus reservations)
+///   stays under the hard line, which makes it soft (`softened`);
+/// - spend ≥ soft_threshold × limit: soft;
+/// - else ok. A limit of 0 is in hard breach from the start.
+pub fn assess(cfg: &BudgetConfig, budget: &Budget, spend: Spend) -> (Level, bool) {
+    let total = spend.total();
+    let hard_line = budget.limit * cfg.hard_threshold;
+    let soft_line = budget.limit * cfg.soft_threshold;
+    if total >= hard_line {
+        if cfg.soften_estimated && spend.estimated_usd > 0.0 && total - spend.estimated_usd < hard_line {
+            return (Level::Soft, true);
+        }
+        (Level::Hard, false)
+    } else if total >= soft_line {
+        (Level::Soft, false)
+    } else {
+        (Level::Ok, false)
+    }
+}
+
+/// The burn rate of a window so far and where it lands at the window end.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Forecast {
+    /// USD per hour, over the window so far.
+    pub usd_per_hour: f64,
+    /// Spend now plus the rate times the time left.
+    pub projected_usd: f64,
+}
+
+/// Projects `spend` (accrued from `start` to `now`) to `end` at the
+/// window's average rate so far. Times in Unix seconds.
+pub fn forecast(spend: f64, start: i64, end: i64, now: f64) -> Forecast {
+    let elapsed = (now - start as f64).max(60.0);
+    let left = (end as f64 - now).max(0.0);
+    let rate = spend / elapsed;
+    Forecast {
+        usd_per_hour: rate * 3600.0,
+        projected_usd: spend + rate * left,
+    }
+}
+
+/// A budget gauge for metrics: `hermes.budget.spend` and
+/// `hermes.budget.limit` with attributes `hermes.budget.scope` (`scope`),
+/// `hermes.budget.id` (`id`, `""` for global) and `hermes.budget.window`
+/// (`window`). Build them with [`gauges`] from
+/// `Store::budget_states(&cfg, now)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetGauge {
+    pub scope: &'static str,
+    pub id: String,
+    pub window: &'static str,
+    /// USD, settled plus reserved, in the current window.
+    pub spend_usd: f64,
+    /// USD.
+    pub limit_usd: f64,
+}
+
+/// The gauges of a set of budget states (pure; one per budget).
+pub fn gauges(states: &[BudgetState]) -> Vec<BudgetGauge> {
+    states
+        .iter()
+        .map(|s| BudgetGauge {
+            scope: s.budget.scope.as_str(),
+            id: s.budget.id.clone(),
+            window: s.budget.window.as_str(),
+            spend_usd: s.spend.total(),
+            limit_usd: s.budget.limit,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::{Scope, Window};
+
+    fn budget(limit: f64) -> Budget {
+        Budget {
+            scope: Scope::Global,
+            id: String::new(),
+            window: Window::Daily,
+            limit,
+        }
+    }
+
+    #[test]
+    fn verdicts_follow_the_thresholds() {
+        let cfg = BudgetConfig::default();
+        let spend = |settled, estimated, reserved| Spend {
+            settled_usd: settled,
+            estimated_usd: estimated,
+            reserved_usd: reserved,
+        };
+        let b = budget(10.0);
+        assert_eq!(assess(&cfg, &b, spend(7.9, 0.0, 0.0)), (Level::Ok, false));
+        assert_eq!(assess(&cfg, &b, spend(8.0, 0.0, 0.0)), (Level::Soft, false));
+        assert_eq!(
+            assess(&cfg, &b, spend(9.0, 0.0, 1.0)),
+            (Level::Hard, false),
+            "reservations count"
+        );
+        assert_eq!(assess(&cfg, &b, spend(10.0, 3.0, 0.0)), (Level::Hard, false));
+        let soft = BudgetConfig {
+            soften_estimated: true,
+            ..BudgetConfig::default()
+        };
+        assert_eq!(assess(&soft, &b, spend(10.0, 3.0, 0.0)), (Level::Soft, true));
+        assert_eq!(assess(&soft, &b, spend(14.0, 3.0, 0.0)), (Level::Hard, false));
+        assert_eq!(assess(&cfg, &budget(0.0), spend(0.0, 0.0, 0.0)), (Level::Hard, false));
+    }
+
+    #[test]
+    fn forecasts_project_the_average_rate() {
+        let f = forecast(1.0, 0, 86_400, 3600.0);
+        assert!((f.usd_per_hour - 1.0).abs() < 1e-9);
+        assert!((f.projected_usd - 24.0).abs() < 1e-9);
+        assert_eq!(forecast(0.0, 0, 10, 20.0).projected_usd, 0.0);
+    }
+}

@@ -1,0 +1,365 @@
+//! Alerts and one-shot budget actions in the store: raising an alert
+//! (free→paid, model unavailable, budget soft or hard), delivering each
+//! pending one once to one session, claiming a once-per-period action (a
+//! cron pause), and counting verdicts and alerts for `hermes.budget.verdicts`
+//! and `hermes.alerts`.
+//!
+//! Must not touch: spend (`rollups.rs`, `spend.rs`); the texts are made by
+//! the caller or `budget/text.rs`, except the two alert texts raised here.
+
+use rusqlite::{params, OptionalExtension, Transaction};
+
+use super::rollups::RecordedCall;
+use crate::budget::{self, alert, BudgetState};
+use crate::error::Result;
+use crate::pricing::PriceSource;
+use crate::store::Store;
+use crate::{metrics, semconv};
+
+/// One alert, as `budget list` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertRow {
+    pub kind: String,
+    pub key: String,
+    pub text: String,
+    pub count: i64,
+    pub first_at: f64,
+    pub last_at: f64,
+    pub delivered_at: Option<f64>,
+}
+
+pub(super) fn watch_free_to_paid(tx: &Transaction<'_>, call: &RecordedCall<'_>, at: f64) -> Result<()> {
+    if call.model.is_empty() || call.source == PriceSource::Unknown {
+        return Ok(());
+    }
+    let key = budget::paid_model_key(call.model);
+    let free = call.cost_usd <= 0.0;
+    let seen: Option<(Option<f64>, Option<f64>)> = tx
+        .prepare_cached("SELECT free_at, paid_at FROM budget_models WHERE model = ?1")?
+        .query_row(params![key], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let (free_at, paid_at) = seen.unwrap_or((None, None));
+    if (free && free_at.is_some()) || (!free && paid_at.is_some()) {
+        return Ok(());
+    }
+    tx.prepare_cached(
+        "INSERT INTO budget_models (model, free_at, paid_at) VALUES (?1, ?2, ?3)
+         ON CONFLICT (model) DO UPDATE SET free_at = COALESCE(free_at, excluded.free_at),
+            paid_at = COALESCE(paid_at, excluded.paid_at)",
+    )?
+    .execute(params![key, free.then_some(at), (!free).then_some(at)])?;
+    if !free && free_at.is_some() {
+        let text = format!(
+            "[hermes-otel alert] Model {key} was free when first seen and now costs money \
+             (${:.6} for a call to {}). Check the model id and its pricing.",
+            call.cost_usd, call.model
+        );
+        raise_alert(tx, alert::FREE_TO_PAID, key, &text, at)?;
+    }
+    Ok(())
+}
+
+/// Adds an occurrence of an alert; the first one makes it pending and
+/// counts in `hermes.alerts`.
+pub(super) fn raise_alert(conn: &rusqlite::Connection, kind: &str, key: &str, text: &str, at: f64) -> Result<()> {
+    let new = conn
+        .prepare_cached(
+            "INSERT INTO alerts (kind, key, text, count, first_at, last_at) VALUES (?1, ?2, ?3, 1, ?4, ?4)
+             ON CONFLICT (kind, key) DO NOTHING",
+        )?
+        .execute(params![kind, key, text, at])?;
+    if new == 1 {
+        count_alert(conn, kind, at)?;
+    } else {
+        conn.prepare_cached(
+            "UPDATE alerts SET count = count + 1, last_at = MAX(last_at, ?3) WHERE kind = ?1 AND key = ?2",
+        )?
+        .execute(params![kind, key, at])?;
+    }
+    Ok(())
+}
+
+/// One more alert of `kind` in the `hermes.alerts` counter.
+fn count_alert(conn: &rusqlite::Connection, kind: &str, at: f64) -> Result<()> {
+    crate::store::add_to_counter(conn, semconv::metric::ALERTS, &metrics::alert_attrs(kind), 1.0, at)
+}
+
+impl Store {
+    /// Claims a once-per-period action (`kind` `pause`) for a budget state;
+    /// true for the one caller, in any process, that claimed it first.
+    pub fn budget_claim_once(&self, kind: &str, state: &BudgetState, at: f64, session_id: &str) -> Result<bool> {
+        let n = self
+            .conn()
+            .prepare_cached(
+                "INSERT INTO budget_once (kind, scope, id, win, period, at, session_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT DO NOTHING",
+            )?
+            .execute(params![
+                kind,
+                state.budget.scope.as_str(),
+                state.budget.id,
+                state.budget.window.as_str(),
+                state.period,
+                at,
+                session_id
+            ])?;
+        Ok(n == 1)
+    }
+
+    /// Raises and delivers at once a one-shot alert (budget soft or hard):
+    /// true if this call raised it (first in any process).
+    pub fn raise_alert_delivered(&self, kind: &str, key: &str, text: &str, at: f64, session_id: &str) -> Result<bool> {
+        let n = self
+            .conn()
+            .prepare_cached(
+                "INSERT INTO alerts (kind, key, text, count, first_at, last_at, delivered_at, delivered_to)
+                 VALUES (?1, ?2, ?3, 1, ?4, ?4, ?4, ?5) ON CONFLICT DO NOTHING",
+            )?
+            .execute(params![kind, key, text, at, session_id])?;
+        if n == 1 {
+            count_alert(self.conn(), kind, at)?;
+        }
+        Ok(n == 1)
+    }
+
+    /// Up to `limit` alerts not shown yet, oldest first: `(kind, key, text)`
+    /// with the occurrence count in the text. A partial index holds only
+    /// these, so this is one short read however many alerts were shown.
+    pub fn pending_alerts(&self, limit: usize) -> Result<Vec<(String, String, String)>> {
+        // The limit is part of the text, not a parameter: a bound LIMIT makes
+        // SQLite (STAT4 build) re-prepare the statement on every run.
+        let mut stmt = self.conn().prepare_cached(&format!(
+            "SELECT kind, key, text, count FROM alerts WHERE delivered_at IS NULL ORDER BY first_at LIMIT {limit}"
+        ))?;
+        let rows = stmt.query_map([], |r| {
+            let (kind, key, text, count): (String, String, String, i64) = (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
+            let text = if count > 1 {
+                format!("{text} Seen {count} times.")
+            } else {
+                text
+            };
+            Ok((kind, key, text))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Whether any alert waits to be shown (one probe of the partial index).
+    pub fn has_pending_alerts(&self) -> Result<bool> {
+        Ok(self
+            .conn()
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM alerts WHERE delivered_at IS NULL)")?
+            .query_row([], |r| r.get(0))?)
+    }
+
+    /// Marks a pending alert shown to `session_id`; true for the one caller,
+    /// in any process, that got it (each alert is shown once).
+    pub fn deliver_alert(&self, kind: &str, key: &str, at: f64, session_id: &str) -> Result<bool> {
+        let n = self
+            .conn()
+            .prepare_cached(
+                "UPDATE alerts SET delivered_at = ?3, delivered_to = ?4 WHERE kind = ?1 AND key = ?2 AND delivered_at IS NULL",
+            )?
+            .execute(params![kind, key, at, session_id])?;
+        Ok(n == 1)
+    }
+
+    /// Takes up to `limit` pending alerts for a pre_llm_call of
+    /// `session_id`: each is delivered once, to one session, in any process.
+    pub fn take_pending_alerts(&self, at: f64, session_id: &str, limit: usize) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for (kind, key, text) in self.pending_alerts(limit)? {
+            if self.deliver_alert(&kind, &key, at, session_id)? {
+                out.push(text);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Counts one verdict (see [`budget::verdict`]) on `state`'s budget,
+    /// here and in the `hermes.budget.verdicts` counter.
+    pub fn count_budget_verdict(&self, verdict: &str, state: &BudgetState, at: f64) -> Result<()> {
+        let attrs = metrics::verdict_attrs(state.budget.scope.as_str(), state.budget.window.as_str(), verdict);
+        crate::store::add_to_counter(self.conn(), semconv::metric::BUDGET_VERDICTS, &attrs, 1.0, at)?;
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO budget_verdicts (verdict, count) VALUES (?1, 1)
+                 ON CONFLICT (verdict) DO UPDATE SET count = count + 1",
+            )?
+            .execute(params![verdict])?;
+        Ok(())
+    }
+
+    /// Verdicts given so far, by verdict (`soft`, `hard`, `blocked`,
+    /// `paused`), every one of [`budget::verdict::ALL`] present: the
+    /// cumulative `hermes.budget.verdicts` counter.
+    pub fn budget_verdict_counts(&self) -> Result<Vec<(&'static str, i64)>> {
+        let mut out = Vec::new();
+        for v in budget::verdict::ALL {
+            let n: Option<i64> = self
+                .conn()
+                .prepare_cached("SELECT count FROM budget_verdicts WHERE verdict = ?1")?
+                .query_row(params![v], |r| r.get(0))
+                .optional()?;
+            out.push((v, n.unwrap_or(0)));
+        }
+        Ok(out)
+    }
+
+    /// Alerts raised so far, by kind, every one of [`budget::alert::ALL`]
+    /// present: the cumulative `hermes.alerts` counter (one per alert, not
+    /// per occurrence).
+    pub fn alert_counts(&self) -> Result<Vec<(&'static str, i64)>> {
+        let mut out = Vec::new();
+        for k in budget::alert::ALL {
+            let n: i64 = self
+                .conn()
+                .prepare_cached("SELECT COUNT(*) FROM alerts WHERE kind = ?1")?
+                .query_row(params![k], |r| r.get(0))?;
+            out.push((k, n));
+        }
+        Ok(out)
+    }
+
+    /// Every alert, newest first.
+    pub fn alerts(&self) -> Result<Vec<AlertRow>> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT kind, key, text, count, first_at, last_at, delivered_at FROM alerts ORDER BY last_at DESC",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(AlertRow {
+                kind: r.get(0)?,
+                key: r.get(1)?,
+                text: r.get(2)?,
+                count: r.get(3)?,
+                first_at: r.get(4)?,
+                last_at: r.get(5)?,
+                delivered_at: r.get(6)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::{Budget, Level, Scope, Spend, Window};
+    use crate::store::budget::temp_store;
+
+    fn state(period: &str) -> BudgetState {
+        BudgetState {
+            budget: Budget {
+                scope: Scope::CronJob,
+                id: "job".into(),
+                window: Window::Daily,
+                limit: 1.0,
+            },
+            spend: Spend::default(),
+            level: Level::Hard,
+            softened: false,
+            period: period.into(),
+            window_end: 0,
+            fleet: None,
+        }
+    }
+
+    fn call(model: &str, cost_usd: f64) -> RecordedCall<'_> {
+        RecordedCall {
+            model,
+            cost_usd,
+            source: PriceSource::Builtin,
+            estimated: false,
+            ended_at: 0.0,
+        }
+    }
+
+    #[test]
+    fn an_alert_is_pending_until_delivered_once_and_counts_its_occurrences() {
+        let (_dir, store) = temp_store();
+        assert!(!store.has_pending_alerts().expect("pending"));
+        raise_alert(store.conn(), alert::MODEL_UNAVAILABLE, "m", "Model m is gone.", 10.0).expect("raise");
+        raise_alert(store.conn(), alert::MODEL_UNAVAILABLE, "m", "Model m is gone.", 12.0).expect("raise");
+        assert!(store.has_pending_alerts().expect("pending"));
+        let pending = store.pending_alerts(5).expect("pending");
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].2, "Model m is gone. Seen 2 times.");
+        assert!(store
+            .deliver_alert(alert::MODEL_UNAVAILABLE, "m", 13.0, "s1")
+            .expect("deliver"));
+        assert!(!store
+            .deliver_alert(alert::MODEL_UNAVAILABLE, "m", 14.0, "s2")
+            .expect("again"));
+        assert!(!store.has_pending_alerts().expect("pending"));
+        let rows = store.alerts().expect("alerts");
+        assert_eq!(
+            (rows[0].count, rows[0].last_at, rows[0].delivered_at),
+            (2, 12.0, Some(13.0))
+        );
+        let counts = store.alert_counts().expect("counts");
+        assert!(
+            counts.contains(&(alert::MODEL_UNAVAILABLE, 1)),
+            "one alert, not one per occurrence"
+        );
+        assert!(counts.contains(&(alert::FREE_TO_PAID, 0)));
+    }
+
+    #[test]
+    fn taking_pending_alerts_delivers_each_once() {
+        let (_dir, store) = temp_store();
+        for key in ["a", "b", "c"] {
+            raise_alert(store.conn(), alert::MODEL_UNAVAILABLE, key, key, 1.0).expect("raise");
+        }
+        assert_eq!(store.take_pending_alerts(2.0, "s1", 2).expect("take"), ["a", "b"]);
+        assert_eq!(store.take_pending_alerts(3.0, "s2", 5).expect("take"), ["c"]);
+        assert!(store.take_pending_alerts(4.0, "s3", 5).expect("take").is_empty());
+    }
+
+    #[test]
+    fn budget_notices_and_claims_happen_once_per_period() {
+        let (_dir, store) = temp_store();
+        assert!(store
+            .raise_alert_delivered(alert::BUDGET_HARD, "k", "text", 1.0, "s1")
+            .expect("raise"));
+        assert!(!store
+            .raise_alert_delivered(alert::BUDGET_HARD, "k", "text", 2.0, "s2")
+            .expect("raise again"));
+        assert!(!store.has_pending_alerts().expect("pending"), "raised as delivered");
+        let today = state("2026-11-30");
+        assert!(store.budget_claim_once("pause", &today, 1.0, "s1").expect("claim"));
+        assert!(!store
+            .budget_claim_once("pause", &today, 2.0, "s2")
+            .expect("claim again"));
+        assert!(store
+            .budget_claim_once("pause", &state("2026-12-01"), 3.0, "s3")
+            .expect("next period"));
+    }
+
+    #[test]
+    fn verdicts_are_counted_by_kind() {
+        let (_dir, store) = temp_store();
+        for _ in 0..2 {
+            store
+                .count_budget_verdict(budget::verdict::BLOCKED, &state("p"), 1.0)
+                .expect("count");
+        }
+        let counts = store.budget_verdict_counts().expect("counts");
+        assert_eq!(counts, [("soft", 0), ("hard", 0), ("blocked", 2), ("paused", 0)]);
+    }
+
+    #[test]
+    fn a_model_first_seen_free_raises_an_alert_when_it_costs() {
+        let (_dir, store) = temp_store();
+        let tx = store.conn().unchecked_transaction().expect("begin");
+        watch_free_to_paid(&tx, &call("x:free", 0.0), 1.0).expect("free");
+        watch_free_to_paid(&tx, &call("x", 0.1), 2.0).expect("paid");
+        watch_free_to_paid(&tx, &call("x", 0.2), 3.0).expect("paid again");
+        watch_free_to_paid(&tx, &call("y", 0.2), 4.0).expect("paid from the start");
+        tx.commit().expect("commit");
+        let rows = store.alerts().expect("alerts");
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(
+            (rows[0].kind.as_str(), rows[0].key.as_str()),
+            (alert::FREE_TO_PAID, "x")
+        );
+    }
+}
