@@ -154,7 +154,7 @@ fn only_the_hooks_said_to_carry_spend_have_a_bound_above_zero() {
             continue;
         }
         for line in std::fs::read_to_string(&path).expect("read").lines() {
-            let Ok(Some(rec)) = crate::replay::parse_line(line, false) else {
+            let Ok(Some(rec)) = crate::hook::parse_line(line, false) else {
                 continue;
             };
             let Decoded::Event(e, _) = decode(&rec.hook, &rec.kwargs, 1.0, DecodeOptions::default()) else {
