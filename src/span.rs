@@ -638,6 +638,11 @@ pub fn nanos(seconds: f64) -> u64 {
     }
 }
 
+/// Lower-case hex of an id, as OTLP's JSON and the viewer show it.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// A 128-bit trace id from parts (never all zero).
 pub fn trace_id(parts: &[&str]) -> [u8; 16] {
     let a = hash64(0x6a09_e667_f3bc_c908, parts);

@@ -42,7 +42,8 @@ pub mod transport;
 
 pub use crate::config::export::{ExportConfig, ExportOverrides, Protocol, Sampler, Signal, TracesExporter};
 pub use crate::config::metrics::{MetricsConfig, MetricsExporters, MetricsOverrides};
-pub use console::hex;
+/// Lower-case hex of an id (defined with the ids, in `span.rs`).
+pub use crate::span::hex;
 pub use metrics::{MetricExporter, MetricStep};
 pub use prometheus::PrometheusServer;
 pub use transport::{Accepted, SendError, Transport};
