@@ -94,7 +94,10 @@ pub(super) fn bridge(py: Python<'_>) -> &'static Bridge {
             install_log_layer();
             let mut config = BridgeConfig::from_env();
             config.profile = PROFILE.get().cloned();
-            let gate = BudgetGate::for_store_dir(&config.store_dir);
+            // The gate takes the mode and the fleet as resolved here (the
+            // budget file's own `mode` applies unless the variable is set).
+            let budgets = config.store_dir.join(crate::budget::BUDGETS_FILE_NAME);
+            let gate = BudgetGate::new(budgets, config.budget_mode_override).with_fleet(config.fleet);
             let _ = BUDGET.set(gate.handle());
             Bridge::start_with_gate(config, Box::new(gate))
         })

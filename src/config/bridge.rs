@@ -61,6 +61,12 @@ pub struct BridgeConfig {
     pub decode: DecodeOptions,
     /// Whether gating hooks are registered and may block.
     pub budget_mode: BudgetMode,
+    /// The mode `HERMES_OTEL_BUDGET_MODE` sets, when it is set and valid:
+    /// it overrides the budget file's `mode` in the gate.
+    pub budget_mode_override: Option<BudgetMode>,
+    /// Whether budgets count the fleet's spend (`HERMES_OTEL_FLEET_URL`
+    /// set, not empty).
+    pub fleet: bool,
     /// Between WAL checkpoints.
     pub checkpoint_interval: Duration,
     /// Between idle-run sweeps.
@@ -97,6 +103,8 @@ impl BridgeConfig {
             hook_wait: DEFAULT_HOOK_WAIT,
             decode: DecodeOptions::default(),
             budget_mode: BudgetMode::Enforce,
+            budget_mode_override: None,
+            fleet: false,
             checkpoint_interval: DEFAULT_CHECKPOINT_INTERVAL,
             sweep_interval: DEFAULT_SWEEP_INTERVAL,
             idle_run_seconds: super::DEFAULT_IDLE_TIMEOUT_SECONDS,
@@ -147,7 +155,10 @@ impl BridgeConfig {
         }
         if let Some(v) = var(env::BUDGET_MODE) {
             match BudgetMode::parse(&v.to_string_lossy()) {
-                Some(mode) => cfg.budget_mode = mode,
+                Some(mode) => {
+                    cfg.budget_mode = mode;
+                    cfg.budget_mode_override = Some(mode);
+                }
                 None => cfg.warnings.push(format!(
                     "{}={:?} is neither observe nor enforce; using enforce",
                     env::BUDGET_MODE,
@@ -167,6 +178,7 @@ impl BridgeConfig {
                 )),
             }
         }
+        cfg.fleet = var(super::fleet::FLEET_URL_ENV).is_some_and(|v| !v.is_empty());
         #[cfg(feature = "test-hooks")]
         {
             cfg.test_panic_hook = var(env::TEST_PANIC).map(|v| v.to_string_lossy().into_owned());
@@ -189,6 +201,8 @@ mod tests {
         assert_eq!(cfg.store_dir, PathBuf::from("/s"));
         assert_eq!(cfg.hook_wait, DEFAULT_HOOK_WAIT);
         assert_eq!(cfg.budget_mode, BudgetMode::Enforce);
+        assert_eq!(cfg.budget_mode_override, None);
+        assert!(!cfg.fleet);
         assert!(cfg.warnings.is_empty());
         let cfg = BridgeConfig::from_vars(vars(&[
             ("HERMES_OTEL_HOOK_WAIT_MS", "5"),
@@ -197,6 +211,7 @@ mod tests {
         ]));
         assert_eq!(cfg.hook_wait, Duration::from_millis(5));
         assert_eq!(cfg.budget_mode, BudgetMode::Observe);
+        assert_eq!(cfg.budget_mode_override, Some(BudgetMode::Observe));
         #[cfg(feature = "test-hooks")]
         assert_eq!(cfg.test_panic_hook.as_deref(), Some("post_tool_call"));
         let cfg = BridgeConfig::from_vars(vars(&[
@@ -205,7 +220,17 @@ mod tests {
         ]));
         assert_eq!(cfg.hook_wait, DEFAULT_HOOK_WAIT);
         assert_eq!(cfg.budget_mode, BudgetMode::Enforce);
+        assert_eq!(cfg.budget_mode_override, None, "an invalid mode overrides nothing");
         assert_eq!(cfg.warnings.len(), 2);
+    }
+
+    #[test]
+    fn the_fleet_is_on_when_its_url_is_set() {
+        let with = |url: &'static str| {
+            BridgeConfig::from_vars(move |k| (k == crate::config::fleet::FLEET_URL_ENV).then(|| OsString::from(url)))
+        };
+        assert!(with("postgresql://u@/db?host=/run/postgresql").fleet);
+        assert!(!with("").fleet, "empty counts as unset");
     }
 
     #[test]

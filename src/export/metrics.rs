@@ -406,7 +406,7 @@ pub fn refresh_budget_gauges(store: &mut Store) {
     let mut rows = metrics::budget_gauge_rows(&readings);
     // With a fleet, the sync lag from the last successful sync (none before
     // the first: there is no lag to measure, and `status` says so).
-    if crate::budget_gate::fleet_from_env() {
+    if crate::config::fleet::configured() {
         if let Some(st) = store.fleet_status().ok().flatten() {
             rows.extend(
                 st.lag_seconds(unix_now())
