@@ -16,6 +16,8 @@ pub const NO_COLOR_ENV: &str = "NO_COLOR";
 pub const HERMES_PYTHON_ENV: &str = "HERMES_OTEL_HERMES_PYTHON";
 /// The generic Rust log filter, read when `HERMES_OTEL_LOG` is not set.
 pub const RUST_LOG_ENV: &str = "RUST_LOG";
+/// The viewer's access token, when `--token` is not given.
+pub const UI_TOKEN_ENV: &str = "HERMES_OTEL_UI_TOKEN";
 
 /// The log filter text and the variable it came from: `HERMES_OTEL_LOG`
 /// when set and not blank, else `RUST_LOG` (possibly empty: the caller's
@@ -40,6 +42,12 @@ pub fn no_color() -> bool {
 /// `HERMES_OTEL_HERMES_PYTHON` when set and not empty.
 pub fn hermes_python() -> Option<PathBuf> {
     super::process_var_set(HERMES_PYTHON_ENV).map(PathBuf::from)
+}
+
+/// The viewer's access token: `flag`, else `HERMES_OTEL_UI_TOKEN` as set
+/// (an empty value included, as clap's `env` read it before).
+pub fn ui_token(flag: Option<String>) -> Option<String> {
+    flag.or_else(|| super::process_var(UI_TOKEN_ENV))
 }
 
 /// The command search path (`PATH`), empty when unset.

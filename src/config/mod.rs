@@ -1,7 +1,8 @@
 //! Configuration: every setting hermes-otel has, resolved once.
 //!
 //! Owns: reading the process environment (the only module that does, tests
-//! aside: [`process_var`] and [`process_var_os`]), resolving each setting in
+//! aside, through [`process_var`] and [`process_var_os`]; two reads remain
+//! in `budget_gate.rs`, issue 14), resolving each setting in
 //! the documented order (explicit argument, then environment, then
 //! defaults) with one parser per type (`parse.rs`), and remembering where
 //! each value came from so `status` can say. The runtime, the exporters,
@@ -12,7 +13,7 @@
 //! (retention, content capture); `bridge.rs` the per-process runtime's
 //! settings; `export.rs` the trace export (`OTEL_*`, per signal);
 //! `metrics.rs` the metric export; `cli.rs` what only the command line
-//! reads (log filter, colour, Hermes's Python); `fleet.rs` the fleet
+//! reads (log filter, colour, Hermes's Python, the viewer's token); `fleet.rs` the fleet
 //! database's variables (libpq's, read for `fleet/config.rs`).
 
 use std::ffi::OsString;
