@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::export::{ExportConfig, ExportOverrides};
+use super::metrics::{MetricsConfig, MetricsOverrides};
 use super::parse::parse_non_negative;
 use super::store::{store_dir_from, Retention};
 use crate::budget::BudgetMode;
@@ -93,11 +94,17 @@ pub struct BridgeConfig {
     /// How long after its end a session counts as settled for metrics
     /// (`HERMES_OTEL_SESSION_GRACE_SECONDS`), for the sweep's fold.
     pub session_grace_seconds: f64,
+    /// The trace export settings, resolved with the rest: the export
+    /// thread (`export_task.rs`) takes them from here.
+    pub export: ExportConfig,
+    /// The metric export settings, likewise.
+    pub metrics: MetricsConfig,
 }
 
 impl BridgeConfig {
     /// The configuration for `store_dir` with every other setting at its default.
     pub fn new(store_dir: PathBuf) -> Self {
+        let export = ExportConfig::resolve(ExportOverrides::default(), |_| None);
         BridgeConfig {
             store_dir,
             hook_wait: DEFAULT_HOOK_WAIT,
@@ -115,18 +122,21 @@ impl BridgeConfig {
             store_retry_max: DEFAULT_STORE_RETRY_MAX,
             profile: None,
             retention: Retention::defaults(),
-            outbox_max_rows: 0,
-            session_grace_seconds: 0.0,
+            outbox_max_rows: export.outbox_max_rows.value,
+            session_grace_seconds: export.session_grace_seconds.value,
+            export,
+            metrics: MetricsConfig::resolve(ExportOverrides::default(), MetricsOverrides::default(), |_| None),
         }
-        .with_export_settings(|_| None)
     }
 
-    /// Takes the outbox cap and the session grace from the export
-    /// settings' own resolver (one place resolves them).
+    /// Resolves the export settings and takes the outbox cap and the
+    /// session grace from them (one place resolves them).
     fn with_export_settings(mut self, var: impl Fn(&str) -> Option<String>) -> Self {
-        let export = ExportConfig::resolve(ExportOverrides::default(), var);
+        let export = ExportConfig::resolve(ExportOverrides::default(), &var);
+        self.metrics = MetricsConfig::resolve(ExportOverrides::default(), MetricsOverrides::default(), &var);
         self.outbox_max_rows = export.outbox_max_rows.value;
         self.session_grace_seconds = export.session_grace_seconds.value;
+        self.export = export;
         self
     }
 
@@ -246,6 +256,10 @@ mod tests {
             let export = ExportConfig::resolve(Default::default(), var);
             assert_eq!(bridge.idle_run_seconds, want, "{value}");
             assert_eq!(export.idle_timeout_seconds.value, want, "{value}");
+            assert_eq!(
+                bridge.export.idle_timeout_seconds.value, want,
+                "the export thread gets the same: {value}"
+            );
             assert_eq!(bridge.warnings.len(), warnings, "{value}");
         }
     }
