@@ -6,14 +6,18 @@
 # Works on a fresh machine with python3 (>= 3.11), cargo and access to PyPI:
 # 1. a tools venv ($HERMES_OTEL_PY_VENV, default target/py/venv) gets maturin,
 #    ruff and pytest;
-# 2. maturin builds the release wheel into target/py/wheels;
+# 2. maturin builds the release wheel into target/py/wheels (the one users
+#    get), which is checked to carry no test hooks, and a debug wheel with
+#    the cargo feature test-hooks into target/py/test-wheels;
 # 3. ruff format --check and ruff check run on python/, tests/ and benches/;
-# 4. the wheel is installed into the tools venv and tests/python runs;
+# 4. the test-hooks wheel is installed into the tools venv and tests/python
+#    runs (it drives _native._spool_records and HERMES_OTEL_TEST_PANIC);
 # 5. unless --no-e2e: tests/e2e/kit/setup-hermes.sh makes a venv with
-#    hermes-agent==0.19.0 and the wheel (target/py/hermes-venv), and
+#    hermes-agent==0.19.0 and the release wheel (target/py/hermes-venv), and
 #    tests/e2e runs every kit scenario in real Hermes against the loopback
 #    mock (about 2 minutes on 2 cores; HERMES_OTEL_E2E_JOBS sets how many
-#    scenarios run at once, default 4).
+#    scenarios run at once, default 4); only its panic run puts the
+#    test-hooks wheel first on PYTHONPATH.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -31,9 +35,30 @@ step "tools venv ($VENV)"
 "$VENV/bin/python" -m pip install "${PIP[@]}" "maturin>=1.7,<2" "ruff>=0.6" "pytest>=8"
 
 step "wheel"
-rm -rf "$WORK/wheels"
+rm -rf "$WORK/wheels" "$WORK/test-wheels"
 "$VENV/bin/maturin" build --release -o "$WORK/wheels"
 WHEEL=$(ls "$WORK"/wheels/hermes_otel-*.whl | tail -n 1)
+# The wheel users get has no test hooks: neither the function's nor the
+# variable's name is anywhere in its extension.
+"$VENV/bin/python" - "$WHEEL" <<'EOF'
+import sys, zipfile
+wheel = zipfile.ZipFile(sys.argv[1])
+found = [
+    (name, hook)
+    for name in wheel.namelist()
+    if name.endswith(".so")
+    for hook in (b"_spool_records", b"HERMES_OTEL_TEST_PANIC")
+    if hook in wheel.read(name)
+]
+sys.exit(f"test hooks in the shipped wheel: {found}" if found else 0)
+EOF
+
+step "test wheel (feature test-hooks)"
+# A debug build: it reuses the dependencies `cargo test` compiled, where a
+# second release build would compile the crate optimised again (minutes on
+# 2 cores) for tests that measure no speed.
+"$VENV/bin/maturin" build --features python,test-hooks -o "$WORK/test-wheels"
+TEST_WHEEL=$(ls "$WORK"/test-wheels/hermes_otel-*.whl | tail -n 1)
 
 step "ruff"
 LINT=(python tests/python tests/e2e/conftest.py tests/e2e/test_scenarios.py tests/e2e/test_crash.py benches/hook_overhead.py tests/e2e/test_budgets.py tests/e2e/test_otlp.py tests/e2e/test_traces.py tests/e2e/otlp_sidecar.py tests/e2e/scripts/gateway_session.py tests/e2e/test_dashboard.py tests/e2e/dashboard_probe.py tests/e2e/test_older_hermes.py tests/e2e/test_fleet.py)
@@ -41,7 +66,7 @@ LINT=(python tests/python tests/e2e/conftest.py tests/e2e/test_scenarios.py test
 "$VENV/bin/ruff" check "${LINT[@]}"
 
 step "package tests"
-"$VENV/bin/python" -m pip install "${PIP[@]}" --force-reinstall --no-deps "$WHEEL"
+"$VENV/bin/python" -m pip install "${PIP[@]}" --force-reinstall --no-deps "$TEST_WHEEL"
 # Temporary directories of passed tests are removed (pytest keeps the last
 # three runs' otherwise: the end-to-end ones hold ~20 MB of Hermes homes).
 KEEP=(-o tmp_path_retention_policy=failed)
@@ -57,7 +82,7 @@ if [ "$E2E" = 1 ]; then
     # opentelemetry-proto decodes what the e2e OTLP receiver saved; aiohttp
     # is the gateway's API server platform (hermes-agent[messaging] pins it).
     "$HERMES_VENV/bin/python" -m pip install "${PIP[@]}" "pytest>=8" "opentelemetry-proto>=1.27" "aiohttp==3.14.1"
-    HERMES_OTEL_E2E_HERMES=$HERMES_VENV/bin/hermes HERMES_OTEL_E2E_WHEEL=$WHEEL \
+    HERMES_OTEL_E2E_HERMES=$HERMES_VENV/bin/hermes HERMES_OTEL_E2E_WHEEL=$WHEEL HERMES_OTEL_E2E_TEST_WHEEL=$TEST_WHEEL \
         "$HERMES_VENV/bin/python" -m pytest tests/e2e -q "${KEEP[@]}" "$@"
 fi
 printf '\npython tests: ok\n'

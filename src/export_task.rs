@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::bridge::Background;
 use crate::error::{Error, Result};
-use crate::export::{ExportConfig, ExportOverrides, Exporter, MetricExporter, MetricsConfig};
+use crate::export::{ExportConfig, Exporter, MetricExporter, MetricsConfig};
 use crate::store::{Store, DB_FILE_NAME};
 
 /// How often the outbox is looked at when nothing was ready.
@@ -75,13 +75,15 @@ pub struct ExportTask {
 }
 
 impl ExportTask {
-    /// Starts the export thread over the store in `store_dir`, configured
-    /// from the environment (`OTEL_*`). With both traces and metrics
-    /// disabled there is no thread.
-    pub fn start(store_dir: &Path) -> Result<Option<Self>> {
+    /// Starts the export thread over the store in `store_dir` with the
+    /// resolved settings (the bridge's: [`BridgeConfig::export`] and
+    /// [`BridgeConfig::metrics`]). With both traces and metrics disabled
+    /// there is no thread.
+    ///
+    /// [`BridgeConfig::export`]: crate::bridge::BridgeConfig::export
+    /// [`BridgeConfig::metrics`]: crate::bridge::BridgeConfig::metrics
+    pub fn start(store_dir: &Path, config: ExportConfig, metrics_config: MetricsConfig) -> Result<Option<Self>> {
         let path = store_dir.join(DB_FILE_NAME);
-        let config = ExportConfig::from_env(ExportOverrides::default());
-        let metrics_config = MetricsConfig::from_env(ExportOverrides::default());
         let exporter = match config.enabled() {
             true => Some(Exporter::with_store(config, Store::open(&path)?)?),
             false => None,
@@ -293,7 +295,8 @@ impl Background for WithFleet {
 /// The bridge's exporter factory: the export thread over the bridge's
 /// store, and the fleet sync when `HERMES_OTEL_FLEET_URL` is set.
 pub fn factory(config: &crate::bridge::BridgeConfig) -> Result<Box<dyn Background>> {
-    let export: Box<dyn Background> = match ExportTask::start(&config.store_dir)? {
+    let started = ExportTask::start(&config.store_dir, config.export.clone(), config.metrics.clone())?;
+    let export: Box<dyn Background> = match started {
         Some(task) => Box::new(task),
         None => Box::new(Disabled),
     };

@@ -9,7 +9,6 @@
 
 pub mod bridge;
 pub mod budget;
-pub mod budget_gate;
 pub mod cli;
 pub mod config;
 pub mod content;

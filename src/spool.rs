@@ -367,7 +367,7 @@ mod tests {
         for _ in 0..100_000 {
             let at = 1_796_008_818.0 + rng.f64() * 1e6;
             let line = record("on_session_start", at, serde_json::json!({"session_id": "s"}));
-            let rec = crate::replay::parse_line(std::str::from_utf8(&line).expect("utf-8"), false)
+            let rec = crate::hook::parse_line(std::str::from_utf8(&line).expect("utf-8"), false)
                 .expect("record")
                 .expect("line");
             assert_eq!(rec.t.map(f64::to_bits), Some(at.to_bits()), "{at}");

@@ -32,8 +32,8 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::trace::v1::{status, Span};
 
 use crate::error::Result;
-use crate::export::hex;
 use crate::semconv::attr;
+use crate::span::hex;
 use crate::span::{self, Ancestor, Ancestry, SpanOptions};
 use crate::store::{Store, TraceRows, RUNNING};
 

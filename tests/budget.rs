@@ -579,7 +579,7 @@ fn an_edited_budget_file_is_picked_up_without_a_restart() {
             0
         );
     }
-    let gauges = hermes_otel::budget::budget_gauges(&store, dir.path(), t).expect("gauges");
+    let gauges = hermes_otel::budget::budget_gauges(&store, dir.path(), false, t).expect("gauges");
     assert_eq!(gauges.len(), 1);
     assert_eq!(
         (gauges[0].scope, gauges[0].window, gauges[0].limit_usd),
@@ -606,7 +606,7 @@ fn gating_hooks_wait_only_while_the_gate_has_something_to_say() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut cfg = BridgeConfig::new(dir.path().to_path_buf());
     cfg.hook_wait = Duration::from_secs(10);
-    let bridge = Bridge::start_with_gate(cfg, Box::new(BudgetGate::for_store_dir(dir.path())));
+    let bridge = Bridge::start_with_gate(cfg, Box::new(BudgetGate::for_store_dir(dir.path(), None, false)));
     let llm = |turn: &str| json!({"session_id": "w", "turn_id": turn, "model": "gpt-4o"});
     let tool = json!({"session_id": "w", "tool_call_id": "c", "tool_name": "terminal"});
     // No budget, no alert: nothing to wait for.
@@ -674,11 +674,11 @@ fn quick_verdicts_never_let_through_what_the_writer_would_stop() {
     write_budgets(dir.path(), "timezone = \"UTC\"\n[global]\ndaily = 1.0\n");
     let mut cfg = BridgeConfig::new(dir.path().to_path_buf());
     cfg.hook_wait = Duration::from_secs(10);
-    let bridge = Bridge::start_with_gate(cfg, Box::new(BudgetGate::for_store_dir(dir.path())));
+    let bridge = Bridge::start_with_gate(cfg, Box::new(BudgetGate::for_store_dir(dir.path(), None, false)));
     // The oracle: another gate over another connection, asked after each
     // step has committed.
     let reader = Store::open_dir(dir.path()).expect("reader");
-    let mut oracle = BudgetGate::for_store_dir(dir.path());
+    let mut oracle = BudgetGate::for_store_dir(dir.path(), None, false);
     let soft_line = hermes_otel::budget::BudgetConfig::default().soft_threshold;
     let (mut quick_tools, mut quick_llm, mut notice_at, mut blocked) = (0, 0, None, 0);
     for i in 0..50 {

@@ -9,7 +9,7 @@ mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use hermes_otel::bridge::Background;
+use hermes_otel::bridge::{Background, BridgeConfig};
 use hermes_otel::export_task::ExportTask;
 use hermes_otel::hook::DecodeOptions;
 use hermes_otel::replay::{replay_file, ReplayStats};
@@ -28,7 +28,9 @@ fn the_export_thread_sends_the_outbox_and_a_session_end_can_wait_for_it() {
         let mut stats = ReplayStats::default();
         replay_file(&mut store, &fixture, DecodeOptions::default(), &mut stats).expect("replay");
     }
-    let mut task = ExportTask::start(dir.path())
+    // The settings as a Hermes process resolves them, with the bridge's.
+    let config = BridgeConfig::from_env();
+    let mut task = ExportTask::start(dir.path(), config.export, config.metrics)
         .expect("start")
         .expect("export is enabled");
     // readfile: session, turn, two LLM calls, one tool call.

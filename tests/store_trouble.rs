@@ -151,7 +151,7 @@ fn a_store_locked_by_another_writer_for_5_s_costs_hooks_nothing_and_everything_l
     // limit), pre_llm_call always waits for its verdict: no quick answer is
     // possible.
     std::fs::write(dir.path().join("budgets.toml"), "[global]\ndaily = 0.0001\n").expect("budgets");
-    let gate = BudgetGate::for_store_dir(dir.path());
+    let gate = BudgetGate::for_store_dir(dir.path(), None, false);
     let bridge = Bridge::start_with_gate(config(dir.path()), Box::new(gate));
     assert_eq!(llm_call(&bridge, "warm", 0).0, Outcome::Queued);
     assert!(bridge.flush(Duration::from_secs(10)));

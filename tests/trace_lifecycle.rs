@@ -19,6 +19,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use hermes_otel::bridge::{Bridge, BridgeConfig};
+use hermes_otel::export::{ExportConfig, ExportOverrides, MetricsConfig};
 use hermes_otel::hook::{decode, DecodeOptions, Decoded, HOOK_NAMES};
 use hermes_otel::replay::{parse_line, Record};
 use hermes_otel::spool;
@@ -54,11 +55,15 @@ fn records(name: &str) -> Vec<Record> {
     out
 }
 
-/// A plugin process: a bridge over `dir` with the defaults and the export
-/// thread the plugin starts.
+/// A plugin process: a bridge over `dir` with the defaults, the export
+/// settings of the environment [`receiver`] set, and the export thread the
+/// plugin starts.
 fn process(dir: &Path) -> Bridge {
     receiver();
-    let bridge = Bridge::start(BridgeConfig::new(dir.to_path_buf()));
+    let mut config = BridgeConfig::new(dir.to_path_buf());
+    config.export = ExportConfig::from_env(ExportOverrides::default());
+    config.metrics = MetricsConfig::from_env(ExportOverrides::default());
+    let bridge = Bridge::start(config);
     bridge.set_exporter_factory(Box::new(hermes_otel::export_task::factory));
     assert!(bridge.start_exporter(), "the export thread starts");
     bridge

@@ -663,8 +663,8 @@ impl Writer {
 /// Decodes a hook call from its spool record (see [`Bridge::submit_line`]),
 /// with the capture setting the record was made with.
 fn decode_line(hook: &str, line: &[u8], at: f64, opts: DecodeOptions) -> Decoded {
-    let text = crate::replay::utf8(line);
-    match crate::replay::parse_line(&text, opts.capture_content) {
+    let text = crate::hook::utf8(line);
+    match crate::hook::parse_line(&text, opts.capture_content) {
         Ok(Some(record)) => {
             let opts = DecodeOptions {
                 capture_content: record.capture.unwrap_or(opts.capture_content),

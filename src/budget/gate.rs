@@ -108,14 +108,11 @@ impl BudgetGate {
         self
     }
 
-    /// The gate for a bridge: the file in its store directory, and the mode
-    /// from `HERMES_OTEL_BUDGET_MODE` when that is set.
-    pub fn for_store_dir(store_dir: &std::path::Path) -> Self {
-        Self::new(
-            store_dir.join(budget::BUDGETS_FILE_NAME),
-            super::env::budget_mode_from_env(),
-        )
-        .with_fleet(super::env::fleet_from_env())
+    /// The gate for a bridge: the file in its store directory, the mode
+    /// override (`HERMES_OTEL_BUDGET_MODE`, resolved by `crate::config`)
+    /// and whether a fleet's spend counts.
+    pub fn for_store_dir(store_dir: &std::path::Path, mode: Option<BudgetMode>, fleet: bool) -> Self {
+        Self::new(store_dir.join(budget::BUDGETS_FILE_NAME), mode).with_fleet(fleet)
     }
 
     /// Uses `clock` (Unix seconds) instead of the system clock.
@@ -382,9 +379,14 @@ fn blocking(states: &[BudgetState]) -> Option<&BudgetState> {
 /// of `store_dir` and reads every budget's spend (global, overrides, and each
 /// id that spent under a default). For the metrics exporter, off the hook
 /// path; each gauge maps onto `metrics::BudgetReading` field for field.
-pub fn budget_gauges(store: &Store, store_dir: &std::path::Path, now: f64) -> crate::Result<Vec<budget::BudgetGauge>> {
+pub fn budget_gauges(
+    store: &Store,
+    store_dir: &std::path::Path,
+    fleet: bool,
+    now: f64,
+) -> crate::Result<Vec<budget::BudgetGauge>> {
     let mut cfg = BudgetConfig::load(&store_dir.join(budget::BUDGETS_FILE_NAME))?;
-    cfg.fleet = super::env::fleet_from_env();
+    cfg.fleet = fleet;
     if cfg.is_empty() {
         return Ok(Vec::new());
     }

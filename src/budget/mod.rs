@@ -44,7 +44,6 @@
 
 pub mod alert;
 mod config;
-pub mod env;
 mod gate;
 mod handle;
 mod quick;
@@ -58,7 +57,6 @@ pub use config::{
     Budget, BudgetConfig, BudgetMode, Limits, Scope, ScopeKeys, ScopeLimits, BUDGETS_FILE_NAME, DEFAULT_HARD_THRESHOLD,
     DEFAULT_PROFILE, DEFAULT_SOFT_THRESHOLD,
 };
-pub use env::fleet_from_env;
 pub use gate::{budget_gauges, BudgetGate, RELOAD_INTERVAL};
 pub use handle::{BudgetHandle, CronPause, MAX_PAUSE_ATTEMPTS, PAUSE_RETRY};
 pub use spend_bound::{carries_spend, reservation_usage, spend_bound, RESERVED_OUTPUT_TOKENS};

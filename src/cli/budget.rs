@@ -187,7 +187,7 @@ fn edit_here_or_fleet(path: &Path, edit: impl FnOnce(&Path) -> Result<()>) -> Re
 /// The budget file, counting the fleet's spend when there is a fleet.
 fn load(path: &Path) -> Result<BudgetConfig> {
     let mut cfg = BudgetConfig::load(path)?;
-    cfg.fleet = crate::budget_gate::fleet_from_env();
+    cfg.fleet = crate::config::fleet::configured();
     Ok(cfg)
 }
 

@@ -206,7 +206,7 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
         MetricsOverrides {
             prometheus_addr: args.prometheus.clone(),
         },
-        |name| std::env::var(name).ok(),
+        crate::config::process_var,
     );
     for warning in &metrics_config.warnings {
         eprintln!("hermes-otel: metrics: {warning}");
@@ -223,7 +223,7 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
     } else if args.prometheus.is_some() && !config.disabled.value && config.exporter.source == Source::Explicit {
         eprintln!(
             "hermes-otel: not pushing traces (--prometheus alone); add --endpoint URL or set {} to push them",
-            crate::export::config::env::ENDPOINT
+            crate::config::export::env::ENDPOINT
         );
     } else {
         eprintln!("hermes-otel: not pushing traces (OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER=none)");

@@ -179,8 +179,8 @@ where
 }
 
 /// Log filter variable (`RUST_LOG` syntax: `warn`, `Export=debug,info`);
-/// `RUST_LOG` is read when it is unset.
-pub const LOG_ENV: &str = "HERMES_OTEL_LOG";
+/// `RUST_LOG` is read when it is unset. Resolved in `config/cli.rs`.
+pub use crate::config::cli::LOG_ENV;
 
 /// Installs the stderr log subscriber: the level from `-v`/`-q` if given,
 /// else [`LOG_ENV`], else `RUST_LOG`, else warnings and errors. Our events
@@ -201,10 +201,7 @@ fn init_logging(verbose: u8, quiet: u8) {
     let filter = match from_flags {
         Some(level) => EnvFilter::new(level),
         None => {
-            let (name, text) = match std::env::var(LOG_ENV) {
-                Ok(v) if !v.trim().is_empty() => (LOG_ENV, v),
-                _ => ("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_default()),
-            };
+            let (name, text) = crate::config::cli::log_filter();
             if text.trim().is_empty() {
                 EnvFilter::new("warn")
             } else {

@@ -20,7 +20,7 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
 /// Environment variable naming the Python that runs Hermes (for `drift`).
 /// The `hermes-otel` script the wheel installs sets it to its own Python,
 /// which is Hermes's when the wheel is installed beside Hermes.
-pub const HERMES_PYTHON_ENV: &str = "HERMES_OTEL_HERMES_PYTHON";
+pub use crate::config::cli::HERMES_PYTHON_ENV;
 
 #[derive(Debug, Subcommand)]
 pub enum PricingCommand {
@@ -344,10 +344,10 @@ fn hermes_python(flag: Option<&Path>) -> Result<PathBuf> {
     if let Some(p) = flag {
         return Ok(p.to_path_buf());
     }
-    if let Some(p) = std::env::var_os(HERMES_PYTHON_ENV).filter(|p| !p.is_empty()) {
-        return Ok(PathBuf::from(p));
+    if let Some(p) = crate::config::cli::hermes_python() {
+        return Ok(p);
     }
-    let path = std::env::var_os("PATH").unwrap_or_default();
+    let path = crate::config::cli::search_path();
     for dir in std::env::split_paths(&path) {
         let script = dir.join("hermes");
         let Ok(text) = std::fs::read(&script) else { continue };

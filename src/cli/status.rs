@@ -121,10 +121,7 @@ fn retention_state(store: &Store) -> Result<RetentionState> {
     use crate::store::pruned;
     let mut warnings = Vec::new();
     Ok(RetentionState {
-        settings: crate::config::Retention::from_vars(
-            |name| std::env::var_os(name).filter(|v| !v.is_empty()),
-            &mut warnings,
-        ),
+        settings: crate::config::Retention::from_env(&mut warnings),
         journal: store.store_count(pruned::JOURNAL)?,
         outbox: store.store_count(pruned::OUTBOX)?,
         content: store.store_count(pruned::CONTENT)?,

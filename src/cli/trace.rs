@@ -12,9 +12,6 @@ use crate::export::{ExportConfig, ExportOverrides};
 use crate::span::SpanOptions;
 use crate::store::Store;
 
-/// Disables colour whatever the terminal (<https://no-color.org>).
-pub const NO_COLOR_ENV: &str = "NO_COLOR";
-
 #[derive(Debug, Args)]
 pub struct TraceArgs {
     /// The Hermes session id (a subagent's id shows its own subtree).
@@ -40,7 +37,7 @@ pub fn span_options() -> SpanOptions {
 
 /// Whether to colour: a terminal on stdout and no `NO_COLOR`.
 fn use_color() -> bool {
-    let no_color = std::env::var_os(NO_COLOR_ENV).is_some_and(|v| !v.is_empty());
+    let no_color = crate::config::cli::no_color();
     !no_color && std::io::stdout().is_terminal()
 }
 

@@ -5,7 +5,7 @@ use std::path::Path;
 use clap::Args;
 
 use crate::error::Result;
-use crate::ui::{UiConfig, UiServer, DEFAULT_LISTEN, TOKEN_ENV};
+use crate::ui::{UiConfig, UiServer, DEFAULT_LISTEN};
 
 #[derive(Debug, Args)]
 pub struct UiArgs {
@@ -13,7 +13,7 @@ pub struct UiArgs {
     #[arg(long, default_value = DEFAULT_LISTEN, value_name = "HOST:PORT")]
     pub listen: String,
     /// Access token every request must carry (also $HERMES_OTEL_UI_TOKEN).
-    #[arg(long, env = TOKEN_ENV, hide_env_values = true)]
+    #[arg(long)]
     pub token: Option<String>,
     /// Serve the pages under this path prefix (behind a proxy).
     #[arg(long, default_value = "", value_name = "PATH")]
@@ -22,16 +22,17 @@ pub struct UiArgs {
 
 /// Serves until the process is stopped.
 pub fn run(dir: &Path, args: &UiArgs) -> Result<i32> {
+    let token = crate::config::cli::ui_token(args.token.clone());
     let server = UiServer::start(UiConfig {
         listen: args.listen.clone(),
         store_dir: dir.to_path_buf(),
-        token: args.token.clone(),
+        token: token.clone(),
         span_options: super::trace::span_options(),
         base: args.base_path.clone(),
     })?;
     let addr = server.addr();
     let base = args.base_path.trim_end_matches('/');
-    match args.token.as_deref().filter(|t| !t.is_empty()) {
+    match token.as_deref().filter(|t| !t.is_empty()) {
         Some(t) => println!(
             "hermes-otel viewer on http://{addr}{base}/?token={}",
             crate::ui::html::url_part(t)

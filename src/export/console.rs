@@ -2,6 +2,7 @@
 //! looking at what would be sent. Attribute values are printed as they
 //! are on the span (content capture governs what spans carry).
 
+use crate::span::hex;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
 
@@ -81,11 +82,6 @@ pub fn print_metrics(request: &opentelemetry_proto::tonic::collector::metrics::v
             }
         }
     }
-}
-
-/// Lower-case hex of an id.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn json_of(value: Option<&AnyValue>) -> serde_json::Value {

@@ -34,16 +34,17 @@
 //! - A failed send backs off (bounded exponential with jitter, see
 //!   [`retry`]) and retries for as long as the retention cap allows.
 
-pub mod config;
 mod console;
 pub mod metrics;
 pub mod prometheus;
 pub mod retry;
 pub mod transport;
 
-pub use config::{ExportConfig, ExportOverrides, Protocol, Sampler, Signal, TracesExporter};
-pub use console::hex;
-pub use metrics::{MetricExporter, MetricStep, MetricsConfig, MetricsExporters, MetricsOverrides};
+pub use crate::config::export::{ExportConfig, ExportOverrides, Protocol, Sampler, Signal, TracesExporter};
+pub use crate::config::metrics::{MetricsConfig, MetricsExporters, MetricsOverrides};
+/// Lower-case hex of an id (defined with the ids, in `span.rs`).
+pub use crate::span::hex;
+pub use metrics::{MetricExporter, MetricStep};
 pub use prometheus::PrometheusServer;
 pub use transport::{Accepted, SendError, Transport};
 
@@ -534,7 +535,7 @@ pub fn failure_text(signal: Signal, endpoint: &str, e: &SendError) -> String {
         ),
         retry::Verdict::Permanent => format!(
             "the collector refused them; see its log, and check {} and the endpoint",
-            config::env::HEADERS
+            crate::config::export::env::HEADERS
         ),
         retry::Verdict::Unsupported => format!(
             "it does not take {what}: set {}=none to stop sending them, or point {} at a collector that does",
@@ -567,7 +568,7 @@ pub(crate) fn log_failure(event: &'static str, last: &mut Option<String>, text: 
 /// `message` with every OTLP header value (and each word of it, so the
 /// token of `Bearer <token>` alone is caught too) and every secret
 /// [`crate::redact`] recognises replaced.
-fn scrub_error(message: &str, headers: &config::Headers) -> String {
+fn scrub_error(message: &str, headers: &crate::config::export::Headers) -> String {
     let mut out = message.to_string();
     for (_, value) in &headers.0 {
         let words = value.split_whitespace().filter(|w| w.len() >= 6);

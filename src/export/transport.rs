@@ -26,8 +26,8 @@ use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest
 use prost::Message;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
-use super::config::{Compression, ExportConfig, Headers, Protocol, TracesExporter};
 use super::retry::{self, Verdict};
+use crate::config::export::{Compression, ExportConfig, Headers, Protocol, TracesExporter};
 use crate::error::{Error, Result};
 
 /// The collector accepted a request.
@@ -87,8 +87,8 @@ impl Transport {
                 _ => {
                     return Err(Error::Other(format!(
                         "otlp client certificate: {} and {} go together (mutual TLS needs both)",
-                        super::config::env::CLIENT_CERTIFICATE,
-                        super::config::env::CLIENT_KEY
+                        crate::config::export::env::CLIENT_CERTIFICATE,
+                        crate::config::export::env::CLIENT_KEY
                     )))
                 }
             },
@@ -112,7 +112,7 @@ impl Transport {
     }
 
     /// Sends one metrics request (to the metrics endpoint of the config the
-    /// transport was built from; see [`super::config::Signal`]).
+    /// transport was built from; see [`crate::config::export::Signal`]).
     pub async fn send_metrics(&mut self, request: ExportMetricsServiceRequest) -> Result<Accepted, SendError> {
         match self {
             Transport::Grpc(t) => t.send_metrics(request).await,

@@ -22,8 +22,8 @@ use tokio_postgres::Client;
 
 use crate::error::{Error, Result};
 
-/// The variable that turns fleet budgets on.
-pub const FLEET_URL_ENV: &str = "HERMES_OTEL_FLEET_URL";
+/// The variable that turns fleet budgets on (named with the settings).
+pub use crate::config::fleet::FLEET_URL_ENV;
 
 /// libpq's password variable, used when the URL carries none.
 pub const PASSWORD_ENV: &str = "PGPASSWORD";
@@ -60,7 +60,7 @@ impl FleetConfig {
     /// The fleet from the process environment; `None` when
     /// `HERMES_OTEL_FLEET_URL` is unset or empty (no fleet).
     pub fn from_env() -> Result<Option<Self>> {
-        Self::from_vars(|name| std::env::var_os(name).filter(|v| !v.is_empty()))
+        Self::from_vars(crate::config::fleet::var)
     }
 
     /// [`FleetConfig::from_env`] from any environment.

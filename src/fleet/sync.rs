@@ -333,6 +333,6 @@ fn host_name() -> String {
         .ok()
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(crate::config::fleet::hostname_var)
         .unwrap_or_else(|| "unknown".into())
 }

@@ -8,9 +8,11 @@
 
 mod decode;
 mod keys;
+mod line;
 
 pub use decode::{decode, scrub, scrubbed_key, DecodeOptions, Decoded, Problem};
 pub use keys::{keys, HookKeys, ASSISTANT_MESSAGE, TOOL_RESULT};
+pub use line::{parse_line, utf8, Record};
 
 use serde::{Deserialize, Serialize};
 

@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 use crate::hook::{scrub, DecodeOptions};
 use crate::spool::{write_json, RecordWriter};
 
-use super::MAX_DEPTH;
+use super::copy::MAX_DEPTH;
 
 /// A record being written: its kwargs object is still open.
 pub struct Partial {

@@ -611,6 +611,11 @@ pub fn nanos(seconds: f64) -> u64 {
     }
 }
 
+/// Lower-case hex of an id, as OTLP's JSON and the viewer show it.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Attribute list builder.
 #[derive(Default)]
 struct Attrs(Vec<KeyValue>);

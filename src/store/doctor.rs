@@ -418,7 +418,7 @@ mod tests {
                 continue;
             }
             for line in std::fs::read_to_string(&path).expect("fixture").lines() {
-                let Ok(Some(rec)) = crate::replay::parse_line(line, true) else {
+                let Ok(Some(rec)) = crate::hook::parse_line(line, true) else {
                     continue;
                 };
                 let opts = DecodeOptions {

@@ -47,8 +47,9 @@ use crate::store::{SessionFilter, SessionSort, Store, DB_FILE_NAME};
 use html::{percent_decode, query_pairs};
 use pages::{Frame, Tab};
 
-/// The environment variable holding the viewer's access token.
-pub const TOKEN_ENV: &str = "HERMES_OTEL_UI_TOKEN";
+/// The environment variable holding the viewer's access token (resolved
+/// in `config/cli.rs`).
+pub use crate::config::cli::UI_TOKEN_ENV as TOKEN_ENV;
 /// The default address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8765";
 /// The cookie a browser keeps the token in.

@@ -11,6 +11,10 @@ Environment:
 - ``HERMES_OTEL_E2E_HERMES``: a ``hermes`` executable whose venv already has
   our wheel (``scripts/test-python.sh`` prepares one); otherwise the harness
   builds the wheel and the venv under ``target/e2e/``.
+- ``HERMES_OTEL_E2E_TEST_WHEEL``: a wheel built with the cargo feature
+  ``test-hooks``, which only the panic run uses (the wheel in the Hermes venv
+  is the one users get and has no test hooks); otherwise the harness builds
+  one (a debug build) under ``target/e2e/``.
 - ``HERMES_OTEL_E2E_OUT``: where runs go (default: a fresh temp directory).
 - ``HERMES_OTEL_E2E_JOBS``: scenarios run at once (default 4; they mostly wait
   on the mock's delays and Hermes's retry backoff).
@@ -92,6 +96,23 @@ def _build_hermes_venv() -> Path:
     return venv / "bin" / "hermes"
 
 
+def _test_hooks_overlay(out: Path) -> Path:
+    """A directory holding the test-hooks build of the package, which the
+    panic run puts first on PYTHONPATH: Python then imports it, and finds its
+    entry point, before the shipped wheel's in the Hermes venv."""
+    wheel = os.environ.get("HERMES_OTEL_E2E_TEST_WHEEL")
+    if not wheel:
+        wheels = ROOT / "target" / "e2e" / "test-wheels"
+        shutil.rmtree(wheels, ignore_errors=True)
+        maturin = shutil.which("maturin") or str(Path(sys.executable).parent / "maturin")
+        _run([maturin, "build", "--features", "python,test-hooks", "-o", str(wheels)], cwd=ROOT)
+        wheel = sorted(glob.glob(str(wheels / "hermes_otel-*.whl")))[-1]
+    overlay = out / "test-hooks"
+    shutil.rmtree(overlay, ignore_errors=True)
+    _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(overlay), wheel])
+    return overlay
+
+
 @pytest.fixture(scope="session")
 def hermes_bin() -> Path:
     given = os.environ.get("HERMES_OTEL_E2E_HERMES")
@@ -116,6 +137,7 @@ def runs(hermes_bin: Path) -> Iterator[dict[str, Run]]:
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, HERMES_BIN=str(hermes_bin), E2E_PYTHON=sys.executable)
     jobs = int(os.environ.get("HERMES_OTEL_E2E_JOBS", "4"))
+    overlay = _test_hooks_overlay(out)
 
     def one(name: str) -> Run:
         scenario = "readfile" if name == PANIC_RUN else OTLP_RUNS.get(name, name)
@@ -128,7 +150,7 @@ def runs(hermes_bin: Path) -> Iterator[dict[str, Run]]:
         cmd = ["bash", str(KIT / "run-scenario.sh"), scenario, str(outdir), "--probe", *script]
         cmd += ["--enable", PLUGIN_KEY, "--env", f"HERMES_OTEL_HOME={outdir / 'otel'}"]
         if name == PANIC_RUN:
-            cmd += ["--env", "HERMES_OTEL_TEST_PANIC=*"]
+            cmd += ["--env", f"PYTHONPATH={overlay}", "--env", "HERMES_OTEL_TEST_PANIC=*"]
         if name in OTLP_RUNS:
             # A loopback OTLP/HTTP receiver in the scenario's namespace.
             cmd += ["--sidecar", f'"$E2E_PYTHON" {Path(__file__).parent / "otlp_sidecar.py"}']

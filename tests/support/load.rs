@@ -64,7 +64,7 @@ pub fn run_child_if_asked() {
         .collect();
     // The gate the plugin runs with: budgets from `budgets.toml` in the
     // store directory, if the parent wrote one.
-    let gate = Box::new(BudgetGate::for_store_dir(&dir));
+    let gate = Box::new(BudgetGate::for_store_dir(&dir, None, false));
     let bridge = Bridge::start_with_gate(BridgeConfig::new(dir.clone()), gate);
     assert!(bridge.disabled_reason().is_none(), "{:?}", bridge.disabled_reason());
     let mut failures = 0;

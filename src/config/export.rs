@@ -10,13 +10,15 @@
 //! one (`OTEL_EXPORTER_OTLP_*`), then the default. Empty variables count as
 //! unset. A value that does not parse is ignored with a warning (kept in
 //! [`ExportConfig::warnings`]) and the next rung applies, as the OTel SDK
-//! specification asks. Header values are never printed: [`Headers`] shows
-//! only their names.
+//! specification asks. Booleans are read by the one parser,
+//! [`super::parse::parse_bool`]: only `true` is true. Header values are
+//! never printed: [`Headers`] shows only their names.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::config::{Resolved, Source};
+use super::parse::{parse_key_values, parse_non_negative, parse_positive, Resolver};
+use super::{Resolved, Source};
 use crate::span::TraceMode;
 
 /// Environment variable names.
@@ -309,7 +311,7 @@ pub const HTTP_METRICS_PATH: &str = "v1/metrics";
 impl ExportConfig {
     /// Resolves from the process environment.
     pub fn from_env(overrides: ExportOverrides) -> Self {
-        Self::resolve(overrides, |name| std::env::var(name).ok())
+        Self::resolve(overrides, super::process_var)
     }
 
     /// Resolves from any environment (tests pass a map).
@@ -327,7 +329,7 @@ impl ExportConfig {
             var: &var,
             warnings: Vec::new(),
         };
-        let disabled = r.setting(None, &[env::SDK_DISABLED], parse_bool, false);
+        let disabled = r.flag(&[env::SDK_DISABLED], false);
         let exporter = r.setting(
             overrides.exporter,
             &[env::TRACES_EXPORTER],
@@ -354,7 +356,7 @@ impl ExportConfig {
             parse_compression,
             Compression::None,
         );
-        let insecure = r.setting(None, &[n.insecure, env::INSECURE], parse_bool, false);
+        let insecure = r.flag(&[n.insecure, env::INSECURE], false);
         let path = |s: &str| Some(Some(PathBuf::from(s.trim())));
         let certificate = r.setting(None, &[n.certificate, env::CERTIFICATE], path, None);
         let client_certificate = r.setting(None, &[n.client_certificate, env::CLIENT_CERTIFICATE], path, None);
@@ -377,29 +379,19 @@ impl ExportConfig {
             },
         };
         let sampler = r.sampler();
-        let batch_max_spans = r.setting(
-            None,
-            &[env::BSP_MAX_EXPORT_BATCH_SIZE],
-            |s| s.trim().parse::<usize>().ok().filter(|n| *n > 0),
-            512,
-        );
+        let batch_max_spans = r.setting(None, &[env::BSP_MAX_EXPORT_BATCH_SIZE], parse_positive::<usize>, 512);
         let trace_mode = r.setting(None, &[env::TRACE_MODE], TraceMode::parse, TraceMode::Auto);
-        let include_sender = r.setting(None, &[env::SPAN_SENDER], parse_bool, true);
+        let include_sender = r.flag(&[env::SPAN_SENDER], true);
         let idle_timeout_seconds = r.setting(
             None,
             &[env::IDLE_TIMEOUT_SECONDS],
-            parse_seconds,
-            crate::config::DEFAULT_IDLE_TIMEOUT_SECONDS,
+            parse_non_negative,
+            super::DEFAULT_IDLE_TIMEOUT_SECONDS,
         );
-        let session_grace_seconds = r.setting(None, &[env::SESSION_GRACE_SECONDS], parse_seconds, 120.0);
-        let outbox_max_rows = r.setting(
-            None,
-            &[env::OUTBOX_MAX_ROWS],
-            |s| s.trim().parse::<u64>().ok().filter(|n| *n > 0),
-            1_000_000,
-        );
-        let lease_seconds = r.setting(None, &[env::LEASE_SECONDS], parse_seconds, 15.0);
-        let capture_content = crate::config::capture_content_from(|k| var(k).map(std::ffi::OsString::from));
+        let session_grace_seconds = r.setting(None, &[env::SESSION_GRACE_SECONDS], parse_non_negative, 120.0);
+        let outbox_max_rows = r.setting(None, &[env::OUTBOX_MAX_ROWS], parse_positive::<u64>, 1_000_000);
+        let lease_seconds = r.setting(None, &[env::LEASE_SECONDS], parse_non_negative, 15.0);
+        let capture_content = r.flag(&[super::env::CAPTURE_CONTENT], false);
         ExportConfig {
             disabled,
             exporter,
@@ -479,47 +471,8 @@ impl ExportConfig {
     }
 }
 
-/// Resolves settings one by one, collecting warnings (shared with the
-/// metric settings in `export/metrics.rs`).
-pub(super) struct Resolver<'a> {
-    pub(super) var: &'a dyn Fn(&str) -> Option<String>,
-    pub(super) warnings: Vec<String>,
-}
-
+/// The export-only rungs of the shared resolver.
 impl Resolver<'_> {
-    /// explicit > each variable in order > default.
-    pub(super) fn setting<T>(
-        &mut self,
-        explicit: Option<T>,
-        names: &[&'static str],
-        parse: impl Fn(&str) -> Option<T>,
-        default: T,
-    ) -> Resolved<T> {
-        if let Some(value) = explicit {
-            return Resolved {
-                value,
-                source: Source::Explicit,
-            };
-        }
-        for &name in names {
-            if let Some(raw) = (self.var)(name) {
-                match parse(&raw) {
-                    Some(value) => {
-                        return Resolved {
-                            value,
-                            source: Source::Env(name),
-                        }
-                    }
-                    None => self.warnings.push(format!("{name}: value not understood, ignored")),
-                }
-            }
-        }
-        Resolved {
-            value: default,
-            source: Source::Default,
-        }
-    }
-
     /// explicit > `..._{SIGNAL}_ENDPOINT` (as is) > `..._ENDPOINT` (for HTTP
     /// with `/v1/traces` or `/v1/metrics` appended) > the protocol's default.
     fn endpoint(&mut self, explicit: Option<String>, protocol: Protocol, n: &SignalNames) -> Resolved<String> {
@@ -584,20 +537,6 @@ impl Resolver<'_> {
     }
 }
 
-fn parse_bool(s: &str) -> Option<bool> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "true" | "1" | "yes" | "on" => Some(true),
-        "false" | "0" | "no" | "off" => Some(false),
-        _ => None,
-    }
-}
-
-/// A non-negative number of seconds; shared with the bridge, which must
-/// read `HERMES_OTEL_IDLE_TIMEOUT_SECONDS` the same way.
-pub(crate) fn parse_seconds(s: &str) -> Option<f64> {
-    s.trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0)
-}
-
 /// The first known exporter of a comma list (`otlp`, `console`, `none`).
 fn parse_exporter(s: &str) -> Option<TracesExporter> {
     s.split(',').find_map(|e| match e.trim().to_ascii_lowercase().as_str() {
@@ -626,38 +565,6 @@ fn parse_compression(s: &str) -> Option<Compression> {
 
 fn parse_headers(s: &str) -> Option<Headers> {
     parse_key_values(s).map(Headers)
-}
-
-/// `k1=v1,k2=v2` with percent-encoded values (the W3C baggage form the
-/// specification uses for headers and resource attributes).
-fn parse_key_values(s: &str) -> Option<Vec<(String, String)>> {
-    let mut out = Vec::new();
-    for pair in s.split(',').filter(|p| !p.trim().is_empty()) {
-        let (k, v) = pair.split_once('=')?;
-        let k = k.trim();
-        if k.is_empty() {
-            return None;
-        }
-        out.push((k.to_string(), percent_decode(v.trim())?));
-    }
-    Some(out)
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

@@ -1,70 +1,20 @@
-//! Configuration: where the store lives and how the bridge behaves.
+//! Where the store lives and what it keeps: the store directory, the
+//! retention of what is not ledger, and whether content is captured.
 //!
-//! Owns: resolving each setting once, in the documented order (explicit
-//! argument, then environment, then defaults), and remembering where each
-//! value came from so `status` can say. Must not touch: the store, the
-//! network.
+//! Owns: resolving those settings, each with its source. Must not touch:
+//! the store itself (`store/retention.rs` applies the retention), the
+//! environment (the caller hands a lookup; [`store_dir`] reads through
+//! [`super::process_var_set`]).
 
 use std::path::PathBuf;
 
-/// Names of the environment variables the bridge reads.
-pub mod env {
-    /// The store directory, overriding everything but an explicit flag.
-    pub const HERMES_OTEL_HOME: &str = "HERMES_OTEL_HOME";
-    /// Hermes's home; the store defaults to `$HERMES_HOME/otel`.
-    pub const HERMES_HOME: &str = "HERMES_HOME";
-    /// The user's home, for the `~/.hermes/otel` default.
-    pub const HOME: &str = "HOME";
-    /// Opt-in capture of prompts, responses and tool arguments.
-    pub const CAPTURE_CONTENT: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
-    /// Days journal rows (each event's key and payload) are kept.
-    pub const RETENTION_JOURNAL_DAYS: &str = "HERMES_OTEL_RETENTION_JOURNAL_DAYS";
-    /// Days a span waits in the outbox for a collector before it is given up.
-    pub const RETENTION_OUTBOX_DAYS: &str = "HERMES_OTEL_RETENTION_OUTBOX_DAYS";
-    /// Hours captured content stays after its session ended and its spans went out.
-    pub const RETENTION_CONTENT_HOURS: &str = "HERMES_OTEL_RETENTION_CONTENT_HOURS";
-}
-
-/// Default idle time after which a run that never ended is closed as
-/// abandoned (`HERMES_OTEL_IDLE_TIMEOUT_SECONDS`; the writer's sweep and
-/// the exporter both use it).
-pub const DEFAULT_IDLE_TIMEOUT_SECONDS: f64 = 15.0 * 60.0;
-
-/// The pricing file's name inside the store directory.
-pub const PRICING_FILE_NAME: &str = "pricing.toml";
-
-/// Where a resolved value came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
-    /// A command-line flag or an explicit argument.
-    Explicit,
-    /// An environment variable, by name.
-    Env(&'static str),
-    /// The built-in default.
-    Default,
-}
-
-impl std::fmt::Display for Source {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Source::Explicit => f.write_str("flag"),
-            Source::Env(name) => write!(f, "env {name}"),
-            Source::Default => f.write_str("default"),
-        }
-    }
-}
-
-/// A resolved value and its source.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resolved<T> {
-    pub value: T,
-    pub source: Source,
-}
+use super::parse::{parse_bool, parse_non_negative};
+use super::{env, Resolved, Source};
 
 /// The store directory: `explicit` > `$HERMES_OTEL_HOME` >
 /// `$HERMES_HOME/otel` > `~/.hermes/otel`. Empty variables count as unset.
 pub fn store_dir(explicit: Option<PathBuf>) -> Resolved<PathBuf> {
-    store_dir_from(explicit, |name| std::env::var_os(name).filter(|v| !v.is_empty()))
+    store_dir_from(explicit, super::process_var_set)
 }
 
 /// [`store_dir`] over any environment (tests pass a map).
@@ -97,11 +47,13 @@ pub fn store_dir_from(
     }
 }
 
-/// Whether content capture is on: `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`.
+/// Whether content capture is on: `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`
+/// (read by the one boolean parser, so the hooks that capture and the
+/// exporter that sends agree).
 pub fn capture_content_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Resolved<bool> {
     match var(env::CAPTURE_CONTENT) {
         Some(v) => Resolved {
-            value: v.to_string_lossy().trim().eq_ignore_ascii_case("true"),
+            value: parse_bool(&v.to_string_lossy()).0,
             source: Source::Env(env::CAPTURE_CONTENT),
         },
         None => Resolved {
@@ -148,8 +100,8 @@ impl Retention {
                     source: Source::Default,
                 };
             };
-            match v.to_string_lossy().trim().parse::<f64>() {
-                Ok(x) if x.is_finite() && x >= min => Resolved {
+            match parse_non_negative(&v.to_string_lossy()) {
+                Some(x) if x >= min => Resolved {
                     value: x,
                     source: Source::Env(name),
                 },
@@ -173,6 +125,11 @@ impl Retention {
             outbox_days: setting(env::RETENTION_OUTBOX_DAYS, Self::DEFAULT_OUTBOX_DAYS, 1.0),
             content_hours: setting(env::RETENTION_CONTENT_HOURS, Self::DEFAULT_CONTENT_HOURS, 0.0),
         }
+    }
+
+    /// The settings from the process environment (empty counts as unset).
+    pub fn from_env(warnings: &mut Vec<String>) -> Self {
+        Self::from_vars(super::process_var_set, warnings)
     }
 
     /// The defaults.

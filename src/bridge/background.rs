@@ -1,0 +1,89 @@
+//! The background task the bridge owns besides the writer (the exporter):
+//! installed as a factory, started lazily by the first hook, flushed at
+//! exit, stopped with the bridge.
+//!
+//! Owns: the exporter slot. Must not touch: what the task does (see
+//! `export_task.rs`), Python.
+
+use std::time::Instant;
+
+use super::{Bridge, BridgeConfig, State};
+use crate::error::Result;
+use crate::lock;
+
+/// A background task the bridge owns besides the writer (the OTLP exporter).
+pub trait Background: Send {
+    /// Asks the task to finish what it can before `deadline` and stop.
+    fn shutdown(&mut self, deadline: Instant);
+
+    /// Asks the task to send what is ready now and waits for it until
+    /// `deadline`; returns whether it finished. The default has nothing to
+    /// send.
+    fn flush(&self, _deadline: Instant) -> bool {
+        true
+    }
+}
+
+/// Starts the exporter; see [`Bridge::start_exporter`].
+pub type ExporterFactory = Box<dyn FnOnce(&BridgeConfig) -> Result<Box<dyn Background>> + Send>;
+
+pub(super) enum ExporterSlot {
+    NotStarted(Option<ExporterFactory>),
+    Started(Option<Box<dyn Background>>),
+}
+
+impl Bridge {
+    /// Installs the function that starts the exporter. Called once, before
+    /// the first hook; [`Bridge::start_exporter`] runs it lazily.
+    pub fn set_exporter_factory(&self, factory: ExporterFactory) {
+        if let State::Running(run) = &self.state {
+            let mut slot = lock(&run.exporter);
+            if let ExporterSlot::NotStarted(f) = &mut *slot {
+                *f = Some(factory);
+            }
+        }
+    }
+
+    /// Starts the exporter thread if it is not running yet: the extension
+    /// point for the OTLP exporter. The binding calls this on the first hook
+    /// (not at import, so a plugin that is loaded but never used costs no
+    /// thread). Without a factory installed this only marks it started.
+    /// Returns whether a factory ran now.
+    pub fn start_exporter(&self) -> bool {
+        let State::Running(run) = &self.state else {
+            return false;
+        };
+        let mut slot = lock(&run.exporter);
+        let ExporterSlot::NotStarted(factory) = &mut *slot else {
+            return false;
+        };
+        let factory = factory.take();
+        let started = match factory {
+            None => None,
+            Some(f) => match f(&self.config) {
+                Ok(task) => Some(task),
+                Err(e) => {
+                    run.shared
+                        .message("Exporter.StartFailed", format!("cannot start the exporter: {e}"));
+                    None
+                }
+            },
+        };
+        let ran = started.is_some();
+        *slot = ExporterSlot::Started(started);
+        ran
+    }
+
+    /// Asks this bridge's exporter (if it started) to send what is ready,
+    /// waiting until `deadline` at most: the second half of an exit flush.
+    /// The exporter lock is held meanwhile, so a concurrent start waits.
+    pub fn flush_exporter(&self, deadline: Instant) -> bool {
+        let State::Running(run) = &self.state else {
+            return true;
+        };
+        match &*lock(&run.exporter) {
+            ExporterSlot::Started(Some(task)) => task.flush(deadline),
+            _ => true,
+        }
+    }
+}

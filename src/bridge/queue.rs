@@ -1,0 +1,204 @@
+//! The queue between hook threads and the writer thread, and what the
+//! writer leaves for the binding.
+//!
+//! Owns: the jobs (a hook call decoded or as its spool line, a host price, a
+//! flush), the ticket a waiting hook waits on, the counters, the messages
+//! and the spend queued toward budgets, with their bounds. Must not touch:
+//! the store (the writer applies the jobs), Python.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::{Message, Outcome, QueuedSpend};
+use crate::hook::{DecodeOptions, HookEvent};
+use crate::lock;
+use crate::pricing::ModelPrice;
+use crate::spool::Spool;
+use crate::store::EventContext;
+
+/// Queued jobs that wake the writer although no one waits for them: keeps
+/// batches (and the queue's memory) bounded under a burst of hooks.
+pub(super) const WAKE_AT_QUEUED: usize = 256;
+
+/// Most jobs the queue holds. Only a writer stuck far longer than any
+/// busy timeout gets here; dropping (and counting) beats eating memory.
+pub(super) const MAX_QUEUED: usize = 100_000;
+
+/// Most messages kept for the binding to log; later ones are counted only.
+pub(super) const MAX_MESSAGES: usize = 64;
+
+pub(super) struct Shared {
+    pub(super) queue: Mutex<Queue>,
+    /// Wakes the writer.
+    pub(super) wake: Condvar,
+    /// Cleared when the writer thread ended.
+    pub(super) alive: AtomicBool,
+    pub(super) messages: Mutex<Vec<Message>>,
+    pub(super) has_messages: AtomicBool,
+    pub(super) counters: Counters,
+    /// Set once a spool write failed, so the failure is reported once
+    /// (cleared when the store recovers from a fault).
+    pub(super) spool_failed: AtomicBool,
+    /// This process's spool; unset while it cannot be created (hooks then
+    /// wait for commits; the writer creates it once it can).
+    pub(super) spool: OnceLock<Arc<Spool>>,
+    /// Set by the writer while the store is closed by a fault, so hooks do
+    /// not wait for commits that cannot happen.
+    pub(super) store_down: AtomicBool,
+    /// The current store fault, for [`Bridge::store_problem`].
+    pub(super) problem: Mutex<Option<String>>,
+    /// What the hooks submitted toward budgets ([`QueuedSpend`]); the
+    /// writer takes applied events' unknown bounds off.
+    pub(super) spend: Mutex<QueuedSpend>,
+}
+
+#[derive(Default)]
+pub(super) struct Counters {
+    pub(super) submitted: AtomicU64,
+    pub(super) committed: AtomicU64,
+    pub(super) failed: AtomicU64,
+    pub(super) timed_out: AtomicU64,
+    pub(super) dropped: AtomicU64,
+    pub(super) batches: AtomicU64,
+    pub(super) largest_batch: AtomicU64,
+    pub(super) checkpoints: AtomicU64,
+    pub(super) sweeps: AtomicU64,
+    pub(super) messages_dropped: AtomicU64,
+    pub(super) spooled: AtomicU64,
+    pub(super) recovered: AtomicU64,
+    pub(super) spool_failures: AtomicU64,
+}
+
+#[derive(Default)]
+pub(super) struct Queue {
+    pub(super) jobs: Vec<Job>,
+    pub(super) stop: bool,
+    /// The writer was woken since it last took the jobs.
+    pub(super) woken: bool,
+}
+
+/// One hook call for the writer: decoded on the hook thread, or (see
+/// [`Bridge::submit_line`]) its spool record, decoded on the writer thread.
+#[allow(clippy::large_enum_variant)] // as for `Job`
+pub(super) enum Payload {
+    Decoded(HookEvent),
+    Line {
+        hook: &'static str,
+        line: Vec<u8>,
+        at: f64,
+        opts: DecodeOptions,
+    },
+}
+
+// Nearly every job is an event; boxing it would cost an allocation per
+// hook to save bytes on the rare price and flush jobs.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Job {
+    Event {
+        payload: Payload,
+        ctx: EventContext,
+        ticket: Option<Arc<Ticket>>,
+        /// The event is in this process's spool.
+        spooled: bool,
+        /// Its [`spend_bound`], when the gate keeps [`QueuedSpend`]:
+        /// `Some(None)` for an unknown bound.
+        bound: Option<Option<f64>>,
+    },
+    HostPrice(String, ModelPrice),
+    Flush(Arc<Ticket>),
+    /// A flush at process exit: also lets go of the session spans this
+    /// process held for their grace period, so they are sent now.
+    Exit(Arc<Ticket>),
+}
+
+/// Where the writer leaves one result and wakes whoever waits for it.
+pub(super) struct Ticket {
+    pub(super) result: Mutex<Option<Outcome>>,
+    pub(super) done: Condvar,
+    /// Set when the waiter gave up: its verdict would reach no one.
+    pub(super) abandoned: AtomicBool,
+}
+
+impl Ticket {
+    pub(super) fn new() -> Arc<Self> {
+        Arc::new(Ticket {
+            result: Mutex::new(None),
+            done: Condvar::new(),
+            abandoned: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether the waiter gave up (its hook returned without a verdict).
+    pub(super) fn abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::Acquire)
+    }
+
+    pub(super) fn complete(&self, outcome: Outcome) {
+        *lock(&self.result) = Some(outcome);
+        self.done.notify_one();
+    }
+
+    /// The outcome, or `None` if `deadline` passed first.
+    pub(super) fn wait_until(&self, deadline: Instant) -> Option<Outcome> {
+        let mut guard = lock(&self.result);
+        loop {
+            if let Some(outcome) = guard.take() {
+                return Some(outcome);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                self.abandoned.store(true, Ordering::Release);
+                return None;
+            }
+            guard = match self.done.wait_timeout(guard, deadline - now) {
+                Ok((g, _)) => g,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+    }
+}
+
+impl Shared {
+    pub(super) fn message(&self, event: &'static str, text: String) {
+        let mut messages = lock(&self.messages);
+        if messages.len() >= MAX_MESSAGES {
+            self.counters.messages_dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        messages.push(Message { event, text });
+        self.has_messages.store(true, Ordering::Release);
+    }
+
+    /// Adds one queued event's [`spend_bound`] to [`QueuedSpend`] and
+    /// returns the new total.
+    pub(super) fn add_spend(&self, bound: Option<f64>) -> QueuedSpend {
+        let mut spend = lock(&self.spend);
+        match bound {
+            Some(usd) => spend.usd += usd,
+            None => spend.unknown += 1,
+        }
+        *spend
+    }
+
+    /// Takes a bound [`Shared::add_spend`] added back off.
+    pub(super) fn take_spend(&self, bound: Option<f64>) {
+        let mut spend = lock(&self.spend);
+        match bound {
+            Some(usd) => spend.usd -= usd,
+            None => spend.unknown = spend.unknown.saturating_sub(1),
+        }
+    }
+
+    pub(super) fn take_jobs(&self, wait: Duration) -> (Vec<Job>, bool) {
+        let mut queue = lock(&self.queue);
+        if queue.jobs.is_empty() && !queue.stop {
+            queue = match self.wake.wait_timeout(queue, wait) {
+                Ok((q, _)) => q,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+        queue.woken = false;
+        (std::mem::take(&mut queue.jobs), queue.stop)
+    }
+}

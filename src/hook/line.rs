@@ -1,0 +1,239 @@
+//! A recorded hook call as one JSON line (the e2e kit's probe lines, our
+//! spool lines): `{"hook": NAME, "kwargs": {...}, "t": SECONDS, "pid": N,
+//! "thread": NAME, "seq": N, "capture": BOOL}`, only `hook` and `kwargs`
+//! required.
+//!
+//! Owns: reading one line into a [`Record`], keeping only the kwargs the
+//! decoder reads. Must not touch: the store (`replay.rs` and the writer
+//! apply records; `store/doctor.rs` reads spools with this), files.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+/// One parsed record.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub hook: String,
+    pub kwargs: serde_json::Map<String, Value>,
+    pub t: Option<f64>,
+    pub seq: Option<i64>,
+    pub pid: Option<i64>,
+    pub thread: Option<String>,
+    /// Whether content was captured when the record was made (spool
+    /// records say; recorded fixtures do not, and the caller decides).
+    pub capture: Option<bool>,
+}
+
+/// Parses one line, keeping only the kwargs the decoder reads (content
+/// kwargs only when `capture_content`). `Ok(None)` for a blank line.
+///
+/// Recorded lines carry whole prompts and request bodies (kilobytes each);
+/// the kwargs are first split into raw, unparsed values, so skipping the
+/// ones nobody reads costs a scan and no allocation.
+pub fn parse_line(line: &str, capture_content: bool) -> std::result::Result<Option<Record>, String> {
+    if line.trim().is_empty() {
+        return Ok(None);
+    }
+    let split = match Split::fast(line) {
+        Some(split) => split,
+        None => Split::checked(line)?,
+    };
+    // A spooled record says whether content was captured when it was copied.
+    let capture: Option<bool> = split
+        .capture
+        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+        .and_then(|v| v.as_bool());
+    let capture_content = capture.unwrap_or(capture_content);
+    let mut kwargs = Map::new();
+    if let Some(keys) = crate::hook::keys(&split.hook) {
+        let content: &[&str] = if capture_content { keys.content } else { &[] };
+        for key in keys.always.iter().chain(content) {
+            if let Some(raw) = split.kwargs.get(*key) {
+                // A value the parser refuses (nested past its limit) must not
+                // cost the record: the decoder sees a string where it wanted
+                // something else, repairs what it can and counts the problem.
+                let value = serde_json::from_str(raw.get())
+                    .unwrap_or_else(|e| Value::String(format!("unparseable value: {e}")));
+                kwargs.insert((*key).to_string(), value);
+            }
+        }
+    }
+    let small = |raw: Option<&RawValue>| raw.and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok());
+    Ok(Some(Record {
+        hook: split.hook,
+        kwargs,
+        t: small(split.t).and_then(|v| v.as_f64()).filter(|t| t.is_finite()),
+        seq: small(split.seq).and_then(|v| v.as_i64()),
+        pid: small(split.pid).and_then(|v| v.as_i64()),
+        thread: small(split.thread).and_then(|v| v.as_str().map(str::to_string)),
+        capture,
+    }))
+}
+
+/// A record line split into its fields, every value still unparsed JSON.
+struct Split<'a> {
+    hook: String,
+    kwargs: HashMap<Cow<'a, str>, &'a RawValue>,
+    t: Option<&'a RawValue>,
+    seq: Option<&'a RawValue>,
+    pid: Option<&'a RawValue>,
+    thread: Option<&'a RawValue>,
+    capture: Option<&'a RawValue>,
+}
+
+impl<'a> Split<'a> {
+    /// One pass over a well-formed line. Recorded lines carry whole prompts
+    /// and request bodies (kilobytes each) in their kwargs, which are split
+    /// into raw values as the line is read: scanned once, never copied.
+    /// `None` for anything unusual; [`Split::checked`] then says what.
+    fn fast(line: &'a str) -> Option<Self> {
+        #[derive(serde::Deserialize)]
+        struct Line<'a> {
+            #[serde(borrow)]
+            hook: Option<Cow<'a, str>>,
+            #[serde(borrow)]
+            kwargs: Option<HashMap<Cow<'a, str>, &'a RawValue>>,
+            #[serde(borrow)]
+            t: Option<&'a RawValue>,
+            #[serde(borrow)]
+            seq: Option<&'a RawValue>,
+            #[serde(borrow)]
+            pid: Option<&'a RawValue>,
+            #[serde(borrow)]
+            thread: Option<&'a RawValue>,
+            #[serde(borrow)]
+            capture: Option<&'a RawValue>,
+        }
+        let line: Line<'a> = serde_json::from_str(line).ok()?;
+        let hook = line.hook.filter(|h| !h.is_empty())?.into_owned();
+        Some(Split {
+            hook,
+            kwargs: line.kwargs?,
+            t: line.t,
+            seq: line.seq,
+            pid: line.pid,
+            thread: line.thread,
+            capture: line.capture,
+        })
+    }
+
+    /// Field by field, saying what is wrong with a line that is not a record.
+    fn checked(line: &'a str) -> std::result::Result<Self, String> {
+        let top: HashMap<Cow<'a, str>, &'a RawValue> = match serde_json::from_str(line) {
+            Ok(top) => top,
+            Err(e) => {
+                return Err(match serde_json::from_str::<&RawValue>(line) {
+                    Ok(_) => "not a JSON object".to_string(),
+                    Err(_) => format!("not JSON: {e}"),
+                })
+            }
+        };
+        let hook: String = match top.get("hook").map(|raw| serde_json::from_str::<Value>(raw.get())) {
+            Some(Ok(Value::String(s))) if !s.is_empty() => s,
+            Some(_) => return Err("\"hook\" is not a string".into()),
+            None => return Err("no \"hook\"".into()),
+        };
+        let kwargs: HashMap<Cow<'a, str>, &'a RawValue> = match top.get("kwargs") {
+            Some(raw) => serde_json::from_str(raw.get()).map_err(|_| "\"kwargs\" is not an object".to_string())?,
+            None => return Err("no \"kwargs\"".into()),
+        };
+        Ok(Split {
+            hook,
+            kwargs,
+            t: top.get("t").copied(),
+            seq: top.get("seq").copied(),
+            pid: top.get("pid").copied(),
+            thread: top.get("thread").copied(),
+            capture: top.get("capture").copied(),
+        })
+    }
+}
+
+/// A line as text. Invalid UTF-8 is replaced, not fatal: the rest of the
+/// line may be a fine record. (Checked first with `from_utf8`, many times
+/// faster than the lossy conversion on the kilobytes of a recorded line.)
+pub fn utf8(bytes: &[u8]) -> Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(bytes),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_lines_say_what_is_wrong() {
+        assert!(parse_line("", false).expect("blank is fine").is_none());
+        for (line, what) in [
+            ("{", "not JSON"),
+            ("[1]", "not a JSON object"),
+            ("{\"kwargs\": {}}", "no \"hook\""),
+            ("{\"hook\": \"x\"}", "no \"kwargs\""),
+            ("{\"hook\": \"x\", \"kwargs\": 3}", "not an object"),
+        ] {
+            let err = parse_line(line, false).expect_err(line);
+            assert!(err.contains(what), "{line}: {err}");
+        }
+    }
+
+    /// The one-pass split must read every field as the checked one does,
+    /// or a replay would decode other events than the spool recorded.
+    fn same_split(line: &str) {
+        let fast = Split::fast(line).expect("a well-formed line");
+        let checked = Split::checked(line).expect("a record");
+        let raw = |v: Option<&RawValue>| v.map(|r| r.get().to_string());
+        assert_eq!(fast.hook, checked.hook);
+        let mut a: Vec<_> = fast.kwargs.iter().map(|(k, v)| (k.to_string(), v.get())).collect();
+        let mut b: Vec<_> = checked.kwargs.iter().map(|(k, v)| (k.to_string(), v.get())).collect();
+        a.sort();
+        b.sort();
+        assert_eq!(a, b);
+        for (x, y) in [
+            (fast.t, checked.t),
+            (fast.seq, checked.seq),
+            (fast.pid, checked.pid),
+            (fast.thread, checked.thread),
+            (fast.capture, checked.capture),
+        ] {
+            assert_eq!(raw(x), raw(y));
+        }
+    }
+
+    #[test]
+    fn the_one_pass_split_reads_what_the_checked_one_does() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let mut lines = 0;
+        for file in std::fs::read_dir(dir).expect("fixtures") {
+            let path = file.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "jsonl") {
+                for line in std::fs::read_to_string(&path).expect("read").lines() {
+                    same_split(line);
+                    lines += 1;
+                }
+            }
+        }
+        assert!(lines > 200);
+        same_split(
+            r#"{"hook": "h\u00e9", "kwargs": {"a\"b": [1, {"x": null}], "a\"b": 2}, "t": 1e3, "extra": {"y": []}}"#,
+        );
+        // What the one pass gives up on, the checked path still reads.
+        for line in [
+            r#"{"hook": "x", "hook": "y", "kwargs": {}}"#,
+            r#"{"hook": "", "kwargs": {}}"#,
+        ] {
+            assert!(Split::fast(line).is_none(), "{line}");
+        }
+        assert_eq!(
+            parse_line(r#"{"hook": "x", "hook": "y", "kwargs": {}}"#, false)
+                .expect("a record")
+                .expect("one")
+                .hook,
+            "y"
+        );
+    }
+}
