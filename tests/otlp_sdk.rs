@@ -391,10 +391,12 @@ fn the_sdk_ignores_the_certificate_variables() {
 
 // Broken: TLS (and so mutual TLS) over OTLP/HTTP. The HTTP builder has no
 // TLS setting at all (no CA, no client certificate, in code or from the
-// variables), and its hyper client is built on hyper's plain
-// `HttpConnector` ("TODO - support configuring custom connector"): an
-// `https://` collector is out of reach unless we write the TLS connector
-// ourselves and hand the SDK a whole HTTP client (`with_http_client`).
+// variables), and its hyper client (the `hyper-client` feature) is built on
+// hyper's plain `HttpConnector` ("TODO - support configuring custom
+// connector"): an `https://` collector is out of reach unless we write the
+// TLS connector ourselves and hand the SDK a whole HTTP client
+// (`with_http_client`). (The reqwest clients can do TLS with built-in
+// roots, but still take no CA file or client certificate from us.)
 #[test]
 fn the_sdk_http_client_cannot_reach_an_https_collector() {
     let rt = runtime();
