@@ -538,14 +538,9 @@ fn a_sampler_that_keeps_nothing_sends_nothing_and_counts_it() {
     assert_eq!(exporter.store().export_state().expect("state").sampled_out, 5);
 }
 
-fn test_certificate() -> (String, String) {
-    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("certificate");
-    (ck.cert.pem(), ck.signing_key.serialize_pem())
-}
-
 #[test]
 fn grpc_over_tls_on_loopback_trusts_the_ca_file_and_nothing_else() {
-    let (cert, key) = test_certificate();
+    let (cert, key) = support::self_signed();
     let dir = tempfile::tempdir().expect("temp dir");
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, &cert).expect("write ca");
@@ -571,36 +566,9 @@ fn grpc_over_tls_on_loopback_trusts_the_ca_file_and_nothing_else() {
     assert_eq!(exporter.store().export_state().expect("state").pending, 5);
 }
 
-/// A CA, a server certificate for `localhost` and a client certificate,
-/// both signed by the CA (all PEM), for the mutual-TLS tests.
-struct Pki {
-    ca: String,
-    server: (String, String),
-    client: (String, String),
-}
-
-fn pki() -> Pki {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair};
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("ca key")).expect("ca");
-    let leaf = |name: &str, usage: ExtendedKeyUsagePurpose| {
-        let mut params = CertificateParams::new(vec![name.to_string()]).expect("params");
-        params.extended_key_usages = vec![usage];
-        let key = KeyPair::generate().expect("key");
-        let cert = params.signed_by(&key, &ca).expect("sign");
-        (cert.pem(), key.serialize_pem())
-    };
-    Pki {
-        server: leaf("localhost", ExtendedKeyUsagePurpose::ServerAuth),
-        client: leaf("hermes-otel-client", ExtendedKeyUsagePurpose::ClientAuth),
-        ca: ca.pem(),
-    }
-}
-
 #[test]
 fn https_on_loopback_trusts_the_ca_file_and_nothing_else() {
-    let (cert, key) = test_certificate();
+    let (cert, key) = support::self_signed();
     let dir = tempfile::tempdir().expect("temp dir");
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, &cert).expect("write ca");
@@ -635,7 +603,7 @@ fn https_on_loopback_trusts_the_ca_file_and_nothing_else() {
 
 #[test]
 fn a_collector_that_asks_for_a_client_certificate_gets_ours_over_grpc_and_https() {
-    let pki = pki();
+    let pki = support::pki();
     let dir = tempfile::tempdir().expect("temp dir");
     let write = |name: &str, text: &str| {
         let path = dir.path().join(name);
@@ -696,7 +664,7 @@ fn a_collector_that_asks_for_a_client_certificate_gets_ours_over_grpc_and_https(
 
 #[test]
 fn a_client_certificate_without_its_key_is_a_configuration_error() {
-    let pki = pki();
+    let pki = support::pki();
     let dir = tempfile::tempdir().expect("temp dir");
     let cert = dir.path().join("client.pem");
     std::fs::write(&cert, &pki.client.0).expect("write");

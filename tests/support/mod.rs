@@ -7,12 +7,15 @@
 //!   [`https`] serves it over TLS, with or without client certificates.
 //!
 //! Both record every span and the body bytes they received, and can be
-//! told to hold answers (to kill an exporter mid-request). Both also take
+//! told to hold answers (to kill an exporter mid-request) or to give
+//! other answers than plain acceptance ([`Answer`]: a partial success, a
+//! gRPC status, an HTTP error status). Both also take
 //! OTLP metrics (the gRPC `MetricsService`, HTTP `POST /v1/metrics`) and
 //! keep every request.
 
 #![allow(dead_code)]
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -41,9 +44,39 @@ pub struct Received {
     pub held: AtomicUsize,
     /// Metric export requests, in arrival order.
     pub metrics: Mutex<Vec<ExportMetricsServiceRequest>>,
+    /// Answers to give trace requests, one each, in order; once empty,
+    /// every request is accepted in full.
+    pub answers: Mutex<VecDeque<Answer>>,
+}
+
+/// How a receiver answers one trace request, when told to answer other
+/// than "all accepted".
+#[derive(Debug, Clone)]
+pub enum Answer {
+    /// Accepted, with `rejected` spans refused (an OTLP partial success);
+    /// the request's spans are recorded.
+    Partial { rejected: i64, message: String },
+    /// Refused over gRPC with this code, message and, when set, a
+    /// `google.rpc.RetryInfo` delay; nothing is recorded but the request.
+    Status {
+        code: tonic::Code,
+        retry_info: Option<Duration>,
+    },
+    /// Refused over HTTP with this status and, when set, `Retry-After`
+    /// seconds; nothing is recorded but the request.
+    Http { status: u16, retry_after: Option<u64> },
 }
 
 impl Received {
+    /// Queues answers for the next trace requests.
+    pub fn answer(&self, answers: impl IntoIterator<Item = Answer>) {
+        self.answers.lock().expect("answers lock").extend(answers);
+    }
+
+    fn next_answer(&self) -> Option<Answer> {
+        self.answers.lock().expect("answers lock").pop_front()
+    }
+
     pub fn spans(&self) -> Vec<Span> {
         self.spans.lock().expect("spans lock").clone()
     }
@@ -151,8 +184,46 @@ impl TraceService for Svc {
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
         let request = request.into_inner();
         let len = request.encoded_len();
-        self.0.take(request, len).await;
-        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+        match self.0.next_answer() {
+            None => {
+                self.0.take(request, len).await;
+                Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+            }
+            Some(Answer::Partial { rejected, message }) => {
+                self.0.take(request, len).await;
+                Ok(tonic::Response::new(partial_success(rejected, message)))
+            }
+            Some(Answer::Status { code, retry_info }) => {
+                self.0.requests.fetch_add(1, Ordering::SeqCst);
+                Err(grpc_status(code, retry_info))
+            }
+            Some(Answer::Http { status, .. }) => {
+                self.0.requests.fetch_add(1, Ordering::SeqCst);
+                Err(tonic::Status::internal(format!(
+                    "told to answer http {status} over grpc"
+                )))
+            }
+        }
+    }
+}
+
+fn partial_success(rejected: i64, message: String) -> ExportTraceServiceResponse {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTracePartialSuccess;
+    ExportTraceServiceResponse {
+        partial_success: Some(ExportTracePartialSuccess {
+            rejected_spans: rejected,
+            error_message: message,
+        }),
+    }
+}
+
+fn grpc_status(code: tonic::Code, retry_info: Option<Duration>) -> tonic::Status {
+    use tonic_types::{ErrorDetails, StatusExt};
+    match retry_info {
+        Some(delay) => {
+            tonic::Status::with_error_details(code, "told to refuse", ErrorDetails::with_retry_info(Some(delay)))
+        }
+        None => tonic::Status::new(code, "told to refuse"),
     }
 }
 
@@ -367,8 +438,28 @@ where
         let ok = request_line.starts_with("POST ") && request_line.contains("/v1/traces");
         match ExportTraceServiceRequest::decode(body.as_slice()) {
             Ok(request) if ok => {
+                let answer = match rec.next_answer() {
+                    Some(Answer::Http { status, retry_after }) => {
+                        rec.requests.fetch_add(1, Ordering::SeqCst);
+                        let retry_after = retry_after.map(|s| format!("retry-after: {s}\r\n")).unwrap_or_default();
+                        let head = format!("HTTP/1.1 {status} Refused\r\n{retry_after}content-length: 0\r\n\r\n");
+                        write.write_all(head.as_bytes()).await?;
+                        write.flush().await?;
+                        continue;
+                    }
+                    Some(Answer::Status { .. }) => {
+                        rec.requests.fetch_add(1, Ordering::SeqCst);
+                        write
+                            .write_all(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n")
+                            .await?;
+                        write.flush().await?;
+                        continue;
+                    }
+                    Some(Answer::Partial { rejected, message }) => partial_success(rejected, message),
+                    None => ExportTraceServiceResponse::default(),
+                };
                 rec.take(request, wire).await;
-                let answer = ExportTraceServiceResponse::default().encode_to_vec();
+                let answer = answer.encode_to_vec();
                 let head = format!(
                     "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: {}\r\n\r\n",
                     answer.len()
@@ -383,5 +474,38 @@ where
             }
         }
         write.flush().await?;
+    }
+}
+
+/// A self-signed certificate for `localhost` and its key (PEM).
+pub fn self_signed() -> (String, String) {
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("certificate");
+    (ck.cert.pem(), ck.signing_key.serialize_pem())
+}
+
+/// A CA, a server certificate for `localhost` and a client certificate,
+/// both signed by the CA (all PEM), for the mutual-TLS tests.
+pub struct Pki {
+    pub ca: String,
+    pub server: (String, String),
+    pub client: (String, String),
+}
+
+pub fn pki() -> Pki {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("ca key")).expect("ca");
+    let leaf = |name: &str, usage: ExtendedKeyUsagePurpose| {
+        let mut params = CertificateParams::new(vec![name.to_string()]).expect("params");
+        params.extended_key_usages = vec![usage];
+        let key = KeyPair::generate().expect("key");
+        let cert = params.signed_by(&key, &ca).expect("sign");
+        (cert.pem(), key.serialize_pem())
+    };
+    Pki {
+        server: leaf("localhost", ExtendedKeyUsagePurpose::ServerAuth),
+        client: leaf("hermes-otel-client", ExtendedKeyUsagePurpose::ClientAuth),
+        ca: ca.pem(),
     }
 }
