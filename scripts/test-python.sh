@@ -16,8 +16,8 @@
 #    hermes-agent==0.19.0 and the release wheel (target/py/hermes-venv), and
 #    tests/e2e runs every kit scenario in real Hermes against the loopback
 #    mock (about 2 minutes on 2 cores; HERMES_OTEL_E2E_JOBS sets how many
-#    scenarios run at once, default 4); only its panic run puts the
-#    test-hooks wheel first on PYTHONPATH.
+#    scenarios run at once, default 4); only its panic run uses the
+#    test-hooks wheel, installed in a copy of that venv.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"

@@ -96,10 +96,11 @@ def _build_hermes_venv() -> Path:
     return venv / "bin" / "hermes"
 
 
-def _test_hooks_overlay(out: Path) -> Path:
-    """A directory holding the test-hooks build of the package, which the
-    panic run puts first on PYTHONPATH: Python then imports it, and finds its
-    entry point, before the shipped wheel's in the Hermes venv."""
+def _test_hooks_hermes(hermes_bin: Path, out: Path) -> Path:
+    """A copy of the Hermes venv with the test-hooks build of our package
+    installed in place of the shipped one, for the panic run. (Putting the
+    build first on PYTHONPATH is not enough: Hermes's bootstrap moves its
+    own site-packages to the front of sys.path.)"""
     wheel = os.environ.get("HERMES_OTEL_E2E_TEST_WHEEL")
     if not wheel:
         wheels = ROOT / "target" / "e2e" / "test-wheels"
@@ -107,10 +108,16 @@ def _test_hooks_overlay(out: Path) -> Path:
         maturin = shutil.which("maturin") or str(Path(sys.executable).parent / "maturin")
         _run([maturin, "build", "--features", "python,test-hooks", "-o", str(wheels)], cwd=ROOT)
         wheel = sorted(glob.glob(str(wheels / "hermes_otel-*.whl")))[-1]
-    overlay = out / "test-hooks"
-    shutil.rmtree(overlay, ignore_errors=True)
-    _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(overlay), wheel])
-    return overlay
+    venv = out / "hermes-test-hooks"
+    shutil.rmtree(venv, ignore_errors=True)
+    shutil.copytree(hermes_bin.parent.parent, venv, symlinks=True)
+    python = venv / "bin" / "python"
+    _run([str(python), "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", wheel])
+    # The copied entry point still names the original venv's interpreter.
+    hermes = venv / "bin" / "hermes"
+    lines = hermes.read_text().splitlines(keepends=True)
+    hermes.write_text(f"#!{python}\n" + "".join(lines[1:]))
+    return hermes
 
 
 @pytest.fixture(scope="session")
@@ -137,7 +144,7 @@ def runs(hermes_bin: Path) -> Iterator[dict[str, Run]]:
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, HERMES_BIN=str(hermes_bin), E2E_PYTHON=sys.executable)
     jobs = int(os.environ.get("HERMES_OTEL_E2E_JOBS", "4"))
-    overlay = _test_hooks_overlay(out)
+    panic_hermes = _test_hooks_hermes(hermes_bin, out)
 
     def one(name: str) -> Run:
         scenario = "readfile" if name == PANIC_RUN else OTLP_RUNS.get(name, name)
@@ -150,7 +157,7 @@ def runs(hermes_bin: Path) -> Iterator[dict[str, Run]]:
         cmd = ["bash", str(KIT / "run-scenario.sh"), scenario, str(outdir), "--probe", *script]
         cmd += ["--enable", PLUGIN_KEY, "--env", f"HERMES_OTEL_HOME={outdir / 'otel'}"]
         if name == PANIC_RUN:
-            cmd += ["--env", f"PYTHONPATH={overlay}", "--env", "HERMES_OTEL_TEST_PANIC=*"]
+            cmd += ["--env", "HERMES_OTEL_TEST_PANIC=*"]
         if name in OTLP_RUNS:
             # A loopback OTLP/HTTP receiver in the scenario's namespace.
             cmd += ["--sidecar", f'"$E2E_PYTHON" {Path(__file__).parent / "otlp_sidecar.py"}']
@@ -158,7 +165,8 @@ def runs(hermes_bin: Path) -> Iterator[dict[str, Run]]:
             cmd += ["--env", "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318"]
         if name == OTLP_RUN:
             cmd += ["--env", "OTEL_METRIC_EXPORT_INTERVAL=1"]
-        p = subprocess.run(cmd, env=env, text=True, capture_output=True)
+        run_env = dict(env, HERMES_BIN=str(panic_hermes)) if name == PANIC_RUN else env
+        p = subprocess.run(cmd, env=run_env, text=True, capture_output=True)
         return Run(name, outdir, p.returncode, p.stderr)
 
     # Longest first, so the pool is not left waiting on one slow scenario.
