@@ -18,10 +18,12 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The Python binding owns a background thread that calls
-//! [`Exporter::run_once`] and, at a one-shot process's end,
-//! [`Exporter::flush`] with a short deadline. `hermes-otel serve` loops
-//! over [`Exporter::run_once`] and [`Exporter::close_idle`].
+//! Nothing loops over an exporter by hand: the export thread of a Hermes
+//! process (`export_task.rs`) and `hermes-otel serve` both step a
+//! [`Driver`] (`driver.rs`), which runs [`Exporter::run_once`] (or, for an
+//! exit flush, [`Exporter::flush`] with a short deadline),
+//! [`Exporter::close_idle`] and the metric exporter's step in one order.
+//! `export --since` calls [`Exporter::export_history_with`] once.
 //!
 //! # Guarantees
 //!
@@ -37,6 +39,7 @@
 //!   [`retry`]) and retries for as long as the retention cap allows.
 
 mod console;
+pub mod driver;
 pub mod metrics;
 mod pacing;
 pub mod prometheus;
@@ -47,6 +50,7 @@ pub use crate::config::export::{ExportConfig, ExportOverrides, Protocol, Sampler
 pub use crate::config::metrics::{MetricsConfig, MetricsExporters, MetricsOverrides};
 /// Lower-case hex of an id (defined with the ids, in `span.rs`).
 pub use crate::span::hex;
+pub use driver::{Cycle, Driver};
 pub use metrics::{MetricExporter, MetricStep};
 pub use prometheus::PrometheusServer;
 pub use transport::{Accepted, SendError, Transport};
