@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::{Resolved, Source};
 use crate::error::{Error, Result};
+use crate::export::{send_runtime, SendRuntime};
 use crate::export::{
     Driver, ExportConfig, ExportOverrides, Exporter, MetricExporter, MetricsConfig, MetricsOverrides, PrometheusServer,
     Protocol, TracesExporter,
@@ -90,7 +91,7 @@ fn config(target: &Target) -> ExportConfig {
     config
 }
 
-fn open(dir: &Path, config: ExportConfig) -> Result<Exporter> {
+fn open(dir: &Path, config: ExportConfig, runtime: SendRuntime) -> Result<Exporter> {
     let mut store = Store::open_dir(dir)?;
     store.set_prices(crate::pricing::PriceTable::load(
         &dir.join(crate::config::PRICING_FILE_NAME),
@@ -109,7 +110,7 @@ fn open(dir: &Path, config: ExportConfig) -> Result<Exporter> {
     for e in &recovered.errors {
         eprintln!("hermes-otel: spool: {e}");
     }
-    Exporter::with_store(config, store)
+    Exporter::with_store_on(config, store, runtime)
 }
 
 /// Whether the user asked for traces to be pushed somewhere: `--endpoint`,
@@ -212,7 +213,8 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
         eprintln!("hermes-otel: metrics: {warning}");
     }
     let signals = StopSignal::install()?;
-    let exporter = open(dir, config.clone())?;
+    let runtime = send_runtime("export")?;
+    let exporter = open(dir, config.clone(), runtime.clone())?;
     eprintln!("hermes-otel: serving the store in {}", dir.display());
     if config.enabled() {
         eprintln!(
@@ -257,7 +259,7 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
     }
     // Metrics are folded here even when they are only served: the
     // endpoint folds too, and folding is exactly once whoever does it.
-    let metrics = MetricExporter::new(metrics_config, exporter.store().path())?;
+    let metrics = MetricExporter::with_store_on(metrics_config, Store::open(exporter.store().path())?, runtime)?;
     let mut driver = Driver::new(Some(exporter), Some(metrics), CLOSE_IDLE_EVERY);
     let poll = Duration::from_millis(args.poll_ms.max(1));
     let mut last_error: Option<String> = None;
@@ -324,7 +326,7 @@ pub fn export(dir: &Path, args: &ExportArgs) -> Result<i32> {
         ));
     }
     let endpoint = config.endpoint.value.clone();
-    let mut exporter = open(dir, config)?;
+    let mut exporter = open(dir, config, send_runtime("export")?)?;
     eprintln!(
         "hermes-otel: re-sending spans since {} to {endpoint} (giving up after {} s; --timeout-seconds to change)",
         args.since, args.timeout_seconds

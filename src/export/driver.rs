@@ -81,21 +81,33 @@ impl Driver {
     }
 
     /// The exporters a Hermes process runs over the store at `store_path`,
-    /// each on its own connection: traces when trace export is enabled,
-    /// metrics when they are pushed (serving Prometheus is `serve`'s job).
-    /// `None` when neither is.
+    /// each on its own connection and both on one runtime: traces when
+    /// trace export is enabled, metrics when they are pushed (serving
+    /// Prometheus is `serve`'s job). `None` when neither is.
     pub fn open(
         store_path: &std::path::Path,
         traces: ExportConfig,
         metrics: MetricsConfig,
         close_idle_every: Duration,
     ) -> Result<Option<Self>> {
+        if !traces.enabled() && !metrics.pushes() {
+            return Ok(None);
+        }
+        let runtime = super::send_runtime("export")?;
         let traces = match traces.enabled() {
-            true => Some(Exporter::with_store(traces, Store::open(store_path)?)?),
+            true => Some(Exporter::with_store_on(
+                traces,
+                Store::open(store_path)?,
+                runtime.clone(),
+            )?),
             false => None,
         };
         let metrics = match metrics.pushes() {
-            true => Some(MetricExporter::with_store(metrics, Store::open(store_path)?)?),
+            true => Some(MetricExporter::with_store_on(
+                metrics,
+                Store::open(store_path)?,
+                runtime,
+            )?),
             false => None,
         };
         Ok((traces.is_some() || metrics.is_some()).then(|| Driver::new(traces, metrics, close_idle_every)))

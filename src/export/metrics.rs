@@ -85,7 +85,7 @@ pub struct MetricStep {
 pub struct MetricExporter {
     store: Store,
     config: MetricsConfig,
-    runtime: tokio::runtime::Runtime,
+    runtime: super::SendRuntime,
     transport: Option<Transport>,
     lease: Lease,
     pacing: Pacing,
@@ -113,7 +113,12 @@ impl MetricExporter {
 
     /// Like [`MetricExporter::new`] over an open store.
     pub fn with_store(config: MetricsConfig, store: Store) -> Result<Self> {
-        let runtime = super::send_runtime("metric export")?;
+        Self::with_store_on(config, store, super::send_runtime("metric export")?)
+    }
+
+    /// Like [`MetricExporter::with_store`], sending on `runtime` (shared
+    /// with a trace exporter stepped by the same thread).
+    pub(crate) fn with_store_on(config: MetricsConfig, store: Store, runtime: super::SendRuntime) -> Result<Self> {
         let transport = if config.pushes() {
             let _guard = runtime.enter();
             if config.exporters.value.otlp {

@@ -100,12 +100,17 @@ pub struct Step {
     pub error: Option<String>,
 }
 
-/// The single-threaded runtime one exporter sends on (`what` names it in
-/// the error).
-fn send_runtime(what: &str) -> Result<tokio::runtime::Runtime> {
+/// The single-threaded runtime exporters send on. A driver's trace and
+/// metric exporters share one: they are stepped by one thread, one after
+/// the other, and a runtime is a thread's worth of state.
+pub(crate) type SendRuntime = std::sync::Arc<tokio::runtime::Runtime>;
+
+/// A new [`SendRuntime`] (`what` names it in the error).
+pub(crate) fn send_runtime(what: &str) -> Result<SendRuntime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
+        .map(std::sync::Arc::new)
         .map_err(|e| Error::Other(format!("{what} runtime: {e}")))
 }
 
@@ -113,7 +118,7 @@ fn send_runtime(what: &str) -> Result<tokio::runtime::Runtime> {
 pub struct Exporter {
     store: Store,
     config: ExportConfig,
-    runtime: tokio::runtime::Runtime,
+    runtime: SendRuntime,
     transport: Option<Transport>,
     lease: Lease,
     pacing: Pacing,
@@ -142,7 +147,12 @@ impl Exporter {
 
     /// Like [`Exporter::new`] over an open store.
     pub fn with_store(config: ExportConfig, store: Store) -> Result<Self> {
-        let runtime = send_runtime("export")?;
+        Self::with_store_on(config, store, send_runtime("export")?)
+    }
+
+    /// Like [`Exporter::with_store`], sending on `runtime` (shared with a
+    /// metric exporter stepped by the same thread).
+    pub(crate) fn with_store_on(config: ExportConfig, store: Store, runtime: SendRuntime) -> Result<Self> {
         let transport = if config.enabled() {
             let _guard = runtime.enter();
             Some(Transport::new(&config)?)
