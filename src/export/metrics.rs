@@ -19,9 +19,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Call [`MetricExporter::run_once`] from the same background loop as the
-//! trace exporter's `run_once` (it returns quickly when nothing is due),
-//! and [`MetricExporter::flush`] beside its `flush`.
+//! The export driver ([`super::Driver`]) calls [`MetricExporter::run_once`]
+//! at every step, beside the trace exporter's (it returns quickly when
+//! nothing is due), and `serve --drain` calls [`MetricExporter::flush`]
+//! through it.
 //!
 //! # Guarantees
 //!
