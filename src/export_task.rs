@@ -9,13 +9,14 @@
 //! The thread steps the export driver ([`Driver`], shared with
 //! `hermes-otel serve`): it polls the outbox every [`POLL`], sends while
 //! batches are ready, closes idle runs every [`CLOSE_IDLE_EVERY`], and
-//! backs off as the exporters say. [`ExportTask::flush`] (through the bridge that owns the
-//! task, [`crate::bridge::Bridge::flush_exporter`]) lets the exit flush
-//! wait, up to a bound, for what is ready to be sent: one-shot `hermes -z`
-//! and cron processes end with `os._exit` right after, and what they leave
-//! stays in the outbox for the next exporter (`hermes-otel serve`, or the
-//! next Hermes process). It does not wait at all while the collector is
-//! failing, so a collector outage never slows an exit down.
+//! backs off as the exporters say. [`ExportTask::flush`] (through the
+//! bridge that owns the task, [`crate::bridge::Bridge::flush_exporter`])
+//! lets the exit flush wait, up to a bound, for what is ready to be sent:
+//! one-shot `hermes -z` and cron processes end with `os._exit` right after,
+//! and what they leave stays in the outbox for the next exporter
+//! (`hermes-otel serve`, or the next Hermes process). It does not wait at
+//! all while the collector is failing, so a collector outage never slows
+//! an exit down.
 
 use crate::lock;
 use std::path::Path;
