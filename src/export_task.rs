@@ -6,15 +6,17 @@
 //! for. Must not touch: Python, the hook path (a hook at most waits on a
 //! condition variable, with a deadline, never on a socket).
 //!
-//! The thread polls the outbox every [`POLL`], sends while batches are ready,
-//! closes idle runs every [`CLOSE_IDLE_EVERY`], and backs off as the
-//! exporter says. [`ExportTask::flush`] (through the bridge that owns the
-//! task, [`crate::bridge::Bridge::flush_exporter`]) lets the exit flush
-//! wait, up to a bound, for what is ready to be sent: one-shot `hermes -z`
-//! and cron processes end with `os._exit` right after, and what they leave
-//! stays in the outbox for the next exporter (`hermes-otel serve`, or the
-//! next Hermes process). It does not wait at all while the collector is
-//! failing, so a collector outage never slows an exit down.
+//! The thread steps the export driver ([`Driver`], shared with
+//! `hermes-otel serve`): it polls the outbox every [`POLL`], sends while
+//! batches are ready, closes idle runs every [`CLOSE_IDLE_EVERY`], and
+//! backs off as the exporters say. [`ExportTask::flush`] (through the
+//! bridge that owns the task, [`crate::bridge::Bridge::flush_exporter`])
+//! lets the exit flush wait, up to a bound, for what is ready to be sent:
+//! one-shot `hermes -z` and cron processes end with `os._exit` right after,
+//! and what they leave stays in the outbox for the next exporter
+//! (`hermes-otel serve`, or the next Hermes process). It does not wait at
+//! all while the collector is failing, so a collector outage never slows
+//! an exit down.
 
 use crate::lock;
 use std::path::Path;
@@ -24,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use crate::bridge::Background;
 use crate::error::{Error, Result};
-use crate::export::{ExportConfig, Exporter, MetricExporter, MetricsConfig};
-use crate::store::{Store, DB_FILE_NAME};
+use crate::export::{Driver, ExportConfig, MetricsConfig};
+use crate::store::DB_FILE_NAME;
 
 /// How often the outbox is looked at when nothing was ready.
 pub const POLL: Duration = Duration::from_millis(500);
@@ -83,27 +85,19 @@ impl ExportTask {
     /// [`BridgeConfig::export`]: crate::bridge::BridgeConfig::export
     /// [`BridgeConfig::metrics`]: crate::bridge::BridgeConfig::metrics
     pub fn start(store_dir: &Path, config: ExportConfig, metrics_config: MetricsConfig) -> Result<Option<Self>> {
-        let path = store_dir.join(DB_FILE_NAME);
-        let exporter = match config.enabled() {
-            true => Some(Exporter::with_store(config, Store::open(&path)?)?),
-            false => None,
-        };
         // Metric series are pushed by the lease holder every export
         // interval; a Prometheus endpoint is `hermes-otel serve`'s job.
-        let metrics = match metrics_config.pushes() {
-            true => Some(MetricExporter::with_store(metrics_config, Store::open(&path)?)?),
-            false => None,
-        };
-        if exporter.is_none() && metrics.is_none() {
+        let Some(driver) = Driver::open(&store_dir.join(DB_FILE_NAME), config, metrics_config, CLOSE_IDLE_EVERY)?
+        else {
             return Ok(None);
-        }
+        };
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
             done: Condvar::new(),
         });
         let thread_shared = Arc::clone(&shared);
-        let handle = spawn("hermes-otel-export", move || run(exporter, metrics, &thread_shared))?;
+        let handle = spawn("hermes-otel-export", move || run(driver, &thread_shared))?;
 
         Ok(Some(ExportTask {
             shared,
@@ -140,8 +134,7 @@ fn flush_shared(shared: &Shared, deadline: Instant) -> bool {
     true
 }
 
-fn run(mut exporter: Option<Exporter>, mut metrics: Option<MetricExporter>, shared: &Shared) {
-    let mut last_idle_check: Option<Instant> = None;
+fn run(mut driver: Driver, shared: &Shared) {
     let mut wait = Duration::ZERO;
     loop {
         let flush_until = {
@@ -157,30 +150,15 @@ fn run(mut exporter: Option<Exporter>, mut metrics: Option<MetricExporter>, shar
             }
             state.flush_until.take()
         };
-        if let Some(exporter) = exporter.as_mut() {
-            if last_idle_check.is_none_or(|t| t.elapsed() >= CLOSE_IDLE_EVERY) {
-                let _ = exporter.close_idle();
-                last_idle_check = Some(Instant::now());
-            }
-        }
-        // Metrics push only when their interval is due, flush or not: a
-        // session end every turn must not mean a push every turn.
-        let metric_step = metrics.as_mut().map(|m| m.run_once());
-        let step = match (exporter.as_mut(), flush_until) {
-            (Some(e), Some(deadline)) => e.flush(deadline),
-            (Some(e), None) => e.run_once(),
-            (None, _) => Ok(crate::export::Step {
-                leased: metric_step.as_ref().is_some_and(|s| s.as_ref().is_ok_and(|s| s.leased)),
-                ..Default::default()
-            }),
-        };
+        // Closing idle runs failing is retried at its next turn; metric
+        // failures are shown, but only the trace send says whether the
+        // collector is failing (what lets an exit flush skip waiting).
+        let cycle = driver.step(flush_until);
         let mut state = lock(&shared.state);
-        if let Some(Err(e)) | Some(Ok(crate::export::MetricStep { error: Some(e), .. })) =
-            metric_step.map(|s| s.map_err(|e| e.to_string()))
-        {
+        if let Some(e) = cycle.metric_error() {
             state.last_error = Some(e);
         }
-        match step {
+        match cycle.traces {
             Ok(step) => {
                 state.leased = step.leased;
                 state.failing = step.error.is_some();
@@ -206,15 +184,7 @@ fn run(mut exporter: Option<Exporter>, mut metrics: Option<MetricExporter>, shar
     }
     // Last chance for whatever is ready, bounded by the shutdown deadline.
     let deadline = lock(&shared.state).flush_until.take();
-    if let (Some(deadline), Some(e)) = (deadline, exporter.as_mut()) {
-        let _ = e.flush(deadline);
-    }
-    if let Some(e) = exporter.as_mut() {
-        let _ = e.release();
-    }
-    if let Some(m) = metrics.as_mut() {
-        let _ = m.release();
-    }
+    let _ = driver.stop(deadline);
     let mut state = lock(&shared.state);
     state.flushes_done += 1;
     shared.done.notify_all();

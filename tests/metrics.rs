@@ -511,6 +511,48 @@ fn budget_gauges_follow_the_budget_file_and_spend_at_every_push() {
     assert!(!p.contains_key(m::BUDGET_LIMIT), "{:?}", p.keys());
 }
 
+/// The value of the Prometheus sample `name{...window="daily"...}` in
+/// `text`, if there is one.
+fn daily_sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| l.starts_with(&format!("{name}{{")) && l.contains("hermes_budget_window=\"daily\""))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn budget_gauges_follow_the_budget_file_and_spend_at_every_scrape() {
+    // Served, not pushed: nothing folds or pushes between the scrapes but
+    // the endpoint itself, so each scrape must read the budgets anew.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = dir.path().join("otel");
+    let store = Store::open_dir(&home).expect("open");
+    let server =
+        hermes_otel::export::PrometheusServer::start("127.0.0.1:0", store.path(), metrics::AllowList::default(), 0.0)
+            .expect("prometheus endpoint");
+    let addr = server.addr().to_string();
+    let scrape = || http_get(&addr, "/metrics").expect("a 200 scrape");
+    let budgets = home.join("budgets.toml");
+    // No budget file: no budget gauges.
+    assert_eq!(daily_sample(&scrape(), "hermes_budget_limit"), None);
+    std::fs::write(&budgets, "timezone = \"UTC\"\n[global]\ndaily = 10.0\n").expect("budgets");
+    let text = scrape();
+    assert_eq!(daily_sample(&text, "hermes_budget_limit"), Some(10.0), "{text}");
+    assert_eq!(daily_sample(&text, "hermes_budget_spend"), Some(0.0), "{text}");
+    // Spend, then a new limit: the next scrape has both.
+    let mut other = Store::open_dir(&home).expect("second connection");
+    replay(&mut other, &[call_now(dir.path(), "spend-now")]);
+    std::fs::write(&budgets, "timezone = \"UTC\"\n[global]\ndaily = 2.0\n").expect("budgets");
+    let text = scrape();
+    assert_eq!(daily_sample(&text, "hermes_budget_limit"), Some(2.0), "{text}");
+    let spend = daily_sample(&text, "hermes_budget_spend").expect("a spend gauge");
+    assert!(close(spend, 3.0), "{spend}");
+    // The budget removed: its gauges go.
+    std::fs::write(&budgets, "timezone = \"UTC\"\n").expect("budgets");
+    assert_eq!(daily_sample(&scrape(), "hermes_budget_limit"), None);
+}
+
 #[test]
 fn replaying_the_same_events_again_counts_nothing_twice() {
     let dir = tempfile::tempdir().expect("temp dir");

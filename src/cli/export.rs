@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use crate::config::{Resolved, Source};
 use crate::error::{Error, Result};
+use crate::export::{send_runtime, SendRuntime};
 use crate::export::{
-    ExportConfig, ExportOverrides, Exporter, MetricExporter, MetricsConfig, MetricsOverrides, PrometheusServer,
+    Driver, ExportConfig, ExportOverrides, Exporter, MetricExporter, MetricsConfig, MetricsOverrides, PrometheusServer,
     Protocol, TracesExporter,
 };
 use crate::store::{Store, DB_FILE_NAME};
@@ -90,7 +91,7 @@ fn config(target: &Target) -> ExportConfig {
     config
 }
 
-fn open(dir: &Path, config: ExportConfig) -> Result<Exporter> {
+fn open(dir: &Path, config: ExportConfig, runtime: SendRuntime) -> Result<Exporter> {
     let mut store = Store::open_dir(dir)?;
     store.set_prices(crate::pricing::PriceTable::load(
         &dir.join(crate::config::PRICING_FILE_NAME),
@@ -109,7 +110,7 @@ fn open(dir: &Path, config: ExportConfig) -> Result<Exporter> {
     for e in &recovered.errors {
         eprintln!("hermes-otel: spool: {e}");
     }
-    Exporter::with_store(config, store)
+    Exporter::with_store_on(config, store, runtime)
 }
 
 /// Whether the user asked for traces to be pushed somewhere: `--endpoint`,
@@ -212,7 +213,8 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
         eprintln!("hermes-otel: metrics: {warning}");
     }
     let signals = StopSignal::install()?;
-    let mut exporter = open(dir, config.clone())?;
+    let runtime = send_runtime("export")?;
+    let exporter = open(dir, config.clone(), runtime.clone())?;
     eprintln!("hermes-otel: serving the store in {}", dir.display());
     if config.enabled() {
         eprintln!(
@@ -255,26 +257,22 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
     if let Ok(Some(fleet)) = crate::fleet::FleetConfig::from_env() {
         eprintln!("hermes-otel: syncing budgets with the fleet at {}", fleet.redacted());
     }
-    let mut metrics = MetricExporter::new(metrics_config, exporter.store().path())?;
+    // Metrics are folded here even when they are only served: the
+    // endpoint folds too, and folding is exactly once whoever does it.
+    let metrics = MetricExporter::with_store_on(metrics_config, Store::open(exporter.store().path())?, runtime)?;
+    let mut driver = Driver::new(Some(exporter), Some(metrics), CLOSE_IDLE_EVERY);
     let poll = Duration::from_millis(args.poll_ms.max(1));
-    let mut last_idle_check: Option<Instant> = None;
     let mut last_error: Option<String> = None;
     let drain_deadline = Instant::now() + Duration::from_secs(args.drain_timeout_seconds);
     loop {
         if let Some(name) = signals.stopped() {
-            metrics.release()?;
-            exporter.release()?;
+            driver.stop(None)?;
             eprintln!("hermes-otel: stopped by {name}; export leases released");
             return Ok(0);
         }
-        if last_idle_check.is_none_or(|t| t.elapsed() >= CLOSE_IDLE_EVERY) {
-            exporter.close_idle()?;
-            last_idle_check = Some(Instant::now());
-        }
         // Failures are logged by the exporters (`Export.Failed`,
         // `MetricExport.Failed`: once each, then at debug while they repeat).
-        metrics.run_once()?;
-        let step = exporter.run_once()?;
+        let step = driver.step(None).into_result()?;
         if step.error.is_some() {
             last_error = step.error.clone();
         }
@@ -286,15 +284,16 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
         }
         if args.drain {
             if step.leased && step.error.is_none() && step.backing_off.is_none() {
-                metrics.flush(Instant::now() + Duration::from_secs(10))?;
-                metrics.release()?;
-                exporter.release()?;
+                driver.flush_metrics(Instant::now() + Duration::from_secs(10))?;
+                driver.stop(None)?;
                 return Ok(0);
             }
             if Instant::now() >= drain_deadline {
-                metrics.release()?;
-                exporter.release()?;
-                let pending = exporter.store().export_state()?.pending;
+                driver.stop(None)?;
+                let pending = match driver.traces() {
+                    Some(e) => e.store().export_state()?.pending,
+                    None => 0,
+                };
                 let why = last_error
                     .clone()
                     .or_else(|| (!step.leased).then(|| "another process holds the export lease".to_string()))
@@ -327,7 +326,7 @@ pub fn export(dir: &Path, args: &ExportArgs) -> Result<i32> {
         ));
     }
     let endpoint = config.endpoint.value.clone();
-    let mut exporter = open(dir, config)?;
+    let mut exporter = open(dir, config, send_runtime("export")?)?;
     eprintln!(
         "hermes-otel: re-sending spans since {} to {endpoint} (giving up after {} s; --timeout-seconds to change)",
         args.since, args.timeout_seconds

@@ -3,7 +3,8 @@
 //!
 //! Owns: the metric lease and the push schedule. Receives its settings
 //! resolved ([`MetricsConfig`], from `config/metrics.rs`). Shares the
-//! transports, retry classification and backoff with the trace exporter.
+//! transports, retry classification, the lease holder and the backoff
+//! (`pacing.rs`) with the trace exporter.
 //! Must not touch: the journal, the ledger, the environment.
 //!
 //! # Use
@@ -18,9 +19,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Call [`MetricExporter::run_once`] from the same background loop as the
-//! trace exporter's `run_once` (it returns quickly when nothing is due),
-//! and [`MetricExporter::flush`] beside its `flush`.
+//! The export driver ([`super::Driver`]) calls [`MetricExporter::run_once`]
+//! at every step, beside the trace exporter's (it returns quickly when
+//! nothing is due), and `serve --drain` calls [`MetricExporter::flush`]
+//! through it.
 //!
 //! # Guarantees
 //!
@@ -50,7 +52,7 @@ use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, Instrumentatio
 use opentelemetry_proto::tonic::metrics::v1::{ResourceMetrics, ScopeMetrics};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
-use super::retry::{self, Backoff};
+use super::pacing::{block_on_until, Lease, Pacing};
 use super::transport::{Accepted, SendError, Transport};
 use super::{resource_of, unix_now, SCOPE_NAME};
 use crate::config::export::ExportConfig;
@@ -84,22 +86,19 @@ pub struct MetricStep {
 pub struct MetricExporter {
     store: Store,
     config: MetricsConfig,
-    runtime: tokio::runtime::Runtime,
+    runtime: super::SendRuntime,
     transport: Option<Transport>,
-    holder: String,
-    backoff: Backoff,
-    not_before: Option<Instant>,
+    lease: Lease,
+    pacing: Pacing,
     identity: MetricIdentity,
     resource: Resource,
-    /// The failure last logged at `warn`: a repeat is logged at `debug`.
-    last_logged: Option<String>,
 }
 
 impl std::fmt::Debug for MetricExporter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MetricExporter")
             .field("store", &self.store)
-            .field("holder", &self.holder)
+            .field("holder", &self.lease.holder())
             .field("transport", &self.transport)
             .finish()
     }
@@ -115,7 +114,12 @@ impl MetricExporter {
 
     /// Like [`MetricExporter::new`] over an open store.
     pub fn with_store(config: MetricsConfig, store: Store) -> Result<Self> {
-        let runtime = super::send_runtime("metric export")?;
+        Self::with_store_on(config, store, super::send_runtime("metric export")?)
+    }
+
+    /// Like [`MetricExporter::with_store`], sending on `runtime` (shared
+    /// with a trace exporter stepped by the same thread).
+    pub(crate) fn with_store_on(config: MetricsConfig, store: Store, runtime: super::SendRuntime) -> Result<Self> {
         let transport = if config.pushes() {
             let _guard = runtime.enter();
             if config.exporters.value.otlp {
@@ -128,17 +132,16 @@ impl MetricExporter {
         };
         let identity = store.metric_identity()?;
         let resource = metric_resource(&config.transport, &identity);
+        let lease = Lease::new(METRIC_LEASE, config.transport.lease_seconds.value);
         Ok(MetricExporter {
             store,
             config,
             runtime,
             transport,
-            holder: super::lease_holder(),
-            backoff: Backoff::default(),
-            not_before: None,
+            lease,
+            pacing: Pacing::new("MetricExport.Failed"),
             identity,
             resource,
-            last_logged: None,
         })
     }
 
@@ -216,17 +219,8 @@ impl MetricExporter {
         }
         self.refresh_budget_gauges();
         loop {
-            let now = Instant::now();
-            if now >= deadline {
+            if Instant::now() >= deadline || !self.pacing.wait_for_deadline(deadline) {
                 return Ok(step);
-            }
-            if let Some(t) = self.not_before {
-                if t >= deadline {
-                    return Ok(step);
-                }
-                if t > now {
-                    std::thread::sleep(t - now);
-                }
             }
             self.push(&mut step, Some(deadline))?;
             if !step.leased || step.error.is_none() {
@@ -237,25 +231,16 @@ impl MetricExporter {
 
     /// Gives the lease up (also lapses by itself).
     pub fn release(&mut self) -> Result<()> {
-        self.store.release_lease(METRIC_LEASE, &self.holder)
+        self.lease.release(&mut self.store)
     }
 
     fn push(&mut self, step: &mut MetricStep, deadline: Option<Instant>) -> Result<()> {
-        if let Some(t) = self.not_before {
-            let now = Instant::now();
-            if now < t {
-                step.backing_off = Some(t - now);
-                return Ok(());
-            }
+        if let Some(left) = self.pacing.wait_left() {
+            step.backing_off = Some(left);
+            return Ok(());
         }
         let now = unix_now();
-        step.leased = super::take_lease(
-            &mut self.store,
-            METRIC_LEASE,
-            &self.holder,
-            now,
-            self.config.transport.lease_seconds.value,
-        )?;
+        step.leased = self.lease.take(&mut self.store, now)?;
         if !step.leased {
             return Ok(());
         }
@@ -292,9 +277,7 @@ impl MetricExporter {
         };
         match self.send(request, deadline) {
             Ok(_) => {
-                self.backoff.reset();
-                self.not_before = None;
-                self.last_logged = None;
+                self.pacing.succeeded();
                 step.error = None;
                 step.backing_off = None;
                 step.exported_points = points;
@@ -302,14 +285,12 @@ impl MetricExporter {
                 self.store.metric_export_done(points, unix_now(), base)?;
             }
             Err(e) => {
-                let wait = self.backoff.next(e.verdict);
-                self.not_before = Some(Instant::now() + wait);
                 let text = super::failure_text(super::Signal::Metrics, &self.config.transport.endpoint.value, &e);
-                self.store.metric_export_failed(&text, unix_now())?;
                 // A backend that does not take metrics (a trace-only one)
                 // is said once, then tried again only every
                 // UNSUPPORTED_RETRY: no retry storm, no log storm.
-                super::log_failure("MetricExport.Failed", &mut self.last_logged, &text, wait);
+                let wait = self.pacing.failed(e.verdict, &text);
+                self.store.metric_export_failed(&text, unix_now())?;
                 step.backing_off = Some(wait);
                 step.error = Some(text);
             }
@@ -321,21 +302,12 @@ impl MetricExporter {
         let Some(transport) = self.transport.as_mut() else {
             return Ok(Accepted::default());
         };
-        let fut = transport.send_metrics(request);
-        match deadline {
-            None => self.runtime.block_on(fut),
-            Some(d) => {
-                let left = d.saturating_duration_since(Instant::now());
-                self.runtime
-                    .block_on(async { tokio::time::timeout(left, fut).await })
-                    .unwrap_or_else(|_| {
-                        Err(SendError {
-                            verdict: retry::Verdict::Retry { after: None },
-                            message: "metric export: flush deadline passed".into(),
-                        })
-                    })
-            }
-        }
+        block_on_until(
+            &self.runtime,
+            transport.send_metrics(request),
+            deadline,
+            "metric export",
+        )
     }
 }
 

@@ -1,7 +1,9 @@
 //! The trace exporter: reads the outbox, sends OTLP, marks rows done.
 //!
-//! Owns: the export loop (lease, batches, sampling, backoff), turning
-//! outbox rows into spans through [`crate::span`], and re-sending history.
+//! Owns: the trace export step (batches, sampling, marking rows done),
+//! turning outbox rows into spans through [`crate::span`], and re-sending
+//! history. The lease and the backoff it sends under are `pacing.rs`'s,
+//! shared with the metric exporter.
 //! Must not touch: the journal, Python, anything on the hook path.
 //!
 //! # Use
@@ -16,10 +18,12 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The Python binding owns a background thread that calls
-//! [`Exporter::run_once`] and, at a one-shot process's end,
-//! [`Exporter::flush`] with a short deadline. `hermes-otel serve` loops
-//! over [`Exporter::run_once`] and [`Exporter::close_idle`].
+//! Nothing loops over an exporter by hand: the export thread of a Hermes
+//! process (`export_task.rs`) and `hermes-otel serve` both step a
+//! [`Driver`] (`driver.rs`), which runs [`Exporter::run_once`] (or, for an
+//! exit flush, [`Exporter::flush`] with a short deadline),
+//! [`Exporter::close_idle`] and the metric exporter's step in one order.
+//! `export --since` calls [`Exporter::export_history_with`] once.
 //!
 //! # Guarantees
 //!
@@ -35,7 +39,9 @@
 //!   [`retry`]) and retries for as long as the retention cap allows.
 
 mod console;
+pub mod driver;
 pub mod metrics;
+mod pacing;
 pub mod prometheus;
 pub mod retry;
 pub mod transport;
@@ -44,6 +50,7 @@ pub use crate::config::export::{ExportConfig, ExportOverrides, Protocol, Sampler
 pub use crate::config::metrics::{MetricsConfig, MetricsExporters, MetricsOverrides};
 /// Lower-case hex of an id (defined with the ids, in `span.rs`).
 pub use crate::span::hex;
+pub use driver::{Cycle, Driver};
 pub use metrics::{MetricExporter, MetricStep};
 pub use prometheus::PrometheusServer;
 pub use transport::{Accepted, SendError, Transport};
@@ -62,7 +69,8 @@ use crate::span::{self, Ancestor, Ancestry, SpanOptions};
 use crate::store::{
     counter, BatchRows, ContentKind, OutboxRow, RunRow, SentSession, SpanKind, Store, RUNNING, TRACE_LEASE,
 };
-use retry::Backoff;
+pub(crate) use pacing::take_lease;
+use pacing::{block_on_until, Lease, Pacing};
 
 /// The instrumentation scope name on every span.
 pub const SCOPE_NAME: &str = "hermes-otel";
@@ -92,58 +100,37 @@ pub struct Step {
     pub error: Option<String>,
 }
 
-/// The single-threaded runtime one exporter sends on (`what` names it in
-/// the error).
-fn send_runtime(what: &str) -> Result<tokio::runtime::Runtime> {
+/// The single-threaded runtime exporters send on. A driver's trace and
+/// metric exporters share one: they are stepped by one thread, one after
+/// the other, and a runtime is a thread's worth of state.
+pub(crate) type SendRuntime = std::sync::Arc<tokio::runtime::Runtime>;
+
+/// A new [`SendRuntime`] (`what` names it in the error).
+pub(crate) fn send_runtime(what: &str) -> Result<SendRuntime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
+        .map(std::sync::Arc::new)
         .map_err(|e| Error::Other(format!("{what} runtime: {e}")))
-}
-
-/// This exporter's id in a lease (see [`crate::process::lease_holder`]).
-fn lease_holder() -> String {
-    crate::process::lease_holder()
-}
-
-/// Takes or renews lease `name` for `holder`. A lease whose holder has
-/// ended (a one-shot `hermes -z` that left with `os._exit`, a `kill -9`)
-/// is taken over at once rather than after it lapses, so the next process
-/// sends what the dead one left without waiting out the lease.
-pub(crate) fn take_lease(store: &mut Store, name: &str, holder: &str, now: f64, ttl_seconds: f64) -> Result<bool> {
-    let pid = std::process::id() as i64;
-    if store.acquire_lease(name, holder, pid, now, ttl_seconds)? {
-        return Ok(true);
-    }
-    match store.lease(name)? {
-        Some(l) if l.holder != holder && crate::process::holder_is_gone(&l.holder, l.pid) => {
-            store.release_lease(name, &l.holder)?;
-            store.acquire_lease(name, holder, pid, now, ttl_seconds)
-        }
-        _ => Ok(false),
-    }
 }
 
 /// The trace exporter of one store.
 pub struct Exporter {
     store: Store,
     config: ExportConfig,
-    runtime: tokio::runtime::Runtime,
+    runtime: SendRuntime,
     transport: Option<Transport>,
-    holder: String,
-    backoff: Backoff,
-    not_before: Option<Instant>,
+    lease: Lease,
+    pacing: Pacing,
     resource: Resource,
     options: SpanOptions,
-    /// The failure last logged at `warn`: a repeat is logged at `debug`.
-    last_logged: Option<String>,
 }
 
 impl std::fmt::Debug for Exporter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Exporter")
             .field("store", &self.store)
-            .field("holder", &self.holder)
+            .field("holder", &self.lease.holder())
             .field("transport", &self.transport)
             .finish()
     }
@@ -160,14 +147,19 @@ impl Exporter {
 
     /// Like [`Exporter::new`] over an open store.
     pub fn with_store(config: ExportConfig, store: Store) -> Result<Self> {
-        let runtime = send_runtime("export")?;
+        Self::with_store_on(config, store, send_runtime("export")?)
+    }
+
+    /// Like [`Exporter::with_store`], sending on `runtime` (shared with a
+    /// metric exporter stepped by the same thread).
+    pub(crate) fn with_store_on(config: ExportConfig, store: Store, runtime: SendRuntime) -> Result<Self> {
         let transport = if config.enabled() {
             let _guard = runtime.enter();
             Some(Transport::new(&config)?)
         } else {
             None
         };
-        let holder = lease_holder();
+        let lease = Lease::new(TRACE_LEASE, config.lease_seconds.value);
         let resource = resource_of(&config);
         let options = SpanOptions {
             mode: config.trace_mode.value,
@@ -178,12 +170,10 @@ impl Exporter {
             config,
             runtime,
             transport,
-            holder,
-            backoff: Backoff::default(),
-            not_before: None,
+            lease,
+            pacing: Pacing::new("Export.Failed"),
             resource,
             options,
-            last_logged: None,
         })
     }
 
@@ -199,7 +189,7 @@ impl Exporter {
 
     /// This exporter's lease holder id.
     pub fn holder(&self) -> &str {
-        &self.holder
+        self.lease.holder()
     }
 
     /// One step: take or renew the lease, apply the retention cap, send one
@@ -216,17 +206,8 @@ impl Exporter {
     pub fn flush(&mut self, deadline: Instant) -> Result<Step> {
         let mut total = Step::default();
         loop {
-            let now = Instant::now();
-            if now >= deadline {
+            if Instant::now() >= deadline || !self.pacing.wait_for_deadline(deadline) {
                 return Ok(total);
-            }
-            if let Some(t) = self.not_before {
-                if t >= deadline {
-                    return Ok(total);
-                }
-                if t > now {
-                    std::thread::sleep(t - now);
-                }
             }
             let step = self.step(Some(deadline))?;
             total.leased = step.leased;
@@ -250,7 +231,7 @@ impl Exporter {
 
     /// Gives the lease up (also done on drop).
     pub fn release(&mut self) -> Result<()> {
-        self.store.release_lease(TRACE_LEASE, &self.holder)
+        self.lease.release(&mut self.store)
     }
 
     /// Re-sends every finished span that ended at or after `since` (Unix
@@ -284,7 +265,7 @@ impl Exporter {
                 match self.send(request.clone(), Some(deadline)) {
                     Ok(_) => break,
                     Err(e) => {
-                        let wait = self.backoff.next(e.verdict);
+                        let wait = self.pacing.backoff().next(e.verdict);
                         if Instant::now() + wait >= deadline || e.verdict == retry::Verdict::Unsupported {
                             let text = failure_text(Signal::Traces, &self.config.endpoint.value, &e);
                             self.store.export_failed(&text, unix_now())?;
@@ -294,7 +275,7 @@ impl Exporter {
                     }
                 }
             }
-            self.backoff.reset();
+            self.pacing.backoff().reset();
             self.store.outbox_resent(chunk, unix_now())?;
             sent += n;
             progress(sent, rows.len());
@@ -304,21 +285,12 @@ impl Exporter {
 
     fn step(&mut self, deadline: Option<Instant>) -> Result<Step> {
         let mut out = Step::default();
-        if let Some(t) = self.not_before {
-            let now = Instant::now();
-            if now < t {
-                out.backing_off = Some(t - now);
-                return Ok(out);
-            }
+        if let Some(left) = self.pacing.wait_left() {
+            out.backing_off = Some(left);
+            return Ok(out);
         }
         let now = unix_now();
-        if !take_lease(
-            &mut self.store,
-            TRACE_LEASE,
-            &self.holder,
-            now,
-            self.config.lease_seconds.value,
-        )? {
+        if !self.lease.take(&mut self.store, now)? {
             return Ok(out);
         }
         out.leased = true;
@@ -354,9 +326,7 @@ impl Exporter {
         let request = self.request(spans);
         match self.send(request, deadline) {
             Ok(accepted) => {
-                self.backoff.reset();
-                self.not_before = None;
-                self.last_logged = None;
+                self.pacing.succeeded();
                 let rejected = accepted.rejected_spans.clamp(0, n as i64);
                 self.store.outbox_done(
                     &rows,
@@ -372,11 +342,9 @@ impl Exporter {
                 out.exported = n;
             }
             Err(e) => {
-                let wait = self.backoff.next(e.verdict);
-                self.not_before = Some(Instant::now() + wait);
                 let text = failure_text(Signal::Traces, &self.config.endpoint.value, &e);
+                let wait = self.pacing.failed(e.verdict, &text);
                 self.store.export_failed(&text, unix_now())?;
-                log_failure("Export.Failed", &mut self.last_logged, &text, wait);
                 out.backing_off = Some(wait);
                 out.error = Some(text);
                 out.more = false;
@@ -403,21 +371,7 @@ impl Exporter {
         let Some(transport) = self.transport.as_mut() else {
             return Ok(Accepted::default());
         };
-        let fut = transport.send(request);
-        match deadline {
-            None => self.runtime.block_on(fut),
-            Some(d) => {
-                let left = d.saturating_duration_since(Instant::now());
-                self.runtime
-                    .block_on(async { tokio::time::timeout(left, fut).await })
-                    .unwrap_or_else(|_| {
-                        Err(SendError {
-                            verdict: retry::Verdict::Retry { after: None },
-                            message: "export: flush deadline passed".into(),
-                        })
-                    })
-            }
-        }
+        block_on_until(&self.runtime, transport.send(request), deadline, "export")
     }
 
     fn request(&self, spans: Vec<Span>) -> ExportTraceServiceRequest {
