@@ -8,6 +8,16 @@
 mod metric;
 mod spans;
 
+/// The outcome a turn or run ends with, as the ledger stores it and the
+/// span and trace code read it.
+pub mod outcome {
+    pub const RUNNING: &str = "running";
+    pub const OK: &str = "ok";
+    pub const ERROR: &str = "error";
+    pub const INTERRUPTED: &str = "interrupted";
+    pub const ABANDONED: &str = "abandoned";
+}
+
 pub use metric::{
     bucket_index, decode_attrs, encode_attrs, Add, ApiErrorFact, AttrValue, Attrs, GaugeRow, Increment, LlmCallFact,
     MetricFact, RunLabels, SeriesRow,

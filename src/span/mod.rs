@@ -198,11 +198,11 @@ pub fn session_span(run: &RunRow, n: i64, ancestry: &Ancestry, opts: SpanOptions
         a.opt_str(attr::HERMES_SUBAGENT_ROLE, edge.role.as_deref());
         a.opt_str(attr::HERMES_SUBAGENT_STATUS, edge.child_status.as_deref());
     }
-    let abandoned = run.status == crate::store::ABANDONED;
+    let abandoned = run.status == crate::model::outcome::ABANDONED;
     if abandoned {
         a.str(attr::HERMES_SPAN_CLOSE_REASON, close_reason(run));
     }
-    let error = run.status == crate::store::ERROR;
+    let error = run.status == crate::model::outcome::ERROR;
     if error {
         a.str(
             attr::ERROR_TYPE,
@@ -258,7 +258,7 @@ pub fn turn_span(turn: &TurnRow, run: &RunRow, ancestry: &Ancestry, opts: SpanOp
     let trace = ancestry.trace_of_turn(&turn.turn_id, opts.mode);
     let session_span = session_part_span_id(&turn.session_id, turn.span_n);
     let root = ancestry.turns_are_roots(opts.mode);
-    let outcome = turn.outcome.as_deref().unwrap_or(crate::store::ABANDONED);
+    let outcome = turn.outcome.as_deref().unwrap_or(crate::model::outcome::ABANDONED);
     let mut a = Attrs::default();
     // Not a GenAI operation: OpenInference's kind keeps trace UIs that
     // derive a kind (Phoenix) from showing it as unknown.
@@ -269,10 +269,10 @@ pub fn turn_span(turn: &TurnRow, run: &RunRow, ancestry: &Ancestry, opts: SpanOp
     a.str(attr::GEN_AI_CONVERSATION_ID, &turn.session_id);
     a.str(attr::HERMES_PLATFORM, run.platform.as_deref().unwrap_or("unknown"));
     a.str(attr::HERMES_TURN_OUTCOME, outcome);
-    if outcome == crate::store::ABANDONED {
+    if outcome == crate::model::outcome::ABANDONED {
         a.str(attr::HERMES_SPAN_CLOSE_REASON, close_reason(run));
     }
-    let error = outcome == crate::store::ERROR;
+    let error = outcome == crate::model::outcome::ERROR;
     if error {
         a.str(
             attr::ERROR_TYPE,
