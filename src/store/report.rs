@@ -180,7 +180,7 @@ impl Store {
         }
         for (from, to) in ledger_parts {
             if from < to {
-                for ((bucket, dim, key), (t, estimate)) in super::rollup::gather(conn, from, to)? {
+                for (bucket, dim, key, t, estimate) in super::rollup::gather(conn, from, to)?.rows() {
                     add(bucket, dim, &key, &t, estimate);
                 }
             }

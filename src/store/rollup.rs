@@ -18,7 +18,7 @@
 //! Each day row is rebuilt from its quarter-hour rows once the mark has
 //! passed the day's end.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
@@ -58,8 +58,38 @@ pub fn ceil_to(at: f64, size: i64) -> i64 {
     ((at / size as f64).ceil() * size as f64) as i64
 }
 
-/// One rollup row's sums, keyed by quarter hour, dimension and key.
-pub type Gathered = BTreeMap<(i64, Dim, String), (Totals, f64)>;
+/// Rollup rows' sums, by quarter hour and dimension, then key (looked up
+/// by `&str`: adding a fact allocates only for a key not seen yet).
+#[derive(Default)]
+pub struct Gathered(BTreeMap<(i64, Dim), BTreeMap<String, (Totals, f64)>>);
+
+impl Gathered {
+    fn add(&mut self, bucket: i64, dim: Dim, key: &str, totals: &Totals, estimate: f64) {
+        let keys = self.0.entry((bucket, dim)).or_default();
+        match keys.get_mut(key) {
+            Some(entry) => {
+                entry.0.add(totals);
+                entry.1 += estimate;
+            }
+            None => {
+                keys.insert(key.to_string(), (totals.clone(), estimate));
+            }
+        }
+    }
+
+    /// Every row: quarter hour, dimension, key, sums, estimate.
+    pub fn rows(self) -> impl Iterator<Item = (i64, Dim, String, Totals, f64)> {
+        self.0.into_iter().flat_map(|((bucket, dim), keys)| {
+            keys.into_iter()
+                .map(move |(key, (totals, estimate))| (bucket, dim, key, totals, estimate))
+        })
+    }
+}
+
+/// A session's first fact in a stretch with a model or provider: the
+/// dimension, the key, when it ended, and whether the session started in
+/// the stretch (then it is its first ever).
+type FirstUse = (Dim, String, f64, bool);
 
 /// What one [`Store::roll_up`] call did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -74,44 +104,42 @@ pub struct RollupStep {
 /// facts by when they ended, sessions where they began (see
 /// `crate::report`'s module docs).
 pub(super) fn gather(conn: &Connection, since: f64, until: f64) -> Result<Gathered> {
-    let mut out = Gathered::new();
-    let mut add = |bucket: i64, dim: Dim, key: &str, totals: &Totals, estimate: f64| match out.get_mut(&(
-        bucket,
-        dim,
-        key.to_string(),
-    )) {
-        Some(entry) => {
-            entry.0.add(totals);
-            entry.1 += estimate;
-        }
-        None => {
-            out.insert((bucket, dim, key.to_string()), (totals.clone(), estimate));
-        }
-    };
+    let mut out = Gathered::default();
     // The first fact of each session with a model or provider in the
     // stretch: it begins that session there unless an earlier one did,
     // which only a session that started before the stretch can have.
-    let mut firsts: BTreeMap<(Dim, String, String), (f64, bool)> = BTreeMap::new();
+    // By session, then (dimension, key, when, whether it started here).
+    let mut firsts: HashMap<String, Vec<FirstUse>> = HashMap::new();
     super::report::for_each_fact(conn, since, until, |f| {
         let bucket = floor_to(f.at, QUARTER);
         let totals = Totals::of_fact(&f);
         for dim in [Dim::All, Dim::Model, Dim::Provider, Dim::Sender, Dim::CronJob] {
-            add(bucket, dim, &dim.key_of(&f), &totals, 0.0);
+            out.add(bucket, dim, &dim.key_of(&f), &totals, 0.0);
         }
         if let Some(estimate) = f.provider_estimate_usd {
-            add(bucket, Dim::Billed, &Dim::Billed.key_of(&f), &totals, estimate);
+            out.add(bucket, Dim::Billed, &Dim::Billed.key_of(&f), &totals, estimate);
         }
         let started_here = f.session_started_at - CALL_BEFORE_ITS_SESSION >= since;
+        let seen = match firsts.get_mut(f.session_id.as_str()) {
+            Some(seen) => seen,
+            None => firsts.entry(f.session_id.clone()).or_default(),
+        };
         for dim in [Dim::Model, Dim::Provider] {
-            let first = firsts
-                .entry((dim, dim.key_of(&f).into_owned(), f.session_id.clone()))
-                .or_insert((f.at, started_here));
-            first.0 = first.0.min(f.at);
+            let key = dim.key_of(&f);
+            match seen.iter_mut().find(|(d, k, _, _)| *d == dim && *k == key) {
+                Some(first) => first.2 = first.2.min(f.at),
+                None => seen.push((dim, key.into_owned(), f.at, started_here)),
+            }
         }
     })?;
-    for ((dim, key, session), (at, started_here)) in firsts {
-        if started_here || !used_before(conn, dim, &key, &session, at)? {
-            add(floor_to(at, QUARTER), dim, &key, &Totals::one_session(), 0.0);
+    // In a fixed order, so sums add up the same way every time.
+    let mut firsts: Vec<(String, Vec<FirstUse>)> = firsts.into_iter().collect();
+    firsts.sort_by(|a, b| a.0.cmp(&b.0));
+    for (session, seen) in firsts {
+        for (dim, key, at, started_here) in seen {
+            if started_here || !used_before(conn, dim, &key, &session, at)? {
+                out.add(floor_to(at, QUARTER), dim, &key, &Totals::one_session(), 0.0);
+            }
         }
     }
     let mut stmt = conn.prepare_cached(STARTED)?;
@@ -121,9 +149,9 @@ pub(super) fn gather(conn: &Connection, since: f64, until: f64) -> Result<Gather
         let sender: Option<String> = r.get(1)?;
         let cron: Option<String> = r.get(2)?;
         let one = Totals::one_session();
-        add(bucket, Dim::All, "", &one, 0.0);
-        add(bucket, Dim::Sender, sender.as_deref().unwrap_or(""), &one, 0.0);
-        add(bucket, Dim::CronJob, cron.as_deref().unwrap_or(""), &one, 0.0);
+        out.add(bucket, Dim::All, "", &one, 0.0);
+        out.add(bucket, Dim::Sender, sender.as_deref().unwrap_or(""), &one, 0.0);
+        out.add(bucket, Dim::CronJob, cron.as_deref().unwrap_or(""), &one, 0.0);
     }
     Ok(out)
 }
@@ -281,7 +309,7 @@ impl Store {
                 "INSERT INTO report_rollups (level, bucket, dim, key, {SUMS})
                  VALUES (0, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"
             ))?;
-            for ((_, dim, key), (t, estimate)) in gather(&tx, bucket as f64, (bucket + QUARTER) as f64)? {
+            for (_, dim, key, t, estimate) in gather(&tx, bucket as f64, (bucket + QUARTER) as f64)?.rows() {
                 insert.execute(params![
                     bucket,
                     dim.code(),
