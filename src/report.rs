@@ -433,31 +433,30 @@ pub fn day_of(at: f64, tz: &TimeZone) -> Option<String> {
     Some(ts.to_zoned(tz.clone()).date().to_string())
 }
 
-/// Builds the report of `facts` and the `runs` that started in the window
-/// straight from the ledger's rows (what `report` does without rollups):
-/// each run counts as a session and is listed with the facts given for it.
-pub fn build(facts: &[FactRow], runs: &[RunSummary], tz: &TimeZone, since: f64, until: f64) -> Report {
-    let mut b = Builder::new(tz, since, until);
-    let mut per_session: BTreeMap<&str, Totals> = BTreeMap::new();
-    for f in facts {
-        b.add_fact(f);
-        per_session
-            .entry(f.session_id.as_str())
-            .or_default()
-            .add(&Totals::of_fact(f));
-    }
-    for r in runs {
-        b.add(Dim::All, "", r.started_at, &Totals::one_session(), 0.0);
-        let mut totals = per_session.get(r.session_id.as_str()).cloned().unwrap_or_default();
-        totals.sessions = 1;
-        b.add_session(&r.session_id, totals);
-    }
-    b.finish()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The report of `facts` and the `runs` that started in the window: each
+    /// run counts as a session and is listed with the facts given for it.
+    fn build(facts: &[FactRow], runs: &[RunSummary], tz: &TimeZone, since: f64, until: f64) -> Report {
+        let mut b = Builder::new(tz, since, until);
+        let mut per_session: BTreeMap<&str, Totals> = BTreeMap::new();
+        for f in facts {
+            b.add_fact(f);
+            per_session
+                .entry(f.session_id.as_str())
+                .or_default()
+                .add(&Totals::of_fact(f));
+        }
+        for r in runs {
+            b.add(Dim::All, "", r.started_at, &Totals::one_session(), 0.0);
+            let mut totals = per_session.get(r.session_id.as_str()).cloned().unwrap_or_default();
+            totals.sessions = 1;
+            b.add_session(&r.session_id, totals);
+        }
+        b.finish()
+    }
 
     fn fact(kind: FactKind, session: &str, model: &str, cost: f64, at: f64) -> FactRow {
         FactRow {

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use hermes_otel::hook::DecodeOptions;
 use hermes_otel::pricing::PriceTable;
 use hermes_otel::replay::{replay_file, ReplayStats};
-use hermes_otel::report::{build, Totals};
+use hermes_otel::report::Totals;
 use hermes_otel::store::Store;
 use serde_json::Value;
 
@@ -61,9 +61,10 @@ fn replay(files: &[PathBuf]) -> Replayed {
 }
 
 fn totals(store: &Store) -> Totals {
-    let facts = store.facts(0.0, 1e12).expect("facts");
-    let runs = store.runs_started(0.0, 1e12).expect("runs");
-    build(&facts, &runs, &jiff::tz::TimeZone::UTC, 0.0, 1e11).totals
+    store
+        .report(&jiff::tz::TimeZone::UTC, 0.0, 1e12, None)
+        .expect("report")
+        .totals
 }
 
 fn records(path: &Path) -> Vec<Value> {
@@ -572,8 +573,10 @@ fn a_childs_spend_rolls_up_to_its_root_cron_job_and_sender() {
     )
     .expect("write");
     let r = replay(&[path]);
-    let facts = r.store.facts(0.0, 1e12).expect("facts");
-    let report = build(&facts, &[], &jiff::tz::TimeZone::UTC, 0.0, 1e9);
+    let report = r
+        .store
+        .report(&jiff::tz::TimeZone::UTC, 0.0, 1e12, None)
+        .expect("report");
     let cron = report
         .by_cron_job
         .iter()

@@ -69,10 +69,15 @@ fn agree(what: &str, fixture: &str, a: &Counts, b: &Counts) {
     }
 }
 
-fn report_counts(store: &Store) -> Counts {
-    let facts = store.facts(0.0, 1e12).expect("facts");
-    let runs = store.runs_started(0.0, 1e12).expect("runs");
-    let t = hermes_otel::report::build(&facts, &runs, &jiff::tz::TimeZone::UTC, 0.0, 1e12).totals;
+/// What `hermes-otel report` prints, from the rollups a running Hermes's
+/// sweep builds (all of them here), as the other surfaces are read.
+fn report_counts(store: &mut Store) -> Counts {
+    while store.roll_up(1e12).expect("roll up").more {}
+    assert!(store.rolled_until().expect("mark") > 0);
+    let t = store
+        .report(&jiff::tz::TimeZone::UTC, 0.0, 1e12, None)
+        .expect("report")
+        .totals;
     Counts {
         llm_calls: t.llm_calls as f64,
         api_errors: t.api_errors as f64,
@@ -316,8 +321,8 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
         drop(exporter);
         let spans = span_counts(&traces.received.spans());
 
-        let store = Store::open(&path).expect("reopen");
-        let report = report_counts(&store);
+        let mut store = Store::open(&path).expect("reopen");
+        let report = report_counts(&mut store);
         aux_calls += store
             .query_scalar::<i64>("SELECT COUNT(*) FROM llm_calls WHERE aux_task IS NOT NULL")
             .expect("aux calls");

@@ -246,27 +246,6 @@ impl Store {
         Ok(out)
     }
 
-    /// Every fact in `[since, until)`, by the time it ended.
-    pub fn facts(&self, since: f64, until: f64) -> Result<Vec<FactRow>> {
-        let mut out = Vec::new();
-        self.for_each_fact(since, until, |f| out.push(f))?;
-        Ok(out)
-    }
-
-    /// Hands every fact in `[since, until)` to `each`, one row at a time,
-    /// holding none.
-    pub fn for_each_fact(&self, since: f64, until: f64, each: impl FnMut(FactRow)) -> Result<()> {
-        for_each_fact(self.conn(), since, until, each)
-    }
-
-    /// Runs that started in `[since, until)`, oldest first.
-    pub fn runs_started(&self, since: f64, until: f64) -> Result<Vec<RunSummary>> {
-        let sql = format!("{RUN_SUMMARY} WHERE started_at >= ?1 AND started_at < ?2 ORDER BY started_at");
-        let mut stmt = self.conn().prepare_cached(&sql)?;
-        let rows = stmt.query_map(params![since, until], run_summary)?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
     /// Hands the id of every run that started in `[since, until)` to
     /// `each`, holding none.
     pub fn for_each_run_started(&self, since: f64, until: f64, mut each: impl FnMut(&str)) -> Result<()> {
