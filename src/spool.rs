@@ -31,8 +31,6 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use serde_json::{Map, Value};
-
 use crate::error::{Error, Result};
 use crate::hook::DecodeOptions;
 use crate::replay::{replay_file, ReplayStats};
@@ -148,108 +146,6 @@ impl Spool {
     }
 }
 
-/// Serializes one hook call as a spool record (a replay line, its newline
-/// included). `kwargs` are the plain values the binding copied; `capture`
-/// says whether content kwargs were among them, so recovery keeps exactly
-/// what the live path kept.
-pub fn record(
-    hook: &str,
-    at: f64,
-    pid: Option<i64>,
-    thread: Option<&str>,
-    kwargs: &Map<String, Value>,
-    capture: bool,
-) -> Vec<u8> {
-    let mut w = RecordWriter::begin(hook, at, pid, thread, capture);
-    for (key, value) in kwargs {
-        w.kwarg(key, value);
-    }
-    w.finish()
-}
-
-/// A spool record written field by field: the one place its layout is
-/// spelled out. [`record`] writes copied kwargs with it; the binding
-/// writes kwargs straight from Python values into [`RecordWriter::buf`].
-pub struct RecordWriter {
-    line: Vec<u8>,
-    /// No kwarg written yet (no comma before the next one).
-    first: bool,
-}
-
-/// Where a [`RecordWriter`] was, to go back to.
-#[derive(Debug, Clone, Copy)]
-pub struct Mark(usize, bool);
-
-impl RecordWriter {
-    /// Writes everything before the kwargs' values.
-    pub fn begin(hook: &str, at: f64, pid: Option<i64>, thread: Option<&str>, capture: bool) -> Self {
-        // Sized for a typical record, so the hook path does not regrow it.
-        let mut line = Vec::with_capacity(1024);
-        line.extend_from_slice(b"{\"hook\":");
-        write_json(&mut line, hook);
-        line.extend_from_slice(b",\"t\":");
-        write_json(&mut line, &at);
-        if let Some(pid) = pid {
-            line.extend_from_slice(b",\"pid\":");
-            write_json(&mut line, &pid);
-        }
-        if let Some(thread) = thread {
-            line.extend_from_slice(b",\"thread\":");
-            write_json(&mut line, thread);
-        }
-        line.extend_from_slice(if capture {
-            b",\"capture\":true,\"kwargs\":{"
-        } else {
-            b",\"capture\":false,\"kwargs\":{"
-        });
-        RecordWriter { line, first: true }
-    }
-
-    /// Writes kwarg `key` with a plain JSON value.
-    pub fn kwarg(&mut self, key: &str, value: &Value) {
-        self.key(key);
-        write_json(&mut self.line, value);
-    }
-
-    /// Starts kwarg `key`: its value's JSON goes into [`RecordWriter::buf`]
-    /// next.
-    pub fn key(&mut self, key: &str) {
-        if !self.first {
-            self.line.push(b',');
-        }
-        self.first = false;
-        write_json(&mut self.line, key);
-        self.line.push(b':');
-    }
-
-    /// The line so far, for a value's JSON.
-    pub fn buf(&mut self) -> &mut Vec<u8> {
-        &mut self.line
-    }
-
-    /// Where the writer is now.
-    pub fn mark(&self) -> Mark {
-        Mark(self.line.len(), self.first)
-    }
-
-    /// Forgets everything written since `mark` (a kwarg left out).
-    pub fn rewind(&mut self, mark: Mark) {
-        self.line.truncate(mark.0);
-        self.first = mark.1;
-    }
-
-    /// Ends the record, newline included.
-    pub fn finish(mut self) -> Vec<u8> {
-        self.line.extend_from_slice(b"}}\n");
-        self.line
-    }
-}
-
-/// Serializes a plain value; writing JSON into a Vec cannot fail.
-pub fn write_json<T: serde::Serialize + ?Sized>(line: &mut Vec<u8>, value: &T) {
-    let _ = serde_json::to_writer(&mut *line, value);
-}
-
 /// What recovering dead processes' spools did.
 #[derive(Debug, Default)]
 pub struct Recovered {
@@ -321,7 +217,7 @@ mod tests {
 
     fn record(hook: &str, t: f64, kwargs: serde_json::Value) -> Vec<u8> {
         let kwargs = kwargs.as_object().cloned().expect("kwargs object");
-        super::record(hook, t, Some(7), Some("MainThread"), &kwargs, false)
+        crate::hook::write_record(hook, t, Some(7), Some("MainThread"), &kwargs, false)
     }
 
     #[test]

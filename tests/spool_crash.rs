@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use hermes_otel::bridge::{Bridge, BridgeConfig, Outcome};
-use hermes_otel::hook::{decode, DecodeOptions, Decoded};
+use hermes_otel::hook::{self, decode, DecodeOptions, Decoded};
 use hermes_otel::replay::parse_line;
 use hermes_otel::spool;
 use hermes_otel::store::{EventContext, Store};
@@ -41,7 +41,7 @@ fn child(dir: &Path) -> ! {
                 thread: rec.thread.clone(),
                 problems,
             };
-            let record = spool::record(&rec.hook, at, rec.pid, rec.thread.as_deref(), &rec.kwargs, false);
+            let record = hook::write_record(&rec.hook, at, rec.pid, rec.thread.as_deref(), &rec.kwargs, false);
             let outcome = bridge.submit_recorded(event, ctx, Some(&record));
             assert!(
                 matches!(outcome, Outcome::Queued | Outcome::TimedOut),

@@ -20,9 +20,8 @@ use std::time::{Duration, Instant};
 
 use hermes_otel::bridge::{Bridge, BridgeConfig};
 use hermes_otel::export::{ExportConfig, ExportOverrides, MetricsConfig};
-use hermes_otel::hook::{decode, DecodeOptions, Decoded, HOOK_NAMES};
+use hermes_otel::hook::{self, decode, DecodeOptions, Decoded, HOOK_NAMES};
 use hermes_otel::replay::{parse_line, Record};
-use hermes_otel::spool;
 use hermes_otel::store::EventContext;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -76,7 +75,7 @@ fn feed(bridge: &Bridge, records: &[Record], shift: f64) {
         let Decoded::Event(event, problems) = decode(&rec.hook, &rec.kwargs, at, DecodeOptions::default()) else {
             continue;
         };
-        let line = spool::record(&rec.hook, at, rec.pid, rec.thread.as_deref(), &rec.kwargs, false);
+        let line = hook::write_record(&rec.hook, at, rec.pid, rec.thread.as_deref(), &rec.kwargs, false);
         let ctx = EventContext {
             pid: rec.pid,
             thread: rec.thread.clone(),

@@ -74,7 +74,7 @@ use std::time::{Duration, Instant};
 use crate::config;
 use crate::error::{Error, Result};
 use crate::health::{classify, FaultKind, Tracker};
-use crate::hook::{decode, DecodeOptions, Decoded, HookEvent};
+use crate::hook::{decode_record, DecodeOptions, Decoded, HookEvent};
 use crate::pricing::PriceTable;
 use crate::spool::{self, Spool};
 use crate::store::{ContentCursor, EventContext, Store};
@@ -300,7 +300,8 @@ impl Bridge {
         self.submit_recorded(event, ctx, None)
     }
 
-    /// Appends `record` (a [`spool::record`] of the same call) to the spool,
+    /// Appends `record` (the [`write_record`](crate::hook::write_record)
+    /// line of the same call) to the spool,
     /// queues `event`, and returns at once, unless the hook is gating or the
     /// spool write failed: then it waits, up to `hook_wait`, for the commit
     /// (and the verdict).
@@ -328,11 +329,10 @@ impl Bridge {
         self.queue_and_wait(run, Payload::Decoded(event), ctx, spooled, gating, bound)
     }
 
-    /// Whether a call of `hook` may be decoded on the writer thread
-    /// ([`Bridge::submit_line`]): while no gating hook waits for a verdict
-    /// the hook path needs nothing the decoder says; while one does, only a
-    /// call that neither waits itself nor may carry spend (see
-    /// [`spend_bound`]) can go undecoded.
+    /// Whether a call of `hook` may be decoded on the writer thread: while
+    /// no gating hook waits for a verdict the hook path needs nothing the
+    /// decoder says; while one does, only a call that neither waits itself
+    /// nor may carry spend (see [`spend_bound`]) can go undecoded.
     pub fn decodes_later(&self, hook: &str) -> bool {
         match &self.state {
             State::Running(run) => !run.needs.any() || !(carries_spend(hook) || run.needs.waits_named(hook)),
@@ -340,15 +340,34 @@ impl Bridge {
         }
     }
 
-    /// [`Bridge::submit_recorded`] for a call the writer decodes from its
-    /// spool record `line` (a [`spool::record`] line of scrubbed kwargs),
-    /// when [`Bridge::decodes_later`] said so. It never waits for a
-    /// verdict; it waits for the commit only when the spool write failed. A
-    /// call the decoder cannot use is counted and logged by the writer.
+    /// The hook path: submits one call as its spool record `line` (a
+    /// [`write_record`](crate::hook::write_record) line of kwargs scrubbed
+    /// with this bridge's decode options).
+    ///
+    /// When [`Bridge::decodes_later`], the line is queued for the writer to
+    /// decode, and the call never waits for a verdict (only for the commit,
+    /// when the spool write failed). Otherwise the same line is decoded
+    /// here, so the gate sees the event before the hook returns: see
+    /// [`Bridge::submit_recorded`]. Either way, a call the decoder cannot
+    /// use is counted and logged (through [`Bridge::take_messages`]).
     pub fn submit_line(&self, hook: &'static str, line: Vec<u8>, at: f64, ctx: EventContext) -> Outcome {
         let State::Running(run) = &self.state else {
             return Outcome::Disabled;
         };
+        let opts = self.config.decode;
+        if !self.decodes_later(hook) {
+            return match decode_record(hook, &line, at, opts) {
+                Decoded::Event(event, problems) => {
+                    self.submit_recorded(event, EventContext { problems, ..ctx }, Some(&line))
+                }
+                Decoded::Unusable(problems) => {
+                    run.shared.counters.submitted.fetch_add(1, Ordering::Relaxed);
+                    run.shared.not_recorded(hook, &problems);
+                    Outcome::Failed
+                }
+                Decoded::Ignored => Outcome::Committed(None),
+            };
+        }
         let Some(spooled) = self.spool(run, Some(&line)) else {
             return Outcome::Disabled;
         };
@@ -359,7 +378,6 @@ impl Bridge {
             run.shared.add_spend(bound);
             bound
         });
-        let opts = self.config.decode;
         let payload = Payload::Line { hook, line, at, opts };
         self.queue_and_wait(run, payload, ctx, spooled, false, bound)
     }

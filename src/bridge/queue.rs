@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::{Message, Outcome, QueuedSpend};
-use crate::hook::{DecodeOptions, HookEvent};
+use crate::hook::{DecodeOptions, HookEvent, Problem};
 use crate::lock;
 use crate::pricing::ModelPrice;
 use crate::spool::Spool;
@@ -168,6 +168,16 @@ impl Shared {
         }
         messages.push(Message { event, text });
         self.has_messages.store(true, Ordering::Release);
+    }
+
+    /// Counts and logs a call the decoder could not use.
+    pub(super) fn not_recorded(&self, hook: &str, problems: &[Problem]) {
+        self.counters.failed.fetch_add(1, Ordering::Relaxed);
+        let what: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+        self.message(
+            "Decode.Unusable",
+            format!("{hook} call not recorded: {}", what.join("; ")),
+        );
     }
 
     /// Adds one queued event's [`spend_bound`] to [`QueuedSpend`] and

@@ -93,7 +93,7 @@ fn a_submitted_event_is_committed_when_submit_returns() {
 fn undecoded(bridge: &Bridge, hook: &'static str, kwargs: Value) -> Outcome {
     let kwargs = kwargs.as_object().expect("kwargs object").clone();
     let at = unix_now();
-    let line = spool::record(hook, at, Some(1), Some("t"), &kwargs, false);
+    let line = crate::hook::write_record(hook, at, Some(1), Some("t"), &kwargs, false);
     let ctx = EventContext {
         pid: Some(1),
         thread: Some("t".into()),

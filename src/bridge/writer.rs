@@ -257,7 +257,7 @@ impl Writer {
                 } => {
                     let event = match payload {
                         Payload::Decoded(event) => event,
-                        Payload::Line { hook, line, at, opts } => match decode_line(hook, &line, at, opts) {
+                        Payload::Line { hook, line, at, opts } => match decode_record(hook, &line, at, opts) {
                             Decoded::Event(event, problems) => {
                                 events.push(Pending {
                                     event,
@@ -337,12 +337,7 @@ impl Writer {
         self.handled += u64::from(spooled);
         let outcome = match decoded {
             Decoded::Unusable(problems) => {
-                self.shared.counters.failed.fetch_add(1, Ordering::Relaxed);
-                let what: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
-                self.shared.message(
-                    "Decode.Unusable",
-                    format!("{hook} call not recorded: {}", what.join("; ")),
-                );
+                self.shared.not_recorded(hook, &problems);
                 Outcome::Failed
             }
             _ => Outcome::Committed(None),
@@ -658,30 +653,6 @@ impl Writer {
                 .message("Writer.SweepFailed", format!("closing idle runs failed: {e}")),
         }
     }
-}
-
-/// Decodes a hook call from its spool record (see [`Bridge::submit_line`]),
-/// with the capture setting the record was made with.
-fn decode_line(hook: &str, line: &[u8], at: f64, opts: DecodeOptions) -> Decoded {
-    let text = crate::hook::utf8(line);
-    match crate::hook::parse_line(&text, opts.capture_content) {
-        Ok(Some(record)) => {
-            let opts = DecodeOptions {
-                capture_content: record.capture.unwrap_or(opts.capture_content),
-                ..opts
-            };
-            decode(hook, &record.kwargs, at, opts)
-        }
-        Ok(None) => unreadable("an empty spool record".into()),
-        Err(e) => unreadable(e),
-    }
-}
-
-fn unreadable(what: String) -> Decoded {
-    Decoded::Unusable(vec![crate::hook::Problem {
-        key: "(record)".into(),
-        what,
-    }])
 }
 
 fn jobs_tickets(jobs: &[Job]) -> Vec<Arc<Ticket>> {

@@ -8,11 +8,11 @@
 
 mod decode;
 mod keys;
-mod line;
+mod record;
 
 pub use decode::{decode, scrub, scrubbed_key, DecodeOptions, Decoded, Problem};
 pub use keys::{keys, HookKeys, ASSISTANT_MESSAGE, TOOL_RESULT};
-pub use line::{parse_line, utf8, Record};
+pub use record::{decode_record, parse_line, utf8, write_json, write_record, Record, RecordMark, RecordWriter};
 
 use serde::{Deserialize, Serialize};
 

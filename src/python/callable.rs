@@ -12,16 +12,14 @@ use std::time::{Duration, Instant};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyString, PyTuple};
-use serde_json::{Map, Value};
 
 use super::copy::copy_value;
 use super::log::{log, log_messages, ERROR, WARNING};
 use super::record::Partial;
 use super::{bridge, budget_actions, test_hooks, HermesOtelError, RecentSessions, MAX_SENDERS, RECENT};
 use crate::bridge::{Bridge, Outcome, Verdict};
-use crate::hook::{self, decode, Decoded, HookKeys, HOOK_NAMES};
+use crate::hook::{self, HookKeys, HOOK_NAMES};
 use crate::pricing::ModelPrice;
-use crate::spool;
 use crate::store::EventContext;
 
 /// One registered hook: a native callable Hermes calls as `cb(**kwargs)`.
@@ -109,11 +107,7 @@ impl Hook {
         if self.name == "pre_llm_call" {
             remember_session(text("session_id"), text("platform").as_deref(), text("sender_id"));
         }
-        let outcome = if bridge.decodes_later(self.name) {
-            self.submit_line(py, bridge, kwargs, at, ctx)
-        } else {
-            self.submit_decoded(py, bridge, kwargs, at, ctx)
-        };
+        let outcome = self.submit(py, bridge, kwargs, at, ctx);
         log_messages(py, bridge);
         if matches!(self.name, "pre_llm_call" | "pre_tool_call" | "pre_api_request") {
             budget_actions(py);
@@ -121,9 +115,11 @@ impl Hook {
         outcome.verdict().map(|v| verdict_dict(py, v))
     }
 
-    /// While no gate waits on any hook: writes the call's spool record
-    /// straight from `kwargs` and leaves decoding to the writer thread.
-    fn submit_line(
+    /// Writes the call's spool record straight from `kwargs` and hands it
+    /// to the bridge, which decodes it on this thread when a gate may give
+    /// the call a verdict, else leaves that to the writer thread
+    /// ([`Bridge::submit_line`]).
+    fn submit(
         &self,
         py: Python<'_>,
         bridge: &'static Bridge,
@@ -140,56 +136,12 @@ impl Hook {
         py.detach(move || {
             test_hooks::panic_if_asked(bridge.config(), name);
             bridge.start_exporter();
-            // Scrubbing (redacting a large prompt is a scan) without the GIL.
-            let line = partial.finish(name, opts);
-            bridge.submit_line(name, line, at, ctx)
-        })
-    }
-
-    /// While a gate may give this call a verdict: copies and decodes it here,
-    /// so the gate sees the event before the hook returns.
-    fn submit_decoded(
-        &self,
-        py: Python<'_>,
-        bridge: &'static Bridge,
-        kwargs: Option<&Bound<'_, PyDict>>,
-        at: f64,
-        ctx: EventContext,
-    ) -> Outcome {
-        let capture = bridge.config().decode.capture_content;
-        let kw = match kwargs {
-            Some(kwargs) => self.copy_kwargs(kwargs, capture),
-            None => Map::new(),
-        };
-        let name = self.name;
-        let (outcome, unusable) = py.detach(move || {
-            test_hooks::panic_if_asked(bridge.config(), name);
-            bridge.start_exporter();
             // Content is redacted and cut (or, with capture off, reduced to
             // the facts the decoder reads) before the spool or the store
             // sees it; off the GIL, since redacting a large prompt is a scan.
-            let mut kw = kw;
-            hook::scrub(name, &mut kw, bridge.config().decode);
-            match decode(name, &kw, at, bridge.config().decode) {
-                Decoded::Event(event, problems) => {
-                    let record = spool::record(name, at, ctx.pid, ctx.thread.as_deref(), &kw, capture);
-                    let ctx = EventContext { problems, ..ctx };
-                    (bridge.submit_recorded(event, ctx, Some(&record)), None)
-                }
-                Decoded::Unusable(problems) => (Outcome::Failed, Some(problems)),
-                Decoded::Ignored => (Outcome::Committed(None), None),
-            }
-        });
-        if let Some(problems) = unusable {
-            let what: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
-            log(
-                py,
-                WARNING,
-                "Decode.Unusable",
-                format!("{name} call not recorded: {}", what.join("; ")),
-            );
-        }
-        outcome
+            let line = partial.finish(name, opts);
+            bridge.submit_line(name, line, at, ctx)
+        })
     }
 
     /// The string kwarg `key` (one of the keys the decoder reads, looked up
@@ -198,6 +150,12 @@ impl Hook {
         let (_, py_key) = self.always.iter().find(|(k, _)| *k == key)?;
         let value = kwargs.get_item(py_key.bind(kwargs.py())).ok()??;
         Some(value.cast::<PyString>().ok()?.to_string_lossy().into_owned())
+    }
+
+    /// The names of the kwargs read: content ones only when capturing.
+    #[cfg(feature = "test-hooks")]
+    pub(super) fn read_keys(&self, capture: bool) -> impl Iterator<Item = &'static str> + '_ {
+        self.keys(capture).map(|(key, _)| *key)
     }
 
     /// The kwargs read, with their interned names: content ones only when
@@ -224,22 +182,6 @@ impl Hook {
                 partial.plain(key, &value);
             }
         }
-    }
-
-    /// Copies the keys the decoder reads out of `kwargs` as plain JSON values.
-    pub(super) fn copy_kwargs(&self, kwargs: &Bound<'_, PyDict>, capture: bool) -> Map<String, Value> {
-        let py = kwargs.py();
-        let mut out = Map::new();
-        for (key, py_key) in self.keys(capture) {
-            let Ok(Some(value)) = kwargs.get_item(py_key.bind(py)) else {
-                continue;
-            };
-            let copied = copy_value(key, &value, capture);
-            if !copied.is_null() {
-                out.insert((*key).to_string(), copied);
-            }
-        }
-        out
     }
 }
 

@@ -1,20 +1,21 @@
 //! A hook call's spool record, written straight from its Python kwargs.
 //!
-//! The line is the one `spool::record` makes of the kwargs the binding
-//! copies (`Hook::copy_kwargs`), but plain kwargs (ids, counts, timings)
-//! are written in one pass over the Python values: no map of copies is
-//! built, and nothing is serialized twice, on the hook thread. The kwargs
-//! [`scrub`] may change (content, tool results, API errors) are still
-//! copied as values, and scrubbed and written after the GIL is released.
-//! The writer thread parses the line back for decoding. The record's layout
-//! is `spool::RecordWriter`'s; this file writes Python values into it.
+//! Every hook call is written this way, gating or not. Plain kwargs (ids,
+//! counts, timings) are written in one pass over the Python values: no map
+//! of copies is built, and nothing is serialized twice. The kwargs
+//! [`scrub`] may change (content, tool results, API errors) are copied as
+//! values ([`super::copy`]), and scrubbed and written after the GIL is
+//! released. The line is then decoded from (on the writer thread, or on
+//! the hook thread when a gate waits), so the spool, the gate and a replay
+//! all read the same bytes. The record's layout is `hook::RecordWriter`'s;
+//! this file writes Python values into it.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Value};
 
 use crate::hook::{scrub, DecodeOptions};
-use crate::spool::{write_json, RecordWriter};
+use crate::hook::{write_json, RecordWriter};
 
 use super::copy::MAX_DEPTH;
 
@@ -35,7 +36,7 @@ impl Partial {
     }
 
     /// Writes `key` with a plain copy of `value`, or nothing when the copy
-    /// is null (as `copy_kwargs` leaves null copies out).
+    /// is null (a kwarg Hermes passed as None, or that holds no plain value).
     pub fn plain(&mut self, key: &str, value: &Bound<'_, PyAny>) {
         let mark = self.writer.mark();
         self.writer.key(key);

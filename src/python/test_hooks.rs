@@ -12,11 +12,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 #[cfg(feature = "test-hooks")]
-use super::{callable::Hook, record::Partial, HermesOtelError};
+use super::{callable::Hook, copy::copy_value, record::Partial, HermesOtelError};
 #[cfg(feature = "test-hooks")]
 use crate::hook::{self, DecodeOptions};
-#[cfg(feature = "test-hooks")]
-use crate::spool;
 
 use crate::config::BridgeConfig;
 
@@ -46,10 +44,10 @@ pub(super) fn add_to(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResu
 }
 
 #[cfg(feature = "test-hooks")]
-/// For tests: the spool record of one `hook` call both ways the binding
-/// writes it, straight from the kwargs (no gate waiting) and from the
-/// copied map (a gate waiting), with capture on or off. The two must hold
-/// the same kwargs.
+/// For tests: the spool record of one `hook` call as the binding writes it
+/// (straight from the kwargs), and the same record made from plain
+/// `serde_json` copies of the kwargs, with capture on or off. The two must
+/// hold the same kwargs, or the line would not say what Hermes passed.
 #[pyfunction]
 #[pyo3(signature = (hook, kwargs, capture))]
 fn _spool_records(py: Python<'_>, hook: &str, kwargs: &Bound<'_, PyDict>, capture: bool) -> PyResult<(String, String)> {
@@ -61,9 +59,17 @@ fn _spool_records(py: Python<'_>, hook: &str, kwargs: &Bound<'_, PyDict>, captur
     let mut partial = Partial::begin(hook.name, 1.5, Some(1), Some("t"), capture);
     hook.write_kwargs(kwargs, &mut partial, capture);
     let direct = partial.finish(hook.name, opts);
-    let mut kw = hook.copy_kwargs(kwargs, capture);
+    let mut kw = serde_json::Map::new();
+    for key in hook.read_keys(capture) {
+        if let Ok(Some(value)) = kwargs.get_item(key) {
+            let copied = copy_value(key, &value, capture);
+            if !copied.is_null() {
+                kw.insert(key.to_string(), copied);
+            }
+        }
+    }
     hook::scrub(hook.name, &mut kw, opts);
-    let copied = spool::record(hook.name, 1.5, Some(1), Some("t"), &kw, capture);
+    let copied = hook::write_record(hook.name, 1.5, Some(1), Some("t"), &kw, capture);
     let text = |b: Vec<u8>| String::from_utf8(b).map_err(|e| HermesOtelError::new_err(e.to_string()));
     Ok((text(direct)?, text(copied)?))
 }

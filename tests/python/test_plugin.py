@@ -163,9 +163,10 @@ def hostile_kwargs() -> dict:
 
 @pytest.mark.parametrize("capture", [False, True])
 def test_the_record_written_from_the_kwargs_equals_the_one_from_their_copies(capture: bool) -> None:
-    # Without a budget the binding writes the spool record straight from the
-    # Python kwargs; with one it copies them into a map first. Both lines
-    # must carry the same values, or the writer would decode another event.
+    # The binding writes every call's spool record straight from the Python
+    # kwargs, and decodes from that line (the gate on the hook thread, the
+    # writer, a replay). It must carry what plain copies of the kwargs hold,
+    # or every one of them would decode another event than Hermes passed.
     calls = [(r["hook"], r["kwargs"]) for f in ALL_FIXTURES for r in fixture_records(f)]
     calls += [(hook, hostile_kwargs()) for hook in ALL_HOOKS]
     calls += [("api_request_error", {"session_id": "s", "error": "a plain message"})]

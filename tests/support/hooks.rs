@@ -1,15 +1,12 @@
 //! A hook call the way the binding makes it, for tests that drive a
-//! [`Bridge`]: the spool record for the writer to decode when
-//! [`Bridge::decodes_later`] says so, else decode the kwargs, append the
-//! spool record and submit the event.
+//! [`Bridge`]: its spool record, handed to [`Bridge::submit_line`].
 
 #![allow(dead_code)]
 
 use std::time::{Duration, Instant};
 
 use hermes_otel::bridge::{Bridge, Outcome};
-use hermes_otel::hook::{decode, DecodeOptions, Decoded};
-use hermes_otel::spool;
+use hermes_otel::hook;
 use hermes_otel::store::EventContext;
 use serde_json::{Map, Value};
 
@@ -23,24 +20,14 @@ pub fn call(bridge: &Bridge, hook: &str, kwargs: Value) -> (Outcome, Duration) {
         .into_iter()
         .find(|h| *h == hook)
         .expect("a hook of the bridge");
-    if bridge.decodes_later(hook) {
-        let line = spool::record(hook, at, Some(1), Some("t"), &kwargs, false);
-        let ctx = EventContext {
-            pid: Some(1),
-            thread: Some("t".into()),
-            problems: Vec::new(),
-        };
-        return (bridge.submit_line(hook, line, at, ctx), started.elapsed());
-    }
-    let Decoded::Event(event, problems) = decode(hook, &kwargs, at, DecodeOptions::default()) else {
-        panic!("{hook} does not decode");
-    };
-    let record = spool::record(hook, at, Some(1), Some("t"), &kwargs, false);
+    // As the binding does: the call's spool record, which the bridge
+    // decodes here when a gate may answer it, else on its writer thread.
+    let line = hook::write_record(hook, at, Some(1), Some("t"), &kwargs, false);
     let ctx = EventContext {
         pid: Some(1),
         thread: Some("t".into()),
-        problems,
+        problems: Vec::new(),
     };
-    let outcome = bridge.submit_recorded(event, ctx, Some(&record));
+    let outcome = bridge.submit_line(hook, line, at, ctx);
     (outcome, started.elapsed())
 }

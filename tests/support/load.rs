@@ -16,9 +16,8 @@ use std::time::{Duration, Instant};
 
 use hermes_otel::bridge::{Bridge, BridgeConfig, Outcome};
 use hermes_otel::budget::BudgetGate;
-use hermes_otel::hook::{decode, DecodeOptions, Decoded};
+use hermes_otel::hook::{self, decode, DecodeOptions, Decoded};
 use hermes_otel::replay::parse_line;
-use hermes_otel::spool;
 use hermes_otel::store::EventContext;
 
 /// Set in a child: `<store dir>|<process index>|<threads>|<sessions per thread>`.
@@ -92,7 +91,7 @@ pub fn run_child_if_asked() {
                                     thread: None,
                                     problems,
                                 };
-                                let record = spool::record(&rec.hook, at, ctx.pid, None, &rec.kwargs, false);
+                                let record = hook::write_record(&rec.hook, at, ctx.pid, None, &rec.kwargs, false);
                                 let outcome = bridge.submit_recorded(event, ctx, Some(&record));
                                 lat.push(t0.elapsed());
                                 if matches!(outcome, Outcome::Failed | Outcome::Disabled) {

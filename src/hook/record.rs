@@ -1,11 +1,16 @@
-//! A recorded hook call as one JSON line (the e2e kit's probe lines, our
-//! spool lines): `{"hook": NAME, "kwargs": {...}, "t": SECONDS, "pid": N,
-//! "thread": NAME, "seq": N, "capture": BOOL}`, only `hook` and `kwargs`
-//! required.
+//! The spool record: one hook call as one JSON line,
+//! `{"hook": NAME, "t": SECONDS, "pid": N, "thread": NAME, "capture": BOOL,
+//! "kwargs": {...}}`. The same lines are the e2e kit's probe lines and what
+//! `hermes-otel replay` reads; only `hook` and `kwargs` are required (a
+//! recorded line may also carry `seq`).
 //!
-//! Owns: reading one line into a [`Record`], keeping only the kwargs the
-//! decoder reads. Must not touch: the store (`replay.rs` and the writer
-//! apply records; `store/doctor.rs` reads spools with this), files.
+//! Owns: the record's layout, both ways: writing one ([`RecordWriter`],
+//! [`write_record`]; the binding writes Python values straight into a
+//! [`RecordWriter`]) and reading one back ([`parse_line`], keeping only the
+//! kwargs the decoder reads), and decoding a call from its record
+//! ([`decode_record`]), which the writer thread and a gating hook share.
+//! Must not touch: the store (`replay.rs` and the writer apply records;
+//! `store/doctor.rs` reads spools with this), files.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -13,11 +18,13 @@ use std::collections::HashMap;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use super::{decode, DecodeOptions, Decoded, Problem};
+
 /// One parsed record.
 #[derive(Debug, Clone)]
 pub struct Record {
     pub hook: String,
-    pub kwargs: serde_json::Map<String, Value>,
+    pub kwargs: Map<String, Value>,
     pub t: Option<f64>,
     pub seq: Option<i64>,
     pub pid: Option<i64>,
@@ -160,6 +167,131 @@ pub fn utf8(bytes: &[u8]) -> Cow<'_, str> {
         Ok(text) => Cow::Borrowed(text),
         Err(_) => String::from_utf8_lossy(bytes),
     }
+}
+
+/// Writes one hook call as a spool record (its newline included). `kwargs` are the plain values the binding copied; `capture`
+/// says whether content kwargs were among them, so recovery keeps exactly
+/// what the live path kept.
+pub fn write_record(
+    hook: &str,
+    at: f64,
+    pid: Option<i64>,
+    thread: Option<&str>,
+    kwargs: &Map<String, Value>,
+    capture: bool,
+) -> Vec<u8> {
+    let mut w = RecordWriter::begin(hook, at, pid, thread, capture);
+    for (key, value) in kwargs {
+        w.kwarg(key, value);
+    }
+    w.finish()
+}
+
+/// A spool record written field by field: the one place its layout is
+/// spelled out. [`write_record`] writes copied kwargs with it; the binding
+/// writes kwargs straight from Python values into [`RecordWriter::buf`].
+pub struct RecordWriter {
+    line: Vec<u8>,
+    /// No kwarg written yet (no comma before the next one).
+    first: bool,
+}
+
+/// Where a [`RecordWriter`] was, to go back to.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordMark(usize, bool);
+
+impl RecordWriter {
+    /// Writes everything before the kwargs' values.
+    pub fn begin(hook: &str, at: f64, pid: Option<i64>, thread: Option<&str>, capture: bool) -> Self {
+        // Sized for a typical record, so the hook path does not regrow it.
+        let mut line = Vec::with_capacity(1024);
+        line.extend_from_slice(b"{\"hook\":");
+        write_json(&mut line, hook);
+        line.extend_from_slice(b",\"t\":");
+        write_json(&mut line, &at);
+        if let Some(pid) = pid {
+            line.extend_from_slice(b",\"pid\":");
+            write_json(&mut line, &pid);
+        }
+        if let Some(thread) = thread {
+            line.extend_from_slice(b",\"thread\":");
+            write_json(&mut line, thread);
+        }
+        line.extend_from_slice(if capture {
+            b",\"capture\":true,\"kwargs\":{"
+        } else {
+            b",\"capture\":false,\"kwargs\":{"
+        });
+        RecordWriter { line, first: true }
+    }
+
+    /// Writes kwarg `key` with a plain JSON value.
+    pub fn kwarg(&mut self, key: &str, value: &Value) {
+        self.key(key);
+        write_json(&mut self.line, value);
+    }
+
+    /// Starts kwarg `key`: its value's JSON goes into [`RecordWriter::buf`]
+    /// next.
+    pub fn key(&mut self, key: &str) {
+        if !self.first {
+            self.line.push(b',');
+        }
+        self.first = false;
+        write_json(&mut self.line, key);
+        self.line.push(b':');
+    }
+
+    /// The line so far, for a value's JSON.
+    pub fn buf(&mut self) -> &mut Vec<u8> {
+        &mut self.line
+    }
+
+    /// Where the writer is now.
+    pub fn mark(&self) -> RecordMark {
+        RecordMark(self.line.len(), self.first)
+    }
+
+    /// Forgets everything written since `mark` (a kwarg left out).
+    pub fn rewind(&mut self, mark: RecordMark) {
+        self.line.truncate(mark.0);
+        self.first = mark.1;
+    }
+
+    /// Ends the record, newline included.
+    pub fn finish(mut self) -> Vec<u8> {
+        self.line.extend_from_slice(b"}}\n");
+        self.line
+    }
+}
+
+/// Serializes a plain value; writing JSON into a Vec cannot fail.
+pub fn write_json<T: serde::Serialize + ?Sized>(line: &mut Vec<u8>, value: &T) {
+    let _ = serde_json::to_writer(&mut *line, value);
+}
+
+/// Decodes a hook call from its spool record, with the capture setting
+/// the record was made with. A record that cannot be read is unusable.
+pub fn decode_record(hook: &str, line: &[u8], at: f64, opts: DecodeOptions) -> Decoded {
+    let text = utf8(line);
+    match parse_line(&text, opts.capture_content) {
+        Ok(Some(record)) => {
+            let opts = DecodeOptions {
+                capture_content: record.capture.unwrap_or(opts.capture_content),
+                ..opts
+            };
+            decode(hook, &record.kwargs, at, opts)
+        }
+        Ok(None) => unreadable("an empty spool record".into()),
+        Err(e) => unreadable(e),
+    }
+}
+
+fn unreadable(what: String) -> Decoded {
+    Decoded::Unusable(vec![Problem {
+        key: "(record)".into(),
+        what,
+    }])
 }
 
 #[cfg(test)]
