@@ -761,3 +761,106 @@ fn a_file_out_of_time_order_is_applied_in_time_order() {
     };
     assert_eq!(rows(&reversed.store), rows(&each.store));
 }
+
+/// One event of `hook` for `session` at `t` (its turn `turn`, its tool
+/// call `call`).
+fn session_event(hook: &str, session: &str, t: f64) -> hermes_otel::hook::HookEvent {
+    let kwargs = serde_json::json!({
+        "session_id": session, "model": "m", "platform": "cli", "task_id": session,
+        "turn_id": format!("{session}:turn"), "user_message": "hi",
+        "tool_call_id": format!("{session}:call"), "tool_name": "terminal", "args": {},
+    });
+    match hermes_otel::hook::decode(hook, kwargs.as_object().expect("object"), t, DecodeOptions::default()) {
+        hermes_otel::hook::Decoded::Event(e, _) => e,
+        other => panic!("{hook} did not decode: {other:?}"),
+    }
+}
+
+/// What the idle closer left: each session's run status, close reason and
+/// end, its turns' outcomes, and the outbox rows it enqueued.
+fn closed_state(s: &Store) -> String {
+    [
+        "SELECT session_id || ' ' || status || ' ' || close_reason || ' ' || (ended_at = last_event_at) AS x FROM runs",
+        "SELECT turn_id || ' ' || outcome || ' ' || ended_at AS x FROM turns",
+        "SELECT kind || ' ' || session_id || ' ' || key || ' ' || n || ' ' || hold AS x FROM outbox",
+    ]
+    .map(|rows| scalar::<String>(s, &format!("SELECT group_concat(x, char(10)) FROM ({rows} ORDER BY x)")))
+    .join("\n")
+}
+
+#[test]
+fn the_idle_closer_works_in_small_transactions_and_closes_what_one_big_one_would() {
+    // A store where many processes died mid-turn: each session's run, turn
+    // and tool call are open. The writer's sweep closes them a batch a
+    // transaction, so no hook waits long behind it; batched or not, what
+    // ends up closed and enqueued must be the same.
+    const SESSIONS: usize = 100;
+    let open = |s: &mut Store| {
+        let ctx = hermes_otel::store::EventContext::default();
+        for i in 0..SESSIONS {
+            let session = format!("s{i:03}");
+            let t = 1000.0 + i as f64;
+            for hook in ["on_session_start", "pre_llm_call", "pre_tool_call"] {
+                s.apply(&session_event(hook, &session, t), &ctx).expect(hook);
+            }
+        }
+        // One session still active: never closed.
+        s.apply(&session_event("pre_llm_call", "active", 5000.0), &ctx)
+            .expect("active");
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut batched = Store::open(&dir.path().join("a.db")).expect("open a");
+    let mut at_once = Store::open(&dir.path().join("b.db")).expect("open b");
+    open(&mut batched);
+    open(&mut at_once);
+    let now = 5100.0;
+
+    let mut closed = 0;
+    let mut batches = 0;
+    loop {
+        let (n, more) = batched.close_idle_batch(now, 900.0, 32).expect("batch");
+        assert!(n <= 32, "a batch closed {n} runs");
+        closed += n;
+        batches += 1;
+        if !more {
+            break;
+        }
+    }
+    assert_eq!(closed, SESSIONS);
+    assert_eq!(batches, SESSIONS.div_ceil(32));
+    assert_eq!(batched.close_idle_batch(now, 900.0, 32).expect("again"), (0, false));
+    assert_eq!(
+        at_once
+            .close_idle_batch(now, 900.0, usize::MAX >> 1)
+            .expect("one batch"),
+        (SESSIONS, false)
+    );
+    assert_eq!(closed_state(&batched), closed_state(&at_once));
+    assert_eq!(
+        scalar::<i64>(
+            &batched,
+            "SELECT COUNT(*) FROM runs WHERE status = 'abandoned' AND close_reason = 'idle_timeout'"
+        ),
+        SESSIONS as i64
+    );
+    assert_eq!(
+        scalar::<i64>(&batched, "SELECT COUNT(*) FROM turns WHERE outcome IS NULL"),
+        1,
+        "only the active session's turn stays open"
+    );
+    // Every closed session's run, turn and tool call went to the outbox.
+    assert_eq!(
+        scalar::<i64>(
+            &batched,
+            "SELECT COUNT(*) FROM (SELECT session_id FROM outbox WHERE session_id != 'active'
+              GROUP BY session_id HAVING COUNT(DISTINCT kind) >= 3)"
+        ),
+        SESSIONS as i64
+    );
+    // close_idle_runs, used by the CLI and the export driver, loops the
+    // batches to the end.
+    let mut third = Store::open(&dir.path().join("c.db")).expect("open c");
+    open(&mut third);
+    assert_eq!(third.close_idle_runs(now, 900.0).expect("all"), SESSIONS);
+    assert_eq!(closed_state(&third), closed_state(&at_once));
+}

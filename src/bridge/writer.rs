@@ -6,6 +6,7 @@
 
 use super::*;
 use crate::lock;
+use crate::store::IDLE_CLOSE_BATCH;
 
 mod retain;
 
@@ -179,8 +180,13 @@ impl Writer {
                 self.write_health();
             }
             if !stop && now >= next_sweep {
-                self.sweep();
-                next_sweep = now + self.sweep_interval;
+                let more = self.sweep();
+                next_sweep = now
+                    + if more {
+                        retain::RETAIN_BACKLOG_PAUSE
+                    } else {
+                        self.sweep_interval
+                    };
             }
             if !stop && now >= next_retain {
                 let (worked, more) = self.retain();
@@ -637,20 +643,27 @@ impl Writer {
         }
     }
 
-    fn sweep(&mut self) {
+    /// Recovers dead processes' spools and closes one batch of idle runs
+    /// (see [`Store::close_idle_batch`]). Returns whether more idle runs
+    /// may wait: the next sweep then comes after a short pause, so a
+    /// backlog clears without holding the write lock for long at once.
+    fn sweep(&mut self) -> bool {
         if self.retry_at.is_some() {
-            return;
+            return false;
         }
         self.recover();
-        let Some(store) = &mut self.store else { return };
+        let Some(store) = &mut self.store else { return false };
         let now = unix_now();
-        match store.close_idle_runs(now, self.idle_run_seconds) {
-            Ok(_) => {
+        match store.close_idle_batch(now, self.idle_run_seconds, IDLE_CLOSE_BATCH) {
+            Ok((_, more)) => {
                 self.shared.counters.sweeps.fetch_add(1, Ordering::Relaxed);
+                more
             }
-            Err(e) => self
-                .shared
-                .message("Writer.SweepFailed", format!("closing idle runs failed: {e}")),
+            Err(e) => {
+                self.shared
+                    .message("Writer.SweepFailed", format!("closing idle runs failed: {e}"));
+                false
+            }
         }
     }
 }

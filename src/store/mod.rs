@@ -43,7 +43,7 @@ pub use budget::{AlertRow, RecordedCall, RESERVATION_TTL_SECONDS};
 pub use content::{ContentCursor, ContentKind};
 pub use doctor::{check_integrity, Integrity, Rebuilt};
 pub use fleet::{FleetRow, FleetStatus, PushRow};
-pub use ledger::{Applied, EventContext, ABANDONED, ERROR, INTERRUPTED, OK, RUNNING};
+pub use ledger::{Applied, EventContext, ABANDONED, ERROR, IDLE_CLOSE_BATCH, INTERRUPTED, OK, RUNNING};
 // The rows and metric facts live in the model, below the store, which
 // fills them; re-exported so `store::RunRow` and the like keep working.
 pub use crate::model::{

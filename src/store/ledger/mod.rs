@@ -98,14 +98,38 @@ impl Store {
     /// fires neither on_session_end nor on_session_finalize) are closed too.
     /// Everything closed, and the open tool calls and attempts of those runs,
     /// is enqueued for export. Returns how many runs were closed.
+    ///
+    /// Works in transactions of [`IDLE_CLOSE_BATCH`] sessions, so other
+    /// writers get the lock between them however much is open (a store
+    /// where many processes died, or one upgraded from before the sweep).
     pub fn close_idle_runs(&mut self, now: f64, idle_seconds: f64) -> Result<usize> {
-        let tx = self.conn.transaction()?;
-        let cutoff = now - idle_seconds;
-        outbox::enqueue_idle(&tx, cutoff, now)?;
-        tx.execute(CLOSE_IDLE_TURNS, params![ABANDONED, cutoff])?;
-        let n = tx.execute(CLOSE_IDLE_RUNS, params![ABANDONED, cutoff])?;
+        let mut closed = 0;
+        loop {
+            let (n, more) = self.close_idle_batch(now, idle_seconds, IDLE_CLOSE_BATCH)?;
+            closed += n;
+            if !more {
+                return Ok(closed);
+            }
+        }
+    }
+
+    /// One transaction of [`Store::close_idle_runs`]: closes the idle
+    /// sessions of at most `limit` sessions. Returns the runs closed and
+    /// whether more idle sessions may remain. The writer's sweep takes one
+    /// batch a step, so the hooks it commits for never wait long behind it.
+    pub fn close_idle_batch(&mut self, now: f64, idle_seconds: f64, limit: usize) -> Result<(usize, bool)> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let sessions: Vec<String> = tx
+            .prepare_cached(IDLE_SESSION_BATCH)?
+            .query_map(params![now - idle_seconds, limit as i64], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        if sessions.is_empty() {
+            return Ok((0, false));
+        }
+        let json = serde_json::to_string(&sessions).unwrap_or_else(|_| "[]".into());
+        let n = close_listed(&tx, &json, "idle_timeout", now)?;
         tx.commit()?;
-        Ok(n)
+        Ok((n, sessions.len() >= limit))
     }
 
     /// Closes what `sessions` left open as their process exits (a
@@ -115,33 +139,50 @@ impl Store {
     pub fn close_exited_runs(&mut self, sessions: &[&str], now: f64) -> Result<usize> {
         let json = serde_json::to_string(sessions).unwrap_or_else(|_| "[]".into());
         let tx = self.conn.transaction()?;
-        outbox::enqueue_exited(&tx, &json, now)?;
-        tx.execute(
-            "UPDATE turns SET outcome = ?1, ended_at = (SELECT last_event_at FROM runs r WHERE r.session_id = turns.session_id)
-             WHERE outcome IS NULL AND session_id IN (SELECT value FROM json_each(?2))",
-            params![ABANDONED, json],
-        )?;
-        let n = tx.execute(
-            "UPDATE runs SET status = ?1, ended_at = last_event_at, close_reason = 'process_exit'
-              WHERE status = 'running' AND session_id IN (SELECT value FROM json_each(?2))",
-            params![ABANDONED, json],
-        )?;
+        let n = close_listed(&tx, &json, "process_exit", now)?;
         tx.commit()?;
         Ok(n)
     }
 }
 
-/// Closes the open turns of runs idle since `?2` as `?1`, ended at their
-/// run's last event. Reads only open turns (partial index `turns_open`).
-pub(super) const CLOSE_IDLE_TURNS: &str =
-    "UPDATE turns SET outcome = ?1, ended_at = (SELECT last_event_at FROM runs r WHERE r.session_id = turns.session_id)
-      WHERE outcome IS NULL AND (SELECT last_event_at FROM runs r WHERE r.session_id = turns.session_id) < ?2";
+/// Sessions the idle closer closes in one transaction: each costs a few
+/// indexed statements, so a batch holds the write lock for milliseconds.
+pub const IDLE_CLOSE_BATCH: usize = 32;
 
-/// Closes running runs idle since `?2` as `?1`. 'running' spelled out: the
-/// partial index runs_running is chosen only for the literal its WHERE names.
-pub(super) const CLOSE_IDLE_RUNS: &str =
-    "UPDATE runs SET status = ?1, ended_at = last_event_at, close_reason = 'idle_timeout'
-      WHERE status = 'running' AND last_event_at < ?2";
+/// Up to `?2` sessions idle since `?1` with something open: running runs,
+/// and runs with a turn still open. Two arms over partial indexes
+/// (`runs_running`, `turns_open`), so the sweep reads what is open, not
+/// every run ever recorded.
+pub(super) const IDLE_SESSION_BATCH: &str = "SELECT DISTINCT session_id FROM (
+       SELECT session_id FROM runs WHERE status = 'running' AND last_event_at < ?1
+       UNION ALL SELECT t.session_id FROM turns t WHERE t.outcome IS NULL
+         AND (SELECT r.last_event_at FROM runs r WHERE r.session_id = t.session_id) < ?1)
+     LIMIT ?2";
+
+/// Enqueues and closes what the sessions named in `json` (a JSON array)
+/// left open: their open turns and running runs become `abandoned` (ended
+/// at their last event) with `reason`. Returns the runs closed.
+fn close_listed(tx: &Transaction<'_>, json: &str, reason: &str, now: f64) -> Result<usize> {
+    outbox::enqueue_listed(tx, json, now)?;
+    tx.prepare_cached(CLOSE_LISTED_TURNS)?
+        .execute(params![ABANDONED, json])?;
+    let n = tx
+        .prepare_cached(CLOSE_LISTED_RUNS)?
+        .execute(params![ABANDONED, json, reason])?;
+    Ok(n)
+}
+
+/// Closes the open turns of the sessions in `?2` (a JSON array) as `?1`,
+/// ended at their run's last event.
+pub(super) const CLOSE_LISTED_TURNS: &str =
+    "UPDATE turns SET outcome = ?1, ended_at = (SELECT last_event_at FROM runs r WHERE r.session_id = turns.session_id)
+      WHERE outcome IS NULL AND session_id IN (SELECT value FROM json_each(?2))";
+
+/// Closes the running runs of the sessions in `?2` as `?1`, close reason
+/// `?3`. 'running' spelled out: the partial index runs_running is chosen
+/// only for the literal its WHERE names.
+pub(super) const CLOSE_LISTED_RUNS: &str = "UPDATE runs SET status = ?1, ended_at = last_event_at, close_reason = ?3
+      WHERE status = 'running' AND session_id IN (SELECT value FROM json_each(?2))";
 
 /// Moves whenever another connection commits (SQLite's own counter).
 fn data_version(tx: &Transaction<'_>) -> Result<i64> {

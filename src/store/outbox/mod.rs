@@ -202,30 +202,18 @@ pub(super) fn enqueue_open_turns(tx: &Transaction<'_>, session_id: &str, at: f64
     Ok(())
 }
 
-/// The sessions the idle closer closes: running ones, and ones with a turn
-/// still open, idle since `?2`. Written as two arms over partial indexes
-/// (`runs_running`, `turns_open`) so the sweep reads what is open, not
-/// every run ever recorded.
-const IDLE_SESSIONS: &str = "SELECT session_id FROM runs WHERE status = 'running' AND last_event_at < ?2
-     UNION ALL SELECT t.session_id FROM turns t WHERE t.outcome IS NULL
-       AND (SELECT r.last_event_at FROM runs r WHERE r.session_id = t.session_id) < ?2";
-
 /// The sessions named in `?2` (a JSON array) that are still open.
-const EXITED_SESSIONS: &str = "SELECT session_id FROM runs
+const LISTED_SESSIONS: &str = "SELECT session_id FROM runs
       WHERE session_id IN (SELECT value FROM json_each(?2)) AND (status = 'running'
         OR EXISTS (SELECT 1 FROM turns t WHERE t.session_id = runs.session_id AND t.outcome IS NULL))";
 
-/// Enqueues everything the idle closer is about to close: the open turns,
-/// open tool calls and open attempts of runs idle since `cutoff`, and the
-/// runs themselves. Must run before the statements that close them.
-pub(super) fn enqueue_idle(tx: &Transaction<'_>, cutoff: f64, now: f64) -> Result<()> {
-    enqueue_closing(tx, IDLE_SESSIONS, &cutoff, now)
-}
-
-/// [`enqueue_idle`] for the sessions named in `sessions` (a JSON array)
-/// that are still open: a process exits with them open.
-pub(super) fn enqueue_exited(tx: &Transaction<'_>, sessions: &str, now: f64) -> Result<()> {
-    enqueue_closing(tx, EXITED_SESSIONS, &sessions, now)
+/// Enqueues everything about to be closed of the sessions named in
+/// `sessions` (a JSON array) that are still open: their open turns, open
+/// tool calls, open approvals and open attempts, and the runs themselves
+/// (an idle closer's batch, or a process exiting with them open). Must
+/// run before the statements that close them.
+pub(super) fn enqueue_listed(tx: &Transaction<'_>, sessions: &str, now: f64) -> Result<()> {
+    enqueue_closing(tx, LISTED_SESSIONS, &sessions, now)
 }
 
 /// The statements of [`enqueue_closing`], each with the span kind it

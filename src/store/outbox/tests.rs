@@ -8,15 +8,24 @@ use super::*;
 #[test]
 fn the_idle_sweep_reads_only_what_is_open() {
     let (_dir, store) = store();
-    let mut statements: Vec<String> = closing_statements(IDLE_SESSIONS).into_iter().map(|(_, s)| s).collect();
-    statements.extend(closing_statements(EXITED_SESSIONS).into_iter().map(|(_, s)| s));
-    statements.push(super::super::ledger::CLOSE_IDLE_TURNS.to_string());
-    statements.push(super::super::ledger::CLOSE_IDLE_RUNS.to_string());
+    let mut statements: Vec<String> = closing_statements(LISTED_SESSIONS)
+        .into_iter()
+        .map(|(_, s)| s)
+        .collect();
+    statements.push(super::super::ledger::IDLE_SESSION_BATCH.to_string());
+    statements.push(super::super::ledger::CLOSE_LISTED_TURNS.to_string());
+    statements.push(super::super::ledger::CLOSE_LISTED_RUNS.to_string());
     for sql in statements {
         let steps = store.query_plan(&sql, "1");
         let scans: Vec<&String> = steps
             .iter()
-            .filter(|s| s.starts_with("SCAN") && !s.contains("json_each") && !s.contains("USING INDEX turns_open"))
+            // Scanning a subquery reads the rows its indexed arms produced.
+            .filter(|s| {
+                s.starts_with("SCAN")
+                    && !s.contains("json_each")
+                    && !s.contains("USING INDEX turns_open")
+                    && !s.starts_with("SCAN (subquery-")
+            })
             .collect();
         assert!(scans.is_empty(), "{sql}\n{steps:?}");
     }
