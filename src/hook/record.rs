@@ -270,21 +270,33 @@ pub fn write_json<T: serde::Serialize + ?Sized>(line: &mut Vec<u8>, value: &T) {
     let _ = serde_json::to_writer(&mut *line, value);
 }
 
-/// Decodes a hook call from its spool record, with the capture setting
-/// the record was made with. A record that cannot be read is unusable.
+/// Decodes a hook call from the spool record this process wrote of it
+/// ([`RecordWriter`]), with the capture setting the record was made with.
+/// A record that cannot be read is unusable.
+///
+/// Such a record holds only the kwargs the decoder reads, so they are
+/// parsed straight into the map the decoder takes, in one pass: this runs
+/// on the hook thread for every call a gate may answer. A line that pass
+/// refuses goes through [`parse_line`], which says what is wrong with it.
 pub fn decode_record(hook: &str, line: &[u8], at: f64, opts: DecodeOptions) -> Decoded {
-    let text = utf8(line);
-    match parse_line(&text, opts.capture_content) {
-        Ok(Some(record)) => {
-            let opts = DecodeOptions {
-                capture_content: record.capture.unwrap_or(opts.capture_content),
-                ..opts
-            };
-            decode(hook, &record.kwargs, at, opts)
-        }
-        Ok(None) => unreadable("an empty spool record".into()),
-        Err(e) => unreadable(e),
+    #[derive(serde::Deserialize)]
+    struct Own {
+        kwargs: Map<String, Value>,
+        capture: Option<bool>,
     }
+    let (kwargs, capture) = match serde_json::from_slice::<Own>(line) {
+        Ok(own) => (own.kwargs, own.capture),
+        Err(_) => match parse_line(&utf8(line), opts.capture_content) {
+            Ok(Some(record)) => (record.kwargs, record.capture),
+            Ok(None) => return unreadable("an empty spool record".into()),
+            Err(e) => return unreadable(e),
+        },
+    };
+    let opts = DecodeOptions {
+        capture_content: capture.unwrap_or(opts.capture_content),
+        ..opts
+    };
+    decode(hook, &kwargs, at, opts)
 }
 
 fn unreadable(what: String) -> Decoded {
@@ -367,5 +379,54 @@ mod tests {
                 .hook,
             "y"
         );
+    }
+
+    /// The hook thread and the writer decode a call from the record this
+    /// process wrote of it: every fixture call must decode from its line
+    /// to the event its kwargs decode to, with capture on and off, also
+    /// when the one-pass read refuses the line and `parse_line` reads it.
+    #[test]
+    fn a_call_decodes_from_its_record_as_from_its_kwargs() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let mut calls = 0;
+        for file in std::fs::read_dir(dir).expect("fixtures") {
+            let path = file.expect("entry").path();
+            if path.extension().is_none_or(|e| e != "jsonl") {
+                continue;
+            }
+            for line in std::fs::read_to_string(&path).expect("read").lines() {
+                for capture in [false, true] {
+                    let Ok(Some(rec)) = parse_line(line, capture) else {
+                        continue;
+                    };
+                    let opts = DecodeOptions {
+                        capture_content: capture,
+                        ..DecodeOptions::default()
+                    };
+                    let expected = decode(&rec.hook, &rec.kwargs, 7.5, opts);
+                    let written = write_record(&rec.hook, 7.5, Some(1), Some("t"), &rec.kwargs, capture);
+                    assert_eq!(decode_record(&rec.hook, &written, 7.5, opts), expected, "{line}");
+                    // The same line with a field twice: the one pass refuses it.
+                    let text = String::from_utf8(written).expect("utf-8");
+                    let twice = text.replacen("{\"hook\":", "{\"capture\":null,\"hook\":", 1);
+                    assert!(serde_json::from_str::<serde_json::Value>(&twice).is_ok());
+                    assert_eq!(
+                        decode_record(&rec.hook, twice.as_bytes(), 7.5, opts),
+                        expected,
+                        "{twice}"
+                    );
+                    calls += 1;
+                }
+            }
+        }
+        assert!(calls > 400, "{calls}");
+        assert!(matches!(
+            decode_record("pre_llm_call", b"{", 1.0, DecodeOptions::default()),
+            Decoded::Unusable(_)
+        ));
+        assert!(matches!(
+            decode_record("pre_llm_call", b"", 1.0, DecodeOptions::default()),
+            Decoded::Unusable(_)
+        ));
     }
 }
