@@ -35,7 +35,7 @@ use std::path::Path;
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
-use super::row_counts::{Counted, RowCounts, COUNTED};
+use super::row_counts::{Counted, LogTail, RowCounts, COUNTED};
 use super::{EventContext, Store};
 use crate::error::Result;
 use crate::hook::{Hook, HookEvent};
@@ -334,7 +334,9 @@ fn carry_pruned_ledger(conn: &Connection) -> Result<u64> {
         params![h],
     )?;
     let mut n = 0;
-    // What the statements below delete and insert, for `store_counts`.
+    // What the statements below delete and insert, for `store_counts`
+    // (finished rows copied in log themselves for metrics).
+    let log = LogTail::read(&tx)?;
     let mut counts = RowCounts::default();
     let counted = |table: &str| COUNTED.into_iter().find(|c| c.table() == table);
     for table in SESSION_TABLES {
@@ -377,6 +379,7 @@ fn carry_pruned_ledger(conn: &Connection) -> Result<u64> {
         )? as u64;
     }
     tx.execute_batch("DROP TABLE temp.pruned_sessions")?;
+    log.appended(&tx, &mut counts)?;
     counts.write(&tx)?;
     tx.commit()?;
     Ok(n)

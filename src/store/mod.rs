@@ -471,7 +471,10 @@ mod tests {
         let left: i64 = store
             .query_scalar("SELECT COUNT(*) FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'count_%'")
             .expect("triggers");
-        assert_eq!(left, 7, "the outbox's and the metric log's count triggers stay");
+        assert_eq!(
+            left, 6,
+            "the outbox's count triggers and the metric log's delete trigger stay"
+        );
     }
 
     #[test]

@@ -3,13 +3,16 @@
 //!
 //! Owns: counting the rows the apply path, retention and the doctor insert
 //! into or delete from `journal`, `runs`, `turns`, `llm_calls`,
-//! `llm_call_errors`, `tool_calls` and `subagent_edges`, and writing each
-//! changed counter once, in the transaction that changed the rows.
-//! Must not touch: `outbox`, `outbox.held` and `metric_log`, whose counters
-//! stay with the row triggers of migration 11 (their rows are written by
-//! upserts that may insert or update, by multi-row `INSERT ... SELECT`s
-//! and by the metric-log triggers, where no statement's `changes()` says
-//! how many rows were added).
+//! `llm_call_errors`, `tool_calls` and `subagent_edges`, and the rows the
+//! metric-log triggers append to `metric_log` (see [`LogTail`]), and
+//! writing each changed counter once, in the transaction that changed the
+//! rows.
+//! Must not touch: `outbox` and `outbox.held`, whose counters stay with the
+//! row triggers of migration 11 (their rows are written by upserts that may
+//! insert or update and by multi-row `INSERT ... SELECT`s, where no
+//! statement's `changes()` says how many rows were added), nor deletes from
+//! `metric_log` (the fold's, one row a statement, off the hook path), which
+//! its delete trigger still counts.
 //!
 //! # Why not triggers
 //!
@@ -40,10 +43,12 @@ pub(super) enum Counted {
     LlmCallErrors,
     ToolCalls,
     SubagentEdges,
+    /// Appends only ([`LogTail`]); deletes are the delete trigger's.
+    MetricLog,
 }
 
 /// Every counted table, in [`Counted`]'s order.
-pub(super) const COUNTED: [Counted; 7] = [
+pub(super) const COUNTED: [Counted; 8] = [
     Counted::Journal,
     Counted::Runs,
     Counted::Turns,
@@ -51,6 +56,7 @@ pub(super) const COUNTED: [Counted; 7] = [
     Counted::LlmCallErrors,
     Counted::ToolCalls,
     Counted::SubagentEdges,
+    Counted::MetricLog,
 ];
 
 impl Counted {
@@ -64,6 +70,7 @@ impl Counted {
             Counted::LlmCallErrors => "llm_call_errors",
             Counted::ToolCalls => "tool_calls",
             Counted::SubagentEdges => "subagent_edges",
+            Counted::MetricLog => "metric_log",
         }
     }
 }
@@ -99,6 +106,37 @@ impl RowCounts {
         }
         Ok(())
     }
+}
+
+/// Where the metric log ended when a transaction began. Its rows are
+/// appended by triggers (0003: a call, error, tool call, turn or run that
+/// finished), never by a statement of ours, so no `changes()` counts them.
+/// But `seq` is an `INTEGER PRIMARY KEY` given by SQLite, the largest plus
+/// one: a transaction that deletes no log row appended exactly as many rows
+/// as its end moved. Every transaction that inserts or finishes ledger rows
+/// reads it first and adds [`LogTail::appended`] before its commit.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct LogTail(i64);
+
+impl LogTail {
+    /// The log's end now, inside `tx`.
+    pub(super) fn read(tx: &Transaction<'_>) -> Result<Self> {
+        Ok(LogTail(last_seq(tx)?))
+    }
+
+    /// Notes in `counts` the rows appended since [`LogTail::read`] (in a
+    /// transaction that deleted no log row in between).
+    pub(super) fn appended(self, tx: &Transaction<'_>, counts: &mut RowCounts) -> Result<()> {
+        let n = last_seq(tx)? - self.0;
+        counts.delta[Counted::MetricLog as usize] += n;
+        Ok(())
+    }
+}
+
+fn last_seq(tx: &Transaction<'_>) -> Result<i64> {
+    Ok(tx
+        .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM metric_log")?
+        .query_row([], |r| r.get(0))?)
 }
 
 #[cfg(test)]

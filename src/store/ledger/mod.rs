@@ -8,7 +8,7 @@ use rusqlite::{params, OptionalExtension, Transaction, TransactionBehavior};
 use super::budget;
 use super::outbox::{self, SpanKind};
 use super::retention;
-use super::row_counts::{Counted, RowCounts};
+use super::row_counts::{Counted, LogTail, RowCounts};
 use super::run_memo::{RunFacts, RunMemo, RunSays};
 use super::Store;
 use crate::error::Result;
@@ -67,6 +67,7 @@ impl Store {
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         runs.follow(data_version(&tx)?);
         let horizon = retention::horizon(&tx)?;
+        let log = LogTail::read(&tx)?;
         let mut pending = Pending::default();
         let mut out = Vec::new();
         for (event, ctx) in events {
@@ -87,6 +88,7 @@ impl Store {
             )?);
         }
         pending.rollup.write(&tx)?;
+        log.appended(&tx, &mut pending.counts)?;
         pending.counts.write(&tx)?;
         tx.commit()?;
         self.runs = runs;
@@ -102,10 +104,15 @@ impl Store {
     /// is enqueued for export. Returns how many runs were closed.
     pub fn close_idle_runs(&mut self, now: f64, idle_seconds: f64) -> Result<usize> {
         let tx = self.conn.transaction()?;
+        let log = LogTail::read(&tx)?;
         let cutoff = now - idle_seconds;
         outbox::enqueue_idle(&tx, cutoff, now)?;
         tx.execute(CLOSE_IDLE_TURNS, params![ABANDONED, cutoff])?;
         let n = tx.execute(CLOSE_IDLE_RUNS, params![ABANDONED, cutoff])?;
+        // Each turn and run closed logs itself for metrics.
+        let mut counts = RowCounts::default();
+        log.appended(&tx, &mut counts)?;
+        counts.write(&tx)?;
         tx.commit()?;
         Ok(n)
     }
@@ -117,6 +124,7 @@ impl Store {
     pub fn close_exited_runs(&mut self, sessions: &[&str], now: f64) -> Result<usize> {
         let json = serde_json::to_string(sessions).unwrap_or_else(|_| "[]".into());
         let tx = self.conn.transaction()?;
+        let log = LogTail::read(&tx)?;
         outbox::enqueue_exited(&tx, &json, now)?;
         tx.execute(
             "UPDATE turns SET outcome = ?1, ended_at = (SELECT last_event_at FROM runs r WHERE r.session_id = turns.session_id)
@@ -128,6 +136,9 @@ impl Store {
               WHERE status = 'running' AND session_id IN (SELECT value FROM json_each(?2))",
             params![ABANDONED, json],
         )?;
+        let mut counts = RowCounts::default();
+        log.appended(&tx, &mut counts)?;
+        counts.write(&tx)?;
         tx.commit()?;
         Ok(n)
     }
