@@ -392,7 +392,17 @@ fn a_rebuild_after_pruning_keeps_the_ledger_the_journal_no_longer_holds() {
     assert_eq!(budget_rows(&rebuilt), budgets);
     assert_eq!(count(&rebuilt, "SELECT COUNT(*) FROM runs"), runs);
     assert_eq!(rebuilt.history(0.0).expect("history").len(), history);
-    for table in ["runs", "llm_calls", "tool_calls", "turns", "journal"] {
+    for table in [
+        "runs",
+        "llm_calls",
+        "llm_call_errors",
+        "tool_calls",
+        "turns",
+        "subagent_edges",
+        "journal",
+        "outbox",
+        "metric_log",
+    ] {
         assert_eq!(
             rebuilt.store_count(table).expect("kept"),
             count(&rebuilt, &format!("SELECT COUNT(*) FROM {table}")),

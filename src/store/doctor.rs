@@ -35,6 +35,7 @@ use std::path::Path;
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
+use super::row_counts::{Counted, LogTail, RowCounts, COUNTED};
 use super::{EventContext, Store};
 use crate::error::Result;
 use crate::hook::{Hook, HookEvent};
@@ -315,7 +316,8 @@ const SESSION_TABLES: [&str; 7] = [
 /// theirs after it is in the journal too, so the damaged file's rows are
 /// the whole story and replace what the rebuild made of them), and the
 /// budget rollups of buckets and periods that began before it. Explicit
-/// deletes, not `INSERT OR REPLACE`, so the row-count triggers follow.
+/// deletes, not `INSERT OR REPLACE`, whose deletes no statement reports,
+/// so `store_counts` follows what each statement changed.
 /// Nothing to do for a store whose journal was never pruned.
 fn carry_pruned_ledger(conn: &Connection) -> Result<u64> {
     let horizon: Option<f64> = conn
@@ -332,9 +334,14 @@ fn carry_pruned_ledger(conn: &Connection) -> Result<u64> {
         params![h],
     )?;
     let mut n = 0;
+    // What the statements below delete and insert, for `store_counts`
+    // (finished rows copied in log themselves for metrics).
+    let log = LogTail::read(&tx)?;
+    let mut counts = RowCounts::default();
+    let counted = |table: &str| COUNTED.into_iter().find(|c| c.table() == table);
     for table in SESSION_TABLES {
         let scope = "session_id IN (SELECT session_id FROM temp.pruned_sessions)";
-        tx.execute(&format!("DELETE FROM {table} WHERE {scope}"), [])?;
+        let deleted = tx.execute(&format!("DELETE FROM {table} WHERE {scope}"), [])?;
         // Every column but a rowid alias (`llm_call_errors.id`), which the
         // rebuilt rows may already use.
         let columns: Vec<String> = tx
@@ -344,18 +351,26 @@ fn carry_pruned_ledger(conn: &Connection) -> Result<u64> {
             .query_map([], |r| r.get(0))?
             .collect::<rusqlite::Result<_>>()?;
         let columns = columns.join(", ");
-        n += tx.execute(
+        let inserted = tx.execute(
             &format!("INSERT INTO {table} ({columns}) SELECT {columns} FROM damaged.{table} WHERE {scope}"),
             [],
-        )? as u64;
+        )?;
+        if let Some(c) = counted(table) {
+            counts.deleted(c, deleted);
+            counts.inserted(c, inserted);
+        }
+        n += inserted as u64;
     }
     let edges = "parent_session_id IN (SELECT session_id FROM temp.pruned_sessions)
                  OR child_session_id IN (SELECT session_id FROM temp.pruned_sessions)";
-    tx.execute(&format!("DELETE FROM subagent_edges WHERE {edges}"), [])?;
-    n += tx.execute(
+    let deleted = tx.execute(&format!("DELETE FROM subagent_edges WHERE {edges}"), [])?;
+    let inserted = tx.execute(
         &format!("INSERT INTO subagent_edges SELECT * FROM damaged.subagent_edges WHERE {edges}"),
         [],
-    )? as u64;
+    )?;
+    counts.deleted(Counted::SubagentEdges, deleted);
+    counts.inserted(Counted::SubagentEdges, inserted);
+    n += inserted as u64;
     for (table, start) in [("budget_spend", "bucket"), ("budget_period", "period")] {
         tx.execute(&format!("DELETE FROM {table} WHERE {start} < ?1"), params![h])?;
         n += tx.execute(
@@ -364,6 +379,8 @@ fn carry_pruned_ledger(conn: &Connection) -> Result<u64> {
         )? as u64;
     }
     tx.execute_batch("DROP TABLE temp.pruned_sessions")?;
+    log.appended(&tx, &mut counts)?;
+    counts.write(&tx)?;
     tx.commit()?;
     Ok(n)
 }

@@ -35,6 +35,7 @@ mod outbox;
 mod report;
 mod retention;
 mod rollup;
+mod row_counts;
 mod run_memo;
 mod session_view;
 mod trace_view;
@@ -83,6 +84,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0010_fleet.sql"),
     include_str!("migrations/0011_retention.sql"),
     include_str!("migrations/0012_report_rollups.sql"),
+    include_str!("migrations/0013_row_counts_in_code.sql"),
 ];
 
 /// The schema version this build writes.
@@ -446,6 +448,33 @@ mod tests {
         assert_eq!(store.counts().expect("counts").journal, 3);
         let export = store.export_state().expect("export");
         assert_eq!((export.pending, export.held), (2, 1));
+    }
+
+    /// Version 13 drops the ledger's count triggers and counts those
+    /// tables again, so a store starts it from the tables themselves.
+    #[test]
+    fn upgrading_to_13_counts_the_ledger_tables_again() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("s.db");
+        let mut conn = Connection::open(&path).expect("open");
+        migrate(&mut conn, &MIGRATIONS[..12]).expect("version 12");
+        conn.execute_batch(
+            "INSERT INTO runs (session_id, root_session_id, started_at, last_event_at) VALUES ('s', 's', 1, 1), ('t', 't', 1, 1);
+             INSERT INTO turns (turn_id, session_id, started_at) VALUES ('u', 's', 1);
+             UPDATE store_counts SET n = 99 WHERE name = 'runs';",
+        )
+        .expect("data");
+        drop(conn);
+        let store = Store::open(&path).expect("upgrade");
+        let counts = store.counts().expect("counts");
+        assert_eq!((counts.runs, counts.turns, counts.journal), (2, 1, 0));
+        let left: i64 = store
+            .query_scalar("SELECT COUNT(*) FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'count_%'")
+            .expect("triggers");
+        assert_eq!(
+            left, 6,
+            "the outbox's count triggers and the metric log's delete trigger stay"
+        );
     }
 
     #[test]

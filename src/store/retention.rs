@@ -22,6 +22,7 @@
 
 use rusqlite::{params, OptionalExtension, Transaction, TransactionBehavior};
 
+use super::row_counts::{Counted, RowCounts};
 use super::Store;
 use crate::error::Result;
 
@@ -94,6 +95,9 @@ impl Store {
             )?
             .execute(params![HORIZON_KEY, moved.to_string()])?;
             count(&tx, pruned::JOURNAL, n as i64)?;
+            let mut counts = RowCounts::default();
+            counts.deleted(Counted::Journal, n);
+            counts.write(&tx)?;
         }
         tx.commit()?;
         Ok(n)

@@ -6,6 +6,7 @@ use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::super::budget::RecordedCall;
 use super::super::outbox::{self, SpanKind};
+use super::super::row_counts::{Counted, RowCounts};
 use super::super::run_memo::RunMemo;
 use super::{link_child, touch_run, SUBAGENT_TOOL_NAME};
 use crate::error::Result;
@@ -18,6 +19,7 @@ use crate::model::outcome::{ERROR, INTERRUPTED, OK, RUNNING};
 pub(super) fn apply_llm_call<'e>(
     tx: &Transaction<'_>,
     runs: &mut RunMemo,
+    counts: &mut RowCounts,
     prices: &crate::pricing::PriceTable,
     e: &'e PostApiRequest,
     at: f64,
@@ -26,6 +28,7 @@ pub(super) fn apply_llm_call<'e>(
     touch_run(
         tx,
         runs,
+        counts,
         &a.session_id,
         at,
         a.platform.as_deref(),
@@ -107,6 +110,7 @@ pub(super) fn apply_llm_call<'e>(
             e.aux_task,
             bill.estimate.usd
         ])?;
+    counts.inserted(Counted::LlmCalls, inserted);
     if inserted == 1 {
         // An attempt hermes-otel closed itself already went out as a span.
         if request.and_then(|r| r.3) != Some(attempts - 1) {
@@ -142,11 +146,18 @@ pub(super) fn apply_llm_call<'e>(
     Ok(None)
 }
 
-pub(super) fn apply_api_error(tx: &Transaction<'_>, runs: &mut RunMemo, e: &ApiRequestError, at: f64) -> Result<()> {
+pub(super) fn apply_api_error(
+    tx: &Transaction<'_>,
+    runs: &mut RunMemo,
+    counts: &mut RowCounts,
+    e: &ApiRequestError,
+    at: f64,
+) -> Result<()> {
     let a = &e.api;
     touch_run(
         tx,
         runs,
+        counts,
         &a.session_id,
         at,
         a.platform.as_deref(),
@@ -185,6 +196,7 @@ pub(super) fn apply_api_error(tx: &Transaction<'_>, runs: &mut RunMemo, e: &ApiR
             started_at,
             ended_at
         ])?;
+    counts.inserted(Counted::LlmCallErrors, inserted);
     if inserted == 1 {
         // The last attempt of a request failing (not retryable, or out of
         // retries) fails the turn; a later success or on_session_end overrides.
@@ -215,22 +227,28 @@ pub(super) fn apply_api_error(tx: &Transaction<'_>, runs: &mut RunMemo, e: &ApiR
     Ok(())
 }
 
-pub(super) fn apply_tool_result(tx: &Transaction<'_>, runs: &mut RunMemo, e: &PostToolCall, at: f64) -> Result<()> {
+pub(super) fn apply_tool_result(
+    tx: &Transaction<'_>,
+    runs: &mut RunMemo,
+    counts: &mut RowCounts,
+    e: &PostToolCall,
+    at: f64,
+) -> Result<()> {
     let t = &e.tool;
-    touch_run(tx, runs, &t.session_id, at, None, None, None, None)?;
+    touch_run(tx, runs, counts, &t.session_id, at, None, None, None, None)?;
     let ok = e.ok();
     let latency = e.duration_ms.map(|ms| ms as f64 / 1000.0);
     let started_at = at - latency.unwrap_or(0.0);
-    // Only the first result of a tool call counts (a repeated post is a no-op).
-    let completed = tx
+    // Only the first result of a tool call counts (a repeated post is a
+    // no-op). An insert, else the update of a call pre_tool_call opened:
+    // two statements rather than one upsert, so what was inserted is known
+    // (`store_counts`).
+    let inserted = tx
         .prepare_cached(
             "INSERT INTO tool_calls (session_id, tool_call_id, tool_name, turn_id, task_id, api_request_id, started_at,
                 ended_at, latency_s, ok, status, error_type, exit_code)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
-             ON CONFLICT (session_id, tool_call_id) DO UPDATE SET
-                ended_at = excluded.ended_at, latency_s = excluded.latency_s, ok = excluded.ok,
-                status = excluded.status, error_type = excluded.error_type, exit_code = excluded.exit_code
-             WHERE tool_calls.ended_at IS NULL",
+             ON CONFLICT (session_id, tool_call_id) DO NOTHING",
         )?
         .execute(params![
             t.session_id,
@@ -247,6 +265,25 @@ pub(super) fn apply_tool_result(tx: &Transaction<'_>, runs: &mut RunMemo, e: &Po
             e.error_type,
             e.outcome.exit_code
         ])?;
+    counts.inserted(Counted::ToolCalls, inserted);
+    let completed = if inserted == 1 {
+        1
+    } else {
+        tx.prepare_cached(
+            "UPDATE tool_calls SET ended_at = ?3, latency_s = ?4, ok = ?5, status = ?6, error_type = ?7, exit_code = ?8
+              WHERE session_id = ?1 AND tool_call_id = ?2 AND ended_at IS NULL",
+        )?
+        .execute(params![
+            t.session_id,
+            t.tool_call_id,
+            at,
+            latency,
+            ok,
+            e.status,
+            e.error_type,
+            e.outcome.exit_code
+        ])?
+    };
     if completed == 1 {
         outbox::enqueue(tx, SpanKind::Tool, &t.session_id, &t.tool_call_id, -1, at, false)?;
         // Failed as every surface counts it (crate::tool_outcome): a
@@ -261,35 +298,51 @@ pub(super) fn apply_tool_result(tx: &Transaction<'_>, runs: &mut RunMemo, e: &Po
     Ok(())
 }
 
-pub(super) fn apply_subagent_start(tx: &Transaction<'_>, runs: &mut RunMemo, e: &SubagentStart, at: f64) -> Result<()> {
-    touch_run(tx, runs, &e.parent_session_id, at, None, None, None, None)?;
-    tx.prepare_cached(
-        "INSERT INTO subagent_edges (child_session_id, parent_session_id, parent_turn_id, parent_subagent_id,
-            child_subagent_id, role, goal, started_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-         ON CONFLICT (child_session_id) DO UPDATE SET started_at = MIN(started_at, excluded.started_at)",
-    )?
-    .execute(params![
-        e.child_session_id,
-        e.parent_session_id,
-        e.parent_turn_id,
-        e.parent_subagent_id,
-        e.child_subagent_id,
-        e.child_role,
-        e.child_goal,
-        at
-    ])?;
+pub(super) fn apply_subagent_start(
+    tx: &Transaction<'_>,
+    runs: &mut RunMemo,
+    counts: &mut RowCounts,
+    e: &SubagentStart,
+    at: f64,
+) -> Result<()> {
+    touch_run(tx, runs, counts, &e.parent_session_id, at, None, None, None, None)?;
+    // An insert, else the earlier start kept: two statements rather than
+    // one upsert, so what was inserted is known (`store_counts`).
+    let inserted = tx
+        .prepare_cached(
+            "INSERT INTO subagent_edges (child_session_id, parent_session_id, parent_turn_id, parent_subagent_id,
+                child_subagent_id, role, goal, started_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+             ON CONFLICT (child_session_id) DO NOTHING",
+        )?
+        .execute(params![
+            e.child_session_id,
+            e.parent_session_id,
+            e.parent_turn_id,
+            e.parent_subagent_id,
+            e.child_subagent_id,
+            e.child_role,
+            e.child_goal,
+            at
+        ])?;
+    counts.inserted(Counted::SubagentEdges, inserted);
+    if inserted == 0 {
+        tx.prepare_cached("UPDATE subagent_edges SET started_at = MIN(started_at, ?2) WHERE child_session_id = ?1")?
+            .execute(params![e.child_session_id, at])?;
+    }
     // The child run exists from here, whichever of its events comes next.
-    tx.prepare_cached(
-        "INSERT INTO runs (session_id, platform, root_session_id, started_at, last_event_at)
-         VALUES (?1, 'subagent', ?1, ?2, ?2) ON CONFLICT (session_id) DO NOTHING",
-    )?
-    .execute(params![e.child_session_id, at])?;
+    insert_child_run(tx, counts, &e.child_session_id, at)?;
     link_child(tx, &e.child_session_id, &e.parent_session_id)
 }
 
-pub(super) fn apply_subagent_stop(tx: &Transaction<'_>, runs: &mut RunMemo, e: &SubagentStop, at: f64) -> Result<()> {
-    touch_run(tx, runs, &e.parent_session_id, at, None, None, None, None)?;
+pub(super) fn apply_subagent_stop(
+    tx: &Transaction<'_>,
+    runs: &mut RunMemo,
+    counts: &mut RowCounts,
+    e: &SubagentStop,
+    at: f64,
+) -> Result<()> {
+    touch_run(tx, runs, counts, &e.parent_session_id, at, None, None, None, None)?;
     let edge_started: Option<f64> = tx
         .prepare_cached("SELECT started_at FROM subagent_edges WHERE child_session_id = ?1")?
         .query_row(params![e.child_session_id], |r| r.get(0))
@@ -313,12 +366,10 @@ pub(super) fn apply_subagent_stop(tx: &Transaction<'_>, runs: &mut RunMemo, e: &
         e.child_status,
         e.duration_ms
     ])?;
+    // No edge was read above: the upsert inserted it.
+    counts.inserted(Counted::SubagentEdges, edge_started.is_none() as usize);
     if edge_started.is_none() {
-        tx.prepare_cached(
-            "INSERT INTO runs (session_id, platform, root_session_id, started_at, last_event_at)
-             VALUES (?1, 'subagent', ?1, ?2, ?2) ON CONFLICT (session_id) DO NOTHING",
-        )?
-        .execute(params![e.child_session_id, started_at])?;
+        insert_child_run(tx, counts, &e.child_session_id, started_at)?;
         link_child(tx, &e.child_session_id, &e.parent_session_id)?;
     }
     let ok = matches!(
@@ -356,7 +407,20 @@ pub(super) fn apply_subagent_stop(tx: &Transaction<'_>, runs: &mut RunMemo, e: &
         ])?;
     // The proxy row is no call Hermes made (the parent's delegate_task call
     // is counted when it returns): run totals leave it out, as the report,
-    // metrics and spans do. The child's own outcome is its run's status.
-    let _ = inserted;
+    // metrics and spans do, but it is a row of the table.
+    // The child's own outcome is its run's status.
+    counts.inserted(Counted::ToolCalls, inserted);
+    Ok(())
+}
+
+/// Inserts a subagent's run started at `at` unless it exists.
+fn insert_child_run(tx: &Transaction<'_>, counts: &mut RowCounts, child_session_id: &str, at: f64) -> Result<()> {
+    let inserted = tx
+        .prepare_cached(
+            "INSERT INTO runs (session_id, platform, root_session_id, started_at, last_event_at)
+             VALUES (?1, 'subagent', ?1, ?2, ?2) ON CONFLICT (session_id) DO NOTHING",
+        )?
+        .execute(params![child_session_id, at])?;
+    counts.inserted(Counted::Runs, inserted);
     Ok(())
 }

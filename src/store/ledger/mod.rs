@@ -8,6 +8,7 @@ use rusqlite::{params, OptionalExtension, Transaction, TransactionBehavior};
 use super::budget;
 use super::outbox::{self, SpanKind};
 use super::retention;
+use super::row_counts::{Counted, LogTail, RowCounts};
 use super::run_memo::{RunFacts, RunMemo, RunSays};
 use super::Store;
 use crate::error::Result;
@@ -66,7 +67,8 @@ impl Store {
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         runs.follow(data_version(&tx)?);
         let horizon = retention::horizon(&tx)?;
-        let mut rollup = budget::SpendRollup::default();
+        let log = LogTail::read(&tx)?;
+        let mut pending = Pending::default();
         let mut out = Vec::new();
         for (event, ctx) in events {
             // Its key may have been pruned: refused, not applied twice.
@@ -82,10 +84,12 @@ impl Store {
                 self.profile.as_deref(),
                 event,
                 ctx,
-                &mut rollup,
+                &mut pending,
             )?);
         }
-        rollup.write(&tx)?;
+        pending.rollup.write(&tx)?;
+        log.appended(&tx, &mut pending.counts)?;
+        pending.counts.write(&tx)?;
         tx.commit()?;
         self.runs = runs;
         Ok(out)
@@ -163,12 +167,17 @@ pub(super) const IDLE_SESSION_BATCH: &str = "SELECT DISTINCT session_id FROM (
 /// left open: their open turns and running runs become `abandoned` (ended
 /// at their last event) with `reason`. Returns the runs closed.
 fn close_listed(tx: &Transaction<'_>, json: &str, reason: &str, now: f64) -> Result<usize> {
+    let log = LogTail::read(tx)?;
     outbox::enqueue_listed(tx, json, now)?;
     tx.prepare_cached(CLOSE_LISTED_TURNS)?
         .execute(params![ABANDONED, json])?;
     let n = tx
         .prepare_cached(CLOSE_LISTED_RUNS)?
         .execute(params![ABANDONED, json, reason])?;
+    // Each turn and run closed logs itself for metrics.
+    let mut counts = RowCounts::default();
+    log.appended(tx, &mut counts)?;
+    counts.write(tx)?;
     Ok(n)
 }
 
@@ -189,6 +198,15 @@ fn data_version(tx: &Transaction<'_>) -> Result<i64> {
     Ok(tx.prepare_cached("PRAGMA data_version")?.query_row([], |r| r.get(0))?)
 }
 
+/// What a transaction's events add up before its commit writes it once.
+#[derive(Default)]
+struct Pending {
+    /// Spend per budget bucket and period.
+    rollup: budget::SpendRollup,
+    /// Rows added per counted table (`store_counts`).
+    counts: RowCounts,
+}
+
 fn apply_in(
     tx: &Transaction<'_>,
     runs: &mut RunMemo,
@@ -196,8 +214,9 @@ fn apply_in(
     profile: Option<&str>,
     event: &HookEvent,
     ctx: &EventContext,
-    rollup: &mut budget::SpendRollup,
+    pending: &mut Pending,
 ) -> Result<Applied> {
+    let counts = &mut pending.counts;
     let hook = &event.hook;
     let at = event.at;
     // Time first, zero-padded, so keys grow with time and the unique index
@@ -227,6 +246,7 @@ fn apply_in(
     if inserted == 0 {
         return Ok(Applied::Duplicate);
     }
+    counts.inserted(Counted::Journal, inserted);
     for p in &ctx.problems {
         tx.prepare_cached(
             "INSERT INTO decode_problems (hook, key, what, count, last_at) VALUES (?1, ?2, ?3, 1, ?4)
@@ -240,6 +260,7 @@ fn apply_in(
             touch_run(
                 tx,
                 runs,
+                counts,
                 &e.session_id,
                 at,
                 e.platform.as_deref(),
@@ -252,6 +273,7 @@ fn apply_in(
             touch_run(
                 tx,
                 runs,
+                counts,
                 &e.session_id,
                 at,
                 e.platform.as_deref(),
@@ -278,6 +300,7 @@ fn apply_in(
                     e.model,
                     at
                 ])?;
+            counts.inserted(Counted::Turns, new_turn);
             // A continuation (span_n > 0) starts with its first turn.
             tx.prepare_cached(
                 "UPDATE runs SET turns = turns + ?2, status = ?3, ended_at = NULL,
@@ -293,6 +316,7 @@ fn apply_in(
             touch_run(
                 tx,
                 runs,
+                counts,
                 &a.session_id,
                 at,
                 a.platform.as_deref(),
@@ -324,27 +348,30 @@ fn apply_in(
             budget::on_pre_api_request(tx, prices, e, at)?;
         }
         Hook::PostApiRequest(e) => {
-            let call = apply_llm_call(tx, runs, prices, e, at)?;
-            budget::on_post_api_request(tx, e, call, at, rollup)?;
+            let call = apply_llm_call(tx, runs, counts, prices, e, at)?;
+            budget::on_post_api_request(tx, e, call, at, &mut pending.rollup)?;
         }
         Hook::ApiRequestError(e) => {
-            apply_api_error(tx, runs, e, at)?;
+            apply_api_error(tx, runs, counts, e, at)?;
             budget::on_api_request_error(tx, e, at)?;
         }
         Hook::PreToolCall(e) => {
             let t = &e.tool;
-            touch_run(tx, runs, &t.session_id, at, None, None, None, None)?;
-            tx.prepare_cached(
-                "INSERT INTO tool_calls (session_id, tool_call_id, tool_name, turn_id, task_id, api_request_id, started_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (session_id, tool_call_id) DO NOTHING",
-            )?
-            .execute(params![t.session_id, t.tool_call_id, t.tool_name, t.turn_id, t.task_id, t.api_request_id, at])?;
+            touch_run(tx, runs, counts, &t.session_id, at, None, None, None, None)?;
+            let inserted = tx
+                .prepare_cached(
+                    "INSERT INTO tool_calls (session_id, tool_call_id, tool_name, turn_id, task_id, api_request_id, started_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (session_id, tool_call_id) DO NOTHING",
+                )?
+                .execute(params![t.session_id, t.tool_call_id, t.tool_name, t.turn_id, t.task_id, t.api_request_id, at])?;
+            counts.inserted(Counted::ToolCalls, inserted);
         }
-        Hook::PostToolCall(e) => apply_tool_result(tx, runs, e, at)?,
+        Hook::PostToolCall(e) => apply_tool_result(tx, runs, counts, e, at)?,
         Hook::PostLlmCall(e) => {
             touch_run(
                 tx,
                 runs,
+                counts,
                 &e.session_id,
                 at,
                 e.platform.as_deref(),
@@ -353,12 +380,13 @@ fn apply_in(
                 None,
             )?;
         }
-        Hook::SubagentStart(e) => apply_subagent_start(tx, runs, e, at)?,
-        Hook::SubagentStop(e) => apply_subagent_stop(tx, runs, e, at)?,
+        Hook::SubagentStart(e) => apply_subagent_start(tx, runs, counts, e, at)?,
+        Hook::SubagentStop(e) => apply_subagent_stop(tx, runs, counts, e, at)?,
         Hook::SessionEnd(e) => {
             touch_run(
                 tx,
                 runs,
+                counts,
                 &e.session_id,
                 at,
                 e.platform.as_deref(),
@@ -377,17 +405,19 @@ fn apply_in(
             // hermes-otel already closed (its process exited, or it went
             // idle) takes Hermes's end in the ledger, but its span went out
             // with the close and is not sent again: a span goes out once.
-            let closed_before: bool = tx
+            // None: no row yet, so the upsert below inserts one.
+            let turn_closed: Option<bool> = tx
                 .prepare_cached("SELECT outcome IS NOT NULL FROM turns WHERE turn_id = ?1")?
                 .query_row(params![e.turn_id], |r| r.get(0))
-                .optional()?
-                .unwrap_or(false);
+                .optional()?;
+            let closed_before = turn_closed.unwrap_or(false);
             tx.prepare_cached(
                 "INSERT INTO turns (turn_id, session_id, task_id, model, started_at, ended_at, outcome)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6)
                  ON CONFLICT (turn_id) DO UPDATE SET ended_at = excluded.ended_at, outcome = excluded.outcome",
             )?
             .execute(params![e.turn_id, e.session_id, e.task_id, e.model, at, outcome])?;
+            counts.inserted(Counted::Turns, turn_closed.is_none() as usize);
             tx.prepare_cached("UPDATE runs SET status = ?2, ended_at = ?3 WHERE session_id = ?1")?
                 .execute(params![e.session_id, outcome, at])?;
             if !closed_before {
@@ -399,7 +429,17 @@ fn apply_in(
             apply_approval(tx, a, at, matches!(hook, Hook::ApprovalResponse(_)))?;
         }
         Hook::SessionFinalize(e) => {
-            touch_run(tx, runs, &e.session_id, at, e.platform.as_deref(), None, None, None)?;
+            touch_run(
+                tx,
+                runs,
+                counts,
+                &e.session_id,
+                at,
+                e.platform.as_deref(),
+                None,
+                None,
+                None,
+            )?;
             // Turns that never reached on_session_end failed (their last API
             // request has errors and no success) or were cut short.
             outbox::enqueue_open_turns(tx, &e.session_id, at)?;
@@ -468,6 +508,7 @@ const CLOSE_OPEN_TURNS: &str = "UPDATE turns SET ended_at = ?2, outcome = CASE W
 fn touch_run(
     tx: &Transaction<'_>,
     runs: &mut RunMemo,
+    counts: &mut RowCounts,
     session_id: &str,
     at: f64,
     platform: Option<&str>,
@@ -499,6 +540,7 @@ fn touch_run(
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?1, ?7, ?7) ON CONFLICT (session_id) DO NOTHING",
             )?
             .execute(params![session_id, platform, cron_job_id, model, provider, base_url, at])?;
+        counts.inserted(Counted::Runs, inserted);
         if inserted == 1 {
             runs.put(session_id, RunFacts::new_run(&says));
             // A child run created after its subagent_start: link it to the edge.
