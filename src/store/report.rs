@@ -1,5 +1,7 @@
 //! Read-only queries for reports and `status`.
 
+use std::collections::HashMap;
+
 use rusqlite::{params, OptionalExtension};
 
 use super::Store;
@@ -98,6 +100,20 @@ pub(super) static FACTS: std::sync::LazyLock<String> = std::sync::LazyLock::new(
 pub(super) static SESSION_FACTS: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| facts_sql("l.session_id = ?1", "e.session_id = ?1", "t.session_id = ?1"));
 
+/// Every fact of the sessions that started in `[?1, ?2)`, whenever it
+/// ended: each arm walks the window's runs by start (`runs_started`) and
+/// each run's rows through its table's session index, so `by_session`
+/// costs one statement and the rows of its sessions, not a statement a
+/// session. A session's rows come in the order [`SESSION_FACTS`] gives
+/// them, so its sums add up the same way.
+pub(super) static STARTED_SESSIONS_FACTS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    facts_sql(
+        "r.started_at >= ?1 AND r.started_at < ?2",
+        "r.started_at >= ?1 AND r.started_at < ?2",
+        "r.started_at >= ?1 AND r.started_at < ?2",
+    )
+});
+
 /// A fact from a row of [`facts_sql`]'s columns.
 pub(super) fn fact_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<FactRow> {
     let kind = match r.get::<_, i64>(0)? {
@@ -176,7 +192,7 @@ impl Store {
         let mut ledger_parts = vec![(since, until)];
         if rolled_from < rolled_to {
             ledger_parts = vec![(since, rolled_from as f64), (rolled_to as f64, until)];
-            super::rollup::for_each_rolled(conn, rolled_from, rolled_to, &mut add)?;
+            super::rollup::for_each_rolled(conn, tz, rolled_from, rolled_to, &mut add)?;
         }
         for (from, to) in ledger_parts {
             if from < to {
@@ -185,15 +201,41 @@ impl Store {
                 }
             }
         }
+        if top.is_none() {
+            for (session, totals) in self.started_sessions_totals(since, until)? {
+                builder.add_session(session, totals);
+            }
+            return Ok(builder.finish());
+        }
+        // The few most expensive: a statement each, a few rows each.
         for session in self.sessions_started(since, until, sessions, top)? {
             let mut totals = Totals::one_session();
             let mut stmt = conn.prepare_cached(&SESSION_FACTS)?;
             for fact in stmt.query_map(params![session], fact_row)? {
                 totals.add(&Totals::of_fact(&fact?));
             }
-            builder.add_session(&session, totals);
+            builder.add_session(session, totals);
         }
         Ok(builder.finish())
+    }
+
+    /// Every session that started in `[since, until)` with everything it
+    /// spent, read in one pass ([`STARTED_SESSIONS_FACTS`]): what it holds
+    /// is one sum a session, which is what `by_session` prints.
+    fn started_sessions_totals(&self, since: f64, until: f64) -> Result<HashMap<String, Totals>> {
+        let mut out: HashMap<String, Totals> = HashMap::new();
+        self.for_each_run_started(since, until, |id| {
+            out.insert(id.to_string(), Totals::one_session());
+        })?;
+        let mut stmt = self.conn().prepare_cached(&STARTED_SESSIONS_FACTS)?;
+        let mut rows = stmt.query(params![since, until])?;
+        while let Some(r) = rows.next()? {
+            let fact = fact_row(r)?;
+            if let Some(totals) = out.get_mut(fact.session_id.as_str()) {
+                totals.add(&Totals::of_fact(&fact));
+            }
+        }
+        Ok(out)
     }
 
     /// The sessions that started in `[since, until)` (`count` of them):
@@ -306,6 +348,7 @@ mod tests {
         for sql in [
             FACTS.as_str(),
             SESSION_FACTS.as_str(),
+            STARTED_SESSIONS_FACTS.as_str(),
             runs_started.as_str(),
             super::super::outbox::HISTORY,
             "SELECT n FROM store_counts WHERE name = ?1",
