@@ -2,7 +2,8 @@
 //! (the replay decoder and `Store::apply_batch`) with copies of the
 //! recorded Hermes stream, fresh ids per copy, spread evenly over a year
 //! ending now, and prints per size: store bytes per hook call, the time of
-//! `report` (all time and the last day), `status`, `export --since 1h`, an
+//! `report` (all time, the last day, and every session of the last week
+//! as `--json` lists them), `status`, `export --since 1h`, an
 //! idle sweep, and retention: the longest step and what the store holds
 //! once the backlog is gone.
 //!
@@ -308,6 +309,13 @@ fn measure_commands(store: &Store, now: f64) {
     };
     let (all, calls) = report(0.0);
     let (day, day_calls) = report(now - DAY);
+    // As `report --json --since 7d` reads it: every session of the week.
+    let t0 = Instant::now();
+    let week = store
+        .report(&jiff::tz::TimeZone::UTC, now - 7.0 * DAY, f64::MAX, None)
+        .expect("report");
+    let (week_ms, week_sessions) = (ms(t0.elapsed()), week.by_session.len());
+    drop(week);
     let t0 = Instant::now();
     let counts = store.counts().expect("counts");
     store.export_state().expect("export state");
@@ -318,6 +326,7 @@ fn measure_commands(store: &Store, now: f64) {
     let export = t0.elapsed();
     println!(
         "  report all time {:.1} ms ({calls} LLM calls; rollups up to {}); report --since 1d {:.1} ms ({day_calls}); \
+         report --since 7d, every session {week_ms:.1} ms ({week_sessions}); \
          status {:.2} ms ({} journal rows); export --since 1h reads {:.1} ms ({} spans)",
         ms(all),
         store

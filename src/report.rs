@@ -289,6 +289,10 @@ pub struct Builder {
     by_cron_job: BTreeMap<String, Totals>,
     billed: BTreeMap<String, (Totals, f64)>,
     by_session: Vec<Group>,
+    /// The day of `tz` the last whole-store row fell in: its bounds and
+    /// name. Rows come mostly in time order, so a report names each day
+    /// once rather than once a row.
+    day: Option<(f64, f64, String)>,
 }
 
 impl Builder {
@@ -306,6 +310,7 @@ impl Builder {
             by_cron_job: BTreeMap::new(),
             billed: BTreeMap::new(),
             by_session: Vec::new(),
+            day: None,
         }
     }
 
@@ -322,8 +327,13 @@ impl Builder {
         match dim {
             Dim::All => {
                 self.totals.add(totals);
-                if let Some(day) = day_of(at, &self.tz) {
-                    into(&mut self.by_day, &day);
+                if !matches!(&self.day, Some((start, end, _)) if *start <= at && at < *end) {
+                    self.day = day_bounds(at, &self.tz)
+                        .zip(day_of(at, &self.tz))
+                        .map(|((s, e), d)| (s, e, d));
+                }
+                if let Some((_, _, day)) = &self.day {
+                    into(&mut self.by_day, day);
                 }
             }
             Dim::Model => into(&mut self.by_model, key),
@@ -350,9 +360,9 @@ impl Builder {
     }
 
     /// Lists a session that started in the window, with its totals.
-    pub fn add_session(&mut self, session_id: &str, totals: Totals) {
+    pub fn add_session(&mut self, session_id: String, totals: Totals) {
         self.by_session.push(Group {
-            key: Some(session_id.to_string()),
+            key: Some(session_id),
             totals,
         });
     }
@@ -427,6 +437,18 @@ fn by_cost(a: &Group, b: &Group) -> std::cmp::Ordering {
         .then_with(|| a.key.cmp(&b.key))
 }
 
+/// When the day of `tz` that holds `at` begins, and when the next one
+/// does (Unix seconds).
+pub fn day_bounds(at: f64, tz: &TimeZone) -> Option<(f64, f64)> {
+    let zoned = jiff::Timestamp::from_microsecond((at * 1e6) as i64)
+        .ok()?
+        .to_zoned(tz.clone());
+    let seconds = |z: jiff::Zoned| z.timestamp().as_microsecond() as f64 / 1e6;
+    let start = zoned.start_of_day().ok()?;
+    let next = zoned.tomorrow().ok()?.start_of_day().ok()?;
+    Some((seconds(start), seconds(next)))
+}
+
 /// The calendar day of `at` in `tz`, as `YYYY-MM-DD`.
 pub fn day_of(at: f64, tz: &TimeZone) -> Option<String> {
     let ts = jiff::Timestamp::from_microsecond((at * 1e6) as i64).ok()?;
@@ -453,7 +475,7 @@ mod tests {
             b.add(Dim::All, "", r.started_at, &Totals::one_session(), 0.0);
             let mut totals = per_session.get(r.session_id.as_str()).cloned().unwrap_or_default();
             totals.sessions = 1;
-            b.add_session(&r.session_id, totals);
+            b.add_session(r.session_id.clone(), totals);
         }
         b.finish()
     }
@@ -559,5 +581,8 @@ mod tests {
         // 1970-01-01T20:00Z is already the 2nd in Tokyo (UTC+9).
         assert_eq!(day_of(20.0 * 3600.0, &tz).as_deref(), Some("1970-01-02"));
         assert_eq!(day_of(20.0 * 3600.0, &TimeZone::UTC).as_deref(), Some("1970-01-01"));
+        // Kathmandu (UTC+5:30 until 1986): 1970-01-01 there began at 1969-12-31T18:30Z.
+        let tz = TimeZone::get("Asia/Kathmandu").expect("tzdb has Kathmandu");
+        assert_eq!(day_bounds(0.0, &tz), Some((-19_800.0, 66_600.0)));
     }
 }

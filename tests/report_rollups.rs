@@ -2,7 +2,9 @@
 //! 18): two stores get the same recorded stream, one never rolled up (its
 //! reports read the ledger only), the other rolled up wholly or in part,
 //! and every report of both agrees, over windows that cut quarter hours
-//! and days, in zones with half-hour offsets, after late facts.
+//! and days, in zones with half-hour and quarter-hour offsets and
+//! half-hour daylight saving, after late facts. `by_session`, read in one
+//! pass, is held to the run totals the ledger keeps for each session.
 
 use std::path::Path;
 
@@ -87,13 +89,24 @@ fn json(r: &Report) -> Value {
 /// Windows that start and end off quarter hours, days in three zones,
 /// the whole store, and the human form's few sessions.
 fn agree(ledger: &Store, rolled: &Store, what: &str) {
-    let zones = ["UTC", "Asia/Kolkata", "America/New_York", "Asia/Kathmandu"];
+    // Whole-hour zones, +5:30, +5:45, -3:30 (daylight saving ends in the
+    // stretch), and Lord Howe, whose daylight saving (+10:30 to +11) moves
+    // it by half an hour on 2026-10-04, inside the stretch.
+    let zones = [
+        "UTC",
+        "Asia/Kolkata",
+        "America/New_York",
+        "Asia/Kathmandu",
+        "America/St_Johns",
+        "Australia/Lord_Howe",
+    ];
     let windows = [
         (0.0, 253_370_764_800.0),
         (T0 + 3.0 * DAY + 123.4, T0 + 9.0 * DAY + 4567.8),
         (T0 + 2.0 * DAY, T0 + 2.0 * DAY + 900.0),
         (T0 + 11.0 * HOUR + 17.0, T0 + 11.0 * DAY + 19.0 * HOUR),
         (T0 + 5.5 * DAY, 253_370_764_800.0),
+        (T0 + 1.0 * DAY + 1800.0, T0 + 6.0 * DAY + 2700.0),
     ];
     for zone in zones {
         let tz = TimeZone::get(zone).expect("zone");
@@ -109,6 +122,115 @@ fn agree(ledger: &Store, rolled: &Store, what: &str) {
             }
         }
     }
+    for (since, until) in windows {
+        sessions_agree_with_run_totals(ledger, since, until);
+        sessions_agree_with_run_totals(rolled, since, until);
+    }
+}
+
+/// `by_session` of `[since, until)` lists exactly the runs that started in
+/// it, each with the totals the ledger keeps on its run row (which equal
+/// the sums of its rows), its auxiliary calls and non-zero exits counted
+/// from the rows here; and the human form's few are the first of it.
+fn sessions_agree_with_run_totals(store: &Store, since: f64, until: f64) {
+    let all = store.report(&TimeZone::UTC, since, until, None).expect("report");
+    let db = rusqlite::Connection::open(store_path(store)).expect("read the store");
+    let mut stmt = db
+        .prepare(
+            "SELECT r.session_id, r.cost_usd, r.input_tokens, r.output_tokens, r.cache_read_tokens,
+                    r.cache_write_tokens, r.reasoning_tokens, r.llm_calls, r.estimated_llm_calls,
+                    r.unpriced_llm_calls, r.api_errors, r.tool_calls, r.tool_failures,
+                    (SELECT COUNT(*) FROM llm_calls l WHERE l.session_id = r.session_id AND l.aux_task IS NOT NULL),
+                    (SELECT COALESCE(SUM(cost_usd), 0.0) FROM llm_calls l
+                      WHERE l.session_id = r.session_id AND l.aux_task IS NOT NULL),
+                    (SELECT COUNT(*) FROM tool_calls t
+                      WHERE t.session_id = r.session_id AND t.proxy = 0 AND t.ended_at IS NOT NULL
+                        AND COALESCE(t.exit_code, 0) != 0 AND COALESCE(t.status, '') != 'error'
+                        AND t.ok IS NOT 0
+                        AND COALESCE(t.status, '') NOT IN ('blocked', 'cancelled', 'interrupted', 'timeout', 'timed_out'))
+               FROM runs r WHERE r.started_at >= ?1 AND r.started_at < ?2",
+        )
+        .expect("prepare");
+    let mut expected: std::collections::BTreeMap<String, Value> = std::collections::BTreeMap::new();
+    let rows = stmt
+        .query_map(rusqlite::params![since, until], |r| {
+            let id: String = r.get(0)?;
+            let totals = serde_json::json!({
+                "cost_usd": r.get::<_, f64>(1)?,
+                "input_tokens": r.get::<_, i64>(2)?,
+                "output_tokens": r.get::<_, i64>(3)?,
+                "cache_read_tokens": r.get::<_, i64>(4)?,
+                "cache_write_tokens": r.get::<_, i64>(5)?,
+                "reasoning_tokens": r.get::<_, i64>(6)?,
+                "llm_calls": r.get::<_, i64>(7)?,
+                "estimated_llm_calls": r.get::<_, i64>(8)?,
+                "unpriced_llm_calls": r.get::<_, i64>(9)?,
+                "api_errors": r.get::<_, i64>(10)?,
+                "tool_calls": r.get::<_, i64>(11)?,
+                "tool_failures": r.get::<_, i64>(12)?,
+                "tool_nonzero_exits": r.get::<_, i64>(15)?,
+                "aux_llm_calls": r.get::<_, i64>(13)?,
+                "aux_cost_usd": r.get::<_, f64>(14)?,
+                "sessions": 1,
+            });
+            Ok((id, totals))
+        })
+        .expect("query");
+    for row in rows {
+        let (id, mut totals) = row.expect("row");
+        totals["key"] = Value::String(id.clone());
+        expected.insert(id, totals);
+    }
+    let at = format!("by_session [{since}, {until})");
+    assert_eq!(all.by_session.len(), expected.len(), "{at}: every session that started");
+    let mut listed = 0;
+    for group in &all.by_session {
+        let key = group.key.clone().expect("a session has an id");
+        let want = expected
+            .get(&key)
+            .unwrap_or_else(|| panic!("{at}: {key} did not start here"));
+        let got = serde_json::to_value(group).expect("group JSON");
+        // The sum of a run's costs is kept in another order: equal to 1e-9.
+        same(&got, want, &format!("{at} {key}"));
+        listed += 1;
+    }
+    assert_eq!(listed, expected.len(), "{at}");
+    let costs: Vec<f64> = all.by_session.iter().map(|g| g.totals.cost_usd).collect();
+    assert!(costs.windows(2).all(|w| w[0] >= w[1]), "{at}: most expensive first");
+    // The human form's few: as costly as the first of all (which of equal
+    // costs it names is its own choice), each with the same totals.
+    let few = store.report(&TimeZone::UTC, since, until, Some(5)).expect("report");
+    let first: Vec<f64> = costs.iter().take(5).copied().collect();
+    let few_costs: Vec<f64> = few.by_session.iter().map(|g| g.totals.cost_usd).collect();
+    assert_eq!(few_costs, first, "{at}: the few most expensive");
+    for group in &few.by_session {
+        let same_key = all.by_session.iter().find(|g| g.key == group.key);
+        assert_eq!(Some(group), same_key, "{at}: the few as all lists them");
+    }
+}
+
+/// The file behind `store`.
+fn store_path(store: &Store) -> std::path::PathBuf {
+    store.path().to_path_buf()
+}
+
+/// A store never rolled up and one rolled up wholly, each given copies
+/// 0..12 of the stream (with their directories, which must outlive them).
+fn rolled_up_twelve(lines: &[String]) -> (Store, Store, tempfile::TempDir, tempfile::TempDir) {
+    let (da, db) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
+    let mut ledger = Store::open_dir(da.path()).expect("store");
+    let mut rolled = Store::open_dir(db.path()).expect("store");
+    fill(&mut ledger, da.path(), lines, 0..12);
+    fill(&mut rolled, db.path(), lines, 0..12);
+    roll_up_all(&mut rolled, T0 + 60.0 * DAY);
+    (ledger, rolled, da, db)
+}
+
+/// Rollup rows of `level`.
+fn rows_of_level(store: &Store, level: i64) -> i64 {
+    store
+        .query_scalar(&format!("SELECT COUNT(*) FROM report_rollups WHERE level = {level}"))
+        .expect("rows")
 }
 
 #[test]
@@ -141,6 +263,10 @@ fn reports_from_rollups_equal_reports_from_the_ledger() {
         .query_scalar("SELECT COUNT(*) FROM report_rollups")
         .expect("rows");
     assert!(rows > 0);
+    assert!(
+        rows_of_level(&rolled, 2) > 0,
+        "the whole store by hour, which long reports read"
+    );
 
     // Counts add up: windows that cut the store anywhere sum to the whole,
     // and each (session, model) pair counts once, as SQL counts them.
@@ -181,12 +307,7 @@ fn reports_from_rollups_equal_reports_from_the_ledger() {
 #[test]
 fn a_late_fact_moves_the_mark_back_and_reports_stay_exact() {
     let lines = stream::fixture_lines();
-    let (da, db) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
-    let mut ledger = Store::open_dir(da.path()).expect("store");
-    let mut rolled = Store::open_dir(db.path()).expect("store");
-    fill(&mut ledger, da.path(), &lines, 0..12);
-    fill(&mut rolled, db.path(), &lines, 0..12);
-    roll_up_all(&mut rolled, T0 + 60.0 * DAY);
+    let (mut ledger, mut rolled, da, db) = rolled_up_twelve(&lines);
     let before = rolled.rolled_until().expect("mark");
 
     // A spool recovered late: copies whose calls ended days ago land now.
@@ -202,4 +323,36 @@ fn a_late_fact_moves_the_mark_back_and_reports_stay_exact() {
     roll_up_all(&mut rolled, T0 + 60.0 * DAY);
     assert_eq!(rolled.rolled_until().expect("mark"), before);
     agree(&ledger, &rolled, "rolled up again");
+}
+
+/// A store rolled up before the whole store's hours were kept (schema 12)
+/// gets them from its migration, and its reports stay exact; a report
+/// reads them (without them it would be short).
+#[test]
+fn a_store_rolled_up_before_hours_were_kept_gets_them_on_upgrade() {
+    let lines = stream::fixture_lines();
+    let (ledger, rolled, _da, _db) = rolled_up_twelve(&lines);
+    let hours = rows_of_level(&rolled, 2);
+    assert!(hours > 0);
+    let path = store_path(&rolled);
+    drop(rolled);
+
+    // The store as schema 12 left it: no hour rows.
+    let conn = rusqlite::Connection::open(&path).expect("open");
+    conn.execute("DELETE FROM report_rollups WHERE level = 2", [])
+        .expect("delete hours");
+    let short = Store::open(&path).expect("store");
+    let whole = ledger.report(&TimeZone::UTC, 0.0, 1e12, None).expect("report");
+    let without = short.report(&TimeZone::UTC, 0.0, 1e12, None).expect("report");
+    assert!(
+        without.totals.llm_calls < whole.totals.llm_calls,
+        "hour rows are what a long report reads"
+    );
+    drop(short);
+    conn.pragma_update(None, "user_version", 12).expect("version");
+    drop(conn);
+
+    let upgraded = Store::open(&path).expect("upgrade");
+    assert_eq!(rows_of_level(&upgraded, 2), hours, "every hour below the mark");
+    agree(&ledger, &upgraded, "upgraded from schema 12");
 }

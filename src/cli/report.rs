@@ -74,8 +74,16 @@ pub fn run(store: &Store, args: &ReportArgs, window: Window) -> Result<i32> {
     let top = (!args.json).then_some(args.limit);
     let report = store.report(&tz, since, until, top)?;
     if args.json {
-        let text = serde_json::to_string_pretty(&report).map_err(|e| Error::Other(e.to_string()))?;
-        println!("{text}");
+        // Written as it is serialized: `by_session` lists every session of
+        // the window, and a second copy of it as one string would double
+        // what the command holds.
+        use std::io::Write as _;
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        let written = serde_json::to_writer_pretty(&mut out, &report)
+            .map_err(std::io::Error::from)
+            .and_then(|()| writeln!(out))
+            .and_then(|()| out.flush());
+        written.map_err(|e| Error::Other(format!("writing the report: {e}")))?;
     } else {
         print!("{}", render(&report, args.limit));
     }

@@ -1,5 +1,7 @@
 //! Read-only queries for reports and `status`.
 
+use std::collections::HashMap;
+
 use rusqlite::{params, OptionalExtension};
 
 use super::Store;
@@ -98,24 +100,83 @@ pub(super) static FACTS: std::sync::LazyLock<String> = std::sync::LazyLock::new(
 pub(super) static SESSION_FACTS: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| facts_sql("l.session_id = ?1", "e.session_id = ?1", "t.session_id = ?1"));
 
-/// A fact from a row of [`facts_sql`]'s columns.
-pub(super) fn fact_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<FactRow> {
-    let kind = match r.get::<_, i64>(0)? {
+/// What `by_session` adds up of every session that started in `[?1, ?2)`,
+/// whenever it ended: the session, the kind of row (as in [`facts_sql`]),
+/// an LLM call's cost, tokens, whether it was estimated, unpriced or
+/// auxiliary, a tool call's status, ok and exit code; the rows
+/// [`facts_sql`] selects, without the columns only the groupings read.
+/// Each arm walks the window's runs by start (`runs_started`) and each
+/// run's rows through its table's session index, so `by_session` costs one
+/// statement and the rows of its sessions, not a statement a session. A
+/// session's rows come in the order [`SESSION_FACTS`] gives them, so its
+/// sums add up the same way.
+pub(super) const STARTED_SESSIONS_ROWS: &str = "
+    SELECT r.session_id, 0, l.cost_usd, l.input_tokens, l.output_tokens, l.cache_read_tokens,
+           l.cache_write_tokens, l.reasoning_tokens, l.estimated, l.cost_source = 'unknown',
+           l.aux_task IS NOT NULL, NULL, NULL, NULL
+      FROM runs r JOIN llm_calls l ON l.session_id = r.session_id
+     WHERE r.started_at >= ?1 AND r.started_at < ?2
+    UNION ALL
+    SELECT r.session_id, 1, 0.0, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL
+      FROM runs r JOIN llm_call_errors e ON e.session_id = r.session_id
+     WHERE r.started_at >= ?1 AND r.started_at < ?2
+    UNION ALL
+    SELECT r.session_id, 2, 0.0, 0, 0, 0, 0, 0, 0, 0, 0, t.status, t.ok, t.exit_code
+      FROM runs r JOIN tool_calls t ON t.session_id = r.session_id
+     WHERE r.started_at >= ?1 AND r.started_at < ?2 AND t.ended_at IS NOT NULL AND t.proxy = 0";
+
+/// What a row of [`STARTED_SESSIONS_ROWS`] adds to its session: the
+/// fact it is, as [`Totals::of_fact`] reads it (no strings copied but an
+/// empty auxiliary task's).
+fn started_session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<FactRow> {
+    let (kind, tool_outcome) = kind_and_outcome(r, 1, 11)?;
+    Ok(FactRow {
+        kind,
+        at: 0.0,
+        session_id: String::new(),
+        model: None,
+        provider: None,
+        sender_id: None,
+        cron_job_id: None,
+        input_tokens: r.get(3)?,
+        output_tokens: r.get(4)?,
+        cache_read_tokens: r.get(5)?,
+        cache_write_tokens: r.get(6)?,
+        reasoning_tokens: r.get(7)?,
+        cost_usd: r.get(2)?,
+        estimated: r.get(8)?,
+        unpriced: r.get(9)?,
+        tool_outcome,
+        aux_task: r.get::<_, bool>(10)?.then(String::new),
+        provider_estimate_usd: None,
+        session_started_at: 0.0,
+    })
+}
+
+/// The kind of a fact row (its number in column `kind`) and, for a tool
+/// call, how it ended (from its status, ok and exit code in the columns
+/// from `status` on).
+fn kind_and_outcome(
+    r: &rusqlite::Row<'_>,
+    kind: usize,
+    status: usize,
+) -> rusqlite::Result<(FactKind, Option<crate::tool_outcome::ToolOutcome>)> {
+    let kind = match r.get::<_, i64>(kind)? {
         0 => FactKind::LlmCall,
         1 => FactKind::ApiError,
         _ => FactKind::ToolCall,
     };
-    let tool_outcome = if kind == FactKind::ToolCall {
-        let status: Option<String> = r.get(15)?;
-        Some(crate::tool_outcome::ToolOutcome::of(
-            true,
-            status.as_deref(),
-            r.get(16)?,
-            r.get(17)?,
-        ))
-    } else {
-        None
-    };
+    if kind != FactKind::ToolCall {
+        return Ok((kind, None));
+    }
+    let text = r.get_ref(status)?.as_str_or_null().map_err(rusqlite::Error::from)?;
+    let outcome = crate::tool_outcome::ToolOutcome::of(true, text, r.get(status + 1)?, r.get(status + 2)?);
+    Ok((kind, Some(outcome)))
+}
+
+/// A fact from a row of [`facts_sql`]'s columns.
+pub(super) fn fact_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<FactRow> {
+    let (kind, tool_outcome) = kind_and_outcome(r, 0, 15)?;
     Ok(FactRow {
         kind,
         at: r.get(1)?,
@@ -176,7 +237,7 @@ impl Store {
         let mut ledger_parts = vec![(since, until)];
         if rolled_from < rolled_to {
             ledger_parts = vec![(since, rolled_from as f64), (rolled_to as f64, until)];
-            super::rollup::for_each_rolled(conn, rolled_from, rolled_to, &mut add)?;
+            super::rollup::for_each_rolled(conn, tz, rolled_from, rolled_to, &mut add)?;
         }
         for (from, to) in ledger_parts {
             if from < to {
@@ -185,15 +246,41 @@ impl Store {
                 }
             }
         }
+        if top.is_none() {
+            for (session, totals) in self.started_sessions_totals(since, until)? {
+                builder.add_session(session, totals);
+            }
+            return Ok(builder.finish());
+        }
+        // The few most expensive: a statement each, a few rows each.
         for session in self.sessions_started(since, until, sessions, top)? {
             let mut totals = Totals::one_session();
             let mut stmt = conn.prepare_cached(&SESSION_FACTS)?;
             for fact in stmt.query_map(params![session], fact_row)? {
                 totals.add(&Totals::of_fact(&fact?));
             }
-            builder.add_session(&session, totals);
+            builder.add_session(session, totals);
         }
         Ok(builder.finish())
+    }
+
+    /// Every session that started in `[since, until)` with everything it
+    /// spent, read in one pass ([`STARTED_SESSIONS_ROWS`]): what it holds
+    /// is one sum a session, which is what `by_session` prints.
+    fn started_sessions_totals(&self, since: f64, until: f64) -> Result<HashMap<String, Totals>> {
+        let mut out: HashMap<String, Totals> = HashMap::new();
+        self.for_each_run_started(since, until, |id| {
+            out.insert(id.to_string(), Totals::one_session());
+        })?;
+        let mut stmt = self.conn().prepare_cached(STARTED_SESSIONS_ROWS)?;
+        let mut rows = stmt.query(params![since, until])?;
+        while let Some(r) = rows.next()? {
+            let session = r.get_ref(0)?.as_str().map_err(rusqlite::Error::from)?;
+            if let Some(totals) = out.get_mut(session) {
+                totals.add(&Totals::of_fact(&started_session_row(r)?));
+            }
+        }
+        Ok(out)
     }
 
     /// The sessions that started in `[since, until)` (`count` of them):
@@ -306,6 +393,7 @@ mod tests {
         for sql in [
             FACTS.as_str(),
             SESSION_FACTS.as_str(),
+            STARTED_SESSIONS_ROWS,
             runs_started.as_str(),
             super::super::outbox::HISTORY,
             "SELECT n FROM store_counts WHERE name = ?1",

@@ -1,5 +1,5 @@
 //! Report rollups (issue 18): the sums `report` prints, per quarter hour
-//! and per UTC day, so a report reads a row per key and bucket rather than
+//! and per UTC day (the whole store's per hour too), so a report reads a row per key and bucket rather than
 //! every fact of its window.
 //!
 //! Owns: filling `report_rollups` from the ledger ([`Store::roll_up`], a
@@ -15,8 +15,8 @@
 //! that changes before it, in the transaction that changes it, so every
 //! bucket below the mark was rebuilt after the ledger's last change to it.
 //! Readers use rollups below the mark only and the ledger for the rest.
-//! Each day row is rebuilt from its quarter-hour rows once the mark has
-//! passed the day's end.
+//! Each day and hour row is rebuilt from its quarter-hour rows once the
+//! mark has passed its end.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -30,6 +30,9 @@ use crate::report::{Dim, Totals};
 /// A quarter hour: the finest bucket. Every time zone's offset is a whole
 /// number of quarter hours, so any zone's days are unions of buckets.
 pub const QUARTER: i64 = 900;
+/// An hour: the whole store's sums per hour (level 2) let a long report
+/// tell any zone's days apart from a quarter of the rows.
+pub const HOUR: i64 = 3_600;
 /// A UTC day: the coarse bucket.
 pub const DAY: i64 = 86_400;
 
@@ -39,9 +42,12 @@ pub const DAY: i64 = 86_400;
 /// that started this much after a stretch began had no call before it.
 const CALL_BEFORE_ITS_SESSION: f64 = 300.0;
 
-/// The bucket level of quarter hours and of days in `report_rollups`.
+/// The bucket levels of `report_rollups`: quarter hours (every
+/// dimension), UTC days (every dimension but the whole store's, whose days
+/// depend on the zone) and hours (the whole store's only, migration 0014).
 const LEVEL_QUARTER: i64 = 0;
 const LEVEL_DAY: i64 = 1;
+const LEVEL_HOUR: i64 = 2;
 
 /// How long a roll-up step may hold the write lock, about: it stops after
 /// the bucket that passes this.
@@ -222,37 +228,71 @@ fn totals_at(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<(Totals, f
 }
 
 /// Hands every rollup row of `[since, until)` (bucket-aligned, below the
-/// mark) to `each`: the whole-store rows by quarter hour, so days of any
-/// zone can be told apart, and the other dimensions by UTC day where whole
-/// days fit, by quarter hour at the ends.
+/// mark) to `each`. The whole store's rows are read by hour, and by quarter
+/// hour where a day of `tz` begins inside an hour (zones off whole hours,
+/// such as +5:30 or +5:45) and at the window's ends, so days of any zone
+/// are told apart; the other dimensions by UTC day where whole days fit,
+/// by quarter hour at the ends.
 pub(super) fn for_each_rolled(
     conn: &Connection,
+    tz: &jiff::tz::TimeZone,
     since: i64,
     until: i64,
     mut each: impl FnMut(i64, Dim, &str, &Totals, f64),
 ) -> Result<()> {
     let mut stmt = conn.prepare_cached(&ROLLED)?;
-    let mut read = |level: i64, from: i64, to: i64, whole: bool| -> Result<()> {
+    // `skip` passes over rows of the whole store whose bucket it names,
+    // keeping their buckets for a finer read.
+    let mut read = |level: i64, from: i64, to: i64, whole: bool, skip: &mut dyn FnMut(i64) -> bool| -> Result<()> {
         if from >= to {
             return Ok(());
         }
         let mut rows = stmt.query(params![from, to, whole as i64, level])?;
         while let Some(r) = rows.next()? {
+            let bucket = r.get(0)?;
+            if whole && skip(bucket) {
+                continue;
+            }
             let Some(dim) = Dim::of_code(r.get(1)?) else { continue };
             let key = r.get_ref(2)?.as_str().unwrap_or_default();
             let (totals, estimate) = totals_at(r, 3)?;
-            each(r.get(0)?, dim, key, &totals, estimate);
+            each(bucket, dim, key, &totals, estimate);
         }
         Ok(())
     };
-    read(LEVEL_QUARTER, since, until, true)?;
+    let mut none = |_: i64| false;
+    let (hours_from, hours_to) = (ceil_to(since as f64, HOUR), floor_to(until as f64, HOUR));
+    if hours_from < hours_to {
+        read(LEVEL_QUARTER, since, hours_from, true, &mut none)?;
+        // Hours a day of `tz` begins inside, read again by quarter hour.
+        let mut split = Vec::new();
+        let mut day = (0.0, 0.0);
+        let mut cut = |hour: i64| {
+            let at = hour as f64;
+            if !(day.0 <= at && at < day.1) {
+                day = crate::report::day_bounds(at, tz).unwrap_or((at, at + HOUR as f64));
+            }
+            let splits = day.1 < (hour + HOUR) as f64;
+            if splits {
+                split.push(hour);
+            }
+            splits
+        };
+        read(LEVEL_HOUR, hours_from, hours_to, true, &mut cut)?;
+        for hour in split {
+            read(LEVEL_QUARTER, hour, hour + HOUR, true, &mut none)?;
+        }
+        read(LEVEL_QUARTER, hours_to, until, true, &mut none)?;
+    } else {
+        read(LEVEL_QUARTER, since, until, true, &mut none)?;
+    }
     let (days_from, days_to) = (ceil_to(since as f64, DAY), floor_to(until as f64, DAY));
     if days_from < days_to {
-        read(LEVEL_QUARTER, since, days_from, false)?;
-        read(LEVEL_DAY, days_from, days_to, false)?;
-        read(LEVEL_QUARTER, days_to, until, false)?;
+        read(LEVEL_QUARTER, since, days_from, false, &mut none)?;
+        read(LEVEL_DAY, days_from, days_to, false, &mut none)?;
+        read(LEVEL_QUARTER, days_to, until, false, &mut none)?;
     } else {
-        read(LEVEL_QUARTER, since, until, false)?;
+        read(LEVEL_QUARTER, since, until, false, &mut none)?;
     }
     Ok(())
 }
@@ -282,11 +322,35 @@ fn next_bucket(conn: &Connection, from: i64) -> Result<Option<i64>> {
     Ok(at.map(|t| floor_to(t, QUARTER)))
 }
 
+/// Rebuilds the rows of `level` (buckets of `size` seconds, of the
+/// dimensions `dims` selects) that lie wholly before `mark` and not wholly
+/// before `start`, from their quarter hours.
+fn sum_quarters(tx: &Connection, level: i64, size: i64, dims: &str, start: i64, mark: i64) -> Result<()> {
+    let (from, to) = (floor_to(start as f64, size), floor_to(mark as f64, size));
+    if from >= to {
+        return Ok(());
+    }
+    tx.prepare_cached("DELETE FROM report_rollups WHERE level = ?1 AND bucket >= ?2 AND bucket < ?3")?
+        .execute(params![level, from, to])?;
+    tx.prepare_cached(&format!(
+        "INSERT INTO report_rollups (level, bucket, dim, key, {SUMS})
+         SELECT {level}, bucket - bucket % {size}, dim, key, SUM(cost_usd), SUM(input_tokens), SUM(output_tokens),
+                SUM(cache_read_tokens), SUM(cache_write_tokens), SUM(reasoning_tokens), SUM(llm_calls),
+                SUM(estimated_llm_calls), SUM(unpriced_llm_calls), SUM(aux_llm_calls), SUM(aux_cost_usd),
+                SUM(api_errors), SUM(tool_calls), SUM(tool_failures), SUM(tool_nonzero_exits),
+                SUM(sessions), SUM(estimate_usd)
+           FROM report_rollups WHERE level = 0 AND bucket >= ?1 AND bucket < ?2 AND {dims}
+          GROUP BY 2, dim, key"
+    ))?
+    .execute(params![from, to])?;
+    Ok(())
+}
+
 impl Store {
     /// Rebuilds rollup buckets from the mark on, in one short transaction
     /// (about [`STEP_BUDGET`]), up to the quarter hour that holds
-    /// `horizon`: later buckets still take facts. Days the mark passed are
-    /// summed from their quarter hours.
+    /// `horizon`: later buckets still take facts. Days and hours the mark
+    /// passed are summed from their quarter hours.
     pub fn roll_up(&mut self, horizon: f64) -> Result<RollupStep> {
         let end = floor_to(horizon, QUARTER);
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -336,23 +400,11 @@ impl Store {
             step.buckets += 1;
             mark = bucket + QUARTER;
         }
-        // Days wholly before the mark now, and not before: their sums.
-        let (days_from, days_to) = (floor_to(start as f64, DAY), floor_to(mark as f64, DAY));
-        if days_from < days_to {
-            tx.prepare_cached("DELETE FROM report_rollups WHERE level = 1 AND bucket >= ?1 AND bucket < ?2")?
-                .execute(params![days_from, days_to])?;
-            tx.prepare_cached(&format!(
-                "INSERT INTO report_rollups (level, bucket, dim, key, {SUMS})
-                 SELECT 1, bucket - bucket % {DAY}, dim, key, SUM(cost_usd), SUM(input_tokens), SUM(output_tokens),
-                        SUM(cache_read_tokens), SUM(cache_write_tokens), SUM(reasoning_tokens), SUM(llm_calls),
-                        SUM(estimated_llm_calls), SUM(unpriced_llm_calls), SUM(aux_llm_calls), SUM(aux_cost_usd),
-                        SUM(api_errors), SUM(tool_calls), SUM(tool_failures), SUM(tool_nonzero_exits),
-                        SUM(sessions), SUM(estimate_usd)
-                   FROM report_rollups WHERE level = 0 AND bucket >= ?1 AND bucket < ?2 AND dim != 0
-                  GROUP BY 2, dim, key"
-            ))?
-            .execute(params![days_from, days_to])?;
-        }
+        // Days and hours wholly before the mark now, and not before: their
+        // sums (days of every dimension but the whole store's, hours of the
+        // whole store's only).
+        sum_quarters(&tx, LEVEL_DAY, DAY, "dim != 0", start, mark)?;
+        sum_quarters(&tx, LEVEL_HOUR, HOUR, "dim = 0", start, mark)?;
         if mark != start {
             tx.prepare_cached("UPDATE report_rollup_state SET until = ?1 WHERE id = 0")?
                 .execute(params![mark])?;

@@ -142,7 +142,10 @@ impl Store {
     /// enqueues it, so the exit flush can send it. Returns the runs closed.
     pub fn close_exited_runs(&mut self, sessions: &[&str], now: f64) -> Result<usize> {
         let json = serde_json::to_string(sessions).unwrap_or_else(|_| "[]".into());
-        let tx = self.conn.transaction()?;
+        // Immediate: the closing reads before it writes, and a deferred
+        // transaction another connection wrote past meanwhile could not
+        // take the write lock at all (SQLITE_BUSY, no wait).
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let n = close_listed(&tx, &json, "process_exit", now)?;
         tx.commit()?;
         Ok(n)

@@ -10,24 +10,24 @@
 -- counter once, before the commit (src/store/row_counts.rs). The outbox's
 -- counters and the metric log's deletes keep their triggers (see that
 -- module for why).
-DROP TRIGGER count_journal_in;
-DROP TRIGGER count_journal_out;
-DROP TRIGGER count_runs_in;
-DROP TRIGGER count_runs_out;
-DROP TRIGGER count_turns_in;
-DROP TRIGGER count_turns_out;
-DROP TRIGGER count_llm_calls_in;
-DROP TRIGGER count_llm_calls_out;
-DROP TRIGGER count_llm_call_errors_in;
-DROP TRIGGER count_llm_call_errors_out;
-DROP TRIGGER count_tool_calls_in;
-DROP TRIGGER count_tool_calls_out;
-DROP TRIGGER count_subagent_edges_in;
-DROP TRIGGER count_subagent_edges_out;
+DROP TRIGGER IF EXISTS count_journal_in;
+DROP TRIGGER IF EXISTS count_journal_out;
+DROP TRIGGER IF EXISTS count_runs_in;
+DROP TRIGGER IF EXISTS count_runs_out;
+DROP TRIGGER IF EXISTS count_turns_in;
+DROP TRIGGER IF EXISTS count_turns_out;
+DROP TRIGGER IF EXISTS count_llm_calls_in;
+DROP TRIGGER IF EXISTS count_llm_calls_out;
+DROP TRIGGER IF EXISTS count_llm_call_errors_in;
+DROP TRIGGER IF EXISTS count_llm_call_errors_out;
+DROP TRIGGER IF EXISTS count_tool_calls_in;
+DROP TRIGGER IF EXISTS count_tool_calls_out;
+DROP TRIGGER IF EXISTS count_subagent_edges_in;
+DROP TRIGGER IF EXISTS count_subagent_edges_out;
 -- The metric log's rows are appended by triggers; the transactions that
 -- fire them count how far its end moved. Its deletes (the fold's) keep
 -- their trigger.
-DROP TRIGGER count_metric_log_in;
+DROP TRIGGER IF EXISTS count_metric_log_in;
 
 -- The triggers kept these exact; counted again anyway, so a store starts
 -- version 13 from the tables themselves whatever wrote it before.
