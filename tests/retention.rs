@@ -211,17 +211,7 @@ fn the_kept_row_counts_equal_the_tables() {
     store
         .fold_metrics(hermes_otel::unix_now(), hermes_otel::unix_now(), 30, &mut measure)
         .expect("fold");
-    for table in [
-        "journal",
-        "runs",
-        "turns",
-        "llm_calls",
-        "llm_call_errors",
-        "tool_calls",
-        "subagent_edges",
-        "outbox",
-        "metric_log",
-    ] {
+    for table in stream::COUNTED_TABLES {
         assert_eq!(
             store.store_count(table).expect("kept"),
             count(&store, &format!("SELECT COUNT(*) FROM {table}")),

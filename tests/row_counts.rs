@@ -17,18 +17,7 @@ mod stream;
 
 const DAY: f64 = 86_400.0;
 
-/// The tables whose counts `status` shows.
-const TABLES: [&str; 9] = [
-    "journal",
-    "runs",
-    "turns",
-    "llm_calls",
-    "llm_call_errors",
-    "tool_calls",
-    "subagent_edges",
-    "outbox",
-    "metric_log",
-];
+use stream::COUNTED_TABLES as TABLES;
 
 /// Copies `copies` of the recorded stream as decoded events, copy `c`
 /// moved `c * spread_days` days back, in the order each copy was recorded.
