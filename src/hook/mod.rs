@@ -10,7 +10,7 @@ mod decode;
 mod keys;
 mod record;
 
-pub use decode::{decode, scrub, scrubbed_key, DecodeOptions, Decoded, Problem};
+pub use decode::{decode, decode_kwargs, scrub, scrubbed_key, DecodeOptions, Decoded, Kwargs, Problem};
 pub use keys::{keys, HookKeys, ASSISTANT_MESSAGE, TOOL_RESULT};
 pub use record::{decode_record, parse_line, utf8, write_json, write_record, Record, RecordMark, RecordWriter};
 

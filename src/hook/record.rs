@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::{decode, DecodeOptions, Decoded, Problem};
+use super::{decode, decode_kwargs, DecodeOptions, Decoded, Kwargs, Problem};
 
 /// One parsed record.
 #[derive(Debug, Clone)]
@@ -274,29 +274,70 @@ pub fn write_json<T: serde::Serialize + ?Sized>(line: &mut Vec<u8>, value: &T) {
 /// ([`RecordWriter`]), with the capture setting the record was made with.
 /// A record that cannot be read is unusable.
 ///
-/// Such a record holds only the kwargs the decoder reads, so they are
-/// parsed straight into the map the decoder takes, in one pass: this runs
-/// on the hook thread for every call a gate may answer. A line that pass
-/// refuses goes through [`parse_line`], which says what is wrong with it.
+/// This runs on the hook thread for every call a gate may answer, so the
+/// line is read in one pass into its kwargs' raw values, which the decoder
+/// parses as it reads them ([`Kwargs::Raw`]): no map of values is built. A
+/// line that pass refuses goes through [`parse_line`], which says what is
+/// wrong with it; both decode to the same event.
 pub fn decode_record(hook: &str, line: &[u8], at: f64, opts: DecodeOptions) -> Decoded {
-    #[derive(serde::Deserialize)]
-    struct Own {
-        kwargs: Map<String, Value>,
-        capture: Option<bool>,
+    if let Some(own) = OwnRecord::read(line) {
+        let opts = DecodeOptions {
+            capture_content: own.capture.unwrap_or(opts.capture_content),
+            ..opts
+        };
+        return decode_kwargs(hook, Kwargs::Raw(&own.kwargs.0), at, opts);
     }
-    let (kwargs, capture) = match serde_json::from_slice::<Own>(line) {
-        Ok(own) => (own.kwargs, own.capture),
-        Err(_) => match parse_line(&utf8(line), opts.capture_content) {
-            Ok(Some(record)) => (record.kwargs, record.capture),
-            Ok(None) => return unreadable("an empty spool record".into()),
-            Err(e) => return unreadable(e),
-        },
+    let (kwargs, capture) = match parse_line(&utf8(line), opts.capture_content) {
+        Ok(Some(record)) => (record.kwargs, record.capture),
+        Ok(None) => return unreadable("an empty spool record".into()),
+        Err(e) => return unreadable(e),
     };
     let opts = DecodeOptions {
         capture_content: capture.unwrap_or(opts.capture_content),
         ..opts
     };
     decode(hook, &kwargs, at, opts)
+}
+
+/// What [`decode_record`] reads of a record in its one pass.
+#[derive(serde::Deserialize)]
+struct OwnRecord<'a> {
+    #[serde(borrow)]
+    kwargs: RawEntries<'a>,
+    capture: Option<bool>,
+}
+
+impl<'a> OwnRecord<'a> {
+    /// `None` for anything unusual (not UTF-8, a field twice, an escaped
+    /// key): [`parse_line`] reads those.
+    fn read(line: &'a [u8]) -> Option<Self> {
+        serde_json::from_str(std::str::from_utf8(line).ok()?).ok()
+    }
+}
+
+/// A JSON object's entries in order, keys and values borrowed from the
+/// line (a key with escapes refuses the line).
+struct RawEntries<'a>(Vec<(&'a str, &'a RawValue)>);
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for RawEntries<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Entries<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Entries<'a> {
+            type Value = RawEntries<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                // A typical record's kwargs, so the vector is not regrown.
+                let mut entries = Vec::with_capacity(24);
+                while let Some(entry) = map.next_entry()? {
+                    entries.push(entry);
+                }
+                Ok(RawEntries(entries))
+            }
+        }
+        deserializer.deserialize_map(Entries(std::marker::PhantomData))
+    }
 }
 
 fn unreadable(what: String) -> Decoded {
@@ -379,6 +420,78 @@ mod tests {
                 .hook,
             "y"
         );
+    }
+
+    /// The hook thread reads a record's values raw, the replay parses them
+    /// into a map: every kind of value a future Hermes (or garbage) might
+    /// pass must decode the same both ways, including values the parser
+    /// refuses and keys given twice.
+    #[test]
+    fn raw_values_decode_as_parsed_ones() {
+        let deep = format!("{}{}", "[".repeat(130), "]".repeat(130));
+        let values: Vec<&str> = vec![
+            r#""plain""#,
+            r#""esc\"aped\n\u00e9""#,
+            "\"é ü 🙂\"",
+            r#""""#,
+            r#""  42 ""#,
+            r#""7.5""#,
+            r#""yes""#,
+            "12",
+            "0",
+            "-7",
+            "18446744073709551615",
+            "99999999999999999999",
+            "123456789012345678",
+            "1.5",
+            "-0.0",
+            "1e3",
+            "1e400",
+            "true",
+            "false",
+            "null",
+            r#"[1, "a"]"#,
+            r#"{"input_tokens": 5, "output_tokens": "6", "cost": 0.25, "status": "ok", "type": "E", "message": "m", "fields": {"content": "x"}}"#,
+            r#"{"input_tokens": 1e400}"#,
+            r#"{"exit_code": 2, "error": "boom", "success": false}"#,
+            r#""{\"exit_code\": 3, \"success\": false}""#,
+            &deep,
+        ];
+        let mut compared = 0;
+        for hook in crate::hook::HOOK_NAMES {
+            let Some(keys) = crate::hook::keys(hook) else {
+                continue;
+            };
+            let all: Vec<&str> = keys.always.iter().chain(keys.content).copied().collect();
+            for capture in [false, true] {
+                for offset in 0..values.len() {
+                    let mut kwargs: Vec<String> = all
+                        .iter()
+                        .enumerate()
+                        .map(|(i, key)| format!("\"{key}\": {}", values[(i + offset) % values.len()]))
+                        .collect();
+                    // The same key again, and one spelled with an escape.
+                    kwargs.push(format!("\"{}\": {}", all[0], values[offset]));
+                    if offset % 3 == 0 {
+                        kwargs.push(r#""session\u005fid": "escaped-key""#.to_string());
+                    }
+                    let line = format!(
+                        r#"{{"hook":"{hook}","t":1.0,"capture":{capture},"kwargs":{{{}}}}}"#,
+                        kwargs.join(",")
+                    );
+                    let opts = DecodeOptions {
+                        capture_content: capture,
+                        ..DecodeOptions::default()
+                    };
+                    assert_eq!(OwnRecord::read(line.as_bytes()).is_some(), offset % 3 != 0, "{line}");
+                    let record = parse_line(&line, !capture).expect("a record").expect("one");
+                    let expected = decode(hook, &record.kwargs, 2.0, opts);
+                    assert_eq!(decode_record(hook, line.as_bytes(), 2.0, opts), expected, "{line}");
+                    compared += 1;
+                }
+            }
+        }
+        assert!(compared > 300, "{compared}");
     }
 
     /// The hook thread and the writer decode a call from the record this

@@ -14,6 +14,7 @@ use super::*;
 mod reader;
 mod scrub;
 
+pub use reader::Kwargs;
 #[cfg(test)]
 use reader::MAX_COUNT;
 use reader::{Reader, MISSING_ID};
@@ -76,6 +77,12 @@ pub enum Decoded {
 
 /// Decodes the kwargs of one call of `hook`, made at `at` (Unix seconds).
 pub fn decode(hook: &str, kwargs: &Map<String, Value>, at: f64, opts: DecodeOptions) -> Decoded {
+    decode_kwargs(hook, Kwargs::Parsed(kwargs), at, opts)
+}
+
+/// [`decode`] over kwargs parsed or still raw ([`Kwargs`]): the same event
+/// either way.
+pub fn decode_kwargs(hook: &str, kwargs: Kwargs<'_>, at: f64, opts: DecodeOptions) -> Decoded {
     let mut r = Reader {
         kw: kwargs,
         problems: Vec::new(),

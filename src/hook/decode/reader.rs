@@ -1,10 +1,17 @@
-//! Reading typed values out of a kwargs map: strings, ids, counts,
+//! Reading typed values out of a call's kwargs: strings, ids, counts,
 //! numbers, bools, content and usage, each repaired where the meaning is
 //! plain and reported as a [`Problem`] otherwise.
 //!
+//! The kwargs come parsed (a replayed record, a test) or as the raw JSON of
+//! a spool record ([`Kwargs`]); both read through [`Val`], so a call decodes
+//! to the same event either way.
+//!
 //! Must not touch: which kwargs a hook reads (`mod.rs`), scrubbing.
 
-use serde_json::{Map, Value};
+use std::borrow::Cow;
+
+use serde_json::value::RawValue;
+use serde_json::{Map, Number, Value};
 
 use super::{DecodeOptions, Problem, MAX_LABEL_BYTES};
 use crate::hook::{ApiRequest, ToolRef, ToolResultFacts, Usage};
@@ -16,9 +23,132 @@ pub(super) const MISSING_ID: &str = "missing id";
 /// would overflow SQLite's 64-bit integers and break every report.
 pub(super) const MAX_COUNT: i64 = 1_000_000_000_000;
 
-/// Reads typed values out of a kwargs map, collecting problems.
+/// The kwargs of one call, as a [`Reader`] reads them.
+#[derive(Debug, Clone, Copy)]
+pub enum Kwargs<'a> {
+    /// Parsed values (a replayed record, a test).
+    Parsed(&'a Map<String, Value>),
+    /// A spool record's kwargs as raw JSON, each value parsed only when it
+    /// is read and its strings borrowed from the line: a gating hook decodes
+    /// its own record on the hook thread, where building a map of values
+    /// cost more than the decoding itself.
+    Raw(&'a [(&'a str, &'a RawValue)]),
+}
+
+impl<'a> Kwargs<'a> {
+    fn get(self, key: &str) -> Option<Val<'a>> {
+        match self {
+            Kwargs::Parsed(map) => map.get(key).map(Val::parsed),
+            // The last of a repeated key counts, as in a parsed map.
+            Kwargs::Raw(entries) => entries
+                .iter()
+                .rev()
+                .find(|(k, _)| *k == key)
+                .map(|(_, raw)| Val::raw(raw)),
+        }
+    }
+}
+
+/// One kwarg's value, borrowed where it can be.
+#[derive(Debug)]
+pub(super) enum Val<'a> {
+    Null,
+    Bool(bool),
+    Number(Number),
+    Str(Cow<'a, str>),
+    List(Cow<'a, Value>),
+    Dict(Cow<'a, Map<String, Value>>),
+}
+
+impl<'a> Val<'a> {
+    fn parsed(value: &'a Value) -> Self {
+        match value {
+            Value::Null => Val::Null,
+            Value::Bool(b) => Val::Bool(*b),
+            Value::Number(n) => Val::Number(n.clone()),
+            Value::String(s) => Val::Str(Cow::Borrowed(s)),
+            Value::Array(_) => Val::List(Cow::Borrowed(value)),
+            Value::Object(map) => Val::Dict(Cow::Borrowed(map)),
+        }
+    }
+
+    /// Reads a raw value exactly as parsing it into a [`Value`] would
+    /// (`hook::parse_line` does that for a replayed record), including a
+    /// value the parser refuses: that one reads as a string saying so.
+    fn raw(raw: &'a RawValue) -> Self {
+        let text = raw.get();
+        let bytes = text.as_bytes();
+        let read = match bytes.first() {
+            // Most values are plain ids: no escapes, nothing to parse.
+            Some(b'"') if bytes.len() >= 2 && !bytes.iter().any(|&b| b == b'\\' || b < 0x20) => {
+                Some(Val::Str(Cow::Borrowed(&text[1..text.len() - 1])))
+            }
+            // Escapes: the string is unescaped into a copy.
+            Some(b'"') => serde_json::from_str::<String>(text)
+                .ok()
+                .map(|s| Val::Str(Cow::Owned(s))),
+            Some(b'n') => serde_json::from_str::<()>(text).ok().map(|()| Val::Null),
+            Some(b't' | b'f') => serde_json::from_str::<bool>(text).ok().map(Val::Bool),
+            // Lists and dicts are parsed whole, so one nested past the
+            // parser's limit is refused as a whole, as in a parsed record.
+            Some(b'[' | b'{') => serde_json::from_str::<Value>(text).ok().map(|v| match v {
+                Value::Object(map) => Val::Dict(Cow::Owned(map)),
+                other => Val::List(Cow::Owned(other)),
+            }),
+            // Counts: digits the standard parser reads as the JSON one does.
+            Some(b'0'..=b'9')
+                if bytes.len() <= 18
+                    && bytes.iter().all(u8::is_ascii_digit)
+                    && (bytes[0] != b'0' || bytes.len() == 1) =>
+            {
+                text.parse::<u64>().ok().map(|n| Val::Number(n.into()))
+            }
+            _ => serde_json::from_str::<Number>(text).ok().map(Val::Number),
+        };
+        read.unwrap_or_else(|| match serde_json::from_str::<Value>(text) {
+            Ok(value) => Val::parsed(&value).into_owned(),
+            Err(e) => Val::Str(Cow::Owned(format!("unparseable value: {e}"))),
+        })
+    }
+
+    fn into_owned(self) -> Val<'static> {
+        match self {
+            Val::Null => Val::Null,
+            Val::Bool(b) => Val::Bool(b),
+            Val::Number(n) => Val::Number(n),
+            Val::Str(s) => Val::Str(Cow::Owned(s.into_owned())),
+            Val::List(v) => Val::List(Cow::Owned(v.into_owned())),
+            Val::Dict(m) => Val::Dict(Cow::Owned(m.into_owned())),
+        }
+    }
+
+    /// The value as a [`Value`] (content kept as JSON).
+    fn into_value(self) -> Value {
+        match self {
+            Val::Null => Value::Null,
+            Val::Bool(b) => Value::Bool(b),
+            Val::Number(n) => Value::Number(n),
+            Val::Str(s) => Value::String(s.into_owned()),
+            Val::List(v) => v.into_owned(),
+            Val::Dict(m) => Value::Object(m.into_owned()),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Val::Null => "null",
+            Val::Bool(_) => "a bool",
+            Val::Number(_) => "a number",
+            Val::Str(_) => "a string",
+            Val::List(_) => "a list",
+            Val::Dict(_) => "a dict",
+        }
+    }
+}
+
+/// Reads typed values out of a call's kwargs, collecting problems.
 pub(super) struct Reader<'a> {
-    pub(super) kw: &'a Map<String, Value>,
+    pub(super) kw: Kwargs<'a>,
     pub(super) problems: Vec<Problem>,
     pub(super) opts: DecodeOptions,
 }
@@ -31,10 +161,9 @@ impl<'a> Reader<'a> {
         });
     }
 
-    pub(super) fn present(&self, key: &str) -> Option<&'a Value> {
-        let kw: &'a Map<String, Value> = self.kw;
-        match kw.get(key) {
-            None | Some(Value::Null) => None,
+    pub(super) fn present(&self, key: &str) -> Option<Val<'a>> {
+        match self.kw.get(key) {
+            None | Some(Val::Null) => None,
             Some(v) => Some(v),
         }
     }
@@ -43,19 +172,19 @@ impl<'a> Reader<'a> {
     pub(super) fn string(&mut self, key: &str, max: usize) -> Option<String> {
         let value = self.present(key)?;
         let s = match value {
-            Value::String(s) => s.clone(),
-            Value::Number(n) => {
+            Val::Str(s) => s.into_owned(),
+            Val::Number(n) => {
                 let s = n.to_string();
                 self.problem(key, "expected a string, got a number");
                 s
             }
-            Value::Bool(b) => {
+            Val::Bool(b) => {
                 let s = b.to_string();
                 self.problem(key, "expected a string, got a bool");
                 s
             }
-            _ => {
-                self.problem(key, format!("expected a string, got {}", kind(value)));
+            other => {
+                self.problem(key, format!("expected a string, got {}", other.kind()));
                 return None;
             }
         };
@@ -101,7 +230,7 @@ impl<'a> Reader<'a> {
     pub(super) fn int(&mut self, key: &str) -> Option<i64> {
         let value = self.present(key)?;
         match value {
-            Value::Number(n) => {
+            Val::Number(n) => {
                 if let Some(i) = n.as_i64() {
                     Some(i)
                 } else if let Some(f) = n.as_f64().filter(|f| f.is_finite()) {
@@ -115,13 +244,13 @@ impl<'a> Reader<'a> {
                     Some(i64::MAX)
                 }
             }
-            Value::String(s) => {
+            Val::Str(s) => {
                 let parsed = s.trim().parse::<f64>().ok().filter(|f| f.is_finite());
                 self.problem(key, "expected an integer, got a string");
                 parsed.map(|f| f.clamp(i64::MIN as f64, i64::MAX as f64) as i64)
             }
-            _ => {
-                self.problem(key, format!("expected an integer, got {}", kind(value)));
+            other => {
+                self.problem(key, format!("expected an integer, got {}", other.kind()));
                 None
             }
         }
@@ -145,13 +274,13 @@ impl<'a> Reader<'a> {
     pub(super) fn float(&mut self, key: &str) -> Option<f64> {
         let value = self.present(key)?;
         let f = match value {
-            Value::Number(n) => n.as_f64(),
-            Value::String(s) => {
+            Val::Number(n) => n.as_f64(),
+            Val::Str(s) => {
                 self.problem(key, "expected a number, got a string");
                 s.trim().parse::<f64>().ok()
             }
-            _ => {
-                self.problem(key, format!("expected a number, got {}", kind(value)));
+            other => {
+                self.problem(key, format!("expected a number, got {}", other.kind()));
                 None
             }
         };
@@ -179,7 +308,7 @@ impl<'a> Reader<'a> {
     /// `child_status` is missing: a status string, or a dict with one.
     pub(super) fn child_outcome(&mut self) -> Option<String> {
         match self.present("child_outcome")? {
-            Value::Object(map) => {
+            Val::Dict(map) => {
                 let status = ["status", "outcome"]
                     .iter()
                     .find_map(|k| map.get(*k).and_then(Value::as_str))?;
@@ -203,12 +332,12 @@ impl<'a> Reader<'a> {
     pub(super) fn bool(&mut self, key: &str) -> Option<bool> {
         let value = self.present(key)?;
         match value {
-            Value::Bool(b) => Some(*b),
-            Value::Number(n) => {
+            Val::Bool(b) => Some(b),
+            Val::Number(n) => {
                 self.problem(key, "expected a bool, got a number");
                 Some(n.as_f64().is_some_and(|f| f != 0.0))
             }
-            Value::String(s) => {
+            Val::Str(s) => {
                 self.problem(key, "expected a bool, got a string");
                 match s.to_ascii_lowercase().as_str() {
                     "true" | "1" | "yes" => Some(true),
@@ -216,8 +345,8 @@ impl<'a> Reader<'a> {
                     _ => None,
                 }
             }
-            _ => {
-                self.problem(key, format!("expected a bool, got {}", kind(value)));
+            other => {
+                self.problem(key, format!("expected a bool, got {}", other.kind()));
                 None
             }
         }
@@ -235,17 +364,17 @@ impl<'a> Reader<'a> {
         let value = self.present(key)?;
         let max = self.opts.max_content_bytes;
         let (text, cut) = match value {
-            Value::String(s) => match json_text(s) {
+            Val::Str(s) => match json_text(&s) {
                 Some(parsed) => json_content(parsed, max),
                 None => {
-                    let redacted = crate::redact::redact_text(s);
+                    let redacted = crate::redact::redact_text(&s);
                     let cut = crate::redact::truncate_text(&redacted, max);
                     let was_cut = cut.len() != redacted.len();
                     (cut.into_owned(), was_cut)
                 }
             },
-            Value::Array(_) | Value::Object(_) => json_content(value.clone(), max),
-            other => (other.to_string(), false),
+            list_or_dict @ (Val::List(_) | Val::Dict(_)) => json_content(list_or_dict.into_value(), max),
+            other => (other.into_value().to_string(), false),
         };
         if cut {
             self.problem(key, format!("longer than {max} bytes, cut"));
@@ -260,7 +389,7 @@ impl<'a> Reader<'a> {
         if !self.opts.capture_content {
             return None;
         }
-        let mut value = self.present(key)?.clone();
+        let mut value = self.present(key)?.into_value();
         crate::redact::redact_value(&mut value);
         let max = self.opts.max_content_bytes;
         let cut = crate::redact::truncate_value(value.clone(), max);
@@ -276,8 +405,8 @@ impl<'a> Reader<'a> {
         if !self.opts.capture_content {
             return None;
         }
-        let msg = self.present("assistant_message")?;
-        let fields = msg.get("fields").unwrap_or(msg);
+        let msg = self.present("assistant_message")?.into_value();
+        let fields = msg.get("fields").unwrap_or(&msg);
         let content = fields.get("content")?.as_str()?;
         let redacted = crate::redact::redact_text(content);
         let max = self.opts.max_content_bytes;
@@ -317,12 +446,12 @@ impl<'a> Reader<'a> {
 
     pub(super) fn usage(&mut self) -> Option<Usage> {
         let value = self.present("usage")?;
-        let Value::Object(map) = value else {
-            self.problem("usage", format!("expected a dict, got {}", kind(value)));
+        let Val::Dict(map) = value else {
+            self.problem("usage", format!("expected a dict, got {}", value.kind()));
             return None;
         };
         let mut inner = Reader {
-            kw: map,
+            kw: Kwargs::Parsed(&map),
             problems: Vec::new(),
             opts: self.opts,
         };
@@ -346,9 +475,9 @@ impl<'a> Reader<'a> {
     pub(super) fn error_object(&mut self) -> (Option<String>, Option<String>) {
         match self.present("error") {
             None => (None, None),
-            Some(Value::Object(map)) => {
+            Some(Val::Dict(map)) => {
                 let mut inner = Reader {
-                    kw: map,
+                    kw: Kwargs::Parsed(&map),
                     problems: Vec::new(),
                     opts: self.opts,
                 };
@@ -360,9 +489,9 @@ impl<'a> Reader<'a> {
                 }
                 (t, m)
             }
-            Some(Value::String(_)) => (None, self.content_str("error")),
+            Some(Val::Str(_)) => (None, self.content_str("error")),
             Some(other) => {
-                let what = format!("expected a dict, got {}", kind(other));
+                let what = format!("expected a dict, got {}", other.kind());
                 self.problem("error", what);
                 (None, None)
             }
@@ -373,15 +502,11 @@ impl<'a> Reader<'a> {
     /// can be large; only those of a size a status object has are parsed.
     pub(super) fn tool_result_facts(&mut self) -> ToolResultFacts {
         const MAX_PARSED_RESULT_BYTES: usize = 256 * 1024;
-        let parsed;
-        let obj = match self.present("result") {
-            Some(Value::Object(map)) => map,
-            Some(Value::String(s)) if s.len() <= MAX_PARSED_RESULT_BYTES && s.trim_start().starts_with('{') => {
-                match serde_json::from_str::<Value>(s) {
-                    Ok(Value::Object(map)) => {
-                        parsed = map;
-                        &parsed
-                    }
+        let obj: Cow<Map<String, Value>> = match self.present("result") {
+            Some(Val::Dict(map)) => map,
+            Some(Val::Str(s)) if s.len() <= MAX_PARSED_RESULT_BYTES && s.trim_start().starts_with('{') => {
+                match serde_json::from_str::<Value>(&s) {
+                    Ok(Value::Object(map)) => Cow::Owned(map),
                     _ => return ToolResultFacts::default(),
                 }
             }
@@ -430,16 +555,5 @@ pub(super) fn truthy(v: &Value) -> bool {
         Value::String(s) => !s.is_empty(),
         Value::Array(a) => !a.is_empty(),
         Value::Object(o) => !o.is_empty(),
-    }
-}
-
-pub(super) fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a bool",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a dict",
     }
 }
