@@ -142,6 +142,8 @@ impl Writer {
         let mut dirty = false;
         let mut next_checkpoint = Instant::now() + self.checkpoint_interval;
         let mut next_sweep = Instant::now();
+        // The last sweep left idle runs to close (the next one only closes).
+        let mut idle_backlog = false;
         let mut next_retain = Instant::now() + retain::RETAIN_FIRST_DELAY;
         // What dead processes left in their spools lands before anything new.
         self.recover();
@@ -180,7 +182,8 @@ impl Writer {
                 self.write_health();
             }
             if !stop && now >= next_sweep {
-                let more = self.sweep();
+                let more = self.sweep(idle_backlog);
+                idle_backlog = more;
                 next_sweep = now
                     + if more {
                         retain::RETAIN_BACKLOG_PAUSE
@@ -647,11 +650,15 @@ impl Writer {
     /// (see [`Store::close_idle_batch`]). Returns whether more idle runs
     /// may wait: the next sweep then comes after a short pause, so a
     /// backlog clears without holding the write lock for long at once.
-    fn sweep(&mut self) -> bool {
+    /// Such a sweep (`backlog`) only closes: spools are looked for on the
+    /// regular sweeps, not every pause.
+    fn sweep(&mut self, backlog: bool) -> bool {
         if self.retry_at.is_some() {
             return false;
         }
-        self.recover();
+        if !backlog {
+            self.recover();
+        }
         let Some(store) = &mut self.store else { return false };
         let now = unix_now();
         match store.close_idle_batch(now, self.idle_run_seconds, IDLE_CLOSE_BATCH) {
