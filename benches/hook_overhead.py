@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import threading
@@ -83,7 +84,7 @@ def main() -> None:
     ap.add_argument("--budget", action="store_true", help="with a budget set (far from its limit)")
     args = ap.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="hermes-otel-bench-"))
+    tmp = Path(tempfile.mkdtemp(prefix="hermes-otel-bench-", suffix=f"-{os.getpid()}"))
     os.environ.setdefault("HERMES_OTEL_HOME", str(tmp / "otel"))
     if args.budget:
         home = Path(os.environ["HERMES_OTEL_HOME"])
@@ -194,4 +195,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        # The run's store and JSON-lines baseline (~280 MB): not worth keeping.
+        for leftover in Path(tempfile.gettempdir()).glob(f"hermes-otel-bench-*-{os.getpid()}"):
+            shutil.rmtree(leftover, ignore_errors=True)
