@@ -218,15 +218,13 @@ impl MetricExporter {
             return Ok(step);
         }
         self.refresh_budget_gauges();
-        loop {
-            if Instant::now() >= deadline || !self.pacing.wait_for_deadline(deadline) {
-                return Ok(step);
-            }
+        while self.pacing.wait_to_send_by(deadline) {
             self.push(&mut step, Some(deadline))?;
             if !step.leased || step.error.is_none() {
-                return Ok(step);
+                break;
             }
         }
+        Ok(step)
     }
 
     /// Gives the lease up (also lapses by itself).

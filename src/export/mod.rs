@@ -205,10 +205,7 @@ impl Exporter {
     /// last moments: whatever is left stays for the next exporter.
     pub fn flush(&mut self, deadline: Instant) -> Result<Step> {
         let mut total = Step::default();
-        loop {
-            if Instant::now() >= deadline || !self.pacing.wait_for_deadline(deadline) {
-                return Ok(total);
-            }
+        while self.pacing.wait_to_send_by(deadline) {
             let step = self.step(Some(deadline))?;
             total.leased = step.leased;
             total.exported += step.exported;
@@ -217,9 +214,10 @@ impl Exporter {
             total.backing_off = step.backing_off;
             if !step.leased || (!step.more && step.error.is_none()) {
                 total.more = step.more;
-                return Ok(total);
+                break;
             }
         }
+        Ok(total)
     }
 
     /// Closes spans left open by processes that went away (see
