@@ -7,10 +7,9 @@ use std::time::{Duration, Instant};
 
 use crate::config::{Resolved, Source};
 use crate::error::{Error, Result};
-use crate::export::{send_runtime, SendRuntime};
 use crate::export::{
-    Driver, ExportConfig, ExportOverrides, Exporter, MetricExporter, MetricsConfig, MetricsOverrides, PrometheusServer,
-    Protocol, TracesExporter,
+    Driver, ExportConfig, ExportOverrides, Exporter, MetricsConfig, MetricsOverrides, PrometheusServer, Protocol,
+    TracesExporter,
 };
 use crate::store::{Store, DB_FILE_NAME};
 
@@ -91,7 +90,9 @@ fn config(target: &Target) -> ExportConfig {
     config
 }
 
-fn open(dir: &Path, config: ExportConfig, runtime: SendRuntime) -> Result<Exporter> {
+/// The store in `dir` with its price table, once the spools of ended
+/// processes are applied.
+fn open(dir: &Path) -> Result<Store> {
     let mut store = Store::open_dir(dir)?;
     store.set_prices(crate::pricing::PriceTable::load(
         &dir.join(crate::config::PRICING_FILE_NAME),
@@ -110,7 +111,7 @@ fn open(dir: &Path, config: ExportConfig, runtime: SendRuntime) -> Result<Export
     for e in &recovered.errors {
         eprintln!("hermes-otel: spool: {e}");
     }
-    Exporter::with_store_on(config, store, runtime)
+    Ok(store)
 }
 
 /// Whether the user asked for traces to be pushed somewhere: `--endpoint`,
@@ -213,8 +214,16 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
         eprintln!("hermes-otel: metrics: {warning}");
     }
     let signals = StopSignal::install()?;
-    let runtime = send_runtime("export")?;
-    let exporter = open(dir, config.clone(), runtime.clone())?;
+    // One connection for both signals. Metrics are folded here even when
+    // they are only served: the endpoint folds too, and folding is exactly
+    // once whoever does it.
+    let store = open(dir)?;
+    let mut driver = Driver::new(
+        store,
+        Some(config.clone()),
+        Some(metrics_config.clone()),
+        CLOSE_IDLE_EVERY,
+    )?;
     eprintln!("hermes-otel: serving the store in {}", dir.display());
     if config.enabled() {
         eprintln!(
@@ -233,7 +242,7 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
     let _prometheus = if metrics_config.exporters.value.prometheus {
         let server = PrometheusServer::start(
             &metrics_config.prometheus_addr.value,
-            exporter.store().path(),
+            driver.store().path(),
             metrics_config.attributes.value,
             metrics_config.transport.session_grace_seconds.value,
         )?;
@@ -257,10 +266,6 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
     if let Ok(Some(fleet)) = crate::fleet::FleetConfig::from_env() {
         eprintln!("hermes-otel: syncing budgets with the fleet at {}", fleet.redacted());
     }
-    // Metrics are folded here even when they are only served: the
-    // endpoint folds too, and folding is exactly once whoever does it.
-    let metrics = MetricExporter::with_store_on(metrics_config, Store::open(exporter.store().path())?, runtime)?;
-    let mut driver = Driver::new(Some(exporter), Some(metrics), CLOSE_IDLE_EVERY);
     let poll = Duration::from_millis(args.poll_ms.max(1));
     let mut last_error: Option<String> = None;
     let drain_deadline = Instant::now() + Duration::from_secs(args.drain_timeout_seconds);
@@ -290,10 +295,7 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
             }
             if Instant::now() >= drain_deadline {
                 driver.stop(None)?;
-                let pending = match driver.traces() {
-                    Some(e) => e.store().export_state()?.pending,
-                    None => 0,
-                };
+                let pending = driver.store().export_state()?.pending;
                 let why = last_error
                     .clone()
                     .or_else(|| (!step.leased).then(|| "another process holds the export lease".to_string()))
@@ -326,7 +328,8 @@ pub fn export(dir: &Path, args: &ExportArgs) -> Result<i32> {
         ));
     }
     let endpoint = config.endpoint.value.clone();
-    let mut exporter = open(dir, config, send_runtime("export")?)?;
+    // A one-off re-send asked for by hand: the exporter alone, no lease.
+    let mut exporter = Exporter::with_store(config, open(dir)?)?;
     eprintln!(
         "hermes-otel: re-sending spans since {} to {endpoint} (giving up after {} s; --timeout-seconds to change)",
         args.since, args.timeout_seconds

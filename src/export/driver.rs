@@ -1,31 +1,37 @@
-//! The one export driver: the trace and the metric exporter of one store,
-//! stepped and flushed the same way for every caller (the export thread in
-//! a Hermes process, `export_task.rs`, and `hermes-otel serve`).
+//! The one export driver: the trace and the metric export of one store,
+//! over one connection to it, stepped and flushed the same way for every
+//! caller (the export thread in a Hermes process, `export_task.rs`, and
+//! `hermes-otel serve`).
 //!
-//! Owns: what one step of the export loop does and in which order (close
-//! runs that went idle when that is due, fold metrics and push them when
-//! the interval is due, send one batch of spans or flush them), the flush
-//! of a stopping exporter, and giving both leases up. Must not touch: how a
+//! Owns: the store connection both signals work on (they are stepped by
+//! one thread, one after the other, so one connection serves both), what
+//! one step of the export loop does and in which order (close runs that
+//! went idle when that is due, fold metrics and push them when the interval
+//! is due, send one batch of spans or flush them), the flush of a stopping
+//! exporter, and giving both leases up (on drop too). Must not touch: how a
 //! caller waits between steps (the export thread's condition variable,
 //! `serve`'s signals and `--drain`), Python, the journal.
 //!
-//! Each signal keeps its lease and its backoff in its own exporter
-//! ([`Exporter`], [`MetricExporter`], through `pacing.rs`): the collector
-//! may take one signal and refuse the other, and a trace batch must not
-//! wait out a metric push's backoff. Until issue 14 both callers wrote this
-//! loop out, each its own way.
+//! Each signal keeps its lease and its backoff in its own export (the
+//! trace export of `mod.rs`, the metric export of `metrics.rs`, through
+//! `pacing.rs`): the collector may take one signal and refuse the other,
+//! and a trace batch must not wait out a metric push's backoff. Until
+//! issue 14 both callers wrote this loop out, each its own way, and each
+//! signal had a connection of its own.
 
 use std::time::{Duration, Instant};
 
-use super::{ExportConfig, Exporter, MetricExporter, MetricStep, MetricsConfig, Step};
+use super::{ExportConfig, MetricExport, MetricStep, MetricsConfig, Step, TraceExport};
 use crate::error::Result;
 use crate::store::Store;
 
-/// The exporters of one store and the idle closer's schedule.
+/// The one store connection of an export loop, the trace and the metric
+/// export stepped over it, and the idle closer's schedule.
 #[derive(Debug)]
 pub struct Driver {
-    traces: Option<Exporter>,
-    metrics: Option<MetricExporter>,
+    store: Store,
+    traces: Option<TraceExport>,
+    metrics: Option<MetricExport>,
     close_idle_every: Duration,
     last_idle_check: Option<Instant>,
 }
@@ -37,9 +43,9 @@ pub struct Driver {
 pub struct Cycle {
     /// Runs closed for going idle, when that was due this step.
     pub closed_idle: Option<Result<usize>>,
-    /// The metric step, with a metric exporter.
+    /// The metric step, with a metric export.
     pub metrics: Option<Result<MetricStep>>,
-    /// The trace step. Without a trace exporter, an empty step whose
+    /// The trace step. Without a trace export, an empty step whose
     /// `leased` is the metric lease's, so a flush is still served or
     /// skipped by who holds a lease.
     pub traces: Result<Step>,
@@ -69,21 +75,35 @@ impl Cycle {
 }
 
 impl Driver {
-    /// Drives `traces` and `metrics` (either may be absent), closing idle
-    /// runs at most every `close_idle_every`.
-    pub fn new(traces: Option<Exporter>, metrics: Option<MetricExporter>, close_idle_every: Duration) -> Self {
-        Driver {
+    /// Drives the trace export with `traces` and the metric export with
+    /// `metrics` (either may be absent) over `store`, both sending on one
+    /// runtime, closing idle runs at most every `close_idle_every`.
+    pub fn new(
+        store: Store,
+        traces: Option<ExportConfig>,
+        metrics: Option<MetricsConfig>,
+        close_idle_every: Duration,
+    ) -> Result<Self> {
+        let runtime = super::send_runtime("export")?;
+        let traces = traces
+            .map(|config| TraceExport::new(config, runtime.clone()))
+            .transpose()?;
+        let metrics = metrics
+            .map(|config| MetricExport::new(config, &store, runtime))
+            .transpose()?;
+        Ok(Driver {
+            store,
             traces,
             metrics,
             close_idle_every,
             last_idle_check: None,
-        }
+        })
     }
 
-    /// The exporters a Hermes process runs over the store at `store_path`,
-    /// each on its own connection and both on one runtime: traces when
-    /// trace export is enabled, metrics when they are pushed (serving
-    /// Prometheus is `serve`'s job). `None` when neither is.
+    /// The driver a Hermes process runs over the store at `store_path`, on
+    /// a connection of its own: traces when trace export is enabled,
+    /// metrics when they are pushed (serving Prometheus is `serve`'s job).
+    /// `None` when neither is.
     pub fn open(
         store_path: &std::path::Path,
         traces: ExportConfig,
@@ -93,29 +113,14 @@ impl Driver {
         if !traces.enabled() && !metrics.pushes() {
             return Ok(None);
         }
-        let runtime = super::send_runtime("export")?;
-        let traces = match traces.enabled() {
-            true => Some(Exporter::with_store_on(
-                traces,
-                Store::open(store_path)?,
-                runtime.clone(),
-            )?),
-            false => None,
-        };
-        let metrics = match metrics.pushes() {
-            true => Some(MetricExporter::with_store_on(
-                metrics,
-                Store::open(store_path)?,
-                runtime,
-            )?),
-            false => None,
-        };
-        Ok((traces.is_some() || metrics.is_some()).then(|| Driver::new(traces, metrics, close_idle_every)))
+        let traces = traces.enabled().then_some(traces);
+        let metrics = metrics.pushes().then_some(metrics);
+        Driver::new(Store::open(store_path)?, traces, metrics, close_idle_every).map(Some)
     }
 
-    /// The trace exporter, if there is one.
-    pub fn traces(&self) -> Option<&Exporter> {
-        self.traces.as_ref()
+    /// The store both exports work on.
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 
     /// One step of the export loop: close idle runs when due, fold metrics
@@ -123,21 +128,22 @@ impl Driver {
     /// end every turn must not mean a push every turn), then send one batch
     /// of spans, or, with `flush`, every ready batch until that deadline.
     pub fn step(&mut self, flush: Option<Instant>) -> Cycle {
-        let closed_idle = match self.traces.as_mut() {
+        let store = &mut self.store;
+        let closed_idle = match self.traces.as_ref() {
             Some(e)
                 if self
                     .last_idle_check
                     .is_none_or(|t| t.elapsed() >= self.close_idle_every) =>
             {
                 self.last_idle_check = Some(Instant::now());
-                Some(e.close_idle())
+                Some(e.close_idle(store))
             }
             _ => None,
         };
-        let metrics = self.metrics.as_mut().map(|m| m.run_once());
+        let metrics = self.metrics.as_mut().map(|m| m.run_once(store));
         let traces = match (self.traces.as_mut(), flush) {
-            (Some(e), Some(deadline)) => e.flush(deadline),
-            (Some(e), None) => e.run_once(),
+            (Some(e), Some(deadline)) => e.flush(store, deadline),
+            (Some(e), None) => e.run_once(store),
             (None, _) => Ok(Step {
                 leased: metrics.as_ref().is_some_and(|s| s.as_ref().is_ok_and(|s| s.leased)),
                 ..Step::default()
@@ -154,7 +160,7 @@ impl Driver {
     /// lease, retrying until `deadline` (`serve --drain`'s last push).
     pub fn flush_metrics(&mut self, deadline: Instant) -> Result<()> {
         match self.metrics.as_mut() {
-            Some(m) => m.flush(deadline).map(|_| ()),
+            Some(m) => m.flush(&mut self.store, deadline).map(|_| ()),
             None => Ok(()),
         }
     }
@@ -166,19 +172,76 @@ impl Driver {
     /// tried every part.
     pub fn stop(&mut self, flush: Option<Instant>) -> Result<()> {
         let flushed = match (flush, self.traces.as_mut()) {
-            (Some(deadline), Some(e)) => e.flush(deadline).map(|_| ()),
+            (Some(deadline), Some(e)) => e.flush(&mut self.store, deadline).map(|_| ()),
             _ => Ok(()),
         };
-        let metrics = self.metrics.as_mut().map_or(Ok(()), MetricExporter::release);
-        let traces = self.traces.as_mut().map_or(Ok(()), Exporter::release);
-        flushed.and(metrics).and(traces)
+        flushed.and(self.release())
+    }
+
+    /// Gives both leases up (also done on drop), the metric lease first.
+    /// Returns the first error, having tried both.
+    fn release(&mut self) -> Result<()> {
+        let store = &mut self.store;
+        let metrics = self.metrics.as_ref().map_or(Ok(()), |m| m.release(store));
+        let traces = self.traces.as_ref().map_or(Ok(()), |e| e.release(store));
+        metrics.and(traces)
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.release();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::export::env;
     use crate::error::Error;
+    use crate::store::{METRIC_LEASE, TRACE_LEASE};
+
+    /// Trace and metric settings with both signals sent as `exporter`
+    /// (`console`, `none`), and nothing else set.
+    fn settings(exporter: &str) -> (ExportConfig, MetricsConfig) {
+        let var = |name: &str| (name == env::TRACES_EXPORTER || name == env::METRICS_EXPORTER).then(|| exporter.into());
+        (
+            ExportConfig::resolve(Default::default(), var),
+            MetricsConfig::resolve(Default::default(), Default::default(), var),
+        )
+    }
+
+    #[test]
+    fn a_driver_steps_both_signals_and_gives_both_leases_up_when_dropped() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join(crate::store::DB_FILE_NAME);
+        let (traces, metrics) = settings("console");
+        let mut driver = Driver::open(&path, traces, metrics, Duration::from_secs(60))
+            .expect("open")
+            .expect("both signals are sent");
+        let cycle = driver.step(None);
+        assert!(cycle.closed_idle.is_some_and(|closed| closed.is_ok()));
+        assert!(cycle.metrics.is_some_and(|m| m.is_ok_and(|m| m.leased)));
+        assert!(cycle.traces.is_ok_and(|t| t.leased));
+        let other = Store::open(&path).expect("another connection");
+        for lease in [TRACE_LEASE, METRIC_LEASE] {
+            assert!(other.lease(lease).expect("lease").is_some(), "{lease} is held");
+        }
+        drop(driver);
+        for lease in [TRACE_LEASE, METRIC_LEASE] {
+            assert!(other.lease(lease).expect("lease").is_none(), "{lease} is given up");
+        }
+    }
+
+    #[test]
+    fn no_driver_runs_when_neither_signal_is_sent() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (traces, metrics) = settings("none");
+        let path = dir.path().join(crate::store::DB_FILE_NAME);
+        let driver = Driver::open(&path, traces, metrics, Duration::from_secs(60)).expect("open");
+        assert!(driver.is_none());
+        assert!(!path.exists(), "no store is opened for nothing to send");
+    }
 
     #[test]
     fn a_cycle_fails_with_its_first_error_in_the_order_the_parts_ran() {

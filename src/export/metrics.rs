@@ -4,7 +4,10 @@
 //! Owns: the metric lease and the push schedule. Receives its settings
 //! resolved ([`MetricsConfig`], from `config/metrics.rs`). Shares the
 //! transports, retry classification, the lease holder and the backoff
-//! (`pacing.rs`) with the trace exporter.
+//! (`pacing.rs`) with the trace exporter. Like the trace export, the
+//! metric export itself (`MetricExport`) holds no store connection: each
+//! call is handed one (the export driver's, shared with the trace export);
+//! [`MetricExporter`] is it with a connection of its own.
 //! Must not touch: the journal, the ledger, the environment.
 //!
 //! # Use
@@ -19,10 +22,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The export driver ([`super::Driver`]) calls [`MetricExporter::run_once`]
-//! at every step, beside the trace exporter's (it returns quickly when
-//! nothing is due), and `serve --drain` calls [`MetricExporter::flush`]
-//! through it.
+//! The export driver ([`super::Driver`]) runs the step of
+//! [`MetricExporter::run_once`] at every step of its own, beside the trace
+//! step (it returns quickly when nothing is due), and `serve --drain` the
+//! flush of [`MetricExporter::flush`] through it.
 //!
 //! # Guarantees
 //!
@@ -82,24 +85,22 @@ pub struct MetricStep {
     pub error: Option<String>,
 }
 
-/// The metric exporter of one store.
+/// The metric exporter of one store, on a connection of its own, for a
+/// caller that pushes metrics alone (tests): the metric export and the
+/// store it works on. The export driver ([`super::Driver`]) holds the
+/// metric export alone, over the one connection it shares with the trace
+/// export.
 pub struct MetricExporter {
     store: Store,
-    config: MetricsConfig,
-    runtime: super::SendRuntime,
-    transport: Option<Transport>,
-    lease: Lease,
-    pacing: Pacing,
-    identity: MetricIdentity,
-    resource: Resource,
+    metrics: MetricExport,
 }
 
 impl std::fmt::Debug for MetricExporter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MetricExporter")
             .field("store", &self.store)
-            .field("holder", &self.lease.holder())
-            .field("transport", &self.transport)
+            .field("holder", &self.metrics.lease.holder())
+            .field("transport", &self.metrics.transport)
             .finish()
     }
 }
@@ -114,35 +115,8 @@ impl MetricExporter {
 
     /// Like [`MetricExporter::new`] over an open store.
     pub fn with_store(config: MetricsConfig, store: Store) -> Result<Self> {
-        Self::with_store_on(config, store, super::send_runtime("metric export")?)
-    }
-
-    /// Like [`MetricExporter::with_store`], sending on `runtime` (shared
-    /// with a trace exporter stepped by the same thread).
-    pub(crate) fn with_store_on(config: MetricsConfig, store: Store, runtime: super::SendRuntime) -> Result<Self> {
-        let transport = if config.pushes() {
-            let _guard = runtime.enter();
-            if config.exporters.value.otlp {
-                Some(Transport::new(&config.transport)?)
-            } else {
-                Some(Transport::Console)
-            }
-        } else {
-            None
-        };
-        let identity = store.metric_identity()?;
-        let resource = metric_resource(&config.transport, &identity);
-        let lease = Lease::new(METRIC_LEASE, config.transport.lease_seconds.value);
-        Ok(MetricExporter {
-            store,
-            config,
-            runtime,
-            transport,
-            lease,
-            pacing: Pacing::new("MetricExport.Failed"),
-            identity,
-            resource,
-        })
+        let metrics = MetricExport::new(config, &store, super::send_runtime("metric export")?)?;
+        Ok(MetricExporter { store, metrics })
     }
 
     /// The store this exporter reads.
@@ -152,12 +126,12 @@ impl MetricExporter {
 
     /// The settings in use.
     pub fn config(&self) -> &MetricsConfig {
-        &self.config
+        &self.metrics.config
     }
 
     /// The store's metric start time and instance id.
     pub fn identity(&self) -> &MetricIdentity {
-        &self.identity
+        &self.metrics.identity
     }
 
     /// Replaces the budget gauges with `readings` (see [`crate::metrics`]).
@@ -173,42 +147,119 @@ impl MetricExporter {
 
     /// Folds finished ledger rows into the series (bounded work).
     pub fn fold(&mut self) -> Result<usize> {
-        fold(&mut self.store, self.config.transport.session_grace_seconds.value)
+        self.metrics.fold(&mut self.store)
     }
 
     /// The series as exported now (allow-list applied).
     pub fn series(&self) -> Result<Vec<Series>> {
-        snapshot(&self.store, self.config.attributes.value)
+        self.metrics.series(&self.store)
     }
 
     /// One step: fold, then, when a push is due (the interval passed since
     /// the last accepted push by any process) and this process holds the
     /// lease, send every series. Does nothing more while backing off.
     pub fn run_once(&mut self) -> Result<MetricStep> {
+        self.metrics.run_once(&mut self.store)
+    }
+
+    /// Folds everything and pushes now if this process holds the lease,
+    /// retrying until `deadline`. For a one-shot process's last moments.
+    pub fn flush(&mut self, deadline: Instant) -> Result<MetricStep> {
+        self.metrics.flush(&mut self.store, deadline)
+    }
+
+    /// Gives the lease up (also done on drop, and lapses by itself).
+    pub fn release(&mut self) -> Result<()> {
+        self.metrics.release(&mut self.store)
+    }
+}
+
+impl Drop for MetricExporter {
+    fn drop(&mut self) {
+        let _ = self.release();
+    }
+}
+
+/// The metric export of a store without the store: its settings,
+/// transport, lease, backoff and the store's metric identity. Each call is
+/// given the connection to work on, so the driver steps it and the trace
+/// export over one connection.
+#[derive(Debug)]
+pub(crate) struct MetricExport {
+    config: MetricsConfig,
+    runtime: super::SendRuntime,
+    transport: Option<Transport>,
+    lease: Lease,
+    pacing: Pacing,
+    identity: MetricIdentity,
+    resource: Resource,
+}
+
+impl MetricExport {
+    /// Reads the metric identity of `store` and builds the transport,
+    /// sending on `runtime` (shared with a trace export stepped by the same
+    /// thread); nothing is sent yet and a collector that is down is not an
+    /// error.
+    pub(crate) fn new(config: MetricsConfig, store: &Store, runtime: super::SendRuntime) -> Result<Self> {
+        let transport = if config.pushes() {
+            let _guard = runtime.enter();
+            if config.exporters.value.otlp {
+                Some(Transport::new(&config.transport)?)
+            } else {
+                Some(Transport::Console)
+            }
+        } else {
+            None
+        };
+        let identity = store.metric_identity()?;
+        let resource = metric_resource(&config.transport, &identity);
+        let lease = Lease::new(METRIC_LEASE, config.transport.lease_seconds.value);
+        Ok(MetricExport {
+            config,
+            runtime,
+            transport,
+            lease,
+            pacing: Pacing::new("MetricExport.Failed"),
+            identity,
+            resource,
+        })
+    }
+
+    /// [`MetricExporter::fold`] over `store`.
+    pub(crate) fn fold(&self, store: &mut Store) -> Result<usize> {
+        fold(store, self.config.transport.session_grace_seconds.value)
+    }
+
+    /// [`MetricExporter::series`] over `store`.
+    pub(crate) fn series(&self, store: &Store) -> Result<Vec<Series>> {
+        snapshot(store, self.config.attributes.value)
+    }
+
+    /// [`MetricExporter::run_once`] over `store`.
+    pub(crate) fn run_once(&mut self, store: &mut Store) -> Result<MetricStep> {
         let mut step = MetricStep {
-            folded: self.fold()?,
+            folded: self.fold(store)?,
             ..MetricStep::default()
         };
         if !self.config.pushes() {
             return Ok(step);
         }
         let now = unix_now();
-        if let Some(last) = self.store.metric_last_success_at()? {
+        if let Some(last) = store.metric_last_success_at()? {
             if now - last < self.config.interval.value.as_secs_f64() && now >= last {
                 return Ok(step);
             }
         }
-        self.refresh_budget_gauges();
-        self.push(&mut step, None)?;
+        refresh_budget_gauges(store);
+        self.push(store, &mut step, None)?;
         Ok(step)
     }
 
-    /// Folds everything and pushes now if this process holds the lease,
-    /// retrying until `deadline`. For a one-shot process's last moments.
-    pub fn flush(&mut self, deadline: Instant) -> Result<MetricStep> {
+    /// [`MetricExporter::flush`] over `store`.
+    pub(crate) fn flush(&mut self, store: &mut Store, deadline: Instant) -> Result<MetricStep> {
         let mut step = MetricStep::default();
         loop {
-            let n = self.fold()?;
+            let n = self.fold(store)?;
             step.folded += n;
             if n == 0 || Instant::now() >= deadline {
                 break;
@@ -217,41 +268,38 @@ impl MetricExporter {
         if !self.config.pushes() {
             return Ok(step);
         }
-        self.refresh_budget_gauges();
-        loop {
-            if Instant::now() >= deadline || !self.pacing.wait_for_deadline(deadline) {
-                return Ok(step);
-            }
-            self.push(&mut step, Some(deadline))?;
+        refresh_budget_gauges(store);
+        while self.pacing.wait_to_send_by(deadline) {
+            self.push(store, &mut step, Some(deadline))?;
             if !step.leased || step.error.is_none() {
-                return Ok(step);
+                break;
             }
         }
+        Ok(step)
     }
 
-    /// Gives the lease up (also lapses by itself).
-    pub fn release(&mut self) -> Result<()> {
-        self.lease.release(&mut self.store)
+    /// Gives the lease up, if this export holds it.
+    pub(crate) fn release(&self, store: &mut Store) -> Result<()> {
+        self.lease.release(store)
     }
 
-    fn push(&mut self, step: &mut MetricStep, deadline: Option<Instant>) -> Result<()> {
+    fn push(&mut self, store: &mut Store, step: &mut MetricStep, deadline: Option<Instant>) -> Result<()> {
         if let Some(left) = self.pacing.wait_left() {
             step.backing_off = Some(left);
             return Ok(());
         }
         let now = unix_now();
-        step.leased = self.lease.take(&mut self.store, now)?;
+        step.leased = self.lease.take(store, now)?;
         if !step.leased {
             return Ok(());
         }
         let temporality = self.config.temporality_preference.value;
         let (series, start, delta_base) = match temporality {
-            Temporality::Cumulative => (self.series()?, self.identity.start_time, None),
+            Temporality::Cumulative => (self.series(store)?, self.identity.start_time, None),
             Temporality::Delta => {
                 // Read together: the series now, and what the last accepted
                 // delta push (by any process) saw.
-                let (rows, (base_rows, base_at), gauges) = self
-                    .store
+                let (rows, (base_rows, base_at), gauges) = store
                     .read_snapshot(|st| Ok((st.metric_series()?, st.metric_delta_base()?, st.metric_gauges()?)))?;
                 let deltas = metrics::deltas(&rows, &base_rows);
                 let series = metrics::project(&deltas, &gauges, self.config.attributes.value);
@@ -282,7 +330,7 @@ impl MetricExporter {
                 step.backing_off = None;
                 step.exported_points = points;
                 let base = delta_base.as_deref().map(|rows| (rows, now));
-                self.store.metric_export_done(points, unix_now(), base)?;
+                store.metric_export_done(points, unix_now(), base)?;
             }
             Err(e) => {
                 let text = super::failure_text(super::Signal::Metrics, &self.config.transport.endpoint.value, &e);
@@ -290,7 +338,7 @@ impl MetricExporter {
                 // is said once, then tried again only every
                 // UNSUPPORTED_RETRY: no retry storm, no log storm.
                 let wait = self.pacing.failed(e.verdict, &text);
-                self.store.metric_export_failed(&text, unix_now())?;
+                store.metric_export_failed(&text, unix_now())?;
                 step.backing_off = Some(wait);
                 step.error = Some(text);
             }
@@ -308,12 +356,6 @@ impl MetricExporter {
             deadline,
             "metric export",
         )
-    }
-}
-
-impl Drop for MetricExporter {
-    fn drop(&mut self) {
-        let _ = self.release();
     }
 }
 

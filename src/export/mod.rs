@@ -2,8 +2,11 @@
 //!
 //! Owns: the trace export step (batches, sampling, marking rows done),
 //! turning outbox rows into spans through [`crate::span`], and re-sending
-//! history. The lease and the backoff it sends under are `pacing.rs`'s,
-//! shared with the metric exporter.
+//! history. The trace export itself (`TraceExport`) holds no store
+//! connection: each call is handed one, so the export driver steps it and
+//! the metric export over a single connection; [`Exporter`] is it with a
+//! connection of its own. The lease and the backoff it sends under are
+//! `pacing.rs`'s, shared with the metric exporter.
 //! Must not touch: the journal, Python, anything on the hook path.
 //!
 //! # Use
@@ -20,10 +23,13 @@
 //!
 //! Nothing loops over an exporter by hand: the export thread of a Hermes
 //! process (`export_task.rs`) and `hermes-otel serve` both step a
-//! [`Driver`] (`driver.rs`), which runs [`Exporter::run_once`] (or, for an
-//! exit flush, [`Exporter::flush`] with a short deadline),
-//! [`Exporter::close_idle`] and the metric exporter's step in one order.
-//! `export --since` calls [`Exporter::export_history_with`] once.
+//! [`Driver`] (`driver.rs`). It holds one store connection and the trace
+//! and the metric export over it, and runs the trace step of
+//! [`Exporter::run_once`] (or, for an exit flush, of [`Exporter::flush`]
+//! with a short deadline), that of [`Exporter::close_idle`] and the metric
+//! step in one order. `export --since` calls
+//! [`Exporter::export_history_with`] once, with no lease: a one-off
+//! re-send asked for by hand.
 //!
 //! # Guarantees
 //!
@@ -51,6 +57,7 @@ pub use crate::config::metrics::{MetricsConfig, MetricsExporters, MetricsOverrid
 /// Lower-case hex of an id (defined with the ids, in `span.rs`).
 pub use crate::span::hex;
 pub use driver::{Cycle, Driver};
+use metrics::MetricExport;
 pub use metrics::{MetricExporter, MetricStep};
 pub use prometheus::PrometheusServer;
 pub use transport::{Accepted, SendError, Transport};
@@ -114,24 +121,22 @@ pub(crate) fn send_runtime(what: &str) -> Result<SendRuntime> {
         .map_err(|e| Error::Other(format!("{what} runtime: {e}")))
 }
 
-/// The trace exporter of one store.
+/// The trace exporter of one store, on a connection of its own, for a
+/// caller that sends traces alone (`export --since`, tests, benches): the
+/// trace export and the store it works on. The export driver ([`Driver`])
+/// holds the trace export alone, over the one connection it shares with
+/// the metric export.
 pub struct Exporter {
     store: Store,
-    config: ExportConfig,
-    runtime: SendRuntime,
-    transport: Option<Transport>,
-    lease: Lease,
-    pacing: Pacing,
-    resource: Resource,
-    options: SpanOptions,
+    traces: TraceExport,
 }
 
 impl std::fmt::Debug for Exporter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Exporter")
             .field("store", &self.store)
-            .field("holder", &self.lease.holder())
-            .field("transport", &self.transport)
+            .field("holder", &self.traces.holder())
+            .field("transport", &self.traces.transport)
             .finish()
     }
 }
@@ -147,12 +152,100 @@ impl Exporter {
 
     /// Like [`Exporter::new`] over an open store.
     pub fn with_store(config: ExportConfig, store: Store) -> Result<Self> {
-        Self::with_store_on(config, store, send_runtime("export")?)
+        let traces = TraceExport::new(config, send_runtime("export")?)?;
+        Ok(Exporter { store, traces })
     }
 
-    /// Like [`Exporter::with_store`], sending on `runtime` (shared with a
-    /// metric exporter stepped by the same thread).
-    pub(crate) fn with_store_on(config: ExportConfig, store: Store, runtime: SendRuntime) -> Result<Self> {
+    /// The store this exporter reads.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &ExportConfig {
+        &self.traces.config
+    }
+
+    /// This exporter's lease holder id.
+    pub fn holder(&self) -> &str {
+        self.traces.holder()
+    }
+
+    /// One step: take or renew the lease, apply the retention cap, send one
+    /// batch of ready rows, and delete them once accepted. Does nothing while
+    /// backing off, without the lease, or with export disabled (the cap still
+    /// applies then, so the disk stays bounded).
+    pub fn run_once(&mut self) -> Result<Step> {
+        self.traces.run_once(&mut self.store)
+    }
+
+    /// Sends batches until no row is ready or `deadline` passes; waits out
+    /// backoff delays that end before the deadline. For a one-shot process's
+    /// last moments: whatever is left stays for the next exporter.
+    pub fn flush(&mut self, deadline: Instant) -> Result<Step> {
+        self.traces.flush(&mut self.store, deadline)
+    }
+
+    /// Closes spans left open by processes that went away (see
+    /// [`Store::close_idle_runs`]), enqueueing them. Returns the runs closed.
+    pub fn close_idle(&mut self) -> Result<usize> {
+        self.traces.close_idle(&mut self.store)
+    }
+
+    /// Gives the lease up (also done on drop).
+    pub fn release(&mut self) -> Result<()> {
+        self.traces.release(&mut self.store)
+    }
+
+    /// Re-sends every finished span that ended at or after `since` (Unix
+    /// seconds), whatever the outbox says, with the same ids as before.
+    /// Leaves the outbox alone. Retries each batch until `deadline`.
+    pub fn export_history(&mut self, since: f64, deadline: Instant) -> Result<usize> {
+        self.export_history_with(since, deadline, |_, _| {})
+    }
+
+    /// [`Exporter::export_history`], calling `progress(sent, total)` after
+    /// each accepted batch. It takes no lease: a one-off re-send, asked for
+    /// by hand. Spans it re-sent that were still waiting in the outbox are
+    /// marked exported there (the normal exporter would send them again
+    /// otherwise). A failure is recorded for `status`, like the export
+    /// loop's, and its message names the endpoint and what to do.
+    pub fn export_history_with(
+        &mut self,
+        since: f64,
+        deadline: Instant,
+        progress: impl FnMut(usize, usize),
+    ) -> Result<usize> {
+        self.traces
+            .export_history_with(&mut self.store, since, deadline, progress)
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        let _ = self.release();
+    }
+}
+
+/// The trace export of a store without the store: its settings, transport,
+/// lease and backoff. Each call is given the connection to work on, so the
+/// driver steps it and the metric export over one connection.
+#[derive(Debug)]
+pub(crate) struct TraceExport {
+    config: ExportConfig,
+    runtime: SendRuntime,
+    transport: Option<Transport>,
+    lease: Lease,
+    pacing: Pacing,
+    resource: Resource,
+    options: SpanOptions,
+}
+
+impl TraceExport {
+    /// Builds the transport, sending on `runtime` (shared with a metric
+    /// export stepped by the same thread); nothing is sent yet and a
+    /// collector that is down is not an error.
+    pub(crate) fn new(config: ExportConfig, runtime: SendRuntime) -> Result<Self> {
         let transport = if config.enabled() {
             let _guard = runtime.enter();
             Some(Transport::new(&config)?)
@@ -165,8 +258,7 @@ impl Exporter {
             mode: config.trace_mode.value,
             include_sender: config.include_sender.value,
         };
-        Ok(Exporter {
-            store,
+        Ok(TraceExport {
             config,
             runtime,
             transport,
@@ -177,39 +269,21 @@ impl Exporter {
         })
     }
 
-    /// The store this exporter reads.
-    pub fn store(&self) -> &Store {
-        &self.store
-    }
-
-    /// The settings in use.
-    pub fn config(&self) -> &ExportConfig {
-        &self.config
-    }
-
-    /// This exporter's lease holder id.
-    pub fn holder(&self) -> &str {
+    /// This export's lease holder id.
+    pub(crate) fn holder(&self) -> &str {
         self.lease.holder()
     }
 
-    /// One step: take or renew the lease, apply the retention cap, send one
-    /// batch of ready rows, and delete them once accepted. Does nothing while
-    /// backing off, without the lease, or with export disabled (the cap still
-    /// applies then, so the disk stays bounded).
-    pub fn run_once(&mut self) -> Result<Step> {
-        self.step(None)
+    /// [`Exporter::run_once`] over `store`.
+    pub(crate) fn run_once(&mut self, store: &mut Store) -> Result<Step> {
+        self.step(store, None)
     }
 
-    /// Sends batches until no row is ready or `deadline` passes; waits out
-    /// backoff delays that end before the deadline. For a one-shot process's
-    /// last moments: whatever is left stays for the next exporter.
-    pub fn flush(&mut self, deadline: Instant) -> Result<Step> {
+    /// [`Exporter::flush`] over `store`.
+    pub(crate) fn flush(&mut self, store: &mut Store, deadline: Instant) -> Result<Step> {
         let mut total = Step::default();
-        loop {
-            if Instant::now() >= deadline || !self.pacing.wait_for_deadline(deadline) {
-                return Ok(total);
-            }
-            let step = self.step(Some(deadline))?;
+        while self.pacing.wait_to_send_by(deadline) {
+            let step = self.step(store, Some(deadline))?;
             total.leased = step.leased;
             total.exported += step.exported;
             total.skipped += step.skipped;
@@ -217,45 +291,34 @@ impl Exporter {
             total.backing_off = step.backing_off;
             if !step.leased || (!step.more && step.error.is_none()) {
                 total.more = step.more;
-                return Ok(total);
+                break;
             }
         }
+        Ok(total)
     }
 
-    /// Closes spans left open by processes that went away (see
-    /// [`Store::close_idle_runs`]), enqueueing them. Returns the runs closed.
-    pub fn close_idle(&mut self) -> Result<usize> {
-        self.store
-            .close_idle_runs(unix_now(), self.config.idle_timeout_seconds.value)
+    /// [`Exporter::close_idle`] over `store`.
+    pub(crate) fn close_idle(&self, store: &mut Store) -> Result<usize> {
+        store.close_idle_runs(unix_now(), self.config.idle_timeout_seconds.value)
     }
 
-    /// Gives the lease up (also done on drop).
-    pub fn release(&mut self) -> Result<()> {
-        self.lease.release(&mut self.store)
+    /// Gives the lease up, if this export holds it.
+    pub(crate) fn release(&self, store: &mut Store) -> Result<()> {
+        self.lease.release(store)
     }
 
-    /// Re-sends every finished span that ended at or after `since` (Unix
-    /// seconds), whatever the outbox says, with the same ids as before.
-    /// Leaves the outbox alone. Retries each batch until `deadline`.
-    pub fn export_history(&mut self, since: f64, deadline: Instant) -> Result<usize> {
-        self.export_history_with(since, deadline, |_, _| {})
-    }
-
-    /// [`Exporter::export_history`], calling `progress(sent, total)` after
-    /// each accepted batch. Spans it re-sent that were still waiting in the
-    /// outbox are marked exported there (the normal exporter would send
-    /// them again otherwise). A failure is recorded for `status`, like the
-    /// export loop's, and its message names the endpoint and what to do.
-    pub fn export_history_with(
+    /// [`Exporter::export_history_with`] over `store`.
+    pub(crate) fn export_history_with(
         &mut self,
+        store: &mut Store,
         since: f64,
         deadline: Instant,
         mut progress: impl FnMut(usize, usize),
     ) -> Result<usize> {
-        let rows = self.store.history(since)?;
+        let rows = store.history(since)?;
         let mut sent = 0;
         for chunk in rows.chunks(self.config.batch_max_spans.value.max(1)) {
-            let (spans, _) = self.build(chunk)?;
+            let (spans, _) = self.build(store, chunk)?;
             if spans.is_empty() {
                 continue;
             }
@@ -268,7 +331,7 @@ impl Exporter {
                         let wait = self.pacing.backoff().next(e.verdict);
                         if Instant::now() + wait >= deadline || e.verdict == retry::Verdict::Unsupported {
                             let text = failure_text(Signal::Traces, &self.config.endpoint.value, &e);
-                            self.store.export_failed(&text, unix_now())?;
+                            store.export_failed(&text, unix_now())?;
                             return Err(Error::Other(format!("export --since: {text}")));
                         }
                         std::thread::sleep(wait);
@@ -276,42 +339,39 @@ impl Exporter {
                 }
             }
             self.pacing.backoff().reset();
-            self.store.outbox_resent(chunk, unix_now())?;
+            store.outbox_resent(chunk, unix_now())?;
             sent += n;
             progress(sent, rows.len());
         }
         Ok(sent)
     }
 
-    fn step(&mut self, deadline: Option<Instant>) -> Result<Step> {
+    fn step(&mut self, store: &mut Store, deadline: Option<Instant>) -> Result<Step> {
         let mut out = Step::default();
         if let Some(left) = self.pacing.wait_left() {
             out.backing_off = Some(left);
             return Ok(out);
         }
         let now = unix_now();
-        if !self.lease.take(&mut self.store, now)? {
+        if !self.lease.take(store, now)? {
             return Ok(out);
         }
         out.leased = true;
-        self.store
-            .outbox_enforce_cap(self.config.outbox_max_rows.value, CAP_STEP)?;
+        store.outbox_enforce_cap(self.config.outbox_max_rows.value, CAP_STEP)?;
         if self.transport.is_none() {
             return Ok(out);
         }
         let limit = self.config.batch_max_spans.value.max(1);
-        let rows = self
-            .store
-            .outbox_ready(now, self.config.session_grace_seconds.value, limit)?;
+        let rows = store.outbox_ready(now, self.config.session_grace_seconds.value, limit)?;
         out.more = rows.len() == limit;
         if rows.is_empty() {
             return Ok(out);
         }
-        let (spans, skipped) = self.build(&rows)?;
+        let (spans, skipped) = self.build(store, &rows)?;
         let sampled_out = skipped.sampled_out;
         out.skipped = skipped.sampled_out + skipped.unfinished;
         if spans.is_empty() {
-            self.store.outbox_done(
+            store.outbox_done(
                 &rows,
                 &skipped.sessions,
                 &[
@@ -328,7 +388,7 @@ impl Exporter {
             Ok(accepted) => {
                 self.pacing.succeeded();
                 let rejected = accepted.rejected_spans.clamp(0, n as i64);
-                self.store.outbox_done(
+                store.outbox_done(
                     &rows,
                     &skipped.sessions,
                     &[
@@ -344,7 +404,7 @@ impl Exporter {
             Err(e) => {
                 let text = failure_text(Signal::Traces, &self.config.endpoint.value, &e);
                 let wait = self.pacing.failed(e.verdict, &text);
-                self.store.export_failed(&text, unix_now())?;
+                store.export_failed(&text, unix_now())?;
                 out.backing_off = Some(wait);
                 out.error = Some(text);
                 out.more = false;
@@ -395,8 +455,8 @@ impl Exporter {
     /// The spans of `rows` that are finished and sampled. Reads every
     /// ledger row of the batch in one read transaction, with one query per
     /// kind of row rather than one per outbox row.
-    fn build(&self, rows: &[OutboxRow]) -> Result<(Vec<Span>, Skipped)> {
-        self.store.read_snapshot(|store| {
+    fn build(&self, store: &Store, rows: &[OutboxRow]) -> Result<(Vec<Span>, Skipped)> {
+        store.read_snapshot(|store| {
             // Content goes out only while capture is on: turning it off
             // also stops what was captured before from leaving.
             let batch = store.batch_rows(rows, self.config.capture_content.value)?;
@@ -404,7 +464,7 @@ impl Exporter {
             let mut spans = Vec::with_capacity(rows.len());
             let mut skipped = Skipped::default();
             for row in rows {
-                match self.build_one(row, &batch, &mut sessions, &mut skipped.sessions)? {
+                match self.build_one(store, row, &batch, &mut sessions, &mut skipped.sessions)? {
                     Some(span) if self.config.sampler.value.keeps(&span.trace_id) => spans.push(span),
                     Some(_) => skipped.sampled_out += 1,
                     None => skipped.unfinished += 1,
@@ -416,12 +476,12 @@ impl Exporter {
 
     fn build_one(
         &self,
+        store: &Store,
         row: &OutboxRow,
         batch: &BatchRows,
         sessions: &mut Sessions,
         sent: &mut Vec<SentSession>,
     ) -> Result<Option<Span>> {
-        let store = &self.store;
         let opts = self.options;
         let Some((run, ancestry)) = sessions.get(store, &row.session_id)? else {
             return Ok(None);
@@ -533,12 +593,6 @@ fn scrub_error(message: &str, headers: &crate::config::export::Headers) -> Strin
         }
     }
     crate::redact::redact_text(&out).into_owned()
-}
-
-impl Drop for Exporter {
-    fn drop(&mut self) {
-        let _ = self.release();
-    }
 }
 
 #[derive(Debug, Default, Clone)]

@@ -1,13 +1,18 @@
 //! What the trace and the metric exporter share about sending: the store
 //! lease a signal is sent under, the backoff between failed sends (with the
-//! log line a failure gets), and a send bounded by a flush deadline.
+//! log line a failure gets, and, for a bounded flush, whether one more send
+//! fits before its deadline), and a send bounded by a flush deadline.
 //!
 //! Owns: [`Lease`], [`Pacing`] and [`block_on_until`]. Must not touch:
-//! what is sent (spans, series), the journal.
+//! what is sent (spans, series), the journal, when a flush has sent enough
+//! (each exporter's own rule: no more ready spans; one accepted push).
 //!
 //! Both exporters had their own copy of each until issue 14; one copy means
 //! the two signals cannot drift apart in how they take over a dead holder's
-//! lease, how long they wait after a failure, or how often they log it.
+//! lease, how long they wait after a failure, how a flush gives way to its
+//! deadline, or how often they log a failure. Each signal still has its own
+//! lease and its own [`Pacing`]: the collector may take one and refuse the
+//! other.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -101,10 +106,15 @@ impl Pacing {
         (now < t).then(|| t - now)
     }
 
-    /// For a flush: sleeps out a backoff that ends before `deadline` and
-    /// returns true, or returns false at once if it ends at or after it
-    /// (a flush never waits for a send it could not make in time).
-    pub(crate) fn wait_for_deadline(&self, deadline: Instant) -> bool {
+    /// For a flush, before each send: whether one may start before
+    /// `deadline`, having slept out a backoff that ends before it. False at
+    /// once once the deadline passed, or if the backoff ends at or after it
+    /// (a flush never waits for a send it could not make in time). Both
+    /// exporters' flushes loop on it, each stopping early by its own rule.
+    pub(crate) fn wait_to_send_by(&self, deadline: Instant) -> bool {
+        if Instant::now() >= deadline {
+            return false;
+        }
         let Some(t) = self.not_before else {
             return true;
         };
@@ -176,12 +186,16 @@ mod tests {
         assert_eq!(wait, Backoff::default().max);
         assert!(pacing.wait_left().is_some_and(|left| left <= wait));
         assert!(
-            !pacing.wait_for_deadline(Instant::now() + Duration::from_millis(1)),
+            !pacing.wait_to_send_by(Instant::now() + Duration::from_millis(1)),
             "a flush does not wait for a backoff past its deadline"
         );
         pacing.succeeded();
         assert_eq!(pacing.wait_left(), None);
-        assert!(pacing.wait_for_deadline(Instant::now()));
+        assert!(pacing.wait_to_send_by(Instant::now() + Duration::from_secs(60)));
+        assert!(
+            !pacing.wait_to_send_by(Instant::now()),
+            "nothing is sent once the deadline passed"
+        );
         assert_eq!(pacing.backoff().failures(), 0);
     }
 
