@@ -264,6 +264,18 @@ fn child(dir: &Path) -> ! {
     unreachable!("the loop ends only when the process is killed")
 }
 
+/// Journal rows the children have committed so far (0 before the store
+/// exists).
+fn journal_rows(dir: &Path) -> i64 {
+    let path = dir.join("kill.db");
+    if !path.exists() {
+        return 0;
+    }
+    rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .and_then(|c| c.query_row("SELECT COUNT(*) FROM journal", [], |r| r.get(0)))
+        .unwrap_or(0)
+}
+
 fn child_dir() -> Option<PathBuf> {
     std::env::var_os(CHILD).map(PathBuf::from)
 }
@@ -291,7 +303,14 @@ fn a_process_killed_mid_transaction_leaves_counts_equal_to_the_tables() {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn the child");
-        std::thread::sleep(Duration::from_millis(rng.u64(500..2_500)));
+        // Killed once it is writing (a loaded machine may take seconds to
+        // start it), at a random moment after.
+        let committed = journal_rows(dir.path());
+        let started = std::time::Instant::now();
+        while journal_rows(dir.path()) <= committed && started.elapsed() < Duration::from_secs(120) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(rng.u64(0..1_500)));
         child.kill().expect("SIGKILL");
         let status = child.wait().expect("reap");
         assert!(!status.success(), "the child ended before it was killed");
