@@ -70,15 +70,20 @@ fn budget_rows(store: &Store) -> String {
         .expect("budget rows")
 }
 
+/// Prunes the journal before `before`, then the finished requests before
+/// the horizon that moved, as the writer's sweep does (small batches).
+/// Returns the journal rows pruned.
 fn prune_all(store: &mut Store, before: f64) -> usize {
     let mut total = 0;
     loop {
         let n = store.prune_journal(before, 50).expect("prune");
         total += n;
         if n == 0 {
-            return total;
+            break;
         }
     }
+    while store.prune_finished_requests(7).expect("prune requests").1 {}
+    total
 }
 
 #[test]
@@ -93,9 +98,28 @@ fn pruning_the_journal_keeps_reports_budgets_and_re_export_exact() {
     let history = store.history(0.0).expect("history").len();
     let runs = count(&store, "SELECT COUNT(*) FROM runs");
 
-    let pruned = prune_all(&mut store, hermes_otel::unix_now() - 28.0 * DAY);
+    let requests = count(&store, "SELECT COUNT(*) FROM api_requests");
+    let unanswered = "SELECT COUNT(*) FROM api_requests a
+        WHERE NOT EXISTS (SELECT 1 FROM llm_calls l WHERE l.api_request_id = a.api_request_id)";
+    let open_before = count(&store, unanswered);
+    let horizon = hermes_otel::unix_now() - 28.0 * DAY;
+    let old_calls = count(
+        &store,
+        &format!("SELECT COUNT(*) FROM llm_calls WHERE ended_at < {horizon}"),
+    );
+    assert!(old_calls > 10 && open_before > 0, "{old_calls} {open_before}");
+
+    let pruned = prune_all(&mut store, horizon);
 
     assert_eq!(pruned, old.applied, "exactly the old copy's events went");
+    // The old copy's answered requests went; the recent copy's and every
+    // request that never got an answer stayed.
+    assert_eq!(
+        count(&store, "SELECT COUNT(*) FROM api_requests") as i64,
+        requests - old_calls
+    );
+    assert_eq!(count(&store, unanswered), open_before);
+    assert_eq!(store.store_count(pruned::REQUESTS).expect("count"), old_calls);
     assert_eq!(count(&store, "SELECT COUNT(*) FROM journal") as usize, recent.applied);
     assert_eq!(totals(&store), before, "the report is the same");
     assert_eq!(budget_rows(&store), budgets, "the budget rollups are the same");
@@ -254,16 +278,21 @@ fn the_writer_sweep_prunes_folds_and_caps_with_no_exporter() {
         let journal = count(&store, "SELECT COUNT(*) FROM journal");
         let outbox = count(&store, "SELECT COUNT(*) FROM outbox");
         let log = count(&store, "SELECT COUNT(*) FROM metric_log");
+        let answered = count(
+            &store,
+            "SELECT COUNT(*) FROM api_requests a JOIN llm_calls l USING (api_request_id)
+              WHERE l.ended_at < (SELECT CAST(value AS REAL) FROM meta WHERE key = 'retention.journal_horizon')",
+        );
         // Report rollups reach five minutes ago (within a quarter hour).
         let rolled = store.rolled_until().expect("rollup mark") as f64;
         let rolled_up = rolled >= hermes_otel::unix_now() - 300.0 - 900.0;
         // The newest journal row stays (its seq is never reused).
-        if journal <= 1 && outbox <= 3 && log == 0 && rolled_up {
+        if journal <= 1 && outbox <= 3 && log == 0 && answered == 0 && rolled_up {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "journal {journal}, outbox {outbox}, metric log {log}, rollups up to {rolled}"
+            "journal {journal}, outbox {outbox}, metric log {log}, answered requests {answered}, rollups up to {rolled}"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -281,6 +310,7 @@ fn the_writer_sweep_prunes_folds_and_caps_with_no_exporter() {
         ) > 0
     );
     assert!(store.store_count(pruned::JOURNAL).expect("count") as usize >= 2 * old.applied - 1);
+    assert!(store.store_count(pruned::REQUESTS).expect("count") > 10);
     assert!(
         count(&store, "SELECT COUNT(*) FROM metric_series") > 0,
         "the log was folded, not dropped"
@@ -427,6 +457,7 @@ fn status_counts_what_was_pruned_and_refused() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     let r = &v["retention"];
     assert_eq!(r["pruned"]["journal"].as_u64(), Some(pruned as u64));
+    assert!(r["pruned"]["finished_requests"].as_u64().is_some_and(|n| n > 10), "{r}");
     assert_eq!(r["refused_too_old"].as_u64(), Some(old.applied as u64));
     assert!(r["journal_horizon"].as_f64().is_some());
     let settings = r["settings"].as_array().expect("settings");

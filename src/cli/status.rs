@@ -111,6 +111,7 @@ struct RetentionState {
     journal: i64,
     outbox: i64,
     content: i64,
+    requests: i64,
     refused: i64,
     horizon: Option<f64>,
     /// How far `report`'s rollups hold (Unix seconds, 0: not yet).
@@ -125,6 +126,7 @@ fn retention_state(store: &Store) -> Result<RetentionState> {
         journal: store.store_count(pruned::JOURNAL)?,
         outbox: store.store_count(pruned::OUTBOX)?,
         content: store.store_count(pruned::CONTENT)?,
+        requests: store.store_count(pruned::REQUESTS)?,
         refused: store.store_count(pruned::REFUSED)?,
         horizon: store.journal_horizon()?,
         rolled_until: store.rolled_until()?,
@@ -141,7 +143,12 @@ impl RetentionState {
             .collect();
         serde_json::json!({
             "settings": settings,
-            "pruned": { "journal": self.journal, "outbox": self.outbox, "content": self.content },
+            "pruned": {
+                "journal": self.journal,
+                "outbox": self.outbox,
+                "content": self.content,
+                "finished_requests": self.requests,
+            },
             "refused_too_old": self.refused,
             "journal_horizon": self.horizon,
             "report_rolled_until": self.rolled_until,
@@ -155,8 +162,8 @@ impl RetentionState {
             s.journal_days.value, s.outbox_days.value, s.content_hours.value
         );
         println!(
-            "  pruned        {} journal rows, {} spans never accepted, {} content rows",
-            self.journal, self.outbox, self.content
+            "  pruned        {} journal rows, {} spans never accepted, {} content rows, {} finished requests",
+            self.journal, self.outbox, self.content, self.requests
         );
         if let Some(h) = self.horizon {
             let at = jiff::Timestamp::from_microsecond((h * 1e6) as i64)

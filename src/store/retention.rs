@@ -1,11 +1,23 @@
 //! Retention: what the store forgets, and when (issue 18).
 //!
-//! Owns: deleting journal rows, outbox rows and captured content past
-//! their retention, in small batches (one short transaction each, called
-//! from the writer's sweep, never from a hook), and the journal's horizon.
-//! Must not touch: the ledger (runs, turns, calls, errors, tool calls,
-//! edges, approvals) and the budget rollups, which reports, budgets and
-//! `export --since` read for as long as the store lives.
+//! Owns: deleting journal rows, outbox rows, captured content and finished
+//! requests' state past their retention, in small batches (one short
+//! transaction each, called from the writer's sweep, never from a hook),
+//! and the journal's horizon. Must not touch: the ledger (runs, turns,
+//! calls, errors, tool calls, edges, approvals) and the budget rollups,
+//! which reports, budgets and `export --since` read for as long as the
+//! store lives.
+//!
+//! # Finished requests
+//!
+//! `api_requests` holds what `pre_api_request` said of a request until its
+//! call ends: the attempt's start, the estimator's input, whether an exit
+//! closed the attempt. Once the call is in `llm_calls` only a later event of
+//! the same request reads it, and once the call ended before the horizon
+//! no such event can be applied (it is a duplicate by its key, or refused).
+//! So those rows go too, the oldest calls first: about a fifth of what a
+//! hook call leaves in the store for good. Requests that never got an
+//! answer stay (the exit and `export --since` send their open attempts).
 //!
 //! # The journal's horizon
 //!
@@ -39,7 +51,13 @@ pub mod pruned {
     pub const CONTENT: &str = "pruned.content";
     /// Events refused because they are older than the journal's horizon.
     pub const REFUSED: &str = "refused.too_old";
+    /// Finished requests' `api_requests` rows deleted.
+    pub const REQUESTS: &str = "pruned.requests";
 }
+
+/// The `meta` key of the end time up to which finished requests were
+/// deleted.
+const REQUESTS_MARK_KEY: &str = "retention.requests_through";
 
 /// The journal key prefix of time `at`: keys of events before `at` sort
 /// before it. Must match the key format of `ledger.rs`.
@@ -49,11 +67,7 @@ pub(super) fn key_prefix(at: f64) -> String {
 
 /// The journal's horizon inside a transaction: events before it are refused.
 pub(super) fn horizon(tx: &Transaction<'_>) -> Result<Option<f64>> {
-    let text: Option<String> = tx
-        .prepare_cached("SELECT value FROM meta WHERE key = ?1")?
-        .query_row(params![HORIZON_KEY], |r| r.get(0))
-        .optional()?;
-    Ok(text.and_then(|t| t.parse().ok()))
+    meta_f64(tx, HORIZON_KEY)
 }
 
 /// Adds `by` to the counter `name` of `store_counts`.
@@ -79,7 +93,62 @@ pub(super) const PRUNE_JOURNAL: &str = "DELETE FROM journal WHERE seq IN (
 pub(super) const EXPIRE_OUTBOX: &str = "DELETE FROM outbox WHERE seq IN (
         SELECT seq FROM (SELECT seq, ready_at FROM outbox ORDER BY seq LIMIT ?2) WHERE ready_at < ?1)";
 
+/// LLM calls that ended in `[?1, ?2)`, oldest first, at most `?3`: their
+/// requests are finished (see the module docs).
+pub(super) const FINISHED_REQUESTS: &str = "SELECT api_request_id, ended_at FROM llm_calls
+      WHERE ended_at >= ?1 AND ended_at < ?2 ORDER BY ended_at LIMIT ?3";
+
+fn set_meta(tx: &Transaction<'_>, key: &str, value: f64) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    )?
+    .execute(params![key, value.to_string()])?;
+    Ok(())
+}
+
+fn meta_f64(tx: &Transaction<'_>, key: &str) -> Result<Option<f64>> {
+    let text: Option<String> = tx
+        .prepare_cached("SELECT value FROM meta WHERE key = ?1")?
+        .query_row(params![key], |r| r.get(0))
+        .optional()?;
+    Ok(text.and_then(|t| t.parse().ok()))
+}
+
 impl Store {
+    /// Deletes the `api_requests` rows of up to `limit` calls that ended
+    /// before the journal's horizon, oldest first, in one transaction (see
+    /// the module docs). Returns how many rows went and whether older
+    /// calls may remain.
+    pub fn prune_finished_requests(&mut self, limit: usize) -> Result<(usize, bool)> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let Some(horizon) = horizon(&tx)? else {
+            return Ok((0, false));
+        };
+        let from = meta_f64(&tx, REQUESTS_MARK_KEY)?.unwrap_or(0.0);
+        let calls: Vec<(String, f64)> = tx
+            .prepare_cached(FINISHED_REQUESTS)?
+            .query_map(params![from, horizon, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        let mut deleted = 0;
+        {
+            let mut delete = tx.prepare_cached("DELETE FROM api_requests WHERE api_request_id = ?1")?;
+            for (id, _) in &calls {
+                deleted += delete.execute(params![id])?;
+            }
+        }
+        let more = calls.len() == limit;
+        if let Some(&(_, last)) = calls.last() {
+            // The next batch starts at the last end time (calls ending then
+            // are read again, and find nothing), or just past it when a
+            // whole batch ended at the same moment.
+            let mark = if more && last <= from { last.next_up() } else { last };
+            set_meta(&tx, REQUESTS_MARK_KEY, mark)?;
+        }
+        count(&tx, pruned::REQUESTS, deleted as i64)?;
+        tx.commit()?;
+        Ok((deleted, more))
+    }
+
     /// Deletes up to `limit` journal rows of events before `before`, in one
     /// transaction, and moves the horizon to `before` if any went. Returns
     /// how many were deleted.
@@ -90,10 +159,7 @@ impl Store {
             .execute(params![key_prefix(before), limit as i64])?;
         if n > 0 {
             let moved = horizon(&tx)?.map_or(before, |h| h.max(before));
-            tx.prepare_cached(
-                "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            )?
-            .execute(params![HORIZON_KEY, moved.to_string()])?;
+            set_meta(&tx, HORIZON_KEY, moved)?;
             count(&tx, pruned::JOURNAL, n as i64)?;
             let mut counts = RowCounts::default();
             counts.deleted(Counted::Journal, n);
@@ -200,6 +266,7 @@ mod tests {
         for sql in [
             PRUNE_JOURNAL,
             EXPIRE_OUTBOX,
+            FINISHED_REQUESTS,
             super::super::content::PRUNABLE_CONTENT,
             super::super::content::CONTENT_CANDIDATES,
             super::super::metrics::FOLD_SESSIONS,

@@ -34,7 +34,7 @@ pub(super) const RETAIN_BACKLOG_PAUSE: Duration = Duration::from_millis(200);
 
 impl Writer {
     /// One step of retention (see `store/retention.rs`): at most
-    /// [`RETAIN_BATCH`] journal rows, expired outbox rows, outbox rows over
+    /// [`RETAIN_BATCH`] journal rows, finished requests, expired outbox rows, outbox rows over
     /// the cap and content rows deleted, and metric log rows folded (the
     /// log is consumed by folding, which no other process may be doing:
     /// trace and metric export can both be off). Returns whether it changed
@@ -62,6 +62,16 @@ impl Writer {
             "pruning the journal",
             store.prune_journal(now - r.journal_days.value * DAY, RETAIN_BATCH),
         );
+        let (requests, requests_more) = match store.prune_finished_requests(RETAIN_BATCH) {
+            Ok(step) => step,
+            Err(e) => {
+                shared.message(
+                    "Writer.RetentionFailed",
+                    format!("pruning finished requests failed: {e}"),
+                );
+                (0, false)
+            }
+        };
         let expired = handled(
             "expiring the outbox",
             store.expire_outbox(now - r.outbox_days.value * DAY, RETAIN_BATCH),
@@ -112,8 +122,9 @@ impl Writer {
                 0
             }
         };
-        let worked = journal + expired + capped + content + folded + rolled.buckets > 0 || vacuumed > 0;
+        let worked = journal + requests + expired + capped + content + folded + rolled.buckets > 0 || vacuumed > 0;
         let more = journal == RETAIN_BATCH
+            || requests_more
             || expired == RETAIN_BATCH
             || capped == RETAIN_BATCH
             || (content_more && content > 0)
