@@ -349,32 +349,34 @@ fn measure_commands(store: &Store, now: f64) {
 fn retain(store: &mut Store, now: f64) -> (usize, Vec<(&'static str, Vec<Duration>)>) {
     let mut cursor = ContentCursor::default();
     let mut steps = 0;
-    let mut times: Vec<(&'static str, Vec<Duration>)> =
-        ["journal", "outbox", "cap", "content", "fold", "rollup", "vacuum"]
-            .into_iter()
-            .map(|k| (k, Vec::new()))
-            .collect();
+    let mut times: Vec<(&'static str, Vec<Duration>)> = [
+        "journal", "requests", "outbox", "cap", "content", "fold", "rollup", "vacuum",
+    ]
+    .into_iter()
+    .map(|k| (k, Vec::new()))
+    .collect();
     loop {
         let mut handled = 0;
         for (i, (_, spent)) in times.iter_mut().enumerate() {
             let t0 = Instant::now();
             handled += match i {
                 0 => store.prune_journal(now - JOURNAL_DAYS * DAY, BATCH).expect("journal"),
-                1 => store.expire_outbox(now - OUTBOX_DAYS * DAY, BATCH).expect("outbox"),
-                2 => store.outbox_enforce_cap(1_000_000, BATCH).expect("cap") as usize,
-                3 => {
+                1 => store.prune_finished_requests(BATCH).expect("requests").0,
+                2 => store.expire_outbox(now - OUTBOX_DAYS * DAY, BATCH).expect("outbox"),
+                3 => store.outbox_enforce_cap(1_000_000, BATCH).expect("cap") as usize,
+                4 => {
                     store
                         .prune_content_batch(now - DAY, now - OUTBOX_DAYS * DAY, &mut cursor, BATCH)
                         .expect("content")
                         .0
                 }
-                4 => {
+                5 => {
                     store
                         .fold_metrics(now, now - 120.0, FOLD_STEP, &mut hermes_otel::metrics::measure)
                         .expect("fold")
                         .rows
                 }
-                5 => store.roll_up(now - 300.0).expect("roll up").buckets,
+                6 => store.roll_up(now - 300.0).expect("roll up").buckets,
                 _ => store.vacuum_step(4096, 512).expect("vacuum") as usize,
             };
             spent.push(t0.elapsed());
