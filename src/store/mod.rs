@@ -265,6 +265,13 @@ pub fn connect(path: &Path) -> Result<Connection> {
     // Checkpoints are run by `Store::checkpoint`, off the per-event path.
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
     conn.pragma_update(None, "foreign_keys", "OFF")?;
+    // Plans that never depend on bound values. Without this SQLite marks a
+    // statement whose WHERE it compared with a constant (a partial index's
+    // condition, say) to be compiled again whenever its bindings change,
+    // and the statement cache clears bindings on every return: such a
+    // statement was parsed and planned anew on every use (the rollup's
+    // first-use lookups: about 0.2 ms each).
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)
 }
