@@ -398,7 +398,15 @@ fn crash_suite(opener: Opener, test_name: &str) {
             let mode: i64 = conn
                 .query_row("PRAGMA auto_vacuum", [], |r| r.get(0))
                 .expect("auto_vacuum");
-            assert_eq!(mode, 2, "the store's files are incremental");
+            let pages: i64 = conn
+                .query_row("PRAGMA page_count", [], |r| r.get(0))
+                .expect("page_count");
+            // A file every child was killed in before its first page was
+            // written has no mode yet (the next open sets it): on a loaded
+            // machine that happens.
+            if pages > 0 {
+                assert_eq!(mode, 2, "the store's files are incremental");
+            }
         }
     }
     eprintln!(
