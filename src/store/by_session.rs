@@ -38,20 +38,26 @@ const TOTALS_COST: &str = "hermes_totals_cost";
 /// failed attempts, most expensive first, ties by id (`by_cost` in
 /// `report.rs`: SQLite's text order is Rust's byte order, and a sum is
 /// never NaN or -0). Each session's rows are read through its table's
-/// session index. The inner select stays a co-routine (`OFFSET 0` keeps
-/// SQLite from flattening it), so each sum is computed once, not once more
-/// for the sort key.
+/// session index, and only for the kinds its run counts any of: run
+/// totals count every row (an invariant, ARCHITECTURE.md), and most
+/// sessions have no failed attempts and many no tool calls, so this skips
+/// most of the seeks. The inner select stays a co-routine (`OFFSET 0`
+/// keeps SQLite from flattening it), so each sum is computed once, not
+/// once more for the sort key.
 pub(super) const SESSIONS_BY_COST: &str = "
     SELECT session_id, llm, tools, errors FROM (
       SELECT r.session_id,
-             (SELECT hermes_llm_totals(l.cost_usd, l.input_tokens, l.output_tokens, l.cache_read_tokens,
-                                       l.cache_write_tokens, l.reasoning_tokens, l.estimated,
-                                       l.cost_source = 'unknown', l.aux_task IS NOT NULL)
-                FROM llm_calls l WHERE l.session_id = r.session_id) AS llm,
-             (SELECT hermes_tool_totals(t.status, t.ok, t.exit_code)
-                FROM tool_calls t
-               WHERE t.session_id = r.session_id AND t.ended_at IS NOT NULL AND t.proxy = 0) AS tools,
-             (SELECT COUNT(*) FROM llm_call_errors e WHERE e.session_id = r.session_id) AS errors
+             CASE WHEN r.llm_calls != 0 THEN
+               (SELECT hermes_llm_totals(l.cost_usd, l.input_tokens, l.output_tokens, l.cache_read_tokens,
+                                         l.cache_write_tokens, l.reasoning_tokens, l.estimated,
+                                         l.cost_source = 'unknown', l.aux_task IS NOT NULL)
+                  FROM llm_calls l WHERE l.session_id = r.session_id) END AS llm,
+             CASE WHEN r.tool_calls != 0 THEN
+               (SELECT hermes_tool_totals(t.status, t.ok, t.exit_code)
+                  FROM tool_calls t
+                 WHERE t.session_id = r.session_id AND t.ended_at IS NOT NULL AND t.proxy = 0) END AS tools,
+             CASE WHEN r.api_errors != 0 THEN
+               (SELECT COUNT(*) FROM llm_call_errors e WHERE e.session_id = r.session_id) ELSE 0 END AS errors
         FROM runs r WHERE r.started_at >= ?1 AND r.started_at < ?2
        LIMIT -1 OFFSET 0)
      ORDER BY hermes_totals_cost(llm) DESC, session_id";
@@ -167,13 +173,13 @@ fn tool_fact(ctx: &Context<'_>) -> rusqlite::Result<FactRow> {
     Ok(f)
 }
 
-/// Bytes a [`Totals`] takes as a blob: 16 numbers of 8 bytes.
-const BLOB_LEN: usize = 16 * 8;
+/// Which of [`words`]' numbers are floats (their bits): the cost and the
+/// auxiliary cost.
+const FLOAT_WORDS: [usize; 2] = [0, 14];
 
-/// `t` as a blob: its fields in declaration order, each 8 bytes little
-/// endian (a float's bits), the cost first.
-fn blob_of_totals(t: &Totals) -> Vec<u8> {
-    let words: [u64; 16] = [
+/// `t`'s fields in declaration order as 16 numbers, a float as its bits.
+fn words(t: &Totals) -> [u64; 16] {
+    [
         t.cost_usd.to_bits(),
         t.input_tokens as u64,
         t.output_tokens as u64,
@@ -190,39 +196,88 @@ fn blob_of_totals(t: &Totals) -> Vec<u8> {
         t.aux_llm_calls as u64,
         t.aux_cost_usd.to_bits(),
         t.sessions as u64,
-    ];
-    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    ]
+}
+
+/// The [`Totals`] of [`words`].
+fn totals_of_words(w: [u64; 16]) -> Totals {
+    Totals {
+        cost_usd: f64::from_bits(w[0]),
+        input_tokens: w[1] as i64,
+        output_tokens: w[2] as i64,
+        cache_read_tokens: w[3] as i64,
+        cache_write_tokens: w[4] as i64,
+        reasoning_tokens: w[5] as i64,
+        llm_calls: w[6] as i64,
+        estimated_llm_calls: w[7] as i64,
+        unpriced_llm_calls: w[8] as i64,
+        api_errors: w[9] as i64,
+        tool_calls: w[10] as i64,
+        tool_failures: w[11] as i64,
+        tool_nonzero_exits: w[12] as i64,
+        aux_llm_calls: w[13] as i64,
+        aux_cost_usd: f64::from_bits(w[14]),
+        sessions: w[15] as i64,
+    }
+}
+
+/// `t` as a blob, small because SQLite's sorter holds one or two a
+/// session (what fits its cache is never written to a temporary file):
+/// the cost's 8 bytes (little endian) first, for [`cost_of_blob`]; a
+/// 16-bit map (little endian) of which other numbers are not zero; then
+/// those, a float as its 8 bytes, an integer as a zigzag varint (most are
+/// a few calls or a few thousand tokens: one to three bytes).
+fn blob_of_totals(t: &Totals) -> Vec<u8> {
+    let w = words(t);
+    let mut out = Vec::with_capacity(32);
+    out.extend_from_slice(&w[0].to_le_bytes());
+    let present = (1..16).filter(|&i| w[i] != 0).fold(0u16, |m, i| m | 1 << i);
+    out.extend_from_slice(&present.to_le_bytes());
+    for i in (1..16).filter(|&i| present & 1 << i != 0) {
+        if FLOAT_WORDS.contains(&i) {
+            out.extend_from_slice(&w[i].to_le_bytes());
+        } else {
+            let v = w[i] as i64;
+            let mut z = ((v << 1) ^ (v >> 63)) as u64;
+            while z >= 0x80 {
+                out.push(z as u8 | 0x80);
+                z >>= 7;
+            }
+            out.push(z as u8);
+        }
+    }
+    out
 }
 
 /// The [`Totals`] of a blob [`blob_of_totals`] wrote (zeros for one it did not).
 fn totals_of_blob(b: &[u8]) -> Totals {
-    if b.len() != BLOB_LEN {
-        return Totals::default();
+    decode_words(b).map(totals_of_words).unwrap_or_default()
+}
+
+fn decode_words(b: &[u8]) -> Option<[u64; 16]> {
+    let mut w = [0u64; 16];
+    w[0] = u64::from_le_bytes(b.get(..8)?.try_into().ok()?);
+    let present = u16::from_le_bytes(b.get(8..10)?.try_into().ok()?);
+    let mut at = 10;
+    for i in (1..16).filter(|&i| present & 1 << i != 0) {
+        if FLOAT_WORDS.contains(&i) {
+            w[i] = u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?);
+            at += 8;
+        } else {
+            let (mut z, mut shift) = (0u64, 0);
+            loop {
+                let byte = *b.get(at)?;
+                at += 1;
+                z |= u64::from(byte & 0x7f).checked_shl(shift)?;
+                if byte < 0x80 {
+                    break;
+                }
+                shift += 7;
+            }
+            w[i] = ((z >> 1) as i64 ^ -((z & 1) as i64)) as u64;
+        }
     }
-    let word = |i: usize| {
-        let mut bytes = [0u8; 8];
-        bytes.copy_from_slice(&b[i * 8..i * 8 + 8]);
-        u64::from_le_bytes(bytes)
-    };
-    let int = |i: usize| word(i) as i64;
-    Totals {
-        cost_usd: f64::from_bits(word(0)),
-        input_tokens: int(1),
-        output_tokens: int(2),
-        cache_read_tokens: int(3),
-        cache_write_tokens: int(4),
-        reasoning_tokens: int(5),
-        llm_calls: int(6),
-        estimated_llm_calls: int(7),
-        unpriced_llm_calls: int(8),
-        api_errors: int(9),
-        tool_calls: int(10),
-        tool_failures: int(11),
-        tool_nonzero_exits: int(12),
-        aux_llm_calls: int(13),
-        aux_cost_usd: f64::from_bits(word(14)),
-        sessions: int(15),
-    }
+    (at == b.len()).then_some(w)
 }
 
 /// A blob's cost without decoding the rest.
@@ -239,16 +294,17 @@ mod tests {
     #[test]
     fn totals_round_trip_through_their_blob() {
         // Every field a different value, so a field the blob drops or
-        // swaps comes back wrong (and a new field breaks this literal).
+        // swaps comes back wrong (and a new field breaks this literal);
+        // large, negative and zero ones too.
         let t = Totals {
             cost_usd: 0.1 + 0.2,
             input_tokens: 2,
-            output_tokens: 3,
-            cache_read_tokens: 4,
-            cache_write_tokens: 5,
-            reasoning_tokens: 6,
-            llm_calls: 7,
-            estimated_llm_calls: 8,
+            output_tokens: 300,
+            cache_read_tokens: 4_000_000_000_000,
+            cache_write_tokens: -5,
+            reasoning_tokens: i64::MAX,
+            llm_calls: i64::MIN,
+            estimated_llm_calls: 0,
             unpriced_llm_calls: 9,
             api_errors: 10,
             tool_calls: 11,
@@ -259,10 +315,25 @@ mod tests {
             sessions: 16,
         };
         let blob = blob_of_totals(&t);
-        assert_eq!(blob.len(), BLOB_LEN);
         assert_eq!(totals_of_blob(&blob), t);
         assert_eq!(cost_of_blob(&blob).to_bits(), t.cost_usd.to_bits());
-        assert_eq!(totals_of_blob(&[1, 2, 3]), Totals::default(), "not a blob of ours");
+        let small = Totals {
+            cost_usd: 0.0125,
+            llm_calls: 3,
+            input_tokens: 1200,
+            ..Totals::default()
+        };
+        let blob = blob_of_totals(&small);
+        assert_eq!(blob.len(), 8 + 2 + 2 + 1, "a typical session's calls in a few bytes");
+        assert_eq!(totals_of_blob(&blob), small);
+        assert_eq!(totals_of_blob(&blob_of_totals(&Totals::default())), Totals::default());
+        for bad in [
+            &[1u8, 2, 3][..],
+            &blob[..blob.len() - 1],
+            &[blob.as_slice(), &[0]].concat(),
+        ] {
+            assert_eq!(totals_of_blob(bad), Totals::default(), "not a blob of ours: {bad:?}");
+        }
     }
 
     /// The statement reads the window's runs by start and each table
