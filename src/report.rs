@@ -244,9 +244,10 @@ pub struct Group {
     pub totals: Totals,
 }
 
-/// A whole report.
+/// A whole report. Its session list is a `Vec` unless a caller supplies
+/// another (`report --json` writes one as it reads it: [`Report::with_sessions`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Report {
+pub struct Report<S = Vec<Group>> {
     pub schema: &'static str,
     /// RFC 3339 bounds of the window, `[since, until)`.
     pub since: String,
@@ -261,12 +262,34 @@ pub struct Report {
     pub by_cron_job: Vec<Group>,
     /// The sessions that started in the window, each with everything it
     /// spent, most expensive first (the human form lists the first few).
-    pub by_session: Vec<Group>,
+    pub by_session: S,
     /// Calls whose cost the provider reported itself (then the cost above),
     /// by model and provider, with the price table's estimate beside it:
     /// what to check against the provider's invoice. Empty when no provider
     /// reported a cost.
     pub provider_billed: Vec<ProviderBilled>,
+}
+
+impl<S> Report<S> {
+    /// This report with `by_session` as its session list instead (one a
+    /// caller writes as it reads it, most expensive first as
+    /// [`Builder::finish`] sorts them).
+    pub fn with_sessions<T>(self, by_session: T) -> Report<T> {
+        Report {
+            schema: self.schema,
+            since: self.since,
+            until: self.until,
+            timezone: self.timezone,
+            totals: self.totals,
+            by_day: self.by_day,
+            by_model: self.by_model,
+            by_provider: self.by_provider,
+            by_sender: self.by_sender,
+            by_cron_job: self.by_cron_job,
+            by_session,
+            provider_billed: self.provider_billed,
+        }
+    }
 }
 
 /// The key as a report shows it: `None` where unknown.

@@ -4,7 +4,9 @@
 //! and every report of both agrees, over windows that cut quarter hours
 //! and days, in zones with half-hour and quarter-hour offsets and
 //! half-hour daylight saving, after late facts. `by_session`, read in one
-//! pass, is held to the run totals the ledger keeps for each session.
+//! pass, is held to the run totals the ledger keeps for each session, and
+//! `report --json`, which streams it, to the report that lists it from
+//! one statement a session, byte for byte.
 
 use std::path::Path;
 
@@ -355,4 +357,66 @@ fn a_store_rolled_up_before_hours_were_kept_gets_them_on_upgrade() {
     let upgraded = Store::open(&path).expect("upgrade");
     assert_eq!(rows_of_level(&upgraded, 2), hours, "every hour below the mark");
     agree(&ledger, &upgraded, "upgraded from schema 12");
+}
+
+/// `report --json` writes its session list as the store reads it, a
+/// session at a time, and what it prints is, byte for byte, the report
+/// that lists every session with the per-session statement's sums sorted
+/// in memory (how `by_session` was made before it was streamed): the same
+/// fields, order and values, ties among the copies' equal costs included.
+#[test]
+fn report_json_streams_the_report_that_lists_every_session() {
+    /// The CLI's end of an open window (9999-01-01T00:00:00Z).
+    const END_OF_TIME: f64 = 253_370_764_800.0;
+    let lines = stream::fixture_lines();
+    let (ledger, rolled, da, db) = rolled_up_twelve(&lines);
+    // Whole seconds, so the CLI reads back the same bounds.
+    let stamp = |t: f64| jiff::Timestamp::from_second(t as i64).expect("time").to_string();
+    let windows = [
+        (None, None),
+        (Some(T0 + 3.0 * DAY + 123.0), Some(T0 + 9.0 * DAY + 4567.0)),
+        (Some(T0 + 11.0 * HOUR + 17.0), None),
+        (Some(T0 + 2.0 * DAY), Some(T0 + 2.0 * DAY + 900.0)),
+    ];
+    let mut listed_sessions = 0;
+    for (store, dir) in [(&ledger, da.path()), (&rolled, db.path())] {
+        for zone in ["UTC", "Asia/Kathmandu", "Australia/Lord_Howe"] {
+            let tz = TimeZone::get(zone).expect("zone");
+            for (since, until) in windows {
+                let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-otel"));
+                cmd.arg("--home").arg(dir).args(["report", "--json", "--tz", zone]);
+                if let Some(t) = since {
+                    cmd.args(["--since", &stamp(t)]);
+                }
+                if let Some(t) = until {
+                    cmd.args(["--until", &stamp(t)]);
+                }
+                let out = cmd.output().expect("run hermes-otel report");
+                assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+                let printed = String::from_utf8(out.stdout).expect("UTF-8");
+                let listed = store
+                    .report(
+                        &tz,
+                        since.unwrap_or(0.0),
+                        until.unwrap_or(END_OF_TIME),
+                        Some(usize::MAX),
+                    )
+                    .expect("report");
+                listed_sessions += listed.by_session.len();
+                let want = serde_json::to_string_pretty(&listed).expect("JSON") + "\n";
+                let at = format!("{zone} {since:?}..{until:?}");
+                let differs = printed.lines().zip(want.lines()).position(|(a, b)| a != b);
+                if let Some(line) = differs {
+                    panic!(
+                        "{at}: line {} differs: {:?} != {:?}",
+                        line + 1,
+                        printed.lines().nth(line),
+                        want.lines().nth(line)
+                    );
+                }
+                assert_eq!(printed, want, "{at}: lengths differ");
+            }
+        }
+    }
+    assert!(listed_sessions > 100, "the windows list sessions ({listed_sessions})");
 }

@@ -26,6 +26,7 @@
 //!   background path instead.
 
 mod budget;
+mod by_session;
 mod content;
 mod doctor;
 mod fleet;
@@ -154,6 +155,7 @@ impl Store {
             profile: None,
             runs: run_memo::RunMemo::default(),
         };
+        by_session::register_functions(&store.conn)?;
         store.migrate()?;
         Ok(store)
     }

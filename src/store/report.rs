@@ -1,7 +1,5 @@
 //! Read-only queries for reports and `status`.
 
-use std::collections::HashMap;
-
 use rusqlite::{params, OptionalExtension};
 
 use super::Store;
@@ -100,59 +98,6 @@ pub(super) static FACTS: std::sync::LazyLock<String> = std::sync::LazyLock::new(
 pub(super) static SESSION_FACTS: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| facts_sql("l.session_id = ?1", "e.session_id = ?1", "t.session_id = ?1"));
 
-/// What `by_session` adds up of every session that started in `[?1, ?2)`,
-/// whenever it ended: the session, the kind of row (as in [`facts_sql`]),
-/// an LLM call's cost, tokens, whether it was estimated, unpriced or
-/// auxiliary, a tool call's status, ok and exit code; the rows
-/// [`facts_sql`] selects, without the columns only the groupings read.
-/// Each arm walks the window's runs by start (`runs_started`) and each
-/// run's rows through its table's session index, so `by_session` costs one
-/// statement and the rows of its sessions, not a statement a session. A
-/// session's rows come in the order [`SESSION_FACTS`] gives them, so its
-/// sums add up the same way.
-pub(super) const STARTED_SESSIONS_ROWS: &str = "
-    SELECT r.session_id, 0, l.cost_usd, l.input_tokens, l.output_tokens, l.cache_read_tokens,
-           l.cache_write_tokens, l.reasoning_tokens, l.estimated, l.cost_source = 'unknown',
-           l.aux_task IS NOT NULL, NULL, NULL, NULL
-      FROM runs r JOIN llm_calls l ON l.session_id = r.session_id
-     WHERE r.started_at >= ?1 AND r.started_at < ?2
-    UNION ALL
-    SELECT r.session_id, 1, 0.0, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL
-      FROM runs r JOIN llm_call_errors e ON e.session_id = r.session_id
-     WHERE r.started_at >= ?1 AND r.started_at < ?2
-    UNION ALL
-    SELECT r.session_id, 2, 0.0, 0, 0, 0, 0, 0, 0, 0, 0, t.status, t.ok, t.exit_code
-      FROM runs r JOIN tool_calls t ON t.session_id = r.session_id
-     WHERE r.started_at >= ?1 AND r.started_at < ?2 AND t.ended_at IS NOT NULL AND t.proxy = 0";
-
-/// What a row of [`STARTED_SESSIONS_ROWS`] adds to its session: the
-/// fact it is, as [`Totals::of_fact`] reads it (no strings copied but an
-/// empty auxiliary task's).
-fn started_session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<FactRow> {
-    let (kind, tool_outcome) = kind_and_outcome(r, 1, 11)?;
-    Ok(FactRow {
-        kind,
-        at: 0.0,
-        session_id: String::new(),
-        model: None,
-        provider: None,
-        sender_id: None,
-        cron_job_id: None,
-        input_tokens: r.get(3)?,
-        output_tokens: r.get(4)?,
-        cache_read_tokens: r.get(5)?,
-        cache_write_tokens: r.get(6)?,
-        reasoning_tokens: r.get(7)?,
-        cost_usd: r.get(2)?,
-        estimated: r.get(8)?,
-        unpriced: r.get(9)?,
-        tool_outcome,
-        aux_task: r.get::<_, bool>(10)?.then(String::new),
-        provider_estimate_usd: None,
-        session_started_at: 0.0,
-    })
-}
-
 /// The kind of a fact row (its number in column `kind`) and, for a tool
 /// call, how it ended (from its status, ok and exit code in the columns
 /// from `status` on).
@@ -221,6 +166,38 @@ impl Store {
     /// ledger for the rest (the window's first part quarter hour, and what
     /// the sweep has not rolled up yet).
     pub fn report(&self, tz: &jiff::tz::TimeZone, since: f64, until: f64, top: Option<usize>) -> Result<Report> {
+        let (mut builder, sessions) = self.report_builder(tz, since, until)?;
+        let Some(top) = top else {
+            self.for_each_session_by_cost(since, until, |session, totals| {
+                builder.add_session(session.to_string(), totals);
+                Ok(())
+            })?;
+            return Ok(builder.finish());
+        };
+        // The few most expensive: a statement each, a few rows each.
+        let conn = self.conn();
+        for session in self.sessions_started(since, until, sessions, top)? {
+            let mut totals = Totals::one_session();
+            let mut stmt = conn.prepare_cached(&SESSION_FACTS)?;
+            for fact in stmt.query_map(params![session], fact_row)? {
+                totals.add(&Totals::of_fact(&fact?));
+            }
+            builder.add_session(session, totals);
+        }
+        Ok(builder.finish())
+    }
+
+    /// The report of `[since, until)` without its session list, which
+    /// `report --json` writes as [`Store::for_each_session_by_cost`] hands
+    /// it over rather than holding it.
+    pub fn report_without_sessions(&self, tz: &jiff::tz::TimeZone, since: f64, until: f64) -> Result<Report<()>> {
+        let (builder, _) = self.report_builder(tz, since, until)?;
+        Ok(builder.finish().with_sessions(()))
+    }
+
+    /// Every sum of the report of `[since, until)` but its session list,
+    /// and how many sessions started in it.
+    fn report_builder(&self, tz: &jiff::tz::TimeZone, since: f64, until: f64) -> Result<(Builder, i64)> {
         use super::rollup::{ceil_to, floor_to, QUARTER};
         let conn = self.conn();
         let mut builder = Builder::new(tz, since, until);
@@ -246,61 +223,23 @@ impl Store {
                 }
             }
         }
-        if top.is_none() {
-            for (session, totals) in self.started_sessions_totals(since, until)? {
-                builder.add_session(session, totals);
-            }
-            return Ok(builder.finish());
-        }
-        // The few most expensive: a statement each, a few rows each.
-        for session in self.sessions_started(since, until, sessions, top)? {
-            let mut totals = Totals::one_session();
-            let mut stmt = conn.prepare_cached(&SESSION_FACTS)?;
-            for fact in stmt.query_map(params![session], fact_row)? {
-                totals.add(&Totals::of_fact(&fact?));
-            }
-            builder.add_session(session, totals);
-        }
-        Ok(builder.finish())
+        Ok((builder, sessions))
     }
 
-    /// Every session that started in `[since, until)` with everything it
-    /// spent, read in one pass ([`STARTED_SESSIONS_ROWS`]): what it holds
-    /// is one sum a session, which is what `by_session` prints.
-    fn started_sessions_totals(&self, since: f64, until: f64) -> Result<HashMap<String, Totals>> {
-        let mut out: HashMap<String, Totals> = HashMap::new();
-        self.for_each_run_started(since, until, |id| {
-            out.insert(id.to_string(), Totals::one_session());
-        })?;
-        let mut stmt = self.conn().prepare_cached(STARTED_SESSIONS_ROWS)?;
-        let mut rows = stmt.query(params![since, until])?;
-        while let Some(r) = rows.next()? {
-            let session = r.get_ref(0)?.as_str().map_err(rusqlite::Error::from)?;
-            if let Some(totals) = out.get_mut(session) {
-                totals.add(&Totals::of_fact(&started_session_row(r)?));
-            }
-        }
-        Ok(out)
-    }
-
-    /// The sessions that started in `[since, until)` (`count` of them):
-    /// all, or the `top` most expensive. For the few most expensive of a
-    /// long window it walks runs by cost and keeps those of the window,
-    /// which reads about `top × runs / count` rows, when that is fewer than
-    /// the window's `count`.
-    fn sessions_started(&self, since: f64, until: f64, count: i64, top: Option<usize>) -> Result<Vec<String>> {
+    /// The `top` most expensive of the sessions that started in `[since,
+    /// until)` (`count` of them). For the few most expensive of a long
+    /// window it walks runs by cost and keeps those of the window, which
+    /// reads about `top × runs / count` rows, when that is fewer than the
+    /// window's `count`.
+    fn sessions_started(&self, since: f64, until: f64, count: i64, top: usize) -> Result<Vec<String>> {
         let conn = self.conn();
-        let Some(top) = top else {
-            let mut out = Vec::new();
-            self.for_each_run_started(since, until, |id| out.push(id.to_string()))?;
-            return Ok(out);
-        };
         if top == 0 || count == 0 {
             return Ok(Vec::new());
         }
         let runs = self.store_count("runs")?.max(1);
-        let walk = (top as i64).saturating_mul(runs) / count.max(1);
-        let mut out = Vec::with_capacity(top);
+        let walk = i64::try_from(top).unwrap_or(i64::MAX).saturating_mul(runs) / count.max(1);
+        // `top` may be any `--limit`; what is kept is at most the window's runs.
+        let mut out = Vec::with_capacity(top.min(usize::try_from(count).unwrap_or(0)));
         if walk < count {
             let mut stmt = conn.prepare_cached(RUNS_BY_COST)?;
             let mut rows = stmt.query([])?;
@@ -331,19 +270,6 @@ impl Store {
         }
         out.extend(best.into_iter().map(|(_, id)| id));
         Ok(out)
-    }
-
-    /// Hands the id of every run that started in `[since, until)` to
-    /// `each`, holding none.
-    pub fn for_each_run_started(&self, since: f64, until: f64, mut each: impl FnMut(&str)) -> Result<()> {
-        let mut stmt = self
-            .conn()
-            .prepare_cached("SELECT session_id FROM runs WHERE started_at >= ?1 AND started_at < ?2")?;
-        let mut rows = stmt.query(params![since, until])?;
-        while let Some(row) = rows.next()? {
-            each(row.get_ref(0)?.as_str().unwrap_or_default());
-        }
-        Ok(())
     }
 
     /// One run by session id.
@@ -393,7 +319,6 @@ mod tests {
         for sql in [
             FACTS.as_str(),
             SESSION_FACTS.as_str(),
-            STARTED_SESSIONS_ROWS,
             runs_started.as_str(),
             super::super::outbox::HISTORY,
             "SELECT n FROM store_counts WHERE name = ?1",
