@@ -358,7 +358,7 @@ mod tests {
         assert_eq!(sums, 3, "{plan:?}");
         for step in [
             "SEARCH r USING INDEX runs_started",
-            "SEARCH l USING INDEX llm_calls_session (session_id=?)",
+            "SEARCH l USING COVERING INDEX llm_calls_session (session_id=?)",
             "SEARCH t USING PRIMARY KEY (session_id=?)",
             "SEARCH e USING COVERING INDEX llm_call_errors_session (session_id=?)",
         ] {

@@ -87,6 +87,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0012_report_rollups.sql"),
     include_str!("migrations/0013_row_counts_in_code.sql"),
     include_str!("migrations/0014_report_hours.sql"),
+    include_str!("migrations/0015_session_calls_covered.sql"),
 ];
 
 /// The schema version this build writes.
