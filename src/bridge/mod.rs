@@ -66,8 +66,8 @@ use crate::lock;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -89,7 +89,7 @@ use background::ExporterSlot;
 pub use background::{Background, ExporterFactory};
 use host_price::HostAsk;
 pub use host_price::HOST_PRICE_RETRY;
-use queue::{Counters, Job, Payload, Queue, Shared, Ticket, MAX_QUEUED, WAKE_AT_QUEUED};
+use queue::{Job, Payload, Shared, Ticket, MAX_QUEUED, WAKE_AT_QUEUED};
 
 pub use gate::{
     carries_spend, is_gating, spend_bound, Gate, GateNeeds, NoGate, QueuedSpend, QuickGate, Verdict, GATE_REFRESH,
@@ -228,19 +228,7 @@ impl Bridge {
             Err(Error::Io { .. }) => PriceTable::default(),
             other => other?,
         };
-        let shared = Arc::new(Shared {
-            queue: Mutex::new(Queue::default()),
-            wake: Condvar::new(),
-            alive: AtomicBool::new(true),
-            messages: Mutex::new(Vec::new()),
-            has_messages: AtomicBool::new(false),
-            counters: Counters::default(),
-            spool_failed: AtomicBool::new(false),
-            spool: OnceLock::new(),
-            store_down: AtomicBool::new(false),
-            problem: Mutex::new(None),
-            spend: Mutex::new(QueuedSpend::default()),
-        });
+        let shared = Arc::new(Shared::new());
         let opened = open_store(config, &prices);
         match Spool::create(&config.store_dir) {
             Ok(spool) => {

@@ -200,6 +200,28 @@ impl Shared {
         }
     }
 
+    /// Nothing queued yet, the writer alive, no spool yet.
+    pub(super) fn new() -> Self {
+        Shared {
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+            alive: AtomicBool::new(true),
+            messages: Mutex::new(Vec::new()),
+            has_messages: AtomicBool::new(false),
+            counters: Counters::default(),
+            spool_failed: AtomicBool::new(false),
+            spool: OnceLock::new(),
+            store_down: AtomicBool::new(false),
+            problem: Mutex::new(None),
+            spend: Mutex::new(QueuedSpend::default()),
+        }
+    }
+
+    /// Whether jobs wait for the writer: it then puts background work off.
+    pub(super) fn has_jobs(&self) -> bool {
+        !lock(&self.queue).jobs.is_empty()
+    }
+
     pub(super) fn take_jobs(&self, wait: Duration) -> (Vec<Job>, bool) {
         let mut queue = lock(&self.queue);
         if queue.jobs.is_empty() && !queue.stop {

@@ -6,6 +6,7 @@ use super::*;
 use crate::hook::{decode, Decoded, Hook};
 use crate::pricing::ModelPrice;
 use serde_json::{json, Value};
+use std::sync::atomic::AtomicBool;
 
 fn event(hook: &str, kwargs: Value) -> HookEvent {
     let map = kwargs.as_object().expect("kwargs object").clone();

@@ -8,6 +8,7 @@ use super::*;
 use crate::lock;
 use crate::store::IDLE_CLOSE_BATCH;
 
+mod pace;
 mod retain;
 
 /// An event the writer holds: queued by a hook, or kept while the store is
@@ -57,6 +58,10 @@ pub(super) struct Writer {
     touched: Touched,
     /// Where content retention goes on from.
     content_cursor: ContentCursor,
+    /// Where retention goes on from, and its batch sizes.
+    retain_pace: retain::RetainPace,
+    /// Sessions the idle sweep closes in its next transaction.
+    idle_batch: pace::BatchSize,
 }
 
 /// The sessions a process recorded events of, up to [`Touched::MAX`]; past
@@ -127,6 +132,8 @@ impl Writer {
                 since: unix_now(),
             },
             content_cursor: ContentCursor::default(),
+            retain_pace: retain::RetainPace::default(),
+            idle_batch: pace::BatchSize::new(IDLE_CLOSE_BATCH),
         };
         match opened {
             Ok(store) => writer.store = Some(store),
@@ -661,8 +668,11 @@ impl Writer {
         }
         let Some(store) = &mut self.store else { return false };
         let now = unix_now();
-        match store.close_idle_batch(now, self.idle_run_seconds, IDLE_CLOSE_BATCH) {
+        let size = self.idle_batch.get();
+        let began = Instant::now();
+        match store.close_idle_batch(now, self.idle_run_seconds, size) {
             Ok((_, more)) => {
+                self.idle_batch.took(began.elapsed(), if more { size } else { 0 });
                 self.shared.counters.sweeps.fetch_add(1, Ordering::Relaxed);
                 more
             }
