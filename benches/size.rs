@@ -15,6 +15,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use hermes_otel::bridge::pace::BatchSize;
 use hermes_otel::hook::DecodeOptions;
 use hermes_otel::replay::{replay_file, ReplayStats};
 use hermes_otel::store::{ContentCursor, Store};
@@ -87,15 +88,16 @@ fn main() {
         p99 * 1e6
     );
 
-    // The writer's sweep closes one batch a step; each batch is one
-    // transaction, the longest the write lock is held for it.
+    // The writer's sweep closes one batch a step, sized by how long the
+    // last one took (`bridge/pace.rs`); each batch is one transaction, the
+    // longest the write lock is held for it.
     let (mut closed, mut batches, mut first, mut longest) = (0, 0, Duration::ZERO, Duration::ZERO);
+    let mut size = BatchSize::new(hermes_otel::store::IDLE_CLOSE_BATCH);
     loop {
         let t0 = Instant::now();
-        let (n, more) = store
-            .close_idle_batch(now, 900.0, hermes_otel::store::IDLE_CLOSE_BATCH)
-            .expect("idle sweep");
+        let (n, more) = store.close_idle_batch(now, 900.0, size.get()).expect("idle sweep");
         let took = t0.elapsed();
+        size.took(took, if more { size.get() } else { 0 });
         (closed, batches, first, longest) = (closed + n, batches + 1, first + took, longest.max(took));
         if !more {
             break;
@@ -122,7 +124,7 @@ fn main() {
         })
         .collect();
     println!(
-        "retention: {steps} steps of at most {BATCH} rows clear a year's backlog; \
+        "retention: {steps} steps of at most {BATCH} rows (paced as the writer paces them) clear a year's backlog; \
          transaction ms p50/p99/max: {}",
         times.join(", ")
     );
@@ -346,6 +348,11 @@ fn measure_commands(store: &Store, now: f64) {
 /// Runs retention steps as the writer does (each kind its own
 /// transaction) until nothing is left to prune; returns the steps and
 /// every transaction's time, by kind.
+/// `n` rows of a batch of `size`, and whether it came back full.
+fn full(n: usize, size: usize) -> (usize, bool) {
+    (n, n >= size)
+}
+
 fn retain(store: &mut Store, now: f64) -> (usize, Vec<(&'static str, Vec<Duration>)>) {
     let mut cursor = ContentCursor::default();
     let mut steps = 0;
@@ -355,31 +362,43 @@ fn retain(store: &mut Store, now: f64) -> (usize, Vec<(&'static str, Vec<Duratio
     .into_iter()
     .map(|k| (k, Vec::new()))
     .collect();
+    // Each kind's batch paced as the writer paces it (`bridge/pace.rs`).
+    let mut sizes = [BATCH, BATCH, BATCH, BATCH, BATCH, FOLD_STEP, 1, 512].map(BatchSize::new);
     loop {
         let mut handled = 0;
         for (i, (_, spent)) in times.iter_mut().enumerate() {
+            let size = sizes[i].get();
             let t0 = Instant::now();
-            handled += match i {
-                0 => store.prune_journal(now - JOURNAL_DAYS * DAY, BATCH).expect("journal"),
-                1 => store.prune_finished_requests(BATCH).expect("requests").0,
-                2 => store.expire_outbox(now - OUTBOX_DAYS * DAY, BATCH).expect("outbox"),
-                3 => store.outbox_enforce_cap(1_000_000, BATCH).expect("cap") as usize,
-                4 => {
-                    store
-                        .prune_content_batch(now - DAY, now - OUTBOX_DAYS * DAY, &mut cursor, BATCH)
-                        .expect("content")
-                        .0
-                }
+            let (n, more) = match i {
+                0 => full(
+                    store.prune_journal(now - JOURNAL_DAYS * DAY, size).expect("journal"),
+                    size,
+                ),
+                1 => store.prune_finished_requests(size).expect("requests"),
+                2 => full(
+                    store.expire_outbox(now - OUTBOX_DAYS * DAY, size).expect("outbox"),
+                    size,
+                ),
+                3 => full(store.outbox_enforce_cap(1_000_000, size).expect("cap") as usize, size),
+                4 => store
+                    .prune_content_batch(now - DAY, now - OUTBOX_DAYS * DAY, &mut cursor, size)
+                    .expect("content"),
                 5 => {
-                    store
-                        .fold_metrics(now, now - 120.0, FOLD_STEP, &mut hermes_otel::metrics::measure)
-                        .expect("fold")
-                        .rows
+                    let f = store
+                        .fold_metrics(now, now - 120.0, size, &mut hermes_otel::metrics::measure)
+                        .expect("fold");
+                    (f.rows, f.more)
                 }
-                6 => store.roll_up(now - 300.0).expect("roll up").buckets,
-                _ => store.vacuum_step(4096, 512).expect("vacuum") as usize,
+                6 => {
+                    let step = store.roll_up(now - 300.0).expect("roll up");
+                    (step.buckets, step.more)
+                }
+                _ => full(store.vacuum_step(4096, size as i64).expect("vacuum") as usize, size),
             };
-            spent.push(t0.elapsed());
+            let took = t0.elapsed();
+            sizes[i].took(took, if more { size } else { n });
+            spent.push(took);
+            handled += n;
         }
         steps += 1;
         // The writer checkpoints every second and steps every 200 ms.

@@ -82,6 +82,7 @@ use crate::store::{ContentCursor, EventContext, Store};
 mod background;
 mod gate;
 mod host_price;
+pub mod pace;
 mod queue;
 mod writer;
 

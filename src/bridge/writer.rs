@@ -4,11 +4,11 @@
 //! idle runs and captured content, recovers dead processes' spools and
 //! rides out store faults, all off the hook path.
 
+use super::pace::BatchSize;
 use super::*;
 use crate::lock;
 use crate::store::IDLE_CLOSE_BATCH;
 
-mod pace;
 mod retain;
 
 /// An event the writer holds: queued by a hook, or kept while the store is
@@ -61,7 +61,7 @@ pub(super) struct Writer {
     /// Where retention goes on from, and its batch sizes.
     retain_pace: retain::RetainPace,
     /// Sessions the idle sweep closes in its next transaction.
-    idle_batch: pace::BatchSize,
+    idle_batch: BatchSize,
 }
 
 /// The sessions a process recorded events of, up to [`Touched::MAX`]; past
@@ -133,7 +133,7 @@ impl Writer {
             },
             content_cursor: ContentCursor::default(),
             retain_pace: retain::RetainPace::default(),
-            idle_batch: pace::BatchSize::new(IDLE_CLOSE_BATCH),
+            idle_batch: BatchSize::new(IDLE_CLOSE_BATCH),
         };
         match opened {
             Ok(store) => writer.store = Some(store),

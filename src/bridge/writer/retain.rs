@@ -3,12 +3,12 @@
 
 use std::time::Instant;
 
-use super::pace::BatchSize;
 use super::*;
+use crate::bridge::pace::BatchSize;
 
 /// Rows each retention step deletes (or folds) at most, each kind in its
 /// own transaction, its batch sized to hold the write lock for about
-/// [`super::pace::TARGET`] (see [`BatchSize`]): gating hooks and exit
+/// [`crate::bridge::pace::TARGET`] (see [`BatchSize`]): gating hooks and exit
 /// flushes never wait long on it.
 const RETAIN_BATCH: usize = 500;
 

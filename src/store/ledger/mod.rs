@@ -155,7 +155,7 @@ impl Store {
 /// Sessions the idle closer closes in one transaction at most: each costs
 /// a few indexed statements, so a batch holds the write lock for
 /// milliseconds on a warm store. The writer's sweep sizes its batches
-/// below this by how long they take (`bridge/writer/pace.rs`): a cold
+/// below this by how long they take (`bridge/pace.rs`): a cold
 /// year's store took seconds for 32.
 pub const IDLE_CLOSE_BATCH: usize = 32;
 

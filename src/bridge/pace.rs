@@ -3,6 +3,9 @@
 //! how long its last one took, so a transaction holds the write lock for
 //! about [`TARGET`] on any disk and at any store size.
 //!
+//! The size benchmark (`benches/size.rs`) paces its idle sweep and
+//! retention with it, as the writer does.
+//!
 //! A fixed batch that takes a few milliseconds on a warm store took
 //! seconds on a year's store whose pages the disk had to fetch (the size
 //! bench at 1,000,000 sessions: 2.9 s for 32 idle sessions, 4.6 s for 500
@@ -12,33 +15,33 @@
 use std::time::Duration;
 
 /// How long a background transaction should hold the write lock.
-pub(super) const TARGET: Duration = Duration::from_millis(5);
+pub const TARGET: Duration = Duration::from_millis(5);
 
 /// A batch size between 1 and its kind's most, following how long the
 /// batches take: cut in proportion after one that ran over [`TARGET`],
 /// doubled after a full one that took under half of it.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct BatchSize {
+pub struct BatchSize {
     size: usize,
     most: usize,
 }
 
 impl BatchSize {
     /// Starts at `most`: a store that is quick keeps the batches it had.
-    pub(super) fn new(most: usize) -> Self {
+    pub fn new(most: usize) -> Self {
         let most = most.max(1);
         BatchSize { size: most, most }
     }
 
     /// The size of the next batch.
-    pub(super) fn get(&self) -> usize {
+    pub fn get(&self) -> usize {
         self.size
     }
 
     /// Learns from a batch of [`BatchSize::get`] rows that took `took` and
     /// handled `done` of them (fewer: nothing more was left to do, which
     /// says nothing about a larger batch).
-    pub(super) fn took(&mut self, took: Duration, done: usize) {
+    pub fn took(&mut self, took: Duration, done: usize) {
         if took > TARGET {
             let scaled = self.size as f64 * TARGET.as_secs_f64() / took.as_secs_f64();
             self.size = (scaled as usize).clamp(1, self.size.saturating_sub(1).max(1));
