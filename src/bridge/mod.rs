@@ -200,7 +200,10 @@ struct Running {
 
 impl Bridge {
     /// Opens the store, loads prices and starts the writer thread. Never
-    /// fails: a store that cannot be opened gives a disabled bridge.
+    /// fails: a store that cannot be opened gives a disabled bridge. A
+    /// store at an older schema is opened by the writer thread, which
+    /// migrates it (seconds on a year's store) while the first hooks go to
+    /// the spool and wait for nothing but their bounds.
     pub fn start(config: BridgeConfig) -> Self {
         Self::start_with_gate(config, Box::new(NoGate))
     }
@@ -230,12 +233,14 @@ impl Bridge {
             other => other?,
         };
         let shared = Arc::new(Shared::new());
-        let opened = open_store(config, &prices);
+        // A store behind this build's schema is opened, and so migrated, by
+        // the writer thread: the hooks meanwhile land in the spool.
+        let opened = (!Store::migration_due(&config.store_dir)).then(|| open_store(config, &prices));
         match Spool::create(&config.store_dir) {
             Ok(spool) => {
                 let _ = shared.spool.set(Arc::new(spool));
             }
-            Err(e) if opened.is_ok() => shared.message(
+            Err(e) if !matches!(opened, Some(Err(_))) => shared.message(
                 "Spool.Unavailable",
                 format!("cannot create the spool ({e}); hooks wait for their commits instead"),
             ),

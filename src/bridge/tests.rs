@@ -500,3 +500,42 @@ fn the_exporter_starts_once_and_stops_with_the_bridge() {
         Outcome::Disabled
     );
 }
+
+/// A store one schema behind (the plugin was just upgraded) is migrated
+/// by the writer thread, not in the first hook: starting the bridge does
+/// not wait for it even while another process holds the write lock the
+/// migration needs, and what the hooks submitted meanwhile lands once it
+/// is done.
+#[test]
+fn a_store_to_migrate_is_migrated_by_the_writer_while_hooks_go_on() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    drop(reader(dir.path()));
+    let db = dir.path().join("otel").join(crate::store::DB_FILE_NAME);
+    let older = crate::store::SCHEMA_VERSION - 1;
+    rusqlite::Connection::open(&db)
+        .and_then(|c| c.pragma_update(None, "user_version", older))
+        .expect("an older schema");
+    assert!(Store::migration_due(&dir.path().join("otel")));
+    let lock = WriteLock::take(dir.path());
+    let started = Instant::now();
+    let bridge = Bridge::start(config(dir.path()));
+    assert_eq!(bridge.disabled_reason(), None);
+    let outcome = bridge.submit(llm_call("m", 1, "gpt-4o"), EventContext::default());
+    // Opening the store here would have waited out the lock's 5 s.
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert_ne!(
+        outcome,
+        Outcome::Committed(None),
+        "nothing commits before the migration"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    drop(lock);
+    assert!(bridge.flush(Duration::from_secs(10)));
+    let store = reader(dir.path());
+    assert_eq!(store.schema_version().expect("version"), crate::store::SCHEMA_VERSION);
+    assert!(!Store::migration_due(&dir.path().join("otel")));
+    assert_eq!(
+        scalar::<i64>(&store, "SELECT llm_calls FROM runs WHERE session_id = 'm'"),
+        1
+    );
+}

@@ -101,13 +101,14 @@ pub(super) fn open_store(config: &BridgeConfig, prices: &PriceTable) -> Result<S
 
 impl Writer {
     /// The writer of a bridge, with the store `opened` (or the fault that
-    /// kept it closed, which it then retries).
+    /// kept it closed, which it then retries), or `None` for a store its
+    /// thread opens first thing (one to migrate: see [`Bridge::start`]).
     pub(super) fn new(
         config: &BridgeConfig,
         gate: Box<dyn Gate>,
         prices: &PriceTable,
         shared: Arc<Shared>,
-        opened: Result<Store>,
+        opened: Option<Result<Store>>,
     ) -> Self {
         let mut writer = Writer {
             store: None,
@@ -135,14 +136,21 @@ impl Writer {
             retain_pace: retain::RetainPace::default(),
             idle_batch: BatchSize::new(IDLE_CLOSE_BATCH),
         };
-        match opened {
-            Ok(store) => writer.store = Some(store),
-            Err(e) => {
-                writer.health.counts.open_failures += 1;
-                writer.fault(classify(&e).unwrap_or(FaultKind::Unavailable), &e);
-            }
+        if let Some(opened) = opened {
+            writer.opened(opened);
         }
         writer
+    }
+
+    /// Takes the store, or notes why it could not be opened.
+    fn opened(&mut self, opened: Result<Store>) {
+        match opened {
+            Ok(store) => self.store = Some(store),
+            Err(e) => {
+                self.health.counts.open_failures += 1;
+                self.fault(classify(&e).unwrap_or(FaultKind::Unavailable), &e);
+            }
+        }
     }
 
     pub(super) fn run(mut self) {
@@ -152,6 +160,11 @@ impl Writer {
         // The last sweep left idle runs to close (the next one only closes).
         let mut idle_backlog = false;
         let mut next_retain = Instant::now() + retain::RETAIN_FIRST_DELAY;
+        // A store left to this thread to open: one to migrate.
+        if self.store.is_none() && self.retry_at.is_none() {
+            let opened = open_store(&self.config, &self.prices);
+            self.opened(opened);
+        }
         // What dead processes left in their spools lands before anything new.
         self.recover();
         self.refresh_gate();
@@ -528,13 +541,10 @@ impl Writer {
     /// ever waits for this I/O.
     fn retry(&mut self) {
         if self.store.is_none() {
-            match open_store(&self.config, &self.prices) {
-                Ok(store) => self.store = Some(store),
-                Err(e) => {
-                    self.health.counts.open_failures += 1;
-                    self.fault(classify(&e).unwrap_or(FaultKind::Unavailable), &e);
-                    return;
-                }
+            let opened = open_store(&self.config, &self.prices);
+            self.opened(opened);
+            if self.store.is_none() {
+                return;
             }
         }
         if self.shared.spool.get().is_none() {

@@ -145,6 +145,20 @@ impl Store {
         Self::open(&dir.join(DB_FILE_NAME))
     }
 
+    /// Whether the store in `dir` exists at a schema older than this
+    /// build's, so opening it migrates it: on a year's store that rebuilds
+    /// indexes for seconds, which the bridge does on its writer thread
+    /// rather than in the first hook. Reads the version only; false for a
+    /// missing or unreadable store (opening it then says why).
+    pub fn migration_due(dir: &Path) -> bool {
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let Ok(conn) = Connection::open_with_flags(dir.join(DB_FILE_NAME), flags) else {
+            return false;
+        };
+        conn.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0))
+            .is_ok_and(|found| (1..SCHEMA_VERSION).contains(&found))
+    }
+
     /// Opens (creating if needed) the database at `path` and migrates it.
     pub fn open(path: &Path) -> Result<Self> {
         create_private_file(path)?;

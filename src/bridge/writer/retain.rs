@@ -232,7 +232,7 @@ mod tests {
         let prices = PriceTable::default();
         let shared = Arc::new(Shared::new());
         let opened = open_store(&config, &prices);
-        let mut writer = Writer::new(&config, Box::new(NoGate), &prices, Arc::clone(&shared), opened);
+        let mut writer = Writer::new(&config, Box::new(NoGate), &prices, Arc::clone(&shared), Some(opened));
         let rolled = |w: &Writer| w.store.as_ref().expect("store").rolled_until().expect("mark");
 
         lock(&shared.queue).jobs.push(Job::Flush(Ticket::new()));
