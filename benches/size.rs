@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use hermes_otel::bridge::pace::BatchSize;
 use hermes_otel::hook::DecodeOptions;
 use hermes_otel::replay::{replay_file, ReplayStats};
-use hermes_otel::store::{ContentCursor, Store};
+use hermes_otel::store::{ContentCursor, RetainCutoffs, RetainKind, Store};
 
 #[path = "../tests/support/stream.rs"]
 mod stream;
@@ -29,9 +29,6 @@ const DAY: f64 = 86_400.0;
 /// What retention keeps by default (`config::Retention`).
 const JOURNAL_DAYS: f64 = 28.0;
 const OUTBOX_DAYS: f64 = 28.0;
-/// The writer's step sizes (`bridge/writer.rs`).
-const BATCH: usize = 500;
-const FOLD_STEP: usize = 200;
 
 fn arg(args: &[String], name: &str) -> Option<String> {
     args.iter()
@@ -134,7 +131,7 @@ fn main() {
         })
         .collect();
     println!(
-        "retention: {steps} steps of at most {BATCH} rows (paced as the writer paces them) clear a year's backlog; \
+        "retention: {steps} steps (batches paced as the writer paces them) clear a year's backlog; \
          transaction ms p50/p99/max: {}",
         times.join(", ")
     );
@@ -356,59 +353,37 @@ fn measure_commands(store: &Store, now: f64) {
 }
 
 /// Runs retention steps as the writer does (each kind its own
-/// transaction) until nothing is left to prune; returns the steps and
-/// every transaction's time, by kind.
-/// `n` rows of a batch of `size`, and whether it came back full.
-fn full(n: usize, size: usize) -> (usize, bool) {
-    (n, n >= size)
-}
-
+/// transaction, `Store::retain_step`, batches paced as the writer paces
+/// them: `bridge/pace.rs`) until nothing is left to prune; returns the
+/// steps and every transaction's time, by kind.
 fn retain(store: &mut Store, now: f64) -> (usize, Vec<(&'static str, Vec<Duration>)>) {
+    let cut = RetainCutoffs {
+        now,
+        journal_before: now - JOURNAL_DAYS * DAY,
+        outbox_before: now - OUTBOX_DAYS * DAY,
+        content_ended_before: now - DAY,
+        content_stale_before: now - OUTBOX_DAYS * DAY,
+        outbox_max_rows: 1_000_000,
+        settled_before: now - 120.0,
+        rollup_until: now - 300.0,
+    };
     let mut cursor = ContentCursor::default();
+    let mut sizes = RetainKind::ALL.map(|kind| BatchSize::new(kind.most()));
+    let mut times: Vec<(&'static str, Vec<Duration>)> =
+        RetainKind::ALL.iter().map(|kind| (kind.doing(), Vec::new())).collect();
     let mut steps = 0;
-    let mut times: Vec<(&'static str, Vec<Duration>)> = [
-        "journal", "requests", "outbox", "cap", "content", "fold", "rollup", "vacuum",
-    ]
-    .into_iter()
-    .map(|k| (k, Vec::new()))
-    .collect();
-    // Each kind's batch paced as the writer paces it (`bridge/pace.rs`).
-    let mut sizes = [BATCH, BATCH, BATCH, BATCH, BATCH, FOLD_STEP, 1, 512].map(BatchSize::new);
     loop {
         let mut handled = 0;
-        for (i, (_, spent)) in times.iter_mut().enumerate() {
+        for (i, kind) in RetainKind::ALL.into_iter().enumerate() {
             let size = sizes[i].get();
             let t0 = Instant::now();
-            let (n, more) = match i {
-                0 => full(
-                    store.prune_journal(now - JOURNAL_DAYS * DAY, size).expect("journal"),
-                    size,
-                ),
-                1 => store.prune_finished_requests(size).expect("requests"),
-                2 => full(
-                    store.expire_outbox(now - OUTBOX_DAYS * DAY, size).expect("outbox"),
-                    size,
-                ),
-                3 => full(store.outbox_enforce_cap(1_000_000, size).expect("cap") as usize, size),
-                4 => store
-                    .prune_content_batch(now - DAY, now - OUTBOX_DAYS * DAY, &mut cursor, size)
-                    .expect("content"),
-                5 => {
-                    let f = store
-                        .fold_metrics(now, now - 120.0, size, &mut hermes_otel::metrics::measure)
-                        .expect("fold");
-                    (f.rows, f.more)
-                }
-                6 => {
-                    let step = store.roll_up(now - 300.0).expect("roll up");
-                    (step.buckets, step.more)
-                }
-                _ => full(store.vacuum_step(4096, size as i64).expect("vacuum") as usize, size),
-            };
+            let done = store
+                .retain_step(kind, size, &cut, &mut cursor, &mut hermes_otel::metrics::measure)
+                .unwrap_or_else(|e| panic!("{}: {e}", kind.doing()));
             let took = t0.elapsed();
-            sizes[i].took(took, if more { size } else { n });
-            spent.push(took);
-            handled += n;
+            sizes[i].took(took, if done.more { size } else { done.handled });
+            times[i].1.push(took);
+            handled += done.handled;
         }
         steps += 1;
         // The writer checkpoints every second and steps every 200 ms.

@@ -34,6 +34,7 @@ mod ledger;
 mod metrics;
 mod outbox;
 mod report;
+mod retain_step;
 mod retention;
 mod rollup;
 mod row_counts;
@@ -55,6 +56,7 @@ pub use crate::model::{
 pub use metrics::{add_to_counter, Folded, MetricIdentity, MetricState, METRIC_LEASE};
 pub use outbox::{counter, BatchRows, ExportState, Lease, OutboxRow, SentSession, SpanKind, TRACE_LEASE};
 pub use report::{FactKind, FactRow, ProviderBilled, RunSummary, StoreCounts};
+pub use retain_step::{RetainCutoffs, RetainDone, RetainKind};
 pub use retention::pruned;
 pub use rollup::RollupStep;
 pub use session_view::{SessionTotals, SpendTotals};

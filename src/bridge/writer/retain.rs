@@ -1,25 +1,12 @@
-//! The writer's retention step (see `store/retention.rs`): what it prunes
-//! and folds, a bounded batch of each kind a step, off the hook path.
+//! The writer's retention step (see `store/retention.rs` and
+//! `store/retain_step.rs`): a bounded batch of each kind a step, each in
+//! its own transaction, paced and ordered here, off the hook path.
 
 use std::time::Instant;
 
 use super::*;
 use crate::bridge::pace::BatchSize;
-
-/// Rows each retention step deletes (or folds) at most, each kind in its
-/// own transaction, its batch sized to hold the write lock for about
-/// [`crate::bridge::pace::TARGET`] (see [`BatchSize`]): gating hooks and exit
-/// flushes never wait long on it.
-const RETAIN_BATCH: usize = 500;
-
-/// Metric log rows a retention step folds at most: a fold measures each
-/// row and updates its series, about 15 µs a row in a release build.
-const FOLD_STEP: usize = 200;
-
-/// Free pages a store keeps to grow into (16 MiB of 4 KiB pages), and
-/// the most a retention step gives back to the file system at once.
-const VACUUM_KEEP_PAGES: i64 = 4096;
-const VACUUM_STEP_PAGES: i64 = 512;
+use crate::store::{RetainCutoffs, RetainKind};
 
 /// How long after a quarter hour ends its report rollup is built: calls
 /// still being applied land in it meanwhile.
@@ -36,35 +23,12 @@ pub(super) const RETAIN_FIRST_DELAY: Duration = Duration::from_secs(2);
 /// within hours.
 pub(super) const RETAIN_BACKLOG_PAUSE: Duration = Duration::from_millis(200);
 
-/// The kinds of work a retention step does, each in its own transaction,
-/// in this order (a step that yields to waiting hooks goes on from the
-/// kind it stopped before).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Journal,
-    Requests,
-    Expired,
-    Capped,
-    Content,
-    Fold,
-    Rollup,
-    Vacuum,
-}
-
-const KINDS: [Kind; 8] = [
-    Kind::Journal,
-    Kind::Requests,
-    Kind::Expired,
-    Kind::Capped,
-    Kind::Content,
-    Kind::Fold,
-    Kind::Rollup,
-    Kind::Vacuum,
-];
-
-/// Where retention goes on from, and each kind's batch size.
+/// Where retention goes on from, and each kind's batch size: at most
+/// [`RetainKind::most`], sized to hold the write lock for about
+/// [`crate::bridge::pace::TARGET`] (see [`BatchSize`]), so gating hooks and
+/// exit flushes never wait long on it.
 pub(super) struct RetainPace {
-    /// The index in [`KINDS`] of the next kind to run.
+    /// The index in [`RetainKind::ALL`] of the next kind to run.
     next: usize,
     sizes: [BatchSize; 8],
 }
@@ -73,30 +37,9 @@ impl Default for RetainPace {
     fn default() -> Self {
         RetainPace {
             next: 0,
-            sizes: KINDS.map(|kind| BatchSize::new(kind.most())),
+            sizes: RetainKind::ALL.map(|kind| BatchSize::new(kind.most())),
         }
     }
-}
-
-impl Kind {
-    /// The most a batch of this kind takes (the roll-up sizes itself by
-    /// time: `Store::roll_up`).
-    fn most(self) -> usize {
-        match self {
-            Kind::Fold => FOLD_STEP,
-            Kind::Vacuum => VACUUM_STEP_PAGES as usize,
-            Kind::Rollup => 1,
-            _ => RETAIN_BATCH,
-        }
-    }
-}
-
-/// What one kind's transaction did.
-struct Done {
-    /// Rows (or buckets, or pages) it handled.
-    handled: usize,
-    /// Whether a backlog of this kind remains.
-    more: bool,
 }
 
 impl Writer {
@@ -113,107 +56,47 @@ impl Writer {
         if self.retry_at.is_some() || self.store.is_none() {
             return (false, false);
         }
+        const DAY: f64 = 86_400.0;
+        let now = unix_now();
+        let r = &self.config.retention;
+        let cut = RetainCutoffs {
+            now,
+            journal_before: now - r.journal_days.value * DAY,
+            outbox_before: now - r.outbox_days.value * DAY,
+            content_ended_before: now - r.content_hours.value * 3600.0,
+            content_stale_before: now - r.outbox_days.value * DAY,
+            outbox_max_rows: self.config.outbox_max_rows,
+            settled_before: now - self.config.session_grace_seconds,
+            // Later quarter hours still take facts (a late one moves the
+            // mark back; see store/rollup.rs).
+            rollup_until: now - ROLLUP_LAG_SECONDS,
+        };
+        let kinds = RetainKind::ALL.len();
         let (mut worked, mut more) = (false, false);
-        for i in 0..KINDS.len() {
-            let at = (self.retain_pace.next + i) % KINDS.len();
+        for i in 0..kinds {
+            let at = (self.retain_pace.next + i) % kinds;
             if i > 0 && self.shared.has_jobs() {
                 self.retain_pace.next = at;
                 return (worked, true);
             }
-            let kind = KINDS[at];
+            let Some(store) = &mut self.store else {
+                break;
+            };
+            let kind = RetainKind::ALL[at];
             let size = self.retain_pace.sizes[at].get();
             let began = Instant::now();
-            let done = self.retain_kind(kind, size);
+            let done = store
+                .retain_step(kind, size, &cut, &mut self.content_cursor, &mut crate::metrics::measure)
+                .unwrap_or_else(|e| {
+                    self.shared
+                        .message("Writer.RetentionFailed", format!("{} failed: {e}", kind.doing()));
+                    Default::default()
+                });
             self.retain_pace.sizes[at].took(began.elapsed(), if done.more { size } else { done.handled });
             worked |= done.handled > 0;
             more |= done.more;
         }
         (worked, more)
-    }
-
-    /// One transaction of `kind`, of at most `size` rows.
-    fn retain_kind(&mut self, kind: Kind, size: usize) -> Done {
-        const DAY: f64 = 86_400.0;
-        let Some(store) = &mut self.store else {
-            return Done {
-                handled: 0,
-                more: false,
-            };
-        };
-        let now = unix_now();
-        let r = &self.config.retention;
-        // A batch of `size` that came back full may have left more.
-        let counted = |n: usize| Done {
-            handled: n,
-            more: n >= size,
-        };
-        let result = match kind {
-            Kind::Journal => store.prune_journal(now - r.journal_days.value * DAY, size).map(counted),
-            Kind::Requests => store
-                .prune_finished_requests(size)
-                .map(|(handled, more)| Done { handled, more }),
-            Kind::Expired => store.expire_outbox(now - r.outbox_days.value * DAY, size).map(counted),
-            Kind::Capped => store
-                .outbox_enforce_cap(self.config.outbox_max_rows, size)
-                .map(|n| counted(n as usize)),
-            Kind::Content => store
-                .prune_content_batch(
-                    now - r.content_hours.value * 3600.0,
-                    now - r.outbox_days.value * DAY,
-                    &mut self.content_cursor,
-                    size,
-                )
-                // The cursor starts over once it passed every row: more
-                // only while this pass deletes.
-                .map(|(handled, more)| Done {
-                    handled,
-                    more: more && handled > 0,
-                }),
-            Kind::Fold => {
-                let grace = self.config.session_grace_seconds;
-                store
-                    .fold_metrics(now, now - grace, size, &mut crate::metrics::measure)
-                    .map(|f| Done {
-                        handled: f.rows,
-                        more: f.more,
-                    })
-            }
-            // Report rollups, up to five minutes ago: later quarter hours
-            // still take facts (a late one moves the mark back; see
-            // store/rollup.rs).
-            Kind::Rollup => store.roll_up(now - ROLLUP_LAG_SECONDS).map(|step| Done {
-                handled: step.buckets,
-                more: step.more,
-            }),
-            // What was freed goes back to the file system, a few MiB a step.
-            Kind::Vacuum => store
-                .vacuum_step(VACUUM_KEEP_PAGES, size as i64)
-                .map(|n| counted(n as usize)),
-        };
-        result.unwrap_or_else(|e| {
-            self.shared
-                .message("Writer.RetentionFailed", format!("{} failed: {e}", kind.doing()));
-            Done {
-                handled: 0,
-                more: false,
-            }
-        })
-    }
-}
-
-impl Kind {
-    /// What a failure message says was being done.
-    fn doing(self) -> &'static str {
-        match self {
-            Kind::Journal => "pruning the journal",
-            Kind::Requests => "pruning finished requests",
-            Kind::Expired => "expiring the outbox",
-            Kind::Capped => "enforcing the outbox cap",
-            Kind::Content => "pruning captured content",
-            Kind::Fold => "folding the metric log",
-            Kind::Rollup => "rolling up the report",
-            Kind::Vacuum => "incremental vacuum",
-        }
     }
 }
 
@@ -237,9 +120,9 @@ mod tests {
 
         lock(&shared.queue).jobs.push(Job::Flush(Ticket::new()));
         assert_eq!(writer.retain(), (false, true));
-        assert_eq!(KINDS[writer.retain_pace.next], Kind::Requests);
+        assert_eq!(RetainKind::ALL[writer.retain_pace.next], RetainKind::Requests);
         assert_eq!(writer.retain(), (false, true));
-        assert_eq!(KINDS[writer.retain_pace.next], Kind::Expired);
+        assert_eq!(RetainKind::ALL[writer.retain_pace.next], RetainKind::Expired);
         // The roll-up (an empty store's moves its mark to now) has not run.
         assert_eq!(rolled(&writer), 0);
 
@@ -248,6 +131,6 @@ mod tests {
         assert!(!more);
         assert!(rolled(&writer) > 0);
         // A whole pass ends where it began.
-        assert_eq!(KINDS[writer.retain_pace.next], Kind::Expired);
+        assert_eq!(RetainKind::ALL[writer.retain_pace.next], RetainKind::Expired);
     }
 }
