@@ -4,8 +4,9 @@
 //! ending now, and prints per size: store bytes per hook call, the time of
 //! `report` (all time, the last day, and every session of the last week
 //! as `--json` lists them), `status`, `export --since 1h`, an
-//! idle sweep, and retention: the longest step and what the store holds
-//! once the backlog is gone.
+//! idle sweep, and retention (with the plugin's default retention): the
+//! transactions' times and what the store holds once the backlog is gone;
+//! then the viewer's pages and the CLI commands as users run them.
 //!
 //! Run: `cargo bench --bench size` (10,000 sessions), or
 //! `cargo bench --bench size -- --sessions 100000` (and 1000000; the
@@ -20,15 +21,14 @@ use std::time::{Duration, Instant};
 use hermes_otel::bridge::pace::BatchSize;
 use hermes_otel::hook::DecodeOptions;
 use hermes_otel::replay::{replay_file, ReplayStats};
-use hermes_otel::store::{ContentCursor, RetainCutoffs, RetainKind, Store};
+use hermes_otel::store::{ContentCursor, RetainKind, Store};
 
+#[path = "../tests/support/http_get.rs"]
+mod http_get;
 #[path = "../tests/support/stream.rs"]
 mod stream;
 
 const DAY: f64 = 86_400.0;
-/// What retention keeps by default (`config::Retention`).
-const JOURNAL_DAYS: f64 = 28.0;
-const OUTBOX_DAYS: f64 = 28.0;
 
 fn arg(args: &[String], name: &str) -> Option<String> {
     args.iter()
@@ -137,12 +137,13 @@ fn main() {
     );
     println!(
         "store after retention: {:.1} MB in use, {:.0} bytes per hook call of the year \
-         (the ledger of the year and the last {JOURNAL_DAYS} days' journal)",
+         (the ledger of the year and the journal retention keeps)",
         after as f64 / 1e6,
         after as f64 / hook_calls,
     );
     measure_commands(&store, now);
     drop(store);
+    measure_viewer(&dir, now);
     measure_cli(&dir);
     measure_gating_hooks(&dir, &lines, copies + 2, now - recorded);
 }
@@ -182,6 +183,72 @@ fn measure_cli(dir: &Path) {
         time(&["status"]),
         time(&["budget", "list"]),
     );
+}
+
+/// The path of request `k` of a viewer page.
+type PathOf<'a> = Box<dyn Fn(usize) -> String + 'a>;
+
+/// The viewer's pages over loopback HTTP, as a browser asks for them:
+/// the first request of each page (its pages read from the disk or the
+/// page cache) and the p50 / p95 of 20 more. Sessions for the session
+/// pages are picked across the year.
+fn measure_viewer(dir: &Path, now: f64) {
+    use hermes_otel::ui::{UiConfig, UiServer};
+    let conn = rusqlite::Connection::open(dir.join(hermes_otel::store::DB_FILE_NAME)).expect("open");
+    let sessions: Vec<String> = conn
+        .prepare("SELECT session_id FROM runs WHERE parent_session_id IS NULL ORDER BY started_at DESC")
+        .and_then(|mut stmt| stmt.query_map([], |r| r.get(0))?.collect())
+        .expect("sessions");
+    drop(conn);
+    let pick = |k: usize| sessions[(k * 7_919) % sessions.len()].clone();
+    let ui = UiServer::start(UiConfig {
+        listen: "127.0.0.1:0".into(),
+        store_dir: dir.to_path_buf(),
+        token: None,
+        span_options: hermes_otel::span::SpanOptions::default(),
+        base: String::new(),
+    })
+    .expect("viewer");
+    let addr = ui.addr();
+    let yesterday = jiff::Timestamp::from_second((now - DAY) as i64)
+        .expect("time")
+        .to_zoned(jiff::tz::TimeZone::system())
+        .date();
+    let deep = (sessions.len() / 2 / 50) * 50;
+    let pages: Vec<(String, PathOf<'_>)> = vec![
+        ("index".into(), Box::new(|_| "/".into())),
+        (
+            format!("index offset {deep}"),
+            Box::new(move |_| format!("/?offset={deep}")),
+        ),
+        ("by cost".into(), Box::new(|_| "/?sort=cost".into())),
+        ("by duration".into(), Box::new(|_| "/?sort=duration".into())),
+        ("one day".into(), Box::new(move |_| format!("/?day={yesterday}"))),
+        ("platform cron".into(), Box::new(|_| "/?platform=cron".into())),
+        (
+            "platform cron, page 20".into(),
+            Box::new(|_| "/?platform=cron&offset=1000".into()),
+        ),
+        ("session".into(), Box::new(move |k| format!("/session/{}", pick(k)))),
+    ];
+    let mut out = Vec::new();
+    for (name, path) in &pages {
+        let t0 = Instant::now();
+        let first = http_get::get(addr, &path(0), &[]);
+        let first_ms = ms(t0.elapsed());
+        assert_eq!(first.status, 200, "{name}: {}", first.body);
+        let mut spent: Vec<f64> = (1..=20)
+            .map(|k| {
+                let t0 = Instant::now();
+                let got = http_get::get(addr, &path(k), &[]);
+                assert_eq!(got.status, 200, "{name}: {}", got.body);
+                ms(t0.elapsed())
+            })
+            .collect();
+        spent.sort_by(f64::total_cmp);
+        out.push(format!("{name} {first_ms:.1}/{:.1}/{:.1}", spent[10], spent[19]));
+    }
+    println!("  viewer pages, ms first/p50/p95 (of 20): {}", out.join(", "));
 }
 
 /// Budgets every gating hook must ask about: enforced, and already over
@@ -357,16 +424,9 @@ fn measure_commands(store: &Store, now: f64) {
 /// them: `bridge/pace.rs`) until nothing is left to prune; returns the
 /// steps and every transaction's time, by kind.
 fn retain(store: &mut Store, now: f64) -> (usize, Vec<(&'static str, Vec<Duration>)>) {
-    let cut = RetainCutoffs {
-        now,
-        journal_before: now - JOURNAL_DAYS * DAY,
-        outbox_before: now - OUTBOX_DAYS * DAY,
-        content_ended_before: now - DAY,
-        content_stale_before: now - OUTBOX_DAYS * DAY,
-        outbox_max_rows: 1_000_000,
-        settled_before: now - 120.0,
-        rollup_until: now - 300.0,
-    };
+    // The plugin's defaults, as the writer cuts with them.
+    let config = hermes_otel::bridge::BridgeConfig::new(std::path::PathBuf::new());
+    let cut = hermes_otel::bridge::retain_cutoffs(&config, now);
     let mut cursor = ContentCursor::default();
     let mut sizes = RetainKind::ALL.map(|kind| BatchSize::new(kind.most()));
     let mut times: Vec<(&'static str, Vec<Duration>)> =

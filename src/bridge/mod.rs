@@ -91,6 +91,7 @@ pub use background::{Background, ExporterFactory};
 use host_price::HostAsk;
 pub use host_price::HOST_PRICE_RETRY;
 use queue::{Job, Payload, Shared, Ticket, MAX_QUEUED, WAKE_AT_QUEUED};
+pub use writer::retain_cutoffs;
 
 pub use gate::{
     carries_spend, is_gating, spend_bound, Gate, GateNeeds, NoGate, QueuedSpend, QuickGate, Verdict, GATE_REFRESH,

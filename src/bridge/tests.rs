@@ -509,12 +509,9 @@ fn the_exporter_starts_once_and_stops_with_the_bridge() {
 #[test]
 fn a_store_to_migrate_is_migrated_by_the_writer_while_hooks_go_on() {
     let dir = tempfile::tempdir().expect("temp dir");
-    drop(reader(dir.path()));
+    std::fs::create_dir_all(dir.path().join("otel")).expect("store dir");
     let db = dir.path().join("otel").join(crate::store::DB_FILE_NAME);
-    let older = crate::store::SCHEMA_VERSION - 1;
-    rusqlite::Connection::open(&db)
-        .and_then(|c| c.pragma_update(None, "user_version", older))
-        .expect("an older schema");
+    Store::create_at_version(&db, crate::store::SCHEMA_VERSION as usize - 1);
     assert!(Store::migration_due(&dir.path().join("otel")));
     let lock = WriteLock::take(dir.path());
     let started = Instant::now();
@@ -530,7 +527,8 @@ fn a_store_to_migrate_is_migrated_by_the_writer_while_hooks_go_on() {
     );
     std::thread::sleep(Duration::from_millis(200));
     drop(lock);
-    assert!(bridge.flush(Duration::from_secs(10)));
+    let flushed = bridge.flush(Duration::from_secs(10));
+    assert!(flushed, "{:?} {:?}", bridge.store_problem(), bridge.stats());
     let store = reader(dir.path());
     assert_eq!(store.schema_version().expect("version"), crate::store::SCHEMA_VERSION);
     assert!(!Store::migration_due(&dir.path().join("otel")));

@@ -10,6 +10,7 @@ use crate::lock;
 use crate::store::IDLE_CLOSE_BATCH;
 
 mod retain;
+pub use retain::retain_cutoffs;
 
 /// An event the writer holds: queued by a hook, or kept while the store is
 /// in trouble.

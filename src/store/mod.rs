@@ -21,6 +21,8 @@
 //!   so replays and retried writes are idempotent.
 //! - Run totals equal the sums over their `llm_calls`, `llm_call_errors` and
 //!   `tool_calls` rows.
+//! - `run_hours` equals the sums over `runs` per start hour and filter
+//!   values (kept by triggers, so in the same transaction).
 //! - WAL checkpoints are not run on the per-event path: the hook connection
 //!   turns auto-checkpointing off and [`Store::checkpoint`] is called from a
 //!   background path instead.
@@ -39,6 +41,7 @@ mod retention;
 mod rollup;
 mod row_counts;
 mod run_memo;
+mod session_list;
 mod session_view;
 mod trace_view;
 
@@ -59,8 +62,9 @@ pub use report::{FactKind, FactRow, ProviderBilled, RunSummary, StoreCounts};
 pub use retain_step::{RetainCutoffs, RetainDone, RetainKind};
 pub use retention::pruned;
 pub use rollup::RollupStep;
+pub use session_list::{SessionFilter, SessionListRow, SessionListTotals, SessionSort};
 pub use session_view::{SessionTotals, SpendTotals};
-pub use trace_view::{SessionFilter, SessionListRow, SessionListTotals, SessionSort, TraceRows};
+pub use trace_view::TraceRows;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -90,6 +94,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0013_row_counts_in_code.sql"),
     include_str!("migrations/0014_report_hours.sql"),
     include_str!("migrations/0015_session_calls_covered.sql"),
+    include_str!("migrations/0016_session_list_hours.sql"),
 ];
 
 /// The schema version this build writes.
@@ -214,6 +219,14 @@ impl Store {
         migrate(&mut self.conn, MIGRATIONS)
     }
 
+    /// Creates the database at `path` as a build of schema `version` left
+    /// it (the tests of upgrades), opened as every build opens it (WAL).
+    #[cfg(test)]
+    pub(crate) fn create_at_version(path: &Path, version: usize) {
+        let mut conn = connect(path).expect("open");
+        migrate(&mut conn, &MIGRATIONS[..version]).expect("an older schema");
+    }
+
     /// Moves the WAL into the database file without waiting for readers.
     pub fn checkpoint(&self) -> Result<()> {
         self.conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
@@ -303,13 +316,32 @@ fn migrate(conn: &mut Connection, migrations: &[&str]) -> Result<()> {
     if found > supported {
         return Err(Error::SchemaTooNew { found, supported });
     }
-    for (i, sql) in migrations.iter().enumerate().skip(found as usize) {
-        let version = i as i64 + 1;
+    let mut found = found;
+    while found < supported {
+        let version = found + 1;
         let fail = |source| Error::Migration { version, source };
-        let tx = conn.transaction().map_err(fail)?;
-        tx.execute_batch(sql).map_err(fail)?;
+        // The write lock first, waiting for it as every writer does (a
+        // transaction that has read cannot wait for it later: SQLite
+        // refuses at once), then the version again under it: another
+        // process may have migrated meanwhile.
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(fail)?;
+        found = tx
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(fail)?;
+        if found >= supported {
+            break;
+        }
+        let version = found + 1;
+        let fail = |source| Error::Migration { version, source };
+        tx.execute_batch(migrations[found as usize]).map_err(fail)?;
         tx.pragma_update(None, "user_version", version).map_err(fail)?;
         tx.commit().map_err(fail)?;
+        found = version;
+    }
+    if found > supported {
+        return Err(Error::SchemaTooNew { found, supported });
     }
     Ok(())
 }
@@ -442,6 +474,13 @@ mod tests {
             assert_eq!(
                 store.query_scalar::<i64>("SELECT COUNT(*) FROM runs").expect("count"),
                 1
+            );
+            assert_eq!(
+                store
+                    .query_scalar::<i64>("SELECT SUM(sessions) FROM run_hours WHERE hour = 0")
+                    .expect("hours"),
+                1,
+                "the viewer's hour totals start from the runs a store had"
             );
         }
     }

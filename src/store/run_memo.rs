@@ -74,8 +74,10 @@ impl RunFacts {
         }
     }
 
-    /// Whether the refresh would write anything (the UPDATE's WHERE).
-    pub fn changed_by(&self, says: &RunSays<'_>) -> bool {
+    /// Whether the event says something about the run beyond its time:
+    /// a platform or cron job it had none of, another model, provider or
+    /// base URL, an earlier start.
+    fn says_more(&self, says: &RunSays<'_>) -> bool {
         let differs = |new: Option<&str>, old: &Option<String>| new.is_some_and(|n| old.as_deref() != Some(n));
         (!self.has_platform && says.platform.is_some())
             || (!self.has_cron_job_id && says.cron_job_id.is_some())
@@ -83,7 +85,18 @@ impl RunFacts {
             || differs(says.provider, &self.provider)
             || differs(says.base_url, &self.base_url)
             || says.at < self.started_at
-            || says.at >= self.last_event_at + 1.0
+    }
+
+    /// Whether the refresh would write anything (the UPDATE's WHERE).
+    pub fn changed_by(&self, says: &RunSays<'_>) -> bool {
+        self.says_more(says) || says.at >= self.last_event_at + 1.0
+    }
+
+    /// Whether all the refresh would write is a later last event (by a
+    /// second or more): the common case, written without touching the
+    /// columns the rollup and `run_hours` triggers watch.
+    pub fn only_later(&self, says: &RunSays<'_>) -> bool {
+        !self.says_more(says) && says.at >= self.last_event_at + 1.0
     }
 }
 

@@ -1,6 +1,6 @@
 //! Read-only queries for `hermes-otel trace` and the viewer: every ledger
 //! row of one session and its subagents (the rows the span builder turns
-//! into spans), and the list of sessions with filters and totals.
+//! into spans). The viewer's list of sessions is [`super::session_list`].
 //!
 //! Owns: those queries and the read-only connection the viewer opens per
 //! request. Must not touch: writes of any kind, span building (that is
@@ -22,7 +22,7 @@ use super::outbox::{
     approval_of, llm_call_of, llm_error_of, open_attempt_of, tool_of, turn_of, APPROVAL_SELECT, LLM_CALL_SELECT,
     LLM_ERROR_SELECT, OPEN_ATTEMPT_FILTER, OPEN_ATTEMPT_SELECT, TOOL_SELECT, TURN_SELECT,
 };
-use super::{ApprovalRow, AttemptRow, RunRow, Store, ToolRow, TurnRow};
+use super::{ApprovalRow, AttemptRow, RunRow, SessionFilter, Store, ToolRow, TurnRow};
 use crate::error::Result;
 use crate::pricing::PriceTable;
 
@@ -46,89 +46,6 @@ pub struct TraceRows {
     /// Captured content by `(kind, session_id, key)`: `(attribute, JSON text)`
     /// pairs; empty unless content capture was on.
     pub content: HashMap<(String, String, String), Vec<(String, String)>>,
-}
-
-/// Which sessions the index lists.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct SessionFilter {
-    /// Started in `[since, until)`, Unix seconds.
-    pub since: Option<f64>,
-    pub until: Option<f64>,
-    pub platform: Option<String>,
-    pub cron_job_id: Option<String>,
-    pub sender_id: Option<String>,
-    pub model: Option<String>,
-    pub sort: SessionSort,
-    pub limit: usize,
-    pub offset: usize,
-}
-
-/// The order of the session list.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum SessionSort {
-    /// Newest first.
-    #[default]
-    Newest,
-    /// Most expensive first.
-    Cost,
-    /// Longest first.
-    Duration,
-}
-
-impl SessionSort {
-    /// `newest`, `cost` or `duration`.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "newest" | "" => Some(SessionSort::Newest),
-            "cost" => Some(SessionSort::Cost),
-            "duration" => Some(SessionSort::Duration),
-            _ => None,
-        }
-    }
-
-    /// The name [`SessionSort::parse`] reads.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SessionSort::Newest => "newest",
-            SessionSort::Cost => "cost",
-            SessionSort::Duration => "duration",
-        }
-    }
-}
-
-/// One session in the list.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
-pub struct SessionListRow {
-    pub session_id: String,
-    pub parent_session_id: Option<String>,
-    pub platform: Option<String>,
-    pub cron_job_id: Option<String>,
-    pub sender_id: Option<String>,
-    pub model: Option<String>,
-    pub started_at: f64,
-    /// When it ended, else its last event.
-    pub last_at: f64,
-    pub status: String,
-    pub turns: i64,
-    pub llm_calls: i64,
-    /// Including cache reads and writes.
-    pub input_tokens: i64,
-    pub output_tokens: i64,
-    pub cost_usd: f64,
-    pub api_errors: i64,
-    pub tool_calls: i64,
-    pub tool_failures: i64,
-}
-
-/// Totals over every session a filter selects (not only the page).
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
-pub struct SessionListTotals {
-    pub sessions: i64,
-    pub llm_calls: i64,
-    pub input_tokens: i64,
-    pub output_tokens: i64,
-    pub cost_usd: f64,
-    pub api_errors: i64,
 }
 
 impl Store {
@@ -305,73 +222,11 @@ impl Store {
         Ok(())
     }
 
-    /// One page of sessions matching `filter`, and the totals of all of them.
-    pub fn session_list(&self, filter: &SessionFilter) -> Result<(Vec<SessionListRow>, SessionListTotals)> {
-        let (clause, args) = filter_clause(filter);
-        let order = match filter.sort {
-            SessionSort::Newest => "started_at DESC",
-            SessionSort::Cost => "cost_usd DESC, started_at DESC",
-            SessionSort::Duration => "COALESCE(ended_at, last_event_at) - started_at DESC, started_at DESC",
-        };
-        let sql = format!(
-            "SELECT session_id, parent_session_id, platform, cron_job_id, sender_id, model, started_at,
-                    COALESCE(ended_at, last_event_at), status, turns, llm_calls,
-                    input_tokens + cache_read_tokens + cache_write_tokens, output_tokens, cost_usd, api_errors,
-                    tool_calls, tool_failures
-               FROM runs {clause} ORDER BY {order} LIMIT {} OFFSET {}",
-            filter.limit.clamp(1, 1000),
-            filter.offset
-        );
-        let mut stmt = self.conn().prepare_cached(&sql)?;
-        let rows = stmt.query_map(rusqlite::params_from_iter(args.iter()), |r| {
-            Ok(SessionListRow {
-                session_id: r.get(0)?,
-                parent_session_id: r.get(1)?,
-                platform: r.get(2)?,
-                cron_job_id: r.get(3)?,
-                sender_id: r.get(4)?,
-                model: r.get(5)?,
-                started_at: r.get(6)?,
-                last_at: r.get(7)?,
-                status: r.get(8)?,
-                turns: r.get(9)?,
-                llm_calls: r.get(10)?,
-                input_tokens: r.get(11)?,
-                output_tokens: r.get(12)?,
-                cost_usd: r.get(13)?,
-                api_errors: r.get(14)?,
-                tool_calls: r.get(15)?,
-                tool_failures: r.get(16)?,
-            })
-        })?;
-        let list = rows.collect::<rusqlite::Result<Vec<_>>>()?;
-        let totals = self
-            .conn()
-            .prepare_cached(&format!(
-                "SELECT COUNT(*), COALESCE(SUM(llm_calls), 0),
-                    COALESCE(SUM(input_tokens + cache_read_tokens + cache_write_tokens), 0),
-                    COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cost_usd), 0), COALESCE(SUM(api_errors), 0)
-               FROM runs {clause}"
-            ))?
-            .query_row(rusqlite::params_from_iter(args.iter()), |r| {
-                Ok(SessionListTotals {
-                    sessions: r.get(0)?,
-                    llm_calls: r.get(1)?,
-                    input_tokens: r.get(2)?,
-                    output_tokens: r.get(3)?,
-                    cost_usd: r.get(4)?,
-                    api_errors: r.get(5)?,
-                })
-            })?;
-        Ok((list, totals))
-    }
-
     /// SQLite's plan for the session list of `filter` and for one
     /// session's reads, one line per step, for the test that holds them to
     /// indexes.
     pub fn trace_query_plans(&self, filter: &SessionFilter) -> Result<Vec<(String, String)>> {
-        let (clause, args) = filter_clause(filter);
-        let mut out = Vec::new();
+        let mut out = self.session_list_plans(filter)?;
         let mut plan = |name: &str, sql: &str, args: &[rusqlite::types::Value]| -> Result<()> {
             let mut stmt = self.conn().prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
             let rows = stmt.query_map(rusqlite::params_from_iter(args.iter()), |r| r.get::<_, String>(3))?;
@@ -380,11 +235,6 @@ impl Store {
             }
             Ok(())
         };
-        plan(
-            "index",
-            &format!("SELECT session_id FROM runs {clause} ORDER BY started_at DESC LIMIT 50"),
-            &args,
-        )?;
         let text = |s: &str| rusqlite::types::Value::Text(s.to_string());
         let sid = [text("s")];
         plan(
@@ -415,38 +265,6 @@ impl Store {
         )?;
         Ok(out)
     }
-}
-
-/// The WHERE clause of a session filter and its arguments.
-fn filter_clause(filter: &SessionFilter) -> (String, Vec<rusqlite::types::Value>) {
-    use rusqlite::types::Value;
-    let mut terms = Vec::new();
-    let mut args = Vec::new();
-    if let Some(since) = filter.since {
-        args.push(Value::Real(since));
-        terms.push(format!("started_at >= ?{}", args.len()));
-    }
-    if let Some(until) = filter.until {
-        args.push(Value::Real(until));
-        terms.push(format!("started_at < ?{}", args.len()));
-    }
-    for (column, value) in [
-        ("platform", &filter.platform),
-        ("cron_job_id", &filter.cron_job_id),
-        ("sender_id", &filter.sender_id),
-        ("model", &filter.model),
-    ] {
-        if let Some(v) = value.as_deref().filter(|v| !v.is_empty()) {
-            args.push(Value::Text(v.to_string()));
-            terms.push(format!("{column} = ?{}", args.len()));
-        }
-    }
-    let clause = if terms.is_empty() {
-        String::new()
-    } else {
-        format!("WHERE {}", terms.join(" AND "))
-    };
-    (clause, args)
 }
 
 #[cfg(test)]

@@ -42,6 +42,25 @@ impl Default for RetainPace {
     }
 }
 
+/// Where retention cuts at `now` under `config` (what the writer runs;
+/// the size benchmark runs the same).
+pub fn retain_cutoffs(config: &BridgeConfig, now: f64) -> RetainCutoffs {
+    const DAY: f64 = 86_400.0;
+    let r = &config.retention;
+    RetainCutoffs {
+        now,
+        journal_before: now - r.journal_days.value * DAY,
+        outbox_before: now - r.outbox_days.value * DAY,
+        content_ended_before: now - r.content_hours.value * 3600.0,
+        content_stale_before: now - r.outbox_days.value * DAY,
+        outbox_max_rows: config.outbox_max_rows,
+        settled_before: now - config.session_grace_seconds,
+        // Later quarter hours still take facts (a late one moves the
+        // mark back; see store/rollup.rs).
+        rollup_until: now - ROLLUP_LAG_SECONDS,
+    }
+}
+
 impl Writer {
     /// One step of retention (see `store/retention.rs`): a batch of each
     /// kind, in its own transaction: journal rows, finished requests,
@@ -56,21 +75,7 @@ impl Writer {
         if self.retry_at.is_some() || self.store.is_none() {
             return (false, false);
         }
-        const DAY: f64 = 86_400.0;
-        let now = unix_now();
-        let r = &self.config.retention;
-        let cut = RetainCutoffs {
-            now,
-            journal_before: now - r.journal_days.value * DAY,
-            outbox_before: now - r.outbox_days.value * DAY,
-            content_ended_before: now - r.content_hours.value * 3600.0,
-            content_stale_before: now - r.outbox_days.value * DAY,
-            outbox_max_rows: self.config.outbox_max_rows,
-            settled_before: now - self.config.session_grace_seconds,
-            // Later quarter hours still take facts (a late one moves the
-            // mark back; see store/rollup.rs).
-            rollup_until: now - ROLLUP_LAG_SECONDS,
-        };
+        let cut = retain_cutoffs(&self.config, unix_now());
         let kinds = RetainKind::ALL.len();
         let (mut worked, mut more) = (false, false);
         for i in 0..kinds {

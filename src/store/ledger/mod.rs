@@ -539,6 +539,15 @@ fn touch_run(
     if known.is_some_and(|run| !run.changed_by(&says)) {
         return Ok(());
     }
+    if let Some(run) = known.filter(|run| run.only_later(&says)) {
+        // Only the time moves on: an UPDATE naming no watched column fires
+        // no trigger (report rollups, `run_hours`).
+        let facts = run.with(&says);
+        tx.prepare_cached("UPDATE runs SET last_event_at = MAX(last_event_at, ?2) WHERE session_id = ?1")?
+            .execute(params![session_id, at])?;
+        runs.put(session_id, facts);
+        return Ok(());
+    }
     if known.is_none() {
         let inserted = tx
             .prepare_cached(
