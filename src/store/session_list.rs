@@ -213,35 +213,67 @@ fn page_query(filter: &SessionFilter, terms: &Terms, take: usize, skip: usize) -
     }
 }
 
-/// The statements that total the sessions `filter` selects: whole hours
-/// from `run_hours`, a window's partial hours from `runs`.
-fn totals_queries(filter: &SessionFilter) -> Vec<Query> {
-    let sums = "COUNT(*), COALESCE(SUM(llm_calls), 0),
-                COALESCE(SUM(input_tokens + cache_read_tokens + cache_write_tokens), 0),
-                COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cost_usd), 0), COALESCE(SUM(api_errors), 0)";
-    let runs = |since: Option<f64>, until: Option<f64>| {
-        let terms = Terms::dimensions(filter).started(since, until);
-        Query {
-            sql: format!("SELECT {sums} FROM runs {}", terms.clause()),
-            args: terms.args,
-        }
-    };
-    // The whole hours inside the window.
-    let first = filter.since.map(|s| (s / HOUR).ceil() * HOUR);
-    let end = filter.until.map(|u| (u / HOUR).floor() * HOUR);
-    if let (Some(first), Some(end)) = (first, end) {
-        if first >= end {
-            return vec![runs(filter.since, filter.until)];
-        }
+fn add(totals: &mut SessionListTotals, part: SessionListTotals) {
+    totals.sessions += part.sessions;
+    totals.llm_calls += part.llm_calls;
+    totals.input_tokens += part.input_tokens;
+    totals.output_tokens += part.output_tokens;
+    totals.cost_usd += part.cost_usd;
+    totals.api_errors += part.api_errors;
+}
+
+/// A row set of `run_hours`: the whole store `(0, "")`, or one value of
+/// one filter (1 platform, 2 cron job, 3 sender, 4 model).
+type HoursKey = (i64, String);
+
+/// The values the filter names, as `run_hours` keys.
+fn named(filter: &SessionFilter) -> Vec<HoursKey> {
+    [
+        (1, &filter.platform),
+        (2, &filter.cron_job_id),
+        (3, &filter.sender_id),
+        (4, &filter.model),
+    ]
+    .into_iter()
+    .filter_map(|(dim, v)| v.as_deref().filter(|v| !v.is_empty()).map(|v| (dim, v.to_string())))
+    .collect()
+}
+
+/// Totals of the runs `filter` selects that started in `[since, until)`,
+/// read from `runs` (a window's partial hours, or the hours of the rarest
+/// value when the filter names two).
+fn runs_totals_query(filter: &SessionFilter, since: Option<f64>, until: Option<f64>) -> Query {
+    let terms = Terms::dimensions(filter).started(since, until);
+    Query {
+        sql: format!(
+            "SELECT COUNT(*), COALESCE(SUM(llm_calls), 0),
+                    COALESCE(SUM(input_tokens + cache_read_tokens + cache_write_tokens), 0),
+                    COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cost_usd), 0), COALESCE(SUM(api_errors), 0)
+               FROM runs {}",
+            terms.clause()
+        ),
+        args: terms.args,
     }
-    let mut terms = Terms::dimensions(filter);
-    if let Some(first) = first {
-        terms.push("hour", ">=", Value::Integer(first as i64));
+}
+
+/// The `run_hours` rows of `key` whose hour starts in `[from, to)`.
+fn key_terms(key: &HoursKey, from: Option<f64>, to: Option<f64>) -> Terms {
+    let mut terms = Terms::default();
+    terms.push("dim", "=", Value::Integer(key.0));
+    terms.push("value", "=", Value::Text(key.1.clone()));
+    if let Some(from) = from {
+        terms.push("hour", ">=", Value::Integer(from.ceil() as i64));
     }
-    if let Some(end) = end {
-        terms.push("hour", "<", Value::Integer(end as i64));
+    if let Some(to) = to {
+        terms.push("hour", "<", Value::Integer(to.ceil() as i64));
     }
-    let mut out = vec![Query {
+    terms
+}
+
+/// The sums of `key`'s hours in `[from, to)`.
+fn hours_totals_query(key: &HoursKey, from: Option<f64>, to: Option<f64>) -> Query {
+    let terms = key_terms(key, from, to);
+    Query {
         sql: format!(
             "SELECT COALESCE(SUM(sessions), 0), COALESCE(SUM(llm_calls), 0), COALESCE(SUM(input_tokens), 0),
                     COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cost_usd), 0), COALESCE(SUM(api_errors), 0)
@@ -249,53 +281,38 @@ fn totals_queries(filter: &SessionFilter) -> Vec<Query> {
             terms.clause()
         ),
         args: terms.args,
-    }];
-    if let (Some(since), Some(first)) = (filter.since, first) {
-        if since < first {
-            out.push(runs(Some(since), Some(first)));
-        }
     }
-    if let (Some(end), Some(until)) = (end, filter.until) {
-        if end < until {
-            out.push(runs(Some(end), Some(until)));
-        }
-    }
-    out
 }
 
-/// Matching runs per hour, newest hour first, within the filter's window.
-fn hours_query(filter: &SessionFilter) -> Query {
-    let mut terms = Terms::dimensions(filter);
-    if let Some(since) = filter.since {
-        terms.push("hour", ">=", Value::Integer(((since / HOUR).floor() * HOUR) as i64));
-    }
-    if let Some(until) = filter.until {
-        terms.push("hour", "<", Value::Integer(until.ceil() as i64));
-    }
+/// `key`'s hours in `[from, to)` that hold runs, newest first, with how
+/// many.
+fn hours_query(key: &HoursKey, from: Option<f64>, to: Option<f64>) -> Query {
+    let terms = key_terms(key, from, to).and("sessions > 0");
     Query {
         sql: format!(
-            "SELECT hour, SUM(sessions) FROM run_hours {} GROUP BY hour HAVING SUM(sessions) > 0 ORDER BY hour DESC",
+            "SELECT hour, sessions FROM run_hours {} ORDER BY hour DESC",
             terms.clause()
         ),
         args: terms.args,
     }
 }
 
-/// Whether the filter names a platform, cron job, sender or model.
-fn has_dimensions(filter: &SessionFilter) -> bool {
-    !Terms::dimensions(filter).terms.is_empty()
+/// The first hour of the window (`since` rounded down) and the end of it.
+fn hour_span(filter: &SessionFilter) -> (Option<f64>, Option<f64>) {
+    (filter.since.map(|s| (s / HOUR).floor() * HOUR), filter.until)
 }
 
 impl Store {
     /// One page of sessions matching `filter`, and the totals of all of them.
     pub fn session_list(&self, filter: &SessionFilter) -> Result<(Vec<SessionListRow>, SessionListTotals)> {
-        let totals = self.list_totals(filter)?;
+        let key = self.hours_key(filter)?;
+        let totals = self.list_totals(filter, &key)?;
         let take = filter.limit.clamp(1, MOST_ROWS);
         if totals.sessions <= filter.offset as i64 {
             return Ok((Vec::new(), totals));
         }
-        let rows = if filter.sort == SessionSort::Newest && has_dimensions(filter) {
-            self.newest_by_hours(filter, take)?
+        let rows = if filter.sort == SessionSort::Newest && key.0 != 0 {
+            self.newest_by_hours(filter, &key, take)?
         } else {
             let terms = Terms::dimensions(filter).started(filter.since, filter.until);
             self.list_rows(&page_query(filter, &terms, take, filter.offset))?
@@ -303,38 +320,107 @@ impl Store {
         Ok((rows, totals))
     }
 
-    fn list_totals(&self, filter: &SessionFilter) -> Result<SessionListTotals> {
-        let mut totals = SessionListTotals::default();
-        for q in totals_queries(filter) {
-            let part =
-                self.conn()
-                    .prepare_cached(&q.sql)?
-                    .query_row(rusqlite::params_from_iter(q.args.iter()), |r| {
-                        Ok(SessionListTotals {
-                            sessions: r.get(0)?,
-                            llm_calls: r.get(1)?,
-                            input_tokens: r.get(2)?,
-                            output_tokens: r.get(3)?,
-                            cost_usd: r.get(4)?,
-                            api_errors: r.get(5)?,
-                        })
-                    })?;
-            totals.sessions += part.sessions;
-            totals.llm_calls += part.llm_calls;
-            totals.input_tokens += part.input_tokens;
-            totals.output_tokens += part.output_tokens;
-            totals.cost_usd += part.cost_usd;
-            totals.api_errors += part.api_errors;
+    /// The `run_hours` rows that find the filter's runs: the whole store's,
+    /// the one value it names, or of two or more the one with the fewest
+    /// runs in the window.
+    fn hours_key(&self, filter: &SessionFilter) -> Result<HoursKey> {
+        let named = named(filter);
+        if named.len() < 2 {
+            return Ok(named.into_iter().next().unwrap_or((0, String::new())));
+        }
+        let (from, to) = hour_span(filter);
+        let mut rarest = None;
+        for key in named {
+            let n = self.sum_totals(&hours_totals_query(&key, from, to))?.sessions;
+            if rarest.as_ref().is_none_or(|(least, _)| n < *least) {
+                rarest = Some((n, key));
+            }
+        }
+        Ok(rarest.map(|(_, key)| key).unwrap_or((0, String::new())))
+    }
+
+    fn list_totals(&self, filter: &SessionFilter, key: &HoursKey) -> Result<SessionListTotals> {
+        // The whole hours inside the window.
+        let first = filter.since.map(|s| (s / HOUR).ceil() * HOUR);
+        let end = filter.until.map(|u| (u / HOUR).floor() * HOUR);
+        if let (Some(first), Some(end)) = (first, end) {
+            if first >= end {
+                return self.sum_totals(&runs_totals_query(filter, filter.since, filter.until));
+            }
+        }
+        let mut totals = if named(filter).len() < 2 {
+            self.sum_totals(&hours_totals_query(key, first, end))?
+        } else {
+            // The rarest value's hours, and the runs of those hours that
+            // match every value.
+            let mut totals = SessionListTotals::default();
+            for (bottom, top) in self.hour_ranges(key, first, end)? {
+                add(
+                    &mut totals,
+                    self.sum_totals(&runs_totals_query(filter, Some(bottom), Some(top)))?,
+                );
+            }
+            totals
+        };
+        if let (Some(since), Some(first)) = (filter.since, first) {
+            if since < first {
+                add(
+                    &mut totals,
+                    self.sum_totals(&runs_totals_query(filter, Some(since), Some(first)))?,
+                );
+            }
+        }
+        if let (Some(end), Some(until)) = (end, filter.until) {
+            if end < until {
+                add(
+                    &mut totals,
+                    self.sum_totals(&runs_totals_query(filter, Some(end), Some(until)))?,
+                );
+            }
         }
         Ok(totals)
     }
 
+    fn sum_totals(&self, q: &Query) -> Result<SessionListTotals> {
+        Ok(self
+            .conn()
+            .prepare_cached(&q.sql)?
+            .query_row(rusqlite::params_from_iter(q.args.iter()), |r| {
+                Ok(SessionListTotals {
+                    sessions: r.get(0)?,
+                    llm_calls: r.get(1)?,
+                    input_tokens: r.get(2)?,
+                    output_tokens: r.get(3)?,
+                    cost_usd: r.get(4)?,
+                    api_errors: r.get(5)?,
+                })
+            })?)
+    }
+
+    /// `key`'s hours in `[from, to)` that hold runs, neighbouring hours
+    /// joined, as `[bottom, top)` ranges newest first.
+    fn hour_ranges(&self, key: &HoursKey, from: Option<f64>, to: Option<f64>) -> Result<Vec<(f64, f64)>> {
+        let q = hours_query(key, from, to);
+        let mut stmt = self.conn().prepare_cached(&q.sql)?;
+        let hours = stmt.query_map(rusqlite::params_from_iter(q.args.iter()), |r| r.get::<_, i64>(0))?;
+        let mut ranges: Vec<(f64, f64)> = Vec::new();
+        for hour in hours {
+            let hour = hour? as f64;
+            match ranges.last_mut() {
+                Some((bottom, _)) if *bottom == hour + HOUR => *bottom = hour,
+                _ => ranges.push((hour, hour + HOUR)),
+            }
+        }
+        Ok(ranges)
+    }
+
     /// Newest first under a platform, cron job, sender or model filter:
-    /// reads only the hours holding matching runs, newest first (neighbouring
+    /// reads only the hours holding runs of `key`, newest first (neighbouring
     /// hours as one range), until the page and the rows before it are read.
     /// The hours' counts only group the reads; the rows decide.
-    fn newest_by_hours(&self, filter: &SessionFilter, take: usize) -> Result<Vec<SessionListRow>> {
-        let q = hours_query(filter);
+    fn newest_by_hours(&self, filter: &SessionFilter, key: &HoursKey, take: usize) -> Result<Vec<SessionListRow>> {
+        let (from, to) = hour_span(filter);
+        let q = hours_query(key, from, to);
         let mut stmt = self.conn().prepare_cached(&q.sql)?;
         // Read lazily: the hours come newest first in the table's key order,
         // and the loop stops as soon as the page is full.
@@ -405,10 +491,14 @@ impl Store {
                 page_query(&sorted, &terms, 50, 0),
             ));
         }
-        for (i, q) in totals_queries(filter).into_iter().enumerate() {
-            queries.push((format!("totals {i}"), q));
-        }
-        queries.push(("hours".to_string(), hours_query(filter)));
+        let key = self.hours_key(filter)?;
+        let (from, to) = hour_span(filter);
+        queries.push(("totals".to_string(), hours_totals_query(&key, from, to)));
+        queries.push((
+            "totals of a partial hour".to_string(),
+            runs_totals_query(filter, filter.since.or(Some(0.0)), filter.until.or(Some(HOUR))),
+        ));
+        queries.push(("hours".to_string(), hours_query(&key, from, to)));
         let mut out = Vec::new();
         for (name, q) in queries {
             let mut stmt = self.conn().prepare(&format!("EXPLAIN QUERY PLAN {}", q.sql))?;
@@ -474,25 +564,23 @@ mod tests {
         (ids, totals)
     }
 
-    /// `run_hours` holds exactly the sums of `runs` by start hour and
-    /// filter values.
+    /// `run_hours` holds exactly the sums of `runs` per start hour: of
+    /// the whole store and of each platform, cron job, sender and model.
     fn assert_hours_match(store: &Store) {
         let read = |sql: &str| -> Vec<String> {
             let mut stmt = store.conn().prepare(sql).expect("prepare");
             stmt.query_map([], |r| {
                 Ok(format!(
-                    "{} {} {} {} {} n={} calls={} in={} out={} cost={:.9} err={}",
+                    "{} {} {} n={} calls={} in={} out={} cost={:.9} err={}",
                     r.get::<_, i64>(0)?,
                     r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, String>(4)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, i64>(4)?,
                     r.get::<_, i64>(5)?,
                     r.get::<_, i64>(6)?,
-                    r.get::<_, i64>(7)?,
-                    r.get::<_, i64>(8)?,
-                    r.get::<_, f64>(9)?,
-                    r.get::<_, i64>(10)?
+                    r.get::<_, f64>(7)?,
+                    r.get::<_, i64>(8)?
                 ))
             })
             .expect("query")
@@ -500,15 +588,29 @@ mod tests {
             .expect("rows")
         };
         // (A row whose runs all moved or went stays at zero sessions.)
-        let kept = read("SELECT * FROM run_hours WHERE sessions != 0 ORDER BY 1, 2, 3, 4, 5");
+        let kept = read("SELECT * FROM run_hours WHERE sessions != 0 ORDER BY 1, 2, 3");
         let summed = read(
-            "SELECT CAST(started_at / 3600 AS INTEGER) * 3600, COALESCE(platform, ''), COALESCE(cron_job_id, ''),
-                    COALESCE(sender_id, ''), COALESCE(model, ''), COUNT(*), SUM(llm_calls),
+            "SELECT dim, value, CAST(started_at / 3600 AS INTEGER) * 3600, COUNT(*), SUM(llm_calls),
                     SUM(input_tokens + cache_read_tokens + cache_write_tokens), SUM(output_tokens), SUM(cost_usd),
                     SUM(api_errors)
-               FROM runs GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5",
+               FROM (SELECT 0 AS dim, '' AS value, * FROM runs
+                     UNION ALL SELECT 1, platform, * FROM runs WHERE platform != ''
+                     UNION ALL SELECT 2, cron_job_id, * FROM runs WHERE cron_job_id != ''
+                     UNION ALL SELECT 3, sender_id, * FROM runs WHERE sender_id != ''
+                     UNION ALL SELECT 4, model, * FROM runs WHERE model != '')
+              GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
         );
-        assert_eq!(kept, summed);
+        // (Costs added and taken away may leave -0.)
+        let kept: Vec<String> = kept
+            .into_iter()
+            .map(|r| r.replace("cost=-0.000000000", "cost=0.000000000"))
+            .collect();
+        let only_kept: Vec<&String> = kept.iter().filter(|r| !summed.contains(r)).collect();
+        let only_summed: Vec<&String> = summed.iter().filter(|r| !kept.contains(r)).collect();
+        assert!(
+            only_kept.is_empty() && only_summed.is_empty(),
+            "kept, not summed: {only_kept:#?}\nsummed, not kept: {only_summed:#?}"
+        );
     }
 
     /// A store of `n` runs over four days: a few platforms, models,
@@ -711,11 +813,7 @@ mod tests {
                     && !detail.contains("USING COVERING INDEX")
                     && !detail.contains("USING PRIMARY KEY")
                     && !detail.starts_with("SCAN (subquery");
-                // `run_hours` read in its key's order: all of it for the
-                // totals of all time, newest first until the page is full
-                // for the hours.
-                let hours_in_order = detail == "SCAN run_hours";
-                assert!(!scan || hours_in_order, "{query}: {detail}\n{plans:#?}");
+                assert!(!scan, "{query}: {detail}\n{plans:#?}");
                 assert!(
                     !detail.contains("TEMP B-TREE") || !query.starts_with("hours"),
                     "{query}: {detail}"
@@ -731,10 +829,16 @@ mod tests {
                 let sorted = |q: &str| plans.iter().any(|(n, d)| n == q && d.contains("TEMP B-TREE"));
                 assert!(!sorted("index by newest") && !sorted("index by cost"), "{plans:#?}");
             }
+            // One value's hours (or the whole store's), not every value's.
             assert!(
-                uses("totals 0", "run_hours") || uses("totals 0", "runs_started"),
+                uses("totals", "SEARCH run_hours USING PRIMARY KEY (dim=? AND value=?"),
                 "{plans:#?}"
             );
+            assert!(
+                uses("hours", "SEARCH run_hours USING PRIMARY KEY (dim=? AND value=?"),
+                "{plans:#?}"
+            );
+            assert!(uses("totals of a partial hour", "runs_started"), "{plans:#?}");
         }
     }
 }
