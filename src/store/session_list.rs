@@ -352,15 +352,22 @@ impl Store {
             self.sum_totals(&hours_totals_query(key, first, end))?
         } else {
             // The rarest value's hours, and the runs of those hours that
-            // match every value.
-            let mut totals = SessionListTotals::default();
-            for (bottom, top) in self.hour_ranges(key, first, end)? {
-                add(
-                    &mut totals,
-                    self.sum_totals(&runs_totals_query(filter, Some(bottom), Some(top)))?,
-                );
+            // match every value; one read of the window's runs instead when
+            // those hours are most of the window's.
+            let ranges = self.hour_ranges(key, first, end)?;
+            let matched: f64 = ranges.iter().map(|(bottom, top)| (top - bottom) / HOUR).sum();
+            if matched * 2.0 > self.hours_with_runs(first, end)? as f64 {
+                self.sum_totals(&runs_totals_query(filter, first, end))?
+            } else {
+                let mut totals = SessionListTotals::default();
+                for (bottom, top) in ranges {
+                    add(
+                        &mut totals,
+                        self.sum_totals(&runs_totals_query(filter, Some(bottom), Some(top)))?,
+                    );
+                }
+                totals
             }
-            totals
         };
         if let (Some(since), Some(first)) = (filter.since, first) {
             if since < first {
@@ -395,6 +402,15 @@ impl Store {
                     api_errors: r.get(5)?,
                 })
             })?)
+    }
+
+    /// How many hours in `[from, to)` hold runs.
+    fn hours_with_runs(&self, from: Option<f64>, to: Option<f64>) -> Result<i64> {
+        let terms = key_terms(&(0, String::new()), from, to).and("sessions > 0");
+        Ok(self
+            .conn()
+            .prepare_cached(&format!("SELECT COUNT(*) FROM run_hours {}", terms.clause()))?
+            .query_row(rusqlite::params_from_iter(terms.args.iter()), |r| r.get(0))?)
     }
 
     /// `key`'s hours in `[from, to)` that hold runs, neighbouring hours
