@@ -21,8 +21,9 @@
 //!   so replays and retried writes are idempotent.
 //! - Run totals equal the sums over their `llm_calls`, `llm_call_errors` and
 //!   `tool_calls` rows.
-//! - `run_hours` equals the sums over `runs` per start hour and filter
-//!   values (kept by triggers, so in the same transaction).
+//! - `run_hours` equals the sums over `runs` per start hour, for the whole
+//!   store and per value of each viewer filter (kept by triggers, so in the
+//!   same transaction).
 //! - WAL checkpoints are not run on the per-event path: the hook connection
 //!   turns auto-checkpointing off and [`Store::checkpoint`] is called from a
 //!   background path instead.

@@ -7,12 +7,15 @@
 //!
 //! # Proportional to the page, not the store
 //!
-//! - Totals read `run_hours` (per UTC hour a run started in and per filter
-//!   value) for the whole hours of the window, and `runs` for the edges of
-//!   a window that does not begin or end on an hour.
+//! - Totals read `run_hours` (per UTC hour a run started in, for the whole
+//!   store and per value of each filter) for the whole hours of the window,
+//!   and `runs` for the edges of a window that does not begin or end on an
+//!   hour. A filter of two or more values has no row of its own: the
+//!   hours of its rarest value are read from `runs` (or the whole window
+//!   when those hours are most of it).
 //! - A page sorted newest first walks `runs_started`; with a platform,
 //!   cron job, sender or model filter it reads only the hours `run_hours`
-//!   says hold matching runs, newest first, until the page is full.
+//!   says hold that (rarest) value, newest first, until the page is full.
 //! - By cost it walks `runs_cost`; by duration `runs_duration` (settled
 //!   runs) merged with the running ones. A filter there is checked row by
 //!   row along the index.
