@@ -1,10 +1,14 @@
 //! Every surface tells the same story: for each recorded fixture, the
-//! report, the Prometheus scrape of `/metrics`, the OTLP metrics and the
-//! spans agree on every count they share: LLM calls, failed attempts, tool
-//! calls, failed tool calls, non-zero exits Hermes reported as ok, tokens
-//! and cost, auxiliary LLM calls included. Real components: a store in a temp dir, the Prometheus
-//! endpoint of `serve`, in-process OTLP receivers on loopback.
+//! report, the Prometheus scrape of `/metrics`, the OTLP metrics, the
+//! spans and the viewer's index totals agree on every count they share:
+//! LLM calls, failed attempts, tool calls, failed tool calls, non-zero
+//! exits Hermes reported as ok, tokens and cost, auxiliary LLM calls
+//! included. Real components: a store in a temp dir, the Prometheus
+//! endpoint of `serve`, in-process OTLP receivers on loopback, the
+//! viewer's HTTP server.
 
+#[path = "support/http_get.rs"]
+mod http_get;
 mod support;
 
 use std::collections::HashMap;
@@ -323,6 +327,13 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
 
         let mut store = Store::open(&path).expect("reopen");
         let report = report_counts(&mut store);
+        let cache = {
+            let t = store
+                .report(&jiff::tz::TimeZone::UTC, 0.0, 1e12, None)
+                .expect("report")
+                .totals;
+            (t.cache_read_tokens + t.cache_write_tokens) as f64
+        };
         aux_calls += store
             .query_scalar::<i64>("SELECT COUNT(*) FROM llm_calls WHERE aux_task IS NOT NULL")
             .expect("aux calls");
@@ -352,6 +363,39 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
         assert!(step.error.is_none() && step.leased, "{name}: {step:?}");
         let requests = metrics_receiver.received.metric_requests();
         let otlp = otlp_counts(requests.last().expect("a metric request"));
+
+        // The viewer's index, all time, as `/api/sessions` answers it: the
+        // totals of every session (input with cache reads and writes, as
+        // the index shows it).
+        let ui = hermes_otel::ui::UiServer::start(hermes_otel::ui::UiConfig {
+            listen: "127.0.0.1:0".into(),
+            store_dir: dir.path().to_path_buf(),
+            token: None,
+            span_options: hermes_otel::span::SpanOptions::default(),
+            base: String::new(),
+        })
+        .expect("viewer");
+        let got = http_get::get(ui.addr(), "/api/sessions", &[]);
+        assert_eq!(got.status, 200, "{name}: {}", got.body);
+        let index: serde_json::Value = serde_json::from_str(&got.body).expect("index JSON");
+        let number = |k: &str| {
+            index["totals"][k]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{name}: totals.{k}"))
+        };
+        let viewer = Counts {
+            llm_calls: number("llm_calls"),
+            api_errors: number("api_errors"),
+            input_tokens: number("input_tokens"),
+            output_tokens: number("output_tokens"),
+            cost_usd: number("cost_usd"),
+            ..report.clone()
+        };
+        let with_cache = Counts {
+            input_tokens: report.input_tokens + cache,
+            ..report.clone()
+        };
+        agree("viewer", &name, &with_cache, &viewer);
 
         agree("prometheus", &name, &report, &prometheus);
         agree("otlp metrics", &name, &report, &otlp);

@@ -133,8 +133,8 @@ impl Terms {
         self.terms.push(format!("{column} {op} ?{}", self.args.len()));
     }
 
-    /// The platform, cron job, sender and model the filter names (the
-    /// same column names in `runs` and `run_hours`).
+    /// The `runs` terms of the platform, cron job, sender and model the
+    /// filter names.
     fn dimensions(filter: &SessionFilter) -> Self {
         let mut terms = Terms::default();
         for (column, value) in [
