@@ -435,8 +435,8 @@ impl Store {
 
     /// Newest first under a platform, cron job, sender or model filter:
     /// reads only the hours holding runs of `key`, newest first (neighbouring
-    /// hours as one range), until the page and the rows before it are read.
-    /// The hours' counts only group the reads; the rows decide.
+    /// hours as one range), until the page is full; it holds no more than
+    /// the page.
     fn newest_by_hours(&self, filter: &SessionFilter, key: &HoursKey, take: usize) -> Result<Vec<SessionListRow>> {
         let (from, to) = hour_span(filter);
         let q = hours_query(key, from, to);
@@ -448,13 +448,18 @@ impl Store {
                 Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
             })?
             .peekable();
-        let need = filter.offset + take;
+        // One value's counts are exact for the hours wholly in the window:
+        // rows before the page are skipped by them, without reading the
+        // rows (an offset from the address bar may be large). Other
+        // ranges are counted.
+        let exact = named(filter).len() == 1;
+        let mut skip = filter.offset;
         let mut rows = Vec::new();
-        while rows.len() < need {
+        while rows.len() < take {
             let Some(first) = hours.next() else { break };
             let (top, mut matched) = first?;
             let mut bottom = top;
-            while (rows.len() as i64) + matched < need as i64 {
+            while (matched as usize) < skip + take - rows.len() {
                 match hours.peek() {
                     Some(Ok((hour, n))) if hour + HOUR as i64 == bottom => {
                         (bottom, matched) = (*hour, matched + n);
@@ -463,12 +468,27 @@ impl Store {
                     _ => break,
                 }
             }
-            let since = filter.since.map_or(bottom as f64, |s| s.max(bottom as f64));
-            let until = filter.until.map_or(top as f64 + HOUR, |u| u.min(top as f64 + HOUR));
+            let (bottom, top) = (bottom as f64, top as f64 + HOUR);
+            let since = filter.since.map_or(bottom, |s| s.max(bottom));
+            let until = filter.until.map_or(top, |u| u.min(top));
             let terms = Terms::dimensions(filter).started(Some(since), Some(until));
-            rows.extend(self.list_rows(&page_query(filter, &terms, need - rows.len(), 0))?);
+            if skip > 0 {
+                let whole = exact && since == bottom && until == top;
+                let count = if whole {
+                    matched
+                } else {
+                    self.sum_totals(&runs_totals_query(filter, Some(since), Some(until)))?
+                        .sessions
+                };
+                if count as usize <= skip {
+                    skip -= count as usize;
+                    continue;
+                }
+            }
+            rows.extend(self.list_rows(&page_query(filter, &terms, take - rows.len(), skip))?);
+            skip = 0;
         }
-        Ok(rows.into_iter().skip(filter.offset).collect())
+        Ok(rows)
     }
 
     fn list_rows(&self, q: &Query) -> Result<Vec<SessionListRow>> {
