@@ -459,7 +459,11 @@ impl Store {
             let Some(first) = hours.next() else { break };
             let (top, mut matched) = first?;
             let mut bottom = top;
-            while (matched as usize) < skip + take - rows.len() {
+            // Ranges of about a page when the counts are exact (the rows
+            // before it are skipped range by range, unread); else one
+            // range up to the page, counted once.
+            let want = take - rows.len() + if exact { 0 } else { skip };
+            while (matched as usize) < want {
                 match hours.peek() {
                     Some(Ok((hour, n))) if hour + HOUR as i64 == bottom => {
                         (bottom, matched) = (*hour, matched + n);
