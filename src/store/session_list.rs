@@ -311,7 +311,9 @@ impl Store {
         let key = self.hours_key(filter)?;
         let totals = self.list_totals(filter, &key)?;
         let take = filter.limit.clamp(1, MOST_ROWS);
-        if totals.sessions <= filter.offset as i64 {
+        // Past the last session (any offset an address bar holds) the page
+        // is empty: nothing to read, and no offset SQLite cannot take.
+        if totals.sessions.max(0) as u64 <= filter.offset as u64 {
             return Ok((Vec::new(), totals));
         }
         let rows = if filter.sort == SessionSort::Newest && key.0 != 0 {
@@ -809,6 +811,25 @@ mod tests {
             .expect("changes");
         assert_hours_match(&store);
         assert_list_matches(&store);
+    }
+
+    /// An offset past the last session, as large as an address bar can
+    /// hold, is an empty page with the totals, under every sort and filter.
+    #[test]
+    fn an_offset_past_the_end_is_an_empty_page() {
+        let (_dir, store) = store_of(200);
+        for filter in filters().into_iter().filter(|f| f.offset == 0) {
+            let (_, totals) = store.session_list(&filter).expect("list");
+            for offset in [totals.sessions as usize, i64::MAX as usize + 1, usize::MAX] {
+                let past = SessionFilter {
+                    offset,
+                    ..filter.clone()
+                };
+                let (rows, again) = store.session_list(&past).expect("past the end");
+                assert!(rows.is_empty(), "{past:?}");
+                assert_eq!(again, totals);
+            }
+        }
     }
 
     /// Runs applied from real hook events keep `run_hours` exact.
