@@ -41,11 +41,6 @@ def register(ctx: Any) -> None:
             # The session of the turn starting: where an auxiliary call
             # made outside a turn is counted (see _aux).
             hook = _aux.remembering(hook)
-        elif name == "post_auxiliary_call":
-            # Hermes fires it with an empty session for turn-less callers
-            # (cron, gateway idle work): count those against the last turn's
-            # session instead of dropping spend the provider billed.
-            hook = _aux.with_session(hook)
         ctx.register_hook(name, hook)
     if known is not None and "post_auxiliary_call" not in known:
         # Hermes 0.19.0: auxiliary calls fire no hook; feed ours from the

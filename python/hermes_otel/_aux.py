@@ -58,19 +58,6 @@ def remembering(hook: Callable[..., Any]) -> Callable[..., Any]:
     return pre_llm_call
 
 
-def with_session(hook: Callable[..., Any]) -> Callable[..., Any]:
-    """``post_auxiliary_call`` as Hermes fires it, with the last turn's
-    session where Hermes gives none (a turn-less caller)."""
-
-    def post_auxiliary_call(**kwargs: Any) -> Any:
-        if not kwargs.get("session_id") and _last_session:
-            kwargs["session_id"] = _last_session
-        return hook(**kwargs)
-
-    post_auxiliary_call.__wrapped__ = hook  # type: ignore[attr-defined]
-    return post_auxiliary_call
-
-
 def install(hook: Callable[..., Any]) -> bool:
     """Wrap Hermes's auxiliary chokepoint; returns whether it did.
 
