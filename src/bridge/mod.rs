@@ -301,6 +301,18 @@ impl Bridge {
     /// spool write failed: then it waits, up to `hook_wait`, for the commit
     /// (and the verdict).
     pub fn submit_recorded(&self, event: HookEvent, ctx: EventContext, record: Option<&[u8]>) -> Outcome {
+        self.submit_recorded_with(event, ctx, record, true)
+    }
+
+    /// [`Bridge::submit_recorded`]; a call that may not wait never waits,
+    /// whatever it is.
+    fn submit_recorded_with(
+        &self,
+        event: HookEvent,
+        ctx: EventContext,
+        record: Option<&[u8]>,
+        may_wait: bool,
+    ) -> Outcome {
         let State::Running(run) = &self.state else {
             return Outcome::Disabled;
         };
@@ -321,7 +333,7 @@ impl Bridge {
             }
             None => (None, gating),
         };
-        self.queue_and_wait(run, Payload::Decoded(event), ctx, spooled, gating, bound)
+        self.queue_and_wait(run, Payload::Decoded(event), ctx, spooled, gating, bound, may_wait)
     }
 
     /// Whether a call of `hook` may be decoded on the writer thread: while
@@ -346,6 +358,25 @@ impl Bridge {
     /// [`Bridge::submit_recorded`]. Either way, a call the decoder cannot
     /// use is counted and logged (through [`Bridge::take_messages`]).
     pub fn submit_line(&self, hook: &'static str, line: Vec<u8>, at: f64, ctx: EventContext) -> Outcome {
+        self.submit_line_with(hook, line, at, ctx, true)
+    }
+
+    /// [`Bridge::submit_line`] for a call whose caller will not read its
+    /// verdict and must not wait for anything: a hook call Hermes skipped,
+    /// recorded from inside Hermes's dispatcher while it holds its lock.
+    /// The call is spooled (or kept in memory) and committed as usual.
+    pub fn record_line(&self, hook: &'static str, line: Vec<u8>, at: f64, ctx: EventContext) -> Outcome {
+        self.submit_line_with(hook, line, at, ctx, false)
+    }
+
+    fn submit_line_with(
+        &self,
+        hook: &'static str,
+        line: Vec<u8>,
+        at: f64,
+        ctx: EventContext,
+        may_wait: bool,
+    ) -> Outcome {
         let State::Running(run) = &self.state else {
             return Outcome::Disabled;
         };
@@ -353,7 +384,7 @@ impl Bridge {
         if !self.decodes_later(hook) {
             return match decode_record(hook, &line, at, opts) {
                 Decoded::Event(event, problems) => {
-                    self.submit_recorded(event, EventContext { problems, ..ctx }, Some(&line))
+                    self.submit_recorded_with(event, EventContext { problems, ..ctx }, Some(&line), may_wait)
                 }
                 Decoded::Unusable(problems) => {
                     run.shared.counters.submitted.fetch_add(1, Ordering::Relaxed);
@@ -374,7 +405,7 @@ impl Bridge {
             bound
         });
         let payload = Payload::Line { hook, line, at, opts };
-        self.queue_and_wait(run, payload, ctx, spooled, false, bound)
+        self.queue_and_wait(run, payload, ctx, spooled, false, bound, may_wait)
     }
 
     /// Counts a submission and appends its record to the spool. `None` when
@@ -411,7 +442,8 @@ impl Bridge {
     }
 
     /// Queues one hook call and waits, up to `hook_wait`, for its commit
-    /// when it is `gating` or not in the spool.
+    /// when it is `gating` or not in the spool (and `may_wait`).
+    #[allow(clippy::too_many_arguments)]
     fn queue_and_wait(
         &self,
         run: &Running,
@@ -420,11 +452,12 @@ impl Bridge {
         spooled: bool,
         gating: bool,
         bound: Option<Option<f64>>,
+        may_wait: bool,
     ) -> Outcome {
         let shared = &run.shared;
         // A store closed by a fault commits nothing until the writer
         // reopens it: waiting would only add the bound to every hook.
-        let wait = if (spooled && !gating) || shared.store_down.load(Ordering::Acquire) {
+        let wait = if !may_wait || (spooled && !gating) || shared.store_down.load(Ordering::Acquire) {
             Duration::ZERO
         } else {
             self.config.hook_wait

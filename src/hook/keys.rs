@@ -182,7 +182,8 @@ pub fn keys(hook: &str) -> Option<HookKeys> {
 /// The kwargs the binding copies out of one call of `hook`: only those
 /// [`keys`] lists (content ones only with `capture_content`). Decoding this
 /// is decoding what the binding hands the decoder.
-pub fn copied(
+#[cfg(test)]
+pub(crate) fn copied(
     hook: &str,
     kwargs: &serde_json::Map<String, serde_json::Value>,
     capture_content: bool,
