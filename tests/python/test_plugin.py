@@ -668,3 +668,25 @@ assert _native.flush(5.0)""",
     # Not the last turn's session (in a gateway, some other user's).
     day = "aux_" + time.strftime("%Y%m%d", time.gmtime())
     assert [tuple(r) for r in rows] == [(day, "compression", 700)]
+
+
+def test_auxiliary_calls_are_still_counted_where_hermes_dropped_its_compat_shim(tmp_path) -> None:
+    # Hermes main keeps agent.aux_accounting.get_accounting_context only for
+    # compatibility (compat_manifest.json); without it, nothing vanishes.
+    known = [h for h in ALL_HOOKS if h != "post_auxiliary_call"]
+    code = AUX_HERMES.replace("sys.argv[1]", repr(json.dumps(known)))
+    code = code.replace("acc.get_accounting_context = lambda: acc._accounting.get()\n", "")
+    code = code.replace(
+        'print(json.dumps({"hooks"',
+        'from hermes_otel import _integrations\nprint(json.dumps({"points": _integrations.lines(), "hooks"',
+    )
+    p = run_python(code, HERMES_OTEL_HOME=str(tmp_path / "otel"))
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    rows = query(
+        "SELECT session_id, aux_task FROM llm_calls ORDER BY input_tokens DESC", store_dir=tmp_path / "otel"
+    )
+    assert ("s-two", "compression") in [tuple(r) for r in rows], "counted against the last turn's session"
+    assert any("get_accounting_context" in line and "MISSING" in line for line in out["points"]), out[
+        "points"
+    ]
