@@ -38,13 +38,25 @@ fn approval_hooks_decode_with_the_session_from_the_turn_id() {
         ("once", "approve"),
         ("always", "approve"),
         ("deny", "deny"),
+        ("smart_deny", "deny"),
         ("timeout", "timeout"),
+        // Hermes main: the request was withdrawn, not denied.
+        ("cancelled", "cancelled"),
     ] {
         let a = Approval {
             choice: Some(choice.into()),
             ..Approval::default()
         };
         assert_eq!(a.decision(), Some(decision), "{choice}");
+    }
+    // Hermes main's failed notification, and a choice this build does not
+    // know: no decision, not a deny.
+    for choice in ["notify_failed", "maybe_later"] {
+        let a = Approval {
+            choice: Some(choice.into()),
+            ..Approval::default()
+        };
+        assert_eq!(a.decision(), None, "{choice}");
     }
 }
 
