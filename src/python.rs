@@ -166,7 +166,7 @@ pub(super) fn budget_actions(py: Python<'_>) {
 #[pyo3(signature = (api_request_id = None))]
 fn llm_stop(api_request_id: Option<&str>) -> Option<String> {
     let id = api_request_id?;
-    catch_unwind(AssertUnwindSafe(|| BUDGET.get().and_then(|h| h.take_stop(id)))).unwrap_or(None)
+    catch_unwind(AssertUnwindSafe(|| BUDGET.get().and_then(|h| h.stop_for(id)))).unwrap_or(None)
 }
 
 /// The `model` of the stand-in response of a stopped LLM call.

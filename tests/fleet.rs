@@ -101,7 +101,7 @@ impl Host {
             Outcome::Committed(None),
             "the hook is not held up by the fleet"
         );
-        if let Some(text) = self.handle.take_stop(&id) {
+        if let Some(text) = self.handle.stop_for(&id) {
             // Hermes then reports the stand-in response, which settles the
             // call's reservation at no cost.
             let mut blocked = post_api(&self.session, &id, hermes_otel::unix_now(), false);

@@ -33,10 +33,16 @@ def register(ctx: Any) -> None:
     known = _hermes_hooks()
     ours: dict[str, Any] = {}
     recorders: dict[str, Any] = {}
+    coarse = _skips.coarse_single_flight()
     for name in _native.hook_names():
         # Only the hooks this Hermes knows: it warns at every start about
         # the others (older releases lack approvals, subagent_start, ...).
         if known is not None and name not in known:
+            continue
+        if name == "pre_tool_call" and coarse:
+            # Hermes 0.21.x runs one call of a callback at a time and blocks
+            # a tool whose pre_tool_call it skipped: registered, it would
+            # block the tools of every parallel batch.
             continue
         hook = _native.Hook(name)
         if name == "pre_llm_call":
@@ -66,6 +72,9 @@ def register(ctx: Any) -> None:
         from . import _budget
 
         ctx.register_middleware("llm_execution", _budget.llm_execution)
+        if known is not None and "transform_api_error_classification" in known:
+            # Hermes main would retry a stop as an unknown API error.
+            ctx.register_hook("transform_api_error_classification", _budget.classify_api_error)
     ctx.register_cli_command(
         "otel",
         help="hermes-otel spend report and store status",
@@ -83,6 +92,7 @@ def register(ctx: Any) -> None:
             known,
             enforce=_native.budget_mode() == "enforce",
             has_middleware=hasattr(ctx, "register_middleware"),
+            tool_gate=("pre_tool_call" in ours),
         )
     )
     atexit.register(_native.exit_flush, _EXIT_FLUSH_SECONDS)

@@ -54,7 +54,9 @@ def _hermes_present() -> bool:
     return _attr("hermes_cli") is not None
 
 
-def check(known_hooks: frozenset[str] | None, *, enforce: bool, has_middleware: bool) -> list[Point]:
+def check(
+    known_hooks: frozenset[str] | None, *, enforce: bool, has_middleware: bool, tool_gate: bool = True
+) -> list[Point]:
     """The state of every integration point on the running Hermes."""
     if not _hermes_present():
         return []
@@ -117,6 +119,26 @@ def check(known_hooks: frozenset[str] | None, *, enforce: bool, has_middleware: 
             "calls Hermes skips are recorded from its dispatcher and counted" if bounded is not None else "",
         )
     )
+    if enforce and not tool_gate:
+        points.append(
+            Point(
+                "pre_tool_call",
+                "0.21.x",
+                NOT_NEEDED,
+                "not registered: this Hermes blocks a tool whose pre_tool_call overlaps another's;"
+                " budgets stop LLM calls here, not tool calls",
+            )
+        )
+    if enforce and _attr("hermes_cli.middleware", "LLMExecutionBlocked") is not None:
+        classifies = known_hooks is not None and "transform_api_error_classification" in known_hooks
+        points.append(
+            Point(
+                "transform_api_error_classification",
+                "0.20.2 - 0.23.x",
+                ACTIVE if classifies else MISSING,
+                "" if classifies else "a budget stop is retried by Hermes as an API error (no spend, extra attempts)",
+            )
+        )
     if enforce:
         points.append(
             Point(

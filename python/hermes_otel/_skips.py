@@ -114,6 +114,17 @@ def _dispatched_kwargs(ours: Callable[..., Any], hook_name: str) -> dict[str, An
     return None
 
 
+def coarse_single_flight() -> bool:
+    """Whether the running Hermes skips a call of a callback while any other
+    call of it runs (0.21.x: key ``(hook, callback)``), rather than only one
+    for the same tool call or turn (later main: ``_hook_call_identity``)."""
+    try:
+        import hermes_cli.plugins_dispatch as dispatch
+    except Exception:  # noqa: BLE001 - no such dispatcher: nothing is skipped
+        return False
+    return hasattr(dispatch, "_HOOK_TIMEOUT_BOUNDED_HOOKS") and not hasattr(dispatch, "_hook_call_identity")
+
+
 _watch: SkipWatch | None = None
 
 

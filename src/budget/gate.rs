@@ -12,7 +12,7 @@
 //! - `pre_tool_call` (enforce): `{"action": "block", ...}` while any budget
 //!   of the session is in hard breach;
 //! - `pre_api_request` (enforce): no return value (Hermes ignores it), but
-//!   the call's id is left in [`BudgetHandle::take_stop`] for the
+//!   the call's id is left in [`BudgetHandle::stop_for`] for the
 //!   `llm_execution` middleware, which answers with a stand-in response
 //!   instead of calling the provider;
 //! - any of them (enforce): a hard breach of a cron job's budget leaves one

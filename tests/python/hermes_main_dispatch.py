@@ -205,3 +205,136 @@ class Context:
 
     def register_command(self, name: str, handler: Any, description: str = "", args_hint: str = "") -> None:
         self.commands[name] = handler
+
+
+class LLMExecutionBlocked(Exception):
+    """``hermes_cli/middleware.py``'s: raised by an ``llm_execution``
+    callback to stop the call; ``str(exc)`` is the reason."""
+
+    def __init__(self, reason: str, *, metadata: dict[str, Any] | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.metadata = metadata or {}
+
+
+# The hooks of main's VALID_HOOKS the plugin may use.
+VALID_HOOKS = {
+    "on_session_start",
+    "pre_llm_call",
+    "pre_api_request",
+    "post_api_request",
+    "api_request_error",
+    "pre_tool_call",
+    "post_tool_call",
+    "post_llm_call",
+    "subagent_start",
+    "subagent_stop",
+    "on_session_end",
+    "on_session_finalize",
+    "pre_approval_request",
+    "post_approval_response",
+    "pre_auxiliary_call",
+    "post_auxiliary_call",
+    "transform_api_error_classification",
+}
+
+
+def install_modules(version: str) -> None:
+    """Puts the ``hermes_cli`` modules the plugin imports in sys.modules,
+    with what tells one version of the dispatcher from another."""
+    import sys
+    import types
+
+    root = types.ModuleType("hermes_cli")
+    plugins = types.ModuleType("hermes_cli.plugins")
+    plugins.VALID_HOOKS = set(VALID_HOOKS)
+    dispatch = types.ModuleType("hermes_cli.plugins_dispatch")
+    dispatch._HOOK_TIMEOUT_BOUNDED_HOOKS = MAIN_BOUNDED_HOOKS if version == MAIN else BOUNDED_HOOKS
+    if version == MAIN:
+        dispatch._hook_call_identity = _call_identity
+    else:
+        plugins.VALID_HOOKS -= {"pre_auxiliary_call", "post_auxiliary_call"}
+    middleware = types.ModuleType("hermes_cli.middleware")
+    middleware.LLMExecutionBlocked = LLMExecutionBlocked
+    sys.modules.update(
+        {
+            "hermes_cli": root,
+            "hermes_cli.plugins": plugins,
+            "hermes_cli.plugins_dispatch": dispatch,
+            "hermes_cli.middleware": middleware,
+        }
+    )
+
+
+def run_llm_execution(
+    d: Dispatcher, request: dict[str, Any], provider_call: Callable[[], Any], **ids: Any
+) -> Any:
+    """``run_llm_execution_middleware``: each callback wraps the next; a
+    block is re-raised with ``checked_by`` set."""
+    chain = list(d._middleware.get("llm_execution", []))
+
+    def call(i: int) -> Any:
+        if i == len(chain):
+            return provider_call()
+        cb = chain[i]
+        try:
+            return cb(request=request, next_call=lambda: call(i + 1), original_request=request, **ids)
+        except LLMExecutionBlocked as exc:
+            exc.metadata.setdefault("checked_by", getattr(cb, "__name__", "?"))
+            raise
+
+    return call(0)
+
+
+def call_api_with_retries(
+    d: Dispatcher,
+    provider_call: Callable[[], Any],
+    *,
+    max_retries: int = 3,
+    fallback: Callable[[], Any] | None = None,
+    **ids: Any,
+) -> tuple[Any, list[dict[str, Any]]]:
+    """One API call of a turn through main's retry loop
+    (``agent/turn_api_error.py`` at 1db06b67296488ed5601420154b6549016622320,
+    ``handle_api_error``): an exception is classified (plugins first, else
+    ``unknown``, retryable), ``api_request_error`` fires, and a retryable
+    error is retried; a final one moves to the fallback model where one is
+    configured (``settle_unrecovered_error`` does for a client error, and
+    whether it reads ``should_fallback`` was not read: the worse is
+    assumed), else ends the call.
+    Returns the response (or None) and the classifications made."""
+    classifications = []
+    retry_count = 0
+    while True:
+        try:
+            return run_llm_execution(d, {"messages": []}, provider_call, **ids), classifications
+        except Exception as api_error:
+            found = [
+                r
+                for r in d.invoke_hook(
+                    "transform_api_error_classification",
+                    error=api_error,
+                    error_type=type(api_error).__name__,
+                    error_message=str(api_error),
+                )
+                if isinstance(r, dict) and r.get("reason")
+            ]
+            classified = found[0] if found else {"reason": "unknown", "retryable": True}
+            classifications.append(classified)
+            d.invoke_hook(
+                "api_request_error",
+                error={"type": type(api_error).__name__, "message": str(api_error)},
+                retry_count=retry_count,
+                max_retries=max_retries,
+                retryable=classified.get("retryable", True),
+                reason=classified["reason"],
+                **ids,
+            )
+            retry_count += 1
+            if not classified.get("retryable", True):
+                if fallback is not None:
+                    provider_call, fallback = fallback, None
+                    continue
+                return None, classifications
+            if retry_count >= max_retries:
+                return None, classifications

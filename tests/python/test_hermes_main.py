@@ -17,25 +17,14 @@ from conftest import query, run_python
 
 HERE = Path(__file__).resolve().parent
 
-# Hermes main's hook names (hermes_cli/plugins.py VALID_HOOKS, the ones the
-# plugin uses), and a plugins_dispatch module carrying what marks a
-# dispatcher that bounds and skips hook calls.
-PRELUDE = f"""
+# A Hermes process: main's hermes_cli modules (as far as the plugin reads
+# them) for VERSION, Hermes's WARNINGs collected.
+PRELUDE = """
 import json, sys, threading, time, types, logging
-sys.path.insert(0, {str(HERE)!r})
+sys.path.insert(0, {here!r})
 import hermes_main_dispatch as hmd
-plugins = types.ModuleType("hermes_cli.plugins")
-plugins.VALID_HOOKS = {{
-    "on_session_start", "pre_llm_call", "pre_api_request", "post_api_request", "api_request_error",
-    "pre_tool_call", "post_tool_call", "post_llm_call", "subagent_start", "subagent_stop", "on_session_end",
-    "on_session_finalize", "pre_approval_request", "post_approval_response", "pre_auxiliary_call",
-    "post_auxiliary_call",
-}}
-dispatch = types.ModuleType("hermes_cli.plugins_dispatch")
-dispatch._HOOK_TIMEOUT_BOUNDED_HOOKS = hmd.MAIN_BOUNDED_HOOKS
-sys.modules["hermes_cli"] = types.ModuleType("hermes_cli")
-sys.modules["hermes_cli.plugins"] = plugins
-sys.modules["hermes_cli.plugins_dispatch"] = dispatch
+VERSION = {version!r}
+hmd.install_modules(VERSION)
 warnings = []
 class Collect(logging.Handler):
     def emit(self, record):
@@ -43,13 +32,12 @@ class Collect(logging.Handler):
 logging.getLogger().addHandler(Collect(level=logging.WARNING))
 import hermes_otel
 from hermes_otel import _native, _skips
-VERSION = sys.argv[1] if len(sys.argv) > 1 else hmd.MAIN
 """
 
 
-def _run(tmp_path: Path, body: str, version: str) -> dict:
-    code = PRELUDE.replace("sys.argv[1] if len(sys.argv) > 1 else hmd.MAIN", repr(version)) + body
-    p = run_python(code, HERMES_OTEL_HOME=str(tmp_path / "otel"))
+def _run(tmp_path: Path, body: str, version: str, **env: str) -> dict:
+    code = PRELUDE.format(here=str(HERE), version=version) + body
+    p = run_python(code, HERMES_OTEL_HOME=str(tmp_path / "otel"), **env)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -262,3 +250,70 @@ print(json.dumps({"lines": _integrations.lines()}))
         line.startswith("hermes_cli.plugins skipped hook calls (Hermes 0.21.0 - 0.23.x): active")
         for line in lines
     )
+
+
+@pytest.mark.parametrize("classifies", [True, False])
+def test_a_budget_stop_is_final_on_main_not_a_retry_storm(tmp_path, classifies) -> None:
+    # A global budget already over its hard line: every LLM call is stopped
+    # before the provider. Without transform_api_error_classification
+    # (before 0.20.2) Hermes retries the stop; every retry is stopped too.
+    store = tmp_path / "otel"
+    store.mkdir(parents=True)
+    (store / "budgets.toml").write_text("[global]\ndaily = 0.000001\n")
+    forget = (
+        ""
+        if classifies
+        else 'sys.modules["hermes_cli.plugins"].VALID_HOOKS.discard("transform_api_error_classification")'
+    )
+    body = (
+        forget
+        + """
+d = hmd.Dispatcher(VERSION)
+hermes_otel.register(hmd.Context(d))
+ids = dict(session_id="s-stop", task_id="s-stop", turn_id="s-stop:t1", platform="cli", model="gpt-4o-mini",
+           provider="openai", base_url="https://api.openai.com/v1", api_mode="chat_completions")
+d.invoke_hook("on_session_start", session_id="s-stop", model="gpt-4o-mini", platform="cli")
+d.invoke_hook("pre_llm_call", session_id="s-stop", task_id="s-stop", turn_id="s-stop:t1", model="gpt-4o-mini",
+              platform="cli", is_first_turn=True, user_message="hi")
+d.invoke_hook("pre_api_request", api_request_id="s-stop:t1:api:1", api_call_count=1, **ids)
+d.invoke_hook("post_api_request", api_request_id="s-stop:t1:api:1", api_call_count=1, api_duration=0.1,
+              usage={"input_tokens": 50000, "output_tokens": 5000}, response_model="gpt-4o-mini", **ids)
+assert _native.flush(5.0)
+served = []
+def provider():
+    served.append(1)
+    return "a response"
+d.invoke_hook("pre_api_request", api_request_id="s-stop:t1:api:2", api_call_count=2, **ids)
+response, classified = hmd.call_api_with_retries(d, provider, api_request_id="s-stop:t1:api:2", **ids)
+assert _native.flush(5.0)
+print(json.dumps({"served": len(served), "response": response, "classified": classified}))
+"""
+    )
+    out = _run(tmp_path, body, "main")
+    assert out["served"] == 0, "stopped before the provider, every attempt"
+    assert out["response"] is None
+    attempts = 1 if classifies else 3
+    if classifies:
+        assert [c["retryable"] for c in out["classified"]] == [False], "one final classification, no retries"
+        assert out["classified"][0]["reason"] == "provider_policy_blocked"
+    else:
+        assert [c["reason"] for c in out["classified"]] == ["unknown"] * attempts
+    errors = query(
+        "SELECT COUNT(*) FROM llm_call_errors WHERE api_request_id = 's-stop:t1:api:2'", store_dir=store
+    )
+    assert errors[0][0] == attempts
+
+
+def test_the_tool_gate_is_left_out_where_hermes_blocks_overlapping_tool_calls(tmp_path) -> None:
+    body = """
+d = hmd.Dispatcher(VERSION)
+hermes_otel.register(hmd.Context(d))
+from hermes_otel import _integrations
+print(json.dumps({"hooks": sorted(d._hooks), "lines": _integrations.lines()}))
+"""
+    old = _run(tmp_path / "a", body, "0.21")
+    assert "pre_tool_call" not in old["hooks"], "0.21.x would block every overlapping tool"
+    assert any(line.startswith("pre_tool_call (Hermes 0.21.x)") for line in old["lines"]), old["lines"]
+    new = _run(tmp_path / "b", body, "main")
+    assert "pre_tool_call" in new["hooks"], "main keys the gate by tool call"
+    assert "transform_api_error_classification" in new["hooks"]
