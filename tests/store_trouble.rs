@@ -686,7 +686,7 @@ fn events_neither_the_store_nor_the_spool_takes_are_counted_at_exit_in_health_an
 #[test]
 fn a_process_ending_on_a_full_disk_says_at_exit_how_many_events_it_loses() {
     let root = tempfile::tempdir().expect("temp dir");
-    let Some((_mount, mnt, dir, bridge)) = small_disk_bridge(root.path()) else {
+    let Some((_mount, mnt, _dir, bridge)) = small_disk_bridge(root.path()) else {
         return;
     };
     fill(&mnt.join("filler"));
