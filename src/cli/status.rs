@@ -300,6 +300,18 @@ fn print_health(dir: &std::path::Path) {
          {} spool write failures, {} events dropped, {} recoveries",
         c.store_faults, c.failed_commits, c.open_failures, c.spool_write_failures, c.dropped_events, c.recoveries
     );
+    // Which processes lost events, and why: a count alone cannot say
+    // whether the loss is old news or the last run.
+    for l in &record.lost {
+        println!(
+            "  lost events   pid {} (started {}), {}: {} hook events could not be saved ({})",
+            l.pid,
+            ago(l.started_at),
+            ago(l.at),
+            l.count,
+            l.reason
+        );
+    }
 }
 
 fn print_export(state: &crate::store::ExportState, config: &crate::export::ExportConfig) {
