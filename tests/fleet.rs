@@ -846,3 +846,43 @@ fn an_unreachable_fleet_fails_open_when_configured_so() {
     assert_eq!(host.tool(), None);
     assert_eq!(host.local().1, 1);
 }
+
+#[test]
+fn budget_list_on_a_host_that_never_synced_shows_the_fleet_budget() {
+    let pg = Postgres::start();
+    let spent = fleet_over_the_line(&pg, 2.0 * CALL_USD);
+    let dir = tempfile::tempdir().expect("dir");
+    let list = |url: &str, json: bool| {
+        let mut args = vec!["budget", "list"];
+        if json {
+            args.push("--json");
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+            .args(&args)
+            .env("HERMES_OTEL_HOME", dir.path())
+            .env(FLEET_URL_ENV, url)
+            .output()
+            .expect("run hermes-otel");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let v: serde_json::Value = serde_json::from_str(&list(&pg.url(), true)).expect("json");
+    assert_eq!(v["fleet"]["reached"], true, "{v}");
+    let global = v["budgets"]
+        .as_array()
+        .expect("budgets")
+        .iter()
+        .find(|r| r["scope"] == "global" && r["window"] == "daily")
+        .unwrap_or_else(|| panic!("the fleet's global daily budget: {v}"))
+        .clone();
+    assert!(
+        (global["spend_usd"].as_f64().expect("spend") - spent).abs() < 1e-9,
+        "{global}"
+    );
+    assert_eq!(global["verdict"], "hard", "{global}");
+
+    // Where the fleet cannot be reached, the list says so.
+    let other = tempfile::tempdir().expect("dir");
+    let text = list(&unreachable_url(other.path()), false);
+    assert!(text.contains("could not be reached"), "{text}");
+}
