@@ -886,3 +886,21 @@ fn budget_list_on_a_host_that_never_synced_shows_the_fleet_budget() {
     let text = list(&unreachable_url(other.path()), false);
     assert!(text.contains("could not be reached"), "{text}");
 }
+
+#[test]
+fn a_host_blocked_for_want_of_a_first_sync_goes_ahead_once_it_syncs() {
+    let mut pg = Postgres::start();
+    let seed = tempfile::tempdir().expect("dir");
+    set_fleet_limit(&pg.url(), seed.path(), 100.0);
+    pg.stop();
+    let dir = tempfile::tempdir().expect("dir");
+    let mut host = Host::start(dir.path(), &pg.url());
+    let text = host
+        .call()
+        .expect_err("the database is down and this host never synced");
+    assert!(text.contains("could not reach"), "{text}");
+    pg.resume();
+    eventually("the first sync", || host.synced_since(0.0));
+    host.call().expect("far under the fleet's limit once synced");
+    assert!(host.global().budget.limit == 100.0, "the fleet's budget file arrived");
+}
