@@ -338,6 +338,11 @@ impl Bridge {
             return Outcome::Disabled;
         };
         let gating = run.needs.waits(&event.hook);
+        if gating {
+            if let Some(quick) = &run.quick {
+                quick.settle(&event);
+            }
+        }
         let bound = run.quick.as_ref().map(|quick| {
             let bound = spend_bound(&event, &run.prices, |m| run.host_was_asked(m));
             (bound, quick)

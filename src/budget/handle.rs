@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::first_sync::FirstSync;
 use super::quick::QuickView;
 use crate::bridge::GateNeeds;
 use crate::lock;
@@ -45,6 +46,9 @@ pub(super) struct Shared {
     pub(super) retries: Mutex<Vec<(Instant, CronPause)>>,
     pub(super) messages: Mutex<Vec<String>>,
     pub(super) quick: Mutex<QuickView>,
+    /// A fleet host's first sync, which gated calls wait for (see
+    /// `first_sync.rs`); ready at once without a fleet.
+    pub(super) first_sync: FirstSync,
 }
 
 impl Default for Shared {
@@ -58,6 +62,7 @@ impl Default for Shared {
             retries: Mutex::default(),
             messages: Mutex::default(),
             quick: Mutex::default(),
+            first_sync: FirstSync::new(true),
         }
     }
 }
