@@ -20,7 +20,8 @@
 //!   "last_fault": {"kind", "message", "at", "pid"} or null,
 //!   "last_recovery_at": unix seconds or null,
 //!   "counts": {"store_faults", "failed_commits", "open_failures",
-//!              "spool_write_failures", "dropped_events", "recoveries"},
+//!              "spool_write_failures", "dropped_events", "recoveries",
+//!              "hermes_skipped_recorded", "hermes_skipped_lost"},
 //!   "lost": [{"pid", "started_at", "at", "count", "reason"}, ...]
 //! }
 //! ```
@@ -186,6 +187,12 @@ pub struct HealthCounts {
     pub dropped_events: u64,
     /// Times the store came back after a fault.
     pub recoveries: u64,
+    /// Calls of our hooks Hermes 0.21+ skipped (another call of the same
+    /// callback was running) that the plugin recorded from Hermes's
+    /// dispatcher anyway: nothing lost, but a sign of load.
+    pub hermes_skipped_recorded: u64,
+    /// Calls of our hooks Hermes skipped that could not be recovered: lost.
+    pub hermes_skipped_lost: u64,
 }
 
 impl HealthCounts {
@@ -196,6 +203,8 @@ impl HealthCounts {
         self.spool_write_failures += d.spool_write_failures;
         self.dropped_events += d.dropped_events;
         self.recoveries += d.recoveries;
+        self.hermes_skipped_recorded += d.hermes_skipped_recorded;
+        self.hermes_skipped_lost += d.hermes_skipped_lost;
     }
 
     fn minus(&self, o: &HealthCounts) -> HealthCounts {
@@ -206,6 +215,8 @@ impl HealthCounts {
             spool_write_failures: self.spool_write_failures.saturating_sub(o.spool_write_failures),
             dropped_events: self.dropped_events.saturating_sub(o.dropped_events),
             recoveries: self.recoveries.saturating_sub(o.recoveries),
+            hermes_skipped_recorded: self.hermes_skipped_recorded.saturating_sub(o.hermes_skipped_recorded),
+            hermes_skipped_lost: self.hermes_skipped_lost.saturating_sub(o.hermes_skipped_lost),
         }
     }
 }

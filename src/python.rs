@@ -254,6 +254,13 @@ fn flush_with(py: Python<'_>, timeout_seconds: f64, commit: fn(&Bridge, Duration
     committed
 }
 
+/// Counts one call of our hooks Hermes's dispatcher skipped (`_skips.py`):
+/// `recorded` when the plugin recorded it anyway. Never raises.
+#[pyfunction]
+fn note_hermes_skip(py: Python<'_>, recorded: bool) {
+    let _ = catch_unwind(AssertUnwindSafe(|| bridge(py).note_hermes_skip(recorded)));
+}
+
 /// The hooks registered only where the running Hermes knows them.
 #[pyfunction]
 fn optional_hooks() -> Vec<&'static str> {
@@ -356,6 +363,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(flush, m)?)?;
     m.add_function(wrap_pyfunction!(exit_flush, m)?)?;
     m.add_function(wrap_pyfunction!(optional_hooks, m)?)?;
+    m.add_function(wrap_pyfunction!(note_hermes_skip, m)?)?;
     m.add_function(wrap_pyfunction!(stats, m)?)?;
     m.add_function(wrap_pyfunction!(store_dir, m)?)?;
     m.add_function(wrap_pyfunction!(otel_command, m)?)?;

@@ -136,7 +136,9 @@ def check(
                 "transform_api_error_classification",
                 "0.20.2 - 0.23.x",
                 ACTIVE if classifies else MISSING,
-                "" if classifies else "a budget stop is retried by Hermes as an API error (no spend, extra attempts)",
+                ""
+                if classifies
+                else "a budget stop is retried by Hermes as an API error (no spend, extra attempts)",
             )
         )
     if enforce:

@@ -92,6 +92,10 @@ class SkipWatch(logging.Filter):
         with self._lock:
             counts = self.counts.setdefault(hook_name, [0, 0])
             counts[0 if recorded else 1] += 1
+        # Into the store's health record, for `hermes-otel status`.
+        from . import _native
+
+        _native.note_hermes_skip(recorded)
 
     def totals(self) -> tuple[int, int]:
         """(recorded, lost) over every hook."""

@@ -658,6 +658,21 @@ impl Bridge {
         }
     }
 
+    /// Counts one call of our hooks Hermes's dispatcher skipped: `recorded`
+    /// when the plugin recorded it anyway. The writer adds the counts to
+    /// the store's health record (`hermes-otel status`).
+    pub fn note_hermes_skip(&self, recorded: bool) {
+        if let State::Running(run) = &self.state {
+            let c = &run.shared.counters;
+            let counter = if recorded {
+                &c.hermes_skipped_recorded
+            } else {
+                &c.hermes_skipped_lost
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Commits what is queued, checkpoints, stops the writer and the
     /// exporter. Waits at most `timeout` for each. Later submits are no-ops.
     pub fn shutdown(&self, timeout: Duration) {

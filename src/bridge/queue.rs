@@ -96,6 +96,10 @@ pub(super) struct Counters {
     pub(super) spooled: AtomicU64,
     pub(super) recovered: AtomicU64,
     pub(super) spool_failures: AtomicU64,
+    /// Calls Hermes skipped, recorded anyway ([`Bridge::note_hermes_skip`]).
+    pub(super) hermes_skipped_recorded: AtomicU64,
+    /// Calls Hermes skipped that were lost.
+    pub(super) hermes_skipped_lost: AtomicU64,
 }
 
 #[derive(Default)]

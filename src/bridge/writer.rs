@@ -704,7 +704,10 @@ impl Writer {
     /// changed; a failure (full or read-only disk) leaves it for next time.
     fn write_health(&mut self) {
         let mut health = lock(&self.shared.health);
-        health.counts.spool_write_failures = self.shared.counters.spool_failures.load(Ordering::Relaxed);
+        let c = &self.shared.counters;
+        health.counts.spool_write_failures = c.spool_failures.load(Ordering::Relaxed);
+        health.counts.hermes_skipped_recorded = c.hermes_skipped_recorded.load(Ordering::Relaxed);
+        health.counts.hermes_skipped_lost = c.hermes_skipped_lost.load(Ordering::Relaxed);
         self.shared.note_refused(&mut health);
         if health.dirty() {
             let _ = health.write(&self.store_dir, unix_now());

@@ -318,6 +318,15 @@ fn print_health(dir: &std::path::Path) {
          {} spool write failures, {} events dropped, {} recoveries",
         c.store_faults, c.failed_commits, c.open_failures, c.spool_write_failures, c.dropped_events, c.recoveries
     );
+    if c.hermes_skipped_recorded + c.hermes_skipped_lost > 0 {
+        println!(
+            "  hermes skips  {} hook calls Hermes skipped (another call of the callback was running): \
+             {} recorded anyway, {} lost",
+            c.hermes_skipped_recorded + c.hermes_skipped_lost,
+            c.hermes_skipped_recorded,
+            c.hermes_skipped_lost
+        );
+    }
     // Which processes lost events, and why: a count alone cannot say
     // whether the loss is old news or the last run.
     for l in &record.lost {

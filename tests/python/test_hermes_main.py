@@ -9,6 +9,9 @@ The ledger must equal what the provider served, and no call may be lost.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -210,6 +213,24 @@ print(json.dumps({"counts": _skips.watch().totals()}))
     assert out["counts"] == [5, 0]
     rows = query("SELECT COUNT(*) FROM runs WHERE session_id LIKE 'gw-%'", store_dir=tmp_path / "otel")
     assert rows[0][0] == 5
+    # The count outlives the process: `hermes-otel status` shows it.
+    status = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from hermes_otel import _native; sys.exit(_native.cli_main(sys.argv[1:]))",
+            "hermes-otel",
+            "status",
+        ],
+        env=dict(os.environ, HERMES_OTEL_HOME=str(tmp_path / "otel")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert status.returncode == 0, status.stderr
+    assert "5 hook calls Hermes skipped" in status.stdout and "5 recorded anyway, 0 lost" in status.stdout, (
+        status.stdout
+    )
 
 
 def test_a_skip_of_another_plugins_callback_is_left_alone(tmp_path) -> None:
