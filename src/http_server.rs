@@ -24,7 +24,9 @@
 //!   process's descriptors ([`connection_cap`]), so a flood is answered
 //!   `503` with `Retry-After` and `Connection: close` before the process
 //!   runs out of descriptors (which would also starve the store and the
-//!   exporter); the `503` is written without reading the request;
+//!   exporter); the `503` is written before anything is read, and what
+//!   the client sends is then discarded, briefly, only so that it reads
+//!   the answer rather than a reset;
 //! - when `accept` fails for want of descriptors or memory (`EMFILE`,
 //!   `ENFILE`, ...), the loop waits a growing delay before trying again
 //!   instead of spinning on the connection still queued, and logs the
@@ -32,6 +34,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -89,6 +92,13 @@ const OVERLOAD_DRAIN_BYTES: usize = 16 * 1024;
 
 /// What a refused client is told to wait, in seconds (`Retry-After`).
 pub const RETRY_AFTER_SECONDS: u64 = 1;
+
+/// The listen queue asked of the kernel (which caps it at `somaxconn`).
+/// The standard library listens with 128: a burst past that (a flood, or
+/// many clients at once while the loop is busy) has its connections
+/// dropped and retried by the client a second or more later; tokio's own
+/// `bind` asks 1,024.
+const LISTEN_BACKLOG: libc::c_int = 1024;
 
 /// The first wait after `accept` failed for want of a resource, doubled
 /// on each failure in a row up to [`ACCEPT_BACKOFF_MAX`]: descriptors come
@@ -217,6 +227,11 @@ impl HttpServer {
         let what = |e: std::io::Error| Error::Other(format!("{name}: {e}"));
         let addr = listener.local_addr().map_err(what)?;
         listener.set_nonblocking(true).map_err(what)?;
+        // Listening again on a listening socket only sets its queue length.
+        // SAFETY: listen on a descriptor `listener` owns for this call.
+        if unsafe { libc::listen(listener.as_raw_fd(), LISTEN_BACKLOG) } != 0 {
+            return Err(what(std::io::Error::last_os_error()));
+        }
         let answer = Arc::new(answer);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let label = name.to_string();
@@ -419,5 +434,57 @@ impl RateLimitedLog {
     /// The occurrences since the last line, this one included; resets.
     fn take(&mut self) -> u64 {
         std::mem::take(&mut self.count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::ErrorKind;
+
+    #[test]
+    fn only_errors_of_the_connection_being_accepted_are_retried_at_once() {
+        for (kind, at_once) in [
+            (ErrorKind::ConnectionAborted, true),
+            (ErrorKind::ConnectionReset, true),
+            (ErrorKind::ConnectionRefused, true),
+            (ErrorKind::Interrupted, true),
+            (ErrorKind::OutOfMemory, false),
+            (ErrorKind::Other, false),
+        ] {
+            assert_eq!(is_connection_error(&std::io::Error::from(kind)), at_once, "{kind:?}");
+        }
+        // EMFILE and ENFILE: back off.
+        for errno in [libc::EMFILE, libc::ENFILE, libc::ENOBUFS, libc::ENOMEM] {
+            assert!(
+                !is_connection_error(&std::io::Error::from_raw_os_error(errno)),
+                "{errno}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_repeated_event_is_logged_once_per_interval_with_its_count() {
+        let mut log = RateLimitedLog::default();
+        assert!(log.due(), "the first is logged");
+        assert_eq!(log.take(), 1);
+        assert!(!log.due() && !log.due(), "the next ones in the interval are not");
+        // As if the interval had passed.
+        log.last = Instant::now().checked_sub(LOG_INTERVAL);
+        assert!(log.due());
+        assert_eq!(log.take(), 3, "the line reports the ones it skipped");
+    }
+
+    #[test]
+    fn the_cap_is_half_the_descriptors_within_bounds() {
+        for (open_files, cap) in [
+            (0, MIN_CONNECTIONS),
+            (20, MIN_CONNECTIONS),
+            (1024, 512),
+            (8192, MAX_CONNECTIONS),
+            (u64::MAX, MAX_CONNECTIONS),
+        ] {
+            assert_eq!(connection_cap(open_files), cap, "{open_files}");
+        }
     }
 }
