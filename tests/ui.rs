@@ -250,8 +250,57 @@ fn off_loopback_needs_a_token_and_every_request_must_carry_it() {
     let with_cookie = get(addr, "/?platform=cli", &[("Host", "viewer.lan:8765"), ("Cookie", pair)]);
     assert_eq!(with_cookie.status, 200);
     assert!(with_cookie.body.contains(&session_of("failonce")));
-    // The stylesheet and script carry no data and need no token.
-    assert_eq!(get(addr, "/static/app.js", &other_host).status, 200);
+}
+
+#[test]
+fn with_a_token_the_stylesheet_and_script_need_it_too() {
+    let (dir, _store) = store_with(&["failonce"]);
+    let ui = serve(dir.path(), Some("s3cret-token"), "127.0.0.1:0");
+    let first = get(ui.addr(), "/?token=s3cret-token", &[]);
+    let cookie = first.header("set-cookie").expect("a cookie").to_string();
+    let pair = cookie.split(';').next().expect("name=value");
+    for asset in ["/static/app.js", "/static/style.css"] {
+        assert_eq!(get(ui.addr(), asset, &[]).status, 401, "{asset} without the token");
+        assert_eq!(
+            get(ui.addr(), asset, &[("Cookie", "hermes_otel_ui=wrong")]).status,
+            401,
+            "{asset}"
+        );
+        // The way a browser loads them after the first page: the cookie.
+        let with_cookie = get(ui.addr(), asset, &[("Cookie", pair)]);
+        assert_eq!(with_cookie.status, 200, "{asset} with the cookie");
+        assert!(!with_cookie.body.is_empty());
+        let bearer = get(ui.addr(), asset, &[("Authorization", "Bearer s3cret-token")]);
+        assert_eq!(bearer.status, 200, "{asset} with the bearer token");
+    }
+    // The cookie's path covers the assets wherever the pages are.
+    assert!(cookie.contains("Path=/;"), "{cookie}");
+}
+
+#[test]
+fn the_token_redirect_goes_to_the_configured_base_path_only() {
+    let (dir, _store) = store_with(&["failonce"]);
+    let ui = serve(dir.path(), Some("s3cret-token"), "127.0.0.1:0");
+    for path in ["//evil.example/?token=s3cret-token", "/session/x?token=s3cret-token"] {
+        let r = get(ui.addr(), path, &[("Host", "evil.example")]);
+        assert_eq!(r.status, 303, "{path}");
+        assert_eq!(r.header("location"), Some("/"), "{path}");
+    }
+    let under = UiServer::start(UiConfig {
+        listen: "127.0.0.1:0".into(),
+        store_dir: dir.path().to_path_buf(),
+        token: Some("s3cret-token".into()),
+        span_options: SpanOptions::default(),
+        base: "/otel/".into(),
+    })
+    .expect("viewer starts");
+    let r = get(
+        under.addr(),
+        "/otel//evil.example/?token=s3cret-token&day=2026-01-02",
+        &[],
+    );
+    assert_eq!(r.status, 303);
+    assert_eq!(r.header("location"), Some("/otel/?day=2026-01-02"));
 }
 
 #[test]

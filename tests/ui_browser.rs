@@ -157,3 +157,35 @@ fn chromium_renders_the_index_and_a_session_with_every_span_and_no_console_error
         );
     }
 }
+
+#[test]
+fn with_a_token_chromium_loads_the_stylesheet_and_script_with_the_cookie_the_first_page_set() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut store = Store::open_dir(dir.path()).expect("store");
+    let mut stats = ReplayStats::default();
+    let file = Path::new(FIXTURES).join("failonce.jsonl");
+    replay_file(&mut store, &file, DecodeOptions::default(), &mut stats).expect("replay");
+    drop(store);
+    let ui = UiServer::start(UiConfig {
+        listen: "127.0.0.1:0".into(),
+        store_dir: dir.path().to_path_buf(),
+        token: Some("browser-token".into()),
+        span_options: SpanOptions::default(),
+        base: String::new(),
+    })
+    .expect("viewer");
+    let profile = tempfile::tempdir().expect("profile dir");
+    // The address `hermes-otel ui` prints: the viewer answers it with the
+    // cookie and a redirect; the page then loads its script and
+    // stylesheet, which need the token too.
+    let (dom, console) = browse(
+        &format!("http://{}/?token=browser-token", ui.addr()),
+        "--dump-dom",
+        profile.path(),
+    );
+    assert!(console.is_empty(), "console output with a token: {console:#?}");
+    assert!(
+        dom.contains("<span id=\"live\">live</span>"),
+        "the script loaded with the cookie, ran, and its poll answered: {dom}"
+    );
+}

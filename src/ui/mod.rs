@@ -16,8 +16,11 @@
 //!
 //! Loopback by default. A non-loopback address needs a token (`--token` or
 //! `HERMES_OTEL_UI_TOKEN`), and once a token is set every request must
-//! carry it: `?token=` (answered with a cookie and a redirect that drops it
-//! from the URL), the cookie, or `Authorization: Bearer`. Without a token
+//! carry it, the stylesheet and script included: `?token=` (answered with
+//! an `HttpOnly`, `SameSite=Strict` cookie and a redirect to the base
+//! path's index, built from the configured base only, that drops it from
+//! the URL), the cookie (which the browser also sends for the page's
+//! stylesheet and script), or `Authorization: Bearer`. Without a token
 //! the viewer answers only requests whose `Host` is a loopback name, so a
 //! web page elsewhere cannot reach it through DNS rebinding.
 //!
@@ -56,6 +59,11 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8765";
 const COOKIE: &str = "hermes_otel_ui";
 /// Sessions on one index page.
 pub const PAGE_SIZE: usize = 50;
+
+/// Where the stylesheet and the script are served, under the base path.
+pub const STYLE_PATH: &str = "/static/style.css";
+/// See [`STYLE_PATH`].
+pub const SCRIPT_PATH: &str = "/static/app.js";
 
 const STYLE: &str = include_str!("assets/style.css");
 const SCRIPT: &str = include_str!("assets/app.js");
@@ -209,12 +217,8 @@ fn answer(state: &State, asked: &Asked) -> Response<Full<Bytes>> {
         }
         _ => return plain(StatusCode::NOT_FOUND, "not found\n"),
     };
-    // The stylesheet and script are this binary's, the same for everyone.
-    match path {
-        "/static/style.css" => return asset("text/css; charset=utf-8", STYLE),
-        "/static/app.js" => return asset("text/javascript; charset=utf-8", SCRIPT),
-        _ => {}
-    }
+    // Every route, the stylesheet and script included, is behind the
+    // token: what a request may see is decided before what it asked for.
     match &state.token {
         Some(token) => {
             if let Some(given) = asked.param("token") {
@@ -222,13 +226,15 @@ fn answer(state: &State, asked: &Asked) -> Response<Full<Bytes>> {
                     return plain(StatusCode::UNAUTHORIZED, "wrong token\n");
                 }
                 // Keep it in a cookie and take it out of the address bar.
+                // The redirect goes to the configured base only: a path
+                // from the request (`//elsewhere/`) would be another site.
                 let rest: Vec<String> = asked
                     .query
                     .iter()
                     .filter(|(k, _)| k != "token")
                     .map(|(k, v)| format!("{}={}", html::url_part(k), html::url_part(v)))
                     .collect();
-                let mut location = asked.path.clone();
+                let mut location = format!("{}/", state.base);
                 if !rest.is_empty() {
                     location = format!("{location}?{}", rest.join("&"));
                 }
@@ -259,6 +265,14 @@ or send Authorization: Bearer <token>\n",
                 return plain(StatusCode::FORBIDDEN, "the viewer answers loopback host names only\n");
             }
         }
+    }
+    // The page passes the token to its stylesheet and script the way it
+    // reaches every page: the cookie set by the `?token=` redirect, sent
+    // by the browser with each request.
+    match path {
+        STYLE_PATH => return asset("text/css; charset=utf-8", STYLE),
+        SCRIPT_PATH => return asset("text/javascript; charset=utf-8", SCRIPT),
+        _ => {}
     }
     match route(state, path, asked) {
         Ok(r) => r,
@@ -414,7 +428,8 @@ fn plain(status: StatusCode, text: &str) -> Response<Full<Bytes>> {
 
 fn asset(content_type: &str, text: &'static str) -> Response<Full<Bytes>> {
     let mut r = respond(StatusCode::OK, content_type, Bytes::from_static(text.as_bytes()));
-    set_header(&mut r, header::CACHE_CONTROL, "max-age=300");
+    // `private`: answered only with the token, so no shared cache keeps it.
+    set_header(&mut r, header::CACHE_CONTROL, "private, max-age=300");
     r
 }
 

@@ -42,11 +42,13 @@ pub fn page(frame: &Frame<'_>, title: &str, tab: Tab, body: &str) -> String {
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
 <meta name=\"hermes-otel-version\" content=\"{version}\">\
-<title>{title} · hermes-otel</title><link rel=\"stylesheet\" href=\"{b}/static/style.css\"></head>\
+<title>{title} · hermes-otel</title><link rel=\"stylesheet\" href=\"{b}{style}\"></head>\
 <body data-base=\"{b}\"><header class=\"top\"><span class=\"brand\">hermes-otel</span>\
 <a href=\"{b}/\"{s}>Sessions</a><a href=\"{b}/budgets\"{u}>Budgets</a><span id=\"live\"></span></header>\
-<main>{body}</main><script src=\"{b}/static/app.js\"></script></body></html>\n",
+<main>{body}</main><script src=\"{b}{script}\"></script></body></html>\n",
         version = frame.version,
+        style = super::STYLE_PATH,
+        script = super::SCRIPT_PATH,
         title = esc(title),
         s = here(Tab::Sessions),
         u = here(Tab::Budgets),
