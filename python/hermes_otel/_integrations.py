@@ -99,6 +99,18 @@ def check(
             else "the cost a provider bills (OpenRouter's usage.cost) is not recorded",
         )
     )
+    if aux_hook:
+        aux_summary = _attr("agent.auxiliary_hooks", "_usage_summary")
+        points.append(
+            Point(
+                "agent.auxiliary_hooks._usage_summary",
+                "0.21.5 - 0.23.x",
+                ACTIVE if aux_summary is not None else MISSING,
+                ""
+                if aux_summary is not None
+                else "the cost a provider bills for auxiliary calls is not recorded; estimates are used",
+            )
+        )
     metadata = _attr("agent.model_metadata", "_endpoint_model_metadata_cache")
     points.append(
         Point(

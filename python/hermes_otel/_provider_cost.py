@@ -20,7 +20,9 @@ from . import _patch
 
 
 def install() -> bool:
-    """Wrap the usage summary of ``post_api_request``; returns whether it did."""
+    """Wrap the usage summaries of ``post_api_request`` and, where Hermes has
+    it, ``post_auxiliary_call``; returns whether the first was wrapped."""
+    _install_auxiliary()
     try:
         import run_agent
     except Exception:
@@ -41,6 +43,34 @@ def install() -> bool:
         return summary_with_cost
 
     return _patch.wrap(getattr(run_agent, "AIAgent", None), "_usage_summary_for_api_request_hook", with_cost)
+
+
+def _install_auxiliary() -> bool:
+    """Hermes 0.21.5 and later build ``post_auxiliary_call``'s usage in
+    ``agent.auxiliary_hooks._usage_summary(response, *, provider,
+    api_mode)`` (read at 7effdff81b7bbcdf0e441829030a7ee2d037a7f9), which
+    drops the provider's billed cost as the main loop's summary does: the
+    same ``cost`` is added there."""
+    try:
+        from agent import auxiliary_hooks
+    except Exception:
+        return False
+
+    def with_cost(original: Any) -> Any:
+        def usage_summary_with_cost(response: Any, *args: Any, **kwargs: Any) -> Any:
+            summary = original(response, *args, **kwargs)
+            try:
+                if isinstance(summary, dict) and "cost" not in summary:
+                    cost = reported_cost(getattr(response, "usage", None))
+                    if cost is not None:
+                        summary["cost"] = cost
+            except Exception:  # noqa: BLE001 - Hermes's summary must survive us
+                pass
+            return summary
+
+        return usage_summary_with_cost
+
+    return _patch.wrap(auxiliary_hooks, "_usage_summary", with_cost)
 
 
 def reported_cost(usage: Any) -> float | None:

@@ -62,3 +62,29 @@ def test_install_adds_the_cost_to_hermes_summary_once_and_never_breaks_it(monkey
 def test_install_without_hermes_does_nothing(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "run_agent", None)
     assert not _provider_cost.install()
+
+
+def test_the_auxiliary_usage_summary_of_hermes_main_gets_the_cost_too(monkeypatch) -> None:
+    # agent/auxiliary_hooks.py at 7effdff81b7bbcdf0e441829030a7ee2d037a7f9:
+    # _usage_summary(response, *, provider, api_mode) -> dict | None.
+    aux = types.ModuleType("agent.auxiliary_hooks")
+
+    def _usage_summary(response, *, provider, api_mode):
+        if response is None or not getattr(response, "usage", None):
+            return None
+        return {"input_tokens": response.usage.prompt_tokens, "output_tokens": 1}
+
+    aux._usage_summary = _usage_summary
+    agent = types.ModuleType("agent")
+    agent.auxiliary_hooks = aux
+    monkeypatch.setitem(sys.modules, "agent", agent)
+    monkeypatch.setitem(sys.modules, "agent.auxiliary_hooks", aux)
+    assert _provider_cost._install_auxiliary()
+    assert not _provider_cost._install_auxiliary(), "never wrapped twice"
+    billed = types.SimpleNamespace(usage=_Usage({"cost": 0.0042}))
+    assert aux._usage_summary(billed, provider="openrouter", api_mode="chat_completions") == {
+        "input_tokens": 10,
+        "output_tokens": 1,
+        "cost": 0.0042,
+    }
+    assert aux._usage_summary(None, provider="openrouter", api_mode="chat_completions") is None
