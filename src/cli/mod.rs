@@ -287,20 +287,19 @@ fn open_for_reading(dir: PathBuf) -> Result<Store> {
         return Err(crate::error::Error::Other(line));
     }
     let db = dir.join(crate::store::DB_FILE_NAME);
-    let store = match open_store(dir) {
-        Ok(store) => Ok(store),
-        Err(e) => match db.exists().then(|| crate::store::check_writable(&db)).flatten() {
-            Some(why) => {
-                let store = Store::open_read_only(&db)?;
-                eprintln!(
-                    "hermes-otel: the store cannot be written ({why}): read as it is, without the events \
-                     of ended processes' spools ({e})"
-                );
-                Ok(store)
-            }
-            None => Err(e),
-        },
-    }?;
+    // Asked first: SQLite opens a store in a directory that cannot hold its
+    // `-shm` as if it could be written, and fails at the first write.
+    let store = match db.exists().then(|| crate::store::check_writable(&db)).flatten() {
+        Some(why) => {
+            let store = Store::open_read_only(&db)?;
+            eprintln!(
+                "hermes-otel: the store cannot be written ({why}): read as it is, without the events of \
+                 ended processes' spools"
+            );
+            store
+        }
+        None => open_store(dir)?,
+    };
     // A few pages per table: damage a query of this command may never
     // touch is still said, in one line.
     if let Some(first) = crate::store::quick_look(&db).first() {

@@ -237,7 +237,14 @@ const READ_ONLY: OpenFlags = OpenFlags::SQLITE_OPEN_READ_ONLY
 pub(crate) fn read_only_conn(path: &Path) -> Result<Connection> {
     let conn = match Connection::open_with_flags(path, READ_ONLY).and_then(|c| schema_reads(&c).map(|()| c)) {
         Ok(conn) => conn,
-        Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::CannotOpen) => {
+        // No `-shm` and no way to make one: SQLite says it cannot open the
+        // file, or (SQLITE_READONLY_CANTINIT) that it cannot write it.
+        Err(e)
+            if matches!(
+                e.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::CannotOpen | rusqlite::ErrorCode::ReadOnly)
+            ) =>
+        {
             let conn = Connection::open_with_flags(file_uri(path, "immutable=1"), READ_ONLY)?;
             schema_reads(&conn)?;
             conn

@@ -55,6 +55,8 @@ impl Store {
     /// this build knows; `hermes-otel ui` migrates once at start.
     pub fn open_read_only(path: &Path) -> Result<Self> {
         let conn = super::doctor::read_only_conn(path)?;
+        // The report's per-session totals are SQL functions of ours.
+        super::by_session::register_functions(&conn)?;
         conn.set_prepared_statement_cache_capacity(64);
         let found: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         if found > super::SCHEMA_VERSION {
