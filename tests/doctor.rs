@@ -1,15 +1,19 @@
-//! `hermes-otel doctor`: a damaged store is reported by `doctor` and
-//! `status` in one line with what to do, and `doctor --rebuild` keeps the
-//! damaged file aside, unchanged, and rebuilds the store from what it can
-//! read plus the spool.
+//! `hermes-otel doctor`: a damaged store (pages overwritten, the file cut
+//! short) is reported by every command that opens it in one line with what
+//! to do, and `doctor --rebuild` builds a new store beside it from what it
+//! can read plus the spool, swaps it in only when it is complete, and keeps
+//! the damaged file aside, unchanged; a rebuild that can read nothing
+//! leaves it where it was, and no command makes an empty store beside one
+//! kept aside.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+
+#[path = "support/cli.rs"]
+mod cli;
+use cli::cli;
 
 use hermes_otel::store::{Store, DB_FILE_NAME};
 use rusqlite::Connection;
-
-const BIN: &str = env!("CARGO_BIN_EXE_hermes-otel");
 
 fn fixtures() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
@@ -20,21 +24,6 @@ fn fixtures() -> Vec<PathBuf> {
         .collect();
     files.sort();
     files
-}
-
-fn cli(home: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN)
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .env_remove("HERMES_OTEL_HOME")
-        .output()
-        .expect("run hermes-otel");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// A store with every fixture replayed.

@@ -5,7 +5,11 @@
 //! kept meanwhile land, and `<store>/health.json` (what `hermes-otel status`
 //! shows) records it.
 //!
-//! The full-disk and read-only cases need root (a tmpfs mount, `chattr +i`,
+//! Reading commands (`report`, `trace`, `status`, `doctor`) work on a
+//! store file or directory that cannot be written; as root, where file
+//! modes stop no one, those tests run the commands as `nobody`.
+//!
+//! The full-disk and read-only bridge cases need root (a tmpfs mount, `chattr +i`,
 //! a read-only bind mount). Without it they print `SKIP: ...` and pass;
 //! CI runs as root, so there they run.
 
@@ -13,8 +17,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+#[path = "support/cli.rs"]
+mod cli;
 #[path = "support/hooks.rs"]
 mod hooks;
+use cli::cli_as;
 use hooks::call;
 
 use hermes_otel::bridge::{Bridge, BridgeConfig, Message, Outcome};
@@ -463,38 +470,6 @@ fn garbage_over_random_pages_never_reaches_a_hook() {
     }
 }
 
-const BIN: &str = env!("CARGO_BIN_EXE_hermes-otel");
-
-/// `hermes-otel --home <home> args`, as `user` (`setpriv`) when given.
-fn cli(home: &Path, user: Option<u32>, args: &[&str]) -> (i32, String, String) {
-    let mut cmd = match user {
-        Some(uid) => {
-            let mut c = Command::new("setpriv");
-            c.args([
-                &format!("--reuid={uid}"),
-                &format!("--regid={uid}"),
-                "--clear-groups",
-                "--",
-                BIN,
-            ]);
-            c
-        }
-        None => Command::new(BIN),
-    };
-    let out = cmd
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .env_remove("HERMES_OTEL_HOME")
-        .output()
-        .expect("run hermes-otel");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// The user that cannot write what is made read-only below: file modes do
 /// not stop root (CI runs the tests as root), so as root the commands run
 /// as `nobody`; as anyone else, as themselves.
@@ -528,9 +503,9 @@ enum ReadOnly {
 fn read_only_store(root: &Path, what: ReadOnly) -> (PathBuf, Option<u32>, String) {
     let home = root.join("otel");
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/multi_turn.jsonl");
-    let (code, out, err) = cli(&home, None, &["replay", &fixture.display().to_string()]);
+    let (code, out, err) = cli_as(&home, None, &["replay", &fixture.display().to_string()]);
     assert_eq!(code, 0, "{out}{err}");
-    let (code, totals, err) = cli(&home, None, &["report", "--json"]);
+    let (code, totals, err) = cli_as(&home, None, &["report", "--json"]);
     assert_eq!(code, 0, "{err}");
     let db = home.join(DB_FILE_NAME);
     assert!(!home.join(format!("{DB_FILE_NAME}-wal")).exists(), "closed cleanly");
@@ -573,7 +548,7 @@ fn reading_commands_work_on(what: ReadOnly) {
     }
     let db = home.join(DB_FILE_NAME);
     let bytes_before = bytes(&db);
-    let (code, out, err) = cli(&home, user, &["report", "--json"]);
+    let (code, out, err) = cli_as(&home, user, &["report", "--json"]);
     assert_eq!(code, 0, "{what:?}: {out}{err}");
     assert_eq!(totals(&out), totals(&before), "{what:?}: the same report as before");
     assert!(
@@ -581,16 +556,16 @@ fn reading_commands_work_on(what: ReadOnly) {
         "{what:?} says so, in one line: {err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
-    let (code, out, err) = cli(&home, user, &["trace", "--last"]);
+    let (code, out, err) = cli_as(&home, user, &["trace", "--last"]);
     assert_eq!(code, 0, "{what:?}: {out}{err}");
-    let (code, out, err) = cli(&home, user, &["status"]);
+    let (code, out, err) = cli_as(&home, user, &["status"]);
     assert_eq!(code, 0, "{what:?}: {out}{err}");
     assert!(out.contains("read-only"), "{what:?}: {out}");
-    let (code, out, err) = cli(&home, user, &["doctor"]);
+    let (code, out, err) = cli_as(&home, user, &["doctor"]);
     assert_eq!(code, 0, "{what:?}: {out}{err}");
     assert!(out.contains("whole") && out.contains("READ-ONLY"), "{what:?}: {out}");
     assert!(!out.contains("DAMAGED"), "{what:?}: read-only is not damaged: {out}");
-    let (code, out, err) = cli(&home, user, &["doctor", "--rebuild", "--force"]);
+    let (code, out, err) = cli_as(&home, user, &["doctor", "--rebuild", "--force"]);
     assert_ne!(code, 0, "{what:?}: {out}");
     assert!(err.contains("cannot rebuild"), "{what:?}: {err}");
     assert_eq!(bytes(&db), bytes_before, "{what:?}: nothing wrote the store");
