@@ -580,3 +580,30 @@ fn reading_commands_work_on_a_read_only_store_file() {
 fn reading_commands_work_on_a_store_in_a_read_only_directory() {
     reading_commands_work_on(ReadOnly::Dir);
 }
+
+#[test]
+fn reading_commands_work_on_a_store_on_a_read_only_mount() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let src = root.path().join("src");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/multi_turn.jsonl");
+    let (code, out, err) = cli_as(&src, None, &["replay", &fixture.display().to_string()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (_, before, _) = cli_as(&src, None, &["report", "--json"]);
+    let home = root.path().join("otel");
+    let mount = match Mount::bind(&src, &home) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("SKIP: a read-only mount needs root: {e}");
+            return;
+        }
+    };
+    mount.remount("remount,bind,ro");
+    // Root cannot write a read-only mount either: no other user needed.
+    let (code, out, err) = cli_as(&home, None, &["report", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(totals(&out), totals(&before));
+    assert!(err.contains("cannot be written"), "{err}");
+    let (code, out, err) = cli_as(&home, None, &["doctor"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("READ-ONLY") && !out.contains("DAMAGED"), "{out}");
+}

@@ -763,6 +763,80 @@ mod tests {
     use super::*;
     use crate::hook::{decode, DecodeOptions, Decoded};
 
+    #[test]
+    fn a_file_uri_escapes_what_a_uri_would_read_as_syntax() {
+        assert_eq!(
+            file_uri(Path::new("/home/a b/x?#%.db"), "mode=ro"),
+            "file:/home/a%20b/x%3F%23%25.db?mode=ro"
+        );
+    }
+
+    #[test]
+    fn a_store_cut_short_is_found_by_the_cheap_look_and_a_whole_one_is_not() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("s.db");
+        let store = Store::open(&path).expect("open");
+        store.checkpoint_truncate().expect("checkpoint");
+        drop(store);
+        assert_eq!(quick_look(&path), Vec::<String>::new());
+        let len = std::fs::metadata(&path).expect("stat").len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open")
+            .set_len(len - 4096)
+            .expect("truncate");
+        let problems = quick_look(&path);
+        assert!(
+            problems.first().is_some_and(|p| p.contains("cut short")),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn a_damaged_journal_page_costs_only_the_rows_on_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("s.db");
+        let conn = Connection::open(&path).expect("open");
+        conn.execute_batch(
+            "PRAGMA journal_mode = DELETE;
+             CREATE TABLE journal (seq INTEGER PRIMARY KEY, event_key TEXT NOT NULL UNIQUE, at REAL,
+                                   pid INTEGER, thread TEXT, payload TEXT NOT NULL);
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000)
+             INSERT INTO journal SELECT i, 'k' || i, i, NULL, NULL, printf('%.200c', 'x') FROM n;",
+        )
+        .expect("journal");
+        let leaves: Vec<(i64, i64)> = conn
+            .prepare("SELECT pageno, ncell FROM dbstat WHERE name = 'journal' AND pagetype = 'leaf' ORDER BY pageno")
+            .expect("dbstat")
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("leaves")
+            .collect::<rusqlite::Result<_>>()
+            .expect("leaves");
+        drop(conn);
+        let picked = [leaves[3], leaves[leaves.len() / 2], leaves[leaves.len() - 5]];
+        {
+            use std::io::{Seek as _, Write as _};
+            let mut f = std::fs::OpenOptions::new().write(true).open(&path).expect("open");
+            for (page, _) in picked {
+                f.seek(std::io::SeekFrom::Start((page as u64 - 1) * 4096))
+                    .expect("seek");
+                f.write_all(&[0xA5; 4096]).expect("garbage");
+            }
+        }
+        let old = open_evidence(&path).expect("open read-only");
+        let ids = journal_ids(&old).expect("the index reads");
+        assert_eq!(ids.len(), 2000);
+        let lost: i64 = picked.iter().map(|p| p.1).sum();
+        let store_dir = tempfile::tempdir().expect("temp dir");
+        let mut fresh = Store::open(&store_dir.path().join("new.db")).expect("fresh");
+        let mut out = Rebuilt::default();
+        // The rows are not events: each is read, then found undecodable.
+        let _ = fresh.read_ids(&old, &ids, None, &mut out).expect("read");
+        assert_eq!(out.journal_unreadable as i64, lost, "{out:?}");
+        assert_eq!(out.journal_read as i64, 2000 - lost, "{out:?}");
+    }
+
     /// Every recorded hook call decodes to an event that the journal's
     /// payload gives back unchanged: a rebuild applies what was applied.
     #[test]
