@@ -340,12 +340,25 @@ fn a_missing_store_beside_a_kept_aside_one_is_said_and_no_empty_store_is_made() 
     checkpointed(&db);
     let aside = home.join(format!("{DB_FILE_NAME}.damaged-1700000000"));
     std::fs::rename(&db, &aside).expect("move aside");
-    for args in [&["report"][..], &["status"], &["trace", "--last"], &["doctor"]] {
+    for args in [
+        &["report"][..],
+        &["status"],
+        &["trace", "--last"],
+        &["doctor"],
+        &["compact"],
+        &["budget", "list"],
+        &["export", "--since", "1d"],
+    ] {
         let (code, out, err) = cli(home, args);
         assert_eq!(code, 1, "{args:?}: {out}{err}");
         assert!(err.contains(&aside.display().to_string()), "{args:?} names it: {err}");
         assert!(!db.exists(), "{args:?} made no store");
     }
+    // Replay makes stores; it says so, and goes on.
+    let fixture = fixtures().into_iter().next().expect("a fixture");
+    let (code, out, err) = cli(home, &["replay", &fixture.display().to_string()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains(&aside.display().to_string()), "{err}");
 }
 
 #[test]

@@ -42,16 +42,11 @@ pub struct DoctorArgs {
 pub fn run(dir: &Path, args: &DoctorArgs) -> Result<i32> {
     let db = dir.join(DB_FILE_NAME);
     if !db.exists() {
-        let kept = match super::moved_aside(dir) {
-            Some(aside) => format!(
-                "; a damaged store was kept aside as {} (a rebuild that did not finish?): \
-                 move it back to {} and run `hermes-otel doctor --rebuild`",
-                aside.display(),
-                db.display()
-            ),
-            None => " (nothing to check; is --home or HERMES_OTEL_HOME right?)".into(),
-        };
-        return Err(Error::Other(format!("no store at {}{kept}", db.display())));
+        // (A damaged store kept aside beside no store is `existing_home`'s.)
+        return Err(Error::Other(format!(
+            "no store at {} (nothing to check; is --home or HERMES_OTEL_HOME right?)",
+            db.display()
+        )));
     }
     let spooled = waiting_spools(dir);
     let integrity = check_integrity(&db, MAX_PROBLEMS)

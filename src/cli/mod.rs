@@ -237,6 +237,10 @@ fn init_logging(verbose: u8, quiet: u8) {
 /// report says nothing was spent.
 fn existing_home(home: Option<PathBuf>) -> Result<config::Resolved<PathBuf>> {
     let resolved = config::store_dir(home);
+    // Nor may any command make one beside a damaged store kept aside.
+    if let Some(line) = missing_beside_aside(&resolved.value) {
+        return Err(crate::error::Error::Other(line));
+    }
     if !resolved.value.is_dir() {
         return Err(crate::error::Error::Other(format!(
             "no store at {} (from {}): check the path; Hermes with the plugin, or `hermes-otel replay`, creates it",
@@ -280,12 +284,8 @@ fn missing_beside_aside(dir: &std::path::Path) -> Option<String> {
 /// Opens the store for a command that only reads it: as every command
 /// does (migrating it, applying dead processes' spools), or, when the
 /// store cannot be written (a read-only file, directory or mount),
-/// read-only, saying so in one line. Never creates a store beside a
-/// damaged one kept aside.
+/// read-only, saying so in one line.
 fn open_for_reading(dir: PathBuf) -> Result<Store> {
-    if let Some(line) = missing_beside_aside(&dir) {
-        return Err(crate::error::Error::Other(line));
-    }
     let db = dir.join(crate::store::DB_FILE_NAME);
     // Asked first: SQLite opens a store in a directory that cannot hold its
     // `-shm` as if it could be written, and fails at the first write.
@@ -414,9 +414,6 @@ fn dispatch(cli: Cli) -> Result<i32> {
         }
         Command::Status { json } => {
             let home = existing_home(cli.home)?;
-            if let Some(line) = missing_beside_aside(&home.value) {
-                return Err(crate::error::Error::Other(line));
-            }
             // A store in trouble is exactly when status must answer: one
             // that cannot be opened, or whose pages fail to read.
             match status_store(&home.value).and_then(|store| status::run(&store, &home, json)) {
