@@ -20,9 +20,17 @@
 //!   "last_fault": {"kind", "message", "at", "pid"} or null,
 //!   "last_recovery_at": unix seconds or null,
 //!   "counts": {"store_faults", "failed_commits", "open_failures",
-//!              "spool_write_failures", "dropped_events", "recoveries"}
+//!              "spool_write_failures", "dropped_events", "recoveries"},
+//!   "lost": [{"pid", "started_at", "at", "count", "reason"}, ...]
 //! }
 //! ```
+//!
+//! `lost` says which processes lost hook events (neither the store nor the
+//! spool could take them, or memory was full), one entry per process (its
+//! pid and start time), the newest [`MAX_LOST_ENTRIES`]; their counts are
+//! also in `dropped_events`. A process that could write nothing at all
+//! (the disk full until it ended) leaves no entry: its exit line in the
+//! `hermes_otel` log is then the only trace.
 //!
 //! Counts add up over every process that used the store: each writer adds
 //! what it counted since its last successful write, under an exclusive lock
@@ -47,6 +55,10 @@ pub const HEALTH_LOCK_NAME: &str = "health.lock";
 
 /// The `schema` value of the record.
 pub const HEALTH_SCHEMA: &str = "hermes-otel.health.v1";
+
+/// Entries of `lost` a record keeps: the newest ones, so a long history of
+/// one-shot processes cannot grow the file without bound.
+pub const MAX_LOST_ENTRIES: usize = 32;
 
 /// What is wrong with the store, as far as the bridge can act on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -168,8 +180,9 @@ pub struct HealthCounts {
     /// Hook calls whose spool write failed (they fell back to waiting for
     /// the commit, or to memory).
     pub spool_write_failures: u64,
-    /// Events lost: the in-memory queue was full while the store was in
-    /// trouble and they were not in a spool either.
+    /// Events lost: neither the store nor the spool took them before their
+    /// process ended, or the in-memory queue was full while the store was in
+    /// trouble (see the record's `lost` for which processes).
     pub dropped_events: u64,
     /// Times the store came back after a fault.
     pub recoveries: u64,
@@ -219,6 +232,23 @@ pub struct HealthRecord {
     pub last_recovery_at: Option<f64>,
     #[serde(default)]
     pub counts: HealthCounts,
+    /// The processes that lost events, oldest first.
+    #[serde(default)]
+    pub lost: Vec<LostEvents>,
+}
+
+/// Hook events one process lost, as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LostEvents {
+    pub pid: u32,
+    /// When the process's bridge started, Unix seconds (with the pid, which
+    /// process this is).
+    pub started_at: f64,
+    /// When it last lost one, Unix seconds.
+    pub at: f64,
+    pub count: u64,
+    /// Why they could not be saved (the store fault at the time).
+    pub reason: String,
 }
 
 impl HealthRecord {
@@ -231,6 +261,7 @@ impl HealthRecord {
             last_fault: None,
             last_recovery_at: None,
             counts: HealthCounts::default(),
+            lost: Vec::new(),
         }
     }
 }
@@ -267,9 +298,45 @@ pub struct Tracker {
     recovered_at: Option<f64>,
     /// The state changed since the last write.
     state_dirty: bool,
+    /// When this process started, for its `lost` entry.
+    started_at: f64,
+    /// The events this process lost, once it lost any.
+    lost: Option<LostEvents>,
 }
 
 impl Tracker {
+    /// The tracker of a process that started at `started_at`.
+    pub fn new(started_at: f64) -> Self {
+        Tracker {
+            started_at,
+            ..Tracker::default()
+        }
+    }
+
+    /// Notes `count` hook events lost for `reason`: counted in
+    /// `dropped_events` and in this process's `lost` entry.
+    pub fn lost(&mut self, count: u64, reason: &str, now: f64) {
+        if count == 0 {
+            return;
+        }
+        self.counts.dropped_events += count;
+        let entry = self.lost.get_or_insert_with(|| LostEvents {
+            pid: std::process::id(),
+            started_at: self.started_at,
+            at: now,
+            count: 0,
+            reason: String::new(),
+        });
+        entry.count += count;
+        entry.at = now;
+        entry.reason = reason.to_string();
+    }
+
+    /// Events this process lost so far.
+    pub fn lost_count(&self) -> u64 {
+        self.lost.as_ref().map_or(0, |l| l.count)
+    }
+
     /// Notes a fault; returns whether it is a new one (not the one already
     /// current), which is when the bridge says so in a log line.
     pub fn fault(&mut self, kind: FaultKind, message: String, now: f64) -> bool {
@@ -330,6 +397,15 @@ impl Tracker {
         }
         if let Some(t) = self.recovered_at {
             record.last_recovery_at = Some(t);
+        }
+        if let Some(mine) = &self.lost {
+            // This process's entry holds its whole count: replace it.
+            record
+                .lost
+                .retain(|e| !(e.pid == mine.pid && e.started_at == mine.started_at));
+            record.lost.push(mine.clone());
+            let over = record.lost.len().saturating_sub(MAX_LOST_ENTRIES);
+            record.lost.drain(..over);
         }
         record.state = if self.current.is_some() { "fault" } else { "ok" }.into();
         record.updated_at = now;
@@ -443,6 +519,46 @@ mod tests {
         let f = r.last_fault.expect("fault");
         assert_eq!((f.kind, f.at), (FaultKind::Locked, 10.0));
         assert_eq!(r.last_recovery_at, Some(13.0));
+    }
+
+    #[test]
+    fn each_process_that_lost_events_has_one_entry_with_its_whole_count() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut a = Tracker::new(100.0);
+        a.lost(3, "disk_full: no room", 101.0);
+        a.write(dir.path(), 101.0).expect("write");
+        a.lost(2, "disk_full: still no room", 102.0);
+        a.write(dir.path(), 102.0).expect("write");
+        let mut b = Tracker::new(200.0);
+        b.lost(1, "read_only: store", 201.0);
+        b.write(dir.path(), 201.0).expect("write");
+        let r = read(dir.path()).expect("read").expect("record");
+        assert_eq!(r.counts.dropped_events, 6);
+        let entries: Vec<(f64, u64, &str)> = r
+            .lost
+            .iter()
+            .map(|e| (e.started_at, e.count, e.reason.as_str()))
+            .collect();
+        assert_eq!(
+            entries,
+            vec![(100.0, 5, "disk_full: still no room"), (200.0, 1, "read_only: store")]
+        );
+        assert_eq!(r.lost[0].pid, std::process::id());
+        assert_eq!(r.lost[0].at, 102.0);
+    }
+
+    #[test]
+    fn the_record_keeps_only_the_newest_processes_that_lost_events() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for n in 0..MAX_LOST_ENTRIES + 3 {
+            let mut t = Tracker::new(n as f64);
+            t.lost(1, "full", n as f64);
+            t.write(dir.path(), n as f64).expect("write");
+        }
+        let r = read(dir.path()).expect("read").expect("record");
+        assert_eq!(r.lost.len(), MAX_LOST_ENTRIES);
+        assert_eq!(r.lost[0].started_at, 3.0);
+        assert_eq!(r.counts.dropped_events, MAX_LOST_ENTRIES as u64 + 3);
     }
 
     #[test]

@@ -96,7 +96,12 @@ pub(super) fn bridge(py: Python<'_>) -> &'static Bridge {
             config.profile = PROFILE.get().cloned();
             // The gate takes the mode and the fleet as resolved here (the
             // budget file's own `mode` applies unless the variable is set).
-            let gate = BudgetGate::for_store_dir(&config.store_dir, config.budget_mode_override, config.fleet);
+            let fleet_name = crate::fleet::FleetConfig::from_env()
+                .ok()
+                .flatten()
+                .map(|f| f.redacted());
+            let gate = BudgetGate::for_store_dir(&config.store_dir, config.budget_mode_override, config.fleet)
+                .with_unsynced(config.fleet_unsynced, fleet_name);
             let _ = BUDGET.set(gate.handle());
             Bridge::start_with_gate(config, Box::new(gate))
         })
@@ -166,7 +171,7 @@ pub(super) fn budget_actions(py: Python<'_>) {
 #[pyo3(signature = (api_request_id = None))]
 fn llm_stop(api_request_id: Option<&str>) -> Option<String> {
     let id = api_request_id?;
-    catch_unwind(AssertUnwindSafe(|| BUDGET.get().and_then(|h| h.take_stop(id)))).unwrap_or(None)
+    catch_unwind(AssertUnwindSafe(|| BUDGET.get().and_then(|h| h.stop_for(id)))).unwrap_or(None)
 }
 
 /// The `model` of the stand-in response of a stopped LLM call.

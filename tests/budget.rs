@@ -219,7 +219,7 @@ fn observe_mode_notices_but_never_blocks() {
     assert_eq!(gate.verdict(&store, &pre_tool("s-obs", "c0", t)), None);
     apply(&mut store, &pre_api("s-obs", "a1", t + 1.0));
     assert_eq!(gate.verdict(&store, &pre_api("s-obs", "a1", t + 1.0)), None);
-    assert_eq!(gate.handle().take_stop("a1"), None);
+    assert_eq!(gate.handle().stop_for("a1"), None);
     let text = context(gate.verdict(&store, &pre_llm("s-obs", "t1", t + 2.0, "cli", ""))).expect("notice");
     assert!(text.contains("observe mode"), "{text}");
     // The environment's mode wins over the file's.
@@ -276,13 +276,17 @@ fn a_stopped_llm_call_and_a_paused_cron_job() {
     apply(&mut store, &pre_api(s, "a0", t));
     // Its own reservation does not stop the first call.
     assert_eq!(gate.verdict(&store, &pre_api(s, "a0", t)), None);
-    assert_eq!(handle.take_stop("a0"), None);
+    assert_eq!(handle.stop_for("a0"), None);
     apply(&mut store, &post_api(s, "a0", t + 1.0, true));
     apply(&mut store, &pre_api(s, "a1", t + 2.0));
     gate.verdict(&store, &pre_api(s, "a1", t + 2.0));
-    let text = handle.take_stop("a1").expect("stopped");
+    let text = handle.stop_for("a1").expect("stopped");
     assert!(text.starts_with("BUDGET-EXCEEDED"), "{text}");
-    assert_eq!(handle.take_stop("a1"), None, "taken once");
+    assert_eq!(
+        handle.stop_for("a1").as_deref(),
+        Some(text.as_str()),
+        "a retry of it is stopped too"
+    );
     let pauses = handle.take_pauses();
     assert_eq!(pauses.len(), 1);
     assert_eq!(pauses[0].job_id, "0123456789ab");
@@ -459,7 +463,7 @@ fn budget_child_process() {
         let at = hermes_otel::bridge::unix_now();
         let outcome = bridge.submit(pre_api(&session, &id, at), EventContext::default());
         assert!(matches!(outcome, Outcome::Committed(None)), "{outcome:?}");
-        if handle.take_stop(&id).is_some() {
+        if handle.stop_for(&id).is_some() {
             stopped += 1;
             break;
         }

@@ -18,7 +18,7 @@ mod postgres;
 use budget_events::{post_api, pre_api, pre_tool, CALL_USD};
 use hermes_otel::bridge::{Bridge, BridgeConfig, Outcome, Verdict};
 use hermes_otel::budget::{BudgetConfig, Scope, Window, BLOCKED_MODEL, BUDGETS_FILE_NAME};
-use hermes_otel::budget::{BudgetGate, BudgetHandle};
+use hermes_otel::budget::{BudgetGate, BudgetHandle, Unsynced, FIRST_SYNC_WAIT, UNSYNCED_ENV};
 use hermes_otel::fleet::task::FleetTask;
 use hermes_otel::fleet::{FleetConfig, FLEET_URL_ENV};
 use hermes_otel::store::{EventContext, FleetStatus, Store};
@@ -70,9 +70,17 @@ struct Host {
 
 impl Host {
     fn start(dir: &Path, url: &str) -> Host {
+        Self::start_unsynced(dir, url, Unsynced::default())
+    }
+
+    /// [`Host::start`] doing `unsynced` until its store first syncs.
+    fn start_unsynced(dir: &Path, url: &str, unsynced: Unsynced) -> Host {
         let mut cfg = BridgeConfig::new(dir.to_path_buf());
         cfg.hook_wait = Duration::from_secs(10);
-        let gate = BudgetGate::new(dir.join(BUDGETS_FILE_NAME), None).with_fleet(true);
+        let name = FleetConfig::parse(url).expect("url").redacted();
+        let gate = BudgetGate::new(dir.join(BUDGETS_FILE_NAME), None)
+            .with_fleet(true)
+            .with_unsynced(unsynced, Some(name));
         let handle = gate.handle();
         let bridge = Bridge::start_with_gate(cfg, Box::new(gate));
         assert!(bridge.disabled_reason().is_none());
@@ -101,7 +109,7 @@ impl Host {
             Outcome::Committed(None),
             "the hook is not held up by the fleet"
         );
-        if let Some(text) = self.handle.take_stop(&id) {
+        if let Some(text) = self.handle.stop_for(&id) {
             // Hermes then reports the stand-in response, which settles the
             // call's reservation at no cost.
             let mut blocked = post_api(&self.session, &id, hermes_otel::unix_now(), false);
@@ -731,4 +739,168 @@ fn spend_and_hosts_no_window_reaches_leave_the_database() {
     );
     let hosts = pg.psql("SELECT string_agg(host_id, ',' ORDER BY host_id) FROM hermes_fleet_hosts");
     assert!(!hosts.contains("gone") && hosts.contains("recent"), "{hosts}");
+}
+
+/// A fleet URL where no database listens: a socket directory with no socket.
+fn unreachable_url(dir: &Path) -> String {
+    format!("postgresql://postgres@/postgres?host={}&port=5432", dir.display())
+}
+
+/// Times `f`.
+fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
+    let start = Instant::now();
+    let out = f();
+    (out, start.elapsed())
+}
+
+/// Spends on a host of its own until the fleet's global daily spend is
+/// past `limit`, then lowers the limit there: the fleet is over its hard
+/// line. Returns the fleet's spend.
+fn fleet_over_the_line(pg: &Postgres, limit: f64) -> f64 {
+    let dir = tempfile::tempdir().expect("dir");
+    set_fleet_limit(&pg.url(), dir.path(), 100.0);
+    let mut spender = Host::start(dir.path(), &pg.url());
+    for _ in 0..4 {
+        spender.call().expect("far under the limit");
+    }
+    spender.wait_pushed();
+    set_fleet_limit(&pg.url(), dir.path(), limit);
+    let (spent, _) = fleet_totals(pg);
+    assert!(spent >= limit, "{spent} of {limit}");
+    spent
+}
+
+#[test]
+fn a_host_that_never_synced_blocks_its_first_call_when_the_fleet_is_over_the_line() {
+    let pg = Postgres::start();
+    fleet_over_the_line(&pg, 2.0 * CALL_USD);
+    // A new host: no budget file, no fleet figures, never synced.
+    let dir = tempfile::tempdir().expect("dir");
+    assert!(!dir.path().join(BUDGETS_FILE_NAME).exists());
+    let mut host = Host::start(dir.path(), &pg.url());
+    let (first, took) = timed(|| host.call());
+    let text = first.expect_err("the first LLM call is stopped: the fleet is over its line");
+    assert!(text.starts_with("BUDGET-EXCEEDED"), "{text}");
+    assert!(
+        text.contains("global daily"),
+        "the fleet's own budget, not the unsynced text: {text}"
+    );
+    assert!(took < FIRST_SYNC_WAIT, "it waited for the sync only: {took:?}");
+    assert!(matches!(host.tool(), Some(Verdict::Block { .. })), "tool calls too");
+    assert_eq!(host.local().1, 0, "nothing reached the provider");
+    drop(host);
+
+    // Restarted with the database down, the store decides from the fleet
+    // figures its last sync left, without waiting.
+    drop(pg);
+    let mut host = Host::start(dir.path(), &unreachable_url(dir.path()));
+    let (again, took) = timed(|| host.call());
+    let text = again.expect_err("still over the line as last seen");
+    assert!(text.contains("global daily"), "{text}");
+    assert!(
+        took < FIRST_SYNC_WAIT,
+        "a store that synced before does not wait: {took:?}"
+    );
+}
+
+#[test]
+fn an_unreachable_fleet_fails_closed_within_the_bound_until_the_first_sync() {
+    let dir = tempfile::tempdir().expect("dir");
+    let url = unreachable_url(dir.path());
+    let mut host = Host::start(dir.path(), &url);
+    let (first, took) = timed(|| host.call());
+    let text = first.expect_err("blocked: the fleet's budgets are unknown");
+    assert!(text.starts_with("BUDGET-EXCEEDED"), "{text}");
+    let name = FleetConfig::parse(&url).expect("url").redacted();
+    assert!(text.contains(&name), "names the fleet: {text}");
+    assert!(text.contains("could not reach"), "{text}");
+    assert!(text.contains(UNSYNCED_ENV), "says how to let calls through: {text}");
+    assert!(took >= FIRST_SYNC_WAIT, "it waited for the sync: {took:?}");
+    assert!(took < FIRST_SYNC_WAIT + Duration::from_secs(2), "bounded: {took:?}");
+    // Only the first call waits; the next ones are blocked at once.
+    let (tool, took) = timed(|| host.tool());
+    assert!(matches!(tool, Some(Verdict::Block { message }) if message.contains(&name)));
+    assert!(took < FIRST_SYNC_WAIT / 2, "{took:?}");
+    assert_eq!(host.local().1, 0, "nothing reached the provider");
+    let out = Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+        .arg("status")
+        .env("HERMES_OTEL_HOME", dir.path())
+        .env(FLEET_URL_ENV, &url)
+        .output()
+        .expect("status");
+    let status = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        status.contains("never yet: in enforce mode tool and LLM calls are blocked"),
+        "{status}"
+    );
+    assert!(status.contains("fleet unsynced  closed (default"), "{status}");
+}
+
+#[test]
+fn an_unreachable_fleet_fails_open_when_configured_so() {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut host = Host::start_unsynced(dir.path(), &unreachable_url(dir.path()), Unsynced::Open);
+    let (first, took) = timed(|| host.call());
+    first.expect("open: the call goes ahead once the wait is over");
+    assert!(took < FIRST_SYNC_WAIT + Duration::from_secs(2), "bounded: {took:?}");
+    assert_eq!(host.tool(), None);
+    assert_eq!(host.local().1, 1);
+}
+
+#[test]
+fn budget_list_on_a_host_that_never_synced_shows_the_fleet_budget() {
+    let pg = Postgres::start();
+    let spent = fleet_over_the_line(&pg, 2.0 * CALL_USD);
+    let dir = tempfile::tempdir().expect("dir");
+    let list = |url: &str, json: bool| {
+        let mut args = vec!["budget", "list"];
+        if json {
+            args.push("--json");
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+            .args(&args)
+            .env("HERMES_OTEL_HOME", dir.path())
+            .env(FLEET_URL_ENV, url)
+            .output()
+            .expect("run hermes-otel");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let v: serde_json::Value = serde_json::from_str(&list(&pg.url(), true)).expect("json");
+    assert_eq!(v["fleet"]["reached"], true, "{v}");
+    let global = v["budgets"]
+        .as_array()
+        .expect("budgets")
+        .iter()
+        .find(|r| r["scope"] == "global" && r["window"] == "daily")
+        .unwrap_or_else(|| panic!("the fleet's global daily budget: {v}"))
+        .clone();
+    assert!(
+        (global["spend_usd"].as_f64().expect("spend") - spent).abs() < 1e-9,
+        "{global}"
+    );
+    assert_eq!(global["verdict"], "hard", "{global}");
+
+    // Where the fleet cannot be reached, the list says so.
+    let other = tempfile::tempdir().expect("dir");
+    let text = list(&unreachable_url(other.path()), false);
+    assert!(text.contains("could not be reached"), "{text}");
+}
+
+#[test]
+fn a_host_blocked_for_want_of_a_first_sync_goes_ahead_once_it_syncs() {
+    let mut pg = Postgres::start();
+    let seed = tempfile::tempdir().expect("dir");
+    set_fleet_limit(&pg.url(), seed.path(), 100.0);
+    pg.stop();
+    let dir = tempfile::tempdir().expect("dir");
+    let mut host = Host::start(dir.path(), &pg.url());
+    let text = host
+        .call()
+        .expect_err("the database is down and this host never synced");
+    assert!(text.contains("could not reach"), "{text}");
+    pg.resume();
+    eventually("the first sync", || host.synced_since(0.0));
+    host.call().expect("far under the fleet's limit once synced");
+    assert!(host.global().budget.limit == 100.0, "the fleet's budget file arrived");
 }

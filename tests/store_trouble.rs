@@ -24,7 +24,9 @@ mod hooks;
 use cli::cli_as;
 use hooks::call;
 
-use hermes_otel::bridge::{Bridge, BridgeConfig, Message, Outcome};
+use hermes_otel::bridge::{
+    Bridge, BridgeConfig, Message, Outcome, DEFAULT_FLUSH_TIMEOUT, EXIT_EVENTS_LOST, EXIT_LEFT_IN_SPOOL,
+};
 use hermes_otel::budget::BudgetGate;
 use hermes_otel::health::{self, FaultKind};
 use hermes_otel::spool;
@@ -282,7 +284,6 @@ fn a_full_disk_fails_open_with_one_line_and_the_bridge_resumes_when_space_frees(
 /// to a mapped page of an immutable file with SIGBUS, which no program can
 /// fail open from (a known limit, in the README).
 fn set_immutable(dir: &Path, on: bool) -> Result<(), String> {
-    let flag = if on { "+i" } else { "-i" };
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| e.to_string())?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -293,6 +294,12 @@ fn set_immutable(dir: &Path, on: bool) -> Result<(), String> {
     }
     paths.push(dir.join(spool::SPOOL_DIR_NAME));
     paths.push(dir.to_path_buf());
+    chattr(paths, on)
+}
+
+/// `chattr +i` (or `-i`) on `paths`, in order (in reverse for `-i`).
+fn chattr(mut paths: Vec<PathBuf>, on: bool) -> Result<(), String> {
+    let flag = if on { "+i" } else { "-i" };
     if !on {
         paths.reverse();
     }
@@ -468,6 +475,239 @@ fn garbage_over_random_pages_never_reaches_a_hook() {
         assert!(problem.contains(&db.display().to_string()), "{problem}");
         assert!(db.exists(), "never deleted");
     }
+}
+
+/// A bridge whose next try of a store in trouble is a minute away, as a
+/// store that stayed broken a while waits [`DEFAULT_STORE_RETRY_MAX`]
+/// (30 s): a process exits well within that.
+fn config_slow_retry(dir: &Path) -> BridgeConfig {
+    let mut cfg = config(dir);
+    cfg.store_retry_min = Duration::from_secs(60);
+    cfg.store_retry_max = Duration::from_secs(60);
+    cfg
+}
+
+/// A bridge with [`config_slow_retry`] in `dir` that recorded one event.
+fn slow_retry_bridge(dir: &Path) -> Bridge {
+    let bridge = Bridge::start(config_slow_retry(dir));
+    assert_eq!(llm_call(&bridge, "before", 0).0, Outcome::Queued);
+    assert!(bridge.flush(Duration::from_secs(10)));
+    bridge
+}
+
+/// The database and its WAL (not the `-shm`: see [`set_immutable`]).
+fn db_files(dir: &Path) -> Vec<PathBuf> {
+    let db = dir.join(DB_FILE_NAME);
+    vec![db.clone(), PathBuf::from(format!("{}-wal", db.display()))]
+}
+
+/// `chattr +i` on `files`, or a SKIP line (and no change) where that needs
+/// a root or a file system this test does not have.
+fn made_immutable(files: &[PathBuf]) -> bool {
+    match chattr(files.to_vec(), true) {
+        Ok(()) => true,
+        Err(e) => {
+            let _ = chattr(files.to_vec(), false);
+            eprintln!("SKIP: a read-only store needs chattr +i (root, a file system with attributes): {e}");
+            false
+        }
+    }
+}
+
+/// Fills the file system of `path` up to the last byte.
+fn fill(path: &Path) {
+    use std::io::Write as _;
+    let mut f = std::fs::File::create(path).expect("filler");
+    let chunk = vec![0u8; 64 * 1024];
+    while f.write_all(&chunk).is_ok() {}
+    while f.write_all(&[0u8; 512]).is_ok() {}
+    while f.write_all(&[0u8]).is_ok() {}
+}
+
+/// LLM calls of `session` until the writer finds the store in trouble
+/// (some may still commit first, into WAL pages the disk already holds);
+/// returns how many were made.
+fn calls_until_the_store_is_down(bridge: &Bridge, session: &str) -> i64 {
+    let mut n = 0;
+    while bridge.store_problem().is_none() {
+        assert!(n < 400, "the writer never found the store in trouble");
+        llm_call(bridge, session, n as usize);
+        n += 1;
+        if n % 20 == 0 {
+            eventually(1, || bridge.store_problem().is_some());
+        }
+    }
+    // And a few more while it is down, which nothing can take yet.
+    for k in 0..11 {
+        llm_call(bridge, session, (n + k) as usize);
+    }
+    n + 11
+}
+
+/// A bridge with [`config_slow_retry`] on a 4 MiB tmpfs under `root` that
+/// recorded one event; `None` (after a SKIP line) where mounting needs a
+/// root this test does not have. Returns the mount, its path, the store
+/// directory and the bridge.
+fn small_disk_bridge(root: &Path) -> Option<(Mount, PathBuf, PathBuf, Bridge)> {
+    let mnt = root.join("small");
+    let mount = match Mount::tmpfs(&mnt, "4m") {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("SKIP: a full disk needs a tmpfs mount (root), and mounting failed: {e}");
+            return None;
+        }
+    };
+    let dir = mnt.join("otel");
+    let bridge = slow_retry_bridge(&dir);
+    Some((mount, mnt, dir, bridge))
+}
+
+fn message_of<'a>(messages: &'a [Message], event: &str) -> Option<&'a str> {
+    messages.iter().find(|m| m.event == event).map(|m| m.text.as_str())
+}
+
+/// The campaign's case: a disk full for the store and the spool alike,
+/// freed a moment before the process exits, long before the writer's
+/// backoff would try again. The exit flush tries the store itself.
+#[test]
+fn an_exit_flush_moments_after_a_full_disk_frees_tries_the_store_again_and_loses_nothing() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let Some((_mount, mnt, dir, bridge)) = small_disk_bridge(root.path()) else {
+        return;
+    };
+    let filler = mnt.join("filler");
+    fill(&filler);
+    let made = calls_until_the_store_is_down(&bridge, "full");
+    let unsaved = bridge.stats().unsaved;
+    assert!(unsaved >= 11, "the spool could not take them either: {unsaved}");
+    std::fs::remove_file(&filler).expect("free space");
+    let began = Instant::now();
+    assert!(bridge.flush_at_exit(DEFAULT_FLUSH_TIMEOUT), "the exit flush commits");
+    assert!(began.elapsed() < DEFAULT_FLUSH_TIMEOUT + FAST, "{:?}", began.elapsed());
+    assert_eq!(bridge.stats().unsaved, 0);
+    let messages = bridge.take_messages();
+    assert_eq!(message_of(&messages, EXIT_EVENTS_LOST), None, "{messages:?}");
+    assert_eq!(message_of(&messages, EXIT_LEFT_IN_SPOOL), None, "{messages:?}");
+    drop(bridge);
+    assert_eq!(llm_calls(&dir, "full"), made);
+}
+
+/// The store unwritable (immutable files) while its spool is fine: the
+/// exit flush tries the store again within its bound, then says in one
+/// line how many events the spool keeps for the next process, which
+/// records them all.
+#[test]
+fn an_exit_flush_on_a_store_still_down_says_how_many_events_the_spool_keeps_for_the_next_process() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let dir = root.path().join("otel");
+    let bridge = slow_retry_bridge(&dir);
+    let store_files = db_files(&dir);
+    if !made_immutable(&store_files) {
+        return;
+    }
+    for n in 0..5 {
+        assert_eq!(llm_call(&bridge, "ro", n).0, Outcome::Queued, "the spool takes it");
+    }
+    let noticed = eventually(10, || bridge.store_problem().is_some());
+    let began = Instant::now();
+    let committed = bridge.flush_at_exit(Duration::from_millis(500));
+    let took = began.elapsed();
+    let messages = bridge.take_messages();
+    let stats = bridge.stats();
+    chattr(store_files, false).expect("chattr -i");
+    assert!(noticed, "the writer notices the read-only store");
+    assert!(!committed);
+    assert!(took >= Duration::from_millis(500), "tried until its bound: {took:?}");
+    assert!(took < Duration::from_millis(500) + FAST, "{took:?}");
+    let left = message_of(&messages, EXIT_LEFT_IN_SPOOL).expect("the left-in-spool line");
+    assert!(left.starts_with("5 hook events stay in "), "{left}");
+    assert!(left.contains("read_only"), "{left}");
+    assert_eq!(message_of(&messages, EXIT_EVENTS_LOST), None, "{messages:?}");
+    assert_eq!(stats.unsaved, 0);
+    drop(bridge);
+    // The next process records them from the spool.
+    let next = Bridge::start(config(&dir));
+    assert!(eventually(30, || llm_calls(&dir, "ro") == 5));
+    assert!(next.flush(Duration::from_secs(10)));
+}
+
+/// Neither the store nor the spool can be written (immutable files), but
+/// the store directory can: the exit line counts what is lost, the health
+/// record keeps it per process, and `status` shows it.
+#[test]
+fn events_neither_the_store_nor_the_spool_takes_are_counted_at_exit_in_health_and_status() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let dir = root.path().join("otel");
+    let bridge = slow_retry_bridge(&dir);
+    let mut files = db_files(&dir);
+    files.extend(
+        std::fs::read_dir(dir.join(spool::SPOOL_DIR_NAME))
+            .expect("spool dir")
+            .filter_map(|e| e.ok().map(|e| e.path())),
+    );
+    files.push(dir.join(spool::SPOOL_DIR_NAME));
+    if !made_immutable(&files) {
+        return;
+    }
+    for n in 0..4 {
+        llm_call(&bridge, "lost", n);
+    }
+    let noticed = eventually(10, || bridge.store_problem().is_some());
+    let unsaved = bridge.stats().unsaved;
+    let committed = bridge.flush_at_exit(Duration::from_millis(300));
+    let messages = bridge.take_messages();
+    chattr(files, false).expect("chattr -i");
+    assert!(noticed, "the writer notices the read-only store");
+    assert_eq!(unsaved, 4, "held in memory only");
+    assert!(!committed);
+    let lost = message_of(&messages, EXIT_EVENTS_LOST).expect("the lost line");
+    assert!(lost.starts_with("4 hook events could not be saved"), "{lost}");
+    assert!(lost.contains("read_only"), "{lost}");
+    let h = health_record(&dir);
+    assert_eq!(h.counts.dropped_events, 4, "{h:?}");
+    let mine: Vec<_> = h.lost.iter().filter(|l| l.pid == std::process::id()).collect();
+    assert_eq!(mine.len(), 1, "{h:?}");
+    assert_eq!(mine[0].count, 4);
+    assert!(mine[0].reason.contains("read_only"), "{}", mine[0].reason);
+    drop(bridge);
+    let out = Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+        .arg("status")
+        .env("HERMES_OTEL_HOME", &dir)
+        .output()
+        .expect("status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = format!("lost events   pid {} ", std::process::id());
+    let shown = text
+        .lines()
+        .find(|l| l.contains(&line))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        shown.contains(": 4 hook events could not be saved (read_only"),
+        "{shown}"
+    );
+}
+
+/// The campaign's silent case: the disk full for the store and the spool
+/// until the process ends. Nothing can be written, so the exit line is the
+/// only trace, and it counts every event the writer still held.
+#[test]
+fn a_process_ending_on_a_full_disk_says_at_exit_how_many_events_it_loses() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let Some((_mount, mnt, _dir, bridge)) = small_disk_bridge(root.path()) else {
+        return;
+    };
+    fill(&mnt.join("filler"));
+    calls_until_the_store_is_down(&bridge, "full");
+    let unsaved = bridge.stats().unsaved;
+    assert!(unsaved >= 11, "{unsaved}");
+    assert!(!bridge.flush_at_exit(Duration::from_millis(300)));
+    let messages = bridge.take_messages();
+    let lost = message_of(&messages, EXIT_EVENTS_LOST).expect("the lost line");
+    assert!(
+        lost.starts_with(&format!("{unsaved} hook events could not be saved")),
+        "{lost}"
+    );
+    assert!(lost.contains("disk_full"), "{lost}");
 }
 
 /// The user that cannot write what is made read-only below: file modes do

@@ -413,3 +413,62 @@ fn the_wait_for_an_approval_is_a_span_under_its_tool_call_with_the_decision() {
         "no other span carries the approval"
     );
 }
+
+/// Hermes main's `tools/approval.py` (docs/…/hooks.md at
+/// 006a5aebb4d134ba188ff60adf1a02f668312b5f): "Notification failure emits
+/// `choice="notify_failed"` before any approval decision exists". That is
+/// no deny: the answer that follows is the decision, and the approval goes
+/// out once, with it. `cancelled` (the turn was interrupted) is its own
+/// decision, not a deny.
+#[test]
+fn a_failed_notification_is_no_decision_and_the_answer_after_it_goes_out_once() {
+    for (n, (choices, decision)) in [
+        (&["notify_failed", "once"][..], "approve"),
+        (&["cancelled"][..], "cancelled"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        // A session of its own (the receiver is shared by every test).
+        let fixture = records("terminal_ok.jsonl");
+        let original = fixture[0].kwargs["session_id"].as_str().expect("id").to_string();
+        let session = format!("{original}-notify-{n}");
+        let mut recs: Vec<Record> = fixture
+            .into_iter()
+            .map(|mut r| {
+                let text = serde_json::to_string(&r.kwargs).expect("kwargs");
+                r.kwargs = serde_json::from_str(&text.replace(&original, &session)).expect("kwargs");
+                r
+            })
+            .collect();
+        let at = recs.iter().position(|r| r.hook == "pre_tool_call").expect("tool call");
+        let tool = recs[at].clone();
+        let t = tool.t.expect("t");
+        recs.insert(at + 1, approval("pre_approval_request", t + 0.01, &tool, None));
+        for (i, choice) in choices.iter().enumerate() {
+            let when = t + 0.1 * (i + 1) as f64;
+            recs.insert(
+                at + 2 + i,
+                approval("post_approval_response", when, &tool, Some(choice)),
+            );
+        }
+        let (_tmp, dir) = store_dir();
+        let bridge = process(&dir);
+        feed(&bridge, &recs, now_shift(&recs));
+        exit(bridge);
+        let spans = spans_of(&session);
+        assert_whole(&spans, "approval");
+        let approvals: Vec<_> = spans.iter().filter(|s| s.name == "hermes.approval").collect();
+        assert_eq!(approvals.len(), 1, "{choices:?}: one approval span");
+        assert_eq!(
+            attr(approvals[0], "hermes.tool.decision").as_deref(),
+            Some(decision),
+            "{choices:?}"
+        );
+        assert_eq!(
+            attr(approvals[0], "hermes.approval.choice").as_deref(),
+            choices.last().copied(),
+            "{choices:?}"
+        );
+    }
+}

@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Any
 
-from . import _aux, _native
+from . import _aux, _integrations, _native, _skips
 from ._native import HermesOtelError
 
 __all__ = ["HermesOtelError", "register"]
@@ -31,22 +31,30 @@ def register(ctx: Any) -> None:
     """Register the hooks, ``hermes otel ...`` and ``/otel`` with Hermes."""
     _native.start(_profile_name(ctx))
     known = _hermes_hooks()
+    ours: dict[str, Any] = {}
+    recorders: dict[str, Any] = {}
+    coarse = _skips.coarse_single_flight()
     for name in _native.hook_names():
         # Only the hooks this Hermes knows: it warns at every start about
         # the others (older releases lack approvals, subagent_start, ...).
         if known is not None and name not in known:
+            continue
+        if name == "pre_tool_call" and coarse:
+            # Hermes 0.21.x runs one call of a callback at a time and blocks
+            # a tool whose pre_tool_call it skipped: registered, it would
+            # block the tools of every parallel batch.
             continue
         hook = _native.Hook(name)
         if name == "pre_llm_call":
             # The session of the turn starting: where an auxiliary call
             # made outside a turn is counted (see _aux).
             hook = _aux.remembering(hook)
-        elif name == "post_auxiliary_call":
-            # Hermes fires it with an empty session for turn-less callers
-            # (cron, gateway idle work): count those against the last turn's
-            # session instead of dropping spend the provider billed.
-            hook = _aux.with_session(hook)
         ctx.register_hook(name, hook)
+        ours[name] = hook
+        recorders[name] = _native.Hook(name).record_skipped
+    # Calls Hermes 0.21+ skips while another call of the same callback runs:
+    # recorded from its dispatcher, and counted (see _skips).
+    _skips.install(ours, recorders)
     if known is not None and "post_auxiliary_call" not in known:
         # Hermes 0.19.0: auxiliary calls fire no hook; feed ours from the
         # chokepoint of Hermes's own auxiliary accounting instead.
@@ -64,6 +72,9 @@ def register(ctx: Any) -> None:
         from . import _budget
 
         ctx.register_middleware("llm_execution", _budget.llm_execution)
+        if known is not None and "transform_api_error_classification" in known:
+            # Hermes main would retry a stop as an unknown API error.
+            ctx.register_hook("transform_api_error_classification", _budget.classify_api_error)
     ctx.register_cli_command(
         "otel",
         help="hermes-otel spend report and store status",
@@ -75,6 +86,14 @@ def register(ctx: Any) -> None:
         "otel",
         _SlashCommand(ctx),
         description="This session's cost and tokens, and today's spend (hermes-otel)",
+    )
+    _integrations.record(
+        _integrations.check(
+            known,
+            enforce=_native.budget_mode() == "enforce",
+            has_middleware=hasattr(ctx, "register_middleware"),
+            tool_gate=("pre_tool_call" in ours),
+        )
     )
     atexit.register(_native.exit_flush, _EXIT_FLUSH_SECONDS)
     _flush_before_os_exit()
@@ -171,7 +190,16 @@ def _run_cli(args: argparse.Namespace) -> None:
         print("usage: hermes otel {" + ",".join(_CLI_COMMANDS) + "} [options]", file=sys.stderr)
         sys.exit(2)
     os.environ.setdefault("HERMES_OTEL_HERMES_PYTHON", sys.executable)
-    sys.exit(_native.cli_main(["hermes otel", command, *args.args]))
+    code = _native.cli_main(["hermes otel", command, *args.args])
+    if command == "status" and "--json" not in args.args:
+        # What only this Hermes can tell: which of its internals the plugin
+        # reaches, and whether they are there.
+        points = _integrations.lines()
+        if points:
+            print("\nHermes integration points:")
+            for line in points:
+                print(f"  {line}")
+    sys.exit(code)
 
 
 class _SlashCommand:

@@ -58,19 +58,6 @@ def remembering(hook: Callable[..., Any]) -> Callable[..., Any]:
     return pre_llm_call
 
 
-def with_session(hook: Callable[..., Any]) -> Callable[..., Any]:
-    """``post_auxiliary_call`` as Hermes fires it, with the last turn's
-    session where Hermes gives none (a turn-less caller)."""
-
-    def post_auxiliary_call(**kwargs: Any) -> Any:
-        if not kwargs.get("session_id") and _last_session:
-            kwargs["session_id"] = _last_session
-        return hook(**kwargs)
-
-    post_auxiliary_call.__wrapped__ = hook  # type: ignore[attr-defined]
-    return post_auxiliary_call
-
-
 def install(hook: Callable[..., Any]) -> bool:
     """Wrap Hermes's auxiliary chokepoint; returns whether it did.
 
@@ -115,7 +102,11 @@ def _report(hook: Callable[..., Any], accounting: Any, response: Any, task: Any,
     try:
         if not task or task in _MAIN_LOOP_TASKS:
             return
-        published = accounting.get_accounting_context() if accounting is not None else None
+        # Kept only for compatibility on Hermes main (compat_manifest.json):
+        # where it is gone, the call still counts, against the last turn's
+        # session (status names the point MISSING).
+        get_context = getattr(accounting, "get_accounting_context", None)
+        published = get_context() if callable(get_context) else None
         session_id = published[1] if published else _last_session
         raw = getattr(response, "usage", None)
         if not session_id or raw is None:
@@ -145,5 +136,25 @@ def _report(hook: Callable[..., Any], accounting: Any, response: Any, task: Any,
             ended_at=time.time(),
             usage=usage,
         )
-    except BaseException:  # noqa: BLE001 - an aux call must never fail because of us
-        pass
+    except Exception:  # noqa: BLE001 - an aux call must never fail because of us
+        _report_failure()
+
+
+_last_failure_log = 0.0
+#: At most one log line a minute for auxiliary calls that could not be
+#: recorded: Hermes makes several a turn.
+_FAILURE_LOG_INTERVAL = 60.0
+
+
+def _report_failure() -> None:
+    global _last_failure_log
+    now = time.monotonic()
+    if now - _last_failure_log < _FAILURE_LOG_INTERVAL:
+        return
+    _last_failure_log = now
+    import logging
+
+    logging.getLogger("hermes_otel").warning(
+        "hermes-otel: an auxiliary LLM call could not be recorded (Hermes's auxiliary accounting changed?)",
+        exc_info=True,
+    )

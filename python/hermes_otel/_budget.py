@@ -39,8 +39,43 @@ def stop(api_mode: str | None, message: str) -> Any:
     ends with ``message``), else returns the stand-in response (0.19.0)."""
     blocked = _llm_execution_blocked()
     if blocked is not None:
-        raise blocked(message, metadata={"checked_by": "hermes-otel", "reason": "budget"})
+        raise blocked(message, metadata={"checked_by": CHECKED_BY, "reason": "budget"})
     return stand_in(api_mode, message)
+
+
+#: Who stopped the call, in the ``LLMExecutionBlocked`` metadata: how
+#: :func:`classify_api_error` knows the stops that are ours.
+CHECKED_BY = "hermes-otel"
+
+#: The classification of a budget stop on Hermes main: a policy blocked it
+#: (``FailoverReason.provider_policy_blocked``), final. Without it Hermes
+#: takes ``LLMExecutionBlocked`` for an unknown, retryable API error
+#: (``agent/turn_api_error.py`` at 1db06b67296488ed5601420154b6549016622320,
+#: ``handle_api_error``): backoff, retries that are stopped again, the
+#: fallback model. Not retryable and no fallback, compression or credential
+#: rotation: the same budget stops every one of them.
+_STOP_CLASSIFICATION = {
+    "reason": "provider_policy_blocked",
+    "retryable": False,
+    "should_fallback": False,
+    "should_compress": False,
+    "should_rotate_credential": False,
+}
+
+
+def classify_api_error(*, error: Any = None, **_: Any) -> dict[str, Any] | None:
+    """``transform_api_error_classification`` (Hermes 0.20.2 and later): a
+    budget stop of ours is final; any other error is left to Hermes."""
+    try:
+        metadata = getattr(error, "metadata", None)
+        if not isinstance(metadata, dict) or metadata.get("checked_by") != CHECKED_BY:
+            return None
+        blocked = _llm_execution_blocked()
+        if blocked is None or not isinstance(error, blocked):
+            return None
+        return dict(_STOP_CLASSIFICATION, message=str(error)[:500])
+    except Exception:  # noqa: BLE001 - never raise into Hermes
+        return None
 
 
 def _llm_execution_blocked() -> Any:

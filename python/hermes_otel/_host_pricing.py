@@ -32,8 +32,7 @@ def lookup(model: str, provider: str | None, base_url: str | None) -> dict[str, 
                 metadata, route.model, source_url="", pricing_version="openrouter-models-api"
             )
         elif route.base_url:
-            cache = getattr(mm, "_endpoint_model_metadata_cache", None) or {}
-            metadata = cache.get(mm._normalize_base_url(route.base_url)) or {}
+            metadata = _endpoint_metadata(mm, route.base_url)
             entry = up._pricing_entry_from_metadata(
                 metadata, route.model, source_url="", pricing_version="openai-compatible-models-api"
             )
@@ -42,6 +41,26 @@ def lookup(model: str, provider: str | None, base_url: str | None) -> dict[str, 
         return _per_million(entry)
     except Exception:
         return None
+
+
+def _endpoint_metadata(mm: Any, base_url: str) -> dict:
+    """The model list Hermes fetched from a custom endpoint, without I/O.
+
+    Hermes 0.19 - 0.21 key ``_endpoint_model_metadata_cache`` by the
+    normalized URL; main keys it by ``(url, key fingerprint)``
+    (``agent/model_metadata.py``, ``_endpoint_memo_key``), one entry per
+    credential. The hook does not say which key a call used; every entry of
+    one URL lists the same endpoint's models, so the newest one is used."""
+    cache = getattr(mm, "_endpoint_model_metadata_cache", None) or {}
+    normalized = mm._normalize_base_url(base_url)
+    found = cache.get(normalized)
+    if found:
+        return found
+    times = getattr(mm, "_endpoint_model_metadata_cache_time", None) or {}
+    keyed = [k for k in list(cache) if isinstance(k, tuple) and k and k[0] == normalized]
+    if not keyed:
+        return {}
+    return cache.get(max(keyed, key=lambda k: times.get(k, 0.0))) or {}
 
 
 def _per_million(entry: Any) -> dict[str, float] | None:

@@ -74,6 +74,13 @@ pub struct QueuedSpend {
 /// included.
 pub trait QuickGate: Send + Sync {
     fn no_verdict(&self, event: &HookEvent, queued: QueuedSpend) -> bool;
+
+    /// Waits, on the hook thread and bounded, until the gate can decide
+    /// `event` at all, before it is queued: the budget gate of a fleet host
+    /// whose store never synced waits for the first sync
+    /// ([`crate::budget::FIRST_SYNC_WAIT`], once a process). The default
+    /// returns at once.
+    fn settle(&self, _event: &HookEvent) {}
 }
 
 /// How often the writer calls [`Gate::refresh`] while no batch comes. It

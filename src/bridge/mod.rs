@@ -61,6 +61,14 @@
 //! corrupt store file is never touched: it is reopened only once the user
 //! replaced it. [`Bridge::disabled_reason`] is left for what no retry can
 //! fix (the writer thread could not start, the pricing file is invalid).
+//!
+//! Events the spool could not take either are held in memory only
+//! ([`Stats::unsaved`]), with their spool lines, which each retry appends
+//! to the spool once it can. The exit flush does not wait for the backoff:
+//! it tries the store (and the spool) at once and every
+//! [`EXIT_RETRY_PAUSE`] within its bound, then says what stays in the spool
+//! for the next process and what is lost, counted in `health.json` if
+//! anything can still be written ([`Bridge::flush_at_exit`]).
 
 use crate::lock;
 use std::collections::HashMap;
@@ -73,7 +81,7 @@ use std::time::{Duration, Instant};
 
 use crate::config;
 use crate::error::{Error, Result};
-use crate::health::{classify, FaultKind, Tracker};
+use crate::health::{classify, FaultKind};
 use crate::hook::{decode_record, DecodeOptions, Decoded, HookEvent};
 use crate::pricing::PriceTable;
 use crate::spool::{self, Spool};
@@ -90,7 +98,8 @@ use background::ExporterSlot;
 pub use background::{Background, ExporterFactory};
 use host_price::HostAsk;
 pub use host_price::HOST_PRICE_RETRY;
-use queue::{Job, Payload, Shared, Ticket, MAX_QUEUED, WAKE_AT_QUEUED};
+use queue::{Call, Job, Payload, Shared, Ticket, MAX_QUEUED, WAKE_AT_QUEUED};
+pub use queue::{EXIT_EVENTS_LOST, EXIT_LEFT_IN_SPOOL};
 pub use writer::retain_cutoffs;
 
 pub use gate::{
@@ -100,6 +109,12 @@ use writer::{open_store, Writer};
 
 /// How long `flush` waits by default at the end of a one-shot session.
 pub const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How often an exit flush tries a store in trouble (and the spool) again
+/// within its bound: the writer's own backoff (up to
+/// [`DEFAULT_STORE_RETRY_MAX`]) would outlast the exit; a try costs a
+/// failed open or write, and about 20 of them fit in the 2 s default.
+pub const EXIT_RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// Whether budgets may block calls (defined with the budgets).
 pub use crate::budget::BudgetMode;
@@ -155,6 +170,9 @@ pub struct Stats {
     pub recovered: u64,
     /// Hook calls whose spool write failed.
     pub spool_failures: u64,
+    /// Events held in memory only, in neither the store nor the spool: what
+    /// the process would lose if it ended now.
+    pub unsaved: u64,
 }
 
 /// A line for the binding to log.
@@ -301,6 +319,18 @@ impl Bridge {
     /// spool write failed: then it waits, up to `hook_wait`, for the commit
     /// (and the verdict).
     pub fn submit_recorded(&self, event: HookEvent, ctx: EventContext, record: Option<&[u8]>) -> Outcome {
+        self.submit_recorded_with(event, ctx, record, true)
+    }
+
+    /// [`Bridge::submit_recorded`]; a call that may not wait never waits,
+    /// whatever it is.
+    fn submit_recorded_with(
+        &self,
+        event: HookEvent,
+        ctx: EventContext,
+        record: Option<&[u8]>,
+        may_wait: bool,
+    ) -> Outcome {
         let State::Running(run) = &self.state else {
             return Outcome::Disabled;
         };
@@ -308,6 +338,11 @@ impl Bridge {
             return Outcome::Disabled;
         };
         let gating = run.needs.waits(&event.hook);
+        if gating {
+            if let Some(quick) = &run.quick {
+                quick.settle(&event);
+            }
+        }
         let bound = run.quick.as_ref().map(|quick| {
             let bound = spend_bound(&event, &run.prices, |m| run.host_was_asked(m));
             (bound, quick)
@@ -321,7 +356,17 @@ impl Bridge {
             }
             None => (None, gating),
         };
-        self.queue_and_wait(run, Payload::Decoded(event), ctx, spooled, gating, bound)
+        // Kept for the writer to spool later, only when this write failed.
+        let record = record.filter(|_| !spooled).map(<[u8]>::to_vec);
+        let payload = Payload::Decoded(event);
+        let call = Call {
+            payload,
+            ctx,
+            spooled,
+            record,
+            bound,
+        };
+        self.queue_and_wait(run, call, gating, may_wait)
     }
 
     /// Whether a call of `hook` may be decoded on the writer thread: while
@@ -346,6 +391,25 @@ impl Bridge {
     /// [`Bridge::submit_recorded`]. Either way, a call the decoder cannot
     /// use is counted and logged (through [`Bridge::take_messages`]).
     pub fn submit_line(&self, hook: &'static str, line: Vec<u8>, at: f64, ctx: EventContext) -> Outcome {
+        self.submit_line_with(hook, line, at, ctx, true)
+    }
+
+    /// [`Bridge::submit_line`] for a call whose caller will not read its
+    /// verdict and must not wait for anything: a hook call Hermes skipped,
+    /// recorded from inside Hermes's dispatcher while it holds its lock.
+    /// The call is spooled (or kept in memory) and committed as usual.
+    pub fn record_line(&self, hook: &'static str, line: Vec<u8>, at: f64, ctx: EventContext) -> Outcome {
+        self.submit_line_with(hook, line, at, ctx, false)
+    }
+
+    fn submit_line_with(
+        &self,
+        hook: &'static str,
+        line: Vec<u8>,
+        at: f64,
+        ctx: EventContext,
+        may_wait: bool,
+    ) -> Outcome {
         let State::Running(run) = &self.state else {
             return Outcome::Disabled;
         };
@@ -353,7 +417,7 @@ impl Bridge {
         if !self.decodes_later(hook) {
             return match decode_record(hook, &line, at, opts) {
                 Decoded::Event(event, problems) => {
-                    self.submit_recorded(event, EventContext { problems, ..ctx }, Some(&line))
+                    self.submit_recorded_with(event, EventContext { problems, ..ctx }, Some(&line), may_wait)
                 }
                 Decoded::Unusable(problems) => {
                     run.shared.counters.submitted.fetch_add(1, Ordering::Relaxed);
@@ -373,8 +437,16 @@ impl Bridge {
             run.shared.add_spend(bound);
             bound
         });
+        // An unspooled line stays in the payload, and the writer keeps it.
         let payload = Payload::Line { hook, line, at, opts };
-        self.queue_and_wait(run, payload, ctx, spooled, false, bound)
+        let call = Call {
+            payload,
+            ctx,
+            spooled,
+            record: None,
+            bound,
+        };
+        self.queue_and_wait(run, call, false, may_wait)
     }
 
     /// Counts a submission and appends its record to the spool. `None` when
@@ -411,20 +483,19 @@ impl Bridge {
     }
 
     /// Queues one hook call and waits, up to `hook_wait`, for its commit
-    /// when it is `gating` or not in the spool.
-    fn queue_and_wait(
-        &self,
-        run: &Running,
-        payload: Payload,
-        ctx: EventContext,
-        spooled: bool,
-        gating: bool,
-        bound: Option<Option<f64>>,
-    ) -> Outcome {
+    /// when it is `gating` or not in the spool (and `may_wait`).
+    fn queue_and_wait(&self, run: &Running, call: Call, gating: bool, may_wait: bool) -> Outcome {
         let shared = &run.shared;
+        let Call {
+            payload,
+            ctx,
+            spooled,
+            record,
+            bound,
+        } = call;
         // A store closed by a fault commits nothing until the writer
         // reopens it: waiting would only add the bound to every hook.
-        let wait = if (spooled && !gating) || shared.store_down.load(Ordering::Acquire) {
+        let wait = if !may_wait || (spooled && !gating) || shared.store_down.load(Ordering::Acquire) {
             Duration::ZERO
         } else {
             self.config.hook_wait
@@ -435,8 +506,12 @@ impl Bridge {
             ctx,
             ticket: ticket.clone(),
             spooled,
+            record,
             bound,
         };
+        if !spooled {
+            shared.unsaved.fetch_add(1, Ordering::AcqRel);
+        }
         // While a budget is set, spend is committed at once, so the
         // verdicts of this and other processes see it without delay.
         let prompt = ticket.is_some() || (run.needs.any() && bound != Some(Some(0.0)));
@@ -444,6 +519,11 @@ impl Bridge {
             // Never applied: its bound no longer waits to be.
             if let Some(bound) = bound {
                 shared.take_spend(bound);
+            }
+            if !spooled {
+                // In no spool either: lost, and counted as such.
+                shared.saved();
+                shared.refused_unsaved.fetch_add(1, Ordering::AcqRel);
             }
             return Outcome::Failed;
         }
@@ -462,7 +542,9 @@ impl Bridge {
     /// Waits until everything submitted before this call is committed, or
     /// `timeout` passes. Returns whether it all committed in time.
     pub fn flush(&self, timeout: Duration) -> bool {
-        self.wait_for(Job::Flush, timeout)
+        // A store closed by a fault commits nothing before its retry:
+        // a flush in the middle of a process does not wait for that.
+        self.wait_for(Job::Flush, timeout, true)
     }
 
     /// [`Bridge::flush`] for a process about to exit: the session spans
@@ -472,17 +554,33 @@ impl Bridge {
     /// the process ends. A session that goes on later (`--resume`) gets a
     /// continuation span, never a second copy of this one. Returns whether
     /// everything committed in time.
+    ///
+    /// A store in trouble is tried again at once, and every
+    /// [`EXIT_RETRY_PAUSE`] until `timeout` (the space may have come back
+    /// since the last try), and so is the spool for the events it could not
+    /// take. What is still unsaved then is said in one message each:
+    /// `Exit.LeftInSpool` (how many events wait in the spool for the next
+    /// process) and `Exit.EventsLost` (how many are in neither, lost: also
+    /// written to `<store>/health.json` if it can be).
     pub fn flush_at_exit(&self, timeout: Duration) -> bool {
-        self.wait_for(Job::Exit, timeout)
+        let committed = self.wait_for(Job::Exit, timeout, false);
+        if !committed {
+            if let State::Running(run) = &self.state {
+                run.shared.report_unsaved(&self.config.store_dir);
+            }
+        }
+        committed
     }
 
     /// Queues the job `make` builds around a ticket and waits, up to
-    /// `timeout`, until the writer has committed everything before it.
-    fn wait_for(&self, make: fn(Arc<Ticket>) -> Job, timeout: Duration) -> bool {
+    /// `timeout`, until the writer has committed everything before it;
+    /// at once false while the store is closed by a fault if `not_when_down`.
+    fn wait_for(&self, make: fn(Arc<Ticket>) -> Job, timeout: Duration, not_when_down: bool) -> bool {
         let State::Running(run) = &self.state else {
             return true;
         };
-        if !run.shared.alive.load(Ordering::Acquire) || run.shared.store_down.load(Ordering::Acquire) {
+        let down = run.shared.store_down.load(Ordering::Acquire);
+        if !run.shared.alive.load(Ordering::Acquire) || (not_when_down && down) {
             return false;
         }
         let ticket = Ticket::new();
@@ -556,6 +654,7 @@ impl Bridge {
             spooled: get(&c.spooled),
             recovered: get(&c.recovered),
             spool_failures: get(&c.spool_failures),
+            unsaved: run.shared.unsaved.load(Ordering::Acquire),
         }
     }
 

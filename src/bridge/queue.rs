@@ -6,11 +6,13 @@
 //! and the spend queued toward budgets, with their bounds. Must not touch:
 //! the store (the writer applies the jobs), Python.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::{Message, Outcome, QueuedSpend};
+use crate::health::Tracker;
 use crate::hook::{DecodeOptions, HookEvent, Problem};
 use crate::lock;
 use crate::pricing::ModelPrice;
@@ -24,6 +26,13 @@ pub(super) const WAKE_AT_QUEUED: usize = 256;
 /// Most jobs the queue holds. Only a writer stuck far longer than any
 /// busy timeout gets here; dropping (and counting) beats eating memory.
 pub(super) const MAX_QUEUED: usize = 100_000;
+
+/// The message of an exit that leaves events in the spool for the next
+/// process.
+pub const EXIT_LEFT_IN_SPOOL: &str = "Exit.LeftInSpool";
+
+/// The message of an exit that loses events (in neither store nor spool).
+pub const EXIT_EVENTS_LOST: &str = "Exit.EventsLost";
 
 /// Most messages kept for the binding to log; later ones are counted only.
 pub(super) const MAX_MESSAGES: usize = 64;
@@ -48,9 +57,28 @@ pub(super) struct Shared {
     pub(super) store_down: AtomicBool,
     /// The current store fault, for [`Bridge::store_problem`].
     pub(super) problem: Mutex<Option<String>>,
+    /// The current fault in short (`disk_full: <error>`), why events could
+    /// not be saved.
+    pub(super) fault_reason: Mutex<Option<String>>,
+    /// Set once the exit flush said what the process leaves unsaved.
+    pub(super) exit_reported: AtomicBool,
     /// What the hooks submitted toward budgets ([`QueuedSpend`]); the
     /// writer takes applied events' unknown bounds off.
     pub(super) spend: Mutex<QueuedSpend>,
+    /// Events held in memory only: in neither the store nor the spool (the
+    /// spool write failed). Each leaves this count once it is committed,
+    /// fails for good, reaches the spool, or is lost (and counted in
+    /// [`Shared::health`]). What it says at exit is what the process loses.
+    pub(super) unsaved: AtomicU64,
+    /// Events in no spool that the full queue refused on the hook path, not
+    /// yet noted in [`Shared::health`] (the writer and the exit flush do).
+    pub(super) refused_unsaved: AtomicU64,
+    /// Spooled events the writer processed (committed or failed for good):
+    /// the spool's appends minus this are what it leaves the next process.
+    pub(super) handled: AtomicU64,
+    /// This process's part of `<store>/health.json`: kept by the writer,
+    /// and by the exit flush for the events the process ends without.
+    pub(super) health: Mutex<Tracker>,
 }
 
 #[derive(Default)]
@@ -91,6 +119,16 @@ pub(super) enum Payload {
     },
 }
 
+/// One hook call as the hook path hands it to [`Bridge::queue_and_wait`]:
+/// a [`Job::Event`] before it has a ticket.
+pub(super) struct Call {
+    pub(super) payload: Payload,
+    pub(super) ctx: EventContext,
+    pub(super) spooled: bool,
+    pub(super) record: Option<Vec<u8>>,
+    pub(super) bound: Option<Option<f64>>,
+}
+
 // Nearly every job is an event; boxing it would cost an allocation per
 // hook to save bytes on the rare price and flush jobs.
 #[allow(clippy::large_enum_variant)]
@@ -101,6 +139,9 @@ pub(super) enum Job {
         ticket: Option<Arc<Ticket>>,
         /// The event is in this process's spool.
         spooled: bool,
+        /// Its spool line when it is not in the spool (and one was made),
+        /// for the writer to append once the spool can be written again.
+        record: Option<Vec<u8>>,
         /// Its [`spend_bound`], when the gate keeps [`QueuedSpend`]:
         /// `Some(None)` for an unknown bound.
         bound: Option<Option<f64>>,
@@ -161,8 +202,14 @@ impl Ticket {
 
 impl Shared {
     pub(super) fn message(&self, event: &'static str, text: String) {
+        self.push_message(event, text, false);
+    }
+
+    /// Queues a message; past [`MAX_MESSAGES`] only an `urgent` one (what
+    /// a process ends without) is kept.
+    fn push_message(&self, event: &'static str, text: String, urgent: bool) {
         let mut messages = lock(&self.messages);
-        if messages.len() >= MAX_MESSAGES {
+        if messages.len() >= MAX_MESSAGES && !urgent {
             self.counters.messages_dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -213,7 +260,75 @@ impl Shared {
             spool: OnceLock::new(),
             store_down: AtomicBool::new(false),
             problem: Mutex::new(None),
+            fault_reason: Mutex::new(None),
+            exit_reported: AtomicBool::new(false),
             spend: Mutex::new(QueuedSpend::default()),
+            unsaved: AtomicU64::new(0),
+            refused_unsaved: AtomicU64::new(0),
+            handled: AtomicU64::new(0),
+            health: Mutex::new(Tracker::new(crate::unix_now())),
+        }
+    }
+
+    /// Takes one event off [`Shared::unsaved`].
+    pub(super) fn saved(&self) {
+        // Never below zero: a panicking batch may have lost track.
+        let _ = self
+            .unsaved
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+
+    /// Says, once, at the end of an exit flush that did not commit
+    /// everything, what the process leaves: events in the spool for the
+    /// next process (`Exit.LeftInSpool`) and events in neither the store nor
+    /// the spool, lost (`Exit.EventsLost`), which also go to the health
+    /// record if it can be written.
+    pub(super) fn report_unsaved(&self, store_dir: &Path) {
+        if self.exit_reported.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let reason = lock(&self.fault_reason)
+            .clone()
+            .unwrap_or_else(|| "the store did not commit them within the exit flush".into());
+        if let Some(spool) = self.spool.get() {
+            let left = spool.appended().saturating_sub(self.handled.load(Ordering::Acquire));
+            if left > 0 {
+                self.push_message(
+                    EXIT_LEFT_IN_SPOOL,
+                    format!(
+                        "{left} hook events stay in {} for the next process to record ({reason})",
+                        spool.path().display()
+                    ),
+                    true,
+                );
+            }
+        }
+        let now = crate::unix_now();
+        let mut health = lock(&self.health);
+        self.note_refused(&mut health);
+        health.lost(self.unsaved.load(Ordering::Acquire), &reason, now);
+        let lost = health.lost_count();
+        if lost > 0 {
+            self.push_message(
+                EXIT_EVENTS_LOST,
+                format!("{lost} hook events could not be saved, in the store or the spool, and are lost ({reason})"),
+                true,
+            );
+            // With the disk still full this fails too, and the line above
+            // is the only trace.
+            let _ = health.write(store_dir, now);
+        }
+    }
+
+    /// Notes in [`Shared::health`] the unspooled events the hook path had
+    /// to refuse, with the current store fault as the reason.
+    pub(super) fn note_refused(&self, health: &mut Tracker) {
+        let refused = self.refused_unsaved.swap(0, Ordering::AcqRel);
+        if refused > 0 {
+            let reason = lock(&self.problem)
+                .clone()
+                .unwrap_or_else(|| "the writer's queue was full".into());
+            health.lost(refused, &reason, crate::unix_now());
         }
     }
 

@@ -20,6 +20,8 @@ pub(super) struct Pending {
     ticket: Option<Arc<Ticket>>,
     /// The event is in this process's spool.
     spooled: bool,
+    /// Its spool line while it is not in the spool, for [`Writer::respool`].
+    record: Option<Vec<u8>>,
     bound: Option<Option<f64>>,
 }
 
@@ -41,8 +43,10 @@ pub(super) struct Writer {
     /// `store_retry_max`, so a store that stays broken costs one attempt
     /// every `store_retry_max`.
     retry_delay: Duration,
-    /// This process's part of `<store>/health.json`.
-    health: Tracker,
+    /// Exit flushes waiting while the store is in trouble: the store (and
+    /// the spool) are tried every [`EXIT_RETRY_PAUSE`] until the events
+    /// kept land or the flush gives up.
+    exit_tickets: Vec<Arc<Ticket>>,
     /// Spooled events processed (committed or failed for good) so far.
     handled: u64,
     /// The spend bounds of this process's events applied so far (see
@@ -119,7 +123,7 @@ impl Writer {
             pending: Vec::new(),
             retry_at: None,
             retry_delay: config.store_retry_min,
-            health: Tracker::default(),
+            exit_tickets: Vec::new(),
             handled: 0,
             applied_usd: 0.0,
             store_dir: config.store_dir.clone(),
@@ -148,7 +152,7 @@ impl Writer {
         match opened {
             Ok(store) => self.store = Some(store),
             Err(e) => {
-                self.health.counts.open_failures += 1;
+                lock(&self.shared.health).counts.open_failures += 1;
                 self.fault(classify(&e).unwrap_or(FaultKind::Unavailable), &e);
             }
         }
@@ -283,6 +287,7 @@ impl Writer {
                     ctx,
                     ticket,
                     spooled,
+                    record,
                     bound,
                 } => {
                     let event = match payload {
@@ -294,6 +299,8 @@ impl Writer {
                                     ctx: EventContext { problems, ..ctx },
                                     ticket,
                                     spooled,
+                                    // Not in the spool: the line is all the spool would need.
+                                    record: (!spooled).then_some(line),
                                     bound,
                                 });
                                 continue;
@@ -309,12 +316,13 @@ impl Writer {
                         ctx,
                         ticket,
                         spooled,
+                        record,
                         bound,
                     })
                 }
                 Job::Flush(ticket) => flushes.push(ticket),
                 Job::Exit(ticket) => {
-                    flushes.push(ticket);
+                    self.exit_tickets.push(ticket);
                     exiting = true;
                 }
             }
@@ -326,7 +334,7 @@ impl Writer {
                 // already, and try again when the retry is due.
                 self.keep(events);
             } else if let Err((kind, e, rest)) = self.commit(events) {
-                self.health.counts.failed_commits += 1;
+                lock(&self.shared.health).counts.failed_commits += 1;
                 self.keep(rest);
                 self.fault(kind, &e);
             }
@@ -336,9 +344,13 @@ impl Writer {
         if !events_empty {
             self.refresh_gate();
         }
-        if exiting && self.pending.is_empty() {
-            self.release_held_sessions();
+        if exiting && self.retry_at.is_some() {
+            // The exit is the last chance for what is kept: try the store
+            // (and the spool) now, not when the backoff says, which may be
+            // 30 s away while the space came back a moment ago.
+            self.retry();
         }
+        self.finish_exit();
         // A flush (session end, exit) empties the spool whatever its size:
         // a process that then ends leaves nothing for the next one to replay.
         self.reset_spool(if flushes.is_empty() { spool::RESET_BYTES } else { 0 });
@@ -351,6 +363,7 @@ impl Writer {
         for ticket in flushes {
             ticket.complete(outcome.clone());
         }
+        self.shared.handled.store(self.handled, Ordering::Release);
     }
 
     /// Finishes a call decoded here that gives no event: an unusable one is
@@ -365,6 +378,9 @@ impl Writer {
     ) {
         self.settle(std::iter::once(bound));
         self.handled += u64::from(spooled);
+        if !spooled {
+            self.shared.saved();
+        }
         let outcome = match decoded {
             Decoded::Unusable(problems) => {
                 self.shared.not_recorded(hook, &problems);
@@ -452,6 +468,9 @@ impl Writer {
             // Spooled events are handled once committed, or once they
             // failed for good (recovery would only fail them again).
             self.handled += u64::from(p.spooled);
+            if !p.spooled {
+                self.shared.saved();
+            }
             if ok {
                 self.touched.note(p.event.hook.session_id());
             }
@@ -498,7 +517,12 @@ impl Writer {
                 self.settle(std::iter::once(p.bound));
                 self.shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
                 if !p.spooled {
-                    self.health.counts.dropped_events += 1;
+                    self.shared.saved();
+                    let reason = lock(&self.shared.fault_reason)
+                        .clone()
+                        .unwrap_or_else(|| "the store was in trouble".into());
+                    let reason = format!("{reason}; {MAX_QUEUED} events were kept in memory already");
+                    lock(&self.shared.health).lost(1, &reason, unix_now());
                 }
                 continue;
             }
@@ -521,11 +545,13 @@ impl Writer {
             kind.as_str(),
             kind.advice(&db)
         );
-        if self.health.fault(kind, text.clone(), unix_now()) {
+        let new = lock(&self.shared.health).fault(kind, text.clone(), unix_now());
+        if new {
             self.shared.message("Store.Fault", text.clone());
             self.write_health();
         }
         *lock(&self.shared.problem) = Some(text);
+        *lock(&self.shared.fault_reason) = Some(format!("{}: {e}", kind.as_str()));
         if kind != FaultKind::Locked {
             self.store = None;
             // Hooks stop waiting for commits that cannot happen.
@@ -534,13 +560,68 @@ impl Writer {
         let now = Instant::now();
         self.retry_at = Some(now + self.retry_delay);
         self.retry_delay = (self.retry_delay * 2).min(self.config.store_retry_max.max(self.config.store_retry_min));
+        self.exit_tickets.retain(|t| !t.abandoned());
+        if !self.exit_tickets.is_empty() {
+            // An exit flush waits: try again within its bound.
+            self.retry_at = Some(now + EXIT_RETRY_PAUSE);
+        }
+    }
+
+    /// Tries the store again ([`Writer::try_store`]); while it still fails,
+    /// appends the kept events the spool could not take to it, if it can
+    /// take them now.
+    fn retry(&mut self) {
+        self.try_store();
+        if self.retry_at.is_some() {
+            self.respool();
+        }
+        self.shared.handled.store(self.handled, Ordering::Release);
+    }
+
+    /// Appends to the spool, in order, the kept events that are in no
+    /// spool, until a write fails (the disk is still full): once written,
+    /// an event survives the process, and the next one records it.
+    fn respool(&mut self) {
+        if !self.pending.iter().any(|p| p.record.is_some()) {
+            return;
+        }
+        if self.shared.spool.get().is_none() {
+            if let Ok(spool) = Spool::create(&self.store_dir) {
+                let _ = self.shared.spool.set(Arc::new(spool));
+            }
+        }
+        let Some(spool) = self.shared.spool.get() else { return };
+        for p in self.pending.iter_mut().filter(|p| p.record.is_some()) {
+            let Some(record) = &p.record else { continue };
+            if spool.append(record).is_err() {
+                return;
+            }
+            p.record = None;
+            p.spooled = true;
+            self.shared.counters.spooled.fetch_add(1, Ordering::Relaxed);
+            self.shared.saved();
+        }
+    }
+
+    /// Completes the waiting exit flushes once nothing is kept: the
+    /// session spans this process held are released, and the spool is
+    /// emptied whatever its size.
+    fn finish_exit(&mut self) {
+        if self.exit_tickets.is_empty() || !self.pending.is_empty() {
+            return;
+        }
+        self.release_held_sessions();
+        self.reset_spool(0);
+        for ticket in std::mem::take(&mut self.exit_tickets) {
+            ticket.complete(Outcome::Committed(None));
+        }
     }
 
     /// Tries the store again: reopens it if it is closed, creates the spool
     /// if it could not be created, recovers dead processes' spools and
     /// commits what was kept. Runs on the writer thread only, so no hook
     /// ever waits for this I/O.
-    fn retry(&mut self) {
+    fn try_store(&mut self) {
         if self.store.is_none() {
             let opened = open_store(&self.config, &self.prices);
             self.opened(opened);
@@ -556,7 +637,7 @@ impl Writer {
         let kept = std::mem::take(&mut self.pending);
         if !kept.is_empty() {
             if let Err((kind, e, rest)) = self.commit(kept) {
-                self.health.counts.failed_commits += 1;
+                lock(&self.shared.health).counts.failed_commits += 1;
                 self.pending = rest;
                 self.fault(kind, &e);
                 return;
@@ -566,8 +647,10 @@ impl Writer {
         self.retry_delay = self.config.store_retry_min;
         self.shared.store_down.store(false, Ordering::Release);
         *lock(&self.shared.problem) = None;
+        *lock(&self.shared.fault_reason) = None;
         self.shared.spool_failed.store(false, Ordering::Release);
-        if self.health.recovered(unix_now()) {
+        let recovered = lock(&self.shared.health).recovered(unix_now());
+        if recovered {
             self.shared.message(
                 "Store.Recovered",
                 format!(
@@ -579,6 +662,7 @@ impl Writer {
         }
         self.recover();
         self.reset_spool(spool::RESET_BYTES);
+        self.finish_exit();
     }
 
     /// Lets go of the session spans this process held for their grace
@@ -619,9 +703,11 @@ impl Writer {
     /// Merges this process's health into `<store>/health.json` if anything
     /// changed; a failure (full or read-only disk) leaves it for next time.
     fn write_health(&mut self) {
-        self.health.counts.spool_write_failures = self.shared.counters.spool_failures.load(Ordering::Relaxed);
-        if self.health.dirty() {
-            let _ = self.health.write(&self.store_dir, unix_now());
+        let mut health = lock(&self.shared.health);
+        health.counts.spool_write_failures = self.shared.counters.spool_failures.load(Ordering::Relaxed);
+        self.shared.note_refused(&mut health);
+        if health.dirty() {
+            let _ = health.write(&self.store_dir, unix_now());
         }
     }
 

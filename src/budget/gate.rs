@@ -12,7 +12,7 @@
 //! - `pre_tool_call` (enforce): `{"action": "block", ...}` while any budget
 //!   of the session is in hard breach;
 //! - `pre_api_request` (enforce): no return value (Hermes ignores it), but
-//!   the call's id is left in [`BudgetHandle::take_stop`] for the
+//!   the call's id is left in [`BudgetHandle::stop_for`] for the
 //!   `llm_execution` middleware, which answers with a stand-in response
 //!   instead of calling the provider;
 //! - any of them (enforce): a hard breach of a cron job's budget leaves one
@@ -34,13 +34,16 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::handle::{BudgetHandle, CronPause};
 use crate::bridge::{Gate, GateNeeds, QuickGate, Verdict};
-use crate::budget::{self, alert, verdict, BudgetConfig, BudgetMode, BudgetState, Level, Scope};
+use crate::budget::{self, alert, verdict, BudgetConfig, BudgetMode, BudgetState, Level, Scope, Unsynced};
 use crate::hook::{Hook, HookEvent};
 use crate::lock;
 use crate::store::Store;
 
 /// How often the gate looks at the budget file's modification time.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How messages name a fleet whose address is not known.
+const UNNAMED_FLEET: &str = "(its address did not parse)";
 
 /// Most pending alerts shown in one `pre_llm_call`.
 const MAX_ALERTS_PER_TURN: usize = 5;
@@ -71,6 +74,17 @@ pub struct BudgetGate {
     pub(super) fleet: bool,
     /// The store's fleet view version the quick view was measured against.
     pub(super) fleet_version: i64,
+    /// With a fleet: the store has not synced yet, as last seen (see
+    /// `first_sync.rs`); it never goes back once synced.
+    pub(super) awaiting_sync: bool,
+    /// What an unsynced fleet host does once the first wait is over.
+    pub(super) unsynced: Unsynced,
+    /// The fleet database's address without its password, for messages.
+    pub(super) fleet_name: String,
+    /// The last failed sync attempt of an unsynced store.
+    pub(super) sync_error: Option<String>,
+    /// The fail-closed message was queued for the log (once a process).
+    pub(super) unsynced_said: bool,
 }
 
 impl std::fmt::Debug for BudgetGate {
@@ -96,14 +110,27 @@ impl BudgetGate {
             clock: crate::bridge::unix_now,
             fleet: false,
             fleet_version: 0,
+            awaiting_sync: false,
+            unsynced: Unsynced::default(),
+            fleet_name: UNNAMED_FLEET.into(),
+            sync_error: None,
+            unsynced_said: false,
         };
         gate.reload_if_changed(true);
         gate
     }
 
     /// Counts the fleet's spend (see [`crate::fleet`]) when `fleet`.
+    /// Until the writer has looked, a fleet host's store counts as never
+    /// synced: gated calls wait for that look (or the first sync).
     pub fn with_fleet(mut self, fleet: bool) -> Self {
         self.fleet = fleet;
+        self.awaiting_sync = fleet;
+        if fleet {
+            self.handle.0.first_sync.reset();
+        } else {
+            self.handle.0.first_sync.set_ready();
+        }
         self.reload_if_changed(true);
         self
     }
@@ -113,6 +140,19 @@ impl BudgetGate {
     /// and whether a fleet's spend counts.
     pub fn for_store_dir(store_dir: &std::path::Path, mode: Option<BudgetMode>, fleet: bool) -> Self {
         Self::new(store_dir.join(budget::BUDGETS_FILE_NAME), mode).with_fleet(fleet)
+    }
+
+    /// What a fleet host whose store never synced does once
+    /// [`FIRST_SYNC_WAIT`](crate::budget::FIRST_SYNC_WAIT) passed
+    /// (`HERMES_OTEL_FLEET_UNSYNCED`, resolved by `crate::config`), and the
+    /// fleet's address (without its password) its block message names.
+    /// `None` for a URL that does not parse: the message names no address.
+    pub fn with_unsynced(mut self, unsynced: Unsynced, fleet_name: Option<String>) -> Self {
+        self.unsynced = unsynced;
+        if let Some(name) = fleet_name {
+            self.fleet_name = name;
+        }
+        self
     }
 
     /// Uses `clock` (Unix seconds) instead of the system clock.
@@ -167,13 +207,58 @@ impl BudgetGate {
         view.universal = None;
         drop(view);
         self.next_universal = now;
-        let armed = self.mode() == BudgetMode::Enforce && !self.cfg.is_empty();
+        let armed = self.mode() == BudgetMode::Enforce && (!self.cfg.is_empty() || self.awaits_sync());
         let needs = &self.handle.0.needs;
         needs.pre_tool_call.store(armed, Ordering::Release);
         needs.pre_api_request.store(armed, Ordering::Release);
-        if !self.cfg.is_empty() {
+        if !self.cfg.is_empty() || self.awaits_sync() {
             needs.pre_llm_call.store(true, Ordering::Release);
         }
+    }
+
+    /// Looks, while the store never synced with the fleet, whether it has
+    /// now: then loads the budget file the sync wrote (at once, not at the
+    /// next reload) and releases the hooks waiting for it.
+    fn check_first_sync(&mut self, store: &Store) {
+        if !self.awaiting_sync {
+            return;
+        }
+        match store.fleet_status() {
+            Ok(Some(st)) if st.synced_at.is_some() => {
+                self.awaiting_sync = false;
+                self.sync_error = None;
+                self.reload_if_changed(true);
+                self.handle.0.first_sync.set_ready();
+            }
+            Ok(st) => self.sync_error = st.and_then(|s| s.error),
+            // Still unsynced as far as the gate can tell; said when it blocks.
+            Err(e) => self.sync_error = Some(format!("cannot read the fleet sync state: {e}")),
+        }
+    }
+
+    /// Whether gated calls wait for a first fleet sync: an unsynced fleet
+    /// host may have fleet budgets it does not know yet, which only
+    /// enforce mode acts on.
+    fn awaits_sync(&self) -> bool {
+        self.awaiting_sync && self.mode() == BudgetMode::Enforce
+    }
+
+    /// Whether calls are blocked for want of a first fleet sync.
+    fn fails_closed(&self) -> bool {
+        self.fleet && self.awaiting_sync && self.unsynced == Unsynced::Closed
+    }
+
+    /// The block text of an unsynced fleet host; logged once a process.
+    fn unsynced_block(&mut self) -> String {
+        let text = budget::unsynced_block_text(&self.fleet_name, self.sync_error.as_deref());
+        if !self.unsynced_said {
+            self.unsynced_said = true;
+            lock(&self.handle.0.messages).push(format!(
+                "fleet budgets fail closed: tool and LLM calls are blocked until this store first syncs with {}",
+                self.fleet_name
+            ));
+        }
+        text
     }
 
     /// Registers the configured zone's per-period totals once per load.
@@ -221,6 +306,7 @@ impl BudgetGate {
     }
 
     fn decide(&mut self, store: &Store, event: &HookEvent) -> crate::Result<Option<Verdict>> {
+        self.check_first_sync(store);
         self.reload_if_changed(false);
         let now = (self.clock)();
         self.ensure_zone(store, now);
@@ -264,6 +350,14 @@ impl BudgetGate {
                 Ok((!texts.is_empty()).then(|| Verdict::Context {
                     text: texts.join("\n\n"),
                 }))
+            }
+            Hook::PreToolCall(_) if enforce && self.fails_closed() => Ok(Some(Verdict::Block {
+                message: self.unsynced_block(),
+            })),
+            Hook::PreApiRequest(e) if enforce && self.fails_closed() => {
+                let text = self.unsynced_block();
+                self.handle.stop(&e.api.api_request_id, text);
+                Ok(None)
             }
             Hook::PreToolCall(e) if enforce && !self.cfg.is_empty() => {
                 let session = &e.tool.session_id;
@@ -322,6 +416,7 @@ impl Gate for BudgetGate {
     }
 
     fn refresh(&mut self, store: &Store) {
+        self.check_first_sync(store);
         self.reload_if_changed(false);
         // `pre_llm_call` shows pending alerts, in this process's commits or
         // another's: it waits while one is pending, and while a budget is
@@ -341,7 +436,7 @@ impl Gate for BudgetGate {
                 lock(&self.handle.0.messages).push(format!("budget quick view not refreshed: {e}"));
             }
         }
-        let wait = !self.cfg.is_empty() || alerts_pending;
+        let wait = !self.cfg.is_empty() || alerts_pending || self.awaits_sync();
         self.handle.0.needs.pre_llm_call.store(wait, Ordering::Release);
     }
 

@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::first_sync::FirstSync;
 use super::quick::QuickView;
 use crate::bridge::GateNeeds;
 use crate::lock;
@@ -45,6 +46,9 @@ pub(super) struct Shared {
     pub(super) retries: Mutex<Vec<(Instant, CronPause)>>,
     pub(super) messages: Mutex<Vec<String>>,
     pub(super) quick: Mutex<QuickView>,
+    /// A fleet host's first sync, which gated calls wait for (see
+    /// `first_sync.rs`); ready at once without a fleet.
+    pub(super) first_sync: FirstSync,
 }
 
 impl Default for Shared {
@@ -58,6 +62,7 @@ impl Default for Shared {
             retries: Mutex::default(),
             messages: Mutex::default(),
             quick: Mutex::default(),
+            first_sync: FirstSync::new(true),
         }
     }
 }
@@ -75,12 +80,12 @@ impl std::fmt::Debug for BudgetHandle {
 
 impl BudgetHandle {
     /// The stand-in text if the LLM call `api_request_id` must be stopped
-    /// (decided at its `pre_api_request`); taken once.
-    pub fn take_stop(&self, api_request_id: &str) -> Option<String> {
-        let mut stops = lock(&self.0.stops);
-        let text = stops.0.remove(api_request_id)?;
-        stops.1.retain(|id| id != api_request_id);
-        Some(text)
+    /// (decided at its `pre_api_request`). Every attempt of the request is
+    /// stopped, not only the first: a Hermes that takes the stop for an API
+    /// error retries the same id, and that retry must not reach the
+    /// provider either. Stops leave only past [`MAX_STOPS`], oldest first.
+    pub fn stop_for(&self, api_request_id: &str) -> Option<String> {
+        lock(&self.0.stops).0.get(api_request_id).cloned()
     }
 
     /// Cron jobs to pause now: new pauses, and refused ones due again.
@@ -144,15 +149,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_stop_is_taken_once_and_the_oldest_go_past_the_bound() {
+    fn a_stop_holds_for_every_attempt_and_the_oldest_go_past_the_bound() {
         let handle = BudgetHandle::default();
         for i in 0..=MAX_STOPS {
             handle.stop(&format!("r{i}"), format!("stop {i}"));
         }
-        assert_eq!(handle.take_stop("r0"), None, "the oldest went first");
-        assert_eq!(handle.take_stop("r1").as_deref(), Some("stop 1"));
-        assert_eq!(handle.take_stop("r1"), None, "taken once");
-        assert_eq!(lock(&handle.0.stops).1.len(), MAX_STOPS - 1);
+        assert_eq!(handle.stop_for("r0"), None, "the oldest went first");
+        assert_eq!(handle.stop_for("r1").as_deref(), Some("stop 1"));
+        assert_eq!(
+            handle.stop_for("r1").as_deref(),
+            Some("stop 1"),
+            "a retry is stopped too"
+        );
+        assert_eq!(lock(&handle.0.stops).1.len(), MAX_STOPS);
     }
 
     #[test]

@@ -19,6 +19,8 @@
 //! - `gate.rs` (with `handle.rs` and `quick.rs`): the bridge's [`BudgetGate`]
 //!   (reload, notices, tool blocks, LLM-call stops, cron pauses), which
 //!   reads the store on the writer thread, and its quick view;
+//! - `first_sync.rs`: what the gate of a fleet host whose store never
+//!   synced does ([`Unsynced`], [`FIRST_SYNC_WAIT`]);
 //! - `states.rs`: every budget of a session with its spend and verdict,
 //!   read through the store's spend reads (`Store::budget_states`, ...);
 //! - `env.rs`: the two environment variables the budget code reads.
@@ -44,6 +46,7 @@
 
 pub mod alert;
 mod config;
+mod first_sync;
 mod gate;
 mod handle;
 mod quick;
@@ -57,10 +60,11 @@ pub use config::{
     Budget, BudgetConfig, BudgetMode, Limits, Scope, ScopeKeys, ScopeLimits, BUDGETS_FILE_NAME, DEFAULT_HARD_THRESHOLD,
     DEFAULT_PROFILE, DEFAULT_SOFT_THRESHOLD,
 };
+pub use first_sync::{Unsynced, FIRST_SYNC_WAIT, UNSYNCED_ENV};
 pub use gate::{budget_gauges, BudgetGate, RELOAD_INTERVAL};
 pub use handle::{BudgetHandle, CronPause, MAX_PAUSE_ATTEMPTS, PAUSE_RETRY};
 pub use spend_bound::{carries_spend, reservation_usage, spend_bound, RESERVED_OUTPUT_TOKENS};
-pub use text::{block_text, notice_text, pause_reason, BLOCKED_MODEL};
+pub use text::{block_text, notice_text, pause_reason, unsynced_block_text, BLOCKED_MODEL};
 pub use verdict::{assess, forecast, gauges, BudgetGauge, BudgetState, FleetShare, Forecast, Level, Spend};
 pub use window::{
     bucket_ranges, open_ranges, period_name, timestamp, unix_seconds, window_bounds, Window, BUCKET_SECONDS,

@@ -73,6 +73,14 @@ pub(super) fn quick_key(session: &str, model: Option<&str>) -> String {
 }
 
 impl QuickGate for Shared {
+    /// A fleet host whose store never synced waits for its first sync
+    /// (see `first_sync.rs`); any other returns at once.
+    fn settle(&self, event: &HookEvent) {
+        if crate::bridge::is_gating(&event.hook) {
+            self.first_sync.wait();
+        }
+    }
+
     fn no_verdict(&self, event: &HookEvent, queued: QueuedSpend) -> bool {
         let (session, model, block) = match &event.hook {
             Hook::PreLlmCall(e) => (&e.session_id, e.model.as_deref(), false),
@@ -80,7 +88,8 @@ impl QuickGate for Shared {
             Hook::PreApiRequest(e) => (&e.api.session_id, e.api.model.as_deref(), true),
             _ => return false,
         };
-        if queued.unknown > 0 {
+        // Before a fleet host's first sync no headroom is known.
+        if queued.unknown > 0 || !self.first_sync.is_ready() {
             return false;
         }
         let view = lock(&self.quick);

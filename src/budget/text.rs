@@ -9,6 +9,7 @@ use jiff::tz::TimeZone;
 use jiff::Timestamp;
 
 use super::config::BudgetMode;
+use super::first_sync::{Unsynced, FIRST_SYNC_WAIT, UNSYNCED_ENV};
 use super::verdict::{BudgetState, Level};
 
 /// The `model` of the stand-in response that stops an LLM call; the ledger
@@ -69,6 +70,22 @@ pub fn block_text(state: &BudgetState, tz: &TimeZone) -> String {
         usd(state.budget.limit),
         when(state.window_end, tz),
         state.budget.raise_command(),
+    )
+}
+
+/// The block message (and stand-in response) of a call on a fleet host
+/// whose store never synced, in enforce mode with [`Unsynced::Closed`]:
+/// `fleet` is the database's address without its password, `error` the
+/// last attempt's failure, if one was recorded.
+pub fn unsynced_block_text(fleet: &str, error: Option<&str>) -> String {
+    let why = error.map_or(String::new(), |e| format!(" ({e})"));
+    format!(
+        "BUDGET-EXCEEDED: hermes-otel blocked this call: this host could not reach the fleet database {fleet}{why} \
+         within {} s and has never synced with it, so the fleet's budgets are unknown here and may be exhausted. \
+         Calls are blocked until the first sync succeeds (it is retried every few seconds); \
+         to let them through meanwhile, set {UNSYNCED_ENV}={}.",
+        FIRST_SYNC_WAIT.as_secs(),
+        Unsynced::Open.as_str(),
     )
 }
 

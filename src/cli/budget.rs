@@ -7,6 +7,7 @@
 //! hook reloading it concurrently sees the old file or the new, never half.
 
 use std::path::Path;
+use std::time::Duration;
 
 use clap::Subcommand;
 use jiff::Timestamp;
@@ -87,6 +88,8 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
             Ok(0)
         }
         BudgetCommand::List { json } => {
+            // First the fleet's: its budget file and every host's spend.
+            let fleet = sync_fleet(dir)?;
             let cfg = load(&path)?;
             let states = states(dir, &cfg)?;
             let defaults = scope_defaults(&cfg);
@@ -100,16 +103,22 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
                     })
                     .collect();
                 print_json(&serde_json::json!({
+                    "fleet": fleet.as_ref().map(FleetReach::json),
                     "mode": cfg.mode.as_str(),
                     "timezone": cfg.tz_name,
                     "zone": zone,
                     "budgets": rows,
                     "scope_defaults": defaults,
                 }))?;
-            } else if states.is_empty() && defaults.is_empty() {
-                println!("no budgets set; add one with: hermes-otel budget set global daily 10");
             } else {
-                print!("{}", render_list(&cfg, &states, &defaults));
+                if let Some(note) = fleet.as_ref().and_then(FleetReach::note) {
+                    println!("{note}");
+                }
+                if states.is_empty() && defaults.is_empty() {
+                    println!("no budgets set; add one with: hermes-otel budget set global daily 10");
+                } else {
+                    print!("{}", render_list(&cfg, &states, &defaults));
+                }
             }
             Ok(0)
         }
@@ -182,6 +191,79 @@ fn edit_here_or_fleet(path: &Path, edit: impl FnOnce(&Path) -> Result<()>) -> Re
             Ok(format!("in {}", path.display()))
         }
     }
+}
+
+/// How long `budget list` waits for its fleet sync: longer than the
+/// connection timeout of a dead address (5 s), since a user is waiting
+/// at a prompt and a failure is reported, not fatal.
+const LIST_SYNC_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// How `budget list`'s sync with the fleet went.
+struct FleetReach {
+    /// The fleet's address without its password.
+    url: String,
+    /// Why it could not be reached; `None` when it synced now.
+    error: Option<String>,
+    /// The last successful sync, when it failed now.
+    synced_at: Option<f64>,
+}
+
+impl FleetReach {
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "url": self.url,
+            "reached": self.error.is_none(),
+            "error": self.error,
+            "synced_at": self.synced_at,
+        })
+    }
+
+    /// What the list says first when the fleet could not be reached.
+    fn note(&self) -> Option<String> {
+        let error = self.error.as_deref()?;
+        Some(match self.synced_at {
+            Some(at) => format!(
+                "the fleet database {} could not be reached ({error}): spend as of this host's last sync, {:.0} s ago",
+                self.url,
+                (super::time::now() - at).max(0.0)
+            ),
+            None => format!(
+                "the fleet database {} could not be reached ({error}) and this host never synced with it: \
+                 the fleet's budgets are unknown here; only this store's own are shown",
+                self.url
+            ),
+        })
+    }
+}
+
+/// With a fleet (`HERMES_OTEL_FLEET_URL`): one sync of this store now, so
+/// the list shows the fleet's budget file and spend even on a host whose
+/// Hermes never synced (pushes are absolute totals, so a step beside the
+/// fleet thread's changes nothing). `None` without a fleet.
+fn sync_fleet(dir: &Path) -> Result<Option<FleetReach>> {
+    let Some(fleet) = crate::fleet::FleetConfig::from_env()? else {
+        return Ok(None);
+    };
+    let url = fleet.redacted();
+    let store = Store::open_dir(dir)?;
+    let mut sync = crate::fleet::sync::FleetSync::new(fleet, dir);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Other(format!("fleet sync runtime: {e}")))?;
+    let now = super::time::now();
+    // The timer needs the runtime: made inside it.
+    let stepped = runtime.block_on(async { tokio::time::timeout(LIST_SYNC_TIMEOUT, sync.step(&store, now)).await });
+    let error = match stepped {
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(_) => Some(format!("no answer within {} s", LIST_SYNC_TIMEOUT.as_secs())),
+    };
+    let synced_at = match error {
+        Some(_) => store.fleet_status()?.and_then(|s| s.synced_at),
+        None => None,
+    };
+    Ok(Some(FleetReach { url, error, synced_at }))
 }
 
 /// The budget file, counting the fleet's spend when there is a fleet.

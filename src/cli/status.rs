@@ -84,8 +84,11 @@ fn fleet_json(store: &Store) -> Result<serde_json::Value> {
     };
     let now = super::time::now();
     let st = store.fleet_status()?;
+    let unsynced = crate::config::fleet::unsynced();
     Ok(serde_json::json!({
         "url": cfg.redacted(),
+        "unsynced": unsynced.value.as_str(),
+        "unsynced_source": unsynced.source.to_string(),
         "host_id": st.as_ref().map(|s| s.host_id.clone()),
         "synced_at": st.as_ref().and_then(|s| s.synced_at),
         "sync_lag_seconds": st.as_ref().and_then(|s| s.lag_seconds(now)),
@@ -112,8 +115,23 @@ fn print_fleet(store: &Store) -> Result<()> {
             v["hosts"],
             v["host_id"].as_str().unwrap_or("")
         ),
-        None => println!("fleet sync      never yet: budgets are enforced on this store's spend alone"),
+        None if v["unsynced"] == crate::budget::Unsynced::Closed.as_str() => println!(
+            "fleet sync      never yet: in enforce mode tool and LLM calls are blocked until the first sync \
+             (the first call waits up to {} s for it)",
+            crate::budget::FIRST_SYNC_WAIT.as_secs()
+        ),
+        None => println!(
+            "fleet sync      never yet: the fleet's budgets are unknown; calls go ahead on this store's alone \
+             (after the first call waits up to {} s for the sync)",
+            crate::budget::FIRST_SYNC_WAIT.as_secs()
+        ),
     }
+    println!(
+        "fleet unsynced  {} ({}; {}=closed|open: what a host that never synced does)",
+        v["unsynced"].as_str().unwrap_or(""),
+        v["unsynced_source"].as_str().unwrap_or(""),
+        crate::budget::UNSYNCED_ENV
+    );
     if let Some(e) = v["last_error"].as_str() {
         println!("fleet trouble   {e} (enforcing on the last fleet totals plus this host's spend since)");
     }
@@ -315,6 +333,18 @@ fn print_health(dir: &std::path::Path) {
          {} spool write failures, {} events dropped, {} recoveries",
         c.store_faults, c.failed_commits, c.open_failures, c.spool_write_failures, c.dropped_events, c.recoveries
     );
+    // Which processes lost events, and why: a count alone cannot say
+    // whether the loss is old news or the last run.
+    for l in &record.lost {
+        println!(
+            "  lost events   pid {} (started {}), {}: {} hook events could not be saved ({})",
+            l.pid,
+            ago(l.started_at),
+            ago(l.at),
+            l.count,
+            l.reason
+        );
+    }
 }
 
 fn print_export(state: &crate::store::ExportState, config: &crate::export::ExportConfig) {

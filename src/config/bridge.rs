@@ -68,6 +68,9 @@ pub struct BridgeConfig {
     /// Whether budgets count the fleet's spend (`HERMES_OTEL_FLEET_URL`
     /// set, not empty).
     pub fleet: bool,
+    /// What fleet budgets do before this store's first fleet sync, once
+    /// the first gated call's wait is over (`HERMES_OTEL_FLEET_UNSYNCED`).
+    pub fleet_unsynced: crate::budget::Unsynced,
     /// Between WAL checkpoints.
     pub checkpoint_interval: Duration,
     /// Between idle-run sweeps.
@@ -112,6 +115,7 @@ impl BridgeConfig {
             budget_mode: BudgetMode::Enforce,
             budget_mode_override: None,
             fleet: false,
+            fleet_unsynced: crate::budget::Unsynced::default(),
             checkpoint_interval: DEFAULT_CHECKPOINT_INTERVAL,
             sweep_interval: DEFAULT_SWEEP_INTERVAL,
             idle_run_seconds: super::DEFAULT_IDLE_TIMEOUT_SECONDS,
@@ -189,6 +193,8 @@ impl BridgeConfig {
             }
         }
         cfg.fleet = var(super::fleet::FLEET_URL_ENV).is_some_and(|v| !v.is_empty());
+        let text_var = |name: &str| var(name).map(|v| v.to_string_lossy().into_owned());
+        cfg.fleet_unsynced = super::fleet::unsynced_from(None, &text_var, &mut cfg.warnings).value;
         #[cfg(feature = "test-hooks")]
         {
             cfg.test_panic_hook = var(env::TEST_PANIC).map(|v| v.to_string_lossy().into_owned());

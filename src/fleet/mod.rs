@@ -7,7 +7,9 @@
 //! ([`task`]), and fleet-wide edits of the budget file ([`budgets`]).
 //! Must not touch: Python, the hook path. Hooks never wait on the network:
 //! they read the local store as without a fleet, where the sync left the
-//! other hosts' spend and this host's lease (`store/fleet.rs`).
+//! other hosts' spend and this host's lease (`store/fleet.rs`); only before
+//! a store's first sync does the first gated call wait, bounded, for this
+//! thread's sync (see below).
 //!
 //! # Data flow
 //!
@@ -41,8 +43,17 @@
 //! headroom; once the fleet is at the line they are zero. A host that cannot
 //! reach the database keeps enforcing on the last fleet totals plus its own
 //! spend since, and once that spend reaches its lease its calls are blocked
-//! until a sync succeeds: an outage never loosens the bound. A host that has
-//! never synced knows no fleet budget yet and enforces its local file.
+//! until a sync succeeds: an outage never loosens the bound.
+//!
+//! A host whose store has never synced knows neither the fleet's budget file
+//! nor its spend, and took no lease: nothing above bounds what it would
+//! spend. So its first gated call waits for the first sync, at most
+//! [`crate::budget::FIRST_SYNC_WAIT`] (2 s), on the hook thread; once the
+//! store synced, the host is one of the above. If the sync has not
+//! completed by then, its tool and LLM calls are blocked in enforce mode
+//! until it does (`HERMES_OTEL_FLEET_UNSYNCED=closed`, the default), which
+//! keeps the bound; with `open` they go ahead under the local budget file,
+//! outside the bound (`src/budget/first_sync.rs`).
 
 pub mod budgets;
 pub mod config;

@@ -99,7 +99,10 @@ const API_ERROR: [&str; 19] = concat(
         "reason",
     ],
 );
-const POST_AUX: [&str; 19] = concat(POST_API, ["aux_task"]);
+// Hermes main fires post_auxiliary_call once per provider attempt: which
+// attempt (`retry_count`) and whether it failed (`error`, `error_type`)
+// decide what it is (agent/auxiliary_hooks.py).
+const POST_AUX: [&str; 22] = concat(POST_API, ["aux_task", "retry_count", "error", "error_type"]);
 const APPROVAL: [&str; 5] = ["session_key", "turn_id", "tool_call_id", "surface", "pattern_key"];
 const POST_APPROVAL: [&str; 7] = concat(APPROVAL, ["choice", "decided_by"]);
 const POST_TOOL: [&str; 10] = concat(TOOL, ["duration_ms", "status", "error_type", TOOL_RESULT]);
@@ -176,11 +179,31 @@ pub fn keys(hook: &str) -> Option<HookKeys> {
     Some(HookKeys { always, content })
 }
 
+/// The kwargs the binding copies out of one call of `hook`: only those
+/// [`keys`] lists (content ones only with `capture_content`). Decoding this
+/// is decoding what the binding hands the decoder.
+#[cfg(test)]
+pub(crate) fn copied(
+    hook: &str,
+    kwargs: &serde_json::Map<String, serde_json::Value>,
+    capture_content: bool,
+) -> serde_json::Map<String, serde_json::Value> {
+    let Some(k) = keys(hook) else {
+        return serde_json::Map::new();
+    };
+    let content: &[&str] = if capture_content { k.content } else { &[] };
+    k.always
+        .iter()
+        .chain(content)
+        .filter_map(|key| kwargs.get(*key).map(|v| (key.to_string(), v.clone())))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::hook::{decode, DecodeOptions, Decoded, HOOK_NAMES};
-    use serde_json::{Map, Value};
+    use serde_json::Value;
 
     #[test]
     fn every_registered_hook_has_keys_and_others_have_none() {
@@ -204,19 +227,15 @@ mod tests {
                 let record: Value = serde_json::from_str(line).expect("fixture line is JSON");
                 let hook = record["hook"].as_str().expect("hook name");
                 let all = record["kwargs"].as_object().expect("kwargs").clone();
-                let Some(k) = keys(hook) else { continue };
+                if keys(hook).is_none() {
+                    continue;
+                }
                 for capture_content in [false, true] {
                     let opts = DecodeOptions {
                         capture_content,
                         ..DecodeOptions::default()
                     };
-                    let mut only: Map<String, Value> = Map::new();
-                    let wanted = k.always.iter().chain(if capture_content { k.content } else { &[] });
-                    for key in wanted {
-                        if let Some(v) = all.get(*key) {
-                            only.insert(key.to_string(), v.clone());
-                        }
-                    }
+                    let only = copied(hook, &all, capture_content);
                     let full = decode(hook, &all, 1.0, opts);
                     let part = decode(hook, &only, 1.0, opts);
                     assert!(matches!(full, Decoded::Event(..)), "{hook} in {path:?}");

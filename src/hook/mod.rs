@@ -445,12 +445,18 @@ impl Approval {
             .unwrap_or("approval")
     }
 
-    /// The decision `choice` stands for: `approve`, `deny` or `timeout`.
+    /// The decision `choice` stands for: `approve`, `deny`, `timeout` or
+    /// `cancelled`; `None` for no decision: Hermes main's `notify_failed`
+    /// (the prompt could not be shown; an answer may still follow) and a
+    /// choice this build does not know (counting it as a deny would
+    /// invent one).
     pub fn decision(&self) -> Option<&'static str> {
         Some(match self.choice.as_deref()? {
             "once" | "session" | "always" | "smart_approve" | "approve" => "approve",
+            "deny" | "smart_deny" => "deny",
             "timeout" => "timeout",
-            _ => "deny",
+            "cancelled" => "cancelled",
+            _ => return None,
         })
     }
 }

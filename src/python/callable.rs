@@ -84,13 +84,42 @@ impl Hook {
             }
         }
     }
+
+    /// Records one call Hermes's dispatcher skipped (see `_skips.py`):
+    /// as `__call__`, except that it never waits (Hermes holds its lock and
+    /// reads no verdict). Returns whether the call was handed to the bridge.
+    /// Never raises.
+    #[pyo3(signature = (**kwargs))]
+    fn record_skipped(&self, py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> bool {
+        match catch_unwind(AssertUnwindSafe(|| self.record(py, kwargs, false))) {
+            Ok(outcome) => !matches!(outcome, Outcome::Disabled | Outcome::Failed),
+            Err(payload) => {
+                log(
+                    py,
+                    ERROR,
+                    "Hook.Panicked",
+                    format!(
+                        "{} hook panicked recording a skipped call ({}); the call was not recorded",
+                        self.name,
+                        bridge::panic_text(payload.as_ref())
+                    ),
+                );
+                false
+            }
+        }
+    }
 }
 
 impl Hook {
     fn call(&self, py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> Option<Py<PyAny>> {
+        self.record(py, kwargs, true).verdict().map(|v| verdict_dict(py, v))
+    }
+
+    /// One call handed to the bridge; `may_wait` as in [`Bridge::record_line`].
+    fn record(&self, py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>, may_wait: bool) -> Outcome {
         let bridge = bridge(py);
         if bridge.disabled_reason().is_some() {
-            return None;
+            return Outcome::Disabled;
         }
         let at = bridge::unix_now();
         let ctx = EventContext {
@@ -107,12 +136,12 @@ impl Hook {
         if self.name == "pre_llm_call" {
             remember_session(text("session_id"), text("platform").as_deref(), text("sender_id"));
         }
-        let outcome = self.submit(py, bridge, kwargs, at, ctx);
+        let outcome = self.submit(py, bridge, kwargs, at, ctx, may_wait);
         log_messages(py, bridge);
-        if matches!(self.name, "pre_llm_call" | "pre_tool_call" | "pre_api_request") {
+        if may_wait && matches!(self.name, "pre_llm_call" | "pre_tool_call" | "pre_api_request") {
             budget_actions(py);
         }
-        outcome.verdict().map(|v| verdict_dict(py, v))
+        outcome
     }
 
     /// Writes the call's spool record straight from `kwargs` and hands it
@@ -126,6 +155,7 @@ impl Hook {
         kwargs: Option<&Bound<'_, PyDict>>,
         at: f64,
         ctx: EventContext,
+        may_wait: bool,
     ) -> Outcome {
         let opts = bridge.config().decode;
         let name = self.name;
@@ -140,7 +170,11 @@ impl Hook {
             // the facts the decoder reads) before the spool or the store
             // sees it; off the GIL, since redacting a large prompt is a scan.
             let line = partial.finish(name, opts);
-            bridge.submit_line(name, line, at, ctx)
+            if may_wait {
+                bridge.submit_line(name, line, at, ctx)
+            } else {
+                bridge.record_line(name, line, at, ctx)
+            }
         })
     }
 

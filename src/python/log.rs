@@ -104,8 +104,13 @@ pub(super) fn log_messages(py: Python<'_>, bridge: &Bridge) {
     }
     for m in bridge.take_messages() {
         // Recoveries and calls the decoder could not use are worth knowing
-        // but need nothing done; everything else is an error.
-        let level = if m.event.ends_with("Recovered") || m.event == "Decode.Unusable" {
+        // but need nothing done; everything else is an error (events lost
+        // at exit, `Exit.EventsLost`, among them).
+        // Events left in the spool are recorded by the next process.
+        let level = if m.event.ends_with("Recovered")
+            || m.event == "Decode.Unusable"
+            || m.event == crate::bridge::EXIT_LEFT_IN_SPOOL
+        {
             WARNING
         } else {
             ERROR

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 
 import hermes_otel
@@ -650,7 +651,7 @@ def test_auxiliary_calls_use_the_hook_where_hermes_has_it_and_are_never_counted_
     assert query("SELECT COUNT(*) FROM llm_calls", store_dir=tmp_path / "otel")[0][0] == 0
 
 
-def test_a_turn_less_auxiliary_call_counts_against_the_last_turns_session(tmp_path) -> None:
+def test_a_turn_less_auxiliary_call_counts_in_the_days_auxiliary_session(tmp_path) -> None:
     # Newer Hermes fires post_auxiliary_call with session_id "" for callers
     # outside a turn (cron, gateway idle work).
     code = AUX_HERMES.replace("sys.argv[1]", repr(json.dumps(ALL_HOOKS)))
@@ -664,4 +665,28 @@ assert _native.flush(5.0)""",
     p = run_python("import time\n" + code, HERMES_OTEL_HOME=str(tmp_path / "otel"))
     assert p.returncode == 0, p.stderr
     rows = query("SELECT session_id, aux_task, input_tokens FROM llm_calls", store_dir=tmp_path / "otel")
-    assert [tuple(r) for r in rows] == [("s-two", "compression", 700)]
+    # Not the last turn's session (in a gateway, some other user's).
+    day = "aux_" + time.strftime("%Y%m%d", time.gmtime())
+    assert [tuple(r) for r in rows] == [(day, "compression", 700)]
+
+
+def test_auxiliary_calls_are_still_counted_where_hermes_dropped_its_compat_shim(tmp_path) -> None:
+    # Hermes main keeps agent.aux_accounting.get_accounting_context only for
+    # compatibility (compat_manifest.json); without it, nothing vanishes.
+    known = [h for h in ALL_HOOKS if h != "post_auxiliary_call"]
+    code = AUX_HERMES.replace("sys.argv[1]", repr(json.dumps(known)))
+    code = code.replace("acc.get_accounting_context = lambda: acc._accounting.get()\n", "")
+    code = code.replace(
+        'print(json.dumps({"hooks"',
+        'from hermes_otel import _integrations\nprint(json.dumps({"points": _integrations.lines(), "hooks"',
+    )
+    p = run_python(code, HERMES_OTEL_HOME=str(tmp_path / "otel"))
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    rows = query(
+        "SELECT session_id, aux_task FROM llm_calls ORDER BY input_tokens DESC", store_dir=tmp_path / "otel"
+    )
+    assert ("s-two", "compression") in [tuple(r) for r in rows], "counted against the last turn's session"
+    assert any("get_accounting_context" in line and "MISSING" in line for line in out["points"]), out[
+        "points"
+    ]

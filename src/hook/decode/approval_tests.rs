@@ -38,7 +38,10 @@ fn approval_hooks_decode_with_the_session_from_the_turn_id() {
         ("once", "approve"),
         ("always", "approve"),
         ("deny", "deny"),
+        ("smart_deny", "deny"),
         ("timeout", "timeout"),
+        // Hermes main: the request was withdrawn, not denied.
+        ("cancelled", "cancelled"),
     ] {
         let a = Approval {
             choice: Some(choice.into()),
@@ -46,31 +49,51 @@ fn approval_hooks_decode_with_the_session_from_the_turn_id() {
         };
         assert_eq!(a.decision(), Some(decision), "{choice}");
     }
+    // Hermes main's failed notification, and a choice this build does not
+    // know: no decision, not a deny.
+    for choice in ["notify_failed", "maybe_later"] {
+        let a = Approval {
+            choice: Some(choice.into()),
+            ..Approval::default()
+        };
+        assert_eq!(a.decision(), None, "{choice}");
+    }
 }
 
 #[test]
-fn failed_auxiliary_attempts_and_the_moa_aggregator_are_not_calls_of_their_own() {
+fn a_failed_auxiliary_attempt_is_a_failed_attempt_and_the_moa_aggregator_no_call() {
     let call = |extra: serde_json::Value| {
         let mut kwargs = serde_json::json!({
             "session_id": "s1", "aux_task": "vision", "model": "m", "streaming": false,
-            "usage": {"input_tokens": 10, "output_tokens": 2},
+            "api_request_id": "aux-1", "usage": {"input_tokens": 10, "output_tokens": 2},
         });
         for (k, v) in extra.as_object().expect("object") {
             kwargs[k] = v.clone();
         }
         let map = kwargs.as_object().expect("object").clone();
-        matches!(
-            decode("post_auxiliary_call", &map, 1.0, DecodeOptions::default()),
-            Decoded::Event(..)
-        )
+        match decode("post_auxiliary_call", &map, 1.0, DecodeOptions::default()) {
+            Decoded::Event(e, _) => Some(e.hook),
+            _ => None,
+        }
     };
-    assert!(call(serde_json::json!({"error": null})), "a success");
-    assert!(!call(
-        serde_json::json!({"error": "RateLimitError: slow down", "usage": null})
+    assert!(matches!(
+        call(serde_json::json!({"error": null})),
+        Some(Hook::PostApiRequest(_))
     ));
-    assert!(!call(serde_json::json!({"aux_task": "moa_aggregator"})));
+    let Some(Hook::ApiRequestError(e)) = call(serde_json::json!({
+        "error": "RateLimitError: slow down", "error_type": "RateLimitError", "usage": null, "retry_count": 1
+    })) else {
+        panic!("a failed attempt")
+    };
+    assert_eq!((e.api.api_request_id.as_str(), e.retry_count), ("aux-1", 1));
+    assert_eq!(e.error_type.as_deref(), Some("RateLimitError"));
+    assert_eq!(e.error_message, None, "the provider's text is content");
+    assert_eq!(call(serde_json::json!({"aux_task": "moa_aggregator"})), None);
     assert!(
-        call(serde_json::json!({"aux_task": "moa_reference"})),
+        matches!(
+            call(serde_json::json!({"aux_task": "moa_reference"})),
+            Some(Hook::PostApiRequest(_))
+        ),
         "an advisor is a call"
     );
 }
@@ -97,13 +120,19 @@ fn an_auxiliary_call_decodes_as_an_llm_call_marked_with_its_task() {
     assert_eq!(e.api.turn_id, None, "an empty turn id is no turn");
     assert_eq!(e.api.api_request_id, "s1:aux:compression:12.500000");
     assert_eq!(e.usage.map(|u| (u.input_tokens, u.cache_read_tokens)), Some((900, 100)));
-    // No session: nothing to attribute it to.
+    // No session (a caller outside any turn): that UTC day's auxiliary
+    // session, never another session's.
     let mut map = map;
     map.insert("session_id".into(), serde_json::json!(""));
-    assert!(matches!(
-        decode("post_auxiliary_call", &map, 12.5, DecodeOptions::default()),
-        Decoded::Ignored
-    ));
+    let Decoded::Event(event, _) = decode("post_auxiliary_call", &map, 1_796_002_700.5, DecodeOptions::default())
+    else {
+        panic!("decodes");
+    };
+    let Hook::PostApiRequest(e) = &event.hook else {
+        panic!("an LLM call")
+    };
+    assert_eq!(e.api.session_id, "aux_20261130");
+    assert_eq!(e.api.platform.as_deref(), Some(AUX_PLATFORM));
 }
 
 #[test]

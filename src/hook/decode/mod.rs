@@ -28,6 +28,26 @@ const MOA_AGGREGATOR: &str = "moa_aggregator";
 /// Ids from Hermes are under 100 bytes; anything near this is garbage.
 pub(super) const MAX_LABEL_BYTES: usize = 1024;
 
+/// The platform of the session turn-less auxiliary calls are counted in.
+pub const AUX_PLATFORM: &str = "auxiliary";
+
+/// The session an auxiliary call made outside any turn is counted in: one
+/// per UTC day (`aux_YYYYMMDD`), like Hermes's own cron session ids, so the
+/// spend is in every total and budget but in no user's session.
+fn turnless_aux_session(at: f64) -> String {
+    let day = jiff::Timestamp::from_second(at.floor() as i64)
+        .map(|t| t.strftime("%Y%m%d").to_string())
+        .unwrap_or_else(|_| "00000000".into());
+    format!("aux_{day}")
+}
+
+/// The key of a successful auxiliary attempt after the first: every attempt
+/// shares Hermes's `api_request_id`, and each one that got an answer was
+/// billed, so each is an LLM call of its own.
+fn aux_attempt_id(api_request_id: &str, retry_count: i64) -> String {
+    format!("{api_request_id}#{retry_count}")
+}
+
 /// How to decode.
 #[derive(Debug, Clone, Copy)]
 pub struct DecodeOptions {
@@ -126,49 +146,77 @@ pub fn decode_kwargs(hook: &str, kwargs: Kwargs<'_>, at: f64, opts: DecodeOption
             aux_task: None,
         }),
         // An auxiliary LLM call (titles, compression, vision, ...): an LLM
-        // call like any other, marked with its task. Hermes may leave its
-        // ids empty: one with no session is not attributable and ignored;
-        // one with no request id gets one made of its session, task and time.
+        // call like any other, marked with its task. Hermes main fires it
+        // once per provider attempt, every attempt of one call with the same
+        // `api_request_id` and its own `retry_count` (agent/auxiliary_hooks.py):
+        // a failed attempt (`error` set, no usage) is a failed attempt like
+        // api_request_error's, and a later attempt that succeeds is a call of
+        // its own, billed, so it is keyed by its attempt. A caller outside
+        // any turn (cron, gateway idle work) leaves the session empty: its
+        // spend goes to that day's auxiliary session, never to whichever
+        // session happened to run last.
         "post_auxiliary_call" => {
-            let Some(session_id) = r.label("session_id").filter(|s| !s.is_empty()) else {
-                return Decoded::Ignored;
-            };
             let aux_task = r.label("aux_task").unwrap_or_else(|| "auxiliary".into());
-            // A failed attempt bills nothing (its retry reports again), and
-            // the mixture-of-agents aggregator is the turn's own call, which
-            // post_api_request reports: counting either would add spend
-            // nobody was billed.
-            if r.present("error").is_some() || aux_task == MOA_AGGREGATOR {
+            // The mixture-of-agents aggregator is the turn's own call, which
+            // post_api_request reports: counting it would add spend nobody
+            // was billed.
+            if aux_task == MOA_AGGREGATOR {
                 return Decoded::Ignored;
             }
-            let api_request_id = r
+            let (session_id, platform) = match r.label("session_id").filter(|s| !s.is_empty()) {
+                Some(session) => (session, r.label("platform").filter(|s| !s.is_empty())),
+                None => (turnless_aux_session(at), Some(AUX_PLATFORM.to_string())),
+            };
+            let retry_count = r.count("retry_count").unwrap_or(0);
+            let base_id = r
                 .label("api_request_id")
                 .filter(|s| !s.is_empty())
                 .unwrap_or_else(|| format!("{session_id}:aux:{aux_task}:{at:.6}"));
-            Hook::PostApiRequest(PostApiRequest {
-                api: ApiRequest {
-                    session_id,
-                    task_id: r.label("task_id"),
-                    turn_id: r.label("turn_id").filter(|s| !s.is_empty()),
-                    api_request_id,
-                    platform: r.label("platform"),
-                    model: r.label("model"),
-                    provider: r.label("provider"),
-                    base_url: r.url("base_url"),
-                    api_mode: r.label("api_mode"),
-                    api_call_count: r.count("api_call_count"),
-                    started_at: r.seconds("started_at"),
-                },
-                api_duration: r.seconds("api_duration"),
-                ended_at: r.seconds("ended_at"),
-                finish_reason: r.label("finish_reason"),
-                response_model: r.label("response_model"),
-                usage: r.usage(),
-                assistant_content_chars: None,
-                assistant_tool_call_count: None,
-                assistant_content: None,
-                aux_task: Some(aux_task),
-            })
+            let mut api = ApiRequest {
+                session_id,
+                task_id: r.label("task_id").filter(|s| !s.is_empty()),
+                turn_id: r.label("turn_id").filter(|s| !s.is_empty()),
+                api_request_id: base_id,
+                platform,
+                model: r.label("model"),
+                provider: r.label("provider"),
+                base_url: r.url("base_url"),
+                api_mode: r.label("api_mode"),
+                api_call_count: r.count("api_call_count"),
+                started_at: r.seconds("started_at"),
+            };
+            if r.present("error").is_some() {
+                Hook::ApiRequestError(ApiRequestError {
+                    api,
+                    api_duration: r.seconds("api_duration"),
+                    ended_at: r.seconds("ended_at"),
+                    status_code: r.int("status_code"),
+                    retry_count,
+                    max_retries: None,
+                    retryable: None,
+                    reason: None,
+                    error_type: r.label("error_type"),
+                    error_message: r.content_str("error"),
+                })
+            } else {
+                if retry_count > 0 {
+                    api.api_request_id = aux_attempt_id(&api.api_request_id, retry_count);
+                }
+                Hook::PostApiRequest(PostApiRequest {
+                    api,
+                    api_duration: r.seconds("api_duration"),
+                    ended_at: r.seconds("ended_at"),
+                    finish_reason: r.label("finish_reason"),
+                    response_model: r.label("response_model"),
+                    usage: r.usage(),
+                    // What a streamed attempt's output is estimated from (it
+                    // reports no usage).
+                    assistant_content_chars: r.count("assistant_content_chars"),
+                    assistant_tool_call_count: None,
+                    assistant_content: None,
+                    aux_task: Some(aux_task),
+                })
+            }
         }
         "api_request_error" => {
             let api = r.api_request();
@@ -293,3 +341,5 @@ mod tests;
 
 #[cfg(test)]
 mod approval_tests;
+#[cfg(test)]
+mod hermes_main_tests;

@@ -490,12 +490,24 @@ fn apply_approval(tx: &Transaction<'_>, a: &crate::hook::Approval, at: f64, deci
         a.pattern_key,
         at
     ])?;
-    if decided {
+    if decided && a.decision().is_none() {
+        // No decision yet (`notify_failed`): noted, the span left open for
+        // the answer that may follow.
         tx.prepare_cached(
-            "UPDATE approvals SET ended_at = ?3, choice = ?4, decided_by = ?5 WHERE session_id = ?1 AND key = ?2",
+            "UPDATE approvals SET choice = ?3, decided_by = ?4 WHERE session_id = ?1 AND key = ?2 AND ended_at IS NULL",
         )?
-        .execute(params![session, key, at, a.choice, a.decided_by])?;
-        outbox::enqueue(tx, SpanKind::Approval, &session, key, -1, at, false)?;
+        .execute(params![session, key, a.choice, a.decided_by])?;
+    } else if decided {
+        // The first decision ends the approval; it goes out once.
+        let ended = tx
+            .prepare_cached(
+                "UPDATE approvals SET ended_at = ?3, choice = ?4, decided_by = ?5
+                 WHERE session_id = ?1 AND key = ?2 AND ended_at IS NULL",
+            )?
+            .execute(params![session, key, at, a.choice, a.decided_by])?;
+        if ended == 1 {
+            outbox::enqueue(tx, SpanKind::Approval, &session, key, -1, at, false)?;
+        }
     }
     Ok(())
 }

@@ -1,0 +1,178 @@
+"""Every place the plugin reaches into Hermes beyond its hook API, with the
+Hermes versions it applies to, checked at registration.
+
+Each point says, for the running Hermes: ``active``, ``not needed`` (this
+Hermes gives the same through a hook) or ``MISSING`` with what is not being
+recorded because of it. :func:`check` is what ``register`` logs (a WARNING
+per missing point, once) and what ``hermes otel status`` and ``/otel
+status`` print, so a Hermes that changed under the plugin never costs spend
+silently.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+ACTIVE = "active"
+NOT_NEEDED = "not needed"
+MISSING = "MISSING"
+
+_log = logging.getLogger("hermes_otel")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One integration point and its state on the running Hermes."""
+
+    name: str
+    #: The Hermes versions it applies to, as read from their source.
+    versions: str
+    state: str
+    #: What is not recorded while it is MISSING, or a note.
+    detail: str
+
+    def line(self) -> str:
+        text = f"{self.name} (Hermes {self.versions}): {self.state}"
+        return f"{text}: {self.detail}" if self.detail else text
+
+
+def _attr(module: str, *path: str) -> Any:
+    """``module.path...`` or None; never raises."""
+    try:
+        obj: Any = importlib.import_module(module)
+        for name in path:
+            obj = getattr(obj, name)
+        return obj
+    except Exception:  # noqa: BLE001 - absent is an answer
+        return None
+
+
+def _hermes_present() -> bool:
+    return _attr("hermes_cli") is not None
+
+
+def check(
+    known_hooks: frozenset[str] | None, *, enforce: bool, has_middleware: bool, tool_gate: bool = True
+) -> list[Point]:
+    """The state of every integration point on the running Hermes."""
+    if not _hermes_present():
+        return []
+    points = []
+    aux_hook = known_hooks is not None and "post_auxiliary_call" in known_hooks
+    if aux_hook:
+        points.append(Point("agent.aux_accounting.record_aux_usage", "0.19.0 - 0.21.x", NOT_NEEDED, ""))
+    else:
+        record = _attr("agent.aux_accounting", "record_aux_usage")
+        context = _attr("agent.aux_accounting", "get_accounting_context")
+        if record is None:
+            points.append(
+                Point(
+                    "agent.aux_accounting.record_aux_usage",
+                    "0.19.0 - 0.21.x",
+                    MISSING,
+                    "auxiliary LLM calls (titles, compression, vision, approval review) are not recorded",
+                )
+            )
+        elif context is None:
+            # Kept only for compatibility on main (compat_manifest.json).
+            points.append(
+                Point(
+                    "agent.aux_accounting.get_accounting_context",
+                    "0.19.0 - 0.21.x",
+                    MISSING,
+                    "auxiliary calls are counted against the session of the last turn started",
+                )
+            )
+        else:
+            points.append(Point("agent.aux_accounting.record_aux_usage", "0.19.0 - 0.21.x", ACTIVE, ""))
+    summary = _attr("run_agent", "AIAgent", "_usage_summary_for_api_request_hook")
+    points.append(
+        Point(
+            "run_agent.AIAgent._usage_summary_for_api_request_hook",
+            "0.19.0 - 0.23.x",
+            ACTIVE if summary is not None else MISSING,
+            ""
+            if summary is not None
+            else "the cost a provider bills (OpenRouter's usage.cost) is not recorded",
+        )
+    )
+    metadata = _attr("agent.model_metadata", "_endpoint_model_metadata_cache")
+    points.append(
+        Point(
+            "agent.model_metadata endpoint prices",
+            "0.19.0 - 0.23.x",
+            ACTIVE if metadata is not None else MISSING,
+            ""
+            if metadata is not None
+            else "prices Hermes fetched for custom endpoints are not used (such calls cost $0)",
+        )
+    )
+    bounded = _attr("hermes_cli.plugins_dispatch", "_HOOK_TIMEOUT_BOUNDED_HOOKS")
+    points.append(
+        Point(
+            "hermes_cli.plugins skipped hook calls",
+            "0.21.0 - 0.23.x",
+            ACTIVE if bounded is not None else NOT_NEEDED,
+            "calls Hermes skips are recorded from its dispatcher and counted" if bounded is not None else "",
+        )
+    )
+    if enforce and not tool_gate:
+        points.append(
+            Point(
+                "pre_tool_call",
+                "0.21.x",
+                NOT_NEEDED,
+                "not registered: this Hermes blocks a tool whose pre_tool_call overlaps another's;"
+                " budgets stop LLM calls here, not tool calls",
+            )
+        )
+    if enforce and _attr("hermes_cli.middleware", "LLMExecutionBlocked") is not None:
+        classifies = known_hooks is not None and "transform_api_error_classification" in known_hooks
+        points.append(
+            Point(
+                "transform_api_error_classification",
+                "0.20.2 - 0.23.x",
+                ACTIVE if classifies else MISSING,
+                "" if classifies else "a budget stop is retried by Hermes as an API error (no spend, extra attempts)",
+            )
+        )
+    if enforce:
+        points.append(
+            Point(
+                "llm_execution middleware",
+                "0.19.0 - 0.23.x",
+                ACTIVE if has_middleware else MISSING,
+                ""
+                if has_middleware
+                else "budgets cannot stop an LLM call before the provider (hooks only observe)",
+            )
+        )
+    return points
+
+
+_points: list[Point] = []
+
+
+def record(points: list[Point]) -> None:
+    """Keeps what registration found and logs each missing point once."""
+    global _points
+    _points = points
+    for p in points:
+        if p.state == MISSING:
+            _log.warning("hermes-otel: %s", p.line())
+
+
+def lines() -> list[str]:
+    """What registration found, one line a point, for status."""
+    from . import _skips
+
+    out = [p.line() for p in _points]
+    watch = _skips.watch()
+    if watch is not None:
+        recorded, lost = watch.totals()
+        if recorded or lost:
+            out.append(f"hook calls Hermes skipped in this process: {recorded} recorded anyway, {lost} lost")
+    return out

@@ -1,0 +1,152 @@
+"""Hook calls Hermes skipped, recorded anyway and counted.
+
+Hermes 0.21 and later run most hooks on a worker thread with a time cap
+(``hermes_cli/plugins_dispatch.py``, ``_run_hook_callback_bounded``), and
+skip a call of a callback while another call of it with the same key is
+still running: the key is ``(hook, callback)`` in 0.21.x, so two tools of
+one parallel batch collide; later it adds the call's ``tool_call_id`` or
+``turn_id``, so auxiliary calls of one turn, turn-less calls and concurrent
+gateway sessions' ``on_session_start`` still can. A skipped call never
+reaches the plugin; Hermes only logs a WARNING
+("Hook '%s' callback %s skipped after previous timeout or while still
+running") on ``hermes_cli.plugins``, on the thread that made the call, while
+its dispatcher still holds the call's kwargs.
+
+:class:`SkipWatch` is a filter on that logger. For a skip of one of our
+callbacks it finds the dispatcher's frame (its ``cb`` is ours), records the
+call from its ``kwargs`` there and then, without waiting for anything (the
+dispatcher holds its lock; no verdict of ours is read any more), and
+counts it. Hermes's WARNING is replaced by our own count: the call was not
+lost. A skip it cannot recover (no dispatcher frame of the shape it knows)
+is counted as lost, and Hermes's WARNING goes through. Applies to the
+dispatchers of Hermes 0.21.0 - 0.23.x (read at the commits named in
+``tests/python/hermes_main_dispatch.py``); on 0.19 no hook is ever skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+#: The logger Hermes's dispatcher logs its skips on.
+HERMES_PLUGINS_LOGGER = "hermes_cli.plugins"
+#: The start shared by every skip message of the dispatcher (a skip while
+#: running or suppressed after a timeout, and a skip for too many abandoned
+#: workers); each names the hook and the callback first.
+_SKIP_PREFIX = "Hook '%s' callback %s"
+#: How many frames above the logging call the dispatcher's frame may be
+#: (logging's own frames, then ``_run_hook_callback_bounded``).
+_MAX_FRAMES = 16
+
+
+class SkipWatch(logging.Filter):
+    """Records and counts the calls of our hooks Hermes skipped."""
+
+    def __init__(
+        self, ours: dict[str, Callable[..., Any]], recorders: dict[str, Callable[..., bool]]
+    ) -> None:
+        super().__init__()
+        self._ours = ours
+        self._recorders = recorders
+        self._lock = threading.Lock()
+        #: hook name -> [recorded, lost]
+        self.counts: dict[str, list[int]] = {}
+
+    #: The level the logger had, where it was above WARNING: records below
+    #: it are dropped as they would have been.
+    below = logging.NOTSET
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            keep = self._filter(record)
+        except Exception:  # noqa: BLE001 - a log line of Hermes must never fail because of us
+            keep = True
+        return keep and record.levelno >= self.below
+
+    def _filter(self, record: logging.LogRecord) -> bool:
+        msg = record.msg
+        if not (isinstance(msg, str) and msg.startswith(_SKIP_PREFIX) and "skipped" in msg):
+            return True
+        args = record.args
+        if not isinstance(args, tuple) or not args or not isinstance(args[0], str):
+            return True
+        hook_name = args[0]
+        ours = self._ours.get(hook_name)
+        if ours is None:
+            return True
+        kwargs = _dispatched_kwargs(ours, hook_name)
+        if kwargs is None:
+            # Not our callback's skip (another plugin's), or a dispatcher
+            # this does not know: count ours only when the name says so.
+            if len(args) > 1 and args[1] == getattr(ours, "__name__", None):
+                self._count(hook_name, recorded=False)
+            return True
+        recorded = self._recorders[hook_name](**kwargs)
+        self._count(hook_name, recorded=recorded)
+        return not recorded
+
+    def _count(self, hook_name: str, *, recorded: bool) -> None:
+        with self._lock:
+            counts = self.counts.setdefault(hook_name, [0, 0])
+            counts[0 if recorded else 1] += 1
+
+    def totals(self) -> tuple[int, int]:
+        """(recorded, lost) over every hook."""
+        with self._lock:
+            return (sum(c[0] for c in self.counts.values()), sum(c[1] for c in self.counts.values()))
+
+
+def _dispatched_kwargs(ours: Callable[..., Any], hook_name: str) -> dict[str, Any] | None:
+    """The kwargs of the call being skipped, read from the dispatcher's
+    frame on this thread (the one whose ``cb`` is ``ours``)."""
+    frame = sys._getframe(2)
+    for _ in range(_MAX_FRAMES):
+        if frame is None:
+            return None
+        local = frame.f_locals
+        if local.get("cb") is ours and local.get("hook_name") == hook_name:
+            kwargs = local.get("kwargs")
+            return dict(kwargs) if isinstance(kwargs, dict) else None
+        frame = frame.f_back
+    return None
+
+
+def coarse_single_flight() -> bool:
+    """Whether the running Hermes skips a call of a callback while any other
+    call of it runs (0.21.x: key ``(hook, callback)``), rather than only one
+    for the same tool call or turn (later main: ``_hook_call_identity``)."""
+    try:
+        import hermes_cli.plugins_dispatch as dispatch
+    except Exception:  # noqa: BLE001 - no such dispatcher: nothing is skipped
+        return False
+    return hasattr(dispatch, "_HOOK_TIMEOUT_BOUNDED_HOOKS") and not hasattr(dispatch, "_hook_call_identity")
+
+
+_watch: SkipWatch | None = None
+
+
+def install(ours: dict[str, Callable[..., Any]], recorders: dict[str, Callable[..., bool]]) -> SkipWatch:
+    """Puts the watch on Hermes's plugin logger (once per process; a plugin
+    registered again replaces what it watches)."""
+    global _watch
+    logger = logging.getLogger(HERMES_PLUGINS_LOGGER)
+    if _watch is not None:
+        logger.removeFilter(_watch)
+    _watch = SkipWatch(ours, recorders)
+    # A logger set above WARNING never makes the skip's record, so the
+    # filter would never see it: let WARNING through to the filter, which
+    # drops what the level the user set would have dropped.
+    level = logger.getEffectiveLevel()
+    if level > logging.WARNING:
+        _watch.below = level
+        logger.setLevel(logging.WARNING)
+    logger.addFilter(_watch)
+    return _watch
+
+
+def watch() -> SkipWatch | None:
+    """The installed watch, if any."""
+    return _watch
