@@ -1,15 +1,19 @@
-//! `hermes-otel doctor`: a damaged store is reported by `doctor` and
-//! `status` in one line with what to do, and `doctor --rebuild` keeps the
-//! damaged file aside, unchanged, and rebuilds the store from what it can
-//! read plus the spool.
+//! `hermes-otel doctor`: a damaged store (pages overwritten, the file cut
+//! short) is reported by every command that opens it in one line with what
+//! to do, and `doctor --rebuild` builds a new store beside it from what it
+//! can read plus the spool, swaps it in only when it is complete, and keeps
+//! the damaged file aside, unchanged; a rebuild that can read nothing
+//! leaves it where it was, and no command makes an empty store beside one
+//! kept aside.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+
+#[path = "support/cli.rs"]
+mod cli;
+use cli::cli;
 
 use hermes_otel::store::{Store, DB_FILE_NAME};
 use rusqlite::Connection;
-
-const BIN: &str = env!("CARGO_BIN_EXE_hermes-otel");
 
 fn fixtures() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
@@ -20,21 +24,6 @@ fn fixtures() -> Vec<PathBuf> {
         .collect();
     files.sort();
     files
-}
-
-fn cli(home: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN)
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .env_remove("HERMES_OTEL_HOME")
-        .output()
-        .expect("run hermes-otel");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// A store with every fixture replayed.
@@ -231,4 +220,168 @@ fn a_rebuild_is_refused_while_hermes_uses_the_store() {
     assert!(err.contains("stop Hermes"), "{err}");
     assert!(home.join(DB_FILE_NAME).exists(), "the store was left in place");
     drop(spool);
+}
+
+/// Files in `home` a rebuild must not leave behind (its temporary store).
+fn leftovers(home: &Path) -> Vec<String> {
+    std::fs::read_dir(home)
+        .expect("store dir")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.contains(".rebuild-"))
+        .collect()
+}
+
+/// The WAL folded into the file, so the file alone is the store.
+fn checkpointed(db: &Path) {
+    Connection::open(db)
+        .expect("open")
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .expect("checkpoint");
+}
+
+fn count(db: &Path, table: &str) -> i64 {
+    Connection::open(db)
+        .expect("open")
+        .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
+        .expect("count")
+}
+
+/// The N of "N unreadable" in the rebuild's summary line.
+fn unreadable_in(out: &str) -> i64 {
+    let line = out.lines().find(|l| l.starts_with("rebuilt ")).expect("summary line");
+    let before = line.split(" unreadable").next().expect("unreadable");
+    before
+        .rsplit(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("a count of unreadable rows")
+}
+
+#[test]
+fn a_store_cut_short_by_its_last_page_is_rebuilt_from_what_reads_and_never_left_missing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = dir.path();
+    replayed(home);
+    let db = home.join(DB_FILE_NAME);
+    checkpointed(&db);
+    let (journal, calls) = (count(&db, "journal"), count(&db, "llm_calls"));
+    let len = std::fs::metadata(&db).expect("stat").len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&db)
+        .expect("open file")
+        .set_len(len - 4096)
+        .expect("truncate");
+    let damaged_bytes = std::fs::read(&db).expect("read");
+
+    // Every command that opens it says so, with what to do, and fails.
+    let (code, out, _) = cli(home, &["status"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("doctor --rebuild"), "{out}");
+    let (code, _, err) = cli(home, &["report"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("damaged") && err.contains("doctor"), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+
+    let (code, out, err) = cli(home, &["doctor", "--rebuild"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(db.exists(), "a store is in place after the rebuild");
+    let lost = unreadable_in(&out);
+    assert_eq!(count(&db, "journal"), journal - lost, "every event that reads: {out}");
+    assert!(lost < journal / 10, "most of the journal came back: {out}");
+    if lost == 0 {
+        assert_eq!(count(&db, "llm_calls"), calls, "{out}");
+    }
+    assert_eq!(
+        std::fs::read(the_damaged_file(home)).expect("read aside"),
+        damaged_bytes,
+        "the damaged file is kept exactly as it was"
+    );
+    assert_eq!(leftovers(home), Vec::<String>::new());
+    let (code, out, _) = cli(home, &["doctor"]);
+    assert_eq!(code, 0, "whole after the rebuild: {out}");
+    let (code, out, err) = cli(home, &["report", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+#[test]
+fn a_rebuild_that_can_read_nothing_leaves_the_damaged_store_where_it_was() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = dir.path();
+    replayed(home);
+    let db = home.join(DB_FILE_NAME);
+    checkpointed(&db);
+    // Garbage over the header: SQLite calls it no database at all.
+    damage(&db, &[1]);
+    let before = std::fs::read(&db).expect("read");
+    let (code, out, err) = cli(home, &["doctor", "--rebuild"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("nothing could be read"), "{out}");
+    assert_eq!(
+        std::fs::read(&db).expect("still there"),
+        before,
+        "left exactly as it was"
+    );
+    assert_eq!(leftovers(home), Vec::<String>::new());
+    let aside: Vec<String> = std::fs::read_dir(home)
+        .expect("dir")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.contains(".damaged-"))
+        .collect();
+    assert_eq!(aside, Vec::<String>::new(), "nothing was moved aside");
+}
+
+#[test]
+fn a_missing_store_beside_a_kept_aside_one_is_said_and_no_empty_store_is_made() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = dir.path();
+    replayed(home);
+    let db = home.join(DB_FILE_NAME);
+    checkpointed(&db);
+    let aside = home.join(format!("{DB_FILE_NAME}.damaged-1700000000"));
+    std::fs::rename(&db, &aside).expect("move aside");
+    for args in [
+        &["report"][..],
+        &["status"],
+        &["trace", "--last"],
+        &["doctor"],
+        &["compact"],
+        &["budget", "list"],
+        &["export", "--since", "1d"],
+    ] {
+        let (code, out, err) = cli(home, args);
+        assert_eq!(code, 1, "{args:?}: {out}{err}");
+        assert!(err.contains(&aside.display().to_string()), "{args:?} names it: {err}");
+        assert!(!db.exists(), "{args:?} made no store");
+    }
+    // Replay makes stores; it says so, and goes on.
+    let fixture = fixtures().into_iter().next().expect("a fixture");
+    let (code, out, err) = cli(home, &["replay", &fixture.display().to_string()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains(&aside.display().to_string()), "{err}");
+}
+
+#[test]
+fn status_finds_a_damaged_table_with_no_trouble_recorded() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = dir.path();
+    replayed(home);
+    let db = home.join(DB_FILE_NAME);
+    checkpointed(&db);
+    let root: i64 = Connection::open(&db)
+        .expect("open")
+        .query_row("SELECT rootpage FROM sqlite_master WHERE name = 'journal'", [], |r| {
+            r.get(0)
+        })
+        .expect("journal root");
+    damage(&db, &[root]);
+    let _ = std::fs::remove_file(home.join(hermes_otel::health::HEALTH_FILE_NAME));
+    let (code, out, _) = cli(home, &["status"]);
+    assert_eq!(code, 1, "{out}");
+    let first = out.lines().next().unwrap_or_default();
+    assert!(first.starts_with("DAMAGED") && first.contains("journal"), "{out}");
+    assert!(first.contains("doctor --rebuild"), "{out}");
+    // A report that never reads the journal still says so, in one line.
+    let (_, _, err) = cli(home, &["report"]);
+    assert!(err.contains("damaged") && err.contains("doctor"), "{err}");
 }

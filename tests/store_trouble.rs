@@ -5,7 +5,11 @@
 //! kept meanwhile land, and `<store>/health.json` (what `hermes-otel status`
 //! shows) records it.
 //!
-//! The full-disk and read-only cases need root (a tmpfs mount, `chattr +i`,
+//! Reading commands (`report`, `trace`, `status`, `doctor`) work on a
+//! store file or directory that cannot be written; as root, where file
+//! modes stop no one, those tests run the commands as `nobody`.
+//!
+//! The full-disk and read-only bridge cases need root (a tmpfs mount, `chattr +i`,
 //! a read-only bind mount). Without it they print `SKIP: ...` and pass;
 //! CI runs as root, so there they run.
 
@@ -13,8 +17,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+#[path = "support/cli.rs"]
+mod cli;
 #[path = "support/hooks.rs"]
 mod hooks;
+use cli::cli_as;
 use hooks::call;
 
 use hermes_otel::bridge::{
@@ -701,4 +708,142 @@ fn a_process_ending_on_a_full_disk_says_at_exit_how_many_events_it_loses() {
         "{lost}"
     );
     assert!(lost.contains("disk_full"), "{lost}");
+}
+
+/// The user that cannot write what is made read-only below: file modes do
+/// not stop root (CI runs the tests as root), so as root the commands run
+/// as `nobody`; as anyone else, as themselves.
+const NOBODY: u32 = 65_534;
+
+fn is_root() -> bool {
+    std::fs::metadata("/proc/self").is_ok_and(|m| {
+        use std::os::unix::fs::MetadataExt as _;
+        m.uid() == 0
+    })
+}
+
+fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+fn chown_to(path: &Path, uid: u32) {
+    std::os::unix::fs::chown(path, Some(uid), Some(uid)).expect("chown");
+}
+
+/// What cannot be written: the store file, or the store directory.
+#[derive(Clone, Copy, Debug)]
+enum ReadOnly {
+    File,
+    Dir,
+}
+
+/// A store with the fixtures of one session replayed, made read-only as
+/// `what` says, and the user to run the commands as.
+fn read_only_store(root: &Path, what: ReadOnly) -> (PathBuf, Option<u32>, String) {
+    let home = root.join("otel");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/multi_turn.jsonl");
+    let (code, out, err) = cli_as(&home, None, &["replay", &fixture.display().to_string()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, totals, err) = cli_as(&home, None, &["report", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let db = home.join(DB_FILE_NAME);
+    assert!(!home.join(format!("{DB_FILE_NAME}-wal")).exists(), "closed cleanly");
+    let user = if is_root() {
+        chmod(root, 0o755);
+        match what {
+            // Nobody may write the directory, not the file (root's, 0644).
+            ReadOnly::File => {
+                chown_to(&home, NOBODY);
+                chmod(&db, 0o644);
+            }
+            // Nobody may write the file, not the directory (root's, 0755).
+            ReadOnly::Dir => {
+                chmod(&home, 0o755);
+                chown_to(&db, NOBODY);
+            }
+        }
+        Some(NOBODY)
+    } else {
+        match what {
+            ReadOnly::File => chmod(&db, 0o444),
+            ReadOnly::Dir => chmod(&home, 0o555),
+        }
+        None
+    };
+    (home, user, totals)
+}
+
+fn totals(report_json: &str) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_str(report_json).expect("report json");
+    v["totals"].clone()
+}
+
+fn reading_commands_work_on(what: ReadOnly) {
+    let root = tempfile::tempdir().expect("temp dir");
+    let (home, user, before) = read_only_store(root.path(), what);
+    if user.is_some() && run("setpriv", &["--reuid=65534", "--regid=65534", "--clear-groups", "true"]).is_err() {
+        eprintln!("SKIP: running as root, and setpriv cannot drop to nobody");
+        return;
+    }
+    let db = home.join(DB_FILE_NAME);
+    let bytes_before = bytes(&db);
+    let (code, out, err) = cli_as(&home, user, &["report", "--json"]);
+    assert_eq!(code, 0, "{what:?}: {out}{err}");
+    assert_eq!(totals(&out), totals(&before), "{what:?}: the same report as before");
+    assert!(
+        err.contains("cannot be written"),
+        "{what:?} says so, in one line: {err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let (code, out, err) = cli_as(&home, user, &["trace", "--last"]);
+    assert_eq!(code, 0, "{what:?}: {out}{err}");
+    let (code, out, err) = cli_as(&home, user, &["status"]);
+    assert_eq!(code, 0, "{what:?}: {out}{err}");
+    assert!(out.contains("read-only"), "{what:?}: {out}");
+    let (code, out, err) = cli_as(&home, user, &["doctor"]);
+    assert_eq!(code, 0, "{what:?}: {out}{err}");
+    assert!(out.contains("whole") && out.contains("READ-ONLY"), "{what:?}: {out}");
+    assert!(!out.contains("DAMAGED"), "{what:?}: read-only is not damaged: {out}");
+    let (code, out, err) = cli_as(&home, user, &["doctor", "--rebuild", "--force"]);
+    assert_ne!(code, 0, "{what:?}: {out}");
+    assert!(err.contains("cannot rebuild"), "{what:?}: {err}");
+    assert_eq!(bytes(&db), bytes_before, "{what:?}: nothing wrote the store");
+}
+
+#[test]
+fn reading_commands_work_on_a_read_only_store_file() {
+    reading_commands_work_on(ReadOnly::File);
+}
+
+#[test]
+fn reading_commands_work_on_a_store_in_a_read_only_directory() {
+    reading_commands_work_on(ReadOnly::Dir);
+}
+
+#[test]
+fn reading_commands_work_on_a_store_on_a_read_only_mount() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let src = root.path().join("src");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/multi_turn.jsonl");
+    let (code, out, err) = cli_as(&src, None, &["replay", &fixture.display().to_string()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (_, before, _) = cli_as(&src, None, &["report", "--json"]);
+    let home = root.path().join("otel");
+    let mount = match Mount::bind(&src, &home) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("SKIP: a read-only mount needs root: {e}");
+            return;
+        }
+    };
+    mount.remount("remount,bind,ro");
+    // Root cannot write a read-only mount either: no other user needed.
+    let (code, out, err) = cli_as(&home, None, &["report", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(totals(&out), totals(&before));
+    assert!(err.contains("cannot be written"), "{err}");
+    let (code, out, err) = cli_as(&home, None, &["doctor"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("READ-ONLY") && !out.contains("DAMAGED"), "{out}");
 }

@@ -1,11 +1,15 @@
 //! `hermes-otel doctor`: checks the store file and, asked to, rebuilds a
 //! damaged one from what it still lets us read plus the spool.
 //!
-//! The damaged file is never modified or deleted: a rebuild renames it (and
-//! its `-wal` and `-shm`) aside as `hermes-otel.db.damaged-<unix time>`,
-//! builds the new store under a temporary name, moves it into place only
-//! when it is complete, and then applies what dead processes left in their
-//! spools. It refuses while a Hermes process uses the store (a live spool).
+//! The damaged file is never modified or deleted: a rebuild reads it
+//! read-only where it is, builds the new store beside it under a temporary
+//! name, checks it (integrity, the events it holds) and fsyncs it, and only
+//! then keeps the damaged file (and its `-wal` and `-shm`) as
+//! `hermes-otel.db.damaged-<unix time>` and renames the new one into
+//! place; then it applies what dead processes left in their spools. If the
+//! build fails, or nothing at all could be read, the damaged file stays
+//! where it was and nothing replaces it. It refuses while a Hermes process
+//! uses the store (a live spool).
 
 use std::path::{Path, PathBuf};
 
@@ -15,7 +19,11 @@ use crate::error::{Error, Result};
 use crate::health::{FaultKind, Tracker};
 use crate::hook::DecodeOptions;
 use crate::pricing::PriceTable;
-use crate::store::{check_integrity, Store, DB_FILE_NAME};
+use crate::store::{check_integrity, check_writable, Rebuilt, Store, DB_FILE_NAME};
+
+/// What a kept-aside damaged store's name adds to the store's, before the
+/// Unix time of the rebuild.
+pub(super) const DAMAGED_INFIX: &str = ".damaged-";
 
 /// Problems listed at most.
 const MAX_PROBLEMS: usize = 20;
@@ -34,6 +42,7 @@ pub struct DoctorArgs {
 pub fn run(dir: &Path, args: &DoctorArgs) -> Result<i32> {
     let db = dir.join(DB_FILE_NAME);
     if !db.exists() {
+        // (A damaged store kept aside beside no store is `existing_home`'s.)
         return Err(Error::Other(format!(
             "no store at {} (nothing to check; is --home or HERMES_OTEL_HOME right?)",
             db.display()
@@ -43,8 +52,17 @@ pub fn run(dir: &Path, args: &DoctorArgs) -> Result<i32> {
     let integrity = check_integrity(&db, MAX_PROBLEMS)
         .map(|i| i.problems)
         .unwrap_or_else(|e| vec![e.to_string()]);
+    // Read-only is not damage: the file reads whole, only writers fail.
+    let read_only = check_writable(&db);
     if integrity.is_empty() {
         println!("store {}: whole (PRAGMA integrity_check: ok)", db.display());
+        if let Some(why) = &read_only {
+            println!(
+                "store {}: READ-ONLY, not damaged ({why}): reading commands work; Hermes cannot record into it \
+                 until it is writable again",
+                db.display()
+            );
+        }
     } else {
         println!(
             "store {}: DAMAGED ({} problem{} found; first: {})",
@@ -83,6 +101,12 @@ pub fn run(dir: &Path, args: &DoctorArgs) -> Result<i32> {
         println!("nothing to rebuild (--force rebuilds a whole store anyway)");
         return Ok(0);
     }
+    if let Some(why) = read_only {
+        return Err(Error::Other(format!(
+            "cannot rebuild {}: {why}; a rebuild writes the new store beside it",
+            db.display()
+        )));
+    }
     if spooled.live > 0 {
         return Err(Error::Other(format!(
             "{} running process(es) use {} (their spools are locked); stop Hermes and `hermes-otel serve` before a rebuild",
@@ -95,50 +119,49 @@ pub fn run(dir: &Path, args: &DoctorArgs) -> Result<i32> {
 
 fn rebuild(dir: &Path, db: &Path) -> Result<i32> {
     let stamp = crate::unix_now() as u64;
-    let aside = with_suffix(db, &format!(".damaged-{stamp}"));
-    let fresh = with_suffix(db, &format!(".rebuild-{stamp}"));
-    // Aside first, with its WAL (which holds commits not yet checkpointed),
-    // so nothing opens the damaged file as the store from here on.
-    for suffix in ["", "-wal", "-shm"] {
-        let from = with_suffix(db, suffix);
-        if from.exists() {
-            let to = with_suffix(&aside, suffix);
-            std::fs::rename(&from, &to).map_err(|e| Error::io(&from, e))?;
-        }
-    }
-    println!("kept the damaged store as {}", aside.display());
+    let aside = with_suffix(db, &format!("{DAMAGED_INFIX}{stamp}"));
+    let fresh = dir.join(format!(".{DB_FILE_NAME}.rebuild-{stamp}"));
+    let before = file_identity(db);
     let prices = PriceTable::load(&dir.join(crate::config::PRICING_FILE_NAME))?;
-    let rebuilt = {
-        let mut store = Store::open(&fresh)?;
-        store.set_prices(prices.clone());
-        let rebuilt = store.rebuild_from(&aside, super::DEFAULT_IDLE_TIMEOUT_SECONDS, crate::unix_now())?;
-        store.checkpoint()?;
-        rebuilt
+    // Built beside the damaged store, which stays where it is, read-only,
+    // until the new one is complete and checked.
+    let rebuilt = match build(db, &fresh, &prices) {
+        Ok(rebuilt) => rebuilt,
+        Err(e) => {
+            remove_with_wal(&fresh);
+            return Err(Error::Other(format!(
+                "the rebuild failed ({e}); {} was left as it was, and nothing replaced it",
+                db.display()
+            )));
+        }
     };
-    if db.exists() {
+    if rebuilt.journal_read == 0 && rebuilt.carried.is_empty() {
+        remove_with_wal(&fresh);
+        println!(
+            "nothing could be read from {}: it was left in place, unchanged; a new store would hold nothing              of it. Move it aside by hand to start afresh (`mv {0} {0}.damaged`)",
+            db.display()
+        );
+        return Ok(1);
+    }
+    if file_identity(db) != before {
+        remove_with_wal(&fresh);
         return Err(Error::Other(format!(
-            "a new {} appeared during the rebuild (a Hermes process started?); the rebuilt store is {}: \
-             stop Hermes and move it into place by hand",
-            db.display(),
-            fresh.display()
+            "{} changed during the rebuild (a Hermes process started?); it was left in place and nothing              replaced it: stop Hermes and run the rebuild again",
+            db.display()
         )));
     }
-    for suffix in ["", "-wal", "-shm"] {
-        let from = with_suffix(&fresh, suffix);
-        if from.exists() {
-            let to = with_suffix(db, suffix);
-            std::fs::rename(&from, &to).map_err(|e| Error::io(&from, e))?;
-        }
-    }
+    swap(db, &fresh, &aside)?;
+    println!("kept the damaged store as {}", aside.display());
     let mut store = Store::open(db)?;
     store.set_prices(prices);
     let recovered = crate::spool::recover(&mut store, dir, None, DecodeOptions::default());
     store.checkpoint()?;
     println!(
-        "rebuilt {}: {} journal events read, {} applied, {} unreadable, {} undecodable; {} events from {} spool file(s)",
+        "rebuilt {}: {} journal events read, {} applied, {}{} unreadable, {} undecodable; {} events from {} spool file(s)",
         db.display(),
         rebuilt.journal_read,
         rebuilt.applied,
+        if rebuilt.journal_unreadable_exact { "" } else { "about " },
         rebuilt.journal_unreadable,
         rebuilt.undecodable,
         recovered.applied,
@@ -163,6 +186,97 @@ fn rebuild(dir: &Path, db: &Path) -> Result<i32> {
     health.recovered(now);
     let _ = health.write(dir, now);
     Ok(0)
+}
+
+/// Builds the new store at `fresh` from what `damaged` still reads, then
+/// checks it: one file (its WAL folded in), on disk (fsynced), whole
+/// (`integrity_check`), holding every event applied.
+fn build(damaged: &Path, fresh: &Path, prices: &PriceTable) -> Result<Rebuilt> {
+    let rebuilt = {
+        let mut store = Store::open(fresh)?;
+        store.set_prices(prices.clone());
+        let rebuilt = store.rebuild_from(damaged, super::DEFAULT_IDLE_TIMEOUT_SECONDS, crate::unix_now())?;
+        store.checkpoint_truncate()?;
+        rebuilt
+    };
+    let integrity = check_integrity(fresh, MAX_PROBLEMS)?;
+    if !integrity.ok() {
+        return Err(Error::Other(format!(
+            "the new store does not pass integrity_check ({})",
+            integrity.problems.join("; ")
+        )));
+    }
+    let journal = Store::open_read_only(fresh)?.journal_rows()?;
+    if journal as u64 != rebuilt.applied {
+        return Err(Error::Other(format!(
+            "the new store holds {journal} journal rows, {} were applied",
+            rebuilt.applied
+        )));
+    }
+    // The writer's last close checkpointed the WAL into the file; what the
+    // checks' readers left beside it is empty, and must not be left under
+    // the temporary name.
+    let wal = with_suffix(fresh, "-wal");
+    if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+        return Err(Error::Other(format!(
+            "{} was not folded into the new store",
+            wal.display()
+        )));
+    }
+    remove_sidecars(fresh);
+    std::fs::File::open(fresh)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| Error::io(fresh, e))?;
+    Ok(rebuilt)
+}
+
+/// Puts `fresh` in place of `db`, keeping `db` as `aside`: the damaged file
+/// is linked under its new name first, so `db` names the old store or the
+/// new one at every moment; its WAL moves aside before the new store is in
+/// place (a WAL beside a database is applied to it). Undone if the last
+/// step fails.
+fn swap(db: &Path, fresh: &Path, aside: &Path) -> Result<()> {
+    std::fs::hard_link(db, aside)
+        .or_else(|_| std::fs::copy(db, aside).map(|_| ()))
+        .map_err(|e| Error::io(aside, e))?;
+    let mut moved = Vec::new();
+    for suffix in ["-wal", "-shm"] {
+        let from = with_suffix(db, suffix);
+        if from.exists() {
+            let to = with_suffix(aside, suffix);
+            std::fs::rename(&from, &to).map_err(|e| Error::io(&from, e))?;
+            moved.push((from, to));
+        }
+    }
+    if let Err(e) = std::fs::rename(fresh, db) {
+        for (from, to) in moved {
+            let _ = std::fs::rename(to, from);
+        }
+        let _ = std::fs::remove_file(aside);
+        return Err(Error::io(db, e));
+    }
+    // The renames are durable once the directory is.
+    if let Some(dir) = db.parent() {
+        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+    }
+    Ok(())
+}
+
+/// The length and modification time of `path`, to notice a writer.
+fn file_identity(path: &Path) -> Option<(u64, std::time::SystemTime)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.len(), m.modified().ok()?))
+}
+
+fn remove_with_wal(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    remove_sidecars(path);
+}
+
+fn remove_sidecars(path: &Path) {
+    for suffix in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(with_suffix(path, suffix));
+    }
 }
 
 /// Notes in `<store>/health.json` that the file is damaged, so `status`

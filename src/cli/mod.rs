@@ -166,7 +166,14 @@ where
     let code = match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("hermes-otel: {e}");
+            if crate::health::classify(&e) == Some(crate::health::FaultKind::Corrupt) {
+                eprintln!(
+                    "hermes-otel: {e}: the store is damaged; `hermes-otel doctor` checks it and \
+                     `hermes-otel doctor --rebuild` rebuilds it"
+                );
+            } else {
+                eprintln!("hermes-otel: {e}");
+            }
             1
         }
     };
@@ -230,6 +237,10 @@ fn init_logging(verbose: u8, quiet: u8) {
 /// report says nothing was spent.
 fn existing_home(home: Option<PathBuf>) -> Result<config::Resolved<PathBuf>> {
     let resolved = config::store_dir(home);
+    // Nor may any command make one beside a damaged store kept aside.
+    if let Some(line) = missing_beside_aside(&resolved.value) {
+        return Err(crate::error::Error::Other(line));
+    }
     if !resolved.value.is_dir() {
         return Err(crate::error::Error::Other(format!(
             "no store at {} (from {}): check the path; Hermes with the plugin, or `hermes-otel replay`, creates it",
@@ -238,6 +249,66 @@ fn existing_home(home: Option<PathBuf>) -> Result<config::Resolved<PathBuf>> {
         )));
     }
     Ok(resolved)
+}
+
+/// The newest damaged store `doctor --rebuild` kept aside in `dir`, if any.
+pub(crate) fn moved_aside(dir: &std::path::Path) -> Option<PathBuf> {
+    let prefix = format!("{}{}", crate::store::DB_FILE_NAME, doctor::DAMAGED_INFIX);
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&prefix) && !n.ends_with("-wal") && !n.ends_with("-shm"))
+        })
+        .max()
+}
+
+/// The one line saying that the store is missing but a damaged one was
+/// kept aside: a new, empty store there would report nothing spent.
+fn missing_beside_aside(dir: &std::path::Path) -> Option<String> {
+    let db = dir.join(crate::store::DB_FILE_NAME);
+    if db.exists() {
+        return None;
+    }
+    let aside = moved_aside(dir)?;
+    Some(format!(
+        "no store at {}, but a damaged one was kept aside as {} (a rebuild that did not finish?): \
+         move it back and run `hermes-otel doctor --rebuild`",
+        db.display(),
+        aside.display()
+    ))
+}
+
+/// Opens the store for a command that only reads it: as every command
+/// does (migrating it, applying dead processes' spools), or, when the
+/// store cannot be written (a read-only file, directory or mount),
+/// read-only, saying so in one line.
+fn open_for_reading(dir: PathBuf) -> Result<Store> {
+    let db = dir.join(crate::store::DB_FILE_NAME);
+    // Asked first: SQLite opens a store in a directory that cannot hold its
+    // `-shm` as if it could be written, and fails at the first write.
+    let store = match db.exists().then(|| crate::store::check_writable(&db)).flatten() {
+        Some(why) => {
+            let store = Store::open_read_only(&db)?;
+            eprintln!(
+                "hermes-otel: the store cannot be written ({why}): read as it is, without the events of \
+                 ended processes' spools"
+            );
+            store
+        }
+        None => open_store(dir)?,
+    };
+    // A few pages per table: damage a query of this command may never
+    // touch is still said, in one line.
+    if let Some(first) = crate::store::quick_look(&db).first() {
+        eprintln!(
+            "hermes-otel: the store is damaged ({first}); `hermes-otel doctor` checks it and \
+             `hermes-otel doctor --rebuild` rebuilds it"
+        );
+    }
+    Ok(store)
 }
 
 fn open_store(dir: PathBuf) -> Result<Store> {
@@ -260,7 +331,11 @@ fn dispatch(cli: Cli) -> Result<i32> {
             for file in &files {
                 std::fs::File::open(file).map_err(|e| crate::error::Error::io(file, e))?;
             }
-            let mut store = open_store(config::store_dir(cli.home).value)?;
+            let dir = config::store_dir(cli.home).value;
+            if let Some(line) = missing_beside_aside(&dir) {
+                eprintln!("hermes-otel: {line}; replaying into a new store");
+            }
+            let mut store = open_store(dir)?;
             let opts = DecodeOptions {
                 capture_content,
                 ..DecodeOptions::default()
@@ -290,7 +365,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Report(args) => {
             // Arguments first: a bad window is reported before any store work.
             let window = report::window(&args)?;
-            let store = open_store(existing_home(cli.home)?.value)?;
+            let store = open_for_reading(existing_home(cli.home)?.value)?;
             report::run(&store, &args, window)
         }
         Command::Serve(args) => export::serve(&existing_home(cli.home)?.value, &args),
@@ -308,7 +383,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Pricing { command } => pricing::run(&config::store_dir(cli.home).value, &command),
         Command::Doctor(args) => doctor::run(&existing_home(cli.home)?.value, &args),
         Command::Trace(args) => {
-            let store = open_store(existing_home(cli.home)?.value)?;
+            let store = open_for_reading(existing_home(cli.home)?.value)?;
             trace::run(&store, &args)
         }
         Command::Ui(args) => ui::run(&existing_home(cli.home)?.value, &args),
@@ -341,11 +416,23 @@ fn dispatch(cli: Cli) -> Result<i32> {
             let home = existing_home(cli.home)?;
             // A store in trouble is exactly when status must answer: one
             // that cannot be opened, or whose pages fail to read.
-            match Store::open_dir(&home.value).and_then(|store| status::run(&store, &home, json)) {
+            match status_store(&home.value).and_then(|store| status::run(&store, &home, json)) {
                 Ok(code) => Ok(code),
                 Err(e) if crate::health::classify(&e).is_some() => status::run_unopenable(&home, &e, json),
                 Err(e) => Err(e),
             }
         }
     }
+}
+
+/// The store as `status` reads it: opened as every command opens it, or
+/// read-only when it cannot be written (status then says why).
+fn status_store(dir: &std::path::Path) -> Result<Store> {
+    let db = dir.join(crate::store::DB_FILE_NAME);
+    Store::open_dir(dir).or_else(
+        |e| match db.exists().then(|| crate::store::check_writable(&db)).flatten() {
+            Some(_) => Store::open_read_only(&db),
+            None => Err(e),
+        },
+    )
 }

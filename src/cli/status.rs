@@ -18,13 +18,25 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
         .map(|(name, value, source)| serde_json::json!({"name": name, "value": value, "source": source}))
         .collect();
     let retention = retention_state(store)?;
-    // Damage a process or `doctor` found makes status fail, first line.
-    let damaged = damaged(&home.value);
+    // Damage a process or `doctor` found, or a cheap look finds now (the
+    // header, the schema, each table's first and last page), makes status
+    // fail, first line.
+    let damaged = damaged(&home.value).or_else(|| {
+        let problems = crate::store::quick_look(store.path());
+        let first = problems.first()?;
+        Some(format!(
+            "{} is damaged ({first}); {}",
+            store.path().display(),
+            crate::health::FaultKind::Corrupt.advice(store.path())
+        ))
+    });
+    let read_only = crate::store::check_writable(store.path());
     let code = i32::from(damaged.is_some());
     if json {
         let value = serde_json::json!({
             "store": { "path": store.path(), "dir_source": home.source.to_string(), "schema_version": version,
-                       "supported_schema_version": SCHEMA_VERSION, "damaged": damaged },
+                       "supported_schema_version": SCHEMA_VERSION, "damaged": damaged,
+                       "read_only": read_only },
             "rows": counts,
             "retention": retention.json(),
             "export": export,
@@ -42,6 +54,9 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
         println!("DAMAGED         {text}");
     }
     println!("store           {} (from {})", store.path().display(), home.source);
+    if let Some(why) = &read_only {
+        println!("read-only       {why}: read as it is; Hermes cannot record into it until it is writable");
+    }
     println!("schema version  {version} (this build: {SCHEMA_VERSION})");
     println!("journal         {} events", counts.journal);
     println!("runs            {}", counts.runs);

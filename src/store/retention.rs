@@ -222,8 +222,9 @@ impl Store {
     }
 
     /// A checkpoint that empties the WAL file (after a compaction, whose
-    /// rewrite went through it).
-    fn checkpoint_truncate(&self) -> Result<()> {
+    /// rewrite went through it, and a rebuild's new store), waiting for
+    /// readers.
+    pub fn checkpoint_truncate(&self) -> Result<()> {
         self.conn()
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
         Ok(())

@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use rusqlite::{params, OptionalExtension};
 
 use super::outbox::{
     approval_of, llm_call_of, llm_error_of, open_attempt_of, tool_of, turn_of, APPROVAL_SELECT, LLM_CALL_SELECT,
@@ -54,9 +54,9 @@ impl Store {
     /// on (WAL readers never block the writer). The schema must be one
     /// this build knows; `hermes-otel ui` migrates once at start.
     pub fn open_read_only(path: &Path) -> Result<Self> {
-        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(path, flags)?;
-        conn.busy_timeout(std::time::Duration::from_secs(2))?;
+        let conn = super::doctor::read_only_conn(path)?;
+        // The report's per-session totals are SQL functions of ours.
+        super::by_session::register_functions(&conn)?;
         conn.set_prepared_statement_cache_capacity(64);
         let found: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         if found > super::SCHEMA_VERSION {
@@ -278,7 +278,7 @@ mod tests {
     fn a_store_of_an_older_schema_is_migrated_before_it_is_read() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("old.db");
-        let mut conn = Connection::open(&path).expect("open");
+        let mut conn = rusqlite::Connection::open(&path).expect("open");
         super::super::migrate(&mut conn, &super::super::MIGRATIONS[..7]).expect("schema 7");
         conn.execute(
             "INSERT INTO runs (session_id, root_session_id, started_at, last_event_at, status)
