@@ -316,6 +316,7 @@ fn print_export(state: &crate::store::ExportState, config: &crate::export::Expor
     println!("  dropped       {} (retention cap)", state.dropped);
     println!("  rejected      {} (by the collector)", state.rejected);
     println!("  sampled out   {}", state.sampled_out);
+    println!("  failed        {} attempts (timeouts included)", state.failed);
     print_outcome(
         now,
         state.last_success_at,
