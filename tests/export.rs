@@ -885,3 +885,25 @@ fn a_collector_that_accepts_and_never_answers_is_a_failure_kept_for_status() {
         assert!(state.pending > 0 && state.exported == 0, "{protocol}: nothing is lost");
     }
 }
+
+#[test]
+fn a_collector_that_closes_the_connection_is_a_transport_failure_not_a_refusal() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let addr = listener.local_addr().expect("local addr");
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            // Read the start of the request, then hang up without an answer.
+            let Ok(mut conn) = conn else { return };
+            let _ = std::io::Read::read(&mut conn, &mut [0u8; 64]);
+        }
+    });
+    let endpoint = format!("http://{addr}");
+    let mut store = store_at(dir.path());
+    replay(&mut store, &[fixture("readfile")]);
+    let mut exporter = Exporter::with_store(config(&base(&endpoint, &[])), store).expect("exporter");
+    exporter.close_idle().expect("close idle");
+    let error = first_failure(&mut exporter);
+    assert!(!error.contains("refused them"), "{error}");
+    assert!(error.contains("closed the connection"), "{error}");
+}

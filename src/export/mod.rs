@@ -691,3 +691,29 @@ pub(crate) fn resource_of(config: &ExportConfig) -> Resource {
 }
 
 pub use crate::unix_now;
+
+#[cfg(test)]
+mod tests {
+    use super::retry::{Cause, Verdict};
+    use super::*;
+
+    #[test]
+    fn a_failure_is_worded_by_its_cause_and_only_an_answer_blames_the_request() {
+        let retry = Verdict::Retry { after: None };
+        for (verdict, cause, says, never) in [
+            (retry, Cause::Closed, "closed the connection", "refused"),
+            (retry, Cause::NoAnswer, "did not answer in time", "refused"),
+            (retry, Cause::Unreachable, "is a collector listening there?", "refused"),
+            (Verdict::Permanent, Cause::Answered, "refused them", "listening"),
+        ] {
+            let e = SendError {
+                verdict,
+                cause,
+                message: "otlp grpc: Unknown: h2 protocol error".into(),
+            };
+            let text = failure_text(Signal::Traces, "http://127.0.0.1:4317", &e);
+            assert!(text.contains(says), "{cause:?}: {text}");
+            assert!(!text.contains(never), "{cause:?}: {text}");
+        }
+    }
+}
