@@ -100,7 +100,10 @@ fn print_fleet(store: &Store) -> Result<()> {
         None => println!("fleet sync      never yet: budgets are enforced on this store's spend alone"),
     }
     if let Some(e) = v["last_error"].as_str() {
-        println!("fleet trouble   {e} (enforcing on the last fleet totals plus this host's spend since)");
+        println!(
+            "fleet trouble   {} (enforcing on the last fleet totals plus this host's spend since)",
+            crate::display::escape(e)
+        );
     }
     Ok(())
 }
@@ -338,7 +341,8 @@ pub(super) fn print_outcome(
     let ago = |t: Option<f64>| t.map_or("never".to_string(), |t| format!("{:.0} s ago", (now - t).max(0.0)));
     println!("  last success  {}", ago(last_success_at));
     if let Some(e) = last_error {
-        println!("  last error    {e} ({})", ago(last_error_at));
+        // A collector's answer is quoted in it: shown escaped.
+        println!("  last error    {} ({})", crate::display::escape(e), ago(last_error_at));
     }
     match lease {
         Some(l) if l.expires_at >= now => {
