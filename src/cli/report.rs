@@ -185,6 +185,14 @@ pub fn render(r: &Report, limit: usize) -> String {
         "tokens: input {}  output {}  cache read {}  cache write {}  reasoning {}",
         t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_write_tokens, t.reasoning_tokens
     );
+    if r.held_llm_calls > 0 {
+        let _ = writeln!(
+            out,
+            "held: {} llm calls reported usage beyond what any provider bills in one call; \
+             they are recorded but cost nothing above and charge no budget",
+            r.held_llm_calls
+        );
+    }
     for (title, groups) in [
         ("day", &r.by_day),
         ("model", &r.by_model),

@@ -18,6 +18,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
         .map(|(name, value, source)| serde_json::json!({"name": name, "value": value, "source": source}))
         .collect();
     let retention = retention_state(store)?;
+    let held = store.held_llm_calls(None)?;
     // Damage a process or `doctor` found makes status fail, first line.
     let damaged = damaged(&home.value);
     let code = i32::from(damaged.is_some());
@@ -26,6 +27,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
             "store": { "path": store.path(), "dir_source": home.source.to_string(), "schema_version": version,
                        "supported_schema_version": SCHEMA_VERSION, "damaged": damaged },
             "rows": counts,
+            "held_llm_calls": held,
             "retention": retention.json(),
             "export": export,
             "export_settings": settings,
@@ -47,6 +49,11 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
     println!("runs            {}", counts.runs);
     println!("turns           {}", counts.turns);
     println!("llm calls       {}", counts.llm_calls);
+    if held > 0 {
+        println!(
+            "held llm calls  {held} (usage beyond what any provider bills in one call: kept out of costs and budgets)"
+        );
+    }
     println!("api errors      {}", counts.llm_call_errors);
     println!("tool calls      {}", counts.tool_calls);
     println!("subagent edges  {}", counts.subagent_edges);
