@@ -506,3 +506,28 @@ fn control_characters_in_ids_and_names_are_printed_escaped_and_json_stays_exact(
         }
     }
 }
+
+#[test]
+fn report_and_status_say_how_many_calls_were_held_for_bogus_usage() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("bogus.jsonl");
+    let line = serde_json::json!({"hook": "post_api_request", "t": 1796002658.0,
+        "kwargs": {"session_id": "s", "turn_id": "s:t", "api_request_id": "s:api:1", "model": "gpt-4o",
+                   "usage": {"input_tokens": 1e30, "output_tokens": 1e30}}});
+    std::fs::write(&path, format!("{line}\n")).expect("write");
+    let home = dir.path().join("otel");
+    let o = run(&home, &["replay", path.to_str().expect("utf-8 path")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&home, &["report"]);
+    let out = stdout(&o);
+    assert!(out.contains("total $0.0000"), "{out}");
+    assert!(out.contains("held: 1 llm calls"), "{out}");
+    let o = run(&home, &["status"]);
+    assert!(stdout(&o).contains("held llm calls  1 "), "{}", stdout(&o));
+    let o = run(&home, &["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["held_llm_calls"], 1);
+    let o = run(&home, &["report", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["held_llm_calls"], 1);
+}
