@@ -311,3 +311,47 @@ pub fn factory(config: &crate::bridge::BridgeConfig) -> Result<Box<dyn Backgroun
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a subscriber on this thread wrote, as text.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            lock(&self.0).extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_flush_that_gives_up_on_a_send_with_no_answer_logs_export_failed_once() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let asked_at = Instant::now();
+            let mut state = State::default();
+            log_stuck_step(&mut state, asked_at);
+            assert!(!state.stuck_logged, "no step was running: nothing to say");
+            state.stepping_since = Some(asked_at - Duration::from_millis(5));
+            log_stuck_step(&mut state, asked_at);
+            log_stuck_step(&mut state, asked_at);
+        });
+        let text = String::from_utf8(lock(&captured.0).clone()).expect("utf-8");
+        assert_eq!(text.matches("Export.Failed").count(), 1, "{text}");
+        assert!(
+            text.contains("WARN") && text.contains("no answer from the collector"),
+            "{text}"
+        );
+    }
+}
