@@ -53,12 +53,17 @@ pub enum Cause {
 /// timeout (`tonic::TimeoutExpired`'s text; the status keeps no source).
 pub const GRPC_TIMEOUT_MESSAGE: &str = "Timeout expired";
 
+/// What tonic begins the message of a status it made from an HTTP/2
+/// error with (a reset stream, a GOAWAY), keeping no source.
+pub const GRPC_H2_ERROR_PREFIX: &str = "h2 protocol error";
+
 /// Where a gRPC status came from. tonic makes a status of its own, with
 /// the client error as its source, when the request got no answer; a
-/// status the collector sent has no source. A timeout is told by its
-/// message, as tonic keeps no source for it.
+/// status the collector sent has no source. A timeout and an HTTP/2 error
+/// are told by their message, as tonic keeps no source for them.
 pub fn grpc_cause(code: tonic::Code, message: &str, made_by_client: bool) -> Cause {
     use tonic::Code::*;
+    let made_by_client = made_by_client || message.starts_with(GRPC_H2_ERROR_PREFIX);
     match code {
         Cancelled if message == GRPC_TIMEOUT_MESSAGE => Cause::NoAnswer,
         Unavailable if made_by_client && is_connect_failure(message) => Cause::Unreachable,
@@ -223,6 +228,13 @@ mod tests {
                 Code::Internal,
                 "h2 protocol error: stream closed",
                 true,
+                Cause::Closed,
+                Verdict::Retry { after: None },
+            ),
+            (
+                Code::Unknown,
+                "h2 protocol error: connection reset",
+                false,
                 Cause::Closed,
                 Verdict::Retry { after: None },
             ),
