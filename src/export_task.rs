@@ -47,6 +47,10 @@ struct State {
     leased: bool,
     /// The last error, for status and logs.
     last_error: Option<String>,
+    /// When the step running now began, if one is.
+    stepping_since: Option<Instant>,
+    /// A flush that gave up on a step stuck in a send was logged.
+    stuck_logged: bool,
 }
 
 impl Default for State {
@@ -60,6 +64,8 @@ impl Default for State {
             // it must be served, not skipped.
             leased: true,
             last_error: None,
+            stepping_since: None,
+            stuck_logged: false,
         }
     }
 }
@@ -118,12 +124,14 @@ fn flush_shared(shared: &Shared, deadline: Instant) -> bool {
     if state.stop || state.failing || !state.leased {
         return false;
     }
+    let asked_at = Instant::now();
     let target = state.flushes_done + 1;
     state.flush_until = Some(state.flush_until.map_or(deadline, |d| d.max(deadline)));
     shared.wake.notify_one();
     while state.flushes_done < target {
         let now = Instant::now();
         if now >= deadline {
+            log_stuck_step(&mut state, asked_at);
             return false;
         }
         state = match shared.done.wait_timeout(state, deadline - now) {
@@ -132,6 +140,27 @@ fn flush_shared(shared: &Shared, deadline: Instant) -> bool {
         };
     }
     true
+}
+
+/// Logs, once per process, a flush that gave up because the step begun
+/// before it was asked for is still waiting: a collector that takes the
+/// connection and never answers holds a send until the export timeout,
+/// and the process is about to end before that. `status` shows the
+/// attempt as failed once its timeout passed (`Store::export_attempt`).
+fn log_stuck_step(state: &mut State, asked_at: Instant) {
+    let Some(since) = state.stepping_since.filter(|t| *t <= asked_at) else {
+        return;
+    };
+    if std::mem::replace(&mut state.stuck_logged, true) {
+        return;
+    }
+    let waited_ms = since.elapsed().as_millis() as u64;
+    tracing::warn!(
+        target: "Export.Failed",
+        waited_ms,
+        "traces: an export attempt has had no answer from the collector for {waited_ms} ms: is it hung? \
+         What it carried stays in the outbox for the next exporter; nothing is lost"
+    );
 }
 
 fn run(mut driver: Driver, shared: &Shared) {
@@ -148,6 +177,7 @@ fn run(mut driver: Driver, shared: &Shared) {
             if state.stop {
                 break;
             }
+            state.stepping_since = Some(Instant::now());
             state.flush_until.take()
         };
         // Closing idle runs failing is retried at its next turn; metric
@@ -155,6 +185,7 @@ fn run(mut driver: Driver, shared: &Shared) {
         // collector is failing (what lets an exit flush skip waiting).
         let cycle = driver.step(flush_until);
         let mut state = lock(&shared.state);
+        state.stepping_since = None;
         if let Some(e) = cycle.metric_error() {
             state.last_error = Some(e);
         }
@@ -279,4 +310,48 @@ pub fn factory(config: &crate::bridge::BridgeConfig) -> Result<Box<dyn Backgroun
             export
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a subscriber on this thread wrote, as text.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            lock(&self.0).extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_flush_that_gives_up_on_a_send_with_no_answer_logs_export_failed_once() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let asked_at = Instant::now();
+            let mut state = State::default();
+            log_stuck_step(&mut state, asked_at);
+            assert!(!state.stuck_logged, "no step was running: nothing to say");
+            state.stepping_since = Some(asked_at - Duration::from_millis(5));
+            log_stuck_step(&mut state, asked_at);
+            log_stuck_step(&mut state, asked_at);
+        });
+        let text = String::from_utf8(lock(&captured.0).clone()).expect("utf-8");
+        assert_eq!(text.matches("Export.Failed").count(), 1, "{text}");
+        assert!(
+            text.contains("WARN") && text.contains("no answer from the collector"),
+            "{text}"
+        );
+    }
 }

@@ -40,7 +40,7 @@
 //! write it (the disk is full, the directory read-only) keeps its counts and
 //! tries again later; the record is written off the hook path only.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -394,7 +394,7 @@ impl Tracker {
         if !self.dirty() {
             return Ok(());
         }
-        let lock = OpenOptions::new()
+        let lock = crate::store::private_file_options()
             .create(true)
             .truncate(false)
             .write(true)
@@ -438,14 +438,11 @@ impl Tracker {
 }
 
 fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut options = OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut f: File = options.open(path)?;
+    let mut f: File = crate::store::private_file_options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)?;
     f.write_all(bytes)?;
     Ok(())
 }
@@ -530,6 +527,23 @@ mod tests {
         let f = r.last_fault.expect("fault");
         assert_eq!((f.kind, f.at), (FaultKind::Locked, 10.0));
         assert_eq!(r.last_recovery_at, Some(13.0));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_health_record_and_its_lock_are_private_to_the_user() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut t = Tracker::default();
+        t.fault(FaultKind::Locked, "busy".into(), 10.0);
+        t.write(dir.path(), 11.0).expect("write");
+        for name in [HEALTH_FILE_NAME, HEALTH_LOCK_NAME] {
+            let mode = std::fs::metadata(dir.path().join(name))
+                .expect("stat")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{name}");
+        }
     }
 
     #[test]

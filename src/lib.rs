@@ -12,6 +12,7 @@ pub mod budget;
 pub mod cli;
 pub mod config;
 pub mod content;
+pub mod display;
 pub mod error;
 pub mod export;
 pub mod export_task;

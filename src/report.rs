@@ -268,6 +268,10 @@ pub struct Report<S = Vec<Group>> {
     /// what to check against the provider's invoice. Empty when no provider
     /// reported a cost.
     pub provider_billed: Vec<ProviderBilled>,
+    /// LLM calls of the window whose usage was beyond what any provider
+    /// bills in one call: recorded with their figures at a cost of 0, kept
+    /// out of the totals' cost and every budget.
+    pub held_llm_calls: i64,
 }
 
 impl<S> Report<S> {
@@ -288,6 +292,7 @@ impl<S> Report<S> {
             by_cron_job: self.by_cron_job,
             by_session,
             provider_billed: self.provider_billed,
+            held_llm_calls: self.held_llm_calls,
         }
     }
 }
@@ -312,6 +317,7 @@ pub struct Builder {
     by_cron_job: BTreeMap<String, Totals>,
     billed: BTreeMap<String, (Totals, f64)>,
     by_session: Vec<Group>,
+    held_llm_calls: i64,
     /// The day of `tz` the last whole-store row fell in: its bounds and
     /// name. Rows come mostly in time order, so a report names each day
     /// once rather than once a row.
@@ -333,6 +339,7 @@ impl Builder {
             by_cron_job: BTreeMap::new(),
             billed: BTreeMap::new(),
             by_session: Vec::new(),
+            held_llm_calls: 0,
             day: None,
         }
     }
@@ -388,6 +395,11 @@ impl Builder {
             key: Some(session_id),
             totals,
         });
+    }
+
+    /// Notes the window's held LLM calls (see [`Report::held_llm_calls`]).
+    pub fn held(&mut self, llm_calls: i64) {
+        self.held_llm_calls = llm_calls;
     }
 
     /// The report.
@@ -448,6 +460,7 @@ impl Builder {
             by_cron_job: groups(self.by_cron_job),
             by_session,
             provider_billed,
+            held_llm_calls: self.held_llm_calls,
         }
     }
 }

@@ -70,14 +70,12 @@ impl Spool {
             .map(|d| d.as_nanos())
             .unwrap_or(0);
         let path = dir.join(format!("{}-{nanos}.jsonl", std::process::id()));
-        let mut options = OpenOptions::new();
-        options.append(true).create(true).read(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            options.mode(0o600);
-        }
-        let file = options.open(&path).map_err(|e| Error::io(&path, e))?;
+        let file = crate::store::private_file_options()
+            .append(true)
+            .create(true)
+            .read(true)
+            .open(&path)
+            .map_err(|e| Error::io(&path, e))?;
         file.try_lock()
             .map_err(|e| Error::Other(format!("{}: cannot lock: {e}", path.display())))?;
         Ok(Spool {

@@ -638,7 +638,9 @@ pub fn render_text(trace: &Trace, color: bool) -> String {
         } else {
             format!("{lead}├─ ")
         };
-        out.push((format!("{head}{}", label(n)), n));
+        // Labels hold recorded text (ids, models, tool names): escaped
+        // before the columns are measured.
+        out.push((format!("{head}{}", crate::display::escape(&label(n))), n));
         let next = if root {
             String::new()
         } else if last {
@@ -664,6 +666,7 @@ pub fn render_text(trace: &Trace, color: bool) -> String {
             Some(e) if !e.is_empty() => format!("{} {e}", n.status),
             _ => n.status.clone(),
         };
+        let status = crate::display::escape(&status).into_owned();
         let status_colored = match n.status.as_str() {
             "ok" => paint(GREEN, &status),
             RUNNING => paint(YELLOW, &status),

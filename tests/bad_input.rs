@@ -132,3 +132,27 @@ fn absurd_token_counts_never_make_a_cost_negative() {
         q("SELECT SUM(input_tokens) FROM llm_calls")
     );
 }
+
+#[test]
+fn two_llm_calls_whose_long_ids_differ_only_at_the_end_are_two_calls() {
+    let id = |last: char| format!("{}{last}", "r".repeat(1999));
+    let call = |t: f64, request: String| {
+        line(serde_json::json!({"hook": "post_api_request", "t": t,
+            "kwargs": {"session_id": "s", "turn_id": "s:t", "api_request_id": request, "model": "gpt-4o",
+                       "usage": {"input_tokens": 10, "output_tokens": 1}}}))
+    };
+    let (_dir, store, stats) = replay_lines(&[call(1.0, id('a')), call(2.0, id('b'))]);
+    assert_eq!((stats.applied, stats.bad_lines.len()), (2, 0));
+    assert_eq!(
+        store
+            .query_scalar::<i64>("SELECT COUNT(*) FROM llm_calls")
+            .expect("calls"),
+        2
+    );
+    assert_eq!(
+        store
+            .query_scalar::<i64>("SELECT llm_calls FROM runs WHERE session_id = 's'")
+            .expect("run"),
+        2
+    );
+}

@@ -69,6 +69,7 @@ fn budgets_decide_with_a_clock() {
     observe_mode_notices_but_never_blocks();
     estimated_costs_are_flagged_and_can_soften_a_hard_verdict();
     a_stopped_llm_call_and_a_paused_cron_job();
+    a_bogus_usage_figure_is_held_and_blocks_no_budget();
 }
 
 fn a_subagent_counts_toward_its_roots_cron_job_sender_and_profile() {
@@ -178,6 +179,49 @@ fn soft_notice_once_then_tool_block_until_the_limit_is_raised() {
     assert_eq!(gate.verdict(&store, &pre_tool(s, "c4", t + 10.0)), None);
     let counts = store.budget_verdict_counts().expect("counts");
     assert_eq!(counts, vec![("soft", 1), ("hard", 1), ("blocked", 2), ("paused", 0)]);
+}
+
+/// One call reporting 10^30 tokens (cut to 10^12 by the decoder) would
+/// cost $22 M and exhaust every budget for the day: it is recorded with
+/// its figures, held at a cost of 0, and counted as held.
+fn a_bogus_usage_figure_is_held_and_blocks_no_budget() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_budgets(dir.path(), "timezone = \"UTC\"\n[global]\ndaily = 1.0\n");
+    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut gate = gate(dir.path());
+    let t = ts("2026-11-30T12:00:00Z");
+    set_now(t);
+    let s = "s-bogus";
+    apply(&mut store, &pre_llm(s, "t0", t, "cli", "alice"));
+    apply(
+        &mut store,
+        &event(
+            "post_api_request",
+            t + 1.0,
+            json!({"session_id": s, "turn_id": format!("{s}:t"), "api_request_id": "bogus", "model": "gpt-4o",
+                   "platform": "cli", "api_duration": 0.5, "ended_at": t + 1.0,
+                   "usage": {"input_tokens": 1e30, "output_tokens": 1e30}}),
+        ),
+    );
+    assert_eq!(
+        gate.verdict(&store, &pre_tool(s, "c1", t + 2.0)),
+        None,
+        "nothing is blocked"
+    );
+    let q = |sql: &str| store.query_scalar::<f64>(sql).expect(sql);
+    assert_eq!(q("SELECT cost_usd FROM llm_calls WHERE api_request_id = 'bogus'"), 0.0);
+    assert!(q("SELECT estimate_usd FROM llm_calls WHERE api_request_id = 'bogus'") > 1e6);
+    assert!(q("SELECT input_tokens FROM llm_calls WHERE api_request_id = 'bogus'") >= 1e12);
+    assert_eq!(q("SELECT COALESCE(SUM(cost_usd), 0) FROM budget_spend"), 0.0);
+    assert_eq!(store.held_llm_calls(None).expect("held"), 1);
+    let report = store
+        .report(&jiff::tz::TimeZone::UTC, t - 60.0, t + 60.0, Some(10))
+        .expect("report");
+    assert_eq!((report.held_llm_calls, report.totals.cost_usd), (1, 0.0));
+    // A real call beside it is charged as usual.
+    apply(&mut store, &post_api(s, "real", t + 3.0, true));
+    let cost = store.query_scalar::<f64>("SELECT cost_usd FROM runs WHERE session_id = 's-bogus'");
+    assert_eq!(cost.expect("run cost"), CALL_USD);
 }
 
 fn the_window_rolls_over_at_local_midnight_in_a_non_utc_zone() {

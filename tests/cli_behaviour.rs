@@ -415,3 +415,119 @@ fn serve_prometheus_alone_pushes_no_traces_and_says_what_it_serves() {
         "spans stay for a trace exporter"
     );
 }
+
+/// Ids and names carrying what a terminal acts on: an OSC that retitles
+/// it, a CSI that clears it, CR/LF, a bidi override, NUL, a C1 control.
+const HOSTILE_SESSION: &str = "s\u{1b}]0;pwned\u{7}\r\nfake line\u{202e}";
+const HOSTILE_MODEL: &str = "gpt\u{1b}[2J\u{0}\u{9b}31m\u{2066}4o";
+const HOSTILE_TOOL: &str = "read\u{7f}\u{200f}_file\n";
+
+/// A store holding the `readfile` fixture with its session id, model and
+/// tool name replaced by [`HOSTILE_SESSION`], [`HOSTILE_MODEL`] and
+/// [`HOSTILE_TOOL`].
+fn store_with_hostile_names() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let json = |s: &str| {
+        let quoted = serde_json::to_string(s).expect("json string");
+        quoted[1..quoted.len() - 1].to_string()
+    };
+    let text = std::fs::read_to_string(fixture("readfile.jsonl"))
+        .expect("fixture")
+        .replace("20261130_013735_bf4b63", &json(HOSTILE_SESSION))
+        .replace("mock-model", &json(HOSTILE_MODEL))
+        .replace("\"read_file\"", &format!("\"{}\"", json(HOSTILE_TOOL)));
+    let path = dir.path().join("hostile.jsonl");
+    std::fs::write(&path, text).expect("write");
+    let home = dir.path().join("otel");
+    let o = run(&home, &["replay", path.to_str().expect("utf-8 path")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    (dir, home)
+}
+
+/// The first character of `text` a terminal would act on, if any (LF
+/// ends the lines the command itself prints).
+fn raw_control(text: &str) -> Option<char> {
+    text.chars().find(|&c| {
+        (c.is_control() && c != '\n')
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    })
+}
+
+/// Whether a string of `v` is `wanted` (or, with `within`, holds it).
+fn holds_string(v: &serde_json::Value, wanted: &str, within: bool) -> bool {
+    match v {
+        serde_json::Value::String(s) => s == wanted || (within && s.contains(wanted)),
+        serde_json::Value::Array(a) => a.iter().any(|v| holds_string(v, wanted, within)),
+        serde_json::Value::Object(m) => m.values().any(|v| holds_string(v, wanted, within)),
+        _ => false,
+    }
+}
+
+#[test]
+fn control_characters_in_ids_and_names_are_printed_escaped_and_json_stays_exact() {
+    let (_dir, home) = store_with_hostile_names();
+    for args in [&["report"][..], &["trace", HOSTILE_SESSION], &["trace", "--last"]] {
+        let o = run(&home, args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        let out = stdout(&o);
+        assert_eq!(raw_control(&out), None, "{args:?}:\n{out}");
+        assert!(out.contains("s^[]0;pwned^G^M^Jfake line\\u{202e}"), "{args:?}:\n{out}");
+        assert!(out.contains("gpt^[[2J^@\\u{9b}31m\\u{2066}4o"), "{args:?}:\n{out}");
+    }
+    let o = run(&home, &["trace", HOSTILE_SESSION]);
+    assert!(stdout(&o).contains("read^?\\u{200f}_file^J"), "{}", stdout(&o));
+    // Every table row is one line: the session's row starts with its id.
+    let o = run(&home, &["report"]);
+    let out = stdout(&o);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("s^[]0;pwned^G^M^Jfake line\\u{202e}  ")),
+        "{out}"
+    );
+    // JSON keeps the recorded values exactly (span names hold the model).
+    for (args, wanted, within) in [
+        (&["report", "--json"][..], [HOSTILE_SESSION, HOSTILE_MODEL], false),
+        (
+            &["trace", "--json", HOSTILE_SESSION],
+            [HOSTILE_SESSION, HOSTILE_SESSION],
+            false,
+        ),
+        (
+            &["trace", "--json", HOSTILE_SESSION],
+            [HOSTILE_MODEL, HOSTILE_TOOL],
+            true,
+        ),
+    ] {
+        let o = run(&home, args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        for w in wanted {
+            assert!(holds_string(&v, w, within), "{args:?}: {w:?} not in {v}");
+        }
+    }
+}
+
+#[test]
+fn report_and_status_say_how_many_calls_were_held_for_bogus_usage() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("bogus.jsonl");
+    let line = serde_json::json!({"hook": "post_api_request", "t": 1796002658.0,
+        "kwargs": {"session_id": "s", "turn_id": "s:t", "api_request_id": "s:api:1", "model": "gpt-4o",
+                   "usage": {"input_tokens": 1e30, "output_tokens": 1e30}}});
+    std::fs::write(&path, format!("{line}\n")).expect("write");
+    let home = dir.path().join("otel");
+    let o = run(&home, &["replay", path.to_str().expect("utf-8 path")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&home, &["report"]);
+    let out = stdout(&o);
+    assert!(out.contains("total $0.0000"), "{out}");
+    assert!(out.contains("held: 1 llm calls"), "{out}");
+    let o = run(&home, &["status"]);
+    assert!(stdout(&o).contains("held llm calls  1 "), "{}", stdout(&o));
+    let o = run(&home, &["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["held_llm_calls"], 1);
+    let o = run(&home, &["report", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["held_llm_calls"], 1);
+}

@@ -814,3 +814,96 @@ fn killing_the_exporting_process_mid_batch_loses_nothing() {
         spans.len() - 5 * copies
     );
 }
+
+/// A collector that accepts the connection, reads whatever is sent and
+/// never answers (a hung proxy, a stopped process whose socket stays
+/// open). The sockets are kept open until the listener is dropped.
+struct SilentCollector {
+    addr: std::net::SocketAddr,
+    _thread: std::thread::JoinHandle<()>,
+}
+
+fn silent_collector() -> SilentCollector {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let addr = listener.local_addr().expect("local addr");
+    let thread = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { return };
+            let mut reader = conn.try_clone().expect("clone socket");
+            held.push(conn);
+            std::thread::spawn(move || {
+                let mut sink = [0u8; 4096];
+                while std::io::Read::read(&mut reader, &mut sink).is_ok_and(|n| n > 0) {}
+            });
+        }
+    });
+    SilentCollector { addr, _thread: thread }
+}
+
+/// Steps `exporter` until a step fails, within a deadline.
+fn first_failure(exporter: &mut Exporter) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let step = exporter.run_once().expect("step");
+        assert_eq!(step.exported, 0, "nothing was accepted");
+        if let Some(error) = step.error {
+            return error;
+        }
+    }
+    panic!("no export attempt failed within 20 s");
+}
+
+#[test]
+fn a_collector_that_accepts_and_never_answers_is_a_failure_kept_for_status() {
+    for protocol in ["grpc", "http/protobuf"] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let collector = silent_collector();
+        let endpoint = format!("http://{}", collector.addr);
+        let mut store = store_at(dir.path());
+        replay(&mut store, &[fixture("readfile")]);
+        let settings = base(
+            &endpoint,
+            &[
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol),
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "300"),
+            ],
+        );
+        let mut exporter = Exporter::with_store(config(&settings), store).expect("exporter");
+        exporter.close_idle().expect("close idle");
+        let started = Instant::now();
+        let error = first_failure(&mut exporter);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{protocol}: the attempt is bounded by the export timeout"
+        );
+        assert!(error.contains("no answer within 300 ms"), "{protocol}: {error}");
+        assert!(error.contains("did not answer in time"), "{protocol}: {error}");
+        let state = exporter.store().export_state().expect("state");
+        assert_eq!(state.last_error.as_deref(), Some(error.as_str()), "{protocol}");
+        assert_eq!(state.failed, 1, "{protocol}: the failure is counted");
+        assert!(state.pending > 0 && state.exported == 0, "{protocol}: nothing is lost");
+    }
+}
+
+#[test]
+fn a_collector_that_closes_the_connection_is_a_transport_failure_not_a_refusal() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let addr = listener.local_addr().expect("local addr");
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            // Read the start of the request, then hang up without an answer.
+            let Ok(mut conn) = conn else { return };
+            let _ = std::io::Read::read(&mut conn, &mut [0u8; 64]);
+        }
+    });
+    let endpoint = format!("http://{addr}");
+    let mut store = store_at(dir.path());
+    replay(&mut store, &[fixture("readfile")]);
+    let mut exporter = Exporter::with_store(config(&base(&endpoint, &[])), store).expect("exporter");
+    exporter.close_idle().expect("close idle");
+    let error = first_failure(&mut exporter);
+    assert!(!error.contains("refused them"), "{error}");
+    assert!(error.contains("closed the connection"), "{error}");
+}

@@ -537,3 +537,44 @@ fn a_store_to_migrate_is_migrated_by_the_writer_while_hooks_go_on() {
         1
     );
 }
+
+/// Every start of a Hermes process recovers the spools of ended ones; one
+/// that held nothing is removed without a message (Hermes logs ours as
+/// warnings), while one that held an event still says so.
+#[test]
+fn an_empty_spool_of_an_ended_process_is_removed_without_a_message() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let spool_dir = dir.path().join("otel").join(crate::spool::SPOOL_DIR_NAME);
+    std::fs::create_dir_all(&spool_dir).expect("spool dir");
+    let empty = spool_dir.join("ended-empty.jsonl");
+    std::fs::write(&empty, b"").expect("empty spool");
+    let bridge = Bridge::start(config(dir.path()));
+    assert_eq!(
+        bridge.submit(llm_call("s1", 1, "gpt-4o"), EventContext::default()),
+        Outcome::Committed(None)
+    );
+    assert!(!empty.exists(), "the empty spool was removed");
+    let messages = bridge.take_messages();
+    assert!(!messages.iter().any(|m| m.event.starts_with("Spool.")), "{messages:?}");
+    drop(bridge);
+
+    // A spool that held an event is news.
+    let line = crate::hook::write_record(
+        "on_session_start",
+        1.0,
+        Some(7),
+        Some("MainThread"),
+        json!({"session_id": "s2", "platform": "cli"})
+            .as_object()
+            .expect("kwargs"),
+        false,
+    );
+    std::fs::write(spool_dir.join("ended-full.jsonl"), line).expect("full spool");
+    let bridge = Bridge::start(config(dir.path()));
+    assert_eq!(
+        bridge.submit(llm_call("s3", 1, "gpt-4o"), EventContext::default()),
+        Outcome::Committed(None)
+    );
+    let messages = bridge.take_messages();
+    assert!(messages.iter().any(|m| m.event == "Spool.Recovered"), "{messages:?}");
+}

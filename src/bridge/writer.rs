@@ -723,7 +723,13 @@ impl Writer {
             .counters
             .recovered
             .fetch_add(r.applied as u64, Ordering::Relaxed);
-        if r.files > 0 {
+        // A spool that held nothing new (an ended process that recorded
+        // nothing, or whose events had all landed) is removed silently:
+        // Hermes logs our messages as warnings, and this is no news.
+        if r.applied == 0 && r.files > 0 {
+            tracing::debug!(target: "Spool.Recovered", files = r.files, "removed spool files of ended processes that held nothing new");
+        }
+        if r.applied > 0 {
             self.shared.message(
                 "Spool.Recovered",
                 format!(

@@ -6,6 +6,7 @@ use clap::Args;
 use jiff::tz::TimeZone;
 
 use super::time;
+use crate::display::escape;
 use crate::error::{Error, Result};
 use crate::report::{Group, Report, Totals};
 use crate::store::Store;
@@ -184,6 +185,14 @@ pub fn render(r: &Report, limit: usize) -> String {
         "tokens: input {}  output {}  cache read {}  cache write {}  reasoning {}",
         t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_write_tokens, t.reasoning_tokens
     );
+    if r.held_llm_calls > 0 {
+        let _ = writeln!(
+            out,
+            "held: {} llm calls reported usage beyond what any provider bills in one call; \
+             they are recorded but cost nothing above and charge no budget",
+            r.held_llm_calls
+        );
+    }
     for (title, groups) in [
         ("day", &r.by_day),
         ("model", &r.by_model),
@@ -220,8 +229,8 @@ fn provider_billed(out: &mut String, rows: &[crate::store::ProviderBilled]) {
     let name = |r: &crate::store::ProviderBilled| {
         format!(
             "{} via {}",
-            r.model.as_deref().unwrap_or("-"),
-            r.provider.as_deref().unwrap_or("-")
+            escape(r.model.as_deref().unwrap_or("-")),
+            escape(r.provider.as_deref().unwrap_or("-"))
         )
     };
     let width = rows
@@ -277,9 +286,12 @@ fn table(out: &mut String, title: &str, groups: &[Group], total: usize, limit: u
         ]
     };
     let shown: Vec<_> = groups.iter().take(limit).collect();
-    let key_width = shown
+    // Keys are recorded text (ids, models, senders): escaped before they
+    // are measured, so the columns line up with what is printed.
+    let keys: Vec<_> = shown.iter().map(|g| escape(g.key.as_deref().unwrap_or("-"))).collect();
+    let key_width = keys
         .iter()
-        .map(|g| g.key.as_deref().unwrap_or("-").chars().count())
+        .map(|k| k.chars().count())
         .chain([title.len()])
         .max()
         .unwrap_or(0);
@@ -298,8 +310,8 @@ fn table(out: &mut String, title: &str, groups: &[Group], total: usize, limit: u
         let _ = write!(out, "  {h:>w$}");
     }
     out.push('\n');
-    for (g, row) in shown.iter().zip(&rows) {
-        let _ = write!(out, "{:<key_width$}", g.key.as_deref().unwrap_or("-"));
+    for (key, row) in keys.iter().zip(&rows) {
+        let _ = write!(out, "{key:<key_width$}");
         for (c, w) in row.iter().zip(&widths) {
             let _ = write!(out, "  {c:>w$}");
         }

@@ -18,6 +18,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
         .map(|(name, value, source)| serde_json::json!({"name": name, "value": value, "source": source}))
         .collect();
     let retention = retention_state(store)?;
+    let held = store.held_llm_calls(None)?;
     // Damage a process or `doctor` found, or a cheap look finds now (the
     // header, the schema, each table's first and last page), makes status
     // fail, first line.
@@ -38,6 +39,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
                        "supported_schema_version": SCHEMA_VERSION, "damaged": damaged,
                        "read_only": read_only },
             "rows": counts,
+            "held_llm_calls": held,
             "retention": retention.json(),
             "export": export,
             "export_settings": settings,
@@ -62,6 +64,11 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
     println!("runs            {}", counts.runs);
     println!("turns           {}", counts.turns);
     println!("llm calls       {}", counts.llm_calls);
+    if held > 0 {
+        println!(
+            "held llm calls  {held} (usage beyond what any provider bills in one call: kept out of costs and budgets)"
+        );
+    }
     println!("api errors      {}", counts.llm_call_errors);
     println!("tool calls      {}", counts.tool_calls);
     println!("subagent edges  {}", counts.subagent_edges);
@@ -133,7 +140,10 @@ fn print_fleet(store: &Store) -> Result<()> {
         crate::budget::UNSYNCED_ENV
     );
     if let Some(e) = v["last_error"].as_str() {
-        println!("fleet trouble   {e} (enforcing on the last fleet totals plus this host's spend since)");
+        println!(
+            "fleet trouble   {} (enforcing on the last fleet totals plus this host's spend since)",
+            crate::display::escape(e)
+        );
     }
     Ok(())
 }
@@ -370,6 +380,7 @@ fn print_export(state: &crate::store::ExportState, config: &crate::export::Expor
     println!("  dropped       {} (retention cap)", state.dropped);
     println!("  rejected      {} (by the collector)", state.rejected);
     println!("  sampled out   {}", state.sampled_out);
+    println!("  failed        {} attempts (timeouts included)", state.failed);
     print_outcome(
         now,
         state.last_success_at,
@@ -391,7 +402,8 @@ pub(super) fn print_outcome(
     let ago = |t: Option<f64>| t.map_or("never".to_string(), |t| format!("{:.0} s ago", (now - t).max(0.0)));
     println!("  last success  {}", ago(last_success_at));
     if let Some(e) = last_error {
-        println!("  last error    {e} ({})", ago(last_error_at));
+        // A collector's answer is quoted in it: shown escaped.
+        println!("  last error    {} ({})", crate::display::escape(e), ago(last_error_at));
     }
     match lease {
         Some(l) if l.expires_at >= now => {

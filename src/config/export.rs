@@ -189,6 +189,14 @@ impl Protocol {
             Protocol::HttpProtobuf => "http/protobuf",
         }
     }
+
+    /// How a send's failure names the transport (`otlp grpc: ...`).
+    pub fn otlp_name(self) -> &'static str {
+        match self {
+            Protocol::Grpc => "otlp grpc",
+            Protocol::HttpProtobuf => "otlp http",
+        }
+    }
 }
 
 /// Body compression.

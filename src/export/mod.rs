@@ -384,6 +384,10 @@ impl TraceExport {
         }
         let n = spans.len();
         let request = self.request(spans);
+        let timeout = self.config.timeout.value;
+        let no_answer = SendError::no_answer(self.config.protocol.value.otlp_name(), timeout);
+        let no_answer = failure_text(Signal::Traces, &self.config.endpoint.value, &no_answer);
+        store.export_attempt(&no_answer, now, now + timeout.as_secs_f64())?;
         match self.send(request, deadline) {
             Ok(accepted) => {
                 self.pacing.succeeded();
@@ -541,17 +545,27 @@ impl TraceExport {
 /// the signal, where it went, the collector's answer and what to do.
 pub fn failure_text(signal: Signal, endpoint: &str, e: &SendError) -> String {
     let what = signal.as_str();
-    let todo = match e.verdict {
-        retry::Verdict::Retry { .. } => format!(
+    let todo = match (e.cause, e.verdict) {
+        (retry::Cause::NoAnswer, _) => format!(
+            "the collector took the connection but did not answer in time: is it hung or overloaded? \
+             {} sets how long to wait; nothing is lost meanwhile",
+            crate::config::export::env::TIMEOUT
+        ),
+        (retry::Cause::Closed, _) => {
+            "the collector closed the connection before answering: is it restarting, or behind a proxy \
+             that drops it? Nothing is lost meanwhile"
+                .to_string()
+        }
+        (_, retry::Verdict::Retry { .. }) => format!(
             "is a collector listening there? Start it, or point {} (or --endpoint) at yours; \
              nothing is lost meanwhile",
             signal.endpoint_var()
         ),
-        retry::Verdict::Permanent => format!(
+        (_, retry::Verdict::Permanent) => format!(
             "the collector refused them; see its log, and check {} and the endpoint",
             crate::config::export::env::HEADERS
         ),
-        retry::Verdict::Unsupported => format!(
+        (_, retry::Verdict::Unsupported) => format!(
             "it does not take {what}: set {}=none to stop sending them, or point {} at a collector that does",
             signal.exporter_var(),
             signal.endpoint_var(),
@@ -677,3 +691,29 @@ pub(crate) fn resource_of(config: &ExportConfig) -> Resource {
 }
 
 pub use crate::unix_now;
+
+#[cfg(test)]
+mod tests {
+    use super::retry::{Cause, Verdict};
+    use super::*;
+
+    #[test]
+    fn a_failure_is_worded_by_its_cause_and_only_an_answer_blames_the_request() {
+        let retry = Verdict::Retry { after: None };
+        for (verdict, cause, says, never) in [
+            (retry, Cause::Closed, "closed the connection", "refused"),
+            (retry, Cause::NoAnswer, "did not answer in time", "refused"),
+            (retry, Cause::Unreachable, "is a collector listening there?", "refused"),
+            (Verdict::Permanent, Cause::Answered, "refused them", "listening"),
+        ] {
+            let e = SendError {
+                verdict,
+                cause,
+                message: "otlp grpc: Unknown: h2 protocol error".into(),
+            };
+            let text = failure_text(Signal::Traces, "http://127.0.0.1:4317", &e);
+            assert!(text.contains(says), "{cause:?}: {text}");
+            assert!(!text.contains(never), "{cause:?}: {text}");
+        }
+    }
+}

@@ -169,6 +169,7 @@ pub(crate) fn block_on_until(
         .unwrap_or_else(|_| {
             Err(SendError {
                 verdict: retry::Verdict::Retry { after: None },
+                cause: retry::Cause::NoAnswer,
                 message: format!("{what}: flush deadline passed"),
             })
         })

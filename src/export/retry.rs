@@ -32,6 +32,64 @@ pub enum Verdict {
 /// rather than every 30 s (which filled logs and the backend's).
 pub const UNSUPPORTED_RETRY: Duration = Duration::from_secs(15 * 60);
 
+/// Where a failed send's error came from, which decides what its message
+/// tells the user: a collector's answer is about the request (headers,
+/// payload), the others are about the connection and say nothing of the
+/// request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// The collector answered with an error status.
+    Answered,
+    /// No connection was made (nothing listening, DNS, TLS handshake).
+    Unreachable,
+    /// The connection was reset or closed before an answer came.
+    Closed,
+    /// The collector took the request and did not answer within the
+    /// export timeout (a hung collector or proxy).
+    NoAnswer,
+}
+
+/// The message tonic gives the status of a request that hit the channel's
+/// timeout (`tonic::TimeoutExpired`'s text; the status keeps no source).
+pub const GRPC_TIMEOUT_MESSAGE: &str = "Timeout expired";
+
+/// What tonic begins the message of a status it made from an HTTP/2
+/// error with (a reset stream, a GOAWAY), keeping no source.
+pub const GRPC_H2_ERROR_PREFIX: &str = "h2 protocol error";
+
+/// Where a gRPC status came from. tonic makes a status of its own, with
+/// the client error as its source, when the request got no answer; a
+/// status the collector sent has no source. A timeout and an HTTP/2 error
+/// are told by their message, as tonic keeps no source for them.
+pub fn grpc_cause(code: tonic::Code, message: &str, made_by_client: bool) -> Cause {
+    use tonic::Code::*;
+    let made_by_client = made_by_client || message.starts_with(GRPC_H2_ERROR_PREFIX);
+    match code {
+        Cancelled if message == GRPC_TIMEOUT_MESSAGE => Cause::NoAnswer,
+        Unavailable if made_by_client && is_connect_failure(message) => Cause::Unreachable,
+        Unavailable | Unknown | Internal | Cancelled if made_by_client => Cause::Closed,
+        _ => Cause::Answered,
+    }
+}
+
+/// Whether a client-side message says no connection was made at all
+/// (tonic's `ConnectError` and hyper's connector say so).
+fn is_connect_failure(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("connect") && !m.contains("reset") && !m.contains("closed")
+}
+
+/// The verdict of a gRPC failure: a failure of the connection is transient
+/// whatever code tonic gave it (a reset arrives as `UNKNOWN`, which would
+/// read as the collector refusing the request); an answer follows the
+/// OTLP table of [`classify_grpc`].
+pub fn classify_grpc_failure(code: tonic::Code, retry_info: Option<Duration>, cause: Cause) -> Verdict {
+    match cause {
+        Cause::Answered => classify_grpc(code, retry_info),
+        Cause::Unreachable | Cause::Closed | Cause::NoAnswer => Verdict::Retry { after: None },
+    }
+}
+
 /// The gRPC codes the OTLP specification calls retryable.
 /// `RESOURCE_EXHAUSTED` only is when the server sent `RetryInfo`.
 pub fn classify_grpc(code: tonic::Code, retry_info: Option<Duration>) -> Verdict {
@@ -146,6 +204,79 @@ mod tests {
             (Code::NotFound, None, Verdict::Permanent),
         ] {
             assert_eq!(classify_grpc(code, info), want, "{code:?}");
+        }
+    }
+
+    #[test]
+    fn a_grpc_failure_of_the_connection_is_transient_and_never_read_as_a_refusal() {
+        for (code, message, by_client, cause, verdict) in [
+            (
+                Code::Unknown,
+                "h2 protocol error: connection reset",
+                true,
+                Cause::Closed,
+                Verdict::Retry { after: None },
+            ),
+            (
+                Code::Unknown,
+                "transport error",
+                true,
+                Cause::Closed,
+                Verdict::Retry { after: None },
+            ),
+            (
+                Code::Internal,
+                "h2 protocol error: stream closed",
+                true,
+                Cause::Closed,
+                Verdict::Retry { after: None },
+            ),
+            (
+                Code::Unknown,
+                "h2 protocol error: connection reset",
+                false,
+                Cause::Closed,
+                Verdict::Retry { after: None },
+            ),
+            (
+                Code::Unavailable,
+                "error trying to connect: tcp connect error",
+                true,
+                Cause::Unreachable,
+                Verdict::Retry { after: None },
+            ),
+            (
+                Code::Unavailable,
+                "connection reset by peer",
+                true,
+                Cause::Closed,
+                Verdict::Retry { after: None },
+            ),
+            (
+                Code::Cancelled,
+                GRPC_TIMEOUT_MESSAGE,
+                false,
+                Cause::NoAnswer,
+                Verdict::Retry { after: None },
+            ),
+            (Code::Unknown, "bad things", false, Cause::Answered, Verdict::Permanent),
+            (
+                Code::Unauthenticated,
+                "no token",
+                false,
+                Cause::Answered,
+                Verdict::Permanent,
+            ),
+            (
+                Code::Unavailable,
+                "overloaded",
+                false,
+                Cause::Answered,
+                Verdict::Retry { after: None },
+            ),
+        ] {
+            assert_eq!(grpc_cause(code, message, by_client), cause, "{code:?} {message}");
+            assert_eq!(classify_grpc_failure(code, None, cause), verdict, "{code:?} {message}");
         }
     }
 

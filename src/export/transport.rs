@@ -26,7 +26,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest
 use prost::Message;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
-use super::retry::{self, Verdict};
+use super::retry::{self, Cause, Verdict};
 use crate::config::export::{Compression, ExportConfig, Headers, Protocol, TracesExporter};
 use crate::error::{Error, Result};
 
@@ -44,8 +44,23 @@ pub struct Accepted {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendError {
     pub verdict: Verdict,
+    /// Whether the collector answered, or the connection failed and how.
+    pub cause: Cause,
     /// What failed, without header values.
     pub message: String,
+}
+
+impl SendError {
+    /// A send the collector did not answer within `timeout`. The message
+    /// is the same for both protocols and for an attempt a process ended
+    /// in the middle of (see [`crate::store::Store::export_attempt`]).
+    pub fn no_answer(what: &str, timeout: Duration) -> Self {
+        SendError {
+            verdict: Verdict::Retry { after: None },
+            cause: Cause::NoAnswer,
+            message: format!("{what}: no answer within {} ms", timeout.as_millis()),
+        }
+    }
 }
 
 /// Where requests go.
@@ -141,6 +156,8 @@ pub struct GrpcTransport {
         tonic::metadata::MetadataKey<tonic::metadata::Ascii>,
         tonic::metadata::AsciiMetadataValue,
     )>,
+    /// The channel's request timeout, named in a no-answer failure.
+    timeout: Duration,
 }
 
 impl GrpcTransport {
@@ -182,6 +199,7 @@ impl GrpcTransport {
             client,
             metrics,
             headers,
+            timeout: config.timeout.value,
         })
     }
 
@@ -190,7 +208,7 @@ impl GrpcTransport {
             .metrics
             .export(self.request(request))
             .await
-            .map_err(|status| grpc_error("otlp grpc metrics", status))?;
+            .map_err(|status| grpc_error("otlp grpc metrics", status, self.timeout))?;
         Ok(Accepted {
             rejected_data_points: response
                 .into_inner()
@@ -206,7 +224,7 @@ impl GrpcTransport {
             .client
             .export(self.request(request))
             .await
-            .map_err(|status| grpc_error("otlp grpc", status))?;
+            .map_err(|status| grpc_error(Protocol::Grpc.otlp_name(), status, self.timeout))?;
         Ok(Accepted {
             rejected_spans: response
                 .into_inner()
@@ -227,10 +245,17 @@ impl GrpcTransport {
     }
 }
 
-/// A failed gRPC export, classified for retry.
-fn grpc_error(what: &str, status: tonic::Status) -> SendError {
+/// A failed gRPC export, classified for retry: an answer of the collector
+/// by its code, a failure of the connection as transient.
+fn grpc_error(what: &str, status: tonic::Status, timeout: Duration) -> SendError {
+    let made_by_client = std::error::Error::source(&status).is_some();
+    let cause = retry::grpc_cause(status.code(), status.message(), made_by_client);
+    if cause == Cause::NoAnswer {
+        return SendError::no_answer(what, timeout);
+    }
     SendError {
-        verdict: retry::classify_grpc(status.code(), retry::grpc_retry_info(&status)),
+        verdict: retry::classify_grpc_failure(status.code(), retry::grpc_retry_info(&status), cause),
+        cause,
         message: format!("{what}: {:?}: {}", status.code(), status.message()),
     }
 }
@@ -370,17 +395,15 @@ impl HttpTransport {
             Ok(result) => result,
             Err(_) => {
                 self.sender = None;
-                Err(SendError {
-                    verdict: Verdict::Retry { after: None },
-                    message: format!("otlp http: no answer within {} ms", self.timeout.as_millis()),
-                })
+                Err(SendError::no_answer(Protocol::HttpProtobuf.otlp_name(), self.timeout))
             }
         }
     }
 
     async fn send_body(&mut self, body: Vec<u8>) -> Result<Bytes, SendError> {
-        let transient = |message: String| SendError {
+        let transient = |cause: Cause, message: String| SendError {
             verdict: Verdict::Retry { after: None },
+            cause,
             message,
         };
         let reusable = match self.sender.as_mut() {
@@ -388,11 +411,12 @@ impl HttpTransport {
             None => false,
         };
         if !reusable {
-            self.sender = Some(
-                self.connect()
-                    .await
-                    .map_err(|e| transient(format!("otlp http: connect {}: {e}", self.authority)))?,
-            );
+            self.sender = Some(self.connect().await.map_err(|e| {
+                transient(
+                    Cause::Unreachable,
+                    format!("otlp http: connect {}: {e}", self.authority),
+                )
+            })?);
         }
         let mut builder = hyper::Request::post(self.path.as_str())
             .header(hyper::header::HOST, self.authority.as_str())
@@ -405,15 +429,15 @@ impl HttpTransport {
         }
         let request = builder
             .body(Full::new(Bytes::from(body)))
-            .map_err(|e| transient(format!("otlp http: request: {e}")))?;
+            .map_err(|e| transient(Cause::Unreachable, format!("otlp http: request: {e}")))?;
         let Some(sender) = self.sender.as_mut() else {
-            return Err(transient("otlp http: no connection".into()));
+            return Err(transient(Cause::Unreachable, "otlp http: no connection".into()));
         };
         let response = match sender.send_request(request).await {
             Ok(r) => r,
             Err(e) => {
                 self.sender = None;
-                return Err(transient(format!("otlp http: send: {e}")));
+                return Err(transient(Cause::Closed, format!("otlp http: send: {e}")));
             }
         };
         let status = response.status().as_u16();
@@ -426,7 +450,7 @@ impl HttpTransport {
             Ok(b) => b.to_bytes(),
             Err(e) => {
                 self.sender = None;
-                return Err(transient(format!("otlp http: reading the answer: {e}")));
+                return Err(transient(Cause::Closed, format!("otlp http: reading the answer: {e}")));
             }
         };
         if (200..300).contains(&status) {
@@ -434,6 +458,7 @@ impl HttpTransport {
         }
         Err(SendError {
             verdict: retry::classify_http(status, retry_after),
+            cause: Cause::Answered,
             message: format!("otlp http: status {status}"),
         })
     }

@@ -65,6 +65,10 @@ pub const DEFAULT_CACHE_READ_FRACTION: f64 = 0.1;
 /// model gives none (Anthropic's five-minute cache charges 1.25×).
 pub const DEFAULT_CACHE_WRITE_FRACTION: f64 = 1.25;
 
+/// The stored spelling of [`PriceSource::Held`] (`llm_calls.cost_source`,
+/// which the store's `llm_calls_held` index selects on).
+pub const HELD: &str = "held";
+
 /// Where a cost came from. Stored with every cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PriceSource {
@@ -80,6 +84,43 @@ pub enum PriceSource {
     Free,
     /// No price known: the cost is recorded as 0 and flagged.
     Unknown,
+    /// The call's usage is beyond what any provider bills in one call
+    /// ([`usage_beyond_bounds`]): a bogus figure, not a bill. The call is
+    /// recorded with its figures (the price table's estimate kept beside
+    /// it) at a cost of 0, so it charges no budget and adds to no cost
+    /// total, and is counted as held by `report` and `status`.
+    Held,
+}
+
+/// The most tokens of one kind (input, output, cache read, cache write,
+/// reasoning) one call is billed for. The largest context windows offered
+/// in 2026 are 10 M tokens and the largest outputs well under 1 M; 50 M
+/// leaves five times the largest window, so a real call is never held.
+/// A provider's or a proxy's bogus figure (10^30, cut to 10^12 by the
+/// decoder) is far beyond it.
+pub const MAX_TOKENS_PER_CALL: i64 = 50_000_000;
+
+/// The most a provider's own figure for one call (`usage.cost`) can be,
+/// USD. 10 M input tokens at the dearest list price of 2026 ($150 per
+/// million) and 1 M output at $600 come to $2,100; $10,000 leaves room for
+/// prices to come, while one bogus figure ($22 M was seen) is held.
+pub const MAX_USD_PER_CALL: f64 = 10_000.0;
+
+/// Whether `usage` is beyond what any provider bills in one call (see
+/// [`MAX_TOKENS_PER_CALL`], [`MAX_USD_PER_CALL`]).
+pub fn usage_beyond_bounds(usage: &Usage) -> bool {
+    let tokens = [
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cache_read_tokens,
+        usage.cache_write_tokens,
+        usage.reasoning_tokens,
+    ];
+    tokens
+        .iter()
+        .chain(usage.prompt_tokens.iter())
+        .any(|&n| n > MAX_TOKENS_PER_CALL)
+        || usage.provider_cost_usd.is_some_and(|usd| usd > MAX_USD_PER_CALL)
 }
 
 impl PriceSource {
@@ -92,6 +133,7 @@ impl PriceSource {
             PriceSource::Host => "host",
             PriceSource::Free => "free",
             PriceSource::Unknown => "unknown",
+            PriceSource::Held => HELD,
         }
     }
 }
@@ -470,8 +512,17 @@ impl PriceTable {
 
     /// What one call is billed: the provider's own figure in `usage` when
     /// it carries one, else the table's cost; the table's estimate beside.
+    /// Usage beyond what any provider bills in one call is held: a cost
+    /// of 0 ([`PriceSource::Held`]), the table's estimate still beside it.
     pub fn bill(&self, model: &str, provider: Option<&str>, usage: &Usage) -> Bill {
         let estimate = self.cost(model, provider, usage);
+        if usage_beyond_bounds(usage) {
+            let cost = Cost {
+                usd: 0.0,
+                source: PriceSource::Held,
+            };
+            return Bill { cost, estimate };
+        }
         let cost = match usage.provider_cost_usd {
             Some(usd) => Cost {
                 usd,
@@ -608,6 +659,31 @@ const BUILTIN_SCOPED: &[(&str, &[(&str, f64, f64, Option<f64>)])] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn usage_beyond_what_any_provider_bills_in_one_call_is_held_at_no_cost() {
+        let prices = PriceTable::default();
+        let usage = |input: i64, output: i64, cost: Option<f64>| Usage {
+            input_tokens: input,
+            output_tokens: output,
+            provider_cost_usd: cost,
+            ..Usage::default()
+        };
+        for (u, held) in [
+            (usage(MAX_TOKENS_PER_CALL, MAX_TOKENS_PER_CALL, None), false),
+            (usage(MAX_TOKENS_PER_CALL + 1, 0, None), true),
+            (usage(0, 1_000_000_000_000, None), true),
+            (usage(1000, 10, Some(MAX_USD_PER_CALL)), false),
+            (usage(1000, 10, Some(22_000_000.0)), true),
+        ] {
+            assert_eq!(usage_beyond_bounds(&u), held, "{u:?}");
+            let bill = prices.bill("gpt-4o", None, &u);
+            assert_eq!(bill.cost.source == PriceSource::Held, held, "{u:?}");
+            if held {
+                assert_eq!(bill.cost.usd, 0.0);
+            }
+        }
+    }
 
     fn usage(input: i64, output: i64, read: i64, write: i64, reasoning: i64) -> Usage {
         Usage {

@@ -96,6 +96,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0014_report_hours.sql"),
     include_str!("migrations/0015_session_calls_covered.sql"),
     include_str!("migrations/0016_session_list_hours.sql"),
+    include_str!("migrations/0017_held_usage.sql"),
 ];
 
 /// The schema version this build writes.
@@ -373,25 +374,42 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
         std::process::id(),
         fastrand::u32(..)
     ));
-    let mut f = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    let mut f = private_file_options()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(|e| Error::io(&tmp, e))?;
     std::io::Write::write_all(&mut f, bytes).map_err(|e| Error::io(&tmp, e))?;
     f.sync_all().map_err(|e| Error::io(&tmp, e))?;
     drop(f);
     std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
 }
 
-/// Creates `path` with mode 0600 if it does not exist, so SQLite never
-/// creates it with the process umask. SQLite gives the -wal and -shm files
-/// the database file's mode.
-fn create_private_file(path: &Path) -> Result<()> {
+/// Options that create a file with mode 0600, never with the process
+/// umask (0644 for most): every file of the store directory holds usage,
+/// spend or a lock on them (the database, spools, `health.json` and
+/// `health.lock`, the budget file). Callers add how they open it.
+pub fn private_file_options() -> std::fs::OpenOptions {
     let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(false);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
         options.mode(0o600);
     }
-    options.open(path).map(|_| ()).map_err(|e| Error::io(path, e))
+    options
+}
+
+/// Creates `path` with mode 0600 if it does not exist, so SQLite never
+/// creates it with the process umask. SQLite gives the -wal and -shm files
+/// the database file's mode.
+fn create_private_file(path: &Path) -> Result<()> {
+    private_file_options()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map(|_| ())
+        .map_err(|e| Error::io(path, e))
 }
 
 #[cfg(test)]
@@ -411,6 +429,17 @@ mod tests {
             assert_eq!(mode(&store_dir), 0o700);
             assert_eq!(mode(store.path()), 0o600);
         }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_file_written_atomically_into_the_store_directory_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("budgets.toml");
+        write_atomically(&path, b"# budgets\n").expect("write");
+        let mode = std::fs::metadata(&path).expect("stat").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
     }
 
     #[test]

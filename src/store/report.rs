@@ -159,6 +159,10 @@ fn run_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
     })
 }
 
+/// How many LLM calls in `[?1, ?2)` were held (see [`Store::held_llm_calls`]).
+pub(super) const HELD_CALLS: &str =
+    "SELECT COUNT(*) FROM llm_calls WHERE cost_source = 'held' AND ended_at >= ?1 AND ended_at < ?2";
+
 impl Store {
     /// The report of `[since, until)`, days counted in `tz`, listing all
     /// sessions that started in it (`top: None`) or the `top` most
@@ -187,6 +191,17 @@ impl Store {
         Ok(builder.finish())
     }
 
+    /// LLM calls held for usage beyond what any provider bills in one call
+    /// (`pricing::PriceSource::Held`), in `[since, until)` or, with no
+    /// window, in the whole store. Reads the `llm_calls_held` index, which
+    /// holds those rows alone.
+    pub fn held_llm_calls(&self, window: Option<(f64, f64)>) -> Result<i64> {
+        let (since, until) = window.unwrap_or((f64::MIN, f64::MAX));
+        // The literal, not a parameter: only then can SQLite use the
+        // partial index (`pricing::HELD` is the same word; a test holds it).
+        Ok(self.conn().query_row(HELD_CALLS, params![since, until], |r| r.get(0))?)
+    }
+
     /// The report of `[since, until)` without its session list, which
     /// `report --json` writes as [`Store::for_each_session_by_cost`] hands
     /// it over rather than holding it.
@@ -201,6 +216,7 @@ impl Store {
         use super::rollup::{ceil_to, floor_to, QUARTER};
         let conn = self.conn();
         let mut builder = Builder::new(tz, since, until);
+        builder.held(self.held_llm_calls(Some((since, until)))?);
         // Sessions that started in the window, for choosing how to list them.
         let mut sessions = 0;
         let mut add = |bucket: i64, dim: Dim, key: &str, t: &Totals, estimate: f64| {
@@ -311,6 +327,17 @@ mod tests {
     /// `report` over a window, `status` and `export --since` read what
     /// their window holds through indexes, never a ledger table whole
     /// (issue 18): their cost follows their answer, not the store's age.
+    /// Counting held calls reads the partial index of held rows alone, and
+    /// the statement's literal is the spelling the pricing code stores.
+    #[test]
+    fn held_calls_are_counted_from_their_own_index() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(&dir.path().join("plan.db")).expect("open");
+        assert!(HELD_CALLS.contains(&format!("cost_source = '{}'", crate::pricing::HELD)));
+        let plan = store.query_plan(HELD_CALLS, "1").join("\n");
+        assert!(plan.contains("llm_calls_held"), "{plan}");
+    }
+
     #[test]
     fn reports_status_and_export_since_read_their_window_only() {
         let dir = tempfile::tempdir().expect("temp dir");

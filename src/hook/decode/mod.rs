@@ -24,8 +24,11 @@ pub use scrub::{scrub, scrubbed_key};
 /// response, reported by `post_api_request`.
 const MOA_AGGREGATOR: &str = "moa_aggregator";
 
-/// Longest id or label kept; longer values are cut at a char boundary.
-/// Ids from Hermes are under 100 bytes; anything near this is garbage.
+/// Longest id or label kept. Ids from Hermes are under 100 bytes; anything
+/// near this is garbage, but it is still someone's id: a longer value keeps
+/// a prefix and its tail is replaced by a hash of the whole value
+/// ([`reader::fit_label`]), so two long ids that differ only at the end
+/// stay two ids (two LLM calls are not merged into one).
 pub(super) const MAX_LABEL_BYTES: usize = 1024;
 
 /// The platform of the session turn-less auxiliary calls are counted in.

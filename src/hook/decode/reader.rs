@@ -23,6 +23,37 @@ pub(super) const MISSING_ID: &str = "missing id";
 /// would overflow SQLite's 64-bit integers and break every report.
 pub(super) const MAX_COUNT: i64 = 1_000_000_000_000;
 
+/// What ends a long label's kept prefix, before the hash of the whole.
+pub(super) const LABEL_HASH_MARK: char = '~';
+
+/// `s` in at most [`MAX_LABEL_BYTES`]: itself if it fits, else a prefix
+/// (cut at a char boundary), [`LABEL_HASH_MARK`] and the FNV-1a 64 hash of
+/// the whole of `s` in 16 hex digits. FNV-1a is fixed by its definition
+/// (std's `DefaultHasher` may change between releases, which would give a
+/// replayed id a new identity); 64 bits make a collision between two ids
+/// of one store as unlikely as a random one of 2^64.
+pub(super) fn fit_label(s: &str) -> String {
+    if s.len() <= MAX_LABEL_BYTES {
+        return s.to_string();
+    }
+    let hash = format!("{LABEL_HASH_MARK}{:016x}", fnv1a_64(s.as_bytes()));
+    let mut end = MAX_LABEL_BYTES - hash.len();
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{hash}", &s[..end])
+}
+
+/// The 64-bit FNV-1a hash of `bytes` (offset basis and prime from the
+/// FNV specification).
+fn fnv1a_64(bytes: &[u8]) -> u64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    bytes
+        .iter()
+        .fold(OFFSET_BASIS, |h, b| (h ^ u64::from(*b)).wrapping_mul(PRIME))
+}
+
 /// The kwargs of one call, as a [`Reader`] reads them.
 #[derive(Debug, Clone, Copy)]
 pub enum Kwargs<'a> {
@@ -203,8 +234,18 @@ impl<'a> Reader<'a> {
         s
     }
 
+    /// A label or id of at most [`MAX_LABEL_BYTES`], a longer one keeping
+    /// its identity ([`fit_label`]).
     pub(super) fn label(&mut self, key: &str) -> Option<String> {
-        self.string(key, MAX_LABEL_BYTES)
+        let s = self.string(key, usize::MAX)?;
+        if s.len() <= MAX_LABEL_BYTES {
+            return Some(s);
+        }
+        self.problem(
+            key,
+            format!("longer than {MAX_LABEL_BYTES} bytes, its tail replaced by a hash of the whole"),
+        );
+        Some(fit_label(&s))
     }
 
     /// A URL label with any password in it redacted.

@@ -131,5 +131,22 @@ fn huge_ids_are_cut_at_a_char_boundary() {
     let long = "é".repeat(10_000);
     let (hook, problems) = event("on_session_start", json!({"session_id": long}));
     assert!(hook.session_id().len() <= MAX_LABEL_BYTES);
+    assert!(hook.session_id().starts_with("éé"));
     assert_eq!(problems.len(), 1);
+}
+
+#[test]
+fn long_ids_that_differ_only_at_the_end_stay_different_and_stable() {
+    let a = format!("{}a", "x".repeat(1999));
+    let b = format!("{}b", "x".repeat(1999));
+    let (ha, _) = event("on_session_start", json!({"session_id": a}));
+    let (hb, _) = event("on_session_start", json!({"session_id": b}));
+    assert_ne!(ha.session_id(), hb.session_id());
+    assert!(ha.session_id().len() <= MAX_LABEL_BYTES && ha.session_id().starts_with("xxxx"));
+    // The hash is FNV-1a 64, fixed by its definition: these values hold
+    // across releases, or replayed stores would give ids new identities.
+    assert_eq!(super::reader::fit_label("short"), "short");
+    let fitted = super::reader::fit_label(&"a".repeat(MAX_LABEL_BYTES + 1));
+    assert_eq!(fitted.len(), MAX_LABEL_BYTES);
+    assert!(fitted.ends_with("~6a424025ce84288c"), "{fitted}");
 }

@@ -106,6 +106,19 @@ pub mod counter {
     pub const SAMPLED_OUT: &str = "sampled_out";
     /// Rows whose ledger row was gone or not finished.
     pub const SKIPPED: &str = "skipped";
+    /// Export attempts that failed (any cause, a timeout too).
+    pub const FAILED: &str = "failed_attempts";
+}
+
+/// The `export_state` keys of the attempt in flight (see
+/// [`Store::export_attempt`]).
+mod attempt {
+    /// When it started (Unix seconds).
+    pub const AT: &str = "attempt_at";
+    /// When its timeout passes (Unix seconds).
+    pub const DEADLINE: &str = "attempt_deadline";
+    /// What it is shown as, if no outcome was written by then.
+    pub const NO_ANSWER: &str = "attempt_no_answer";
 }
 
 /// The exporter's state, for `status`.
@@ -122,6 +135,9 @@ pub struct ExportState {
     pub last_success_at: Option<f64>,
     pub last_error: Option<String>,
     pub last_error_at: Option<f64>,
+    /// Failed export attempts, an attempt left without an outcome past
+    /// its timeout included.
+    pub failed: i64,
     pub lease: Option<Lease>,
 }
 
@@ -470,6 +486,22 @@ impl Store {
         let tx = self.conn.transaction()?;
         set_state(&tx, "last_error", message)?;
         set_state(&tx, "last_error_at", now)?;
+        bump(&tx, counter::FAILED, 1)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Writes down an export attempt about to start at `now`, which times
+    /// out at `deadline`, and the failure it is shown as (`no_answer`) if
+    /// neither a success nor a failure is written after it by then. A
+    /// hung collector holds a send until its timeout, and a Hermes process
+    /// ends (`os._exit`, 2 s after the last hook) long before the default
+    /// 10 s: without this its attempt would leave no trace anywhere.
+    pub fn export_attempt(&mut self, no_answer: &str, now: f64, deadline: f64) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        set_state(&tx, attempt::AT, now)?;
+        set_state(&tx, attempt::DEADLINE, deadline)?;
+        set_state(&tx, attempt::NO_ANSWER, no_answer)?;
         tx.commit()?;
         Ok(())
     }
@@ -529,6 +561,22 @@ impl Store {
             |r| r.get(0),
         )?;
         let int = |k: &str| -> Result<i64> { Ok(self.state_value::<i64>(k)?.unwrap_or(0)) };
+        let last_success_at: Option<f64> = self.state_value("last_success_at")?;
+        let mut last_error: Option<String> = self.state_value("last_error")?;
+        let mut last_error_at: Option<f64> = self.state_value("last_error_at")?;
+        let mut failed = int(counter::FAILED)?;
+        // An attempt with no outcome written after it, past its timeout,
+        // got no answer: its process ended, or is still stuck, in the send.
+        let started: Option<f64> = self.state_value(attempt::AT)?;
+        let deadline: Option<f64> = self.state_value(attempt::DEADLINE)?;
+        if let (Some(started), Some(deadline)) = (started, deadline) {
+            let outcome_after = |t: Option<f64>| t.is_some_and(|t| t >= started);
+            if deadline < crate::unix_now() && !outcome_after(last_success_at) && !outcome_after(last_error_at) {
+                last_error = self.state_value(attempt::NO_ANSWER)?;
+                last_error_at = Some(deadline);
+                failed += 1;
+            }
+        }
         Ok(ExportState {
             pending,
             held,
@@ -538,9 +586,10 @@ impl Store {
             rejected: int(counter::REJECTED)?,
             sampled_out: int(counter::SAMPLED_OUT)?,
             skipped: int(counter::SKIPPED)?,
-            last_success_at: self.state_value("last_success_at")?,
-            last_error: self.state_value("last_error")?,
-            last_error_at: self.state_value("last_error_at")?,
+            last_success_at,
+            last_error,
+            last_error_at,
+            failed,
             lease: self.lease(TRACE_LEASE)?,
         })
     }

@@ -97,3 +97,27 @@ fn a_row_that_moved_while_being_sent_is_kept() {
     let state = store.export_state().expect("state");
     assert_eq!((state.pending, state.exported), (0, 2));
 }
+
+#[test]
+fn an_attempt_left_without_an_outcome_past_its_timeout_is_a_failure() {
+    let (_dir, mut store) = store();
+    let now = crate::unix_now();
+    // A process ended in the middle of a send that was still in time.
+    store
+        .export_attempt("traces: no answer", now, now + 3600.0)
+        .expect("attempt");
+    let state = store.export_state().expect("state");
+    assert_eq!((state.last_error, state.failed), (None, 0), "still in time");
+    // One whose timeout passed with nothing written after it.
+    store
+        .export_attempt("traces: no answer", now - 20.0, now - 10.0)
+        .expect("attempt");
+    let state = store.export_state().expect("state");
+    assert_eq!(state.last_error.as_deref(), Some("traces: no answer"));
+    assert_eq!((state.last_error_at, state.failed), (Some(now - 10.0), 1));
+    // An outcome written after the attempt is what is shown instead.
+    store.export_failed("traces: status 503", now - 5.0).expect("failed");
+    let state = store.export_state().expect("state");
+    assert_eq!(state.last_error.as_deref(), Some("traces: status 503"));
+    assert_eq!(state.failed, 1, "the attempt's own outcome is not counted twice");
+}
