@@ -213,7 +213,13 @@ class _SlashCommand:
         sender_id = None
         if not session_id:
             sender_id, session_id = _GATEWAY_CALLER.get()
-        return _native.otel_command(raw_args, session_id, sender_id)
+        text = _native.otel_command(raw_args, session_id, sender_id)
+        # `/otel status` lists every Hermes integration point; plain `/otel`
+        # only the ones that cost records (MISSING, calls lost).
+        lines = _integrations.lines(only_trouble=raw_args.strip() != "status")
+        if lines:
+            text += "\n\nHermes integration points:\n" + "\n".join(f"  {line}" for line in lines)
+        return text
 
 
 # The gateway message being handled in this asyncio task: (user id, session

@@ -179,14 +179,15 @@ def record(points: list[Point]) -> None:
             _log.warning("hermes-otel: %s", p.line())
 
 
-def lines() -> list[str]:
-    """What registration found, one line a point, for status."""
+def lines(*, only_trouble: bool = False) -> list[str]:
+    """What registration found, one line a point, for status; with
+    ``only_trouble``, only what costs records (MISSING points, lost calls)."""
     from . import _skips
 
-    out = [p.line() for p in _points]
+    out = [p.line() for p in _points if not only_trouble or p.state == MISSING]
     watch = _skips.watch()
     if watch is not None:
         recorded, lost = watch.totals()
-        if recorded or lost:
+        if lost or (recorded and not only_trouble):
             out.append(f"hook calls Hermes skipped in this process: {recorded} recorded anyway, {lost} lost")
     return out

@@ -254,11 +254,17 @@ print(json.dumps({"counts": _skips.watch().totals(), "warnings": warnings}))
 def test_status_names_each_integration_point_and_its_hermes_versions(tmp_path) -> None:
     body = """
 d = hmd.Dispatcher(VERSION)
-hermes_otel.register(hmd.Context(d))
+ctx = hmd.Context(d)
+hermes_otel.register(ctx)
 from hermes_otel import _integrations
-print(json.dumps({"lines": _integrations.lines()}))
+print(json.dumps({"lines": _integrations.lines(), "slash": ctx.commands["otel"]("status"),
+                  "plain": ctx.commands["otel"]("")}))
 """
     out = _run(tmp_path, body, "main")
+    assert "Hermes integration points:" in out["slash"], "/otel status lists them"
+    assert "skipped hook calls" in out["slash"]
+    assert "_usage_summary_for_api_request_hook" in out["plain"], "plain /otel shows what is MISSING"
+    assert "skipped hook calls" not in out["plain"], "and only that"
     lines = out["lines"]
     assert any(
         line.startswith("agent.aux_accounting.record_aux_usage (Hermes 0.19.0 - 0.21.x): not needed")
