@@ -202,6 +202,10 @@ pub mod metric {
     pub const FLEET_SYNC_LAG: &str = "hermes.fleet.sync.lag";
     pub const BUDGET_VERDICTS: &str = "hermes.budget.verdicts";
     pub const ALERTS: &str = "hermes.alerts";
+    /// Hook calls that could not be recorded (gauge, from the health record).
+    pub const HOOK_CALLS_LOST: &str = "hermes.hook.calls.lost";
+    /// Hook calls Hermes skipped and the plugin recorded anyway (gauge).
+    pub const HOOK_CALLS_SKIPPED: &str = "hermes.hook.calls.skipped";
 
     /// Attributes only metrics carry.
     pub mod attr {
@@ -214,6 +218,14 @@ pub mod metric {
         pub const HERMES_BUDGET_VERDICT: &str = "hermes.budget.verdict";
         pub const HERMES_FLEET_HOST_ID: &str = "hermes.fleet.host.id";
         pub const HERMES_ALERT_KIND: &str = "hermes.alert.kind";
+        pub const HERMES_LOSS_REASON: &str = "hermes.loss.reason";
+        pub const HERMES_SKIP_RECORDED: &str = "hermes.skip.recorded";
+    }
+
+    /// `hermes.loss.reason` values.
+    pub mod loss_reason {
+        pub const UNSAVED: &str = "unsaved";
+        pub const HERMES_SKIP: &str = "hermes_skip";
     }
 
     /// `gen_ai.token.type` and `hermes.token.type` values.

@@ -554,6 +554,49 @@ fn budget_gauges_follow_the_budget_file_and_spend_at_every_scrape() {
 }
 
 #[test]
+fn hook_calls_lost_or_skipped_in_the_health_record_are_scraped() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = dir.path().join("otel");
+    let store = Store::open_dir(&home).expect("open");
+    // As the writers leave it: counts summed over every process.
+    let record = serde_json::json!({
+        "schema": hermes_otel::health::HEALTH_SCHEMA, "state": "ok", "updated_at": 1.0, "updated_by_pid": 1,
+        "counts": {"dropped_events": 4, "hermes_skipped_recorded": 7, "hermes_skipped_lost": 2},
+    });
+    std::fs::write(home.join(hermes_otel::health::HEALTH_FILE_NAME), record.to_string()).expect("health");
+    let server =
+        hermes_otel::export::PrometheusServer::start("127.0.0.1:0", store.path(), metrics::AllowList::default(), 0.0)
+            .expect("prometheus endpoint");
+    let text = http_get(&server.addr().to_string(), "/metrics").expect("a 200 scrape");
+    let sample = |series: &str| {
+        text.lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    assert_eq!(
+        sample("hermes_hook_calls_lost{hermes_loss_reason=\"unsaved\"}"),
+        Some(4.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample("hermes_hook_calls_lost{hermes_loss_reason=\"hermes_skip\"}"),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample("hermes_hook_calls_skipped{hermes_skip_recorded=\"true\"}"),
+        Some(7.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample("hermes_hook_calls_skipped{hermes_skip_recorded=\"false\"}"),
+        Some(2.0),
+        "{text}"
+    );
+}
+
+#[test]
 fn replaying_the_same_events_again_counts_nothing_twice() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("hermes-otel.db");

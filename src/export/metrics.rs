@@ -428,12 +428,23 @@ pub fn refresh_budget_gauges(store: &mut Store) {
             );
         }
     }
+    // What the store's health record counts of hook calls lost or skipped
+    // (written by every process's writer; `status` shows the same).
+    if let Ok(Some(health)) = crate::health::read(&dir) {
+        let c = &health.counts;
+        rows.extend(metrics::hook_call_rows(
+            c.dropped_events,
+            c.hermes_skipped_lost,
+            c.hermes_skipped_recorded,
+        ));
+    }
     if let Err(e) = store.replace_metric_gauges(&metrics::GAUGE_METRICS, &rows, unix_now()) {
         tracing::warn!(target: "Budget.GaugesFailed", "budget gauges not updated: {e}");
     }
 }
 
-/// Replaces the budget gauges of `store` with `readings`.
+/// Replaces the budget gauges of `store` with `readings` (and the other
+/// gauges with none).
 pub fn set_budget_gauges(store: &mut Store, readings: &[BudgetReading<'_>], now: f64) -> Result<()> {
     store.replace_metric_gauges(&metrics::GAUGE_METRICS, &metrics::budget_gauge_rows(readings), now)
 }

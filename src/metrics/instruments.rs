@@ -169,6 +169,24 @@ pub const INSTRUMENTS: &[Instrument] = &[
         "Seconds since this store last synced with the fleet database (fleet budgets only).",
     ),
     inst(
+        m::HOOK_CALLS_LOST,
+        Kind::Gauge,
+        "{call}",
+        "hermes_hook_calls_lost",
+        &[],
+        false,
+        "Hook calls hermes-otel could not record, over every process that used the store.",
+    ),
+    inst(
+        m::HOOK_CALLS_SKIPPED,
+        Kind::Gauge,
+        "{call}",
+        "hermes_hook_calls_skipped",
+        &[],
+        false,
+        "Hook calls Hermes 0.21+ skipped (another call of the same callback was running).",
+    ),
+    inst(
         m::BUDGET_VERDICTS,
         Kind::Counter,
         "{verdict}",
@@ -188,8 +206,15 @@ pub const INSTRUMENTS: &[Instrument] = &[
     ),
 ];
 
-/// The budget gauge metrics (and the fleet sync lag), replaced together.
-pub const GAUGE_METRICS: [&str; 3] = [m::BUDGET_SPEND, m::BUDGET_LIMIT, m::FLEET_SYNC_LAG];
+/// The gauge metrics (budgets, the fleet sync lag, the health record's
+/// counts of hook calls), replaced together.
+pub const GAUGE_METRICS: [&str; 5] = [
+    m::BUDGET_SPEND,
+    m::BUDGET_LIMIT,
+    m::FLEET_SYNC_LAG,
+    m::HOOK_CALLS_LOST,
+    m::HOOK_CALLS_SKIPPED,
+];
 
 /// The instrument named `name`.
 pub fn instrument(name: &str) -> Option<&'static Instrument> {

@@ -232,6 +232,32 @@ pub fn fleet_lag_row(host_id: &str, lag_seconds: f64) -> (&'static str, String, 
     )
 }
 
+/// The `hermes.hook.calls.lost` / `.skipped` rows of the store's health
+/// record counts: `unsaved` calls (no store, no spool), calls Hermes
+/// skipped that were lost, and those recorded anyway.
+pub fn hook_call_rows(unsaved: u64, skipped_lost: u64, skipped_recorded: u64) -> Vec<(&'static str, String, f64)> {
+    use crate::semconv::metric::loss_reason;
+    let reason = |r: &str| AttrSet::new().s(mattr::HERMES_LOSS_REASON, r).key();
+    vec![
+        (m::HOOK_CALLS_LOST, reason(loss_reason::UNSAVED), unsaved as f64),
+        (
+            m::HOOK_CALLS_LOST,
+            reason(loss_reason::HERMES_SKIP),
+            skipped_lost as f64,
+        ),
+        (
+            m::HOOK_CALLS_SKIPPED,
+            AttrSet::new().bool(mattr::HERMES_SKIP_RECORDED, true).key(),
+            skipped_recorded as f64,
+        ),
+        (
+            m::HOOK_CALLS_SKIPPED,
+            AttrSet::new().bool(mattr::HERMES_SKIP_RECORDED, false).key(),
+            skipped_lost as f64,
+        ),
+    ]
+}
+
 /// The attribute set of a `hermes.budget.verdicts` series.
 pub fn verdict_attrs(scope: &str, window: &str, verdict: &str) -> String {
     AttrSet::new()

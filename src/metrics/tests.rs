@@ -352,6 +352,7 @@ fn instruments_and_attributes_match_the_semconv_registry() {
     }])
     .into_iter()
     .chain([fleet_lag_row("5f0c8e2a", 1.5)])
+    .chain(hook_call_rows(1, 2, 3))
     {
         out.push(Increment {
             metric,
