@@ -436,6 +436,39 @@ fn a_corrupt_store_is_kept_untouched_and_a_replaced_one_is_picked_up() {
 }
 
 #[test]
+fn a_hermes_process_makes_no_new_store_beside_a_damaged_one_kept_aside() {
+    // `doctor --rebuild` kept the damaged store aside and did not finish:
+    // a new store would report nothing spent and split the history.
+    let root = tempfile::tempdir().expect("temp dir");
+    let dir = root.path().join("otel");
+    drop(Store::open_dir(&dir).expect("create the store"));
+    let db = dir.join(DB_FILE_NAME);
+    let aside = dir.join(format!("{DB_FILE_NAME}.damaged-1796002700"));
+    std::fs::rename(&db, &aside).expect("kept aside");
+    for ext in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(dir.join(format!("{DB_FILE_NAME}{ext}")));
+    }
+    let bridge = Bridge::start(config(&dir));
+    let problem = bridge
+        .store_problem()
+        .expect("a missing store beside a kept-aside one is a problem");
+    assert!(problem.contains("kept aside"), "{problem}");
+    assert!(problem.contains("doctor --rebuild"), "says what to do: {problem}");
+    for n in 0..3 {
+        let (outcome, took) = llm_call(&bridge, "k", n);
+        assert_eq!(outcome, Outcome::Queued);
+        assert!(took < FAST, "{took:?}");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!db.exists(), "no empty store was made");
+    // The user puts a store back: what the hooks recorded meanwhile lands.
+    drop(Store::open_dir(&dir).expect("a store put back"));
+    assert!(eventually(30, || bridge.store_problem().is_none()), "recovers");
+    assert!(eventually(30, || bridge.flush(Duration::from_secs(1))));
+    assert_eq!(llm_calls(&dir, "k"), 3);
+}
+
+#[test]
 fn garbage_over_random_pages_never_reaches_a_hook() {
     let root = tempfile::tempdir().expect("temp dir");
     let dir = root.path().join("otel");

@@ -98,6 +98,13 @@ impl Touched {
 /// Opens the store for the writer: the file, its migrations, the prices and
 /// the profile. Used at start and to reopen after a fault.
 pub(super) fn open_store(config: &BridgeConfig, prices: &PriceTable) -> Result<Store> {
+    // A damaged store kept aside and none in its place (a rebuild that did
+    // not finish): a new store would split the history in two. Like a
+    // corrupt file, it is a fault the writer rides out, events in the spool,
+    // until the user puts a store back.
+    if let Some(line) = crate::store::missing_beside_aside(&config.store_dir) {
+        return Err(crate::error::Error::Other(line));
+    }
     let mut store = Store::open_dir(&config.store_dir)?;
     store.set_prices(prices.clone());
     store.set_profile(config.profile.clone());

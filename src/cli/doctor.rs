@@ -19,11 +19,7 @@ use crate::error::{Error, Result};
 use crate::health::{FaultKind, Tracker};
 use crate::hook::DecodeOptions;
 use crate::pricing::PriceTable;
-use crate::store::{check_integrity, check_writable, Rebuilt, Store, DB_FILE_NAME};
-
-/// What a kept-aside damaged store's name adds to the store's, before the
-/// Unix time of the rebuild.
-pub(super) const DAMAGED_INFIX: &str = ".damaged-";
+use crate::store::{check_integrity, check_writable, Rebuilt, Store, DAMAGED_INFIX, DB_FILE_NAME};
 
 /// Problems listed at most.
 const MAX_PROBLEMS: usize = 20;

@@ -238,7 +238,7 @@ fn init_logging(verbose: u8, quiet: u8) {
 fn existing_home(home: Option<PathBuf>) -> Result<config::Resolved<PathBuf>> {
     let resolved = config::store_dir(home);
     // Nor may any command make one beside a damaged store kept aside.
-    if let Some(line) = missing_beside_aside(&resolved.value) {
+    if let Some(line) = crate::store::missing_beside_aside(&resolved.value) {
         return Err(crate::error::Error::Other(line));
     }
     if !resolved.value.is_dir() {
@@ -249,36 +249,6 @@ fn existing_home(home: Option<PathBuf>) -> Result<config::Resolved<PathBuf>> {
         )));
     }
     Ok(resolved)
-}
-
-/// The newest damaged store `doctor --rebuild` kept aside in `dir`, if any.
-pub(crate) fn moved_aside(dir: &std::path::Path) -> Option<PathBuf> {
-    let prefix = format!("{}{}", crate::store::DB_FILE_NAME, doctor::DAMAGED_INFIX);
-    std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&prefix) && !n.ends_with("-wal") && !n.ends_with("-shm"))
-        })
-        .max()
-}
-
-/// The one line saying that the store is missing but a damaged one was
-/// kept aside: a new, empty store there would report nothing spent.
-fn missing_beside_aside(dir: &std::path::Path) -> Option<String> {
-    let db = dir.join(crate::store::DB_FILE_NAME);
-    if db.exists() {
-        return None;
-    }
-    let aside = moved_aside(dir)?;
-    Some(format!(
-        "no store at {}, but a damaged one was kept aside as {} (a rebuild that did not finish?): \
-         move it back and run `hermes-otel doctor --rebuild`",
-        db.display(),
-        aside.display()
-    ))
 }
 
 /// Opens the store for a command that only reads it: as every command
@@ -332,7 +302,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
                 std::fs::File::open(file).map_err(|e| crate::error::Error::io(file, e))?;
             }
             let dir = config::store_dir(cli.home).value;
-            if let Some(line) = missing_beside_aside(&dir) {
+            if let Some(line) = crate::store::missing_beside_aside(&dir) {
                 eprintln!("hermes-otel: {line}; replaying into a new store");
             }
             let mut store = open_store(dir)?;

@@ -31,7 +31,7 @@
 //! the built-in table); calls whose cost then differs from the damaged
 //! store's are counted in the summary.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
@@ -39,6 +39,41 @@ use super::row_counts::{Counted, LogTail, RowCounts, COUNTED};
 use super::{EventContext, Store};
 use crate::error::Result;
 use crate::hook::{Hook, HookEvent};
+
+/// What a kept-aside damaged store's name adds to the store's, before the
+/// Unix time of the rebuild (`doctor --rebuild`).
+pub const DAMAGED_INFIX: &str = ".damaged-";
+
+/// The newest damaged store `doctor --rebuild` kept aside in `dir`, if any.
+pub fn moved_aside(dir: &Path) -> Option<PathBuf> {
+    let prefix = format!("{}{}", super::DB_FILE_NAME, DAMAGED_INFIX);
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&prefix) && !n.ends_with("-wal") && !n.ends_with("-shm"))
+        })
+        .max()
+}
+
+/// The one line saying that the store is missing but a damaged one was
+/// kept aside: a new, empty store there would report nothing spent, and
+/// split the history in two.
+pub fn missing_beside_aside(dir: &Path) -> Option<String> {
+    let db = dir.join(super::DB_FILE_NAME);
+    if db.exists() {
+        return None;
+    }
+    let aside = moved_aside(dir)?;
+    Some(format!(
+        "no store at {}, but a damaged one was kept aside as {} (a rebuild that did not finish?): \
+         move it back and run `hermes-otel doctor --rebuild`",
+        db.display(),
+        aside.display()
+    ))
+}
 
 /// Journal rows read and applied per transaction.
 const CHUNK: i64 = 2048;

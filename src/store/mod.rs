@@ -48,7 +48,9 @@ mod trace_view;
 
 pub use budget::{AlertRow, RecordedCall, RESERVATION_TTL_SECONDS};
 pub use content::{ContentCursor, ContentKind};
-pub use doctor::{check_integrity, check_writable, quick_look, Integrity, Rebuilt};
+pub use doctor::{
+    check_integrity, check_writable, missing_beside_aside, moved_aside, quick_look, Integrity, Rebuilt, DAMAGED_INFIX,
+};
 pub use fleet::{FleetRow, FleetStatus, PushRow};
 pub use ledger::{Applied, EventContext, ABANDONED, ERROR, IDLE_CLOSE_BATCH, INTERRUPTED, OK, RUNNING};
 // The rows and metric facts live in the model, below the store, which
