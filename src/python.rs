@@ -174,6 +174,16 @@ fn llm_stop(api_request_id: Option<&str>) -> Option<String> {
     catch_unwind(AssertUnwindSafe(|| BUDGET.get().and_then(|h| h.stop_for(id)))).unwrap_or(None)
 }
 
+/// The stop text for an auxiliary LLM call of `session_id` (Hermes main's
+/// `aux-…` calls, which fire no `pre_api_request`): the session's last
+/// verdict, when it was a hard breach. Never raises.
+#[pyfunction]
+#[pyo3(signature = (session_id = None))]
+fn session_stop(session_id: Option<&str>) -> Option<String> {
+    let session = session_id.filter(|s| !s.is_empty())?;
+    catch_unwind(AssertUnwindSafe(|| BUDGET.get().and_then(|h| h.session_stop(session)))).unwrap_or(None)
+}
+
 /// The `model` of the stand-in response of a stopped LLM call.
 #[pyfunction]
 fn blocked_model() -> &'static str {
@@ -357,6 +367,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Hook>()?;
     m.add_function(wrap_pyfunction!(start, m)?)?;
     m.add_function(wrap_pyfunction!(llm_stop, m)?)?;
+    m.add_function(wrap_pyfunction!(session_stop, m)?)?;
     m.add_function(wrap_pyfunction!(blocked_model, m)?)?;
     m.add_function(wrap_pyfunction!(hook_names, m)?)?;
     m.add_function(wrap_pyfunction!(budget_mode, m)?)?;

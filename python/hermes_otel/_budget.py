@@ -27,10 +27,38 @@ def llm_execution(*, next_call: Any, **kwargs: Any) -> Any:
     Never returns ``None`` (Hermes would retry it as an invalid response).
     Raising before ``next_call`` makes Hermes log it and make the call
     anyway, which is the fail-open we want."""
-    message = _native.llm_stop(kwargs.get("api_request_id"))
+    request_id = kwargs.get("api_request_id")
+    message = _native.llm_stop(request_id)
+    if message is None and isinstance(request_id, str) and request_id.startswith(AUX_REQUEST_PREFIX):
+        # An auxiliary call (Hermes main) fires no pre_api_request: it is
+        # stopped while its session's last verdict is a hard breach.
+        message = _native.session_stop(_aux_session(kwargs))
     if message is None:
         return next_call()
     return stop(kwargs.get("api_mode"), message)
+
+
+#: How Hermes main's auxiliary client names its requests (hooks.md at
+#: 006a5aebb4d134ba188ff60adf1a02f668312b5f: "`api_request_id` (`aux-…`)").
+AUX_REQUEST_PREFIX = "aux-"
+
+
+def _aux_session(kwargs: dict[str, Any]) -> str | None:
+    """The session of an auxiliary call: the middleware's ``session_id``
+    where it passes one, else the turn it runs under, found as
+    ``agent/auxiliary_hooks.py`` finds it (``agent.relay_runtime.current_turn()``,
+    read at 7effdff81b7bbcdf0e441829030a7ee2d037a7f9). None outside a turn."""
+    session = kwargs.get("session_id")
+    if isinstance(session, str) and session:
+        return session
+    try:
+        from agent.relay_runtime import current_turn
+
+        turn = current_turn()
+        session = getattr(getattr(turn, "lease", None), "session_id", None)
+    except Exception:  # noqa: BLE001 - absent on older Hermes: no session known
+        return None
+    return session if isinstance(session, str) and session else None
 
 
 def stop(api_mode: str | None, message: str) -> Any:

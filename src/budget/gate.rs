@@ -356,6 +356,7 @@ impl BudgetGate {
             })),
             Hook::PreApiRequest(e) if enforce && self.fails_closed() => {
                 let text = self.unsynced_block();
+                self.handle.note_session(&e.api.session_id, Some(text.clone()));
                 self.handle.stop(&e.api.api_request_id, text);
                 Ok(None)
             }
@@ -367,11 +368,14 @@ impl BudgetGate {
                 match blocking(&states) {
                     Some(s) => {
                         store.count_budget_verdict(verdict::BLOCKED, s, now)?;
-                        Ok(Some(Verdict::Block {
-                            message: budget::block_text(s, &self.cfg.tz),
-                        }))
+                        let message = budget::block_text(s, &self.cfg.tz);
+                        self.handle.note_session(session, Some(message.clone()));
+                        Ok(Some(Verdict::Block { message }))
                     }
-                    None => Ok(None),
+                    None => {
+                        self.handle.note_session(session, None);
+                        Ok(None)
+                    }
                 }
             }
             Hook::PreApiRequest(e) if enforce && !self.cfg.is_empty() => {
@@ -381,9 +385,14 @@ impl BudgetGate {
                 let states = self.states(store, &a.session_id, a.model.as_deref(), now, Some(&a.api_request_id))?;
                 self.record_headroom(&a.session_id, a.model.as_deref(), &states);
                 self.pause_cron(store, &states, now, &a.session_id)?;
-                if let Some(s) = blocking(&states) {
-                    store.count_budget_verdict(verdict::BLOCKED, s, now)?;
-                    self.handle.stop(&a.api_request_id, budget::block_text(s, &self.cfg.tz));
+                match blocking(&states) {
+                    Some(s) => {
+                        store.count_budget_verdict(verdict::BLOCKED, s, now)?;
+                        let text = budget::block_text(s, &self.cfg.tz);
+                        self.handle.note_session(&a.session_id, Some(text.clone()));
+                        self.handle.stop(&a.api_request_id, text);
+                    }
+                    None => self.handle.note_session(&a.session_id, None),
                 }
                 Ok(None)
             }

@@ -41,6 +41,10 @@ pub(super) struct Shared {
     /// waiting to be shown.
     pub(super) needs: Arc<GateNeeds>,
     pub(super) stops: Mutex<(HashMap<String, String>, VecDeque<String>)>,
+    /// The stop text of each session whose last LLM or tool verdict was a
+    /// hard breach: what an auxiliary call of that session (which has no
+    /// `pre_api_request` of its own) is stopped with.
+    pub(super) session_stops: Mutex<(HashMap<String, String>, VecDeque<String>)>,
     pub(super) pauses: Mutex<Vec<CronPause>>,
     /// Pauses Hermes refused, with when to offer them again.
     pub(super) retries: Mutex<Vec<(Instant, CronPause)>>,
@@ -58,6 +62,7 @@ impl Default for Shared {
             // `pre_llm_call` waits.
             needs: GateNeeds::new(true, false, false),
             stops: Mutex::default(),
+            session_stops: Mutex::default(),
             pauses: Mutex::default(),
             retries: Mutex::default(),
             messages: Mutex::default(),
@@ -132,14 +137,41 @@ impl BudgetHandle {
     }
 
     pub(super) fn stop(&self, api_request_id: &str, text: String) {
-        let mut stops = lock(&self.0.stops);
-        if stops.0.insert(api_request_id.to_string(), text).is_none() {
-            stops.1.push_back(api_request_id.to_string());
-        }
-        while stops.1.len() > MAX_STOPS {
-            if let Some(old) = stops.1.pop_front() {
-                stops.0.remove(&old);
+        remember(&self.0.stops, api_request_id, text);
+    }
+
+    /// The stand-in text for an auxiliary LLM call of `session_id` (Hermes
+    /// main's `aux-…` calls pass the `llm_execution` middleware but fire no
+    /// `pre_api_request`): the session's last verdict, if it was a hard
+    /// breach. A call of a session with no verdict yet goes ahead.
+    pub fn session_stop(&self, session_id: &str) -> Option<String> {
+        lock(&self.0.session_stops).0.get(session_id).cloned()
+    }
+
+    /// Notes the outcome of a verdict of `session_id`: `Some` stop text for
+    /// a hard breach, `None` for a call that may go ahead.
+    pub(super) fn note_session(&self, session_id: &str, stop: Option<String>) {
+        match stop {
+            Some(text) => remember(&self.0.session_stops, session_id, text),
+            None => {
+                let mut stops = lock(&self.0.session_stops);
+                if stops.0.remove(session_id).is_some() {
+                    stops.1.retain(|s| s != session_id);
+                }
             }
+        }
+    }
+}
+
+/// Keeps `text` under `key`, the oldest keys going past [`MAX_STOPS`].
+fn remember(map: &Mutex<(HashMap<String, String>, VecDeque<String>)>, key: &str, text: String) {
+    let mut stops = lock(map);
+    if stops.0.insert(key.to_string(), text).is_none() {
+        stops.1.push_back(key.to_string());
+    }
+    while stops.1.len() > MAX_STOPS {
+        if let Some(old) = stops.1.pop_front() {
+            stops.0.remove(&old);
         }
     }
 }

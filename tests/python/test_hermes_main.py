@@ -344,3 +344,40 @@ print(json.dumps({"hooks": sorted(d._hooks), "lines": _integrations.lines()}))
     new = _run(tmp_path / "b", body, "main")
     assert "pre_tool_call" in new["hooks"], "main keys the gate by tool call"
     assert "transform_api_error_classification" in new["hooks"]
+
+
+def test_an_auxiliary_call_of_a_session_over_its_hard_line_is_stopped_too(tmp_path) -> None:
+    # Main's auxiliary calls (aux-…) pass the llm_execution middleware but
+    # fire no pre_api_request: the session's last verdict stops them.
+    store = tmp_path / "otel"
+    store.mkdir(parents=True)
+    (store / "budgets.toml").write_text("[global]\ndaily = 0.000001\n")
+    body = """
+d = hmd.Dispatcher(VERSION)
+hermes_otel.register(hmd.Context(d))
+ids = dict(session_id="s-aux-stop", task_id="s-aux-stop", turn_id="s-aux-stop:t1", platform="cli",
+           model="gpt-4o-mini", provider="openai", base_url="https://api.openai.com/v1",
+           api_mode="chat_completions")
+d.invoke_hook("pre_api_request", api_request_id="s-aux-stop:t1:api:1", api_call_count=1, **ids)
+d.invoke_hook("post_api_request", api_request_id="s-aux-stop:t1:api:1", api_call_count=1, api_duration=0.1,
+              usage={"input_tokens": 50000, "output_tokens": 5000}, response_model="gpt-4o-mini", **ids)
+assert _native.flush(5.0)
+d.invoke_hook("pre_api_request", api_request_id="s-aux-stop:t1:api:2", api_call_count=2, **ids)
+served = []
+def provider():
+    served.append(1)
+    return "a response"
+outcomes = {}
+for session, request_id in [("s-aux-stop", "aux-7"), ("s-never-seen", "aux-8")]:
+    try:
+        hmd.run_llm_execution(d, {"messages": []}, provider, api_request_id=request_id, session_id=session,
+                              model="gpt-4o-mini", provider="openai")
+        outcomes[session] = "served"
+    except hmd.LLMExecutionBlocked as exc:
+        outcomes[session] = "stopped: " + str(exc)[:15]
+print(json.dumps({"outcomes": outcomes, "served": len(served)}))
+"""
+    out = _run(tmp_path, body, "main")
+    assert out["outcomes"]["s-aux-stop"].startswith("stopped: BUDGET-EXCEEDED"), out
+    assert out["outcomes"]["s-never-seen"] == "served", "a session with no verdict yet goes ahead"
+    assert out["served"] == 1
