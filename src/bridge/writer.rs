@@ -619,6 +619,10 @@ impl Writer {
         }
         self.release_held_sessions();
         self.reset_spool(0);
+        // The process ends once the exit flush returns: what it counted
+        // (hook calls Hermes skipped, failures) goes into the health record
+        // now, or never.
+        self.write_health();
         for ticket in std::mem::take(&mut self.exit_tickets) {
             ticket.complete(Outcome::Committed(None));
         }
