@@ -98,6 +98,7 @@ fn undecoded(bridge: &Bridge, hook: &'static str, kwargs: Value) -> Outcome {
     let ctx = EventContext {
         pid: Some(1),
         thread: Some("t".into()),
+        profile: None,
         problems: Vec::new(),
     };
     bridge.submit_line(hook, line, at, ctx)
