@@ -305,7 +305,9 @@ pub fn write_json<T: serde::Serialize + ?Sized>(line: &mut Vec<u8>, value: &T) {
 }
 
 /// Decodes a hook call from the spool record this process wrote of it
-/// ([`RecordWriter`]), with the capture setting the record was made with.
+/// ([`RecordWriter`]), with the capture setting the record was made with,
+/// and returns it with the profile the record names (what the writer
+/// records, so the live path, recovery and replay read the same bytes).
 /// A record that cannot be read is unusable.
 ///
 /// This runs on the hook thread for every call a gate may answer, so the
@@ -313,24 +315,25 @@ pub fn write_json<T: serde::Serialize + ?Sized>(line: &mut Vec<u8>, value: &T) {
 /// parses as it reads them ([`Kwargs::Raw`]): no map of values is built. A
 /// line that pass refuses goes through [`parse_line`], which says what is
 /// wrong with it; both decode to the same event.
-pub fn decode_record(hook: &str, line: &[u8], at: f64, opts: DecodeOptions) -> Decoded {
+pub fn decode_record(hook: &str, line: &[u8], at: f64, opts: DecodeOptions) -> (Decoded, Option<String>) {
     if let Some(own) = OwnRecord::read(line) {
         let opts = DecodeOptions {
             capture_content: own.capture.unwrap_or(opts.capture_content),
             ..opts
         };
-        return decode_kwargs(hook, Kwargs::Raw(&own.kwargs.0), at, opts);
+        let profile = own.profile.filter(|p| !p.is_empty()).map(Cow::into_owned);
+        return (decode_kwargs(hook, Kwargs::Raw(&own.kwargs.0), at, opts), profile);
     }
-    let (kwargs, capture) = match parse_line(&utf8(line), opts.capture_content) {
-        Ok(Some(record)) => (record.kwargs, record.capture),
-        Ok(None) => return unreadable("an empty spool record".into()),
-        Err(e) => return unreadable(e),
+    let record = match parse_line(&utf8(line), opts.capture_content) {
+        Ok(Some(record)) => record,
+        Ok(None) => return (unreadable("an empty spool record".into()), None),
+        Err(e) => return (unreadable(e), None),
     };
     let opts = DecodeOptions {
-        capture_content: capture.unwrap_or(opts.capture_content),
+        capture_content: record.capture.unwrap_or(opts.capture_content),
         ..opts
     };
-    decode(hook, &kwargs, at, opts)
+    (decode(hook, &record.kwargs, at, opts), record.profile)
 }
 
 /// What [`decode_record`] reads of a record in its one pass.
@@ -339,6 +342,8 @@ struct OwnRecord<'a> {
     #[serde(borrow)]
     kwargs: RawEntries<'a>,
     capture: Option<bool>,
+    #[serde(borrow)]
+    profile: Option<Cow<'a, str>>,
 }
 
 impl<'a> OwnRecord<'a> {
@@ -430,12 +435,22 @@ mod tests {
         // The profile says where the call was made, not what it was.
         let opts = DecodeOptions::default();
         let plain = write_record("pre_llm_call", 3.5, Some(9), Some("MainThread"), &kwargs, false);
+        let (with, profile) = decode_record("pre_llm_call", &line, 3.5, opts);
         assert_eq!(
-            decode_record("pre_llm_call", &line, 3.5, opts),
-            decode_record("pre_llm_call", &plain, 3.5, opts)
+            profile.as_deref(),
+            Some("work"),
+            "the writer records the line's profile"
         );
+        assert_eq!(with, decode_record("pre_llm_call", &plain, 3.5, opts).0);
+        // A line the one pass refuses says the same through parse_line.
+        let twice = text.replacen("{\"hook\":", "{\"capture\":null,\"hook\":", 1);
+        assert_eq!(
+            decode_record("pre_llm_call", twice.as_bytes(), 3.5, opts).1.as_deref(),
+            Some("work")
+        );
+        assert_eq!(decode_record("pre_llm_call", &plain, 3.5, opts).1, None);
         assert!(matches!(
-            decode_record("pre_llm_call", &line, 3.5, opts),
+            decode_record("pre_llm_call", &line, 3.5, opts).0,
             Decoded::Event(..)
         ));
         // Lines of no profile: none written, none read (an old spool, a
@@ -582,7 +597,7 @@ mod tests {
                     assert_eq!(OwnRecord::read(line.as_bytes()).is_some(), offset % 3 != 0, "{line}");
                     let record = parse_line(&line, !capture).expect("a record").expect("one");
                     let expected = decode(hook, &record.kwargs, 2.0, opts);
-                    assert_eq!(decode_record(hook, line.as_bytes(), 2.0, opts), expected, "{line}");
+                    assert_eq!(decode_record(hook, line.as_bytes(), 2.0, opts).0, expected, "{line}");
                     compared += 1;
                 }
             }
@@ -614,13 +629,13 @@ mod tests {
                     };
                     let expected = decode(&rec.hook, &rec.kwargs, 7.5, opts);
                     let written = write_record(&rec.hook, 7.5, Some(1), Some("t"), &rec.kwargs, capture);
-                    assert_eq!(decode_record(&rec.hook, &written, 7.5, opts), expected, "{line}");
+                    assert_eq!(decode_record(&rec.hook, &written, 7.5, opts).0, expected, "{line}");
                     // The same line with a field twice: the one pass refuses it.
                     let text = String::from_utf8(written).expect("utf-8");
                     let twice = text.replacen("{\"hook\":", "{\"capture\":null,\"hook\":", 1);
                     assert!(serde_json::from_str::<serde_json::Value>(&twice).is_ok());
                     assert_eq!(
-                        decode_record(&rec.hook, twice.as_bytes(), 7.5, opts),
+                        decode_record(&rec.hook, twice.as_bytes(), 7.5, opts).0,
                         expected,
                         "{twice}"
                     );
@@ -630,11 +645,11 @@ mod tests {
         }
         assert!(calls > 400, "{calls}");
         assert!(matches!(
-            decode_record("pre_llm_call", b"{", 1.0, DecodeOptions::default()),
+            decode_record("pre_llm_call", b"{", 1.0, DecodeOptions::default()).0,
             Decoded::Unusable(_)
         ));
         assert!(matches!(
-            decode_record("pre_llm_call", b"", 1.0, DecodeOptions::default()),
+            decode_record("pre_llm_call", b"", 1.0, DecodeOptions::default()).0,
             Decoded::Unusable(_)
         ));
     }

@@ -140,7 +140,9 @@ impl Hook {
         let ctx = EventContext {
             pid: Some(i64::from(std::process::id())),
             thread: thread_name(py),
-            profile: self.profile.clone(),
+            // Written into the call's record below; the bridge takes it
+            // from there, as recovery and replay do.
+            profile: None,
             problems: Vec::new(),
         };
         let text = |key: &str| kwargs.and_then(|kwargs| self.text(kwargs, key));
@@ -178,7 +180,7 @@ impl Hook {
         let origin = Origin {
             pid: ctx.pid,
             thread: ctx.thread.as_deref(),
-            profile: ctx.profile.as_deref(),
+            profile: self.profile.as_deref(),
         };
         let mut partial = Partial::begin(name, at, origin, opts.capture_content);
         if let Some(kwargs) = kwargs {

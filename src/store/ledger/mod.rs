@@ -22,10 +22,11 @@ use calls::{apply_api_error, apply_llm_call, apply_subagent_start, apply_subagen
 pub struct EventContext {
     pub pid: Option<i64>,
     pub thread: Option<String>,
-    /// The Hermes profile the call was made in (its spool record's
-    /// `profile`), recorded on the run; `None` falls back to the store's
-    /// own profile ([`Store::set_profile`]). One process may serve several
-    /// profiles (a multi-profile gateway), all into one store.
+    /// The Hermes profile the call was made in, as its spool record says
+    /// (the bridge and replay read it from the line), recorded on the run;
+    /// `None` falls back to the store's own profile ([`Store::set_profile`]).
+    /// One process may serve several profiles (a multi-profile gateway),
+    /// all into one store.
     pub profile: Option<String>,
     /// How many kwargs had to be repaired while decoding.
     pub problems: Vec<crate::hook::Problem>,
