@@ -46,8 +46,10 @@ pyo3::create_exception!(
 /// The process's bridge, started on first use.
 pub(super) static BRIDGE: OnceLock<Bridge> = OnceLock::new();
 
-/// The Hermes profile of this process, given by `register` before the
-/// bridge starts.
+/// The Hermes profile of the first `register` in this process, given before
+/// the bridge starts: the store's fallback for a call that names none. Each
+/// hook records its own profile ([`Hook`]'s); one process keeps one store
+/// whatever profiles it serves.
 pub(super) static PROFILE: OnceLock<String> = OnceLock::new();
 
 /// The budget gate's handle: LLM calls to stop, cron jobs to pause.
@@ -193,7 +195,10 @@ fn blocked_model() -> &'static str {
 /// Starts the bridge (opening the store) and returns why it is disabled or
 /// what store trouble it is riding out (it retries by itself), or `None`
 /// when all is well. Logs that reason once. `profile` is Hermes's
-/// `ctx.profile_name`, recorded on runs for per-profile budgets.
+/// `ctx.profile_name`: the first one given is recorded on runs whose calls
+/// name no profile. Called again by each profile a multi-profile gateway
+/// registers the plugin for, which changes nothing: the bridge is the
+/// process's.
 #[pyfunction]
 #[pyo3(signature = (profile = None))]
 fn start(py: Python<'_>, profile: Option<String>) -> Option<String> {

@@ -114,6 +114,7 @@ pub fn replay_file(store: &mut Store, path: &Path, opts: DecodeOptions, stats: &
                                 let ctx = EventContext {
                                     pid: r.pid,
                                     thread: r.thread,
+                                    profile: r.profile,
                                     problems,
                                 };
                                 batch.push((event, ctx));
@@ -372,6 +373,7 @@ fn order_key(line: &[u8]) -> OrderKey {
 struct Parsed {
     pid: Option<i64>,
     thread: Option<String>,
+    profile: Option<String>,
     decoded: Decoded,
 }
 
@@ -385,6 +387,7 @@ impl Parsed {
         Parsed {
             pid: r.pid,
             thread: r.thread,
+            profile: r.profile,
             decoded,
         }
     }
@@ -442,6 +445,35 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_replayed_record_keeps_the_profile_it_was_made_in() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("profiles.jsonl");
+        let turn = |session: &str, profile: &str| {
+            format!(
+                r#"{{"hook": "pre_llm_call", "t": 5, {profile}"kwargs": {{"session_id": "{session}", "turn_id": "{session}:t1", "model": "m"}}}}"#
+            )
+        };
+        let text = [turn("s-work", r#""profile": "work", "#), turn("s-old", "")].join("\n");
+        std::fs::write(&path, text).expect("write");
+        let mut store = Store::open_dir(dir.path()).expect("open");
+        store.set_profile(Some("replaying".into()));
+        let mut stats = ReplayStats::default();
+        replay_file(&mut store, &path, DecodeOptions::default(), &mut stats).expect("replay");
+        assert_eq!(stats.applied, 2, "{stats:?}");
+        drop(store);
+        let conn = rusqlite::Connection::open(dir.path().join(crate::store::DB_FILE_NAME)).expect("open");
+        let runs: String = conn
+            .query_row(
+                "SELECT group_concat(session_id || '=' || profile, ' ') FROM (SELECT * FROM runs ORDER BY session_id)",
+                [],
+                |r| r.get(0),
+            )
+            .expect("runs");
+        // A line of no profile takes the store's (the process replaying).
+        assert_eq!(runs, "s-old=replaying s-work=work");
     }
 
     #[test]

@@ -39,6 +39,7 @@ fn child(dir: &Path) -> ! {
             let ctx = EventContext {
                 pid: rec.pid,
                 thread: rec.thread.clone(),
+                profile: None,
                 problems,
             };
             let record = hook::write_record(&rec.hook, at, rec.pid, rec.thread.as_deref(), &rec.kwargs, false);

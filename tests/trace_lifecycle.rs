@@ -79,6 +79,7 @@ fn feed(bridge: &Bridge, records: &[Record], shift: f64) {
         let ctx = EventContext {
             pid: rec.pid,
             thread: rec.thread.clone(),
+            profile: None,
             problems,
         };
         bridge.submit_recorded(event, ctx, Some(&line));
@@ -372,6 +373,7 @@ fn approval(hook: &str, t: f64, like: &Record, choice: Option<&str>) -> Record {
         seq: None,
         pid: like.pid,
         thread: like.thread.clone(),
+        profile: None,
         capture: None,
     }
 }

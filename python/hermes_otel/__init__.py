@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Any
 
-from . import _aux, _integrations, _native, _skips
+from . import _aux, _integrations, _native, _profiles, _skips
 from ._native import HermesOtelError
 
 __all__ = ["HermesOtelError", "register"]
@@ -28,8 +28,17 @@ _EXIT_FLUSH_SECONDS = 2.0
 
 
 def register(ctx: Any) -> None:
-    """Register the hooks, ``hermes otel ...`` and ``/otel`` with Hermes."""
-    _native.start(_profile_name(ctx))
+    """Register the hooks, ``hermes otel ...`` and ``/otel`` with Hermes.
+
+    A multi-profile gateway calls this once per profile that enabled the
+    plugin, each time in that profile's scope: the hooks made here record
+    their calls for ``ctx.profile_name``, into the one store of the process.
+    """
+    # Hermes's active profile, for per-profile budgets, and its home (where
+    # the process-wide patches find which profile calls them).
+    profile = _profiles.name_of(ctx)
+    home = _profiles.home_key()
+    _native.start(profile)
     known = _hermes_hooks()
     ours: dict[str, Any] = {}
     recorders: dict[str, Any] = {}
@@ -44,21 +53,21 @@ def register(ctx: Any) -> None:
             # a tool whose pre_tool_call it skipped: registered, it would
             # block the tools of every parallel batch.
             continue
-        hook = _native.Hook(name)
+        hook = _native.Hook(name, profile=profile)
         if name == "pre_llm_call":
             # The session of the turn starting: where an auxiliary call
             # made outside a turn is counted (see _aux).
-            hook = _aux.remembering(hook)
+            hook = _aux.remembering(hook, home)
         ctx.register_hook(name, hook)
         ours[name] = hook
-        recorders[name] = _native.Hook(name).record_skipped
+        recorders[name] = _native.Hook(name, profile=profile).record_skipped
     # Calls Hermes 0.21+ skips while another call of the same callback runs:
     # recorded from its dispatcher, and counted (see _skips).
-    _skips.install(ours, recorders)
+    _skips.install(ours, recorders, registration=f"{profile or ''}\0{home}")
     if known is not None and "post_auxiliary_call" not in known:
         # Hermes 0.19.0: auxiliary calls fire no hook; feed ours from the
         # chokepoint of Hermes's own auxiliary accounting instead.
-        _aux.install(_native.Hook("post_auxiliary_call"))
+        _aux.install(_native.Hook("post_auxiliary_call", profile=profile), home)
     # What the provider billed, where its usage says (OpenRouter's `cost`).
     from . import _provider_cost
 
@@ -95,9 +104,21 @@ def register(ctx: Any) -> None:
             tool_gate=("pre_tool_call" in ours),
         )
     )
-    atexit.register(_native.exit_flush, _EXIT_FLUSH_SECONDS)
-    _flush_before_os_exit()
+    _flush_at_exit()
     _install_dashboard_tab()
+
+
+_exit_flush_registered = False
+
+
+def _flush_at_exit() -> None:
+    """Flush when the process exits, ``os._exit`` included: once per
+    process, however many profiles register (the bridge is the process's)."""
+    global _exit_flush_registered
+    if not _exit_flush_registered:
+        _exit_flush_registered = True
+        atexit.register(_native.exit_flush, _EXIT_FLUSH_SECONDS)
+    _flush_before_os_exit()
 
 
 def _install_dashboard_tab() -> None:
@@ -153,16 +174,6 @@ def _hermes_hooks() -> frozenset[str] | None:
     except Exception:
         return None
     return frozenset(VALID_HOOKS)
-
-
-def _profile_name(ctx: Any) -> str | None:
-    # Hermes's active profile, for per-profile budgets; the property falls
-    # back to "default" itself, but guard against older contexts.
-    try:
-        name = getattr(ctx, "profile_name", None)
-    except Exception:
-        return None
-    return name if isinstance(name, str) else None
 
 
 # The `hermes otel ...` subcommands: the read-only part of the

@@ -14,7 +14,12 @@ accounting runs first and unchanged, then the same response goes to our
 ``post_auxiliary_call`` hook, shaped as newer Hermes fires it (the fields of
 ``post_api_request`` plus ``aux_task``), with the provider's billed cost when
 its usage carries one. The session is the one Hermes published, else the
-last one a turn of this process started (:func:`remembering`). The
+last one a turn of the same profile in this process started
+(:func:`remembering`). The wrapper is one per process, but a
+multi-profile gateway registers the plugin per profile: each call is
+recorded by the ``post_auxiliary_call`` hook of the profile it is made in
+(``_profiles``), and not at all in a profile that never enabled the
+plugin. The
 mixture-of-agents aggregator is the turn's own call (``post_api_request``);
 its advisors (``moa_reference``) are counted here, since the usage Hermes
 passes to ``post_api_request`` is the aggregator's only. Nothing here opens Hermes's database. Where
@@ -28,7 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import _patch, _provider_cost
+from . import _patch, _profiles, _provider_cost
 
 #: Auxiliary tasks whose response is the turn's own, which
 #: ``post_api_request`` already reports: the mixture-of-agents aggregator.
@@ -37,34 +42,42 @@ from . import _patch, _provider_cost
 #: usage, so the advisors, usually the bulk of a MoA turn, are counted here.)
 _MAIN_LOOP_TASKS = frozenset({"moa_aggregator"})
 
-#: The session of the latest turn this process started (``pre_llm_call``):
-#: where an auxiliary call made outside a turn (a manual ``/compress``) is
-#: counted when Hermes published no session for it.
-_last_session: str | None = None
+#: The session of the latest turn this process started (``pre_llm_call``)
+#: in each profile, by the profile's home key: where an auxiliary call made
+#: outside a turn (a manual ``/compress``) is counted when Hermes published
+#: no session for it.
+_last_session: dict[str, str] = {}
+
+#: The ``post_auxiliary_call`` hook of each profile that registered the
+#: plugin, with its home key.
+_hooks: _profiles.PerProfile[tuple[Callable[..., Any], str]] = _profiles.PerProfile()
 
 
-def remembering(hook: Callable[..., Any]) -> Callable[..., Any]:
+def remembering(hook: Callable[..., Any], home: str = _profiles.UNKNOWN_HOME) -> Callable[..., Any]:
     """``pre_llm_call`` that first remembers the session of the turn
-    starting, then is ``hook`` (its verdict returned unchanged)."""
+    starting, for the profile at ``home``, then is ``hook`` (its verdict
+    returned unchanged)."""
 
     def pre_llm_call(**kwargs: Any) -> Any:
-        global _last_session
         session_id = kwargs.get("session_id")
-        if isinstance(session_id, str) and session_id:
-            _last_session = session_id
+        if isinstance(session_id, str) and session_id and _last_session.get(home) != session_id:
+            _last_session[home] = session_id
         return hook(**kwargs)
 
     pre_llm_call.__wrapped__ = hook  # type: ignore[attr-defined]
     return pre_llm_call
 
 
-def install(hook: Callable[..., Any]) -> bool:
-    """Wrap Hermes's auxiliary chokepoint; returns whether it did.
+def install(hook: Callable[..., Any], home: str = _profiles.UNKNOWN_HOME) -> bool:
+    """Records auxiliary calls made in the profile at ``home`` with
+    ``hook``, wrapping Hermes's auxiliary chokepoint the first time; returns
+    whether it wrapped it now.
 
     ``agent.aux_accounting.record_aux_usage`` where Hermes has it (0.19.0);
     before that (0.18 and older, no auxiliary accounting at all) the
     auxiliary client's ``_validate_llm_response``, which every successful
     auxiliary response passes through too."""
+    _hooks.set(home, (hook, home))
     try:
         from agent import aux_accounting
     except Exception:
@@ -77,7 +90,7 @@ def install(hook: Callable[..., Any]) -> bool:
         def validating(original: Callable[..., Any]) -> Callable[..., Any]:
             def validate(response: Any, task: Any = None, *args: Any, **kwargs: Any) -> Any:
                 valid = original(response, task, *args, **kwargs)
-                _report(hook, None, valid, task, kwargs)
+                _report(None, valid, task, kwargs)
                 return valid
 
             return validate
@@ -89,25 +102,31 @@ def install(hook: Callable[..., Any]) -> bool:
             try:
                 return original(response, task, *args, **kwargs)
             finally:
-                _report(hook, aux_accounting, response, task, kwargs)
+                _report(aux_accounting, response, task, kwargs)
 
         return record_aux_usage
 
     return _patch.wrap(aux_accounting, "record_aux_usage", recording)
 
 
-def _report(hook: Callable[..., Any], accounting: Any, response: Any, task: Any, kw: dict) -> None:
+def _report(accounting: Any, response: Any, task: Any, kw: dict) -> None:
     # Never let accounting of ours disturb Hermes's (the hook itself never
     # raises, but building its kwargs must not either).
     try:
         if not task or task in _MAIN_LOOP_TASKS:
             return
+        calling = _hooks.calling()
+        if calling is None:
+            # A profile of this gateway that never enabled the plugin: its
+            # calls are not ours to record.
+            return
+        hook, home = calling
         # Kept only for compatibility on Hermes main (compat_manifest.json):
         # where it is gone, the call still counts, against the last turn's
         # session (status names the point MISSING).
         get_context = getattr(accounting, "get_accounting_context", None)
         published = get_context() if callable(get_context) else None
-        session_id = published[1] if published else _last_session
+        session_id = published[1] if published else _last_session.get(home)
         raw = getattr(response, "usage", None)
         if not session_id or raw is None:
             return

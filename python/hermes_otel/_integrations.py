@@ -88,6 +88,20 @@ def check(
             )
         else:
             points.append(Point("agent.aux_accounting.record_aux_usage", "0.19.0 - 0.21.x", ACTIVE, ""))
+    # Read at 00067189dfecf833d4d009c2dd977ae85cf800e0 (hermes_constants.py,
+    # Hermes 0.21.3): the profile a task runs in, under a multi-profile
+    # gateway (a ContextVar override; HERMES_HOME is never changed).
+    home = _attr("hermes_constants", "get_hermes_home")
+    points.append(
+        Point(
+            "hermes_constants.get_hermes_home",
+            "0.21.0 - 0.23.x",
+            ACTIVE if callable(home) else NOT_NEEDED,
+            "auxiliary calls are recorded for the profile they are made in, if it enabled the plugin"
+            if callable(home)
+            else "one profile per process",
+        )
+    )
     summary = _attr("run_agent", "AIAgent", "_usage_summary_for_api_request_hook")
     points.append(
         Point(
@@ -168,6 +182,8 @@ def check(
 
 
 _points: list[Point] = []
+#: The missing points logged so far (each profile of a gateway registers).
+_logged: set[str] = set()
 
 
 def record(points: list[Point]) -> None:
@@ -175,7 +191,8 @@ def record(points: list[Point]) -> None:
     global _points
     _points = points
     for p in points:
-        if p.state == MISSING:
+        if p.state == MISSING and p.line() not in _logged:
+            _logged.add(p.line())
             _log.warning("hermes-otel: %s", p.line())
 
 

@@ -18,7 +18,9 @@ class Hook:
     """
 
     name: str
-    def __init__(self, name: str) -> None: ...
+    #: The Hermes profile whose registration made it; its calls are recorded for it.
+    profile: str | None
+    def __init__(self, name: str, profile: str | None = None) -> None: ...
     def __call__(self, **kwargs: Any) -> dict[str, str] | None: ...
     def record_skipped(self, **kwargs: Any) -> bool:
         """Records a call Hermes's dispatcher skipped; never waits, never raises."""

@@ -13,7 +13,9 @@ running") on ``hermes_cli.plugins``, on the thread that made the call, while
 its dispatcher still holds the call's kwargs.
 
 :class:`SkipWatch` is a filter on that logger. For a skip of one of our
-callbacks it finds the dispatcher's frame (its ``cb`` is ours), records the
+callbacks it finds the dispatcher's frame (its ``cb`` is one of ours: a
+multi-profile gateway registers the plugin once per profile, and every
+registration's callbacks are watched), records the
 call from its ``kwargs`` there and then, without waiting for anything (the
 dispatcher holds its lock; no verdict of ours is read any more), and
 counts it. Hermes's WARNING is replaced by our own count: the call was not
@@ -42,18 +44,40 @@ _SKIP_PREFIX = "Hook '%s' callback %s"
 _MAX_FRAMES = 16
 
 
+#: One of our callbacks and what records a call of it Hermes skipped (the
+#: ``record_skipped`` of a hook of the same profile).
+Watched = tuple[Callable[..., Any], Callable[..., bool]]
+
+
 class SkipWatch(logging.Filter):
     """Records and counts the calls of our hooks Hermes skipped."""
 
-    def __init__(
-        self, ours: dict[str, Callable[..., Any]], recorders: dict[str, Callable[..., bool]]
-    ) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self._ours = ours
-        self._recorders = recorders
         self._lock = threading.Lock()
+        #: registration -> hook name -> what is watched of it.
+        self._registrations: dict[str, dict[str, Watched]] = {}
+        #: hook name -> our callbacks of every registration; replaced whole
+        #: (under the lock), so the filter reads it without one.
+        self._ours: dict[str, list[Watched]] = {}
         #: hook name -> [recorded, lost]
         self.counts: dict[str, list[int]] = {}
+
+    def watch(
+        self,
+        registration: str,
+        ours: dict[str, Callable[..., Any]],
+        recorders: dict[str, Callable[..., bool]],
+    ) -> None:
+        """Watches the callbacks of one registration as well (the same
+        registration again replaces its own: a plugin reloaded)."""
+        with self._lock:
+            self._registrations[registration] = {name: (cb, recorders[name]) for name, cb in ours.items()}
+            by_hook: dict[str, list[Watched]] = {}
+            for watched in self._registrations.values():
+                for name, pair in watched.items():
+                    by_hook.setdefault(name, []).append(pair)
+            self._ours = by_hook
 
     #: The level the logger had, where it was above WARNING: records below
     #: it are dropped as they would have been.
@@ -75,16 +99,17 @@ class SkipWatch(logging.Filter):
             return True
         hook_name = args[0]
         ours = self._ours.get(hook_name)
-        if ours is None:
+        if not ours:
             return True
-        kwargs = _dispatched_kwargs(ours, hook_name)
-        if kwargs is None:
+        found = _dispatched_kwargs(ours, hook_name)
+        if found is None:
             # Not our callback's skip (another plugin's), or a dispatcher
             # this does not know: count ours only when the name says so.
-            if len(args) > 1 and args[1] == getattr(ours, "__name__", None):
+            if len(args) > 1 and any(args[1] == getattr(cb, "__name__", None) for cb, _ in ours):
                 self._count(hook_name, recorded=False)
             return True
-        recorded = self._recorders[hook_name](**kwargs)
+        kwargs, recorder = found
+        recorded = recorder(**kwargs)
         self._count(hook_name, recorded=recorded)
         return not recorded
 
@@ -103,17 +128,23 @@ class SkipWatch(logging.Filter):
             return (sum(c[0] for c in self.counts.values()), sum(c[1] for c in self.counts.values()))
 
 
-def _dispatched_kwargs(ours: Callable[..., Any], hook_name: str) -> dict[str, Any] | None:
+def _dispatched_kwargs(
+    ours: list[Watched], hook_name: str
+) -> tuple[dict[str, Any], Callable[..., bool]] | None:
     """The kwargs of the call being skipped, read from the dispatcher's
-    frame on this thread (the one whose ``cb`` is ``ours``)."""
+    frame on this thread (the one whose ``cb`` is one of ``ours``), and the
+    recorder of that callback."""
     frame = sys._getframe(2)
     for _ in range(_MAX_FRAMES):
         if frame is None:
             return None
         local = frame.f_locals
-        if local.get("cb") is ours and local.get("hook_name") == hook_name:
-            kwargs = local.get("kwargs")
-            return dict(kwargs) if isinstance(kwargs, dict) else None
+        if local.get("hook_name") == hook_name:
+            cb = local.get("cb")
+            for callback, recorder in ours:
+                if cb is callback:
+                    kwargs = local.get("kwargs")
+                    return (dict(kwargs), recorder) if isinstance(kwargs, dict) else None
         frame = frame.f_back
     return None
 
@@ -132,23 +163,35 @@ def coarse_single_flight() -> bool:
 _watch: SkipWatch | None = None
 
 
-def install(ours: dict[str, Callable[..., Any]], recorders: dict[str, Callable[..., bool]]) -> SkipWatch:
-    """Puts the watch on Hermes's plugin logger (once per process; a plugin
-    registered again replaces what it watches)."""
+_install_lock = threading.Lock()
+
+
+def install(
+    ours: dict[str, Callable[..., Any]],
+    recorders: dict[str, Callable[..., bool]],
+    registration: str = "",
+) -> SkipWatch:
+    """Watches the callbacks of one ``register`` (``registration`` names
+    it: its profile), putting the watch on Hermes's plugin logger the first
+    time (once per process). Every profile's callbacks stay watched; the
+    same registration again replaces its own."""
     global _watch
-    logger = logging.getLogger(HERMES_PLUGINS_LOGGER)
-    if _watch is not None:
-        logger.removeFilter(_watch)
-    _watch = SkipWatch(ours, recorders)
-    # A logger set above WARNING never makes the skip's record, so the
-    # filter would never see it: let WARNING through to the filter, which
-    # drops what the level the user set would have dropped.
-    level = logger.getEffectiveLevel()
-    if level > logging.WARNING:
-        _watch.below = level
-        logger.setLevel(logging.WARNING)
-    logger.addFilter(_watch)
-    return _watch
+    with _install_lock:
+        if _watch is None:
+            watch = SkipWatch()
+            logger = logging.getLogger(HERMES_PLUGINS_LOGGER)
+            # A logger set above WARNING never makes the skip's record, so
+            # the filter would never see it: let WARNING through to the
+            # filter, which drops what the level the user set would have
+            # dropped.
+            level = logger.getEffectiveLevel()
+            if level > logging.WARNING:
+                watch.below = level
+                logger.setLevel(logging.WARNING)
+            logger.addFilter(watch)
+            _watch = watch
+        _watch.watch(registration, ours, recorders)
+        return _watch
 
 
 def watch() -> SkipWatch | None:

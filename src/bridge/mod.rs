@@ -415,9 +415,15 @@ impl Bridge {
         };
         let opts = self.config.decode;
         if !self.decodes_later(hook) {
-            return match decode_record(hook, &line, at, opts) {
+            let (decoded, profile) = decode_record(hook, &line, at, opts);
+            return match decoded {
                 Decoded::Event(event, problems) => {
-                    self.submit_recorded_with(event, EventContext { problems, ..ctx }, Some(&line), may_wait)
+                    let ctx = EventContext {
+                        problems,
+                        profile,
+                        ..ctx
+                    };
+                    self.submit_recorded_with(event, ctx, Some(&line), may_wait)
                 }
                 Decoded::Unusable(problems) => {
                     run.shared.counters.submitted.fetch_add(1, Ordering::Relaxed);

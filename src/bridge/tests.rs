@@ -98,9 +98,43 @@ fn undecoded(bridge: &Bridge, hook: &'static str, kwargs: Value) -> Outcome {
     let ctx = EventContext {
         pid: Some(1),
         thread: Some("t".into()),
+        profile: None,
         problems: Vec::new(),
     };
     bridge.submit_line(hook, line, at, ctx)
+}
+
+#[test]
+fn a_calls_profile_comes_from_its_record_else_the_bridges() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut config = config(dir.path());
+    config.profile = Some("first".into());
+    let bridge = Bridge::start(config);
+    for (session, profile) in [("s-work", Some("work")), ("s-old", None)] {
+        let kwargs = json!({"session_id": session, "turn_id": format!("{session}:t"), "model": "m"});
+        let origin = crate::hook::Origin {
+            profile,
+            ..crate::hook::Origin::default()
+        };
+        let mut w = crate::hook::RecordWriter::begin("pre_llm_call", unix_now(), origin, false);
+        for (key, value) in kwargs.as_object().expect("kwargs object") {
+            w.kwarg(key, value);
+        }
+        // Whatever the caller's context says, the record decides: it is
+        // what recovery and replay read.
+        let ctx = EventContext {
+            profile: Some("not-this".into()),
+            ..EventContext::default()
+        };
+        bridge.submit_line("pre_llm_call", w.finish(), unix_now(), ctx);
+    }
+    assert!(bridge.flush(Duration::from_secs(5)));
+    let store = reader(dir.path());
+    let profiles: String = scalar(
+        &store,
+        "SELECT group_concat(session_id || '=' || profile, ' ') FROM (SELECT * FROM runs ORDER BY session_id)",
+    );
+    assert_eq!(profiles, "s-old=first s-work=work");
 }
 
 #[test]

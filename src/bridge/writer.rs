@@ -300,10 +300,15 @@ impl Writer {
                     let event = match payload {
                         Payload::Decoded(event) => event,
                         Payload::Line { hook, line, at, opts } => match decode_record(hook, &line, at, opts) {
-                            Decoded::Event(event, problems) => {
+                            (Decoded::Event(event, problems), profile) => {
                                 events.push(Pending {
                                     event,
-                                    ctx: EventContext { problems, ..ctx },
+                                    // The line's profile, as recovery would read it.
+                                    ctx: EventContext {
+                                        problems,
+                                        profile,
+                                        ..ctx
+                                    },
                                     ticket,
                                     spooled,
                                     // Not in the spool: the line is all the spool would need.
@@ -312,7 +317,7 @@ impl Writer {
                                 });
                                 continue;
                             }
-                            decoded => {
+                            (decoded, _) => {
                                 self.not_applied(hook, decoded, ticket, spooled, bound);
                                 continue;
                             }

@@ -86,8 +86,10 @@ pub struct BridgeConfig {
     pub store_retry_min: Duration,
     /// The longest wait between tries (the wait doubles up to this).
     pub store_retry_max: Duration,
-    /// The Hermes profile of this process (`ctx.profile_name`), recorded on
-    /// runs for per-profile budgets; `None` when unknown.
+    /// The Hermes profile that started the bridge (the first
+    /// `ctx.profile_name`), recorded on runs whose calls name no profile of
+    /// their own (per-profile budgets); `None` when unknown. Calls of a
+    /// multi-profile gateway carry their profile in their spool record.
     pub profile: Option<String>,
     /// What the writer's sweep prunes, and when.
     pub retention: Retention,

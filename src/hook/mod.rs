@@ -12,7 +12,7 @@ mod record;
 
 pub use decode::{decode, decode_kwargs, scrub, scrubbed_key, DecodeOptions, Decoded, Kwargs, Problem};
 pub use keys::{keys, HookKeys, ASSISTANT_MESSAGE, TOOL_RESULT};
-pub use record::{decode_record, parse_line, utf8, write_json, write_record, Record, RecordMark, RecordWriter};
+pub use record::{decode_record, parse_line, utf8, write_json, write_record, Origin, Record, RecordMark, RecordWriter};
 
 use serde::{Deserialize, Serialize};
 

@@ -1,8 +1,11 @@
 //! The spool record: one hook call as one JSON line,
-//! `{"hook": NAME, "t": SECONDS, "pid": N, "thread": NAME, "capture": BOOL,
-//! "kwargs": {...}}`. The same lines are the e2e kit's probe lines and what
-//! `hermes-otel replay` reads; only `hook` and `kwargs` are required (a
-//! recorded line may also carry `seq`).
+//! `{"hook": NAME, "t": SECONDS, "pid": N, "thread": NAME, "profile": NAME,
+//! "capture": BOOL, "kwargs": {...}}`. The same lines are the e2e kit's
+//! probe lines and what `hermes-otel replay` reads; only `hook` and
+//! `kwargs` are required (a recorded line may also carry `seq`). `profile`
+//! is the Hermes profile whose plugin instance took the call (a
+//! multi-profile gateway registers the plugin once per profile); lines
+//! written before it existed, and calls of no known profile, have none.
 //!
 //! Owns: the record's layout, both ways: writing one ([`RecordWriter`],
 //! [`write_record`]; the binding writes Python values straight into a
@@ -29,6 +32,8 @@ pub struct Record {
     pub seq: Option<i64>,
     pub pid: Option<i64>,
     pub thread: Option<String>,
+    /// The Hermes profile the call was made in, when the record says.
+    pub profile: Option<String>,
     /// Whether content was captured when the record was made (spool
     /// records say; recorded fixtures do not, and the caller decides).
     pub capture: Option<bool>,
@@ -76,6 +81,9 @@ pub fn parse_line(line: &str, capture_content: bool) -> std::result::Result<Opti
         seq: small(split.seq).and_then(|v| v.as_i64()),
         pid: small(split.pid).and_then(|v| v.as_i64()),
         thread: small(split.thread).and_then(|v| v.as_str().map(str::to_string)),
+        profile: small(split.profile)
+            .and_then(|v| v.as_str().map(str::to_string))
+            .filter(|p| !p.is_empty()),
         capture,
     }))
 }
@@ -88,6 +96,7 @@ struct Split<'a> {
     seq: Option<&'a RawValue>,
     pid: Option<&'a RawValue>,
     thread: Option<&'a RawValue>,
+    profile: Option<&'a RawValue>,
     capture: Option<&'a RawValue>,
 }
 
@@ -112,6 +121,8 @@ impl<'a> Split<'a> {
             #[serde(borrow)]
             thread: Option<&'a RawValue>,
             #[serde(borrow)]
+            profile: Option<&'a RawValue>,
+            #[serde(borrow)]
             capture: Option<&'a RawValue>,
         }
         let line: Line<'a> = serde_json::from_str(line).ok()?;
@@ -123,6 +134,7 @@ impl<'a> Split<'a> {
             seq: line.seq,
             pid: line.pid,
             thread: line.thread,
+            profile: line.profile,
             capture: line.capture,
         })
     }
@@ -154,6 +166,7 @@ impl<'a> Split<'a> {
             seq: top.get("seq").copied(),
             pid: top.get("pid").copied(),
             thread: top.get("thread").copied(),
+            profile: top.get("profile").copied(),
             capture: top.get("capture").copied(),
         })
     }
@@ -169,9 +182,10 @@ pub fn utf8(bytes: &[u8]) -> Cow<'_, str> {
     }
 }
 
-/// Writes one hook call as a spool record (its newline included). `kwargs` are the plain values the binding copied; `capture`
-/// says whether content kwargs were among them, so recovery keeps exactly
-/// what the live path kept.
+/// Writes one hook call as a spool record (its newline included), of no
+/// known profile. `kwargs` are the plain values the binding copied;
+/// `capture` says whether content kwargs were among them, so recovery
+/// keeps exactly what the live path kept.
 pub fn write_record(
     hook: &str,
     at: f64,
@@ -180,11 +194,27 @@ pub fn write_record(
     kwargs: &Map<String, Value>,
     capture: bool,
 ) -> Vec<u8> {
-    let mut w = RecordWriter::begin(hook, at, pid, thread, capture);
+    let origin = Origin {
+        pid,
+        thread,
+        profile: None,
+    };
+    let mut w = RecordWriter::begin(hook, at, origin, capture);
     for (key, value) in kwargs {
         w.kwarg(key, value);
     }
     w.finish()
+}
+
+/// Where a call was made, as a record's header says it: the process, its
+/// thread and the Hermes profile (each left out when unknown).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Origin<'a> {
+    pub pid: Option<i64>,
+    pub thread: Option<&'a str>,
+    /// Left out when empty too, so a record of no known profile reads as
+    /// one written before the field existed.
+    pub profile: Option<&'a str>,
 }
 
 /// A spool record written field by field: the one place its layout is
@@ -202,20 +232,24 @@ pub struct RecordMark(usize, bool);
 
 impl RecordWriter {
     /// Writes everything before the kwargs' values.
-    pub fn begin(hook: &str, at: f64, pid: Option<i64>, thread: Option<&str>, capture: bool) -> Self {
+    pub fn begin(hook: &str, at: f64, origin: Origin<'_>, capture: bool) -> Self {
         // Sized for a typical record, so the hook path does not regrow it.
         let mut line = Vec::with_capacity(1024);
         line.extend_from_slice(b"{\"hook\":");
         write_json(&mut line, hook);
         line.extend_from_slice(b",\"t\":");
         write_json(&mut line, &at);
-        if let Some(pid) = pid {
+        if let Some(pid) = origin.pid {
             line.extend_from_slice(b",\"pid\":");
             write_json(&mut line, &pid);
         }
-        if let Some(thread) = thread {
+        if let Some(thread) = origin.thread {
             line.extend_from_slice(b",\"thread\":");
             write_json(&mut line, thread);
+        }
+        if let Some(profile) = origin.profile.filter(|p| !p.is_empty()) {
+            line.extend_from_slice(b",\"profile\":");
+            write_json(&mut line, profile);
         }
         line.extend_from_slice(if capture {
             b",\"capture\":true,\"kwargs\":{"
@@ -271,7 +305,9 @@ pub fn write_json<T: serde::Serialize + ?Sized>(line: &mut Vec<u8>, value: &T) {
 }
 
 /// Decodes a hook call from the spool record this process wrote of it
-/// ([`RecordWriter`]), with the capture setting the record was made with.
+/// ([`RecordWriter`]), with the capture setting the record was made with,
+/// and returns it with the profile the record names (what the writer
+/// records, so the live path, recovery and replay read the same bytes).
 /// A record that cannot be read is unusable.
 ///
 /// This runs on the hook thread for every call a gate may answer, so the
@@ -279,24 +315,25 @@ pub fn write_json<T: serde::Serialize + ?Sized>(line: &mut Vec<u8>, value: &T) {
 /// parses as it reads them ([`Kwargs::Raw`]): no map of values is built. A
 /// line that pass refuses goes through [`parse_line`], which says what is
 /// wrong with it; both decode to the same event.
-pub fn decode_record(hook: &str, line: &[u8], at: f64, opts: DecodeOptions) -> Decoded {
+pub fn decode_record(hook: &str, line: &[u8], at: f64, opts: DecodeOptions) -> (Decoded, Option<String>) {
     if let Some(own) = OwnRecord::read(line) {
         let opts = DecodeOptions {
             capture_content: own.capture.unwrap_or(opts.capture_content),
             ..opts
         };
-        return decode_kwargs(hook, Kwargs::Raw(&own.kwargs.0), at, opts);
+        let profile = own.profile.filter(|p| !p.is_empty()).map(Cow::into_owned);
+        return (decode_kwargs(hook, Kwargs::Raw(&own.kwargs.0), at, opts), profile);
     }
-    let (kwargs, capture) = match parse_line(&utf8(line), opts.capture_content) {
-        Ok(Some(record)) => (record.kwargs, record.capture),
-        Ok(None) => return unreadable("an empty spool record".into()),
-        Err(e) => return unreadable(e),
+    let record = match parse_line(&utf8(line), opts.capture_content) {
+        Ok(Some(record)) => record,
+        Ok(None) => return (unreadable("an empty spool record".into()), None),
+        Err(e) => return (unreadable(e), None),
     };
     let opts = DecodeOptions {
-        capture_content: capture.unwrap_or(opts.capture_content),
+        capture_content: record.capture.unwrap_or(opts.capture_content),
         ..opts
     };
-    decode(hook, &kwargs, at, opts)
+    (decode(hook, &record.kwargs, at, opts), record.profile)
 }
 
 /// What [`decode_record`] reads of a record in its one pass.
@@ -305,6 +342,8 @@ struct OwnRecord<'a> {
     #[serde(borrow)]
     kwargs: RawEntries<'a>,
     capture: Option<bool>,
+    #[serde(borrow)]
+    profile: Option<Cow<'a, str>>,
 }
 
 impl<'a> OwnRecord<'a> {
@@ -366,6 +405,77 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_records_profile_is_read_back_and_lines_without_one_still_parse() {
+        let mut kwargs = Map::new();
+        kwargs.insert("session_id".into(), Value::from("s-1"));
+        kwargs.insert("turn_id".into(), Value::from("s-1:t1"));
+        let origin = Origin {
+            pid: Some(9),
+            thread: Some("MainThread"),
+            profile: Some("work"),
+        };
+        let mut w = RecordWriter::begin("pre_llm_call", 3.5, origin, false);
+        for (key, value) in &kwargs {
+            w.kwarg(key, value);
+        }
+        let line = w.finish();
+        let text = String::from_utf8(line.clone()).expect("utf-8");
+        assert!(
+            text.contains(",\"profile\":\"work\","),
+            "a header field, before the kwargs: {text}"
+        );
+        let rec = parse_line(&text, false).expect("a record").expect("one");
+        assert_eq!(rec.profile.as_deref(), Some("work"));
+        assert_eq!(
+            (rec.pid, rec.thread.as_deref(), rec.t),
+            (Some(9), Some("MainThread"), Some(3.5))
+        );
+        same_split(&text);
+        // The profile says where the call was made, not what it was.
+        let opts = DecodeOptions::default();
+        let plain = write_record("pre_llm_call", 3.5, Some(9), Some("MainThread"), &kwargs, false);
+        let (with, profile) = decode_record("pre_llm_call", &line, 3.5, opts);
+        assert_eq!(
+            profile.as_deref(),
+            Some("work"),
+            "the writer records the line's profile"
+        );
+        assert_eq!(with, decode_record("pre_llm_call", &plain, 3.5, opts).0);
+        // A line the one pass refuses says the same through parse_line.
+        let twice = text.replacen("{\"hook\":", "{\"capture\":null,\"hook\":", 1);
+        assert_eq!(
+            decode_record("pre_llm_call", twice.as_bytes(), 3.5, opts).1.as_deref(),
+            Some("work")
+        );
+        assert_eq!(decode_record("pre_llm_call", &plain, 3.5, opts).1, None);
+        assert!(matches!(
+            decode_record("pre_llm_call", &line, 3.5, opts).0,
+            Decoded::Event(..)
+        ));
+        // Lines of no profile: none written, none read (an old spool, a
+        // recorded fixture, an empty name).
+        let old = String::from_utf8(plain).expect("utf-8");
+        assert!(!old.contains("profile"), "{old}");
+        assert_eq!(parse_line(&old, false).expect("a record").expect("one").profile, None);
+        let origin = Origin {
+            profile: Some(""),
+            ..Origin::default()
+        };
+        let empty = RecordWriter::begin("pre_llm_call", 1.0, origin, false).finish();
+        assert!(!String::from_utf8(empty).expect("utf-8").contains("profile"));
+        for line in [
+            r#"{"hook": "pre_llm_call", "profile": 7, "kwargs": {"session_id": "s"}}"#,
+            r#"{"hook": "pre_llm_call", "profile": "", "kwargs": {"session_id": "s"}}"#,
+        ] {
+            assert_eq!(
+                parse_line(line, false).expect("a record").expect("one").profile,
+                None,
+                "{line}"
+            );
+        }
+    }
+
     /// The one-pass split must read every field as the checked one does,
     /// or a replay would decode other events than the spool recorded.
     fn same_split(line: &str) {
@@ -383,6 +493,7 @@ mod tests {
             (fast.seq, checked.seq),
             (fast.pid, checked.pid),
             (fast.thread, checked.thread),
+            (fast.profile, checked.profile),
             (fast.capture, checked.capture),
         ] {
             assert_eq!(raw(x), raw(y));
@@ -486,7 +597,7 @@ mod tests {
                     assert_eq!(OwnRecord::read(line.as_bytes()).is_some(), offset % 3 != 0, "{line}");
                     let record = parse_line(&line, !capture).expect("a record").expect("one");
                     let expected = decode(hook, &record.kwargs, 2.0, opts);
-                    assert_eq!(decode_record(hook, line.as_bytes(), 2.0, opts), expected, "{line}");
+                    assert_eq!(decode_record(hook, line.as_bytes(), 2.0, opts).0, expected, "{line}");
                     compared += 1;
                 }
             }
@@ -518,13 +629,13 @@ mod tests {
                     };
                     let expected = decode(&rec.hook, &rec.kwargs, 7.5, opts);
                     let written = write_record(&rec.hook, 7.5, Some(1), Some("t"), &rec.kwargs, capture);
-                    assert_eq!(decode_record(&rec.hook, &written, 7.5, opts), expected, "{line}");
+                    assert_eq!(decode_record(&rec.hook, &written, 7.5, opts).0, expected, "{line}");
                     // The same line with a field twice: the one pass refuses it.
                     let text = String::from_utf8(written).expect("utf-8");
                     let twice = text.replacen("{\"hook\":", "{\"capture\":null,\"hook\":", 1);
                     assert!(serde_json::from_str::<serde_json::Value>(&twice).is_ok());
                     assert_eq!(
-                        decode_record(&rec.hook, twice.as_bytes(), 7.5, opts),
+                        decode_record(&rec.hook, twice.as_bytes(), 7.5, opts).0,
                         expected,
                         "{twice}"
                     );
@@ -534,11 +645,11 @@ mod tests {
         }
         assert!(calls > 400, "{calls}");
         assert!(matches!(
-            decode_record("pre_llm_call", b"{", 1.0, DecodeOptions::default()),
+            decode_record("pre_llm_call", b"{", 1.0, DecodeOptions::default()).0,
             Decoded::Unusable(_)
         ));
         assert!(matches!(
-            decode_record("pre_llm_call", b"", 1.0, DecodeOptions::default()),
+            decode_record("pre_llm_call", b"", 1.0, DecodeOptions::default()).0,
             Decoded::Unusable(_)
         ));
     }

@@ -18,7 +18,7 @@ use super::log::{log, log_messages, ERROR, WARNING};
 use super::record::Partial;
 use super::{bridge, budget_actions, test_hooks, HermesOtelError, RecentSessions, MAX_SENDERS, RECENT};
 use crate::bridge::{Bridge, Outcome, Verdict};
-use crate::hook::{self, HookKeys, HOOK_NAMES};
+use crate::hook::{self, HookKeys, Origin, HOOK_NAMES};
 use crate::pricing::ModelPrice;
 use crate::store::EventContext;
 
@@ -26,6 +26,10 @@ use crate::store::EventContext;
 #[pyclass(frozen, module = "hermes_otel._native")]
 pub(super) struct Hook {
     pub(super) name: &'static str,
+    /// The Hermes profile whose `register(ctx)` made this hook: written
+    /// into each call's record. A multi-profile gateway registers the
+    /// plugin once per profile, and Hermes passes no profile to a hook.
+    profile: Option<String>,
     /// The kwargs read (see [`HookKeys`]), as interned Python strings: a
     /// lookup then allocates nothing and hashes nothing.
     always: Vec<(&'static str, Py<PyString>)>,
@@ -35,7 +39,8 @@ pub(super) struct Hook {
 #[pymethods]
 impl Hook {
     #[new]
-    pub(super) fn new(py: Python<'_>, name: &str) -> PyResult<Self> {
+    #[pyo3(signature = (name, profile = None))]
+    pub(super) fn new(py: Python<'_>, name: &str, profile: Option<String>) -> PyResult<Self> {
         let name = HOOK_NAMES
             .iter()
             .find(|n| **n == name)
@@ -47,6 +52,7 @@ impl Hook {
         };
         Ok(Hook {
             name,
+            profile: profile.filter(|p| !p.is_empty()),
             always: intern(keys.always),
             content: intern(keys.content),
         })
@@ -58,8 +64,17 @@ impl Hook {
         self.name
     }
 
+    /// The Hermes profile its calls are recorded for, if known.
+    #[getter]
+    fn profile(&self) -> Option<&str> {
+        self.profile.as_deref()
+    }
+
     fn __repr__(&self) -> String {
-        format!("<hermes_otel hook {}>", self.name)
+        match &self.profile {
+            Some(profile) => format!("<hermes_otel hook {} of profile {profile}>", self.name),
+            None => format!("<hermes_otel hook {}>", self.name),
+        }
     }
 
     /// Records one call. Returns the verdict dict of a gating hook, else
@@ -125,6 +140,9 @@ impl Hook {
         let ctx = EventContext {
             pid: Some(i64::from(std::process::id())),
             thread: thread_name(py),
+            // Written into the call's record below; the bridge takes it
+            // from there, as recovery and replay do.
+            profile: None,
             problems: Vec::new(),
         };
         let text = |key: &str| kwargs.and_then(|kwargs| self.text(kwargs, key));
@@ -159,7 +177,12 @@ impl Hook {
     ) -> Outcome {
         let opts = bridge.config().decode;
         let name = self.name;
-        let mut partial = Partial::begin(name, at, ctx.pid, ctx.thread.as_deref(), opts.capture_content);
+        let origin = Origin {
+            pid: ctx.pid,
+            thread: ctx.thread.as_deref(),
+            profile: self.profile.as_deref(),
+        };
+        let mut partial = Partial::begin(name, at, origin, opts.capture_content);
         if let Some(kwargs) = kwargs {
             self.write_kwargs(kwargs, &mut partial, opts.capture_content);
         }

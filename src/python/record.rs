@@ -15,7 +15,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Value};
 
 use crate::hook::{scrub, DecodeOptions};
-use crate::hook::{write_json, RecordWriter};
+use crate::hook::{write_json, Origin, RecordWriter};
 
 use super::copy::MAX_DEPTH;
 
@@ -27,10 +27,10 @@ pub struct Partial {
 }
 
 impl Partial {
-    /// Starts the record of one `hook` call.
-    pub fn begin(hook: &str, at: f64, pid: Option<i64>, thread: Option<&str>, capture: bool) -> Self {
+    /// Starts the record of one `hook` call made at `origin`.
+    pub fn begin(hook: &str, at: f64, origin: Origin<'_>, capture: bool) -> Self {
         Partial {
-            writer: RecordWriter::begin(hook, at, pid, thread, capture),
+            writer: RecordWriter::begin(hook, at, origin, capture),
             scrubbed: Map::new(),
         }
     }

@@ -51,12 +51,17 @@ pub(super) fn add_to(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResu
 #[pyfunction]
 #[pyo3(signature = (hook, kwargs, capture))]
 fn _spool_records(py: Python<'_>, hook: &str, kwargs: &Bound<'_, PyDict>, capture: bool) -> PyResult<(String, String)> {
-    let hook = Hook::new(py, hook)?;
+    let hook = Hook::new(py, hook, None)?;
     let opts = DecodeOptions {
         capture_content: capture,
         ..DecodeOptions::default()
     };
-    let mut partial = Partial::begin(hook.name, 1.5, Some(1), Some("t"), capture);
+    let origin = hook::Origin {
+        pid: Some(1),
+        thread: Some("t"),
+        profile: None,
+    };
+    let mut partial = Partial::begin(hook.name, 1.5, origin, capture);
     hook.write_kwargs(kwargs, &mut partial, capture);
     let direct = partial.finish(hook.name, opts);
     let mut kw = serde_json::Map::new();

@@ -450,6 +450,9 @@ impl Store {
                     EventContext {
                         pid: row.pid,
                         thread: row.thread,
+                        // The journal keeps no profile: the runs'
+                        // profiles are carried from the damaged file.
+                        profile: None,
                         problems: Vec::new(),
                     },
                 )),

@@ -136,8 +136,8 @@ pub struct Store {
     conn: Connection,
     path: PathBuf,
     prices: PriceTable,
-    /// The Hermes profile of the process applying events, recorded on runs
-    /// that have none (per-profile budgets).
+    /// The Hermes profile recorded on runs that have none, for events that
+    /// name none themselves (per-profile budgets).
     profile: Option<String>,
     /// What this connection knows of runs, so unchanged runs cost nothing.
     runs: run_memo::RunMemo,
@@ -204,7 +204,9 @@ impl Store {
     }
 
     /// Sets the Hermes profile recorded on runs this store applies events
-    /// of (the binding's `ctx.profile_name`).
+    /// of when the event names none ([`EventContext::profile`]): the
+    /// profile that started the binding (`ctx.profile_name`), for records
+    /// written before calls carried their own.
     pub fn set_profile(&mut self, profile: Option<String>) {
         self.profile = profile.filter(|p| !p.is_empty());
     }

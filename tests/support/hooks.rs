@@ -26,6 +26,7 @@ pub fn call(bridge: &Bridge, hook: &str, kwargs: Value) -> (Outcome, Duration) {
     let ctx = EventContext {
         pid: Some(1),
         thread: Some("t".into()),
+        profile: None,
         problems: Vec::new(),
     };
     let outcome = bridge.submit_line(hook, line, at, ctx);

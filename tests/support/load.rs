@@ -89,6 +89,7 @@ pub fn run_child_if_asked() {
                                 let ctx = EventContext {
                                     pid: Some(i64::from(std::process::id())),
                                     thread: None,
+                                    profile: None,
                                     problems,
                                 };
                                 let record = hook::write_record(&rec.hook, at, ctx.pid, None, &rec.kwargs, false);

@@ -55,7 +55,8 @@ pub(super) fn scope_keys(conn: &rusqlite::Connection, session_id: &str, model: O
     })
 }
 
-/// Records the process's profile on a run that has none yet.
+/// Records the profile of the event's call on a run that has none yet (a
+/// session belongs to the profile it started in).
 pub(in crate::store) fn note_profile(tx: &Transaction<'_>, session_id: &str, profile: Option<&str>) -> Result<()> {
     if let Some(p) = profile.filter(|p| !p.is_empty()) {
         tx.prepare_cached(

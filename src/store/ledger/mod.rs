@@ -22,6 +22,12 @@ use calls::{apply_api_error, apply_llm_call, apply_subagent_start, apply_subagen
 pub struct EventContext {
     pub pid: Option<i64>,
     pub thread: Option<String>,
+    /// The Hermes profile the call was made in, as its spool record says
+    /// (the bridge and replay read it from the line), recorded on the run;
+    /// `None` falls back to the store's own profile ([`Store::set_profile`]).
+    /// One process may serve several profiles (a multi-profile gateway),
+    /// all into one store.
+    pub profile: Option<String>,
     /// How many kwargs had to be repaired while decoding.
     pub problems: Vec<crate::hook::Problem>,
 }
@@ -222,6 +228,8 @@ fn apply_in(
     ctx: &EventContext,
     pending: &mut Pending,
 ) -> Result<Applied> {
+    // The call's own profile first: one gateway serves several profiles.
+    let profile = ctx.profile.as_deref().filter(|p| !p.is_empty()).or(profile);
     let counts = &mut pending.counts;
     let hook = &event.hook;
     let at = event.at;
@@ -673,6 +681,43 @@ mod tests {
         let steps = store.query_plan(CLOSE_OPEN_TURNS, "s");
         assert!(steps.iter().any(|s| s.contains("llm_call_errors_turn")), "{steps:?}");
         assert!(!steps.iter().any(|s| s.starts_with("SCAN")), "{steps:?}");
+    }
+
+    #[test]
+    fn a_run_takes_the_profile_its_call_was_made_in_else_the_stores() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut store = Store::open(&dir.path().join("profiles.db")).expect("open");
+        store.set_profile(Some("first".into()));
+        let turn = |session: &str| {
+            let kwargs = serde_json::json!({"session_id": session, "turn_id": format!("{session}:t1"), "model": "m"});
+            let kwargs = kwargs.as_object().cloned().expect("an object");
+            match decode("pre_llm_call", &kwargs, 10.0, DecodeOptions::default()) {
+                Decoded::Event(event, _) => event,
+                other => panic!("not an event: {other:?}"),
+            }
+        };
+        let of = |profile: Option<&str>| EventContext {
+            profile: profile.map(str::to_string),
+            ..EventContext::default()
+        };
+        store.apply(&turn("s-work"), &of(Some("work"))).expect("apply");
+        store.apply(&turn("s-none"), &of(None)).expect("apply");
+        store.apply(&turn("s-empty"), &of(Some(""))).expect("apply");
+        // A session belongs to the profile it started in.
+        store.apply(&turn("s-work"), &of(Some("other"))).expect("apply");
+        let mut rows: Vec<(String, Option<String>)> = store
+            .conn
+            .prepare("SELECT session_id, profile FROM runs ORDER BY session_id")
+            .expect("prepare")
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("query")
+            .map(|r| r.expect("row"))
+            .collect();
+        rows.sort();
+        let want = [("s-empty", "first"), ("s-none", "first"), ("s-work", "work")];
+        let want: Vec<(String, Option<String>)> =
+            want.iter().map(|(s, p)| (s.to_string(), Some(p.to_string()))).collect();
+        assert_eq!(rows, want);
     }
 
     #[test]
