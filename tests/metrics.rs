@@ -286,6 +286,14 @@ fn after_replaying_the_fixtures_every_instrument_arrives_with_the_ledgers_sums()
     counters
         .add_to_metric_counter(m::ALERTS, &metrics::alert_attrs("budget_soft"), 1.0, now)
         .expect("alert");
+    // The loss gauges read the store's health record, which a Hermes
+    // process's writer leaves (a replay writes none).
+    let record = serde_json::json!({
+        "schema": hermes_otel::health::HEALTH_SCHEMA, "state": "ok", "updated_at": now, "updated_by_pid": 1,
+        "counts": {"dropped_events": 0, "hermes_skipped_recorded": 1, "hermes_skipped_lost": 0},
+    });
+    let dir = path.parent().expect("store dir");
+    std::fs::write(dir.join(hermes_otel::health::HEALTH_FILE_NAME), record.to_string()).expect("health");
     let request = push(&mut exporter, &receiver);
     let p = points(&request);
     let l = ledger(&path);
