@@ -29,6 +29,8 @@ pub mod attr {
     pub const GEN_AI_REQUEST_MODEL: &str = "gen_ai.request.model";
     pub const GEN_AI_RESPONSE_MODEL: &str = "gen_ai.response.model";
     pub const GEN_AI_RESPONSE_FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
+    /// Seconds to the first chunk of a streamed response (Development).
+    pub const GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: &str = "gen_ai.response.time_to_first_chunk";
     pub const GEN_AI_USAGE_INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
     pub const GEN_AI_USAGE_OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
     pub const GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: &str = "gen_ai.usage.cache_read.input_tokens";
@@ -129,6 +131,7 @@ pub const SPAN_ATTRIBUTES: &[&str] = &[
     attr::GEN_AI_REQUEST_MODEL,
     attr::GEN_AI_RESPONSE_MODEL,
     attr::GEN_AI_RESPONSE_FINISH_REASONS,
+    attr::GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
     attr::GEN_AI_USAGE_INPUT_TOKENS,
     attr::GEN_AI_USAGE_OUTPUT_TOKENS,
     attr::GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
@@ -190,6 +193,7 @@ pub mod metric {
     pub const TOKEN_USAGE: &str = "gen_ai.client.token.usage";
     pub const HERMES_TOKEN_USAGE: &str = "hermes.token.usage";
     pub const OPERATION_DURATION: &str = "gen_ai.client.operation.duration";
+    pub const TIME_TO_FIRST_CHUNK: &str = "gen_ai.client.operation.time_to_first_chunk";
     pub const COST: &str = "gen_ai.usage.cost";
     pub const TOOL_CALLS: &str = "hermes.tool.calls";
     pub const TOOL_DURATION: &str = "gen_ai.execute_tool.duration";

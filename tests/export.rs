@@ -1,6 +1,8 @@
 //! Trace export end to end: fixtures replayed into a store, exported over
 //! OTLP to in-process receivers on loopback, and what arrived checked.
 
+#[path = "support/hermes_main.rs"]
+mod hermes_main;
 mod support;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -381,6 +383,42 @@ fn every_fixture_exports_its_exact_span_tree() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn a_streamed_call_of_hermes_main_arrives_with_its_time_to_first_chunk_and_0_19_calls_without() {
+    use hermes_otel::semconv::attr::{GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK as TTFC, HERMES_API_REQUEST_ID};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let receiver = support::grpc(None, None);
+    let mut store = store_at(dir.path());
+    let started = 1_796_002_700.0;
+    let streamed = hermes_main::streamed_call(dir.path(), "main-streamed", started, Some(started + 0.75));
+    let unstreamed = hermes_main::streamed_call(dir.path(), "main-unstreamed", started, None);
+    replay(&mut store, &[streamed, unstreamed, fixture("terminal_ok")]);
+    let mut exporter = Exporter::with_store(config(&base(&receiver.grpc_endpoint(), &[])), store).expect("exporter");
+    drain(&mut exporter);
+    let spans = receiver.received.spans();
+    let chats: Vec<&Span> = spans.iter().filter(|s| s.name.starts_with("chat ")).collect();
+    let of = |id: &str| -> Vec<Option<&Value>> {
+        chats
+            .iter()
+            .filter(|s| attr_text(s, HERMES_API_REQUEST_ID).as_deref() == Some(id))
+            .map(|s| attr(s, TTFC))
+            .collect()
+    };
+    // From the attempt's start (its pre_api_request) to Hermes's first chunk.
+    assert_eq!(
+        of(&hermes_main::api_request_id("main-streamed")),
+        [Some(&Value::DoubleValue(0.75))]
+    );
+    assert_eq!(of(&hermes_main::api_request_id("main-unstreamed")), [None]);
+    // Hermes 0.19 sends no first chunk time: no attribute is made up.
+    let old: Vec<&&Span> = chats
+        .iter()
+        .filter(|s| !attr_text(s, HERMES_API_REQUEST_ID).is_some_and(|id| id.starts_with("main-")))
+        .collect();
+    assert!(!old.is_empty(), "the 0.19 fixture's chat spans arrived");
+    assert!(old.iter().all(|s| attr(s, TTFC).is_none()), "{old:?}");
 }
 
 fn all_fixtures() -> Vec<PathBuf> {

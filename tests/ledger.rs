@@ -14,6 +14,9 @@ use hermes_otel::report::Totals;
 use hermes_otel::store::Store;
 use serde_json::Value;
 
+#[path = "support/hermes_main.rs"]
+mod hermes_main;
+
 /// The e2e mock's /v1/models prices, per million tokens.
 const MOCK_PRICING: &str = "[models.\"mock-model\"]\ninput = 2.0\noutput = 8.0\ncache_read = 0.5\ncache_write = 2.5\n";
 
@@ -254,6 +257,26 @@ mod rusqlite_free {
                 .unwrap_or_else(|| "NULL".into())
         }
     }
+}
+
+#[test]
+fn a_streamed_call_of_hermes_main_keeps_its_first_token_time_and_0_19_calls_none() {
+    let calls = tempfile::tempdir().expect("temp dir");
+    let started = 1_796_002_700.0;
+    let streamed = hermes_main::streamed_call(calls.path(), "main-streamed", started, Some(started + 0.75));
+    let r = replay(&[streamed, fixture("terminal_ok")]);
+    let id = hermes_main::api_request_id("main-streamed");
+    let sql = format!("SELECT first_token_at FROM llm_calls WHERE api_request_id = '{id}'");
+    assert_eq!(scalar::<f64>(&r.store, &sql), started + 0.75);
+    // The fixture's calls (Hermes 0.19) have none.
+    assert!(scalar::<i64>(&r.store, "SELECT COUNT(*) FROM llm_calls") > 1);
+    assert_eq!(
+        scalar::<i64>(
+            &r.store,
+            "SELECT COUNT(*) FROM llm_calls WHERE first_token_at IS NOT NULL"
+        ),
+        1
+    );
 }
 
 #[test]

@@ -3,6 +3,8 @@
 //! the ledger's own sums; a second exporting process continuing every
 //! series; a real Prometheus scraping `hermes-otel serve --prometheus`.
 
+#[path = "support/hermes_main.rs"]
+mod hermes_main;
 mod support;
 
 use std::collections::HashMap;
@@ -302,10 +304,19 @@ fn after_replaying_the_fixtures_every_instrument_arrives_with_the_ledgers_sums()
         "{l:?}"
     );
     check_against_ledger(&p, &l);
-    // The fleet sync lag exists only with a fleet (tests/fleet.rs reads it).
-    for i in metrics::INSTRUMENTS.iter().filter(|i| i.name != m::FLEET_SYNC_LAG) {
+    // The fleet sync lag exists only with a fleet (tests/fleet.rs reads it);
+    // the time to first chunk only where Hermes reports it, which 0.19, the
+    // fixtures' Hermes, does not (see below).
+    for i in metrics::INSTRUMENTS
+        .iter()
+        .filter(|i| ![m::FLEET_SYNC_LAG, m::TIME_TO_FIRST_CHUNK].contains(&i.name))
+    {
         assert!(p.contains_key(i.name), "{} did not arrive", i.name);
     }
+    assert!(
+        !p.contains_key(m::TIME_TO_FIRST_CHUNK),
+        "no data point made up for Hermes 0.19"
+    );
     assert_eq!(total(&p, m::BUDGET_SPEND, "hermes.budget.scope=global"), 0.0);
     assert_eq!(total(&p, m::BUDGET_LIMIT, "hermes.budget.window=daily"), 10.0);
     assert_eq!(total(&p, m::BUDGET_VERDICTS, "hermes.budget.verdict=soft"), 1.0);
@@ -331,6 +342,36 @@ fn after_replaying_the_fixtures_every_instrument_arrives_with_the_ledgers_sums()
     // Pushing again without new events sends the same totals.
     let again = points(&push(&mut exporter, &receiver));
     check_against_ledger(&again, &l);
+}
+
+#[test]
+fn a_streamed_call_of_hermes_main_is_one_time_to_first_chunk_point_beside_its_duration() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("hermes-otel.db");
+    let mut store = Store::open(&path).expect("open");
+    let started = 1_796_002_700.0;
+    let calls = [
+        hermes_main::streamed_call(dir.path(), "main-streamed", started, Some(started + 0.75)),
+        hermes_main::streamed_call(dir.path(), "main-unstreamed", started, None),
+        Path::new(FIXTURES).join("terminal_ok.jsonl"),
+    ];
+    replay(&mut store, &calls);
+    let receiver = support::grpc(None, None);
+    let mut exporter = MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store).expect("exporter");
+    let p = points(&push(&mut exporter, &receiver));
+    let ttfc = p.get(m::TIME_TO_FIRST_CHUNK).expect("the histogram arrived");
+    assert_eq!(ttfc.len(), 1, "one series: {ttfc:?}");
+    let (attrs, sum, n) = &ttfc[0];
+    assert_eq!((*sum, *n), (0.75, 1), "the streamed call alone");
+    // The attributes of the successful calls' duration series.
+    let durations: Vec<&String> = p[m::OPERATION_DURATION]
+        .iter()
+        .filter(|(a, _, _)| !a.contains("error.type="))
+        .map(|(a, _, _)| a)
+        .collect();
+    assert_eq!(durations, [attrs], "{:?}", p[m::OPERATION_DURATION]);
+    // Every call is in the duration histogram, only the streamed one here.
+    assert_eq!(count(&p, m::OPERATION_DURATION, ""), ledger(&path).calls as u64);
 }
 
 #[test]

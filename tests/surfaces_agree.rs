@@ -3,10 +3,13 @@
 //! spans and the viewer's index totals agree on every count they share:
 //! LLM calls, failed attempts, tool calls, failed tool calls, non-zero
 //! exits Hermes reported as ok, tokens and cost, auxiliary LLM calls
-//! included. Real components: a store in a temp dir, the Prometheus
+//! included, and the streamed calls of Hermes main with their times to
+//! first chunk. Real components: a store in a temp dir, the Prometheus
 //! endpoint of `serve`, in-process OTLP receivers on loopback, the
 //! viewer's HTTP server.
 
+#[path = "support/hermes_main.rs"]
+mod hermes_main;
 #[path = "support/http_get.rs"]
 mod http_get;
 mod support;
@@ -51,6 +54,9 @@ struct Counts {
     input_tokens: f64,
     output_tokens: f64,
     cost_usd: f64,
+    /// Calls with a time to first chunk, and the sum of those times.
+    streamed_calls: f64,
+    time_to_first_chunk_s: f64,
 }
 
 fn agree(what: &str, fixture: &str, a: &Counts, b: &Counts) {
@@ -64,6 +70,8 @@ fn agree(what: &str, fixture: &str, a: &Counts, b: &Counts) {
         ("input tokens", a.input_tokens, b.input_tokens),
         ("output tokens", a.output_tokens, b.output_tokens),
         ("cost", a.cost_usd, b.cost_usd),
+        ("streamed calls", a.streamed_calls, b.streamed_calls),
+        ("time to first chunk", a.time_to_first_chunk_s, b.time_to_first_chunk_s),
     ];
     for (name, x, y) in pairs {
         assert!(
@@ -91,6 +99,13 @@ fn report_counts(store: &mut Store) -> Counts {
         input_tokens: t.input_tokens as f64,
         output_tokens: t.output_tokens as f64,
         cost_usd: t.cost_usd,
+        // The report shows no time to first chunk: the ledger's own rows.
+        streamed_calls: store
+            .query_scalar::<f64>("SELECT COUNT(*) FROM llm_calls WHERE first_token_at IS NOT NULL")
+            .expect("streamed calls"),
+        time_to_first_chunk_s: store
+            .query_scalar::<f64>("SELECT TOTAL(MAX(first_token_at - started_at, 0)) FROM llm_calls")
+            .expect("time to first chunk"),
     }
 }
 
@@ -130,6 +145,18 @@ fn prometheus_counts(text: &str) -> Counts {
         input_tokens: prom_sum(text, "hermes_token_usage_total", &["hermes_token_type=\"input\""], &[]),
         output_tokens: prom_sum(text, "hermes_token_usage_total", &["hermes_token_type=\"output\""], &[]),
         cost_usd: prom_sum(text, "gen_ai_usage_cost_total", &[], &[]),
+        streamed_calls: prom_sum(
+            text,
+            "gen_ai_client_operation_time_to_first_chunk_seconds_count",
+            &[],
+            &[],
+        ),
+        time_to_first_chunk_s: prom_sum(
+            text,
+            "gen_ai_client_operation_time_to_first_chunk_seconds_sum",
+            &[],
+            &[],
+        ),
     }
 }
 
@@ -185,6 +212,22 @@ fn otlp_sum(request: &ExportMetricsServiceRequest, name: &str, pred: impl Fn(&[K
     total
 }
 
+/// The sum of the observations of histogram `name`.
+fn otlp_histogram_sum(request: &ExportMetricsServiceRequest, name: &str) -> f64 {
+    let metrics = request
+        .resource_metrics
+        .iter()
+        .flat_map(|rm| &rm.scope_metrics)
+        .flat_map(|sm| &sm.metrics);
+    metrics
+        .filter(|x| x.name == name)
+        .filter_map(|x| match &x.data {
+            Some(Data::Histogram(h)) => Some(h.data_points.iter().filter_map(|p| p.sum).sum::<f64>()),
+            _ => None,
+        })
+        .sum()
+}
+
 fn otlp_counts(r: &ExportMetricsServiceRequest) -> Counts {
     let is = |key: &'static str, value: &'static str| move |a: &[KeyValue]| string_attr(a, key) == Some(value);
     let outcome = attr::HERMES_TOOL_OUTCOME;
@@ -199,6 +242,8 @@ fn otlp_counts(r: &ExportMetricsServiceRequest) -> Counts {
         input_tokens: otlp_sum(r, m::HERMES_TOKEN_USAGE, is("hermes.token.type", "input")),
         output_tokens: otlp_sum(r, m::HERMES_TOKEN_USAGE, is("hermes.token.type", "output")),
         cost_usd: otlp_sum(r, m::COST, |_| true),
+        streamed_calls: otlp_sum(r, m::TIME_TO_FIRST_CHUNK, |_| true),
+        time_to_first_chunk_s: otlp_histogram_sum(r, m::TIME_TO_FIRST_CHUNK),
     }
 }
 
@@ -220,6 +265,10 @@ fn span_counts(spans: &[Span]) -> Counts {
                     - number_attr(a, attr::GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS);
                 c.output_tokens += number_attr(a, attr::GEN_AI_USAGE_OUTPUT_TOKENS);
                 c.cost_usd += number_attr(a, attr::HERMES_USAGE_COST_USD);
+                if a.iter().any(|kv| kv.key == attr::GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK) {
+                    c.streamed_calls += 1.0;
+                    c.time_to_first_chunk_s += number_attr(a, attr::GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK);
+                }
                 // The proposed GenAI cost attributes say the same amount.
                 assert_eq!(
                     number_attr(a, attr::GEN_AI_USAGE_COST_AMOUNT),
@@ -300,6 +349,13 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
     let extra = tempfile::tempdir().expect("temp dir");
     let mut files = fixtures();
     files.push(with_auxiliary_call(extra.path()));
+    let started = 1_796_002_700.0;
+    files.push(hermes_main::streamed_call(
+        extra.path(),
+        "main-streamed",
+        started,
+        Some(started + 0.75),
+    ));
     let mut aux_calls = 0;
     for file in files {
         let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
@@ -403,6 +459,7 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
         all.tool_calls += report.tool_calls;
         all.nonzero_exits += report.nonzero_exits;
         all.api_errors += report.api_errors;
+        all.streamed_calls += report.streamed_calls;
     }
     // The fixtures hold what the comparison is about.
     assert!(
@@ -411,4 +468,8 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
     );
     assert!(all.api_errors >= 1.0 && all.tool_calls >= 1.0, "{all:?}");
     assert_eq!(aux_calls, 1, "the auxiliary call was compared too");
+    assert_eq!(
+        all.streamed_calls, 1.0,
+        "the streamed call of Hermes main was compared too"
+    );
 }

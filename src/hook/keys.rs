@@ -74,11 +74,15 @@ const PRE_API: [&str; 16] = concat(
         "max_tokens",
     ],
 );
-const POST_API: [&str; 18] = concat(
+// Hermes main's stream timestamps (agent/turn_response_intake.py,
+// agent/api_request_hooks.py); older Hermes sends neither.
+const POST_API: [&str; 20] = concat(
     API,
     [
         "api_duration",
         "ended_at",
+        "first_chunk_at",
+        "first_delta_at",
         "finish_reason",
         "response_model",
         "usage",
@@ -86,12 +90,14 @@ const POST_API: [&str; 18] = concat(
         "assistant_tool_call_count",
     ],
 );
-const API_ERROR: [&str; 19] = concat(
+const API_ERROR: [&str; 21] = concat(
     API,
     [
         "error",
         "api_duration",
         "ended_at",
+        "first_chunk_at",
+        "first_delta_at",
         "status_code",
         "retry_count",
         "max_retries",
@@ -102,7 +108,7 @@ const API_ERROR: [&str; 19] = concat(
 // Hermes main fires post_auxiliary_call once per provider attempt: which
 // attempt (`retry_count`) and whether it failed (`error`, `error_type`)
 // decide what it is (agent/auxiliary_hooks.py).
-const POST_AUX: [&str; 22] = concat(POST_API, ["aux_task", "retry_count", "error", "error_type"]);
+const POST_AUX: [&str; 24] = concat(POST_API, ["aux_task", "retry_count", "error", "error_type"]);
 const APPROVAL: [&str; 5] = ["session_key", "turn_id", "tool_call_id", "surface", "pattern_key"];
 const POST_APPROVAL: [&str; 7] = concat(APPROVAL, ["choice", "decided_by"]);
 const POST_TOOL: [&str; 10] = concat(TOOL, ["duration_ms", "status", "error_type", TOOL_RESULT]);

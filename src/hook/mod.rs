@@ -249,6 +249,14 @@ pub struct PostApiRequest {
     /// Seconds from the first attempt's start; includes failed attempts and backoff.
     pub api_duration: Option<f64>,
     pub ended_at: Option<f64>,
+    /// When this attempt's first stream chunk arrived (Unix seconds), as
+    /// Hermes main measures it; `None` when not streamed or older Hermes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_chunk_at: Option<f64>,
+    /// When this attempt's first text delta arrived (Unix seconds), where
+    /// Hermes reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_delta_at: Option<f64>,
     pub finish_reason: Option<String>,
     pub response_model: Option<String>,
     /// `None` when the provider sent no usage.
@@ -265,6 +273,17 @@ pub struct PostApiRequest {
     pub aux_task: Option<String>,
 }
 
+impl PostApiRequest {
+    /// When the first token arrived: the first text delta where Hermes
+    /// reports one, else the first stream chunk. Hermes's own timestamps,
+    /// taken on the thread reading the stream; main's `on_stream_*` hooks
+    /// carry none and reach a plugin through a bounded queue and a
+    /// background worker, so the time a plugin sees them is late.
+    pub fn first_token_at(&self) -> Option<f64> {
+        self.first_delta_at.or(self.first_chunk_at)
+    }
+}
+
 /// `api_request_error`: one attempt of an LLM API call failed.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ApiRequestError {
@@ -272,6 +291,11 @@ pub struct ApiRequestError {
     pub api: ApiRequest,
     pub api_duration: Option<f64>,
     pub ended_at: Option<f64>,
+    /// As on [`PostApiRequest`]: kept in the journal, not yet on any span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_chunk_at: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_delta_at: Option<f64>,
     pub status_code: Option<i64>,
     pub retry_count: i64,
     pub max_retries: Option<i64>,

@@ -88,6 +88,15 @@ pub const INSTRUMENTS: &[Instrument] = &[
         "Duration of LLM API attempts.",
     ),
     inst(
+        m::TIME_TO_FIRST_CHUNK,
+        Kind::Histogram,
+        "s",
+        "gen_ai_client_operation_time_to_first_chunk_seconds",
+        DURATION_BUCKETS,
+        false,
+        "Time to the first chunk of streamed LLM API calls.",
+    ),
+    inst(
         m::COST,
         Kind::Counter,
         "{USD}",

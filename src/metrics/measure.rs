@@ -3,7 +3,7 @@
 //! not touch: rendering.
 
 use super::instruments::instrument;
-use crate::model::{encode_attrs, Add, AttrValue, Attrs, Increment, MetricFact, RunLabels};
+use crate::model::{encode_attrs, time_to_first_token, Add, AttrValue, Attrs, Increment, MetricFact, RunLabels};
 use crate::semconv::attr;
 use crate::semconv::metric as m;
 use crate::semconv::metric::attr as mattr;
@@ -119,6 +119,11 @@ pub fn measure(fact: &MetricFact, out: &mut Vec<Increment>) {
                 .s(attr::GEN_AI_OPERATION_NAME, value::OPERATION_CHAT)
                 .s(attr::HERMES_PLATFORM, platform(run));
             observe(out, m::OPERATION_DURATION, &a, c.ended_at - c.started_at);
+            // Streamed calls only (upstream: not reported otherwise); the
+            // same value as the span's gen_ai.response.time_to_first_chunk.
+            if let Some(ttft) = time_to_first_token(c.started_at, c.first_token_at) {
+                observe(out, m::TIME_TO_FIRST_CHUNK, &a, ttft);
+            }
             let a = base()
                 .s(attr::HERMES_PLATFORM, platform(run))
                 .opt(attr::HERMES_CRON_JOB_ID, run.cron_job_id.as_deref())

@@ -61,6 +61,40 @@ fn call() -> LlmCallFact {
     }
 }
 
+/// [`call`] streamed: its first token came 0.4 s after it started.
+fn streamed_call() -> LlmCallFact {
+    LlmCallFact {
+        first_token_at: Some(10.4),
+        ..call()
+    }
+}
+
+#[test]
+fn a_streamed_call_observes_its_time_to_first_chunk_with_the_duration_attributes() {
+    let mut out = Vec::new();
+    measure(&MetricFact::LlmCall(streamed_call(), run()), &mut out);
+    let attrs_of = |metric: &str| {
+        let incs: Vec<&Increment> = out.iter().filter(|i| i.metric == metric).collect();
+        assert_eq!(incs.len(), 1, "{metric}: one measurement");
+        incs[0].clone()
+    };
+    let ttft = attrs_of(m::TIME_TO_FIRST_CHUNK);
+    assert_eq!(ttft.attrs, attrs_of(m::OPERATION_DURATION).attrs);
+    let Add::Observe { value, bounds } = ttft.add else {
+        panic!("a histogram observation")
+    };
+    assert!((value - 0.4).abs() < 1e-9, "{value}");
+    assert_eq!(bounds, DURATION_BUCKETS);
+}
+
+#[test]
+fn a_call_without_a_first_token_time_observes_no_time_to_first_chunk() {
+    let mut out = Vec::new();
+    measure(&MetricFact::LlmCall(call(), run()), &mut out);
+    assert!(out.iter().any(|i| i.metric == m::OPERATION_DURATION));
+    assert!(!out.iter().any(|i| i.metric == m::TIME_TO_FIRST_CHUNK));
+}
+
 #[test]
 fn an_llm_call_counts_input_with_cache_on_semconv_and_without_on_hermes_tokens() {
     let mut out = Vec::new();
@@ -321,7 +355,7 @@ fn instruments_and_attributes_match_the_semconv_registry() {
     let mut out = Vec::new();
     let mut cron = run();
     cron.cron_job_id = Some("job".into());
-    measure(&MetricFact::LlmCall(call(), cron.clone()), &mut out);
+    measure(&MetricFact::LlmCall(streamed_call(), cron.clone()), &mut out);
     measure(
         &MetricFact::ApiError(
             ApiErrorFact {

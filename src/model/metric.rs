@@ -95,6 +95,8 @@ pub struct LlmCallFact {
     pub cache_write_tokens: i64,
     pub reasoning_tokens: i64,
     pub cost_usd: f64,
+    /// When the first token arrived, where Hermes reported it.
+    pub first_token_at: Option<f64>,
 }
 
 /// A failed attempt of an LLM call.

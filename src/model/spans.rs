@@ -110,6 +110,24 @@ pub struct AttemptRow {
     pub max_retries: Option<i64>,
     /// The auxiliary task of an auxiliary LLM call.
     pub aux_task: Option<String>,
+    /// When a successful attempt's first token arrived, where Hermes
+    /// reported it (`llm_calls.first_token_at`).
+    pub first_token_at: Option<f64>,
+}
+
+impl AttemptRow {
+    /// Seconds from the attempt's start to its first token, where known.
+    pub fn time_to_first_token(&self) -> Option<f64> {
+        time_to_first_token(self.started_at, self.first_token_at)
+    }
+}
+
+/// Seconds from `started_at` to `first_token_at`. A first token stamped
+/// before the start (another clock, or a start hermes-otel recorded late)
+/// counts as 0: the span and the histogram must show the same value, and
+/// a negative one means nothing.
+pub fn time_to_first_token(started_at: f64, first_token_at: Option<f64>) -> Option<f64> {
+    first_token_at.map(|t| (t - started_at).max(0.0))
 }
 
 /// What went wrong with a failed attempt.

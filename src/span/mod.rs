@@ -362,6 +362,9 @@ pub fn attempt_span(at: &AttemptRow, run: &RunRow, ancestry: &Ancestry, opts: Sp
             if let Some(reason) = at.finish_reason.as_deref() {
                 a.str_array(attr::GEN_AI_RESPONSE_FINISH_REASONS, &[reason]);
             }
+            if let Some(ttft) = at.time_to_first_token() {
+                a.double(attr::GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, ttft);
+            }
             a.int(
                 attr::GEN_AI_USAGE_INPUT_TOKENS,
                 at.input_tokens + at.cache_read_tokens + at.cache_write_tokens,

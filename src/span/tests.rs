@@ -201,3 +201,44 @@ fn reasons_that_are_not_tokens_become_other() {
     assert_eq!(reason_token("Error code: 500"), "_OTHER");
     assert_eq!(reason_token(""), "_OTHER");
 }
+
+#[test]
+fn a_streamed_call_carries_its_time_to_first_chunk_and_others_none() {
+    let run = RunRow {
+        session_id: "s".into(),
+        ..RunRow::default()
+    };
+    let ancestry = Ancestry(vec![node("s", "cli", None)]);
+    let streamed = AttemptRow {
+        api_request_id: "s:t:api:1".into(),
+        session_id: "s".into(),
+        started_at: 100.0,
+        ended_at: Some(103.0),
+        first_token_at: Some(100.75),
+        ..AttemptRow::default()
+    };
+    let double = |s: &Span| match attr_of(s, attr::GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK).and_then(|v| v.value.as_ref()) {
+        Some(any_value::Value::DoubleValue(d)) => Some(*d),
+        _ => None,
+    };
+    let span = attempt_span(&streamed, &run, &ancestry, SpanOptions::default());
+    assert_eq!(double(&span), Some(0.75));
+    // A first token stamped before the start it is measured from is 0,
+    // as in the histogram, never negative.
+    let early = AttemptRow {
+        first_token_at: Some(99.0),
+        ..streamed.clone()
+    };
+    assert_eq!(
+        double(&attempt_span(&early, &run, &ancestry, SpanOptions::default())),
+        Some(0.0)
+    );
+    let unstreamed = AttemptRow {
+        first_token_at: None,
+        ..streamed
+    };
+    assert_eq!(
+        double(&attempt_span(&unstreamed, &run, &ancestry, SpanOptions::default())),
+        None
+    );
+}

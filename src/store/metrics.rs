@@ -443,7 +443,7 @@ fn llm_call_fact(conn: &Connection, api_request_id: &str) -> Result<Option<LlmCa
     Ok(conn
         .prepare_cached(
             "SELECT model, response_model, provider, started_at, ended_at, input_tokens, output_tokens,
-                    cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd
+                    cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, first_token_at
                FROM llm_calls WHERE api_request_id = ?1",
         )?
         .query_row(params![api_request_id], |r| {
@@ -459,6 +459,7 @@ fn llm_call_fact(conn: &Connection, api_request_id: &str) -> Result<Option<LlmCa
                 cache_write_tokens: r.get(8)?,
                 reasoning_tokens: r.get(9)?,
                 cost_usd: r.get(10)?,
+                first_token_at: r.get(11)?,
             })
         })
         .optional()?)

@@ -99,6 +99,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0015_session_calls_covered.sql"),
     include_str!("migrations/0016_session_list_hours.sql"),
     include_str!("migrations/0017_held_usage.sql"),
+    include_str!("migrations/0018_first_token.sql"),
 ];
 
 /// The schema version this build writes.

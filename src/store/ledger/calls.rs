@@ -79,9 +79,10 @@ pub(super) fn apply_llm_call<'e>(
         .prepare_cached(
             "INSERT INTO llm_calls (api_request_id, session_id, turn_id, task_id, model, response_model, provider, base_url,
                 api_mode, started_at, ended_at, latency_s, attempts, finish_reason, input_tokens, output_tokens,
-                cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, cost_source, estimated, aux_task, estimate_usd)
+                cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, cost_source, estimated, aux_task, estimate_usd,
+                first_token_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23,
-                ?24)
+                ?24, ?25)
              ON CONFLICT (api_request_id) DO NOTHING",
         )?
         .execute(params![
@@ -108,7 +109,8 @@ pub(super) fn apply_llm_call<'e>(
             cost.source.as_str(),
             estimated,
             e.aux_task,
-            bill.estimate.usd
+            bill.estimate.usd,
+            e.first_token_at()
         ])?;
     counts.inserted(Counted::LlmCalls, inserted);
     if inserted == 1 {

@@ -30,7 +30,8 @@ macro_rules! llm_call_select {
         "SELECT api_request_id, session_id, turn_id, attempts - 1, model, response_model, provider, base_url,
                 started_at, ended_at, finish_reason, input_tokens, output_tokens, cache_read_tokens,
                 cache_write_tokens, reasoning_tokens, cost_usd, cost_source, estimated,
-                (SELECT MAX(max_retries) FROM llm_call_errors e WHERE e.api_request_id = l.api_request_id), aux_task
+                (SELECT MAX(max_retries) FROM llm_call_errors e WHERE e.api_request_id = l.api_request_id), aux_task,
+                first_token_at
            FROM llm_calls l"
     };
 }
@@ -410,6 +411,7 @@ pub(in crate::store) fn llm_call_of(r: &Row<'_>) -> rusqlite::Result<AttemptRow>
         error: None,
         max_retries: r.get(19)?,
         aux_task: r.get(20)?,
+        first_token_at: r.get(21)?,
     })
 }
 
