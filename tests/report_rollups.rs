@@ -351,6 +351,9 @@ fn a_store_rolled_up_before_hours_were_kept_gets_them_on_upgrade() {
         "hour rows are what a long report reads"
     );
     drop(short);
+    // What later migrations added that schema 12 did not have.
+    conn.execute("ALTER TABLE llm_calls DROP COLUMN first_token_at", [])
+        .expect("schema 12 had no first token time");
     conn.pragma_update(None, "user_version", 12).expect("version");
     drop(conn);
 
