@@ -50,6 +50,11 @@ def _attr(module: str, *path: str) -> Any:
         return None
 
 
+def _needed(name: str, versions: str, present: bool, missing: str) -> Point:
+    """A point this Hermes must have: active, or MISSING with ``missing``."""
+    return Point(name, versions, ACTIVE if present else MISSING, "" if present else missing)
+
+
 def _hermes_present() -> bool:
     return _attr("hermes_cli") is not None
 
@@ -102,38 +107,29 @@ def check(
             else "one profile per process",
         )
     )
-    summary = _attr("run_agent", "AIAgent", "_usage_summary_for_api_request_hook")
     points.append(
-        Point(
+        _needed(
             "run_agent.AIAgent._usage_summary_for_api_request_hook",
             "0.19.0 - 0.23.x",
-            ACTIVE if summary is not None else MISSING,
-            ""
-            if summary is not None
-            else "the cost a provider bills (OpenRouter's usage.cost) is not recorded",
+            _attr("run_agent", "AIAgent", "_usage_summary_for_api_request_hook") is not None,
+            "the cost a provider bills (OpenRouter's usage.cost) is not recorded",
         )
     )
     if aux_hook:
-        aux_summary = _attr("agent.auxiliary_hooks", "_usage_summary")
         points.append(
-            Point(
+            _needed(
                 "agent.auxiliary_hooks._usage_summary",
                 "0.21.5 - 0.23.x",
-                ACTIVE if aux_summary is not None else MISSING,
-                ""
-                if aux_summary is not None
-                else "the cost a provider bills for auxiliary calls is not recorded; estimates are used",
+                _attr("agent.auxiliary_hooks", "_usage_summary") is not None,
+                "the cost a provider bills for auxiliary calls is not recorded; estimates are used",
             )
         )
-    metadata = _attr("agent.model_metadata", "_endpoint_model_metadata_cache")
     points.append(
-        Point(
+        _needed(
             "agent.model_metadata endpoint prices",
             "0.19.0 - 0.23.x",
-            ACTIVE if metadata is not None else MISSING,
-            ""
-            if metadata is not None
-            else "prices Hermes fetched for custom endpoints are not used (such calls cost $0)",
+            _attr("agent.model_metadata", "_endpoint_model_metadata_cache") is not None,
+            "prices Hermes fetched for custom endpoints are not used (such calls cost $0)",
         )
     )
     bounded = _attr("hermes_cli.plugins_dispatch", "_HOOK_TIMEOUT_BOUNDED_HOOKS")
@@ -158,24 +154,20 @@ def check(
     if enforce and _attr("hermes_cli.middleware", "LLMExecutionBlocked") is not None:
         classifies = known_hooks is not None and "transform_api_error_classification" in known_hooks
         points.append(
-            Point(
+            _needed(
                 "transform_api_error_classification",
                 "0.20.2 - 0.23.x",
-                ACTIVE if classifies else MISSING,
-                ""
-                if classifies
-                else "a budget stop is retried by Hermes as an API error (no spend, extra attempts)",
+                classifies,
+                "a budget stop is retried by Hermes as an API error (no spend, extra attempts)",
             )
         )
     if enforce:
         points.append(
-            Point(
+            _needed(
                 "llm_execution middleware",
                 "0.19.0 - 0.23.x",
-                ACTIVE if has_middleware else MISSING,
-                ""
-                if has_middleware
-                else "budgets cannot stop an LLM call before the provider (hooks only observe)",
+                has_middleware,
+                "budgets cannot stop an LLM call before the provider (hooks only observe)",
             )
         )
     return points

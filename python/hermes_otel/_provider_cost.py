@@ -30,15 +30,7 @@ def install() -> bool:
 
     def with_cost(original: Any) -> Any:
         def summary_with_cost(self: Any, response: Any, *args: Any, **kwargs: Any) -> Any:
-            summary = original(self, response, *args, **kwargs)
-            try:
-                if isinstance(summary, dict) and "cost" not in summary:
-                    cost = reported_cost(getattr(response, "usage", None))
-                    if cost is not None:
-                        summary["cost"] = cost
-            except Exception:  # noqa: BLE001 - Hermes's summary must survive us
-                pass
-            return summary
+            return _add_cost(original(self, response, *args, **kwargs), response)
 
         return summary_with_cost
 
@@ -58,19 +50,24 @@ def _install_auxiliary() -> bool:
 
     def with_cost(original: Any) -> Any:
         def usage_summary_with_cost(response: Any, *args: Any, **kwargs: Any) -> Any:
-            summary = original(response, *args, **kwargs)
-            try:
-                if isinstance(summary, dict) and "cost" not in summary:
-                    cost = reported_cost(getattr(response, "usage", None))
-                    if cost is not None:
-                        summary["cost"] = cost
-            except Exception:  # noqa: BLE001 - Hermes's summary must survive us
-                pass
-            return summary
+            return _add_cost(original(response, *args, **kwargs), response)
 
         return usage_summary_with_cost
 
     return _patch.wrap(auxiliary_hooks, "_usage_summary", with_cost)
+
+
+def _add_cost(summary: Any, response: Any) -> Any:
+    """Hermes's usage ``summary`` of ``response``, with the provider's billed
+    ``cost`` added where the raw usage has one and the summary has none."""
+    try:
+        if isinstance(summary, dict) and "cost" not in summary:
+            cost = reported_cost(getattr(response, "usage", None))
+            if cost is not None:
+                summary["cost"] = cost
+    except Exception:  # noqa: BLE001 - Hermes's summary must survive us
+        pass
+    return summary
 
 
 def reported_cost(usage: Any) -> float | None:
