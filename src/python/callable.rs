@@ -81,9 +81,28 @@ impl Hook {
     /// `None`. Never raises.
     #[pyo3(signature = (*_args, **kwargs))]
     fn __call__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> Py<PyAny> {
-        match catch_unwind(AssertUnwindSafe(|| self.call(py, kwargs))) {
-            Ok(Some(verdict)) => verdict,
-            Ok(None) => py.None(),
+        self.guarded(py, || self.call(py, kwargs))
+            .flatten()
+            .unwrap_or_else(|| py.None())
+    }
+
+    /// Records one call Hermes's dispatcher skipped (see `_skips.py`):
+    /// as `__call__`, except that it never waits (Hermes holds its lock and
+    /// reads no verdict). Returns whether the call was handed to the bridge.
+    /// Never raises.
+    #[pyo3(signature = (**kwargs))]
+    fn record_skipped(&self, py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> bool {
+        self.guarded(py, || self.record(py, kwargs, false))
+            .is_some_and(|outcome| !matches!(outcome, Outcome::Disabled | Outcome::Failed))
+    }
+}
+
+impl Hook {
+    /// Runs `f`; a panic becomes a logged error and `None`, never a
+    /// `BaseException` in Hermes.
+    fn guarded<T>(&self, py: Python<'_>, f: impl FnOnce() -> T) -> Option<T> {
+        match catch_unwind(AssertUnwindSafe(f)) {
+            Ok(value) => Some(value),
             Err(payload) => {
                 log(
                     py,
@@ -95,37 +114,11 @@ impl Hook {
                         bridge::panic_text(payload.as_ref())
                     ),
                 );
-                py.None()
+                None
             }
         }
     }
 
-    /// Records one call Hermes's dispatcher skipped (see `_skips.py`):
-    /// as `__call__`, except that it never waits (Hermes holds its lock and
-    /// reads no verdict). Returns whether the call was handed to the bridge.
-    /// Never raises.
-    #[pyo3(signature = (**kwargs))]
-    fn record_skipped(&self, py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> bool {
-        match catch_unwind(AssertUnwindSafe(|| self.record(py, kwargs, false))) {
-            Ok(outcome) => !matches!(outcome, Outcome::Disabled | Outcome::Failed),
-            Err(payload) => {
-                log(
-                    py,
-                    ERROR,
-                    "Hook.Panicked",
-                    format!(
-                        "{} hook panicked recording a skipped call ({}); the call was not recorded",
-                        self.name,
-                        bridge::panic_text(payload.as_ref())
-                    ),
-                );
-                false
-            }
-        }
-    }
-}
-
-impl Hook {
     fn call(&self, py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> Option<Py<PyAny>> {
         self.record(py, kwargs, true).verdict().map(|v| verdict_dict(py, v))
     }
