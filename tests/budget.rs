@@ -70,6 +70,8 @@ fn budgets_decide_with_a_clock() {
     estimated_costs_are_flagged_and_can_soften_a_hard_verdict();
     a_stopped_llm_call_and_a_paused_cron_job();
     a_bogus_usage_figure_is_held_and_blocks_no_budget();
+    a_confirmed_held_call_is_billed_in_its_run_budgets_report_and_metric(false);
+    a_confirmed_held_call_is_billed_in_its_run_budgets_report_and_metric(true);
 }
 
 fn a_subagent_counts_toward_its_roots_cron_job_sender_and_profile() {
@@ -222,6 +224,112 @@ fn a_bogus_usage_figure_is_held_and_blocks_no_budget() {
     apply(&mut store, &post_api(s, "real", t + 3.0, true));
     let cost = store.query_scalar::<f64>("SELECT cost_usd FROM runs WHERE session_id = 's-bogus'");
     assert_eq!(cost.expect("run cost"), CALL_USD);
+}
+
+/// A held call the user confirms (`hermes-otel held confirm`) is billed
+/// from its recorded usage: the run, the spend buckets the gate reads, the
+/// report and the cost metric all carry it, once, whether the metric had
+/// counted the call (at no cost) before the confirmation or not.
+fn a_confirmed_held_call_is_billed_in_its_run_budgets_report_and_metric(folded_first: bool) {
+    use hermes_otel::store::Confirmation;
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_budgets(dir.path(), "timezone = \"UTC\"\n[global]\ndaily = 100.0\n");
+    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut gate = gate(dir.path());
+    let t = ts("2026-11-30T12:00:00Z");
+    set_now(t);
+    let s = "s-confirm";
+    apply(&mut store, &pre_llm(s, "t0", t, "cli", "alice"));
+    // 60 M input tokens of gpt-4o: past the bound, a $150 call if real.
+    apply(
+        &mut store,
+        &event(
+            "post_api_request",
+            t + 1.0,
+            json!({"session_id": s, "turn_id": format!("{s}:t"), "api_request_id": "huge", "model": "gpt-4o",
+                   "platform": "cli", "api_duration": 0.5, "ended_at": t + 1.0,
+                   "usage": {"input_tokens": 60_000_000, "output_tokens": 10}}),
+        ),
+    );
+    apply(&mut store, &post_api(s, "real", t + 2.0, true));
+    let mut measure = |f: &hermes_otel::store::MetricFact, out: &mut Vec<hermes_otel::store::Increment>| {
+        hermes_otel::metrics::measure(f, out)
+    };
+    let metric_cost = |store: &Store| -> f64 {
+        let rows = store.metric_series().expect("series");
+        rows.iter()
+            .filter(|r| r.metric == "gen_ai.usage.cost")
+            .map(|r| r.value)
+            .sum()
+    };
+    if folded_first {
+        store.fold_metrics(t + 3.0, t + 3.0, 100, &mut measure).expect("fold");
+        assert!((metric_cost(&store) - CALL_USD).abs() < 1e-9, "held at no cost");
+    }
+    assert_eq!(gate.verdict(&store, &pre_tool(s, "c1", t + 3.0)), None);
+    let held = store.held_calls(10).expect("held");
+    assert_eq!(held.len(), 1);
+    let expected = held[0].estimate_usd.expect("estimate");
+    assert!((expected - 150.0).abs() < 0.01, "{expected}");
+
+    assert_eq!(
+        store.confirm_held("huge", t + 4.0).expect("confirm"),
+        Confirmation::Billed(expected)
+    );
+    let q = |store: &Store, sql: &str| store.query_scalar::<f64>(sql).expect(sql);
+    let total = expected + CALL_USD;
+    assert!((q(&store, "SELECT cost_usd FROM runs WHERE session_id = 's-confirm'") - total).abs() < 1e-9);
+    assert_eq!(
+        q(&store, "SELECT COUNT(*) FROM llm_calls WHERE cost_source = 'held'"),
+        0.0
+    );
+    assert_eq!(
+        q(
+            &store,
+            "SELECT cost_source = 'builtin' FROM llm_calls WHERE api_request_id = 'huge'"
+        ),
+        1.0
+    );
+    // Every bucket level of the global scope holds it, and the calls stay two.
+    assert!(
+        (q(
+            &store,
+            "SELECT cost_usd FROM budget_spend WHERE scope = 'global' AND level = 0"
+        ) - total)
+            .abs()
+            < 1e-9
+    );
+    assert_eq!(
+        q(
+            &store,
+            "SELECT calls FROM budget_spend WHERE scope = 'global' AND level = 0"
+        ),
+        2.0
+    );
+    assert!(
+        matches!(
+            gate.verdict(&store, &pre_tool(s, "c2", t + 5.0)),
+            Some(Verdict::Block { .. })
+        ),
+        "the confirmed spend is over the daily $100"
+    );
+    let report = store
+        .report(&jiff::tz::TimeZone::UTC, t - 60.0, t + 60.0, Some(10))
+        .expect("report");
+    assert_eq!(report.held_llm_calls, 0);
+    assert!((report.totals.cost_usd - total).abs() < 1e-9);
+    store.fold_metrics(t + 6.0, t + 6.0, 100, &mut measure).expect("fold");
+    assert!((metric_cost(&store) - total).abs() < 1e-9, "{}", metric_cost(&store));
+    // Once only.
+    assert_eq!(
+        store.confirm_held("huge", t + 7.0).expect("again"),
+        Confirmation::NotHeld
+    );
+    assert_eq!(
+        store.confirm_held("nope", t + 7.0).expect("unknown"),
+        Confirmation::Unknown
+    );
+    assert!((q(&store, "SELECT cost_usd FROM runs WHERE session_id = 's-confirm'") - total).abs() < 1e-9);
 }
 
 fn the_window_rolls_over_at_local_midnight_in_a_non_utc_zone() {

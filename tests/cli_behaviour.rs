@@ -531,3 +531,55 @@ fn report_and_status_say_how_many_calls_were_held_for_bogus_usage() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(v["held_llm_calls"], 1);
 }
+
+/// `held confirm` bills a held call from its usage, and the confirmation is
+/// journaled: a store rebuilt from its journal still bills it.
+#[test]
+fn a_confirmed_held_call_stays_billed_through_a_rebuild() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("huge.jsonl");
+    let line = serde_json::json!({"hook": "post_api_request", "t": 1796002658.0,
+        "kwargs": {"session_id": "s", "turn_id": "s:t", "api_request_id": "s:api:1", "model": "gpt-4o",
+                   "usage": {"input_tokens": 60_000_000, "output_tokens": 0}}});
+    std::fs::write(&path, format!("{line}\n")).expect("write");
+    let home = dir.path().join("otel");
+    assert!(run(&home, &["replay", path.to_str().expect("utf-8 path")])
+        .status
+        .success());
+    let o = run(&home, &["held", "list"]);
+    assert!(
+        stdout(&o).contains("s:api:1  session s  gpt-4o  input 60000000"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(stdout(&o).contains("confirming bills $150.0000"), "{}", stdout(&o));
+    let o = run(&home, &["held", "list", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v[0]["api_request_id"], "s:api:1");
+
+    let o = run(&home, &["held", "confirm", "s:api:1", "s:api:404"]);
+    assert_eq!(o.status.code(), Some(1), "an unknown id fails the command");
+    assert!(
+        stdout(&o).contains("s:api:1: confirmed, billed $150.0000"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(stderr(&o).contains("no LLM call s:api:404"), "{}", stderr(&o));
+    let billed = |home: &std::path::Path| {
+        let o = run(home, &["report", "--since", "2026-01-01", "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        (
+            v["totals"]["cost_usd"].as_f64().expect("cost"),
+            v["held_llm_calls"].as_i64().expect("held"),
+        )
+    };
+    assert_eq!(billed(&home), (150.0, 0));
+    let o = run(&home, &["held", "confirm", "s:api:1"]);
+    assert!(stdout(&o).contains("not held"), "{}", stdout(&o));
+    assert_eq!(billed(&home), (150.0, 0), "confirmed once");
+
+    let o = run(&home, &["doctor", "--rebuild", "--force"]);
+    assert!(o.status.success(), "{} {}", stdout(&o), stderr(&o));
+    assert_eq!(billed(&home), (150.0, 0), "the rebuilt store bills it too");
+}

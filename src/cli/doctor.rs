@@ -142,7 +142,8 @@ fn rebuild(dir: &Path, db: &Path) -> Result<i32> {
     if file_identity(db) != before {
         remove_with_wal(&fresh);
         return Err(Error::Other(format!(
-            "{} changed during the rebuild (a Hermes process started?); it was left in place and nothing              replaced it: stop Hermes and run the rebuild again",
+            "{} changed during the rebuild (a Hermes process started?); it was left in place and nothing \
+             replaced it: stop Hermes and run the rebuild again",
             db.display()
         )));
     }

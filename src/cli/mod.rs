@@ -59,6 +59,7 @@ pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
 mod budget;
 mod doctor;
 mod export;
+mod held;
 mod metrics_status;
 mod pricing;
 mod report;
@@ -135,6 +136,11 @@ enum Command {
     Budget {
         #[command(subcommand)]
         command: budget::BudgetCommand,
+    },
+    /// Calls whose usage was beyond what any provider bills in one call: list them, confirm real ones.
+    Held {
+        #[command(subcommand)]
+        command: held::HeldCommand,
     },
     /// Prices: the one a model gets and why, updates from a price list, drift from Hermes's own.
     Pricing {
@@ -351,6 +357,13 @@ fn dispatch(cli: Cli) -> Result<i32> {
         // Prices need no store: pricing.toml lives in the store directory,
         // which `update` creates like `budget set` does.
         Command::Pricing { command } => pricing::run(&config::store_dir(cli.home).value, &command),
+        Command::Held { command } => {
+            let mut store = match &command {
+                held::HeldCommand::List { .. } => open_for_reading(existing_home(cli.home)?.value)?,
+                held::HeldCommand::Confirm { .. } => open_store(existing_home(cli.home)?.value)?,
+            };
+            held::run(&mut store, &command)
+        }
         Command::Doctor(args) => doctor::run(&existing_home(cli.home)?.value, &args),
         Command::Trace(args) => {
             let store = open_for_reading(existing_home(cli.home)?.value)?;

@@ -189,7 +189,8 @@ pub fn render(r: &Report, limit: usize) -> String {
         let _ = writeln!(
             out,
             "held: {} llm calls reported usage beyond what any provider bills in one call; \
-             they are recorded but cost nothing above and charge no budget",
+             they are recorded but cost nothing above and charge no budget \
+             (`hermes-otel held list` shows them, `hermes-otel held confirm ID` bills a real one)",
             r.held_llm_calls
         );
     }

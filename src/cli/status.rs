@@ -66,7 +66,8 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
     println!("llm calls       {}", counts.llm_calls);
     if held > 0 {
         println!(
-            "held llm calls  {held} (usage beyond what any provider bills in one call: kept out of costs and budgets)"
+            "held llm calls  {held} (usage beyond what any provider bills in one call: kept out of costs and budgets; \
+             `hermes-otel held list`, `hermes-otel held confirm ID`)"
         );
     }
     println!("api errors      {}", counts.llm_call_errors);

@@ -68,6 +68,10 @@ pub enum Hook {
     SessionFinalize(SessionFinalize),
     ApprovalRequest(Approval),
     ApprovalResponse(Approval),
+    /// Not a Hermes hook: the user confirmed a held call's usage
+    /// (`hermes-otel held confirm`). Journaled like a hook, so a rebuild
+    /// from the journal bills the call again.
+    UsageConfirmed(UsageConfirmed),
 }
 
 impl Hook {
@@ -88,6 +92,7 @@ impl Hook {
             Hook::SessionFinalize(_) => "on_session_finalize",
             Hook::ApprovalRequest(_) => "pre_approval_request",
             Hook::ApprovalResponse(_) => "post_approval_response",
+            Hook::UsageConfirmed(_) => "usage_confirmed",
         }
     }
 
@@ -108,6 +113,7 @@ impl Hook {
             Hook::SessionEnd(e) => &e.session_id,
             Hook::SessionFinalize(e) => &e.session_id,
             Hook::ApprovalRequest(e) | Hook::ApprovalResponse(e) => &e.session_id,
+            Hook::UsageConfirmed(e) => &e.session_id,
         }
     }
 
@@ -164,8 +170,18 @@ impl Hook {
             Hook::SessionStart(e) => e.session_id.clone(),
             Hook::SessionFinalize(e) => e.session_id.clone(),
             Hook::ApprovalRequest(e) | Hook::ApprovalResponse(e) => format!("{}/{}", e.session_id, e.key()),
+            Hook::UsageConfirmed(e) => e.api_request_id.clone(),
         }
     }
+}
+
+/// A held LLM call (usage beyond what any provider bills in one call,
+/// [`crate::pricing::usage_beyond_bounds`]) the user confirmed as real:
+/// it is billed from its recorded usage at the price table's cost.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct UsageConfirmed {
+    pub session_id: String,
+    pub api_request_id: String,
 }
 
 /// `on_session_start`: a session begins (not fired for `--resume`).

@@ -3,7 +3,9 @@
 //! not touch: rendering.
 
 use super::instruments::instrument;
-use crate::model::{encode_attrs, time_to_first_token, Add, AttrValue, Attrs, Increment, MetricFact, RunLabels};
+use crate::model::{
+    encode_attrs, time_to_first_token, Add, AttrValue, Attrs, Increment, LlmCallFact, MetricFact, RunLabels,
+};
 use crate::semconv::attr;
 use crate::semconv::metric as m;
 use crate::semconv::metric::attr as mattr;
@@ -76,6 +78,24 @@ fn model_provider<'a>(
     (model, provider)
 }
 
+/// An LLM call's cost, labelled as its other series are.
+fn cost(out: &mut Vec<Increment>, c: &LlmCallFact, run: &RunLabels) {
+    let (model, provider) = model_provider(
+        c.model.as_deref(),
+        c.response_model.as_deref(),
+        c.provider.as_deref(),
+        run,
+    );
+    let a = AttrSet::new()
+        .s(attr::GEN_AI_PROVIDER_NAME, provider)
+        .s(attr::GEN_AI_REQUEST_MODEL, model)
+        .s(attr::HERMES_PLATFORM, platform(run))
+        .opt(attr::HERMES_CRON_JOB_ID, run.cron_job_id.as_deref())
+        .opt(attr::HERMES_SENDER_ID, run.sender_id.as_deref())
+        .opt(attr::HERMES_PROFILE, run.profile.as_deref());
+    sum(out, m::COST, &a, c.cost_usd);
+}
+
 /// The increments one finished ledger row makes. Every attribute the
 /// registry allows is set here, including the opt-in ones; the allow-list
 /// applies when series are read ([`super::project`]), so it can change at any time
@@ -124,13 +144,9 @@ pub fn measure(fact: &MetricFact, out: &mut Vec<Increment>) {
             if let Some(ttft) = time_to_first_token(c.started_at, c.first_token_at) {
                 observe(out, m::TIME_TO_FIRST_CHUNK, &a, ttft);
             }
-            let a = base()
-                .s(attr::HERMES_PLATFORM, platform(run))
-                .opt(attr::HERMES_CRON_JOB_ID, run.cron_job_id.as_deref())
-                .opt(attr::HERMES_SENDER_ID, run.sender_id.as_deref())
-                .opt(attr::HERMES_PROFILE, run.profile.as_deref());
-            sum(out, m::COST, &a, c.cost_usd);
+            cost(out, c, run);
         }
+        MetricFact::ConfirmedCost(c, run) => cost(out, c, run),
         MetricFact::ApiError(e, run) => {
             let (model, provider) = model_provider(e.model.as_deref(), None, e.provider.as_deref(), run);
             let error_type = e

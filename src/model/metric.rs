@@ -123,6 +123,9 @@ pub enum MetricFact {
     Turn(String, RunLabels),
     /// A settled session and its status.
     Session(String, RunLabels),
+    /// A held LLM call the user confirmed after it was counted at no cost:
+    /// its cost alone.
+    ConfirmedCost(LlmCallFact, RunLabels),
 }
 
 /// What to add to one series.

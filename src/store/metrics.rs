@@ -42,6 +42,9 @@ mod kind {
     pub const TOOL: i64 = 3;
     pub const TURN: i64 = 4;
     pub const SESSION: i64 = 5;
+    /// A held call confirmed after its LLM_CALL row was folded (written
+    /// by the ledger, not a trigger).
+    pub const CONFIRMED_COST: i64 = 6;
 }
 
 /// The oldest `?1` session rows of the log. `kind = 5` (`kind::SESSION`)
@@ -135,6 +138,7 @@ impl Store {
                 kind::LLM_CALL => llm_call_fact(conn, key)?.map(|f| MetricFact::LlmCall(f, labels)),
                 kind::LLM_ERROR => api_error_fact(conn, key, *n)?.map(|f| MetricFact::ApiError(f, labels)),
                 kind::TOOL => tool_fact(conn, session_id, key)?.map(|(t, l)| MetricFact::Tool(t, l, labels)),
+                kind::CONFIRMED_COST => llm_call_fact(conn, key)?.map(|f| MetricFact::ConfirmedCost(f, labels)),
                 kind::TURN => conn
                     .prepare_cached("SELECT outcome FROM turns WHERE turn_id = ?1")?
                     .query_row(params![key], |r| r.get::<_, Option<String>>(0))

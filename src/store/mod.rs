@@ -33,6 +33,7 @@ mod by_session;
 mod content;
 mod doctor;
 mod fleet;
+mod held;
 mod ledger;
 mod metrics;
 mod outbox;
@@ -52,6 +53,7 @@ pub use doctor::{
     check_integrity, check_writable, missing_beside_aside, moved_aside, quick_look, Integrity, Rebuilt, DAMAGED_INFIX,
 };
 pub use fleet::{FleetRow, FleetStatus, PushRow};
+pub use held::{Confirmation, HeldCall};
 pub use ledger::{Applied, EventContext, ABANDONED, ERROR, IDLE_CLOSE_BATCH, INTERRUPTED, OK, RUNNING};
 // The rows and metric facts live in the model, below the store, which
 // fills them; re-exported so `store::RunRow` and the like keep working.

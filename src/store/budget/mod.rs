@@ -26,7 +26,9 @@ mod spend;
 
 pub use alerts::AlertRow;
 pub use rollups::RecordedCall;
-pub(super) use rollups::{note_profile, on_api_request_error, on_post_api_request, on_pre_api_request, SpendRollup};
+pub(super) use rollups::{
+    note_profile, on_api_request_error, on_post_api_request, on_pre_api_request, on_usage_confirmed, SpendRollup,
+};
 pub use spend::RESERVATION_TTL_SECONDS;
 
 /// A fresh store in a temp dir, for the unit tests of the parts.

@@ -125,11 +125,38 @@ pub(in crate::store) fn on_post_api_request(
                 ),
                 call.cost_usd,
                 estimated,
+                1,
             );
         }
     }
     add_to_periods(tx, &keys, call.ended_at, call.cost_usd, estimated)?;
     watch_free_to_paid(tx, &call, at)
+}
+
+/// Adds a held call the user confirmed to its spend buckets and periods:
+/// its cost now, in the buckets of when it ended. It was counted as a call
+/// (at no cost) when it was recorded, so the call counts stay.
+pub(in crate::store) fn on_usage_confirmed(
+    tx: &Transaction<'_>,
+    session_id: &str,
+    call: &RecordedCall<'_>,
+    rollup: &mut SpendRollup,
+) -> Result<()> {
+    let keys = scope_keys(tx, session_id, Some(call.model).filter(|m| !m.is_empty()))?;
+    let estimated = if call.estimated { call.cost_usd } else { 0.0 };
+    let t = call.ended_at as i64;
+    for (scope, id) in keys.iter() {
+        for (level, width) in BUCKET_SECONDS.iter().enumerate() {
+            let row = (
+                scope.as_str(),
+                id.to_string(),
+                level as i64,
+                t.div_euclid(*width) * width,
+            );
+            rollup.add(row, call.cost_usd, estimated, 0);
+        }
+    }
+    add_to_periods(tx, &keys, call.ended_at, call.cost_usd, estimated)
 }
 
 /// The spend bucket rows one transaction adds to, summed before they are
@@ -146,12 +173,12 @@ pub(in crate::store) struct SpendRollup {
 type BucketRow = (&'static str, String, i64, i64);
 
 impl SpendRollup {
-    /// Adds one call's cost (and estimated cost) to `row`.
-    fn add(&mut self, row: BucketRow, cost: f64, estimated: f64) {
+    /// Adds `calls` calls' cost (and estimated cost) to `row`.
+    fn add(&mut self, row: BucketRow, cost: f64, estimated: f64, calls: i64) {
         let sums = self.rows.entry(row).or_default();
         sums.0 += cost;
         sums.1 += estimated;
-        sums.2 += 1;
+        sums.2 += calls;
     }
 
     /// Adds the sums to their rows.

@@ -10,7 +10,7 @@ use super::super::row_counts::{Counted, RowCounts};
 use super::super::run_memo::RunMemo;
 use super::{link_child, touch_run, SUBAGENT_TOOL_NAME};
 use crate::error::Result;
-use crate::hook::{ApiRequestError, PostApiRequest, PostToolCall, SubagentStart, SubagentStop, Usage};
+use crate::hook::{ApiRequestError, PostApiRequest, PostToolCall, SubagentStart, SubagentStop, Usage, UsageConfirmed};
 use crate::model::outcome::{ERROR, INTERRUPTED, OK, RUNNING};
 
 /// Records a successful LLM call; returns it when it is new. A call the
@@ -425,4 +425,72 @@ fn insert_child_run(tx: &Transaction<'_>, counts: &mut RowCounts, child_session_
         .execute(params![child_session_id, at])?;
     counts.inserted(Counted::Runs, inserted);
     Ok(())
+}
+
+/// Bills a held call the user confirmed: its recorded usage at the price
+/// table's cost, added to its run, its spend buckets and periods, and the
+/// cost metric. Returns the cost billed, or `None` when the call is not
+/// held (never recorded, or confirmed already).
+pub(super) fn apply_usage_confirmed(
+    tx: &Transaction<'_>,
+    prices: &crate::pricing::PriceTable,
+    e: &UsageConfirmed,
+    rollup: &mut super::super::budget::SpendRollup,
+) -> Result<Option<f64>> {
+    let row = tx
+        .prepare_cached(
+            "SELECT COALESCE(model, response_model, ''), provider, ended_at, estimated, input_tokens, output_tokens,
+                    cache_read_tokens, cache_write_tokens, reasoning_tokens
+               FROM llm_calls WHERE api_request_id = ?1 AND session_id = ?2 AND cost_source = ?3",
+        )?
+        .query_row(params![e.api_request_id, e.session_id, crate::pricing::HELD], |r| {
+            let usage = Usage {
+                input_tokens: r.get(4)?,
+                output_tokens: r.get(5)?,
+                cache_read_tokens: r.get(6)?,
+                cache_write_tokens: r.get(7)?,
+                reasoning_tokens: r.get(8)?,
+                ..Usage::default()
+            };
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, Option<String>>(1)?,
+                r.get::<_, f64>(2)?,
+                r.get::<_, bool>(3)?,
+                usage,
+            ))
+        })
+        .optional()?;
+    let Some((model, provider, ended_at, estimated, usage)) = row else {
+        return Ok(None);
+    };
+    let cost = prices.cost(&model, provider.as_deref(), &usage);
+    tx.prepare_cached(
+        "UPDATE llm_calls SET cost_usd = ?2, cost_source = ?3, estimate_usd = ?2 WHERE api_request_id = ?1",
+    )?
+    .execute(params![e.api_request_id, cost.usd, cost.source.as_str()])?;
+    let unpriced = cost.source == crate::pricing::PriceSource::Unknown;
+    tx.prepare_cached(
+        "UPDATE runs SET cost_usd = cost_usd + ?2, unpriced_llm_calls = unpriced_llm_calls + ?3 WHERE session_id = ?1",
+    )?
+    .execute(params![e.session_id, cost.usd, unpriced as i64])?;
+    // A call whose metric row is still in the log is counted at its
+    // confirmed cost when that row is folded; one folded already at no
+    // cost gets a row that adds the cost alone.
+    let folded = tx
+        .prepare_cached("SELECT NOT EXISTS (SELECT 1 FROM metric_log WHERE kind = 1 AND key = ?1)")?
+        .query_row(params![e.api_request_id], |r| r.get::<_, bool>(0))?;
+    if folded {
+        tx.prepare_cached("INSERT INTO metric_log (kind, session_id, key) VALUES (6, ?1, ?2)")?
+            .execute(params![e.session_id, e.api_request_id])?;
+    }
+    let call = RecordedCall {
+        model: &model,
+        cost_usd: cost.usd,
+        source: cost.source,
+        estimated,
+        ended_at,
+    };
+    super::super::budget::on_usage_confirmed(tx, &e.session_id, &call, rollup)?;
+    Ok(Some(cost.usd))
 }

@@ -15,7 +15,10 @@ use crate::error::Result;
 use crate::hook::*;
 
 mod calls;
-use calls::{apply_api_error, apply_llm_call, apply_subagent_start, apply_subagent_stop, apply_tool_result};
+use calls::{
+    apply_api_error, apply_llm_call, apply_subagent_start, apply_subagent_stop, apply_tool_result,
+    apply_usage_confirmed,
+};
 
 /// Where a hook call came from, for the journal.
 #[derive(Debug, Clone, Default)]
@@ -441,6 +444,9 @@ fn apply_in(
         }
         Hook::ApprovalRequest(a) | Hook::ApprovalResponse(a) => {
             apply_approval(tx, a, at, matches!(hook, Hook::ApprovalResponse(_)))?;
+        }
+        Hook::UsageConfirmed(e) => {
+            apply_usage_confirmed(tx, prices, e, &mut pending.rollup)?;
         }
         Hook::SessionFinalize(e) => {
             touch_run(
