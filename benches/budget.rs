@@ -17,10 +17,10 @@
 
 use std::time::Instant;
 
-use hermes_otel::bridge::Gate;
-use hermes_otel::budget::BudgetGate;
-use hermes_otel::hook::{decode, DecodeOptions, Decoded, HookEvent};
-use hermes_otel::store::{EventContext, Store};
+use hermes_meter::bridge::Gate;
+use hermes_meter::budget::BudgetGate;
+use hermes_meter::hook::{decode, DecodeOptions, Decoded, HookEvent};
+use hermes_meter::store::{EventContext, Store};
 use serde_json::{json, Value};
 
 const DAY: f64 = 86_400.0;
@@ -121,8 +121,8 @@ fn measure(label: &str, iters: usize, mut f: impl FnMut(usize)) -> (f64, f64) {
 
 fn bench(rows: usize, iters: usize) -> f64 {
     let dir = tempfile::tempdir().expect("temp dir");
-    let now = hermes_otel::bridge::unix_now();
-    let path = dir.path().join(hermes_otel::store::DB_FILE_NAME);
+    let now = hermes_meter::bridge::unix_now();
+    let path = dir.path().join(hermes_meter::store::DB_FILE_NAME);
     drop(Store::open(&path).expect("create"));
     let started = Instant::now();
     fill(&path, rows, now);
@@ -151,21 +151,21 @@ fn bench(rows: usize, iters: usize) -> f64 {
     let keys = store.budget_scope_keys(session, None).expect("keys");
     let n = gate.config().budgets_for(&keys).len();
     println!("  {n} budgets apply to the measured session");
-    let starts: Vec<i64> = hermes_otel::budget::Window::ALL
+    let starts: Vec<i64> = hermes_meter::budget::Window::ALL
         .iter()
         .map(|w| {
-            hermes_otel::budget::window_bounds(*w, hermes_otel::budget::timestamp(now), &gate.config().tz)
+            hermes_meter::budget::window_bounds(*w, hermes_meter::budget::timestamp(now), &gate.config().tz)
                 .0
                 .as_second()
         })
         .collect();
     measure("one scope id, buckets (CLI path)", iters, |_| {
         store
-            .bucket_window_spends(hermes_otel::budget::Scope::Global, "", &starts, now, None)
+            .bucket_window_spends(hermes_meter::budget::Scope::Global, "", &starts, now, None)
             .expect("spends");
     });
     assert!(store.ensure_budget_zone("Asia/Kathmandu", now).expect("zone"));
-    let periods: Vec<_> = hermes_otel::budget::Window::ALL
+    let periods: Vec<_> = hermes_meter::budget::Window::ALL
         .iter()
         .copied()
         .zip(starts.iter().copied())
@@ -173,7 +173,7 @@ fn bench(rows: usize, iters: usize) -> f64 {
     measure("one scope id, period totals", iters, |_| {
         store
             .period_spends(
-                hermes_otel::budget::Scope::Global,
+                hermes_meter::budget::Scope::Global,
                 "",
                 "Asia/Kathmandu",
                 &periods,

@@ -16,10 +16,10 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use hermes_otel::export::{ExportConfig, ExportOverrides, Exporter};
-use hermes_otel::hook::DecodeOptions;
-use hermes_otel::replay::{replay_file, ReplayStats};
-use hermes_otel::store::Store;
+use hermes_meter::export::{ExportConfig, ExportOverrides, Exporter};
+use hermes_meter::hook::DecodeOptions;
+use hermes_meter::replay::{replay_file, ReplayStats};
+use hermes_meter::store::Store;
 
 fn main() {
     let copies: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(4000);
@@ -57,7 +57,7 @@ fn main() {
 
 fn run(template: &Path, protocol: &str, gzip: bool) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let db = dir.path().join("hermes-otel.db");
+    let db = dir.path().join("hermes-meter.db");
     std::fs::copy(template, &db).expect("copy store");
     let receiver = if protocol == "grpc" {
         support::grpc(None, None)
@@ -76,7 +76,7 @@ fn run(template: &Path, protocol: &str, gzip: bool) {
         "OTEL_EXPORTER_OTLP_COMPRESSION",
         if gzip { "gzip" } else { "none" }.into(),
     );
-    env.insert("HERMES_OTEL_SESSION_GRACE_SECONDS", "0".into());
+    env.insert("HERMES_METER_SESSION_GRACE_SECONDS", "0".into());
     env.insert("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "512".into());
     let config = ExportConfig::resolve(ExportOverrides::default(), |k| env.get(k).cloned());
     let mut exporter = Exporter::new(config, &db).expect("exporter");

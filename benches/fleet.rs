@@ -26,11 +26,11 @@ mod budget_events;
 mod postgres;
 
 use budget_events::{post_api, pre_api, CALL_USD};
-use hermes_otel::bridge::{Bridge, BridgeConfig};
-use hermes_otel::budget::BudgetGate;
-use hermes_otel::fleet::task::FleetTask;
-use hermes_otel::fleet::FleetConfig;
-use hermes_otel::store::{EventContext, Store};
+use hermes_meter::bridge::{Bridge, BridgeConfig};
+use hermes_meter::budget::BudgetGate;
+use hermes_meter::fleet::task::FleetTask;
+use hermes_meter::fleet::FleetConfig;
+use hermes_meter::store::{EventContext, Store};
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
@@ -79,13 +79,13 @@ impl Host {
         let id = format!("{}:api:{}", self.session, self.n);
         let t = Instant::now();
         self.bridge.submit(
-            pre_api(&self.session, &id, hermes_otel::unix_now()),
+            pre_api(&self.session, &id, hermes_meter::unix_now()),
             EventContext::default(),
         );
         let pre = t.elapsed().as_secs_f64() * 1e6;
         let t = Instant::now();
         self.bridge.submit(
-            post_api(&self.session, &id, hermes_otel::unix_now(), true),
+            post_api(&self.session, &id, hermes_meter::unix_now(), true),
             EventContext::default(),
         );
         (pre, t.elapsed().as_secs_f64() * 1e6)
@@ -143,7 +143,7 @@ fn sync_lag(url: &str, seconds: f64) {
                     host.call();
                     let mut t = timeline.lock().expect("timeline");
                     let made = t.last().map_or(0, |l| l.1) + 1;
-                    t.push((hermes_otel::unix_now(), made));
+                    t.push((hermes_meter::unix_now(), made));
                 }
                 host
             })
@@ -153,7 +153,7 @@ fn sync_lag(url: &str, seconds: f64) {
     let end = Instant::now() + Duration::from_secs_f64(seconds);
     while Instant::now() < end {
         std::thread::sleep(Duration::from_millis(10));
-        let now = hermes_otel::unix_now();
+        let now = hermes_meter::unix_now();
         if let Some(st) = observer.store.fleet_status().ok().flatten() {
             if let Some(l) = st.lag_seconds(now) {
                 lag.push(l * 1000.0);

@@ -1,7 +1,7 @@
-"""Hook overhead: each registered hermes-otel callable, timed from Python.
+"""Hook overhead: each registered hermes-meter callable, timed from Python.
 
 Replays every recorded fixture (tests/fixtures/*.jsonl) through the native
-hook callables that ``hermes_otel.register`` hands Hermes, in the same run
+hook callables that ``hermes_meter.register`` hands Hermes, in the same run
 as two baselines called with the same kwargs:
 
 - ``noop``: a Python hook that returns None;
@@ -12,7 +12,7 @@ Each round uses fresh session ids so every call is a real insert, not a
 duplicate. Times include the store write as a hook makes it: the append to
 the spool file, after which the event survives a crash; the writer thread
 commits it to SQLite meanwhile (a gating hook that needs a verdict waits
-for that commit, up to HERMES_OTEL_HOOK_WAIT_MS).
+for that commit, up to HERMES_METER_HOOK_WAIT_MS).
 
     python benches/hook_overhead.py [--rounds N] [--threads T] [--budget]
 
@@ -84,10 +84,10 @@ def main() -> None:
     ap.add_argument("--budget", action="store_true", help="with a budget set (far from its limit)")
     args = ap.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="hermes-otel-bench-", suffix=f"-{os.getpid()}"))
-    os.environ.setdefault("HERMES_OTEL_HOME", str(tmp / "otel"))
+    tmp = Path(tempfile.mkdtemp(prefix="hermes-meter-bench-", suffix=f"-{os.getpid()}"))
+    os.environ.setdefault("HERMES_METER_HOME", str(tmp / "meter"))
     if args.budget:
-        home = Path(os.environ["HERMES_OTEL_HOME"])
+        home = Path(os.environ["HERMES_METER_HOME"])
         home.mkdir(parents=True, exist_ok=True)
         (home / "budgets.toml").write_text("[global]\ndaily = 1000000\n")
         (home / "pricing.toml").write_text('[models."mock-model"]\ninput = 1.0\noutput = 2.0\n')
@@ -108,7 +108,7 @@ def main() -> None:
         return append
 
     rss_before = rss_kib()
-    import hermes_otel  # noqa: PLC0415 - measured: the import is part of the RSS added
+    import hermes_meter  # noqa: PLC0415 - measured: the import is part of the RSS added
 
     class Ctx:
         hooks: dict = {}
@@ -123,7 +123,7 @@ def main() -> None:
             pass
 
     ctx = Ctx()
-    hermes_otel.register(ctx)
+    hermes_meter.register(ctx)
     ours = ctx.hooks
     baselines = {name: jsonl(name) for name in ours}
     times: dict[tuple[str, str], list[float]] = defaultdict(list)
@@ -134,7 +134,7 @@ def main() -> None:
         for i, (hook, kwargs) in enumerate(calls):
             if hook not in ours:
                 continue
-            order = [("noop", noop), ("jsonl", baselines[hook]), ("hermes-otel", ours[hook])]
+            order = [("noop", noop), ("jsonl", baselines[hook]), ("hermes-meter", ours[hook])]
             # Rotate who goes first so no variant always gets the warm cache.
             order = order[i % 3 :] + order[: i % 3]
             for label, fn in order:
@@ -153,11 +153,11 @@ def main() -> None:
     for t in threads:
         t.join()
     elapsed = time.time() - started
-    hermes_otel._native.flush(10.0)
+    hermes_meter._native.flush(10.0)
     rss_after = rss_kib()
 
-    stats = hermes_otel._native.stats()
-    wait = os.environ.get("HERMES_OTEL_HOOK_WAIT_MS", "100 (default)")
+    stats = hermes_meter._native.stats()
+    wait = os.environ.get("HERMES_METER_HOOK_WAIT_MS", "100 (default)")
     print(
         f"hook overhead: {args.rounds} rounds of all fixtures, {args.threads} thread(s), "
         f"hook_wait_ms={wait}, budget {'set' if args.budget else 'none'}, {elapsed:.1f} s"
@@ -168,24 +168,24 @@ def main() -> None:
     )
     print()
     header = f"{'hook':<22}{'calls':>7}  " + "  ".join(
-        f"{label + ' p50/p99':>22}" for label in ("noop", "jsonl", "hermes-otel")
+        f"{label + ' p50/p99':>22}" for label in ("noop", "jsonl", "hermes-meter")
     )
     print(header)
     print("-" * len(header))
     all_ours = []
     for hook in ours:
-        row = times.get(("hermes-otel", hook), [])
+        row = times.get(("hermes-meter", hook), [])
         if not row:
             continue
         all_ours += row
         cells = []
-        for label in ("noop", "jsonl", "hermes-otel"):
+        for label in ("noop", "jsonl", "hermes-meter"):
             xs = times[(label, hook)]
             cells.append(f"{pct(xs, 0.5):>9.1f} /{pct(xs, 0.99):>9.1f} µs")
         print(f"{hook:<22}{len(row):>7}  " + "  ".join(f"{c:>22}" for c in cells))
     print("-" * len(header))
     print(
-        f"{'all hooks':<22}{len(all_ours):>7}  hermes-otel p50 {pct(all_ours, 0.5):.1f} µs, "
+        f"{'all hooks':<22}{len(all_ours):>7}  hermes-meter p50 {pct(all_ours, 0.5):.1f} µs, "
         f"p99 {pct(all_ours, 0.99):.1f} µs, mean {statistics.fmean(all_ours):.1f} µs"
     )
     print(
@@ -199,5 +199,5 @@ if __name__ == "__main__":
         main()
     finally:
         # The run's store and JSON-lines baseline (~280 MB): not worth keeping.
-        for leftover in Path(tempfile.gettempdir()).glob(f"hermes-otel-bench-*-{os.getpid()}"):
+        for leftover in Path(tempfile.gettempdir()).glob(f"hermes-meter-bench-*-{os.getpid()}"):
             shutil.rmtree(leftover, ignore_errors=True)

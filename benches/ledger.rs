@@ -13,9 +13,9 @@ use std::io::Write as _;
 use std::path::Path;
 use std::time::Instant;
 
-use hermes_otel::hook::{decode, DecodeOptions, Decoded, HookEvent};
-use hermes_otel::replay::{replay_file, ReplayStats};
-use hermes_otel::store::{EventContext, Store};
+use hermes_meter::hook::{decode, DecodeOptions, Decoded, HookEvent};
+use hermes_meter::replay::{replay_file, ReplayStats};
+use hermes_meter::store::{EventContext, Store};
 
 // The size benchmark's copies shift time too; this one's do not.
 #[allow(dead_code)]
@@ -74,7 +74,7 @@ fn main() {
 /// the store opens it.
 fn bench_floor(dir: &Path, events: usize) {
     let path = dir.join("floor.db");
-    let conn = hermes_otel::store::connect(&path).expect("open");
+    let conn = hermes_meter::store::connect(&path).expect("open");
     conn.execute_batch(
         "CREATE TABLE one (id INTEGER PRIMARY KEY, v TEXT);
          CREATE TABLE two (id INTEGER PRIMARY KEY, k TEXT UNIQUE, v TEXT);",
@@ -115,7 +115,7 @@ fn decoded_events(lines: &[String], events: usize, first_copy: usize) -> Vec<Hoo
     let mut i = first_copy;
     while decoded.len() < events {
         for (n, line) in copy(lines, i).enumerate() {
-            let rec = hermes_otel::replay::parse_line(&line, false)
+            let rec = hermes_meter::replay::parse_line(&line, false)
                 .expect("line")
                 .expect("record");
             let at = rec.t.unwrap_or(0.0) + i as f64 * 1000.0 + n as f64 * 1e-6;

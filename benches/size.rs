@@ -18,10 +18,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use hermes_otel::bridge::pace::BatchSize;
-use hermes_otel::hook::DecodeOptions;
-use hermes_otel::replay::{replay_file, ReplayStats};
-use hermes_otel::store::{ContentCursor, RetainKind, Store};
+use hermes_meter::bridge::pace::BatchSize;
+use hermes_meter::hook::DecodeOptions;
+use hermes_meter::replay::{replay_file, ReplayStats};
+use hermes_meter::store::{ContentCursor, RetainKind, Store};
 
 #[path = "../tests/support/http_get.rs"]
 mod http_get;
@@ -58,7 +58,7 @@ fn main() {
     let lines = stream::fixture_lines();
     let per_copy = sessions_per_copy(&lines);
     let copies = sessions.div_ceil(per_copy).max(1);
-    let now = hermes_otel::unix_now();
+    let now = hermes_meter::unix_now();
     let recorded: f64 = lines
         .iter()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["t"].as_f64())
@@ -99,7 +99,7 @@ fn main() {
     // last one took (`bridge/pace.rs`); each batch is one transaction, the
     // longest the write lock is held for it.
     let (mut closed, mut batches, mut first, mut longest) = (0, 0, Duration::ZERO, Duration::ZERO);
-    let mut size = BatchSize::new(hermes_otel::store::IDLE_CLOSE_BATCH);
+    let mut size = BatchSize::new(hermes_meter::store::IDLE_CLOSE_BATCH);
     loop {
         let t0 = Instant::now();
         let (n, more) = store.close_idle_batch(now, 900.0, size.get()).expect("idle sweep");
@@ -151,7 +151,7 @@ fn main() {
 /// The commands as a user runs them: the release binary, its process
 /// start included, median of three runs each.
 fn measure_cli(dir: &Path) {
-    let exe = env!("CARGO_BIN_EXE_hermes-otel");
+    let exe = env!("CARGO_BIN_EXE_hermes-meter");
     let home = dir.display().to_string();
     let time = |args: &[&str]| {
         let mut spent: Vec<Duration> = (0..3)
@@ -161,7 +161,7 @@ fn measure_cli(dir: &Path) {
                     .args(["--home", &home])
                     .args(args)
                     .output()
-                    .expect("run hermes-otel");
+                    .expect("run hermes-meter");
                 assert!(
                     out.status.success(),
                     "{args:?}: {}",
@@ -193,8 +193,8 @@ type PathOf<'a> = Box<dyn Fn(usize) -> String + 'a>;
 /// page cache) and the p50 / p95 of 20 more. Sessions for the session
 /// pages are picked across the year.
 fn measure_viewer(dir: &Path, now: f64) {
-    use hermes_otel::ui::{UiConfig, UiServer};
-    let conn = rusqlite::Connection::open(dir.join(hermes_otel::store::DB_FILE_NAME)).expect("open");
+    use hermes_meter::ui::{UiConfig, UiServer};
+    let conn = rusqlite::Connection::open(dir.join(hermes_meter::store::DB_FILE_NAME)).expect("open");
     let sessions: Vec<String> = conn
         .prepare("SELECT session_id FROM runs WHERE parent_session_id IS NULL ORDER BY started_at DESC")
         .and_then(|mut stmt| stmt.query_map([], |r| r.get(0))?.collect())
@@ -205,7 +205,7 @@ fn measure_viewer(dir: &Path, now: f64) {
         listen: "127.0.0.1:0".into(),
         store_dir: dir.to_path_buf(),
         token: None,
-        span_options: hermes_otel::span::SpanOptions::default(),
+        span_options: hermes_meter::span::SpanOptions::default(),
         base: String::new(),
     })
     .expect("viewer");
@@ -261,8 +261,8 @@ const BUDGETS: &str =
 /// writer runs its sweeps over the whole store. Prints the gating hooks'
 /// p50/p99 (each waits for its verdict) and the others'.
 fn measure_gating_hooks(dir: &Path, lines: &[String], copy: usize, shift: f64) {
-    use hermes_otel::bridge::{Bridge, BridgeConfig};
-    use hermes_otel::hook::HOOK_NAMES;
+    use hermes_meter::bridge::{Bridge, BridgeConfig};
+    use hermes_meter::hook::HOOK_NAMES;
     let bridge = Bridge::start(BridgeConfig::new(dir.to_path_buf()));
     let (mut gating, mut others) = (Vec::new(), Vec::new());
     for c in 0..3 {
@@ -278,7 +278,7 @@ fn measure_gating_hooks(dir: &Path, lines: &[String], copy: usize, shift: f64) {
                 hook,
                 line.as_bytes().to_vec(),
                 at,
-                hermes_otel::store::EventContext::default(),
+                hermes_meter::store::EventContext::default(),
             );
             let spent = t0.elapsed().as_secs_f64();
             if matches!(*hook, "pre_llm_call" | "pre_tool_call" | "pre_api_request") {
@@ -341,15 +341,16 @@ fn fill(store: &mut Store, dir: &Path, lines: &[String], copies: usize, recorded
 /// transaction as a lone hook's commit, decoding outside the timer;
 /// returns the p50 and p99 in seconds.
 fn apply_latency(store: &mut Store, lines: &[String], copy: usize, shift: f64) -> (f64, f64) {
-    let ctx = hermes_otel::store::EventContext::default();
+    let ctx = hermes_meter::store::EventContext::default();
     let text = stream::session_copy(lines, copy, shift);
     let mut spent = Vec::new();
     for line in text.lines() {
-        let rec = hermes_otel::replay::parse_line(line, false)
+        let rec = hermes_meter::replay::parse_line(line, false)
             .expect("line")
             .expect("record");
-        let decoded = hermes_otel::hook::decode(&rec.hook, &rec.kwargs, rec.t.unwrap_or(0.0), DecodeOptions::default());
-        if let hermes_otel::hook::Decoded::Event(e, _) = decoded {
+        let decoded =
+            hermes_meter::hook::decode(&rec.hook, &rec.kwargs, rec.t.unwrap_or(0.0), DecodeOptions::default());
+        if let hermes_meter::hook::Decoded::Event(e, _) = decoded {
             let t0 = Instant::now();
             store.apply(&e, &ctx).expect("apply");
             spent.push(t0.elapsed().as_secs_f64());
@@ -425,8 +426,8 @@ fn measure_commands(store: &Store, now: f64) {
 /// steps and every transaction's time, by kind.
 fn retain(store: &mut Store, now: f64) -> (usize, Vec<(&'static str, Vec<Duration>)>) {
     // The plugin's defaults, as the writer cuts with them.
-    let config = hermes_otel::bridge::BridgeConfig::new(std::path::PathBuf::new());
-    let cut = hermes_otel::bridge::retain_cutoffs(&config, now);
+    let config = hermes_meter::bridge::BridgeConfig::new(std::path::PathBuf::new());
+    let cut = hermes_meter::bridge::retain_cutoffs(&config, now);
     let mut cursor = ContentCursor::default();
     let mut sizes = RetainKind::ALL.map(|kind| BatchSize::new(kind.most()));
     let mut times: Vec<(&'static str, Vec<Duration>)> =
@@ -438,7 +439,7 @@ fn retain(store: &mut Store, now: f64) -> (usize, Vec<(&'static str, Vec<Duratio
             let size = sizes[i].get();
             let t0 = Instant::now();
             let done = store
-                .retain_step(kind, size, &cut, &mut cursor, &mut hermes_otel::metrics::measure)
+                .retain_step(kind, size, &cut, &mut cursor, &mut hermes_meter::metrics::measure)
                 .unwrap_or_else(|e| panic!("{}: {e}", kind.doing()));
             let took = t0.elapsed();
             sizes[i].took(took, if done.more { size } else { done.handled });

@@ -1,4 +1,4 @@
-//! Viewer benchmark: how long `hermes-otel ui` takes to answer its pages
+//! Viewer benchmark: how long `hermes-meter ui` takes to answer its pages
 //! with 100,000 sessions and 1,000,000 LLM calls in the store.
 //!
 //! Run: `cargo bench --bench viewer` (`-- --sessions N` for another size,
@@ -24,10 +24,10 @@ mod http_get;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use hermes_otel::hook::{decode, DecodeOptions, Decoded};
-use hermes_otel::span::SpanOptions;
-use hermes_otel::store::{EventContext, Store, DB_FILE_NAME};
-use hermes_otel::ui::{UiConfig, UiServer};
+use hermes_meter::hook::{decode, DecodeOptions, Decoded};
+use hermes_meter::span::SpanOptions;
+use hermes_meter::store::{EventContext, Store, DB_FILE_NAME};
+use hermes_meter::ui::{UiConfig, UiServer};
 use serde_json::{json, Value};
 
 /// The template session's id; every copy replaces it in every id column.

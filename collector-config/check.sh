@@ -63,7 +63,7 @@ for f in sys.argv[1:]:
 ' otelcol.yaml docker-compose.yaml \
     grafana/provisioning/datasources/datasources.yaml \
     grafana/provisioning/dashboards/dashboards.yaml \
-    prometheus/prometheus.yml prometheus/rules/hermes-otel.rules.yaml
+    prometheus/prometheus.yml prometheus/rules/hermes-meter.rules.yaml
 run "rules, tests and dashboard use registry names; dashboard PromQL parses" "$root" \
     python3 collector-config/lint_names.py
 run "semconv docs up to date (gen_docs.py --check)" "$root" \

@@ -3,11 +3,11 @@
 # store, print the spend report and the trace of the newest session. No collector, no network, no Hermes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --quiet --bin hermes-otel
-bin="${CARGO_TARGET_DIR:-target}/release/hermes-otel"
+cargo build --release --quiet --bin hermes-meter
+bin="${CARGO_TARGET_DIR:-target}/release/hermes-meter"
 home=$(mktemp -d)
 trap 'rm -rf "$home"' EXIT
-export HERMES_OTEL_HOME="$home"
+export HERMES_METER_HOME="$home"
 cp examples/pricing.toml "$home/pricing.toml"
 "$bin" replay examples/sessions.jsonl
 "$bin" report --tz UTC

@@ -4,18 +4,18 @@
 #   scripts/test-python.sh [--no-e2e] [PYTEST_ARGS...]
 #
 # Works on a fresh machine with python3 (>= 3.11), cargo and access to PyPI:
-# 1. a tools venv ($HERMES_OTEL_PY_VENV, default target/py/venv) gets maturin,
+# 1. a tools venv ($HERMES_METER_PY_VENV, default target/py/venv) gets maturin,
 #    ruff and pytest;
 # 2. maturin builds the release wheel into target/py/wheels (the one users
 #    get), which is checked to carry no test hooks, and a debug wheel with
 #    the cargo feature test-hooks into target/py/test-wheels;
 # 3. ruff format --check and ruff check run on python/, tests/ and benches/;
 # 4. the test-hooks wheel is installed into the tools venv and tests/python
-#    runs (it drives _native._spool_records and HERMES_OTEL_TEST_PANIC);
+#    runs (it drives _native._spool_records and HERMES_METER_TEST_PANIC);
 # 5. unless --no-e2e: tests/e2e/kit/setup-hermes.sh makes a venv with
 #    hermes-agent==0.19.0 and the release wheel (target/py/hermes-venv), and
 #    tests/e2e runs every kit scenario in real Hermes against the loopback
-#    mock (about 2 minutes on 2 cores; HERMES_OTEL_E2E_JOBS sets how many
+#    mock (about 2 minutes on 2 cores; HERMES_METER_E2E_JOBS sets how many
 #    scenarios run at once, default 4); only its panic run uses the
 #    test-hooks wheel, installed in a copy of that venv.
 set -euo pipefail
@@ -25,7 +25,7 @@ E2E=1
 if [ "${1:-}" = "--no-e2e" ]; then E2E=0; shift; fi
 PY=${PYTHON:-python3}
 WORK=$ROOT/target/py
-VENV=${HERMES_OTEL_PY_VENV:-$WORK/venv}
+VENV=${HERMES_METER_PY_VENV:-$WORK/venv}
 PIP=(--disable-pip-version-check -q)
 
 step() { printf '\n== %s\n' "$*"; }
@@ -37,7 +37,7 @@ step "tools venv ($VENV)"
 step "wheel"
 rm -rf "$WORK/wheels" "$WORK/test-wheels"
 "$VENV/bin/maturin" build --release -o "$WORK/wheels"
-WHEEL=$(ls "$WORK"/wheels/hermes_otel-*.whl | tail -n 1)
+WHEEL=$(ls "$WORK"/wheels/hermes_meter-*.whl | tail -n 1)
 # The wheel users get has no test hooks: neither the function's nor the
 # variable's name is anywhere in its extension.
 "$VENV/bin/python" - "$WHEEL" <<'EOF'
@@ -47,7 +47,7 @@ found = [
     (name, hook)
     for name in wheel.namelist()
     if name.endswith(".so")
-    for hook in (b"_spool_records", b"HERMES_OTEL_TEST_PANIC")
+    for hook in (b"_spool_records", b"HERMES_METER_TEST_PANIC")
     if hook in wheel.read(name)
 ]
 sys.exit(f"test hooks in the shipped wheel: {found}" if found else 0)
@@ -58,7 +58,7 @@ step "test wheel (feature test-hooks)"
 # second release build would compile the crate optimised again (minutes on
 # 2 cores) for tests that measure no speed.
 "$VENV/bin/maturin" build --features python,test-hooks -o "$WORK/test-wheels"
-TEST_WHEEL=$(ls "$WORK"/test-wheels/hermes_otel-*.whl | tail -n 1)
+TEST_WHEEL=$(ls "$WORK"/test-wheels/hermes_meter-*.whl | tail -n 1)
 
 step "ruff"
 LINT=(python tests/python tests/e2e/conftest.py tests/e2e/test_scenarios.py tests/e2e/test_crash.py benches/hook_overhead.py tests/e2e/test_budgets.py tests/e2e/test_otlp.py tests/e2e/test_traces.py tests/e2e/otlp_sidecar.py tests/e2e/scripts/gateway_session.py tests/e2e/test_dashboard.py tests/e2e/dashboard_probe.py tests/e2e/test_older_hermes.py tests/e2e/test_fleet.py)
@@ -82,7 +82,7 @@ if [ "$E2E" = 1 ]; then
     # opentelemetry-proto decodes what the e2e OTLP receiver saved; aiohttp
     # is the gateway's API server platform (hermes-agent[messaging] pins it).
     "$HERMES_VENV/bin/python" -m pip install "${PIP[@]}" "pytest>=8" "opentelemetry-proto>=1.27" "aiohttp==3.14.1"
-    HERMES_OTEL_E2E_HERMES=$HERMES_VENV/bin/hermes HERMES_OTEL_E2E_WHEEL=$WHEEL HERMES_OTEL_E2E_TEST_WHEEL=$TEST_WHEEL \
+    HERMES_METER_E2E_HERMES=$HERMES_VENV/bin/hermes HERMES_METER_E2E_WHEEL=$WHEEL HERMES_METER_E2E_TEST_WHEEL=$TEST_WHEEL \
         "$HERMES_VENV/bin/python" -m pytest tests/e2e -q "${KEEP[@]}" "$@"
 fi
 printf '\npython tests: ok\n'

@@ -50,7 +50,7 @@ if [ -z "${CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1 && ! command 
     ! command -v google-chrome >/dev/null 2>&1; then
     need "chromium (the viewer's browser tests)" "apt-get install -y chromium, or set CHROMIUM"
 fi
-if "$PY" -c '' 2>/dev/null && { [ ! -x "${HERMES_OTEL_PY_VENV:-target/py/venv}/bin/maturin" ] ||
+if "$PY" -c '' 2>/dev/null && { [ ! -x "${HERMES_METER_PY_VENV:-target/py/venv}/bin/maturin" ] ||
     [ ! -x target/py/hermes-venv/bin/hermes ]; }; then
     index=${PIP_INDEX_URL:-https://pypi.org/simple/}
     if ! "$PY" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=15)' "$index" >/dev/null 2>&1; then

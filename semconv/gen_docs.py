@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Render the hermes-otel semantic-convention registry to Markdown.
+"""Render the hermes-meter semantic-convention registry to Markdown.
 
 Reads every ``registry/*.yaml`` file beside this script (OTel Weaver layout:
 ``groups:`` of type ``attribute_group``, ``span`` and ``metric``), checks it,
@@ -339,7 +339,7 @@ def _upstream(attr_or_group: dict) -> str:
     up = (attr_or_group.get("annotations") or {}).get("upstream")
     if up:
         return f"upstream `{up['namespace']}`"
-    return "hermes-otel"
+    return "hermes-meter"
 
 
 def _anchor(attr_id: str) -> str:
@@ -348,9 +348,9 @@ def _anchor(attr_id: str) -> str:
 
 def render_attributes(groups: list[dict]) -> str:
     lines = [HEADER, "# Attributes\n\n",
-             "Every attribute hermes-otel emits. *Origin* says whether the name is an "
+             "Every attribute hermes-meter emits. *Origin* says whether the name is an "
              "upstream OpenTelemetry one (redefined here so the registry is "
-             "self-contained) or a hermes-otel one.\n\n"]
+             "self-contained) or a hermes-meter one.\n\n"]
     for g in groups:
         if g["type"] != "attribute_group":
             continue
@@ -414,7 +414,7 @@ def render_metrics(groups: list[dict], attributes: dict) -> str:
     lines = [HEADER, "# Metrics\n\n",
              "Prometheus names are the OTel Collector's `prometheus` exporter translation "
              "(dots to underscores, unit `s` to `_seconds`, brace units add nothing, "
-             "counters get `_total`), which `hermes-otel serve --prometheus` matches exactly. "
+             "counters get `_total`), which `hermes-meter serve --prometheus` matches exactly. "
              "Labels are the attribute names with dots turned into underscores.\n\n",
              "| Metric | Instrument | Unit | Prometheus series | Brief |\n|---|---|---|---|---|\n"]
     for g in metrics:
@@ -449,7 +449,7 @@ def render_index(groups: list[dict], attributes: dict) -> str:
     n_spans = sum(1 for g in groups if g["type"] == "span")
     n_metrics = sum(1 for g in groups if g["type"] == "metric")
     n_up = sum(1 for a in attributes.values() if (a.get("annotations") or {}).get("upstream"))
-    return (HEADER + "# hermes-otel semantic conventions\n\n"
+    return (HEADER + "# hermes-meter semantic conventions\n\n"
             f"- [Attributes](attributes.md): {len(attributes)} "
             f"({n_up} upstream OpenTelemetry, {len(attributes) - n_up} `hermes.*`)\n"
             f"- [Spans](spans.md): {n_spans}\n"

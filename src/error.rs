@@ -13,8 +13,8 @@ pub enum Error {
     #[error("store: {0}")]
     Sqlite(#[from] rusqlite::Error),
 
-    /// The store file was written by a newer hermes-otel.
-    #[error("store schema version {found} is newer than this build supports ({supported}); upgrade hermes-otel")]
+    /// The store file was written by a newer hermes-meter.
+    #[error("store schema version {found} is newer than this build supports ({supported}); upgrade hermes-meter")]
     SchemaTooNew { found: i64, supported: i64 },
 
     /// A migration failed; the store was left at `version`.

@@ -7,14 +7,14 @@
 //! condition variable, with a deadline, never on a socket).
 //!
 //! The thread steps the export driver ([`Driver`], shared with
-//! `hermes-otel serve`): it polls the outbox every [`POLL`], sends while
+//! `hermes-meter serve`): it polls the outbox every [`POLL`], sends while
 //! batches are ready, closes idle runs every [`CLOSE_IDLE_EVERY`], and
 //! backs off as the exporters say. [`ExportTask::flush`] (through the
 //! bridge that owns the task, [`crate::bridge::Bridge::flush_exporter`])
 //! lets the exit flush wait, up to a bound, for what is ready to be sent:
 //! one-shot `hermes -z` and cron processes end with `os._exit` right after,
 //! and what they leave stays in the outbox for the next exporter
-//! (`hermes-otel serve`, or the next Hermes process). It does not wait at
+//! (`hermes-meter serve`, or the next Hermes process). It does not wait at
 //! all while the collector is failing, so a collector outage never slows
 //! an exit down.
 
@@ -92,7 +92,7 @@ impl ExportTask {
     /// [`BridgeConfig::metrics`]: crate::bridge::BridgeConfig::metrics
     pub fn start(store_dir: &Path, config: ExportConfig, metrics_config: MetricsConfig) -> Result<Option<Self>> {
         // Metric series are pushed by the lease holder every export
-        // interval; a Prometheus endpoint is `hermes-otel serve`'s job.
+        // interval; a Prometheus endpoint is `hermes-meter serve`'s job.
         let Some(driver) = Driver::open(&store_dir.join(DB_FILE_NAME), config, metrics_config, CLOSE_IDLE_EVERY)?
         else {
             return Ok(None);
@@ -103,7 +103,7 @@ impl ExportTask {
             done: Condvar::new(),
         });
         let thread_shared = Arc::clone(&shared);
-        let handle = spawn("hermes-otel-export", move || run(driver, &thread_shared))?;
+        let handle = spawn("hermes-meter-export", move || run(driver, &thread_shared))?;
 
         Ok(Some(ExportTask {
             shared,
@@ -294,7 +294,7 @@ impl Background for WithFleet {
 }
 
 /// The bridge's exporter factory: the export thread over the bridge's
-/// store, and the fleet sync when `HERMES_OTEL_FLEET_URL` is set.
+/// store, and the fleet sync when `HERMES_METER_FLEET_URL` is set.
 pub fn factory(config: &crate::bridge::BridgeConfig) -> Result<Box<dyn Background>> {
     let started = ExportTask::start(&config.store_dir, config.export.clone(), config.metrics.clone())?;
     let export: Box<dyn Background> = match started {

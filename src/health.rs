@@ -1,5 +1,5 @@
 //! Store health: what kind of trouble the store is in, and the small record
-//! of it that `hermes-otel status` shows.
+//! of it that `hermes-meter status` shows.
 //!
 //! Owns: classifying store errors into faults ([`classify`], pure), the
 //! health record file `<store>/health.json` and its merge-on-write, and the
@@ -10,11 +10,11 @@
 //! # On disk
 //!
 //! `<store>/health.json`, one JSON object (`schema:
-//! "hermes-otel.health.v1"`):
+//! "hermes-meter.health.v1"`):
 //!
 //! ```text
 //! {
-//!   "schema": "hermes-otel.health.v1",
+//!   "schema": "hermes-meter.health.v1",
 //!   "state": "ok" | "fault",          as last reported by any process
 //!   "updated_at": unix seconds, "updated_by_pid": int,
 //!   "last_fault": {"kind", "message", "at", "pid"} or null,
@@ -31,7 +31,7 @@
 //! pid and start time), the newest [`MAX_LOST_ENTRIES`]; their counts are
 //! also in `dropped_events`. A process that could write nothing at all
 //! (the disk full until it ended) leaves no entry: its exit line in the
-//! `hermes_otel` log is then the only trace.
+//! `hermes_meter` log is then the only trace.
 //!
 //! Counts add up over every process that used the store: each writer adds
 //! what it counted since its last successful write, under an exclusive lock
@@ -55,7 +55,7 @@ pub const HEALTH_FILE_NAME: &str = "health.json";
 pub const HEALTH_LOCK_NAME: &str = "health.lock";
 
 /// The `schema` value of the record.
-pub const HEALTH_SCHEMA: &str = "hermes-otel.health.v1";
+pub const HEALTH_SCHEMA: &str = "hermes-meter.health.v1";
 
 /// Entries of `lost` a record keeps: the newest ones, so a long history of
 /// one-shot processes cannot grow the file without bound.
@@ -97,7 +97,7 @@ impl FaultKind {
             FaultKind::DiskFull => "free some space; events are kept (in memory and, if it can be written, the spool) and land once there is room".into(),
             FaultKind::ReadOnly => "make the store directory writable again; events are kept in memory and land once it is".into(),
             FaultKind::Corrupt => format!(
-                "stop Hermes (and `hermes-otel serve`), then run `hermes-otel doctor --rebuild`: it keeps {0} aside \
+                "stop Hermes (and `hermes-meter serve`), then run `hermes-meter doctor --rebuild`: it keeps {0} aside \
                  for inspection and rebuilds the store from what it can read plus the spool; events are kept in \
                  the spool meanwhile",
                 db.display()

@@ -1,5 +1,5 @@
 //! A small HTTP/1.1 server on a thread of its own, for the endpoints the
-//! CLI serves: `serve --prometheus` and `hermes-otel ui` (which is also the
+//! CLI serves: `serve --prometheus` and `hermes-meter ui` (which is also the
 //! dashboard tab's backend).
 //!
 //! Owns: the thread, its tokio runtime, the accept loop, the limits every
@@ -246,7 +246,7 @@ impl HttpServer {
             tokio::net::TcpListener::from_std(listener).map_err(what)?
         };
         let thread = std::thread::Builder::new()
-            .name(format!("hermes-otel-{name}"))
+            .name(format!("hermes-meter-{name}"))
             .spawn(move || runtime.block_on(accept_loop(listener, limits, answer, rx, label)))
             .map_err(what)?;
         Ok(HttpServer {

@@ -1,4 +1,4 @@
-//! hermes-otel: an OpenTelemetry exporter bridge for the Hermes Agent.
+//! hermes-meter: an OpenTelemetry exporter bridge for the Hermes Agent.
 //!
 //! Hermes calls plugin hooks for sessions, turns, LLM API calls, tool calls
 //! and subagents. This crate decodes those calls ([`hook`]), applies each

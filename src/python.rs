@@ -1,10 +1,10 @@
-//! The PyO3 module `hermes_otel._native`: the only code that knows Python.
+//! The PyO3 module `hermes_meter._native`: the only code that knows Python.
 //!
 //! Owns: copying plain values out of hook kwargs while holding the GIL,
 //! releasing the GIL for decoding and the store, turning every error and
-//! panic into a rate-limited log line on `logging.getLogger("hermes_otel")`,
+//! panic into a rate-limited log line on `logging.getLogger("hermes_meter")`,
 //! mapping errors to Python exceptions (only here, under one base class
-//! [`HermesOtelError`]), and the verdict dicts of the gating hooks. Must not
+//! [`HermesMeterError`]), and the verdict dicts of the gating hooks. Must not
 //! touch: the store directly, SQL, the network, Hermes objects after a hook
 //! returned (only plain copies leave the GIL).
 //!
@@ -37,10 +37,10 @@ use callable::Hook;
 use log::{install_log_layer, log, log_messages, ERROR, WARNING};
 
 pyo3::create_exception!(
-    hermes_otel._native,
-    HermesOtelError,
+    hermes_meter._native,
+    HermesMeterError,
     PyException,
-    "Base class of the errors hermes-otel raises (never from a hook)."
+    "Base class of the errors hermes-meter raises (never from a hook)."
 );
 
 /// The process's bridge, started on first use.
@@ -55,7 +55,7 @@ pub(super) static PROFILE: OnceLock<String> = OnceLock::new();
 /// The budget gate's handle: LLM calls to stop, cron jobs to pause.
 pub(super) static BUDGET: OnceLock<BudgetHandle> = OnceLock::new();
 
-/// The top-level sessions turns started in, for `/otel` when Hermes does
+/// The top-level sessions turns started in, for `/meter` when Hermes does
 /// not say which session it is in.
 pub(super) static RECENT: Mutex<Option<RecentSessions>> = Mutex::new(None);
 
@@ -74,7 +74,7 @@ pub(super) struct RecentSessions {
 }
 
 impl RecentSessions {
-    /// The session `/otel` shows: `sender`'s last one when the caller is
+    /// The session `/meter` shows: `sender`'s last one when the caller is
     /// known, else the last one while this process served one sender only.
     fn for_caller(&self, sender: Option<&str>) -> Option<String> {
         match sender {
@@ -123,7 +123,7 @@ pub(super) fn bridge(py: Python<'_>) -> &'static Bridge {
 }
 
 /// Pauses the cron jobs the budget gate asked for, through
-/// `hermes_otel._budget.pause_cron_job` (which never raises), and logs the
+/// `hermes_meter._budget.pause_cron_job` (which never raises), and logs the
 /// gate's messages.
 pub(super) fn budget_actions(py: Python<'_>) {
     let Some(handle) = BUDGET.get() else { return };
@@ -132,7 +132,7 @@ pub(super) fn budget_actions(py: Python<'_>) {
     }
     for pause in handle.take_pauses() {
         let done = py
-            .import("hermes_otel._budget")
+            .import("hermes_meter._budget")
             .and_then(|m| m.getattr("pause_cron_job")?.call1((&pause.job_id, &pause.reason)))
             .and_then(|r| r.extract::<bool>());
         let why = match done {
@@ -209,7 +209,7 @@ fn start(py: Python<'_>, profile: Option<String>) -> Option<String> {
         let b = bridge(py);
         b.disabled_reason().map(str::to_string).or_else(|| b.store_problem())
     }))
-    .unwrap_or_else(|_| Some("hermes-otel failed to start".into()))
+    .unwrap_or_else(|_| Some("hermes-meter failed to start".into()))
 }
 
 /// The hooks to register: the ledger's, without `pre_tool_call` in
@@ -309,17 +309,17 @@ fn store_dir(py: Python<'_>) -> String {
     bridge(py).config().store_dir.display().to_string()
 }
 
-/// How long `/otel` waits for the hooks before it to commit.
+/// How long `/meter` waits for the hooks before it to commit.
 const SLASH_FLUSH_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// The reply to `/otel`: the session's cost and tokens and today's spend.
+/// The reply to `/meter`: the session's cost and tokens and today's spend.
 /// `session_id` is the one Hermes reports; else the last session of
 /// `sender_id` (the gateway user who asked); else, while this process has
 /// served one sender only, its last session. Never another user's session.
-/// Raises [`HermesOtelError`] if the store cannot be read.
+/// Raises [`HermesMeterError`] if the store cannot be read.
 #[pyfunction]
 #[pyo3(signature = (raw_args = "", session_id = None, sender_id = None))]
-fn otel_command(
+fn meter_command(
     py: Python<'_>,
     raw_args: &str,
     session_id: Option<String>,
@@ -337,7 +337,7 @@ fn otel_command(
         catch_unwind(AssertUnwindSafe(|| {
             // Hooks do not wait for their commits: let this turn's land first.
             bridge.flush(SLASH_FLUSH_TIMEOUT);
-            crate::slash::otel_command(
+            crate::slash::meter_command(
                 &dir,
                 session.as_deref(),
                 bridge::unix_now(),
@@ -347,27 +347,27 @@ fn otel_command(
     });
     match result {
         Ok(Ok(text)) => Ok(text),
-        Ok(Err(e)) => Err(HermesOtelError::new_err(e.to_string())),
-        Err(payload) => Err(HermesOtelError::new_err(format!(
-            "/otel failed: {}",
+        Ok(Err(e)) => Err(HermesMeterError::new_err(e.to_string())),
+        Err(payload) => Err(HermesMeterError::new_err(format!(
+            "/meter failed: {}",
             bridge::panic_text(payload.as_ref())
         ))),
     }
 }
 
-/// Runs the `hermes-otel` command line with `argv` (program name first) and
+/// Runs the `hermes-meter` command line with `argv` (program name first) and
 /// returns its exit code. Panics become exit code 70 (EX_SOFTWARE).
 #[pyfunction]
 fn cli_main(py: Python<'_>, argv: Vec<String>) -> i32 {
-    // With the bridge started, this is a Hermes process (`hermes otel ...`),
-    // not the `hermes-otel` console script.
+    // With the bridge started, this is a Hermes process (`hermes meter ...`),
+    // not the `hermes-meter` console script.
     crate::cli::set_embedded(BRIDGE.get().is_some());
     py.detach(move || catch_unwind(AssertUnwindSafe(|| crate::cli::run(argv))).unwrap_or(70))
 }
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("HermesOtelError", m.py().get_type::<HermesOtelError>())?;
+    m.add("HermesMeterError", m.py().get_type::<HermesMeterError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<Hook>()?;
     m.add_function(wrap_pyfunction!(start, m)?)?;
@@ -382,7 +382,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(note_hermes_skip, m)?)?;
     m.add_function(wrap_pyfunction!(stats, m)?)?;
     m.add_function(wrap_pyfunction!(store_dir, m)?)?;
-    m.add_function(wrap_pyfunction!(otel_command, m)?)?;
+    m.add_function(wrap_pyfunction!(meter_command, m)?)?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     test_hooks::add_to(m)?;
     Ok(())

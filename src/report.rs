@@ -23,7 +23,7 @@ use serde::Serialize;
 use crate::tool_outcome::ToolOutcome;
 
 /// Identifies the JSON layout; bumped on any incompatible change.
-pub const REPORT_SCHEMA: &str = "hermes-otel.report.v1";
+pub const REPORT_SCHEMA: &str = "hermes-meter.report.v1";
 
 /// What a fact row records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! The text of the `/otel` slash command: the current session's cost and
+//! The text of the `/meter` slash command: the current session's cost and
 //! tokens (with its subagents) and today's spend.
 //!
 //! Owns: reading those totals and laying them out. Must not touch: writes,
@@ -11,10 +11,10 @@ use jiff::{tz::TimeZone, Timestamp};
 use crate::error::{Error, Result};
 use crate::store::{SessionTotals, SpendTotals, Store};
 
-/// The reply to `/otel` for `session_id` (if the host knows it), read from
+/// The reply to `/meter` for `session_id` (if the host knows it), read from
 /// the store in `store_dir` at `now` (Unix seconds), "today" being the
 /// local day in `tz`.
-pub fn otel_command(store_dir: &Path, session_id: Option<&str>, now: f64, tz: &TimeZone) -> Result<String> {
+pub fn meter_command(store_dir: &Path, session_id: Option<&str>, now: f64, tz: &TimeZone) -> Result<String> {
     let store = Store::open_dir(store_dir)?;
     let session = match session_id.filter(|s| !s.is_empty()) {
         Some(id) => Some((id.to_string(), store.session_totals(id)?)),
@@ -98,9 +98,9 @@ pub fn render(session: Option<(&str, Option<&SessionTotals>)>, today: &SpendTota
     ));
     // Where to look further: the viewer (a tab of Hermes's dashboard, or
     // standalone) and the session's span tree.
-    out.push_str("\nviewer    the OTel tab of `hermes dashboard`, or `hermes-otel ui`");
+    out.push_str("\nviewer    the OTel tab of `hermes dashboard`, or `hermes-meter ui`");
     if let Some((id, Some(_))) = session {
-        out.push_str(&format!(" · spans: `hermes-otel trace {id}`"));
+        out.push_str(&format!(" · spans: `hermes-meter trace {id}`"));
     }
     out
 }
@@ -157,7 +157,7 @@ mod tests {
         );
         assert!(
             text.ends_with(
-                "viewer    the OTel tab of `hermes dashboard`, or `hermes-otel ui` · spans: `hermes-otel trace s`"
+                "viewer    the OTel tab of `hermes dashboard`, or `hermes-meter ui` · spans: `hermes-meter trace s`"
             ),
             "{text}"
         );

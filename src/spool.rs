@@ -19,7 +19,7 @@
 //!
 //! `<store>/spool/<pid>-<unix-nanos>.jsonl`, mode 0600, one replay record
 //! per line (`{"hook", "t", "pid", "thread", "kwargs", "capture"?}`, the
-//! format `hermes-otel replay` reads). The owning process holds an exclusive
+//! format `hermes-meter replay` reads). The owning process holds an exclusive
 //! `flock` on it for its whole life; a file nobody holds belongs to a dead
 //! process and is replayed into the store, then deleted, by the next bridge
 //! or CLI that opens the store. Replaying is idempotent (journal keys), so a

@@ -1,4 +1,4 @@
-//! A session's spans as a tree, for `hermes-otel trace` and the viewer.
+//! A session's spans as a tree, for `hermes-meter trace` and the viewer.
 //!
 //! Owns: turning one session's ledger rows (from
 //! [`crate::store::Store::trace_rows`]) into a tree of the very spans the

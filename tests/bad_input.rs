@@ -4,9 +4,9 @@
 
 use std::io::Write as _;
 
-use hermes_otel::hook::DecodeOptions;
-use hermes_otel::replay::{replay_file, ReplayStats};
-use hermes_otel::store::Store;
+use hermes_meter::hook::DecodeOptions;
+use hermes_meter::replay::{replay_file, ReplayStats};
+use hermes_meter::store::Store;
 
 fn replay_lines(lines: &[Vec<u8>]) -> (tempfile::TempDir, Store, ReplayStats) {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -12,11 +12,11 @@ mod budget_events;
 mod hooks;
 
 use budget_events::{event, post_api, pre_api, pre_tool, CALL_USD};
-use hermes_otel::bridge::{Bridge, BridgeConfig, Gate, Outcome, Verdict};
-use hermes_otel::budget::BudgetGate;
-use hermes_otel::budget::{Scope, BLOCKED_MODEL};
-use hermes_otel::hook::{DecodeOptions, HookEvent};
-use hermes_otel::store::{EventContext, Store};
+use hermes_meter::bridge::{Bridge, BridgeConfig, Gate, Outcome, Verdict};
+use hermes_meter::budget::BudgetGate;
+use hermes_meter::budget::{Scope, BLOCKED_MODEL};
+use hermes_meter::hook::{DecodeOptions, HookEvent};
+use hermes_meter::store::{EventContext, Store};
 use serde_json::{json, Value};
 
 fn apply(store: &mut Store, e: &HookEvent) {
@@ -159,7 +159,7 @@ fn soft_notice_once_then_tool_block_until_the_limit_is_raised() {
         match gate.verdict(&store, &pre_tool(s, call, t + 9.0)) {
             Some(Verdict::Block { message }) => {
                 assert!(
-                    message.contains("hermes-otel budget set sender bob daily <usd>"),
+                    message.contains("hermes-meter budget set sender bob daily <usd>"),
                     "{message}"
                 );
             }
@@ -226,12 +226,12 @@ fn a_bogus_usage_figure_is_held_and_blocks_no_budget() {
     assert_eq!(cost.expect("run cost"), CALL_USD);
 }
 
-/// A held call the user confirms (`hermes-otel held confirm`) is billed
+/// A held call the user confirms (`hermes-meter held confirm`) is billed
 /// from its recorded usage: the run, the spend buckets the gate reads, the
 /// report and the cost metric all carry it, once, whether the metric had
 /// counted the call (at no cost) before the confirmation or not.
 fn a_confirmed_held_call_is_billed_in_its_run_budgets_report_and_metric(folded_first: bool) {
-    use hermes_otel::store::Confirmation;
+    use hermes_meter::store::Confirmation;
     let dir = tempfile::tempdir().expect("temp dir");
     write_budgets(dir.path(), "timezone = \"UTC\"\n[global]\ndaily = 100.0\n");
     let mut store = Store::open_dir(dir.path()).expect("open");
@@ -252,8 +252,8 @@ fn a_confirmed_held_call_is_billed_in_its_run_budgets_report_and_metric(folded_f
         ),
     );
     apply(&mut store, &post_api(s, "real", t + 2.0, true));
-    let mut measure = |f: &hermes_otel::store::MetricFact, out: &mut Vec<hermes_otel::store::Increment>| {
-        hermes_otel::metrics::measure(f, out)
+    let mut measure = |f: &hermes_meter::store::MetricFact, out: &mut Vec<hermes_meter::store::Increment>| {
+        hermes_meter::metrics::measure(f, out)
     };
     let metric_cost = |store: &Store| -> f64 {
         let rows = store.metric_series().expect("series");
@@ -377,7 +377,7 @@ fn observe_mode_notices_but_never_blocks() {
     // The environment's mode wins over the file's.
     let mut enforced = BudgetGate::new(
         dir.path().join("budgets.toml"),
-        Some(hermes_otel::bridge::BudgetMode::Enforce),
+        Some(hermes_meter::bridge::BudgetMode::Enforce),
     )
     .with_clock(now);
     assert!(enforced.verdict(&store, &pre_tool("s-obs", "c1", t)).is_some());
@@ -444,7 +444,7 @@ fn a_stopped_llm_call_and_a_paused_cron_job() {
     assert_eq!(pauses[0].job_id, "0123456789ab");
     // The stand-in response is no LLM call and costs nothing.
     let mut blocked = post_api(s, "a1", t + 3.0, false);
-    if let hermes_otel::hook::Hook::PostApiRequest(p) = &mut blocked.hook {
+    if let hermes_meter::hook::Hook::PostApiRequest(p) = &mut blocked.hook {
         p.response_model = Some(BLOCKED_MODEL.into());
     }
     apply(&mut store, &blocked);
@@ -469,7 +469,7 @@ fn free_to_paid_and_unavailable_models_are_one_shot_alerts() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut store = Store::open_dir(dir.path()).expect("open");
     let mut gate = BudgetGate::new(dir.path().join("budgets.toml"), None);
-    let t = hermes_otel::bridge::unix_now();
+    let t = hermes_meter::bridge::unix_now();
     let call = |model: &str, id: &str, at: f64| {
         event(
             "post_api_request",
@@ -496,8 +496,8 @@ fn free_to_paid_and_unavailable_models_are_one_shot_alerts() {
     );
     // The recorded 404 (not retryable) of Hermes 0.19.0, twice.
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/model404.jsonl");
-    let mut stats = hermes_otel::replay::ReplayStats::default();
-    hermes_otel::replay::replay_file(&mut store, &fixture, DecodeOptions::default(), &mut stats).expect("replay");
+    let mut stats = hermes_meter::replay::ReplayStats::default();
+    hermes_meter::replay::replay_file(&mut store, &fixture, DecodeOptions::default(), &mut stats).expect("replay");
     let e = event(
         "api_request_error",
         t + 7.0,
@@ -523,7 +523,7 @@ fn free_to_paid_and_unavailable_models_are_one_shot_alerts() {
 #[test]
 fn a_store_with_a_ledger_gets_its_spend_rolled_up_on_upgrade() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("hermes-otel.db");
+    let path = dir.path().join("hermes-meter.db");
     std::fs::copy(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store/schema-v1.db"),
         &path,
@@ -545,7 +545,7 @@ fn a_store_with_a_ledger_gets_its_spend_rolled_up_on_upgrade() {
 
 /// Calls each child process makes at most.
 const CHILD_CALLS: usize = 200;
-const CHILD_ENV: &str = "HERMES_OTEL_BUDGET_TEST_CHILD";
+const CHILD_ENV: &str = "HERMES_METER_BUDGET_TEST_CHILD";
 
 /// Two OS processes spend against one global limit at once, each through
 /// its own bridge and gate: the overshoot is at most one call per process
@@ -612,7 +612,7 @@ fn budget_child_process() {
     let (mut made, mut stopped) = (0, 0);
     for n in 0..CHILD_CALLS {
         let id = format!("{session}:api:{n}");
-        let at = hermes_otel::bridge::unix_now();
+        let at = hermes_meter::bridge::unix_now();
         let outcome = bridge.submit(pre_api(&session, &id, at), EventContext::default());
         assert!(matches!(outcome, Outcome::Committed(None)), "{outcome:?}");
         if handle.stop_for(&id).is_some() {
@@ -622,7 +622,7 @@ fn budget_child_process() {
         // The provider call takes a moment, so the two processes overlap.
         std::thread::sleep(Duration::from_millis(2));
         bridge.submit(
-            post_api(&session, &id, hermes_otel::bridge::unix_now(), true),
+            post_api(&session, &id, hermes_meter::bridge::unix_now(), true),
             EventContext::default(),
         );
         made += 1;
@@ -655,10 +655,10 @@ fn the_gates_read_equals_the_window_sum() {
     assert!(n > 100);
     let tz = jiff::tz::TimeZone::get("Asia/Kathmandu").expect("zone");
     let t = jiff::Timestamp::from_second(now as i64).expect("ts");
-    let windows: Vec<(i64, i64)> = hermes_otel::budget::Window::ALL
+    let windows: Vec<(i64, i64)> = hermes_meter::budget::Window::ALL
         .iter()
         .map(|w| {
-            let (s, e) = hermes_otel::budget::window_bounds(*w, t, &tz);
+            let (s, e) = hermes_meter::budget::window_bounds(*w, t, &tz);
             (s.as_second(), e.as_second())
         })
         .collect();
@@ -673,7 +673,7 @@ fn the_gates_read_equals_the_window_sum() {
         assert!(f.settled_usd > 0.0);
     }
     assert!(fast[0].settled_usd < fast[1].settled_usd && fast[1].settled_usd < fast[2].settled_usd);
-    let periods: Vec<(hermes_otel::budget::Window, i64)> = hermes_otel::budget::Window::ALL
+    let periods: Vec<(hermes_meter::budget::Window, i64)> = hermes_meter::budget::Window::ALL
         .iter()
         .copied()
         .zip(starts.iter().copied())
@@ -695,14 +695,14 @@ fn an_edited_budget_file_is_picked_up_without_a_restart() {
     let path = write_budgets(dir.path(), "[global]\ndaily = 1000\n");
     let mut store = Store::open_dir(dir.path()).expect("open");
     let mut gate = BudgetGate::new(path.clone(), None);
-    let t = hermes_otel::bridge::unix_now();
+    let t = hermes_meter::bridge::unix_now();
     apply(&mut store, &pre_llm("s-hot", "t0", t, "cli", ""));
     apply(&mut store, &post_api("s-hot", "a0", t, true));
     assert_eq!(gate.verdict(&store, &pre_tool("s-hot", "c0", t)), None);
     // The CLI lowers the limit below what was spent.
     let home = dir.path().to_string_lossy().into_owned();
-    let code = hermes_otel::cli::run([
-        "hermes-otel",
+    let code = hermes_meter::cli::run([
+        "hermes-meter",
         "--home",
         &home,
         "budget",
@@ -731,11 +731,11 @@ fn an_edited_budget_file_is_picked_up_without_a_restart() {
     std::fs::write(&path, "[global]\ndaily = 0.01\n").expect("fix");
     for cmd in ["list", "forecast"] {
         assert_eq!(
-            hermes_otel::cli::run(["hermes-otel", "--home", &home, "budget", cmd, "--json"]),
+            hermes_meter::cli::run(["hermes-meter", "--home", &home, "budget", cmd, "--json"]),
             0
         );
     }
-    let gauges = hermes_otel::budget::budget_gauges(&store, dir.path(), false, t).expect("gauges");
+    let gauges = hermes_meter::budget::budget_gauges(&store, dir.path(), false, t).expect("gauges");
     assert_eq!(gauges.len(), 1);
     assert_eq!(
         (gauges[0].scope, gauges[0].window, gauges[0].limit_usd),
@@ -771,7 +771,7 @@ fn gating_hooks_wait_only_while_the_gate_has_something_to_say() {
     });
     assert_eq!(spooled(&bridge, "pre_tool_call", tool.clone()), Outcome::Queued);
     // Nothing waits: the binding leaves every call to the writer to decode.
-    assert!(hermes_otel::hook::HOOK_NAMES.iter().all(|h| bridge.decodes_later(h)));
+    assert!(hermes_meter::hook::HOOK_NAMES.iter().all(|h| bridge.decodes_later(h)));
     // A 404 that is not retryable raises an alert: the next pre_llm_call
     // after its commit waits, and shows it.
     let e404 = json!({"session_id": "w", "api_request_id": "x", "model": "gone-model", "status_code": 404,
@@ -807,7 +807,7 @@ fn gating_hooks_wait_only_while_the_gate_has_something_to_say() {
     assert!(text.contains("global daily"), "{text}");
     // Calls that may carry spend or wait for a verdict are now decoded on
     // the hook thread; the others still go to the writer undecoded.
-    let decoded_here: Vec<&str> = hermes_otel::hook::HOOK_NAMES
+    let decoded_here: Vec<&str> = hermes_meter::hook::HOOK_NAMES
         .into_iter()
         .filter(|h| !bridge.decodes_later(h))
         .collect();
@@ -835,7 +835,7 @@ fn quick_verdicts_never_let_through_what_the_writer_would_stop() {
     // step has committed.
     let reader = Store::open_dir(dir.path()).expect("reader");
     let mut oracle = BudgetGate::for_store_dir(dir.path(), None, false);
-    let soft_line = hermes_otel::budget::BudgetConfig::default().soft_threshold;
+    let soft_line = hermes_meter::budget::BudgetConfig::default().soft_threshold;
     let (mut quick_tools, mut quick_llm, mut notice_at, mut blocked) = (0, 0, None, 0);
     for i in 0..50 {
         let id = format!("q:{i}");
@@ -914,7 +914,7 @@ fn a_batch_adds_to_the_spend_rollups_exactly_what_its_events_add_one_by_one() {
         events.push(post_api(&session, &id, at + 1.0, n % 4 != 0));
     }
     let rows = |dir: &Path| -> Vec<(String, String, i64, i64, f64, f64, i64)> {
-        let conn = rusqlite::Connection::open(dir.join(hermes_otel::store::DB_FILE_NAME)).expect("open");
+        let conn = rusqlite::Connection::open(dir.join(hermes_meter::store::DB_FILE_NAME)).expect("open");
         let mut stmt = conn
             .prepare(
                 "SELECT scope, id, level, bucket, cost_usd, estimated_usd, calls FROM budget_spend
@@ -953,7 +953,7 @@ fn a_batch_adds_to_the_spend_rollups_exactly_what_its_events_add_one_by_one() {
 
 #[test]
 fn a_pause_hermes_refused_is_offered_again_until_it_is_given_up() {
-    use hermes_otel::budget::{CronPause, MAX_PAUSE_ATTEMPTS, PAUSE_RETRY};
+    use hermes_meter::budget::{CronPause, MAX_PAUSE_ATTEMPTS, PAUSE_RETRY};
     use std::time::Instant;
     let dir = tempfile::tempdir().expect("temp dir");
     let handle = gate(dir.path()).handle();

@@ -1,4 +1,4 @@
-//! The `hermes-otel` binary as an operator meets it: a closed pipe, a
+//! The `hermes-meter` binary as an operator meets it: a closed pipe, a
 //! mistyped directory or file, a window the wrong way round, a budget of
 //! $0. Each mistake gets one line saying what to do and touches nothing.
 
@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 fn bin() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hermes-otel"));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hermes-meter"));
     // The caller's own settings must not leak into what is tested.
-    for var in ["HERMES_OTEL_HOME", "HERMES_HOME", "HERMES_OTEL_LOG", "RUST_LOG"] {
+    for var in ["HERMES_METER_HOME", "HERMES_HOME", "HERMES_METER_LOG", "RUST_LOG"] {
         cmd.env_remove(var);
     }
     cmd.env("OTEL_SDK_DISABLED", "false");
@@ -21,7 +21,7 @@ fn run(home: &Path, args: &[&str]) -> Output {
         .arg(home)
         .args(args)
         .output()
-        .expect("run hermes-otel")
+        .expect("run hermes-meter")
 }
 
 fn stderr(o: &Output) -> String {
@@ -39,7 +39,7 @@ fn fixture(name: &str) -> PathBuf {
 /// A store with the `cron` fixture in it.
 fn store_with_history() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let home = dir.path().join("otel");
+    let home = dir.path().join("meter");
     let o = run(&home, &["replay", fixture("cron.jsonl").to_str().expect("utf-8 path")]);
     assert!(o.status.success(), "{}", stderr(&o));
     (dir, home)
@@ -94,7 +94,7 @@ fn a_home_that_does_not_exist_is_an_error_and_stays_absent() {
 #[test]
 fn replay_of_a_missing_file_creates_no_store() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let home = dir.path().join("otel");
+    let home = dir.path().join("meter");
     let present = fixture("cron.jsonl");
     let o = run(
         &home,
@@ -232,8 +232,8 @@ fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
 
 /// The trace export lease of the store in `home`, if someone holds it now.
 fn lease_holder(home: &Path) -> Option<String> {
-    let store = hermes_otel::store::Store::open_dir(home).expect("open");
-    let now = hermes_otel::unix_now();
+    let store = hermes_meter::store::Store::open_dir(home).expect("open");
+    let now = hermes_meter::unix_now();
     store
         .export_state()
         .expect("export state")
@@ -277,7 +277,7 @@ fn export_marks_what_it_re_sent_as_exported() {
     let (_dir, home) = store_with_history();
     let receiver = support::grpc(None, None);
     let pending = |home: &Path| {
-        let store = hermes_otel::store::Store::open_dir(home).expect("open");
+        let store = hermes_meter::store::Store::open_dir(home).expect("open");
         store.export_state().expect("state").pending
     };
     assert!(pending(&home) > 0, "the fixture leaves spans waiting");
@@ -351,7 +351,7 @@ fn a_trace_only_backend_gets_one_line_naming_the_variable_and_no_retry_storm() {
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", backend.grpc_endpoint())
         .env("OTEL_METRIC_EXPORT_INTERVAL", "100")
         // Every metric export attempt is logged, repeats at debug.
-        .env("HERMES_OTEL_LOG", "MetricExport=debug,warn")
+        .env("HERMES_METER_LOG", "MetricExport=debug,warn")
         .stderr(Stdio::piped())
         .spawn()
         .expect("serve");
@@ -409,7 +409,7 @@ fn serve_prometheus_alone_pushes_no_traces_and_says_what_it_serves() {
     assert!(said.contains("not pushing traces (--prometheus alone)"), "{said}");
     assert!(said.contains("serving Prometheus metrics"), "{said}");
     assert_eq!(collector.received.span_count(), 0);
-    let store = hermes_otel::store::Store::open_dir(&home).expect("open");
+    let store = hermes_meter::store::Store::open_dir(&home).expect("open");
     assert!(
         store.export_state().expect("state").pending > 0,
         "spans stay for a trace exporter"
@@ -438,7 +438,7 @@ fn store_with_hostile_names() -> (tempfile::TempDir, PathBuf) {
         .replace("\"read_file\"", &format!("\"{}\"", json(HOSTILE_TOOL)));
     let path = dir.path().join("hostile.jsonl");
     std::fs::write(&path, text).expect("write");
-    let home = dir.path().join("otel");
+    let home = dir.path().join("meter");
     let o = run(&home, &["replay", path.to_str().expect("utf-8 path")]);
     assert!(o.status.success(), "{}", stderr(&o));
     (dir, home)
@@ -515,7 +515,7 @@ fn report_and_status_say_how_many_calls_were_held_for_bogus_usage() {
         "kwargs": {"session_id": "s", "turn_id": "s:t", "api_request_id": "s:api:1", "model": "gpt-4o",
                    "usage": {"input_tokens": 1e30, "output_tokens": 1e30}}});
     std::fs::write(&path, format!("{line}\n")).expect("write");
-    let home = dir.path().join("otel");
+    let home = dir.path().join("meter");
     let o = run(&home, &["replay", path.to_str().expect("utf-8 path")]);
     assert!(o.status.success(), "{}", stderr(&o));
     let o = run(&home, &["report"]);
@@ -542,7 +542,7 @@ fn a_confirmed_held_call_stays_billed_through_a_rebuild() {
         "kwargs": {"session_id": "s", "turn_id": "s:t", "api_request_id": "s:api:1", "model": "gpt-4o",
                    "usage": {"input_tokens": 60_000_000, "output_tokens": 0}}});
     std::fs::write(&path, format!("{line}\n")).expect("write");
-    let home = dir.path().join("otel");
+    let home = dir.path().join("meter");
     assert!(run(&home, &["replay", path.to_str().expect("utf-8 path")])
         .status
         .success());

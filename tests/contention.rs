@@ -7,7 +7,7 @@
 #[path = "support/load.rs"]
 mod load;
 
-use hermes_otel::store::Store;
+use hermes_meter::store::Store;
 
 #[test]
 fn eight_processes_of_four_threads_record_every_event_exactly_once() {

@@ -3,7 +3,7 @@
 //!
 //! Each iteration runs a child process (this test binary again, with
 //! `CRASH_CHILD` set) that opens a database the way the store does
-//! ([`hermes_otel::store::connect`]) and commits transactions of random
+//! ([`hermes_meter::store::connect`]) and commits transactions of random
 //! shapes: a few rows, thousands of rows that spill past a tiny page cache
 //! and are then rewritten (the shape that lost commits in issue 13),
 //! savepoints rolled back and released, whole transactions rolled back,
@@ -28,11 +28,11 @@
 //! reference) and through the store's own opening path, so a VFS, pragma
 //! or open-path change that weakens what a commit means fails here.
 //!
-//! `HERMES_OTEL_CRASH_ITERATIONS` sets the number of iterations (default
+//! `HERMES_METER_CRASH_ITERATIONS` sets the number of iterations (default
 //! 50 per opener, three children each); for a long run:
 //!
 //! ```text
-//! HERMES_OTEL_CRASH_ITERATIONS=2000 cargo test --release --test crash_consistency -- --nocapture
+//! HERMES_METER_CRASH_ITERATIONS=2000 cargo test --release --test crash_consistency -- --nocapture
 //! ```
 
 use std::io::Write as _;
@@ -49,7 +49,7 @@ const ACKS: &str = "acks";
 /// How a connection is opened.
 #[derive(Clone, Copy, Debug)]
 enum Opener {
-    /// [`hermes_otel::store::connect`]: what the store runs on.
+    /// [`hermes_meter::store::connect`]: what the store runs on.
     Store,
     /// SQLite's default VFS with the same journal mode and sync level.
     Reference,
@@ -72,7 +72,7 @@ impl Opener {
 
     fn open(self, path: &Path) -> Connection {
         match self {
-            Opener::Store => hermes_otel::store::connect(path).expect("open as the store does"),
+            Opener::Store => hermes_meter::store::connect(path).expect("open as the store does"),
             Opener::Reference => {
                 let conn = Connection::open(path).expect("open");
                 conn.busy_timeout(Duration::from_secs(5)).expect("busy timeout");
@@ -104,7 +104,7 @@ enum ExitPoint {
 }
 
 fn iterations() -> usize {
-    std::env::var("HERMES_OTEL_CRASH_ITERATIONS")
+    std::env::var("HERMES_METER_CRASH_ITERATIONS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(50)
@@ -376,7 +376,7 @@ fn verify(dir: &Path, seed: u64, rng: &mut fastrand::Rng) -> i64 {
 
 fn crash_suite(opener: Opener, test_name: &str) {
     let mut rng = fastrand::Rng::with_seed(
-        std::env::var("HERMES_OTEL_CRASH_SEED")
+        std::env::var("HERMES_METER_CRASH_SEED")
             .ok()
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| fastrand::u64(..)),

@@ -2,9 +2,9 @@
 //! and whatever decodes applies to a real store without error or negative
 //! totals.
 
-use hermes_otel::hook::{decode, DecodeOptions, Decoded, HOOK_NAMES};
-use hermes_otel::replay::parse_line;
-use hermes_otel::store::{EventContext, Store};
+use hermes_meter::hook::{decode, DecodeOptions, Decoded, HOOK_NAMES};
+use hermes_meter::replay::parse_line;
+use hermes_meter::store::{EventContext, Store};
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 

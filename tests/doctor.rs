@@ -1,4 +1,4 @@
-//! `hermes-otel doctor`: a damaged store (pages overwritten, the file cut
+//! `hermes-meter doctor`: a damaged store (pages overwritten, the file cut
 //! short) is reported by every command that opens it in one line with what
 //! to do, and `doctor --rebuild` builds a new store beside it from what it
 //! can read plus the spool, swaps it in only when it is complete, and keeps
@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 mod cli;
 use cli::cli;
 
-use hermes_otel::store::{Store, DB_FILE_NAME};
+use hermes_meter::store::{Store, DB_FILE_NAME};
 use rusqlite::Connection;
 
 fn fixtures() -> Vec<PathBuf> {
@@ -63,7 +63,7 @@ fn the_damaged_file(home: &Path) -> PathBuf {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| {
             p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
-                n.starts_with("hermes-otel.db.damaged-") && !n.ends_with("-wal") && !n.ends_with("-shm")
+                n.starts_with("hermes-meter.db.damaged-") && !n.ends_with("-wal") && !n.ends_with("-shm")
             })
         })
         .expect("the damaged file is kept aside")
@@ -81,7 +81,7 @@ fn rebuilding_a_whole_store_gives_the_same_ledger_and_sends_nothing_twice() {
         .execute("DELETE FROM outbox WHERE seq % 2 = 0", [])
         .expect("export half");
     // It took part in a fleet: a rebuilt store must stay the same host.
-    hermes_otel::store::Store::open_dir(home)
+    hermes_meter::store::Store::open_dir(home)
         .expect("open")
         .fleet_host_id()
         .expect("host id");
@@ -164,7 +164,7 @@ fn a_damaged_store_is_reported_and_rebuilt_from_what_reads_plus_the_spool() {
     let damaged_bytes = std::fs::read(&db).expect("read");
 
     // A dead process's spool holds events the store never got.
-    let spool_dir = home.join(hermes_otel::spool::SPOOL_DIR_NAME);
+    let spool_dir = home.join(hermes_meter::spool::SPOOL_DIR_NAME);
     std::fs::create_dir_all(&spool_dir).expect("spool dir");
     let extra = "{\"hook\":\"on_session_start\",\"t\":1900000000.5,\"kwargs\":{\"session_id\":\"after-the-damage\",\"platform\":\"cli\"}}\n";
     std::fs::write(spool_dir.join("999999-1.jsonl"), extra).expect("spool");
@@ -214,7 +214,7 @@ fn a_rebuild_is_refused_while_hermes_uses_the_store() {
     let home = dir.path();
     replayed(home);
     // A live process: its spool is locked.
-    let spool = hermes_otel::spool::Spool::create(home).expect("spool");
+    let spool = hermes_meter::spool::Spool::create(home).expect("spool");
     let (code, out, err) = cli(home, &["doctor", "--rebuild", "--force"]);
     assert_ne!(code, 0, "{out}");
     assert!(err.contains("stop Hermes"), "{err}");
@@ -375,7 +375,7 @@ fn status_finds_a_damaged_table_with_no_trouble_recorded() {
         })
         .expect("journal root");
     damage(&db, &[root]);
-    let _ = std::fs::remove_file(home.join(hermes_otel::health::HEALTH_FILE_NAME));
+    let _ = std::fs::remove_file(home.join(hermes_meter::health::HEALTH_FILE_NAME));
     let (code, out, _) = cli(home, &["status"]);
     assert_eq!(code, 1, "{out}");
     let first = out.lines().next().unwrap_or_default();

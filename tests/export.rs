@@ -9,10 +9,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hermes_otel::export::{hex, ExportConfig, ExportOverrides, Exporter};
-use hermes_otel::hook::DecodeOptions;
-use hermes_otel::replay::{replay_file, ReplayStats};
-use hermes_otel::store::Store;
+use hermes_meter::export::{hex, ExportConfig, ExportOverrides, Exporter};
+use hermes_meter::hook::DecodeOptions;
+use hermes_meter::replay::{replay_file, ReplayStats};
+use hermes_meter::store::Store;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::trace::v1::Span;
 
@@ -28,8 +28,8 @@ fn config(pairs: &[(&str, &str)]) -> ExportConfig {
 fn base<'a>(endpoint: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
     let mut v = vec![
         ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint),
-        ("HERMES_OTEL_SESSION_GRACE_SECONDS", "0"),
-        ("HERMES_OTEL_IDLE_TIMEOUT_SECONDS", "60"),
+        ("HERMES_METER_SESSION_GRACE_SECONDS", "0"),
+        ("HERMES_METER_IDLE_TIMEOUT_SECONDS", "60"),
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "5000"),
     ];
     v.extend_from_slice(extra);
@@ -49,7 +49,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn store_at(dir: &Path) -> Store {
-    Store::open(&dir.join("hermes-otel.db")).expect("open store")
+    Store::open(&dir.join("hermes-meter.db")).expect("open store")
 }
 
 /// Exports everything that is ready, closing idle spans first.
@@ -387,7 +387,7 @@ fn every_fixture_exports_its_exact_span_tree() {
 
 #[test]
 fn a_streamed_call_of_hermes_main_arrives_with_its_time_to_first_chunk_and_0_19_calls_without() {
-    use hermes_otel::semconv::attr::{GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK as TTFC, HERMES_API_REQUEST_ID};
+    use hermes_meter::semconv::attr::{GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK as TTFC, HERMES_API_REQUEST_ID};
     let dir = tempfile::tempdir().expect("temp dir");
     let receiver = support::grpc(None, None);
     let mut store = store_at(dir.path());
@@ -451,7 +451,7 @@ fn reference_ids() -> HashSet<(Vec<u8>, Vec<u8>)> {
 
 #[test]
 fn per_turn_traces_root_each_turn_and_link_it_to_the_session() {
-    let got = tree_of("multi_turn", &[("HERMES_OTEL_TRACE_MODE", "turn")]);
+    let got = tree_of("multi_turn", &[("HERMES_METER_TRACE_MODE", "turn")]);
     let traces: Vec<&str> = got.split("--\n").collect();
     assert_eq!(traces.len(), 3, "{got}");
     assert!(
@@ -527,9 +527,9 @@ fn only_the_lease_holder_exports_and_the_lease_lapses_when_it_stops() {
     let mut store = store_at(dir.path());
     replay(&mut store, &[fixture("readfile")]);
     let endpoint = receiver.grpc_endpoint();
-    let cfg = config(&base(&endpoint, &[("HERMES_OTEL_LEASE_SECONDS", "0.5")]));
+    let cfg = config(&base(&endpoint, &[("HERMES_METER_LEASE_SECONDS", "0.5")]));
     let mut a = Exporter::with_store(cfg.clone(), store).expect("a");
-    let mut b = Exporter::new(cfg, &dir.path().join("hermes-otel.db")).expect("b");
+    let mut b = Exporter::new(cfg, &dir.path().join("hermes-meter.db")).expect("b");
     assert!(a.run_once().expect("a").leased);
     let step = b.run_once().expect("b");
     assert!(!step.leased && step.exported == 0);
@@ -748,7 +748,7 @@ fn every_emitted_span_and_attribute_name_is_in_the_semconv_registry() {
     let names: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).expect("names.json")).expect("json");
     let registry_attrs = names["attributes"].as_object().expect("attributes");
-    for name in hermes_otel::semconv::SPAN_ATTRIBUTES {
+    for name in hermes_meter::semconv::SPAN_ATTRIBUTES {
         assert!(registry_attrs.contains_key(*name), "{name} is not in the registry");
     }
     let spans_def = names["spans"].as_array().expect("spans");
@@ -812,12 +812,12 @@ fn killing_the_exporting_process_mid_batch_loses_nothing() {
     let receiver = support::grpc(None, None);
     // The collector takes the first request and does not answer it.
     receiver.received.hold.store(true, std::sync::atomic::Ordering::SeqCst);
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-meter"))
         .arg("--home")
         .arg(&home)
         .args(["serve", "--poll-ms", "20", "--endpoint", &receiver.grpc_endpoint()])
-        .env("HERMES_OTEL_LEASE_SECONDS", "1")
-        .env("HERMES_OTEL_SESSION_GRACE_SECONDS", "0")
+        .env("HERMES_METER_LEASE_SECONDS", "1")
+        .env("HERMES_METER_SESSION_GRACE_SECONDS", "0")
         .env("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "100")
         .env_remove("OTEL_SDK_DISABLED")
         .env_remove("OTEL_TRACES_EXPORTER")

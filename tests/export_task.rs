@@ -9,18 +9,18 @@ mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use hermes_otel::bridge::{Background, BridgeConfig};
-use hermes_otel::export_task::ExportTask;
-use hermes_otel::hook::DecodeOptions;
-use hermes_otel::replay::{replay_file, ReplayStats};
-use hermes_otel::store::Store;
+use hermes_meter::bridge::{Background, BridgeConfig};
+use hermes_meter::export_task::ExportTask;
+use hermes_meter::hook::DecodeOptions;
+use hermes_meter::replay::{replay_file, ReplayStats};
+use hermes_meter::store::Store;
 
 #[test]
 fn the_export_thread_sends_the_outbox_and_a_session_end_can_wait_for_it() {
     let receiver = support::grpc(None, None);
     std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.grpc_endpoint());
     // Sessions Hermes never finalizes are held back this long; not here.
-    std::env::set_var("HERMES_OTEL_SESSION_GRACE_SECONDS", "0");
+    std::env::set_var("HERMES_METER_SESSION_GRACE_SECONDS", "0");
     let dir = tempfile::tempdir().expect("temp dir");
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/readfile.jsonl");
     {

@@ -16,19 +16,19 @@ mod http_get;
 mod postgres;
 
 use budget_events::{post_api, pre_api, pre_tool, CALL_USD};
-use hermes_otel::bridge::{Bridge, BridgeConfig, Outcome, Verdict};
-use hermes_otel::budget::{BudgetConfig, Scope, Window, BLOCKED_MODEL, BUDGETS_FILE_NAME};
-use hermes_otel::budget::{BudgetGate, BudgetHandle, Unsynced, FIRST_SYNC_WAIT, UNSYNCED_ENV};
-use hermes_otel::fleet::task::FleetTask;
-use hermes_otel::fleet::{FleetConfig, FLEET_URL_ENV};
-use hermes_otel::store::{EventContext, FleetStatus, Store};
+use hermes_meter::bridge::{Bridge, BridgeConfig, Outcome, Verdict};
+use hermes_meter::budget::{BudgetConfig, Scope, Window, BLOCKED_MODEL, BUDGETS_FILE_NAME};
+use hermes_meter::budget::{BudgetGate, BudgetHandle, Unsynced, FIRST_SYNC_WAIT, UNSYNCED_ENV};
+use hermes_meter::fleet::task::FleetTask;
+use hermes_meter::fleet::{FleetConfig, FLEET_URL_ENV};
+use hermes_meter::store::{EventContext, FleetStatus, Store};
 use postgres::Postgres;
 
 /// The child process's mode (`spend` or `crash`) and its store directory.
-const CHILD_MODE: &str = "HERMES_OTEL_FLEET_TEST_CHILD";
-const CHILD_DIR: &str = "HERMES_OTEL_FLEET_TEST_DIR";
+const CHILD_MODE: &str = "HERMES_METER_FLEET_TEST_CHILD";
+const CHILD_DIR: &str = "HERMES_METER_FLEET_TEST_DIR";
 /// How many hosts a spending child waits to see before it spends.
-const CHILD_HOSTS: &str = "HERMES_OTEL_FLEET_TEST_HOSTS";
+const CHILD_HOSTS: &str = "HERMES_METER_FLEET_TEST_HOSTS";
 
 /// Polls `ok` until it holds; fails after a minute.
 fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
@@ -39,21 +39,21 @@ fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
     }
 }
 
-/// Sets the fleet's global daily limit with `hermes-otel budget set` on
+/// Sets the fleet's global daily limit with `hermes-meter budget set` on
 /// the host of `dir`.
 fn set_fleet_limit(url: &str, dir: &Path, usd: f64) {
     fleet_budget_set(url, dir, &["global", "daily", &usd.to_string()]);
 }
 
-/// `hermes-otel budget set ARGS` on the host of `dir`, for the fleet.
+/// `hermes-meter budget set ARGS` on the host of `dir`, for the fleet.
 fn fleet_budget_set(url: &str, dir: &Path, args: &[&str]) {
-    let out = Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+    let out = Command::new(env!("CARGO_BIN_EXE_hermes-meter"))
         .args(["budget", "set"])
         .args(args)
-        .env("HERMES_OTEL_HOME", dir)
+        .env("HERMES_METER_HOME", dir)
         .env(FLEET_URL_ENV, url)
         .output()
-        .expect("run hermes-otel");
+        .expect("run hermes-meter");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -101,7 +101,7 @@ impl Host {
         self.calls += 1;
         let id = format!("{}:api:{}", self.session, self.calls);
         let outcome = self.bridge.submit(
-            pre_api(&self.session, &id, hermes_otel::unix_now()),
+            pre_api(&self.session, &id, hermes_meter::unix_now()),
             EventContext::default(),
         );
         assert_eq!(
@@ -112,15 +112,15 @@ impl Host {
         if let Some(text) = self.handle.stop_for(&id) {
             // Hermes then reports the stand-in response, which settles the
             // call's reservation at no cost.
-            let mut blocked = post_api(&self.session, &id, hermes_otel::unix_now(), false);
-            if let hermes_otel::hook::Hook::PostApiRequest(p) = &mut blocked.hook {
+            let mut blocked = post_api(&self.session, &id, hermes_meter::unix_now(), false);
+            if let hermes_meter::hook::Hook::PostApiRequest(p) = &mut blocked.hook {
                 p.response_model = Some(BLOCKED_MODEL.into());
             }
             self.bridge.submit(blocked, EventContext::default());
             return Err(text);
         }
         let outcome = self.bridge.submit(
-            post_api(&self.session, &id, hermes_otel::unix_now(), true),
+            post_api(&self.session, &id, hermes_meter::unix_now(), true),
             EventContext::default(),
         );
         assert!(matches!(outcome, Outcome::Committed(_)), "{outcome:?}");
@@ -132,7 +132,7 @@ impl Host {
         self.calls += 1;
         let id = format!("{}:tool:{}", self.session, self.calls);
         match self.bridge.submit(
-            pre_tool(&self.session, &id, hermes_otel::unix_now()),
+            pre_tool(&self.session, &id, hermes_meter::unix_now()),
             EventContext::default(),
         ) {
             Outcome::Committed(v) => v,
@@ -152,15 +152,18 @@ impl Host {
     }
 
     /// The global daily budget as this host sees it now (fleet spend).
-    fn global(&self) -> hermes_otel::budget::BudgetState {
+    fn global(&self) -> hermes_meter::budget::BudgetState {
         self.daily(Scope::Global)
     }
 
     /// The daily budget of `scope` (its one id) as this host sees it now.
-    fn daily(&self, scope: Scope) -> hermes_otel::budget::BudgetState {
+    fn daily(&self, scope: Scope) -> hermes_meter::budget::BudgetState {
         let mut cfg = BudgetConfig::load(&self.dir.join(BUDGETS_FILE_NAME)).expect("budgets");
         cfg.fleet = true;
-        let states = self.store.budget_states(&cfg, hermes_otel::unix_now()).expect("states");
+        let states = self
+            .store
+            .budget_states(&cfg, hermes_meter::unix_now())
+            .expect("states");
         states
             .into_iter()
             .find(|s| s.budget.scope == scope && s.budget.window == Window::Daily)
@@ -173,7 +176,7 @@ impl Host {
         let outcome = self.bridge.submit(
             budget_events::event(
                 "pre_llm_call",
-                hermes_otel::unix_now(),
+                hermes_meter::unix_now(),
                 serde_json::json!({"session_id": self.session, "turn_id": format!("{}:t", self.session),
                                    "model": "gpt-4o", "platform": "cron"}),
             ),
@@ -197,7 +200,7 @@ impl Host {
 
     /// Waits until everything this host spent is in the fleet database.
     fn wait_pushed(&self) {
-        let t = hermes_otel::unix_now();
+        let t = hermes_meter::unix_now();
         assert!(self.bridge.flush(Duration::from_secs(10)));
         eventually("a sync after the last call", || self.synced_since(t));
     }
@@ -312,7 +315,7 @@ fn child_spend(host: &mut Host) {
             Ok(()) => made += 1,
             Err(text) => {
                 assert!(text.starts_with("BUDGET-EXCEEDED"), "{text}");
-                if host.global().level == hermes_otel::budget::Level::Hard {
+                if host.global().level == hermes_meter::budget::Level::Hard {
                     break;
                 }
                 // The lease is spent: wait for the next sync to take another.
@@ -363,7 +366,7 @@ fn a_database_outage_loosens_nothing_and_loses_nothing() {
     let lease = (1.0 - 16.0 * CALL_USD) / 2.0;
 
     pg.stop();
-    let down = hermes_otel::unix_now();
+    let down = hermes_meter::unix_now();
     // Hooks go on; A spends its lease and no more, then is blocked with
     // the budget text.
     let mut made = 0;
@@ -391,7 +394,7 @@ fn a_database_outage_loosens_nothing_and_loses_nothing() {
     assert!((b.global().spend.total() - 16.0 * CALL_USD).abs() < 1e-9);
 
     pg.resume();
-    let up = hermes_otel::unix_now();
+    let up = hermes_meter::unix_now();
     eventually("both hosts synced again", || a.synced_since(up) && b.synced_since(up));
     let (fa, fb) = (a.local(), b.local());
     let (cost, calls) = fleet_totals(&pg);
@@ -473,12 +476,12 @@ fn budget_edits_reach_every_host_and_status_shows_no_password() {
     let a = Host::start(da.path(), &url);
     let b = Host::start(db.path(), &url);
     let cli = |dir: &Path, args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+        let out = Command::new(env!("CARGO_BIN_EXE_hermes-meter"))
             .args(args)
-            .env("HERMES_OTEL_HOME", dir)
+            .env("HERMES_METER_HOME", dir)
             .env(FLEET_URL_ENV, &url)
             .output()
-            .expect("run hermes-otel");
+            .expect("run hermes-meter");
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
@@ -508,7 +511,7 @@ fn budget_edits_reach_every_host_and_status_shows_no_password() {
         a.call().expect("under the limit");
     }
     a.wait_pushed();
-    let t = hermes_otel::unix_now();
+    let t = hermes_meter::unix_now();
     eventually("B synced after A's spend", || b.synced_since(t));
     let list = cli(db.path(), &["budget", "list", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&list).expect("json");
@@ -537,9 +540,9 @@ fn the_sync_lag_grows_in_status_and_metrics_while_the_database_is_down() {
     let mut host = Host::start(dir.path(), &pg.url());
     host.call().expect("under the limit");
     host.wait_pushed();
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_hermes-meter"))
         .args(["serve", "--prometheus", "127.0.0.1:0"])
-        .env("HERMES_OTEL_HOME", dir.path())
+        .env("HERMES_METER_HOME", dir.path())
         .env(FLEET_URL_ENV, pg.url())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -571,13 +574,13 @@ fn the_sync_lag_grows_in_status_and_metrics_while_the_database_is_down() {
         lag().is_some_and(|l| l < 5.0)
     });
     pg.stop();
-    let down = hermes_otel::unix_now();
+    let down = hermes_meter::unix_now();
     eventually("the lag growing past the outage's length", || {
-        lag().is_some_and(|l| l >= 2.0 && l >= hermes_otel::unix_now() - down - 1.0)
+        lag().is_some_and(|l| l >= 2.0 && l >= hermes_meter::unix_now() - down - 1.0)
     });
-    let status = Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+    let status = Command::new(env!("CARGO_BIN_EXE_hermes-meter"))
         .args(["status", "--json"])
-        .env("HERMES_OTEL_HOME", dir.path())
+        .env("HERMES_METER_HOME", dir.path())
         .env(FLEET_URL_ENV, pg.url())
         .output()
         .expect("status");
@@ -585,7 +588,7 @@ fn the_sync_lag_grows_in_status_and_metrics_while_the_database_is_down() {
     assert!(v["fleet"]["sync_lag_seconds"].as_f64().is_some_and(|l| l >= 2.0), "{v}");
     assert!(v["fleet"]["last_error"].is_string(), "{v}");
     pg.resume();
-    let up = hermes_otel::unix_now();
+    let up = hermes_meter::unix_now();
     eventually("the lag back to a sync interval", || {
         host.synced_since(up) && lag().is_some_and(|l| l < 5.0)
     });
@@ -600,7 +603,7 @@ fn the_fleet_schema_is_versioned_and_a_newer_one_is_refused() {
     set_fleet_limit(&pg.url(), dir.path(), 5.0);
     assert_eq!(
         pg.psql("SELECT version FROM hermes_fleet_schema"),
-        hermes_otel::fleet::schema::SCHEMA_VERSION.to_string()
+        hermes_meter::fleet::schema::SCHEMA_VERSION.to_string()
     );
     // A build newer than this one migrated the fleet: this host refuses to
     // sync (and says why) rather than guess, and keeps its last view.
@@ -633,9 +636,9 @@ fn tls_and_passwords_work_as_libpq_users_expect() {
         .build()
         .expect("runtime");
     let step = |cfg: FleetConfig| -> Result<(), String> {
-        let mut sync = hermes_otel::fleet::sync::FleetSync::new(cfg, dir.path());
+        let mut sync = hermes_meter::fleet::sync::FleetSync::new(cfg, dir.path());
         runtime
-            .block_on(sync.step(&store, hermes_otel::unix_now()))
+            .block_on(sync.step(&store, hermes_meter::unix_now()))
             .map(|_| ())
             .map_err(|e| e.to_string())
     };
@@ -691,14 +694,14 @@ fn a_cron_job_whose_fleet_budget_another_host_spent_is_paused_here() {
     });
     // Host A runs the job until the fleet's budget for it is spent.
     a.cron_run(job);
-    while a.daily(Scope::CronJob).level != hermes_otel::budget::Level::Hard {
+    while a.daily(Scope::CronJob).level != hermes_meter::budget::Level::Hard {
         if a.call().is_err() {
             let synced = a.status().synced_at;
             eventually("A's next sync", || a.status().synced_at != synced);
         }
     }
     a.wait_pushed();
-    let t = hermes_otel::unix_now();
+    let t = hermes_meter::unix_now();
     eventually("B synced after A's spend", || b.synced_since(t));
     // Host B never spent on the job; its next run of it is paused, its tool
     // calls blocked, with the texts of a local budget.
@@ -710,7 +713,7 @@ fn a_cron_job_whose_fleet_budget_another_host_spent_is_paused_here() {
     assert!(
         pauses[0]
             .reason
-            .starts_with(&format!("hermes-otel: cron {job} daily budget exhausted")),
+            .starts_with(&format!("hermes-meter: cron {job} daily budget exhausted")),
         "{}",
         pauses[0].reason
     );
@@ -723,8 +726,8 @@ fn spend_and_hosts_no_window_reaches_leave_the_database() {
     let dir = tempfile::tempdir().expect("dir");
     set_fleet_limit(&pg.url(), dir.path(), 5.0);
     let day = 86_400.0;
-    let long_ago = hermes_otel::unix_now() - 45.0 * day;
-    let recent = hermes_otel::unix_now() - 20.0 * day;
+    let long_ago = hermes_meter::unix_now() - 45.0 * day;
+    let recent = hermes_meter::unix_now() - 20.0 * day;
     pg.psql(&format!(
         "INSERT INTO hermes_fleet_hosts VALUES ('gone', 'old laptop', {long_ago}, {long_ago}), ('recent', 'x', {recent}, {recent});
          INSERT INTO hermes_fleet_spend VALUES ('global', '', {}, 'gone', 1, 0, 1), ('global', '', {}, 'recent', 1, 0, 1)",
@@ -822,9 +825,9 @@ fn an_unreachable_fleet_fails_closed_within_the_bound_until_the_first_sync() {
     assert!(matches!(tool, Some(Verdict::Block { message }) if message.contains(&name)));
     assert!(took < FIRST_SYNC_WAIT / 2, "{took:?}");
     assert_eq!(host.local().1, 0, "nothing reached the provider");
-    let out = Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+    let out = Command::new(env!("CARGO_BIN_EXE_hermes-meter"))
         .arg("status")
-        .env("HERMES_OTEL_HOME", dir.path())
+        .env("HERMES_METER_HOME", dir.path())
         .env(FLEET_URL_ENV, &url)
         .output()
         .expect("status");
@@ -857,12 +860,12 @@ fn budget_list_on_a_host_that_never_synced_shows_the_fleet_budget() {
         if json {
             args.push("--json");
         }
-        let out = Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+        let out = Command::new(env!("CARGO_BIN_EXE_hermes-meter"))
             .args(&args)
-            .env("HERMES_OTEL_HOME", dir.path())
+            .env("HERMES_METER_HOME", dir.path())
             .env(FLEET_URL_ENV, url)
             .output()
-            .expect("run hermes-otel");
+            .expect("run hermes-meter");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };

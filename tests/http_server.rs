@@ -1,4 +1,4 @@
-//! The HTTP server under `hermes-otel ui`, the dashboard tab's backend and
+//! The HTTP server under `hermes-meter ui`, the dashboard tab's backend and
 //! `serve --prometheus` (`src/http_server.rs`), against clients that
 //! misbehave on loopback: many idle connections, a slow sender, a
 //! kept-alive connection left idle, one kept past its lifetime, and more
@@ -15,11 +15,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hermes_otel::http_server::{self, HttpServer, Limits, Reply, HEADER_READ_TIMEOUT, RETRY_AFTER_SECONDS};
+use hermes_meter::http_server::{self, HttpServer, Limits, Reply, HEADER_READ_TIMEOUT, RETRY_AFTER_SECONDS};
 use http_body_util::Full;
 use http_get::get;
 
-const BIN: &str = env!("CARGO_BIN_EXE_hermes-otel");
+const BIN: &str = env!("CARGO_BIN_EXE_hermes-meter");
 
 /// The idle connections the issue asks the viewer to survive.
 const IDLE_CONNECTIONS: usize = 2000;
@@ -93,7 +93,7 @@ fn still_open(stream: &TcpStream) -> bool {
     open
 }
 
-/// `hermes-otel ui` on a free loopback port, started with the usual soft
+/// `hermes-meter ui` on a free loopback port, started with the usual soft
 /// descriptor limit of 1,024 (what a user's shell gives it).
 /// The child's stdout stays open with it: a closed pipe would fail its
 /// next line.
@@ -102,7 +102,7 @@ fn viewer_binary(home: &std::path::Path) -> (Child, SocketAddr, BufReader<std::p
     cmd.arg("--home")
         .arg(home)
         .args(["ui", "--listen", "127.0.0.1:0"])
-        .env_remove(hermes_otel::ui::TOKEN_ENV)
+        .env_remove(hermes_meter::ui::TOKEN_ENV)
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     // SAFETY: only setrlimit, which is async-signal-safe, runs between fork and exec.
@@ -119,7 +119,7 @@ fn viewer_binary(home: &std::path::Path) -> (Child, SocketAddr, BufReader<std::p
             Ok(())
         });
     }
-    let mut child = cmd.spawn().expect("spawn hermes-otel ui");
+    let mut child = cmd.spawn().expect("spawn hermes-meter ui");
     let mut line = String::new();
     let mut out = BufReader::new(child.stdout.take().expect("stdout"));
     out.read_line(&mut line).expect("the address line");
@@ -135,7 +135,7 @@ fn viewer_binary(home: &std::path::Path) -> (Child, SocketAddr, BufReader<std::p
 #[test]
 fn a_normal_request_is_answered_within_100_ms_while_2000_idle_connections_are_held() {
     let home = tempfile::tempdir().expect("temp dir");
-    drop(hermes_otel::store::Store::open_dir(home.path()).expect("store"));
+    drop(hermes_meter::store::Store::open_dir(home.path()).expect("store"));
     // The viewer lifts its soft limit to the hard one (at most 65,536);
     // its cap is half that. With a low hard limit, hold what it can serve.
     let (_, hard) = nofile();

@@ -7,11 +7,11 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
-use hermes_otel::hook::DecodeOptions;
-use hermes_otel::pricing::PriceTable;
-use hermes_otel::replay::{replay_file, ReplayStats};
-use hermes_otel::report::Totals;
-use hermes_otel::store::Store;
+use hermes_meter::hook::DecodeOptions;
+use hermes_meter::pricing::PriceTable;
+use hermes_meter::replay::{replay_file, ReplayStats};
+use hermes_meter::report::Totals;
+use hermes_meter::store::Store;
 use serde_json::Value;
 
 #[path = "support/hermes_main.rs"]
@@ -235,7 +235,7 @@ fn scalar<T: rusqlite_free::FromSqlish>(store: &Store, sql: &str) -> T {
 
 /// Tiny adapter so tests read single values without naming rusqlite.
 mod rusqlite_free {
-    use hermes_otel::store::Store;
+    use hermes_meter::store::Store;
     pub trait FromSqlish: Sized {
         fn get(store: &Store, sql: &str) -> Self;
     }
@@ -651,7 +651,7 @@ fn a_store_written_by_schema_v1_upgrades_with_its_data() {
     let store = Store::open(&path).expect("upgrade");
     assert_eq!(
         store.schema_version().expect("version"),
-        hermes_otel::store::SCHEMA_VERSION
+        hermes_meter::store::SCHEMA_VERSION
     );
     let counts = store.counts().expect("counts");
     assert_eq!(
@@ -667,7 +667,7 @@ fn the_cli_reports_bad_lines_with_file_and_line_and_keeps_the_good_ones() {
     let mut text = std::fs::read_to_string(fixture("readfile")).expect("read");
     text = text.replacen('\n', "\n{not json\n", 1);
     std::fs::write(&path, text).expect("write");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-meter"))
         .arg("--home")
         .arg(dir.path().join("store"))
         .arg("replay")
@@ -677,7 +677,7 @@ fn the_cli_reports_bad_lines_with_file_and_line_and_keeps_the_good_ones() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(&format!("{}:2:", path.display())), "{stderr}");
-    let report = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+    let report = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-meter"))
         .arg("--home")
         .arg(dir.path().join("store"))
         .args(["report", "--json"])
@@ -708,13 +708,13 @@ fn the_cli_reports_bad_lines_with_file_and_line_and_keeps_the_good_ones() {
 }
 
 /// One event of `hook` for session "s" at `t`, with `model`.
-fn event_for_model(hook: &str, t: f64, model: &str) -> hermes_otel::hook::HookEvent {
+fn event_for_model(hook: &str, t: f64, model: &str) -> hermes_meter::hook::HookEvent {
     let kwargs = serde_json::json!({
         "session_id": "s", "model": model, "platform": "cli",
         "task_id": "s", "turn_id": format!("turn-{t}"), "user_message": "hi",
     });
-    match hermes_otel::hook::decode(hook, kwargs.as_object().expect("object"), t, DecodeOptions::default()) {
-        hermes_otel::hook::Decoded::Event(e, _) => e,
+    match hermes_meter::hook::decode(hook, kwargs.as_object().expect("object"), t, DecodeOptions::default()) {
+        hermes_meter::hook::Decoded::Event(e, _) => e,
         other => panic!("{hook} did not decode: {other:?}"),
     }
 }
@@ -725,10 +725,10 @@ fn a_run_written_by_two_processes_keeps_the_last_model_each_one_said() {
     // what it remembers of the run; another process's commit must make it
     // look again.
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("otel.db");
+    let path = dir.path().join("meter.db");
     let mut a = Store::open(&path).expect("open a");
     let mut b = Store::open(&path).expect("open b");
-    let ctx = hermes_otel::store::EventContext::default();
+    let ctx = hermes_meter::store::EventContext::default();
     let model = |s: &Store| scalar::<String>(s, "SELECT model FROM runs WHERE session_id = 's'");
 
     a.apply(&event_for_model("pre_llm_call", 100.0, "m1"), &ctx).expect("a");
@@ -787,14 +787,14 @@ fn a_file_out_of_time_order_is_applied_in_time_order() {
 
 /// One event of `hook` for `session` at `t` (its turn `turn`, its tool
 /// call `call`).
-fn session_event(hook: &str, session: &str, t: f64) -> hermes_otel::hook::HookEvent {
+fn session_event(hook: &str, session: &str, t: f64) -> hermes_meter::hook::HookEvent {
     let kwargs = serde_json::json!({
         "session_id": session, "model": "m", "platform": "cli", "task_id": session,
         "turn_id": format!("{session}:turn"), "user_message": "hi",
         "tool_call_id": format!("{session}:call"), "tool_name": "terminal", "args": {},
     });
-    match hermes_otel::hook::decode(hook, kwargs.as_object().expect("object"), t, DecodeOptions::default()) {
-        hermes_otel::hook::Decoded::Event(e, _) => e,
+    match hermes_meter::hook::decode(hook, kwargs.as_object().expect("object"), t, DecodeOptions::default()) {
+        hermes_meter::hook::Decoded::Event(e, _) => e,
         other => panic!("{hook} did not decode: {other:?}"),
     }
 }
@@ -819,7 +819,7 @@ fn the_idle_closer_works_in_small_transactions_and_closes_what_one_big_one_would
     // ends up closed and enqueued must be the same.
     const SESSIONS: usize = 100;
     let open = |s: &mut Store| {
-        let ctx = hermes_otel::store::EventContext::default();
+        let ctx = hermes_meter::store::EventContext::default();
         for i in 0..SESSIONS {
             let session = format!("s{i:03}");
             let t = 1000.0 + i as f64;

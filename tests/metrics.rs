@@ -1,7 +1,7 @@
 //! Metrics end to end: fixtures replayed into a store, metric data points
 //! exported over OTLP to in-process receivers on loopback and compared with
 //! the ledger's own sums; a second exporting process continuing every
-//! series; a real Prometheus scraping `hermes-otel serve --prometheus`.
+//! series; a real Prometheus scraping `hermes-meter serve --prometheus`.
 
 #[path = "support/hermes_main.rs"]
 mod hermes_main;
@@ -13,12 +13,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hermes_otel::export::{ExportOverrides, MetricExporter, MetricsConfig, MetricsOverrides};
-use hermes_otel::hook::DecodeOptions;
-use hermes_otel::metrics;
-use hermes_otel::replay::{replay_file, ReplayStats};
-use hermes_otel::semconv::metric as m;
-use hermes_otel::store::Store;
+use hermes_meter::export::{ExportOverrides, MetricExporter, MetricsConfig, MetricsOverrides};
+use hermes_meter::hook::DecodeOptions;
+use hermes_meter::metrics;
+use hermes_meter::replay::{replay_file, ReplayStats};
+use hermes_meter::semconv::metric as m;
+use hermes_meter::store::Store;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point::Value, AggregationTemporality};
@@ -41,7 +41,7 @@ fn replay(store: &mut Store, files: &[PathBuf]) {
     let dir = tempfile::tempdir().expect("temp dir");
     let pricing = dir.path().join("pricing.toml");
     std::fs::write(&pricing, "[models.\"mock-model\"]\ninput = 3.0\noutput = 15.0\n").expect("pricing");
-    store.set_prices(hermes_otel::pricing::PriceTable::load(&pricing).expect("prices"));
+    store.set_prices(hermes_meter::pricing::PriceTable::load(&pricing).expect("prices"));
     let mut stats = ReplayStats::default();
     for f in files {
         replay_file(store, f, DecodeOptions::default(), &mut stats).expect("replay");
@@ -49,7 +49,7 @@ fn replay(store: &mut Store, files: &[PathBuf]) {
     assert!(stats.bad_lines.is_empty(), "{:?}", stats.bad_lines);
     // The fixtures were recorded hours ago: close what their processes left open.
     store
-        .close_idle_runs(hermes_otel::export::unix_now(), 60.0)
+        .close_idle_runs(hermes_meter::export::unix_now(), 60.0)
         .expect("close idle");
 }
 
@@ -57,7 +57,7 @@ fn replay(store: &mut Store, files: &[PathBuf]) {
 /// tokens of the mock model, so $3.00 at [`replay`]'s price: spend inside
 /// today's budget window (the fixtures are days old).
 fn call_now(dir: &Path, session: &str) -> PathBuf {
-    let now = hermes_otel::export::unix_now();
+    let now = hermes_meter::export::unix_now();
     let turn = format!("{session}:t");
     let lines = [
         serde_json::json!({"hook": "on_session_start", "t": now,
@@ -83,7 +83,7 @@ fn config(pairs: &[(&str, &str)]) -> MetricsConfig {
 fn grpc_config(endpoint: &str) -> MetricsConfig {
     config(&[
         ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", endpoint),
-        ("HERMES_OTEL_SESSION_GRACE_SECONDS", "0"),
+        ("HERMES_METER_SESSION_GRACE_SECONDS", "0"),
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "5000"),
     ])
 }
@@ -264,7 +264,7 @@ fn check_against_ledger(p: &Points, l: &Ledger) {
 #[test]
 fn after_replaying_the_fixtures_every_instrument_arrives_with_the_ledgers_sums() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("hermes-otel.db");
+    let path = dir.path().join("hermes-meter.db");
     let mut store = Store::open(&path).expect("open");
     replay(&mut store, &all_fixtures());
     let receiver = support::grpc(None, None);
@@ -276,7 +276,7 @@ fn after_replaying_the_fixtures_every_instrument_arrives_with_the_ledgers_sums()
     .expect("budgets");
     let mut exporter = MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store).expect("exporter");
     let mut counters = Store::open(&path).expect("second connection");
-    let now = hermes_otel::export::unix_now();
+    let now = hermes_meter::export::unix_now();
     counters
         .add_to_metric_counter(
             m::BUDGET_VERDICTS,
@@ -291,11 +291,11 @@ fn after_replaying_the_fixtures_every_instrument_arrives_with_the_ledgers_sums()
     // The loss gauges read the store's health record, which a Hermes
     // process's writer leaves (a replay writes none).
     let record = serde_json::json!({
-        "schema": hermes_otel::health::HEALTH_SCHEMA, "state": "ok", "updated_at": now, "updated_by_pid": 1,
+        "schema": hermes_meter::health::HEALTH_SCHEMA, "state": "ok", "updated_at": now, "updated_by_pid": 1,
         "counts": {"dropped_events": 0, "hermes_skipped_recorded": 1, "hermes_skipped_lost": 0},
     });
     let dir = path.parent().expect("store dir");
-    std::fs::write(dir.join(hermes_otel::health::HEALTH_FILE_NAME), record.to_string()).expect("health");
+    std::fs::write(dir.join(hermes_meter::health::HEALTH_FILE_NAME), record.to_string()).expect("health");
     let request = push(&mut exporter, &receiver);
     let p = points(&request);
     let l = ledger(&path);
@@ -347,7 +347,7 @@ fn after_replaying_the_fixtures_every_instrument_arrives_with_the_ledgers_sums()
 #[test]
 fn a_streamed_call_of_hermes_main_is_one_time_to_first_chunk_point_beside_its_duration() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("hermes-otel.db");
+    let path = dir.path().join("hermes-meter.db");
     let mut store = Store::open(&path).expect("open");
     let started = 1_796_002_700.0;
     let calls = [
@@ -377,7 +377,7 @@ fn a_streamed_call_of_hermes_main_is_one_time_to_first_chunk_point_beside_its_du
 #[test]
 fn otlp_http_carries_the_same_totals_and_allow_listed_senders() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("hermes-otel.db");
+    let path = dir.path().join("hermes-meter.db");
     let mut store = Store::open(&path).expect("open");
     replay(&mut store, &all_fixtures());
     // The CLI fixtures have no sender: give their runs one.
@@ -391,8 +391,8 @@ fn otlp_http_carries_the_same_totals_and_allow_listed_senders() {
         ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
         ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
-        ("HERMES_OTEL_SESSION_GRACE_SECONDS", "0"),
-        ("HERMES_OTEL_METRIC_ATTRIBUTES", "sender,profile"),
+        ("HERMES_METER_SESSION_GRACE_SECONDS", "0"),
+        ("HERMES_METER_METRIC_ATTRIBUTES", "sender,profile"),
     ]);
     assert_eq!(c.transport.endpoint.value, format!("{endpoint}/v1/metrics"));
     let mut exporter = MetricExporter::with_store(c, store).expect("exporter");
@@ -412,7 +412,7 @@ fn otlp_http_carries_the_same_totals_and_allow_listed_senders() {
 #[test]
 fn a_second_exporting_process_continues_every_series_and_never_goes_back() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("hermes-otel.db");
+    let path = dir.path().join("hermes-meter.db");
     let files = all_fixtures();
     let (first, second) = files.split_at(files.len() / 2);
     let receiver = support::grpc(None, None);
@@ -480,7 +480,7 @@ fn point_times(request: &ExportMetricsServiceRequest) -> Vec<(u64, u64)> {
 #[test]
 fn delta_pushes_add_up_to_the_ledger_across_exporting_processes() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("hermes-otel.db");
+    let path = dir.path().join("hermes-meter.db");
     let files = all_fixtures();
     let (first, second) = files.split_at(files.len() / 2);
     let receiver = support::grpc(None, None);
@@ -488,7 +488,7 @@ fn delta_pushes_add_up_to_the_ledger_across_exporting_processes() {
         let endpoint = receiver.grpc_endpoint();
         config(&[
             ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", endpoint.as_str()),
-            ("HERMES_OTEL_SESSION_GRACE_SECONDS", "0"),
+            ("HERMES_METER_SESSION_GRACE_SECONDS", "0"),
             ("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "delta"),
         ])
     };
@@ -535,7 +535,7 @@ fn delta_pushes_add_up_to_the_ledger_across_exporting_processes() {
 #[test]
 fn budget_gauges_follow_the_budget_file_and_spend_at_every_push() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let home = dir.path().join("otel");
+    let home = dir.path().join("meter");
     let store = Store::open_dir(&home).expect("open");
     let receiver = support::grpc(None, None);
     let mut exporter = MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store).expect("exporter");
@@ -575,10 +575,10 @@ fn budget_gauges_follow_the_budget_file_and_spend_at_every_scrape() {
     // Served, not pushed: nothing folds or pushes between the scrapes but
     // the endpoint itself, so each scrape must read the budgets anew.
     let dir = tempfile::tempdir().expect("temp dir");
-    let home = dir.path().join("otel");
+    let home = dir.path().join("meter");
     let store = Store::open_dir(&home).expect("open");
     let server =
-        hermes_otel::export::PrometheusServer::start("127.0.0.1:0", store.path(), metrics::AllowList::default(), 0.0)
+        hermes_meter::export::PrometheusServer::start("127.0.0.1:0", store.path(), metrics::AllowList::default(), 0.0)
             .expect("prometheus endpoint");
     let addr = server.addr().to_string();
     let scrape = || http_get(&addr, "/metrics").expect("a 200 scrape");
@@ -605,16 +605,16 @@ fn budget_gauges_follow_the_budget_file_and_spend_at_every_scrape() {
 #[test]
 fn hook_calls_lost_or_skipped_in_the_health_record_are_scraped() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let home = dir.path().join("otel");
+    let home = dir.path().join("meter");
     let store = Store::open_dir(&home).expect("open");
     // As the writers leave it: counts summed over every process.
     let record = serde_json::json!({
-        "schema": hermes_otel::health::HEALTH_SCHEMA, "state": "ok", "updated_at": 1.0, "updated_by_pid": 1,
+        "schema": hermes_meter::health::HEALTH_SCHEMA, "state": "ok", "updated_at": 1.0, "updated_by_pid": 1,
         "counts": {"dropped_events": 4, "hermes_skipped_recorded": 7, "hermes_skipped_lost": 2},
     });
-    std::fs::write(home.join(hermes_otel::health::HEALTH_FILE_NAME), record.to_string()).expect("health");
+    std::fs::write(home.join(hermes_meter::health::HEALTH_FILE_NAME), record.to_string()).expect("health");
     let server =
-        hermes_otel::export::PrometheusServer::start("127.0.0.1:0", store.path(), metrics::AllowList::default(), 0.0)
+        hermes_meter::export::PrometheusServer::start("127.0.0.1:0", store.path(), metrics::AllowList::default(), 0.0)
             .expect("prometheus endpoint");
     let text = http_get(&server.addr().to_string(), "/metrics").expect("a 200 scrape");
     let sample = |series: &str| {
@@ -648,7 +648,7 @@ fn hook_calls_lost_or_skipped_in_the_health_record_are_scraped() {
 #[test]
 fn replaying_the_same_events_again_counts_nothing_twice() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("hermes-otel.db");
+    let path = dir.path().join("hermes-meter.db");
     let mut store = Store::open(&path).expect("open");
     replay(&mut store, &all_fixtures());
     replay(&mut store, &all_fixtures());
@@ -751,14 +751,14 @@ fn a_real_prometheus_scraping_serve_sees_the_ledger_totals_and_fires_the_budget_
         "{PROMETHEUS} is missing: apt-get install -y prometheus (Debian); this test needs the real server"
     );
     let dir = tempfile::tempdir().expect("temp dir");
-    let home = dir.path().join("otel");
+    let home = dir.path().join("meter");
     let mut store = Store::open_dir(&home).expect("open");
     replay(&mut store, &all_fixtures());
     let l = ledger(store.path());
 
     let serve_addr = support::free_addr().to_string();
     let serve = Reaped(
-        Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+        Command::new(env!("CARGO_BIN_EXE_hermes-meter"))
             .args([
                 "--home",
                 home.to_str().expect("utf-8 path"),
@@ -768,23 +768,23 @@ fn a_real_prometheus_scraping_serve_sees_the_ledger_totals_and_fires_the_budget_
             ])
             .env("OTEL_TRACES_EXPORTER", "none")
             .env_remove("OTEL_METRICS_EXPORTER")
-            .env("HERMES_OTEL_SESSION_GRACE_SECONDS", "0")
+            .env("HERMES_METER_SESSION_GRACE_SECONDS", "0")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("start hermes-otel serve"),
+            .expect("start hermes-meter serve"),
     );
     let text = poll(Duration::from_secs(30), || http_get(&serve_addr, "/metrics")).expect("serve answers /metrics");
     assert!(text.contains("# TYPE gen_ai_usage_cost_total counter"), "{text}");
 
     let prom_addr = support::free_addr().to_string();
-    let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("collector-config/prometheus/rules/hermes-otel.rules.yaml");
+    let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("collector-config/prometheus/rules/hermes-meter.rules.yaml");
     let config = dir.path().join("prometheus.yml");
     std::fs::write(
         &config,
         format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\n\
-             scrape_configs:\n  - job_name: hermes-otel\n    static_configs:\n      - targets: [\"{serve_addr}\"]\n",
+             scrape_configs:\n  - job_name: hermes-meter\n    static_configs:\n      - targets: [\"{serve_addr}\"]\n",
             rules.display()
         ),
     )
@@ -864,12 +864,12 @@ fn a_real_prometheus_scraping_serve_sees_the_ledger_totals_and_fires_the_budget_
         "not firing before the budget is exceeded"
     );
     let cli = |args: &[&str]| {
-        let o = Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+        let o = Command::new(env!("CARGO_BIN_EXE_hermes-meter"))
             .arg("--home")
             .arg(&home)
             .args(args)
             .output()
-            .expect("hermes-otel");
+            .expect("hermes-meter");
         assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
     };
     let global = "{hermes_budget_scope=\"global\",hermes_budget_window=\"daily\"}";

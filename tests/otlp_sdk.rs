@@ -39,17 +39,17 @@ fn runtime() -> tokio::runtime::Runtime {
 /// A span as our exporter would hand one over: ids from `span::ids` (hashes
 /// of Hermes ids), built by hand rather than by the SDK's tracer.
 fn our_span(session: &str, turn: &str) -> SpanData {
-    let trace = hermes_otel::span::trace_id(&["session", session]);
+    let trace = hermes_meter::span::trace_id(&["session", session]);
     let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
     SpanData {
         span_context: SpanContext::new(
             TraceId::from_bytes(trace),
-            SpanId::from_bytes(hermes_otel::span::turn_span_id(turn)),
+            SpanId::from_bytes(hermes_meter::span::turn_span_id(turn)),
             TraceFlags::SAMPLED,
             false,
             TraceState::NONE,
         ),
-        parent_span_id: SpanId::from_bytes(hermes_otel::span::session_span_id(session)),
+        parent_span_id: SpanId::from_bytes(hermes_meter::span::session_span_id(session)),
         parent_span_is_remote: false,
         span_kind: SpanKind::Internal,
         name: Cow::Borrowed("hermes.turn"),
@@ -60,7 +60,7 @@ fn our_span(session: &str, turn: &str) -> SpanData {
         events: SpanEvents::default(),
         links: SpanLinks::default(),
         status: Status::Unset,
-        instrumentation_scope: InstrumentationScope::builder("hermes-otel").build(),
+        instrumentation_scope: InstrumentationScope::builder("hermes-meter").build(),
     }
 }
 

@@ -16,17 +16,17 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use hermes_otel::export::{ExportConfig, ExportOverrides, Exporter, MetricExporter, MetricsConfig, MetricsOverrides};
-use hermes_otel::hook::DecodeOptions;
-use hermes_otel::replay::{replay_file, ReplayStats};
-use hermes_otel::store::Store;
+use hermes_meter::export::{ExportConfig, ExportOverrides, Exporter, MetricExporter, MetricsConfig, MetricsOverrides};
+use hermes_meter::hook::DecodeOptions;
+use hermes_meter::replay::{replay_file, ReplayStats};
+use hermes_meter::store::Store;
 
 const KINDS: [&str; 5] = ["readfile", "failonce", "delegate_sync", "terminal_fail", "bigcache"];
 
 fn vars(endpoint: &str) -> HashMap<String, String> {
     [
         ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
-        ("HERMES_OTEL_SESSION_GRACE_SECONDS", "0"),
+        ("HERMES_METER_SESSION_GRACE_SECONDS", "0"),
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "2000"),
     ]
     .iter()
@@ -67,7 +67,7 @@ fn a_collector_outage_over_a_thousand_sessions_loses_nothing_and_duplicates_noth
     let metric_config = MetricsConfig::resolve(ExportOverrides::default(), MetricsOverrides::default(), |k| {
         env.get(k).cloned()
     });
-    let db = dir.path().join("hermes-otel.db");
+    let db = dir.path().join("hermes-meter.db");
     let mut store = Store::open(&db).expect("store");
     let mut traces = Exporter::new(trace_config, &db).expect("trace exporter");
     let mut metrics = MetricExporter::new(metric_config, &db).expect("metric exporter");

@@ -1,4 +1,4 @@
-//! `hermes-otel pricing` as an operator uses it: which price a model gets
+//! `hermes-meter pricing` as an operator uses it: which price a model gets
 //! and why, a price list read into pricing.toml from a file or a URL (a
 //! loopback HTTP server here), and what bad input gets. (`pricing drift`
 //! needs Hermes's own Python: tests/e2e/test_scenarios.py runs it.)
@@ -11,8 +11,8 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 fn run(home: &Path, args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hermes-otel"));
-    for var in ["HERMES_OTEL_HOME", "HERMES_HOME", "HERMES_OTEL_LOG", "RUST_LOG"] {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hermes-meter"));
+    for var in ["HERMES_METER_HOME", "HERMES_HOME", "HERMES_METER_LOG", "RUST_LOG"] {
         cmd.env_remove(var);
     }
     // Nothing in a test leaves loopback, not even through a proxy.
@@ -30,7 +30,7 @@ fn run(home: &Path, args: &[&str]) -> Output {
         .arg(home)
         .args(args)
         .output()
-        .expect("run hermes-otel")
+        .expect("run hermes-meter")
 }
 
 fn out(o: &Output) -> String {

@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use hermes_otel::export::{ExportConfig, ExportOverrides, Exporter};
-use hermes_otel::hook::DecodeOptions;
-use hermes_otel::replay::{replay_file, ReplayStats};
-use hermes_otel::store::Store;
+use hermes_meter::export::{ExportConfig, ExportOverrides, Exporter};
+use hermes_meter::hook::DecodeOptions;
+use hermes_meter::replay::{replay_file, ReplayStats};
+use hermes_meter::store::Store;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::{json, Value};
@@ -40,8 +40,8 @@ const CAPTURE: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
 fn config(endpoint: &str, extra: &[(&str, &str)]) -> ExportConfig {
     let mut map: HashMap<String, String> = [
         ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint),
-        ("HERMES_OTEL_SESSION_GRACE_SECONDS", "0"),
-        ("HERMES_OTEL_IDLE_TIMEOUT_SECONDS", "60"),
+        ("HERMES_METER_SESSION_GRACE_SECONDS", "0"),
+        ("HERMES_METER_IDLE_TIMEOUT_SECONDS", "60"),
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "5000"),
     ]
     .iter()
@@ -84,7 +84,7 @@ fn export(files: &[PathBuf], capture_content: bool) -> (Vec<Span>, tempfile::Tem
 fn export_with(files: &[PathBuf], capture: bool, export_content: bool) -> (Vec<Span>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
     let receiver = support::grpc(None, None);
-    let mut store = Store::open(&dir.path().join("hermes-otel.db")).expect("open store");
+    let mut store = Store::open(&dir.path().join("hermes-meter.db")).expect("open store");
     replay(&mut store, files, capture);
     let content = [(CAPTURE, if export_content { "true" } else { "false" })];
     let mut exporter = Exporter::with_store(config(&receiver.grpc_endpoint(), &content), store).expect("exporter");
@@ -330,15 +330,15 @@ fn with_capture_on_content_arrives_in_semconv_shape_redacted_and_capped() {
 
 const HEADER_SECRET: &str = "s3cr3t-t0ken-NEVER-SHOWN";
 
-/// `hermes-otel status` and `status --json`, with the secret header set.
+/// `hermes-meter status` and `status --json`, with the secret header set.
 fn status(home: &Path, endpoint: &str, json: bool) -> String {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hermes-otel"));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hermes-meter"));
     cmd.arg("status");
     if json {
         cmd.arg("--json");
     }
     let out = cmd
-        .env("HERMES_OTEL_HOME", home)
+        .env("HERMES_METER_HOME", home)
         .env(
             "OTEL_EXPORTER_OTLP_HEADERS",
             format!("authorization=Bearer%20{HEADER_SECRET},x-api-key={HEADER_SECRET}2"),
@@ -403,7 +403,7 @@ fn otlp_header_values_never_show_in_status_or_export_errors() {
     }
 
     // A failed export over HTTP to a collector that echoes the credentials.
-    let mut store = Store::open(&home.path().join("hermes-otel.db")).expect("open store");
+    let mut store = Store::open(&home.path().join("hermes-meter.db")).expect("open store");
     replay(&mut store, &[Path::new(FIXTURES).join("readfile.jsonl")], false);
     let headers = format!("authorization=Bearer%20{HEADER_SECRET},x-api-key={HEADER_SECRET}2");
     let cfg = config(
@@ -429,7 +429,7 @@ fn otlp_header_values_never_show_in_status_or_export_errors() {
     let dead = TcpListener::bind("127.0.0.1:0").expect("bind");
     let dead_endpoint = format!("http://{}", dead.local_addr().expect("addr"));
     drop(dead);
-    let store = Store::open(&home.path().join("hermes-otel.db")).expect("open store");
+    let store = Store::open(&home.path().join("hermes-meter.db")).expect("open store");
     let cfg = config(&dead_endpoint, &[("OTEL_EXPORTER_OTLP_HEADERS", &headers)]);
     let mut exporter = Exporter::with_store(cfg, store).expect("exporter");
     let step = exporter.flush(Instant::now() + Duration::from_secs(10)).expect("flush");
@@ -442,7 +442,7 @@ fn an_export_error_echoing_a_header_value_is_scrubbed() {
     // A gRPC collector that puts the token it got into its status message.
     let home = tempfile::tempdir().expect("temp dir");
     let (endpoint, _runtime) = rejecting_grpc_collector();
-    let mut store = Store::open(&home.path().join("hermes-otel.db")).expect("open store");
+    let mut store = Store::open(&home.path().join("hermes-meter.db")).expect("open store");
     replay(&mut store, &[Path::new(FIXTURES).join("readfile.jsonl")], false);
     let headers = format!("authorization=Bearer%20{HEADER_SECRET}");
     let cfg = config(&endpoint, &[("OTEL_EXPORTER_OTLP_HEADERS", &headers)]);
@@ -503,7 +503,7 @@ fn captured_content_is_pruned_once_its_session_ended_and_its_spans_went_out() {
     let count = |store: &Store| -> i64 { store.query_scalar("SELECT COUNT(*) FROM span_content").expect("count") };
     // Every fixture captured and exported: the outbox is empty.
     let (_spans, dir) = export(&fixtures(), true);
-    let mut store = Store::open(&dir.path().join("hermes-otel.db")).expect("open store");
+    let mut store = Store::open(&dir.path().join("hermes-meter.db")).expect("open store");
     let captured = count(&store);
     assert!(captured > 0);
     // A session captured since, not exported yet, keeps its content.

@@ -10,10 +10,10 @@
 
 use std::path::Path;
 
-use hermes_otel::hook::DecodeOptions;
-use hermes_otel::replay::{replay_file, ReplayStats};
-use hermes_otel::report::Report;
-use hermes_otel::store::Store;
+use hermes_meter::hook::DecodeOptions;
+use hermes_meter::replay::{replay_file, ReplayStats};
+use hermes_meter::report::Report;
+use hermes_meter::store::Store;
 use jiff::tz::TimeZone;
 use serde_json::Value;
 
@@ -386,7 +386,7 @@ fn report_json_streams_the_report_that_lists_every_session() {
         for zone in ["UTC", "Asia/Kathmandu", "Australia/Lord_Howe"] {
             let tz = TimeZone::get(zone).expect("zone");
             for (since, until) in windows {
-                let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-otel"));
+                let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-meter"));
                 cmd.arg("--home").arg(dir).args(["report", "--json", "--tz", zone]);
                 if let Some(t) = since {
                     cmd.args(["--since", &stamp(t)]);
@@ -394,7 +394,7 @@ fn report_json_streams_the_report_that_lists_every_session() {
                 if let Some(t) = until {
                     cmd.args(["--until", &stamp(t)]);
                 }
-                let out = cmd.output().expect("run hermes-otel report");
+                let out = cmd.output().expect("run hermes-meter report");
                 assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
                 let printed = String::from_utf8(out.stdout).expect("UTF-8");
                 let listed = store

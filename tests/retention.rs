@@ -7,12 +7,12 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hermes_otel::bridge::{Bridge, BridgeConfig};
-use hermes_otel::hook::DecodeOptions;
-use hermes_otel::pricing::PriceTable;
-use hermes_otel::replay::{replay_file, ReplayStats};
-use hermes_otel::report::Totals;
-use hermes_otel::store::{pruned, Store};
+use hermes_meter::bridge::{Bridge, BridgeConfig};
+use hermes_meter::hook::DecodeOptions;
+use hermes_meter::pricing::PriceTable;
+use hermes_meter::replay::{replay_file, ReplayStats};
+use hermes_meter::report::Totals;
+use hermes_meter::store::{pruned, Store};
 
 #[path = "support/stream.rs"]
 mod stream;
@@ -102,7 +102,7 @@ fn pruning_the_journal_keeps_reports_budgets_and_re_export_exact() {
     let unanswered = "SELECT COUNT(*) FROM api_requests a
         WHERE NOT EXISTS (SELECT 1 FROM llm_calls l WHERE l.api_request_id = a.api_request_id)";
     let open_before = count(&store, unanswered);
-    let horizon = hermes_otel::unix_now() - 28.0 * DAY;
+    let horizon = hermes_meter::unix_now() - 28.0 * DAY;
     let old_calls = count(
         &store,
         &format!("SELECT COUNT(*) FROM llm_calls WHERE ended_at < {horizon}"),
@@ -143,7 +143,7 @@ fn an_event_replayed_after_its_key_was_pruned_is_not_counted_twice() {
     replay(&mut store, &recent_copy, false);
     let before = totals(&store);
     let budgets = budget_rows(&store);
-    prune_all(&mut store, hermes_otel::unix_now() - 28.0 * DAY);
+    prune_all(&mut store, hermes_meter::unix_now() - 28.0 * DAY);
 
     // The old stream comes back (a replayed file, a spool recovered late):
     // its keys are gone, so every event of it is refused and counted.
@@ -176,7 +176,7 @@ fn spans_nobody_accepted_within_retention_leave_the_outbox_and_stay_exportable()
     let mut expired = 0;
     loop {
         let n = store
-            .expire_outbox(hermes_otel::unix_now() - 28.0 * DAY, 7)
+            .expire_outbox(hermes_meter::unix_now() - 28.0 * DAY, 7)
             .expect("expire");
         expired += n as i64;
         if n == 0 {
@@ -225,15 +225,15 @@ fn the_kept_row_counts_equal_the_tables() {
     let mut store = open(dir.path());
     replay(&mut store, &stream(dir.path(), 1, 60.0), false);
     replay(&mut store, &stream(dir.path(), 2, 0.0), true);
-    store.close_idle_runs(hermes_otel::unix_now(), 3600.0).expect("idle");
-    prune_all(&mut store, hermes_otel::unix_now() - 28.0 * DAY);
+    store.close_idle_runs(hermes_meter::unix_now(), 3600.0).expect("idle");
+    prune_all(&mut store, hermes_meter::unix_now() - 28.0 * DAY);
     store
-        .expire_outbox(hermes_otel::unix_now() - 28.0 * DAY, 10)
+        .expire_outbox(hermes_meter::unix_now() - 28.0 * DAY, 10)
         .expect("expire");
     store.outbox_enforce_cap(20, 5).expect("cap");
-    let mut measure = |_: &hermes_otel::store::MetricFact, _: &mut Vec<hermes_otel::store::Increment>| {};
+    let mut measure = |_: &hermes_meter::store::MetricFact, _: &mut Vec<hermes_meter::store::Increment>| {};
     store
-        .fold_metrics(hermes_otel::unix_now(), hermes_otel::unix_now(), 30, &mut measure)
+        .fold_metrics(hermes_meter::unix_now(), hermes_meter::unix_now(), 30, &mut measure)
         .expect("fold");
     for table in stream::COUNTED_TABLES {
         assert_eq!(
@@ -255,7 +255,7 @@ fn the_kept_row_counts_equal_the_tables() {
 #[test]
 fn the_writer_sweep_prunes_folds_and_caps_with_no_exporter() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let store_dir = dir.path().join("otel");
+    let store_dir = dir.path().join("meter");
     let mut store = open(&store_dir);
     let old = replay(&mut store, &stream(dir.path(), 1, 60.0), false);
     replay(&mut store, &stream(dir.path(), 2, 60.0), false);
@@ -265,9 +265,9 @@ fn the_writer_sweep_prunes_folds_and_caps_with_no_exporter() {
 
     let home = store_dir.display().to_string();
     let config = BridgeConfig::from_vars(|name| match name {
-        "HERMES_OTEL_HOME" => Some(home.clone().into()),
+        "HERMES_METER_HOME" => Some(home.clone().into()),
         "OTEL_TRACES_EXPORTER" => Some("none".into()),
-        "HERMES_OTEL_OUTBOX_MAX_ROWS" => Some("3".into()),
+        "HERMES_METER_OUTBOX_MAX_ROWS" => Some("3".into()),
         _ => None,
     });
     assert_eq!(config.outbox_max_rows, 3);
@@ -285,7 +285,7 @@ fn the_writer_sweep_prunes_folds_and_caps_with_no_exporter() {
         );
         // Report rollups reach five minutes ago (within a quarter hour).
         let rolled = store.rolled_until().expect("rollup mark") as f64;
-        let rolled_up = rolled >= hermes_otel::unix_now() - 300.0 - 900.0;
+        let rolled_up = rolled >= hermes_meter::unix_now() - 300.0 - 900.0;
         // The newest journal row stays (its seq is never reused).
         if journal <= 1 && outbox <= 3 && log == 0 && answered == 0 && rolled_up {
             break;
@@ -327,7 +327,7 @@ fn a_new_store_gives_freed_pages_back_a_step_at_a_time() {
     for copy in 1..=4 {
         replay(&mut store, &stream(dir.path(), copy, 60.0), false);
     }
-    prune_all(&mut store, hermes_otel::unix_now() - 28.0 * DAY);
+    prune_all(&mut store, hermes_meter::unix_now() - 28.0 * DAY);
     let pages = count(&store, "PRAGMA page_count");
     let free = count(&store, "PRAGMA freelist_count");
     assert!(free > 20, "pruning freed pages ({free})");
@@ -348,15 +348,15 @@ fn a_new_store_gives_freed_pages_back_a_step_at_a_time() {
 }
 
 /// A store created before incremental auto-vacuum was the default gets it,
-/// and its freed space back, from `hermes-otel compact`.
+/// and its freed space back, from `hermes-meter compact`.
 #[test]
 fn compact_gives_an_older_store_its_space_back_and_turns_on_incremental_vacuum() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let store_dir = dir.path().join("otel");
+    let store_dir = dir.path().join("meter");
     std::fs::create_dir_all(&store_dir).expect("dir");
     {
         // A table first: auto-vacuum can no longer change without a VACUUM.
-        let conn = rusqlite::Connection::open(store_dir.join("hermes-otel.db")).expect("raw open");
+        let conn = rusqlite::Connection::open(store_dir.join("hermes-meter.db")).expect("raw open");
         conn.execute_batch("CREATE TABLE before_9 (x)").expect("table");
     }
     let mut store = open(&store_dir);
@@ -365,14 +365,14 @@ fn compact_gives_an_older_store_its_space_back_and_turns_on_incremental_vacuum()
         replay(&mut store, &stream(dir.path(), copy, 60.0), false);
     }
     let before = totals(&store);
-    prune_all(&mut store, hermes_otel::unix_now() - 28.0 * DAY);
+    prune_all(&mut store, hermes_meter::unix_now() - 28.0 * DAY);
     assert_eq!(
         store.vacuum_step(0, 16).expect("step"),
         0,
         "nothing to do without the mode"
     );
     drop(store);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-meter"))
         .args(["--home", &store_dir.display().to_string(), "compact"])
         .output()
         .expect("run compact");
@@ -393,9 +393,9 @@ fn a_rebuild_after_pruning_keeps_the_ledger_the_journal_no_longer_holds() {
     let mut store = open(&dir.path().join("old"));
     replay(&mut store, &stream(dir.path(), 1, 60.0), false);
     replay(&mut store, &stream(dir.path(), 2, 0.0), false);
-    prune_all(&mut store, hermes_otel::unix_now() - 28.0 * DAY);
+    prune_all(&mut store, hermes_meter::unix_now() - 28.0 * DAY);
     // As the rebuild does, so both have closed the same idle runs.
-    store.close_idle_runs(hermes_otel::unix_now(), 3600.0).expect("idle");
+    store.close_idle_runs(hermes_meter::unix_now(), 3600.0).expect("idle");
     let before = totals(&store);
     let budgets = budget_rows(&store);
     let runs = count(&store, "SELECT COUNT(*) FROM runs");
@@ -405,7 +405,7 @@ fn a_rebuild_after_pruning_keeps_the_ledger_the_journal_no_longer_holds() {
 
     let mut rebuilt = open(&dir.path().join("new"));
     let report = rebuilt
-        .rebuild_from(&damaged, 3600.0, hermes_otel::unix_now())
+        .rebuild_from(&damaged, 3600.0, hermes_meter::unix_now())
         .expect("rebuild");
     assert!(report.unreadable.is_empty(), "{report:?}");
     assert_eq!(totals(&rebuilt), before);
@@ -440,17 +440,17 @@ fn a_rebuild_after_pruning_keeps_the_ledger_the_journal_no_longer_holds() {
 #[test]
 fn status_counts_what_was_pruned_and_refused() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let store_dir = dir.path().join("otel");
+    let store_dir = dir.path().join("meter");
     let mut store = open(&store_dir);
     let old_copy = stream(dir.path(), 1, 60.0);
     let old = replay(&mut store, &old_copy, false);
     replay(&mut store, &stream(dir.path(), 2, 0.0), false);
-    let pruned = prune_all(&mut store, hermes_otel::unix_now() - 28.0 * DAY);
+    let pruned = prune_all(&mut store, hermes_meter::unix_now() - 28.0 * DAY);
     replay(&mut store, &old_copy, false);
     drop(store);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-meter"))
         .args(["--home", &store_dir.display().to_string(), "status", "--json"])
-        .env("HERMES_OTEL_RETENTION_OUTBOX_DAYS", "7")
+        .env("HERMES_METER_RETENTION_OUTBOX_DAYS", "7")
         .output()
         .expect("run status");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -463,9 +463,9 @@ fn status_counts_what_was_pruned_and_refused() {
     let settings = r["settings"].as_array().expect("settings");
     let outbox = settings
         .iter()
-        .find(|s| s["name"] == "HERMES_OTEL_RETENTION_OUTBOX_DAYS")
+        .find(|s| s["name"] == "HERMES_METER_RETENTION_OUTBOX_DAYS")
         .expect("outbox setting");
     assert_eq!(outbox["value"], "7 days");
-    assert_eq!(outbox["source"], "env HERMES_OTEL_RETENTION_OUTBOX_DAYS");
+    assert_eq!(outbox["source"], "env HERMES_METER_RETENTION_OUTBOX_DAYS");
     assert_eq!(v["rows"]["journal"].as_u64(), Some((2 * old.applied - pruned) as u64));
 }

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use hermes_otel::hook::{decode, DecodeOptions, Decoded, Hook, HookEvent};
-use hermes_otel::store::{EventContext, SentSession, SpanKind, Store};
+use hermes_meter::hook::{decode, DecodeOptions, Decoded, Hook, HookEvent};
+use hermes_meter::store::{EventContext, SentSession, SpanKind, Store};
 
 #[path = "support/stream.rs"]
 mod stream;
@@ -27,7 +27,7 @@ fn events(copies: std::ops::Range<usize>, spread_days: f64) -> Vec<HookEvent> {
     for c in copies {
         let text = stream::session_copy(&lines, c, -(c as f64) * spread_days * DAY);
         for line in text.lines() {
-            let Some(rec) = hermes_otel::replay::parse_line(line, false).expect("line") else {
+            let Some(rec) = hermes_meter::replay::parse_line(line, false).expect("line") else {
                 continue;
             };
             if let Decoded::Event(e, _) = decode(&rec.hook, &rec.kwargs, rec.t.unwrap_or(0.0), DecodeOptions::default())
@@ -66,7 +66,7 @@ fn random_walk(seed: u64, steps: usize) {
     let mut store = Store::open(&dir.path().join("walk.db")).expect("open");
     let pool = events(0..4, 9.0);
     let ctx = EventContext::default();
-    let now = hermes_otel::unix_now();
+    let now = hermes_meter::unix_now();
     let mut next = 0;
     let mut what = Vec::new();
     for step in 0..steps {
@@ -166,7 +166,7 @@ fn random_walk(seed: u64, steps: usize) {
                 what.push(format!("step {step}: {} sessions exited", names.len()));
             }
             _ => {
-                let mut measure = |_: &hermes_otel::store::MetricFact, _: &mut Vec<hermes_otel::store::Increment>| {};
+                let mut measure = |_: &hermes_meter::store::MetricFact, _: &mut Vec<hermes_meter::store::Increment>| {};
                 let folded = store
                     .fold_metrics(now, now - rng.f64() * DAY, rng.usize(1..200), &mut measure)
                     .expect("fold");
@@ -243,7 +243,7 @@ fn child(dir: &Path) -> ! {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let now = hermes_otel::unix_now();
+    let now = hermes_meter::unix_now();
     for k in 0.. {
         // Copies spread over ten days, so the prune below deletes some
         // journal rows and the horizon refuses some events.

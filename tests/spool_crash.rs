@@ -11,11 +11,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use hermes_otel::bridge::{Bridge, BridgeConfig, Outcome};
-use hermes_otel::hook::{self, decode, DecodeOptions, Decoded};
-use hermes_otel::replay::parse_line;
-use hermes_otel::spool;
-use hermes_otel::store::{EventContext, Store};
+use hermes_meter::bridge::{Bridge, BridgeConfig, Outcome};
+use hermes_meter::hook::{self, decode, DecodeOptions, Decoded};
+use hermes_meter::replay::parse_line;
+use hermes_meter::spool;
+use hermes_meter::store::{EventContext, Store};
 
 const CHILD: &str = "SPOOL_CRASH_CHILD";
 
@@ -24,7 +24,7 @@ fn fixture() -> PathBuf {
 }
 
 fn child(dir: &Path) -> ! {
-    let blocker = rusqlite::Connection::open(dir.join(hermes_otel::store::DB_FILE_NAME)).expect("open blocker");
+    let blocker = rusqlite::Connection::open(dir.join(hermes_meter::store::DB_FILE_NAME)).expect("open blocker");
     let mut config = BridgeConfig::new(dir.to_path_buf());
     config.hook_wait = std::time::Duration::from_millis(5);
     let bridge = Bridge::start(config);

@@ -29,10 +29,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use hermes_otel::bridge::{Bridge, BridgeConfig, Gate, Verdict};
-use hermes_otel::hook::HookEvent;
-use hermes_otel::spool;
-use hermes_otel::store::Store;
+use hermes_meter::bridge::{Bridge, BridgeConfig, Gate, Verdict};
+use hermes_meter::hook::HookEvent;
+use hermes_meter::spool;
+use hermes_meter::store::Store;
 use serde_json::json;
 
 const CHILD: &str = "DURABILITY_CHILD";
@@ -120,7 +120,7 @@ fn child(dir: &Path) -> ! {
         if mode == "flush" && n == calls / 2 {
             // The writer cannot commit from here on for a while: the exit
             // flush below may run out of time.
-            let db = dir.join(hermes_otel::store::DB_FILE_NAME);
+            let db = dir.join(hermes_meter::store::DB_FILE_NAME);
             let hold = Duration::from_millis(rng.u64(0..60));
             let (locked, taken) = std::sync::mpsc::channel();
             std::thread::spawn(move || {
@@ -183,11 +183,11 @@ fn left_in_spools(dir: &Path) -> Left {
     let Ok(files) = std::fs::read_dir(dir.join(spool::SPOOL_DIR_NAME)) else {
         return left;
     };
-    let store = Store::open(&dir.join(hermes_otel::store::DB_FILE_NAME)).expect("open");
+    let store = Store::open(&dir.join(hermes_meter::store::DB_FILE_NAME)).expect("open");
     for file in files {
         let text = std::fs::read_to_string(file.expect("entry").path()).expect("spool");
         for line in text.lines() {
-            let record = hermes_otel::replay::parse_line(line, false)
+            let record = hermes_meter::replay::parse_line(line, false)
                 .expect("a whole spool line")
                 .expect("a record");
             let id = record.kwargs["api_request_id"].as_str().expect("id").to_string();
@@ -242,7 +242,7 @@ fn verify(dir: &Path, what: &str) -> Left {
 }
 
 fn rounds() -> u64 {
-    std::env::var("HERMES_OTEL_CRASH_ITERATIONS")
+    std::env::var("HERMES_METER_CRASH_ITERATIONS")
         .ok()
         .and_then(|v| v.parse().ok())
         .map(|n: u64| n.max(1))

@@ -2,7 +2,7 @@
 //! read-only store, a corrupt store file. Through each, hooks keep their
 //! latency bound (or fail open), nothing raises, one message says what
 //! happened, the bridge recovers by itself once the fault clears, the events
-//! kept meanwhile land, and `<store>/health.json` (what `hermes-otel status`
+//! kept meanwhile land, and `<store>/health.json` (what `hermes-meter status`
 //! shows) records it.
 //!
 //! Reading commands (`report`, `trace`, `status`, `doctor`) work on a
@@ -24,13 +24,13 @@ mod hooks;
 use cli::cli_as;
 use hooks::call;
 
-use hermes_otel::bridge::{
+use hermes_meter::bridge::{
     Bridge, BridgeConfig, Message, Outcome, DEFAULT_FLUSH_TIMEOUT, EXIT_EVENTS_LOST, EXIT_LEFT_IN_SPOOL,
 };
-use hermes_otel::budget::BudgetGate;
-use hermes_otel::health::{self, FaultKind};
-use hermes_otel::spool;
-use hermes_otel::store::{Store, DB_FILE_NAME};
+use hermes_meter::budget::BudgetGate;
+use hermes_meter::health::{self, FaultKind};
+use hermes_meter::spool;
+use hermes_meter::store::{Store, DB_FILE_NAME};
 use serde_json::json;
 
 /// The hook wait of these bridges: what a gating hook may spend.
@@ -220,7 +220,7 @@ fn a_full_disk_fails_open_with_one_line_and_the_bridge_resumes_when_space_frees(
             return;
         }
     };
-    let dir = mnt.join("otel");
+    let dir = mnt.join("meter");
     let bridge = Bridge::start(config(&dir));
     assert_eq!(bridge.store_problem(), None);
     assert_eq!(llm_call(&bridge, "before", 0).0, Outcome::Queued);
@@ -312,7 +312,7 @@ fn chattr(mut paths: Vec<PathBuf>, on: bool) -> Result<(), String> {
 #[test]
 fn a_store_made_read_only_under_a_running_bridge_fails_open_and_recovers() {
     let root = tempfile::tempdir().expect("temp dir");
-    let dir = root.path().join("otel");
+    let dir = root.path().join("meter");
     let bridge = Bridge::start(config(&dir));
     assert_eq!(llm_call(&bridge, "before", 0).0, Outcome::Queued);
     assert!(bridge.flush(Duration::from_secs(10)));
@@ -352,7 +352,7 @@ fn a_store_made_read_only_under_a_running_bridge_fails_open_and_recovers() {
 fn a_store_on_a_read_only_mount_at_start_is_retried_until_it_is_writable() {
     let root = tempfile::tempdir().expect("temp dir");
     let src = root.path().join("src");
-    let dir = root.path().join("otel");
+    let dir = root.path().join("meter");
     drop(Store::open_dir(&src).expect("create the store"));
     let mount = match Mount::bind(&src, &dir) {
         Ok(m) => m,
@@ -388,7 +388,7 @@ fn bytes(path: &Path) -> Vec<u8> {
 #[test]
 fn a_corrupt_store_is_kept_untouched_and_a_replaced_one_is_picked_up() {
     let root = tempfile::tempdir().expect("temp dir");
-    let dir = root.path().join("otel");
+    let dir = root.path().join("meter");
     drop(Store::open_dir(&dir).expect("create the store"));
     let db = dir.join(DB_FILE_NAME);
     // Garbage over the header (and the first page).
@@ -440,7 +440,7 @@ fn a_hermes_process_makes_no_new_store_beside_a_damaged_one_kept_aside() {
     // `doctor --rebuild` kept the damaged store aside and did not finish:
     // a new store would report nothing spent and split the history.
     let root = tempfile::tempdir().expect("temp dir");
-    let dir = root.path().join("otel");
+    let dir = root.path().join("meter");
     drop(Store::open_dir(&dir).expect("create the store"));
     let db = dir.join(DB_FILE_NAME);
     let aside = dir.join(format!("{DB_FILE_NAME}.damaged-1796002700"));
@@ -471,7 +471,7 @@ fn a_hermes_process_makes_no_new_store_beside_a_damaged_one_kept_aside() {
 #[test]
 fn garbage_over_random_pages_never_reaches_a_hook() {
     let root = tempfile::tempdir().expect("temp dir");
-    let dir = root.path().join("otel");
+    let dir = root.path().join("meter");
     {
         let bridge = Bridge::start(config(&dir));
         for n in 0..300 {
@@ -590,7 +590,7 @@ fn small_disk_bridge(root: &Path) -> Option<(Mount, PathBuf, PathBuf, Bridge)> {
             return None;
         }
     };
-    let dir = mnt.join("otel");
+    let dir = mnt.join("meter");
     let bridge = slow_retry_bridge(&dir);
     Some((mount, mnt, dir, bridge))
 }
@@ -632,7 +632,7 @@ fn an_exit_flush_moments_after_a_full_disk_frees_tries_the_store_again_and_loses
 #[test]
 fn an_exit_flush_on_a_store_still_down_says_how_many_events_the_spool_keeps_for_the_next_process() {
     let root = tempfile::tempdir().expect("temp dir");
-    let dir = root.path().join("otel");
+    let dir = root.path().join("meter");
     let bridge = slow_retry_bridge(&dir);
     let store_files = db_files(&dir);
     if !made_immutable(&store_files) {
@@ -670,7 +670,7 @@ fn an_exit_flush_on_a_store_still_down_says_how_many_events_the_spool_keeps_for_
 #[test]
 fn events_neither_the_store_nor_the_spool_takes_are_counted_at_exit_in_health_and_status() {
     let root = tempfile::tempdir().expect("temp dir");
-    let dir = root.path().join("otel");
+    let dir = root.path().join("meter");
     let bridge = slow_retry_bridge(&dir);
     let mut files = db_files(&dir);
     files.extend(
@@ -703,9 +703,9 @@ fn events_neither_the_store_nor_the_spool_takes_are_counted_at_exit_in_health_an
     assert_eq!(mine[0].count, 4);
     assert!(mine[0].reason.contains("read_only"), "{}", mine[0].reason);
     drop(bridge);
-    let out = Command::new(env!("CARGO_BIN_EXE_hermes-otel"))
+    let out = Command::new(env!("CARGO_BIN_EXE_hermes-meter"))
         .arg("status")
-        .env("HERMES_OTEL_HOME", &dir)
+        .env("HERMES_METER_HOME", &dir)
         .output()
         .expect("status");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -774,7 +774,7 @@ enum ReadOnly {
 /// A store with the fixtures of one session replayed, made read-only as
 /// `what` says, and the user to run the commands as.
 fn read_only_store(root: &Path, what: ReadOnly) -> (PathBuf, Option<u32>, String) {
-    let home = root.join("otel");
+    let home = root.join("meter");
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/multi_turn.jsonl");
     let (code, out, err) = cli_as(&home, None, &["replay", &fixture.display().to_string()]);
     assert_eq!(code, 0, "{out}{err}");
@@ -862,7 +862,7 @@ fn reading_commands_work_on_a_store_on_a_read_only_mount() {
     let (code, out, err) = cli_as(&src, None, &["replay", &fixture.display().to_string()]);
     assert_eq!(code, 0, "{out}{err}");
     let (_, before, _) = cli_as(&src, None, &["report", "--json"]);
-    let home = root.path().join("otel");
+    let home = root.path().join("meter");
     let mount = match Mount::bind(&src, &home) {
         Ok(m) => m,
         Err(e) => {

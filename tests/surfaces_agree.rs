@@ -19,12 +19,12 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hermes_otel::export::{ExportConfig, ExportOverrides, Exporter, MetricExporter, MetricsConfig, MetricsOverrides};
-use hermes_otel::hook::DecodeOptions;
-use hermes_otel::metrics::AllowList;
-use hermes_otel::replay::{replay_file, ReplayStats};
-use hermes_otel::semconv::{attr, metric as m};
-use hermes_otel::store::Store;
+use hermes_meter::export::{ExportConfig, ExportOverrides, Exporter, MetricExporter, MetricsConfig, MetricsOverrides};
+use hermes_meter::hook::DecodeOptions;
+use hermes_meter::metrics::AllowList;
+use hermes_meter::replay::{replay_file, ReplayStats};
+use hermes_meter::semconv::{attr, metric as m};
+use hermes_meter::store::Store;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
@@ -81,7 +81,7 @@ fn agree(what: &str, fixture: &str, a: &Counts, b: &Counts) {
     }
 }
 
-/// What `hermes-otel report` prints, from the rollups a running Hermes's
+/// What `hermes-meter report` prints, from the rollups a running Hermes's
 /// sweep builds (all of them here), as the other surfaces are read.
 fn report_counts(store: &mut Store) -> Counts {
     while store.roll_up(1e12).expect("roll up").more {}
@@ -315,7 +315,7 @@ fn replay(store: &mut Store, file: &Path) {
     let dir = tempfile::tempdir().expect("temp dir");
     let pricing = dir.path().join("pricing.toml");
     std::fs::write(&pricing, "[models.\"mock-model\"]\ninput = 3.0\noutput = 15.0\n").expect("pricing");
-    store.set_prices(hermes_otel::pricing::PriceTable::load(&pricing).expect("prices"));
+    store.set_prices(hermes_meter::pricing::PriceTable::load(&pricing).expect("prices"));
     let mut stats = ReplayStats::default();
     replay_file(store, file, DecodeOptions::default(), &mut stats).expect("replay");
     assert!(stats.bad_lines.is_empty(), "{:?}", stats.bad_lines);
@@ -360,7 +360,7 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
     for file in files {
         let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
         let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("hermes-otel.db");
+        let path = dir.path().join("hermes-meter.db");
         let mut store = Store::open(&path).expect("open");
         replay(&mut store, &file);
 
@@ -370,8 +370,8 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
             ExportOverrides::default(),
             env(&[
                 ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", traces.grpc_endpoint()),
-                ("HERMES_OTEL_SESSION_GRACE_SECONDS", "0".into()),
-                ("HERMES_OTEL_IDLE_TIMEOUT_SECONDS", "60".into()),
+                ("HERMES_METER_SESSION_GRACE_SECONDS", "0".into()),
+                ("HERMES_METER_IDLE_TIMEOUT_SECONDS", "60".into()),
             ]),
         );
         let mut exporter = Exporter::with_store(config, store).expect("exporter");
@@ -399,7 +399,7 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
         );
 
         // The Prometheus endpoint of `serve`.
-        let server = hermes_otel::export::PrometheusServer::start("127.0.0.1:0", &path, AllowList::default(), 0.0)
+        let server = hermes_meter::export::PrometheusServer::start("127.0.0.1:0", &path, AllowList::default(), 0.0)
             .expect("prometheus endpoint");
         let prometheus = prometheus_counts(&scrape(server.addr()));
         drop(server);
@@ -411,7 +411,7 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
             MetricsOverrides::default(),
             env(&[
                 ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", metrics_receiver.grpc_endpoint()),
-                ("HERMES_OTEL_SESSION_GRACE_SECONDS", "0".into()),
+                ("HERMES_METER_SESSION_GRACE_SECONDS", "0".into()),
             ]),
         );
         let mut metrics = MetricExporter::with_store(metrics_config, store).expect("metric exporter");
@@ -423,11 +423,11 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
         // The viewer's index, all time, as `/api/sessions` answers it: the
         // totals of every session (input with cache reads and writes, as
         // the index shows it).
-        let ui = hermes_otel::ui::UiServer::start(hermes_otel::ui::UiConfig {
+        let ui = hermes_meter::ui::UiServer::start(hermes_meter::ui::UiConfig {
             listen: "127.0.0.1:0".into(),
             store_dir: dir.path().to_path_buf(),
             token: None,
-            span_options: hermes_otel::span::SpanOptions::default(),
+            span_options: hermes_meter::span::SpanOptions::default(),
             base: String::new(),
         })
         .expect("viewer");

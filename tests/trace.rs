@@ -1,4 +1,4 @@
-//! `hermes-otel trace`: the recorded fixtures replayed into a store through
+//! `hermes-meter trace`: the recorded fixtures replayed into a store through
 //! the real binary, and the tree it prints held to exact nesting and
 //! numbers, and to the spans the exporter sends for the same store.
 
@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use hermes_otel::export::{hex, ExportConfig, ExportOverrides, Exporter};
+use hermes_meter::export::{hex, ExportConfig, ExportOverrides, Exporter};
 use serde_json::Value;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
-const BIN: &str = env!("CARGO_BIN_EXE_hermes-otel");
+const BIN: &str = env!("CARGO_BIN_EXE_hermes-meter");
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(FIXTURES).join(format!("{name}.jsonl"))
@@ -27,9 +27,9 @@ fn cli(home: &Path, args: &[&str]) -> Output {
         .arg(home)
         .args(args)
         .env_remove("NO_COLOR")
-        .env_remove("HERMES_OTEL_TRACE_MODE")
+        .env_remove("HERMES_METER_TRACE_MODE")
         .output()
-        .expect("run hermes-otel")
+        .expect("run hermes-meter")
 }
 
 fn replayed(names: &[&str]) -> tempfile::TempDir {
@@ -162,7 +162,7 @@ fn cache_tokens_count_as_input() {
     let cached = chat["cache_read_tokens"].as_i64().expect("cache read");
     assert!(cached > 0, "the fixture reads from the cache");
     // Hermes's input_tokens excludes the cache; the tree's includes it.
-    let db = rusqlite::Connection::open(home.path().join("hermes-otel.db")).expect("db");
+    let db = rusqlite::Connection::open(home.path().join("hermes-meter.db")).expect("db");
     let (input, read, write): (i64, i64, i64) = db
         .query_row(
             "SELECT input_tokens, cache_read_tokens, cache_write_tokens FROM llm_calls WHERE api_request_id = ?1",
@@ -259,7 +259,7 @@ fn trees_match_the_export(home: &Path) -> usize {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     let config = ExportConfig::resolve(ExportOverrides::default(), move |k| map.get(k).cloned());
-    let mut exporter = Exporter::new(config, &home.join("hermes-otel.db")).expect("exporter");
+    let mut exporter = Exporter::new(config, &home.join("hermes-meter.db")).expect("exporter");
     let sent = exporter
         .export_history(0.0, Instant::now() + Duration::from_secs(30))
         .expect("export history");
@@ -282,7 +282,7 @@ fn trees_match_the_export(home: &Path) -> usize {
         .collect();
 
     // Every root session's tree (subagents come inside their parents').
-    let db = rusqlite::Connection::open(home.join("hermes-otel.db")).expect("db");
+    let db = rusqlite::Connection::open(home.join("hermes-meter.db")).expect("db");
     let roots: Vec<String> = db
         .prepare("SELECT session_id FROM runs WHERE parent_session_id IS NULL")
         .expect("prepare")

@@ -18,11 +18,11 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use hermes_otel::bridge::{Bridge, BridgeConfig};
-use hermes_otel::export::{ExportConfig, ExportOverrides, MetricsConfig};
-use hermes_otel::hook::{self, decode, DecodeOptions, Decoded, HOOK_NAMES};
-use hermes_otel::replay::{parse_line, Record};
-use hermes_otel::store::EventContext;
+use hermes_meter::bridge::{Bridge, BridgeConfig};
+use hermes_meter::export::{ExportConfig, ExportOverrides, MetricsConfig};
+use hermes_meter::hook::{self, decode, DecodeOptions, Decoded, HOOK_NAMES};
+use hermes_meter::replay::{parse_line, Record};
+use hermes_meter::store::EventContext;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 
@@ -31,7 +31,7 @@ fn receiver() -> &'static support::Receiver {
     RECEIVER.get_or_init(|| {
         let r = support::grpc(None, None);
         std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", r.grpc_endpoint());
-        std::env::remove_var("HERMES_OTEL_SESSION_GRACE_SECONDS");
+        std::env::remove_var("HERMES_METER_SESSION_GRACE_SECONDS");
         std::env::set_var("OTEL_METRICS_EXPORTER", "none");
         r
     })
@@ -63,7 +63,7 @@ fn process(dir: &Path) -> Bridge {
     config.export = ExportConfig::from_env(ExportOverrides::default());
     config.metrics = MetricsConfig::from_env(ExportOverrides::default());
     let bridge = Bridge::start(config);
-    bridge.set_exporter_factory(Box::new(hermes_otel::export_task::factory));
+    bridge.set_exporter_factory(Box::new(hermes_meter::export_task::factory));
     assert!(bridge.start_exporter(), "the export thread starts");
     bridge
 }
@@ -153,12 +153,12 @@ fn names(spans: &[Span]) -> Vec<String> {
 
 fn store_dir() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("otel");
+    let path = dir.path().join("meter");
     (dir, path)
 }
 
 fn now_shift(records: &[Record]) -> f64 {
-    hermes_otel::unix_now() - records.last().and_then(|r| r.t).expect("t") - 0.5
+    hermes_meter::unix_now() - records.last().and_then(|r| r.t).expect("t") - 0.5
 }
 
 #[test]
@@ -236,7 +236,7 @@ fn a_resumed_session_continues_its_trace_without_sending_the_root_again() {
     let (first, second): (Vec<Record>, Vec<Record>) = recs.into_iter().partition(|r| r.pid == first_pid);
     let (_tmp, dir) = store_dir();
     // Process 1: chat -q, finalized at its end.
-    let shift = hermes_otel::unix_now() - second.last().and_then(|r| r.t).expect("t") - 0.5;
+    let shift = hermes_meter::unix_now() - second.last().and_then(|r| r.t).expect("t") - 0.5;
     let bridge = process(&dir);
     feed(&bridge, &first, shift);
     exit(bridge);

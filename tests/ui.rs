@@ -1,4 +1,4 @@
-//! The viewer (`hermes-otel ui`) over HTTP on loopback: pages, status
+//! The viewer (`hermes-meter ui`) over HTTP on loopback: pages, status
 //! codes, escaping of untrusted text, the access token, refreshing, and
 //! the query plans behind the pages.
 
@@ -7,11 +7,11 @@ mod http_get;
 
 use std::path::{Path, PathBuf};
 
-use hermes_otel::hook::{decode, DecodeOptions, Decoded};
-use hermes_otel::replay::{replay_file, ReplayStats};
-use hermes_otel::span::SpanOptions;
-use hermes_otel::store::{EventContext, SessionFilter, Store};
-use hermes_otel::ui::{UiConfig, UiServer};
+use hermes_meter::hook::{decode, DecodeOptions, Decoded};
+use hermes_meter::replay::{replay_file, ReplayStats};
+use hermes_meter::span::SpanOptions;
+use hermes_meter::store::{EventContext, SessionFilter, Store};
+use hermes_meter::ui::{UiConfig, UiServer};
 use http_get::get;
 use serde_json::{json, Value};
 
@@ -262,7 +262,7 @@ fn with_a_token_the_stylesheet_and_script_need_it_too() {
     for asset in ["/static/app.js", "/static/style.css"] {
         assert_eq!(get(ui.addr(), asset, &[]).status, 401, "{asset} without the token");
         assert_eq!(
-            get(ui.addr(), asset, &[("Cookie", "hermes_otel_ui=wrong")]).status,
+            get(ui.addr(), asset, &[("Cookie", "hermes_meter_ui=wrong")]).status,
             401,
             "{asset}"
         );
@@ -291,16 +291,16 @@ fn the_token_redirect_goes_to_the_configured_base_path_only() {
         store_dir: dir.path().to_path_buf(),
         token: Some("s3cret-token".into()),
         span_options: SpanOptions::default(),
-        base: "/otel/".into(),
+        base: "/meter/".into(),
     })
     .expect("viewer starts");
     let r = get(
         under.addr(),
-        "/otel//evil.example/?token=s3cret-token&day=2026-01-02",
+        "/meter//evil.example/?token=s3cret-token&day=2026-01-02",
         &[],
     );
     assert_eq!(r.status, 303);
-    assert_eq!(r.header("location"), Some("/otel/?day=2026-01-02"));
+    assert_eq!(r.header("location"), Some("/meter/?day=2026-01-02"));
 }
 
 #[test]
@@ -344,7 +344,16 @@ fn the_budgets_page_shows_spend_against_limit_with_its_forecast() {
     drop(empty);
     let home = dir.path().display().to_string();
     assert_eq!(
-        hermes_otel::cli::run(["hermes-otel", "--home", &home, "budget", "set", "global", "daily", "10"]),
+        hermes_meter::cli::run([
+            "hermes-meter",
+            "--home",
+            &home,
+            "budget",
+            "set",
+            "global",
+            "daily",
+            "10"
+        ]),
         0
     );
     let ui = serve(dir.path(), None, "127.0.0.1:0");

@@ -11,11 +11,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use hermes_otel::hook::DecodeOptions;
-use hermes_otel::replay::{replay_file, ReplayStats};
-use hermes_otel::span::SpanOptions;
-use hermes_otel::store::Store;
-use hermes_otel::ui::{UiConfig, UiServer};
+use hermes_meter::hook::DecodeOptions;
+use hermes_meter::replay::{replay_file, ReplayStats};
+use hermes_meter::span::SpanOptions;
+use hermes_meter::store::Store;
+use hermes_meter::ui::{UiConfig, UiServer};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
@@ -97,10 +97,10 @@ fn chromium_renders_the_index_and_a_session_with_every_span_and_no_console_error
         replay_file(&mut store, &file, capture, &mut stats).expect("replay");
     }
     let session = "20261130_013759_e4a976";
-    let trace = hermes_otel::trace::load(&store, session, SpanOptions::default())
+    let trace = hermes_meter::trace::load(&store, session, SpanOptions::default())
         .expect("load")
         .expect("the delegate_sync session");
-    let spans: Vec<String> = hermes_otel::trace::walk(&trace.root)
+    let spans: Vec<String> = hermes_meter::trace::walk(&trace.root)
         .iter()
         .map(|(_, n)| n.span_id.clone())
         .collect();
@@ -175,7 +175,7 @@ fn with_a_token_chromium_loads_the_stylesheet_and_script_with_the_cookie_the_fir
     })
     .expect("viewer");
     let profile = tempfile::tempdir().expect("profile dir");
-    // The address `hermes-otel ui` prints: the viewer answers it with the
+    // The address `hermes-meter ui` prints: the viewer answers it with the
     // cookie and a redirect; the page then loads its script and
     // stylesheet, which need the token too.
     let (dom, console) = browse(

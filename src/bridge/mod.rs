@@ -57,7 +57,7 @@
 //! Meanwhile hooks wait for no commit (except a gating hook on a merely
 //! locked store, up to its bound). Once the store works, the kept events
 //! land first and a `Store.Recovered` message says so. The writer records
-//! what happened in `<store>/health.json` for `hermes-otel status`. A
+//! what happened in `<store>/health.json` for `hermes-meter status`. A
 //! corrupt store file is never touched: it is reopened only once the user
 //! replaced it. [`Bridge::disabled_reason`] is left for what no retry can
 //! fix (the writer thread could not start, the pricing file is invalid).
@@ -236,7 +236,7 @@ impl Bridge {
             },
             Err(e) => Bridge {
                 state: State::Disabled(format!(
-                    "hermes-otel is disabled: cannot open its store in {}: {e}",
+                    "hermes-meter is disabled: cannot open its store in {}: {e}",
                     config.store_dir.display()
                 )),
                 config,
@@ -270,7 +270,7 @@ impl Bridge {
         let quick = gate.quick();
         let writer = Writer::new(config, gate, &prices, Arc::clone(&shared), opened);
         let handle = std::thread::Builder::new()
-            .name("hermes-otel-writer".into())
+            .name("hermes-meter-writer".into())
             .spawn(move || writer.run())
             .map_err(|e| Error::Other(format!("cannot start the writer thread: {e}")))?;
         Ok(Running {
@@ -666,7 +666,7 @@ impl Bridge {
 
     /// Counts one call of our hooks Hermes's dispatcher skipped: `recorded`
     /// when the plugin recorded it anyway. The writer adds the counts to
-    /// the store's health record (`hermes-otel status`).
+    /// the store's health record (`hermes-meter status`).
     pub fn note_hermes_skip(&self, recorded: bool) {
         if let State::Running(run) = &self.state {
             let c = &run.shared.counters;

@@ -30,11 +30,11 @@ fn llm_call(session: &str, n: usize, model: &str) -> HookEvent {
 }
 
 fn config(dir: &std::path::Path) -> BridgeConfig {
-    BridgeConfig::new(dir.join("otel"))
+    BridgeConfig::new(dir.join("meter"))
 }
 
 fn reader(dir: &std::path::Path) -> Store {
-    Store::open_dir(&dir.join("otel")).expect("reader opens the store")
+    Store::open_dir(&dir.join("meter")).expect("reader opens the store")
 }
 
 fn scalar<T: rusqlite::types::FromSql>(store: &Store, sql: &str) -> T {
@@ -47,7 +47,7 @@ struct WriteLock(rusqlite::Connection);
 
 impl WriteLock {
     fn take(dir: &std::path::Path) -> Self {
-        let conn = rusqlite::Connection::open(dir.join("otel").join(crate::store::DB_FILE_NAME)).expect("open");
+        let conn = rusqlite::Connection::open(dir.join("meter").join(crate::store::DB_FILE_NAME)).expect("open");
         conn.execute_batch("BEGIN IMMEDIATE").expect("take the write lock");
         WriteLock(conn)
     }
@@ -351,7 +351,7 @@ fn a_store_that_cannot_be_opened_is_retried_and_hooks_do_not_wait_meanwhile() {
     let dir = tempfile::tempdir().expect("temp dir");
     let not_a_dir = dir.path().join("file");
     std::fs::write(&not_a_dir, b"x").expect("write");
-    let mut cfg = BridgeConfig::new(not_a_dir.join("otel"));
+    let mut cfg = BridgeConfig::new(not_a_dir.join("meter"));
     cfg.store_retry_min = Duration::from_millis(10);
     cfg.store_retry_max = Duration::from_millis(20);
     let bridge = Bridge::start(cfg);
@@ -377,7 +377,7 @@ fn a_store_that_cannot_be_opened_is_retried_and_hooks_do_not_wait_meanwhile() {
     }
     assert_eq!(bridge.store_problem(), None);
     assert!(bridge.flush(Duration::from_secs(5)));
-    let store = Store::open_dir(&not_a_dir.join("otel")).expect("open");
+    let store = Store::open_dir(&not_a_dir.join("meter")).expect("open");
     assert_eq!(
         scalar::<i64>(&store, "SELECT llm_calls FROM runs WHERE session_id = 'd'"),
         1
@@ -543,10 +543,10 @@ fn the_exporter_starts_once_and_stops_with_the_bridge() {
 #[test]
 fn a_store_to_migrate_is_migrated_by_the_writer_while_hooks_go_on() {
     let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::create_dir_all(dir.path().join("otel")).expect("store dir");
-    let db = dir.path().join("otel").join(crate::store::DB_FILE_NAME);
+    std::fs::create_dir_all(dir.path().join("meter")).expect("store dir");
+    let db = dir.path().join("meter").join(crate::store::DB_FILE_NAME);
     Store::create_at_version(&db, crate::store::SCHEMA_VERSION as usize - 1);
-    assert!(Store::migration_due(&dir.path().join("otel")));
+    assert!(Store::migration_due(&dir.path().join("meter")));
     let lock = WriteLock::take(dir.path());
     let started = Instant::now();
     let bridge = Bridge::start(config(dir.path()));
@@ -565,7 +565,7 @@ fn a_store_to_migrate_is_migrated_by_the_writer_while_hooks_go_on() {
     assert!(flushed, "{:?} {:?}", bridge.store_problem(), bridge.stats());
     let store = reader(dir.path());
     assert_eq!(store.schema_version().expect("version"), crate::store::SCHEMA_VERSION);
-    assert!(!Store::migration_due(&dir.path().join("otel")));
+    assert!(!Store::migration_due(&dir.path().join("meter")));
     assert_eq!(
         scalar::<i64>(&store, "SELECT llm_calls FROM runs WHERE session_id = 'm'"),
         1
@@ -578,7 +578,7 @@ fn a_store_to_migrate_is_migrated_by_the_writer_while_hooks_go_on() {
 #[test]
 fn an_empty_spool_of_an_ended_process_is_removed_without_a_message() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let spool_dir = dir.path().join("otel").join(crate::spool::SPOOL_DIR_NAME);
+    let spool_dir = dir.path().join("meter").join(crate::spool::SPOOL_DIR_NAME);
     std::fs::create_dir_all(&spool_dir).expect("spool dir");
     let empty = spool_dir.join("ended-empty.jsonl");
     std::fs::write(&empty, b"").expect("empty spool");

@@ -145,11 +145,11 @@ impl Limits {
         for w in Window::ALL {
             if let Some(v) = self.get(w) {
                 // A limit of 0 would block every call, which nobody means;
-                // no limit is written as no key (`hermes-otel budget rm`).
+                // no limit is written as no key (`hermes-meter budget rm`).
                 if !v.is_finite() || v <= 0.0 {
                     return Err(format!(
                         "{what}.{w}: a limit must be more than 0 USD, not {v} \
-                         (to have no limit, remove the key: hermes-otel budget rm)"
+                         (to have no limit, remove the key: hermes-meter budget rm)"
                     ));
                 }
             }
@@ -203,7 +203,7 @@ pub struct BudgetConfig {
     pub soften_estimated: bool,
     /// Limits by scope (`Global` uses the default only).
     pub scopes: BTreeMap<Scope, ScopeLimits>,
-    /// Spend is the fleet's (`HERMES_OTEL_FLEET_URL`): set by whoever loads
+    /// Spend is the fleet's (`HERMES_METER_FLEET_URL`): set by whoever loads
     /// the file, never by the file.
     pub fleet: bool,
 }
@@ -374,10 +374,10 @@ impl Budget {
     /// The command that raises this budget's limit.
     pub fn raise_command(&self) -> String {
         if self.scope == Scope::Global {
-            format!("hermes-otel budget set global {} <usd>", self.window)
+            format!("hermes-meter budget set global {} <usd>", self.window)
         } else {
             format!(
-                "hermes-otel budget set {} {} {} <usd>",
+                "hermes-meter budget set {} {} {} <usd>",
                 self.scope, self.id, self.window
             )
         }

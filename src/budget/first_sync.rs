@@ -30,10 +30,10 @@ use std::time::{Duration, Instant};
 pub const FIRST_SYNC_WAIT: Duration = Duration::from_secs(2);
 
 /// The variable that sets [`Unsynced`] (resolved in `config/fleet.rs`).
-pub const UNSYNCED_ENV: &str = "HERMES_OTEL_FLEET_UNSYNCED";
+pub const UNSYNCED_ENV: &str = "HERMES_METER_FLEET_UNSYNCED";
 
 /// What fleet budgets do on a host whose store has not synced yet, once
-/// [`FIRST_SYNC_WAIT`] passed (`HERMES_OTEL_FLEET_UNSYNCED`).
+/// [`FIRST_SYNC_WAIT`] passed (`HERMES_METER_FLEET_UNSYNCED`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Unsynced {
     /// Block tool and LLM calls (enforce mode) until the first sync: the

@@ -51,7 +51,7 @@ const MAX_ALERTS_PER_TURN: usize = 5;
 /// The [`Gate`] that enforces `budgets.toml`.
 pub struct BudgetGate {
     pub(super) path: PathBuf,
-    /// `HERMES_OTEL_BUDGET_MODE`, which wins over the file's `mode`.
+    /// `HERMES_METER_BUDGET_MODE`, which wins over the file's `mode`.
     pub(super) env_mode: Option<BudgetMode>,
     pub(super) cfg: BudgetConfig,
     /// The file's (mtime, len) when loaded; `None` when it did not exist.
@@ -70,7 +70,7 @@ pub struct BudgetGate {
     pub(super) next_universal: Instant,
     /// The clock, replaceable in tests.
     pub(super) clock: fn() -> f64,
-    /// Budgets are the fleet's (`HERMES_OTEL_FLEET_URL` is set).
+    /// Budgets are the fleet's (`HERMES_METER_FLEET_URL` is set).
     pub(super) fleet: bool,
     /// The store's fleet view version the quick view was measured against.
     pub(super) fleet_version: i64,
@@ -136,7 +136,7 @@ impl BudgetGate {
     }
 
     /// The gate for a bridge: the file in its store directory, the mode
-    /// override (`HERMES_OTEL_BUDGET_MODE`, resolved by `crate::config`)
+    /// override (`HERMES_METER_BUDGET_MODE`, resolved by `crate::config`)
     /// and whether a fleet's spend counts.
     pub fn for_store_dir(store_dir: &std::path::Path, mode: Option<BudgetMode>, fleet: bool) -> Self {
         Self::new(store_dir.join(budget::BUDGETS_FILE_NAME), mode).with_fleet(fleet)
@@ -144,7 +144,7 @@ impl BudgetGate {
 
     /// What a fleet host whose store never synced does once
     /// [`FIRST_SYNC_WAIT`](crate::budget::FIRST_SYNC_WAIT) passed
-    /// (`HERMES_OTEL_FLEET_UNSYNCED`, resolved by `crate::config`), and the
+    /// (`HERMES_METER_FLEET_UNSYNCED`, resolved by `crate::config`), and the
     /// fleet's address (without its password) its block message names.
     /// `None` for a URL that does not parse: the message names no address.
     pub fn with_unsynced(mut self, unsynced: Unsynced, fleet_name: Option<String>) -> Self {

@@ -14,7 +14,7 @@ use super::verdict::{BudgetState, Level};
 
 /// The `model` of the stand-in response that stops an LLM call; the ledger
 /// recognises it in `post_api_request` and records no LLM call for it.
-pub const BLOCKED_MODEL: &str = "hermes-otel/budget-blocked";
+pub const BLOCKED_MODEL: &str = "hermes-meter/budget-blocked";
 
 fn usd(v: f64) -> String {
     if v.abs() < 0.01 && v != 0.0 {
@@ -50,7 +50,7 @@ pub fn notice_text(state: &BudgetState, mode: BudgetMode, tz: &TimeZone) -> Stri
         _ => "is nearly used up; it resets",
     };
     format!(
-        "[hermes-otel budget notice] The {} budget has {} spent of {}{pct}{est}. It {what} {}. To raise it: {}",
+        "[hermes-meter budget notice] The {} budget has {} spent of {}{pct}{est}. It {what} {}. To raise it: {}",
         s.budget.label(),
         usd(s.spend.total()),
         usd(s.budget.limit),
@@ -63,7 +63,7 @@ pub fn notice_text(state: &BudgetState, mode: BudgetMode, tz: &TimeZone) -> Stri
 /// stopped LLM call).
 pub fn block_text(state: &BudgetState, tz: &TimeZone) -> String {
     format!(
-        "BUDGET-EXCEEDED: hermes-otel blocked this call: the {} budget is exhausted ({} spent of {}). \
+        "BUDGET-EXCEEDED: hermes-meter blocked this call: the {} budget is exhausted ({} spent of {}). \
          It resets {}. To raise the limit run: {}",
         state.budget.label(),
         usd(state.spend.total()),
@@ -80,7 +80,7 @@ pub fn block_text(state: &BudgetState, tz: &TimeZone) -> String {
 pub fn unsynced_block_text(fleet: &str, error: Option<&str>) -> String {
     let why = error.map_or(String::new(), |e| format!(" ({e})"));
     format!(
-        "BUDGET-EXCEEDED: hermes-otel blocked this call: this host could not reach the fleet database {fleet}{why} \
+        "BUDGET-EXCEEDED: hermes-meter blocked this call: this host could not reach the fleet database {fleet}{why} \
          within {} s and has never synced with it, so the fleet's budgets are unknown here and may be exhausted. \
          Calls are blocked until the first sync succeeds (it is retried every few seconds); \
          to let them through meanwhile, set {UNSYNCED_ENV}={}.",
@@ -92,7 +92,7 @@ pub fn unsynced_block_text(fleet: &str, error: Option<&str>) -> String {
 /// The reason given to `cron.jobs.pause_job`.
 pub fn pause_reason(state: &BudgetState) -> String {
     format!(
-        "hermes-otel: {} budget exhausted ({} of {}); resume with `hermes cron resume` after raising it: {}",
+        "hermes-meter: {} budget exhausted ({} of {}); resume with `hermes cron resume` after raising it: {}",
         state.budget.label(),
         usd(state.spend.total()),
         usd(state.budget.limit),
@@ -127,7 +127,7 @@ mod tests {
         let block = block_text(&state, &TimeZone::UTC);
         assert!(block.contains("cron 3f9a1c2b7d10 daily"), "{block}");
         assert!(
-            block.contains("hermes-otel budget set cron 3f9a1c2b7d10 daily <usd>"),
+            block.contains("hermes-meter budget set cron 3f9a1c2b7d10 daily <usd>"),
             "{block}"
         );
         let notice = notice_text(&state, BudgetMode::Enforce, &TimeZone::UTC);

@@ -1,4 +1,4 @@
-//! `hermes-otel budget set | rm | list | forecast`: edit the budget file and
+//! `hermes-meter budget set | rm | list | forecast`: edit the budget file and
 //! show each budget's spend, verdict and forecast.
 //!
 //! `set` and `rm` edit `budgets.toml` with `toml_edit`, so the user's comments and
@@ -115,7 +115,7 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
                     println!("{note}");
                 }
                 if states.is_empty() && defaults.is_empty() {
-                    println!("no budgets set; add one with: hermes-otel budget set global daily 10");
+                    println!("no budgets set; add one with: hermes-meter budget set global daily 10");
                 } else {
                     print!("{}", render_list(&cfg, &states, &defaults));
                 }
@@ -236,7 +236,7 @@ impl FleetReach {
     }
 }
 
-/// With a fleet (`HERMES_OTEL_FLEET_URL`): one sync of this store now, so
+/// With a fleet (`HERMES_METER_FLEET_URL`): one sync of this store now, so
 /// the list shows the fleet's budget file and spend even on a host whose
 /// Hermes never synced (pushes are absolute totals, so a step beside the
 /// fleet thread's changes nothing). `None` without a fleet.
@@ -505,7 +505,7 @@ pub fn parse_set(args: &[String]) -> std::result::Result<(Scope, Option<String>,
         .ok_or_else(|| format!("{usd:?} is not an amount of USD"))?;
     if usd <= 0.0 {
         return Err(format!(
-            "a limit must be more than 0 USD, not {usd}; to have no limit, remove it: hermes-otel budget rm {}",
+            "a limit must be more than 0 USD, not {usd}; to have no limit, remove it: hermes-meter budget rm {}",
             args[..args.len() - 1].join(" ")
         ));
     }
@@ -547,7 +547,7 @@ pub fn remove(path: &Path, scope: Scope, id: Option<&str>, window: Window) -> Re
     let mut doc = parse_doc(path, &text)?;
     let missing = || {
         Error::Other(format!(
-            "no {what} limit is set in {}; see hermes-otel budget list",
+            "no {what} limit is set in {}; see hermes-meter budget list",
             path.display()
         ))
     };
@@ -645,8 +645,8 @@ pub fn set(path: &Path, scope: Scope, id: Option<&str>, window: Window, usd: f64
 }
 
 const NEW_FILE_HEADER: &str = "\
-# hermes-otel budgets: limits in USD per daily, weekly or monthly window.
-# Edited by `hermes-otel budget set`; comments are kept. Reloaded by running
+# hermes-meter budgets: limits in USD per daily, weekly or monthly window.
+# Edited by `hermes-meter budget set`; comments are kept. Reloaded by running
 # Hermes processes within a second of a change. See the README, \"Budgets\".
 #
 # mode = \"enforce\"          # or \"observe\": notices only, nothing blocked
@@ -754,7 +754,7 @@ mod tests {
         let fresh = dir.path().join("new").join("budgets.toml");
         set(&fresh, Scope::Sender, Some("42"), Window::Weekly, 1.0).expect("new");
         let text = std::fs::read_to_string(&fresh).expect("read");
-        assert!(text.contains("# hermes-otel budgets"), "{text}");
+        assert!(text.contains("# hermes-meter budgets"), "{text}");
         assert!(text.contains("[per_sender.overrides.42]"), "{text}");
     }
 }

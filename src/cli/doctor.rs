@@ -1,11 +1,11 @@
-//! `hermes-otel doctor`: checks the store file and, asked to, rebuilds a
+//! `hermes-meter doctor`: checks the store file and, asked to, rebuilds a
 //! damaged one from what it still lets us read plus the spool.
 //!
 //! The damaged file is never modified or deleted: a rebuild reads it
 //! read-only where it is, builds the new store beside it under a temporary
 //! name, checks it (integrity, the events it holds) and fsyncs it, and only
 //! then keeps the damaged file (and its `-wal` and `-shm`) as
-//! `hermes-otel.db.damaged-<unix time>` and renames the new one into
+//! `hermes-meter.db.damaged-<unix time>` and renames the new one into
 //! place; then it applies what dead processes left in their spools. If the
 //! build fails, or nothing at all could be read, the damaged file stays
 //! where it was and nothing replaces it. It refuses while a Hermes process
@@ -40,7 +40,7 @@ pub fn run(dir: &Path, args: &DoctorArgs) -> Result<i32> {
     if !db.exists() {
         // (A damaged store kept aside beside no store is `existing_home`'s.)
         return Err(Error::Other(format!(
-            "no store at {} (nothing to check; is --home or HERMES_OTEL_HOME right?)",
+            "no store at {} (nothing to check; is --home or HERMES_METER_HOME right?)",
             db.display()
         )));
     }
@@ -88,7 +88,7 @@ pub fn run(dir: &Path, args: &DoctorArgs) -> Result<i32> {
             return Ok(0);
         }
         println!(
-            "what to do: stop Hermes (and `hermes-otel serve`), then run `hermes-otel doctor --rebuild`; \
+            "what to do: stop Hermes (and `hermes-meter serve`), then run `hermes-meter doctor --rebuild`; \
              it keeps the damaged file aside and rebuilds the store from what it can read plus the spool"
         );
         return Ok(1);
@@ -105,7 +105,7 @@ pub fn run(dir: &Path, args: &DoctorArgs) -> Result<i32> {
     }
     if spooled.live > 0 {
         return Err(Error::Other(format!(
-            "{} running process(es) use {} (their spools are locked); stop Hermes and `hermes-otel serve` before a rebuild",
+            "{} running process(es) use {} (their spools are locked); stop Hermes and `hermes-meter serve` before a rebuild",
             spooled.live,
             dir.display()
         )));

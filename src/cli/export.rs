@@ -1,4 +1,4 @@
-//! `hermes-otel serve` and `hermes-otel export --since T`.
+//! `hermes-meter serve` and `hermes-meter export --since T`.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -85,7 +85,7 @@ fn config(target: &Target) -> ExportConfig {
         exporter: None,
     });
     for warning in &config.warnings {
-        eprintln!("hermes-otel: {warning}");
+        eprintln!("hermes-meter: {warning}");
     }
     config
 }
@@ -104,12 +104,12 @@ fn open(dir: &Path) -> Result<Store> {
     let recovered = crate::spool::recover(&mut store, dir, None, crate::hook::DecodeOptions::default());
     if recovered.files > 0 {
         eprintln!(
-            "hermes-otel: applied {} events from {} spool file(s) of ended processes",
+            "hermes-meter: applied {} events from {} spool file(s) of ended processes",
             recovered.applied, recovered.files
         );
     }
     for e in &recovered.errors {
-        eprintln!("hermes-otel: spool: {e}");
+        eprintln!("hermes-meter: spool: {e}");
     }
     Ok(store)
 }
@@ -123,7 +123,7 @@ fn traces_asked(config: &ExportConfig) -> bool {
 
 /// Set by SIGTERM or SIGINT: `serve` stops at its next look, releasing its
 /// export leases at once (a killed holder's lease would keep every other
-/// exporter out for `HERMES_OTEL_LEASE_SECONDS`).
+/// exporter out for `HERMES_METER_LEASE_SECONDS`).
 struct StopSignal {
     stop: Arc<AtomicBool>,
     name: Arc<std::sync::Mutex<&'static str>>,
@@ -136,7 +136,7 @@ impl StopSignal {
         use tokio::signal::unix::{signal, SignalKind};
         let stop = Arc::new(AtomicBool::new(false));
         let name = Arc::new(std::sync::Mutex::new(""));
-        // Inside Hermes (`hermes otel serve`) the signals are the host's:
+        // Inside Hermes (`hermes meter serve`) the signals are the host's:
         // taking SIGINT would keep Ctrl-C from reaching it, for good.
         if super::embedded() {
             return Ok(StopSignal { stop, name });
@@ -153,7 +153,7 @@ impl StopSignal {
         };
         let (stop2, name2) = (stop.clone(), name.clone());
         std::thread::Builder::new()
-            .name("hermes-otel-signals".into())
+            .name("hermes-meter-signals".into())
             .spawn(move || {
                 let which = runtime.block_on(async {
                     tokio::select! {
@@ -211,7 +211,7 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
         crate::config::process_var,
     );
     for warning in &metrics_config.warnings {
-        eprintln!("hermes-otel: metrics: {warning}");
+        eprintln!("hermes-meter: metrics: {warning}");
     }
     let signals = StopSignal::install()?;
     // One connection for both signals. Metrics are folded here even when
@@ -224,20 +224,20 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
         Some(metrics_config.clone()),
         CLOSE_IDLE_EVERY,
     )?;
-    eprintln!("hermes-otel: serving the store in {}", dir.display());
+    eprintln!("hermes-meter: serving the store in {}", dir.display());
     if config.enabled() {
         eprintln!(
-            "hermes-otel: pushing traces to {} ({})",
+            "hermes-meter: pushing traces to {} ({})",
             config.endpoint.value,
             config.protocol.value.as_str()
         );
     } else if args.prometheus.is_some() && !config.disabled.value && config.exporter.source == Source::Explicit {
         eprintln!(
-            "hermes-otel: not pushing traces (--prometheus alone); add --endpoint URL or set {} to push them",
+            "hermes-meter: not pushing traces (--prometheus alone); add --endpoint URL or set {} to push them",
             crate::config::export::env::ENDPOINT
         );
     } else {
-        eprintln!("hermes-otel: not pushing traces (OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER=none)");
+        eprintln!("hermes-meter: not pushing traces (OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER=none)");
     }
     let _prometheus = if metrics_config.exporters.value.prometheus {
         let server = PrometheusServer::start(
@@ -247,7 +247,7 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
             metrics_config.transport.session_grace_seconds.value,
         )?;
         eprintln!(
-            "hermes-otel: serving Prometheus metrics (budget gauges included) on http://{}/metrics",
+            "hermes-meter: serving Prometheus metrics (budget gauges included) on http://{}/metrics",
             server.addr()
         );
         Some(server)
@@ -256,7 +256,7 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
     };
     if metrics_config.exporters.value.otlp {
         eprintln!(
-            "hermes-otel: pushing metrics to {} every {} s",
+            "hermes-meter: pushing metrics to {} every {} s",
             metrics_config.transport.endpoint.value,
             metrics_config.interval.value.as_secs_f64()
         );
@@ -264,7 +264,7 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
     // Fleet budgets: this store's sync, when no Hermes process holds it.
     let _fleet = crate::fleet::task::FleetTask::start_from_env(dir)?;
     if let Ok(Some(fleet)) = crate::fleet::FleetConfig::from_env() {
-        eprintln!("hermes-otel: syncing budgets with the fleet at {}", fleet.redacted());
+        eprintln!("hermes-meter: syncing budgets with the fleet at {}", fleet.redacted());
     }
     let poll = Duration::from_millis(args.poll_ms.max(1));
     let mut last_error: Option<String> = None;
@@ -272,7 +272,7 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
     loop {
         if let Some(name) = signals.stopped() {
             driver.stop(None)?;
-            eprintln!("hermes-otel: stopped by {name}; export leases released");
+            eprintln!("hermes-meter: stopped by {name}; export leases released");
             return Ok(0);
         }
         // Failures are logged by the exporters (`Export.Failed`,
@@ -331,12 +331,12 @@ pub fn export(dir: &Path, args: &ExportArgs) -> Result<i32> {
     // A one-off re-send asked for by hand: the exporter alone, no lease.
     let mut exporter = Exporter::with_store(config, open(dir)?)?;
     eprintln!(
-        "hermes-otel: re-sending spans since {} to {endpoint} (giving up after {} s; --timeout-seconds to change)",
+        "hermes-meter: re-sending spans since {} to {endpoint} (giving up after {} s; --timeout-seconds to change)",
         args.since, args.timeout_seconds
     );
     let deadline = Instant::now() + Duration::from_secs(args.timeout_seconds);
     let sent = exporter.export_history_with(since, deadline, |sent, total| {
-        eprintln!("hermes-otel: {sent} spans (of at most {total}) accepted by {endpoint}");
+        eprintln!("hermes-meter: {sent} spans (of at most {total}) accepted by {endpoint}");
     })?;
     println!("re-sent {sent} spans to {endpoint}");
     Ok(0)

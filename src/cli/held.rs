@@ -1,4 +1,4 @@
-//! `hermes-otel held`: LLM calls whose usage was beyond what any provider
+//! `hermes-meter held`: LLM calls whose usage was beyond what any provider
 //! bills in one call, kept out of costs and budgets, and confirming them.
 
 use clap::Subcommand;
@@ -53,7 +53,7 @@ pub fn run(store: &mut Store, command: &HeldCommand) -> Result<i32> {
                 );
             }
             println!(
-                "{} held; `hermes-otel held confirm ID...` bills those that were real",
+                "{} held; `hermes-meter held confirm ID...` bills those that were real",
                 calls.len()
             );
             Ok(0)
@@ -65,7 +65,7 @@ pub fn run(store: &mut Store, command: &HeldCommand) -> Result<i32> {
                     Confirmation::Billed(usd) => println!("{}: confirmed, billed ${usd:.4}", escape(id)),
                     Confirmation::NotHeld => println!("{}: not held (confirmed before, or never held)", escape(id)),
                     Confirmation::Unknown => {
-                        eprintln!("hermes-otel: no LLM call {}", escape(id));
+                        eprintln!("hermes-meter: no LLM call {}", escape(id));
                         failed = true;
                     }
                 }

@@ -1,4 +1,4 @@
-//! The metrics part of `hermes-otel status`: the store's metric identity,
+//! The metrics part of `hermes-meter status`: the store's metric identity,
 //! the fold backlog, the last pushes and the settings with their sources.
 
 use crate::error::Result;

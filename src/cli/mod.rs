@@ -1,9 +1,9 @@
-//! The `hermes-otel` command line.
+//! The `hermes-meter` command line.
 //!
 //! Owns: argument parsing and printing. The same entry point serves the
-//! Rust binary and the `hermes-otel` script the Python wheel installs.
+//! Rust binary and the `hermes-meter` script the Python wheel installs.
 //!
-//! Output to a closed stdout (`hermes-otel status | head -1`) is not an
+//! Output to a closed stdout (`hermes-meter status | head -1`) is not an
 //! error: `println!` below stops writing once the reader went away and the
 //! command ends with exit 0, as `cat` and `ls` do.
 
@@ -29,7 +29,7 @@ macro_rules! print {
     };
 }
 
-/// Set while the CLI runs inside a Hermes process (`hermes otel ...`):
+/// Set while the CLI runs inside a Hermes process (`hermes meter ...`):
 /// process-wide things that belong to the host (signal handlers) are left
 /// alone then.
 static EMBEDDED: AtomicBool = AtomicBool::new(false);
@@ -83,21 +83,21 @@ pub use crate::config::DEFAULT_IDLE_TIMEOUT_SECONDS;
 
 #[derive(Debug, Parser)]
 #[command(
-    name = "hermes-otel",
+    name = "hermes-meter",
     version,
     about = "OpenTelemetry bridge and spend ledger for the Hermes Agent"
 )]
 struct Cli {
-    /// Store directory (default: $HERMES_OTEL_HOME, else $HERMES_HOME/otel, else ~/.hermes/otel).
+    /// Store directory (default: $HERMES_METER_HOME, else $HERMES_HOME/meter, else ~/.hermes/meter).
     /// It must exist, except for `replay` and `budget set`, which create it.
     #[arg(long, global = true, value_name = "DIR")]
     home: Option<PathBuf>,
 
-    /// More log lines on stderr (-v info, -vv debug, -vvv trace); overrides HERMES_OTEL_LOG.
+    /// More log lines on stderr (-v info, -vv debug, -vvv trace); overrides HERMES_METER_LOG.
     #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     verbose: u8,
 
-    /// Fewer log lines on stderr (-q errors only, -qq none); overrides HERMES_OTEL_LOG.
+    /// Fewer log lines on stderr (-q errors only, -qq none); overrides HERMES_METER_LOG.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     quiet: u8,
 
@@ -174,11 +174,11 @@ where
         Err(e) => {
             if crate::health::classify(&e) == Some(crate::health::FaultKind::Corrupt) {
                 eprintln!(
-                    "hermes-otel: {e}: the store is damaged; `hermes-otel doctor` checks it and \
-                     `hermes-otel doctor --rebuild` rebuilds it"
+                    "hermes-meter: {e}: the store is damaged; `hermes-meter doctor` checks it and \
+                     `hermes-meter doctor --rebuild` rebuilds it"
                 );
             } else {
-                eprintln!("hermes-otel: {e}");
+                eprintln!("hermes-meter: {e}");
             }
             1
         }
@@ -234,12 +234,12 @@ fn init_logging(verbose: u8, quiet: u8) {
         .try_init()
         .is_ok();
     if let (true, Some(p)) = (installed, problem) {
-        eprintln!("hermes-otel: {p}");
+        eprintln!("hermes-meter: {p}");
     }
 }
 
 /// The store directory, which must exist: a typo in `--home` (or in
-/// `HERMES_OTEL_HOME`) must not silently make a new, empty store whose
+/// `HERMES_METER_HOME`) must not silently make a new, empty store whose
 /// report says nothing was spent.
 fn existing_home(home: Option<PathBuf>) -> Result<config::Resolved<PathBuf>> {
     let resolved = config::store_dir(home);
@@ -249,7 +249,7 @@ fn existing_home(home: Option<PathBuf>) -> Result<config::Resolved<PathBuf>> {
     }
     if !resolved.value.is_dir() {
         return Err(crate::error::Error::Other(format!(
-            "no store at {} (from {}): check the path; Hermes with the plugin, or `hermes-otel replay`, creates it",
+            "no store at {} (from {}): check the path; Hermes with the plugin, or `hermes-meter replay`, creates it",
             resolved.value.display(),
             resolved.source
         )));
@@ -269,7 +269,7 @@ fn open_for_reading(dir: PathBuf) -> Result<Store> {
         Some(why) => {
             let store = Store::open_read_only(&db)?;
             eprintln!(
-                "hermes-otel: the store cannot be written ({why}): read as it is, without the events of \
+                "hermes-meter: the store cannot be written ({why}): read as it is, without the events of \
                  ended processes' spools"
             );
             store
@@ -280,8 +280,8 @@ fn open_for_reading(dir: PathBuf) -> Result<Store> {
     // touch is still said, in one line.
     if let Some(first) = crate::store::quick_look(&db).first() {
         eprintln!(
-            "hermes-otel: the store is damaged ({first}); `hermes-otel doctor` checks it and \
-             `hermes-otel doctor --rebuild` rebuilds it"
+            "hermes-meter: the store is damaged ({first}); `hermes-meter doctor` checks it and \
+             `hermes-meter doctor --rebuild` rebuilds it"
         );
     }
     Ok(store)
@@ -294,7 +294,7 @@ fn open_store(dir: PathBuf) -> Result<Store> {
     // their spools; a report must include them.
     let recovered = crate::spool::recover(&mut store, &dir, None, DecodeOptions::default());
     for e in &recovered.errors {
-        eprintln!("hermes-otel: spool: {e}");
+        eprintln!("hermes-meter: spool: {e}");
     }
     Ok(store)
 }
@@ -309,7 +309,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             }
             let dir = config::store_dir(cli.home).value;
             if let Some(line) = crate::store::missing_beside_aside(&dir) {
-                eprintln!("hermes-otel: {line}; replaying into a new store");
+                eprintln!("hermes-meter: {line}; replaying into a new store");
             }
             let mut store = open_store(dir)?;
             let opts = DecodeOptions {
@@ -323,7 +323,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             store.close_idle_runs(time::now(), DEFAULT_IDLE_TIMEOUT_SECONDS)?;
             store.checkpoint()?;
             for bad in &stats.bad_lines {
-                eprintln!("hermes-otel: {bad}");
+                eprintln!("hermes-meter: {bad}");
             }
             println!(
                 "replayed {} records: {} applied, {} already present, {} ignored hooks, {} unusable, {} repaired kwargs",

@@ -1,4 +1,4 @@
-//! `hermes-otel pricing`: which price a model gets and why (`show`), new
+//! `hermes-meter pricing`: which price a model gets and why (`show`), new
 //! prices from a published list (`update`), and ours against the ones
 //! Hermes itself uses (`drift`).
 
@@ -18,7 +18,7 @@ use crate::pricing::{Match, PriceSource, PriceTable};
 const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Environment variable naming the Python that runs Hermes (for `drift`).
-/// The `hermes-otel` script the wheel installs sets it to its own Python,
+/// The `hermes-meter` script the wheel installs sets it to its own Python,
 /// which is Hermes's when the wheel is installed beside Hermes.
 pub use crate::config::cli::HERMES_PYTHON_ENV;
 
@@ -52,7 +52,7 @@ pub enum PricingCommand {
     },
     /// Our prices against the ones Hermes itself has for the same models.
     Drift {
-        /// The Python that runs Hermes (default: $HERMES_OTEL_HERMES_PYTHON, else the
+        /// The Python that runs Hermes (default: $HERMES_METER_HERMES_PYTHON, else the
         /// interpreter of `hermes` on PATH).
         #[arg(long, value_name = "PATH")]
         hermes_python: Option<PathBuf>,
@@ -170,7 +170,7 @@ fn render_show(s: &Shown<'_>, m: &Match) -> String {
                 .unwrap_or_default()
         ),
         PriceSource::Builtin => format!(
-            "hermes-otel's built-in table, entry {:?} (your pricing file overrides it)",
+            "hermes-meter's built-in table, entry {:?} (your pricing file overrides it)",
             s.entry.as_deref().unwrap_or("-")
         ),
         PriceSource::Free => "a :free model id: every call costs 0".into(),

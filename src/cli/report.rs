@@ -1,4 +1,4 @@
-//! `hermes-otel report`: tables for people, `--json` for scripts.
+//! `hermes-meter report`: tables for people, `--json` for scripts.
 
 use std::fmt::Write as _;
 
@@ -163,7 +163,7 @@ pub fn render(r: &Report, limit: usize) -> String {
     } else {
         r.until.as_str()
     };
-    let _ = writeln!(out, "hermes-otel report  {start} .. {end}  (days in {})", r.timezone);
+    let _ = writeln!(out, "hermes-meter report  {start} .. {end}  (days in {})", r.timezone);
     let _ = writeln!(
         out,
         "total ${:.4}  sessions {}  llm calls {} ({} estimated, {} unpriced, {} auxiliary for ${:.4})  api errors {}  \
@@ -190,7 +190,7 @@ pub fn render(r: &Report, limit: usize) -> String {
             out,
             "held: {} llm calls reported usage beyond what any provider bills in one call; \
              they are recorded but cost nothing above and charge no budget \
-             (`hermes-otel held list` shows them, `hermes-otel held confirm ID` bills a real one)",
+             (`hermes-meter held list` shows them, `hermes-meter held confirm ID` bills a real one)",
             r.held_llm_calls
         );
     }

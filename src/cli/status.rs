@@ -1,4 +1,4 @@
-//! `hermes-otel status`: where the store is and what it holds, and what
+//! `hermes-meter status`: where the store is and what it holds, and what
 //! trouble it had (`<store>/health.json`, see [`crate::health`]).
 
 use std::path::PathBuf;
@@ -67,7 +67,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
     if held > 0 {
         println!(
             "held llm calls  {held} (usage beyond what any provider bills in one call: kept out of costs and budgets; \
-             `hermes-otel held list`, `hermes-otel held confirm ID`)"
+             `hermes-meter held list`, `hermes-meter held confirm ID`)"
         );
     }
     println!("api errors      {}", counts.llm_call_errors);
@@ -83,7 +83,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
 }
 
 /// The fleet's address (never its password), this host, the last sync and
-/// the sync lag; `None` without `HERMES_OTEL_FLEET_URL`.
+/// the sync lag; `None` without `HERMES_METER_FLEET_URL`.
 fn fleet_json(store: &Store) -> Result<serde_json::Value> {
     let cfg = match crate::fleet::FleetConfig::from_env() {
         Ok(Some(cfg)) => cfg,
@@ -109,7 +109,7 @@ fn fleet_json(store: &Store) -> Result<serde_json::Value> {
 fn print_fleet(store: &Store) -> Result<()> {
     let v = fleet_json(store)?;
     if v.is_null() {
-        println!("fleet           off (budgets are this store's; set HERMES_OTEL_FLEET_URL to share them)");
+        println!("fleet           off (budgets are this store's; set HERMES_METER_FLEET_URL to share them)");
         return Ok(());
     }
     if let Some(e) = v["error"].as_str() {

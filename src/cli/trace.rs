@@ -1,4 +1,4 @@
-//! `hermes-otel trace`: one session's spans as a tree in the terminal.
+//! `hermes-meter trace`: one session's spans as a tree in the terminal.
 //!
 //! Owns: the arguments, colour choice and printing. The tree itself is
 //! [`crate::trace`], built from the same rows and span code as the export.
@@ -48,13 +48,13 @@ pub fn run(store: &Store, args: &TraceArgs) -> Result<i32> {
         (None, _) => match store.last_session_id()? {
             Some(id) => id,
             None => {
-                eprintln!("hermes-otel: no sessions recorded yet in {}", store.path().display());
+                eprintln!("hermes-meter: no sessions recorded yet in {}", store.path().display());
                 return Ok(1);
             }
         },
     };
     let Some(trace) = crate::trace::load(store, &id, span_options())? else {
-        eprintln!("hermes-otel: no session {id:?} in {}", store.path().display());
+        eprintln!("hermes-meter: no session {id:?} in {}", store.path().display());
         return Ok(1);
     };
     if args.json {

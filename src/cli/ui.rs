@@ -1,4 +1,4 @@
-//! `hermes-otel ui`: starts the viewer ([`crate::ui`]) and prints where.
+//! `hermes-meter ui`: starts the viewer ([`crate::ui`]) and prints where.
 
 use std::path::Path;
 
@@ -12,7 +12,7 @@ pub struct UiArgs {
     /// Address to listen on; anything but loopback needs a token.
     #[arg(long, default_value = DEFAULT_LISTEN, value_name = "HOST:PORT")]
     pub listen: String,
-    /// Access token every request must carry (also $HERMES_OTEL_UI_TOKEN).
+    /// Access token every request must carry (also $HERMES_METER_UI_TOKEN).
     #[arg(long)]
     pub token: Option<String>,
     /// Serve the pages under this path prefix (behind a proxy).
@@ -34,10 +34,10 @@ pub fn run(dir: &Path, args: &UiArgs) -> Result<i32> {
     let base = args.base_path.trim_end_matches('/');
     match token.as_deref().filter(|t| !t.is_empty()) {
         Some(t) => println!(
-            "hermes-otel viewer on http://{addr}{base}/?token={}",
+            "hermes-meter viewer on http://{addr}{base}/?token={}",
             crate::ui::html::url_part(t)
         ),
-        None => println!("hermes-otel viewer on http://{addr}{base}/"),
+        None => println!("hermes-meter viewer on http://{addr}{base}/"),
     }
     println!("store {}; read-only; Ctrl-C stops it", dir.display());
     server.wait();

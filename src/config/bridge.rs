@@ -23,12 +23,12 @@ use crate::hook::DecodeOptions;
 /// Environment variables the bridge reads (besides the store's and the export settings it shares).
 pub mod env {
     /// How long a hook waits for its commit, in milliseconds (0: never wait).
-    pub const HOOK_WAIT_MS: &str = "HERMES_OTEL_HOOK_WAIT_MS";
+    pub const HOOK_WAIT_MS: &str = "HERMES_METER_HOOK_WAIT_MS";
     /// `enforce` (the default) or `observe`: whether budgets may block.
-    pub const BUDGET_MODE: &str = "HERMES_OTEL_BUDGET_MODE";
+    pub const BUDGET_MODE: &str = "HERMES_METER_BUDGET_MODE";
     /// Test-only: the name of a hook whose Rust path panics (`*`: every
     /// hook). Read only by a build with the `test-hooks` feature.
-    pub const TEST_PANIC: &str = "HERMES_OTEL_TEST_PANIC";
+    pub const TEST_PANIC: &str = "HERMES_METER_TEST_PANIC";
 }
 
 /// How long a hook waits for its commit by default. Commits take tens of
@@ -62,14 +62,14 @@ pub struct BridgeConfig {
     pub decode: DecodeOptions,
     /// Whether gating hooks are registered and may block.
     pub budget_mode: BudgetMode,
-    /// The mode `HERMES_OTEL_BUDGET_MODE` sets, when it is set and valid:
+    /// The mode `HERMES_METER_BUDGET_MODE` sets, when it is set and valid:
     /// it overrides the budget file's `mode` in the gate.
     pub budget_mode_override: Option<BudgetMode>,
-    /// Whether budgets count the fleet's spend (`HERMES_OTEL_FLEET_URL`
+    /// Whether budgets count the fleet's spend (`HERMES_METER_FLEET_URL`
     /// set, not empty).
     pub fleet: bool,
     /// What fleet budgets do before this store's first fleet sync, once
-    /// the first gated call's wait is over (`HERMES_OTEL_FLEET_UNSYNCED`).
+    /// the first gated call's wait is over (`HERMES_METER_FLEET_UNSYNCED`).
     pub fleet_unsynced: crate::budget::Unsynced,
     /// Between WAL checkpoints.
     pub checkpoint_interval: Duration,
@@ -93,11 +93,11 @@ pub struct BridgeConfig {
     pub profile: Option<String>,
     /// What the writer's sweep prunes, and when.
     pub retention: Retention,
-    /// The outbox cap (`HERMES_OTEL_OUTBOX_MAX_ROWS`), enforced by the
+    /// The outbox cap (`HERMES_METER_OUTBOX_MAX_ROWS`), enforced by the
     /// sweep too, so it holds with trace export off.
     pub outbox_max_rows: u64,
     /// How long after its end a session counts as settled for metrics
-    /// (`HERMES_OTEL_SESSION_GRACE_SECONDS`), for the sweep's fold.
+    /// (`HERMES_METER_SESSION_GRACE_SECONDS`), for the sweep's fold.
     pub session_grace_seconds: f64,
     /// The trace export settings, resolved with the rest: the export
     /// thread (`export_task.rs`) takes them from here.
@@ -215,7 +215,7 @@ mod tests {
         let vars = |pairs: &'static [(&'static str, &'static str)]| {
             move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| OsString::from(v))
         };
-        let cfg = BridgeConfig::from_vars(vars(&[("HERMES_OTEL_HOME", "/s")]));
+        let cfg = BridgeConfig::from_vars(vars(&[("HERMES_METER_HOME", "/s")]));
         assert_eq!(cfg.store_dir, PathBuf::from("/s"));
         assert_eq!(cfg.hook_wait, DEFAULT_HOOK_WAIT);
         assert_eq!(cfg.budget_mode, BudgetMode::Enforce);
@@ -223,9 +223,9 @@ mod tests {
         assert!(!cfg.fleet);
         assert!(cfg.warnings.is_empty());
         let cfg = BridgeConfig::from_vars(vars(&[
-            ("HERMES_OTEL_HOOK_WAIT_MS", "5"),
-            ("HERMES_OTEL_BUDGET_MODE", "Observe"),
-            ("HERMES_OTEL_TEST_PANIC", "post_tool_call"),
+            ("HERMES_METER_HOOK_WAIT_MS", "5"),
+            ("HERMES_METER_BUDGET_MODE", "Observe"),
+            ("HERMES_METER_TEST_PANIC", "post_tool_call"),
         ]));
         assert_eq!(cfg.hook_wait, Duration::from_millis(5));
         assert_eq!(cfg.budget_mode, BudgetMode::Observe);
@@ -233,8 +233,8 @@ mod tests {
         #[cfg(feature = "test-hooks")]
         assert_eq!(cfg.test_panic_hook.as_deref(), Some("post_tool_call"));
         let cfg = BridgeConfig::from_vars(vars(&[
-            ("HERMES_OTEL_HOOK_WAIT_MS", "soon"),
-            ("HERMES_OTEL_BUDGET_MODE", "strict"),
+            ("HERMES_METER_HOOK_WAIT_MS", "soon"),
+            ("HERMES_METER_BUDGET_MODE", "strict"),
         ]));
         assert_eq!(cfg.hook_wait, DEFAULT_HOOK_WAIT);
         assert_eq!(cfg.budget_mode, BudgetMode::Enforce);
@@ -253,13 +253,13 @@ mod tests {
 
     #[test]
     fn the_writer_closes_idle_runs_after_the_idle_time_the_exporter_uses() {
-        // Both read HERMES_OTEL_IDLE_TIMEOUT_SECONDS; the writer used to keep
+        // Both read HERMES_METER_IDLE_TIMEOUT_SECONDS; the writer used to keep
         // 900 s whatever it said, closing a run the exporter still waited on.
         for (value, want, warnings) in [
             ("3600", 3600.0, 0),
             ("later", crate::config::DEFAULT_IDLE_TIMEOUT_SECONDS, 1),
         ] {
-            let var = |k: &str| (k == "HERMES_OTEL_IDLE_TIMEOUT_SECONDS").then(|| value.to_string());
+            let var = |k: &str| (k == "HERMES_METER_IDLE_TIMEOUT_SECONDS").then(|| value.to_string());
             let bridge = BridgeConfig::from_vars(|k| var(k).map(OsString::from));
             let export = ExportConfig::resolve(Default::default(), var);
             assert_eq!(bridge.idle_run_seconds, want, "{value}");

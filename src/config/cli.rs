@@ -9,17 +9,17 @@ use std::path::PathBuf;
 
 /// The log filter of the command line (an `EnvFilter` directive), before
 /// `RUST_LOG`.
-pub const LOG_ENV: &str = "HERMES_OTEL_LOG";
+pub const LOG_ENV: &str = "HERMES_METER_LOG";
 /// The conventional variable that turns colours off when set and not empty.
 pub const NO_COLOR_ENV: &str = "NO_COLOR";
 /// Hermes's Python, for `pricing drift`.
-pub const HERMES_PYTHON_ENV: &str = "HERMES_OTEL_HERMES_PYTHON";
-/// The generic Rust log filter, read when `HERMES_OTEL_LOG` is not set.
+pub const HERMES_PYTHON_ENV: &str = "HERMES_METER_HERMES_PYTHON";
+/// The generic Rust log filter, read when `HERMES_METER_LOG` is not set.
 pub const RUST_LOG_ENV: &str = "RUST_LOG";
 /// The viewer's access token, when `--token` is not given.
-pub const UI_TOKEN_ENV: &str = "HERMES_OTEL_UI_TOKEN";
+pub const UI_TOKEN_ENV: &str = "HERMES_METER_UI_TOKEN";
 
-/// The log filter text and the variable it came from: `HERMES_OTEL_LOG`
+/// The log filter text and the variable it came from: `HERMES_METER_LOG`
 /// when set and not blank, else `RUST_LOG` (possibly empty: the caller's
 /// default then applies).
 pub fn log_filter() -> (&'static str, String) {
@@ -39,12 +39,12 @@ pub fn no_color() -> bool {
     super::process_var_set(NO_COLOR_ENV).is_some()
 }
 
-/// `HERMES_OTEL_HERMES_PYTHON` when set and not empty.
+/// `HERMES_METER_HERMES_PYTHON` when set and not empty.
 pub fn hermes_python() -> Option<PathBuf> {
     super::process_var_set(HERMES_PYTHON_ENV).map(PathBuf::from)
 }
 
-/// The viewer's access token: `flag`, else `HERMES_OTEL_UI_TOKEN` as set
+/// The viewer's access token: `flag`, else `HERMES_METER_UI_TOKEN` as set
 /// (an empty value included, as clap's `env` read it before).
 pub fn ui_token(flag: Option<String>) -> Option<String> {
     flag.or_else(|| super::process_var(UI_TOKEN_ENV))
@@ -60,7 +60,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_log_filter_is_hermes_otel_log_then_rust_log() {
+    fn the_log_filter_is_hermes_meter_log_then_rust_log() {
         let both = |k: &str| match k {
             LOG_ENV => Some("debug".to_string()),
             RUST_LOG_ENV => Some("info".to_string()),

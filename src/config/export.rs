@@ -1,4 +1,4 @@
-//! Export settings, resolved once from flags, `OTEL_*` and `HERMES_OTEL_*`
+//! Export settings, resolved once from flags, `OTEL_*` and `HERMES_METER_*`
 //! variables and defaults.
 //!
 //! Owns: one resolver per setting, each documenting its order, and the
@@ -51,18 +51,18 @@ pub mod env {
     pub const TRACES_SAMPLER_ARG: &str = "OTEL_TRACES_SAMPLER_ARG";
     pub const BSP_MAX_EXPORT_BATCH_SIZE: &str = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE";
     /// `auto`, `session` or `turn`: how traces are cut.
-    pub const TRACE_MODE: &str = "HERMES_OTEL_TRACE_MODE";
+    pub const TRACE_MODE: &str = "HERMES_METER_TRACE_MODE";
     /// Whether session spans carry `hermes.sender.id`.
-    pub const SPAN_SENDER: &str = "HERMES_OTEL_SPAN_SENDER";
+    pub const SPAN_SENDER: &str = "HERMES_METER_SPAN_SENDER";
     /// Seconds without events after which open spans are closed.
-    pub const IDLE_TIMEOUT_SECONDS: &str = "HERMES_OTEL_IDLE_TIMEOUT_SECONDS";
+    pub const IDLE_TIMEOUT_SECONDS: &str = "HERMES_METER_IDLE_TIMEOUT_SECONDS";
     /// Seconds a session span waits after its last turn ended, for Hermes
     /// to start another turn, before it is sent without on_session_finalize.
-    pub const SESSION_GRACE_SECONDS: &str = "HERMES_OTEL_SESSION_GRACE_SECONDS";
+    pub const SESSION_GRACE_SECONDS: &str = "HERMES_METER_SESSION_GRACE_SECONDS";
     /// The most outbox rows kept; the oldest beyond it are dropped.
-    pub const OUTBOX_MAX_ROWS: &str = "HERMES_OTEL_OUTBOX_MAX_ROWS";
+    pub const OUTBOX_MAX_ROWS: &str = "HERMES_METER_OUTBOX_MAX_ROWS";
     /// How long the export lease lasts without renewal.
-    pub const LEASE_SECONDS: &str = "HERMES_OTEL_LEASE_SECONDS";
+    pub const LEASE_SECONDS: &str = "HERMES_METER_LEASE_SECONDS";
 
     pub const METRICS_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT";
     pub const METRICS_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL";
@@ -79,11 +79,11 @@ pub mod env {
     pub const METRIC_EXPORT_INTERVAL: &str = "OTEL_METRIC_EXPORT_INTERVAL";
     /// `cumulative` (the only one supported), `delta` or `lowmemory`.
     pub const METRICS_TEMPORALITY_PREFERENCE: &str = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE";
-    /// Where `hermes-otel serve` serves `/metrics` when the exporter is `prometheus`.
+    /// Where `hermes-meter serve` serves `/metrics` when the exporter is `prometheus`.
     pub const PROMETHEUS_HOST: &str = "OTEL_EXPORTER_PROMETHEUS_HOST";
     pub const PROMETHEUS_PORT: &str = "OTEL_EXPORTER_PROMETHEUS_PORT";
     /// Opt-in metric attributes: `sender`, `profile` (comma-separated).
-    pub const METRIC_ATTRIBUTES: &str = "HERMES_OTEL_METRIC_ATTRIBUTES";
+    pub const METRIC_ATTRIBUTES: &str = "HERMES_METER_METRIC_ATTRIBUTES";
 }
 
 /// The OTLP signal a configuration is for: it picks the signal-specific
@@ -518,7 +518,7 @@ impl Resolver<'_> {
     }
 
     /// `OTEL_TRACES_SAMPLER` with `OTEL_TRACES_SAMPLER_ARG` for the ratio.
-    /// The parent-based forms decide the same here: hermes-otel starts
+    /// The parent-based forms decide the same here: hermes-meter starts
     /// every trace itself, so there is never a remote parent.
     fn sampler(&mut self) -> Resolved<Sampler> {
         let arg = (self.var)(env::TRACES_SAMPLER_ARG);

@@ -1,8 +1,8 @@
-//! The fleet database's variables: `HERMES_OTEL_FLEET_URL` and the libpq
+//! The fleet database's variables: `HERMES_METER_FLEET_URL` and the libpq
 //! ones read beside it (`PGPASSWORD`, `PGPASSFILE`, `PGSSLROOTCERT`,
 //! `PGSSLCERT`, `PGSSLKEY`, `HOME` for `~/.pgpass`), the host name
 //! the fleet shows, and what a host that never synced does
-//! (`HERMES_OTEL_FLEET_UNSYNCED`).
+//! (`HERMES_METER_FLEET_UNSYNCED`).
 //!
 //! Owns: reading them from the process environment. Must not touch: their
 //! meaning (`fleet/config.rs` parses the URL as libpq does, with a lookup
@@ -19,7 +19,7 @@ use crate::budget::Unsynced;
 pub use crate::budget::UNSYNCED_ENV;
 
 /// The variable that turns fleet budgets on.
-pub const FLEET_URL_ENV: &str = "HERMES_OTEL_FLEET_URL";
+pub const FLEET_URL_ENV: &str = "HERMES_METER_FLEET_URL";
 
 /// The lookup `fleet/config.rs` resolves the fleet from: a variable of the
 /// process environment, empty counted as unset (as libpq does).
@@ -27,7 +27,7 @@ pub fn var(name: &str) -> Option<OsString> {
     super::process_var_set(name)
 }
 
-/// Whether a fleet is configured (`HERMES_OTEL_FLEET_URL` set, not empty).
+/// Whether a fleet is configured (`HERMES_METER_FLEET_URL` set, not empty).
 pub fn configured() -> bool {
     var(FLEET_URL_ENV).is_some()
 }
@@ -38,7 +38,7 @@ pub fn hostname_var() -> Option<String> {
 }
 
 /// What a host whose store never synced does once the first gated call's
-/// wait for the sync is over: `explicit`, else `HERMES_OTEL_FLEET_UNSYNCED`
+/// wait for the sync is over: `explicit`, else `HERMES_METER_FLEET_UNSYNCED`
 /// (a value other than `closed` or `open` is warned about and ignored),
 /// else [`Unsynced::Closed`]. Warnings go to `warnings`.
 pub fn unsynced_from(

@@ -4,7 +4,7 @@
 //! variables, through [`ExportConfig::resolve_signal`]).
 //!
 //! Owns: `OTEL_METRICS_EXPORTER`, `OTEL_METRIC_EXPORT_INTERVAL`, the
-//! temporality preference, `HERMES_OTEL_METRIC_ATTRIBUTES` and the
+//! temporality preference, `HERMES_METER_METRIC_ATTRIBUTES` and the
 //! Prometheus address, each with its source. Must not touch: the store,
 //! the network (the exporter in `export/metrics.rs` does both).
 
@@ -20,7 +20,7 @@ use crate::metrics::{AllowList, Temporality};
 pub struct MetricsExporters {
     /// Push OTLP to the collector.
     pub otlp: bool,
-    /// Serve `/metrics` (only `hermes-otel serve` can: it is the one
+    /// Serve `/metrics` (only `hermes-meter serve` can: it is the one
     /// long-running process).
     pub prometheus: bool,
     /// One JSON line per data point on stdout at each push.

@@ -1,4 +1,4 @@
-//! Configuration: every setting hermes-otel has, resolved once.
+//! Configuration: every setting hermes-meter has, resolved once.
 //!
 //! Owns: reading the process environment (the only module that does, tests
 //! aside, through [`process_var`] and [`process_var_os`]), resolving each
@@ -51,23 +51,23 @@ pub(crate) fn process_var_set(name: &str) -> Option<OsString> {
 /// Names of the environment variables of the store's settings.
 pub mod env {
     /// The store directory, overriding everything but an explicit flag.
-    pub const HERMES_OTEL_HOME: &str = "HERMES_OTEL_HOME";
-    /// Hermes's home; the store defaults to `$HERMES_HOME/otel`.
+    pub const HERMES_METER_HOME: &str = "HERMES_METER_HOME";
+    /// Hermes's home; the store defaults to `$HERMES_HOME/meter`.
     pub const HERMES_HOME: &str = "HERMES_HOME";
-    /// The user's home, for the `~/.hermes/otel` default.
+    /// The user's home, for the `~/.hermes/meter` default.
     pub const HOME: &str = "HOME";
     /// Opt-in capture of prompts, responses and tool arguments.
     pub const CAPTURE_CONTENT: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
     /// Days journal rows (each event's key and payload) are kept.
-    pub const RETENTION_JOURNAL_DAYS: &str = "HERMES_OTEL_RETENTION_JOURNAL_DAYS";
+    pub const RETENTION_JOURNAL_DAYS: &str = "HERMES_METER_RETENTION_JOURNAL_DAYS";
     /// Days a span waits in the outbox for a collector before it is given up.
-    pub const RETENTION_OUTBOX_DAYS: &str = "HERMES_OTEL_RETENTION_OUTBOX_DAYS";
+    pub const RETENTION_OUTBOX_DAYS: &str = "HERMES_METER_RETENTION_OUTBOX_DAYS";
     /// Hours captured content stays after its session ended and its spans went out.
-    pub const RETENTION_CONTENT_HOURS: &str = "HERMES_OTEL_RETENTION_CONTENT_HOURS";
+    pub const RETENTION_CONTENT_HOURS: &str = "HERMES_METER_RETENTION_CONTENT_HOURS";
 }
 
 /// Default idle time after which a run that never ended is closed as
-/// abandoned (`HERMES_OTEL_IDLE_TIMEOUT_SECONDS`; the writer's sweep and
+/// abandoned (`HERMES_METER_IDLE_TIMEOUT_SECONDS`; the writer's sweep and
 /// the exporter both use it).
 pub const DEFAULT_IDLE_TIMEOUT_SECONDS: f64 = 15.0 * 60.0;
 

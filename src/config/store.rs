@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use super::parse::{parse_bool, parse_non_negative};
 use super::{env, Resolved, Source};
 
-/// The store directory: `explicit` > `$HERMES_OTEL_HOME` >
-/// `$HERMES_HOME/otel` > `~/.hermes/otel`. Empty variables count as unset.
+/// The store directory: `explicit` > `$HERMES_METER_HOME` >
+/// `$HERMES_HOME/meter` > `~/.hermes/meter`. Empty variables count as unset.
 pub fn store_dir(explicit: Option<PathBuf>) -> Resolved<PathBuf> {
     store_dir_from(explicit, super::process_var_set)
 }
@@ -28,21 +28,21 @@ pub fn store_dir_from(
             source: Source::Explicit,
         };
     }
-    if let Some(v) = var(env::HERMES_OTEL_HOME) {
+    if let Some(v) = var(env::HERMES_METER_HOME) {
         return Resolved {
             value: v.into(),
-            source: Source::Env(env::HERMES_OTEL_HOME),
+            source: Source::Env(env::HERMES_METER_HOME),
         };
     }
     if let Some(v) = var(env::HERMES_HOME) {
         return Resolved {
-            value: PathBuf::from(v).join("otel"),
+            value: PathBuf::from(v).join("meter"),
             source: Source::Env(env::HERMES_HOME),
         };
     }
     let home = var(env::HOME).map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
     Resolved {
-        value: home.join(".hermes").join("otel"),
+        value: home.join(".hermes").join("meter"),
         source: Source::Default,
     }
 }
@@ -163,21 +163,24 @@ mod tests {
 
     #[test]
     fn store_dir_follows_flag_then_env_then_default() {
-        let all = [("HERMES_OTEL_HOME", "/a"), ("HERMES_HOME", "/h"), ("HOME", "/u")];
+        let all = [("HERMES_METER_HOME", "/a"), ("HERMES_HOME", "/h"), ("HOME", "/u")];
         let r = store_dir_from(Some("/flag".into()), env_of(&all));
         assert_eq!((r.value, r.source), (PathBuf::from("/flag"), Source::Explicit));
         let r = store_dir_from(None, env_of(&all));
         assert_eq!(
             (r.value, r.source),
-            (PathBuf::from("/a"), Source::Env("HERMES_OTEL_HOME"))
+            (PathBuf::from("/a"), Source::Env("HERMES_METER_HOME"))
         );
         let r = store_dir_from(None, env_of(&all[1..]));
         assert_eq!(
             (r.value, r.source),
-            (PathBuf::from("/h/otel"), Source::Env("HERMES_HOME"))
+            (PathBuf::from("/h/meter"), Source::Env("HERMES_HOME"))
         );
         let r = store_dir_from(None, env_of(&all[2..]));
-        assert_eq!((r.value, r.source), (PathBuf::from("/u/.hermes/otel"), Source::Default));
+        assert_eq!(
+            (r.value, r.source),
+            (PathBuf::from("/u/.hermes/meter"), Source::Default)
+        );
     }
 
     #[test]
@@ -188,9 +191,9 @@ mod tests {
         assert_eq!(r.journal_days.source, Source::Default);
         let r = Retention::from_vars(
             env_of(&[
-                ("HERMES_OTEL_RETENTION_JOURNAL_DAYS", "90"),
-                ("HERMES_OTEL_RETENTION_OUTBOX_DAYS", "7"),
-                ("HERMES_OTEL_RETENTION_CONTENT_HOURS", "0"),
+                ("HERMES_METER_RETENTION_JOURNAL_DAYS", "90"),
+                ("HERMES_METER_RETENTION_OUTBOX_DAYS", "7"),
+                ("HERMES_METER_RETENTION_CONTENT_HOURS", "0"),
             ]),
             &mut warnings,
         );
@@ -198,9 +201,9 @@ mod tests {
             (r.journal_days.value, r.outbox_days.value, r.content_hours.value),
             (90.0, 7.0, 0.0)
         );
-        assert_eq!(r.outbox_days.source, Source::Env("HERMES_OTEL_RETENTION_OUTBOX_DAYS"));
+        assert_eq!(r.outbox_days.source, Source::Env("HERMES_METER_RETENTION_OUTBOX_DAYS"));
         assert!(warnings.is_empty());
-        let r = Retention::from_vars(env_of(&[("HERMES_OTEL_RETENTION_JOURNAL_DAYS", "0.5")]), &mut warnings);
+        let r = Retention::from_vars(env_of(&[("HERMES_METER_RETENTION_JOURNAL_DAYS", "0.5")]), &mut warnings);
         assert_eq!(r.journal_days.value, Retention::DEFAULT_JOURNAL_DAYS);
         assert_eq!(warnings.len(), 1, "{warnings:?}");
     }

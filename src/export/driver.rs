@@ -1,7 +1,7 @@
 //! The one export driver: the trace and the metric export of one store,
 //! over one connection to it, stepped and flushed the same way for every
 //! caller (the export thread in a Hermes process, `export_task.rs`, and
-//! `hermes-otel serve`).
+//! `hermes-meter serve`).
 //!
 //! Owns: the store connection both signals work on (they are stepped by
 //! one thread, one after the other, so one connection serves both), what

@@ -13,10 +13,10 @@
 //! # Use
 //!
 //! ```no_run
-//! # fn main() -> hermes_otel::Result<()> {
-//! use hermes_otel::export::{ExportOverrides, MetricExporter, MetricsConfig};
+//! # fn main() -> hermes_meter::Result<()> {
+//! use hermes_meter::export::{ExportOverrides, MetricExporter, MetricsConfig};
 //! let config = MetricsConfig::from_env(ExportOverrides::default());
-//! let mut metrics = MetricExporter::new(config, std::path::Path::new("/tmp/hermes-otel.db"))?;
+//! let mut metrics = MetricExporter::new(config, std::path::Path::new("/tmp/hermes-meter.db"))?;
 //! metrics.run_once()?; // fold; push if this process holds the lease and the interval passed
 //! metrics.flush(std::time::Instant::now() + std::time::Duration::from_secs(2))?; // at a one-shot's end
 //! # Ok(()) }

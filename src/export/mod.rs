@@ -12,17 +12,17 @@
 //! # Use
 //!
 //! ```no_run
-//! # fn main() -> hermes_otel::Result<()> {
-//! use hermes_otel::export::{ExportConfig, ExportOverrides, Exporter};
+//! # fn main() -> hermes_meter::Result<()> {
+//! use hermes_meter::export::{ExportConfig, ExportOverrides, Exporter};
 //! let config = ExportConfig::from_env(ExportOverrides::default());
-//! let mut exporter = Exporter::new(config, std::path::Path::new("/tmp/hermes-otel.db"))?;
+//! let mut exporter = Exporter::new(config, std::path::Path::new("/tmp/hermes-meter.db"))?;
 //! exporter.run_once()?; // one batch, if this process holds the lease
 //! exporter.flush(std::time::Instant::now() + std::time::Duration::from_secs(2))?;
 //! # Ok(()) }
 //! ```
 //!
 //! Nothing loops over an exporter by hand: the export thread of a Hermes
-//! process (`export_task.rs`) and `hermes-otel serve` both step a
+//! process (`export_task.rs`) and `hermes-meter serve` both step a
 //! [`Driver`] (`driver.rs`). It holds one store connection and the trace
 //! and the metric export over it, and runs the trace step of
 //! [`Exporter::run_once`] (or, for an exit flush, of [`Exporter::flush`]
@@ -80,7 +80,7 @@ pub(crate) use pacing::take_lease;
 use pacing::{block_on_until, Lease, Pacing};
 
 /// The instrumentation scope name on every span.
-pub const SCOPE_NAME: &str = "hermes-otel";
+pub const SCOPE_NAME: &str = "hermes-meter";
 
 /// How deep a chain of subagents is followed (a guard against cycles).
 const MAX_ANCESTRY: usize = 32;

@@ -1,4 +1,4 @@
-//! `hermes-otel serve --prometheus ADDR`: the Prometheus text endpoint.
+//! `hermes-meter serve --prometheus ADDR`: the Prometheus text endpoint.
 //!
 //! Owns: its store connection, answering, through [`HttpServer`],
 //! `GET /metrics` with [`crate::metrics::prometheus_text`]. Must not

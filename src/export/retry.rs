@@ -6,7 +6,7 @@
 //! jitter. Must not touch: I/O.
 //!
 //! A *permanent* failure (say 400 or `INVALID_ARGUMENT`, or 401 from a
-//! misconfigured token) would make an SDK drop the batch. hermes-otel does
+//! misconfigured token) would make an SDK drop the batch. hermes-meter does
 //! not drop: losing spans is worse than retrying slowly, and the retention
 //! cap bounds the disk. The exporter retries permanent failures at the
 //! maximum backoff and shows the last error in `status`.

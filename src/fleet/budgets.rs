@@ -51,7 +51,7 @@ pub fn edit(cfg: &FleetConfig, local: &Path, edit: impl FnOnce(&Path) -> Result<
         let _ = std::fs::remove_file(&scratch);
         let text = result?;
         let version = current.as_ref().map_or(1, |c| c.1 + 1);
-        let by = format!("hermes-otel budget (pid {})", std::process::id());
+        let by = format!("hermes-meter budget (pid {})", std::process::id());
         tx.execute(
             "INSERT INTO hermes_fleet_budgets (singleton, text, version, updated_at, updated_by)
              VALUES (1, $1, $2, $3, $4)

@@ -1,4 +1,4 @@
-//! The fleet database's address: `HERMES_OTEL_FLEET_URL`, parsed by
+//! The fleet database's address: `HERMES_METER_FLEET_URL`, parsed by
 //! tokio-postgres in libpq's forms (`postgresql://user:pw@host:5432/db`,
 //! `postgresql://user@/db?host=/run/postgresql` for a Unix-socket
 //! directory, or `host=... dbname=...` key/value), and the connection.
@@ -58,7 +58,7 @@ impl std::fmt::Debug for FleetConfig {
 
 impl FleetConfig {
     /// The fleet from the process environment; `None` when
-    /// `HERMES_OTEL_FLEET_URL` is unset or empty (no fleet).
+    /// `HERMES_METER_FLEET_URL` is unset or empty (no fleet).
     pub fn from_env() -> Result<Option<Self>> {
         Self::from_vars(crate::config::fleet::var)
     }
@@ -137,7 +137,7 @@ impl FleetConfig {
             pg.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
         }
         if pg.get_application_name().is_none() {
-            pg.application_name("hermes-otel");
+            pg.application_name("hermes-meter");
         }
         Ok(FleetConfig { pg, tls_files })
     }

@@ -1,6 +1,6 @@
 //! Fleet budgets: one set of budgets across many hosts, through PostgreSQL.
 //!
-//! Owns: the fleet URL (`HERMES_OTEL_FLEET_URL`, [`config`]), the fleet
+//! Owns: the fleet URL (`HERMES_METER_FLEET_URL`, [`config`]), the fleet
 //! schema and its migrations in PostgreSQL ([`schema`]), the lease
 //! arithmetic ([`lease`], pure), one sync step ([`sync`]), the background
 //! thread that runs it in whichever process holds the store's fleet lease
@@ -51,7 +51,7 @@
 //! [`crate::budget::FIRST_SYNC_WAIT`] (2 s), on the hook thread; once the
 //! store synced, the host is one of the above. If the sync has not
 //! completed by then, its tool and LLM calls are blocked in enforce mode
-//! until it does (`HERMES_OTEL_FLEET_UNSYNCED=closed`, the default), which
+//! until it does (`HERMES_METER_FLEET_UNSYNCED=closed`, the default), which
 //! keeps the bound; with `open` they go ahead under the local budget file,
 //! outside the bound (`src/budget/first_sync.rs`).
 

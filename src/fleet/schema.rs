@@ -18,7 +18,7 @@ const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_fleet.sql")];
 /// The fleet schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
-/// The advisory lock key hosts migrate under ("hermes-otel fleet" folded
+/// The advisory lock key hosts migrate under ("hermes-meter fleet" folded
 /// into an i64, fixed forever).
 const MIGRATION_LOCK: i64 = 0x6865_726d_6573_666c;
 
@@ -44,7 +44,7 @@ pub async fn migrate(client: &mut Client) -> Result<i64> {
         if version > SCHEMA_VERSION {
             return Err(Error::Other(format!(
                 "fleet database schema version {version} is newer than this build supports ({SCHEMA_VERSION}); \
-                 upgrade hermes-otel on this host"
+                 upgrade hermes-meter on this host"
             )));
         }
         if version == SCHEMA_VERSION {

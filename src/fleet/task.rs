@@ -1,4 +1,4 @@
-//! The fleet sync thread inside a Hermes process (or `hermes-otel serve`):
+//! The fleet sync thread inside a Hermes process (or `hermes-meter serve`):
 //! one per process, syncing only while the process holds the store's
 //! [`super::FLEET_LEASE`], so one process per store talks to the database.
 //!
@@ -75,14 +75,14 @@ impl FleetTask {
             done: Condvar::new(),
         });
         let thread_shared = Arc::clone(&shared);
-        let handle = crate::export_task::spawn("hermes-otel-fleet", move || run(store, sync, &thread_shared))?;
+        let handle = crate::export_task::spawn("hermes-meter-fleet", move || run(store, sync, &thread_shared))?;
         Ok(FleetTask {
             shared,
             handle: Some(handle),
         })
     }
 
-    /// Starts the sync when `HERMES_OTEL_FLEET_URL` is set.
+    /// Starts the sync when `HERMES_METER_FLEET_URL` is set.
     pub fn start_from_env(store_dir: &Path) -> Result<Option<Self>> {
         match FleetConfig::from_env()? {
             Some(cfg) => Ok(Some(Self::start(store_dir, cfg)?)),

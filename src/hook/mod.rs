@@ -33,7 +33,7 @@ pub const HOOK_NAMES: [&str; 15] = [
     "pre_approval_request",
     "post_approval_response",
     // Fired by Hermes releases that have it; on 0.19.0 the package calls it
-    // itself from Hermes's own auxiliary accounting (see python/hermes_otel).
+    // itself from Hermes's own auxiliary accounting (see python/hermes_meter).
     "post_auxiliary_call",
 ];
 
@@ -69,7 +69,7 @@ pub enum Hook {
     ApprovalRequest(Approval),
     ApprovalResponse(Approval),
     /// Not a Hermes hook: the user confirmed a held call's usage
-    /// (`hermes-otel held confirm`). Journaled like a hook, so a rebuild
+    /// (`hermes-meter held confirm`). Journaled like a hook, so a rebuild
     /// from the journal bills the call again.
     UsageConfirmed(UsageConfirmed),
 }

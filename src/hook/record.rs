@@ -1,7 +1,7 @@
 //! The spool record: one hook call as one JSON line,
 //! `{"hook": NAME, "t": SECONDS, "pid": N, "thread": NAME, "profile": NAME,
 //! "capture": BOOL, "kwargs": {...}}`. The same lines are the e2e kit's
-//! probe lines and what `hermes-otel replay` reads; only `hook` and
+//! probe lines and what `hermes-meter replay` reads; only `hook` and
 //! `kwargs` are required (a recorded line may also carry `seq`). `profile`
 //! is the Hermes profile whose plugin instance took the call (a
 //! multi-profile gateway registers the plugin once per profile); lines

@@ -184,7 +184,7 @@ pub const INSTRUMENTS: &[Instrument] = &[
         "hermes_hook_calls_lost",
         &[],
         false,
-        "Hook calls hermes-otel could not record, over every process that used the store.",
+        "Hook calls hermes-meter could not record, over every process that used the store.",
     ),
     inst(
         m::HOOK_CALLS_SKIPPED,
@@ -211,7 +211,7 @@ pub const INSTRUMENTS: &[Instrument] = &[
         "hermes_alerts_total",
         &[],
         true,
-        "Alerts raised by hermes-otel itself.",
+        "Alerts raised by hermes-meter itself.",
     ),
 ];
 

@@ -9,7 +9,7 @@ use crate::model::{Attrs, GaugeRow, SeriesRow};
 use crate::semconv::attr;
 
 /// Attributes added to metrics only when the user allow-lists them
-/// (`HERMES_OTEL_METRIC_ATTRIBUTES=sender,profile`): they are unbounded
+/// (`HERMES_METER_METRIC_ATTRIBUTES=sender,profile`): they are unbounded
 /// enough to matter for cardinality, so they are off by default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct AllowList {

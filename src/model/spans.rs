@@ -36,7 +36,7 @@ pub struct RunRow {
     /// The totals when the previous session span was sent: input tokens
     /// (cache included), output tokens, cost.
     pub span_base: (i64, i64, f64),
-    /// Why hermes-otel closed the run itself (`idle_timeout`,
+    /// Why hermes-meter closed the run itself (`idle_timeout`,
     /// `process_exit`), if it did.
     pub close_reason: Option<String>,
 }
@@ -123,7 +123,7 @@ impl AttemptRow {
 }
 
 /// Seconds from `started_at` to `first_token_at`. A first token stamped
-/// before the start (another clock, or a start hermes-otel recorded late)
+/// before the start (another clock, or a start hermes-meter recorded late)
 /// counts as 0: the span and the histogram must show the same value, and
 /// a negative one means nothing.
 pub fn time_to_first_token(started_at: f64, first_token_at: Option<f64>) -> Option<f64> {

@@ -76,7 +76,7 @@ pub enum PriceSource {
     Provider,
     /// The user's pricing file.
     User,
-    /// The table built into hermes-otel.
+    /// The table built into hermes-meter.
     Builtin,
     /// The price Hermes itself knows for the model (set by the binding).
     Host,
@@ -549,7 +549,7 @@ fn longest_prefix<'a>(entries: &'a Entries, id: &str) -> Option<(&'a str, ModelP
 /// Built-in list prices, USD per million tokens: (id prefix, input, output,
 /// cache read). Cache writes default to 1.25× input. Checked against the
 /// providers' price pages in 2025-2026 and against Hermes 0.19.0's own
-/// snapshot (`hermes-otel pricing drift`); the user's file overrides any
+/// snapshot (`hermes-meter pricing drift`); the user's file overrides any
 /// entry. Longest prefix wins, so a newer model priced apart from its
 /// family (Opus 4.5+, GPT-5.6) needs its own row.
 const BUILTIN: &[(&str, f64, f64, Option<f64>)] = &[

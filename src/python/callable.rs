@@ -16,14 +16,14 @@ use pyo3::types::{PyDict, PyString, PyTuple};
 use super::copy::copy_value;
 use super::log::{log, log_messages, ERROR, WARNING};
 use super::record::Partial;
-use super::{bridge, budget_actions, test_hooks, HermesOtelError, RecentSessions, MAX_SENDERS, RECENT};
+use super::{bridge, budget_actions, test_hooks, HermesMeterError, RecentSessions, MAX_SENDERS, RECENT};
 use crate::bridge::{Bridge, Outcome, Verdict};
 use crate::hook::{self, HookKeys, Origin, HOOK_NAMES};
 use crate::pricing::ModelPrice;
 use crate::store::EventContext;
 
 /// One registered hook: a native callable Hermes calls as `cb(**kwargs)`.
-#[pyclass(frozen, module = "hermes_otel._native")]
+#[pyclass(frozen, module = "hermes_meter._native")]
 pub(super) struct Hook {
     pub(super) name: &'static str,
     /// The Hermes profile whose `register(ctx)` made this hook: written
@@ -44,9 +44,9 @@ impl Hook {
         let name = HOOK_NAMES
             .iter()
             .find(|n| **n == name)
-            .ok_or_else(|| HermesOtelError::new_err(format!("unknown hook {name:?}")))?;
+            .ok_or_else(|| HermesMeterError::new_err(format!("unknown hook {name:?}")))?;
         let keys: HookKeys =
-            hook::keys(name).ok_or_else(|| HermesOtelError::new_err(format!("no keys for hook {name:?}")))?;
+            hook::keys(name).ok_or_else(|| HermesMeterError::new_err(format!("no keys for hook {name:?}")))?;
         let intern = |keys: &[&'static str]| -> Vec<(&'static str, Py<PyString>)> {
             keys.iter().map(|k| (*k, PyString::intern(py, k).unbind())).collect()
         };
@@ -72,8 +72,8 @@ impl Hook {
 
     fn __repr__(&self) -> String {
         match &self.profile {
-            Some(profile) => format!("<hermes_otel hook {} of profile {profile}>", self.name),
-            None => format!("<hermes_otel hook {}>", self.name),
+            Some(profile) => format!("<hermes_meter hook {} of profile {profile}>", self.name),
+            None => format!("<hermes_meter hook {}>", self.name),
         }
     }
 
@@ -296,14 +296,14 @@ pub(super) fn remember_session(session_id: Option<String>, platform: Option<&str
     }
 }
 
-/// Asks Hermes (through `hermes_otel._host_pricing`) for the price of a
+/// Asks Hermes (through `hermes_meter._host_pricing`) for the price of a
 /// model no table knows, at most once a minute per model. That helper only
 /// reads what Hermes already fetched: no network I/O on the agent thread.
 /// Only for a model [`Bridge::needs_host_price`] said to ask about.
 fn offer_host_price(py: Python<'_>, bridge: &Bridge, model: &str, provider: Option<String>, base_url: Option<String>) {
     static LOOKUP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let lookup = match LOOKUP.get_or_try_init(py, || {
-        py.import("hermes_otel._host_pricing")
+        py.import("hermes_meter._host_pricing")
             .and_then(|m| m.getattr("lookup"))
             .map(Bound::unbind)
     }) {

@@ -1,5 +1,5 @@
 //! Logging from a Hermes process: our `tracing` events and the writer's
-//! messages, passed to Python's `logging.getLogger("hermes_otel")` from a
+//! messages, passed to Python's `logging.getLogger("hermes_meter")` from a
 //! thread that holds the GIL anyway, rate-limited per event.
 //!
 //! Owns: the queue of core events waiting for the GIL, the subscriber that
@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use crate::bridge::Bridge;
 
 /// The logger every line of ours goes to.
-pub(super) const LOGGER: &str = "hermes_otel";
+pub(super) const LOGGER: &str = "hermes_meter";
 
 /// The same problem is logged at most once per this interval; the lines in
 /// between are counted and the count goes with the next one.
@@ -122,7 +122,7 @@ pub(super) fn log_messages(py: Python<'_>, bridge: &Bridge) {
 /// Per-event rate limiting of log lines: (last logged, suppressed since).
 static LOG_STATE: Mutex<Option<HashMap<&'static str, (Instant, u64)>>> = Mutex::new(None);
 
-/// Logs `text` through `logging.getLogger("hermes_otel")`, at most once per
+/// Logs `text` through `logging.getLogger("hermes_meter")`, at most once per
 /// [`LOG_INTERVAL`] per event. Never raises, never panics.
 pub(super) fn log(py: Python<'_>, level: i32, event: &'static str, text: String) {
     let suppressed = {

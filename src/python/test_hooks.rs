@@ -1,6 +1,6 @@
 //! Hooks only tests use, compiled in only with the `test-hooks` feature
 //! (never in the shipped wheel): a hook's Rust path panicking on demand
-//! (`HERMES_OTEL_TEST_PANIC`, to prove no panic reaches Hermes) and
+//! (`HERMES_METER_TEST_PANIC`, to prove no panic reaches Hermes) and
 //! `_native._spool_records`.
 //!
 //! Owns: those two. Must not touch: anything a user's build runs; without
@@ -12,13 +12,13 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 #[cfg(feature = "test-hooks")]
-use super::{callable::Hook, copy::copy_value, record::Partial, HermesOtelError};
+use super::{callable::Hook, copy::copy_value, record::Partial, HermesMeterError};
 #[cfg(feature = "test-hooks")]
 use crate::hook::{self, DecodeOptions};
 
 use crate::config::BridgeConfig;
 
-/// Panics when `HERMES_OTEL_TEST_PANIC` names `hook` (or is `*`); called
+/// Panics when `HERMES_METER_TEST_PANIC` names `hook` (or is `*`); called
 /// where a hook's Rust work starts, with the GIL released.
 #[cfg(feature = "test-hooks")]
 pub(super) fn panic_if_asked(config: &BridgeConfig, hook: &str) {
@@ -75,6 +75,6 @@ fn _spool_records(py: Python<'_>, hook: &str, kwargs: &Bound<'_, PyDict>, captur
     }
     hook::scrub(hook.name, &mut kw, opts);
     let copied = hook::write_record(hook.name, 1.5, Some(1), Some("t"), &kw, capture);
-    let text = |b: Vec<u8>| String::from_utf8(b).map_err(|e| HermesOtelError::new_err(e.to_string()));
+    let text = |b: Vec<u8>| String::from_utf8(b).map_err(|e| HermesMeterError::new_err(e.to_string()));
     Ok((text(direct)?, text(copied)?))
 }

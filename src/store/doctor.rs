@@ -69,7 +69,7 @@ pub fn missing_beside_aside(dir: &Path) -> Option<String> {
     let aside = moved_aside(dir)?;
     Some(format!(
         "no store at {}, but a damaged one was kept aside as {} (a rebuild that did not finish?): \
-         move it back and run `hermes-otel doctor --rebuild`",
+         move it back and run `hermes-meter doctor --rebuild`",
         db.display(),
         aside.display()
     ))

@@ -5,7 +5,7 @@
 //!
 //! # On disk
 //!
-//! One SQLite database, `hermes-otel.db`, in the store directory (see
+//! One SQLite database, `hermes-meter.db`, in the store directory (see
 //! [`crate::config::store_dir`]), created mode 0600 in a 0700 directory, in
 //! WAL mode so readers never block the writer. `PRAGMA user_version` is the
 //! schema version; migrations in `migrations/NNNN_*.sql` run forward only,
@@ -80,7 +80,7 @@ use crate::error::{Error, Result};
 use crate::pricing::PriceTable;
 
 /// The database file name inside the store directory.
-pub const DB_FILE_NAME: &str = "hermes-otel.db";
+pub const DB_FILE_NAME: &str = "hermes-meter.db";
 
 /// Migrations, in order; entry `i` brings the schema to version `i + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -290,7 +290,7 @@ pub fn connect(path: &Path) -> Result<Connection> {
     // (empty) file only, before its first table: on an existing file even
     // setting the mode it has writes its header, and an open must never
     // write (a damaged file is evidence). An older store gets it from
-    // `hermes-otel compact`.
+    // `hermes-meter compact`.
     let pages: i64 = conn.pragma_query_value(None, "page_count", |r| r.get(0))?;
     if pages == 0 {
         conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
@@ -426,7 +426,7 @@ mod tests {
     #[test]
     fn a_new_store_is_at_the_current_version_and_private() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let store_dir = dir.path().join("otel");
+        let store_dir = dir.path().join("meter");
         let store = Store::open_dir(&store_dir).expect("open");
         assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
         #[cfg(unix)]

@@ -187,7 +187,7 @@ impl Store {
     /// vacuum, one short transaction) once more than `keep` pages are free:
     /// a store keeps some free pages to grow into rather than giving them
     /// back and taking them again. Returns the pages given back (0 on a
-    /// store without incremental auto-vacuum: see `hermes-otel compact`).
+    /// store without incremental auto-vacuum: see `hermes-meter compact`).
     pub fn vacuum_step(&mut self, keep: i64, pages: i64) -> Result<i64> {
         let free: i64 = self.conn().query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
         let mode: i64 = self.conn().query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;

@@ -1,4 +1,4 @@
-//! Read-only totals for the `/otel` slash command: one session (with the
+//! Read-only totals for the `/meter` slash command: one session (with the
 //! subagents it started) and the spend of a time range.
 //!
 //! Owns: those two queries. Must not touch: writes of any kind.

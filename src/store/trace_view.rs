@@ -1,4 +1,4 @@
-//! Read-only queries for `hermes-otel trace` and the viewer: every ledger
+//! Read-only queries for `hermes-meter trace` and the viewer: every ledger
 //! row of one session and its subagents (the rows the span builder turns
 //! into spans). The viewer's list of sessions is [`super::session_list`].
 //!
@@ -52,7 +52,7 @@ impl Store {
     /// Opens the database at `path` read-only, for one viewer request: no
     /// migration, no lock held between statements, so Hermes's writes go
     /// on (WAL readers never block the writer). The schema must be one
-    /// this build knows; `hermes-otel ui` migrates once at start.
+    /// this build knows; `hermes-meter ui` migrates once at start.
     pub fn open_read_only(path: &Path) -> Result<Self> {
         let conn = super::doctor::read_only_conn(path)?;
         // The report's per-session totals are SQL functions of ours.

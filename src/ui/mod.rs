@@ -1,4 +1,4 @@
-//! `hermes-otel ui`: a local, read-only web viewer over the store.
+//! `hermes-meter ui`: a local, read-only web viewer over the store.
 //!
 //! Owns: routing (served by [`HttpServer`], as `serve --prometheus` is), the access token, and the JSON endpoints. The
 //! pages are [`pages`], the trees [`crate::trace`], the queries
@@ -15,7 +15,7 @@
 //! # Access
 //!
 //! Loopback by default. A non-loopback address needs a token (`--token` or
-//! `HERMES_OTEL_UI_TOKEN`), and once a token is set every request must
+//! `HERMES_METER_UI_TOKEN`), and once a token is set every request must
 //! carry it, the stylesheet and script included: `?token=` (answered with
 //! an `HttpOnly`, `SameSite=Strict` cookie and a redirect to the base
 //! path's index, built from the configured base only, that drops it from
@@ -56,7 +56,7 @@ pub use crate::config::cli::UI_TOKEN_ENV as TOKEN_ENV;
 /// The default address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8765";
 /// The cookie a browser keeps the token in.
-const COOKIE: &str = "hermes_otel_ui";
+const COOKIE: &str = "hermes_meter_ui";
 /// Sessions on one index page.
 pub const PAGE_SIZE: usize = 50;
 
@@ -79,7 +79,7 @@ pub struct UiConfig {
     pub token: Option<String>,
     /// The exporter's span options, so trees match exported spans.
     pub span_options: SpanOptions,
-    /// A path prefix the pages are served under (`""`, or e.g. `/otel`
+    /// A path prefix the pages are served under (`""`, or e.g. `/meter`
     /// behind a proxy); links and the script use it.
     pub base: String,
 }
@@ -253,7 +253,7 @@ fn answer(state: &State, asked: &Asked) -> Response<Full<Bytes>> {
             if !ok {
                 let mut r = plain(
                     StatusCode::UNAUTHORIZED,
-                    "this viewer needs its token: open the address `hermes-otel ui` printed, \
+                    "this viewer needs its token: open the address `hermes-meter ui` printed, \
 or send Authorization: Bearer <token>\n",
                 );
                 set_header(&mut r, header::WWW_AUTHENTICATE, "Bearer");

@@ -41,9 +41,9 @@ pub fn page(frame: &Frame<'_>, title: &str, tab: Tab, body: &str) -> String {
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-<meta name=\"hermes-otel-version\" content=\"{version}\">\
-<title>{title} · hermes-otel</title><link rel=\"stylesheet\" href=\"{b}{style}\"></head>\
-<body data-base=\"{b}\"><header class=\"top\"><span class=\"brand\">hermes-otel</span>\
+<meta name=\"hermes-meter-version\" content=\"{version}\">\
+<title>{title} · hermes-meter</title><link rel=\"stylesheet\" href=\"{b}{style}\"></head>\
+<body data-base=\"{b}\"><header class=\"top\"><span class=\"brand\">hermes-meter</span>\
 <a href=\"{b}/\"{s}>Sessions</a><a href=\"{b}/budgets\"{u}>Budgets</a><span id=\"live\"></span></header>\
 <main>{body}</main><script src=\"{b}{script}\"></script></body></html>\n",
         version = frame.version,
@@ -435,7 +435,7 @@ pub fn budgets(
     let mut h = String::from("<h1>Budgets</h1>");
     if rows.is_empty() {
         h.push_str(
-            "<p class=\"muted\" id=\"no-budgets\">No budgets set; add one with <code>hermes-otel budget set global daily 10</code>.</p>",
+            "<p class=\"muted\" id=\"no-budgets\">No budgets set; add one with <code>hermes-meter budget set global daily 10</code>.</p>",
         );
     } else {
         let _ = write!(

@@ -3,20 +3,20 @@
 The wheel is built with maturin and installed, with hermes-agent==0.19.0, into
 a venv by the kit's ``setup-hermes.sh``; the plugin is enabled the way a user
 does (``plugins.enabled`` in config.yaml, written by ``run-scenario.sh
---enable hermes-otel``). Each scenario runs once per test session, beside the
-kit's recording probe, with ``HERMES_OTEL_HOME`` inside the scenario's OUTDIR,
+--enable hermes-meter``). Each scenario runs once per test session, beside the
+kit's recording probe, with ``HERMES_METER_HOME`` inside the scenario's OUTDIR,
 so a test compares our store with the raw hook stream of the same run.
 
 Environment:
-- ``HERMES_OTEL_E2E_HERMES``: a ``hermes`` executable whose venv already has
+- ``HERMES_METER_E2E_HERMES``: a ``hermes`` executable whose venv already has
   our wheel (``scripts/test-python.sh`` prepares one); otherwise the harness
   builds the wheel and the venv under ``target/e2e/``.
-- ``HERMES_OTEL_E2E_TEST_WHEEL``: a wheel built with the cargo feature
+- ``HERMES_METER_E2E_TEST_WHEEL``: a wheel built with the cargo feature
   ``test-hooks``, which only the panic run uses (the wheel in the Hermes venv
   is the one users get and has no test hooks); otherwise the harness builds
   one (a debug build) under ``target/e2e/``.
-- ``HERMES_OTEL_E2E_OUT``: where runs go (default: a fresh temp directory).
-- ``HERMES_OTEL_E2E_JOBS``: scenarios run at once (default 4; they mostly wait
+- ``HERMES_METER_E2E_OUT``: where runs go (default: a fresh temp directory).
+- ``HERMES_METER_E2E_JOBS``: scenarios run at once (default 4; they mostly wait
   on the mock's delays and Hermes's retry backoff).
 """
 
@@ -37,7 +37,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 KIT = ROOT / "tests" / "e2e" / "kit"
-PLUGIN_KEY = "hermes-otel"
+PLUGIN_KEY = "hermes-meter"
 
 # A run with a panic injected into every hook of ours.
 PANIC_RUN = "panic_readfile"
@@ -66,7 +66,7 @@ class Run:
 
     @property
     def store(self) -> Path:
-        return self.outdir / "otel" / "hermes-otel.db"
+        return self.outdir / "meter" / "hermes-meter.db"
 
     @property
     def rc(self) -> int:
@@ -88,7 +88,7 @@ def _build_hermes_venv() -> Path:
     shutil.rmtree(wheels, ignore_errors=True)
     maturin = shutil.which("maturin") or str(Path(sys.executable).parent / "maturin")
     _run([maturin, "build", "--release", "-o", str(wheels)], cwd=ROOT)
-    wheel = sorted(glob.glob(str(wheels / "hermes_otel-*.whl")))[-1]
+    wheel = sorted(glob.glob(str(wheels / "hermes_meter-*.whl")))[-1]
     venv = work / "hermes-venv"
     _run(["bash", str(KIT / "setup-hermes.sh"), str(venv), "--force-reinstall", "--no-deps", wheel])
     # The gateway's API server platform (hermes-agent[messaging] pins it).
@@ -101,13 +101,13 @@ def _test_hooks_hermes(hermes_bin: Path, out: Path) -> Path:
     installed in place of the shipped one, for the panic run. (Putting the
     build first on PYTHONPATH is not enough: Hermes's bootstrap moves its
     own site-packages to the front of sys.path.)"""
-    wheel = os.environ.get("HERMES_OTEL_E2E_TEST_WHEEL")
+    wheel = os.environ.get("HERMES_METER_E2E_TEST_WHEEL")
     if not wheel:
         wheels = ROOT / "target" / "e2e" / "test-wheels"
         shutil.rmtree(wheels, ignore_errors=True)
         maturin = shutil.which("maturin") or str(Path(sys.executable).parent / "maturin")
         _run([maturin, "build", "--features", "python,test-hooks", "-o", str(wheels)], cwd=ROOT)
-        wheel = sorted(glob.glob(str(wheels / "hermes_otel-*.whl")))[-1]
+        wheel = sorted(glob.glob(str(wheels / "hermes_meter-*.whl")))[-1]
     venv = out / "hermes-test-hooks"
     shutil.rmtree(venv, ignore_errors=True)
     shutil.copytree(hermes_bin.parent.parent, venv, symlinks=True)
@@ -122,7 +122,7 @@ def _test_hooks_hermes(hermes_bin: Path, out: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def hermes_bin() -> Path:
-    given = os.environ.get("HERMES_OTEL_E2E_HERMES")
+    given = os.environ.get("HERMES_METER_E2E_HERMES")
     return Path(given) if given else _build_hermes_venv()
 
 
@@ -137,13 +137,13 @@ SCENARIOS = _scenarios()
 @pytest.fixture(scope="session")
 def runs(hermes_bin: Path) -> Iterator[dict[str, Run]]:
     """Every scenario (and the panic run), run once, a few at a time."""
-    # HERMES_OTEL_E2E_OUT keeps the runs for a look afterwards; otherwise
+    # HERMES_METER_E2E_OUT keeps the runs for a look afterwards; otherwise
     # they go when the session ends (about 20 MB of Hermes homes and stores).
-    root = os.environ.get("HERMES_OTEL_E2E_OUT")
-    out = Path(root) if root else Path(tempfile.mkdtemp(prefix="hermes-otel-e2e-"))
+    root = os.environ.get("HERMES_METER_E2E_OUT")
+    out = Path(root) if root else Path(tempfile.mkdtemp(prefix="hermes-meter-e2e-"))
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, HERMES_BIN=str(hermes_bin), E2E_PYTHON=sys.executable)
-    jobs = int(os.environ.get("HERMES_OTEL_E2E_JOBS", "4"))
+    jobs = int(os.environ.get("HERMES_METER_E2E_JOBS", "4"))
     panic_hermes = _test_hooks_hermes(hermes_bin, out)
 
     def one(name: str) -> Run:
@@ -155,9 +155,9 @@ def runs(hermes_bin: Path) -> Iterator[dict[str, Run]]:
             script = ["--script", str(Path(__file__).parent / "scripts" / scenario.split(":", 1)[1])]
             scenario = "custom"
         cmd = ["bash", str(KIT / "run-scenario.sh"), scenario, str(outdir), "--probe", *script]
-        cmd += ["--enable", PLUGIN_KEY, "--env", f"HERMES_OTEL_HOME={outdir / 'otel'}"]
+        cmd += ["--enable", PLUGIN_KEY, "--env", f"HERMES_METER_HOME={outdir / 'meter'}"]
         if name == PANIC_RUN:
-            cmd += ["--env", "HERMES_OTEL_TEST_PANIC=*"]
+            cmd += ["--env", "HERMES_METER_TEST_PANIC=*"]
         if name in OTLP_RUNS:
             # A loopback OTLP/HTTP receiver in the scenario's namespace.
             cmd += ["--sidecar", f'"$E2E_PYTHON" {Path(__file__).parent / "otlp_sidecar.py"}']

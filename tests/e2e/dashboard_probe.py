@@ -3,10 +3,10 @@
     dashboard_probe.py HERMES_BIN OUTDIR FIXTURE.jsonl
 
 Run inside a loopback-only network namespace (tests/e2e/kit/netns-run.sh).
-Makes a Hermes home whose config.yaml enables hermes-otel, replays FIXTURE
-into the plugin's store with the wheel's `hermes-otel`, starts `hermes
+Makes a Hermes home whose config.yaml enables hermes-meter, replays FIXTURE
+into the plugin's store with the wheel's `hermes-meter`, starts `hermes
 dashboard` (the plugin's register() installs the tab), then asks the
-dashboard what a browser would and loads its /otel page in headless
+dashboard what a browser would and loads its /meter page in headless
 Chromium. Prints one JSON object of what it saw; OUTDIR keeps the logs and
 a screenshot.
 """
@@ -64,12 +64,12 @@ def chromium(url: str, mode: str, profile: Path) -> tuple[str, list[str]]:
 def main() -> None:
     hermes_bin, out, fixture = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     out.mkdir(parents=True, exist_ok=True)
-    home, store = out / "hermes-home", out / "otel"
+    home, store = out / "hermes-home", out / "meter"
     home.mkdir(exist_ok=True)
-    (home / "config.yaml").write_text("plugins:\n  enabled:\n    - hermes-otel\n")
-    env = dict(os.environ, HERMES_HOME=str(home), HERMES_OTEL_HOME=str(store),
+    (home / "config.yaml").write_text("plugins:\n  enabled:\n    - hermes-meter\n")
+    env = dict(os.environ, HERMES_HOME=str(home), HERMES_METER_HOME=str(store),
                HERMES_DASHBOARD_SESSION_TOKEN=TOKEN, BROWSER="true")  # fmt: skip
-    cli = hermes_bin.parent / "hermes-otel"
+    cli = hermes_bin.parent / "hermes-meter"
     subprocess.run([str(cli), "replay", str(fixture)], env=env, check=True, capture_output=True)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -89,13 +89,13 @@ def main() -> None:
                 if time.monotonic() > deadline or dash.poll() is not None:
                     raise SystemExit("the dashboard did not start; see dashboard.log") from None
                 time.sleep(0.2)
-        facts["tab_installed"] = (home / "plugins" / "hermes-otel" / "dashboard" / "manifest.json").is_file()
+        facts["tab_installed"] = (home / "plugins" / "hermes-meter" / "dashboard" / "manifest.json").is_file()
         status, body = get(f"{base}/api/dashboard/plugins")
         facts["plugins_status"] = status
         facts["plugins"] = json.loads(body) if status == 200 else body
-        facts["asset_status"] = get(f"{base}/dashboard-plugins/hermes-otel/dist/index.js", token=False)[0]
-        facts["viewer_without_token"] = get(f"{base}/api/plugins/hermes-otel/viewer", token=False)[0]
-        status, body = get(f"{base}/api/plugins/hermes-otel/viewer")
+        facts["asset_status"] = get(f"{base}/dashboard-plugins/hermes-meter/dist/index.js", token=False)[0]
+        facts["viewer_without_token"] = get(f"{base}/api/plugins/hermes-meter/viewer", token=False)[0]
+        status, body = get(f"{base}/api/plugins/hermes-meter/viewer")
         facts["viewer_status"] = status
         url = json.loads(body)["url"] if status == 200 else ""
         facts["viewer_url"] = url
@@ -103,10 +103,10 @@ def main() -> None:
             facts["viewer_index"] = get(url, token=False)[1]
             facts["viewer_session_ids"] = json.loads(get(url + "api/sessions", token=False)[1])["sessions"]
         profile = out / "chromium-profile"
-        dom, console = chromium(f"{base}/otel", "--dump-dom", profile)
+        dom, console = chromium(f"{base}/meter", "--dump-dom", profile)
         facts["dom"], facts["console"] = dom, console
-        shot = out / "dashboard-otel.png"
-        _, console = chromium(f"{base}/otel", f"--screenshot={shot}", profile)
+        shot = out / "dashboard-meter.png"
+        _, console = chromium(f"{base}/meter", f"--screenshot={shot}", profile)
         facts["screenshot_console"] = console
         facts["screenshot"] = str(shot) if shot.is_file() else None
     finally:

@@ -2,7 +2,7 @@
 stopped, a cron job paused.
 
 Each test runs the kit's ``custom`` scenario with a script that sets a budget
-with our own CLI (``hermes-otel budget set``, the console script installed
+with our own CLI (``hermes-meter budget set``, the console script installed
 beside ``hermes``), then runs Hermes against the loopback mock. The mock's
 ``mock-model`` costs $2/$8 per million input/output tokens, so one call of a
 scenario costs about $0.002; the limits below are set to be crossed by the
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from conftest import KIT, PLUGIN_KEY
 
-BLOCKED_MODEL = "hermes-otel/budget-blocked"
+BLOCKED_MODEL = "hermes-meter/budget-blocked"
 
 
 def _scenario(hermes_bin: Path, tmp_path: Path, script: str, env: dict[str, str] | None = None) -> Path:
@@ -27,7 +27,7 @@ def _scenario(hermes_bin: Path, tmp_path: Path, script: str, env: dict[str, str]
     Hermes and the script's steps."""
     out = tmp_path / "run"
     script_file = tmp_path / "script.sh"
-    script_file.write_text('BUDGET="$(dirname "$HERMES")/hermes-otel"\n' + textwrap.dedent(script))
+    script_file.write_text('BUDGET="$(dirname "$HERMES")/hermes-meter"\n' + textwrap.dedent(script))
     cmd = [
         "bash",
         str(KIT / "run-scenario.sh"),
@@ -39,7 +39,7 @@ def _scenario(hermes_bin: Path, tmp_path: Path, script: str, env: dict[str, str]
         "--enable",
         PLUGIN_KEY,
         "--env",
-        f"HERMES_OTEL_HOME={out / 'otel'}",
+        f"HERMES_METER_HOME={out / 'meter'}",
     ]
     for key, value in (env or {}).items():
         cmd += ["--env", f"{key}={value}"]
@@ -71,7 +71,7 @@ def _chat_posts(out: Path) -> int:
 
 
 def _query(out: Path, sql: str) -> list[tuple]:
-    conn = sqlite3.connect(f"file:{out / 'otel' / 'hermes-otel.db'}?mode=ro", uri=True)
+    conn = sqlite3.connect(f"file:{out / 'meter' / 'hermes-meter.db'}?mode=ro", uri=True)
     try:
         return conn.execute(sql).fetchall()
     finally:
@@ -98,7 +98,7 @@ def test_a_tool_call_is_blocked_once_the_budget_is_spent(hermes_bin, tmp_path) -
     ]
     assert blocked, "read_file was not blocked"
     message = blocked[0]["kwargs"]["error_message"]
-    assert "hermes-otel budget set global daily <usd>" in message, message
+    assert "hermes-meter budget set global daily <usd>" in message, message
     assert _query(out, "SELECT status FROM tool_calls WHERE tool_name = 'read_file'") == [("blocked",)]
     # The next LLM call of the turn was stopped too: Hermes got the stand-in.
     assert "BUDGET-EXCEEDED" in steps["chat"][1]
@@ -156,5 +156,5 @@ def test_a_cron_job_over_its_budget_is_paused(hermes_bin, tmp_path) -> None:
     assert "paused" in steps["again"][1].lower(), steps["again"]
     jobs = json.loads((out / "home" / "cron" / "jobs.json").read_text())["jobs"]
     reason = next(j for j in jobs if j["id"] == job)["paused_reason"]
-    assert reason.startswith("hermes-otel: cron " + job + " daily budget exhausted"), reason
+    assert reason.startswith("hermes-meter: cron " + job + " daily budget exhausted"), reason
     assert _query(out, "SELECT kind, id FROM budget_once") == [("pause", job)]

@@ -6,10 +6,10 @@ while its second model call is in flight. Then:
 
 - every hook call the probe recorded (but possibly the last, which may have
   reached the probe before our hook: plugins run in turn) is in our store
-  once the next process (``hermes-otel serve``) recovered the dead process's
+  once the next process (``hermes-meter serve``) recovered the dead process's
   spool;
 - ``serve`` closes the spans the dead process left open after the idle
-  timeout (1 s here, ``HERMES_OTEL_IDLE_TIMEOUT_SECONDS``), marks them with
+  timeout (1 s here, ``HERMES_METER_IDLE_TIMEOUT_SECONDS``), marks them with
   ``hermes.span.close_reason = idle_timeout`` and exports them (the console
   exporter, one JSON line per span, read back here).
 """
@@ -46,11 +46,11 @@ def test_a_hermes_killed_mid_call_loses_no_returned_hook_and_its_spans_are_close
     hermes_bin: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "crash"
-    store_dir = out / "otel"
+    store_dir = out / "meter"
     env = dict(os.environ, HERMES_BIN=str(hermes_bin))
     script = ROOT / "tests" / "e2e" / "scripts" / "kill_mid_call.sh"
     cmd = ["bash", str(KIT / "run-scenario.sh"), "custom", str(out), "--probe"]
-    cmd += ["--enable", "hermes-otel", "--env", f"HERMES_OTEL_HOME={store_dir}", "--script", str(script)]
+    cmd += ["--enable", "hermes-meter", "--env", f"HERMES_METER_HOME={store_dir}", "--script", str(script)]
     _run(cmd, env=env)
     assert (out / "killed_rc").read_text().strip() == "137", "hermes was killed by SIGKILL"
 
@@ -63,17 +63,17 @@ def test_a_hermes_killed_mid_call_loses_no_returned_hook_and_its_spans_are_close
     spools = list((store_dir / "spool").glob("*.jsonl"))
     assert spools, "the killed process left its spool"
 
-    hermes_otel = Path(hermes_bin).parent / "hermes-otel"
+    hermes_meter = Path(hermes_bin).parent / "hermes-meter"
     time.sleep(1.5)  # past the 1 s idle timeout of the test
     serve_env = dict(
         os.environ,
-        HERMES_OTEL_HOME=str(store_dir),
-        HERMES_OTEL_IDLE_TIMEOUT_SECONDS="1",
+        HERMES_METER_HOME=str(store_dir),
+        HERMES_METER_IDLE_TIMEOUT_SECONDS="1",
         OTEL_TRACES_EXPORTER="console",
         OTEL_METRICS_EXPORTER="none",
     )
     served = subprocess.run(
-        [str(hermes_otel), "serve", "--drain", "--poll-ms", "50"],
+        [str(hermes_meter), "serve", "--drain", "--poll-ms", "50"],
         env=serve_env,
         text=True,
         capture_output=True,
@@ -83,7 +83,7 @@ def test_a_hermes_killed_mid_call_loses_no_returned_hook_and_its_spans_are_close
     assert "spool file(s) of ended processes" in served.stderr, served.stderr
     assert not list((store_dir / "spool").glob("*.jsonl")), "recovered spools are deleted"
 
-    conn = sqlite3.connect(f"file:{store_dir / 'hermes-otel.db'}?mode=ro", uri=True)
+    conn = sqlite3.connect(f"file:{store_dir / 'hermes-meter.db'}?mode=ro", uri=True)
     try:
         journal = Counter(h for (h,) in conn.execute("SELECT hook FROM journal"))
         (status,) = conn.execute("SELECT status FROM runs").fetchone()

@@ -3,8 +3,8 @@
 tests/e2e/dashboard_probe.py starts `hermes dashboard` from the venv with the
 wheel, in a loopback-only network namespace, over a store holding the
 delegate_sync fixture, and reports what the dashboard served and what
-headless Chromium rendered at /otel. The screenshot is kept in
-target/ui-screenshots/dashboard-otel.png.
+headless Chromium rendered at /meter. The screenshot is kept in
+target/ui-screenshots/dashboard-meter.png.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ SESSION = "20261130_013759_e4a976"
 
 
 def test_the_dashboard_shows_the_viewer_in_its_otel_tab(hermes_bin: Path) -> None:
-    out = Path(tempfile.mkdtemp(prefix="hermes-otel-dashboard-"))
+    out = Path(tempfile.mkdtemp(prefix="hermes-meter-dashboard-"))
     probe = Path(__file__).with_name("dashboard_probe.py")
     python = hermes_bin.parent / "python"
     p = subprocess.run(
@@ -38,20 +38,20 @@ def test_the_dashboard_shows_the_viewer_in_its_otel_tab(hermes_bin: Path) -> Non
     # register() put the tab where the dashboard scans, and the dashboard lists it.
     assert facts["tab_installed"]
     assert facts["plugins_status"] == 200, facts["plugins"]
-    tab = next(t for t in facts["plugins"] if t["name"] == "hermes-otel")
-    assert tab["tab"]["path"] == "/otel" and tab["has_api"], tab
+    tab = next(t for t in facts["plugins"] if t["name"] == "hermes-meter")
+    assert tab["tab"]["path"] == "/meter" and tab["has_api"], tab
     assert facts["asset_status"] == 200
     # The backend route sits behind the dashboard's own authentication.
     assert facts["viewer_without_token"] == 401
     assert facts["viewer_status"] == 200
     assert facts["viewer_url"].startswith("http://127.0.0.1:")
-    # The viewer it started reads the plugin's store: the same pages as `hermes-otel ui`.
+    # The viewer it started reads the plugin's store: the same pages as `hermes-meter ui`.
     assert f'href="/session/{SESSION}"' in facts["viewer_index"]
     assert SESSION in [s["session_id"] for s in facts["viewer_session_ids"]]
     # The dashboard's single-page app rendered the tab with the viewer in it.
-    assert f'<iframe id="hermes-otel-viewer" title="hermes-otel" src="{facts["viewer_url"]}"' in facts["dom"]
+    assert f'<iframe id="hermes-meter-viewer" title="hermes-meter" src="{facts["viewer_url"]}"' in facts["dom"]
     assert facts["console"] == [], facts["console"]
     assert facts["screenshot"], "screenshot written"
     shots = ROOT / "target" / "ui-screenshots"
     shots.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(facts["screenshot"], shots / "dashboard-otel.png")
+    shutil.copyfile(facts["screenshot"], shots / "dashboard-meter.png")

@@ -36,7 +36,7 @@ def _pg(program: str) -> list[str]:
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
     """A fresh PostgreSQL on a Unix socket; its libpq URL."""
-    root = Path(tempfile.mkdtemp(prefix="hermes-otel-pg"))
+    root = Path(tempfile.mkdtemp(prefix="hermes-meter-pg"))
     if os.geteuid() == 0:
         os.chown(root, NOBODY, NOBODY)
     data = root / "data"
@@ -67,7 +67,7 @@ def postgres_url() -> Iterator[str]:
 
 def test_host_b_is_stopped_by_host_a_spend(hermes_bin, tmp_path, postgres_url) -> None:
     # Host B ran Hermes before (one call, under the limit) and runs
-    # `hermes-otel serve` (as a gateway host runs something all the time),
+    # `hermes-meter serve` (as a gateway host runs something all the time),
     # which keeps its store synced with the fleet. Host A then spends with a
     # one-shot `hermes -z`, which pushes its spend as it exits. B's own spend
     # alone is under the limit; with A's it is over, and B's next LLM call is
@@ -76,22 +76,22 @@ def test_host_b_is_stopped_by_host_a_spend(hermes_bin, tmp_path, postgres_url) -
         hermes_bin,
         tmp_path,
         """
-        A="$OUTDIR/otel-a"; B="$OUTDIR/otel-b"
-        step set env HERMES_OTEL_HOME="$A" "$BUDGET" budget set global daily 0.004
-        step b1 env HERMES_OTEL_HOME="$B" "$HERMES" -z "plain question"
-        HERMES_OTEL_HOME="$B" setsid "$BUDGET" serve --prometheus 127.0.0.1:0 >"$OUTDIR/serve-b.log" 2>&1 &
+        A="$OUTDIR/meter-a"; B="$OUTDIR/meter-b"
+        step set env HERMES_METER_HOME="$A" "$BUDGET" budget set global daily 0.004
+        step b1 env HERMES_METER_HOME="$B" "$HERMES" -z "plain question"
+        HERMES_METER_HOME="$B" setsid "$BUDGET" serve --prometheus 127.0.0.1:0 >"$OUTDIR/serve-b.log" 2>&1 &
         PIDS+=($!)
         # NAME PATTERN: polls until host B's `budget list --json` has PATTERN.
-        POLL='until HERMES_OTEL_HOME="$0" "$1" budget list --json | grep -q "$2"; do sleep 0.1; done'
+        POLL='until HERMES_METER_HOME="$0" "$1" budget list --json | grep -q "$2"; do sleep 0.1; done'
         b_until() { step "$1" bash -c "$POLL" "$B" "$BUDGET" "$2"; }
         b_until b_synced '"this_host_usd"'
-        step a env HERMES_OTEL_HOME="$A" "$HERMES" -z "another plain question"
+        step a env HERMES_METER_HOME="$A" "$HERMES" -z "another plain question"
         b_until b_sees_a '"verdict": "hard"'
-        step b2 env HERMES_OTEL_HOME="$B" "$HERMES" -z "a third plain question"
-        step list_b env HERMES_OTEL_HOME="$B" "$BUDGET" budget list --json
-        step status_b env HERMES_OTEL_HOME="$B" "$BUDGET" status
+        step b2 env HERMES_METER_HOME="$B" "$HERMES" -z "a third plain question"
+        step list_b env HERMES_METER_HOME="$B" "$BUDGET" budget list --json
+        step status_b env HERMES_METER_HOME="$B" "$BUDGET" status
         """,
-        env={"HERMES_OTEL_FLEET_URL": postgres_url},
+        env={"HERMES_METER_FLEET_URL": postgres_url},
     )
     steps = _steps(out)
     for name in ("set", "b1", "b_synced", "a", "b_sees_a", "b2", "list_b", "status_b"):
@@ -103,7 +103,7 @@ def test_host_b_is_stopped_by_host_a_spend(hermes_bin, tmp_path, postgres_url) -
     assert "BUDGET-EXCEEDED" in steps["b2"][1], steps["b2"]
     assert _chat_posts(out) == 2, "host B's second run did not reach the provider"
     posts = [h for h in _hooks(out) if h["hook"] == "post_api_request"]
-    assert posts[-1]["kwargs"]["response_model"] == "hermes-otel/budget-blocked"
+    assert posts[-1]["kwargs"]["response_model"] == "hermes-meter/budget-blocked"
     # B's list: the fleet's spend (A's and B's), B's part alone under the
     # limit, the verdict hard.
     budgets = json.loads(steps["list_b"][1])["budgets"]

@@ -36,7 +36,7 @@ OLDER = ["0.18.2", "0.17.0"]
 
 
 def _our_wheel() -> str:
-    given = os.environ.get("HERMES_OTEL_E2E_WHEEL")
+    given = os.environ.get("HERMES_METER_E2E_WHEEL")
     if given:
         return given
     wheels = ROOT / "target" / "e2e" / "older-wheels"
@@ -45,7 +45,7 @@ def _our_wheel() -> str:
     subprocess.run(
         [maturin, "build", "--release", "-o", str(wheels)], cwd=ROOT, check=True, capture_output=True
     )
-    return sorted(glob.glob(str(wheels / "hermes_otel-*.whl")))[-1]
+    return sorted(glob.glob(str(wheels / "hermes_meter-*.whl")))[-1]
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def older(request, wheel: str, tmp_path_factory) -> tuple[str, Run]:
     subprocess.run([*pip, "--force-reinstall", "--no-deps", wheel], check=True, capture_output=True)
     outdir = tmp_path_factory.mktemp(f"hermes-{version}") / "run"
     cmd = ["bash", str(KIT / "run-scenario.sh"), "multi_turn", str(outdir), "--probe"]
-    cmd += ["--enable", PLUGIN_KEY, "--env", f"HERMES_OTEL_HOME={outdir / 'otel'}"]
+    cmd += ["--enable", PLUGIN_KEY, "--env", f"HERMES_METER_HOME={outdir / 'meter'}"]
     cmd += ["--sidecar", f'"$E2E_PYTHON" {Path(__file__).parent / "otlp_sidecar.py"}']
     cmd += ["--env", "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf"]
     cmd += ["--env", "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318"]

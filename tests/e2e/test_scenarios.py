@@ -1,7 +1,7 @@
 """Our store against the raw hook stream of the same real Hermes run.
 
 For each kit scenario, the expected ledger is computed here straight from
-the probe's ``hooks.jsonl`` (no hermes-otel code involved), then compared
+the probe's ``hooks.jsonl`` (no hermes-meter code involved), then compared
 with what the plugin wrote to its store in that run.
 """
 
@@ -235,9 +235,9 @@ def test_the_store_matches_the_hook_stream(runs: dict[str, Run], scenario: str) 
 
 
 def our_cli(run: Run, *args: str) -> str:
-    """What `hermes-otel --home <the run's store> ARGS...` prints."""
-    cli = str(Path(sys.executable).parent / "hermes-otel")
-    home = str(run.outdir / "otel")
+    """What `hermes-meter --home <the run's store> ARGS...` prints."""
+    cli = str(Path(sys.executable).parent / "hermes-meter")
+    home = str(run.outdir / "meter")
     return subprocess.run([cli, "--home", home, *args], capture_output=True, text=True, check=True).stdout
 
 
@@ -329,35 +329,35 @@ def test_an_injected_panic_leaves_the_hermes_run_intact(runs: dict[str, Run]) ->
     # Nothing was recorded, and the panic was logged through Python logging.
     assert query(run, "SELECT COUNT(*) FROM journal")[0][0] == 0
     log = (run.outdir / "home" / "logs" / "errors.log").read_text(errors="replace")
-    assert "hermes_otel: Hook.Panicked" in log
+    assert "hermes_meter: Hook.Panicked" in log
 
 
-def test_hermes_otel_status_runs_inside_hermes(runs: dict[str, Run], hermes_bin) -> None:
+def test_hermes_meter_status_runs_inside_hermes(runs: dict[str, Run], hermes_bin) -> None:
     run = runs["readfile"]
     env = dict(
         os.environ,
         HERMES_HOME=str(run.outdir / "home"),
-        HERMES_OTEL_HOME=str(run.outdir / "otel"),
+        HERMES_METER_HOME=str(run.outdir / "meter"),
         HTTP_PROXY="http://127.0.0.1:9",
         HTTPS_PROXY="http://127.0.0.1:9",
         NO_PROXY="127.0.0.1,localhost",
     )
     p = subprocess.run(
-        [str(hermes_bin), "otel", "status"], env=env, text=True, capture_output=True, timeout=120
+        [str(hermes_bin), "meter", "status"], env=env, text=True, capture_output=True, timeout=120
     )
     assert p.returncode == 0, p.stderr
     assert "journal" in p.stdout and "events" in p.stdout, p.stdout
     p = subprocess.run(
-        [str(hermes_bin), "otel", "report", "--json"], env=env, text=True, capture_output=True, timeout=120
+        [str(hermes_bin), "meter", "report", "--json"], env=env, text=True, capture_output=True, timeout=120
     )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["totals"]["llm_calls"] >= 1, p.stdout
 
 
 def test_pricing_drift_reads_hermes_own_prices_and_names_what_differs(tmp_path: Path) -> None:
-    # The e2e venv is Hermes's own: its `hermes-otel` script runs with
+    # The e2e venv is Hermes's own: its `hermes-meter` script runs with
     # Hermes's Python, so drift needs no flag.
-    cli = str(Path(sys.executable).parent / "hermes-otel")
+    cli = str(Path(sys.executable).parent / "hermes-meter")
 
     def drift() -> dict:
         p = subprocess.run(

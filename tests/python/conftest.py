@@ -1,7 +1,7 @@
 """Shared helpers for the package tests.
 
 The native bridge is one per process and reads its settings on first use,
-so this file points HERMES_OTEL_HOME at a fresh directory before any test
+so this file points HERMES_METER_HOME at a fresh directory before any test
 runs; tests that need other settings run Python in a subprocess.
 """
 
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-STORE_DIR = Path(tempfile.mkdtemp(prefix="hermes-otel-pytest-"))
-os.environ["HERMES_OTEL_HOME"] = str(STORE_DIR)
+STORE_DIR = Path(tempfile.mkdtemp(prefix="hermes-meter-pytest-"))
+os.environ["HERMES_METER_HOME"] = str(STORE_DIR)
 # Never the user's own Hermes home (register() installs the dashboard tab there).
-os.environ["HERMES_HOME"] = tempfile.mkdtemp(prefix="hermes-otel-pytest-home-")
-os.environ.pop("HERMES_OTEL_TEST_PANIC", None)
+os.environ["HERMES_HOME"] = tempfile.mkdtemp(prefix="hermes-meter-pytest-home-")
+os.environ.pop("HERMES_METER_TEST_PANIC", None)
 os.environ.pop("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", None)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -61,7 +61,7 @@ def query(sql: str, *args, store_dir: Path = STORE_DIR) -> list[tuple]:
     would drop the extension's locks on the same files (the WAL index could
     then be rebuilt under it: stale reads, even SIGBUS). See ARCHITECTURE.md.
     """
-    payload = json.dumps([str(store_dir / "hermes-otel.db"), sql, list(args)])
+    payload = json.dumps([str(store_dir / "hermes-meter.db"), sql, list(args)])
     out = subprocess.run(
         [sys.executable, "-c", _QUERY], input=payload, text=True, capture_output=True, timeout=60, check=True
     )
@@ -76,4 +76,4 @@ def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def fresh_store(tmp_path: Path) -> Path:
-    return tmp_path / "otel"
+    return tmp_path / "meter"

@@ -7,12 +7,12 @@ from __future__ import annotations
 import sys
 import types
 
-from hermes_otel import _budget
+from hermes_meter import _budget
 
 
 def test_the_stand_in_has_the_shape_of_each_provider_api() -> None:
     chat = _budget.stand_in("chat_completions", "BUDGET-EXCEEDED: x")
-    assert chat.model == _budget.BLOCKED_MODEL == "hermes-otel/budget-blocked"
+    assert chat.model == _budget.BLOCKED_MODEL == "hermes-meter/budget-blocked"
     assert chat.usage is None
     assert chat.choices[0].message.content == "BUDGET-EXCEEDED: x"
     assert not chat.choices[0].message.tool_calls
@@ -79,6 +79,6 @@ def test_a_stop_raises_hermes_own_block_where_hermes_has_it(monkeypatch) -> None
         _budget.stop("chat_completions", "BUDGET-EXCEEDED: x")
     except LLMExecutionBlocked as e:
         assert e.reason == "BUDGET-EXCEEDED: x"
-        assert e.metadata == {"checked_by": "hermes-otel", "reason": "budget"}
+        assert e.metadata == {"checked_by": "hermes-meter", "reason": "budget"}
     else:
         raise AssertionError("the call was not stopped")

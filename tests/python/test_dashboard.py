@@ -8,8 +8,8 @@ import json
 import urllib.request
 from pathlib import Path
 
-import hermes_otel
-from hermes_otel import _dashboard
+import hermes_meter
+from hermes_meter import _dashboard
 
 
 class FakeContext:
@@ -30,18 +30,18 @@ class FakeContext:
 def test_the_manifest_names_a_tab_with_its_script_and_backend() -> None:
     src = _dashboard.source_dir()
     manifest = json.loads((src / "manifest.json").read_text())
-    assert manifest["name"] == "hermes-otel" == _dashboard.PLUGIN_DIR_NAME
-    assert manifest["tab"]["path"] == "/otel"
+    assert manifest["name"] == "hermes-meter" == _dashboard.PLUGIN_DIR_NAME
+    assert manifest["tab"]["path"] == "/meter"
     assert (src / manifest["entry"]).is_file()
     assert (src / manifest["api"]).is_file()
     script = (src / manifest["entry"]).read_text()
-    assert 'window.__HERMES_PLUGINS__.register("hermes-otel"' in script
-    assert "/api/plugins/hermes-otel/viewer" in script
+    assert 'window.__HERMES_PLUGINS__.register("hermes-meter"' in script
+    assert "/api/plugins/hermes-meter/viewer" in script
 
 
 def test_install_copies_the_tab_into_a_hermes_home_once(tmp_path: Path) -> None:
     target = _dashboard.install(tmp_path)
-    assert target == tmp_path / "plugins" / "hermes-otel" / "dashboard"
+    assert target == tmp_path / "plugins" / "hermes-meter" / "dashboard"
     assert (target / "manifest.json").read_bytes() == (_dashboard.source_dir() / "manifest.json").read_bytes()
     assert (target / "dist" / "index.js").is_file() and (target / "plugin_api.py").is_file()
     stamp = (target / "manifest.json").stat().st_mtime_ns
@@ -49,16 +49,16 @@ def test_install_copies_the_tab_into_a_hermes_home_once(tmp_path: Path) -> None:
     assert (target / "manifest.json").stat().st_mtime_ns == stamp, "unchanged files are not rewritten"
     (target / "manifest.json").write_text("{}")
     _dashboard.install(tmp_path)
-    assert json.loads((target / "manifest.json").read_text())["name"] == "hermes-otel"
+    assert json.loads((target / "manifest.json").read_text())["name"] == "hermes-meter"
 
 
 def test_register_installs_the_tab_only_in_a_hermes_home(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("HERMES_HOME", str(tmp_path))
-    hermes_otel.register(FakeContext())
+    hermes_meter.register(FakeContext())
     assert not (tmp_path / "plugins").exists(), "no config.yaml: not a Hermes home"
-    (tmp_path / "config.yaml").write_text("plugins:\n  enabled: [hermes-otel]\n")
-    hermes_otel.register(FakeContext())
-    assert (tmp_path / "plugins" / "hermes-otel" / "dashboard" / "manifest.json").is_file()
+    (tmp_path / "config.yaml").write_text("plugins:\n  enabled: [hermes-meter]\n")
+    hermes_meter.register(FakeContext())
+    assert (tmp_path / "plugins" / "hermes-meter" / "dashboard" / "manifest.json").is_file()
 
 
 def test_the_backend_starts_the_viewer_and_it_serves_the_store() -> None:

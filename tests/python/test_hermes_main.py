@@ -33,14 +33,14 @@ class Collect(logging.Handler):
     def emit(self, record):
         warnings.append(record.getMessage())
 logging.getLogger().addHandler(Collect(level=logging.WARNING))
-import hermes_otel
-from hermes_otel import _native, _skips
+import hermes_meter
+from hermes_meter import _native, _skips
 """
 
 
 def _run(tmp_path: Path, body: str, version: str, **env: str) -> dict:
     code = PRELUDE.format(here=str(HERE), version=version) + body
-    p = run_python(code, HERMES_OTEL_HOME=str(tmp_path / "otel"), **env)
+    p = run_python(code, HERMES_METER_HOME=str(tmp_path / "meter"), **env)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -97,7 +97,7 @@ def test_a_parallel_tool_batch_is_recorded_whole_although_hermes_skips_overlappi
 ) -> None:
     body = """
 d = hmd.Dispatcher(VERSION)
-hermes_otel.register(hmd.Context(d))
+hermes_meter.register(hmd.Context(d))
 d.invoke_hook("on_session_start", session_id="s-tools", model="m", platform="cli")
 threads, rounds = 8, 25
 barrier = threading.Barrier(threads)
@@ -127,7 +127,7 @@ print(json.dumps({"counts": _skips.watch().totals(), "warnings": warnings}))
     recorded, lost = out["counts"]
     assert lost == 0
     assert recorded >= 1, "the held call was skipped by Hermes and recorded by the plugin"
-    rows = query("SELECT COUNT(*) FROM tool_calls WHERE session_id = 's-tools'", store_dir=tmp_path / "otel")
+    rows = query("SELECT COUNT(*) FROM tool_calls WHERE session_id = 's-tools'", store_dir=tmp_path / "meter")
     assert rows[0][0] == 8 * 25 + 1, "every tool call of the batch is in the ledger"
     assert not [w for w in out["warnings"] if "skipped" in w], "a call recorded anyway is no lost call"
 
@@ -151,7 +151,7 @@ def test_auxiliary_retries_and_moa_advisors_are_billed_exactly_on_main(tmp_path)
     ]
     body = f"""
 d = hmd.Dispatcher(VERSION)
-hermes_otel.register(hmd.Context(d))
+hermes_meter.register(hmd.Context(d))
 attempts = json.loads({json.dumps(json.dumps(attempts))})
 d.invoke_hook("post_auxiliary_call", **attempts[0])
 d.invoke_hook("post_auxiliary_call", **attempts[1])
@@ -174,7 +174,7 @@ print(json.dumps({{"counts": _skips.watch().totals()}}))
 """
     out = _run(tmp_path, body, "main")
     assert out["counts"][1] == 0
-    store = tmp_path / "otel"
+    store = tmp_path / "meter"
     calls = query(
         "SELECT api_request_id, aux_task, input_tokens, estimated FROM llm_calls ORDER BY api_request_id",
         store_dir=store,
@@ -199,7 +199,7 @@ def test_concurrent_gateway_sessions_start_without_losing_one(tmp_path) -> None:
     # every concurrent start shares one gate key.
     body = """
 d = hmd.Dispatcher(VERSION)
-hermes_otel.register(hmd.Context(d))
+hermes_meter.register(hmd.Context(d))
 cb = d._hooks["on_session_start"][0]
 held = d.gate_key("on_session_start", cb, {})
 d._hook_running_callbacks[held] = object()
@@ -211,18 +211,18 @@ print(json.dumps({"counts": _skips.watch().totals()}))
 """
     out = _run(tmp_path, body, "main")
     assert out["counts"] == [5, 0]
-    rows = query("SELECT COUNT(*) FROM runs WHERE session_id LIKE 'gw-%'", store_dir=tmp_path / "otel")
+    rows = query("SELECT COUNT(*) FROM runs WHERE session_id LIKE 'gw-%'", store_dir=tmp_path / "meter")
     assert rows[0][0] == 5
-    # The count outlives the process: `hermes-otel status` shows it.
+    # The count outlives the process: `hermes-meter status` shows it.
     status = subprocess.run(
         [
             sys.executable,
             "-c",
-            "import sys; from hermes_otel import _native; sys.exit(_native.cli_main(sys.argv[1:]))",
-            "hermes-otel",
+            "import sys; from hermes_meter import _native; sys.exit(_native.cli_main(sys.argv[1:]))",
+            "hermes-meter",
             "status",
         ],
-        env=dict(os.environ, HERMES_OTEL_HOME=str(tmp_path / "otel")),
+        env=dict(os.environ, HERMES_METER_HOME=str(tmp_path / "meter")),
         capture_output=True,
         text=True,
         timeout=60,
@@ -236,7 +236,7 @@ print(json.dumps({"counts": _skips.watch().totals()}))
 def test_a_skip_of_another_plugins_callback_is_left_alone(tmp_path) -> None:
     body = """
 d = hmd.Dispatcher(VERSION)
-hermes_otel.register(hmd.Context(d))
+hermes_meter.register(hmd.Context(d))
 def other(**kw):
     return None
 d._hooks["post_llm_call"].append(other)
@@ -255,15 +255,15 @@ def test_status_names_each_integration_point_and_its_hermes_versions(tmp_path) -
     body = """
 d = hmd.Dispatcher(VERSION)
 ctx = hmd.Context(d)
-hermes_otel.register(ctx)
-from hermes_otel import _integrations
-print(json.dumps({"lines": _integrations.lines(), "slash": ctx.commands["otel"]("status"),
-                  "plain": ctx.commands["otel"]("")}))
+hermes_meter.register(ctx)
+from hermes_meter import _integrations
+print(json.dumps({"lines": _integrations.lines(), "slash": ctx.commands["meter"]("status"),
+                  "plain": ctx.commands["meter"]("")}))
 """
     out = _run(tmp_path, body, "main")
-    assert "Hermes integration points:" in out["slash"], "/otel status lists them"
+    assert "Hermes integration points:" in out["slash"], "/meter status lists them"
     assert "skipped hook calls" in out["slash"]
-    assert "_usage_summary_for_api_request_hook" in out["plain"], "plain /otel shows what is MISSING"
+    assert "_usage_summary_for_api_request_hook" in out["plain"], "plain /meter shows what is MISSING"
     assert "skipped hook calls" not in out["plain"], "and only that"
     lines = out["lines"]
     assert any(
@@ -284,7 +284,7 @@ def test_a_budget_stop_is_final_on_main_not_a_retry_storm(tmp_path, classifies) 
     # A global budget already over its hard line: every LLM call is stopped
     # before the provider. Without transform_api_error_classification
     # (before 0.20.2) Hermes retries the stop; every retry is stopped too.
-    store = tmp_path / "otel"
+    store = tmp_path / "meter"
     store.mkdir(parents=True)
     (store / "budgets.toml").write_text("[global]\ndaily = 0.000001\n")
     forget = (
@@ -296,7 +296,7 @@ def test_a_budget_stop_is_final_on_main_not_a_retry_storm(tmp_path, classifies) 
         forget
         + """
 d = hmd.Dispatcher(VERSION)
-hermes_otel.register(hmd.Context(d))
+hermes_meter.register(hmd.Context(d))
 ids = dict(session_id="s-stop", task_id="s-stop", turn_id="s-stop:t1", platform="cli", model="gpt-4o-mini",
            provider="openai", base_url="https://api.openai.com/v1", api_mode="chat_completions")
 d.invoke_hook("on_session_start", session_id="s-stop", model="gpt-4o-mini", platform="cli")
@@ -334,8 +334,8 @@ print(json.dumps({"served": len(served), "response": response, "classified": cla
 def test_the_tool_gate_is_left_out_where_hermes_blocks_overlapping_tool_calls(tmp_path) -> None:
     body = """
 d = hmd.Dispatcher(VERSION)
-hermes_otel.register(hmd.Context(d))
-from hermes_otel import _integrations
+hermes_meter.register(hmd.Context(d))
+from hermes_meter import _integrations
 print(json.dumps({"hooks": sorted(d._hooks), "lines": _integrations.lines()}))
 """
     old = _run(tmp_path / "a", body, "0.21")
@@ -349,12 +349,12 @@ print(json.dumps({"hooks": sorted(d._hooks), "lines": _integrations.lines()}))
 def test_an_auxiliary_call_of_a_session_over_its_hard_line_is_stopped_too(tmp_path) -> None:
     # Main's auxiliary calls (aux-…) pass the llm_execution middleware but
     # fire no pre_api_request: the session's last verdict stops them.
-    store = tmp_path / "otel"
+    store = tmp_path / "meter"
     store.mkdir(parents=True)
     (store / "budgets.toml").write_text("[global]\ndaily = 0.000001\n")
     body = """
 d = hmd.Dispatcher(VERSION)
-hermes_otel.register(hmd.Context(d))
+hermes_meter.register(hmd.Context(d))
 ids = dict(session_id="s-aux-stop", task_id="s-aux-stop", turn_id="s-aux-stop:t1", platform="cli",
            model="gpt-4o-mini", provider="openai", base_url="https://api.openai.com/v1",
            api_mode="chat_completions")

@@ -6,7 +6,7 @@ import sys
 import types
 
 import pytest
-from hermes_otel import _host_pricing
+from hermes_meter import _host_pricing
 
 
 @pytest.fixture

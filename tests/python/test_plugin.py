@@ -1,4 +1,4 @@
-"""The hermes_otel package: registration, hooks into the store, never raising."""
+"""The hermes_meter package: registration, hooks into the store, never raising."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import textwrap
 import time
 import uuid
 
-import hermes_otel
+import hermes_meter
 import pytest
 from conftest import FIXTURES, STORE_DIR, fixture_records, query, run_python
-from hermes_otel import _native
+from hermes_meter import _native
 
 ALL_HOOKS = [
     "on_session_start",
@@ -62,32 +62,32 @@ def replay(records: list[dict], hooks: dict) -> list:
 
 def test_register_wires_every_ledger_hook_the_cli_and_the_slash_command() -> None:
     ctx = FakeContext()
-    hermes_otel.register(ctx)
+    hermes_meter.register(ctx)
     assert list(ctx.hooks) == [*ALL_HOOKS, "pre_gateway_dispatch"]
     native = {name: cb for name, cb in ctx.hooks.items() if name in ALL_HOOKS}
     # pre_llm_call and post_auxiliary_call are wrapped (the last turn's
     # session, for auxiliary calls outside a turn); the rest are native.
     assert all(
-        repr(getattr(cb, "__wrapped__", cb)) == f"<hermes_otel hook {name}>" for name, cb in native.items()
+        repr(getattr(cb, "__wrapped__", cb)) == f"<hermes_meter hook {name}>" for name, cb in native.items()
     )
-    assert "otel" in ctx.cli and callable(ctx.cli["otel"]["handler_fn"])
-    assert "otel" in ctx.commands
+    assert "meter" in ctx.cli and callable(ctx.cli["meter"]["handler_fn"])
+    assert "meter" in ctx.commands
 
 
 def test_observe_mode_does_not_register_the_gating_tool_hook() -> None:
     code = textwrap.dedent(
         """
-        import hermes_otel
+        import hermes_meter
         hooks = []
         class Ctx:
             def register_hook(self, name, cb): hooks.append(name)
             def register_cli_command(self, *a, **k): pass
             def register_command(self, *a, **k): pass
-        hermes_otel.register(Ctx())
+        hermes_meter.register(Ctx())
         print(",".join(hooks))
         """
     )
-    p = run_python(code, HERMES_OTEL_BUDGET_MODE="observe")
+    p = run_python(code, HERMES_METER_BUDGET_MODE="observe")
     assert p.returncode == 0, p.stderr
     names = p.stdout.strip().split(",")
     assert "pre_tool_call" not in names and len(names) == len(ALL_HOOKS)
@@ -108,17 +108,17 @@ def test_observe_mode_does_not_register_the_gating_tool_hook() -> None:
 )
 def test_fixture_hooks_land_in_the_store_as_the_rust_replay_puts_them(fixture: str, tmp_path) -> None:
     ctx = FakeContext()
-    hermes_otel.register(ctx)
+    hermes_meter.register(ctx)
     recs = fixture_records(fixture)
     results = replay(recs, ctx.hooks)
     assert all(r is None for r in results)
     assert _native.flush(5.0)
 
-    # The same records through `hermes-otel replay` into another store.
+    # The same records through `hermes-meter replay` into another store.
     replay_file = tmp_path / "recs.jsonl"
     replay_file.write_text("\n".join(json.dumps(r) for r in recs))
     other = tmp_path / "replayed"
-    assert _native.cli_main(["hermes-otel", "--home", str(other), "replay", str(replay_file)]) == 0
+    assert _native.cli_main(["hermes-meter", "--home", str(other), "replay", str(replay_file)]) == 0
 
     sessions = sorted({r["kwargs"]["session_id"] for r in recs if "session_id" in r["kwargs"]})
     marks = ",".join("?" * len(sessions))
@@ -186,7 +186,7 @@ def test_the_record_written_from_the_kwargs_equals_the_one_from_their_copies(cap
 def test_content_stays_out_of_the_store_unless_capture_is_on(fresh_store) -> None:
     code = textwrap.dedent(
         """
-        from hermes_otel import _native
+        from hermes_meter import _native
         _native.Hook("pre_llm_call")(session_id="sc", turn_id="sc:t", user_message="SECRET-PROMPT",
                                      conversation_history=[{"content": "SECRET-HISTORY"}])
         _native.Hook("post_tool_call")(session_id="sc", tool_call_id="c1", tool_name="read_file",
@@ -197,7 +197,7 @@ def test_content_stays_out_of_the_store_unless_capture_is_on(fresh_store) -> Non
     for capture, expect in [("false", False), ("true", True)]:
         home = fresh_store / capture
         p = run_python(
-            code, HERMES_OTEL_HOME=str(home), OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=capture
+            code, HERMES_METER_HOME=str(home), OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=capture
         )
         assert p.returncode == 0, p.stderr
         payload = " ".join(r[0] for r in query("SELECT payload FROM journal", store_dir=home))
@@ -256,7 +256,7 @@ def test_a_panic_on_the_rust_path_never_reaches_the_caller(fresh_store) -> None:
         """
         import logging, sys
         logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(name)s %(message)s")
-        from hermes_otel import _native
+        from hermes_meter import _native
         try:
             r = _native.Hook("post_tool_call")(session_id="p", tool_call_id="c", tool_name="t")
         except BaseException as e:
@@ -268,10 +268,10 @@ def test_a_panic_on_the_rust_path_never_reaches_the_caller(fresh_store) -> None:
         print("FLUSHED", _native.flush(5.0))
         """
     )
-    p = run_python(code, HERMES_OTEL_HOME=str(fresh_store), HERMES_OTEL_TEST_PANIC="post_tool_call")
+    p = run_python(code, HERMES_METER_HOME=str(fresh_store), HERMES_METER_TEST_PANIC="post_tool_call")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "RETURNED None" in p.stdout
-    assert "hermes_otel Hook.Panicked: post_tool_call hook panicked" in p.stdout
+    assert "hermes_meter Hook.Panicked: post_tool_call hook panicked" in p.stdout
     assert "OTHER None" in p.stdout and "FLUSHED True" in p.stdout
     assert query("SELECT hook FROM journal", store_dir=fresh_store) == [("on_session_start",)]
 
@@ -281,14 +281,14 @@ def test_os_exit_commits_first_and_a_forked_child_exits_at_once(fresh_store) -> 
     # which skips atexit; hooks do not flush, the exit does.
     code = textwrap.dedent(
         """
-        import os, time, hermes_otel
+        import os, time, hermes_meter
         class Ctx:
             def __init__(self): self.hooks = {}
             def register_hook(self, name, cb): self.hooks[name] = cb
             def register_cli_command(self, *a, **k): pass
             def register_command(self, *a, **k): pass
         ctx = Ctx()
-        hermes_otel.register(ctx)
+        hermes_meter.register(ctx)
         ctx.hooks["on_session_start"](session_id="ex", platform="cli", model="gpt-4o")
         ctx.hooks["post_tool_call"](session_id="ex", tool_call_id="c1", tool_name="read_file", result="{}")
         ctx.hooks["on_session_end"](session_id="ex", turn_id="ex:t", completed=True, interrupted=False)
@@ -302,7 +302,7 @@ def test_os_exit_commits_first_and_a_forked_child_exits_at_once(fresh_store) -> 
         os._exit(7)
         """
     )
-    p = run_python(code, HERMES_OTEL_HOME=str(fresh_store))
+    p = run_python(code, HERMES_METER_HOME=str(fresh_store))
     assert p.returncode == 7, p.stdout + p.stderr
     assert "CHILD 5 True" in p.stdout, p.stdout
     # Read without replaying the spool: the exit committed it all, and
@@ -322,7 +322,7 @@ def test_a_store_that_cannot_be_opened_is_reported_once_and_hooks_do_not_wait(tm
         import logging, sys, time
         fmt = "%(levelname)s %(name)s %(message)s"
         logging.basicConfig(stream=sys.stdout, level=logging.INFO, format=fmt)
-        from hermes_otel import _native
+        from hermes_meter import _native
         print("REASON", _native.start())
         t0 = time.monotonic()
         for _ in range(3):
@@ -331,14 +331,14 @@ def test_a_store_that_cannot_be_opened_is_reported_once_and_hooks_do_not_wait(tm
         print("FAST", time.monotonic() - t0 < 0.5)
         """
     )
-    p = run_python(code, HERMES_OTEL_HOME=str(blocker / "otel"))
+    p = run_python(code, HERMES_METER_HOME=str(blocker / "meter"))
     assert p.returncode == 0, p.stdout + p.stderr
-    assert f"REASON the store {blocker / 'otel' / 'hermes-otel.db'} is unusable" in p.stdout
-    assert p.stdout.count("ERROR hermes_otel Store.Fault") == 1, p.stdout
+    assert f"REASON the store {blocker / 'meter' / 'hermes-meter.db'} is unusable" in p.stdout
+    assert p.stdout.count("ERROR hermes_meter Store.Fault") == 1, p.stdout
     assert "FLUSHED False" in p.stdout and "FAST True" in p.stdout, p.stdout
 
 
-def test_an_export_failure_is_logged_to_the_hermes_otel_logger_naming_the_endpoint(tmp_path) -> None:
+def test_an_export_failure_is_logged_to_the_hermes_meter_logger_naming_the_endpoint(tmp_path) -> None:
     import socket
 
     with socket.socket() as s:  # a loopback port nothing listens on
@@ -349,7 +349,7 @@ def test_an_export_failure_is_logged_to_the_hermes_otel_logger_naming_the_endpoi
         import logging, sys
         fmt = "%(levelname)s %(name)s %(message)s"
         logging.basicConfig(stream=sys.stdout, level=logging.INFO, format=fmt)
-        from hermes_otel import _native
+        from hermes_meter import _native
         _native.start()
         _native.Hook("on_session_start")(session_id="s", platform="cli")
         _native.Hook("on_session_finalize")(session_id="s")
@@ -358,14 +358,14 @@ def test_an_export_failure_is_logged_to_the_hermes_otel_logger_naming_the_endpoi
     )
     p = run_python(
         code,
-        HERMES_OTEL_HOME=str(tmp_path / "otel"),
+        HERMES_METER_HOME=str(tmp_path / "meter"),
         OTEL_EXPORTER_OTLP_ENDPOINT=dead,
-        HERMES_OTEL_SESSION_GRACE_SECONDS="0",
+        HERMES_METER_SESSION_GRACE_SECONDS="0",
     )
     assert p.returncode == 0, p.stdout + p.stderr
-    lines = [line for line in p.stdout.splitlines() if " hermes_otel Export.Failed: " in line]
+    lines = [line for line in p.stdout.splitlines() if " hermes_meter Export.Failed: " in line]
     assert lines, p.stdout + p.stderr
-    assert lines[0].startswith("WARNING hermes_otel Export.Failed: traces to " + dead), lines
+    assert lines[0].startswith("WARNING hermes_meter Export.Failed: traces to " + dead), lines
     assert "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" in lines[0], lines
 
 
@@ -386,35 +386,35 @@ def test_no_reference_to_a_hermes_object_is_kept() -> None:
 
 def test_the_slash_command_shows_session_cost_and_today(tmp_path) -> None:
     ctx = FakeContext()
-    hermes_otel.register(ctx)
+    hermes_meter.register(ctx)
     recs = fixture_records("bigcache")
     replay(recs, ctx.hooks)
     session = recs[0]["kwargs"]["session_id"]
-    text = _native.otel_command("", session)
+    text = _native.meter_command("", session)
     assert f"session   {session}" in text
     assert "input 5000 · output 3000 · cache read 100000 · cache write 15000" in text
     assert text.splitlines()[-2].startswith("today")
     assert text.splitlines()[-1].startswith("viewer    the OTel tab of `hermes dashboard`")
-    assert f"`hermes-otel trace {session}`" in text
+    assert f"`hermes-meter trace {session}`" in text
     # Without an id from Hermes, the last session a turn started in.
-    assert session in ctx.commands["otel"]["handler"]("")
+    assert session in ctx.commands["meter"]["handler"]("")
 
 
 def test_the_slash_command_in_the_gateway_shows_the_callers_session_only(fresh_store) -> None:
     code = textwrap.dedent(
         """
-        import contextvars, hermes_otel
+        import contextvars, hermes_meter
         class Ctx:
             def __init__(self): self.hooks, self.commands = {}, {}
             def register_hook(self, name, cb): self.hooks[name] = cb
             def register_cli_command(self, *a, **k): pass
             def register_command(self, name, handler, **k): self.commands[name] = handler
         ctx = Ctx()
-        hermes_otel.register(ctx)
+        hermes_meter.register(ctx)
         llm = ctx.hooks["pre_llm_call"]
         for who in ("alice", "bob"):
             llm(session_id=who + "-s", turn_id=who + ":1", platform="telegram", sender_id=who, model="gpt-4o")
-        otel = ctx.commands["otel"]
+        meter = ctx.commands["meter"]
         # What gateway/run.py's _handle_message does for one message, in its task.
         class Source:
             def __init__(self, user): self.user_id = user
@@ -428,14 +428,14 @@ def test_the_slash_command_in_the_gateway_shows_the_callers_session_only(fresh_s
         def handle(user, known):
             dispatch = ctx.hooks["pre_gateway_dispatch"]
             dispatch(event=Event(user), gateway=Gateway(), session_store=SessionStore(known))
-            return otel("").replace(chr(10), " | ")
+            return meter("").replace(chr(10), " | ")
         print("ALICE", contextvars.copy_context().run(handle, "alice", {}))
         bound = {"agent:main:telegram:dm:carol": "carol-s"}
         print("CAROL", contextvars.copy_context().run(handle, "carol", bound))
-        print("NOBODY", otel("").replace(chr(10), " | "))
+        print("NOBODY", meter("").replace(chr(10), " | "))
         """
     )
-    p = run_python(code, HERMES_OTEL_HOME=str(fresh_store))
+    p = run_python(code, HERMES_METER_HOME=str(fresh_store))
     assert p.returncode == 0, p.stderr
     out = {line.split(" ", 1)[0]: line for line in p.stdout.splitlines()}
     # A new chat (no session bound yet): the asking user's last session.
@@ -449,19 +449,19 @@ def test_the_slash_command_in_the_gateway_shows_the_callers_session_only(fresh_s
 
 def test_the_console_script_is_the_rust_cli() -> None:
     p = subprocess.run(
-        [sys.executable, "-m", "hermes_otel.cli", "--home", str(STORE_DIR), "status", "--json"],
+        [sys.executable, "-m", "hermes_meter.cli", "--home", str(STORE_DIR), "status", "--json"],
         text=True,
         capture_output=True,
     )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["rows"]["journal"] >= 0
-    p = subprocess.run([sys.executable, "-m", "hermes_otel.cli", "no-such-command"], capture_output=True)
+    p = subprocess.run([sys.executable, "-m", "hermes_meter.cli", "no-such-command"], capture_output=True)
     assert p.returncode == 2
 
 
-def test_errors_outside_hooks_are_hermes_otel_errors() -> None:
-    assert issubclass(hermes_otel.HermesOtelError, Exception)
-    with pytest.raises(hermes_otel.HermesOtelError):
+def test_errors_outside_hooks_are_hermes_meter_errors() -> None:
+    assert issubclass(hermes_meter.HermesMeterError, Exception)
+    with pytest.raises(hermes_meter.HermesMeterError):
         _native.Hook("transform_tool_result")
 
 
@@ -523,14 +523,14 @@ def test_hostile_values_are_recorded_as_far_as_possible_never_negative() -> None
     assert latency is None or latency >= 0
 
 
-def test_hermes_otel_cli_offers_report_and_status_only(capfd) -> None:
+def test_hermes_meter_cli_offers_report_and_status_only(capfd) -> None:
     ctx = FakeContext()
-    hermes_otel.register(ctx)
-    parser = argparse.ArgumentParser(prog="hermes otel")
-    ctx.cli["otel"]["setup_fn"](parser)
-    handler = ctx.cli["otel"]["handler_fn"]
+    hermes_meter.register(ctx)
+    parser = argparse.ArgumentParser(prog="hermes meter")
+    ctx.cli["meter"]["setup_fn"](parser)
+    handler = ctx.cli["meter"]["handler_fn"]
     args = parser.parse_args(["report", "--since", "7d", "--json"])
-    assert (args.otel_command, args.args) == ("report", ["--since", "7d", "--json"])
+    assert (args.meter_command, args.args) == ("report", ["--since", "7d", "--json"])
     with pytest.raises(SystemExit) as done:
         handler(args)
     assert done.value.code == 0
@@ -567,14 +567,14 @@ def normalize_usage(raw, provider=None, api_mode=None):
 pricing.normalize_usage = normalize_usage
 agent.aux_accounting, agent.usage_pricing = acc, pricing
 sys.modules.update({"agent": agent, "agent.aux_accounting": acc, "agent.usage_pricing": pricing})
-import hermes_otel
-from hermes_otel import _native
+import hermes_meter
+from hermes_meter import _native
 hooks = {}
 class Ctx:
     def register_hook(self, name, cb): hooks.setdefault(name, []).append(cb)
     def register_cli_command(self, *a, **k): pass
     def register_command(self, *a, **k): pass
-hermes_otel.register(Ctx())
+hermes_meter.register(Ctx())
 def response(prompt, completion, **extra):
     usage = types.SimpleNamespace(prompt_tokens=prompt, completion_tokens=completion, **extra)
     return types.SimpleNamespace(model="gpt-4o-mini", usage=usage)
@@ -602,7 +602,7 @@ print(json.dumps({"hooks": sorted(hooks), "written": written}))
 
 def _aux_run(tmp_path, valid_hooks: list[str]) -> dict:
     code = AUX_HERMES.replace("sys.argv[1]", repr(json.dumps(valid_hooks)))
-    p = run_python(code, HERMES_OTEL_HOME=str(tmp_path / "otel"))
+    p = run_python(code, HERMES_METER_HOME=str(tmp_path / "meter"))
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -612,7 +612,7 @@ def test_auxiliary_calls_on_hermes_0_19_come_from_its_own_accounting(tmp_path) -
     out = _aux_run(tmp_path, known)
     assert "post_auxiliary_call" not in out["hooks"], "Hermes 0.19.0 does not know the hook"
     assert out["written"] == [["s-aux", "title_generation", 1020]], "Hermes's own write ran, unchanged"
-    store = tmp_path / "otel"
+    store = tmp_path / "meter"
     rows = query(
         "SELECT session_id, aux_task, model, input_tokens, output_tokens, cost_source FROM llm_calls"
         " ORDER BY session_id, input_tokens DESC",
@@ -648,7 +648,7 @@ def test_auxiliary_calls_use_the_hook_where_hermes_has_it_and_are_never_counted_
     assert "post_auxiliary_call" in out["hooks"]
     assert out["written"] == [["s-aux", "title_generation", 1020]]
     # The hook is Hermes's to fire: the accounting write no longer reports.
-    assert query("SELECT COUNT(*) FROM llm_calls", store_dir=tmp_path / "otel")[0][0] == 0
+    assert query("SELECT COUNT(*) FROM llm_calls", store_dir=tmp_path / "meter")[0][0] == 0
 
 
 def test_a_turn_less_auxiliary_call_counts_in_the_days_auxiliary_session(tmp_path) -> None:
@@ -662,9 +662,9 @@ def test_a_turn_less_auxiliary_call_counts_in_the_days_auxiliary_session(tmp_pat
        ended_at=time.time(), usage={"input_tokens": 700, "output_tokens": 30})
 assert _native.flush(5.0)""",
     )
-    p = run_python("import time\n" + code, HERMES_OTEL_HOME=str(tmp_path / "otel"))
+    p = run_python("import time\n" + code, HERMES_METER_HOME=str(tmp_path / "meter"))
     assert p.returncode == 0, p.stderr
-    rows = query("SELECT session_id, aux_task, input_tokens FROM llm_calls", store_dir=tmp_path / "otel")
+    rows = query("SELECT session_id, aux_task, input_tokens FROM llm_calls", store_dir=tmp_path / "meter")
     # Not the last turn's session (in a gateway, some other user's).
     day = "aux_" + time.strftime("%Y%m%d", time.gmtime())
     assert [tuple(r) for r in rows] == [(day, "compression", 700)]
@@ -678,13 +678,13 @@ def test_auxiliary_calls_are_still_counted_where_hermes_dropped_its_compat_shim(
     code = code.replace("acc.get_accounting_context = lambda: acc._accounting.get()\n", "")
     code = code.replace(
         'print(json.dumps({"hooks"',
-        'from hermes_otel import _integrations\nprint(json.dumps({"points": _integrations.lines(), "hooks"',
+        'from hermes_meter import _integrations\nprint(json.dumps({"points": _integrations.lines(), "hooks"',
     )
-    p = run_python(code, HERMES_OTEL_HOME=str(tmp_path / "otel"))
+    p = run_python(code, HERMES_METER_HOME=str(tmp_path / "meter"))
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
     rows = query(
-        "SELECT session_id, aux_task FROM llm_calls ORDER BY input_tokens DESC", store_dir=tmp_path / "otel"
+        "SELECT session_id, aux_task FROM llm_calls ORDER BY input_tokens DESC", store_dir=tmp_path / "meter"
     )
     assert ("s-two", "compression") in [tuple(r) for r in rows], "counted against the last turn's session"
     assert any("get_accounting_context" in line and "MISSING" in line for line in out["points"]), out[

@@ -55,7 +55,7 @@ for profile in ("default", "work"):
     d = dispatchers[profile] = hmd.Dispatcher(VERSION)
     ctx = contexts[profile] = hmd.Context(d)
     ctx.profile_name = profile
-    scoped(profile, hermes_otel.register, ctx)
+    scoped(profile, hermes_meter.register, ctx)
     exits.append(atexit._ncallbacks())
 def ids(session, n):
     return dict(session_id=session, task_id=session, turn_id=f"{session}:t{n}", platform="telegram",
@@ -82,7 +82,7 @@ def aux_call(tokens, task):
 
 
 def test_a_gateway_of_two_profiles_records_each_call_for_its_own_profile(tmp_path: Path) -> None:
-    store = tmp_path / "otel"
+    store = tmp_path / "meter"
     store.mkdir(parents=True)
     # Only work has a budget, already spent by its first call.
     (store / "budgets.toml").write_text("[per_profile.overrides.work]\ndaily = 0.000001\n")
@@ -118,10 +118,10 @@ scoped("play", aux_call, 900, "compression")
 token = acc._accounting.set((object(), "s-play"))
 scoped("play", aux_call, 1100, "title_generation")
 acc._accounting.reset(token)
-replies = {p: scoped(p, contexts[p].commands["otel"], "") for p in contexts}
+replies = {p: scoped(p, contexts[p].commands["meter"], "") for p in contexts}
 assert _native.flush(5.0)
 print(json.dumps({"served": served, "counts": _skips.watch().totals(), "exits": exits,
-                  "os_exit_wrapped_once": not getattr(os._exit.__wrapped__, "_hermes_otel", False),
+                  "os_exit_wrapped_once": not getattr(os._exit.__wrapped__, "_hermes_meter", False),
                   "replies": replies, "warnings": warnings}))
 """
     )
@@ -150,7 +150,7 @@ def test_integration_points_say_how_a_calls_profile_is_found(tmp_path: Path) -> 
     body = (
         GATEWAY
         + """
-from hermes_otel import _integrations
+from hermes_meter import _integrations
 print(json.dumps({"lines": _integrations.lines()}))
 """
     )
@@ -160,8 +160,8 @@ print(json.dumps({"lines": _integrations.lines()}))
     ), lines
     without = _run(
         tmp_path / "b",
-        "d = hmd.Dispatcher(VERSION)\nhermes_otel.register(hmd.Context(d))\n"
-        "from hermes_otel import _integrations\nprint(json.dumps({'lines': _integrations.lines()}))\n",
+        "d = hmd.Dispatcher(VERSION)\nhermes_meter.register(hmd.Context(d))\n"
+        "from hermes_meter import _integrations\nprint(json.dumps({'lines': _integrations.lines()}))\n",
         "0.21",
     )["lines"]
     assert any(

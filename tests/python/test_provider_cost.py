@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import types
 
-from hermes_otel import _provider_cost
+from hermes_meter import _provider_cost
 
 
 class _Usage:

@@ -6,10 +6,10 @@ import ast
 import inspect
 from pathlib import Path
 
-import hermes_otel
-from hermes_otel import _native
+import hermes_meter
+from hermes_meter import _native
 
-STUB = Path(hermes_otel.__file__).with_name("_native.pyi")
+STUB = Path(hermes_meter.__file__).with_name("_native.pyi")
 
 # Functions only a build with the cargo feature `test-hooks` has (the wheel
 # tests/python runs against); the shipped wheel and its stub have none.

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use hermes_otel::hook::{decode, DecodeOptions, Decoded, HookEvent};
+use hermes_meter::hook::{decode, DecodeOptions, Decoded, HookEvent};
 use serde_json::{json, Value};
 
 /// gpt-4o is $2.50 per million input tokens in the built-in table: 10,000

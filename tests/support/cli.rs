@@ -1,4 +1,4 @@
-//! The `hermes-otel` binary run on a store directory, for tests that
+//! The `hermes-meter` binary run on a store directory, for tests that
 //! check what a user sees: exit code, stdout, stderr.
 
 #![allow(dead_code)]
@@ -6,9 +6,9 @@
 use std::path::Path;
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_hermes-otel");
+const BIN: &str = env!("CARGO_BIN_EXE_hermes-meter");
 
-/// `hermes-otel --home <home> args`, with no `HERMES_OTEL_HOME` from the
+/// `hermes-meter --home <home> args`, with no `HERMES_METER_HOME` from the
 /// environment.
 pub fn cli(home: &Path, args: &[&str]) -> (i32, String, String) {
     cli_as(home, None, args)
@@ -35,9 +35,9 @@ pub fn cli_as(home: &Path, uid: Option<u32>, args: &[&str]) -> (i32, String, Str
         .arg("--home")
         .arg(home)
         .args(args)
-        .env_remove("HERMES_OTEL_HOME")
+        .env_remove("HERMES_METER_HOME")
         .output()
-        .expect("run hermes-otel");
+        .expect("run hermes-meter");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

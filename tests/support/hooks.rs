@@ -5,18 +5,18 @@
 
 use std::time::{Duration, Instant};
 
-use hermes_otel::bridge::{Bridge, Outcome};
-use hermes_otel::hook;
-use hermes_otel::store::EventContext;
+use hermes_meter::bridge::{Bridge, Outcome};
+use hermes_meter::hook;
+use hermes_meter::store::EventContext;
 use serde_json::{Map, Value};
 
 /// Submits one `hook` call with `kwargs`; returns the outcome and how long
 /// the call took.
 pub fn call(bridge: &Bridge, hook: &str, kwargs: Value) -> (Outcome, Duration) {
     let kwargs: Map<String, Value> = kwargs.as_object().cloned().expect("kwargs object");
-    let at = hermes_otel::bridge::unix_now();
+    let at = hermes_meter::bridge::unix_now();
     let started = Instant::now();
-    let hook: &'static str = hermes_otel::hook::HOOK_NAMES
+    let hook: &'static str = hermes_meter::hook::HOOK_NAMES
         .into_iter()
         .find(|h| *h == hook)
         .expect("a hook of the bridge");

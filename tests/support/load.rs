@@ -14,14 +14,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use hermes_otel::bridge::{Bridge, BridgeConfig, Outcome};
-use hermes_otel::budget::BudgetGate;
-use hermes_otel::hook::{self, decode, DecodeOptions, Decoded};
-use hermes_otel::replay::parse_line;
-use hermes_otel::store::EventContext;
+use hermes_meter::bridge::{Bridge, BridgeConfig, Outcome};
+use hermes_meter::budget::BudgetGate;
+use hermes_meter::hook::{self, decode, DecodeOptions, Decoded};
+use hermes_meter::replay::parse_line;
+use hermes_meter::store::EventContext;
 
 /// Set in a child: `<store dir>|<process index>|<threads>|<sessions per thread>`.
-pub const CHILD_ENV: &str = "HERMES_OTEL_LOAD_CHILD";
+pub const CHILD_ENV: &str = "HERMES_METER_LOAD_CHILD";
 
 /// The recorded session every thread submits copies of.
 pub fn session_fixture() -> PathBuf {

@@ -505,7 +505,7 @@ pub fn pki() -> Pki {
     };
     Pki {
         server: leaf("localhost", ExtendedKeyUsagePurpose::ServerAuth),
-        client: leaf("hermes-otel-client", ExtendedKeyUsagePurpose::ClientAuth),
+        client: leaf("hermes-meter-client", ExtendedKeyUsagePurpose::ClientAuth),
         ca: ca.pem(),
     }
 }

@@ -48,7 +48,7 @@ impl Postgres {
     /// [`Postgres::start`] with a password and TLS.
     pub fn start_with(options: Options) -> Postgres {
         let dir = tempfile::Builder::new()
-            .prefix("hermes-otel-pg")
+            .prefix("hermes-meter-pg")
             .tempdir()
             .expect("temp dir");
         if as_root() {

@@ -116,7 +116,7 @@ mod tests {
     #[test]
     fn a_step_stops_for_queued_hooks_and_the_next_goes_on_from_there() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let config = BridgeConfig::new(dir.path().join("otel"));
+        let config = BridgeConfig::new(dir.path().join("meter"));
         let prices = PriceTable::default();
         let shared = Arc::new(Shared::new());
         let opened = open_store(&config, &prices);

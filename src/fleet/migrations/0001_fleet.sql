@@ -1,7 +1,7 @@
 -- Fleet schema version 1: hosts, their spend and reservations, the budget file.
 -- Every name starts with hermes_fleet_ : the database may be shared.
 
--- One row per host (one hermes-otel store); last_seen is its last sync.
+-- One row per host (one hermes-meter store); last_seen is its last sync.
 CREATE TABLE hermes_fleet_hosts (
     host_id    text PRIMARY KEY,
     name       text NOT NULL,

@@ -50,7 +50,7 @@ pub(super) fn watch_free_to_paid(tx: &Transaction<'_>, call: &RecordedCall<'_>, 
     .execute(params![key, free.then_some(at), (!free).then_some(at)])?;
     if !free && free_at.is_some() {
         let text = format!(
-            "[hermes-otel alert] Model {key} was free when first seen and now costs money \
+            "[hermes-meter alert] Model {key} was free when first seen and now costs money \
              (${:.6} for a call to {}). Check the model id and its pricing.",
             call.cost_usd, call.model
         );

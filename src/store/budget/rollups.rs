@@ -242,7 +242,7 @@ pub(in crate::store) fn on_api_request_error(tx: &Transaction<'_>, e: &ApiReques
         let model = e.api.model.as_deref().unwrap_or("(unknown model)");
         let provider = e.api.provider.as_deref().unwrap_or("its provider");
         let text = format!(
-            "[hermes-otel alert] Model {model} is unavailable at {provider}: the API answered 404 (not retryable)."
+            "[hermes-meter alert] Model {model} is unavailable at {provider}: the API answered 404 (not retryable)."
         );
         raise_alert(tx, alert::MODEL_UNAVAILABLE, model, &text, at)?;
     }

@@ -114,7 +114,7 @@ pub(super) fn apply_llm_call<'e>(
         ])?;
     counts.inserted(Counted::LlmCalls, inserted);
     if inserted == 1 {
-        // An attempt hermes-otel closed itself already went out as a span.
+        // An attempt hermes-meter closed itself already went out as a span.
         if request.and_then(|r| r.3) != Some(attempts - 1) {
             outbox::enqueue(tx, SpanKind::LlmCall, &a.session_id, &a.api_request_id, -1, at, false)?;
         }
@@ -210,7 +210,7 @@ pub(super) fn apply_api_error(
              WHERE session_id = ?1",
         )?
         .execute(params![a.session_id, last_attempt, ERROR, ended_at])?;
-        // An attempt hermes-otel closed itself already went out as a span.
+        // An attempt hermes-meter closed itself already went out as a span.
         if closed_attempt != Some(e.retry_count) {
             outbox::enqueue(
                 tx,

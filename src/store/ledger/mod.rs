@@ -419,7 +419,7 @@ fn apply_in(
                 ERROR
             };
             // A turn whose pre_llm_call was missed still gets a row. A turn
-            // hermes-otel already closed (its process exited, or it went
+            // hermes-meter already closed (its process exited, or it went
             // idle) takes Hermes's end in the ledger, but its span went out
             // with the close and is not sent again: a span goes out once.
             // None: no row yet, so the upsert below inserts one.

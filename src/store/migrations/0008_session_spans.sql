@@ -13,7 +13,7 @@
 --                         was sent: a continuation reports what was added
 --                         since (input includes cache reads and writes).
 --   turns.span_n          the session span a turn hangs under.
---   runs.close_reason     why hermes-otel closed the run itself:
+--   runs.close_reason     why hermes-meter closed the run itself:
 --                         'idle_timeout' (no event for the idle timeout) or
 --                         'process_exit' (its process exited with it open,
 --                         e.g. a background subagent cut off); NULL when

@@ -1,5 +1,5 @@
 -- Schema version 9: a cost the provider reported itself, and attempts
--- hermes-otel closed.
+-- hermes-meter closed.
 --   llm_calls.cost_usd     stays what the call is billed: the provider's
 --                          figure when its usage carried one (cost_source
 --                          'provider'), else the price table's.
@@ -11,7 +11,7 @@ ALTER TABLE llm_calls ADD COLUMN estimate_usd REAL;
 -- `report` reconciles the provider's figures with the estimates by reading
 -- only the calls a provider billed itself, in time order.
 CREATE INDEX llm_calls_provider_billed ON llm_calls (ended_at) WHERE cost_source = 'provider';
--- The attempt (0-based) of a request that hermes-otel closed itself,
+-- The attempt (0-based) of a request that hermes-meter closed itself,
 -- because its process exited or it went idle, and sent as a span then. A
 -- late success or error of that same attempt is still recorded in the
 -- ledger (it was spent), but its span is not sent again: a span goes out

@@ -1,10 +1,10 @@
-// hermes-otel viewer: keeps the page current while Hermes runs. It asks the
+// hermes-meter viewer: keeps the page current while Hermes runs. It asks the
 // server for the store's data version every two seconds and, when it moved,
 // fetches this page again and swaps in its <main>, keeping open <details>.
 (function () {
   "use strict";
   var POLL_MS = 2000;
-  var meta = document.querySelector('meta[name="hermes-otel-version"]');
+  var meta = document.querySelector('meta[name="hermes-meter-version"]');
   var version = meta ? meta.getAttribute("content") : null;
   var live = document.getElementById("live");
   var base = document.body.getAttribute("data-base") || "";

@@ -4,7 +4,7 @@ Hermes versions it applies to, checked at registration.
 Each point says, for the running Hermes: ``active``, ``not needed`` (this
 Hermes gives the same through a hook) or ``MISSING`` with what is not being
 recorded because of it. :func:`check` is what ``register`` logs (a WARNING
-per missing point, once) and what ``hermes otel status`` and ``/otel
+per missing point, once) and what ``hermes meter status`` and ``/meter
 status`` print, so a Hermes that changed under the plugin never costs spend
 silently.
 """
@@ -20,7 +20,7 @@ ACTIVE = "active"
 NOT_NEEDED = "not needed"
 MISSING = "MISSING"
 
-_log = logging.getLogger("hermes_otel")
+_log = logging.getLogger("hermes_meter")
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ def record(points: list[Point]) -> None:
     for p in points:
         if p.state == MISSING and p.line() not in _logged:
             _logged.add(p.line())
-            _log.warning("hermes-otel: %s", p.line())
+            _log.warning("hermes-meter: %s", p.line())
 
 
 def lines(*, only_trouble: bool = False) -> list[str]:

@@ -173,7 +173,7 @@ def _report_failure() -> None:
     _last_failure_log = now
     import logging
 
-    logging.getLogger("hermes_otel").warning(
-        "hermes-otel: an auxiliary LLM call could not be recorded (Hermes's auxiliary accounting changed?)",
+    logging.getLogger("hermes_meter").warning(
+        "hermes-meter: an auxiliary LLM call could not be recorded (Hermes's auxiliary accounting changed?)",
         exc_info=True,
     )

@@ -17,9 +17,9 @@ def wrap(owner: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..
     with ``make(original)``; returns whether it did. Never wraps twice (a
     plugin registered again in the same process) nor what is missing."""
     original = getattr(owner, name, None) if owner is not None else None
-    if original is None or getattr(original, "_hermes_otel", False):
+    if original is None or getattr(original, "_hermes_meter", False):
         return False
     wrapper = functools.wraps(original)(make(original))
-    wrapper._hermes_otel = True  # type: ignore[attr-defined]
+    wrapper._hermes_meter = True  # type: ignore[attr-defined]
     setattr(owner, name, wrapper)
     return True

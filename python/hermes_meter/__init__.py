@@ -1,8 +1,8 @@
-"""hermes-otel: OpenTelemetry bridge and spend ledger for the Hermes Agent.
+"""hermes-meter: OpenTelemetry bridge and spend ledger for the Hermes Agent.
 
 Hermes loads this module through the ``hermes_agent.plugins`` entry point
-(``hermes-otel = hermes_otel``) and calls :func:`register`. Everything
-behind the hooks is Rust (``hermes_otel._native``): this file only wires
+(``hermes-meter = hermes_meter``) and calls :func:`register`. Everything
+behind the hooks is Rust (``hermes_meter._native``): this file only wires
 the native callables into Hermes.
 """
 
@@ -17,9 +17,9 @@ import sys
 from typing import Any
 
 from . import _aux, _integrations, _native, _profiles, _skips
-from ._native import HermesOtelError
+from ._native import HermesMeterError
 
-__all__ = ["HermesOtelError", "register"]
+__all__ = ["HermesMeterError", "register"]
 __version__ = _native.__version__
 
 # How long a process exit waits for queued hook events to commit and their
@@ -28,7 +28,7 @@ _EXIT_FLUSH_SECONDS = 2.0
 
 
 def register(ctx: Any) -> None:
-    """Register the hooks, ``hermes otel ...`` and ``/otel`` with Hermes.
+    """Register the hooks, ``hermes meter ...`` and ``/meter`` with Hermes.
 
     A multi-profile gateway calls this once per profile that enabled the
     plugin, each time in that profile's scope: the hooks made here record
@@ -72,7 +72,7 @@ def register(ctx: Any) -> None:
     from . import _provider_cost
 
     _provider_cost.install()
-    # Who is asking, for `/otel` in the gateway (the command gets only its text).
+    # Who is asking, for `/meter` in the gateway (the command gets only its text).
     if known is None or "pre_gateway_dispatch" in known:
         ctx.register_hook("pre_gateway_dispatch", _remember_gateway_caller)
     if _native.budget_mode() == "enforce" and hasattr(ctx, "register_middleware"):
@@ -85,16 +85,16 @@ def register(ctx: Any) -> None:
             # Hermes main would retry a stop as an unknown API error.
             ctx.register_hook("transform_api_error_classification", _budget.classify_api_error)
     ctx.register_cli_command(
-        "otel",
-        help="hermes-otel spend report and store status",
+        "meter",
+        help="hermes-meter spend report and store status",
         setup_fn=_setup_cli,
         handler_fn=_run_cli,
-        description="Runs the hermes-otel command line: report, status, replay.",
+        description="Runs the hermes-meter command line: report, status, replay.",
     )
     ctx.register_command(
-        "otel",
+        "meter",
         _SlashCommand(ctx),
-        description="This session's cost and tokens, and today's spend (hermes-otel)",
+        description="This session's cost and tokens, and today's spend (hermes-meter)",
     )
     _integrations.record(
         _integrations.check(
@@ -123,7 +123,7 @@ def _flush_at_exit() -> None:
 
 def _install_dashboard_tab() -> None:
     """Puts the viewer's tab where Hermes's web dashboard looks for tabs
-    (``$HERMES_HOME/plugins/hermes-otel/dashboard``), in a Hermes home only
+    (``$HERMES_HOME/plugins/hermes-meter/dashboard``), in a Hermes home only
     (one with a config.yaml). Never raises: the tab is a convenience."""
     try:
         from . import _dashboard
@@ -134,7 +134,7 @@ def _install_dashboard_tab() -> None:
     except Exception:  # a missing tab must not break the plugin
         import logging
 
-        logging.getLogger("hermes_otel").debug("dashboard tab not installed", exc_info=True)
+        logging.getLogger("hermes_meter").debug("dashboard tab not installed", exc_info=True)
 
 
 def _flush_before_os_exit() -> None:
@@ -150,7 +150,7 @@ def _flush_before_os_exit() -> None:
     inherit the wrapper but not our threads, so they exit straight away.
     """
     real_exit = os._exit
-    if getattr(real_exit, "_hermes_otel", False):
+    if getattr(real_exit, "_hermes_meter", False):
         return
     pid = os.getpid()
 
@@ -163,7 +163,7 @@ def _flush_before_os_exit() -> None:
                 pass
         real_exit(status)
 
-    _exit._hermes_otel = True  # type: ignore[attr-defined]
+    _exit._hermes_meter = True  # type: ignore[attr-defined]
     os._exit = _exit
 
 
@@ -176,8 +176,8 @@ def _hermes_hooks() -> frozenset[str] | None:
     return frozenset(VALID_HOOKS)
 
 
-# The `hermes otel ...` subcommands: the read-only part of the
-# `hermes-otel` command line (replay, serve and export stay there).
+# The `hermes meter ...` subcommands: the read-only part of the
+# `hermes-meter` command line (replay, serve and export stay there).
 _CLI_COMMANDS = {
     "report": "spend and tokens by day, model, provider, sender, cron job and session",
     "status": "store path, schema, row counts, export and budget state",
@@ -186,9 +186,9 @@ _CLI_COMMANDS = {
 
 
 def _setup_cli(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="otel_command", metavar="{" + ",".join(_CLI_COMMANDS) + "}")
+    sub = parser.add_subparsers(dest="meter_command", metavar="{" + ",".join(_CLI_COMMANDS) + "}")
     for name, help_text in _CLI_COMMANDS.items():
-        # Every option (--help included) goes to the hermes-otel parser: with
+        # Every option (--help included) goes to the hermes-meter parser: with
         # no prefix characters of its own, this one takes them all as words.
         cmd = sub.add_parser(name, help=help_text, add_help=False, prefix_chars="\x00")
         cmd.add_argument("args", nargs="*")
@@ -196,12 +196,12 @@ def _setup_cli(parser: argparse.ArgumentParser) -> None:
 
 def _run_cli(args: argparse.Namespace) -> None:
     # Hermes ignores the handler's return value; the exit code goes through sys.exit.
-    command = getattr(args, "otel_command", None)
+    command = getattr(args, "meter_command", None)
     if command not in _CLI_COMMANDS:
-        print("usage: hermes otel {" + ",".join(_CLI_COMMANDS) + "} [options]", file=sys.stderr)
+        print("usage: hermes meter {" + ",".join(_CLI_COMMANDS) + "} [options]", file=sys.stderr)
         sys.exit(2)
-    os.environ.setdefault("HERMES_OTEL_HERMES_PYTHON", sys.executable)
-    code = _native.cli_main(["hermes otel", command, *args.args])
+    os.environ.setdefault("HERMES_METER_HERMES_PYTHON", sys.executable)
+    code = _native.cli_main(["hermes meter", command, *args.args])
     if command == "status" and "--json" not in args.args:
         # What only this Hermes can tell: which of its internals the plugin
         # reaches, and whether they are there.
@@ -214,7 +214,7 @@ def _run_cli(args: argparse.Namespace) -> None:
 
 
 class _SlashCommand:
-    """``/otel``: Hermes passes the text after the command."""
+    """``/meter``: Hermes passes the text after the command."""
 
     def __init__(self, ctx: Any) -> None:
         self._ctx = ctx
@@ -224,8 +224,8 @@ class _SlashCommand:
         sender_id = None
         if not session_id:
             sender_id, session_id = _GATEWAY_CALLER.get()
-        text = _native.otel_command(raw_args, session_id, sender_id)
-        # `/otel status` lists every Hermes integration point; plain `/otel`
+        text = _native.meter_command(raw_args, session_id, sender_id)
+        # `/meter status` lists every Hermes integration point; plain `/meter`
         # only the ones that cost records (MISSING, calls lost).
         lines = _integrations.lines(only_trouble=raw_args.strip() != "status")
         if lines:
@@ -237,7 +237,7 @@ class _SlashCommand:
 # id). Set by the pre_gateway_dispatch hook, which Hermes calls in the same
 # task, before it dispatches a slash command.
 _GATEWAY_CALLER: contextvars.ContextVar[tuple[str | None, str | None]] = contextvars.ContextVar(
-    "hermes_otel_gateway_caller", default=(None, None)
+    "hermes_meter_gateway_caller", default=(None, None)
 )
 
 

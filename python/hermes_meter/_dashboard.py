@@ -5,9 +5,9 @@ Hermes 0.19.0 finds dashboard tabs by scanning
 plugin like this one has no such directory, so :func:`install` copies the
 package's ``dashboard/`` folder there (only when it differs). The tab's
 backend calls :func:`viewer_url`, which runs the Rust viewer
-(``hermes-otel ui``) on a thread of the dashboard process: the same pages,
+(``hermes-meter ui``) on a thread of the dashboard process: the same pages,
 from the same code, read-only. The dashboard enables the tab only while
-``hermes-otel`` is in ``plugins.enabled``, as it is for the plugin itself.
+``hermes-meter`` is in ``plugins.enabled``, as it is for the plugin itself.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 from . import _native
 
 # The folder the dashboard scans for this plugin's tab.
-PLUGIN_DIR_NAME = "hermes-otel"
+PLUGIN_DIR_NAME = "hermes-meter"
 # How long the viewer may take to start listening.
 _START_SECONDS = 10.0
 
@@ -48,7 +48,7 @@ def source_dir() -> Path:
 
 
 def install(home: Path | None = None) -> Path:
-    """Copies the tab's files into ``HOME/plugins/hermes-otel/dashboard``
+    """Copies the tab's files into ``HOME/plugins/hermes-meter/dashboard``
     when they differ from the package's; returns that directory."""
     target = (home or hermes_home()) / "plugins" / PLUGIN_DIR_NAME / "dashboard"
     src = source_dir()
@@ -69,7 +69,7 @@ def _free_loopback_port() -> int:
 
 def viewer_url() -> str:
     """Starts the viewer once per process and returns its address. Like the
-    standalone `hermes-otel ui`, it listens on loopback only and answers
+    standalone `hermes-meter ui`, it listens on loopback only and answers
     loopback host names only, so it needs no token (a token's cookie would
     not reach a frame whose host differs from the dashboard's)."""
     global _url
@@ -77,9 +77,9 @@ def viewer_url() -> str:
         if _url is not None:
             return _url
         port = _free_loopback_port()
-        argv = ["hermes-otel", "ui", "--listen", f"127.0.0.1:{port}"]
+        argv = ["hermes-meter", "ui", "--listen", f"127.0.0.1:{port}"]
         # cli_main releases the GIL and serves until the process ends.
-        threading.Thread(target=_native.cli_main, args=(argv,), name="hermes-otel-ui", daemon=True).start()
+        threading.Thread(target=_native.cli_main, args=(argv,), name="hermes-meter-ui", daemon=True).start()
         deadline = time.monotonic() + _START_SECONDS
         while True:
             try:
@@ -87,7 +87,7 @@ def viewer_url() -> str:
                 break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"the hermes-otel viewer did not listen on 127.0.0.1:{port}") from None
+                    raise RuntimeError(f"the hermes-meter viewer did not listen on 127.0.0.1:{port}") from None
                 time.sleep(0.05)
         _url = f"http://127.0.0.1:{port}/"
         return _url

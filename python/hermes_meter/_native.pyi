@@ -1,4 +1,4 @@
-"""Type stubs of the native module (the PyO3 extension ``hermes_otel._native``).
+"""Type stubs of the native module (the PyO3 extension ``hermes_meter._native``).
 
 Kept equal to the module by ``tests/python/test_stubs.py``.
 """
@@ -7,8 +7,8 @@ from typing import Any
 
 __version__: str
 
-class HermesOtelError(Exception):
-    """Base class of the errors hermes-otel raises (never from a hook)."""
+class HermesMeterError(Exception):
+    """Base class of the errors hermes-meter raises (never from a hook)."""
 
 class Hook:
     """One registered hook: a native callable Hermes calls as ``cb(**kwargs)``.
@@ -37,5 +37,5 @@ def budget_mode() -> str: ...
 def blocked_model() -> str: ...
 def session_stop(session_id: str | None = None) -> str | None: ...
 def llm_stop(api_request_id: str | None = None) -> str | None: ...
-def otel_command(raw_args: str = "", session_id: str | None = None, sender_id: str | None = None) -> str: ...
+def meter_command(raw_args: str = "", session_id: str | None = None, sender_id: str | None = None) -> str: ...
 def cli_main(argv: list[str]) -> int: ...

@@ -73,7 +73,7 @@ def stop(api_mode: str | None, message: str) -> Any:
 
 #: Who stopped the call, in the ``LLMExecutionBlocked`` metadata: how
 #: :func:`classify_api_error` knows the stops that are ours.
-CHECKED_BY = "hermes-otel"
+CHECKED_BY = "hermes-meter"
 
 #: The classification of a budget stop on Hermes main: a policy blocked it
 #: (``FailoverReason.provider_policy_blocked``), final. Without it Hermes
@@ -117,7 +117,7 @@ def _llm_execution_blocked() -> Any:
 def stand_in(api_mode: str | None, text: str) -> Any:
     """A response of the provider's shape for ``api_mode``, with ``text`` as the
     assistant's answer, no tool calls, no usage and ``model`` BLOCKED_MODEL."""
-    rid = f"hermes-otel-blocked-{int(time.time() * 1000)}"
+    rid = f"hermes-meter-blocked-{int(time.time() * 1000)}"
     if api_mode == "anthropic_messages":
         return _NS(
             id=rid,

@@ -117,7 +117,7 @@ class SkipWatch(logging.Filter):
         with self._lock:
             counts = self.counts.setdefault(hook_name, [0, 0])
             counts[0 if recorded else 1] += 1
-        # Into the store's health record, for `hermes-otel status`.
+        # Into the store's health record, for `hermes-meter status`.
         from . import _native
 
         _native.note_hermes_skip(recorded)

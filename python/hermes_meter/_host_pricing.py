@@ -1,7 +1,7 @@
 """The price Hermes itself knows for a model, without any network I/O.
 
 Called by the native binding, on the agent thread, for a model neither the
-user's pricing file nor hermes-otel's built-in table knows, at most once a
+user's pricing file nor hermes-meter's built-in table knows, at most once a
 minute per model. Hermes's own ``get_pricing_entry`` may fetch model lists
 over HTTP, so it is never called; this composes its pure parts over the
 metadata Hermes already fetched in this process (see
