@@ -87,7 +87,9 @@ def viewer_url() -> str:
                 break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"the hermes-meter viewer did not listen on 127.0.0.1:{port}") from None
+                    raise RuntimeError(
+                        f"the hermes-meter viewer did not listen on 127.0.0.1:{port}"
+                    ) from None
                 time.sleep(0.05)
         _url = f"http://127.0.0.1:{port}/"
         return _url

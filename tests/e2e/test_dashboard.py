@@ -49,7 +49,9 @@ def test_the_dashboard_shows_the_viewer_in_its_otel_tab(hermes_bin: Path) -> Non
     assert f'href="/session/{SESSION}"' in facts["viewer_index"]
     assert SESSION in [s["session_id"] for s in facts["viewer_session_ids"]]
     # The dashboard's single-page app rendered the tab with the viewer in it.
-    assert f'<iframe id="hermes-meter-viewer" title="hermes-meter" src="{facts["viewer_url"]}"' in facts["dom"]
+    assert (
+        f'<iframe id="hermes-meter-viewer" title="hermes-meter" src="{facts["viewer_url"]}"' in facts["dom"]
+    )
     assert facts["console"] == [], facts["console"]
     assert facts["screenshot"], "screenshot written"
     shots = ROOT / "target" / "ui-screenshots"
