@@ -17,6 +17,18 @@ pub enum Error {
     #[error("store schema version {found} is newer than this build supports ({supported}); upgrade hermes-meter")]
     SchemaTooNew { found: i64, supported: i64 },
 
+    /// The store file was written by a build from before the first release,
+    /// whose schema versions this build does not read; it is left as it is.
+    #[error(
+        "{path}: written by a pre-release build of hermes-meter (schema {found}); left as it is: \
+         move its directory aside (the file keeps its data) and a new store is created"
+    )]
+    PreReleaseStore { path: PathBuf, found: i64 },
+
+    /// The file is a SQLite database of some other program.
+    #[error("{path}: not a hermes-meter store (SQLite application_id {application_id:#010x}); left as it is")]
+    NotAStore { path: PathBuf, application_id: i32 },
+
     /// A migration failed; the store was left at `version`.
     #[error("migration to schema version {version} failed: {source}")]
     Migration {

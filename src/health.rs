@@ -114,7 +114,9 @@ pub fn classify(e: &Error) -> Option<FaultKind> {
     match e {
         Error::Sqlite(e) | Error::Migration { source: e, .. } => classify_sqlite(e),
         Error::Io { source, .. } => Some(classify_io(source)),
-        Error::SchemaTooNew { .. } => Some(FaultKind::Unavailable),
+        Error::SchemaTooNew { .. } | Error::PreReleaseStore { .. } | Error::NotAStore { .. } => {
+            Some(FaultKind::Unavailable)
+        }
         Error::Config { .. } | Error::BadRecord { .. } | Error::Other(_) => None,
     }
 }

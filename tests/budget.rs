@@ -520,29 +520,6 @@ fn free_to_paid_and_unavailable_models_are_one_shot_alerts() {
     assert!(counts[1].1 >= 2, "the fixture's model and gone-model: {counts:?}");
 }
 
-#[test]
-fn a_store_with_a_ledger_gets_its_spend_rolled_up_on_upgrade() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("hermes-meter.db");
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store/schema-v1.db"),
-        &path,
-    )
-    .expect("copy");
-    let store = Store::open(&path).expect("upgrade");
-    let total: f64 = store
-        .query_scalar("SELECT COALESCE(SUM(cost_usd), 0) FROM llm_calls")
-        .expect("sum");
-    for level in 0..3 {
-        let rolled: f64 = store
-            .query_scalar(&format!(
-                "SELECT COALESCE(SUM(cost_usd), 0) FROM budget_spend WHERE scope = 'global' AND level = {level}"
-            ))
-            .expect("sum");
-        assert!((rolled - total).abs() < 1e-9, "level {level}: {rolled} vs {total}");
-    }
-}
-
 /// Calls each child process makes at most.
 const CHILD_CALLS: usize = 200;
 const CHILD_ENV: &str = "HERMES_METER_BUDGET_TEST_CHILD";

@@ -639,25 +639,49 @@ fn on_session_end_sets_the_status_of_each_turn() {
     );
 }
 
+/// A store a pre-release build wrote (this fixture is one, from the
+/// plugin's first schema) is never opened for writing: `status` says in
+/// one line what it is and what to do, every command refuses it, and the
+/// file stays byte for byte as it was. The old name's store beside it is
+/// pointed out too.
 #[test]
-fn a_store_written_by_schema_v1_upgrades_with_its_data() {
+fn a_pre_release_store_gets_one_line_and_is_never_touched() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("old.db");
+    let home = dir.path().join("meter");
+    std::fs::create_dir_all(&home).expect("store dir");
+    let path = home.join(hermes_meter::store::DB_FILE_NAME);
     std::fs::copy(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store/schema-v1.db"),
         &path,
     )
     .expect("copy");
-    let store = Store::open(&path).expect("upgrade");
-    assert_eq!(
-        store.schema_version().expect("version"),
-        hermes_meter::store::SCHEMA_VERSION
-    );
-    let counts = store.counts().expect("counts");
-    assert_eq!(
-        (counts.journal, counts.runs, counts.llm_calls, counts.tool_calls),
-        (189, 19, 29, 14)
-    );
+    std::fs::create_dir_all(dir.path().join("otel")).expect("old dir");
+    std::fs::write(dir.path().join("otel").join("hermes-otel.db"), b"").expect("old store");
+    let before = std::fs::read(&path).expect("read");
+    let cli = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_hermes-meter"))
+            .arg("--home")
+            .arg(&home)
+            .args(args)
+            .output()
+            .expect("run the cli")
+    };
+    let status = cli(&["status"]);
+    assert_eq!(status.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&status.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("pre-release build of hermes-meter"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains(&path.display().to_string()), "{line}");
+    assert!(line.contains("move its directory aside"), "{line}");
+    assert!(text.contains("old store") && text.contains("hermes-otel.db"), "{text}");
+    for args in [&["report"][..], &["replay", "/dev/null"], &["doctor"]] {
+        let out = cli(args);
+        assert_ne!(out.status.code(), Some(0), "{args:?}");
+    }
+    assert_eq!(std::fs::read(&path).expect("read"), before, "the file is untouched");
+    assert!(!home.join(format!("{}-wal", hermes_meter::store::DB_FILE_NAME)).exists());
 }
 
 #[test]

@@ -535,43 +535,6 @@ fn the_exporter_starts_once_and_stops_with_the_bridge() {
     );
 }
 
-/// A store one schema behind (the plugin was just upgraded) is migrated
-/// by the writer thread, not in the first hook: starting the bridge does
-/// not wait for it even while another process holds the write lock the
-/// migration needs, and what the hooks submitted meanwhile lands once it
-/// is done.
-#[test]
-fn a_store_to_migrate_is_migrated_by_the_writer_while_hooks_go_on() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::create_dir_all(dir.path().join("meter")).expect("store dir");
-    let db = dir.path().join("meter").join(crate::store::DB_FILE_NAME);
-    Store::create_at_version(&db, crate::store::SCHEMA_VERSION as usize - 1);
-    assert!(Store::migration_due(&dir.path().join("meter")));
-    let lock = WriteLock::take(dir.path());
-    let started = Instant::now();
-    let bridge = Bridge::start(config(dir.path()));
-    assert_eq!(bridge.disabled_reason(), None);
-    let outcome = bridge.submit(llm_call("m", 1, "gpt-4o"), EventContext::default());
-    // Opening the store here would have waited out the lock's 5 s.
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
-    assert_ne!(
-        outcome,
-        Outcome::Committed(None),
-        "nothing commits before the migration"
-    );
-    std::thread::sleep(Duration::from_millis(200));
-    drop(lock);
-    let flushed = bridge.flush(Duration::from_secs(10));
-    assert!(flushed, "{:?} {:?}", bridge.store_problem(), bridge.stats());
-    let store = reader(dir.path());
-    assert_eq!(store.schema_version().expect("version"), crate::store::SCHEMA_VERSION);
-    assert!(!Store::migration_due(&dir.path().join("meter")));
-    assert_eq!(
-        scalar::<i64>(&store, "SELECT llm_calls FROM runs WHERE session_id = 'm'"),
-        1
-    );
-}
-
 /// Every start of a Hermes process recovers the spools of ended ones; one
 /// that held nothing is removed without a message (Hermes logs ours as
 /// warnings), while one that held an event still says so.

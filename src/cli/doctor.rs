@@ -44,6 +44,14 @@ pub fn run(dir: &Path, args: &DoctorArgs) -> Result<i32> {
             db.display()
         )));
     }
+    // A file that is not this build's store is not checked, rebuilt or
+    // moved: the error says what to do with it. One that cannot be read
+    // far enough to tell is damage, for the integrity check below.
+    if let Err(e @ (Error::PreReleaseStore { .. } | Error::NotAStore { .. } | Error::SchemaTooNew { .. })) =
+        Store::check_identity(&db)
+    {
+        return Err(e);
+    }
     let spooled = waiting_spools(dir);
     let integrity = check_integrity(&db, MAX_PROBLEMS)
         .map(|i| i.problems)

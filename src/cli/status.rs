@@ -7,6 +7,9 @@ use crate::config::Resolved;
 use crate::error::{Error, Result};
 use crate::store::{Store, SCHEMA_VERSION};
 
+/// This build's version, as `--version` prints it.
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
     let counts = store.counts()?;
     let version = store.schema_version()?;
@@ -35,9 +38,10 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
     let code = i32::from(damaged.is_some());
     if json {
         let value = serde_json::json!({
+            "version": VERSION,
             "store": { "path": store.path(), "dir_source": home.source.to_string(), "schema_version": version,
                        "supported_schema_version": SCHEMA_VERSION, "damaged": damaged,
-                       "read_only": read_only },
+                       "read_only": read_only, "old_store": old_store(&home.value) },
             "rows": counts,
             "held_llm_calls": held,
             "retention": retention.json(),
@@ -52,6 +56,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
         println!("{text}");
         return Ok(code);
     }
+    println!("hermes-meter    {VERSION}");
     if let Some(text) = &damaged {
         println!("DAMAGED         {text}");
     }
@@ -60,6 +65,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
         println!("read-only       {why}: read as it is; Hermes cannot record into it until it is writable");
     }
     println!("schema version  {version} (this build: {SCHEMA_VERSION})");
+    print_old_store(&home.value);
     println!("journal         {} events", counts.journal);
     println!("runs            {}", counts.runs);
     println!("turns           {}", counts.turns);
@@ -258,7 +264,9 @@ pub fn run_unopenable(home: &Resolved<PathBuf>, error: &Error, json: bool) -> Re
     let kind = crate::health::classify(error).map(|k| k.as_str());
     if json {
         let value = serde_json::json!({
-            "store": { "path": db, "dir_source": home.source.to_string(), "error": error.to_string(), "fault": kind },
+            "version": VERSION,
+            "store": { "path": db, "dir_source": home.source.to_string(), "error": error.to_string(), "fault": kind,
+                       "old_store": old_store(&home.value) },
             "health": health_json(&home.value),
             "spool": spool_json(&home.value),
         });
@@ -266,6 +274,7 @@ pub fn run_unopenable(home: &Resolved<PathBuf>, error: &Error, json: bool) -> Re
         println!("{text}");
         return Ok(1);
     }
+    println!("hermes-meter    {VERSION}");
     println!("store           {} (from {})", db.display(), home.source);
     println!(
         "error           cannot open it ({}): {error}",
@@ -274,8 +283,26 @@ pub fn run_unopenable(home: &Resolved<PathBuf>, error: &Error, json: bool) -> Re
     if let Some(kind) = crate::health::classify(error) {
         println!("what to do      {}", kind.advice(&db));
     }
+    print_old_store(&home.value);
     print_health(&home.value);
     Ok(1)
+}
+
+/// The store a pre-release build kept under its old name, beside this one
+/// (`$HERMES_HOME/otel`), which this build never reads.
+fn old_store(dir: &std::path::Path) -> Option<PathBuf> {
+    let old = dir.parent()?.join("otel").join("hermes-otel.db");
+    (dir.file_name()? == "meter" && old.is_file()).then_some(old)
+}
+
+fn print_old_store(dir: &std::path::Path) {
+    if let Some(old) = old_store(dir) {
+        println!(
+            "old store       {}: a pre-release build's (hermes-otel), not read by this one; \
+             keep it for reference or delete its directory",
+            old.display()
+        );
+    }
 }
 
 fn health_json(dir: &std::path::Path) -> serde_json::Value {

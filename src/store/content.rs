@@ -1,4 +1,4 @@
-//! Captured content, stored per span (`span_content`, schema version 5).
+//! Captured content, stored per span (`span_content`).
 //!
 //! Rows exist only for events decoded with content capture on: the decoder
 //! drops content otherwise, so there is nothing to write. What arrives here

@@ -1,4 +1,4 @@
-//! Fleet state in the local store (schema in `migrations/0010_fleet.sql`):
+//! Fleet state in the local store (schema in `migrations/0001_initial.sql`):
 //! this store's host id, what the sync pushed, and what it pulled.
 //!
 //! The sync (`src/fleet/sync.rs`) writes here after each exchange with the

@@ -1,8 +1,7 @@
 //! Metric state: the log of finished ledger rows, cumulative series, gauges.
 //!
 //! Owns: the `metric_log`, `metric_series`, `metric_gauges` and
-//! `metric_sessions` tables (schema version 3, see
-//! `migrations/0003_metrics.sql`), the on-disk form of attribute sets, the
+//! `metric_sessions` tables (see `migrations/0001_initial.sql`), the on-disk form of attribute sets, the
 //! `metrics.*` keys of `meta` and `export_state`. Must not touch: metric
 //! names and instruments (that is [`crate::metrics`]), the network.
 //!
@@ -50,7 +49,7 @@ mod kind {
 /// The oldest `?1` session rows of the log. `kind = 5` (`kind::SESSION`)
 /// spelled out: the partial index `metric_log_sessions` is chosen only for
 /// the literal its WHERE names; without it, a log whose head holds many
-/// other rows was read up to them at every fold (issue 18).
+/// other rows was read up to them at every fold.
 pub(super) const FOLD_SESSIONS: &str = "SELECT seq, session_id FROM metric_log WHERE kind = 5 ORDER BY seq LIMIT ?1";
 
 /// The lease name of the metric exporter.

@@ -83,29 +83,18 @@ use crate::pricing::PriceTable;
 pub const DB_FILE_NAME: &str = "hermes-meter.db";
 
 /// Migrations, in order; entry `i` brings the schema to version `i + 1`.
-const MIGRATIONS: &[&str] = &[
-    include_str!("migrations/0001_ledger.sql"),
-    include_str!("migrations/0002_outbox.sql"),
-    include_str!("migrations/0003_metrics.sql"),
-    include_str!("migrations/0004_content.sql"),
-    include_str!("migrations/0005_budget.sql"),
-    include_str!("migrations/0006_metric_delta.sql"),
-    include_str!("migrations/0007_error_turns.sql"),
-    include_str!("migrations/0008_session_spans.sql"),
-    include_str!("migrations/0009_provider_cost.sql"),
-    include_str!("migrations/0010_fleet.sql"),
-    include_str!("migrations/0011_retention.sql"),
-    include_str!("migrations/0012_report_rollups.sql"),
-    include_str!("migrations/0013_row_counts_in_code.sql"),
-    include_str!("migrations/0014_report_hours.sql"),
-    include_str!("migrations/0015_session_calls_covered.sql"),
-    include_str!("migrations/0016_session_list_hours.sql"),
-    include_str!("migrations/0017_held_usage.sql"),
-    include_str!("migrations/0018_first_token.sql"),
-];
+/// Version 1 is the whole schema of the first release; a later version is
+/// a new file appended here, never an edit of a released one.
+const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_initial.sql")];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// `PRAGMA application_id` of every store ("HMtr"). Set with version 1, so
+/// a file at some version without it was written by a pre-release build
+/// (whose versions counted a different history) and one with another id by
+/// another program: both are refused and left as they are.
+pub const APPLICATION_ID: i32 = 0x484D_7472;
 
 /// How long a statement waits for another process's write lock before
 /// giving up. Writers hold the lock for microseconds; waiting longer than
@@ -169,12 +158,25 @@ impl Store {
         let Ok(conn) = Connection::open_with_flags(dir.join(DB_FILE_NAME), flags) else {
             return false;
         };
-        conn.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0))
-            .is_ok_and(|found| (1..SCHEMA_VERSION).contains(&found))
+        let path = dir.join(DB_FILE_NAME);
+        refuse_unknown(&conn, &path, SCHEMA_VERSION).is_ok_and(|found| (1..SCHEMA_VERSION).contains(&found))
+    }
+
+    /// Whether the existing file at `path` is a store this build can open
+    /// (ours, at this schema or an older one), reading it read-only: a
+    /// pre-release store, a newer one or another program's database is an
+    /// error that says what to do, and the file is left as it is.
+    pub fn check_identity(path: &Path) -> Result<()> {
+        refuse_unknown(&doctor::read_only_conn(path)?, path, SCHEMA_VERSION).map(|_| ())
     }
 
     /// Opens (creating if needed) the database at `path` and migrates it.
     pub fn open(path: &Path) -> Result<Self> {
+        // Before the read-write connection: switching a file to WAL writes
+        // its header, and a file that is not ours must not be changed.
+        if path.exists() {
+            Self::check_identity(path)?;
+        }
         create_private_file(path)?;
         let conn = connect(path)?;
         let mut store = Store {
@@ -228,14 +230,6 @@ impl Store {
         migrate(&mut self.conn, MIGRATIONS)
     }
 
-    /// Creates the database at `path` as a build of schema `version` left
-    /// it (the tests of upgrades), opened as every build opens it (WAL).
-    #[cfg(test)]
-    pub(crate) fn create_at_version(path: &Path, version: usize) {
-        let mut conn = connect(path).expect("open");
-        migrate(&mut conn, &MIGRATIONS[..version]).expect("an older schema");
-    }
-
     /// Moves the WAL into the database file without waiting for readers.
     pub fn checkpoint(&self) -> Result<()> {
         self.conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
@@ -282,7 +276,7 @@ impl Store {
 pub fn connect(path: &Path) -> Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     // SQLite's default VFS, on purpose: a VFS of our own that gathered WAL
-    // writes lost acknowledged commits (issue 13; tests/crash_consistency.rs).
+    // writes lost acknowledged commits (tests/crash_consistency.rs).
     let mut conn = Connection::open_with_flags(path, flags)?;
     conn.busy_handler(Some(wait_for_lock))?;
     // Incremental auto-vacuum, so retention can give freed pages back to
@@ -317,15 +311,33 @@ pub fn connect(path: &Path) -> Result<Connection> {
     Ok(conn)
 }
 
+/// The schema version of the database on `conn`, or why it is not a store
+/// this build may open: a pre-release store, another program's database, a
+/// newer schema. A new (empty) file is version 0.
+fn refuse_unknown(conn: &Connection, path: &Path, supported: i64) -> Result<i64> {
+    let found: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let application_id: i32 = conn.pragma_query_value(None, "application_id", |r| r.get(0))?;
+    match application_id {
+        APPLICATION_ID if found > supported => Err(Error::SchemaTooNew { found, supported }),
+        APPLICATION_ID => Ok(found),
+        0 if found == 0 => Ok(0),
+        0 => Err(Error::PreReleaseStore {
+            path: path.to_path_buf(),
+            found,
+        }),
+        _ => Err(Error::NotAStore {
+            path: path.to_path_buf(),
+            application_id,
+        }),
+    }
+}
+
 /// Brings the schema of `conn` up to `migrations.len()`, one transaction per
 /// version, so a failure leaves the previous version and its data intact.
 fn migrate(conn: &mut Connection, migrations: &[&str]) -> Result<()> {
-    let found: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let path = PathBuf::from(conn.path().unwrap_or_default());
     let supported = migrations.len() as i64;
-    if found > supported {
-        return Err(Error::SchemaTooNew { found, supported });
-    }
-    let mut found = found;
+    let mut found = refuse_unknown(conn, &path, supported)?;
     while found < supported {
         let version = found + 1;
         let fail = |source| Error::Migration { version, source };
@@ -336,9 +348,7 @@ fn migrate(conn: &mut Connection, migrations: &[&str]) -> Result<()> {
         let tx = conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(fail)?;
-        found = tx
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(fail)?;
+        found = refuse_unknown(&tx, &path, supported)?;
         if found >= supported {
             break;
         }
@@ -346,11 +356,9 @@ fn migrate(conn: &mut Connection, migrations: &[&str]) -> Result<()> {
         let fail = |source| Error::Migration { version, source };
         tx.execute_batch(migrations[found as usize]).map_err(fail)?;
         tx.pragma_update(None, "user_version", version).map_err(fail)?;
+        tx.pragma_update(None, "application_id", APPLICATION_ID).map_err(fail)?;
         tx.commit().map_err(fail)?;
         found = version;
-    }
-    if found > supported {
-        return Err(Error::SchemaTooNew { found, supported });
     }
     Ok(())
 }
@@ -429,6 +437,11 @@ mod tests {
         let store_dir = dir.path().join("meter");
         let store = Store::open_dir(&store_dir).expect("open");
         assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+        assert_eq!(
+            store.query_scalar::<i32>("PRAGMA application_id").expect("id"),
+            APPLICATION_ID,
+            "marked as a store of this schema"
+        );
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
@@ -458,10 +471,14 @@ mod tests {
         conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
             .expect("bump");
         drop(conn);
+        let before = file_bytes(&path);
+        let conn = Connection::open(&path).expect("raw open");
+        drop(conn);
         match Store::open(&path) {
             Err(Error::SchemaTooNew { found, .. }) => assert_eq!(found, SCHEMA_VERSION + 1),
             other => panic!("expected SchemaTooNew, got {other:?}"),
         }
+        assert_eq!(file_bytes(&path).0, before.0, "the newer store is untouched");
     }
 
     #[test]
@@ -492,92 +509,97 @@ mod tests {
         assert_eq!(added, 0, "the failed migration's first statement was rolled back");
     }
 
-    /// Every earlier schema version, with data in it, upgrades to the current one.
+    /// The runner, for the versions after the first: a store of this
+    /// version, with data in it, takes the next one and keeps its data.
     #[test]
-    fn every_earlier_version_upgrades_with_its_data() {
-        for from in 1..=MIGRATIONS.len() {
-            let dir = tempfile::tempdir().expect("temp dir");
-            let path = dir.path().join("s.db");
-            let mut conn = Connection::open(&path).expect("open");
-            migrate(&mut conn, &MIGRATIONS[..from]).expect("old version");
-            conn.execute(
-                "INSERT INTO runs (session_id, root_session_id, started_at, last_event_at) VALUES ('s', 's', 1, 1)",
-                [],
-            )
-            .expect("data");
-            drop(conn);
-            let store = Store::open(&path).expect("upgrade");
-            assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
-            assert_eq!(
-                store.query_scalar::<i64>("SELECT COUNT(*) FROM runs").expect("count"),
-                1
-            );
-            assert_eq!(
-                store
-                    .query_scalar::<i64>("SELECT SUM(sessions) FROM run_hours WHERE hour = 0")
-                    .expect("hours"),
-                1,
-                "the viewer's hour totals start from the runs a store had"
-            );
+    fn a_later_version_applies_to_a_store_of_this_one_with_its_data() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("s.db");
+        drop(Store::open(&path).expect("create"));
+        let mut conn = connect(&path).expect("open");
+        conn.execute(
+            "INSERT INTO runs (session_id, root_session_id, started_at, last_event_at) VALUES ('s', 's', 1, 1)",
+            [],
+        )
+        .expect("data");
+        let next = [
+            MIGRATIONS[0],
+            "ALTER TABLE runs ADD COLUMN next_version TEXT; UPDATE runs SET next_version = 'filled';",
+        ];
+        migrate(&mut conn, &next).expect("to version 2");
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .expect("version");
+        assert_eq!(version, 2);
+        let filled: String = conn
+            .query_row("SELECT next_version FROM runs WHERE session_id = 's'", [], |r| r.get(0))
+            .expect("the run kept, the new column filled");
+        assert_eq!(filled, "filled");
+        migrate(&mut conn, &next).expect("again: nothing to do");
+        drop(conn);
+        match Store::open(&path) {
+            Err(Error::SchemaTooNew { found: 2, supported }) => assert_eq!(supported, SCHEMA_VERSION),
+            other => panic!("this build refuses the later version, got {other:?}"),
         }
     }
 
-    /// Version 11 counts the rows a store already had, and takes captured
-    /// content out of the journal payloads earlier versions wrote it into.
-    #[test]
-    fn upgrading_to_11_counts_rows_and_scrubs_content_from_the_journal() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("s.db");
-        let mut conn = Connection::open(&path).expect("open");
-        migrate(&mut conn, &MIGRATIONS[..8]).expect("version 8");
-        conn.execute_batch(
-            r#"INSERT INTO journal (event_key, hook, session_id, at, recorded_at, payload) VALUES
-                 ('k1', 'pre_api_request', 's', 1, 1, '{"hook":"pre_api_request","session_id":"s","api_request_id":"a","request_messages":[{"role":"user","content":"secret prompt"}]}'),
-                 ('k2', 'post_tool_call', 's', 2, 2, '{"hook":"post_tool_call","session_id":"s","args":{"cmd":"ls"},"result":"secret output","status":"ok"}'),
-                 ('k3', 'on_session_start', 's', 3, 3, '{"hook":"on_session_start","session_id":"s"}');
-               INSERT INTO outbox (kind, session_id, key, ready_at, hold) VALUES (1, 's', 's', 1, 1), (2, 's', 't', 1, 0);"#,
-        )
-        .expect("data");
-        drop(conn);
-        let store = Store::open(&path).expect("upgrade");
-        let secrets: i64 = store
-            .query_scalar("SELECT COUNT(*) FROM journal WHERE payload LIKE '%secret%' OR payload LIKE '%\"args\"%'")
-            .expect("count");
-        assert_eq!(secrets, 0);
-        let status: String = store
-            .query_scalar("SELECT json_extract(payload, '$.status') FROM journal WHERE event_key = 'k2'")
-            .expect("kept");
-        assert_eq!(status, "ok", "the rest of the payload stays");
-        assert_eq!(store.counts().expect("counts").journal, 3);
-        let export = store.export_state().expect("export");
-        assert_eq!((export.pending, export.held), (2, 1));
+    /// A database file as it is on disk, main file and WAL.
+    fn file_bytes(path: &Path) -> (Vec<u8>, bool) {
+        let wal = PathBuf::from(format!("{}-wal", path.display()));
+        (std::fs::read(path).expect("read"), wal.exists())
     }
 
-    /// Version 13 drops the ledger's count triggers and counts those
-    /// tables again, so a store starts it from the tables themselves.
+    /// A store a build from before the first release wrote (its versions
+    /// counted another history; no application id) is refused by every way
+    /// of opening it, with a line that says what to do, and not changed:
+    /// not even switched to WAL.
     #[test]
-    fn upgrading_to_13_counts_the_ledger_tables_again() {
+    fn a_pre_release_store_is_refused_and_left_as_it_is() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("s.db");
-        let mut conn = Connection::open(&path).expect("open");
-        migrate(&mut conn, &MIGRATIONS[..12]).expect("version 12");
+        let path = dir.path().join(DB_FILE_NAME);
+        let conn = Connection::open(&path).expect("create");
         conn.execute_batch(
-            "INSERT INTO runs (session_id, root_session_id, started_at, last_event_at) VALUES ('s', 's', 1, 1), ('t', 't', 1, 1);
-             INSERT INTO turns (turn_id, session_id, started_at) VALUES ('u', 's', 1);
-             UPDATE store_counts SET n = 99 WHERE name = 'runs';",
+            "CREATE TABLE runs (session_id TEXT PRIMARY KEY); INSERT INTO runs VALUES ('s'); PRAGMA user_version = 18;",
         )
-        .expect("data");
+        .expect("a pre-release store");
         drop(conn);
-        let store = Store::open(&path).expect("upgrade");
-        let counts = store.counts().expect("counts");
-        assert_eq!((counts.runs, counts.turns, counts.journal), (2, 1, 0));
-        let left: i64 = store
-            .query_scalar("SELECT COUNT(*) FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'count_%'")
-            .expect("triggers");
-        assert_eq!(
-            left, 6,
-            "the outbox's count triggers and the metric log's delete trigger stay"
-        );
+        let before = file_bytes(&path);
+        assert!(!before.1, "not in WAL mode");
+        for (how, opened) in [
+            ("open", Store::open(&path).map(drop)),
+            ("open_dir", Store::open_dir(dir.path()).map(drop)),
+            ("open_read_only", Store::open_read_only(&path).map(drop)),
+        ] {
+            match opened {
+                Err(e @ Error::PreReleaseStore { found: 18, .. }) => {
+                    let line = e.to_string();
+                    assert!(line.contains(&path.display().to_string()), "{how}: {line}");
+                    assert!(
+                        line.contains("pre-release") && line.contains("move its directory aside"),
+                        "{how}: {line}"
+                    );
+                }
+                other => panic!("{how}: expected PreReleaseStore, got {other:?}"),
+            }
+        }
+        assert!(!Store::migration_due(dir.path()));
+        assert_eq!(file_bytes(&path), before, "the file is untouched");
+    }
+
+    #[test]
+    fn another_programs_database_is_refused_and_left_as_it_is() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("other.db");
+        let conn = Connection::open(&path).expect("create");
+        conn.execute_batch("PRAGMA application_id = 1; CREATE TABLE t (x); PRAGMA user_version = 1;")
+            .expect("someone else's database");
+        drop(conn);
+        let before = file_bytes(&path);
+        match Store::open(&path) {
+            Err(Error::NotAStore { application_id: 1, .. }) => {}
+            other => panic!("expected NotAStore, got {other:?}"),
+        }
+        assert_eq!(file_bytes(&path), before);
     }
 
     #[test]

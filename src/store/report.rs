@@ -325,8 +325,8 @@ mod tests {
     use super::*;
 
     /// `report` over a window, `status` and `export --since` read what
-    /// their window holds through indexes, never a ledger table whole
-    /// (issue 18): their cost follows their answer, not the store's age.
+    /// their window holds through indexes, never a ledger table whole:
+    /// their cost follows their answer, not the store's age.
     /// Counting held calls reads the partial index of held rows alone, and
     /// the statement's literal is the spelling the pricing code stores.
     #[test]

@@ -1,4 +1,4 @@
-//! One kind of retention work, one transaction (issue 18): the list of
+//! One kind of retention work, one transaction: the list of
 //! what a retention step does, in order, and what each kind calls, so the
 //! writer (`bridge/writer/retain.rs`, which paces and orders the steps)
 //! and the size benchmark run the same steps.

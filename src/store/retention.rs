@@ -1,4 +1,4 @@
-//! Retention: what the store forgets, and when (issue 18).
+//! Retention: what the store forgets, and when.
 //!
 //! Owns: deleting journal rows, outbox rows, captured content and finished
 //! requests' state past their retention, in small batches (one short
@@ -259,7 +259,7 @@ mod tests {
 
     /// Every retention statement reads what it deletes (or a bounded head
     /// of a table) through an index: a step costs the same whatever the
-    /// store's size (issue 18).
+    /// store's size.
     #[test]
     fn retention_reads_no_table_whole() {
         let dir = tempfile::tempdir().expect("temp dir");

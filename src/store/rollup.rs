@@ -1,4 +1,4 @@
-//! Report rollups (issue 18): the sums `report` prints, per quarter hour
+//! Report rollups: the sums `report` prints, per quarter hour
 //! and per UTC day (the whole store's per hour too), so a report reads a row per key and bucket rather than
 //! every fact of its window.
 //!
@@ -11,7 +11,7 @@
 //! # Why they are never stale where they are read
 //!
 //! `report_rollup_state.until` marks how far the rollups hold. Triggers
-//! (migration 0012) move the mark back to the bucket of any fact or run
+//! in the schema move the mark back to the bucket of any fact or run
 //! that changes before it, in the transaction that changes it, so every
 //! bucket below the mark was rebuilt after the ledger's last change to it.
 //! Readers use rollups below the mark only and the ledger for the rest.
@@ -44,7 +44,7 @@ const CALL_BEFORE_ITS_SESSION: f64 = 300.0;
 
 /// The bucket levels of `report_rollups`: quarter hours (every
 /// dimension), UTC days (every dimension but the whole store's, whose days
-/// depend on the zone) and hours (the whole store's only, migration 0014).
+/// depend on the zone) and hours (the whole store's only).
 const LEVEL_QUARTER: i64 = 0;
 const LEVEL_DAY: i64 = 1;
 const LEVEL_HOUR: i64 = 2;

@@ -1,5 +1,5 @@
 //! The row counts of the ledger tables and the journal, kept in
-//! `store_counts` (schema version 13) so `status` reads them in O(1).
+//! `store_counts` so `status` reads them in O(1).
 //!
 //! Owns: counting the rows the apply path, retention and the doctor insert
 //! into or delete from `journal`, `runs`, `turns`, `llm_calls`,
@@ -8,7 +8,7 @@
 //! writing each changed counter once, in the transaction that changed the
 //! rows.
 //! Must not touch: `outbox` and `outbox.held`, whose counters stay with the
-//! row triggers of migration 11 (their rows are written by upserts that may
+//! row triggers of the schema (their rows are written by upserts that may
 //! insert or update and by multi-row `INSERT ... SELECT`s, where no
 //! statement's `changes()` says how many rows were added), nor deletes from
 //! `metric_log` (the fold's, one row a statement, off the hook path), which
@@ -16,9 +16,10 @@
 //!
 //! # Why not triggers
 //!
-//! Until version 12 a trigger ran an `UPDATE` of `store_counts` for every
-//! row inserted or deleted: a trigger program and a b-tree update per row,
-//! the larger part of what schema 11 cost replay, apply and group commit.
+//! A trigger running an `UPDATE` of `store_counts` for every row inserted
+//! or deleted costs a trigger program and a b-tree update per row, which
+//! was most of what replay, apply and group commit cost when counters were
+//! kept that way.
 //! The statements that write these tables say exactly how many rows they
 //! inserted (`ON CONFLICT ... DO NOTHING`, or an existence read where an
 //! upsert may update instead) or deleted, so the code that runs them adds

@@ -3,7 +3,7 @@
 //!
 //! Owns: those reads and the statements behind them (with their plans, for
 //! the test that holds them to indexes). Must not touch: writes of any
-//! kind; `run_hours` is kept by the triggers of migration 0016.
+//! kind; `run_hours` is kept by the schema's triggers.
 //!
 //! # Proportional to the page, not the store
 //!

@@ -9,9 +9,8 @@
 //! # Finding a session's rows
 //!
 //! Each ledger table is read through an index on the session
-//! (`llm_calls_session` since schema 12, which `report` needs too; before
-//! it, a key range of Hermes's `api_request_id`, whose shape nothing
-//! promises, with a scan as the fallback).
+//! (`llm_calls_session`, which `report` needs too), not a key range of
+//! Hermes's `api_request_id`, whose shape nothing promises.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -58,13 +57,7 @@ impl Store {
         // The report's per-session totals are SQL functions of ours.
         super::by_session::register_functions(&conn)?;
         conn.set_prepared_statement_cache_capacity(64);
-        let found: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-        if found > super::SCHEMA_VERSION {
-            return Err(crate::error::Error::SchemaTooNew {
-                found,
-                supported: super::SCHEMA_VERSION,
-            });
-        }
+        let found = super::refuse_unknown(&conn, path, super::SCHEMA_VERSION)?;
         if found < super::SCHEMA_VERSION {
             // A store no process of this version has opened yet (the plugin
             // was just upgraded): bring it up to date once, as any command
@@ -271,24 +264,16 @@ impl Store {
 mod tests {
     use super::*;
 
-    /// `trace` and `ui` read with a read-only connection; a store an older
-    /// version wrote (the plugin just upgraded, no Hermes process run since)
-    /// is brought up to date first instead of failing on a missing column.
+    /// `trace` and `ui` read with a read-only connection; a store no
+    /// process has opened yet (an empty file) gets its schema first instead
+    /// of failing on a missing table.
     #[test]
-    fn a_store_of_an_older_schema_is_migrated_before_it_is_read() {
+    fn an_empty_store_file_gets_its_schema_before_it_is_read() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("old.db");
-        let mut conn = rusqlite::Connection::open(&path).expect("open");
-        super::super::migrate(&mut conn, &super::super::MIGRATIONS[..7]).expect("schema 7");
-        conn.execute(
-            "INSERT INTO runs (session_id, root_session_id, started_at, last_event_at, status)
-             VALUES ('s', 's', 1, 2, 'ok')",
-            [],
-        )
-        .expect("a run");
-        drop(conn);
+        let path = dir.path().join("new.db");
+        std::fs::write(&path, b"").expect("an empty file");
         let store = Store::open_read_only(&path).expect("open read-only");
         assert_eq!(store.schema_version().expect("version"), super::super::SCHEMA_VERSION);
-        assert!(store.trace_rows("s").expect("read").is_some(), "the session reads");
+        assert!(store.trace_rows("s").expect("read").is_none(), "no such session");
     }
 }

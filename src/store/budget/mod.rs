@@ -1,4 +1,4 @@
-//! Budget state in the store (schema in `migrations/0005_budget.sql`), its
+//! Budget state in the store (schema in `migrations/0001_initial.sql`), its
 //! SQL split by purpose:
 //!
 //! - `rollups.rs`: what the apply transaction writes: spend buckets

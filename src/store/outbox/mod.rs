@@ -1,7 +1,7 @@
 //! The span outbox, export counters and the export lease.
 //!
-//! Owns: the `outbox`, `export_state` and `export_lease` tables (schema
-//! version 2), and (in `rows.rs`) the reads of ledger rows the span
+//! Owns: the `outbox`, `export_state` and `export_lease` tables,
+//! and (in `rows.rs`) the reads of ledger rows the span
 //! builder needs.
 //! Must not touch: telemetry encoding, the network.
 //!
@@ -551,7 +551,7 @@ impl Store {
 
     /// Pending rows, counters and the lease, for `status`.
     pub fn export_state(&self) -> Result<ExportState> {
-        // Counters kept by triggers (migration 9), and the oldest among the
+        // Counters kept by triggers, and the oldest among the
         // rows waiting longest: status reads no table whole.
         let pending = self.store_count("outbox")?;
         let held = self.store_count("outbox.held")?;

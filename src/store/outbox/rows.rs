@@ -500,7 +500,7 @@ mod tests {
 
     /// Every statement that loads a span's ledger rows reaches them through
     /// an index: exporting costs the same per span however large the store
-    /// grows (issue 18). Only the small json_each list of a batch's keys is
+    /// grows. Only the small json_each list of a batch's keys is
     /// scanned.
     #[test]
     fn the_export_path_reads_no_ledger_table_whole() {

@@ -3,7 +3,7 @@
 use super::*;
 
 /// The idle sweep, every minute in every Hermes process, reads what is
-/// open, not every row ever recorded (issue 18): no statement of it
+/// open, not every row ever recorded: no statement of it
 /// scans a ledger table.
 #[test]
 fn the_idle_sweep_reads_only_what_is_open() {
