@@ -12,7 +12,7 @@
 //! Asia/Kathmandu, a +05:45 zone). It times `Gate::verdict` (what the
 //! bridge's writer runs right after committing a gating hook's event) for
 //! `pre_tool_call`, `pre_llm_call` and `pre_api_request`, and the apply of
-//! a `post_api_request` with its rollup writes. Targets (issue 6): p99 ≤
+//! a `post_api_request` with its rollup writes. Targets: p99 ≤
 //! 100 µs at 1,000,000 rows and within 2× of the p99 at 1,000 rows.
 
 use std::time::Instant;

@@ -1,4 +1,4 @@
-//! Memory benchmark (issue 18): one long-lived bridge (a gateway process)
+//! Memory benchmark: one long-lived bridge (a gateway process)
 //! serves copies of the recorded Hermes stream, fresh ids per copy, through
 //! the hook path (`Bridge::submit_line`: spool record, queue, decoded and
 //! committed by the writer thread), and prints the process's resident

@@ -1,4 +1,4 @@
-//! Size benchmark (issue 18): fills one store through the real apply path
+//! Size benchmark: fills one store through the real apply path
 //! (the replay decoder and `Store::apply_batch`) with copies of the
 //! recorded Hermes stream, fresh ids per copy, spread evenly over a year
 //! ending now, and prints per size: store bytes per hook call, the time of

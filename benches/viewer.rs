@@ -3,7 +3,7 @@
 //!
 //! Run: `cargo bench --bench viewer` (`-- --sessions N` for another size,
 //! `-- --iters N` for more samples per page, `-- --rebuild` to build the
-//! store again). Target (issue 19): index and session pages p95 ≤ 100 ms.
+//! store again). Target: index and session pages p95 ≤ 100 ms.
 //!
 //! The store is built once and kept under `target/bench-viewer/`: one
 //! session (3 turns, 10 successful LLM calls and a failed attempt, 8 tool

@@ -5,7 +5,7 @@
 //! `CRASH_CHILD` set) that opens a database the way the store does
 //! ([`hermes_meter::store::connect`]) and commits transactions of random
 //! shapes: a few rows, thousands of rows that spill past a tiny page cache
-//! and are then rewritten (the shape that lost commits in issue 13),
+//! and are then rewritten (the shape that lost commits in a VFS of our own),
 //! savepoints rolled back and released, whole transactions rolled back,
 //! deletes of most of the table, `VACUUM` (a shrinking file) and, through
 //! the store's open path (incremental auto-vacuum), the retention sweep's

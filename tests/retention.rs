@@ -1,4 +1,4 @@
-//! Retention (issue 18): the writer's sweep forgets journal rows, spans
+//! Retention: the writer's sweep forgets journal rows, spans
 //! nobody accepted and captured content past their retention, in small
 //! batches, while the ledger, budget rollups and re-export stay exact; an
 //! event that comes back after its key was pruned is refused, not counted

@@ -1,4 +1,4 @@
-//! Traces whole with the defaults, however Hermes runs (issue 15): the
+//! Traces whole with the defaults, however Hermes runs: the
 //! recorded Hermes streams are fed through the hook path of a bridge with
 //! the plugin's defaults (the 120 s session grace, the 2 s exit flush), as
 //! live events (their times moved to now), to an in-process OTLP receiver.

@@ -1,4 +1,4 @@
-"""The viewer inside Hermes's web dashboard (issue 19).
+"""The viewer inside Hermes's web dashboard.
 
 Hermes 0.19.0 finds dashboard tabs by scanning
 ``$HERMES_HOME/plugins/<name>/dashboard/manifest.json``; an entry-point

@@ -15,9 +15,8 @@
 //! Each signal keeps its lease and its backoff in its own export (the
 //! trace export of `mod.rs`, the metric export of `metrics.rs`, through
 //! `pacing.rs`): the collector may take one signal and refuse the other,
-//! and a trace batch must not wait out a metric push's backoff. Until
-//! issue 14 both callers wrote this loop out, each its own way, and each
-//! signal had a connection of its own.
+//! and a trace batch must not wait out a metric push's backoff. One loop
+//! for both, over one connection.
 
 use std::time::{Duration, Instant};
 

@@ -42,7 +42,7 @@
 //!   `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`, a push sends what
 //!   each series gained since the last accepted push, starting at that
 //!   push's time. The series it measured from are kept in the store
-//!   (`metric_delta_base`, migration 0006) and replaced in the transaction
+//!   (`metric_delta_base`) and replaced in the transaction
 //!   that records the accepted push, so a new lease holder continues the
 //!   deltas; a failed push sends nothing new to the base, so the next one
 //!   covers the longer window. Unchanged series are left out.

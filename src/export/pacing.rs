@@ -7,7 +7,7 @@
 //! what is sent (spans, series), the journal, when a flush has sent enough
 //! (each exporter's own rule: no more ready spans; one accepted push).
 //!
-//! Both exporters had their own copy of each until issue 14; one copy means
+//! One copy for both exporters means
 //! the two signals cannot drift apart in how they take over a dead holder's
 //! lease, how long they wait after a failure, how a flush gives way to its
 //! deadline, or how often they log a failure. Each signal still has its own

@@ -1,4 +1,4 @@
-"""The plugin in older Hermes releases from the package index (issue 17).
+"""The plugin in older Hermes releases from the package index.
 
 Hermes 0.19.0 is the release every other end-to-end test drives. The older
 ones users still run get one real REPL session each (two turns and the

@@ -1,4 +1,4 @@
-"""Traces whole with the defaults, in the real Hermes 0.19.0 (issue 15).
+"""Traces whole with the defaults, in the real Hermes 0.19.0.
 
 Each ``otlp_*`` run (conftest.OTLP_RUNS) runs one way of using Hermes with
 the plugin enabled as a user enables it and nothing set but the collector

@@ -203,7 +203,7 @@ def test_content_stays_out_of_the_store_unless_capture_is_on(fresh_store) -> Non
         payload = " ".join(r[0] for r in query("SELECT payload FROM journal", store_dir=home))
         content = " ".join(r[0] for r in query("SELECT value FROM span_content", store_dir=home))
         # Captured content lives in span_content only, under its retention;
-        # the journal keeps events without it (issue 18).
+        # the journal keeps events without it.
         for secret in ("SECRET-ARGS", "SECRET-RESULT"):
             assert (secret in content) is expect, (capture, secret, content)
         for secret in ("SECRET-PROMPT", "SECRET-ARGS", "SECRET-RESULT"):
