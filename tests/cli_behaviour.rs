@@ -45,6 +45,40 @@ fn store_with_history() -> (tempfile::TempDir, PathBuf) {
     (dir, home)
 }
 
+/// The release a bug report names: `--version`, the first line of
+/// `status` and its `--json` agree, on a store that opens and one that
+/// cannot.
+#[test]
+fn version_and_status_name_this_release() {
+    let version = env!("CARGO_PKG_VERSION");
+    let o = bin().arg("--version").output().expect("run");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), format!("hermes-meter {version}"));
+
+    let (_dir, home) = store_with_history();
+    let o = run(&home, &["status"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o).lines().next(),
+        Some(format!("hermes-meter    {version}").as_str())
+    );
+    let o = run(&home, &["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["version"], version);
+
+    let broken = tempfile::tempdir().expect("temp dir");
+    std::fs::write(broken.path().join("hermes-meter.db"), b"not a database, not at all").expect("write");
+    let o = run(broken.path(), &["status"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert_eq!(
+        stdout(&o).lines().next(),
+        Some(format!("hermes-meter    {version}").as_str())
+    );
+    let o = run(broken.path(), &["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["version"], version);
+}
+
 #[test]
 fn a_closed_stdout_ends_quietly_with_exit_0() {
     let (_dir, home) = store_with_history();
