@@ -236,6 +236,7 @@ VALID_HOOKS = {
     "pre_auxiliary_call",
     "post_auxiliary_call",
     "transform_api_error_classification",
+    "pre_gateway_dispatch",
 }
 
 
