@@ -4,7 +4,7 @@
 //! them up.
 //!
 //! The JSON form is a contract scripts depend on; its schema is documented
-//! in the README ("Report JSON") and versioned by [`REPORT_SCHEMA`].
+//! in docs/cli.md ("Report JSON") and versioned by [`REPORT_SCHEMA`].
 //!
 //! # What `sessions` counts
 //!

@@ -282,7 +282,7 @@ fn a_full_disk_fails_open_with_one_line_and_the_bridge_resumes_when_space_frees(
 /// cannot write them either (file modes do not stop root). Not on the
 /// `-shm` file: SQLite maps it into memory, and the kernel answers a write
 /// to a mapped page of an immutable file with SIGBUS, which no program can
-/// fail open from (a known limit, in the README).
+/// fail open from (a known limit, in docs/troubleshooting.md).
 fn set_immutable(dir: &Path, on: bool) -> Result<(), String> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| e.to_string())?

@@ -647,7 +647,7 @@ pub fn set(path: &Path, scope: Scope, id: Option<&str>, window: Window, usd: f64
 const NEW_FILE_HEADER: &str = "\
 # hermes-meter budgets: limits in USD per daily, weekly or monthly window.
 # Edited by `hermes-meter budget set`; comments are kept. Reloaded by running
-# Hermes processes within a second of a change. See the README, \"Budgets\".
+# Hermes processes within a second of a change. See docs/budgets-and-fleet.md.
 #
 # mode = \"enforce\"          # or \"observe\": notices only, nothing blocked
 # timezone = \"local\"        # IANA name, e.g. \"Europe/Paris\"

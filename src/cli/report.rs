@@ -25,7 +25,7 @@ pub struct ReportArgs {
     /// Time zone for days (IANA name, default: the system's).
     #[arg(long)]
     tz: Option<String>,
-    /// Print one JSON object (schema in the README, "Report JSON").
+    /// Print one JSON object (schema in docs/cli.md, "Report JSON").
     #[arg(long)]
     json: bool,
     /// Rows per table in the human form.

@@ -44,7 +44,7 @@ PANIC_RUN = "panic_readfile"
 OTLP_RUN = "otlp_readfile"
 # Runs with a loopback OTLP receiver and nothing but the endpoint set (the
 # plugin's defaults otherwise), by the scenario they run: every way of
-# running Hermes the kit drives (README, "Traces").
+# running Hermes the kit drives (docs/trace-model.md, "Traces").
 OTLP_RUNS = {
     OTLP_RUN: "readfile",  # hermes chat -q
     "otlp_oneshot": "delegate_sync",  # hermes -z, a synchronous subagent
