@@ -32,12 +32,28 @@ step() { printf '\n== %s\n' "$*"; }
 
 step "tools venv ($VENV)"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-"$VENV/bin/python" -m pip install "${PIP[@]}" "maturin>=1.7,<2" "ruff>=0.6" "pytest>=8"
+"$VENV/bin/python" -m pip install "${PIP[@]}" "maturin>=1.7,<2" "ruff>=0.6" "pytest>=8" "pyyaml>=6" "ziglang>=0.13"
 
-step "wheel"
-rm -rf "$WORK/wheels" "$WORK/test-wheels"
-"$VENV/bin/maturin" build --release -o "$WORK/wheels"
+step "wheel (manylinux_2_28, abi3) and sdist"
+rm -rf "$WORK/wheels" "$WORK/test-wheels" "$WORK/sdist"
+# zig links against glibc 2.28's symbols whatever this machine's glibc, so
+# the tag maturin checks and writes is one every current distribution
+# installs (the release workflow builds the other platforms).
+PATH="$VENV/bin:$PATH" "$VENV/bin/maturin" build --release --locked --zig --compatibility manylinux_2_28 -o "$WORK/wheels"
 WHEEL=$(ls "$WORK"/wheels/hermes_meter-*.whl | tail -n 1)
+"$VENV/bin/maturin" sdist -o "$WORK/sdist"
+SDIST=$(ls "$WORK"/sdist/hermes_meter-*.tar.gz | tail -n 1)
+# The sdist builds offline from what it holds: the lock file, the sources,
+# the Python package.
+"$VENV/bin/python" - "$SDIST" <<'EOF'
+import sys, tarfile
+names = tarfile.open(sys.argv[1]).getnames()
+root = names[0].split("/")[0]
+need = ["Cargo.toml", "Cargo.lock", "pyproject.toml", "src/lib.rs", "src/store/migrations/0001_initial.sql",
+        "python/hermes_meter/__init__.py"]
+missing = [n for n in need if f"{root}/{n}" not in names]
+sys.exit(f"sdist lacks {missing}" if missing else 0)
+EOF
 # The wheel users get has no test hooks: neither the function's nor the
 # variable's name is anywhere in its extension.
 "$VENV/bin/python" - "$WHEEL" <<'EOF'
@@ -61,7 +77,7 @@ step "test wheel (feature test-hooks)"
 TEST_WHEEL=$(ls "$WORK"/test-wheels/hermes_meter-*.whl | tail -n 1)
 
 step "ruff"
-LINT=(python tests/python tests/e2e/conftest.py tests/e2e/test_scenarios.py tests/e2e/test_crash.py benches/hook_overhead.py tests/e2e/test_budgets.py tests/e2e/test_otlp.py tests/e2e/test_traces.py tests/e2e/otlp_sidecar.py tests/e2e/scripts/gateway_session.py tests/e2e/test_dashboard.py tests/e2e/dashboard_probe.py tests/e2e/test_older_hermes.py tests/e2e/test_fleet.py)
+LINT=(python catalog tests/python tests/e2e/conftest.py tests/e2e/test_scenarios.py tests/e2e/test_crash.py benches/hook_overhead.py tests/e2e/test_budgets.py tests/e2e/test_otlp.py tests/e2e/test_traces.py tests/e2e/otlp_sidecar.py tests/e2e/scripts/gateway_session.py tests/e2e/test_dashboard.py tests/e2e/dashboard_probe.py tests/e2e/test_older_hermes.py tests/e2e/test_fleet.py tests/e2e/test_wheel.py tests/e2e/test_pipeline.py tests/e2e/pipeline_sidecar.py)
 "$VENV/bin/ruff" format --check "${LINT[@]}"
 "$VENV/bin/ruff" check "${LINT[@]}"
 

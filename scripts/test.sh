@@ -8,7 +8,10 @@
 #   headless chromium for the viewer's browser tests;
 #   Debian's PostgreSQL 15 (initdb, postgres, psql, pg_isready) for the
 #   fleet budget tests, and setpriv (util-linux) to run it as nobody as root;
-#   access to PyPI the first time (maturin, ruff, pytest, hermes-agent).
+#   Go >= 1.26, to build the OpenTelemetry Collector and Jaeger v2 the
+#   pipeline tests run, and actionlint (the release workflow's lint);
+#   access to PyPI and the Go module proxy the first time (maturin, ruff,
+#   pytest, ziglang, hermes-agent; the Collector, Jaeger, actionlint).
 # Nothing is skipped: a test that needs one of these fails without it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +38,7 @@ else
     "$PY" -c 'import venv, ensurepip' 2>/dev/null || need "python3 venv" "apt-get install -y python3-venv"
     "$PY" -c 'import yaml' 2>/dev/null || need "PyYAML" "apt-get install -y python3-yaml"
 fi
+command -v go >/dev/null 2>&1 || need "go >= 1.26 (builds the OTel Collector, Jaeger and actionlint)" "install Go: https://go.dev/dl"
 command -v promtool >/dev/null 2>&1 || need "promtool" "apt-get install -y prometheus"
 [ -x /usr/bin/prometheus ] || need "/usr/bin/prometheus (the real-Prometheus test)" "apt-get install -y prometheus"
 command -v ip >/dev/null 2>&1 || need "ip (end-to-end loopback namespaces)" "apt-get install -y iproute2"
@@ -77,7 +81,10 @@ step cargo clippy --all-targets --features python -- -D warnings
 step cargo test
 # A fixed fuzzing budget for the decoder and the replay reader (proptest).
 step env PROPTEST_CASES=4096 cargo test --test decode_props
+# The real Collector and Jaeger, built once from their Go modules.
+step bash scripts/build-otel-tools.sh
 step bash collector-config/check.sh
+step bash scripts/lint-workflows.sh
 if [ -f scripts/test-python.sh ]; then
     step bash scripts/test-python.sh
 fi

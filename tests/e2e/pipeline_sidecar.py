@@ -1,0 +1,238 @@
+"""The real pipeline as an e2e kit --sidecar: Jaeger v2 (memory storage)
+and the OpenTelemetry Collector running collector-config/otelcol.yaml, the
+shipped file, inside the scenario's network namespace.
+
+The Collector gets the shipped config unchanged plus overrides given as
+further ``--config yaml:...`` arguments: the Jaeger address (``jaeger:4317``
+in the file, a loopback port here), its own telemetry off (Jaeger's and its
+internal metrics would share :8888) and what ``PIPELINE_COLLECTOR_CONFIG``
+adds (a JSON list of ``yaml:`` strings, e.g. the receivers' TLS).
+
+Debian's Prometheus scrapes the Collector's prometheus exporter every
+second, with the shipped alert rules loaded.
+
+When the kit stops the sidecar (SIGTERM, after Hermes has exited):
+``hermes-meter serve --drain`` (``PIPELINE_METER_CLI``) pushes what the
+store holds that no Hermes process pushed (a process's last metrics wait in
+the store for the next exporter), as a host running short processes does;
+once Prometheus has scraped what it pushed (the Collector batches for up to
+5 s) and evaluated the rules a few times, what it holds is written to
+``prometheus.json`` (the series' values and the rules' state); the Collector
+is stopped, which makes it export what its batch processor holds; every trace
+Jaeger has for service ``hermes-agent`` is written to ``jaeger/traces.json``
+(OTLP JSON, raw: no dedupe or clock adjustment); then Jaeger and Prometheus
+are stopped. Their logs are ``collector.log``, ``jaeger.log``,
+``prometheus.log`` and ``drain.log`` in ``$E2E_OUTDIR``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+OUT = Path(os.environ["E2E_OUTDIR"])
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "collector-config" / "otelcol.yaml"
+JAEGER_OTLP = "127.0.0.1:14317"
+JAEGER_QUERY = "127.0.0.1:16686"
+SERVICE = os.environ.get("OTEL_SERVICE_NAME", "hermes-agent")
+PROMETHEUS = "127.0.0.1:9090"
+RULES = ROOT / "collector-config" / "prometheus" / "rules"
+# The series the test compares with `hermes-meter report`.
+PROM_QUERIES = {
+    "input_tokens": 'sum(hermes_token_usage_total{hermes_token_type="input"})',
+    "output_tokens": 'sum(hermes_token_usage_total{hermes_token_type="output"})',
+    "cost_usd": "sum(gen_ai_usage_cost_total)",
+    "llm_calls": 'sum(gen_ai_client_token_usage_count{gen_ai_token_type="output", error_type=""})',
+    "tool_calls": "sum(hermes_tool_calls_total)",
+}
+
+PROMETHEUS_CONFIG = f"""
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files:
+  - {RULES}/*.yaml
+scrape_configs:
+  - job_name: otel-collector
+    honor_labels: true
+    static_configs:
+      - targets: ["127.0.0.1:8889"]
+"""
+
+JAEGER_CONFIG = f"""
+service:
+  extensions: [jaeger_storage, jaeger_query]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [jaeger_storage_exporter]
+  telemetry:
+    resource:
+      service.name: jaeger
+    metrics:
+      level: none
+    logs:
+      level: info
+extensions:
+  jaeger_query:
+    storage:
+      traces: memstore
+    http:
+      endpoint: {JAEGER_QUERY}
+    grpc:
+      endpoint: 127.0.0.1:16685
+  jaeger_storage:
+    backends:
+      memstore:
+        memory:
+          max_traces: 100000
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: {JAEGER_OTLP}
+processors:
+  batch:
+    timeout: 200ms
+exporters:
+  jaeger_storage_exporter:
+    trace_storage: memstore
+"""
+
+
+def _get(url: str, timeout: float = 5.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read()
+
+
+def _wait_for(url: str, what: str, seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            _get(url, timeout=2)
+            return
+        except Exception as exc:  # noqa: BLE001 - not up yet
+            if time.monotonic() > deadline:
+                sys.exit(f"pipeline: {what} did not come up at {url}: {exc}")
+            time.sleep(0.1)
+
+
+def _start(cmd: list[str], log: Path) -> subprocess.Popen:
+    # A session of its own: the kit's stop signal goes to this sidecar's
+    # process group, and the order of the two shutdowns is ours.
+    return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _stop(p: subprocess.Popen, seconds: float = 30.0) -> None:
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(seconds)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _traces() -> dict:
+    now = datetime.now(UTC)
+    fmt = "%Y-%m-%dT%H:%M:%S.%fZ"
+    query = (
+        f"http://{JAEGER_QUERY}/api/v3/traces?query.service_name={SERVICE}"
+        f"&query.start_time_min={(now - timedelta(hours=2)).strftime(fmt)}"
+        f"&query.start_time_max={(now + timedelta(minutes=5)).strftime(fmt)}"
+        "&query.raw_traces=true&query.num_traces=1000"
+    )
+    try:
+        return json.loads(_get(query, timeout=30))
+    except urllib.error.HTTPError as exc:
+        # Jaeger answers 404 when it holds no trace of the service.
+        if exc.code == 404:
+            return {"result": {"resourceSpans": []}, "status": 404}
+        raise
+
+
+def _prometheus_state() -> dict:
+    out: dict = {"values": {}}
+    for name, q in PROM_QUERIES.items():
+        url = f"http://{PROMETHEUS}/api/v1/query?" + urllib.parse.urlencode({"query": q})
+        result = json.loads(_get(url))["data"]["result"]
+        out["values"][name] = float(result[0]["value"][1]) if result else None
+    out["rules"] = json.loads(_get(f"http://{PROMETHEUS}/api/v1/rules"))["data"]
+    return out
+
+
+def main() -> None:
+    (OUT / "jaeger").mkdir(parents=True, exist_ok=True)
+    jaeger_yaml = OUT / "jaeger" / "config.yaml"
+    jaeger_yaml.write_text(JAEGER_CONFIG)
+    jaeger = _start([os.environ["HERMES_METER_JAEGER"], "--config", str(jaeger_yaml)], OUT / "jaeger.log")
+    _wait_for(f"http://{JAEGER_QUERY}/api/v3/services", "Jaeger")
+    overrides = [
+        f"yaml:exporters::otlp/jaeger::endpoint: {JAEGER_OTLP}",
+        "yaml:service::telemetry::metrics::level: none",
+        *json.loads(os.environ.get("PIPELINE_COLLECTOR_CONFIG", "[]")),
+    ]
+    cmd = [os.environ["HERMES_METER_OTELCOL"], "--config", str(CONFIG)]
+    for o in overrides:
+        cmd += ["--config", o]
+    collector = _start(cmd, OUT / "collector.log")
+    _wait_for("http://127.0.0.1:13133/", "the Collector's health check")
+    prom_yaml = OUT / "prometheus.yml"
+    prom_yaml.write_text(PROMETHEUS_CONFIG)
+    prometheus = _start(
+        [
+            os.environ.get("PROMETHEUS", "/usr/bin/prometheus"),
+            f"--config.file={prom_yaml}",
+            f"--storage.tsdb.path={OUT / 'prometheus-data'}",
+            f"--web.listen-address={PROMETHEUS}",
+        ],
+        OUT / "prometheus.log",
+    )
+    _wait_for(f"http://{PROMETHEUS}/-/ready", "Prometheus")
+    (OUT / "pipeline.ready").write_text(f"{time.time()}\n")
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    while not stop.wait(0.2):
+        if collector.poll() is not None or jaeger.poll() is not None:
+            break
+    try:
+        drain = subprocess.run(
+            [os.environ["PIPELINE_METER_CLI"], "serve", "--drain", "--drain-timeout-seconds", "20"],
+            stdout=(OUT / "drain.log").open("ab"),
+            stderr=subprocess.STDOUT,
+            timeout=60,
+        )
+        (OUT / "drain.rc").write_text(f"{drain.returncode}\n")
+        # The Collector's batch processor holds the push up to its timeout
+        # (5 s in the shipped file) before its exporter serves it; then a
+        # few more scrapes and rule evaluations.
+        deadline = time.monotonic() + 30
+        while _prometheus_state()["values"]["llm_calls"] is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(3.0)
+        (OUT / "prometheus.json").write_text(json.dumps(_prometheus_state()))
+        _stop(collector)
+        (OUT / "collector.rc").write_text(f"{collector.returncode}\n")
+        # Jaeger's own batch (200 ms) into its memory store.
+        time.sleep(1.0)
+        (OUT / "jaeger" / "traces.json").write_text(json.dumps(_traces()))
+    finally:
+        _stop(jaeger)
+        _stop(prometheus)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,286 @@
+"""The real pipeline: Hermes 0.19.0 with the plugin → the OpenTelemetry
+Collector running the shipped ``collector-config/otelcol.yaml`` → Jaeger v2,
+read back through Jaeger's query API.
+
+Both are built from their Go modules by ``scripts/build-otel-tools.sh``
+(``HERMES_METER_OTELCOL``, ``HERMES_METER_JAEGER`` name other builds) and run
+by ``pipeline_sidecar.py`` inside the scenario's loopback-only namespace.
+Each run is one kit scenario over one transport: gRPC with the plugin's
+defaults (no variable set at all), HTTP/protobuf with gzip, and gRPC with
+mutual TLS. Jaeger must hold every span the store's own ``hermes-meter
+trace`` shows, once, with the same ids, parents and names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import KIT, PLUGIN_KEY, ROOT
+
+TOOLS = ROOT / "target" / "tools" / "bin"
+OTELCOL = Path(os.environ.get("HERMES_METER_OTELCOL", TOOLS / "otelcol-hermes-meter"))
+JAEGER = Path(os.environ.get("HERMES_METER_JAEGER", TOOLS / "jaeger"))
+SIDECAR = Path(__file__).parent / "pipeline_sidecar.py"
+CLI = Path(sys.executable).parent / "hermes-meter"
+
+
+def _certs(d: Path) -> dict[str, Path]:
+    """A CA, a server certificate for localhost and 127.0.0.1, and a client
+    certificate, all signed by the CA."""
+    d.mkdir(parents=True, exist_ok=True)
+
+    def ossl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=d)
+
+    ossl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=e2e-ca",
+         "-keyout", "ca.key", "-out", "ca.pem")  # fmt: skip
+    for name, ext in [
+        ("server", "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth"),
+        ("client", "extendedKeyUsage=clientAuth"),
+    ]:
+        (d / f"{name}.ext").write_text(ext + "\n")
+        ossl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", f"{name}.key",
+             "-out", f"{name}.csr")  # fmt: skip
+        ossl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+             "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.pem")  # fmt: skip
+    return {n: d / n for n in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
+
+
+def _transports(certs: dict[str, Path]) -> dict[str, tuple[list[str], list[str]]]:
+    """name: (the plugin's environment, the Collector's config overrides)."""
+    tls = "yaml:receivers::otlp::protocols::grpc::tls: " + json.dumps(
+        {
+            "cert_file": str(certs["server.pem"]),
+            "key_file": str(certs["server.key"]),
+            "client_ca_file": str(certs["ca.pem"]),
+        }
+    )
+    return {
+        # Nothing set: the plugin's default endpoint is localhost:4317, gRPC.
+        "grpc": ([], []),
+        "http_gzip": (
+            [
+                "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+                "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318",
+                "OTEL_EXPORTER_OTLP_COMPRESSION=gzip",
+            ],
+            [],
+        ),
+        "grpc_mtls": (
+            [
+                "OTEL_EXPORTER_OTLP_ENDPOINT=https://localhost:4317",
+                f"OTEL_EXPORTER_OTLP_CERTIFICATE={certs['ca.pem']}",
+                f"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE={certs['client.pem']}",
+                f"OTEL_EXPORTER_OTLP_CLIENT_KEY={certs['client.key']}",
+            ],
+            [tls],
+        ),
+    }
+
+
+# (run name, scenario, transport): the subagent scenario over the defaults.
+RUNS = [
+    ("grpc_delegate_sync", "delegate_sync", "grpc"),
+    ("grpc_readfile", "readfile", "grpc"),
+    ("http_gzip_readfile", "readfile", "http_gzip"),
+    ("grpc_mtls_readfile", "readfile", "grpc_mtls"),
+]
+
+
+@pytest.fixture(scope="module")
+def pipeline_runs(hermes_bin: Path, tmp_path_factory) -> dict[str, Path]:
+    for tool in (OTELCOL, JAEGER):
+        assert tool.is_file(), f"{tool} missing: run scripts/build-otel-tools.sh"
+    root = tmp_path_factory.mktemp("pipeline")
+    transports = _transports(_certs(root / "certs"))
+    out = {}
+    for name, scenario, transport in RUNS:
+        env_vars, collector_config = transports[transport]
+        outdir = root / name
+        # Priced (examples/pricing.toml prices the mock's model), so costs
+        # are compared too.
+        meter = _meter(outdir)
+        meter.mkdir(mode=0o700)
+        shutil.copy(ROOT / "examples" / "pricing.toml", meter / "pricing.toml")
+        env = dict(
+            os.environ,
+            HERMES_BIN=str(hermes_bin),
+            E2E_PYTHON=sys.executable,
+            E2E_SIDECAR_READY="pipeline.ready",
+            HERMES_METER_OTELCOL=str(OTELCOL),
+            HERMES_METER_JAEGER=str(JAEGER),
+            PIPELINE_COLLECTOR_CONFIG=json.dumps(collector_config),
+            PIPELINE_METER_CLI=str(CLI),
+        )
+        cmd = ["bash", str(KIT / "run-scenario.sh"), scenario, str(outdir), "--enable", PLUGIN_KEY]
+        cmd += ["--env", f"HERMES_METER_HOME={meter}"]
+        for kv in env_vars:
+            cmd += ["--env", kv]
+        cmd += ["--sidecar", f'"$E2E_PYTHON" {SIDECAR}']
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        assert p.returncode == 0, p.stderr
+        out[name] = outdir
+    return out
+
+
+def _meter(outdir: Path) -> Path:
+    """The run's store directory (beside OUTDIR: the kit wants it empty)."""
+    return outdir.parent / f"{outdir.name}-meter"
+
+
+def _jaeger_spans(outdir: Path) -> list[dict]:
+    data = json.loads((outdir / "jaeger" / "traces.json").read_text())
+    spans = []
+    for rs in data["result"]["resourceSpans"]:
+        resource = _attrs(rs["resource"])
+        for ss in rs["scopeSpans"]:
+            for s in ss["spans"]:
+                s["_resource"] = resource
+                spans.append(s)
+    return spans
+
+
+def _attrs(span: dict) -> dict:
+    out = {}
+    for a in span.get("attributes", []):
+        v = a["value"]
+        out[a["key"]] = next(iter(v.values())) if v else None
+    return out
+
+
+def _hex(b64_or_hex: str) -> str:
+    # Jaeger's OTLP JSON carries ids as hex (the OTLP/JSON rule).
+    return b64_or_hex.lower()
+
+
+def _store_spans(outdir: Path) -> dict[str, tuple[str, str | None, str]]:
+    conn = sqlite3.connect(f"file:{_meter(outdir) / 'hermes-meter.db'}?mode=ro", uri=True)
+    try:
+        sessions = [r[0] for r in conn.execute("SELECT DISTINCT session_id FROM runs")]
+    finally:
+        conn.close()
+    env = dict(os.environ, HERMES_METER_HOME=str(_meter(outdir)))
+    spans: dict[str, tuple[str, str | None, str]] = {}
+
+    def walk(node: dict) -> None:
+        spans[node["span_id"]] = (node["trace_id"], node["parent_span_id"], node["name"])
+        for child in node.get("children", []):
+            walk(child)
+
+    for sid in sessions:
+        p = subprocess.run([str(CLI), "trace", sid, "--json"], env=env, capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        walk(json.loads(p.stdout)["root"])
+    return spans
+
+
+@pytest.mark.parametrize("name", [r[0] for r in RUNS])
+def test_jaeger_holds_each_trace_whole_once_as_the_store_has_it(pipeline_runs, name):
+    outdir = pipeline_runs[name]
+    assert (outdir / "rc").read_text().strip() == "0", (outdir / "stderr").read_text()[-2000:]
+    assert (outdir / "collector.rc").read_text().strip() == "0", (outdir / "collector.log").read_text()[
+        -3000:
+    ]
+    spans = _jaeger_spans(outdir)
+    assert spans, (outdir / "collector.log").read_text()[-3000:]
+    # Each span once (raw traces: Jaeger dedupes nothing).
+    ids = Counter(_hex(s["spanId"]) for s in spans)
+    assert [i for i, n in ids.items() if n > 1] == []
+    # Every trace whole: one root, every parent in the same trace.
+    by_trace: dict[str, dict[str, dict]] = {}
+    for s in spans:
+        by_trace.setdefault(_hex(s["traceId"]), {})[_hex(s["spanId"])] = s
+    for trace_id, members in by_trace.items():
+        roots = [s for s in members.values() if not s.get("parentSpanId")]
+        assert len(roots) == 1, (trace_id, [s["name"] for s in roots])
+        orphans = [s["name"] for s in members.values() if s.get("parentSpanId") and
+                   _hex(s["parentSpanId"]) not in members]  # fmt: skip
+        assert orphans == [], trace_id
+    # Span for span what `hermes-meter trace` shows from the store.
+    jaeger = {
+        _hex(s["spanId"]): (
+            _hex(s["traceId"]),
+            _hex(s["parentSpanId"]) if s.get("parentSpanId") else None,
+            s["name"],
+        )
+        for s in spans
+    }
+    assert jaeger == _store_spans(outdir)
+    assert {s["_resource"]["service.name"] for s in spans} == {"hermes-agent"}
+
+
+@pytest.mark.parametrize("name", [r[0] for r in RUNS])
+def test_span_names_and_genai_attributes_are_the_documented_ones(pipeline_runs, name):
+    spans = _jaeger_spans(pipeline_runs[name])
+    names = Counter(s["name"] for s in spans)
+    assert names["invoke_agent hermes"] >= 1 and names["hermes.turn"] >= 1
+    chats = [s for s in spans if s["name"].startswith("chat ")]
+    assert chats
+    for s in chats:
+        a = _attrs(s)
+        assert a["gen_ai.operation.name"] == "chat"
+        assert s["name"] == f"chat {a['gen_ai.request.model']}"
+        assert int(a["gen_ai.usage.input_tokens"]) > 0 and int(a["gen_ai.usage.output_tokens"]) > 0
+        assert "gen_ai.provider.name" in a
+    for s in spans:
+        a = _attrs(s)
+        if s["name"].startswith("execute_tool "):
+            assert a["gen_ai.operation.name"] == "execute_tool"
+            assert s["name"] == f"execute_tool {a['gen_ai.tool.name']}"
+        if s["name"] == "invoke_agent hermes":
+            assert a["gen_ai.operation.name"] == "invoke_agent"
+
+
+def test_a_subagent_hangs_under_the_delegate_task_call_that_started_it(pipeline_runs):
+    spans = {_hex(s["spanId"]): s for s in _jaeger_spans(pipeline_runs["grpc_delegate_sync"])}
+    agents = [s for s in spans.values() if s["name"] == "invoke_agent hermes" and s.get("parentSpanId")]
+    assert agents, "no subagent session span"
+    for s in agents:
+        parent = spans[_hex(s["parentSpanId"])]
+        assert parent["name"] == "execute_tool delegate_task"
+        assert parent["traceId"] == s["traceId"]
+
+
+def _report_totals(outdir: Path) -> dict:
+    env = dict(os.environ, HERMES_METER_HOME=str(_meter(outdir)))
+    p = subprocess.run([str(CLI), "report", "--json"], env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)["totals"]
+
+
+@pytest.mark.parametrize("name", [r[0] for r in RUNS])
+def test_metrics_through_the_collector_into_prometheus_equal_the_report(pipeline_runs, name):
+    outdir = pipeline_runs[name]
+    assert (outdir / "drain.rc").read_text().strip() == "0", (outdir / "drain.log").read_text()[-2000:]
+    prom = json.loads((outdir / "prometheus.json").read_text())
+    totals = _report_totals(outdir)
+    values = prom["values"]
+    assert totals["llm_calls"] > 0 and totals["cost_usd"] > 0
+    assert values["input_tokens"] == totals["input_tokens"]
+    assert values["output_tokens"] == totals["output_tokens"]
+    assert values["llm_calls"] == totals["llm_calls"]
+    assert values["tool_calls"] == totals["tool_calls"]
+    assert values["cost_usd"] == pytest.approx(totals["cost_usd"], abs=1e-9)
+    # The shipped alert rules were loaded and evaluated on that data.
+    groups = prom["rules"]["groups"]
+    rules = [r for g in groups for r in g["rules"]]
+    assert rules, "no rule loaded"
+    bad = [(r["name"], r.get("lastError")) for r in rules if r.get("health") != "ok"]
+    assert bad == []
+
+
+def test_the_shipped_collector_config_validates_with_the_real_collector():
+    p = subprocess.run(
+        [str(OTELCOL), "validate", "--config", str(ROOT / "collector-config" / "otelcol.yaml")],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 0, p.stderr
