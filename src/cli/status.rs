@@ -56,10 +56,11 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
         println!("{text}");
         return Ok(code);
     }
-    println!("hermes-meter    {VERSION}");
+    // Damage first: the first line says what is wrong and what to do.
     if let Some(text) = &damaged {
         println!("DAMAGED         {text}");
     }
+    println!("hermes-meter    {VERSION}");
     println!("store           {} (from {})", store.path().display(), home.source);
     if let Some(why) = &read_only {
         println!("read-only       {why}: read as it is; Hermes cannot record into it until it is writable");
