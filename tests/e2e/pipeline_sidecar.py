@@ -205,8 +205,21 @@ def main() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    # A scenario script stops and starts the Collector through files in
+    # OUTDIR (collector.stop, collector.start), answered by collector.stopped
+    # and collector.started.
+    outage = {"collector.stop": "collector.stopped", "collector.start": "collector.started"}
     while not stop.wait(0.2):
-        if collector.poll() is not None or jaeger.poll() is not None:
+        for ask, answer in outage.items():
+            if (OUT / ask).exists() and not (OUT / answer).exists():
+                if ask == "collector.stop":
+                    _stop(collector)
+                else:
+                    collector = _start(cmd, OUT / "collector.log")
+                    _wait_for("http://127.0.0.1:13133/", "the restarted Collector's health check")
+                (OUT / answer).write_text(f"{time.time()}\n")
+        stopped = (OUT / "collector.stopped").exists() and not (OUT / "collector.started").exists()
+        if (collector.poll() is not None and not stopped) or jaeger.poll() is not None:
             break
     try:
         drain = subprocess.run(
