@@ -560,7 +560,7 @@ pub fn remove(path: &Path, scope: Scope, id: Option<&str>, window: Window) -> Re
     if !removed {
         return Err(missing());
     }
-    write_checked(path, &doc)
+    write_checked(path, "", &doc)
 }
 
 /// The budget file's text as an editable document.
@@ -571,9 +571,10 @@ fn parse_doc(path: &Path, text: &str) -> Result<toml_edit::DocumentMut> {
     })
 }
 
-/// Writes the edited file, once it is known to parse as a budget file.
-fn write_checked(path: &Path, doc: &toml_edit::DocumentMut) -> Result<()> {
-    let new_text = doc.to_string();
+/// Writes the edited file (after `header`, a new file's comments), once it
+/// is known to parse as a budget file.
+fn write_checked(path: &Path, header: &str, doc: &toml_edit::DocumentMut) -> Result<()> {
+    let new_text = format!("{header}{doc}");
     BudgetConfig::parse(&new_text).map_err(|message| Error::Config {
         path: path.to_path_buf(),
         message,
@@ -599,9 +600,11 @@ fn remove_key(table: &mut dyn toml_edit::TableLike, path: &[&str], key: &str) ->
 
 /// Sets one limit in the budget file at `path`, keeping everything else.
 pub fn set(path: &Path, scope: Scope, id: Option<&str>, window: Window, usd: f64) -> Result<()> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => NEW_FILE_HEADER.to_string(),
+    // A new file gets its header above the tables (parsed with them,
+    // comments alone would end up below them).
+    let (text, header) = match std::fs::read_to_string(path) {
+        Ok(t) => (t, ""),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), NEW_FILE_HEADER),
         Err(e) => return Err(Error::io(path, e)),
     };
     let mut doc = parse_doc(path, &text)?;
@@ -641,7 +644,7 @@ pub fn set(path: &Path, scope: Scope, id: Option<&str>, window: Window, usd: f64
         }
     };
     target[window.as_str()] = toml_edit::value(usd);
-    write_checked(path, &doc)
+    write_checked(path, header, &doc)
 }
 
 const NEW_FILE_HEADER: &str = "\
@@ -662,6 +665,19 @@ mod tests {
 
     fn args(s: &str) -> Vec<String> {
         s.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn a_new_file_starts_with_its_header_and_later_limits_keep_it_first() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join(crate::budget::BUDGETS_FILE_NAME);
+        set(&path, Scope::CronJob, None, Window::Daily, 1.0).expect("set");
+        set(&path, Scope::Global, None, Window::Monthly, 150.0).expect("set");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert!(text.starts_with(NEW_FILE_HEADER), "{text}");
+        assert_eq!(text.matches("# hermes-meter budgets").count(), 1, "{text}");
+        let config = BudgetConfig::parse(&text).expect("parses");
+        assert_eq!(config.limits(Scope::Global, "").get(Window::Monthly), Some(150.0));
     }
 
     #[test]
