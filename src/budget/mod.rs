@@ -23,7 +23,6 @@
 //!   synced does ([`Unsynced`], [`FIRST_SYNC_WAIT`]);
 //! - `states.rs`: every budget of a session with its spend and verdict,
 //!   read through the store's spend reads (`Store::budget_states`, ...);
-//! - `env.rs`: the two environment variables the budget code reads.
 //!
 //! Must not touch: SQL (every statement is in `store/budget/`), Python, the
 //! network. The CLI (`cli/budget.rs`) edits the file.
