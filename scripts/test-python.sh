@@ -43,8 +43,8 @@ PATH="$VENV/bin:$PATH" "$VENV/bin/maturin" build --release --locked --zig --comp
 WHEEL=$(ls "$WORK"/wheels/hermes_meter-*.whl | tail -n 1)
 "$VENV/bin/maturin" sdist -o "$WORK/sdist"
 SDIST=$(ls "$WORK"/sdist/hermes_meter-*.tar.gz | tail -n 1)
-# The sdist builds offline from what it holds: the lock file, the sources,
-# the Python package.
+# The sdist holds what a build from it needs: the lock file, the sources
+# with the schema, the Python package (its contents are checked, not built).
 "$VENV/bin/python" - "$SDIST" <<'EOF'
 import sys, tarfile
 names = tarfile.open(sys.argv[1]).getnames()

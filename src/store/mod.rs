@@ -155,10 +155,10 @@ impl Store {
     /// missing or unreadable store (opening it then says why).
     pub fn migration_due(dir: &Path) -> bool {
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let Ok(conn) = Connection::open_with_flags(dir.join(DB_FILE_NAME), flags) else {
+        let path = dir.join(DB_FILE_NAME);
+        let Ok(conn) = Connection::open_with_flags(&path, flags) else {
             return false;
         };
-        let path = dir.join(DB_FILE_NAME);
         refuse_unknown(&conn, &path, SCHEMA_VERSION).is_ok_and(|found| (1..SCHEMA_VERSION).contains(&found))
     }
 
@@ -472,8 +472,6 @@ mod tests {
             .expect("bump");
         drop(conn);
         let before = file_bytes(&path);
-        let conn = Connection::open(&path).expect("raw open");
-        drop(conn);
         match Store::open(&path) {
             Err(Error::SchemaTooNew { found, .. }) => assert_eq!(found, SCHEMA_VERSION + 1),
             other => panic!("expected SchemaTooNew, got {other:?}"),

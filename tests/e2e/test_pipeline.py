@@ -174,9 +174,9 @@ def _attrs(span: dict) -> dict:
     return out
 
 
-def _hex(b64_or_hex: str) -> str:
-    # Jaeger's OTLP JSON carries ids as hex (the OTLP/JSON rule).
-    return b64_or_hex.lower()
+def _hex(span_or_trace_id: str) -> str:
+    # OTLP/JSON carries ids as hex; `hermes-meter trace` prints lower case.
+    return span_or_trace_id.lower()
 
 
 def _store_spans(outdir: Path) -> dict[str, tuple[str, str | None, str]]:

@@ -11,6 +11,7 @@ like 0.21; what it registers is recorded by the context it is given.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -57,8 +58,6 @@ print(json.dumps({
 
 
 def registered(version: str, tmp_path: Path, **env: str) -> dict:
-    import os
-
     run_env = dict(os.environ, HERMES_METER_HOME=str(tmp_path / "meter"), HERMES_HOME=str(tmp_path), **env)
     out = subprocess.run(
         [sys.executable, "-c", _REGISTER, str(HERE), version, str(PLUGIN_DIR)],
