@@ -289,7 +289,26 @@ def check(groups: list[dict]) -> dict:
             for ref in refs:
                 if ((attributes[ref].get("annotations") or {}).get("hermes") or {}).get("metric") == "forbidden":
                     raise RegistryError(f"{where}: {ref!r} is unbounded and may not be a metric attribute")
+    _check_previous(groups, attributes, metric_names)
     return {"attributes": attributes, "attr_group": attr_group}
+
+
+def previous_of(item: dict) -> list[str]:
+    """The current names a previous name stands for (``hermes.previous_of``)."""
+    current = ((item.get("annotations") or {}).get("hermes") or {}).get("previous_of") or []
+    return [current] if isinstance(current, str) else list(current)
+
+
+def _check_previous(groups: list[dict], attributes: dict, metric_names: set[str]) -> None:
+    """A previous name points at current names of its own kind that exist."""
+    metrics = {g["metric_name"]: g for g in groups if g["type"] == "metric"}
+    for kind, items, known in (("attribute", attributes, attributes), ("metric", metrics, metric_names)):
+        for name, item in items.items():
+            for current in previous_of(item):
+                if current not in known:
+                    raise RegistryError(f"{kind} {name!r}: previous_of {current!r} is not a {kind}")
+                if previous_of(items[current]):
+                    raise RegistryError(f"{kind} {name!r}: previous_of {current!r}, itself a previous name")
 
 
 # --------------------------------------------------------------------------
@@ -337,9 +356,10 @@ def _requirement(level) -> str:
 
 def _upstream(attr_or_group: dict) -> str:
     up = (attr_or_group.get("annotations") or {}).get("upstream")
-    if up:
-        return f"upstream `{up['namespace']}`"
-    return "hermes-meter"
+    origin = f"upstream `{up['namespace']}`" if up else "hermes-meter"
+    if previous_of(attr_or_group):
+        origin += ", previous name (only with `gen_ai/dup`)"
+    return origin
 
 
 def _anchor(attr_id: str) -> str:
@@ -467,6 +487,7 @@ def render_names(groups: list[dict], attributes: dict) -> str:
                 "stability": a["stability"],
                 "upstream": bool((a.get("annotations") or {}).get("upstream")),
                 "metric_allowed": ((a.get("annotations") or {}).get("hermes") or {}).get("metric") != "forbidden",
+                **({"previous_of": previous_of(a)} if previous_of(a) else {}),
             }
             for aid, a in sorted(attributes.items())
         },
@@ -481,6 +502,7 @@ def render_names(groups: list[dict], attributes: dict) -> str:
              "prometheus_series": prometheus_series(g["annotations"]["hermes"]["prometheus_name"], g["instrument"]),
              **({"bucket_boundaries": g["annotations"]["hermes"]["bucket_boundaries"]}
                 if g["instrument"] == "histogram" else {}),
+             **({"previous_of": previous_of(g)} if previous_of(g) else {}),
              "attributes": [
                  {"id": a["ref"], "label": prometheus_label(a["ref"]),
                   "requirement_level": _requirement(a.get("requirement_level"))}

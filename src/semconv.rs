@@ -8,10 +8,11 @@
 
 /// Span names (the registry's `hermes.span_name` annotations).
 pub mod span {
-    /// The session span.
-    pub const SESSION: &str = "invoke_agent hermes";
-    /// The turn span.
-    pub const TURN: &str = "hermes.turn";
+    /// The session span: the conversation, which upstream has no
+    /// operation for (it is `gen_ai.conversation.id`).
+    pub const SESSION: &str = "hermes.session";
+    /// The turn span: one run of the agent, upstream's agent invocation.
+    pub const TURN: &str = "invoke_agent hermes";
     /// Prefix of `chat {gen_ai.request.model}`.
     pub const CHAT_PREFIX: &str = "chat";
     /// Prefix of `execute_tool {gen_ai.tool.name}`.
@@ -34,6 +35,9 @@ pub mod attr {
     pub const GEN_AI_USAGE_INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
     pub const GEN_AI_USAGE_OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
     pub const GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: &str = "gen_ai.usage.cache_read.input_tokens";
+    pub const GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS: &str = "gen_ai.usage.cache_write.input_tokens";
+    /// The previous name of `gen_ai.usage.cache_write.input_tokens`
+    /// (semconv 1.41), sent only with `gen_ai/dup`.
     pub const GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: &str = "gen_ai.usage.cache_creation.input_tokens";
     pub const GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: &str = "gen_ai.usage.reasoning.output_tokens";
     /// Proposed (semantic-conventions-genai#443), beside hermes.usage.cost_usd.
@@ -52,6 +56,7 @@ pub mod attr {
     pub const SERVER_ADDRESS: &str = "server.address";
     pub const SERVER_PORT: &str = "server.port";
     pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
+    pub const PROCESS_EXIT_CODE: &str = "process.exit.code";
 
     pub const HERMES_PLATFORM: &str = "hermes.platform";
     pub const HERMES_SESSION_ID: &str = "hermes.session.id";
@@ -82,6 +87,8 @@ pub mod attr {
     pub const HERMES_ERROR_REASON: &str = "hermes.error.reason";
     pub const HERMES_TOOL_OUTCOME: &str = "hermes.tool.outcome";
     pub const HERMES_TOOL_STATUS: &str = "hermes.tool.status";
+    /// The previous name of a terminal call's exit code (`process.exit.code`
+    /// now), sent only with `gen_ai/dup`.
     pub const HERMES_TOOL_EXIT_CODE: &str = "hermes.tool.exit_code";
     pub const HERMES_TOOL_BLOCKED: &str = "hermes.tool.blocked";
     pub const HERMES_SUBAGENT_ID: &str = "hermes.subagent.id";
@@ -94,7 +101,7 @@ pub mod value {
     pub const OPERATION_CHAT: &str = "chat";
     pub const OPERATION_INVOKE_AGENT: &str = "invoke_agent";
     pub const OPERATION_EXECUTE_TOOL: &str = "execute_tool";
-    /// `gen_ai.agent.name` of the session span.
+    /// `gen_ai.agent.name` of the turn span.
     pub const AGENT_NAME: &str = "hermes";
     /// `gen_ai.tool.type`: Hermes tools are functions the model calls.
     pub const TOOL_TYPE_FUNCTION: &str = "function";
@@ -104,8 +111,10 @@ pub mod value {
     pub const CLOSE_REASON_PROCESS_EXIT: &str = "process_exit";
     /// `error.type` when nothing more specific is known.
     pub const ERROR_TYPE_OTHER: &str = "_OTHER";
-    /// `openinference.span.kind` of a turn.
+    /// `openinference.span.kind` of a session.
     pub const OPENINFERENCE_KIND_CHAIN: &str = "CHAIN";
+    /// `openinference.span.kind` of a turn (an agent invocation).
+    pub const OPENINFERENCE_KIND_AGENT: &str = "AGENT";
     /// `openinference.span.kind` of an approval.
     pub const OPENINFERENCE_KIND_GUARDRAIL: &str = "GUARDRAIL";
     /// `hermes.tool.decision` of a denied tool call.
@@ -135,6 +144,7 @@ pub const SPAN_ATTRIBUTES: &[&str] = &[
     attr::GEN_AI_USAGE_INPUT_TOKENS,
     attr::GEN_AI_USAGE_OUTPUT_TOKENS,
     attr::GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
+    attr::GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS,
     attr::GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS,
     attr::GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
     attr::GEN_AI_USAGE_COST_AMOUNT,
@@ -151,6 +161,7 @@ pub const SPAN_ATTRIBUTES: &[&str] = &[
     attr::SERVER_ADDRESS,
     attr::SERVER_PORT,
     attr::HTTP_RESPONSE_STATUS_CODE,
+    attr::PROCESS_EXIT_CODE,
     attr::HERMES_PLATFORM,
     attr::HERMES_SESSION_ID,
     attr::HERMES_TURN_ID,
@@ -190,8 +201,26 @@ pub const SPAN_ATTRIBUTES: &[&str] = &[
 /// Metric names (the registry's `metric_name`s), their attributes and
 /// values. Instruments, units and buckets are in [`crate::metrics`].
 pub mod metric {
-    pub const TOKEN_USAGE: &str = "gen_ai.client.token.usage";
+    /// Input tokens (cache included) per call, a counter.
+    pub const INPUT_TOKENS: &str = "gen_ai.client.inference.usage.input_tokens";
+    /// Output tokens (reasoning included), a counter.
+    pub const OUTPUT_TOKENS: &str = "gen_ai.client.inference.usage.output_tokens";
+    pub const CACHE_READ_TOKENS: &str = "gen_ai.client.inference.usage.cache_read.input_tokens";
+    pub const CACHE_WRITE_TOKENS: &str = "gen_ai.client.inference.usage.cache_write.input_tokens";
+    pub const REASONING_TOKENS: &str = "gen_ai.client.inference.usage.reasoning.output_tokens";
+    /// Input tokens per call, a histogram.
+    pub const OPERATION_INPUT_TOKENS: &str = "gen_ai.client.inference.operation.input_tokens";
+    /// Output tokens per call, a histogram.
+    pub const OPERATION_OUTPUT_TOKENS: &str = "gen_ai.client.inference.operation.output_tokens";
+    pub const INFERENCE_DURATION: &str = "gen_ai.client.inference.duration";
+    pub const INFERENCE_TIME_TO_FIRST_CHUNK: &str = "gen_ai.client.inference.time_to_first_chunk";
+    /// Cost per call, a histogram (the draft of semantic-conventions-genai
+    /// pull request 443).
+    pub const OPERATION_COST: &str = "gen_ai.client.operation.cost";
     pub const HERMES_TOKEN_USAGE: &str = "hermes.token.usage";
+    /// Previous names (semconv 1.41 and the de-facto cost counter), sent
+    /// only with `OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai/dup`.
+    pub const TOKEN_USAGE: &str = "gen_ai.client.token.usage";
     pub const OPERATION_DURATION: &str = "gen_ai.client.operation.duration";
     pub const TIME_TO_FIRST_CHUNK: &str = "gen_ai.client.operation.time_to_first_chunk";
     pub const COST: &str = "gen_ai.usage.cost";
@@ -214,6 +243,8 @@ pub mod metric {
     /// Attributes only metrics carry.
     pub mod attr {
         pub const GEN_AI_TOKEN_TYPE: &str = "gen_ai.token.type";
+        pub const GEN_AI_TOKEN_MODALITY: &str = "gen_ai.token.modality";
+        pub const GEN_AI_USAGE_COST_CURRENCY: &str = "gen_ai.usage.cost.currency";
         pub const HERMES_TOKEN_TYPE: &str = "hermes.token.type";
         pub const HERMES_OUTCOME: &str = "hermes.outcome";
         pub const HERMES_BUDGET_SCOPE: &str = "hermes.budget.scope";
@@ -232,6 +263,10 @@ pub mod metric {
         pub const HERMES_SKIP: &str = "hermes_skip";
     }
 
+    /// `gen_ai.token.modality` when the provider does not say (Hermes never
+    /// breaks usage down by modality).
+    pub const MODALITY_UNKNOWN: &str = "unknown";
+
     /// `gen_ai.token.type` and `hermes.token.type` values.
     pub mod token_type {
         pub const INPUT: &str = "input";
@@ -247,4 +282,68 @@ pub mod metric_resource {
     /// Stable per store (kept in its `meta` table), so short-lived Hermes
     /// processes never start new series.
     pub const SERVICE_INSTANCE_ID: &str = "service.instance.id";
+}
+
+/// The version of the OpenTelemetry semantic conventions the registry
+/// follows for everything but GenAI, and the schema URL spans and metrics
+/// carry. The GenAI names follow `open-telemetry/semantic-conventions-genai`
+/// (see `semconv/README.md`), which publishes no schema of its own yet.
+pub const SEMCONV_VERSION: &str = "1.44.0";
+/// `schema_url` of the resource and scope of every span and metric batch.
+pub const SCHEMA_URL: &str = "https://opentelemetry.io/schemas/1.44.0";
+
+/// Which generation of GenAI names to emit
+/// (`OTEL_SEMCONV_STABILITY_OPT_IN`, as the OpenTelemetry instrumentations
+/// read it): the current ones, or the current and the previous ones side
+/// by side while dashboards move.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Names {
+    /// The current names only (unset, or `gen_ai_latest_experimental`).
+    #[default]
+    Current,
+    /// The current names and the previous ones (`gen_ai/dup`): previous
+    /// attributes beside the current ones, previous metrics beside the
+    /// current ones. Span names are the current ones either way.
+    Dup,
+}
+
+impl Names {
+    /// Reads the comma-separated opt-in list: `gen_ai/dup` asks for both
+    /// generations; other entries (`http`, `database/dup`,
+    /// `gen_ai_latest_experimental`) leave GenAI names current.
+    pub fn parse(s: &str) -> Self {
+        if s.split(',').any(|i| i.trim().eq_ignore_ascii_case("gen_ai/dup")) {
+            Names::Dup
+        } else {
+            Names::Current
+        }
+    }
+
+    /// Whether the previous names are sent too.
+    pub fn previous(self) -> bool {
+        self == Names::Dup
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Names::Current => "current",
+            Names::Dup => "gen_ai/dup",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Names;
+
+    #[test]
+    fn only_gen_ai_dup_asks_for_the_previous_names() {
+        assert_eq!(Names::parse(""), Names::Current);
+        assert_eq!(Names::parse("gen_ai_latest_experimental"), Names::Current);
+        assert_eq!(Names::parse("http/dup, gen_ai/dup"), Names::Dup);
+        assert_eq!(Names::parse("GEN_AI/DUP"), Names::Dup);
+        assert_eq!(Names::parse("http,database/dup"), Names::Current);
+        assert!(Names::Dup.previous() && !Names::Current.previous());
+    }
 }

@@ -56,7 +56,7 @@ pub enum NodeKind {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct TraceNode {
     pub kind: NodeKind,
-    /// The span name (`invoke_agent hermes`, `hermes.turn`, `chat {model}`,
+    /// The span name (`hermes.session`, `invoke_agent hermes`, `chat {model}`,
     /// `execute_tool {tool}`).
     pub name: String,
     pub trace_id: String,

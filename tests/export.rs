@@ -128,7 +128,7 @@ fn render(spans: &[Span]) -> String {
             "gen_ai.usage.output_tokens",
             "hermes.usage.estimated",
             "hermes.tool.outcome",
-            "hermes.tool.exit_code",
+            "process.exit.code",
             "hermes.span.close_reason",
             "error.type",
         ] {
@@ -196,16 +196,16 @@ const EXPECTED: &[(&str, &str)] = &[
     (
         "bigcache",
         r#"
-invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=120000 usage.output_tokens=3000
-  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+hermes.session [internal] hermes.platform=cli session.status=ok usage.input_tokens=120000 usage.output_tokens=3000
+  invoke_agent hermes [internal] hermes.platform=cli turn.outcome=ok
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=120000 usage.output_tokens=3000 usage.estimated=false
 "#,
     ),
     (
         "cron",
         r#"
-invoke_agent hermes [internal] hermes.platform=cron session.status=ok usage.input_tokens=2060 usage.output_tokens=66
-  hermes.turn [internal] hermes.platform=cron turn.outcome=ok
+hermes.session [internal] hermes.platform=cron session.status=ok usage.input_tokens=2060 usage.output_tokens=66
+  invoke_agent hermes [internal] hermes.platform=cron turn.outcome=ok
     chat mock-model [client] hermes.platform=cron api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
     execute_tool read_file [internal] hermes.platform=cron tool.outcome=ok
     chat mock-model [client] hermes.platform=cron api.retry_count=0 usage.input_tokens=1040 usage.output_tokens=42 usage.estimated=false
@@ -214,12 +214,12 @@ invoke_agent hermes [internal] hermes.platform=cron session.status=ok usage.inpu
     (
         "delegate_bg",
         r#"
-invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=2060 usage.output_tokens=66
-  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+hermes.session [internal] hermes.platform=cli session.status=ok usage.input_tokens=2060 usage.output_tokens=66
+  invoke_agent hermes [internal] hermes.platform=cli turn.outcome=ok
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
     execute_tool delegate_task [internal] hermes.platform=cli tool.outcome=ok
-      invoke_agent hermes [internal] hermes.platform=subagent session.status=ok subagent.status=completed usage.input_tokens=1020 usage.output_tokens=42
-        hermes.turn [internal] hermes.platform=subagent turn.outcome=ok
+      hermes.session [internal] hermes.platform=subagent session.status=ok subagent.status=completed usage.input_tokens=1020 usage.output_tokens=42
+        invoke_agent hermes [internal] hermes.platform=subagent turn.outcome=ok
           chat mock-model [client] hermes.platform=subagent api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=42 usage.estimated=false
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1040 usage.output_tokens=42 usage.estimated=false
 "#,
@@ -227,12 +227,12 @@ invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input
     (
         "delegate_bg_orphan",
         r#"
-invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=2060 usage.output_tokens=66
-  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+hermes.session [internal] hermes.platform=cli session.status=ok usage.input_tokens=2060 usage.output_tokens=66
+  invoke_agent hermes [internal] hermes.platform=cli turn.outcome=ok
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
     execute_tool delegate_task [internal] hermes.platform=cli tool.outcome=ok
-      invoke_agent hermes [internal] hermes.platform=subagent session.status=abandoned usage.input_tokens=0 usage.output_tokens=0 span.close_reason=idle_timeout
-        hermes.turn [internal] hermes.platform=subagent turn.outcome=abandoned span.close_reason=idle_timeout
+      hermes.session [internal] hermes.platform=subagent session.status=abandoned usage.input_tokens=0 usage.output_tokens=0 span.close_reason=idle_timeout
+        invoke_agent hermes [internal] hermes.platform=subagent turn.outcome=abandoned span.close_reason=idle_timeout
           chat mock-model [client] hermes.platform=subagent api.retry_count=0 span.close_reason=idle_timeout
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1040 usage.output_tokens=42 usage.estimated=false
 "#,
@@ -240,12 +240,12 @@ invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input
     (
         "delegate_sync",
         r#"
-invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=2060 usage.output_tokens=66
-  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+hermes.session [internal] hermes.platform=cli session.status=ok usage.input_tokens=2060 usage.output_tokens=66
+  invoke_agent hermes [internal] hermes.platform=cli turn.outcome=ok
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
     execute_tool delegate_task [internal] hermes.platform=cli tool.outcome=ok
-      invoke_agent hermes [internal] hermes.platform=subagent session.status=ok subagent.status=completed usage.input_tokens=1020 usage.output_tokens=42
-        hermes.turn [internal] hermes.platform=subagent turn.outcome=ok
+      hermes.session [internal] hermes.platform=subagent session.status=ok subagent.status=completed usage.input_tokens=1020 usage.output_tokens=42
+        invoke_agent hermes [internal] hermes.platform=subagent turn.outcome=ok
           chat mock-model [client] hermes.platform=subagent api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=42 usage.estimated=false
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1040 usage.output_tokens=42 usage.estimated=false
 "#,
@@ -253,8 +253,8 @@ invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input
     (
         "failalways",
         r#"
-invoke_agent hermes [internal] hermes.platform=cli session.status=error usage.input_tokens=0 usage.output_tokens=0 error.type=InternalServerError ERROR
-  hermes.turn [internal] hermes.platform=cli turn.outcome=error error.type=InternalServerError ERROR
+hermes.session [internal] hermes.platform=cli session.status=error usage.input_tokens=0 usage.output_tokens=0 error.type=InternalServerError ERROR
+  invoke_agent hermes [internal] hermes.platform=cli turn.outcome=error error.type=InternalServerError ERROR
     chat mock-model [client] hermes.platform=cli api.retry_count=0 response.status_code=500 error.type=InternalServerError ERROR
     chat mock-model [client] hermes.platform=cli api.retry_count=1 response.status_code=500 error.type=InternalServerError ERROR
     chat mock-model [client] hermes.platform=cli api.retry_count=2 response.status_code=500 error.type=InternalServerError ERROR
@@ -263,8 +263,8 @@ invoke_agent hermes [internal] hermes.platform=cli session.status=error usage.in
     (
         "failonce",
         r#"
-invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=1020 usage.output_tokens=42
-  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+hermes.session [internal] hermes.platform=cli session.status=ok usage.input_tokens=1020 usage.output_tokens=42
+  invoke_agent hermes [internal] hermes.platform=cli turn.outcome=ok
     chat mock-model [client] hermes.platform=cli api.retry_count=0 response.status_code=500 error.type=InternalServerError ERROR
     chat mock-model [client] hermes.platform=cli api.retry_count=1 usage.input_tokens=1020 usage.output_tokens=42 usage.estimated=false
 "#,
@@ -272,36 +272,36 @@ invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input
     (
         "model404",
         r#"
-invoke_agent hermes [internal] hermes.platform=cli session.status=error usage.input_tokens=0 usage.output_tokens=0 error.type=NotFoundError ERROR
-  hermes.turn [internal] hermes.platform=cli turn.outcome=error error.type=NotFoundError ERROR
+hermes.session [internal] hermes.platform=cli session.status=error usage.input_tokens=0 usage.output_tokens=0 error.type=NotFoundError ERROR
+  invoke_agent hermes [internal] hermes.platform=cli turn.outcome=error error.type=NotFoundError ERROR
     chat mock-model [client] hermes.platform=cli api.retry_count=0 response.status_code=404 error.type=NotFoundError ERROR
 "#,
     ),
     (
         "multi_turn",
         r#"
-invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=3120 usage.output_tokens=108
-  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+hermes.session [internal] hermes.platform=cli session.status=ok usage.input_tokens=3120 usage.output_tokens=108
+  invoke_agent hermes [internal] hermes.platform=cli turn.outcome=ok
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
     execute_tool read_file [internal] hermes.platform=cli tool.outcome=ok
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1040 usage.output_tokens=42 usage.estimated=false
-  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+  invoke_agent hermes [internal] hermes.platform=cli turn.outcome=ok
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1060 usage.output_tokens=42 usage.estimated=false
 "#,
     ),
     (
         "nousage",
         r#"
-invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=1700 usage.output_tokens=5
-  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+hermes.session [internal] hermes.platform=cli session.status=ok usage.input_tokens=1700 usage.output_tokens=5
+  invoke_agent hermes [internal] hermes.platform=cli turn.outcome=ok
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1700 usage.output_tokens=5 usage.estimated=true
 "#,
     ),
     (
         "parallel",
         r#"
-invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=2070 usage.output_tokens=66
-  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+hermes.session [internal] hermes.platform=cli session.status=ok usage.input_tokens=2070 usage.output_tokens=66
+  invoke_agent hermes [internal] hermes.platform=cli turn.outcome=ok
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
     execute_tool read_file [internal] hermes.platform=cli tool.outcome=ok
     execute_tool read_file [internal] hermes.platform=cli tool.outcome=ok
@@ -311,8 +311,8 @@ invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input
     (
         "readfile",
         r#"
-invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=2060 usage.output_tokens=66
-  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+hermes.session [internal] hermes.platform=cli session.status=ok usage.input_tokens=2060 usage.output_tokens=66
+  invoke_agent hermes [internal] hermes.platform=cli turn.outcome=ok
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
     execute_tool read_file [internal] hermes.platform=cli tool.outcome=ok
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1040 usage.output_tokens=42 usage.estimated=false
@@ -321,40 +321,40 @@ invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input
     (
         "resume",
         r#"
-invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=3120 usage.output_tokens=108
-  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+hermes.session [internal] hermes.platform=cli session.status=ok usage.input_tokens=3120 usage.output_tokens=108
+  invoke_agent hermes [internal] hermes.platform=cli turn.outcome=ok
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
     execute_tool read_file [internal] hermes.platform=cli tool.outcome=ok
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1040 usage.output_tokens=42 usage.estimated=false
-  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+  invoke_agent hermes [internal] hermes.platform=cli turn.outcome=ok
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1060 usage.output_tokens=42 usage.estimated=false
 "#,
     ),
     (
         "terminal_fail",
         r#"
-invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=2060 usage.output_tokens=66
-  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+hermes.session [internal] hermes.platform=cli session.status=ok usage.input_tokens=2060 usage.output_tokens=66
+  invoke_agent hermes [internal] hermes.platform=cli turn.outcome=ok
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
-    execute_tool terminal [internal] hermes.platform=cli tool.outcome=nonzero_exit tool.exit_code=3 error.type=exit_code_3 ERROR
+    execute_tool terminal [internal] hermes.platform=cli tool.outcome=nonzero_exit exit.code=3 error.type=3 ERROR
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1040 usage.output_tokens=42 usage.estimated=false
 "#,
     ),
     (
         "terminal_ok",
         r#"
-invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=2060 usage.output_tokens=66
-  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+hermes.session [internal] hermes.platform=cli session.status=ok usage.input_tokens=2060 usage.output_tokens=66
+  invoke_agent hermes [internal] hermes.platform=cli turn.outcome=ok
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
-    execute_tool terminal [internal] hermes.platform=cli tool.outcome=ok tool.exit_code=0
+    execute_tool terminal [internal] hermes.platform=cli tool.outcome=ok exit.code=0
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1040 usage.output_tokens=42 usage.estimated=false
 "#,
     ),
     (
         "tool_error",
         r#"
-invoke_agent hermes [internal] hermes.platform=cli session.status=ok usage.input_tokens=2060 usage.output_tokens=66
-  hermes.turn [internal] hermes.platform=cli turn.outcome=ok
+hermes.session [internal] hermes.platform=cli session.status=ok usage.input_tokens=2060 usage.output_tokens=66
+  invoke_agent hermes [internal] hermes.platform=cli turn.outcome=ok
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1020 usage.output_tokens=24 usage.estimated=false
     execute_tool read_file [internal] hermes.platform=cli tool.outcome=error error.type=tool_error ERROR
     chat mock-model [client] hermes.platform=cli api.retry_count=0 usage.input_tokens=1040 usage.output_tokens=42 usage.estimated=false
@@ -455,11 +455,13 @@ fn per_turn_traces_root_each_turn_and_link_it_to_the_session() {
     let traces: Vec<&str> = got.split("--\n").collect();
     assert_eq!(traces.len(), 3, "{got}");
     assert!(
-        traces[0].starts_with("invoke_agent hermes") && traces[0].lines().count() == 1,
+        traces[0].starts_with("hermes.session") && traces[0].lines().count() == 1,
         "{got}"
     );
     for turn in &traces[1..] {
-        assert!(turn.starts_with("hermes.turn") && turn.lines().next().is_some_and(|l| l.contains("link->session")));
+        assert!(
+            turn.starts_with("invoke_agent hermes") && turn.lines().next().is_some_and(|l| l.contains("link->session"))
+        );
     }
 }
 

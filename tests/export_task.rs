@@ -65,7 +65,10 @@ fn the_export_thread_sends_the_outbox_and_a_session_end_can_wait_for_it() {
             .map(|m| m.name.clone())
             .collect()
     };
-    while !names().iter().any(|n| n == "gen_ai.client.token.usage") {
+    while !names()
+        .iter()
+        .any(|n| n == "gen_ai.client.inference.usage.input_tokens")
+    {
         assert!(Instant::now() < deadline, "no metric push arrived: {:?}", names());
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -218,14 +218,20 @@ fn push(exporter: &mut MetricExporter, receiver: &support::Receiver) -> ExportMe
 
 fn check_against_ledger(p: &Points, l: &Ledger) {
     let input_semconv = (l.input + l.cache_read + l.cache_write) as f64;
-    assert_eq!(total(p, m::TOKEN_USAGE, "gen_ai.token.type=input"), input_semconv);
-    assert_eq!(total(p, m::TOKEN_USAGE, "gen_ai.token.type=output"), l.output as f64);
-    // Every attempt is one observation; a failed one is 0 with its error.type.
+    assert_eq!(total(p, m::INPUT_TOKENS, ""), input_semconv);
+    assert_eq!(total(p, m::OUTPUT_TOKENS, ""), l.output as f64);
+    assert_eq!(total(p, m::CACHE_READ_TOKENS, ""), l.cache_read as f64);
+    assert_eq!(total(p, m::CACHE_WRITE_TOKENS, ""), l.cache_write as f64);
+    assert_eq!(total(p, m::REASONING_TOKENS, ""), l.reasoning as f64);
     assert_eq!(
-        count(p, m::TOKEN_USAGE, "gen_ai.token.type=input"),
-        (l.calls + l.errors) as u64
+        total(p, m::INPUT_TOKENS, "gen_ai.token.modality=unknown"),
+        input_semconv
     );
-    assert_eq!(count(p, m::TOKEN_USAGE, "error.type="), 2 * l.errors as u64);
+    assert_eq!(total(p, m::OPERATION_INPUT_TOKENS, ""), input_semconv);
+    assert_eq!(total(p, m::OPERATION_OUTPUT_TOKENS, ""), l.output as f64);
+    // Every attempt is one observation; a failed one is 0 with its error.type.
+    assert_eq!(count(p, m::OPERATION_INPUT_TOKENS, ""), (l.calls + l.errors) as u64);
+    assert_eq!(count(p, m::OPERATION_OUTPUT_TOKENS, "error.type="), l.errors as u64);
     assert_eq!(
         total(p, m::HERMES_TOKEN_USAGE, "hermes.token.type=input"),
         l.input as f64
@@ -247,6 +253,32 @@ fn check_against_ledger(p: &Points, l: &Ledger) {
         l.reasoning as f64
     );
     assert!(
+        close(total(p, m::OPERATION_COST, "gen_ai.usage.cost.currency=USD"), l.cost),
+        "{} vs {}",
+        total(p, m::OPERATION_COST, ""),
+        l.cost
+    );
+    assert_eq!(count(p, m::OPERATION_COST, ""), l.calls as u64);
+    assert_eq!(count(p, m::INFERENCE_DURATION, ""), (l.calls + l.errors) as u64);
+    assert_eq!(count(p, m::INFERENCE_DURATION, "error.type="), l.errors as u64);
+    assert_eq!(total(p, m::API_ERRORS, ""), l.errors as f64);
+    assert_eq!(total(p, m::TOOL_CALLS, ""), l.tools as f64);
+    assert_eq!(count(p, m::TOOL_DURATION, ""), l.tools as u64);
+    assert_eq!(total(p, m::TURNS, ""), l.turns as f64);
+    assert_eq!(total(p, m::SESSIONS, ""), l.sessions as f64);
+}
+
+/// The previous names (`gen_ai/dup`) carry the same totals as the current ones.
+fn check_previous_against_ledger(p: &Points, l: &Ledger) {
+    let input_semconv = (l.input + l.cache_read + l.cache_write) as f64;
+    assert_eq!(total(p, m::TOKEN_USAGE, "gen_ai.token.type=input"), input_semconv);
+    assert_eq!(total(p, m::TOKEN_USAGE, "gen_ai.token.type=output"), l.output as f64);
+    assert_eq!(
+        count(p, m::TOKEN_USAGE, "gen_ai.token.type=input"),
+        (l.calls + l.errors) as u64
+    );
+    assert_eq!(count(p, m::TOKEN_USAGE, "error.type="), 2 * l.errors as u64);
+    assert!(
         close(total(p, m::COST, ""), l.cost),
         "{} vs {}",
         total(p, m::COST, ""),
@@ -254,11 +286,6 @@ fn check_against_ledger(p: &Points, l: &Ledger) {
     );
     assert_eq!(count(p, m::OPERATION_DURATION, ""), (l.calls + l.errors) as u64);
     assert_eq!(count(p, m::OPERATION_DURATION, "error.type="), l.errors as u64);
-    assert_eq!(total(p, m::API_ERRORS, ""), l.errors as f64);
-    assert_eq!(total(p, m::TOOL_CALLS, ""), l.tools as f64);
-    assert_eq!(count(p, m::TOOL_DURATION, ""), l.tools as u64);
-    assert_eq!(total(p, m::TURNS, ""), l.turns as f64);
-    assert_eq!(total(p, m::SESSIONS, ""), l.sessions as f64);
 }
 
 #[test]
@@ -306,15 +333,20 @@ fn after_replaying_the_fixtures_every_instrument_arrives_with_the_ledgers_sums()
     check_against_ledger(&p, &l);
     // The fleet sync lag exists only with a fleet (tests/fleet.rs reads it);
     // the time to first chunk only where Hermes reports it, which 0.19, the
-    // fixtures' Hermes, does not (see below).
-    for i in metrics::INSTRUMENTS
-        .iter()
-        .filter(|i| ![m::FLEET_SYNC_LAG, m::TIME_TO_FIRST_CHUNK].contains(&i.name))
-    {
-        assert!(p.contains_key(i.name), "{} did not arrive", i.name);
+    // fixtures' Hermes, does not (see below); previous names only when
+    // asked for (below).
+    let no_ttfc = [m::FLEET_SYNC_LAG, m::INFERENCE_TIME_TO_FIRST_CHUNK];
+    for i in metrics::INSTRUMENTS.iter().filter(|i| !no_ttfc.contains(&i.name)) {
+        assert_eq!(
+            p.contains_key(i.name),
+            !i.previous,
+            "{} (previous: {})",
+            i.name,
+            i.previous
+        );
     }
     assert!(
-        !p.contains_key(m::TIME_TO_FIRST_CHUNK),
+        !p.contains_key(m::INFERENCE_TIME_TO_FIRST_CHUNK),
         "no data point made up for Hermes 0.19"
     );
     assert_eq!(total(&p, m::BUDGET_SPEND, "hermes.budget.scope=global"), 0.0);
@@ -359,19 +391,19 @@ fn a_streamed_call_of_hermes_main_is_one_time_to_first_chunk_point_beside_its_du
     let receiver = support::grpc(None, None);
     let mut exporter = MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store).expect("exporter");
     let p = points(&push(&mut exporter, &receiver));
-    let ttfc = p.get(m::TIME_TO_FIRST_CHUNK).expect("the histogram arrived");
+    let ttfc = p.get(m::INFERENCE_TIME_TO_FIRST_CHUNK).expect("the histogram arrived");
     assert_eq!(ttfc.len(), 1, "one series: {ttfc:?}");
     let (attrs, sum, n) = &ttfc[0];
     assert_eq!((*sum, *n), (0.75, 1), "the streamed call alone");
     // The attributes of the successful calls' duration series.
-    let durations: Vec<&String> = p[m::OPERATION_DURATION]
+    let durations: Vec<&String> = p[m::INFERENCE_DURATION]
         .iter()
         .filter(|(a, _, _)| !a.contains("error.type="))
         .map(|(a, _, _)| a)
         .collect();
-    assert_eq!(durations, [attrs], "{:?}", p[m::OPERATION_DURATION]);
+    assert_eq!(durations, [attrs], "{:?}", p[m::INFERENCE_DURATION]);
     // Every call is in the duration histogram, only the streamed one here.
-    assert_eq!(count(&p, m::OPERATION_DURATION, ""), ledger(&path).calls as u64);
+    assert_eq!(count(&p, m::INFERENCE_DURATION, ""), ledger(&path).calls as u64);
 }
 
 #[test]
@@ -393,20 +425,21 @@ fn otlp_http_carries_the_same_totals_and_allow_listed_senders() {
         ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
         ("HERMES_METER_SESSION_GRACE_SECONDS", "0"),
         ("HERMES_METER_METRIC_ATTRIBUTES", "sender,profile"),
+        ("OTEL_SEMCONV_STABILITY_OPT_IN", "http,gen_ai/dup"),
     ]);
     assert_eq!(c.transport.endpoint.value, format!("{endpoint}/v1/metrics"));
     let mut exporter = MetricExporter::with_store(c, store).expect("exporter");
     let p = points(&push(&mut exporter, &receiver));
+    // Both generations of names, each with the ledger's totals.
     check_against_ledger(&p, &ledger(&path));
-    let senders = p[m::COST]
-        .iter()
-        .filter(|(a, _, _)| a.contains("hermes.sender.id="))
-        .count();
-    assert!(
-        senders > 0,
-        "allow-listed senders reach the cost metric: {:?}",
-        p[m::COST]
-    );
+    check_previous_against_ledger(&p, &ledger(&path));
+    for metric in [m::OPERATION_COST, m::COST] {
+        let senders = p[metric]
+            .iter()
+            .filter(|(a, _, _)| a.contains("hermes.sender.id="))
+            .count();
+        assert!(senders > 0, "allow-listed senders reach {metric}: {:?}", p[metric]);
+    }
 }
 
 #[test]
@@ -515,8 +548,7 @@ fn delta_pushes_add_up_to_the_ledger_across_exporting_processes() {
     }
     check_against_ledger(&both, &ledger(&path));
     assert!(
-        total(&pb, m::TOKEN_USAGE, "gen_ai.token.type=output")
-            < total(&both, m::TOKEN_USAGE, "gen_ai.token.type=output"),
+        total(&pb, m::OUTPUT_TOKENS, "") < total(&both, m::OUTPUT_TOKENS, ""),
         "B's points are not cumulative"
     );
     // B's window starts where A's ended.
@@ -570,6 +602,18 @@ fn daily_sample(text: &str, name: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// The `/metrics` endpoint over the store at `path`, with the defaults.
+fn serve_metrics(path: &Path) -> hermes_meter::export::PrometheusServer {
+    hermes_meter::export::PrometheusServer::start(
+        "127.0.0.1:0",
+        path,
+        metrics::AllowList::default(),
+        hermes_meter::semconv::Names::Current,
+        0.0,
+    )
+    .expect("prometheus endpoint")
+}
+
 #[test]
 fn budget_gauges_follow_the_budget_file_and_spend_at_every_scrape() {
     // Served, not pushed: nothing folds or pushes between the scrapes but
@@ -577,9 +621,7 @@ fn budget_gauges_follow_the_budget_file_and_spend_at_every_scrape() {
     let dir = tempfile::tempdir().expect("temp dir");
     let home = dir.path().join("meter");
     let store = Store::open_dir(&home).expect("open");
-    let server =
-        hermes_meter::export::PrometheusServer::start("127.0.0.1:0", store.path(), metrics::AllowList::default(), 0.0)
-            .expect("prometheus endpoint");
+    let server = serve_metrics(store.path());
     let addr = server.addr().to_string();
     let scrape = || http_get(&addr, "/metrics").expect("a 200 scrape");
     let budgets = home.join("budgets.toml");
@@ -613,9 +655,7 @@ fn hook_calls_lost_or_skipped_in_the_health_record_are_scraped() {
         "counts": {"dropped_events": 4, "hermes_skipped_recorded": 7, "hermes_skipped_lost": 2},
     });
     std::fs::write(home.join(hermes_meter::health::HEALTH_FILE_NAME), record.to_string()).expect("health");
-    let server =
-        hermes_meter::export::PrometheusServer::start("127.0.0.1:0", store.path(), metrics::AllowList::default(), 0.0)
-            .expect("prometheus endpoint");
+    let server = serve_metrics(store.path());
     let text = http_get(&server.addr().to_string(), "/metrics").expect("a 200 scrape");
     let sample = |series: &str| {
         text.lines()
@@ -775,7 +815,11 @@ fn a_real_prometheus_scraping_serve_sees_the_ledger_totals_and_fires_the_budget_
             .expect("start hermes-meter serve"),
     );
     let text = poll(Duration::from_secs(30), || http_get(&serve_addr, "/metrics")).expect("serve answers /metrics");
-    assert!(text.contains("# TYPE gen_ai_usage_cost_total counter"), "{text}");
+    assert!(text.contains("# TYPE gen_ai_client_operation_cost histogram"), "{text}");
+    assert!(
+        !text.contains("gen_ai_usage_cost_total"),
+        "previous names only with gen_ai/dup"
+    );
 
     let prom_addr = support::free_addr().to_string();
     let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("collector-config/prometheus/rules/hermes-meter.rules.yaml");
@@ -809,7 +853,7 @@ fn a_real_prometheus_scraping_serve_sees_the_ledger_totals_and_fires_the_budget_
             query(&prom_addr, promql)
         );
     };
-    expect("sum(gen_ai_usage_cost_total)", l.cost);
+    expect("sum(gen_ai_client_operation_cost_sum)", l.cost);
     expect(
         "sum(hermes_token_usage_total{hermes_token_type=\"input\"})",
         l.input as f64,
@@ -823,23 +867,23 @@ fn a_real_prometheus_scraping_serve_sees_the_ledger_totals_and_fires_the_budget_
         l.output as f64,
     );
     expect(
-        "sum(gen_ai_client_token_usage_sum{gen_ai_token_type=\"input\"})",
+        "sum(gen_ai_client_inference_usage_input_tokens_total)",
         (l.input + l.cache_read + l.cache_write) as f64,
     );
     expect(
-        "sum(gen_ai_client_token_usage_count{gen_ai_token_type=\"output\"})",
+        "sum(gen_ai_client_inference_operation_output_tokens_count)",
         (l.calls + l.errors) as f64,
     );
     expect(
-        "sum(gen_ai_client_token_usage_count{gen_ai_token_type=\"output\", error_type!=\"\"})",
+        "sum(gen_ai_client_inference_operation_output_tokens_count{error_type!=\"\"})",
         l.errors as f64,
     );
     expect(
-        "sum(gen_ai_client_operation_duration_seconds_count)",
+        "sum(gen_ai_client_inference_duration_seconds_count)",
         (l.calls + l.errors) as f64,
     );
     expect(
-        "sum(gen_ai_client_operation_duration_seconds_bucket{le=\"+Inf\"})",
+        "sum(gen_ai_client_inference_duration_seconds_bucket{le=\"+Inf\"})",
         (l.calls + l.errors) as f64,
     );
     expect("sum(hermes_api_errors_total)", l.errors as f64);

@@ -52,7 +52,7 @@ fn our_span(session: &str, turn: &str) -> SpanData {
         parent_span_id: SpanId::from_bytes(hermes_meter::span::session_span_id(session)),
         parent_span_is_remote: false,
         span_kind: SpanKind::Internal,
-        name: Cow::Borrowed("hermes.turn"),
+        name: Cow::Borrowed("invoke_agent hermes"),
         start_time: start,
         end_time: start + Duration::from_millis(1500),
         attributes: vec![opentelemetry::KeyValue::new("hermes.turn.outcome", "ok")],

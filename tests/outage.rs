@@ -131,19 +131,16 @@ fn a_collector_outage_over_a_thousand_sessions_loses_nothing_and_duplicates_noth
         .iter()
         .flat_map(|rm| rm.scope_metrics.iter())
         .flat_map(|sm| sm.metrics.iter())
-        .filter(|m| m.name == "gen_ai.client.token.usage")
+        .filter(|m| m.name == "gen_ai.client.inference.usage.input_tokens")
         .flat_map(|m| match &m.data {
-            Some(opentelemetry_proto::tonic::metrics::v1::metric::Data::Histogram(h)) => h.data_points.clone(),
+            Some(opentelemetry_proto::tonic::metrics::v1::metric::Data::Sum(s)) => s.data_points.clone(),
             _ => Vec::new(),
         })
-        .filter(|p| {
-            p.attributes.iter().any(|kv| {
-                kv.key == "gen_ai.token.type"
-                    && matches!(&kv.value.as_ref().and_then(|v| v.value.clone()),
-                        Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s)) if s == "input")
-            })
+        .map(|p| match p.value {
+            Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsInt(v)) => v as f64,
+            Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsDouble(v)) => v,
+            None => 0.0,
         })
-        .map(|p| p.sum.unwrap_or(0.0))
         .sum();
     let ledger: i64 = store
         .query_scalar("SELECT SUM(input_tokens + cache_read_tokens + cache_write_tokens) FROM llm_calls")

@@ -128,8 +128,8 @@ fn prometheus_counts(text: &str) -> Counts {
     Counts {
         llm_calls: prom_sum(
             text,
-            "gen_ai_client_token_usage_count",
-            &["gen_ai_token_type=\"output\""],
+            "gen_ai_client_inference_operation_output_tokens_count",
+            &[],
             // Failed attempts are observations of 0 with their error.type.
             &["error_type="],
         ),
@@ -144,16 +144,16 @@ fn prometheus_counts(text: &str) -> Counts {
         ),
         input_tokens: prom_sum(text, "hermes_token_usage_total", &["hermes_token_type=\"input\""], &[]),
         output_tokens: prom_sum(text, "hermes_token_usage_total", &["hermes_token_type=\"output\""], &[]),
-        cost_usd: prom_sum(text, "gen_ai_usage_cost_total", &[], &[]),
+        cost_usd: prom_sum(text, "gen_ai_client_operation_cost_sum", &[], &[]),
         streamed_calls: prom_sum(
             text,
-            "gen_ai_client_operation_time_to_first_chunk_seconds_count",
+            "gen_ai_client_inference_time_to_first_chunk_seconds_count",
             &[],
             &[],
         ),
         time_to_first_chunk_s: prom_sum(
             text,
-            "gen_ai_client_operation_time_to_first_chunk_seconds_sum",
+            "gen_ai_client_inference_time_to_first_chunk_seconds_sum",
             &[],
             &[],
         ),
@@ -232,8 +232,8 @@ fn otlp_counts(r: &ExportMetricsServiceRequest) -> Counts {
     let is = |key: &'static str, value: &'static str| move |a: &[KeyValue]| string_attr(a, key) == Some(value);
     let outcome = attr::HERMES_TOOL_OUTCOME;
     Counts {
-        llm_calls: otlp_sum(r, m::TOKEN_USAGE, |a| {
-            is("gen_ai.token.type", "output")(a) && string_attr(a, attr::ERROR_TYPE).is_none()
+        llm_calls: otlp_sum(r, m::OPERATION_OUTPUT_TOKENS, |a| {
+            string_attr(a, attr::ERROR_TYPE).is_none()
         }),
         api_errors: otlp_sum(r, m::API_ERRORS, |_| true),
         tool_calls: otlp_sum(r, m::TOOL_CALLS, |_| true),
@@ -241,9 +241,9 @@ fn otlp_counts(r: &ExportMetricsServiceRequest) -> Counts {
         nonzero_exits: otlp_sum(r, m::TOOL_CALLS, is(outcome, "nonzero_exit")),
         input_tokens: otlp_sum(r, m::HERMES_TOKEN_USAGE, is("hermes.token.type", "input")),
         output_tokens: otlp_sum(r, m::HERMES_TOKEN_USAGE, is("hermes.token.type", "output")),
-        cost_usd: otlp_sum(r, m::COST, |_| true),
-        streamed_calls: otlp_sum(r, m::TIME_TO_FIRST_CHUNK, |_| true),
-        time_to_first_chunk_s: otlp_histogram_sum(r, m::TIME_TO_FIRST_CHUNK),
+        cost_usd: otlp_histogram_sum(r, m::OPERATION_COST),
+        streamed_calls: otlp_sum(r, m::INFERENCE_TIME_TO_FIRST_CHUNK, |_| true),
+        time_to_first_chunk_s: otlp_histogram_sum(r, m::INFERENCE_TIME_TO_FIRST_CHUNK),
     }
 }
 
@@ -262,7 +262,7 @@ fn span_counts(spans: &[Span]) -> Counts {
                 // the report and hermes.token.usage count it apart.
                 c.input_tokens += number_attr(a, attr::GEN_AI_USAGE_INPUT_TOKENS)
                     - number_attr(a, attr::GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS)
-                    - number_attr(a, attr::GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS);
+                    - number_attr(a, attr::GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS);
                 c.output_tokens += number_attr(a, attr::GEN_AI_USAGE_OUTPUT_TOKENS);
                 c.cost_usd += number_attr(a, attr::HERMES_USAGE_COST_USD);
                 if a.iter().any(|kv| kv.key == attr::GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK) {
@@ -399,8 +399,14 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
         );
 
         // The Prometheus endpoint of `serve`.
-        let server = hermes_meter::export::PrometheusServer::start("127.0.0.1:0", &path, AllowList::default(), 0.0)
-            .expect("prometheus endpoint");
+        let server = hermes_meter::export::PrometheusServer::start(
+            "127.0.0.1:0",
+            &path,
+            AllowList::default(),
+            hermes_meter::semconv::Names::Current,
+            0.0,
+        )
+        .expect("prometheus endpoint");
         let prometheus = prometheus_counts(&scrape(server.addr()));
         drop(server);
 

@@ -83,12 +83,12 @@ fn a_synchronous_subagent_hangs_under_the_delegate_task_call_that_started_it() {
     assert_eq!(
         lines,
         [
-            "invoke_agent hermes|ok|2060|66",
-            "  hermes.turn|ok|2060|66",
+            "hermes.session|ok|2060|66",
+            "  invoke_agent hermes|ok|2060|66",
             "    chat mock-model|ok|1020|24",
             "    execute_tool delegate_task|ok|-|-",
-            "      invoke_agent hermes|ok|1020|42",
-            "        hermes.turn|ok|1020|42",
+            "      hermes.session|ok|1020|42",
+            "        invoke_agent hermes|ok|1020|42",
             "          chat mock-model|ok|1020|42",
             "    chat mock-model|ok|1040|42",
         ]
@@ -114,8 +114,8 @@ fn a_retried_call_shows_each_attempt_and_why_the_first_failed() {
     assert_eq!(
         lines,
         [
-            "invoke_agent hermes|ok|1020|42",
-            "  hermes.turn|ok|1020|42",
+            "hermes.session|ok|1020|42",
+            "  invoke_agent hermes|ok|1020|42",
             "    chat mock-model|error|-|-",
             "    chat mock-model #1|ok|1020|42",
         ]
@@ -183,12 +183,9 @@ fn the_plain_tree_when_piped_has_no_colours_and_one_line_a_span() {
     assert!(!text.contains('\x1b'), "no escape codes when piped: {text}");
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 9, "{text}");
+    assert!(lines[0].starts_with("hermes.session 20261130_013759_e4a976 "), "{text}");
     assert!(
-        lines[0].starts_with("invoke_agent hermes 20261130_013759_e4a976 "),
-        "{text}"
-    );
-    assert!(
-        lines[4].starts_with("   │  └─ invoke_agent hermes 20261130_013800_5b8baf [subagent (leaf)]"),
+        lines[4].starts_with("   │  └─ hermes.session 20261130_013800_5b8baf [subagent (leaf)]"),
         "{text}"
     );
     assert!(

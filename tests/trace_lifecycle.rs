@@ -179,8 +179,8 @@ fn a_one_shot_run_sends_its_whole_tree_before_the_process_ends() {
             "chat mock-model",
             "chat mock-model",
             "execute_tool delegate_task",
-            "hermes.turn",
-            "hermes.turn",
+            "hermes.session",
+            "hermes.session",
             "invoke_agent hermes",
             "invoke_agent hermes",
         ]
@@ -191,14 +191,18 @@ fn a_one_shot_run_sends_its_whole_tree_before_the_process_ends() {
         .expect("tool");
     let child = spans
         .iter()
-        .find(|s| s.name == "invoke_agent hermes" && !s.parent_span_id.is_empty())
+        .find(|s| s.name == "hermes.session" && !s.parent_span_id.is_empty())
         .expect("the subagent's session span");
     assert_eq!(
         child.parent_span_id, tool.span_id,
         "the subagent hangs under delegate_task"
     );
-    let turn = spans.iter().find(|s| s.name == "hermes.turn").expect("turn");
-    assert_eq!(attr(turn, "openinference.span.kind").as_deref(), Some("CHAIN"));
+    let turn = spans.iter().find(|s| s.name == "invoke_agent hermes").expect("turn");
+    assert_eq!(attr(turn, "openinference.span.kind").as_deref(), Some("AGENT"));
+    assert_eq!(attr(turn, "gen_ai.operation.name").as_deref(), Some("invoke_agent"));
+    let session = spans.iter().find(|s| s.name == "hermes.session").expect("session");
+    assert_eq!(attr(session, "openinference.span.kind").as_deref(), Some("CHAIN"));
+    assert_eq!(attr(session, "gen_ai.operation.name"), None);
 }
 
 #[test]
@@ -221,9 +225,9 @@ fn a_repl_session_over_two_turns_sends_its_session_span_once() {
     exit(bridge);
     let spans = spans_of(&session);
     assert_whole(&spans, "REPL");
-    let sessions: Vec<&Span> = spans.iter().filter(|s| s.name == "invoke_agent hermes").collect();
+    let sessions: Vec<&Span> = spans.iter().filter(|s| s.name == "hermes.session").collect();
     assert_eq!(sessions.len(), 1, "one session span, sent once");
-    let turns: Vec<&Span> = spans.iter().filter(|s| s.name == "hermes.turn").collect();
+    let turns: Vec<&Span> = spans.iter().filter(|s| s.name == "invoke_agent hermes").collect();
     assert_eq!(turns.len(), 2);
     assert!(turns.iter().all(|t| t.parent_span_id == sessions[0].span_id));
 }
@@ -250,7 +254,7 @@ fn a_resumed_session_continues_its_trace_without_sending_the_root_again() {
     assert_whole(&spans, "resumed");
     let chats = spans.iter().filter(|s| s.name.starts_with("chat ")).count();
     assert_eq!(chats, 3, "every chat span of both processes arrived");
-    let sessions: Vec<&Span> = spans.iter().filter(|s| s.name == "invoke_agent hermes").collect();
+    let sessions: Vec<&Span> = spans.iter().filter(|s| s.name == "hermes.session").collect();
     assert_eq!(sessions.len(), 2, "the root and one continuation: {:?}", names(&spans));
     let root = sessions.iter().find(|s| s.parent_span_id.is_empty()).expect("root");
     let cont = sessions
@@ -272,7 +276,7 @@ fn a_resumed_session_continues_its_trace_without_sending_the_root_again() {
     };
     let chat_tokens: i64 = spans.iter().filter(|s| s.name.starts_with("chat ")).map(tokens).sum();
     assert_eq!(tokens(root) + tokens(cont), chat_tokens);
-    let turns: Vec<&Span> = spans.iter().filter(|s| s.name == "hermes.turn").collect();
+    let turns: Vec<&Span> = spans.iter().filter(|s| s.name == "invoke_agent hermes").collect();
     assert_eq!(turns.len(), 2);
     assert!(
         turns.iter().any(|t| t.parent_span_id == cont.span_id),
@@ -293,7 +297,7 @@ fn a_background_child_cut_off_by_the_exit_is_closed_and_sent() {
     assert_whole(&spans, "orphaned child");
     let child = spans
         .iter()
-        .find(|s| s.name == "invoke_agent hermes" && !s.parent_span_id.is_empty())
+        .find(|s| s.name == "hermes.session" && !s.parent_span_id.is_empty())
         .expect("the child's session span arrived");
     assert_eq!(attr(child, "hermes.span.close_reason").as_deref(), Some("process_exit"));
     assert!(
@@ -338,9 +342,8 @@ fn a_child_that_ends_after_the_exit_flush_closed_it_sends_nothing_twice() {
     assert!(bridge.flush_exporter(deadline), "the exit flush sent what was ready");
     let closed = spans_of(&session);
     assert!(
-        closed
-            .iter()
-            .any(|s| s.name == "hermes.turn" && attr(s, "hermes.span.close_reason").as_deref() == Some("process_exit")),
+        closed.iter().any(|s| s.name == "invoke_agent hermes"
+            && attr(s, "hermes.span.close_reason").as_deref() == Some("process_exit")),
         "the child's turn went out closed by the exit"
     );
     feed(&bridge, &late, shift);

@@ -244,6 +244,7 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
             &metrics_config.prometheus_addr.value,
             driver.store().path(),
             metrics_config.attributes.value,
+            metrics_config.transport.names.value,
             metrics_config.transport.session_grace_seconds.value,
         )?;
         eprintln!(

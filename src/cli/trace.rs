@@ -32,6 +32,7 @@ pub fn span_options() -> SpanOptions {
     SpanOptions {
         mode: config.trace_mode.value,
         include_sender: config.include_sender.value,
+        names: config.names.value,
     }
 }
 

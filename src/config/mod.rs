@@ -58,6 +58,8 @@ pub mod env {
     pub const HOME: &str = "HOME";
     /// Opt-in capture of prompts, responses and tool arguments.
     pub const CAPTURE_CONTENT: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
+    /// Which generation of GenAI names to emit (`gen_ai/dup`: both).
+    pub const SEMCONV_STABILITY_OPT_IN: &str = "OTEL_SEMCONV_STABILITY_OPT_IN";
     /// Days journal rows (each event's key and payload) are kept.
     pub const RETENTION_JOURNAL_DAYS: &str = "HERMES_METER_RETENTION_JOURNAL_DAYS";
     /// Days a span waits in the outbox for a collector before it is given up.

@@ -88,6 +88,19 @@ pub fn parse_bool(s: &str) -> (bool, bool) {
     }
 }
 
+/// Content capture as the OpenTelemetry GenAI instrumentations spell it:
+/// `true`/`false`, or `NO_CONTENT`, `SPAN_ONLY`, `EVENT_ONLY`,
+/// `SPAN_AND_EVENT` (any case). hermes-meter puts content on spans and has
+/// no content events, so `EVENT_ONLY` captures nothing. `None` for anything
+/// else (read as off).
+pub fn parse_capture(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_uppercase().as_str() {
+        "TRUE" | "SPAN_ONLY" | "SPAN_AND_EVENT" => Some(true),
+        "FALSE" | "NO_CONTENT" | "EVENT_ONLY" => Some(false),
+        _ => None,
+    }
+}
+
 /// A non-negative, finite number (seconds, hours, days; fractions allowed).
 pub fn parse_non_negative(s: &str) -> Option<f64> {
     s.trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0)

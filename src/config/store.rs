@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use super::parse::{parse_bool, parse_non_negative};
+use super::parse::{parse_capture, parse_non_negative};
 use super::{env, Resolved, Source};
 
 /// The store directory: `explicit` > `$HERMES_METER_HOME` >
@@ -47,13 +47,14 @@ pub fn store_dir_from(
     }
 }
 
-/// Whether content capture is on: `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`
-/// (read by the one boolean parser, so the hooks that capture and the
-/// exporter that sends agree).
+/// Whether content capture is on: `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`
+/// `true`, `SPAN_ONLY` or `SPAN_AND_EVENT` (read by the one parser,
+/// [`parse_capture`], so the hooks that capture and the exporter that
+/// sends agree).
 pub fn capture_content_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Resolved<bool> {
     match var(env::CAPTURE_CONTENT) {
         Some(v) => Resolved {
-            value: parse_bool(&v.to_string_lossy()).0,
+            value: parse_capture(&v.to_string_lossy()).unwrap_or(false),
             source: Source::Env(env::CAPTURE_CONTENT),
         },
         None => Resolved {
@@ -209,15 +210,16 @@ mod tests {
     }
 
     #[test]
-    fn capture_content_is_off_unless_set_to_true() {
+    fn capture_content_is_on_only_for_true_or_a_span_value() {
+        let capture =
+            |v: &str| capture_content_from(env_of(&[("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", v)])).value;
         assert!(!capture_content_from(env_of(&[])).value);
-        assert!(!capture_content_from(env_of(&[("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "yes")])).value);
-        assert!(
-            capture_content_from(env_of(&[(
-                "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
-                "TRUE"
-            )]))
-            .value
-        );
+        for on in ["TRUE", "true", "SPAN_ONLY", "span_and_event", " SPAN_AND_EVENT "] {
+            assert!(capture(on), "{on}");
+        }
+        // No content events exist, so EVENT_ONLY captures nothing.
+        for off in ["yes", "false", "NO_CONTENT", "EVENT_ONLY", ""] {
+            assert!(!capture(off), "{off}");
+        }
     }
 }

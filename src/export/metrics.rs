@@ -63,6 +63,7 @@ use crate::config::metrics::MetricsConfig;
 use crate::error::Result;
 pub use crate::metrics::Temporality;
 use crate::metrics::{self, AllowList, BudgetReading, Series};
+use crate::semconv::Names;
 use crate::store::{Folded, MetricIdentity, Store, METRIC_LEASE};
 
 /// Ledger rows folded per transaction: keeps the write lock short.
@@ -232,7 +233,7 @@ impl MetricExport {
 
     /// [`MetricExporter::series`] over `store`.
     pub(crate) fn series(&self, store: &Store) -> Result<Vec<Series>> {
-        snapshot(store, self.config.attributes.value)
+        snapshot(store, self.config.attributes.value, self.config.transport.names.value)
     }
 
     /// [`MetricExporter::run_once`] over `store`.
@@ -302,7 +303,12 @@ impl MetricExport {
                 let (rows, (base_rows, base_at), gauges) = store
                     .read_snapshot(|st| Ok((st.metric_series()?, st.metric_delta_base()?, st.metric_gauges()?)))?;
                 let deltas = metrics::deltas(&rows, &base_rows);
-                let series = metrics::project(&deltas, &gauges, self.config.attributes.value);
+                let series = metrics::project(
+                    &deltas,
+                    &gauges,
+                    self.config.attributes.value,
+                    self.config.transport.names.value,
+                );
                 (series, base_at.unwrap_or(self.identity.start_time), Some(rows))
             }
         };
@@ -318,9 +324,9 @@ impl MetricExport {
                         ..InstrumentationScope::default()
                     }),
                     metrics,
-                    schema_url: String::new(),
+                    schema_url: crate::semconv::SCHEMA_URL.to_string(),
                 }],
-                schema_url: String::new(),
+                schema_url: crate::semconv::SCHEMA_URL.to_string(),
             }],
         };
         match self.send(request, deadline) {
@@ -376,12 +382,14 @@ pub fn fold(store: &mut Store, session_grace_seconds: f64) -> Result<usize> {
     Ok(total)
 }
 
-/// The series of `store` as exported (allow-list applied), gauges included.
-pub fn snapshot(store: &Store, allow: AllowList) -> Result<Vec<Series>> {
+/// The series of `store` as exported (allow-list and names applied),
+/// gauges included.
+pub fn snapshot(store: &Store, allow: AllowList, names: Names) -> Result<Vec<Series>> {
     Ok(metrics::project(
         &store.metric_series()?,
         &store.metric_gauges()?,
         allow,
+        names,
     ))
 }
 

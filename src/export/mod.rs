@@ -257,6 +257,7 @@ impl TraceExport {
         let options = SpanOptions {
             mode: config.trace_mode.value,
             include_sender: config.include_sender.value,
+            names: config.names.value,
         };
         Ok(TraceExport {
             config,
@@ -449,9 +450,9 @@ impl TraceExport {
                         ..InstrumentationScope::default()
                     }),
                     spans,
-                    schema_url: String::new(),
+                    schema_url: crate::semconv::SCHEMA_URL.to_string(),
                 }],
-                schema_url: String::new(),
+                schema_url: crate::semconv::SCHEMA_URL.to_string(),
             }],
         }
     }

@@ -22,6 +22,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use crate::error::{Error, Result};
 use crate::http_server::{HttpServer, Reply};
 use crate::metrics::AllowList;
+use crate::semconv::Names;
 use crate::store::Store;
 
 /// The text exposition format's content type.
@@ -37,13 +38,20 @@ pub struct PrometheusServer {
 impl PrometheusServer {
     /// Binds `addr` (`host:port`; port 0 picks one) and serves the store at
     /// `store_path` on a thread of its own. A bind failure is returned here.
-    pub fn start(addr: &str, store_path: &Path, allow: AllowList, session_grace_seconds: f64) -> Result<Self> {
+    pub fn start(
+        addr: &str,
+        store_path: &Path,
+        allow: AllowList,
+        names: Names,
+        session_grace_seconds: f64,
+    ) -> Result<Self> {
         let listener =
             std::net::TcpListener::bind(addr).map_err(|e| Error::Other(format!("prometheus endpoint {addr}: {e}")))?;
         let store = Store::open(store_path)?;
         let state = Scrape {
             store: Mutex::new(store),
             allow,
+            names,
             session_grace_seconds,
             path: store_path.to_path_buf(),
         };
@@ -61,6 +69,7 @@ impl PrometheusServer {
 struct Scrape {
     store: Mutex<Store>,
     allow: AllowList,
+    names: Names,
     session_grace_seconds: f64,
     path: PathBuf,
 }
@@ -77,7 +86,7 @@ impl Scrape {
         // Budget gauges are a reading of now, not a fold of the ledger:
         // taken at every scrape, as before every push.
         super::metrics::refresh_budget_gauges(&mut store);
-        let series = super::metrics::snapshot(&store, self.allow)?;
+        let series = super::metrics::snapshot(&store, self.allow, self.names)?;
         Ok(crate::metrics::prometheus_text(&series))
     }
 }

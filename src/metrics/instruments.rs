@@ -26,12 +26,20 @@ pub struct Instrument {
     pub buckets: &'static [f64],
     /// Whether the values are whole numbers (sent as integers).
     pub integer: bool,
+    /// A previous name, sent only with `OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai/dup`
+    /// (the store counts it either way, so switching loses nothing).
+    pub previous: bool,
 }
 
 /// `gen_ai.client.token.usage` buckets: powers of 4 from 1 to 67108864.
 pub const TOKEN_BUCKETS: &[f64] = &[
     1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0,
     67108864.0,
+];
+/// `gen_ai.client.operation.cost` buckets, in US dollars: a cent's hundredth
+/// to a hundred dollars, about three per decade.
+pub const COST_BUCKETS: &[f64] = &[
+    0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0,
 ];
 /// Duration buckets: 0.01 s doubling to 81.92 s.
 pub const DURATION_BUCKETS: &[f64] = &[
@@ -55,19 +63,79 @@ const fn inst(
         prometheus_name,
         buckets,
         integer,
+        previous: false,
     }
+}
+
+/// [`inst`] of a previous name.
+const fn previous(i: Instrument) -> Instrument {
+    Instrument { previous: true, ..i }
 }
 
 /// Every instrument, in registry order.
 pub const INSTRUMENTS: &[Instrument] = &[
     inst(
-        m::TOKEN_USAGE,
+        m::INPUT_TOKENS,
+        Kind::Counter,
+        "{token}",
+        "gen_ai_client_inference_usage_input_tokens_total",
+        &[],
+        true,
+        "Input (prompt) tokens of LLM API calls, cached tokens included.",
+    ),
+    inst(
+        m::OUTPUT_TOKENS,
+        Kind::Counter,
+        "{token}",
+        "gen_ai_client_inference_usage_output_tokens_total",
+        &[],
+        true,
+        "Output (completion) tokens of LLM API calls, reasoning tokens included.",
+    ),
+    inst(
+        m::CACHE_READ_TOKENS,
+        Kind::Counter,
+        "{token}",
+        "gen_ai_client_inference_usage_cache_read_input_tokens_total",
+        &[],
+        true,
+        "Input tokens served from the provider's cache (part of the input tokens).",
+    ),
+    inst(
+        m::CACHE_WRITE_TOKENS,
+        Kind::Counter,
+        "{token}",
+        "gen_ai_client_inference_usage_cache_write_input_tokens_total",
+        &[],
+        true,
+        "Input tokens written to the provider's cache (part of the input tokens).",
+    ),
+    inst(
+        m::REASONING_TOKENS,
+        Kind::Counter,
+        "{token}",
+        "gen_ai_client_inference_usage_reasoning_output_tokens_total",
+        &[],
+        true,
+        "Output tokens spent on reasoning (part of the output tokens).",
+    ),
+    inst(
+        m::OPERATION_INPUT_TOKENS,
         Kind::Histogram,
         "{token}",
-        "gen_ai_client_token_usage",
+        "gen_ai_client_inference_operation_input_tokens",
         TOKEN_BUCKETS,
         true,
-        "Number of input and output tokens used, per LLM API call.",
+        "Input tokens per LLM API call (0 for a failed call).",
+    ),
+    inst(
+        m::OPERATION_OUTPUT_TOKENS,
+        Kind::Histogram,
+        "{token}",
+        "gen_ai_client_inference_operation_output_tokens",
+        TOKEN_BUCKETS,
+        true,
+        "Output tokens per LLM API call (0 for a failed call).",
     ),
     inst(
         m::HERMES_TOKEN_USAGE,
@@ -79,6 +147,42 @@ pub const INSTRUMENTS: &[Instrument] = &[
         "Tokens by Hermes token type, including cache reads, cache writes and reasoning.",
     ),
     inst(
+        m::INFERENCE_DURATION,
+        Kind::Histogram,
+        "s",
+        "gen_ai_client_inference_duration_seconds",
+        DURATION_BUCKETS,
+        false,
+        "Duration of LLM API attempts.",
+    ),
+    inst(
+        m::INFERENCE_TIME_TO_FIRST_CHUNK,
+        Kind::Histogram,
+        "s",
+        "gen_ai_client_inference_time_to_first_chunk_seconds",
+        DURATION_BUCKETS,
+        false,
+        "Time to the first chunk of streamed LLM API calls.",
+    ),
+    inst(
+        m::OPERATION_COST,
+        Kind::Histogram,
+        "{USD}",
+        "gen_ai_client_operation_cost",
+        COST_BUCKETS,
+        false,
+        "Cost of LLM API calls in US dollars (a held call confirmed later adds its cost as a second observation).",
+    ),
+    previous(inst(
+        m::TOKEN_USAGE,
+        Kind::Histogram,
+        "{token}",
+        "gen_ai_client_token_usage",
+        TOKEN_BUCKETS,
+        true,
+        "Number of input and output tokens used, per LLM API call.",
+    )),
+    previous(inst(
         m::OPERATION_DURATION,
         Kind::Histogram,
         "s",
@@ -86,8 +190,8 @@ pub const INSTRUMENTS: &[Instrument] = &[
         DURATION_BUCKETS,
         false,
         "Duration of LLM API attempts.",
-    ),
-    inst(
+    )),
+    previous(inst(
         m::TIME_TO_FIRST_CHUNK,
         Kind::Histogram,
         "s",
@@ -95,8 +199,8 @@ pub const INSTRUMENTS: &[Instrument] = &[
         DURATION_BUCKETS,
         false,
         "Time to the first chunk of streamed LLM API calls.",
-    ),
-    inst(
+    )),
+    previous(inst(
         m::COST,
         Kind::Counter,
         "{USD}",
@@ -104,7 +208,7 @@ pub const INSTRUMENTS: &[Instrument] = &[
         &[],
         false,
         "Cost of LLM API calls in US dollars.",
-    ),
+    )),
     inst(
         m::TOOL_CALLS,
         Kind::Counter,

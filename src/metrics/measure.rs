@@ -78,7 +78,8 @@ fn model_provider<'a>(
     (model, provider)
 }
 
-/// An LLM call's cost, labelled as its other series are.
+/// An LLM call's cost, labelled as its other series are: the current
+/// histogram and the previous counter.
 fn cost(out: &mut Vec<Increment>, c: &LlmCallFact, run: &RunLabels) {
     let (model, provider) = model_provider(
         c.model.as_deref(),
@@ -86,20 +87,46 @@ fn cost(out: &mut Vec<Increment>, c: &LlmCallFact, run: &RunLabels) {
         c.provider.as_deref(),
         run,
     );
+    let labels = |a: AttrSet| {
+        a.s(attr::HERMES_PLATFORM, platform(run))
+            .opt(attr::HERMES_CRON_JOB_ID, run.cron_job_id.as_deref())
+            .opt(attr::HERMES_SENDER_ID, run.sender_id.as_deref())
+            .opt(attr::HERMES_PROFILE, run.profile.as_deref())
+    };
     let a = AttrSet::new()
+        .s(attr::GEN_AI_OPERATION_NAME, value::OPERATION_CHAT)
         .s(attr::GEN_AI_PROVIDER_NAME, provider)
         .s(attr::GEN_AI_REQUEST_MODEL, model)
-        .s(attr::HERMES_PLATFORM, platform(run))
-        .opt(attr::HERMES_CRON_JOB_ID, run.cron_job_id.as_deref())
-        .opt(attr::HERMES_SENDER_ID, run.sender_id.as_deref())
-        .opt(attr::HERMES_PROFILE, run.profile.as_deref());
-    sum(out, m::COST, &a, c.cost_usd);
+        .s(mattr::GEN_AI_USAGE_COST_CURRENCY, "USD");
+    observe(out, m::OPERATION_COST, &labels(a), c.cost_usd);
+    let a = AttrSet::new()
+        .s(attr::GEN_AI_PROVIDER_NAME, provider)
+        .s(attr::GEN_AI_REQUEST_MODEL, model);
+    sum(out, m::COST, &labels(a), c.cost_usd);
+}
+
+/// The token counters of one call (`tokens`: input with cache, output,
+/// cache read, cache write, reasoning), under `base` plus the modality
+/// Hermes never reports.
+fn token_counters(out: &mut Vec<Increment>, base: &AttrSet, tokens: [i64; 5]) {
+    let a = base.clone().s(mattr::GEN_AI_TOKEN_MODALITY, m::MODALITY_UNKNOWN);
+    let metrics = [
+        m::INPUT_TOKENS,
+        m::OUTPUT_TOKENS,
+        m::CACHE_READ_TOKENS,
+        m::CACHE_WRITE_TOKENS,
+        m::REASONING_TOKENS,
+    ];
+    for (metric, n) in metrics.into_iter().zip(tokens) {
+        sum(out, metric, &a, n as f64);
+    }
 }
 
 /// The increments one finished ledger row makes. Every attribute the
-/// registry allows is set here, including the opt-in ones; the allow-list
-/// applies when series are read ([`super::project`]), so it can change at any time
-/// without splitting what the store counted.
+/// registry allows is set here, including the opt-in ones, and every
+/// metric under its current and its previous name; the allow-list and the
+/// names asked for apply when series are read ([`super::project`]), so
+/// either can change at any time without splitting what the store counted.
 pub fn measure(fact: &MetricFact, out: &mut Vec<Increment>) {
     match fact {
         MetricFact::LlmCall(c, run) => {
@@ -114,8 +141,24 @@ pub fn measure(fact: &MetricFact, out: &mut Vec<Increment>) {
                     .s(attr::GEN_AI_PROVIDER_NAME, provider)
                     .s(attr::GEN_AI_REQUEST_MODEL, model)
             };
+            let chat = base()
+                .s(attr::GEN_AI_OPERATION_NAME, value::OPERATION_CHAT)
+                .s(attr::HERMES_PLATFORM, platform(run));
             // Semconv input includes cached tokens; Hermes' input does not.
             let input = c.input_tokens + c.cache_read_tokens + c.cache_write_tokens;
+            token_counters(
+                out,
+                &chat,
+                [
+                    input,
+                    c.output_tokens,
+                    c.cache_read_tokens,
+                    c.cache_write_tokens,
+                    c.reasoning_tokens,
+                ],
+            );
+            observe(out, m::OPERATION_INPUT_TOKENS, &chat, input as f64);
+            observe(out, m::OPERATION_OUTPUT_TOKENS, &chat, c.output_tokens as f64);
             for (kind, n) in [(token_type::INPUT, input), (token_type::OUTPUT, c.output_tokens)] {
                 let a = base()
                     .s(attr::GEN_AI_OPERATION_NAME, value::OPERATION_CHAT)
@@ -135,14 +178,14 @@ pub fn measure(fact: &MetricFact, out: &mut Vec<Increment>) {
                     .s(attr::HERMES_PLATFORM, platform(run));
                 sum(out, m::HERMES_TOKEN_USAGE, &a, n as f64);
             }
-            let a = base()
-                .s(attr::GEN_AI_OPERATION_NAME, value::OPERATION_CHAT)
-                .s(attr::HERMES_PLATFORM, platform(run));
-            observe(out, m::OPERATION_DURATION, &a, c.ended_at - c.started_at);
+            let duration = c.ended_at - c.started_at;
+            observe(out, m::INFERENCE_DURATION, &chat, duration);
+            observe(out, m::OPERATION_DURATION, &chat, duration);
             // Streamed calls only (upstream: not reported otherwise); the
             // same value as the span's gen_ai.response.time_to_first_chunk.
             if let Some(ttft) = time_to_first_token(c.started_at, c.first_token_at) {
-                observe(out, m::TIME_TO_FIRST_CHUNK, &a, ttft);
+                observe(out, m::INFERENCE_TIME_TO_FIRST_CHUNK, &chat, ttft);
+                observe(out, m::TIME_TO_FIRST_CHUNK, &chat, ttft);
             }
             cost(out, c, run);
         }
@@ -154,12 +197,23 @@ pub fn measure(fact: &MetricFact, out: &mut Vec<Increment>) {
                 .as_deref()
                 .or(e.reason.as_deref())
                 .unwrap_or(value::ERROR_TYPE_OTHER);
+            let chat = AttrSet::new()
+                .s(attr::GEN_AI_PROVIDER_NAME, provider)
+                .s(attr::GEN_AI_REQUEST_MODEL, model)
+                .s(attr::GEN_AI_OPERATION_NAME, value::OPERATION_CHAT)
+                .s(attr::HERMES_PLATFORM, platform(run));
+            // Upstream: the usage counters record 0 for a failed call (no
+            // error.type on them), the per-call histograms 0 with it.
+            token_counters(out, &chat, [0; 5]);
             let a = AttrSet::new()
                 .s(attr::GEN_AI_OPERATION_NAME, value::OPERATION_CHAT)
                 .s(attr::GEN_AI_PROVIDER_NAME, provider)
                 .s(attr::GEN_AI_REQUEST_MODEL, model)
                 .s(attr::ERROR_TYPE, error_type)
                 .s(attr::HERMES_PLATFORM, platform(run));
+            observe(out, m::OPERATION_INPUT_TOKENS, &a, 0.0);
+            observe(out, m::OPERATION_OUTPUT_TOKENS, &a, 0.0);
+            observe(out, m::INFERENCE_DURATION, &a, e.ended_at - e.started_at);
             observe(out, m::OPERATION_DURATION, &a, e.ended_at - e.started_at);
             // A failed call is a token usage observation of 0 with its
             // error.type (the GenAI conventions), so a usage histogram's

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::instruments::{instrument, Instrument, Kind};
 use crate::model::{Attrs, GaugeRow, SeriesRow};
-use crate::semconv::attr;
+use crate::semconv::{attr, Names};
 
 /// Attributes added to metrics only when the user allow-lists them
 /// (`HERMES_METER_METRIC_ATTRIBUTES=sender,profile`): they are unbounded
@@ -142,9 +142,10 @@ pub struct Series {
 }
 
 /// Applies the allow-list to the store's series and gauges and merges
-/// what became equal. Unknown metric names (from a newer build) are left
-/// out. Sorted by metric, then attributes.
-pub fn project(series: &[SeriesRow], gauges: &[GaugeRow], allow: AllowList) -> Vec<Series> {
+/// what became equal; previous metric names are left out unless `names`
+/// asks for them. Unknown metric names (from a newer build) are left out.
+/// Sorted by metric, then attributes.
+pub fn project(series: &[SeriesRow], gauges: &[GaugeRow], allow: AllowList, names: Names) -> Vec<Series> {
     let mut out: BTreeMap<(&'static str, Attrs), Series> = BTreeMap::new();
     let rows = series
         .iter()
@@ -166,6 +167,9 @@ pub fn project(series: &[SeriesRow], gauges: &[GaugeRow], allow: AllowList) -> V
         );
     for (metric, attrs, value, count, buckets, min, max) in rows {
         let Some(instrument) = instrument(metric) else { continue };
+        if instrument.previous && !names.previous() {
+            continue;
+        }
         let attrs: Attrs = crate::model::decode_attrs(attrs)
             .into_iter()
             .filter(|(k, _)| allow.allows(k))

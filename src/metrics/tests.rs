@@ -2,9 +2,9 @@
 
 use super::*;
 use crate::model::ToolRow;
-use crate::semconv::attr;
 use crate::semconv::metric as m;
 use crate::semconv::metric::attr as mattr;
+use crate::semconv::{attr, Names};
 use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point, AggregationTemporality};
 
 fn run() -> RunLabels {
@@ -78,8 +78,14 @@ fn a_streamed_call_observes_its_time_to_first_chunk_with_the_duration_attributes
         assert_eq!(incs.len(), 1, "{metric}: one measurement");
         incs[0].clone()
     };
-    let ttft = attrs_of(m::TIME_TO_FIRST_CHUNK);
-    assert_eq!(ttft.attrs, attrs_of(m::OPERATION_DURATION).attrs);
+    let ttft = attrs_of(m::INFERENCE_TIME_TO_FIRST_CHUNK);
+    assert_eq!(ttft.attrs, attrs_of(m::INFERENCE_DURATION).attrs);
+    let previous = attrs_of(m::TIME_TO_FIRST_CHUNK);
+    assert_eq!(
+        (&previous.attrs, &previous.add),
+        (&ttft.attrs, &ttft.add),
+        "the previous name, the same measurement"
+    );
     let Add::Observe { value, bounds } = ttft.add else {
         panic!("a histogram observation")
     };
@@ -91,15 +97,17 @@ fn a_streamed_call_observes_its_time_to_first_chunk_with_the_duration_attributes
 fn a_call_without_a_first_token_time_observes_no_time_to_first_chunk() {
     let mut out = Vec::new();
     measure(&MetricFact::LlmCall(call(), run()), &mut out);
-    assert!(out.iter().any(|i| i.metric == m::OPERATION_DURATION));
-    assert!(!out.iter().any(|i| i.metric == m::TIME_TO_FIRST_CHUNK));
+    assert!(out.iter().any(|i| i.metric == m::INFERENCE_DURATION));
+    assert!(!out
+        .iter()
+        .any(|i| i.metric == m::INFERENCE_TIME_TO_FIRST_CHUNK || i.metric == m::TIME_TO_FIRST_CHUNK));
 }
 
 #[test]
 fn an_llm_call_counts_input_with_cache_on_semconv_and_without_on_hermes_tokens() {
     let mut out = Vec::new();
     measure(&MetricFact::LlmCall(call(), run()), &mut out);
-    let series = project(&series_of(&out), &[], AllowList::default());
+    let series = project(&series_of(&out), &[], AllowList::default(), Names::Current);
     let get = |metric: &str, key: &str, v: &str| {
         series
             .iter()
@@ -108,8 +116,19 @@ fn an_llm_call_counts_input_with_cache_on_semconv_and_without_on_hermes_tokens()
             })
             .map(|s| s.value)
     };
-    assert_eq!(get(m::TOKEN_USAGE, mattr::GEN_AI_TOKEN_TYPE, "input"), Some(404.0));
-    assert_eq!(get(m::TOKEN_USAGE, mattr::GEN_AI_TOKEN_TYPE, "output"), Some(20.0));
+    let model = |metric: &str| get(metric, attr::GEN_AI_REQUEST_MODEL, "gpt-x");
+    assert_eq!(model(m::INPUT_TOKENS), Some(404.0));
+    assert_eq!(model(m::OUTPUT_TOKENS), Some(20.0));
+    assert_eq!(model(m::CACHE_READ_TOKENS), Some(300.0));
+    assert_eq!(model(m::CACHE_WRITE_TOKENS), Some(4.0));
+    assert_eq!(model(m::REASONING_TOKENS), Some(7.0));
+    assert_eq!(
+        get(m::INPUT_TOKENS, mattr::GEN_AI_TOKEN_MODALITY, m::MODALITY_UNKNOWN),
+        Some(404.0),
+        "Hermes reports no modality"
+    );
+    assert_eq!(model(m::OPERATION_INPUT_TOKENS), Some(404.0));
+    assert_eq!(model(m::OPERATION_OUTPUT_TOKENS), Some(20.0));
     assert_eq!(
         get(m::HERMES_TOKEN_USAGE, mattr::HERMES_TOKEN_TYPE, "input"),
         Some(100.0)
@@ -122,11 +141,52 @@ fn an_llm_call_counts_input_with_cache_on_semconv_and_without_on_hermes_tokens()
         get(m::HERMES_TOKEN_USAGE, mattr::HERMES_TOKEN_TYPE, "reasoning"),
         Some(7.0)
     );
-    assert_eq!(get(m::COST, attr::GEN_AI_REQUEST_MODEL, "gpt-x"), Some(0.25));
     assert_eq!(
-        get(m::OPERATION_DURATION, attr::GEN_AI_REQUEST_MODEL, "gpt-x"),
-        Some(1.5)
+        get(m::OPERATION_COST, mattr::GEN_AI_USAGE_COST_CURRENCY, "USD"),
+        Some(0.25)
     );
+    assert_eq!(model(m::INFERENCE_DURATION), Some(1.5));
+}
+
+#[test]
+fn previous_metric_names_are_sent_only_when_opted_in_and_count_the_same() {
+    let mut out = Vec::new();
+    measure(&MetricFact::LlmCall(call(), run()), &mut out);
+    let rows = series_of(&out);
+    let names = |n| -> Vec<&'static str> {
+        let mut v: Vec<_> = project(&rows, &[], AllowList::default(), n)
+            .iter()
+            .map(|s| s.instrument.name)
+            .collect();
+        v.dedup();
+        v
+    };
+    let current = names(Names::Current);
+    for previous in [m::TOKEN_USAGE, m::OPERATION_DURATION, m::COST] {
+        assert!(!current.contains(&previous), "{previous} is a previous name");
+    }
+    assert!(current.contains(&m::INPUT_TOKENS) && current.contains(&m::OPERATION_COST));
+    let dup = names(Names::Dup);
+    for both in [
+        m::TOKEN_USAGE,
+        m::OPERATION_DURATION,
+        m::COST,
+        m::INPUT_TOKENS,
+        m::OPERATION_COST,
+    ] {
+        assert!(dup.contains(&both), "{both} under gen_ai/dup");
+    }
+    let series = project(&rows, &[], AllowList::default(), Names::Dup);
+    let value = |metric: &str| {
+        series
+            .iter()
+            .filter(|s| s.instrument.name == metric)
+            .map(|s| s.value)
+            .sum::<f64>()
+    };
+    assert_eq!(value(m::COST), value(m::OPERATION_COST));
+    assert_eq!(value(m::OPERATION_DURATION), value(m::INFERENCE_DURATION));
+    assert_eq!(value(m::TOKEN_USAGE), value(m::INPUT_TOKENS) + value(m::OUTPUT_TOKENS));
 }
 
 #[test]
@@ -135,7 +195,7 @@ fn sender_and_profile_reach_metrics_only_when_allow_listed() {
     measure(&MetricFact::LlmCall(call(), run()), &mut out);
     let rows = series_of(&out);
     let keys = |allow| -> Vec<String> {
-        project(&rows, &[], allow)
+        project(&rows, &[], allow, Names::Current)
             .iter()
             .flat_map(|s| s.attrs.iter().map(|(k, _)| k.clone()))
             .collect()
@@ -165,13 +225,16 @@ fn series_that_differ_only_in_left_out_attributes_are_summed() {
     other.sender_id = Some("bob".into());
     measure(&MetricFact::LlmCall(call(), run()), &mut out);
     measure(&MetricFact::LlmCall(call(), other), &mut out);
-    let series = project(&series_of(&out), &[], AllowList::default());
-    let cost: Vec<&Series> = series.iter().filter(|s| s.instrument.name == m::COST).collect();
+    let series = project(&series_of(&out), &[], AllowList::default(), Names::Current);
+    let cost: Vec<&Series> = series
+        .iter()
+        .filter(|s| s.instrument.name == m::OPERATION_COST)
+        .collect();
     assert_eq!(cost.len(), 1);
-    assert_eq!(cost[0].value, 0.5);
+    assert_eq!((cost[0].value, cost[0].count), (0.5, 2));
     let hist: Vec<&Series> = series
         .iter()
-        .filter(|s| s.instrument.name == m::OPERATION_DURATION)
+        .filter(|s| s.instrument.name == m::INFERENCE_DURATION)
         .collect();
     assert_eq!((hist[0].count, hist[0].buckets.iter().sum::<u64>()), (2, 2));
 }
@@ -197,11 +260,12 @@ fn api_errors_carry_status_reason_and_retryable_but_no_ids() {
     );
     let duration = out
         .iter()
-        .find(|i| i.metric == m::OPERATION_DURATION)
+        .find(|i| i.metric == m::INFERENCE_DURATION)
         .expect("duration");
     assert!(duration.attrs.contains("NotFoundError"));
-    let tokens: Vec<_> = out.iter().filter(|i| i.metric == m::TOKEN_USAGE).collect();
-    assert_eq!(tokens.len(), 2, "input and output, each 0");
+    let per_call = [m::OPERATION_INPUT_TOKENS, m::OPERATION_OUTPUT_TOKENS, m::TOKEN_USAGE];
+    let tokens: Vec<_> = out.iter().filter(|i| per_call.contains(&i.metric)).collect();
+    assert_eq!(tokens.len(), 4, "input and output, each 0, under both names");
     for t in tokens {
         assert!(
             matches!(t.add, crate::model::Add::Observe { value, .. } if value == 0.0),
@@ -230,7 +294,7 @@ fn tool_calls_follow_the_span_outcome() {
         "{:?}",
         out[0]
     );
-    assert!(out[1].attrs.contains("exit_code_2"), "{:?}", out[1]);
+    assert!(out[1].attrs.contains(r#"["error.type","2"]"#), "{:?}", out[1]);
     assert_eq!(
         out[1].add,
         Add::Observe {
@@ -291,7 +355,7 @@ fn prometheus_text_has_registry_names_cumulative_buckets_and_escaped_labels() {
 fn otlp_sums_are_cumulative_monotonic_from_the_store_start() {
     let mut out = Vec::new();
     measure(&MetricFact::Turn("ok".into(), run()), &mut out);
-    let series = project(&series_of(&out), &[], AllowList::default());
+    let series = project(&series_of(&out), &[], AllowList::default(), Names::Current);
     let metrics = otlp_metrics(&series, 100.0, 200.0, Temporality::Cumulative);
     assert_eq!(metrics.len(), 1);
     let Some(metric::Data::Sum(s)) = &metrics[0].data else {

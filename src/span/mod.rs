@@ -13,8 +13,8 @@
 //!
 //! | span | span id from | trace |
 //! |---|---|---|
-//! | session `invoke_agent hermes` | session id | the session's trace |
-//! | turn `hermes.turn` | turn id | the turn's trace |
+//! | session `hermes.session` | session id | the session's trace |
+//! | turn `invoke_agent hermes` | turn id | the turn's trace |
 //! | attempt `chat {model}` | `api_request_id#retry_count` | its turn's trace |
 //! | tool `execute_tool {tool}` | session id + tool_call_id | its turn's trace |
 //!
@@ -40,7 +40,7 @@ use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, ArrayValue, Ke
 use opentelemetry_proto::tonic::trace::v1::{span, status, Span, Status};
 
 use crate::model::{ApprovalRow, AttemptRow, RunRow, ToolRow, TurnRow};
-use crate::semconv::{attr, span as names, value};
+use crate::semconv::{attr, span as names, value, Names};
 
 mod ids;
 pub use ids::{attempt_span_id, session_part_span_id, session_span_id, span_id, tool_span_id, trace_id, turn_span_id};
@@ -86,6 +86,8 @@ pub struct SpanOptions {
     pub mode: TraceMode,
     /// Put `hermes.sender.id` (a personal id) on session spans.
     pub include_sender: bool,
+    /// Also put the previous names of renamed attributes (`gen_ai/dup`).
+    pub names: Names,
 }
 
 /// One session on the way from a span's session up to its root.
@@ -176,8 +178,10 @@ pub fn session_span(run: &RunRow, n: i64, ancestry: &Ancestry, opts: SpanOptions
         (0, 0, 0.0)
     };
     let mut a = Attrs::default();
-    a.str(attr::GEN_AI_OPERATION_NAME, value::OPERATION_INVOKE_AGENT);
-    a.str(attr::GEN_AI_AGENT_NAME, value::AGENT_NAME);
+    // The conversation: upstream has no operation for it (its turns are
+    // the agent invocations); OpenInference's kind keeps trace UIs that
+    // derive a kind (Phoenix) from showing it as unknown.
+    a.str(attr::OPENINFERENCE_SPAN_KIND, value::OPENINFERENCE_KIND_CHAIN);
     a.str(attr::GEN_AI_CONVERSATION_ID, &run.session_id);
     a.opt_str(attr::GEN_AI_PROVIDER_NAME, run.provider.as_deref());
     a.opt_str(attr::GEN_AI_REQUEST_MODEL, run.model.as_deref());
@@ -260,9 +264,11 @@ pub fn turn_span(turn: &TurnRow, run: &RunRow, ancestry: &Ancestry, opts: SpanOp
     let root = ancestry.turns_are_roots(opts.mode);
     let outcome = turn.outcome.as_deref().unwrap_or(crate::model::outcome::ABANDONED);
     let mut a = Attrs::default();
-    // Not a GenAI operation: OpenInference's kind keeps trace UIs that
-    // derive a kind (Phoenix) from showing it as unknown.
-    a.str(attr::OPENINFERENCE_SPAN_KIND, value::OPENINFERENCE_KIND_CHAIN);
+    // One run of the agent: upstream's agent invocation (which carries no
+    // provider: the agent may call several).
+    a.str(attr::GEN_AI_OPERATION_NAME, value::OPERATION_INVOKE_AGENT);
+    a.str(attr::GEN_AI_AGENT_NAME, value::AGENT_NAME);
+    a.str(attr::OPENINFERENCE_SPAN_KIND, value::OPENINFERENCE_KIND_AGENT);
     a.str(attr::HERMES_TURN_ID, &turn.turn_id);
     a.str(attr::HERMES_SESSION_ID, &turn.session_id);
     a.opt_str(attr::HERMES_TASK_ID, turn.task_id.as_deref());
@@ -371,7 +377,10 @@ pub fn attempt_span(at: &AttemptRow, run: &RunRow, ancestry: &Ancestry, opts: Sp
             );
             a.int(attr::GEN_AI_USAGE_OUTPUT_TOKENS, at.output_tokens);
             a.int(attr::GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, at.cache_read_tokens);
-            a.int(attr::GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS, at.cache_write_tokens);
+            a.int(attr::GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS, at.cache_write_tokens);
+            if opts.names.previous() {
+                a.int(attr::GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS, at.cache_write_tokens);
+            }
             a.int(attr::GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, at.reasoning_tokens);
             let source = at.cost_source.as_deref().unwrap_or("unknown");
             if source != "unknown" {
@@ -432,7 +441,10 @@ pub fn tool_span(tool: &ToolRow, run: &RunRow, ancestry: &Ancestry, opts: SpanOp
     a.str(attr::HERMES_TOOL_OUTCOME, outcome);
     a.opt_str(attr::HERMES_TOOL_STATUS, tool.status.as_deref());
     if let Some(code) = tool.exit_code {
-        a.int(attr::HERMES_TOOL_EXIT_CODE, code);
+        a.int(attr::PROCESS_EXIT_CODE, code);
+        if opts.names.previous() {
+            a.int(attr::HERMES_TOOL_EXIT_CODE, code);
+        }
     }
     if outcome == "blocked" {
         a.bool(attr::HERMES_TOOL_BLOCKED, true);
@@ -573,11 +585,12 @@ pub fn server_of(base_url: &str) -> Option<(String, i64)> {
 
 /// Hermes's error reason if it is a short snake_case token, else `_OTHER`.
 /// `error.type` of a tool call that did not end `ok` (`outcome` from
-/// [`tool_outcome`]): Hermes' error type, else `exit_code_N`, else the outcome.
+/// [`tool_outcome`]): Hermes' error type, else the non-zero exit code (`"2"`), else the outcome.
 pub fn tool_error_type(tool: &ToolRow, outcome: &str) -> String {
     match (tool.error_type.as_deref(), tool.exit_code) {
         (Some(t), _) => t.to_string(),
-        (None, Some(code)) if code != 0 => format!("exit_code_{code}"),
+        // The process conventions: a non-zero exit code is the error type.
+        (None, Some(code)) if code != 0 => code.to_string(),
         _ if outcome == "other" => value::ERROR_TYPE_OTHER.to_string(),
         _ => outcome.to_string(),
     }

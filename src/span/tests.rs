@@ -242,3 +242,48 @@ fn a_streamed_call_carries_its_time_to_first_chunk_and_others_none() {
         None
     );
 }
+
+#[test]
+fn previous_attribute_names_ride_beside_the_current_ones_only_with_gen_ai_dup() {
+    let run = RunRow {
+        session_id: "s".into(),
+        ..RunRow::default()
+    };
+    let ancestry = Ancestry(vec![node("s", "cli", None)]);
+    let call = AttemptRow {
+        api_request_id: "s:t:api:1".into(),
+        session_id: "s".into(),
+        started_at: 1.0,
+        ended_at: Some(2.0),
+        cache_write_tokens: 64,
+        ..AttemptRow::default()
+    };
+    let tool = ToolRow {
+        session_id: "s".into(),
+        tool_call_id: "c".into(),
+        tool_name: "terminal".into(),
+        ended_at: Some(2.0),
+        ok: Some(true),
+        status: Some("ok".into()),
+        exit_code: Some(2),
+        ..ToolRow::default()
+    };
+    let int = |s: &Span, key: &str| match attr_of(s, key).and_then(|v| v.value.as_ref()) {
+        Some(any_value::Value::IntValue(i)) => Some(*i),
+        _ => None,
+    };
+    for (names, previous) in [(Names::Current, None), (Names::Dup, Some(64))] {
+        let opts = SpanOptions {
+            names,
+            ..SpanOptions::default()
+        };
+        let chat = attempt_span(&call, &run, &ancestry, opts);
+        assert_eq!(int(&chat, attr::GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS), Some(64));
+        assert_eq!(int(&chat, attr::GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS), previous);
+        let span = tool_span(&tool, &run, &ancestry, opts);
+        assert_eq!(int(&span, attr::PROCESS_EXIT_CODE), Some(2));
+        assert_eq!(int(&span, attr::HERMES_TOOL_EXIT_CODE), previous.map(|_| 2));
+        // The process conventions' error type, in both modes.
+        assert_eq!(text(attr_of(&span, attr::ERROR_TYPE)), Some("2"));
+    }
+}

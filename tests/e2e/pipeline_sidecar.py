@@ -51,8 +51,8 @@ RULES = ROOT / "collector-config" / "prometheus" / "rules"
 PROM_QUERIES = {
     "input_tokens": 'sum(hermes_token_usage_total{hermes_token_type="input"})',
     "output_tokens": 'sum(hermes_token_usage_total{hermes_token_type="output"})',
-    "cost_usd": "sum(gen_ai_usage_cost_total)",
-    "llm_calls": 'sum(gen_ai_client_token_usage_count{gen_ai_token_type="output", error_type=""})',
+    "cost_usd": "sum(gen_ai_client_operation_cost_sum)",
+    "llm_calls": 'sum(gen_ai_client_inference_operation_output_tokens_count{error_type=""})',
     "tool_calls": "sum(hermes_tool_calls_total)",
 }
 

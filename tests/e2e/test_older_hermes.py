@@ -108,4 +108,4 @@ def test_every_span_arrives_once_in_one_tree_per_trace(older: tuple[str, Run]) -
     assert all(roots[t] == 1 for t in {s.trace_id for s in spans}), f"{version}: a trace without one root"
     assert all(s.parent_span_id in ids for s in spans if s.parent_span_id), f"{version}: an orphan"
     names = Counter(s.name for s in spans)
-    assert names["hermes.turn"] == 2 and names["invoke_agent hermes"] == 1, names
+    assert names["invoke_agent hermes"] == 2 and names["hermes.session"] == 1, names

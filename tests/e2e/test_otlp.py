@@ -42,13 +42,13 @@ def test_the_receiver_got_the_session_as_genai_spans(runs: dict[str, Run]) -> No
         "chat mock-model",
         "chat mock-model",
         "execute_tool read_file",
-        "hermes.turn",
+        "hermes.session",
         "invoke_agent hermes",
     ], names
     assert len({s.span_id for s in spans}) == len(spans), "each span once"
     assert len({s.trace_id for s in spans}) == 1, "one trace per CLI session"
     by_name = {s.name: s for s in spans}
-    session, turn = by_name["invoke_agent hermes"], by_name["hermes.turn"]
+    session, turn = by_name["hermes.session"], by_name["invoke_agent hermes"]
     assert not session.parent_span_id
     assert turn.parent_span_id == session.span_id
     for s in spans:
@@ -84,12 +84,10 @@ def test_the_receiver_got_token_metrics_equal_to_the_hook_stream(runs: dict[str,
     for rm in last.resource_metrics:
         for sm in rm.scope_metrics:
             for m in sm.metrics:
-                if m.name != "gen_ai.client.token.usage":
+                if m.name != "gen_ai.client.inference.usage.input_tokens":
                     continue
-                for p in m.histogram.data_points:
-                    kinds = {kv.key: kv.value.string_value for kv in p.attributes}
-                    if kinds.get("gen_ai.token.type") == "input":
-                        total += p.sum
+                for p in m.sum.data_points:
+                    total += p.as_int
     hooks = [
         json.loads(line) for line in (run.outdir / "hooks.jsonl").read_text().splitlines() if line.strip()
     ]

@@ -240,7 +240,7 @@ def test_jaeger_holds_each_trace_whole_once_as_the_store_has_it(pipeline_runs, n
 def test_span_names_and_genai_attributes_are_the_documented_ones(pipeline_runs, name):
     spans = _jaeger_spans(pipeline_runs[name])
     names = Counter(s["name"] for s in spans)
-    assert names["invoke_agent hermes"] >= 1 and names["hermes.turn"] >= 1
+    assert names["hermes.session"] >= 1 and names["invoke_agent hermes"] >= 1
     chats = [s for s in spans if s["name"].startswith("chat ")]
     assert chats
     for s in chats:
@@ -262,12 +262,14 @@ def test_span_names_and_genai_attributes_are_the_documented_ones(pipeline_runs, 
             assert a["gen_ai.operation.name"] == "execute_tool"
             assert s["name"] == f"execute_tool {a['gen_ai.tool.name']}"
         if s["name"] == "invoke_agent hermes":
-            assert a["gen_ai.operation.name"] == "invoke_agent"
+            assert a["gen_ai.operation.name"] == "invoke_agent" and a["gen_ai.agent.name"] == "hermes"
+        if s["name"] == "hermes.session":
+            assert "gen_ai.operation.name" not in a and a["gen_ai.conversation.id"]
 
 
 def test_a_subagent_hangs_under_the_delegate_task_call_that_started_it(pipeline_runs):
     spans = {_hex(s["spanId"]): s for s in _jaeger_spans(pipeline_runs["grpc_delegate_sync"])}
-    agents = [s for s in spans.values() if s["name"] == "invoke_agent hermes" and s.get("parentSpanId")]
+    agents = [s for s in spans.values() if s["name"] == "hermes.session" and s.get("parentSpanId")]
     assert agents, "no subagent session span"
     for s in agents:
         parent = spans[_hex(s["parentSpanId"])]
@@ -289,7 +291,7 @@ def test_what_waited_out_a_collector_outage_went_out_once_while_the_gateway_ran(
     # All three turns' chat spans reached Jaeger before the gateway was stopped.
     assert times["jaeger_chats"] == 3 and times["jaeger_checked"] < times["sigterm"]
     spans = _jaeger_spans(outdir)
-    assert Counter(s["name"] for s in spans)["hermes.turn"] == 3
+    assert Counter(s["name"] for s in spans)["invoke_agent hermes"] == 3
     # (Whole and once: the parametrized tests above hold this run too.)
 
 

@@ -9,7 +9,7 @@ kit's sidecar) notes when each body arrived. For every run:
   every parent arrived (no orphan);
 - every span arrived before the process that made it ended (the step of the
   kit that ran it), so nothing waits for a later process;
-- one chat span per API attempt Hermes made, and turns show as CHAIN.
+- one chat span per API attempt Hermes made, and turns show as AGENT and sessions as CHAIN.
 """
 
 from __future__ import annotations
@@ -121,9 +121,11 @@ def test_one_chat_span_per_attempt_and_turns_are_chains(traced) -> None:
     )
     aux = [s for s in spans if "hermes.llm.aux_task" in _attrs(s)]
     assert len(aux) == aux_served, run.scenario
-    turns = [s for s in spans if s.name == "hermes.turn"]
+    turns = [s for s in spans if s.name == "invoke_agent hermes"]
     assert turns, run.scenario
-    assert all(_attrs(t).get("openinference.span.kind") == "CHAIN" for t in turns)
+    assert all(_attrs(t).get("openinference.span.kind") == "AGENT" for t in turns)
+    sessions = [s for s in spans if s.name == "hermes.session"]
+    assert sessions and all(_attrs(s).get("openinference.span.kind") == "CHAIN" for s in sessions)
 
 
 def _by_name(runs: dict[str, Run], name: str) -> list:
@@ -132,7 +134,7 @@ def _by_name(runs: dict[str, Run], name: str) -> list:
 
 def test_a_one_shot_run_sends_its_root_and_joins_the_subagent(runs: dict[str, Run]) -> None:
     spans = _by_name(runs, "otlp_oneshot")
-    sessions = [s for s in spans if s.name == "invoke_agent hermes"]
+    sessions = [s for s in spans if s.name == "hermes.session"]
     assert len(sessions) == 2, [s.name for s in spans]
     tool = next(s for s in spans if s.name == "execute_tool delegate_task")
     child = next(s for s in sessions if s.parent_span_id)
@@ -142,7 +144,7 @@ def test_a_one_shot_run_sends_its_root_and_joins_the_subagent(runs: dict[str, Ru
 
 def test_a_resumed_session_continues_under_its_root(runs: dict[str, Run]) -> None:
     spans = _by_name(runs, "otlp_resume")
-    sessions = [s for s in spans if s.name == "invoke_agent hermes"]
+    sessions = [s for s in spans if s.name == "hermes.session"]
     assert sorted(_attrs(s)["hermes.session.continuation"] for s in sessions) == [0, 1]
     root = next(s for s in sessions if not s.parent_span_id)
     cont = next(s for s in sessions if s.parent_span_id)
@@ -152,16 +154,16 @@ def test_a_resumed_session_continues_under_its_root(runs: dict[str, Run]) -> Non
 
 def test_a_repl_session_has_one_session_span_over_its_turns(runs: dict[str, Run]) -> None:
     spans = _by_name(runs, "otlp_repl")
-    sessions = [s for s in spans if s.name == "invoke_agent hermes"]
+    sessions = [s for s in spans if s.name == "hermes.session"]
     assert len(sessions) == 1
-    turns = [s for s in spans if s.name == "hermes.turn"]
+    turns = [s for s in spans if s.name == "invoke_agent hermes"]
     assert len(turns) == 2
     assert all(t.parent_span_id == sessions[0].span_id for t in turns)
 
 
 def test_a_background_child_cut_off_by_the_exit_is_closed_and_sent(runs: dict[str, Run]) -> None:
     spans = _by_name(runs, "otlp_bg_orphan")
-    children = [s for s in spans if s.name == "invoke_agent hermes" and s.parent_span_id]
+    children = [s for s in spans if s.name == "hermes.session" and s.parent_span_id]
     assert len(children) == 1
     assert _attrs(children[0]).get("hermes.span.close_reason") == "process_exit"
 
@@ -173,7 +175,8 @@ def test_a_gateway_conversation_sends_each_turn_within_seconds_and_its_session_a
     times = json.loads((run.outdir / "gateway_times.json").read_text())
     received = _received(run)
     turns = sorted(
-        (r for r in received if r.span.name == "hermes.turn"), key=lambda r: r.span.start_time_unix_nano
+        (r for r in received if r.span.name == "invoke_agent hermes"),
+        key=lambda r: r.span.start_time_unix_nano,
     )
     assert len(turns) == 2, [r.span.name for r in received]
     # The first turn's tree went out while the gateway kept running, within
@@ -183,6 +186,6 @@ def test_a_gateway_conversation_sends_each_turn_within_seconds_and_its_session_a
     # Per-turn traces on gateway platforms; the session span went out at
     # the shutdown, once.
     assert len({r.span.trace_id for r in turns}) == 2
-    sessions = [r for r in received if r.span.name == "invoke_agent hermes"]
+    sessions = [r for r in received if r.span.name == "hermes.session"]
     assert len(sessions) == 1
     assert times["sigterm"] <= sessions[0].arrived <= times["exited"]
