@@ -4,9 +4,16 @@ shipped file, inside the scenario's network namespace.
 
 The Collector gets the shipped config unchanged plus overrides given as
 further ``--config yaml:...`` arguments: the Jaeger address (``jaeger:4317``
-in the file, a loopback port here), its own telemetry off (Jaeger's and its
-internal metrics would share :8888) and what ``PIPELINE_COLLECTOR_CONFIG``
-adds (a JSON list of ``yaml:`` strings, e.g. the receivers' TLS).
+in the file, a loopback port here), its queue directory (``otelcol-queue``
+in ``$E2E_OUTDIR``, kept across its restarts), its own telemetry off
+(Jaeger's and its internal metrics would share :8888) and what
+``PIPELINE_COLLECTOR_CONFIG`` adds (a JSON list of ``yaml:`` strings, e.g.
+the receivers' TLS).
+
+A scenario script stops and starts the Collector or Jaeger through control
+files in ``$E2E_OUTDIR`` (``collector.stop``, ``jaeger.start``, ...), each
+answered by a file (``collector.stopped``, ``jaeger.started``, ...) once
+done. A restarted Jaeger starts empty (memory storage).
 
 Debian's Prometheus scrapes the Collector's prometheus exporter every
 second, with the shipped alert rules loaded.
@@ -18,7 +25,7 @@ the store for the next exporter), as a host running short processes does;
 once Prometheus has scraped what it pushed (the Collector batches for up to
 5 s) and evaluated the rules a few times, what it holds is written to
 ``prometheus.json`` (the series' values and the rules' state); the Collector
-is stopped, which makes it export what its batch processor holds; every trace
+is stopped, which makes it export what it holds; every trace
 Jaeger has for service ``hermes-agent`` is written to ``jaeger/traces.json``
 (OTLP JSON, raw: no dedupe or clock adjustment); then Jaeger and Prometheus
 are stopped. Their logs are ``collector.log``, ``jaeger.log``,
@@ -176,10 +183,12 @@ def main() -> None:
     (OUT / "jaeger").mkdir(parents=True, exist_ok=True)
     jaeger_yaml = OUT / "jaeger" / "config.yaml"
     jaeger_yaml.write_text(JAEGER_CONFIG)
-    jaeger = _start([os.environ["HERMES_METER_JAEGER"], "--config", str(jaeger_yaml)], OUT / "jaeger.log")
+    jaeger_cmd = [os.environ["HERMES_METER_JAEGER"], "--config", str(jaeger_yaml)]
+    jaeger = _start(jaeger_cmd, OUT / "jaeger.log")
     _wait_for(f"http://{JAEGER_QUERY}/api/v3/services", "Jaeger")
     overrides = [
         f"yaml:exporters::otlp/jaeger::endpoint: {JAEGER_OTLP}",
+        f"yaml:extensions::file_storage::directory: {OUT / 'otelcol-queue'}",
         "yaml:service::telemetry::metrics::level: none",
         *json.loads(os.environ.get("PIPELINE_COLLECTOR_CONFIG", "[]")),
     ]
@@ -205,21 +214,30 @@ def main() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    # A scenario script stops and starts the Collector through files in
-    # OUTDIR (collector.stop, collector.start), answered by collector.stopped
-    # and collector.started.
-    outage = {"collector.stop": "collector.stopped", "collector.start": "collector.started"}
+
+    # The scenario script's control files (see the module's docstring).
+    def down(what: str) -> bool:
+        return (OUT / f"{what}.stopped").exists() and not (OUT / f"{what}.started").exists()
+
     while not stop.wait(0.2):
-        for ask, answer in outage.items():
-            if (OUT / ask).exists() and not (OUT / answer).exists():
+        for what in ("collector", "jaeger"):
+            for ask, answer in ((f"{what}.stop", f"{what}.stopped"), (f"{what}.start", f"{what}.started")):
+                if not (OUT / ask).exists() or (OUT / answer).exists():
+                    continue
                 if ask == "collector.stop":
                     _stop(collector)
-                else:
+                elif ask == "collector.start":
                     collector = _start(cmd, OUT / "collector.log")
                     _wait_for("http://127.0.0.1:13133/", "the restarted Collector's health check")
+                elif ask == "jaeger.stop":
+                    _stop(jaeger)
+                else:
+                    jaeger = _start(jaeger_cmd, OUT / "jaeger.log")
+                    _wait_for(f"http://{JAEGER_QUERY}/api/v3/services", "the restarted Jaeger")
                 (OUT / answer).write_text(f"{time.time()}\n")
-        stopped = (OUT / "collector.stopped").exists() and not (OUT / "collector.started").exists()
-        if (collector.poll() is not None and not stopped) or jaeger.poll() is not None:
+        if (collector.poll() is not None and not down("collector")) or (
+            jaeger.poll() is not None and not down("jaeger")
+        ):
             break
     try:
         drain = subprocess.run(

@@ -7,7 +7,9 @@ Both are built from their Go modules by ``scripts/build-otel-tools.sh``
 by ``pipeline_sidecar.py`` inside the scenario's loopback-only namespace.
 Each run is one kit scenario over one transport: every scenario over gRPC
 with the plugin's defaults (no variable set at all), then HTTP/protobuf with
-gzip, gRPC with mutual TLS, and a gateway whose Collector stops for 30 s.
+gzip, gRPC and HTTP with mutual TLS, a gateway whose Collector stops for
+30 s, and a Collector restarted while its on-disk queue holds what Jaeger,
+stopped, has not taken.
 Jaeger must hold every span the store's own ``hermes-meter trace`` shows,
 once, with the same ids, parents and names.
 """
@@ -58,13 +60,18 @@ def _certs(d: Path) -> dict[str, Path]:
 
 def _transports(certs: dict[str, Path]) -> dict[str, tuple[list[str], list[str]]]:
     """name: (the plugin's environment, the Collector's config overrides)."""
-    tls = "yaml:receivers::otlp::protocols::grpc::tls: " + json.dumps(
+    server_tls = json.dumps(
         {
             "cert_file": str(certs["server.pem"]),
             "key_file": str(certs["server.key"]),
             "client_ca_file": str(certs["ca.pem"]),
         }
     )
+    client_tls = [
+        f"OTEL_EXPORTER_OTLP_CERTIFICATE={certs['ca.pem']}",
+        f"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE={certs['client.pem']}",
+        f"OTEL_EXPORTER_OTLP_CLIENT_KEY={certs['client.key']}",
+    ]
     return {
         # Nothing set: the plugin's default endpoint is localhost:4317, gRPC.
         "grpc": ([], []),
@@ -77,13 +84,17 @@ def _transports(certs: dict[str, Path]) -> dict[str, tuple[list[str], list[str]]
             [],
         ),
         "grpc_mtls": (
+            ["OTEL_EXPORTER_OTLP_ENDPOINT=https://localhost:4317", *client_tls],
+            [f"yaml:receivers::otlp::protocols::grpc::tls: {server_tls}"],
+        ),
+        "https_mtls": (
             [
-                "OTEL_EXPORTER_OTLP_ENDPOINT=https://localhost:4317",
-                f"OTEL_EXPORTER_OTLP_CERTIFICATE={certs['ca.pem']}",
-                f"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE={certs['client.pem']}",
-                f"OTEL_EXPORTER_OTLP_CLIENT_KEY={certs['client.key']}",
+                "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+                "OTEL_EXPORTER_OTLP_ENDPOINT=https://localhost:4318",
+                "OTEL_EXPORTER_OTLP_COMPRESSION=gzip",
+                *client_tls,
             ],
-            [tls],
+            [f"yaml:receivers::otlp::protocols::http::tls: {server_tls}"],
         ),
     }
 
@@ -97,8 +108,11 @@ FAILING = ("failalways", "model404")
 RUNS = [(f"grpc_{s}", s, "grpc") for s in SCENARIOS] + [
     ("http_gzip_readfile", "readfile", "http_gzip"),
     ("grpc_mtls_readfile", "readfile", "grpc_mtls"),
+    ("https_mtls_readfile", "readfile", "https_mtls"),
     # The gateway, with the Collector stopped for 30 s after its first turn.
     ("grpc_gateway_outage", "custom:gateway_outage.sh", "grpc"),
+    # The Collector restarted while its queue holds what Jaeger has not taken.
+    ("grpc_collector_restart", "custom:collector_restart.sh", "grpc"),
 ]
 
 
@@ -332,3 +346,31 @@ def test_the_shipped_collector_config_validates_with_the_real_collector():
         text=True,
     )
     assert p.returncode == 0, p.stderr
+
+
+def test_a_collector_restarted_with_a_queue_jaeger_had_not_taken_loses_none_of_it(pipeline_runs):
+    outdir = pipeline_runs["grpc_collector_restart"]
+    times = json.loads((outdir / "control_times.json").read_text())
+    steps = {}
+    for line in (outdir / "steps.tsv").read_text().splitlines()[1:]:
+        _, name, rc, _, _, started, ended = line.split("\t")
+        steps[name] = (int(rc), float(started), float(ended))
+    assert all(rc == 0 for rc, _, _ in steps.values()), steps
+    # Jaeger was down from before Hermes ran until after the Collector
+    # came back: the spans can only have come from the Collector's queue.
+    assert times["jaeger.stop"] < steps["chat"][1] < steps["chat"][2] < times["collector.stop"]
+    assert times["collector.stop"] < times["collector.start"] < times["jaeger.start"]
+    log = (outdir / "collector.log").read_text()
+    assert "Exporting failed" in log, log[-3000:]
+    # Nothing left in the plugin's store, and Jaeger held both chat spans
+    # before any process but the restarted Collector could have sent them
+    # (Hermes had exited; the sidecar drains only after this step).
+    conn = sqlite3.connect(f"file:{_meter(outdir) / 'hermes-meter.db'}?mode=ro", uri=True)
+    try:
+        (unsent,) = conn.execute("SELECT COUNT(*) FROM outbox").fetchone()
+    finally:
+        conn.close()
+    assert unsent == 0
+    # Both chat spans (and, by the tests above, every span once) in Jaeger.
+    assert times["jaeger_chats"] == 2
+    assert Counter(s["name"] for s in _jaeger_spans(outdir))["chat mock-model"] == 2

@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusexporter"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/healthcheckextension"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/storage/filestorage"
 	"go.opentelemetry.io/collector/exporter"
 	"go.opentelemetry.io/collector/exporter/debugexporter"
 	"go.opentelemetry.io/collector/exporter/otlpexporter"
@@ -22,6 +23,7 @@ func components() (otelcol.Factories, error) {
 	factories := otelcol.Factories{Telemetry: otelconftelemetry.NewFactory()}
 	if factories.Extensions, err = otelcol.MakeFactoryMap[extension.Factory](
 		healthcheckextension.NewFactory(),
+		filestorage.NewFactory(),
 	); err != nil {
 		return otelcol.Factories{}, err
 	}

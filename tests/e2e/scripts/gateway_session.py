@@ -9,7 +9,7 @@ each turn was sent and answered) beside the gateway's log in --out.
 With ``--outage SECONDS`` (the pipeline sidecar's control files in --out):
 after the first turn the Collector is stopped, a second turn is answered
 while it is down, it is started again after SECONDS, a third turn follows,
-and the gateway is stopped only once Jaeger (``--jaeger``, its query API)
+and the gateway is stopped only once Jaeger (its query API)
 holds the chat spans of all three turns: what the plugin kept while the
 Collector was down went out while the gateway still ran.
 """
@@ -25,6 +25,8 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from pipeline_control import control, wait_for_chats
 
 PORT = 8642
 KEY = "e2e-gateway-loopback-test-key-6f1c2a9b8d7e"
@@ -51,46 +53,11 @@ def _chat(text: str) -> dict:
         return json.loads(r.read())
 
 
-def _control(out: Path, command: str, done: str, seconds: float = 60.0) -> None:
-    """Asks the pipeline sidecar to stop or start the Collector and waits."""
-    (out / command).write_text(f"{time.time()}\n")
-    deadline = time.time() + seconds
-    while not (out / done).exists():
-        if time.time() > deadline:
-            raise RuntimeError(f"the sidecar did not answer {command}")
-        time.sleep(0.1)
-
-
-def _jaeger_chats(jaeger: str) -> int:
-    """Chat spans Jaeger holds for hermes-agent (0 while it holds none)."""
-    now = time.time()
-    fmt = "%Y-%m-%dT%H:%M:%SZ"
-    query = (
-        f"http://{jaeger}/api/v3/traces?query.service_name=hermes-agent"
-        f"&query.start_time_min={time.strftime(fmt, time.gmtime(now - 3600))}"
-        f"&query.start_time_max={time.strftime(fmt, time.gmtime(now + 300))}"
-        "&query.raw_traces=true&query.num_traces=1000"
-    )
-    try:
-        with urllib.request.urlopen(query, timeout=10) as r:
-            data = json.loads(r.read())
-    except OSError:
-        return 0
-    return sum(
-        1
-        for rs in data["result"]["resourceSpans"]
-        for ss in rs["scopeSpans"]
-        for span in ss["spans"]
-        if span["name"].startswith("chat ")
-    )
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hermes", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--outage", type=float, default=0.0)
-    ap.add_argument("--jaeger", default="127.0.0.1:16686")
     a = ap.parse_args()
     out = Path(a.out)
     env = dict(
@@ -127,21 +94,16 @@ def main() -> int:
                 print(f"gateway_session: no answer to turn {n}: {reply}", file=sys.stderr)
                 rc = 1
             if n == 1 and a.outage:
-                _control(out, "collector.stop", "collector.stopped")
-                times["collector_stopped"] = time.time()
+                times["collector_stopped"] = control(out, "collector.stop")
             elif n == 1:
                 time.sleep(PAUSE)
             if n == 2 and a.outage:
                 time.sleep(max(0.0, times["collector_stopped"] + a.outage - time.time()))
-                _control(out, "collector.start", "collector.started")
-                times["collector_started"] = time.time()
+                times["collector_started"] = control(out, "collector.start")
         if a.outage:
             # Every turn's chat span delivered while the gateway runs (the
             # exporter's backoff is at most 30 s).
-            deadline = time.time() + 90
-            while _jaeger_chats(a.jaeger) < len(turns) and time.time() < deadline:
-                time.sleep(0.5)
-            times["jaeger_chats"] = _jaeger_chats(a.jaeger)
+            times["jaeger_chats"] = wait_for_chats(len(turns), seconds=90)
             times["jaeger_checked"] = time.time()
     finally:
         times["sigterm"] = time.time()
