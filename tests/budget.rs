@@ -958,3 +958,63 @@ fn a_pause_hermes_refused_is_offered_again_until_it_is_given_up() {
     assert_eq!(p.attempt, MAX_PAUSE_ATTEMPTS);
     assert!(handle.take_pauses_at(now + 10 * PAUSE_RETRY).is_empty());
 }
+
+#[test]
+fn alert_thresholds_reach_the_next_llm_call_once_each_even_on_the_quick_path() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // gpt-4o at $2.50 / $10 per million: 1000 in + 100 out is $0.0035, 35%.
+    write_budgets(
+        dir.path(),
+        "timezone = \"UTC\"\nalert_thresholds = [0.25, 0.5]\n[global]\ndaily = 0.01\n",
+    );
+    let mut cfg = BridgeConfig::new(dir.path().to_path_buf());
+    cfg.hook_wait = Duration::from_secs(10);
+    let bridge = Bridge::start_with_gate(cfg, Box::new(BudgetGate::for_store_dir(dir.path(), None, false)));
+    let llm = |turn: &str| json!({"session_id": "a", "turn_id": turn, "model": "gpt-4o"});
+    let spend = |n: u32| {
+        let call = json!({"session_id": "a", "turn_id": "a:0", "api_request_id": format!("a:0:api:{n}"),
+                          "model": "gpt-4o", "api_duration": 0.01,
+                          "usage": {"input_tokens": 1000, "output_tokens": 100}});
+        spooled(&bridge, "post_api_request", call);
+        assert!(bridge.flush(Duration::from_secs(10)));
+    };
+    let notice = |turn: &str| match spooled(&bridge, "pre_llm_call", llm(turn)) {
+        Outcome::Committed(v) => context(v),
+        other => panic!("{turn}: expected a verdict, got {other:?}"),
+    };
+    // Nothing spent: once measured, nothing to wait for.
+    eventually("the first measure", || {
+        spooled(&bridge, "pre_llm_call", llm("a:0")) == Outcome::Queued
+    });
+    spend(1);
+    let first = notice("a:1").expect("the 25% alert");
+    assert!(
+        first.contains("past its 25% alert") && first.contains("(35%)"),
+        "{first}"
+    );
+    // Said once; the next line (50%) is not reached, so no wait either.
+    assert!(bridge.flush(Duration::from_secs(10)));
+    assert_eq!(spooled(&bridge, "pre_llm_call", llm("a:2")), Outcome::Queued);
+    spend(2);
+    let second = notice("a:3").expect("the 50% alert");
+    assert!(
+        second.contains("past its 50% alert") && !second.contains("25%"),
+        "{second}"
+    );
+    assert!(bridge.flush(Duration::from_secs(10)));
+    assert_eq!(
+        spooled(&bridge, "pre_llm_call", llm("a:4")),
+        Outcome::Queued,
+        "each threshold once per window"
+    );
+    // Past the hard line: the hard notice, no threshold again.
+    spend(3);
+    let hard = notice("a:5").expect("the hard notice");
+    assert!(hard.contains("is exhausted") && !hard.contains("alert]"), "{hard}");
+    bridge.shutdown(Duration::from_secs(10));
+    let store = Store::open_dir(dir.path()).expect("open");
+    let kinds: i64 = store
+        .query_scalar("SELECT COUNT(*) FROM alerts WHERE kind = 'budget_threshold'")
+        .expect("alerts");
+    assert_eq!(kinds, 2);
+}

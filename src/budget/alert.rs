@@ -11,8 +11,16 @@ pub const MODEL_UNAVAILABLE: &str = "model_unavailable";
 pub const BUDGET_SOFT: &str = "budget_soft";
 /// A budget reached its hard threshold.
 pub const BUDGET_HARD: &str = "budget_hard";
+/// A budget reached one of its `alert_thresholds`.
+pub const BUDGET_THRESHOLD: &str = "budget_threshold";
 /// All of them.
-pub const ALL: [&str; 4] = [FREE_TO_PAID, MODEL_UNAVAILABLE, BUDGET_SOFT, BUDGET_HARD];
+pub const ALL: [&str; 5] = [
+    FREE_TO_PAID,
+    MODEL_UNAVAILABLE,
+    BUDGET_SOFT,
+    BUDGET_HARD,
+    BUDGET_THRESHOLD,
+];
 
 /// The model a `:free` variant is billed as: `x:free` and `x` are one model
 /// for the free→paid alert.

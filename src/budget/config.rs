@@ -177,6 +177,7 @@ struct File {
     soft_threshold: Option<f64>,
     hard_threshold: Option<f64>,
     soften_estimated: Option<bool>,
+    alert_thresholds: Option<Vec<f64>>,
     global: Option<Limits>,
     per_cron_job: Option<ScopeLimits>,
     per_sender: Option<ScopeLimits>,
@@ -201,6 +202,10 @@ pub struct BudgetConfig {
     pub hard_threshold: f64,
     /// A hard breach that would not be one without estimated costs is soft.
     pub soften_estimated: bool,
+    /// Further fractions of the limit at which a budget raises an alert
+    /// (once per window each), ascending, below the hard threshold and
+    /// other than the soft one (whose notice is that alert).
+    pub alert_thresholds: Vec<f64>,
     /// Limits by scope (`Global` uses the default only).
     pub scopes: BTreeMap<Scope, ScopeLimits>,
     /// Spend is the fleet's (`HERMES_METER_FLEET_URL`): set by whoever loads
@@ -218,6 +223,7 @@ impl Default for BudgetConfig {
             soft_threshold: DEFAULT_SOFT_THRESHOLD,
             hard_threshold: DEFAULT_HARD_THRESHOLD,
             soften_estimated: false,
+            alert_thresholds: Vec::new(),
             scopes: BTreeMap::new(),
             fleet: false,
         }
@@ -247,6 +253,21 @@ impl BudgetConfig {
             ));
         }
         cfg.soften_estimated = file.soften_estimated.unwrap_or(false);
+        let mut alerts = file.alert_thresholds.unwrap_or_default();
+        if let Some(t) = alerts
+            .iter()
+            .find(|t| !(t.is_finite() && **t > 0.0 && **t < cfg.hard_threshold))
+        {
+            return Err(format!(
+                "alert_thresholds: {t} is not between 0 and hard_threshold ({}); \
+                 write fractions of the limit, e.g. [0.5, 0.75, 0.9]",
+                cfg.hard_threshold
+            ));
+        }
+        alerts.sort_by(f64::total_cmp);
+        alerts.dedup();
+        alerts.retain(|t| *t != cfg.soft_threshold);
+        cfg.alert_thresholds = alerts;
         if let Some(g) = file.global {
             g.check("global")?;
             cfg.scopes.insert(
@@ -418,6 +439,25 @@ mod tests {
         assert_eq!(cfg.limits(Scope::Sender, "x"), Limits::default());
         assert!(!cfg.is_empty());
         assert!(BudgetConfig::parse("").expect("empty").is_empty());
+    }
+
+    #[test]
+    fn alert_thresholds_are_sorted_fractions_below_the_hard_line_without_the_soft_one() {
+        let cfg = BudgetConfig::parse("alert_thresholds = [0.9, 0.5, 0.8, 0.5, 0.75]").expect("parse");
+        assert_eq!(cfg.alert_thresholds, [0.5, 0.75, 0.9]);
+        assert!(BudgetConfig::parse("").expect("empty").alert_thresholds.is_empty());
+        for bad in [
+            "alert_thresholds = [1.0]",
+            "alert_thresholds = [0]",
+            "alert_thresholds = [-0.5]",
+            "alert_thresholds = [50]",
+        ] {
+            let err = BudgetConfig::parse(bad).expect_err(bad);
+            assert!(err.contains("alert_thresholds"), "{err}");
+        }
+        // Above a hard threshold over 1, a threshold over 1 is fine.
+        let cfg = BudgetConfig::parse("hard_threshold = 1.2\nalert_thresholds = [1.1]").expect("parse");
+        assert_eq!(cfg.alert_thresholds, [1.1]);
     }
 
     #[test]

@@ -6,8 +6,9 @@
 //! session's budgets from the store, and turning [`crate::budget::assess`]
 //! into what Hermes sees:
 //!
-//! - `pre_llm_call`: `{"context": ...}` with the soft and hard notices (once
-//!   per scope id, window and period, across processes) and pending alerts
+//! - `pre_llm_call`: `{"context": ...}` with the alert-threshold, soft and
+//!   hard notices (once per scope id, window, period and threshold, across
+//!   processes) and pending alerts
 //!   (free→paid, model unavailable; each shown once);
 //! - `pre_tool_call` (enforce): `{"action": "block", ...}` while any budget
 //!   of the session is in hard breach;
@@ -325,6 +326,19 @@ impl BudgetGate {
                 })?;
                 self.record_headroom(&e.session_id, e.model.as_deref(), &states);
                 if !self.cfg.is_empty() {
+                    for s in &states {
+                        let Some(t) = budget::threshold_reached(&self.cfg, s) else {
+                            continue;
+                        };
+                        let key = format!(
+                            "{}|{}|{}|{}|{t}",
+                            s.budget.scope, s.budget.id, s.budget.window, s.period
+                        );
+                        let text = budget::threshold_text(s, t, &self.cfg.tz);
+                        if store.raise_alert_delivered(alert::BUDGET_THRESHOLD, &key, &text, now, &e.session_id)? {
+                            texts.push(text);
+                        }
+                    }
                     for s in states.iter().filter(|s| s.level >= Level::Soft) {
                         let (kind, v) = if s.level == Level::Hard {
                             (alert::BUDGET_HARD, verdict::HARD)

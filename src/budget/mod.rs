@@ -41,7 +41,8 @@
 //! Spend is settled cost plus open reservations (estimates of calls in
 //! flight, see `store/budget/`). At `soft_threshold` × limit a budget is in
 //! soft breach (a notice), at `hard_threshold` × limit in hard breach (tools
-//! blocked, LLM calls stopped and cron jobs paused, in `enforce` mode).
+//! blocked, LLM calls stopped and cron jobs paused, in `enforce` mode); at
+//! each of `alert_thresholds` × limit an alert, once per window.
 
 pub mod alert;
 mod config;
@@ -63,8 +64,10 @@ pub use first_sync::{Unsynced, FIRST_SYNC_WAIT, UNSYNCED_ENV};
 pub use gate::{budget_gauges, BudgetGate, RELOAD_INTERVAL};
 pub use handle::{BudgetHandle, CronPause, MAX_PAUSE_ATTEMPTS, PAUSE_RETRY};
 pub use spend_bound::{carries_spend, reservation_usage, spend_bound, RESERVED_OUTPUT_TOKENS};
-pub use text::{block_text, notice_text, pause_reason, unsynced_block_text, BLOCKED_MODEL};
-pub use verdict::{assess, forecast, gauges, BudgetGauge, BudgetState, FleetShare, Forecast, Level, Spend};
+pub use text::{block_text, notice_text, pause_reason, threshold_text, unsynced_block_text, BLOCKED_MODEL};
+pub use verdict::{
+    assess, forecast, gauges, threshold_reached, BudgetGauge, BudgetState, FleetShare, Forecast, Level, Spend,
+};
 pub use window::{
     bucket_ranges, open_ranges, period_name, timestamp, unix_seconds, window_bounds, Window, BUCKET_SECONDS,
 };

@@ -128,19 +128,30 @@ impl BudgetGate {
         view.sessions.insert(quick_key(session, model), h);
     }
 
-    /// How far `states` are from their nearest soft line (notices) and hard
-    /// line (blocks, pauses); zero once one is reached.
+    /// The fractions of a limit at which `pre_llm_call` has something to
+    /// say: the alert thresholds, the soft line and the hard line.
+    fn notice_lines(&self) -> impl Iterator<Item = f64> + '_ {
+        let cfg = &self.cfg;
+        cfg.alert_thresholds
+            .iter()
+            .copied()
+            .chain([cfg.soft_threshold, cfg.hard_threshold])
+    }
+
+    /// How far `states` are from their next notice line (an alert
+    /// threshold not reached yet, or the soft line) and from their hard
+    /// line (blocks, pauses); zero once soft or hard is reached.
     pub(super) fn headroom_of(&self, states: &[BudgetState]) -> (f64, f64) {
         let (mut notice, mut block) = (f64::INFINITY, f64::INFINITY);
         for s in states {
             let total = s.spend.total();
-            let soft = s.budget.limit * self.cfg.soft_threshold;
             let hard = s.budget.limit * self.cfg.hard_threshold;
-            notice = notice.min(if s.level >= Level::Soft {
-                0.0
-            } else {
-                soft.min(hard) - total
-            });
+            let next_line = self
+                .notice_lines()
+                .map(|f| s.budget.limit * f)
+                .filter(|line| *line > total)
+                .fold(f64::INFINITY, f64::min);
+            notice = notice.min(if s.level >= Level::Soft { 0.0 } else { next_line - total });
             block = block.min(if s.blocks() { 0.0 } else { hard - total });
             if let Some(f) = s.fleet {
                 block = block.min(f.lease_left_usd.max(0.0));
@@ -180,7 +191,8 @@ impl BudgetGate {
             for limits in self.cfg.scopes.values() {
                 for w in Window::ALL {
                     if let Some(limit) = limits.default.get(w) {
-                        notice = notice.min(limit * self.cfg.soft_threshold.min(self.cfg.hard_threshold));
+                        let lowest = self.notice_lines().fold(f64::INFINITY, f64::min);
+                        notice = notice.min(limit * lowest);
                         block = block.min(limit * self.cfg.hard_threshold / hosts as f64);
                     }
                 }

@@ -30,6 +30,21 @@ fn when(end: i64, tz: &TimeZone) -> String {
         .unwrap_or_else(|_| "the end of the window".into())
 }
 
+/// The `pre_llm_call` context of an alert threshold (`threshold`, a
+/// fraction of the limit) reached.
+pub fn threshold_text(state: &BudgetState, threshold: f64, tz: &TimeZone) -> String {
+    let s = state;
+    format!(
+        "[hermes-meter budget alert] The {} budget has {} spent of {} ({:.0}%), past its {:.0}% alert. It resets {}.",
+        s.budget.label(),
+        usd(s.spend.total()),
+        usd(s.budget.limit),
+        100.0 * s.spend.total() / s.budget.limit,
+        100.0 * threshold,
+        when(s.window_end, tz),
+    )
+}
+
 /// The `pre_llm_call` context of a soft or hard notice.
 pub fn notice_text(state: &BudgetState, mode: BudgetMode, tz: &TimeZone) -> String {
     let s = state;

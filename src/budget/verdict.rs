@@ -115,6 +115,17 @@ pub fn assess(cfg: &BudgetConfig, budget: &Budget, spend: Spend) -> (Level, bool
     }
 }
 
+/// The highest of `cfg.alert_thresholds` the spend of `state` has reached,
+/// if any (a budget that jumped past several raises the highest).
+pub fn threshold_reached(cfg: &BudgetConfig, state: &BudgetState) -> Option<f64> {
+    let total = state.spend.total();
+    cfg.alert_thresholds
+        .iter()
+        .rev()
+        .copied()
+        .find(|t| total >= t * state.budget.limit)
+}
+
 /// The burn rate of a window so far and where it lands at the window end.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Forecast {

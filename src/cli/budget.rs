@@ -657,6 +657,7 @@ const NEW_FILE_HEADER: &str = "\
 # soft_threshold = 0.8
 # hard_threshold = 1.0
 # soften_estimated = false  # a hard breach resting on estimated costs is soft
+# alert_thresholds = [0.5, 0.75, 0.9]  # an alert at each, once per window
 ";
 
 #[cfg(test)]
