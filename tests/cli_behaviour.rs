@@ -205,7 +205,7 @@ fn budget_list_shows_scope_defaults_which_limit_applies_and_the_zone() {
     let (_dir, home) = store_with_history();
     std::fs::write(
         home.join("budgets.toml"),
-        "timezone = \"Europe/Paris\"\n[global]\ndaily = 10.0\n\
+        "timezone = \"Europe/Paris\"\nalert_thresholds = [0.9, 0.5]\n[global]\ndaily = 10.0\n\
          [per_cron_job.default]\ndaily = 3.0\n\
          [per_cron_job.overrides.a-cron-job-id-much-longer-than-twenty-characters]\nweekly = 5.0\n",
     )
@@ -214,6 +214,10 @@ fn budget_list_shows_scope_defaults_which_limit_applies_and_the_zone() {
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
     assert!(text.contains("windows in Europe/Paris"), "{text}");
+    assert!(
+        text.contains("alerts at 50%, 90%; notice at 80%; hard at 100%"),
+        "{text}"
+    );
     let lines: Vec<&str> = text.lines().collect();
     let header = lines.iter().find(|l| l.starts_with("scope")).expect("header");
     let default_row = lines
@@ -242,6 +246,11 @@ fn budget_list_shows_scope_defaults_which_limit_applies_and_the_zone() {
     let o = run(&home, &["budget", "list", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(v["timezone"], "Europe/Paris");
+    assert_eq!(v["alert_thresholds"], serde_json::json!([0.5, 0.9]));
+    assert_eq!(
+        (v["soft_threshold"].as_f64(), v["hard_threshold"].as_f64()),
+        (Some(0.8), Some(1.0))
+    );
     assert_eq!(v["scope_defaults"][0]["scope"], "cron");
     assert_eq!(v["scope_defaults"][0]["limit_usd"], 3.0);
     let over = v["budgets"]

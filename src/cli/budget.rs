@@ -107,6 +107,9 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
                     "mode": cfg.mode.as_str(),
                     "timezone": cfg.tz_name,
                     "zone": zone,
+                    "soft_threshold": cfg.soft_threshold,
+                    "hard_threshold": cfg.hard_threshold,
+                    "alert_thresholds": cfg.alert_thresholds,
                     "budgets": rows,
                     "scope_defaults": defaults,
                 }))?;
@@ -337,6 +340,19 @@ fn id_width<'a>(ids: impl Iterator<Item = &'a str>) -> usize {
         .max("(default)".len())
 }
 
+/// Where a budget speaks up: `alerts at 50%, 75%; notice at 80%; hard at 100%`.
+fn thresholds_line(cfg: &BudgetConfig) -> String {
+    let pct = |f: f64| format!("{}%", (f * 1000.0).round() / 10.0);
+    let mut parts = Vec::new();
+    if !cfg.alert_thresholds.is_empty() {
+        let list: Vec<String> = cfg.alert_thresholds.iter().map(|t| pct(*t)).collect();
+        parts.push(format!("alerts at {}", list.join(", ")));
+    }
+    parts.push(format!("notice at {}", pct(cfg.soft_threshold)));
+    parts.push(format!("hard at {}", pct(cfg.hard_threshold)));
+    parts.join("; ")
+}
+
 /// The `budget list` table: one row per budget with spend, then one per
 /// scope default (spend is per id, so a default row has none).
 fn render_list(cfg: &BudgetConfig, states: &[BudgetState], defaults: &[(Scope, Window, f64)]) -> String {
@@ -344,6 +360,7 @@ fn render_list(cfg: &BudgetConfig, states: &[BudgetState], defaults: &[(Scope, W
     let mut out = String::new();
     let w = id_width(states.iter().map(|s| s.budget.id.as_str()));
     let _ = writeln!(out, "mode {}, windows in {}", cfg.mode.as_str(), zone_name(cfg));
+    let _ = writeln!(out, "{}", thresholds_line(cfg));
     if cfg.fleet {
         let _ = writeln!(
             out,
