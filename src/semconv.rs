@@ -231,6 +231,7 @@ pub mod metric {
     pub const TURNS: &str = "hermes.turns";
     pub const BUDGET_SPEND: &str = "hermes.budget.spend";
     pub const BUDGET_LIMIT: &str = "hermes.budget.limit";
+    pub const BUDGET_PROJECTED: &str = "hermes.budget.projected";
     /// Seconds since this store's last successful fleet sync (gauge).
     pub const FLEET_SYNC_LAG: &str = "hermes.fleet.sync.lag";
     pub const BUDGET_VERDICTS: &str = "hermes.budget.verdicts";

@@ -719,6 +719,8 @@ fn an_edited_budget_file_is_picked_up_without_a_restart() {
         ("global", "daily", 0.01)
     );
     assert!((gauges[0].spend_usd - CALL_USD).abs() < 1e-12);
+    // Spent now, in a window that has hours left: projected past the spend.
+    assert!(gauges[0].projected_usd >= gauges[0].spend_usd, "{:?}", gauges[0]);
 }
 
 /// A hook call the way the binding makes it: spool record, then submit.

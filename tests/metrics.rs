@@ -351,6 +351,7 @@ fn after_replaying_the_fixtures_every_instrument_arrives_with_the_ledgers_sums()
     );
     assert_eq!(total(&p, m::BUDGET_SPEND, "hermes.budget.scope=global"), 0.0);
     assert_eq!(total(&p, m::BUDGET_LIMIT, "hermes.budget.window=daily"), 10.0);
+    assert_eq!(total(&p, m::BUDGET_PROJECTED, "hermes.budget.window=daily"), 0.0);
     assert_eq!(total(&p, m::BUDGET_VERDICTS, "hermes.budget.verdict=soft"), 1.0);
     assert_eq!(total(&p, m::ALERTS, "hermes.alert.kind=budget_soft"), 1.0);
     // No ids, no opt-in attributes by default.

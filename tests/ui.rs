@@ -367,6 +367,9 @@ fn the_budgets_page_shows_spend_against_limit_with_its_forecast() {
     );
     assert!(page.body.contains("$10.00"));
     assert!(page.body.contains("$/hour"));
+    // Nothing spent in today's window (the fixtures are older): it does not run out.
+    assert!(page.body.contains("<th>Runs out</th>"), "{}", page.body);
+    assert!(page.body.contains("<td class=\"runs-out\">-</td>"), "{}", page.body);
     // model404's alert is a verdict the plugin gave.
     assert!(page.body.contains("model_unavailable"), "{}", page.body);
 }

@@ -508,5 +508,10 @@ pub fn budget_gauges(
     if cfg.is_empty() {
         return Ok(Vec::new());
     }
-    Ok(budget::gauges(&store.budget_states(&cfg, now)?))
+    let start = |s: &budget::BudgetState| {
+        budget::window_bounds(s.budget.window, budget::timestamp(now), &cfg.tz)
+            .0
+            .as_second()
+    };
+    Ok(budget::gauges(&store.budget_states(&cfg, now)?, now, start))
 }

@@ -135,6 +135,22 @@ pub struct Forecast {
     pub projected_usd: f64,
 }
 
+impl Forecast {
+    /// When, at this rate, the spend (`spend` now) reaches `line` (USD)
+    /// before the window's `end`: Unix seconds; `now` if it already has,
+    /// `None` if it does not within the window.
+    pub fn reaches(&self, spend: f64, line: f64, now: f64, end: i64) -> Option<f64> {
+        if spend >= line {
+            return Some(now);
+        }
+        if self.usd_per_hour <= 0.0 {
+            return None;
+        }
+        let at = now + (line - spend) / self.usd_per_hour * 3600.0;
+        (at < end as f64).then_some(at)
+    }
+}
+
 /// Projects `spend` (accrued from `start` to `now`) to `end` at the
 /// window's average rate so far. Times in Unix seconds.
 pub fn forecast(spend: f64, start: i64, end: i64, now: f64) -> Forecast {
@@ -161,10 +177,13 @@ pub struct BudgetGauge {
     pub spend_usd: f64,
     /// USD.
     pub limit_usd: f64,
+    /// USD at the window's end at the window's rate so far ([`forecast`]).
+    pub projected_usd: f64,
 }
 
-/// The gauges of a set of budget states (pure; one per budget).
-pub fn gauges(states: &[BudgetState]) -> Vec<BudgetGauge> {
+/// The gauges of a set of budget states (pure; one per budget), with each
+/// window's forecast from its `start` (`window_start(state)`) to `now`.
+pub fn gauges(states: &[BudgetState], now: f64, window_start: impl Fn(&BudgetState) -> i64) -> Vec<BudgetGauge> {
     states
         .iter()
         .map(|s| BudgetGauge {
@@ -173,6 +192,7 @@ pub fn gauges(states: &[BudgetState]) -> Vec<BudgetGauge> {
             window: s.budget.window.as_str(),
             spend_usd: s.spend.total(),
             limit_usd: s.budget.limit,
+            projected_usd: forecast(s.spend.total(), window_start(s), s.window_end, now).projected_usd,
         })
         .collect()
 }
@@ -223,5 +243,16 @@ mod tests {
         assert!((f.usd_per_hour - 1.0).abs() < 1e-9);
         assert!((f.projected_usd - 24.0).abs() < 1e-9);
         assert_eq!(forecast(0.0, 0, 10, 20.0).projected_usd, 0.0);
+    }
+
+    #[test]
+    fn a_forecast_says_when_a_line_is_reached_within_the_window() {
+        // $1 an hour from $1 at 01:00: $10 at 10:00, within the day.
+        let f = forecast(1.0, 0, 86_400, 3600.0);
+        let at = f.reaches(1.0, 10.0, 3600.0, 86_400).expect("within the day");
+        assert!((at - 36_000.0).abs() < 1e-6, "{at}");
+        assert_eq!(f.reaches(1.0, 100.0, 3600.0, 86_400), None, "$24 by the end of the day");
+        assert_eq!(f.reaches(12.0, 10.0, 3600.0, 86_400), Some(3600.0), "already past");
+        assert_eq!(forecast(0.0, 0, 86_400, 3600.0).reaches(0.0, 1.0, 3600.0, 86_400), None);
     }
 }

@@ -139,8 +139,19 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
                     )
                 })
                 .collect();
+            // When the hard line is reached at this rate, within the window.
+            let runs_out = |s: &BudgetState, f: &budget::Forecast| {
+                f.reaches(s.spend.total(), s.budget.limit * cfg.hard_threshold, now, s.window_end)
+            };
             if *json {
-                let out: Vec<_> = rows.iter().map(|(s, f)| state_json(s, Some(&cfg), Some(f))).collect();
+                let out: Vec<_> = rows
+                    .iter()
+                    .map(|(s, f)| {
+                        let mut v = state_json(s, Some(&cfg), Some(f));
+                        v["runs_out_at"] = runs_out(s, f).into();
+                        v
+                    })
+                    .collect();
                 print_json(&serde_json::json!({"budgets": out}))?;
             } else if rows.is_empty() {
                 println!("no budgets set");
@@ -152,12 +163,14 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
                     "scope", "id", "window", "spend", "limit", "$/hour", "projected"
                 );
                 for (s, f) in &rows {
-                    let over = if f.projected_usd >= s.budget.limit * cfg.hard_threshold {
-                        "over the limit"
+                    let over = if let Some(at) = runs_out(s, f).filter(|_| s.level != Level::Hard) {
+                        format!("runs out {}", local(at as i64, &cfg))
+                    } else if f.projected_usd >= s.budget.limit * cfg.hard_threshold {
+                        "over the limit".to_string()
                     } else if f.projected_usd >= s.budget.limit * cfg.soft_threshold {
-                        "past the soft threshold"
+                        "past the soft threshold".to_string()
                     } else {
-                        "within"
+                        "within".to_string()
                     };
                     println!(
                         "{:<8} {:<w$} {:<8} {:>10} {:>10} {:>12} {:>10}  {over} ({})",

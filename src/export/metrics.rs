@@ -423,6 +423,7 @@ pub fn refresh_budget_gauges(store: &mut Store) {
             window: g.window,
             spend_usd: g.spend_usd,
             limit_usd: g.limit_usd,
+            projected_usd: g.projected_usd,
         })
         .collect();
     let mut rows = metrics::budget_gauge_rows(&readings);

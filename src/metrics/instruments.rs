@@ -273,6 +273,15 @@ pub const INSTRUMENTS: &[Instrument] = &[
         "The budget's hard limit for its window, in US dollars.",
     ),
     inst(
+        m::BUDGET_PROJECTED,
+        Kind::Gauge,
+        "{USD}",
+        "hermes_budget_projected",
+        &[],
+        false,
+        "Spend projected to the end of the budget's window at the window's rate so far, in US dollars.",
+    ),
+    inst(
         m::FLEET_SYNC_LAG,
         Kind::Gauge,
         "s",
@@ -321,9 +330,10 @@ pub const INSTRUMENTS: &[Instrument] = &[
 
 /// The gauge metrics (budgets, the fleet sync lag, the health record's
 /// counts of hook calls), replaced together.
-pub const GAUGE_METRICS: [&str; 5] = [
+pub const GAUGE_METRICS: [&str; 6] = [
     m::BUDGET_SPEND,
     m::BUDGET_LIMIT,
+    m::BUDGET_PROJECTED,
     m::FLEET_SYNC_LAG,
     m::HOOK_CALLS_LOST,
     m::HOOK_CALLS_SKIPPED,

@@ -279,12 +279,13 @@ pub struct BudgetReading<'a> {
     pub window: &'a str,
     pub spend_usd: f64,
     pub limit_usd: f64,
+    pub projected_usd: f64,
 }
 
 /// The gauge rows `(metric, attrs, value)` of `readings`, for
 /// `Store::replace_metric_gauges(&GAUGE_METRICS, ...)`.
 pub fn budget_gauge_rows(readings: &[BudgetReading<'_>]) -> Vec<(&'static str, String, f64)> {
-    let mut out = Vec::with_capacity(readings.len() * 2);
+    let mut out = Vec::with_capacity(readings.len() * 3);
     for r in readings {
         let a = AttrSet::new()
             .s(mattr::HERMES_BUDGET_SCOPE, r.scope)
@@ -292,7 +293,8 @@ pub fn budget_gauge_rows(readings: &[BudgetReading<'_>]) -> Vec<(&'static str, S
             .s(mattr::HERMES_BUDGET_WINDOW, r.window)
             .key();
         out.push((m::BUDGET_SPEND, a.clone(), r.spend_usd));
-        out.push((m::BUDGET_LIMIT, a, r.limit_usd));
+        out.push((m::BUDGET_LIMIT, a.clone(), r.limit_usd));
+        out.push((m::BUDGET_PROJECTED, a, r.projected_usd));
     }
     out
 }

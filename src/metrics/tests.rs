@@ -376,9 +376,12 @@ fn budget_gauges_and_counters_have_the_registry_attributes() {
         window: "daily",
         spend_usd: 3.0,
         limit_usd: 2.0,
+        projected_usd: 4.5,
     }]);
-    assert_eq!(rows.len(), 2);
+    assert_eq!(rows.len(), 3);
     assert_eq!(rows[0].0, m::BUDGET_SPEND);
+    assert_eq!((rows[2].0, rows[2].2), (m::BUDGET_PROJECTED, 4.5));
+    assert_eq!(rows[2].1, rows[0].1, "the same labels as spend and limit");
     assert_eq!(
         rows[0].1,
         r#"[["hermes.budget.id",""],["hermes.budget.scope","global"],["hermes.budget.window","daily"]]"#
@@ -447,6 +450,7 @@ fn instruments_and_attributes_match_the_semconv_registry() {
         window: "daily",
         spend_usd: 1.0,
         limit_usd: 1.0,
+        projected_usd: 1.0,
     }])
     .into_iter()
     .chain([fleet_lag_row("5f0c8e2a", 1.5)])

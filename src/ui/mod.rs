@@ -322,7 +322,13 @@ fn route(state: &State, path: &str, asked: &Asked) -> Result<Response<Full<Bytes
             .map(|state| {
                 let (start, end) = budget::window_bounds(state.budget.window, budget::timestamp(now), &cfg.tz);
                 let forecast = budget::forecast(state.spend.total(), start.as_second(), end.as_second(), now);
-                pages::BudgetRow { state, forecast }
+                let line = state.budget.limit * cfg.hard_threshold;
+                let runs_out = forecast.reaches(state.spend.total(), line, now, state.window_end);
+                pages::BudgetRow {
+                    state,
+                    forecast,
+                    runs_out,
+                }
             })
             .collect();
         let body = pages::budgets(&frame, &cfg, &rows, &verdicts, &alerts);

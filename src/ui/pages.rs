@@ -421,6 +421,9 @@ fn turn_chart(turns: &[TurnPoint]) -> String {
 pub struct BudgetRow {
     pub state: BudgetState,
     pub forecast: Forecast,
+    /// When the hard line is reached at the window's rate so far, if
+    /// within the window (Unix seconds).
+    pub runs_out: Option<f64>,
 }
 
 /// The budgets page: each budget's spend against its limit, the forecast,
@@ -449,7 +452,7 @@ pub fn budgets(
         h.push_str(
             "<table class=\"budgets\"><thead><tr><th>Scope</th><th>Id</th><th>Window</th><th>Spend / limit</th>\
 <th class=\"num\">Spend</th><th class=\"num\">Limit</th><th class=\"num\">%</th><th>Verdict</th>\
-<th class=\"num\">$/hour</th><th class=\"num\">Projected</th><th>Resets</th></tr></thead><tbody>",
+<th class=\"num\">$/hour</th><th class=\"num\">Projected</th><th>Runs out</th><th>Resets</th></tr></thead><tbody>",
         );
         for r in rows {
             let s = &r.state;
@@ -475,7 +478,7 @@ pub fn budgets(
 <td><svg class=\"gauge\" viewBox=\"0 0 160 10\"><rect class=\"track\" x=\"0\" y=\"0\" width=\"160\" height=\"10\"></rect>\
 <rect class=\"spend\" x=\"0\" y=\"0\" width=\"{:.1}\" height=\"10\"></rect></svg></td>\
 <td class=\"num\">{}</td><td class=\"num\">${:.2}</td><td class=\"num\">{}</td><td class=\"{sc}\">{}</td>\
-<td class=\"num\">{}</td><td class=\"num {projected_class}\">${:.2}</td><td>{}</td></tr>",
+<td class=\"num\">{}</td><td class=\"num {projected_class}\">${:.2}</td><td class=\"runs-out\">{}</td><td>{}</td></tr>",
                 s.budget.scope.as_str(),
                 esc(if s.budget.id.is_empty() { "-" } else { &s.budget.id }),
                 s.budget.window.as_str(),
@@ -490,6 +493,11 @@ pub fn budgets(
                 esc(verdict),
                 usd(r.forecast.usd_per_hour),
                 r.forecast.projected_usd,
+                match r.runs_out {
+                    Some(_) if s.level == Level::Hard => "now".to_string(),
+                    Some(at) => local_time(at, &cfg.tz),
+                    None => "-".to_string(),
+                },
                 local_time(s.window_end as f64, &cfg.tz),
                 sc = status_class(s.level.as_str()),
             );
