@@ -272,6 +272,82 @@ pub struct Report<S = Vec<Group>> {
     /// bills in one call: recorded with their figures at a cost of 0, kept
     /// out of the totals' cost and every budget.
     pub held_llm_calls: i64,
+    /// How much input the providers' caches served, and what that saved
+    /// ([`cache_summary`]).
+    pub cache: CacheSummary,
+}
+
+/// The share of input tokens served from a provider's cache, and what the
+/// same calls would have cost without it, over a report (and per model
+/// and per day).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CacheSummary {
+    /// Cache reads over all input tokens (Hermes' input, cache reads and
+    /// writes); `None` with no input.
+    pub hit_rate: Option<f64>,
+    /// The sum of the priced models' savings.
+    pub saved_usd: f64,
+    /// Models the price table does not know: their savings are not in
+    /// `saved_usd`.
+    pub unpriced_models: i64,
+    pub by_model: Vec<CacheUse>,
+    pub by_day: Vec<CacheUse>,
+}
+
+/// One model's (or day's) cache use.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CacheUse {
+    pub key: Option<String>,
+    pub hit_rate: Option<f64>,
+    pub cache_read_tokens: i64,
+    pub cache_write_tokens: i64,
+    /// What the model's calls would have cost more had their cache reads
+    /// and writes been billed as plain input, at its base rates (negative
+    /// when writes cost more than reads saved). `None` for a day (its
+    /// models' rates differ) and for an unpriced model.
+    pub saved_usd: Option<f64>,
+}
+
+/// Cache reads over all input tokens.
+fn hit_rate(t: &Totals) -> Option<f64> {
+    let input = t.input_tokens + t.cache_read_tokens + t.cache_write_tokens;
+    (input > 0).then(|| t.cache_read_tokens as f64 / input as f64)
+}
+
+/// The cache summary of a report's totals, models and days. `rates(model)`
+/// gives the model's base prices with their cache rates resolved (USD per
+/// million tokens), or `None` for an unpriced model.
+pub fn cache_summary<S>(r: &Report<S>, rates: impl Fn(&str) -> Option<crate::pricing::ModelPrice>) -> CacheSummary {
+    let used = |g: &Group| g.totals.cache_read_tokens + g.totals.cache_write_tokens > 0;
+    let entry = |g: &Group, saved_usd: Option<f64>| CacheUse {
+        key: g.key.clone(),
+        hit_rate: hit_rate(&g.totals),
+        cache_read_tokens: g.totals.cache_read_tokens,
+        cache_write_tokens: g.totals.cache_write_tokens,
+        saved_usd,
+    };
+    let by_model: Vec<CacheUse> = r
+        .by_model
+        .iter()
+        .filter(|g| used(g))
+        .map(|g| {
+            let saved = g.key.as_deref().and_then(&rates).map(|p| {
+                let t = &g.totals;
+                let read = p.cache_read.unwrap_or(p.input);
+                let write = p.cache_write.unwrap_or(p.input);
+                (t.cache_read_tokens as f64 * (p.input - read) + t.cache_write_tokens as f64 * (p.input - write))
+                    / 1_000_000.0
+            });
+            entry(g, saved)
+        })
+        .collect();
+    CacheSummary {
+        hit_rate: hit_rate(&r.totals),
+        saved_usd: by_model.iter().filter_map(|c| c.saved_usd).sum(),
+        unpriced_models: by_model.iter().filter(|c| c.saved_usd.is_none()).count() as i64,
+        by_model,
+        by_day: r.by_day.iter().filter(|g| used(g)).map(|g| entry(g, None)).collect(),
+    }
 }
 
 impl<S> Report<S> {
@@ -293,6 +369,7 @@ impl<S> Report<S> {
             by_session,
             provider_billed: self.provider_billed,
             held_llm_calls: self.held_llm_calls,
+            cache: self.cache,
         }
     }
 }
@@ -461,6 +538,7 @@ impl Builder {
             by_session,
             provider_billed,
             held_llm_calls: self.held_llm_calls,
+            cache: CacheSummary::default(),
         }
     }
 }

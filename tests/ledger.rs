@@ -389,6 +389,46 @@ fn cached_and_reasoning_tokens_are_priced_without_adding_prompt_tokens() {
 }
 
 #[test]
+fn the_report_says_how_much_input_the_cache_served_and_what_it_saved() {
+    let r = replay(&[fixture("bigcache")]);
+    let tz = jiff::tz::TimeZone::UTC;
+    let report = r.store.report(&tz, 0.0, f64::MAX, None).expect("report");
+    let c = &report.cache;
+    // 100,000 cache reads of 5,000 + 100,000 + 15,000 input tokens.
+    assert!(
+        (c.hit_rate.expect("input") - 100_000.0 / 120_000.0).abs() < 1e-12,
+        "{c:?}"
+    );
+    // Reads at $0.50 instead of $2 save $0.15; writes at $2.50 instead of $2 cost $0.0075.
+    let saved = (100_000.0 * 1.5 - 15_000.0 * 0.5) / 1e6;
+    assert_eq!(c.by_model.len(), 1, "{c:?}");
+    assert_eq!(c.by_model[0].key.as_deref(), Some("mock-model"));
+    assert!(
+        (c.by_model[0].saved_usd.expect("priced") - saved).abs() < 1e-12,
+        "{c:?}"
+    );
+    assert!((c.saved_usd - saved).abs() < 1e-12);
+    assert_eq!((c.unpriced_models, c.by_day.len()), (0, 1));
+    assert_eq!(c.by_day[0].saved_usd, None, "a day's models' rates differ");
+    let json = serde_json::to_value(&report).expect("json");
+    assert_eq!(json["cache"]["by_model"][0]["cache_read_tokens"], 100_000);
+    // The same from the command, at the same prices.
+    std::fs::write(r._dir.path().join("pricing.toml"), MOCK_PRICING).expect("pricing");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-meter"))
+        .arg("--home")
+        .arg(r._dir.path())
+        .arg("report")
+        .output()
+        .expect("run report");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("cache: 83.3% of input tokens read from the providers' caches, saving $0.1425"),
+        "{text}"
+    );
+    assert!(text.contains("cache by model:"), "{text}");
+}
+
+#[test]
 fn a_cost_the_provider_reported_is_the_cost_everywhere_with_the_estimate_beside_it() {
     // The readfile run as a provider that bills each call itself would
     // report it (OpenRouter's `usage.cost`): 1 cent, then 2 cents, ...

@@ -185,6 +185,18 @@ pub fn render(r: &Report, limit: usize) -> String {
         "tokens: input {}  output {}  cache read {}  cache write {}  reasoning {}",
         t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_write_tokens, t.reasoning_tokens
     );
+    if let Some(rate) = r.cache.hit_rate.filter(|_| !r.cache.by_model.is_empty()) {
+        let unpriced = match r.cache.unpriced_models {
+            0 => String::new(),
+            n => format!(" ({n} unpriced model(s) not counted)"),
+        };
+        let _ = writeln!(
+            out,
+            "cache: {:.1}% of input tokens read from the providers' caches, saving ${:.4} at the price table's rates{unpriced}",
+            100.0 * rate,
+            r.cache.saved_usd
+        );
+    }
     if r.held_llm_calls > 0 {
         let _ = writeln!(
             out,
@@ -218,7 +230,43 @@ pub fn render(r: &Report, limit: usize) -> String {
         out.push('\n');
         provider_billed(&mut out, &r.provider_billed);
     }
+    if !r.cache.by_model.is_empty() {
+        out.push('\n');
+        cache_by_model(&mut out, &r.cache.by_model, limit);
+    }
     out
+}
+
+/// The width of a `model` column holding `names`.
+fn model_width(names: impl Iterator<Item = String>) -> usize {
+    names
+        .map(|n| n.chars().count())
+        .chain(["model".len()])
+        .max()
+        .unwrap_or(5)
+}
+
+/// Each model's share of input from cache and what it saved.
+fn cache_by_model(out: &mut String, rows: &[crate::report::CacheUse], limit: usize) {
+    let name = |c: &crate::report::CacheUse| escape(c.key.as_deref().unwrap_or("-")).to_string();
+    let width = model_width(rows.iter().map(name));
+    let _ = writeln!(out, "cache by model:");
+    let _ = writeln!(
+        out,
+        "{:<width$}  {:>8}  {:>12}  {:>12}  {:>10}",
+        "model", "hit rate", "cache read", "cache write", "saved $"
+    );
+    for c in rows.iter().take(limit) {
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:>8}  {:>12}  {:>12}  {:>10}",
+            name(c),
+            c.hit_rate.map_or("-".to_string(), |h| format!("{:.1}%", 100.0 * h)),
+            c.cache_read_tokens,
+            c.cache_write_tokens,
+            c.saved_usd.map_or("unpriced".to_string(), |v| format!("{v:.4}")),
+        );
+    }
 }
 
 /// The calls providers billed themselves against our estimate of them.
@@ -234,12 +282,7 @@ fn provider_billed(out: &mut String, rows: &[crate::store::ProviderBilled]) {
             escape(r.provider.as_deref().unwrap_or("-"))
         )
     };
-    let width = rows
-        .iter()
-        .map(|r| name(r).chars().count())
-        .chain([5])
-        .max()
-        .unwrap_or(5);
+    let width = model_width(rows.iter().map(name));
     let _ = writeln!(
         out,
         "{:<width$}  {:>6}  {:>12}  {:>12}  {:>12}",

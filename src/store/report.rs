@@ -176,7 +176,7 @@ impl Store {
                 builder.add_session(session.to_string(), totals);
                 Ok(())
             })?;
-            return Ok(builder.finish());
+            return Ok(self.with_cache(builder.finish()));
         };
         // The few most expensive: a statement each, a few rows each.
         let conn = self.conn();
@@ -188,7 +188,16 @@ impl Store {
             }
             builder.add_session(session, totals);
         }
-        Ok(builder.finish())
+        Ok(self.with_cache(builder.finish()))
+    }
+
+    /// `report` with its cache summary, at this store's prices.
+    fn with_cache(&self, mut report: Report) -> Report {
+        let prices = &self.prices;
+        report.cache = crate::report::cache_summary(&report, |model| {
+            prices.lookup(model, None).0.map(|p| prices.resolved(&p))
+        });
+        report
     }
 
     /// LLM calls held for usage beyond what any provider bills in one call
@@ -207,7 +216,7 @@ impl Store {
     /// it over rather than holding it.
     pub fn report_without_sessions(&self, tz: &jiff::tz::TimeZone, since: f64, until: f64) -> Result<Report<()>> {
         let (builder, _) = self.report_builder(tz, since, until)?;
-        Ok(builder.finish().with_sessions(()))
+        Ok(self.with_cache(builder.finish()).with_sessions(()))
     }
 
     /// Every sum of the report of `[since, until)` but its session list,
