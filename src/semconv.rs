@@ -218,6 +218,8 @@ pub mod metric {
     /// pull request 443).
     pub const OPERATION_COST: &str = "gen_ai.client.operation.cost";
     pub const HERMES_TOKEN_USAGE: &str = "hermes.token.usage";
+    /// What the providers' caches saved, a counter in USD.
+    pub const CACHE_SAVINGS: &str = "hermes.cache.savings";
     /// Previous names (semconv 1.41 and the de-facto cost counter), sent
     /// only with `OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai/dup`.
     pub const TOKEN_USAGE: &str = "gen_ai.client.token.usage";

@@ -40,7 +40,11 @@ fn all_fixtures() -> Vec<PathBuf> {
 fn replay(store: &mut Store, files: &[PathBuf]) {
     let dir = tempfile::tempdir().expect("temp dir");
     let pricing = dir.path().join("pricing.toml");
-    std::fs::write(&pricing, "[models.\"mock-model\"]\ninput = 3.0\noutput = 15.0\n").expect("pricing");
+    std::fs::write(
+        &pricing,
+        "[models.\"mock-model\"]\ninput = 3.0\noutput = 15.0\ncache_read = 0.3\ncache_write = 3.75\n",
+    )
+    .expect("pricing");
     store.set_prices(hermes_meter::pricing::PriceTable::load(&pricing).expect("prices"));
     let mut stats = ReplayStats::default();
     for f in files {
@@ -98,6 +102,8 @@ struct Ledger {
     output: i64,
     reasoning: i64,
     cost: f64,
+    /// What cache reads and writes saved at [`replay`]'s prices.
+    cache_saved: f64,
     errors: i64,
     tools: i64,
     turns: i64,
@@ -115,6 +121,10 @@ fn ledger(path: &Path) -> Ledger {
         output: one("SELECT COALESCE(SUM(output_tokens), 0) FROM llm_calls") as i64,
         reasoning: one("SELECT COALESCE(SUM(reasoning_tokens), 0) FROM llm_calls") as i64,
         cost: one("SELECT COALESCE(SUM(cost_usd), 0) FROM llm_calls"),
+        cache_saved: one(
+            "SELECT COALESCE(SUM(cache_read_tokens * (3.0 - 0.3) + cache_write_tokens * (3.0 - 3.75)), 0) / 1e6
+               FROM llm_calls WHERE model = 'mock-model' AND cost_source != 'held'",
+        ),
         errors: one("SELECT COUNT(*) FROM llm_call_errors") as i64,
         tools: one("SELECT COUNT(*) FROM tool_calls WHERE ended_at IS NOT NULL AND proxy = 0") as i64,
         turns: one("SELECT COUNT(*) FROM turns WHERE outcome IS NOT NULL") as i64,
@@ -259,6 +269,12 @@ fn check_against_ledger(p: &Points, l: &Ledger) {
         l.cost
     );
     assert_eq!(count(p, m::OPERATION_COST, ""), l.calls as u64);
+    assert!(
+        close(total(p, m::CACHE_SAVINGS, ""), l.cache_saved),
+        "{} vs {}",
+        total(p, m::CACHE_SAVINGS, ""),
+        l.cache_saved
+    );
     assert_eq!(count(p, m::INFERENCE_DURATION, ""), (l.calls + l.errors) as u64);
     assert_eq!(count(p, m::INFERENCE_DURATION, "error.type="), l.errors as u64);
     assert_eq!(total(p, m::API_ERRORS, ""), l.errors as f64);
@@ -327,7 +343,7 @@ fn after_replaying_the_fixtures_every_instrument_arrives_with_the_ledgers_sums()
     let p = points(&request);
     let l = ledger(&path);
     assert!(
-        l.calls > 0 && l.errors > 0 && l.tools > 0 && l.sessions > 0 && l.cost > 0.0,
+        l.calls > 0 && l.errors > 0 && l.tools > 0 && l.sessions > 0 && l.cost > 0.0 && l.cache_saved > 0.0,
         "{l:?}"
     );
     check_against_ledger(&p, &l);

@@ -130,6 +130,10 @@ fn a_session_page_shows_every_span_of_the_trace_and_its_errors() {
         );
         assert!(page.body.contains("id=\"turn-chart\""), "{name}: the per-turn chart");
     }
+    // No cache reads, no cache figure.
+    assert!(!get(ui.addr(), &format!("/session/{}", session_of("failonce")), &[])
+        .body
+        .contains("id=\"cache-hit\""));
     let failed = get(ui.addr(), &format!("/session/{}", session_of("failonce")), &[]);
     assert!(failed.body.contains("<table class=\"errors\">"));
     assert!(failed.body.contains("InternalServerError") && failed.body.contains("server_error"));
@@ -334,6 +338,19 @@ fn the_data_version_moves_when_hermes_records_more() {
     assert!(page.body.contains("href=\"/session/later\""));
     let script = get(ui.addr(), "/static/app.js", &[]);
     assert!(script.body.contains("/api/version"));
+}
+
+#[test]
+fn a_session_page_says_how_much_input_the_cache_served() {
+    let (dir, _store) = store_with(&["bigcache"]);
+    let ui = serve(dir.path(), None, "127.0.0.1:0");
+    let page = get(ui.addr(), &format!("/session/{}", session_of("bigcache")), &[]);
+    // 100,000 cache reads of 120,000 input tokens.
+    assert!(
+        page.body.contains("<b id=\"cache-hit\">83%</b>input from cache"),
+        "{}",
+        page.body
+    );
 }
 
 #[test]

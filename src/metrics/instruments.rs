@@ -147,6 +147,15 @@ pub const INSTRUMENTS: &[Instrument] = &[
         "Tokens by Hermes token type, including cache reads, cache writes and reasoning.",
     ),
     inst(
+        m::CACHE_SAVINGS,
+        Kind::Counter,
+        "{USD}",
+        "hermes_cache_savings_total",
+        &[],
+        false,
+        "What LLM calls' cache reads and writes saved over plain input, in US dollars at the price table's rates.",
+    ),
+    inst(
         m::INFERENCE_DURATION,
         Kind::Histogram,
         "s",

@@ -188,6 +188,12 @@ pub fn measure(fact: &MetricFact, out: &mut Vec<Increment>) {
                 observe(out, m::TIME_TO_FIRST_CHUNK, &chat, ttft);
             }
             cost(out, c, run);
+            sum(
+                out,
+                m::CACHE_SAVINGS,
+                &base().s(attr::HERMES_PLATFORM, platform(run)),
+                c.cache_saved_usd,
+            );
         }
         MetricFact::ConfirmedCost(c, run) => cost(out, c, run),
         MetricFact::ApiError(e, run) => {

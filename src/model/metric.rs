@@ -97,6 +97,9 @@ pub struct LlmCallFact {
     pub cost_usd: f64,
     /// When the first token arrived, where Hermes reported it.
     pub first_token_at: Option<f64>,
+    /// What its cache reads and writes saved at the price table's rates
+    /// when the fold read it (0 for an unpriced model).
+    pub cache_saved_usd: f64,
 }
 
 /// A failed attempt of an LLM call.

@@ -492,6 +492,24 @@ impl PriceTable {
         }
     }
 
+    /// What one call's cache reads and writes saved over billing them as
+    /// plain input, at the rates [`PriceTable::cost`] bills it (its prompt
+    /// tier included); negative when writes cost more than reads saved.
+    /// `None` for an unpriced model.
+    pub fn cache_savings(&self, model: &str, provider: Option<&str>, usage: &Usage) -> Option<f64> {
+        let p = self.lookup(model, provider).0?;
+        let prompt = usage
+            .input_tokens
+            .saturating_add(usage.cache_read_tokens)
+            .saturating_add(usage.cache_write_tokens);
+        let p = self.resolved(&p.for_prompt(prompt));
+        let (read, write) = (p.cache_read.unwrap_or(p.input), p.cache_write.unwrap_or(p.input));
+        Some(
+            (usage.cache_read_tokens as f64 * (p.input - read) + usage.cache_write_tokens as f64 * (p.input - write))
+                / 1_000_000.0,
+        )
+    }
+
     /// `price` with its cache rates filled in from the defaults where the
     /// entry leaves them out: the rates [`PriceTable::cost`] bills.
     pub fn resolved(&self, price: &ModelPrice) -> ModelPrice {
@@ -778,6 +796,21 @@ mod tests {
         let c = t.cost("g", None, &usage(150_001, 1_000_000, 50_000, 0, 0));
         let expected = 150_001.0 * 2.0 / 1e6 + 15.0 + 50_000.0 * 0.1 / 1e6;
         assert!((c.usd - expected).abs() < 1e-9, "{} != {expected}", c.usd);
+    }
+
+    #[test]
+    fn cache_savings_are_the_cache_tokens_at_input_rate_minus_what_they_were_billed() {
+        let t = table(
+            "[models.g]\ninput = 1.0\noutput = 10.0\ncache_read = 0.1\ncache_write = 1.25\nabove_tokens = 200000\n\
+             above = { input = 2.0, output = 15.0 }\n",
+        );
+        // 100k reads save $0.9 per million at base rates; 10k writes cost $0.25 per million more.
+        let saved = t.cache_savings("g", None, &usage(0, 0, 100_000, 10_000, 0)).expect("priced");
+        assert!((saved - (0.09 - 0.0025)).abs() < 1e-12, "{saved}");
+        // Above the tier, input is $2: reads (kept at $0.10) save $1.90 per million.
+        let saved = t.cache_savings("g", None, &usage(150_000, 0, 100_000, 0, 0)).expect("priced");
+        assert!((saved - 0.19).abs() < 1e-12, "{saved}");
+        assert_eq!(t.cache_savings("unknown-model-x", None, &usage(0, 0, 1, 0, 0)), None);
     }
 
     #[test]

@@ -30,9 +30,11 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use super::Store;
 use crate::error::Result;
+use crate::hook::Usage;
 use crate::model::{
     bucket_index, Add, ApiErrorFact, GaugeRow, Increment, LlmCallFact, MetricFact, RunLabels, SeriesRow, ToolRow,
 };
+use crate::pricing::PriceTable;
 
 /// `metric_log.kind` values (see the migration).
 mod kind {
@@ -134,10 +136,12 @@ impl Store {
                 continue;
             };
             let fact = match *k {
-                kind::LLM_CALL => llm_call_fact(conn, key)?.map(|f| MetricFact::LlmCall(f, labels)),
+                kind::LLM_CALL => llm_call_fact(conn, key, &self.prices)?.map(|f| MetricFact::LlmCall(f, labels)),
                 kind::LLM_ERROR => api_error_fact(conn, key, *n)?.map(|f| MetricFact::ApiError(f, labels)),
                 kind::TOOL => tool_fact(conn, session_id, key)?.map(|(t, l)| MetricFact::Tool(t, l, labels)),
-                kind::CONFIRMED_COST => llm_call_fact(conn, key)?.map(|f| MetricFact::ConfirmedCost(f, labels)),
+                kind::CONFIRMED_COST => {
+                    llm_call_fact(conn, key, &self.prices)?.map(|f| MetricFact::ConfirmedCost(f, labels))
+                }
                 kind::TURN => conn
                     .prepare_cached("SELECT outcome FROM turns WHERE turn_id = ?1")?
                     .query_row(params![key], |r| r.get::<_, Option<String>>(0))
@@ -442,30 +446,55 @@ fn run_of(
     Ok(row)
 }
 
-fn llm_call_fact(conn: &Connection, api_request_id: &str) -> Result<Option<LlmCallFact>> {
-    Ok(conn
+fn llm_call_fact(conn: &Connection, api_request_id: &str, prices: &PriceTable) -> Result<Option<LlmCallFact>> {
+    let fact = conn
         .prepare_cached(
             "SELECT model, response_model, provider, started_at, ended_at, input_tokens, output_tokens,
-                    cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, first_token_at
+                    cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, first_token_at,
+                    cost_source
                FROM llm_calls WHERE api_request_id = ?1",
         )?
         .query_row(params![api_request_id], |r| {
-            Ok(LlmCallFact {
-                model: r.get(0)?,
-                response_model: r.get(1)?,
-                provider: r.get(2)?,
-                started_at: r.get(3)?,
-                ended_at: r.get(4)?,
-                input_tokens: r.get(5)?,
-                output_tokens: r.get(6)?,
-                cache_read_tokens: r.get(7)?,
-                cache_write_tokens: r.get(8)?,
-                reasoning_tokens: r.get(9)?,
-                cost_usd: r.get(10)?,
-                first_token_at: r.get(11)?,
-            })
+            let held = r.get::<_, Option<String>>(12)?.as_deref() == Some(crate::pricing::HELD);
+            Ok((
+                held,
+                LlmCallFact {
+                    model: r.get(0)?,
+                    response_model: r.get(1)?,
+                    provider: r.get(2)?,
+                    started_at: r.get(3)?,
+                    ended_at: r.get(4)?,
+                    input_tokens: r.get(5)?,
+                    output_tokens: r.get(6)?,
+                    cache_read_tokens: r.get(7)?,
+                    cache_write_tokens: r.get(8)?,
+                    reasoning_tokens: r.get(9)?,
+                    cost_usd: r.get(10)?,
+                    first_token_at: r.get(11)?,
+                    cache_saved_usd: 0.0,
+                },
+            ))
         })
-        .optional()?)
+        .optional()?;
+    // A held call's usage is beyond what any provider bills: it saved nothing.
+    Ok(fact.map(|(held, mut f)| {
+        if held {
+            return f;
+        }
+        let usage = Usage {
+            input_tokens: f.input_tokens,
+            output_tokens: f.output_tokens,
+            cache_read_tokens: f.cache_read_tokens,
+            cache_write_tokens: f.cache_write_tokens,
+            reasoning_tokens: f.reasoning_tokens,
+            ..Usage::default()
+        };
+        let model = f.model.as_deref().unwrap_or_default();
+        f.cache_saved_usd = prices
+            .cache_savings(model, f.provider.as_deref(), &usage)
+            .unwrap_or(0.0);
+        f
+    }))
 }
 
 fn api_error_fact(conn: &Connection, api_request_id: &str, retry_count: i64) -> Result<Option<ApiErrorFact>> {

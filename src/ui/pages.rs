@@ -210,6 +210,15 @@ pub fn session(frame: &Frame<'_>, trace: &Trace) -> String {
     let cost: f64 = sessions.iter().filter_map(|n| n.cost_usd).sum();
     let input: i64 = sessions.iter().filter_map(|n| n.input_tokens).sum();
     let output: i64 = sessions.iter().filter_map(|n| n.output_tokens).sum();
+    let cache_read: i64 = sessions.iter().filter_map(|n| n.cache_read_tokens).sum();
+    let cache = if cache_read > 0 && input > 0 {
+        format!(
+            "<div><b id=\"cache-hit\">{:.0}%</b>input from cache</div>",
+            100.0 * cache_read as f64 / input as f64
+        )
+    } else {
+        String::new()
+    };
     let chats = nodes.iter().filter(|(_, n)| n.kind == NodeKind::Chat).count();
     let tools = nodes.iter().filter(|(_, n)| n.kind == NodeKind::Tool).count();
     let mut h = String::new();
@@ -221,7 +230,7 @@ pub fn session(frame: &Frame<'_>, trace: &Trace) -> String {
     let _ = write!(
         h,
         "<div class=\"totals\"><div><b class=\"{}\">{}</b>status</div><div><b>{}</b>started</div><div><b>{}</b>duration</div>\
-<div><b>{}</b>cost (with {} subagent{})</div><div><b>{} → {}</b>tokens in (incl. cache) → out</div>\
+<div><b>{}</b>cost (with {} subagent{})</div><div><b>{} → {}</b>tokens in (incl. cache) → out</div>{cache}\
 <div><b>{chats}</b>LLM attempts</div><div><b>{tools}</b>tool calls</div><div><b>{}</b>errors</div></div>",
         status_class(&root.status),
         esc(&root.status),
