@@ -805,10 +805,14 @@ mod tests {
              above = { input = 2.0, output = 15.0 }\n",
         );
         // 100k reads save $0.9 per million at base rates; 10k writes cost $0.25 per million more.
-        let saved = t.cache_savings("g", None, &usage(0, 0, 100_000, 10_000, 0)).expect("priced");
+        let saved = t
+            .cache_savings("g", None, &usage(0, 0, 100_000, 10_000, 0))
+            .expect("priced");
         assert!((saved - (0.09 - 0.0025)).abs() < 1e-12, "{saved}");
         // Above the tier, input is $2: reads (kept at $0.10) save $1.90 per million.
-        let saved = t.cache_savings("g", None, &usage(150_000, 0, 100_000, 0, 0)).expect("priced");
+        let saved = t
+            .cache_savings("g", None, &usage(150_000, 0, 100_000, 0, 0))
+            .expect("priced");
         assert!((saved - 0.19).abs() < 1e-12, "{saved}");
         assert_eq!(t.cache_savings("unknown-model-x", None, &usage(0, 0, 1, 0, 0)), None);
     }
