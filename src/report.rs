@@ -326,21 +326,17 @@ pub fn cache_summary<S>(r: &Report<S>, rates: impl Fn(&str) -> Option<crate::pri
         cache_write_tokens: g.totals.cache_write_tokens,
         saved_usd,
     };
-    let by_model: Vec<CacheUse> = r
-        .by_model
-        .iter()
-        .filter(|g| used(g))
-        .map(|g| {
-            let saved = g.key.as_deref().and_then(&rates).map(|p| {
-                let t = &g.totals;
-                let read = p.cache_read.unwrap_or(p.input);
-                let write = p.cache_write.unwrap_or(p.input);
-                (t.cache_read_tokens as f64 * (p.input - read) + t.cache_write_tokens as f64 * (p.input - write))
-                    / 1_000_000.0
-            });
-            entry(g, saved)
-        })
-        .collect();
+    let by_model: Vec<CacheUse> =
+        r.by_model
+            .iter()
+            .filter(|g| used(g))
+            .map(|g| {
+                let saved = g.key.as_deref().and_then(&rates).map(|p| {
+                    crate::pricing::cache_savings_at(&p, g.totals.cache_read_tokens, g.totals.cache_write_tokens)
+                });
+                entry(g, saved)
+            })
+            .collect();
     CacheSummary {
         hit_rate: hit_rate(&r.totals),
         saved_usd: by_model.iter().filter_map(|c| c.saved_usd).sum(),

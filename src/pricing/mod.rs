@@ -503,11 +503,7 @@ impl PriceTable {
             .saturating_add(usage.cache_read_tokens)
             .saturating_add(usage.cache_write_tokens);
         let p = self.resolved(&p.for_prompt(prompt));
-        let (read, write) = (p.cache_read.unwrap_or(p.input), p.cache_write.unwrap_or(p.input));
-        Some(
-            (usage.cache_read_tokens as f64 * (p.input - read) + usage.cache_write_tokens as f64 * (p.input - write))
-                / 1_000_000.0,
-        )
+        Some(cache_savings_at(&p, usage.cache_read_tokens, usage.cache_write_tokens))
     }
 
     /// `price` with its cache rates filled in from the defaults where the
@@ -550,6 +546,16 @@ impl PriceTable {
         };
         Bill { cost, estimate }
     }
+}
+
+/// What `cache_read` and `cache_write` tokens saved over plain input at
+/// the rates of `price` (cache rates resolved, see [`PriceTable::resolved`]).
+pub fn cache_savings_at(price: &ModelPrice, cache_read: i64, cache_write: i64) -> f64 {
+    let (read, write) = (
+        price.cache_read.unwrap_or(price.input),
+        price.cache_write.unwrap_or(price.input),
+    );
+    (cache_read as f64 * (price.input - read) + cache_write as f64 * (price.input - write)) / 1_000_000.0
 }
 
 fn normalize(model: &str) -> String {
