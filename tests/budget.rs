@@ -72,6 +72,173 @@ fn budgets_decide_with_a_clock() {
     a_bogus_usage_figure_is_held_and_blocks_no_budget();
     a_confirmed_held_call_is_billed_in_its_run_budgets_report_and_metric(false);
     a_confirmed_held_call_is_billed_in_its_run_budgets_report_and_metric(true);
+    a_run_cap_on_tool_calls_counts_its_subagents_and_ends_with_the_run();
+    a_session_cap_counts_its_subagents_reservations_and_stops_llm_calls();
+    a_token_cap_counts_the_tokens_the_file_names();
+}
+
+fn subagent(parent: &str, turn: &str, child: &str, at: f64) -> HookEvent {
+    event(
+        "subagent_start",
+        at,
+        json!({"parent_session_id": parent, "child_session_id": child, "parent_turn_id": turn}),
+    )
+}
+
+fn end_turn(session: &str, turn: &str, at: f64) -> HookEvent {
+    event(
+        "post_llm_call",
+        at,
+        json!({"session_id": session, "turn_id": turn, "model": "gpt-4o", "completed": true}),
+    )
+}
+
+fn blocked(v: Option<Verdict>) -> String {
+    match v {
+        Some(Verdict::Block { message }) => message,
+        other => panic!("expected a block, got {other:?}"),
+    }
+}
+
+/// A runaway terminal loop: the fourth tool call of a run is blocked, a
+/// subagent's calls count toward its parent's run, LLM calls go on (the
+/// model can still answer), and the next run starts afresh.
+fn a_run_cap_on_tool_calls_counts_its_subagents_and_ends_with_the_run() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_budgets(dir.path(), "[per_run]\ntool_calls = 3\n");
+    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut gate = gate(dir.path());
+    let handle = gate.handle();
+    let t = ts("2026-11-30T12:00:00Z");
+    set_now(t);
+    let s = "s-loop";
+    apply(&mut store, &pre_llm(s, "s:t1", t, "cli", ""));
+    let tool = |store: &mut Store, gate: &mut BudgetGate, session: &str, call: &str, at: f64| {
+        let e = pre_tool(session, call, at);
+        apply(store, &e);
+        gate.verdict(store, &e)
+    };
+    assert_eq!(tool(&mut store, &mut gate, s, "c1", t + 1.0), None);
+    assert_eq!(tool(&mut store, &mut gate, s, "c2", t + 2.0), None);
+    apply(&mut store, &subagent(s, "s:t1", "s-child", t + 3.0));
+    assert_eq!(tool(&mut store, &mut gate, "s-child", "k1", t + 4.0), None, "the third");
+    let message = blocked(tool(&mut store, &mut gate, s, "c3", t + 5.0));
+    assert!(message.contains("per-run tool_calls cap of this run"), "{message}");
+    assert!(message.contains("3 tool calls used of 3 tool calls"), "{message}");
+    let message = blocked(tool(&mut store, &mut gate, "s-child", "k2", t + 6.0));
+    assert!(message.contains("per-run tool_calls"), "the subagent too: {message}");
+    // The model may still answer: its LLM calls are not stopped.
+    let api = pre_api(s, "a1", t + 7.0);
+    apply(&mut store, &api);
+    assert_eq!(gate.verdict(&store, &api), None);
+    assert_eq!(handle.stop_for("a1"), None);
+    assert_eq!(handle.session_stop(s), None, "auxiliary calls are not stopped either");
+    // The pre_llm_call of the next run says nothing; its tools run again.
+    apply(&mut store, &end_turn(s, "s:t1", t + 8.0));
+    let next = pre_llm(s, "s:t2", t + 9.0, "cli", "");
+    apply(&mut store, &next);
+    assert_eq!(context(gate.verdict(&store, &next)), None);
+    assert_eq!(tool(&mut store, &mut gate, s, "c4", t + 10.0), None);
+    let counts = store.budget_verdict_counts().expect("counts");
+    assert_eq!(counts, vec![("soft", 0), ("hard", 0), ("blocked", 2), ("paused", 0)]);
+    let metric: f64 = store
+        .query_scalar(
+            "SELECT TOTAL(value) FROM metric_series WHERE metric = 'hermes.budget.verdicts' \
+             AND attrs LIKE '%\"run\"%' AND attrs LIKE '%\"lifetime\"%' AND attrs LIKE '%\"blocked\"%'",
+        )
+        .expect("counter");
+    assert_eq!(metric, 2.0, "hermes.budget.verdicts counts them as the run scope");
+}
+
+/// A session's cap holds every turn and subagent of it; a subagent's call
+/// in flight counts, so the parent's next call is stopped before the
+/// provider, and the next turn's pre_llm_call says why.
+fn a_session_cap_counts_its_subagents_reservations_and_stops_llm_calls() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_budgets(dir.path(), "[per_session]\nusd = 0.1\n");
+    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut gate = gate(dir.path());
+    let handle = gate.handle();
+    let t = ts("2026-11-30T12:00:00Z");
+    set_now(t);
+    let s = "s-capped";
+    apply(&mut store, &pre_llm(s, "s:t1", t, "cli", ""));
+    for n in 0..2 {
+        apply(&mut store, &post_api(s, &format!("a{n}"), t + n as f64, true));
+    }
+    apply(&mut store, &end_turn(s, "s:t1", t + 3.0));
+    // $0.05 of $0.10: the next turn is fine, and another session is not affected.
+    let t2 = pre_llm(s, "s:t2", t + 4.0, "cli", "");
+    apply(&mut store, &t2);
+    assert_eq!(context(gate.verdict(&store, &t2)), None);
+    apply(&mut store, &post_api(s, "a2", t + 5.0, true));
+    apply(&mut store, &subagent(s, "s:t2", "s-sub", t + 6.0));
+    // $0.075 recorded and the subagent's $0.025 in flight: $0.10.
+    apply(&mut store, &pre_api("s-sub", "b0", t + 7.0));
+    let own = pre_api(s, "a3", t + 8.0);
+    apply(&mut store, &own);
+    gate.verdict(&store, &own);
+    let text = handle.stop_for("a3").expect("stopped");
+    assert!(text.contains("per-session usd cap of this session"), "{text}");
+    assert!(text.contains("$0.10 used of $0.10"), "{text}");
+    assert_eq!(handle.session_stop(s).as_deref(), Some(text.as_str()));
+    // The stand-in response ends the stopped call and its reservation.
+    let mut stand_in = post_api(s, "a3", t + 8.5, false);
+    if let hermes_meter::hook::Hook::PostApiRequest(p) = &mut stand_in.hook {
+        p.response_model = Some(BLOCKED_MODEL.into());
+    }
+    apply(&mut store, &stand_in);
+    // The subagent's own call is not held against itself.
+    let sub = pre_api("s-sub", "b0", t + 7.0);
+    assert_eq!(gate.verdict(&store, &sub), None);
+    assert_eq!(handle.stop_for("b0"), None, "$0.075 without its own reservation");
+    apply(&mut store, &post_api("s-sub", "b0", t + 9.0, true));
+    assert!(blocked(gate.verdict(&store, &pre_tool(s, "c1", t + 10.0))).contains("per-session usd"));
+    apply(&mut store, &end_turn(s, "s:t2", t + 11.0));
+    let t3 = pre_llm(s, "s:t3", t + 12.0, "cli", "");
+    apply(&mut store, &t3);
+    let notice = context(gate.verdict(&store, &t3)).expect("hard notice");
+    assert!(
+        notice.contains("per-session usd cap of this session") && notice.contains("is used up"),
+        "{notice}"
+    );
+    assert_eq!(context(gate.verdict(&store, &t3)), None, "said once a session");
+    let other = pre_llm("s-fresh", "f:t1", t + 12.0, "cli", "");
+    apply(&mut store, &other);
+    assert_eq!(context(gate.verdict(&store, &other)), None);
+    assert_eq!(gate.verdict(&store, &pre_tool("s-fresh", "c1", t + 13.0)), None);
+}
+
+/// `tokens_counted` picks the tokens a token cap counts; in observe mode a
+/// cap notices and blocks nothing.
+fn a_token_cap_counts_the_tokens_the_file_names() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = write_budgets(dir.path(), "[per_session]\ntokens = 20000\n");
+    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut gate = gate(dir.path());
+    let t = ts("2026-11-30T12:00:00Z");
+    set_now(t);
+    let s = "s-tokens";
+    apply(&mut store, &pre_llm(s, "s:t1", t, "cli", ""));
+    apply(&mut store, &post_api(s, "a0", t + 1.0, true));
+    apply(&mut store, &post_api(s, "a1", t + 2.0, true));
+    // 20,000 input tokens, recorded at $0.05: the cap is tokens, not dollars.
+    let message = blocked(gate.verdict(&store, &pre_tool(s, "c1", t + 3.0)));
+    assert!(message.contains("20000 tokens used of 20000 tokens"), "{message}");
+    std::fs::write(&path, "tokens_counted = \"output\"\n[per_session]\ntokens = 20000\n").expect("rewrite");
+    gate.reload_if_changed(true);
+    assert_eq!(
+        gate.verdict(&store, &pre_tool(s, "c2", t + 4.0)),
+        None,
+        "no output tokens"
+    );
+    std::fs::write(&path, "mode = \"observe\"\n[per_session]\ntokens = 20000\n").expect("rewrite");
+    gate.reload_if_changed(true);
+    assert_eq!(gate.verdict(&store, &pre_tool(s, "c3", t + 5.0)), None);
+    let t2 = pre_llm(s, "s:t2", t + 6.0, "cli", "");
+    apply(&mut store, &t2);
+    let notice = context(gate.verdict(&store, &t2)).expect("notice");
+    assert!(notice.contains("observe mode: nothing is blocked"), "{notice}");
 }
 
 fn a_subagent_counts_toward_its_roots_cron_job_sender_and_profile() {
@@ -804,9 +971,27 @@ fn gating_hooks_wait_only_while_the_gate_has_something_to_say() {
 
 #[test]
 fn quick_verdicts_never_let_through_what_the_writer_would_stop() {
-    let dir = tempfile::tempdir().expect("temp dir");
     // $1.00 a day: 40 calls of $0.025 reach the hard line.
-    write_budgets(dir.path(), "timezone = \"UTC\"\n[global]\ndaily = 1.0\n");
+    quick_against_the_writer("timezone = \"UTC\"\n[global]\ndaily = 1.0\n", true);
+}
+
+#[test]
+fn quick_verdicts_keep_a_session_cap_in_usd() {
+    quick_against_the_writer("[per_session]\nusd = 1.0\n", true);
+}
+
+#[test]
+fn a_tool_call_cap_is_never_answered_quickly() {
+    // The quick view counts USD only: every gated call waits for the writer.
+    quick_against_the_writer("[per_session]\ntool_calls = 30\n", false);
+}
+
+/// Fifty calls of $0.025 and fifty tool calls in one session under
+/// `budgets`: each quick answer must be the writer's, and (`quick`) some
+/// answers are quick.
+fn quick_against_the_writer(budgets: &str, quick: bool) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_budgets(dir.path(), budgets);
     let mut cfg = BridgeConfig::new(dir.path().to_path_buf());
     cfg.hook_wait = Duration::from_secs(10);
     let bridge = Bridge::start_with_gate(cfg, Box::new(BudgetGate::for_store_dir(dir.path(), None, false)));
@@ -839,7 +1024,13 @@ fn quick_verdicts_never_let_through_what_the_writer_would_stop() {
             Outcome::Committed(_) => {}
             other => panic!("pre_llm_call {i}: {other:?}"),
         }
-        let expected = oracle.verdict(&reader, &event("pre_tool_call", 0.0, tool));
+        // Asked as of the call's own time: the tool calls before it count.
+        let at: f64 = reader
+            .query_scalar(&format!(
+                "SELECT started_at FROM tool_calls WHERE tool_call_id = 'c{i}'"
+            ))
+            .expect("recorded");
+        let expected = oracle.verdict(&reader, &event("pre_tool_call", at, tool));
         match tool_outcome {
             Outcome::Queued => {
                 quick_tools += 1;
@@ -865,10 +1056,14 @@ fn quick_verdicts_never_let_through_what_the_writer_would_stop() {
     }
     assert!(notice_at.is_some(), "the soft notice was given");
     assert!(blocked >= 10, "the calls past the limit were blocked: {blocked}");
-    assert!(
-        quick_tools >= 20 && quick_llm >= 20,
-        "quick verdicts: {quick_tools} tool, {quick_llm} llm"
-    );
+    if quick {
+        assert!(
+            quick_tools >= 20 && quick_llm >= 20,
+            "quick verdicts: {quick_tools} tool, {quick_llm} llm"
+        );
+    } else {
+        assert_eq!((quick_tools, quick_llm), (0, 0), "no quick verdict");
+    }
 }
 
 #[test]

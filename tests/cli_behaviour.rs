@@ -626,3 +626,115 @@ fn a_confirmed_held_call_stays_billed_through_a_rebuild() {
     assert!(o.status.success(), "{} {}", stdout(&o), stderr(&o));
     assert_eq!(billed(&home), (150.0, 0), "the rebuilt store bills it too");
 }
+
+/// `budget set|rm session|run <unit>` edits the caps; `budget list` shows
+/// them and what each running session and its open run used of them.
+#[test]
+fn budget_caps_are_set_listed_with_running_sessions_and_removed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = dir.path().join("meter");
+    // A session still running: one turn open, two tool calls and a call
+    // of 10,000 input tokens.
+    let calls = dir.path().join("open.jsonl");
+    // Now, or the replay's idle sweep would close it.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+    let line = |hook: &str, t: f64, kwargs: serde_json::Value| {
+        serde_json::json!({"hook": hook, "t": now - 20.0 + t, "kwargs": kwargs}).to_string()
+    };
+    let lines = [
+        line(
+            "pre_llm_call",
+            10.0,
+            serde_json::json!({"session_id": "live", "turn_id": "live:1", "model": "gpt-4o"}),
+        ),
+        line(
+            "pre_tool_call",
+            11.0,
+            serde_json::json!({"session_id": "live", "tool_call_id": "c1", "tool_name": "terminal"}),
+        ),
+        line(
+            "pre_tool_call",
+            12.0,
+            serde_json::json!({"session_id": "live", "tool_call_id": "c2", "tool_name": "terminal"}),
+        ),
+        line(
+            "post_api_request",
+            13.0,
+            serde_json::json!({"session_id": "live", "turn_id": "live:1", "api_request_id": "a1", "model": "gpt-4o",
+                               "api_duration": 0.5, "usage": {"input_tokens": 10_000, "output_tokens": 0}}),
+        ),
+    ];
+    std::fs::write(&calls, lines.join("\n") + "\n").expect("write calls");
+    let o = run(&home, &["replay", calls.to_str().expect("utf-8 path")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    for args in [
+        &["budget", "set", "run", "tool_calls", "2"][..],
+        &["budget", "set", "session", "usd", "0.05"],
+        &["budget", "set", "session", "tokens", "1_000_000"],
+    ] {
+        let o = run(&home, args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    }
+    assert!(stdout(&run(&home, &["budget", "set", "run", "usd", "1"])).contains("per-run usd cap set to $1.00"));
+    let text = std::fs::read_to_string(home.join("budgets.toml")).expect("read");
+    assert!(text.contains("[per_run]") && text.contains("tool_calls = 2"), "{text}");
+    assert!(text.contains("tokens = 1000000"), "{text}");
+
+    let o = run(&home, &["budget", "list"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let list = stdout(&o);
+    assert!(list.contains("per-run      tool_calls  2 tool calls"), "{list}");
+    let run_row = list
+        .lines()
+        .find(|l| l.starts_with("run") && l.contains("tool_calls"))
+        .unwrap_or_else(|| panic!("no open run row: {list}"));
+    assert!(run_row.contains("live:1") && run_row.ends_with("hard"), "{run_row}");
+    let usd_row = list
+        .lines()
+        .find(|l| l.starts_with("session") && l.contains(" usd "))
+        .unwrap_or_else(|| panic!("no session row: {list}"));
+    assert!(
+        usd_row.contains("$0.03") && usd_row.contains("50") && usd_row.ends_with("ok"),
+        "{usd_row}"
+    );
+
+    let o = run(&home, &["budget", "list", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["tokens_counted"], "total");
+    assert_eq!(v["caps"].as_array().map(Vec::len), Some(4));
+    let tokens = v["open_caps"]
+        .as_array()
+        .expect("open caps")
+        .iter()
+        .find(|c| c["scope"] == "session" && c["unit"] == "tokens")
+        .cloned()
+        .expect("the session's token cap");
+    assert_eq!(
+        (tokens["id"].as_str(), tokens["used"].as_f64()),
+        (Some("live"), Some(10_000.0))
+    );
+
+    // Bad words and limits are refused before the file is touched.
+    for (args, said) in [
+        (&["budget", "set", "run", "tool_calls", "0"][..], "more than 0"),
+        (&["budget", "set", "run", "tool_calls", "2.5"], "not a tool_calls limit"),
+        (&["budget", "set", "session", "minutes", "5"], "unknown cap unit"),
+        (
+            &["budget", "rm", "session", "tool_calls"],
+            "no per-session tool_calls cap",
+        ),
+    ] {
+        let o = run(&home, args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(stderr(&o).contains(said), "{args:?}: {}", stderr(&o));
+    }
+    let o = run(&home, &["budget", "rm", "run", "tool_calls"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(home.join("budgets.toml")).expect("read");
+    assert!(!text.lines().any(|l| l.starts_with("tool_calls")), "{text}");
+    assert!(text.contains("usd = 1.0"), "the run's other cap stays: {text}");
+}

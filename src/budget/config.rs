@@ -13,6 +13,7 @@ use std::path::Path;
 use jiff::tz::TimeZone;
 use serde::Deserialize;
 
+use super::caps::{CapLimits, CapScope, CapUnit, TokenCount};
 use super::window::Window;
 
 /// Whether budgets may block calls.
@@ -178,11 +179,14 @@ struct File {
     hard_threshold: Option<f64>,
     soften_estimated: Option<bool>,
     alert_thresholds: Option<Vec<f64>>,
+    tokens_counted: Option<String>,
     global: Option<Limits>,
     per_cron_job: Option<ScopeLimits>,
     per_sender: Option<ScopeLimits>,
     per_profile: Option<ScopeLimits>,
     per_model: Option<ScopeLimits>,
+    per_session: Option<CapLimits>,
+    per_run: Option<CapLimits>,
 }
 
 /// The budget configuration, resolved.
@@ -208,6 +212,10 @@ pub struct BudgetConfig {
     pub alert_thresholds: Vec<f64>,
     /// Limits by scope (`Global` uses the default only).
     pub scopes: BTreeMap<Scope, ScopeLimits>,
+    /// Per-session and per-run caps (see `caps.rs`).
+    pub caps: BTreeMap<CapScope, CapLimits>,
+    /// Which tokens a token cap counts.
+    pub tokens_counted: TokenCount,
     /// Spend is the fleet's (`HERMES_METER_FLEET_URL`): set by whoever loads
     /// the file, never by the file.
     pub fleet: bool,
@@ -225,6 +233,8 @@ impl Default for BudgetConfig {
             soften_estimated: false,
             alert_thresholds: Vec::new(),
             scopes: BTreeMap::new(),
+            caps: BTreeMap::new(),
+            tokens_counted: TokenCount::Total,
             fleet: false,
         }
     }
@@ -268,6 +278,16 @@ impl BudgetConfig {
         alerts.dedup();
         alerts.retain(|t| *t != cfg.soft_threshold);
         cfg.alert_thresholds = alerts;
+        if let Some(t) = &file.tokens_counted {
+            cfg.tokens_counted =
+                TokenCount::parse(t).ok_or_else(|| format!("tokens_counted: {t:?} is none of total, input, output"))?;
+        }
+        for (scope, caps) in [(CapScope::Session, file.per_session), (CapScope::Run, file.per_run)] {
+            if let Some(c) = caps.filter(|c| !c.is_empty()) {
+                c.check(scope.table())?;
+                cfg.caps.insert(scope, c);
+            }
+        }
         if let Some(g) = file.global {
             g.check("global")?;
             cfg.scopes.insert(
@@ -309,9 +329,19 @@ impl BudgetConfig {
 
     /// Whether no limit is set at all (the gate then reads nothing).
     pub fn is_empty(&self) -> bool {
-        self.scopes
+        self.caps.is_empty()
+            && self
+                .scopes
+                .values()
+                .all(|s| s.default.is_empty() && s.overrides.values().all(Limits::is_empty))
+    }
+
+    /// Whether a cap counts tokens or tool calls, which the quick view
+    /// (USD only) cannot answer for: gated calls then wait for a verdict.
+    pub fn caps_beyond_usd(&self) -> bool {
+        self.caps
             .values()
-            .all(|s| s.default.is_empty() && s.overrides.values().all(Limits::is_empty))
+            .any(|c| c.get(CapUnit::Tokens).is_some() || c.get(CapUnit::ToolCalls).is_some())
     }
 
     /// The limits for one scope id: its override over the scope's default.

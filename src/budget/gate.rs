@@ -35,7 +35,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::handle::{BudgetHandle, CronPause};
 use crate::bridge::{Gate, GateNeeds, QuickGate, Verdict};
-use crate::budget::{self, alert, verdict, BudgetConfig, BudgetMode, BudgetState, Level, Scope, Unsynced};
+use crate::budget::{
+    self, alert, verdict, BudgetConfig, BudgetMode, BudgetState, CapScope, CapState, Level, Scope, Unsynced,
+};
 use crate::hook::{Hook, HookEvent};
 use crate::lock;
 use crate::store::Store;
@@ -278,19 +280,8 @@ impl BudgetGate {
         }
     }
 
-    /// The state of every budget of `session` (calling `model`) now.
-    fn states(
-        &self,
-        store: &Store,
-        session: &str,
-        model: Option<&str>,
-        now: f64,
-        exclude: Option<&str>,
-    ) -> crate::Result<Vec<BudgetState>> {
-        store.read_snapshot(|st| self.states_in(st, session, model, now, exclude))
-    }
-
-    /// [`BudgetGate::states`] inside a snapshot the caller holds.
+    /// The state of every budget of `session` (calling `model`) now,
+    /// inside a snapshot the caller holds.
     fn states_in(
         &self,
         store: &Store,
@@ -316,15 +307,16 @@ impl BudgetGate {
             Hook::PreLlmCall(e) => {
                 let mut texts = Vec::new();
                 // One snapshot for the budgets and the pending alerts.
-                let (states, pending) = store.read_snapshot(|st| {
+                let (states, caps, pending) = store.read_snapshot(|st| {
                     let states = if self.cfg.is_empty() {
                         Vec::new()
                     } else {
                         self.states_in(st, &e.session_id, e.model.as_deref(), now, None)?
                     };
-                    Ok((states, st.pending_alerts(MAX_ALERTS_PER_TURN)?))
+                    let caps = self.caps_in(st, &e.session_id, now, None, None)?;
+                    Ok((states, caps, st.pending_alerts(MAX_ALERTS_PER_TURN)?))
                 })?;
-                self.record_headroom(&e.session_id, e.model.as_deref(), &states);
+                self.record_headroom(&e.session_id, e.model.as_deref(), &states, &caps);
                 if !self.cfg.is_empty() {
                     for s in &states {
                         let Some(t) = budget::threshold_reached(&self.cfg, s) else {
@@ -355,6 +347,7 @@ impl BudgetGate {
                     if enforce {
                         self.pause_cron(store, &states, now, &e.session_id)?;
                     }
+                    self.cap_notices(store, &caps, now, &e.session_id, &mut texts)?;
                 }
                 for (kind, key, text) in pending {
                     if store.deliver_alert(&kind, &key, now, &e.session_id)? {
@@ -376,14 +369,15 @@ impl BudgetGate {
             }
             Hook::PreToolCall(e) if enforce && !self.cfg.is_empty() => {
                 let session = &e.tool.session_id;
-                let states = self.states(store, session, None, now, None)?;
-                self.record_headroom(session, None, &states);
+                let (states, caps) = store.read_snapshot(|st| {
+                    let states = self.states_in(st, session, None, now, None)?;
+                    Ok((states, self.caps_in(st, session, now, None, Some(event.at))?))
+                })?;
+                self.record_headroom(session, None, &states, &caps);
                 self.pause_cron(store, &states, now, session)?;
-                match blocking(&states) {
-                    Some(s) => {
-                        store.count_budget_verdict(verdict::BLOCKED, s, now)?;
-                        let message = budget::block_text(s, &self.cfg.tz);
-                        self.handle.note_session(session, Some(message.clone()));
+                match self.block(store, &states, &caps, true, now)? {
+                    Some((message, stops_llm)) => {
+                        self.handle.note_session(session, stops_llm.then(|| message.clone()));
                         Ok(Some(Verdict::Block { message }))
                     }
                     None => {
@@ -396,13 +390,15 @@ impl BudgetGate {
                 let a = &e.api;
                 // The call's own reservation is not held against it: a call
                 // starts while the spend before it is under the limit.
-                let states = self.states(store, &a.session_id, a.model.as_deref(), now, Some(&a.api_request_id))?;
-                self.record_headroom(&a.session_id, a.model.as_deref(), &states);
+                let exclude = Some(a.api_request_id.as_str());
+                let (states, caps) = store.read_snapshot(|st| {
+                    let states = self.states_in(st, &a.session_id, a.model.as_deref(), now, exclude)?;
+                    Ok((states, self.caps_in(st, &a.session_id, now, exclude, None)?))
+                })?;
+                self.record_headroom(&a.session_id, a.model.as_deref(), &states, &caps);
                 self.pause_cron(store, &states, now, &a.session_id)?;
-                match blocking(&states) {
-                    Some(s) => {
-                        store.count_budget_verdict(verdict::BLOCKED, s, now)?;
-                        let text = budget::block_text(s, &self.cfg.tz);
+                match self.block(store, &states, &caps, false, now)? {
+                    Some((text, _)) => {
                         self.handle.note_session(&a.session_id, Some(text.clone()));
                         self.handle.stop(&a.api_request_id, text);
                     }
@@ -412,6 +408,98 @@ impl BudgetGate {
             }
             _ => Ok(None),
         }
+    }
+
+    /// What blocks a tool call (`tool`) or an LLM call now, counted as a
+    /// verdict: a budget in hard breach, else a cap in hard breach (a
+    /// tool-call cap blocks tool calls only), else a fleet lease used up.
+    /// The block text, and whether it stops LLM calls too.
+    fn block(
+        &self,
+        store: &Store,
+        states: &[BudgetState],
+        caps: &[CapState],
+        tool: bool,
+        now: f64,
+    ) -> crate::Result<Option<(String, bool)>> {
+        let hard_budget = states.iter().find(|s| s.level == Level::Hard);
+        let hard_cap = caps
+            .iter()
+            .find(|c| c.level == Level::Hard && (tool || c.stops_llm_calls()));
+        if let (None, Some(c)) = (hard_budget, hard_cap) {
+            store.count_verdict(verdict::BLOCKED, c.cap.scope.as_str(), budget::LIFETIME, now)?;
+            return Ok(Some((budget::cap_block_text(c), c.stops_llm_calls())));
+        }
+        Ok(match blocking(states) {
+            Some(s) => {
+                store.count_budget_verdict(verdict::BLOCKED, s, now)?;
+                Some((budget::block_text(s, &self.cfg.tz), true))
+            }
+            None => None,
+        })
+    }
+
+    /// The caps of `session` and its current run now, read inside a
+    /// snapshot the caller holds (see [`Store::cap_use`]).
+    fn caps_in(
+        &self,
+        store: &Store,
+        session: &str,
+        now: f64,
+        exclude: Option<&str>,
+        tool_call_at: Option<f64>,
+    ) -> crate::Result<Vec<CapState>> {
+        if self.cfg.caps.is_empty() {
+            return Ok(Vec::new());
+        }
+        let with_run = self.cfg.caps.contains_key(&CapScope::Run);
+        let Some(used) = store.cap_use(session, now, exclude, tool_call_at, with_run)? else {
+            return Ok(Vec::new());
+        };
+        let mut out = budget::assess_caps(&self.cfg, CapScope::Session, &used.root, &used.session);
+        if let Some((turn, run)) = &used.run {
+            out.extend(budget::assess_caps(&self.cfg, CapScope::Run, turn, run));
+        }
+        Ok(out)
+    }
+
+    /// The alert-threshold, soft and hard notices of `caps`, once per
+    /// session or run, cap and line, across processes.
+    fn cap_notices(
+        &self,
+        store: &Store,
+        caps: &[CapState],
+        now: f64,
+        session: &str,
+        texts: &mut Vec<String>,
+    ) -> crate::Result<()> {
+        for c in caps {
+            let Some(t) = budget::cap_threshold_reached(&self.cfg, c) else {
+                continue;
+            };
+            let text = budget::cap_threshold_text(c, t);
+            if store.raise_alert_delivered(
+                alert::BUDGET_THRESHOLD,
+                &c.alert_key(&t.to_string()),
+                &text,
+                now,
+                session,
+            )? {
+                texts.push(text);
+            }
+        }
+        for c in caps.iter().filter(|c| c.level >= Level::Soft) {
+            let (kind, v) = match c.level {
+                Level::Hard => (alert::BUDGET_HARD, verdict::HARD),
+                _ => (alert::BUDGET_SOFT, verdict::SOFT),
+            };
+            let text = budget::cap_notice_text(c, self.mode());
+            if store.raise_alert_delivered(kind, &c.alert_key(c.level.as_str()), &text, now, session)? {
+                store.count_verdict(v, c.cap.scope.as_str(), budget::LIFETIME, now)?;
+                texts.push(text);
+            }
+        }
+        Ok(())
     }
 
     /// A cron job's budget in hard breach pauses the job, once per window.

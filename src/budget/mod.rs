@@ -45,6 +45,7 @@
 //! each of `alert_thresholds` × limit an alert, once per window.
 
 pub mod alert;
+mod caps;
 mod config;
 mod first_sync;
 mod gate;
@@ -56,6 +57,10 @@ mod text;
 pub mod verdict;
 mod window;
 
+pub use caps::{
+    assess_caps, cap_block_text, cap_notice_text, cap_threshold_reached, cap_threshold_text, Cap, CapLimits, CapScope,
+    CapState, CapUnit, TokenCount, Used, LIFETIME,
+};
 pub use config::{
     Budget, BudgetConfig, BudgetMode, Limits, Scope, ScopeKeys, ScopeLimits, BUDGETS_FILE_NAME, DEFAULT_HARD_THRESHOLD,
     DEFAULT_PROFILE, DEFAULT_SOFT_THRESHOLD,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::gate::BudgetGate;
 use super::handle::Shared;
 use crate::bridge::{QueuedSpend, QuickGate};
-use crate::budget::{BudgetState, Level, Window};
+use crate::budget::{BudgetState, CapState, CapUnit, Level, Window};
 use crate::hook::{Hook, HookEvent};
 use crate::lock;
 use crate::store::Store;
@@ -113,8 +113,16 @@ impl QuickGate for Shared {
 impl BudgetGate {
     /// Keeps, for the quick verdicts, how far `states` (of `session` calling
     /// `model`, just read) are from their soft and hard lines.
-    pub(super) fn record_headroom(&self, session: &str, model: Option<&str>, states: &[BudgetState]) {
+    pub(super) fn record_headroom(
+        &self,
+        session: &str,
+        model: Option<&str>,
+        states: &[BudgetState],
+        caps: &[CapState],
+    ) {
         let (notice, block) = self.headroom_of(states);
+        let (cap_notice, cap_block) = self.cap_headroom(caps);
+        let (notice, block) = (notice.min(cap_notice), block.min(cap_block));
         let mut view = lock(&self.handle.0.quick);
         if view.sessions.len() >= MAX_QUICK_SESSIONS {
             view.sessions.clear();
@@ -160,6 +168,35 @@ impl BudgetGate {
         (notice, block)
     }
 
+    /// How far USD `caps` are from their next notice line and hard line.
+    /// A cap in tokens or tool calls leaves no headroom: the quick view
+    /// counts USD only, so while one is set the gated calls wait for
+    /// their verdict.
+    fn cap_headroom(&self, caps: &[CapState]) -> (f64, f64) {
+        if self.cfg.caps_beyond_usd() {
+            return (0.0, 0.0);
+        }
+        let (mut notice, mut block) = (f64::INFINITY, f64::INFINITY);
+        for c in caps.iter().filter(|c| c.cap.unit == CapUnit::Usd) {
+            let next_line = self
+                .notice_lines()
+                .map(|f| c.cap.limit * f)
+                .filter(|line| *line > c.used)
+                .fold(f64::INFINITY, f64::min);
+            notice = notice.min(if c.level >= Level::Soft {
+                0.0
+            } else {
+                next_line - c.used
+            });
+            block = block.min(if c.level == Level::Hard {
+                0.0
+            } else {
+                c.cap.limit * self.cfg.hard_threshold - c.used
+            });
+        }
+        (notice, block)
+    }
+
     /// Brings the quick view's store-wide figures up to date: the cost of
     /// every call recorded and every open reservation; at most every
     /// [`UNIVERSAL_REFRESH`], the universal headroom.
@@ -188,14 +225,23 @@ impl BudgetGate {
                 true => store.fleet_status()?.map_or(1, |s| s.hosts.max(1)),
                 false => 1,
             };
+            let lowest = self.notice_lines().fold(f64::INFINITY, f64::min);
             for limits in self.cfg.scopes.values() {
                 for w in Window::ALL {
                     if let Some(limit) = limits.default.get(w) {
-                        let lowest = self.notice_lines().fold(f64::INFINITY, f64::min);
                         notice = notice.min(limit * lowest);
                         block = block.min(limit * self.cfg.hard_threshold / hosts as f64);
                     }
                 }
+            }
+            // A session not measured yet may be any session: its caps are
+            // whole, or (in tokens or tool calls) not known to the view.
+            if self.cfg.caps_beyond_usd() {
+                (notice, block) = (0.0, 0.0);
+            }
+            for usd in self.cfg.caps.values().filter_map(|c| c.usd) {
+                notice = notice.min(usd * lowest);
+                block = block.min(usd * self.cfg.hard_threshold);
             }
             lock(&self.handle.0.quick).universal = Some(Headroom {
                 notice_usd: notice,

@@ -12,7 +12,7 @@ use std::time::Duration;
 use clap::Subcommand;
 use jiff::Timestamp;
 
-use crate::budget::{self, BudgetConfig, BudgetState, Level, Scope, Window};
+use crate::budget::{self, BudgetConfig, BudgetState, CapScope, CapState, CapUnit, Level, Scope, Window};
 use crate::error::{Error, Result};
 use crate::store::{write_atomically, Store};
 
@@ -22,15 +22,17 @@ pub enum BudgetCommand {
     /// Set a limit: `set <scope> [<id>] <window> <usd>`. Scope: global, cron,
     /// sender, profile, model; without an id, the scope's default. Window:
     /// daily, weekly, monthly. E.g. `set cron 3f9a1c2b7d10 daily 2.50`.
+    /// Or a cap on every session or run: `set session|run usd|tokens|tool_calls
+    /// <limit>`, e.g. `set run tool_calls 200`.
     Set {
-        /// <scope> [<id>] <window> <usd>
+        /// <scope> [<id>] <window> <usd>, or session|run <unit> <limit>
         #[arg(required = true, num_args = 3..=4, value_name = "ARGS")]
         args: Vec<String>,
     },
     /// Remove a limit: `rm <scope> [<id>] <window>`, the same words as `set`
-    /// without the amount. E.g. `rm cron 3f9a1c2b7d10 daily`.
+    /// without the amount. E.g. `rm cron 3f9a1c2b7d10 daily`, `rm run tool_calls`.
     Rm {
-        /// <scope> [<id>] <window>
+        /// <scope> [<id>] <window>, or session|run <unit>
         #[arg(required = true, num_args = 2..=3, value_name = "ARGS")]
         args: Vec<String>,
     },
@@ -72,6 +74,22 @@ fn budget_words(scope: Scope, id: Option<&str>, window: Window) -> String {
 pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
     let path = dir.join(budget::BUDGETS_FILE_NAME);
     match cmd {
+        BudgetCommand::Set { args } if is_cap(args) => {
+            let (scope, unit, limit) = parse_cap_set(args).map_err(Error::Other)?;
+            let place = edit_here_or_fleet(&path, |p: &Path| set_cap(p, scope, unit, limit))?;
+            println!(
+                "per-{scope} {} cap set to {} {place}",
+                unit.as_str(),
+                unit.format(limit)
+            );
+            Ok(0)
+        }
+        BudgetCommand::Rm { args } if is_cap(args) => {
+            let (scope, unit) = parse_cap_rm(args).map_err(Error::Other)?;
+            let place = edit_here_or_fleet(&path, |p: &Path| remove_cap(p, scope, unit))?;
+            println!("per-{scope} {} cap removed {place}", unit.as_str());
+            Ok(0)
+        }
         BudgetCommand::Set { args } => {
             let (scope, id, window, usd) = parse_set(args).map_err(Error::Other)?;
             let what = budget_words(scope, id.as_deref(), window);
@@ -94,6 +112,7 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
             let states = states(dir, &cfg)?;
             let defaults = scope_defaults(&cfg);
             let zone = zone_name(&cfg);
+            let open = open_caps(dir, &cfg)?;
             if *json {
                 let rows: Vec<_> = states.iter().map(|s| state_json(s, Some(&cfg), None)).collect();
                 let defaults: Vec<_> = defaults
@@ -112,15 +131,21 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
                     "alert_thresholds": cfg.alert_thresholds,
                     "budgets": rows,
                     "scope_defaults": defaults,
+                    "tokens_counted": cfg.tokens_counted.as_str(),
+                    "caps": caps_json(&cfg),
+                    "open_caps": open.iter().map(cap_state_json).collect::<Vec<_>>(),
                 }))?;
             } else {
                 if let Some(note) = fleet.as_ref().and_then(FleetReach::note) {
                     println!("{note}");
                 }
-                if states.is_empty() && defaults.is_empty() {
+                if states.is_empty() && defaults.is_empty() && cfg.caps.is_empty() {
                     println!("no budgets set; add one with: hermes-meter budget set global daily 10");
                 } else {
-                    print!("{}", render_list(&cfg, &states, &defaults));
+                    if !(states.is_empty() && defaults.is_empty()) {
+                        print!("{}", render_list(&cfg, &states, &defaults));
+                    }
+                    print!("{}", render_caps(&cfg, &open));
                 }
             }
             Ok(0)
@@ -280,6 +305,190 @@ fn sync_fleet(dir: &Path) -> Result<Option<FleetReach>> {
         None => None,
     };
     Ok(Some(FleetReach { url, error, synced_at }))
+}
+
+/// Whether `set`/`rm` arguments name a cap (`session` or `run` first).
+fn is_cap(args: &[String]) -> bool {
+    args.first().is_some_and(|a| CapScope::parse(a).is_some())
+}
+
+/// Reads `session|run <unit> <limit>`.
+pub fn parse_cap_set(args: &[String]) -> std::result::Result<(CapScope, CapUnit, f64), String> {
+    let [scope, unit, limit] = args else {
+        return Err("usage: budget set session|run usd|tokens|tool_calls <limit>".into());
+    };
+    let (scope, unit) = parse_cap_words(scope, unit)?;
+    let bad = || format!("{limit:?} is not a {} limit", unit.as_str());
+    let value: f64 = match unit {
+        CapUnit::Usd => limit.trim_start_matches('$').parse().map_err(|_| bad())?,
+        CapUnit::Tokens | CapUnit::ToolCalls => limit.replace('_', "").parse::<u64>().map_err(|_| bad())? as f64,
+    };
+    if !value.is_finite() || value <= 0.0 {
+        return Err(format!(
+            "a cap must be more than 0, not {limit}; to have no cap, remove it: hermes-meter budget rm {scope} {}",
+            unit.as_str()
+        ));
+    }
+    Ok((scope, unit, value))
+}
+
+/// Reads `session|run <unit>`.
+pub fn parse_cap_rm(args: &[String]) -> std::result::Result<(CapScope, CapUnit), String> {
+    let [scope, unit] = args else {
+        return Err("usage: budget rm session|run usd|tokens|tool_calls".into());
+    };
+    parse_cap_words(scope, unit)
+}
+
+fn parse_cap_words(scope: &str, unit: &str) -> std::result::Result<(CapScope, CapUnit), String> {
+    let scope = CapScope::parse(scope).ok_or_else(|| format!("unknown cap scope {scope:?}: use session or run"))?;
+    let unit =
+        CapUnit::parse(unit).ok_or_else(|| format!("unknown cap unit {unit:?}: use usd, tokens or tool_calls"))?;
+    Ok((scope, unit))
+}
+
+/// Sets one cap in the budget file at `path`, keeping everything else.
+pub fn set_cap(path: &Path, scope: CapScope, unit: CapUnit, limit: f64) -> Result<()> {
+    let (text, header) = match std::fs::read_to_string(path) {
+        Ok(t) => (t, ""),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), NEW_FILE_HEADER),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let mut doc = parse_doc(path, &text)?;
+    let item = &mut doc[scope.table()];
+    if item.is_none() {
+        *item = toml_edit::Item::Table(toml_edit::Table::new());
+    }
+    let table = item.as_table_like_mut().ok_or_else(|| Error::Config {
+        path: path.to_path_buf(),
+        message: format!("{} is not a table", scope.table()),
+    })?;
+    let value = match unit {
+        CapUnit::Usd => toml_edit::value(limit),
+        CapUnit::Tokens | CapUnit::ToolCalls => toml_edit::value(limit as i64),
+    };
+    table.insert(unit.as_str(), value);
+    write_checked(path, header, &doc)
+}
+
+/// Removes one cap from the budget file at `path`; an error when it is not set.
+pub fn remove_cap(path: &Path, scope: CapScope, unit: CapUnit) -> Result<()> {
+    let what = format!("per-{scope} {}", unit.as_str());
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::Other(format!(
+                "no {what} cap to remove: {} does not exist",
+                path.display()
+            )))
+        }
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let mut doc = parse_doc(path, &text)?;
+    if !remove_key(doc.as_table_mut(), &[scope.table()], unit.as_str()) {
+        return Err(Error::Other(format!(
+            "no {what} cap is set in {}; see hermes-meter budget list",
+            path.display()
+        )));
+    }
+    write_checked(path, "", &doc)
+}
+
+/// Most running sessions whose caps `budget list` shows.
+const LISTED_CAP_SESSIONS: usize = 20;
+
+/// The caps of the running root sessions and their open runs, now.
+fn open_caps(dir: &Path, cfg: &BudgetConfig) -> Result<Vec<CapState>> {
+    if cfg.caps.is_empty() {
+        return Ok(Vec::new());
+    }
+    let store = Store::open_dir(dir)?;
+    let now = super::time::now();
+    let mut out = Vec::new();
+    for session in store.running_root_sessions(LISTED_CAP_SESSIONS)? {
+        let with_run = cfg.caps.contains_key(&CapScope::Run);
+        let Some(used) = store.cap_use(&session, now, None, None, with_run)? else {
+            continue;
+        };
+        out.extend(budget::assess_caps(cfg, CapScope::Session, &used.root, &used.session));
+        if let Some((turn, run)) = &used.run {
+            out.extend(budget::assess_caps(cfg, CapScope::Run, turn, run));
+        }
+    }
+    Ok(out)
+}
+
+fn caps_json(cfg: &BudgetConfig) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    for (scope, limits) in &cfg.caps {
+        for unit in CapUnit::ALL {
+            if let Some(limit) = limits.get(unit) {
+                out.push(serde_json::json!({"scope": scope.as_str(), "unit": unit.as_str(), "limit": limit}));
+            }
+        }
+    }
+    out
+}
+
+fn cap_state_json(c: &CapState) -> serde_json::Value {
+    serde_json::json!({
+        "scope": c.cap.scope.as_str(),
+        "id": c.id,
+        "unit": c.cap.unit.as_str(),
+        "used": c.used,
+        "limit": c.cap.limit,
+        "verdict": c.level.as_str(),
+    })
+}
+
+/// The caps part of `budget list`: each cap, then each running session's
+/// and open run's use of them.
+fn render_caps(cfg: &BudgetConfig, open: &[CapState]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    if cfg.caps.is_empty() {
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "caps on every session and run (tokens counted: {}; a tool-call cap blocks tools only)",
+        cfg.tokens_counted.as_str()
+    );
+    for c in caps_json(cfg) {
+        let unit = CapUnit::parse(c["unit"].as_str().unwrap_or("")).unwrap_or(CapUnit::Usd);
+        let _ = writeln!(
+            out,
+            "  per-{:<8} {:<11} {}",
+            c["scope"].as_str().unwrap_or(""),
+            unit.as_str(),
+            unit.format(c["limit"].as_f64().unwrap_or(0.0))
+        );
+    }
+    if open.is_empty() {
+        let _ = writeln!(out, "no session is running");
+        return out;
+    }
+    let w = id_width(open.iter().map(|c| c.id.as_str()));
+    let _ = writeln!(
+        out,
+        "{:<8} {:<w$} {:<11} {:>20} {:>20} {:>5}  verdict",
+        "scope", "id", "cap", "used", "limit", "%"
+    );
+    for c in open {
+        let u = c.cap.unit;
+        let _ = writeln!(
+            out,
+            "{:<8} {:<w$} {:<11} {:>20} {:>20} {:>5}  {}",
+            c.cap.scope.as_str(),
+            c.id,
+            u.as_str(),
+            u.format(c.used),
+            u.format(c.cap.limit),
+            pct(c.used, c.cap.limit),
+            c.level.as_str()
+        );
+    }
+    out
 }
 
 /// The budget file, counting the fleet's spend when there is a fleet.
@@ -688,6 +897,11 @@ const NEW_FILE_HEADER: &str = "\
 # hard_threshold = 1.0
 # soften_estimated = false  # a hard breach resting on estimated costs is soft
 # alert_thresholds = [0.5, 0.75, 0.9]  # an alert at each, once per window
+# tokens_counted = \"total\"  # what a token cap counts: total, input or output
+# [per_session]             # caps on every session (all turns and subagents)
+# usd = 5.0
+# [per_run]                 # caps on every run (one turn with its subagents)
+# tool_calls = 200
 ";
 
 #[cfg(test)]

@@ -47,7 +47,7 @@ mod session_list;
 mod session_view;
 mod trace_view;
 
-pub use budget::{AlertRow, RecordedCall, RESERVATION_TTL_SECONDS};
+pub use budget::{AlertRow, CapUse, RecordedCall, RESERVATION_TTL_SECONDS};
 pub use content::{ContentCursor, ContentKind};
 pub use doctor::{
     check_integrity, check_writable, missing_beside_aside, moved_aside, quick_look, Integrity, Rebuilt, DAMAGED_INFIX,

@@ -178,7 +178,13 @@ impl Store {
     /// Counts one verdict (see [`budget::verdict`]) on `state`'s budget,
     /// here and in the `hermes.budget.verdicts` counter.
     pub fn count_budget_verdict(&self, verdict: &str, state: &BudgetState, at: f64) -> Result<()> {
-        let attrs = metrics::verdict_attrs(state.budget.scope.as_str(), state.budget.window.as_str(), verdict);
+        self.count_verdict(verdict, state.budget.scope.as_str(), state.budget.window.as_str(), at)
+    }
+
+    /// Counts one verdict on a budget or cap of `scope` over `window` (a
+    /// cap's is [`budget::LIFETIME`]).
+    pub fn count_verdict(&self, verdict: &str, scope: &str, window: &str, at: f64) -> Result<()> {
+        let attrs = metrics::verdict_attrs(scope, window, verdict);
         crate::store::add_to_counter(self.conn(), semconv::metric::BUDGET_VERDICTS, &attrs, 1.0, at)?;
         self.conn()
             .prepare_cached(

@@ -8,6 +8,8 @@
 //! - `spend.rs`: reading a scope id's spend in a window, the ids that
 //!   spent, store-wide totals (`budget/states.rs` turns these into budget
 //!   states for the gate, `budget list` and the gauges);
+//! - `caps.rs`: what a session family and its current run used, for the
+//!   per-session and per-run caps;
 //! - `alerts.rs`: alerts (`alerts`), once-per-period claims (`budget_once`)
 //!   and verdict counts (`budget_verdicts`).
 //!
@@ -21,10 +23,12 @@
 //! runs SQL.
 
 mod alerts;
+mod caps;
 mod rollups;
 mod spend;
 
 pub use alerts::AlertRow;
+pub use caps::CapUse;
 pub use rollups::RecordedCall;
 pub(super) use rollups::{
     note_profile, on_api_request_error, on_post_api_request, on_pre_api_request, on_usage_confirmed, SpendRollup,
