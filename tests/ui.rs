@@ -391,6 +391,58 @@ fn the_budgets_page_shows_spend_against_limit_with_its_forecast() {
     assert!(page.body.contains("model_unavailable"), "{}", page.body);
 }
 
+#[test]
+fn the_budgets_page_shows_the_caps_and_what_running_sessions_used() {
+    let (dir, mut store) = store_with(&[]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+    apply(
+        &mut store,
+        "pre_llm_call",
+        now,
+        json!({"session_id": "live<1>", "turn_id": "live:1", "model": "gpt-4o"}),
+    );
+    for n in 0..4 {
+        let call = json!({"session_id": "live<1>", "tool_call_id": format!("c{n}"), "tool_name": "terminal"});
+        apply(&mut store, "pre_tool_call", now + 1.0 + f64::from(n), call);
+    }
+    std::fs::write(
+        dir.path().join("budgets.toml"),
+        "[per_run]\ntool_calls = 4\n[per_session]\nusd = 2\n",
+    )
+    .expect("budgets");
+    let ui = serve(dir.path(), None, "127.0.0.1:0");
+    let page = get(ui.addr(), "/budgets", &[]);
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        !page.body.contains("id=\"no-budgets\""),
+        "caps are budgets: {}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains("per session: $2.00, per run: 4 tool calls; tokens counted: total"),
+        "{}",
+        page.body
+    );
+    // The session's id is escaped in the text and in its link.
+    assert!(
+        page.body.contains("<a href=\"/session/live%3C1%3E\">live&lt;1&gt;</a>"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains(
+            "<tr class=\"cap status-hard\"><td>run</td><td>live:1</td><td>tool_calls</td>\
+<td class=\"num\">4 tool calls</td>"
+        ),
+        "{}",
+        page.body
+    );
+}
+
 /// The pages' reads use indexes, not scans of the ledger.
 #[test]
 fn the_index_and_session_queries_use_indexes() {

@@ -9,7 +9,10 @@
 //! every caller reads states the same way, but only through the store's
 //! public reads.
 
-use super::{assess, timestamp, window_bounds, Budget, BudgetConfig, BudgetState, Limits, Scope, ScopeKeys, Window};
+use super::{
+    assess, assess_caps, timestamp, window_bounds, Budget, BudgetConfig, BudgetState, CapScope, CapState, Limits,
+    Scope, ScopeKeys, Window,
+};
 use crate::error::Result;
 use crate::store::Store;
 
@@ -147,6 +150,28 @@ impl Store {
                 }
             }
             out.extend(self.states_of(cfg, budgets, &mut bounds, now, None, None)?);
+        }
+        Ok(out)
+    }
+}
+
+impl Store {
+    /// The caps of the `limit` newest running root sessions and of their
+    /// open runs, now: for `budget list` and the viewer (not a hook path).
+    pub fn open_cap_states(&self, cfg: &BudgetConfig, now: f64, limit: usize) -> Result<Vec<CapState>> {
+        let mut out = Vec::new();
+        if cfg.caps.is_empty() {
+            return Ok(out);
+        }
+        let with_run = cfg.caps.contains_key(&CapScope::Run);
+        for session in self.running_root_sessions(limit)? {
+            let Some(used) = self.cap_use(&session, now, None, None, with_run)? else {
+                continue;
+            };
+            out.extend(assess_caps(cfg, CapScope::Session, &used.root, &used.session));
+            if let Some((turn, run)) = &used.run {
+                out.extend(assess_caps(cfg, CapScope::Run, turn, run));
+            }
         }
         Ok(out)
     }

@@ -402,20 +402,7 @@ fn open_caps(dir: &Path, cfg: &BudgetConfig) -> Result<Vec<CapState>> {
     if cfg.caps.is_empty() {
         return Ok(Vec::new());
     }
-    let store = Store::open_dir(dir)?;
-    let now = super::time::now();
-    let mut out = Vec::new();
-    for session in store.running_root_sessions(LISTED_CAP_SESSIONS)? {
-        let with_run = cfg.caps.contains_key(&CapScope::Run);
-        let Some(used) = store.cap_use(&session, now, None, None, with_run)? else {
-            continue;
-        };
-        out.extend(budget::assess_caps(cfg, CapScope::Session, &used.root, &used.session));
-        if let Some((turn, run)) = &used.run {
-            out.extend(budget::assess_caps(cfg, CapScope::Run, turn, run));
-        }
-    }
-    Ok(out)
+    Store::open_dir(dir)?.open_cap_states(cfg, super::time::now(), LISTED_CAP_SESSIONS)
 }
 
 fn caps_json(cfg: &BudgetConfig) -> Vec<serde_json::Value> {

@@ -50,6 +50,9 @@ use crate::store::{SessionFilter, SessionSort, Store, DB_FILE_NAME};
 use html::{percent_decode, query_pairs};
 use pages::{Frame, Tab};
 
+/// Most running sessions whose caps the budgets page shows.
+const SHOWN_CAP_SESSIONS: usize = 20;
+
 /// The environment variable holding the viewer's access token (resolved
 /// in `config/cli.rs`).
 pub use crate::config::cli::UI_TOKEN_ENV as TOKEN_ENV;
@@ -309,13 +312,14 @@ fn route(state: &State, path: &str, asked: &Asked) -> Result<Response<Full<Bytes
     if path == "/budgets" {
         let cfg = BudgetConfig::load(&state.dir.join(budget::BUDGETS_FILE_NAME))?;
         let now = crate::unix_now();
-        let (states, verdicts, alerts) = store.read_snapshot(|s| {
+        let (states, caps, verdicts, alerts) = store.read_snapshot(|s| {
             let states = if cfg.is_empty() {
                 Vec::new()
             } else {
                 s.budget_states(&cfg, now)?
             };
-            Ok((states, s.budget_verdict_counts()?, s.alerts()?))
+            let caps = s.open_cap_states(&cfg, now, SHOWN_CAP_SESSIONS)?;
+            Ok((states, caps, s.budget_verdict_counts()?, s.alerts()?))
         })?;
         let rows: Vec<pages::BudgetRow> = states
             .into_iter()
@@ -331,7 +335,7 @@ fn route(state: &State, path: &str, asked: &Asked) -> Result<Response<Full<Bytes
                 }
             })
             .collect();
-        let body = pages::budgets(&frame, &cfg, &rows, &verdicts, &alerts);
+        let body = pages::budgets(&frame, &cfg, &rows, &caps, &verdicts, &alerts);
         return Ok(html_page(
             StatusCode::OK,
             pages::page(&frame, "Budgets", Tab::Budgets, &body),

@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use jiff::tz::TimeZone;
 
 use super::html::{esc, url_part};
-use crate::budget::{BudgetConfig, BudgetState, Forecast, Level};
+use crate::budget::{BudgetConfig, BudgetState, CapScope, CapState, CapUnit, Forecast, Level};
 use crate::store::{AlertRow, SessionFilter, SessionListRow, SessionListTotals, SessionSort};
 use crate::trace::{human_count, human_duration, walk, NodeKind, Trace, TraceNode, TurnPoint};
 
@@ -425,6 +425,56 @@ fn turn_chart(turns: &[TurnPoint]) -> String {
     s
 }
 
+/// The caps part of the budgets page: each cap set, then what the running
+/// sessions and their open runs used of them.
+fn cap_section(h: &mut String, frame: &Frame<'_>, cfg: &BudgetConfig, caps: &[CapState]) {
+    if cfg.caps.is_empty() {
+        return;
+    }
+    let mut set = Vec::new();
+    for (scope, limits) in &cfg.caps {
+        for unit in CapUnit::ALL {
+            if let Some(limit) = limits.get(unit) {
+                set.push(format!("per {scope}: {}", unit.format(limit)));
+            }
+        }
+    }
+    let _ = write!(
+        h,
+        "<h2>Caps</h2><p class=\"muted\" id=\"caps-set\">{}; tokens counted: {}. A tool-call cap blocks tools only.</p>",
+        esc(&set.join(", ")),
+        cfg.tokens_counted.as_str()
+    );
+    if caps.is_empty() {
+        h.push_str("<p class=\"muted\">No session is running.</p>");
+        return;
+    }
+    h.push_str(
+        "<table class=\"caps\"><thead><tr><th>Scope</th><th>Session or turn</th><th>Cap</th>\
+<th class=\"num\">Used</th><th class=\"num\">Limit</th><th class=\"num\">%</th><th>Verdict</th></tr></thead><tbody>",
+    );
+    let b = esc(frame.base);
+    for c in caps {
+        let who = match c.cap.scope {
+            CapScope::Session => format!("<a href=\"{b}/session/{}\">{}</a>", url_part(&c.id), esc(&c.id)),
+            CapScope::Run => esc(&c.id),
+        };
+        let _ = write!(
+            h,
+            "<tr class=\"cap {sc}\"><td>{}</td><td>{who}</td><td>{}</td><td class=\"num\">{}</td>\
+<td class=\"num\">{}</td><td class=\"num\">{:.0}</td><td class=\"{sc}\">{}</td></tr>",
+            c.cap.scope.as_str(),
+            c.cap.unit.as_str(),
+            esc(&c.cap.unit.format(c.used)),
+            esc(&c.cap.unit.format(c.cap.limit)),
+            100.0 * c.used / c.cap.limit,
+            c.level.as_str(),
+            sc = status_class(c.level.as_str()),
+        );
+    }
+    h.push_str("</tbody></table>");
+}
+
 /// One budget with its forecast, for the budgets page.
 #[derive(Debug, Clone)]
 pub struct BudgetRow {
@@ -441,11 +491,12 @@ pub fn budgets(
     frame: &Frame<'_>,
     cfg: &BudgetConfig,
     rows: &[BudgetRow],
+    caps: &[CapState],
     verdicts: &[(&str, i64)],
     alerts: &[AlertRow],
 ) -> String {
     let mut h = String::from("<h1>Budgets</h1>");
-    if rows.is_empty() {
+    if rows.is_empty() && cfg.caps.is_empty() {
         h.push_str(
             "<p class=\"muted\" id=\"no-budgets\">No budgets set; add one with <code>hermes-meter budget set global daily 10</code>.</p>",
         );
@@ -513,6 +564,7 @@ pub fn budgets(
         }
         h.push_str("</tbody></table>");
     }
+    cap_section(&mut h, frame, cfg, caps);
     h.push_str("<h2>Verdicts given</h2><table class=\"verdicts\"><tbody>");
     for (v, n) in verdicts {
         let _ = write!(h, "<tr><td>{}</td><td class=\"num\">{n}</td></tr>", esc(v));
