@@ -140,7 +140,10 @@ fn a_run_cap_on_tool_calls_counts_its_subagents_and_ends_with_the_run() {
     assert_eq!(context(gate.verdict(&store, &next)), None);
     assert_eq!(tool(&mut store, &mut gate, s, "c4", t + 10.0), None);
     let counts = store.budget_verdict_counts().expect("counts");
-    assert_eq!(counts, vec![("soft", 0), ("hard", 0), ("blocked", 2), ("paused", 0)]);
+    assert_eq!(
+        counts,
+        vec![("soft", 0), ("hard", 0), ("blocked", 2), ("paused", 0), ("runaway", 0)]
+    );
     let metric: f64 = store
         .query_scalar(
             "SELECT TOTAL(value) FROM metric_series WHERE metric = 'hermes.budget.verdicts' \
@@ -347,7 +350,10 @@ fn soft_notice_once_then_tool_block_until_the_limit_is_raised() {
     gate.reload_if_changed(true);
     assert_eq!(gate.verdict(&store, &pre_tool(s, "c4", t + 10.0)), None);
     let counts = store.budget_verdict_counts().expect("counts");
-    assert_eq!(counts, vec![("soft", 1), ("hard", 1), ("blocked", 2), ("paused", 0)]);
+    assert_eq!(
+        counts,
+        vec![("soft", 1), ("hard", 1), ("blocked", 2), ("paused", 0), ("runaway", 0)]
+    );
 }
 
 /// One call reporting 10^30 tokens (cut to 10^12 by the decoder) would
@@ -986,6 +992,49 @@ fn a_tool_call_cap_is_never_answered_quickly() {
     quick_against_the_writer("[per_session]\ntool_calls = 30\n", false);
 }
 
+/// A session that spent past its cap in an earlier process: a new
+/// process's first gated call of it waits for the writer, which blocks it
+/// (its spend is older than anything the new quick view measured).
+#[test]
+fn a_session_capped_in_an_earlier_process_is_blocked_by_the_next_one() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_budgets(dir.path(), "[per_session]\nusd = 0.04\n");
+    let start = |dir: &Path| {
+        let mut cfg = BridgeConfig::new(dir.to_path_buf());
+        cfg.hook_wait = Duration::from_secs(10);
+        Bridge::start_with_gate(cfg, Box::new(BudgetGate::for_store_dir(dir, None, false)))
+    };
+    let first = start(dir.path());
+    spooled(
+        &first,
+        "pre_llm_call",
+        json!({"session_id": "old", "turn_id": "old:1", "model": "gpt-4o"}),
+    );
+    for n in 0..2 {
+        let call = json!({"session_id": "old", "turn_id": "old:1", "api_request_id": format!("old:{n}"),
+                          "model": "gpt-4o", "api_duration": 0.5, "usage": {"input_tokens": 10_000, "output_tokens": 0}});
+        spooled(&first, "post_api_request", call);
+    }
+    first.shutdown(Duration::from_secs(10));
+    let next = start(dir.path());
+    // Another session's verdicts leave the quick view measured.
+    let fresh = json!({"session_id": "new", "tool_call_id": "n1", "tool_name": "terminal"});
+    eventually("the first refresh", || {
+        matches!(
+            spooled(&next, "pre_tool_call", fresh.clone()),
+            Outcome::Committed(None) | Outcome::Queued
+        )
+    });
+    let tool = json!({"session_id": "old", "tool_call_id": "c9", "tool_name": "terminal"});
+    match spooled(&next, "pre_tool_call", tool) {
+        Outcome::Committed(Some(Verdict::Block { message })) => {
+            assert!(message.contains("per-session usd"), "{message}")
+        }
+        other => panic!("the capped session went ahead: {other:?}"),
+    }
+    next.shutdown(Duration::from_secs(10));
+}
+
 /// Fifty calls of $0.025 and fifty tool calls in one session under
 /// `budgets`: each quick answer must be the writer's, and (`quick`) some
 /// answers are quick.
@@ -1214,4 +1263,206 @@ fn alert_thresholds_reach_the_next_llm_call_once_each_even_on_the_quick_path() {
         .query_scalar("SELECT COUNT(*) FROM alerts WHERE kind = 'budget_threshold'")
         .expect("alerts");
     assert_eq!(kinds, 2);
+}
+
+/// Applies `e` and shows it to the gate's runaway watch, as the writer does.
+fn committed(store: &mut Store, gate: &mut BudgetGate, e: &HookEvent) {
+    apply(store, e);
+    gate.observe(store, e);
+}
+
+fn terminal(session: &str, call: &str, at: f64, command: &str) -> HookEvent {
+    event(
+        "pre_tool_call",
+        at,
+        json!({"session_id": session, "tool_call_id": call, "tool_name": "terminal", "args": {"command": command}}),
+    )
+}
+
+fn runaway_alerts(store: &Store) -> Vec<String> {
+    store
+        .alerts()
+        .expect("alerts")
+        .into_iter()
+        .filter(|a| a.kind == "runaway")
+        .map(|a| a.text)
+        .collect()
+}
+
+#[test]
+fn a_loop_of_identical_tool_calls_raises_one_runaway_alert_by_default() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // No budget file: runaway detection is on, alerting.
+    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut gate = BudgetGate::for_store_dir(dir.path(), None, false);
+    let t = ts("2026-11-30T03:00:00Z");
+    let s = "s-loop";
+    committed(&mut store, &mut gate, &pre_llm(s, "s:t1", t, "cron", ""));
+    // Thirty different commands are work, not a loop.
+    for n in 0..30 {
+        let e = terminal(s, &format!("w{n}"), t + f64::from(n), &format!("make step{n}"));
+        committed(&mut store, &mut gate, &e);
+    }
+    assert!(runaway_alerts(&store).is_empty());
+    // The same command nine times is not one yet; the tenth is.
+    for n in 0..9 {
+        committed(
+            &mut store,
+            &mut gate,
+            &terminal(s, &format!("l{n}"), t + 40.0 + f64::from(n), "sleep 5"),
+        );
+    }
+    assert!(runaway_alerts(&store).is_empty());
+    committed(&mut store, &mut gate, &terminal(s, "l9", t + 50.0, "sleep 5"));
+    let alerts = runaway_alerts(&store);
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    assert!(
+        alerts[0].contains("terminal called 10 times in a row with the same arguments"),
+        "{}",
+        alerts[0]
+    );
+    assert!(alerts[0].contains("nothing was stopped"), "{}", alerts[0]);
+    // Alerting blocks nothing, and the alert is raised once per run.
+    for n in 10..20 {
+        let e = terminal(s, &format!("l{n}"), t + 50.0 + f64::from(n), "sleep 5");
+        committed(&mut store, &mut gate, &e);
+        assert_eq!(gate.verdict(&store, &e), None);
+    }
+    assert_eq!(runaway_alerts(&store).len(), 1);
+    // The next turn's pre_llm_call shows it.
+    let next = pre_llm(s, "s:t2", t + 80.0, "cron", "");
+    committed(&mut store, &mut gate, &next);
+    let shown = context(gate.verdict(&store, &next)).expect("the alert");
+    assert!(
+        shown.contains("RUNAWAY: session s-loop looks stuck in a loop"),
+        "{shown}"
+    );
+    let counts = store.budget_verdict_counts().expect("counts");
+    assert!(counts.contains(&("runaway", 1)), "{counts:?}");
+}
+
+#[test]
+fn a_runaway_run_is_stopped_with_action_stop_until_the_next_message() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_budgets(dir.path(), "[runaway]\naction = \"stop\"\nrepeated_tool_calls = 3\n");
+    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut gate = BudgetGate::for_store_dir(dir.path(), None, false);
+    let handle = gate.handle();
+    let needs = gate.needs();
+    let waits = || needs.pre_tool_call.load(Ordering::Acquire);
+    assert!(!waits(), "no limit is set: tool calls do not wait");
+    let t = ts("2026-11-30T03:00:00Z");
+    let s = "s-stuck";
+    committed(&mut store, &mut gate, &pre_llm(s, "s:t1", t, "cli", ""));
+    committed(&mut store, &mut gate, &subagent(s, "s:t1", "s-helper", t + 0.5));
+    for n in 0..3 {
+        let e = terminal(s, &format!("c{n}"), t + 1.0 + f64::from(n), "curl localhost:9");
+        committed(&mut store, &mut gate, &e);
+        if n < 2 {
+            assert_eq!(gate.verdict(&store, &e), None, "call {n}");
+        }
+    }
+    assert!(waits(), "a stopped run makes the gated calls wait");
+    let e = terminal(s, "c3", t + 5.0, "curl localhost:9");
+    committed(&mut store, &mut gate, &e);
+    let message = blocked(gate.verdict(&store, &e));
+    assert!(
+        message.contains("session s-stuck") && message.contains("terminal called 3 times in a row"),
+        "{message}"
+    );
+    assert!(
+        message.contains("stopped its tool and LLM calls until the next message"),
+        "{message}"
+    );
+    // Its LLM calls and its subagent's are stopped before the provider too.
+    for (session, id) in [(s, "a1"), ("s-helper", "b1")] {
+        let api = pre_api(session, id, t + 6.0);
+        committed(&mut store, &mut gate, &api);
+        assert_eq!(gate.verdict(&store, &api), None);
+        assert!(handle.stop_for(id).expect("stopped").starts_with("RUNAWAY"), "{id}");
+    }
+    // Another session is not affected.
+    let other = pre_llm("s-other", "o:t1", t + 6.0, "cli", "");
+    committed(&mut store, &mut gate, &other);
+    let e = terminal("s-other", "o1", t + 7.0, "ls");
+    committed(&mut store, &mut gate, &e);
+    assert_eq!(gate.verdict(&store, &e), None);
+    // The next message is a new run.
+    apply(&mut store, &end_turn(s, "s:t1", t + 8.0));
+    committed(&mut store, &mut gate, &pre_llm(s, "s:t2", t + 9.0, "cli", ""));
+    assert!(!waits(), "nothing stopped, no limit: no wait");
+    let e = terminal(s, "c4", t + 10.0, "curl localhost:9");
+    committed(&mut store, &mut gate, &e);
+    assert_eq!(gate.verdict(&store, &e), None);
+}
+
+#[test]
+fn many_api_calls_per_tool_call_and_endless_retries_are_runaways() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut gate = BudgetGate::for_store_dir(dir.path(), None, false);
+    let t = ts("2026-11-30T03:00:00Z");
+    // 40 API calls and no tool call in one run.
+    let s = "s-chatty";
+    committed(&mut store, &mut gate, &pre_llm(s, "s:t1", t, "cli", ""));
+    for n in 0..39 {
+        committed(
+            &mut store,
+            &mut gate,
+            &post_api(s, &format!("a{n}"), t + 2.0 * f64::from(n), true),
+        );
+    }
+    assert!(runaway_alerts(&store).is_empty(), "39 calls are under the minimum");
+    committed(&mut store, &mut gate, &post_api(s, "a39", t + 100.0, true));
+    let alerts = runaway_alerts(&store);
+    assert!(
+        alerts.len() == 1 && alerts[0].contains("40 API calls for 0 tool calls in this run"),
+        "{alerts:?}"
+    );
+    // One request retried ten times.
+    let r = "s-retry";
+    committed(&mut store, &mut gate, &pre_llm(r, "r:t1", t, "cli", ""));
+    for n in 0..=10 {
+        let e = event(
+            "api_request_error",
+            t + f64::from(n),
+            json!({"session_id": r, "turn_id": "r:t1", "api_request_id": "r:api:1", "model": "gpt-4o",
+                   "status_code": 500, "retryable": true, "retry_count": n}),
+        );
+        committed(&mut store, &mut gate, &e);
+    }
+    let alerts = runaway_alerts(&store);
+    assert!(
+        alerts.iter().any(|a| a.contains("one request retried 10 times")),
+        "{alerts:?}"
+    );
+}
+
+/// The defaults never fire on what real Hermes runs recorded.
+#[test]
+fn no_recorded_run_is_a_runaway() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut gate = BudgetGate::for_store_dir(dir.path(), None, false);
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&fixtures).expect("fixtures") {
+        let path = entry.expect("entry").path();
+        if path.extension().and_then(|e| e.to_str()) != Some("jsonl") {
+            continue;
+        }
+        for line in std::fs::read_to_string(&path).expect("read").lines() {
+            let rec: Value = serde_json::from_str(line).expect("json");
+            let hook = rec["hook"].as_str().expect("hook");
+            let map = rec["kwargs"].as_object().expect("kwargs").clone();
+            if let hermes_meter::hook::Decoded::Event(e, _) =
+                hermes_meter::hook::decode(hook, &map, rec["t"].as_f64().unwrap_or(0.0), DecodeOptions::default())
+            {
+                committed(&mut store, &mut gate, &e);
+                seen += 1;
+            }
+        }
+    }
+    assert!(seen > 150, "{seen}");
+    assert!(runaway_alerts(&store).is_empty(), "{:?}", runaway_alerts(&store));
 }

@@ -56,6 +56,11 @@ pub trait Gate: Send {
     /// Told before the verdicts of each batch: the spend bound of every
     /// event of this process applied so far (see [`QueuedSpend`]).
     fn applied(&mut self, _spend_usd: f64) {}
+
+    /// Shown every event this process committed, in order, before its
+    /// verdict (the budget gate's runaway watch). Runs on the writer
+    /// thread; must not fail.
+    fn observe(&mut self, _store: &Store, _event: &HookEvent) {}
 }
 
 /// What this process's hooks have submitted that can add to a budget's

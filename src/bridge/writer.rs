@@ -485,6 +485,9 @@ impl Writer {
             }
             if ok {
                 self.touched.note(p.event.hook.session_id());
+                if let Some(store) = &self.store {
+                    self.gate.observe(store, &p.event);
+                }
             }
             let Some(ticket) = p.ticket else { continue };
             let outcome = match &self.store {

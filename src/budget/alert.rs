@@ -13,13 +13,16 @@ pub const BUDGET_SOFT: &str = "budget_soft";
 pub const BUDGET_HARD: &str = "budget_hard";
 /// A budget reached one of its `alert_thresholds`.
 pub const BUDGET_THRESHOLD: &str = "budget_threshold";
+/// A run showed the signs of a loop (see `runaway.rs`).
+pub const RUNAWAY: &str = "runaway";
 /// All of them.
-pub const ALL: [&str; 5] = [
+pub const ALL: [&str; 6] = [
     FREE_TO_PAID,
     MODEL_UNAVAILABLE,
     BUDGET_SOFT,
     BUDGET_HARD,
     BUDGET_THRESHOLD,
+    RUNAWAY,
 ];
 
 /// The model a `:free` variant is billed as: `x:free` and `x` are one model

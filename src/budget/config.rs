@@ -14,6 +14,7 @@ use jiff::tz::TimeZone;
 use serde::Deserialize;
 
 use super::caps::{CapLimits, CapScope, CapUnit, TokenCount};
+use super::runaway::{RunawayConfig, RunawayFile};
 use super::window::Window;
 
 /// Whether budgets may block calls.
@@ -187,6 +188,7 @@ struct File {
     per_model: Option<ScopeLimits>,
     per_session: Option<CapLimits>,
     per_run: Option<CapLimits>,
+    runaway: Option<RunawayFile>,
 }
 
 /// The budget configuration, resolved.
@@ -216,6 +218,8 @@ pub struct BudgetConfig {
     pub caps: BTreeMap<CapScope, CapLimits>,
     /// Which tokens a token cap counts.
     pub tokens_counted: TokenCount,
+    /// Runaway detection (`[runaway]`; on, alerting, by default).
+    pub runaway: RunawayConfig,
     /// Spend is the fleet's (`HERMES_METER_FLEET_URL`): set by whoever loads
     /// the file, never by the file.
     pub fleet: bool,
@@ -235,6 +239,7 @@ impl Default for BudgetConfig {
             scopes: BTreeMap::new(),
             caps: BTreeMap::new(),
             tokens_counted: TokenCount::Total,
+            runaway: RunawayConfig::default(),
             fleet: false,
         }
     }
@@ -282,6 +287,7 @@ impl BudgetConfig {
             cfg.tokens_counted =
                 TokenCount::parse(t).ok_or_else(|| format!("tokens_counted: {t:?} is none of total, input, output"))?;
         }
+        cfg.runaway = RunawayConfig::from_file(file.runaway)?;
         for (scope, caps) in [(CapScope::Session, file.per_session), (CapScope::Run, file.per_run)] {
             if let Some(c) = caps.filter(|c| !c.is_empty()) {
                 c.check(scope.table())?;

@@ -34,6 +34,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::handle::{BudgetHandle, CronPause};
+use super::watch::RunawayWatch;
 use crate::bridge::{Gate, GateNeeds, QuickGate, Verdict};
 use crate::budget::{
     self, alert, verdict, BudgetConfig, BudgetMode, BudgetState, CapScope, CapState, Level, Scope, Unsynced,
@@ -88,6 +89,8 @@ pub struct BudgetGate {
     pub(super) sync_error: Option<String>,
     /// The fail-closed message was queued for the log (once a process).
     pub(super) unsynced_said: bool,
+    /// The runaway watch (see `watch.rs`).
+    pub(super) runaway: RunawayWatch,
 }
 
 impl std::fmt::Debug for BudgetGate {
@@ -118,6 +121,7 @@ impl BudgetGate {
             fleet_name: UNNAMED_FLEET.into(),
             sync_error: None,
             unsynced_said: false,
+            runaway: RunawayWatch::default(),
         };
         gate.reload_if_changed(true);
         gate
@@ -210,13 +214,21 @@ impl BudgetGate {
         view.universal = None;
         drop(view);
         self.next_universal = now;
-        let armed = self.mode() == BudgetMode::Enforce && (!self.cfg.is_empty() || self.awaits_sync());
+        self.arm();
+        if !self.cfg.is_empty() || self.awaits_sync() {
+            self.handle.0.needs.pre_llm_call.store(true, Ordering::Release);
+        }
+    }
+
+    /// Sets whether `pre_tool_call` and `pre_api_request` wait for a
+    /// verdict: in enforce mode, while a limit is set, the fleet's first
+    /// sync is awaited, or a run is stopped as a runaway.
+    pub(super) fn arm(&self) {
+        let armed = self.mode() == BudgetMode::Enforce
+            && (!self.cfg.is_empty() || self.awaits_sync() || !self.runaway.stopped.is_empty());
         let needs = &self.handle.0.needs;
         needs.pre_tool_call.store(armed, Ordering::Release);
         needs.pre_api_request.store(armed, Ordering::Release);
-        if !self.cfg.is_empty() || self.awaits_sync() {
-            needs.pre_llm_call.store(true, Ordering::Release);
-        }
     }
 
     /// Looks, while the store never synced with the fleet, whether it has
@@ -303,6 +315,25 @@ impl BudgetGate {
         let now = (self.clock)();
         self.ensure_zone(store, now);
         let enforce = self.mode() == BudgetMode::Enforce;
+        if enforce && !self.runaway.stopped.is_empty() {
+            match &event.hook {
+                Hook::PreToolCall(e) => {
+                    if let Some(message) = self.stop_runaway(store, &e.tool.session_id, None, now)? {
+                        return Ok(Some(Verdict::Block { message }));
+                    }
+                }
+                Hook::PreApiRequest(e) => {
+                    let a = &e.api;
+                    if self
+                        .stop_runaway(store, &a.session_id, Some(&a.api_request_id), now)?
+                        .is_some()
+                    {
+                        return Ok(None);
+                    }
+                }
+                _ => {}
+            }
+        }
         match &event.hook {
             Hook::PreLlmCall(e) => {
                 let mut texts = Vec::new();
@@ -408,6 +439,27 @@ impl BudgetGate {
             }
             _ => Ok(None),
         }
+    }
+
+    /// The stop text when `session`'s run is stopped as a runaway: its
+    /// call is then counted as blocked and, for an LLM call (`request`),
+    /// stopped.
+    fn stop_runaway(
+        &self,
+        store: &Store,
+        session: &str,
+        request: Option<&str>,
+        now: f64,
+    ) -> crate::Result<Option<String>> {
+        let Some(text) = self.runaway_stop(store, session)? else {
+            return Ok(None);
+        };
+        store.count_verdict(verdict::BLOCKED, "run", budget::LIFETIME, now)?;
+        self.handle.note_session(session, Some(text.clone()));
+        if let Some(id) = request {
+            self.handle.stop(id, text.clone());
+        }
+        Ok(Some(text))
     }
 
     /// What blocks a tool call (`tool`) or an LLM call now, counted as a
@@ -557,6 +609,12 @@ impl Gate for BudgetGate {
 
     fn applied(&mut self, spend_usd: f64) {
         self.applied_usd = spend_usd;
+    }
+
+    fn observe(&mut self, store: &Store, event: &HookEvent) {
+        if let Err(e) = self.watch(store, event) {
+            lock(&self.handle.0.messages).push(format!("runaway watch skipped an event: {e}"));
+        }
     }
 
     fn verdict(&mut self, store: &Store, event: &HookEvent) -> Option<Verdict> {

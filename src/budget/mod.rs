@@ -51,10 +51,12 @@ mod first_sync;
 mod gate;
 mod handle;
 mod quick;
+mod runaway;
 mod spend_bound;
 mod states;
 mod text;
 pub mod verdict;
+mod watch;
 mod window;
 
 pub use caps::{
@@ -68,6 +70,7 @@ pub use config::{
 pub use first_sync::{Unsynced, FIRST_SYNC_WAIT, UNSYNCED_ENV};
 pub use gate::{budget_gauges, BudgetGate, RELOAD_INTERVAL};
 pub use handle::{BudgetHandle, CronPause, MAX_PAUSE_ATTEMPTS, PAUSE_RETRY};
+pub use runaway::{repeat_reason, retry_reason, runaway_reason, runaway_text, RunSigns, RunawayAction, RunawayConfig};
 pub use spend_bound::{carries_spend, reservation_usage, spend_bound, RESERVED_OUTPUT_TOKENS};
 pub use text::{block_text, notice_text, pause_reason, threshold_text, unsynced_block_text, BLOCKED_MODEL};
 pub use verdict::{

@@ -122,7 +122,11 @@ impl BudgetGate {
     ) {
         let (notice, block) = self.headroom_of(states);
         let (cap_notice, cap_block) = self.cap_headroom(caps);
-        let (notice, block) = (notice.min(cap_notice), block.min(cap_block));
+        let (mut notice, mut block) = (notice.min(cap_notice), block.min(cap_block));
+        // While a run is stopped as a runaway, any session may be of it.
+        if !self.runaway.stopped.is_empty() {
+            (notice, block) = (0.0, 0.0);
+        }
         let mut view = lock(&self.handle.0.quick);
         if view.sessions.len() >= MAX_QUICK_SESSIONS {
             view.sessions.clear();
@@ -234,14 +238,12 @@ impl BudgetGate {
                     }
                 }
             }
-            // A session not measured yet may be any session: its caps are
-            // whole, or (in tokens or tool calls) not known to the view.
-            if self.cfg.caps_beyond_usd() {
+            // A session not measured yet may be any session: one that spent
+            // before this process started (its spend is inside the cost
+            // basis) or a subagent deep in its run. Under a cap, its first
+            // gated call waits for a verdict, which measures it.
+            if !self.cfg.caps.is_empty() || !self.runaway.stopped.is_empty() {
                 (notice, block) = (0.0, 0.0);
-            }
-            for usd in self.cfg.caps.values().filter_map(|c| c.usd) {
-                notice = notice.min(usd * lowest);
-                block = block.min(usd * self.cfg.hard_threshold);
             }
             lock(&self.handle.0.quick).universal = Some(Headroom {
                 notice_usd: notice,

@@ -16,8 +16,10 @@ pub const HARD: &str = "hard";
 pub const BLOCKED: &str = "blocked";
 /// A cron job was paused.
 pub const PAUSED: &str = "paused";
+/// A run looked like a runaway loop (counted once per run).
+pub const RUNAWAY: &str = "runaway";
 /// Every verdict counted (attribute `hermes.budget.verdict`).
-pub const ALL: [&str; 4] = [SOFT, HARD, BLOCKED, PAUSED];
+pub const ALL: [&str; 5] = [SOFT, HARD, BLOCKED, PAUSED, RUNAWAY];
 
 /// A budget's spend in its current window, from the store.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -134,6 +134,7 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
                     "tokens_counted": cfg.tokens_counted.as_str(),
                     "caps": caps_json(&cfg),
                     "open_caps": open.iter().map(cap_state_json).collect::<Vec<_>>(),
+                    "runaway": runaway_json(&cfg.runaway),
                 }))?;
             } else {
                 if let Some(note) = fleet.as_ref().and_then(FleetReach::note) {
@@ -146,6 +147,7 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
                         print!("{}", render_list(&cfg, &states, &defaults));
                     }
                     print!("{}", render_caps(&cfg, &open));
+                    println!("{}", runaway_line(&cfg.runaway));
                 }
             }
             Ok(0)
@@ -392,6 +394,34 @@ pub fn remove_cap(path: &Path, scope: CapScope, unit: CapUnit) -> Result<()> {
         )));
     }
     write_checked(path, "", &doc)
+}
+
+fn runaway_json(r: &budget::RunawayConfig) -> serde_json::Value {
+    serde_json::json!({
+        "action": r.action.as_str(),
+        "repeated_tool_calls": r.repeated_tool_calls,
+        "api_calls_per_tool_call": r.api_calls_per_tool_call,
+        "min_api_calls": r.min_api_calls,
+        "retries_per_request": r.retries_per_request,
+        "tokens_per_minute": r.tokens_per_minute,
+    })
+}
+
+/// What the runaway watch does and at which signs, in one line.
+fn runaway_line(r: &budget::RunawayConfig) -> String {
+    if r.action == budget::RunawayAction::Off {
+        return "runaway watch: off".into();
+    }
+    format!(
+        "runaway watch: {} at {} identical tool calls in a row, {} API calls per tool call (from {}), \
+         {} retries of a request, {} tokens a minute",
+        r.action.as_str(),
+        r.repeated_tool_calls,
+        r.api_calls_per_tool_call,
+        r.min_api_calls,
+        r.retries_per_request,
+        r.tokens_per_minute
+    )
 }
 
 /// Most running sessions whose caps `budget list` shows.

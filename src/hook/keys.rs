@@ -13,7 +13,15 @@ pub struct HookKeys {
     pub always: &'static [&'static str],
     /// Copied only with content capture on.
     pub content: &'static [&'static str],
+    /// Content copied whatever capture says, only for [`super::scrub`] to
+    /// write its digest (then dropped unless captured): a tool call's
+    /// arguments, so a run repeating one call is seen without its content.
+    pub digested: &'static [&'static str],
 }
+
+/// The kwarg [`super::scrub`] writes with the digest of a tool call's
+/// arguments.
+pub const ARGS_DIGEST: &str = "args_digest";
 
 /// The kwarg of `post_api_request` holding the `NormalizedResponse`; the
 /// binding reads only its `content` attribute, and only with capture on.
@@ -182,7 +190,12 @@ pub fn keys(hook: &str) -> Option<HookKeys> {
         "post_approval_response" => (&POST_APPROVAL, &["command"]),
         _ => return None,
     };
-    Some(HookKeys { always, content })
+    let digested: &'static [&'static str] = if hook == "pre_tool_call" { &["args"] } else { &[] };
+    Some(HookKeys {
+        always,
+        content,
+        digested,
+    })
 }
 
 /// The kwargs the binding copies out of one call of `hook`: only those
@@ -197,7 +210,7 @@ pub(crate) fn copied(
     let Some(k) = keys(hook) else {
         return serde_json::Map::new();
     };
-    let content: &[&str] = if capture_content { k.content } else { &[] };
+    let content: &[&str] = if capture_content { k.content } else { k.digested };
     k.always
         .iter()
         .chain(content)

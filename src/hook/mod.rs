@@ -10,8 +10,8 @@ mod decode;
 mod keys;
 mod record;
 
-pub use decode::{decode, decode_kwargs, scrub, scrubbed_key, DecodeOptions, Decoded, Kwargs, Problem};
-pub use keys::{keys, HookKeys, ASSISTANT_MESSAGE, TOOL_RESULT};
+pub use decode::{args_digest, decode, decode_kwargs, scrub, scrubbed_key, DecodeOptions, Decoded, Kwargs, Problem};
+pub use keys::{keys, HookKeys, ARGS_DIGEST, ASSISTANT_MESSAGE, TOOL_RESULT};
 pub use record::{decode_record, parse_line, utf8, write_json, write_record, Origin, Record, RecordMark, RecordWriter};
 
 use serde::{Deserialize, Serialize};
@@ -340,6 +340,10 @@ pub struct PreToolCall {
     /// The tool arguments; only with content capture on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub args: Option<serde_json::Value>,
+    /// A digest of the arguments, kept whatever capture says, so repeated
+    /// identical calls are seen (see [`args_digest`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args_digest: Option<String>,
 }
 
 /// `post_tool_call`: a tool finished.

@@ -61,8 +61,14 @@ pub fn parse_line(line: &str, capture_content: bool) -> std::result::Result<Opti
     let capture_content = capture.unwrap_or(capture_content);
     let mut kwargs = Map::new();
     if let Some(keys) = crate::hook::keys(&split.hook) {
-        let content: &[&str] = if capture_content { keys.content } else { &[] };
-        for key in keys.always.iter().chain(content) {
+        let content: &[&str] = if capture_content { keys.content } else { keys.digested };
+        // The digest scrub wrote of the digested kwargs.
+        let digest: &[&str] = if keys.digested.is_empty() {
+            &[]
+        } else {
+            &[crate::hook::ARGS_DIGEST]
+        };
+        for key in keys.always.iter().chain(content).chain(digest) {
             if let Some(raw) = split.kwargs.get(*key) {
                 // A value the parser refuses (nested past its limit) must not
                 // cost the record: the decoder sees a string where it wanted

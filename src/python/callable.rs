@@ -34,6 +34,7 @@ pub(super) struct Hook {
     /// lookup then allocates nothing and hashes nothing.
     always: Vec<(&'static str, Py<PyString>)>,
     content: Vec<(&'static str, Py<PyString>)>,
+    digested: Vec<(&'static str, Py<PyString>)>,
 }
 
 #[pymethods]
@@ -55,6 +56,7 @@ impl Hook {
             profile: profile.filter(|p| !p.is_empty()),
             always: intern(keys.always),
             content: intern(keys.content),
+            digested: intern(keys.digested),
         })
     }
 
@@ -209,9 +211,9 @@ impl Hook {
     }
 
     /// The kwargs read, with their interned names: content ones only when
-    /// capturing.
+    /// capturing, else the ones only their digest is kept of.
     fn keys(&self, capture: bool) -> impl Iterator<Item = &(&'static str, Py<PyString>)> {
-        let content: &[(&str, Py<PyString>)] = if capture { &self.content } else { &[] };
+        let content: &[(&str, Py<PyString>)] = if capture { &self.content } else { &self.digested };
         self.always.iter().chain(content)
     }
 

@@ -158,3 +158,98 @@ def test_a_cron_job_over_its_budget_is_paused(hermes_bin, tmp_path) -> None:
     reason = next(j for j in jobs if j["id"] == job)["paused_reason"]
     assert reason.startswith("hermes-meter: cron " + job + " daily budget exhausted"), reason
     assert _query(out, "SELECT kind, id FROM budget_once") == [("pause", job)]
+
+
+def test_a_runaway_tool_loop_is_capped_per_run_and_the_model_still_answers(hermes_bin, tmp_path) -> None:
+    # The mock calls `terminal` on every model call until a tool result says
+    # BUDGET-EXCEEDED (or it gives up after 12): a loop that only a cap ends.
+    out = _scenario(
+        hermes_bin,
+        tmp_path,
+        """
+        step set "$BUDGET" budget set run tool_calls 3
+        chat chat "TOOLLOOP keep running true"
+        step list "$BUDGET" budget list --json
+        """,
+    )
+    steps = _steps(out)
+    assert steps["set"][0] == 0, steps["set"]
+    assert steps["chat"][0] == 0, steps["chat"]
+    assert "MOCK-FINAL-ANSWER" in steps["chat"][1], steps["chat"]
+    rows = _query(out, "SELECT status, COUNT(*) FROM tool_calls WHERE tool_name = 'terminal' GROUP BY status")
+    statuses = dict(rows)
+    assert statuses.pop("blocked") == 1, rows
+    assert sum(statuses.values()) == 3, f"three ran before the cap: {rows}"
+    blocked = [
+        h for h in _hooks(out) if h["hook"] == "post_tool_call" and h["kwargs"].get("status") == "blocked"
+    ]
+    message = blocked[0]["kwargs"]["error_message"]
+    assert "per-run tool_calls cap of this run is used up" in message, message
+    assert "hermes-meter budget set run tool_calls <limit>" in message, message
+    # A tool-call cap blocks tools only: the model's answer after the block
+    # reached the provider and came back.
+    posts = [h for h in _hooks(out) if h["hook"] == "post_api_request"]
+    assert posts[-1]["kwargs"].get("response_model") != BLOCKED_MODEL, posts[-1]
+    assert dict(_query(out, "SELECT verdict, count FROM budget_verdicts")).get("blocked") == 1
+    listing = json.loads(steps["list"][1])
+    assert {"scope": "run", "unit": "tool_calls", "limit": 3.0} in listing["caps"], listing
+
+
+def test_a_session_cap_holds_across_resume_and_a_new_session_starts_fresh(hermes_bin, tmp_path) -> None:
+    # One call of the mock costs about $0.002: the first call of the session
+    # goes through (spend before it is 0) and uses its $0.0005 cap up.
+    out = _scenario(
+        hermes_bin,
+        tmp_path,
+        """
+        step set "$BUDGET" budget set session usd 0.0005
+        chat first "plain question please"
+        sid=$(session_of "$STEPS/2-first.stderr")
+        echo "$sid" > "$OUTDIR/session_id"
+        chat second "a second plain question" --resume "$sid"
+        step fresh "$HERMES" -z "a question in a new session"
+        """,
+    )
+    steps = _steps(out)
+    sid = (out / "session_id").read_text().strip()
+    assert sid, steps["first"]
+    assert "BUDGET-EXCEEDED" not in steps["first"][1], steps["first"]
+    assert steps["second"][0] == 0, steps["second"]
+    assert "BUDGET-EXCEEDED" in steps["second"][1], steps["second"]
+    assert "per-session usd cap of this session" in steps["second"][1], steps["second"]
+    assert steps["fresh"][0] == 0, steps["fresh"]
+    assert "MOCK-FINAL-ANSWER" in steps["fresh"][1], "a new session has a cap of its own"
+    # The resumed session's call never reached the provider.
+    assert _chat_posts(out) == 2, "the first session's first call and the fresh session's"
+    rows = _query(out, "SELECT session_id, COUNT(*) FROM llm_calls GROUP BY session_id ORDER BY session_id")
+    assert len(rows) == 2 and (sid, 1) in rows, rows
+
+
+def test_a_runaway_loop_is_stopped_by_the_default_detector_with_action_stop(hermes_bin, tmp_path) -> None:
+    # The same `true` over and over: the default detector (10 identical
+    # calls in a row) with action = "stop" stops the run; no cap is set.
+    out = _scenario(
+        hermes_bin,
+        tmp_path,
+        """
+        mkdir -p "$OUTDIR/meter"
+        printf '[runaway]\\naction = "stop"\\n' > "$OUTDIR/meter/budgets.toml"
+        chat chat "TOOLLOOP keep running true"
+        """,
+    )
+    steps = _steps(out)
+    assert steps["chat"][0] == 0, steps["chat"]
+    assert "RUNAWAY" in steps["chat"][1] and "looks stuck in a loop" in steps["chat"][1], steps["chat"]
+    statuses = dict(_query(out, "SELECT status, COUNT(*) FROM tool_calls GROUP BY status"))
+    assert statuses.pop("blocked") == 1, statuses
+    # The tenth in a row shows the sign; it was on its way (no hook waits
+    # while nothing is stopped), so the eleventh is the first blocked.
+    assert sum(statuses.values()) == 10, f"ten ran, then the next was blocked: {statuses}"
+    # The model's next call was answered by the stand-in, not the provider.
+    posts = [h for h in _hooks(out) if h["hook"] == "post_api_request"]
+    assert posts[-1]["kwargs"]["response_model"] == BLOCKED_MODEL, posts[-1]
+    assert _chat_posts(out) == 11, "eleven calls reached the provider, the twelfth was stopped"
+    alerts = _query(out, "SELECT text FROM alerts WHERE kind = 'runaway'")
+    assert len(alerts) == 1 and "terminal called 10 times in a row" in alerts[0][0], alerts
+    counts = dict(_query(out, "SELECT verdict, count FROM budget_verdicts"))
+    assert counts.get("runaway") == 1 and counts.get("blocked", 0) >= 2, counts

@@ -318,6 +318,18 @@ def test_our_cost_of_a_one_shot_run_equals_the_usage_file(runs: dict[str, Run]) 
     assert math.isclose(ours, usage["estimated_cost_usd"], rel_tol=1e-9), (ours, usage)
 
 
+def test_no_kit_scenario_is_taken_for_a_runaway(runs: dict[str, Run]) -> None:
+    # Runaway detection is on by default (alerting): no working run of the
+    # kit, subagents, retries and resumes included, may raise it.
+    checked = 0
+    for name, run in runs.items():
+        if name == PANIC_RUN or not run.store.exists():
+            continue
+        assert query(run, "SELECT COUNT(*) FROM alerts WHERE kind = 'runaway'")[0][0] == 0, name
+        checked += 1
+    assert checked >= 20, checked
+
+
 def test_an_injected_panic_leaves_the_hermes_run_intact(runs: dict[str, Run]) -> None:
     run = runs[PANIC_RUN]
     assert run.harness_rc == 0, run.harness_log

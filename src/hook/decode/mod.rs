@@ -18,7 +18,7 @@ pub use reader::Kwargs;
 #[cfg(test)]
 use reader::MAX_COUNT;
 use reader::{Reader, MISSING_ID};
-pub use scrub::{scrub, scrubbed_key};
+pub use scrub::{args_digest, scrub, scrubbed_key};
 
 /// The auxiliary task of a mixture-of-agents aggregator: the turn's own
 /// response, reported by `post_api_request`.
@@ -248,6 +248,7 @@ pub fn decode_kwargs(hook: &str, kwargs: Kwargs<'_>, at: f64, opts: DecodeOption
         }
         "pre_tool_call" => Hook::PreToolCall(PreToolCall {
             tool: r.tool_ref(),
+            args_digest: r.args_digest(),
             args: r.content_value("args"),
         }),
         "post_tool_call" => {

@@ -426,6 +426,15 @@ impl<'a> Reader<'a> {
     /// Captured JSON (request messages, tool arguments): only with capture
     /// on, secret-keyed values and secrets in strings redacted, then cut to
     /// `max_content_bytes` keeping it valid JSON.
+    /// The digest of a tool call's arguments: as the scrubbed record
+    /// carries it, else from the arguments themselves (a raw recording).
+    pub(super) fn args_digest(&mut self) -> Option<String> {
+        if let Some(d) = self.label(crate::hook::ARGS_DIGEST) {
+            return Some(d);
+        }
+        Some(super::scrub::args_digest(&self.present("args")?.into_value()))
+    }
+
     pub(super) fn content_value(&mut self, key: &str) -> Option<Value> {
         if !self.opts.capture_content {
             return None;

@@ -4,6 +4,9 @@
 //!
 //! Must not touch: decoding itself (`mod.rs`, `reader.rs`).
 
+use std::hash::{BuildHasher, Hasher};
+use std::sync::OnceLock;
+
 use serde_json::{Map, Value};
 
 use super::reader::{json_content, json_text, truthy};
@@ -26,7 +29,14 @@ pub fn scrubbed_key(hook: &str, key: &str) -> bool {
 /// value is redacted and cut as the decoder would. Decoding the scrubbed
 /// map gives the same event as decoding the original.
 pub fn scrub(hook: &str, kw: &mut Map<String, Value>, opts: DecodeOptions) {
-    let content = crate::hook::keys(hook).map_or(&[][..], |k| k.content);
+    let keys = crate::hook::keys(hook);
+    for key in keys.map_or(&[][..], |k| k.digested) {
+        if let (Some(v), false) = (kw.get(*key), kw.contains_key(crate::hook::ARGS_DIGEST)) {
+            let digest = Value::String(args_digest(v));
+            kw.insert(crate::hook::ARGS_DIGEST.into(), digest);
+        }
+    }
+    let content = keys.map_or(&[][..], |k| k.content);
     if !opts.capture_content {
         for key in content {
             kw.remove(*key);
@@ -76,6 +86,18 @@ pub fn scrub(hook: &str, kw: &mut Map<String, Value>, opts: DecodeOptions) {
             _ => {}
         }
     }
+}
+
+/// A digest of a tool call's arguments: equal arguments give equal
+/// digests within one process, which is all a run needs (a run is one
+/// process's). Keyed with a random key per process, so a digest written to
+/// the spool or journal says nothing of short arguments to whoever reads
+/// the file.
+pub fn args_digest(args: &Value) -> String {
+    static KEY: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+    let mut h = KEY.get_or_init(Default::default).build_hasher();
+    h.write(&serde_json::to_vec(args).unwrap_or_default());
+    format!("{:016x}", h.finish())
 }
 
 /// One captured value redacted and cut: text as text, JSON text as JSON.

@@ -122,6 +122,22 @@ impl Store {
         Ok(n == 1)
     }
 
+    /// Raises a one-shot alert to be shown at the next `pre_llm_call` (a
+    /// runaway): true if this call raised it (first in any process).
+    pub fn raise_pending_alert(&self, kind: &str, key: &str, text: &str, at: f64) -> Result<bool> {
+        let n = self
+            .conn()
+            .prepare_cached(
+                "INSERT INTO alerts (kind, key, text, count, first_at, last_at) VALUES (?1, ?2, ?3, 1, ?4, ?4)
+                 ON CONFLICT (kind, key) DO NOTHING",
+            )?
+            .execute(params![kind, key, text, at])?;
+        if n == 1 {
+            count_alert(self.conn(), kind, at)?;
+        }
+        Ok(n == 1)
+    }
+
     /// Up to `limit` alerts not shown yet, oldest first: `(kind, key, text)`
     /// with the occurrence count in the text. A partial index holds only
     /// these, so this is one short read however many alerts were shown.
@@ -349,7 +365,10 @@ mod tests {
                 .expect("count");
         }
         let counts = store.budget_verdict_counts().expect("counts");
-        assert_eq!(counts, [("soft", 0), ("hard", 0), ("blocked", 2), ("paused", 0)]);
+        assert_eq!(
+            counts,
+            [("soft", 0), ("hard", 0), ("blocked", 2), ("paused", 0), ("runaway", 0)]
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@
 use rusqlite::{params, OptionalExtension};
 
 use super::spend::RESERVATION_TTL_SECONDS;
-use crate::budget::Used;
+use crate::budget::{RunSigns, Used};
 use crate::error::Result;
 use crate::store::Store;
 
@@ -52,11 +52,9 @@ impl Store {
     ) -> Result<Option<CapUse>> {
         let before = tool_call_at.unwrap_or(f64::INFINITY);
         let conn = self.conn();
-        let root: Option<String> = conn
-            .prepare_cached("SELECT root_session_id FROM runs WHERE session_id = CAST(?1 AS TEXT)")?
-            .query_row(params![session_id], |r| r.get(0))
-            .optional()?;
-        let Some(root) = root else { return Ok(None) };
+        let Some(root) = self.root_of(session_id)? else {
+            return Ok(None);
+        };
         let mut session = conn
             .prepare_cached(
                 "SELECT TOTAL(cost_usd), TOTAL(input_tokens + cache_read_tokens + cache_write_tokens), TOTAL(output_tokens)
@@ -87,14 +85,9 @@ impl Store {
     /// have left one open) and what its family recorded since it began.
     fn run_use(&self, root: &str, reserved: f64, before: f64) -> Result<Option<(String, Used)>> {
         let conn = self.conn();
-        let turn: Option<(String, f64)> = conn
-            .prepare_cached(
-                "SELECT turn_id, started_at FROM turns WHERE session_id = CAST(?1 AS TEXT) AND outcome IS NULL
-                 ORDER BY started_at DESC LIMIT 1",
-            )?
-            .query_row(params![root], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
-        let Some((turn, since)) = turn else { return Ok(None) };
+        let Some((turn, since)) = self.open_turn(root)? else {
+            return Ok(None);
+        };
         let mut used = conn
             .prepare_cached(
                 "SELECT TOTAL(c.cost_usd), TOTAL(c.input_tokens + c.cache_read_tokens + c.cache_write_tokens),
@@ -106,6 +99,37 @@ impl Store {
         used.tool_calls = self.family_tool_calls(root, since, before)?;
         used.reserved_usd = reserved;
         Ok(Some((turn, used)))
+    }
+
+    /// The root session of `session_id`, if the store has seen it.
+    pub fn root_of(&self, session_id: &str) -> Result<Option<String>> {
+        Ok(self
+            .conn()
+            .prepare_cached("SELECT root_session_id FROM runs WHERE session_id = CAST(?1 AS TEXT)")?
+            .query_row(params![session_id], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// The open turn of the root session `root` (the newest, should an
+    /// earlier process have left one open) and when it began.
+    fn open_turn(&self, root: &str) -> Result<Option<(String, f64)>> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT turn_id, started_at FROM turns WHERE session_id = CAST(?1 AS TEXT) AND outcome IS NULL
+                 ORDER BY started_at DESC LIMIT 1",
+            )?
+            .query_row(params![root], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?)
+    }
+
+    /// The run `session_id` is part of now: its root session and the
+    /// root's open turn.
+    pub fn open_run(&self, session_id: &str) -> Result<Option<(String, String)>> {
+        let Some(root) = self.root_of(session_id)? else {
+            return Ok(None);
+        };
+        Ok(self.open_turn(&root)?.map(|(turn, _)| (root, turn)))
     }
 
     /// Tool calls the family of `root` started in `[since, before)`, not
@@ -135,5 +159,42 @@ impl Store {
             out.push(row?);
         }
         Ok(out)
+    }
+
+    /// The signs of a runaway in the run of `session_id` as of `at`: its
+    /// root session, the root's open turn, the run's API calls (recorded
+    /// calls and failed attempts of the family since the turn began) and
+    /// tool calls, and the family's tokens in the minute before `at`.
+    /// `None` without a run.
+    pub fn run_signs(&self, session_id: &str, at: f64) -> Result<Option<(String, String, RunSigns)>> {
+        let conn = self.conn();
+        let Some(root) = self.root_of(session_id)? else {
+            return Ok(None);
+        };
+        let Some((turn, since)) = self.open_turn(&root)? else {
+            return Ok(None);
+        };
+        let (calls, tokens): (i64, f64) = conn
+            .prepare_cached(
+                "SELECT COUNT(*) FILTER (WHERE c.ended_at >= ?2),
+                        TOTAL(c.input_tokens + c.cache_read_tokens + c.cache_write_tokens + c.output_tokens)
+                            FILTER (WHERE c.ended_at >= ?3)
+                 FROM runs s JOIN llm_calls c ON c.session_id = s.session_id AND c.ended_at >= MIN(?2, ?3)
+                 WHERE s.root_session_id = CAST(?1 AS TEXT)",
+            )?
+            .query_row(params![root, since, at - 60.0], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let failed: i64 = conn
+            .prepare_cached(
+                "SELECT COUNT(*) FROM runs s JOIN llm_call_errors e ON e.session_id = s.session_id AND e.ended_at >= ?2
+                 WHERE s.root_session_id = CAST(?1 AS TEXT)",
+            )?
+            .query_row(params![root, since], |r| r.get(0))?;
+        let tools = self.family_tool_calls(&root, since, f64::INFINITY)?;
+        let signs = RunSigns {
+            api_calls: (calls + failed).max(0) as u64,
+            tool_calls: tools.max(0) as u64,
+            tokens_last_minute: tokens.max(0.0) as u64,
+        };
+        Ok(Some((root, turn, signs)))
     }
 }
