@@ -978,18 +978,25 @@ fn gating_hooks_wait_only_while_the_gate_has_something_to_say() {
 #[test]
 fn quick_verdicts_never_let_through_what_the_writer_would_stop() {
     // $1.00 a day: 40 calls of $0.025 reach the hard line.
-    quick_against_the_writer("timezone = \"UTC\"\n[global]\ndaily = 1.0\n", true);
+    quick_against_the_writer("timezone = \"UTC\"\n[global]\ndaily = 1.0\n", Some(20));
 }
 
 #[test]
 fn quick_verdicts_keep_a_session_cap_in_usd() {
-    quick_against_the_writer("[per_session]\nusd = 1.0\n", true);
+    quick_against_the_writer("[per_session]\nusd = 1.0\n", Some(20));
 }
 
 #[test]
-fn a_tool_call_cap_is_never_answered_quickly() {
-    // The quick view counts USD only: every gated call waits for the writer.
-    quick_against_the_writer("[per_session]\ntool_calls = 30\n", false);
+fn quick_verdicts_keep_a_tool_call_cap() {
+    // Every event recorded since a measure counts as a tool call: quick
+    // answers come while far from the cap, fewer than under a USD one.
+    quick_against_the_writer("[per_session]\ntool_calls = 30\n", Some(10));
+}
+
+#[test]
+fn a_token_cap_is_never_answered_quickly() {
+    // The quick view counts no tokens: every gated call waits for the writer.
+    quick_against_the_writer("[per_session]\ntokens = 400000\n", None);
 }
 
 /// A session that spent past its cap in an earlier process: a new
@@ -1036,9 +1043,9 @@ fn a_session_capped_in_an_earlier_process_is_blocked_by_the_next_one() {
 }
 
 /// Fifty calls of $0.025 and fifty tool calls in one session under
-/// `budgets`: each quick answer must be the writer's, and (`quick`) some
-/// answers are quick.
-fn quick_against_the_writer(budgets: &str, quick: bool) {
+/// `budgets`: each quick answer must be the writer's, and at least
+/// `min_quick` tool and LLM answers are quick (`None`: none is).
+fn quick_against_the_writer(budgets: &str, min_quick: Option<usize>) {
     let dir = tempfile::tempdir().expect("temp dir");
     write_budgets(dir.path(), budgets);
     let mut cfg = BridgeConfig::new(dir.path().to_path_buf());
@@ -1105,13 +1112,12 @@ fn quick_against_the_writer(budgets: &str, quick: bool) {
     }
     assert!(notice_at.is_some(), "the soft notice was given");
     assert!(blocked >= 10, "the calls past the limit were blocked: {blocked}");
-    if quick {
-        assert!(
-            quick_tools >= 20 && quick_llm >= 20,
+    match min_quick {
+        Some(n) => assert!(
+            quick_tools >= n && quick_llm >= n,
             "quick verdicts: {quick_tools} tool, {quick_llm} llm"
-        );
-    } else {
-        assert_eq!((quick_tools, quick_llm), (0, 0), "no quick verdict");
+        ),
+        None => assert_eq!((quick_tools, quick_llm), (0, 0), "no quick verdict"),
     }
 }
 

@@ -706,7 +706,10 @@ fn budget_caps_are_set_listed_with_running_sessions_and_removed() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(v["tokens_counted"], "total");
     assert_eq!(v["runaway"]["action"], "alert", "the runaway watch is on by default");
-    assert!(list.contains("runaway watch: alert at 10 identical tool calls in a row"), "{list}");
+    assert!(
+        list.contains("runaway watch: alert at 10 identical tool calls in a row"),
+        "{list}"
+    );
     assert_eq!(v["caps"].as_array().map(Vec::len), Some(4));
     let tokens = v["open_caps"]
         .as_array()

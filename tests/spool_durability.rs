@@ -57,7 +57,7 @@ impl Gate for ExitAfterCommit {
         None
     }
 
-    fn applied(&mut self, _spend_usd: f64) {
+    fn applied(&mut self, _spend_usd: f64, _tool_calls: u64) {
         self.batches_left = self.batches_left.saturating_sub(1);
         if self.batches_left == 0 {
             exit_now();

@@ -54,8 +54,9 @@ pub trait Gate: Send {
     }
 
     /// Told before the verdicts of each batch: the spend bound of every
-    /// event of this process applied so far (see [`QueuedSpend`]).
-    fn applied(&mut self, _spend_usd: f64) {}
+    /// event of this process applied so far, and its `pre_tool_call`
+    /// events applied so far (see [`QueuedSpend`]).
+    fn applied(&mut self, _spend_usd: f64, _tool_calls: u64) {}
 
     /// Shown every event this process committed, in order, before its
     /// verdict (the budget gate's runaway watch). Runs on the writer
@@ -71,6 +72,9 @@ pub trait Gate: Send {
 pub struct QueuedSpend {
     pub usd: f64,
     pub unknown: u64,
+    /// Every `pre_tool_call` this process's hooks submitted, ever (never
+    /// taken back: an upper bound of what a tool-call cap counts).
+    pub tool_calls: u64,
 }
 
 /// Answers, on the hook thread, whether a gating event can go ahead with

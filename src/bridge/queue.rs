@@ -233,12 +233,14 @@ impl Shared {
 
     /// Adds one queued event's [`spend_bound`] to [`QueuedSpend`] and
     /// returns the new total.
-    pub(super) fn add_spend(&self, bound: Option<f64>) -> QueuedSpend {
+    /// A `tool_call` (a `pre_tool_call`) also counts in its tool calls.
+    pub(super) fn add_spend(&self, bound: Option<f64>, tool_call: bool) -> QueuedSpend {
         let mut spend = lock(&self.spend);
         match bound {
             Some(usd) => spend.usd += usd,
             None => spend.unknown += 1,
         }
+        spend.tool_calls += u64::from(tool_call);
         *spend
     }
 

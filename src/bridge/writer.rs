@@ -52,6 +52,8 @@ pub(super) struct Writer {
     /// The spend bounds of this process's events applied so far (see
     /// [`QueuedSpend`]).
     applied_usd: f64,
+    /// This process's `pre_tool_call` events applied (or failed for good).
+    applied_tool_calls: u64,
     store_dir: PathBuf,
     decode: DecodeOptions,
     shared: Arc<Shared>,
@@ -133,6 +135,7 @@ impl Writer {
             exit_tickets: Vec::new(),
             handled: 0,
             applied_usd: 0.0,
+            applied_tool_calls: 0,
             store_dir: config.store_dir.clone(),
             decode: config.decode,
             shared,
@@ -469,7 +472,11 @@ impl Writer {
         // The store now holds the whole batch: tell the gate before its
         // verdicts, which it may reuse for events that do not wait.
         self.settle(events.iter().map(|p| p.bound));
-        self.gate.applied(self.applied_usd);
+        self.applied_tool_calls += events
+            .iter()
+            .filter(|p| matches!(p.event.hook, crate::hook::Hook::PreToolCall(_)))
+            .count() as u64;
+        self.gate.applied(self.applied_usd, self.applied_tool_calls);
         let counters = &self.shared.counters;
         for (p, ok) in events.into_iter().zip(ok) {
             if ok {

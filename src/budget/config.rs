@@ -342,12 +342,10 @@ impl BudgetConfig {
                 .all(|s| s.default.is_empty() && s.overrides.values().all(Limits::is_empty))
     }
 
-    /// Whether a cap counts tokens or tool calls, which the quick view
-    /// (USD only) cannot answer for: gated calls then wait for a verdict.
-    pub fn caps_beyond_usd(&self) -> bool {
-        self.caps
-            .values()
-            .any(|c| c.get(CapUnit::Tokens).is_some() || c.get(CapUnit::ToolCalls).is_some())
+    /// Whether a cap counts tokens, which the quick view does not count:
+    /// gated calls then wait for a verdict.
+    pub fn caps_in_tokens(&self) -> bool {
+        self.caps.values().any(|c| c.get(CapUnit::Tokens).is_some())
     }
 
     /// The limits for one scope id: its override over the scope's default.

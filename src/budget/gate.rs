@@ -70,6 +70,8 @@ pub struct BudgetGate {
     pub(super) handle: BudgetHandle,
     /// This process's applied spend bound (see `Gate::applied`).
     pub(super) applied_usd: f64,
+    /// This process's applied `pre_tool_call` events (see `Gate::applied`).
+    pub(super) applied_tool_calls: u64,
     /// When the quick view's universal headroom is measured next.
     pub(super) next_universal: Instant,
     /// The clock, replaceable in tests.
@@ -112,6 +114,7 @@ impl BudgetGate {
             next_zone_try: Instant::now(),
             handle: BudgetHandle::default(),
             applied_usd: 0.0,
+            applied_tool_calls: 0,
             next_universal: Instant::now(),
             clock: crate::bridge::unix_now,
             fleet: false,
@@ -607,8 +610,9 @@ impl Gate for BudgetGate {
         Some(Arc::clone(&self.handle.0) as Arc<dyn QuickGate>)
     }
 
-    fn applied(&mut self, spend_usd: f64) {
+    fn applied(&mut self, spend_usd: f64, tool_calls: u64) {
         self.applied_usd = spend_usd;
+        self.applied_tool_calls = tool_calls;
     }
 
     fn observe(&mut self, store: &Store, event: &HookEvent) {

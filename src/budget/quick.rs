@@ -30,6 +30,15 @@ pub(super) struct Headroom {
     pub(super) own_basis: f64,
     /// [`QuickView::cost`] when measured.
     pub(super) cost_basis: f64,
+    /// Tool calls more before `pre_llm_call` has a tool-call cap's notice
+    /// to give, and before `pre_tool_call` is blocked by one (infinite
+    /// without a tool-call cap).
+    pub(super) notice_tools: f64,
+    pub(super) block_tools: f64,
+    /// This process's applied `pre_tool_call` events when measured.
+    pub(super) own_tools_basis: u64,
+    /// [`QuickView::journal_seq`] when measured.
+    pub(super) seq_basis: i64,
 }
 
 /// What the hook threads read to skip a verdict ([`QuickGate`]). The rule:
@@ -46,6 +55,10 @@ pub(super) struct QuickView {
     pub(super) cost: f64,
     /// Every open reservation, any process.
     pub(super) reserved: f64,
+    /// The journal's newest row at the last refresh: it moves by one per
+    /// event any process recorded (retention keeps the newest row), so its
+    /// growth bounds the tool calls other processes started since.
+    pub(super) journal_seq: i64,
     /// An alert waits to be shown: `pre_llm_call` must wait for it.
     pub(super) alerts_pending: bool,
     /// Keyed by [`quick_key`].
@@ -106,7 +119,25 @@ impl QuickGate for Shared {
         let grown = (queued.usd - h.own_basis).max(0.0) + (view.cost - h.cost_basis).max(0.0) + view.reserved;
         // The sums are kept in different orders: a margin far above their
         // rounding, far below a cent.
-        grown + QUICK_MARGIN_USD < if block { h.block_usd } else { h.notice_usd }
+        if grown + QUICK_MARGIN_USD >= if block { h.block_usd } else { h.notice_usd } {
+            return false;
+        }
+        // A tool-call cap: every tool call this process submitted since
+        // the measure and every event any process recorded since bound the
+        // calls started since (a tool-call cap never stops an LLM call).
+        let tools_line = match &event.hook {
+            Hook::PreToolCall(_) => h.block_tools,
+            Hook::PreLlmCall(_) => h.notice_tools,
+            _ => f64::INFINITY,
+        };
+        if tools_line.is_finite() {
+            if view.journal_seq < h.seq_basis {
+                return false;
+            }
+            let grown = queued.tool_calls.saturating_sub(h.own_tools_basis) + (view.journal_seq - h.seq_basis) as u64;
+            return (grown as f64) < tools_line;
+        }
+        true
     }
 }
 
@@ -121,10 +152,12 @@ impl BudgetGate {
         caps: &[CapState],
     ) {
         let (notice, block) = self.headroom_of(states);
-        let (cap_notice, cap_block) = self.cap_headroom(caps);
+        let (cap_notice, cap_block) = self.cap_headroom(caps, CapUnit::Usd);
         let (mut notice, mut block) = (notice.min(cap_notice), block.min(cap_block));
-        // While a run is stopped as a runaway, any session may be of it.
-        if !self.runaway.stopped.is_empty() {
+        let (notice_tools, block_tools) = self.cap_headroom(caps, CapUnit::ToolCalls);
+        // While a run is stopped as a runaway, any session may be of it;
+        // the view counts no tokens.
+        if !self.runaway.stopped.is_empty() || self.cfg.caps_in_tokens() {
             (notice, block) = (0.0, 0.0);
         }
         let mut view = lock(&self.handle.0.quick);
@@ -136,6 +169,10 @@ impl BudgetGate {
             block_usd: block,
             own_basis: self.applied_usd,
             cost_basis: view.cost,
+            notice_tools,
+            block_tools,
+            own_tools_basis: self.applied_tool_calls,
+            seq_basis: view.journal_seq,
         };
         view.sessions.insert(quick_key(session, model), h);
     }
@@ -172,16 +209,11 @@ impl BudgetGate {
         (notice, block)
     }
 
-    /// How far USD `caps` are from their next notice line and hard line.
-    /// A cap in tokens or tool calls leaves no headroom: the quick view
-    /// counts USD only, so while one is set the gated calls wait for
-    /// their verdict.
-    fn cap_headroom(&self, caps: &[CapState]) -> (f64, f64) {
-        if self.cfg.caps_beyond_usd() {
-            return (0.0, 0.0);
-        }
+    /// How far the `unit` caps among `caps` are from their next notice
+    /// line and their hard line, in that unit (infinite without one).
+    fn cap_headroom(&self, caps: &[CapState], unit: CapUnit) -> (f64, f64) {
         let (mut notice, mut block) = (f64::INFINITY, f64::INFINITY);
-        for c in caps.iter().filter(|c| c.cap.unit == CapUnit::Usd) {
+        for c in caps.iter().filter(|c| c.cap.unit == unit) {
             let next_line = self
                 .notice_lines()
                 .map(|f| c.cap.limit * f)
@@ -205,7 +237,8 @@ impl BudgetGate {
     /// every call recorded and every open reservation; at most every
     /// [`UNIVERSAL_REFRESH`], the universal headroom.
     pub(super) fn refresh_quick(&mut self, store: &Store) -> crate::Result<()> {
-        let (cost, reserved) = store.read_snapshot(|st| Ok((st.spend_total()?, st.reserved_now()?)))?;
+        let (cost, reserved, journal_seq) =
+            store.read_snapshot(|st| Ok((st.spend_total()?, st.reserved_now()?, st.journal_seq()?)))?;
         // A pull brought other hosts' spend: every headroom measured before
         // it is void.
         let fleet_version = if self.fleet { store.fleet_view_version()? } else { 0 };
@@ -213,6 +246,7 @@ impl BudgetGate {
             let mut view = lock(&self.handle.0.quick);
             view.cost = cost;
             view.reserved = reserved;
+            view.journal_seq = journal_seq;
             if fleet_version != self.fleet_version {
                 view.sessions.clear();
                 view.universal = None;
@@ -250,6 +284,10 @@ impl BudgetGate {
                 block_usd: block,
                 own_basis: self.applied_usd,
                 cost_basis: cost,
+                notice_tools: f64::INFINITY,
+                block_tools: f64::INFINITY,
+                own_tools_basis: self.applied_tool_calls,
+                seq_basis: journal_seq,
             });
         }
         Ok(())
@@ -298,6 +336,10 @@ mod tests {
                 block_usd: 2.0,
                 own_basis: 0.5,
                 cost_basis: 10.0,
+                notice_tools: f64::INFINITY,
+                block_tools: f64::INFINITY,
+                own_tools_basis: 0,
+                seq_basis: 0,
             },
         );
         drop(view);
@@ -305,7 +347,11 @@ mod tests {
     }
 
     fn queued(usd: f64) -> QueuedSpend {
-        QueuedSpend { usd, unknown: 0 }
+        QueuedSpend {
+            usd,
+            unknown: 0,
+            tool_calls: 0,
+        }
     }
 
     #[test]
@@ -335,13 +381,52 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_call_cap_answers_quickly_only_while_every_call_since_fits() {
+        let shared = measured();
+        {
+            let mut view = lock(&shared.quick);
+            view.journal_seq = 100;
+            let h = view.sessions.get_mut(&quick_key("s1", None)).expect("measured");
+            (h.block_tools, h.notice_tools, h.own_tools_basis, h.seq_basis) = (3.0, 2.0, 10, 100);
+        }
+        let calls = |tool_calls| QueuedSpend {
+            usd: 0.5,
+            unknown: 0,
+            tool_calls,
+        };
+        assert!(shared.no_verdict(&tool_call("s1"), calls(12)), "2 calls since, 3 to go");
+        assert!(
+            !shared.no_verdict(&tool_call("s1"), calls(13)),
+            "3 calls reach the hard line"
+        );
+        assert!(
+            !shared.no_verdict(&llm_call("s1"), calls(12)),
+            "2 reach the notice line"
+        );
+        lock(&shared.quick).journal_seq = 102;
+        assert!(
+            !shared.no_verdict(&tool_call("s1"), calls(11)),
+            "other processes' events count"
+        );
+        lock(&shared.quick).journal_seq = 50;
+        assert!(
+            !shared.no_verdict(&tool_call("s1"), calls(10)),
+            "a journal that went back is unknown"
+        );
+    }
+
+    #[test]
     fn an_unmeasured_session_an_unknown_bound_or_a_pending_alert_waits() {
         let shared = measured();
         assert!(
             !shared.no_verdict(&tool_call("s2"), queued(0.5)),
             "no headroom known for s2"
         );
-        let unknown = QueuedSpend { usd: 0.5, unknown: 1 };
+        let unknown = QueuedSpend {
+            usd: 0.5,
+            unknown: 1,
+            tool_calls: 0,
+        };
         assert!(!shared.no_verdict(&tool_call("s1"), unknown));
         lock(&shared.quick).alerts_pending = true;
         assert!(

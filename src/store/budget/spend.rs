@@ -289,6 +289,15 @@ impl Store {
             .query_row([], |r| r.get(0))?)
     }
 
+    /// The journal's newest row: one more per event any process recorded
+    /// (retention always keeps the newest), 0 for an empty journal.
+    pub fn journal_seq(&self) -> Result<i64> {
+        Ok(self
+            .conn()
+            .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM journal")?
+            .query_row([], |r| r.get(0))?)
+    }
+
     /// What every open reservation holds, all processes (global scope,
     /// which every request reserves against; stale ones too, as an upper
     /// bound of what any scope's reservations hold).
