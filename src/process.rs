@@ -55,6 +55,17 @@ fn pid_namespace() -> Option<String> {
     (!inode.is_empty()).then(|| inode.to_string())
 }
 
+/// This machine's name, for people reading the fleet's hosts table or an
+/// alert.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(crate::config::fleet::hostname_var)
+        .unwrap_or_else(|| "unknown".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

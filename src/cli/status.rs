@@ -51,6 +51,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
             "spool": spool_json(&home.value),
             "metrics": super::metrics_status::json(store)?,
             "fleet": fleet_json(store)?,
+            "alert_webhook": webhook_json(store)?,
         });
         let text = serde_json::to_string_pretty(&value).map_err(|e| Error::Other(e.to_string()))?;
         println!("{text}");
@@ -86,7 +87,47 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
     print_export(&export, &export_config);
     super::metrics_status::print(store)?;
     print_fleet(store)?;
+    print_webhook(store)?;
     Ok(code)
+}
+
+/// The alert webhook (its URL without the path, which may be its key) and
+/// how many alerts it took and has not taken yet.
+fn webhook_json(store: &Store) -> Result<serde_json::Value> {
+    let config = match crate::config::webhook::WebhookConfig::from_env() {
+        Ok(Some(c)) => c,
+        Ok(None) => return Ok(serde_json::Value::Null),
+        Err(e) => return Ok(serde_json::json!({ "error": e })),
+    };
+    let (pushed, waiting, last_error) = store.alert_push_status()?;
+    Ok(serde_json::json!({
+        "url": config.redacted(),
+        "format": format!("{:?}", config.format).to_ascii_lowercase(),
+        "pushed": pushed,
+        "waiting": waiting,
+        "last_error": last_error,
+    }))
+}
+
+fn print_webhook(store: &Store) -> Result<()> {
+    let v = webhook_json(store)?;
+    if v.is_null() {
+        println!("alert webhook   off (set HERMES_METER_ALERT_WEBHOOK to post alerts to a person)");
+    } else if let Some(e) = v["error"].as_str() {
+        println!("alert webhook   not usable: {e}");
+    } else {
+        let error = v["last_error"]
+            .as_str()
+            .map_or(String::new(), |e| format!("; last failure: {e}"));
+        println!(
+            "alert webhook   {} ({}): {} posted, {} not yet{error}",
+            v["url"].as_str().unwrap_or(""),
+            v["format"].as_str().unwrap_or(""),
+            v["pushed"],
+            v["waiting"]
+        );
+    }
+    Ok(())
 }
 
 /// The fleet's address (never its password), this host, the last sync and

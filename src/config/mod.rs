@@ -25,6 +25,7 @@ pub mod fleet;
 pub mod metrics;
 pub mod parse;
 mod store;
+pub mod webhook;
 
 pub use bridge::{
     BridgeConfig, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_HOOK_WAIT, DEFAULT_STORE_RETRY_MAX, DEFAULT_STORE_RETRY_MIN,

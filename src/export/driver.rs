@@ -20,7 +20,9 @@
 
 use std::time::{Duration, Instant};
 
+use super::webhook::{AlertPush, PushStep};
 use super::{ExportConfig, MetricExport, MetricStep, MetricsConfig, Step, TraceExport};
+use crate::config::webhook::WebhookConfig;
 use crate::error::Result;
 use crate::store::Store;
 
@@ -31,6 +33,10 @@ pub struct Driver {
     store: Store,
     traces: Option<TraceExport>,
     metrics: Option<MetricExport>,
+    /// The alert webhook, when `HERMES_METER_ALERT_WEBHOOK` is set.
+    alerts: Option<AlertPush>,
+    /// The last alert post failed (logged once until one succeeds).
+    alerts_failing: bool,
     close_idle_every: Duration,
     last_idle_check: Option<Instant>,
 }
@@ -48,6 +54,9 @@ pub struct Cycle {
     /// `leased` is the metric lease's, so a flush is still served or
     /// skipped by who holds a lease.
     pub traces: Result<Step>,
+    /// The alert webhook's step, with a webhook (its failures are logged
+    /// here and never stop `serve`: the alerts wait in the store).
+    pub alerts: Option<Result<PushStep>>,
 }
 
 impl Cycle {
@@ -73,6 +82,18 @@ impl Cycle {
     }
 }
 
+/// The alert webhook of the environment, if one is set; a bad setting is
+/// logged once and posts nothing.
+fn alert_push() -> Option<AlertPush> {
+    match WebhookConfig::from_env() {
+        Ok(config) => config.map(AlertPush::new),
+        Err(e) => {
+            tracing::warn!(target: "AlertPush.Config", "{e}: no alert is posted");
+            None
+        }
+    }
+}
+
 impl Driver {
     /// Drives the trace export with `traces` and the metric export with
     /// `metrics` (either may be absent) over `store`, both sending on one
@@ -94,6 +115,8 @@ impl Driver {
             store,
             traces,
             metrics,
+            alerts: alert_push(),
+            alerts_failing: false,
             close_idle_every,
             last_idle_check: None,
         })
@@ -109,7 +132,7 @@ impl Driver {
         metrics: MetricsConfig,
         close_idle_every: Duration,
     ) -> Result<Option<Self>> {
-        if !traces.enabled() && !metrics.pushes() {
+        if !traces.enabled() && !metrics.pushes() && !matches!(WebhookConfig::from_env(), Ok(Some(_))) {
             return Ok(None);
         }
         let traces = traces.enabled().then_some(traces);
@@ -148,10 +171,27 @@ impl Driver {
                 ..Step::default()
             }),
         };
+        let alerts = self.alerts.as_ref().map(|a| a.run_once(store, crate::unix_now()));
+        match &alerts {
+            Some(Ok(PushStep { error: Some(e), .. })) if !self.alerts_failing => {
+                self.alerts_failing = true;
+                tracing::warn!(target: "AlertPush.Failed", "{e}; the alerts wait in the store and are tried again");
+            }
+            Some(Err(e)) if !self.alerts_failing => {
+                self.alerts_failing = true;
+                tracing::warn!(target: "AlertPush.Failed", "alert webhook: {e}; the alerts wait in the store");
+            }
+            Some(Ok(PushStep { error: None, pushed })) if *pushed > 0 && self.alerts_failing => {
+                self.alerts_failing = false;
+                tracing::info!(target: "AlertPush.Recovered", "alert webhook: {pushed} alert(s) delivered again");
+            }
+            _ => {}
+        }
         Cycle {
             closed_idle,
             metrics,
             traces,
+            alerts,
         }
     }
 
@@ -251,12 +291,14 @@ mod tests {
             closed_idle: Some(failed("idle")),
             metrics: Some(failed("metrics")),
             traces: failed("traces"),
+            alerts: Some(failed("alerts")),
         };
         assert_eq!(cycle.into_result().map_err(|e| e.to_string()), Err("idle".into()));
         let cycle = Cycle {
             closed_idle: Some(Ok(0)),
             metrics: Some(failed("metrics")),
             traces: Ok(Step::default()),
+            alerts: None,
         };
         assert_eq!(cycle.metric_error().as_deref(), Some("metrics"));
         assert_eq!(cycle.into_result().map_err(|e| e.to_string()), Err("metrics".into()));
@@ -267,6 +309,7 @@ mod tests {
                 ..MetricStep::default()
             })),
             traces: Ok(Step::default()),
+            alerts: Some(failed("a webhook failure never fails the cycle")),
         };
         assert_eq!(cycle.metric_error().as_deref(), Some("refused"));
         assert_eq!(cycle.into_result().map_err(|e| e.to_string()), Ok(Step::default()));

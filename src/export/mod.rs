@@ -51,6 +51,7 @@ mod pacing;
 pub mod prometheus;
 pub mod retry;
 pub mod transport;
+pub mod webhook;
 
 pub use crate::config::export::{ExportConfig, ExportOverrides, Protocol, Sampler, Signal, TracesExporter};
 pub use crate::config::metrics::{MetricsConfig, MetricsExporters, MetricsOverrides};

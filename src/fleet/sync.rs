@@ -81,7 +81,7 @@ impl FleetSync {
         FleetSync {
             cfg,
             budgets_path: store_dir.join(budget::BUDGETS_FILE_NAME),
-            host_name: host_name(),
+            host_name: crate::process::host_name(),
             client: None,
             pruned_at: None,
         }
@@ -325,14 +325,4 @@ fn read_optional(path: &Path) -> Result<Option<String>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Error::io(path, e)),
     }
-}
-
-/// This machine's name, for people reading the hosts table.
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .or_else(crate::config::fleet::hostname_var)
-        .unwrap_or_else(|| "unknown".into())
 }

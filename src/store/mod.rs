@@ -85,7 +85,10 @@ pub const DB_FILE_NAME: &str = "hermes-meter.db";
 /// Migrations, in order; entry `i` brings the schema to version `i + 1`.
 /// Version 1 is the whole schema of the first release; a later version is
 /// a new file appended here, never an edit of a released one.
-const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_initial.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0001_initial.sql"),
+    include_str!("migrations/0002_alert_push.sql"),
+];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -507,6 +510,25 @@ mod tests {
         assert_eq!(added, 0, "the failed migration's first statement was rolled back");
     }
 
+    /// A store of version 1 (the first release's) with an alert in it
+    /// takes version 2: the alert is kept, waiting for a webhook.
+    #[test]
+    fn a_first_release_store_takes_the_alert_push_columns() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("s.db");
+        let mut conn = connect(&path).expect("open");
+        migrate(&mut conn, &MIGRATIONS[..1]).expect("version 1");
+        conn.execute(
+            "INSERT INTO alerts (kind, key, text, first_at, last_at) VALUES ('runaway', 'run|t', 'x', 1, 1)",
+            [],
+        )
+        .expect("an alert");
+        drop(conn);
+        let store = Store::open(&path).expect("migrates");
+        assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+        assert_eq!(store.alert_push_status().expect("status"), (0, 1, None));
+    }
+
     /// The runner, for the versions after the first: a store of this
     /// version, with data in it, takes the next one and keeps its data.
     #[test]
@@ -520,15 +542,16 @@ mod tests {
             [],
         )
         .expect("data");
-        let next = [
-            MIGRATIONS[0],
-            "ALTER TABLE runs ADD COLUMN next_version TEXT; UPDATE runs SET next_version = 'filled';",
-        ];
-        migrate(&mut conn, &next).expect("to version 2");
+        let next: Vec<&str> = MIGRATIONS
+            .iter()
+            .copied()
+            .chain(["ALTER TABLE runs ADD COLUMN next_version TEXT; UPDATE runs SET next_version = 'filled';"])
+            .collect();
+        migrate(&mut conn, &next).expect("to the next version");
         let version: i64 = conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .expect("version");
-        assert_eq!(version, 2);
+        assert_eq!(version, SCHEMA_VERSION + 1);
         let filled: String = conn
             .query_row("SELECT next_version FROM runs WHERE session_id = 's'", [], |r| r.get(0))
             .expect("the run kept, the new column filled");
@@ -536,7 +559,9 @@ mod tests {
         migrate(&mut conn, &next).expect("again: nothing to do");
         drop(conn);
         match Store::open(&path) {
-            Err(Error::SchemaTooNew { found: 2, supported }) => assert_eq!(supported, SCHEMA_VERSION),
+            Err(Error::SchemaTooNew { found, supported }) if found == SCHEMA_VERSION + 1 => {
+                assert_eq!(supported, SCHEMA_VERSION)
+            }
             other => panic!("this build refuses the later version, got {other:?}"),
         }
     }

@@ -2,7 +2,8 @@
 
 Runs inside the scenario's network namespace, listens on 127.0.0.1:$OTLP_PORT
 (default 4318) and saves every POSTed body (gunzipped) under
-$E2E_OUTDIR/otlp/ as NNNN-traces.pb or NNNN-metrics.pb, answering with an
+$E2E_OUTDIR/otlp/ as NNNN-traces.pb or NNNN-metrics.pb (a POST to /hook, an
+alert webhook's, as NNNN-webhook.json), answering with an
 empty (valid) export response, and appends ``NNNN kind unix-time`` to
 ``otlp/arrivals.tsv`` before answering (the time the body arrived, for tests
 that check what a process sent before it ended). Decoding is the test's job.
@@ -29,14 +30,14 @@ class Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if self.headers.get("Content-Encoding") == "gzip":
             body = gzip.decompress(body)
-        kind = {"/v1/traces": "traces", "/v1/metrics": "metrics"}.get(self.path)
+        kind = {"/v1/traces": "traces", "/v1/metrics": "metrics", "/hook": "webhook"}.get(self.path)
         if kind is None:
             self.send_response(404)
             self.end_headers()
             return
         with LOCK:
             n = next(COUNTER)
-        (OUT / f"{n:04d}-{kind}.pb").write_bytes(body)
+        (OUT / f"{n:04d}-{kind}.{'json' if kind == 'webhook' else 'pb'}").write_bytes(body)
         with LOCK, (OUT / "arrivals.tsv").open("a") as f:
             f.write(f"{n:04d}\t{kind}\t{time.time():.6f}\n")
         self.send_response(200)

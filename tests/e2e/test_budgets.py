@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -22,9 +23,13 @@ from conftest import KIT, PLUGIN_KEY
 BLOCKED_MODEL = "hermes-meter/budget-blocked"
 
 
-def _scenario(hermes_bin: Path, tmp_path: Path, script: str, env: dict[str, str] | None = None) -> Path:
+def _scenario(
+    hermes_bin: Path, tmp_path: Path, script: str, env: dict[str, str] | None = None, sidecar: bool = False
+) -> Path:
     """Runs ``script`` in the kit's ``custom`` scenario; ``env`` goes to
-    Hermes and the script's steps."""
+    Hermes and the script's steps. With ``sidecar``, the loopback OTLP/HTTP
+    receiver (which also takes an alert webhook's posts at /hook) runs in the
+    scenario's namespace and Hermes exports to it."""
     out = tmp_path / "run"
     script_file = tmp_path / "script.sh"
     script_file.write_text('BUDGET="$(dirname "$HERMES")/hermes-meter"\n' + textwrap.dedent(script))
@@ -41,9 +46,13 @@ def _scenario(hermes_bin: Path, tmp_path: Path, script: str, env: dict[str, str]
         "--env",
         f"HERMES_METER_HOME={out / 'meter'}",
     ]
+    if sidecar:
+        cmd += ["--sidecar", f'"$E2E_PYTHON" {Path(__file__).parent / "otlp_sidecar.py"}']
+        cmd += ["--env", "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf"]
+        cmd += ["--env", "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318"]
     for key, value in (env or {}).items():
         cmd += ["--env", f"{key}={value}"]
-    run_env = {"HERMES_BIN": str(hermes_bin), "PATH": "/usr/bin:/bin"}
+    run_env = {"HERMES_BIN": str(hermes_bin), "PATH": "/usr/bin:/bin", "E2E_PYTHON": sys.executable}
     p = subprocess.run(cmd, env=run_env, text=True, capture_output=True, timeout=600)
     assert p.returncode == 0, p.stderr
     return out
@@ -246,10 +255,40 @@ def test_a_runaway_loop_is_stopped_by_the_default_detector_with_action_stop(herm
     # while nothing is stopped), so the eleventh is the first blocked.
     assert sum(statuses.values()) == 10, f"ten ran, then the next was blocked: {statuses}"
     # The model's next call was answered by the stand-in, not the provider.
+    # (After the turn Hermes may start its background review on thread
+    # bg-review, a run of its own, which is not stopped.)
     posts = [h for h in _hooks(out) if h["hook"] == "post_api_request"]
-    assert posts[-1]["kwargs"]["response_model"] == BLOCKED_MODEL, posts[-1]
-    assert _chat_posts(out) == 11, "eleven calls reached the provider, the twelfth was stopped"
+    turn = [h for h in posts if h.get("thread") == "MainThread"]
+    assert turn[-1]["kwargs"]["response_model"] == BLOCKED_MODEL, turn[-1]
+    assert len(turn) == 12, "eleven calls reached the provider, the twelfth was stopped"
+    elsewhere = [h for h in posts if h.get("thread") != "MainThread"]
+    assert _chat_posts(out) == 11 + len(elsewhere)
     alerts = _query(out, "SELECT text FROM alerts WHERE kind = 'runaway'")
     assert len(alerts) == 1 and "terminal called 10 times in a row" in alerts[0][0], alerts
     counts = dict(_query(out, "SELECT verdict, count FROM budget_verdicts"))
     assert counts.get("runaway") == 1 and counts.get("blocked", 0) >= 2, counts
+
+
+def test_a_runaway_alert_reaches_a_webhook_from_the_store(hermes_bin, tmp_path) -> None:
+    # The default watch (alert only) and a webhook on loopback: the alert
+    # reaches the receiver once, the run is not stopped.
+    out = _scenario(
+        hermes_bin,
+        tmp_path,
+        """
+        chat chat "TOOLLOOP keep running true"
+        """,
+        env={"HERMES_METER_ALERT_WEBHOOK": "http://127.0.0.1:4318/hook"},
+        sidecar=True,
+    )
+    steps = _steps(out)
+    assert steps["chat"][0] == 0, steps["chat"]
+    assert "MOCK-FINAL-ANSWER" in steps["chat"][1], "alerting stops nothing"
+    posts = [json.loads(p.read_text()) for p in sorted((out / "otlp").glob("*-webhook.json"))]
+    runaway = [p for p in posts if p["kind"] == "runaway"]
+    assert len(runaway) == 1, posts
+    assert runaway[0]["source"] == "hermes-meter"
+    assert "terminal called 10 times in a row" in runaway[0]["text"], runaway[0]
+    assert _query(out, "SELECT COUNT(*) FROM alerts WHERE kind = 'runaway' AND pushed_at IS NOT NULL") == [
+        (1,)
+    ]

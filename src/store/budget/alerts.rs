@@ -243,23 +243,88 @@ impl Store {
     }
 
     /// Every alert, newest first.
+    /// Up to `limit` alerts a webhook has not accepted yet, due now (their
+    /// `push_after` passed), raised at or after `since`, oldest first.
+    pub fn alerts_to_push(&self, now: f64, since: f64, limit: usize) -> Result<Vec<AlertRow>> {
+        let mut stmt = self.conn().prepare_cached(&format!(
+            "SELECT kind, key, text, count, first_at, last_at, delivered_at FROM alerts
+             WHERE pushed_at IS NULL AND push_after <= ?1 AND first_at >= ?2 ORDER BY first_at LIMIT {limit}"
+        ))?;
+        let rows = stmt.query_map(params![now, since], alert_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Claims an alert for one post until `until`: true for the one
+    /// process, of any, that claimed it (it was still due and unpushed).
+    pub fn claim_alert_push(&self, kind: &str, key: &str, now: f64, until: f64) -> Result<bool> {
+        let n = self
+            .conn()
+            .prepare_cached(
+                "UPDATE alerts SET push_after = ?4, push_attempts = push_attempts + 1
+                 WHERE kind = ?1 AND key = ?2 AND pushed_at IS NULL AND push_after <= ?3",
+            )?
+            .execute(params![kind, key, now, until])?;
+        Ok(n == 1)
+    }
+
+    /// Posts of the alert tried so far.
+    pub fn alert_push_attempts(&self, kind: &str, key: &str) -> Result<i64> {
+        Ok(self
+            .conn()
+            .prepare_cached("SELECT push_attempts FROM alerts WHERE kind = ?1 AND key = ?2")?
+            .query_row(params![kind, key], |r| r.get(0))?)
+    }
+
+    /// The webhook accepted the alert.
+    pub fn alert_pushed(&self, kind: &str, key: &str, at: f64) -> Result<()> {
+        self.conn()
+            .prepare_cached("UPDATE alerts SET pushed_at = ?3, push_error = NULL WHERE kind = ?1 AND key = ?2")?
+            .execute(params![kind, key, at])?;
+        Ok(())
+    }
+
+    /// A post of the alert failed: it is due again at `retry_at`.
+    pub fn alert_push_failed(&self, kind: &str, key: &str, error: &str, retry_at: f64) -> Result<()> {
+        self.conn()
+            .prepare_cached("UPDATE alerts SET push_after = ?4, push_error = ?3 WHERE kind = ?1 AND key = ?2")?
+            .execute(params![kind, key, error, retry_at])?;
+        Ok(())
+    }
+
+    /// `(pushed, waiting)`: alerts a webhook accepted, and those it has not
+    /// yet, with the last error of one that failed, for `status`.
+    pub fn alert_push_status(&self) -> Result<(i64, i64, Option<String>)> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT COUNT(pushed_at), COUNT(*) - COUNT(pushed_at),
+                    (SELECT push_error FROM alerts WHERE pushed_at IS NULL AND push_error IS NOT NULL
+                     ORDER BY push_after DESC LIMIT 1)
+             FROM alerts",
+            )?
+            .query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?)
+    }
+
     pub fn alerts(&self) -> Result<Vec<AlertRow>> {
         let mut stmt = self.conn().prepare_cached(
             "SELECT kind, key, text, count, first_at, last_at, delivered_at FROM alerts ORDER BY last_at DESC",
         )?;
-        let rows = stmt.query_map([], |r| {
-            Ok(AlertRow {
-                kind: r.get(0)?,
-                key: r.get(1)?,
-                text: r.get(2)?,
-                count: r.get(3)?,
-                first_at: r.get(4)?,
-                last_at: r.get(5)?,
-                delivered_at: r.get(6)?,
-            })
-        })?;
+        let rows = stmt.query_map([], alert_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
+}
+
+/// A row of `SELECT kind, key, text, count, first_at, last_at, delivered_at`.
+fn alert_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AlertRow> {
+    Ok(AlertRow {
+        kind: r.get(0)?,
+        key: r.get(1)?,
+        text: r.get(2)?,
+        count: r.get(3)?,
+        first_at: r.get(4)?,
+        last_at: r.get(5)?,
+        delivered_at: r.get(6)?,
+    })
 }
 
 #[cfg(test)]

@@ -1,0 +1,157 @@
+//! Alerts posted to a webhook from a real store, to a real HTTP receiver
+//! on loopback: each once, in both shapes, and none lost while the
+//! receiver is down.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+
+use hermes_meter::config::webhook::{WebhookConfig, WebhookFormat};
+use hermes_meter::export::webhook::{AlertPush, PUSH_HORIZON_S};
+use hermes_meter::store::Store;
+use serde_json::Value;
+
+/// A loopback HTTP/1.1 receiver answering 200 to every POST, keeping the
+/// bodies. It runs until the test process ends.
+fn receiver(listener: TcpListener) -> Arc<Mutex<Vec<Value>>> {
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let kept = Arc::clone(&got);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).expect("body");
+            kept.lock()
+                .expect("lock")
+                .push(serde_json::from_slice(&body).expect("a JSON body"));
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    got
+}
+
+fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64()
+}
+
+fn sink(port: u16, format: WebhookFormat) -> AlertPush {
+    AlertPush::new(WebhookConfig {
+        url: format!("http://127.0.0.1:{port}/hook"),
+        format,
+    })
+}
+
+#[test]
+fn alerts_reach_the_webhook_once_and_wait_while_it_is_down() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Store::open_dir(dir.path()).expect("store");
+    let t = now();
+    store
+        .raise_pending_alert("runaway", "run|t1", "RUNAWAY: session s looks stuck in a loop", t)
+        .expect("raise");
+    store
+        .raise_alert_delivered(
+            "budget_hard",
+            "global||daily|2026-12-04",
+            "the global daily budget is exhausted",
+            t + 1.0,
+            "s",
+        )
+        .expect("raise");
+    // A port nothing listens on: the receiver is down.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let push = sink(port, WebhookFormat::Json);
+    let step = push.run_once(&store, t + 2.0).expect("step");
+    assert_eq!(step.pushed, 0);
+    assert!(
+        step.error.as_deref().is_some_and(|e| e.contains("127.0.0.1")),
+        "{step:?}"
+    );
+    let (pushed, waiting, error) = store.alert_push_status().expect("status");
+    assert_eq!((pushed, waiting), (0, 2));
+    assert!(error.is_some(), "the failure is kept for status");
+    // The failed alert backs off; the other, not tried yet (a step stops at
+    // its first failure), is tried next and fails too; then both wait.
+    let step = push.run_once(&store, t + 3.0).expect("step");
+    assert!(step.pushed == 0 && step.error.is_some(), "{step:?}");
+    let step = push.run_once(&store, t + 4.0).expect("step");
+    assert_eq!((step.pushed, step.error), (0, None), "both back off");
+    assert_eq!(store.alert_push_status().expect("status").1, 2, "nothing is lost");
+    // The receiver comes up.
+    let got = receiver(TcpListener::bind(("127.0.0.1", port)).expect("rebind"));
+    let step = push.run_once(&store, t + 600.0).expect("step");
+    assert_eq!((step.pushed, step.error), (2, None));
+    assert_eq!(
+        push.run_once(&store, t + 1200.0).expect("step").pushed,
+        0,
+        "each alert once"
+    );
+    let bodies = got.lock().expect("lock").clone();
+    assert_eq!(bodies.len(), 2, "{bodies:?}");
+    let kinds: Vec<&str> = bodies.iter().filter_map(|b| b["kind"].as_str()).collect();
+    assert_eq!(kinds, ["runaway", "budget_hard"], "oldest first");
+    assert_eq!(bodies[0]["source"], "hermes-meter");
+    assert_eq!(bodies[0]["text"], "RUNAWAY: session s looks stuck in a loop");
+    assert!(bodies[0]["host"].as_str().is_some_and(|h| !h.is_empty()));
+    assert_eq!(store.alert_push_status().expect("status").0, 2);
+}
+
+#[test]
+fn the_slack_shape_a_claim_and_the_horizon() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Store::open_dir(dir.path()).expect("store");
+    let t = now();
+    store
+        .raise_pending_alert("runaway", "run|old", "an old one", t - PUSH_HORIZON_S - 60.0)
+        .expect("raise");
+    store
+        .raise_pending_alert("runaway", "run|new", "RUNAWAY: a new one", t)
+        .expect("raise");
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let got = receiver(listener);
+    // Another process claimed the new alert a moment ago: it is not posted twice.
+    assert!(store
+        .claim_alert_push("runaway", "run|new", t, t + 30.0)
+        .expect("claim"));
+    assert!(
+        !store
+            .claim_alert_push("runaway", "run|new", t, t + 30.0)
+            .expect("claim"),
+        "claimed once"
+    );
+    let push = sink(port, WebhookFormat::Slack);
+    assert_eq!(push.run_once(&store, t + 1.0).expect("step").pushed, 0);
+    // The claim lapsed (that process died): this one posts it.
+    assert_eq!(push.run_once(&store, t + 31.0).expect("step").pushed, 1);
+    let bodies = got.lock().expect("lock").clone();
+    assert_eq!(bodies.len(), 1, "the day-old alert is not replayed: {bodies:?}");
+    let text = bodies[0]["text"].as_str().expect("slack text");
+    assert!(
+        text.starts_with("*hermes-meter* on ") && text.ends_with("RUNAWAY: a new one"),
+        "{text}"
+    );
+    assert_eq!(
+        bodies[0].as_object().map(|o| o.len()),
+        Some(1),
+        "Slack takes {{\"text\"}}"
+    );
+}
