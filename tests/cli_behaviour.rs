@@ -737,6 +737,32 @@ fn budget_caps_are_set_listed_with_running_sessions_and_removed() {
         assert_eq!(o.status.code(), Some(1), "{args:?}");
         assert!(stderr(&o).contains(said), "{args:?}: {}", stderr(&o));
     }
+    // status says what the runaway watch does and where alerts go, without
+    // the webhook's path (a Slack URL's path is its key).
+    let status = stdout(&run(&home, &["status"]));
+    assert!(
+        status.contains("runaway watch   alert at 10 identical tool calls"),
+        "{status}"
+    );
+    assert!(status.contains("alert webhook   off"), "{status}");
+    let o = bin()
+        .arg("--home")
+        .arg(&home)
+        .arg("status")
+        .env(
+            "HERMES_METER_ALERT_WEBHOOK",
+            "https://hooks.example.com/services/T0/B0/secret",
+        )
+        .env("HERMES_METER_ALERT_WEBHOOK_FORMAT", "slack")
+        .output()
+        .expect("status");
+    let status = stdout(&o);
+    assert!(
+        status.contains("alert webhook   https://hooks.example.com/… (slack): 0 posted"),
+        "{status}"
+    );
+    assert!(!status.contains("secret"), "{status}");
+
     let o = run(&home, &["budget", "rm", "run", "tool_calls"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = std::fs::read_to_string(home.join("budgets.toml")).expect("read");

@@ -423,6 +423,12 @@ fn the_budgets_page_shows_the_caps_and_what_running_sessions_used() {
     );
     assert!(
         page.body
+            .contains("Runaway watch: alert at 10 identical tool calls in a row"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
             .contains("per session: $2.00, per run: 4 tool calls; tokens counted: total"),
         "{}",
         page.body

@@ -91,6 +91,24 @@ impl Default for RunawayConfig {
 }
 
 impl RunawayConfig {
+    /// What the watch does and at which signs, in one line:
+    /// `alert at 10 identical tool calls in a row, ...`.
+    pub fn describe(&self) -> String {
+        if self.action == RunawayAction::Off {
+            return "off".into();
+        }
+        format!(
+            "{} at {} identical tool calls in a row, {} API calls per tool call (from {}), \
+             {} retries of a request, {} tokens a minute",
+            self.action.as_str(),
+            self.repeated_tool_calls,
+            self.api_calls_per_tool_call,
+            self.min_api_calls,
+            self.retries_per_request,
+            self.tokens_per_minute
+        )
+    }
+
     pub(super) fn from_file(file: Option<RunawayFile>) -> Result<Self, String> {
         let d = RunawayConfig::default();
         let Some(f) = file else { return Ok(d) };

@@ -147,7 +147,7 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
                         print!("{}", render_list(&cfg, &states, &defaults));
                     }
                     print!("{}", render_caps(&cfg, &open));
-                    println!("{}", runaway_line(&cfg.runaway));
+                    println!("runaway watch: {}", cfg.runaway.describe());
                 }
             }
             Ok(0)
@@ -396,7 +396,7 @@ pub fn remove_cap(path: &Path, scope: CapScope, unit: CapUnit) -> Result<()> {
     write_checked(path, "", &doc)
 }
 
-fn runaway_json(r: &budget::RunawayConfig) -> serde_json::Value {
+pub(super) fn runaway_json(r: &budget::RunawayConfig) -> serde_json::Value {
     serde_json::json!({
         "action": r.action.as_str(),
         "repeated_tool_calls": r.repeated_tool_calls,
@@ -405,23 +405,6 @@ fn runaway_json(r: &budget::RunawayConfig) -> serde_json::Value {
         "retries_per_request": r.retries_per_request,
         "tokens_per_minute": r.tokens_per_minute,
     })
-}
-
-/// What the runaway watch does and at which signs, in one line.
-fn runaway_line(r: &budget::RunawayConfig) -> String {
-    if r.action == budget::RunawayAction::Off {
-        return "runaway watch: off".into();
-    }
-    format!(
-        "runaway watch: {} at {} identical tool calls in a row, {} API calls per tool call (from {}), \
-         {} retries of a request, {} tokens a minute",
-        r.action.as_str(),
-        r.repeated_tool_calls,
-        r.api_calls_per_tool_call,
-        r.min_api_calls,
-        r.retries_per_request,
-        r.tokens_per_minute
-    )
 }
 
 /// Most running sessions whose caps `budget list` shows.

@@ -52,6 +52,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
             "metrics": super::metrics_status::json(store)?,
             "fleet": fleet_json(store)?,
             "alert_webhook": webhook_json(store)?,
+            "runaway": runaway(&home.value).map(|r| super::budget::runaway_json(&r)).unwrap_or_else(|e| serde_json::json!({"error": e})),
         });
         let text = serde_json::to_string_pretty(&value).map_err(|e| Error::Other(e.to_string()))?;
         println!("{text}");
@@ -88,7 +89,18 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
     super::metrics_status::print(store)?;
     print_fleet(store)?;
     print_webhook(store)?;
+    match runaway(&home.value) {
+        Ok(r) => println!("runaway watch   {}", r.describe()),
+        Err(e) => println!("runaway watch   {e}"),
+    }
     Ok(code)
+}
+
+/// The runaway watch of the store's budget file (its defaults without one).
+fn runaway(home: &std::path::Path) -> std::result::Result<crate::budget::RunawayConfig, String> {
+    crate::budget::BudgetConfig::load(&home.join(crate::budget::BUDGETS_FILE_NAME))
+        .map(|c| c.runaway)
+        .map_err(|e| format!("the budget file does not parse ({e}); the running plugin keeps its last good one"))
 }
 
 /// The alert webhook (its URL without the path, which may be its key) and

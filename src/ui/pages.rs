@@ -565,6 +565,11 @@ pub fn budgets(
         h.push_str("</tbody></table>");
     }
     cap_section(&mut h, frame, cfg, caps);
+    let _ = write!(
+        h,
+        "<p class=\"muted\" id=\"runaway\">Runaway watch: {}.</p>",
+        esc(&cfg.runaway.describe())
+    );
     h.push_str("<h2>Verdicts given</h2><table class=\"verdicts\"><tbody>");
     for (v, n) in verdicts {
         let _ = write!(h, "<tr><td>{}</td><td class=\"num\">{n}</td></tr>", esc(v));
