@@ -23,9 +23,16 @@ pub(super) fn copy_value(key: &str, value: &Bound<'_, PyAny>, capture: bool) -> 
     match key {
         hook::ASSISTANT_MESSAGE => assistant_message(value),
         hook::TOOL_RESULT => tool_result(value, capture),
+        // Not captured, the arguments are copied only for their digest:
+        // a long string's head and length tell calls apart well enough,
+        // and a megabyte written by write_file is not copied for it.
+        "args" if !capture => copy(value, 0, Some(DIGESTED_STR_BYTES)),
         _ => to_json(value, 0),
     }
 }
+
+/// The most of one string copied for a digest (see [`copy_value`]).
+const DIGESTED_STR_BYTES: usize = 4096;
 
 /// `assistant_message` is a live `NormalizedResponse`: read its `content`
 /// attribute only (a dict, as the recorded fixtures hold, is copied).
@@ -62,6 +69,12 @@ fn tool_result(value: &Bound<'_, PyAny>, capture: bool) -> Value {
 /// A plain copy of a Python value: None, bool, int, float, str, dict,
 /// list and tuple; anything else (a live object) becomes null.
 fn to_json(value: &Bound<'_, PyAny>, depth: usize) -> Value {
+    copy(value, depth, None)
+}
+
+/// [`to_json`], strings longer than `max_str` bytes (if given) cut to
+/// their head and their length.
+fn copy(value: &Bound<'_, PyAny>, depth: usize, max_str: Option<usize>) -> Value {
     if value.is_none() || depth > MAX_DEPTH {
         return Value::Null;
     }
@@ -87,22 +100,32 @@ fn to_json(value: &Bound<'_, PyAny>, depth: usize) -> Value {
     if let Ok(s) = value.cast::<PyString>() {
         // Lossy: a str holding a lone surrogate cannot be UTF-8; its
         // surrogates become U+FFFD rather than the whole value being lost.
-        return Value::String(s.to_string_lossy().into_owned());
+        let text = s.to_string_lossy();
+        return match max_str {
+            Some(max) if text.len() > max => {
+                let mut head = max;
+                while !text.is_char_boundary(head) {
+                    head -= 1;
+                }
+                Value::String(format!("{}…[{} bytes]", &text[..head], text.len()))
+            }
+            _ => Value::String(text.into_owned()),
+        };
     }
     if let Ok(d) = value.cast::<PyDict>() {
         let mut map = Map::new();
         for (k, v) in d.iter() {
             if let Ok(k) = k.cast::<PyString>() {
-                map.insert(k.to_string_lossy().into_owned(), to_json(&v, depth + 1));
+                map.insert(k.to_string_lossy().into_owned(), copy(&v, depth + 1, max_str));
             }
         }
         return Value::Object(map);
     }
     if let Ok(l) = value.cast::<PyList>() {
-        return Value::Array(l.iter().map(|v| to_json(&v, depth + 1)).collect());
+        return Value::Array(l.iter().map(|v| copy(&v, depth + 1, max_str)).collect());
     }
     if let Ok(t) = value.cast::<PyTuple>() {
-        return Value::Array(t.iter().map(|v| to_json(&v, depth + 1)).collect());
+        return Value::Array(t.iter().map(|v| copy(&v, depth + 1, max_str)).collect());
     }
     Value::Null
 }

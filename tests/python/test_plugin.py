@@ -183,6 +183,30 @@ def test_the_record_written_from_the_kwargs_equals_the_one_from_their_copies(cap
     assert checked > 200
 
 
+def test_a_tool_calls_arguments_leave_only_a_digest_uncaptured() -> None:
+    # The runaway watch compares tool calls by their arguments' digest; with
+    # capture off that digest is all the record keeps, and a megabyte of
+    # write_file content is not copied whole for it.
+    def record(args: dict) -> dict:
+        kwargs = {"session_id": "s", "tool_call_id": "c", "tool_name": "write_file", "args": args}
+        direct, _ = _native._spool_records("pre_tool_call", kwargs, False)
+        return json.loads(direct)
+
+    big = {"path": "out.txt", "content": "y" * 1_000_000}
+    first, again = record(big), record(dict(big))
+    assert "args" not in first["kwargs"], first
+    assert len(json.dumps(first)) < 1000
+    assert first["kwargs"]["args_digest"] == again["kwargs"]["args_digest"]
+    longer = record({"path": "out.txt", "content": "y" * 1_000_001})
+    other = record({"path": "other.txt", "content": "y" * 1_000_000})
+    digests = {
+        first["kwargs"]["args_digest"],
+        longer["kwargs"]["args_digest"],
+        other["kwargs"]["args_digest"],
+    }
+    assert len(digests) == 3, digests
+
+
 def test_content_stays_out_of_the_store_unless_capture_is_on(fresh_store) -> None:
     code = textwrap.dedent(
         """
