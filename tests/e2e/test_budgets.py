@@ -249,24 +249,27 @@ def test_a_runaway_loop_is_stopped_by_the_default_detector_with_action_stop(herm
     steps = _steps(out)
     assert steps["chat"][0] == 0, steps["chat"]
     assert "RUNAWAY" in steps["chat"][1] and "looks stuck in a loop" in steps["chat"][1], steps["chat"]
+    # The tenth call in a row shows the sign. It was on its way (no hook
+    # waits while nothing is stopped), so the stop begins with the next
+    # gated call: the eleventh tool call, or the LLM call before it,
+    # whichever the writer's flag reaches first.
     statuses = dict(_query(out, "SELECT status, COUNT(*) FROM tool_calls GROUP BY status"))
-    assert statuses.pop("blocked") == 1, statuses
-    # The tenth in a row shows the sign; it was on its way (no hook waits
-    # while nothing is stopped), so the eleventh is the first blocked.
-    assert sum(statuses.values()) == 10, f"ten ran, then the next was blocked: {statuses}"
-    # The model's next call was answered by the stand-in, not the provider.
+    blocked_tools = statuses.pop("blocked", 0)
+    assert statuses == {"ok": 10} and blocked_tools <= 1, (statuses, blocked_tools)
+    # The model's last call was answered by the stand-in, not the provider.
     # (After the turn Hermes may start its background review on thread
     # bg-review, a run of its own, which is not stopped.)
     posts = [h for h in _hooks(out) if h["hook"] == "post_api_request"]
     turn = [h for h in posts if h.get("thread") == "MainThread"]
     assert turn[-1]["kwargs"]["response_model"] == BLOCKED_MODEL, turn[-1]
-    assert len(turn) == 12, "eleven calls reached the provider, the twelfth was stopped"
+    served = [h for h in turn if h["kwargs"]["response_model"] != BLOCKED_MODEL]
+    assert len(served) == 10 + blocked_tools, "one served call per tool call that ran or was blocked"
     elsewhere = [h for h in posts if h.get("thread") != "MainThread"]
-    assert _chat_posts(out) == 11 + len(elsewhere)
+    assert _chat_posts(out) == len(served) + len(elsewhere)
     alerts = _query(out, "SELECT text FROM alerts WHERE kind = 'runaway'")
     assert len(alerts) == 1 and "terminal called 10 times in a row" in alerts[0][0], alerts
     counts = dict(_query(out, "SELECT verdict, count FROM budget_verdicts"))
-    assert counts.get("runaway") == 1 and counts.get("blocked", 0) >= 2, counts
+    assert counts.get("runaway") == 1 and counts.get("blocked", 0) >= 1 + blocked_tools, counts
 
 
 def test_a_runaway_alert_reaches_a_webhook_from_the_store(hermes_bin, tmp_path) -> None:
