@@ -234,6 +234,9 @@ pub mod metric {
     pub const BUDGET_SPEND: &str = "hermes.budget.spend";
     pub const BUDGET_LIMIT: &str = "hermes.budget.limit";
     pub const BUDGET_PROJECTED: &str = "hermes.budget.projected";
+    pub const BUDGET_TOKENS: &str = "hermes.budget.tokens";
+    pub const BUDGET_TOKEN_LIMIT: &str = "hermes.budget.token_limit";
+    pub const BUDGET_TOKENS_PROJECTED: &str = "hermes.budget.tokens_projected";
     /// Seconds since this store's last successful fleet sync (gauge).
     pub const FLEET_SYNC_LAG: &str = "hermes.fleet.sync.lag";
     pub const BUDGET_VERDICTS: &str = "hermes.budget.verdicts";

@@ -75,6 +75,7 @@ fn budgets_decide_with_a_clock() {
     a_run_cap_on_tool_calls_counts_its_subagents_and_ends_with_the_run();
     a_session_cap_counts_its_subagents_reservations_and_stops_llm_calls();
     a_token_cap_counts_the_tokens_the_file_names();
+    a_calendar_token_budget_counts_what_an_unpriced_model_used();
 }
 
 fn subagent(parent: &str, turn: &str, child: &str, at: f64) -> HookEvent {
@@ -244,6 +245,86 @@ fn a_token_cap_counts_the_tokens_the_file_names() {
     assert!(notice.contains("observe mode: nothing is blocked"), "{notice}");
 }
 
+/// A call of a model no price table knows (a local model, a subscription):
+/// $0 to a USD budget, its tokens to a token one.
+fn local_call(session: &str, id: &str, at: f64, input: i64, output: i64) -> [HookEvent; 2] {
+    let base = json!({"session_id": session, "turn_id": format!("{session}:t"), "api_request_id": id,
+                      "model": "local/llama-3-70b", "platform": "cli"});
+    let mut pre = base.clone();
+    pre["approx_input_tokens"] = input.into();
+    pre["max_tokens"] = 0.into();
+    let mut post = base;
+    post["api_duration"] = 0.5.into();
+    post["ended_at"] = at.into();
+    post["usage"] = json!({"input_tokens": input, "output_tokens": output, "cache_read_tokens": 0,
+                           "cache_write_tokens": 0, "reasoning_tokens": 0});
+    [event("pre_api_request", at, pre), event("post_api_request", at, post)]
+}
+
+/// `daily_tokens` beside `daily`: the tokens of calls that cost "$0" reach
+/// the token budget's notice, block and LLM stop; the USD budget stays ok;
+/// `tokens_counted` applies; a reservation counts its expected tokens.
+fn a_calendar_token_budget_counts_what_an_unpriced_model_used() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let text = "timezone = \"UTC\"\n[global]\ndaily = 1.0\ndaily_tokens = 25000\n";
+    let path = write_budgets(dir.path(), text);
+    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut gate = gate(dir.path());
+    let handle = gate.handle();
+    let t = ts("2026-11-30T12:00:00Z");
+    set_now(t);
+    let s = "s-local";
+    apply(&mut store, &pre_llm(s, "s:t1", t, "cli", ""));
+    for (i, at) in [(0, t + 1.0), (1, t + 2.0)] {
+        for e in local_call(s, &format!("l{i}"), at, 10_000, 2_000) {
+            apply(&mut store, &e);
+        }
+    }
+    let usd: f64 = store.query_scalar("SELECT SUM(cost_usd) FROM llm_calls").expect("cost");
+    assert_eq!(usd, 0.0, "an unpriced model costs $0");
+    // 24,000 of 25,000 tokens: past the soft line of the token budget only.
+    let t2 = pre_llm(s, "s:t2", t + 3.0, "cli", "");
+    apply(&mut store, &t2);
+    let notice = context(gate.verdict(&store, &t2)).expect("notice");
+    assert!(
+        notice.contains("The global daily_tokens budget has 24k tokens used of 25k tokens (96%)"),
+        "{notice}"
+    );
+    assert!(
+        !notice.contains("global daily budget"),
+        "the USD budget is fine: {notice}"
+    );
+    assert_eq!(gate.verdict(&store, &pre_tool(s, "c1", t + 4.0)), None);
+    // A call in flight reserves its expected tokens: 24,000 + 10,000.
+    let [pre, post] = local_call(s, "l2", t + 5.0, 10_000, 2_000);
+    apply(&mut store, &pre);
+    let message = blocked(gate.verdict(&store, &pre_tool(s, "c2", t + 5.5)));
+    assert!(
+        message.contains("global daily_tokens budget is exhausted (34k tokens used of 25k tokens)"),
+        "{message}"
+    );
+    assert!(
+        message.contains("hermes-meter budget set global daily_tokens <tokens>"),
+        "{message}"
+    );
+    apply(&mut store, &post);
+    // The next LLM call is stopped before the provider.
+    let [pre, _] = local_call(s, "l3", t + 6.0, 10_000, 2_000);
+    apply(&mut store, &pre);
+    gate.verdict(&store, &pre);
+    let stop = handle.stop_for("l3").expect("stopped");
+    assert!(stop.contains("daily_tokens"), "{stop}");
+    // Counting output only, 6,000 of 25,000: nothing to say.
+    std::fs::write(&path, format!("tokens_counted = \"output\"\n{text}")).expect("rewrite");
+    gate.reload_if_changed(true);
+    assert_eq!(gate.verdict(&store, &pre_tool(s, "c3", t + 7.0)), None);
+    // The next day's window starts empty.
+    std::fs::write(&path, text).expect("rewrite");
+    gate.reload_if_changed(true);
+    set_now(t + 86_400.0);
+    assert_eq!(gate.verdict(&store, &pre_tool(s, "c4", t + 86_400.0)), None);
+}
+
 fn a_subagent_counts_toward_its_roots_cron_job_sender_and_profile() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut store = Store::open_dir(dir.path()).expect("open");
@@ -266,7 +347,7 @@ fn a_subagent_counts_toward_its_roots_cron_job_sender_and_profile() {
         store
             .budget_spend(scope, id, day.0, day.1, t + 10.0, None)
             .expect("spend")
-            .settled_usd
+            .settled
     };
     for (scope, id) in [
         (Scope::Global, ""),
@@ -285,7 +366,7 @@ fn a_subagent_counts_toward_its_roots_cron_job_sender_and_profile() {
     let before = store
         .budget_spend(Scope::Global, "", day.0 - 86_400, day.0, t, None)
         .expect("spend");
-    assert_eq!(before.settled_usd, 0.0);
+    assert_eq!(before.settled, 0.0);
 }
 
 fn gate(dir: &Path) -> BudgetGate {
@@ -573,9 +654,9 @@ fn estimated_costs_are_flagged_and_can_soften_a_hard_verdict() {
     let spend = store
         .budget_spend(Scope::Global, "", day.0, day.1, t + 3.0, None)
         .expect("spend");
-    assert!((spend.settled_usd - 2.0 * CALL_USD).abs() < 1e-12, "{spend:?}");
-    assert!((spend.estimated_usd - CALL_USD).abs() < 1e-12, "{spend:?}");
-    assert_eq!(spend.reserved_usd, 0.0, "settled at post_api_request");
+    assert!((spend.settled - 2.0 * CALL_USD).abs() < 1e-12, "{spend:?}");
+    assert!((spend.estimated - CALL_USD).abs() < 1e-12, "{spend:?}");
+    assert_eq!(spend.reserved, 0.0, "settled at post_api_request");
     assert!(gate.verdict(&store, &pre_tool(s, "c0", t + 3.0)).is_some(), "hard");
     std::fs::write(
         &path,
@@ -818,11 +899,11 @@ fn the_gates_read_equals_the_window_sum() {
         .expect("fast");
     for ((s, e), f) in windows.iter().zip(&fast) {
         let plain = store.budget_spend(Scope::Global, "", *s, *e, now, None).expect("plain");
-        assert!((plain.settled_usd - f.settled_usd).abs() < 1e-12, "{plain:?} {f:?}");
-        assert!((plain.estimated_usd - f.estimated_usd).abs() < 1e-12, "{plain:?} {f:?}");
-        assert!(f.settled_usd > 0.0);
+        assert!((plain.settled - f.usd.settled).abs() < 1e-12, "{plain:?} {f:?}");
+        assert!((plain.estimated - f.usd.estimated).abs() < 1e-12, "{plain:?} {f:?}");
+        assert!(f.usd.settled > 0.0 && f.input_tokens.settled > 0.0);
     }
-    assert!(fast[0].settled_usd < fast[1].settled_usd && fast[1].settled_usd < fast[2].settled_usd);
+    assert!(fast[0].usd.settled < fast[1].usd.settled && fast[1].usd.settled < fast[2].usd.settled);
     let periods: Vec<(hermes_meter::budget::Window, i64)> = hermes_meter::budget::Window::ALL
         .iter()
         .copied()
@@ -832,8 +913,11 @@ fn the_gates_read_equals_the_window_sum() {
         .period_spends(Scope::Global, "", "Asia/Kathmandu", &periods, now, None)
         .expect("periods");
     for (f, p) in fast.iter().zip(&by_period) {
-        assert!((f.settled_usd - p.settled_usd).abs() < 1e-12, "{f:?} {p:?}");
-        assert!((f.estimated_usd - p.estimated_usd).abs() < 1e-12, "{f:?} {p:?}");
+        assert!((f.usd.settled - p.usd.settled).abs() < 1e-12, "{f:?} {p:?}");
+        assert!((f.usd.estimated - p.usd.estimated).abs() < 1e-12, "{f:?} {p:?}");
+        // Token sums are whole numbers: exactly equal.
+        assert_eq!(f.input_tokens, p.input_tokens);
+        assert_eq!(f.output_tokens, p.output_tokens);
     }
 }
 
@@ -888,12 +972,12 @@ fn an_edited_budget_file_is_picked_up_without_a_restart() {
     let gauges = hermes_meter::budget::budget_gauges(&store, dir.path(), false, t).expect("gauges");
     assert_eq!(gauges.len(), 1);
     assert_eq!(
-        (gauges[0].scope, gauges[0].window, gauges[0].limit_usd),
+        (gauges[0].scope, gauges[0].window, gauges[0].limit),
         ("global", "daily", 0.01)
     );
-    assert!((gauges[0].spend_usd - CALL_USD).abs() < 1e-12);
+    assert!((gauges[0].spend - CALL_USD).abs() < 1e-12);
     // Spent now, in a window that has hours left: projected past the spend.
-    assert!(gauges[0].projected_usd >= gauges[0].spend_usd, "{:?}", gauges[0]);
+    assert!(gauges[0].projected >= gauges[0].spend, "{:?}", gauges[0]);
 }
 
 /// A hook call the way the binding makes it: spool record, then submit.
@@ -997,6 +1081,11 @@ fn quick_verdicts_keep_a_tool_call_cap() {
 fn a_token_cap_is_never_answered_quickly() {
     // The quick view counts no tokens: every gated call waits for the writer.
     quick_against_the_writer("[per_session]\ntokens = 400000\n", None);
+}
+
+#[test]
+fn a_calendar_token_budget_is_never_answered_quickly() {
+    quick_against_the_writer("[global]\ndaily = 10.0\ndaily_tokens = 400000\n", None);
 }
 
 /// A session that spent past its cap in an earlier process: a new

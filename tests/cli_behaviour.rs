@@ -200,6 +200,85 @@ fn a_zero_budget_is_refused_and_rm_removes_one_keeping_comments() {
     assert!(stderr(&o).contains("no global weekly limit"), "{}", stderr(&o));
 }
 
+/// `budget set <scope> <window>_tokens <n>` writes a token limit in whole
+/// tokens (5M, 250k, 1_000 accepted); `list` shows it in tokens beside the
+/// USD ones, says what is counted, and its JSON names the unit; `rm` takes
+/// it out and leaves the USD limit of the same window.
+#[test]
+fn token_budgets_are_set_listed_in_tokens_and_removed() {
+    let (_dir, home) = store_with_history();
+    for args in [
+        &["budget", "set", "global", "daily", "10"][..],
+        &["budget", "set", "global", "daily_tokens", "5M"],
+        &["budget", "set", "model", "gpt-4o", "monthly_tokens", "250k"],
+    ] {
+        let o = run(&home, args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    }
+    let o = run(&home, &["budget", "set", "global", "weekly_tokens", "1_500_000"]);
+    assert!(
+        stdout(&o).contains("global weekly_tokens limit set to 1.5M tokens"),
+        "{}",
+        stdout(&o)
+    );
+    let text = std::fs::read_to_string(home.join("budgets.toml")).expect("read");
+    assert!(text.contains("daily_tokens = 5000000"), "{text}");
+    assert!(text.contains("monthly_tokens = 250000"), "{text}");
+    for (args, why) in [
+        (
+            &["budget", "set", "global", "daily_tokens", "0"][..],
+            "more than 0 tokens",
+        ),
+        (
+            &["budget", "set", "global", "daily_tokens", "lots"],
+            "not a number of tokens",
+        ),
+        (
+            &["budget", "set", "global", "hourly_tokens", "5"],
+            "daily_tokens, weekly_tokens or monthly_tokens",
+        ),
+    ] {
+        let o = run(&home, args);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(stderr(&o).contains(why), "{args:?}: {}", stderr(&o));
+    }
+
+    let o = run(&home, &["budget", "list"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let list = stdout(&o);
+    let row = list
+        .lines()
+        .find(|l| l.starts_with("global") && l.contains("daily_tokens"))
+        .unwrap_or_else(|| panic!("no token row: {list}"));
+    assert!(row.contains("5M") && !row.contains('$'), "{row}");
+    assert!(list.contains("tokens counted: total"), "{list}");
+    let o = run(&home, &["budget", "list", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let budgets = v["budgets"].as_array().expect("budgets");
+    let tokens = budgets
+        .iter()
+        .find(|b| b["key"] == "daily_tokens")
+        .expect("the token budget");
+    assert_eq!(tokens["unit"], "tokens");
+    assert_eq!(tokens["limit_tokens"], 5_000_000.0);
+    assert!(tokens.get("limit_usd").is_none(), "{tokens}");
+    let usd = budgets.iter().find(|b| b["key"] == "daily").expect("the USD budget");
+    assert_eq!(usd["limit_usd"], 10.0);
+
+    let o = run(&home, &["budget", "forecast"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("daily_tokens"), "{}", stdout(&o));
+
+    let o = run(&home, &["budget", "rm", "global", "daily_tokens"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(home.join("budgets.toml")).expect("read");
+    let keys: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert!(
+        !keys.iter().any(|l| l.starts_with("daily_tokens")) && keys.contains(&"daily = 10.0"),
+        "{text}"
+    );
+}
+
 #[test]
 fn budget_list_shows_scope_defaults_which_limit_applies_and_the_zone() {
     let (_dir, home) = store_with_history();

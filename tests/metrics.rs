@@ -314,7 +314,7 @@ fn after_replaying_the_fixtures_every_instrument_arrives_with_the_ledgers_sums()
     // A budget (the fixtures are days old: nothing spent in today's window).
     std::fs::write(
         dir.path().join("budgets.toml"),
-        "timezone = \"UTC\"\n[global]\ndaily = 10.0\n",
+        "timezone = \"UTC\"\n[global]\ndaily = 10.0\ndaily_tokens = 1000000\n",
     )
     .expect("budgets");
     let mut exporter = MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store).expect("exporter");

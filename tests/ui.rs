@@ -373,6 +373,17 @@ fn the_budgets_page_shows_spend_against_limit_with_its_forecast() {
         ]),
         0
     );
+    let set_tokens = [
+        "hermes-meter",
+        "--home",
+        &home,
+        "budget",
+        "set",
+        "global",
+        "monthly_tokens",
+        "100M",
+    ];
+    assert_eq!(hermes_meter::cli::run(set_tokens), 0);
     let ui = serve(dir.path(), None, "127.0.0.1:0");
     let page = get(ui.addr(), "/budgets", &[]);
     assert_eq!(page.status, 200, "{}", page.body);
@@ -383,7 +394,19 @@ fn the_budgets_page_shows_spend_against_limit_with_its_forecast() {
         page.body
     );
     assert!(page.body.contains("$10.00"));
-    assert!(page.body.contains("$/hour"));
+    assert!(page.body.contains("Per hour"));
+    // The token budget beside it, in tokens, never in dollars.
+    assert!(
+        page.body
+            .contains("<tr class=\"budget status-ok\"><td>global</td><td>-</td><td>monthly_tokens</td>"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("<td class=\"num\">100M tokens</td>"),
+        "{}",
+        page.body
+    );
     // Nothing spent in today's window (the fixtures are older): it does not run out.
     assert!(page.body.contains("<th>Runs out</th>"), "{}", page.body);
     assert!(page.body.contains("<td class=\"runs-out\">-</td>"), "{}", page.body);

@@ -111,22 +111,90 @@ impl fmt::Display for Scope {
     }
 }
 
-/// Limits in USD per window; `None` means no limit for that window.
+/// What a calendar budget counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum BudgetUnit {
+    /// The calls' cost.
+    Usd,
+    /// The calls' tokens, as `tokens_counted` says (for subscription plans
+    /// and models priced at $0).
+    Tokens,
+}
+
+impl BudgetUnit {
+    /// Both units, USD first (the order budgets are listed in).
+    pub const ALL: [BudgetUnit; 2] = [BudgetUnit::Usd, BudgetUnit::Tokens];
+
+    /// `usd` or `tokens`: the `hermes.budget.unit` of its gauges.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetUnit::Usd => "usd",
+            BudgetUnit::Tokens => "tokens",
+        }
+    }
+
+    /// An amount in this unit as users read it: `$2.50`, `1.2M tokens`.
+    pub fn format(self, v: f64) -> String {
+        match self {
+            BudgetUnit::Usd if v.abs() < 0.01 && v != 0.0 => format!("${v:.4}"),
+            BudgetUnit::Usd => format!("${v:.2}"),
+            BudgetUnit::Tokens => format!("{} tokens", format_tokens(v)),
+        }
+    }
+}
+
+/// A token count in the short form people write budgets in: `950`,
+/// `12.5k`, `1.2M`, `3B`.
+pub fn format_tokens(v: f64) -> String {
+    let trim = |x: f64| {
+        let t = format!("{x:.1}");
+        t.strip_suffix(".0").map(str::to_string).unwrap_or(t)
+    };
+    match v.abs() {
+        a if a >= 1e9 => format!("{}B", trim(v / 1e9)),
+        a if a >= 1e6 => format!("{}M", trim(v / 1e6)),
+        a if a >= 1e4 => format!("{}k", trim(v / 1e3)),
+        _ => format!("{v:.0}"),
+    }
+}
+
+/// Parses a token count as written on the command line: `5000000`, `5M`,
+/// `250k`, `1.5B` (any case), `5_000_000`.
+pub fn parse_tokens(text: &str) -> Option<f64> {
+    let t = text.trim().replace('_', "");
+    let (num, scale) = match t.chars().last()?.to_ascii_lowercase() {
+        'k' => (&t[..t.len() - 1], 1e3),
+        'm' => (&t[..t.len() - 1], 1e6),
+        'b' | 'g' => (&t[..t.len() - 1], 1e9),
+        _ => (&t[..], 1.0),
+    };
+    let v = num.parse::<f64>().ok()? * scale;
+    (v.is_finite()).then(|| v.round())
+}
+
+/// Limits per window, in USD (`daily`) and in tokens (`daily_tokens`);
+/// `None` means no limit for that window and unit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
     pub daily: Option<f64>,
     pub weekly: Option<f64>,
     pub monthly: Option<f64>,
+    pub daily_tokens: Option<f64>,
+    pub weekly_tokens: Option<f64>,
+    pub monthly_tokens: Option<f64>,
 }
 
 impl Limits {
-    /// The limit for `window`.
-    pub fn get(&self, window: Window) -> Option<f64> {
-        match window {
-            Window::Daily => self.daily,
-            Window::Weekly => self.weekly,
-            Window::Monthly => self.monthly,
+    /// The limit for `window` in `unit`.
+    pub fn get(&self, window: Window, unit: BudgetUnit) -> Option<f64> {
+        match (unit, window) {
+            (BudgetUnit::Usd, Window::Daily) => self.daily,
+            (BudgetUnit::Usd, Window::Weekly) => self.weekly,
+            (BudgetUnit::Usd, Window::Monthly) => self.monthly,
+            (BudgetUnit::Tokens, Window::Daily) => self.daily_tokens,
+            (BudgetUnit::Tokens, Window::Weekly) => self.weekly_tokens,
+            (BudgetUnit::Tokens, Window::Monthly) => self.monthly_tokens,
         }
     }
 
@@ -136,28 +204,59 @@ impl Limits {
             daily: self.daily.or(base.daily),
             weekly: self.weekly.or(base.weekly),
             monthly: self.monthly.or(base.monthly),
+            daily_tokens: self.daily_tokens.or(base.daily_tokens),
+            weekly_tokens: self.weekly_tokens.or(base.weekly_tokens),
+            monthly_tokens: self.monthly_tokens.or(base.monthly_tokens),
         }
     }
 
     fn is_empty(&self) -> bool {
-        self.daily.is_none() && self.weekly.is_none() && self.monthly.is_none()
+        *self == Limits::default()
+    }
+
+    /// Whether a token limit is set.
+    pub fn in_tokens(&self) -> bool {
+        Window::ALL.iter().any(|w| self.get(*w, BudgetUnit::Tokens).is_some())
     }
 
     fn check(&self, what: &str) -> Result<(), String> {
-        for w in Window::ALL {
-            if let Some(v) = self.get(w) {
-                // A limit of 0 would block every call, which nobody means;
-                // no limit is written as no key (`hermes-meter budget rm`).
-                if !v.is_finite() || v <= 0.0 {
-                    return Err(format!(
-                        "{what}.{w}: a limit must be more than 0 USD, not {v} \
-                         (to have no limit, remove the key: hermes-meter budget rm)"
-                    ));
+        for unit in BudgetUnit::ALL {
+            for w in Window::ALL {
+                if let Some(v) = self.get(w, unit) {
+                    // A limit of 0 would block every call, which nobody means;
+                    // no limit is written as no key (`hermes-meter budget rm`).
+                    if !v.is_finite() || v <= 0.0 {
+                        return Err(format!(
+                            "{what}.{}: a limit must be more than 0 {}, not {v} \
+                             (to have no limit, remove the key: hermes-meter budget rm)",
+                            limit_key(w, unit),
+                            if unit == BudgetUnit::Usd { "USD" } else { "tokens" },
+                        ));
+                    }
                 }
             }
         }
         Ok(())
     }
+}
+
+/// The key of a limit in the budget file, and the window word of
+/// `budget set`: `daily`, `daily_tokens`.
+pub fn limit_key(window: Window, unit: BudgetUnit) -> &'static str {
+    match (unit, window) {
+        (BudgetUnit::Usd, w) => w.as_str(),
+        (BudgetUnit::Tokens, Window::Daily) => "daily_tokens",
+        (BudgetUnit::Tokens, Window::Weekly) => "weekly_tokens",
+        (BudgetUnit::Tokens, Window::Monthly) => "monthly_tokens",
+    }
+}
+
+/// Reads a limit key (`daily`, `weekly_tokens`, ...).
+pub fn parse_limit_key(text: &str) -> Option<(Window, BudgetUnit)> {
+    BudgetUnit::ALL
+        .into_iter()
+        .flat_map(|u| Window::ALL.into_iter().map(move |w| (w, u)))
+        .find(|(w, u)| limit_key(*w, *u) == text)
 }
 
 /// One scope's limits: the default for every id and overrides by id.
@@ -342,10 +441,14 @@ impl BudgetConfig {
                 .all(|s| s.default.is_empty() && s.overrides.values().all(Limits::is_empty))
     }
 
-    /// Whether a cap counts tokens, which the quick view does not count:
-    /// gated calls then wait for a verdict.
-    pub fn caps_in_tokens(&self) -> bool {
+    /// Whether a cap or a calendar budget counts tokens, which the quick
+    /// view does not count: gated calls then wait for a verdict.
+    pub fn counts_tokens(&self) -> bool {
         self.caps.values().any(|c| c.get(CapUnit::Tokens).is_some())
+            || self
+                .scopes
+                .values()
+                .any(|s| s.default.in_tokens() || s.overrides.values().any(Limits::in_tokens))
     }
 
     /// The limits for one scope id: its override over the scope's default.
@@ -362,14 +465,17 @@ impl BudgetConfig {
         let mut out = Vec::new();
         for (scope, id) in keys.iter() {
             let limits = self.limits(scope, id);
-            for window in Window::ALL {
-                if let Some(limit) = limits.get(window) {
-                    out.push(Budget {
-                        scope,
-                        id: id.to_string(),
-                        window,
-                        limit,
-                    });
+            for unit in BudgetUnit::ALL {
+                for window in Window::ALL {
+                    if let Some(limit) = limits.get(window, unit) {
+                        out.push(Budget {
+                            scope,
+                            id: id.to_string(),
+                            window,
+                            unit,
+                            limit,
+                        });
+                    }
                 }
             }
         }
@@ -412,28 +518,42 @@ pub struct Budget {
     /// The scope id; `""` for global.
     pub id: String,
     pub window: Window,
-    /// USD.
+    pub unit: BudgetUnit,
+    /// In `unit`.
     pub limit: f64,
 }
 
 impl Budget {
-    /// `global daily` or `cron 3f9a1c2b7d10 daily`.
+    /// Its key in the budget file: `daily`, or `daily_tokens`. Alerts and
+    /// once-per-period claims are keyed by it, so a USD and a token budget
+    /// of the same window are told apart.
+    pub fn key(&self) -> &'static str {
+        limit_key(self.window, self.unit)
+    }
+
+    /// `global daily`, `cron 3f9a1c2b7d10 daily`, `global daily_tokens`.
     pub fn label(&self) -> String {
         if self.scope == Scope::Global {
-            format!("global {}", self.window)
+            format!("global {}", self.key())
         } else {
-            format!("{} {} {}", self.scope, self.id, self.window)
+            format!("{} {} {}", self.scope, self.id, self.key())
         }
     }
 
     /// The command that raises this budget's limit.
     pub fn raise_command(&self) -> String {
+        let amount = match self.unit {
+            BudgetUnit::Usd => "<usd>",
+            BudgetUnit::Tokens => "<tokens>",
+        };
         if self.scope == Scope::Global {
-            format!("hermes-meter budget set global {} <usd>", self.window)
+            format!("hermes-meter budget set global {} {amount}", self.key())
         } else {
             format!(
-                "hermes-meter budget set {} {} {} <usd>",
-                self.scope, self.id, self.window
+                "hermes-meter budget set {} {} {} {amount}",
+                self.scope,
+                self.id,
+                self.key()
             )
         }
     }
@@ -468,6 +588,7 @@ mod tests {
         assert_eq!(cfg.hard_threshold, 1.0);
         let l = cfg.limits(Scope::CronJob, "3f9a1c2b7d10");
         assert_eq!((l.daily, l.weekly, l.monthly), (Some(2.5), None, Some(20.0)));
+        assert!(!cfg.counts_tokens());
         let l = cfg.limits(Scope::CronJob, "other");
         assert_eq!(l.daily, Some(1.0));
         assert_eq!(cfg.limits(Scope::Sender, "x"), Limits::default());

@@ -356,10 +356,7 @@ impl BudgetGate {
                         let Some(t) = budget::threshold_reached(&self.cfg, s) else {
                             continue;
                         };
-                        let key = format!(
-                            "{}|{}|{}|{}|{t}",
-                            s.budget.scope, s.budget.id, s.budget.window, s.period
-                        );
+                        let key = format!("{}|{}|{}|{}|{t}", s.budget.scope, s.budget.id, s.budget.key(), s.period);
                         let text = budget::threshold_text(s, t, &self.cfg.tz);
                         if store.raise_alert_delivered(alert::BUDGET_THRESHOLD, &key, &text, now, &e.session_id)? {
                             texts.push(text);
@@ -372,7 +369,7 @@ impl BudgetGate {
                             (alert::BUDGET_SOFT, verdict::SOFT)
                         };
                         let text = budget::notice_text(s, self.mode(), &self.cfg.tz);
-                        let key = format!("{}|{}|{}|{}", s.budget.scope, s.budget.id, s.budget.window, s.period);
+                        let key = format!("{}|{}|{}|{}", s.budget.scope, s.budget.id, s.budget.key(), s.period);
                         if store.raise_alert_delivered(kind, &key, &text, now, &e.session_id)? {
                             store.count_budget_verdict(v, s, now)?;
                             texts.push(text);

@@ -64,8 +64,8 @@ pub use caps::{
     CapState, CapUnit, TokenCount, Used, LIFETIME,
 };
 pub use config::{
-    Budget, BudgetConfig, BudgetMode, Limits, Scope, ScopeKeys, ScopeLimits, BUDGETS_FILE_NAME, DEFAULT_HARD_THRESHOLD,
-    DEFAULT_PROFILE, DEFAULT_SOFT_THRESHOLD,
+    format_tokens, limit_key, parse_limit_key, parse_tokens, Budget, BudgetConfig, BudgetMode, BudgetUnit, Limits,
+    Scope, ScopeKeys, ScopeLimits, BUDGETS_FILE_NAME, DEFAULT_HARD_THRESHOLD, DEFAULT_PROFILE, DEFAULT_SOFT_THRESHOLD,
 };
 pub use first_sync::{Unsynced, FIRST_SYNC_WAIT, UNSYNCED_ENV};
 pub use gate::{budget_gauges, BudgetGate, RELOAD_INTERVAL};
@@ -75,6 +75,7 @@ pub use spend_bound::{carries_spend, reservation_usage, spend_bound, RESERVED_OU
 pub use text::{block_text, notice_text, pause_reason, threshold_text, unsynced_block_text, BLOCKED_MODEL};
 pub use verdict::{
     assess, forecast, gauges, threshold_reached, BudgetGauge, BudgetState, FleetShare, Forecast, Level, Spend,
+    WindowUse,
 };
 pub use window::{
     bucket_ranges, open_ranges, period_name, timestamp, unix_seconds, window_bounds, Window, BUCKET_SECONDS,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::gate::BudgetGate;
 use super::handle::Shared;
 use crate::bridge::{QueuedSpend, QuickGate};
-use crate::budget::{BudgetState, CapState, CapUnit, Level, Window};
+use crate::budget::{BudgetState, BudgetUnit, CapState, CapUnit, Level, Window};
 use crate::hook::{Hook, HookEvent};
 use crate::lock;
 use crate::store::Store;
@@ -157,7 +157,7 @@ impl BudgetGate {
         let (notice_tools, block_tools) = self.cap_headroom(caps, CapUnit::ToolCalls);
         // While a run is stopped as a runaway, any session may be of it;
         // the view counts no tokens.
-        if !self.runaway.stopped.is_empty() || self.cfg.caps_in_tokens() {
+        if !self.runaway.stopped.is_empty() || self.cfg.counts_tokens() {
             (notice, block) = (0.0, 0.0);
         }
         let mut view = lock(&self.handle.0.quick);
@@ -193,6 +193,10 @@ impl BudgetGate {
     pub(super) fn headroom_of(&self, states: &[BudgetState]) -> (f64, f64) {
         let (mut notice, mut block) = (f64::INFINITY, f64::INFINITY);
         for s in states {
+            if s.budget.unit == BudgetUnit::Tokens {
+                // The view counts no tokens: nothing is left to go ahead on.
+                return (0.0, 0.0);
+            }
             let total = s.spend.total();
             let hard = s.budget.limit * self.cfg.hard_threshold;
             let next_line = self
@@ -266,7 +270,7 @@ impl BudgetGate {
             let lowest = self.notice_lines().fold(f64::INFINITY, f64::min);
             for limits in self.cfg.scopes.values() {
                 for w in Window::ALL {
-                    if let Some(limit) = limits.default.get(w) {
+                    if let Some(limit) = limits.default.get(w, BudgetUnit::Usd) {
                         notice = notice.min(limit * lowest);
                         block = block.min(limit * self.cfg.hard_threshold / hosts as f64);
                     }
@@ -275,8 +279,9 @@ impl BudgetGate {
             // A session not measured yet may be any session: one that spent
             // before this process started (its spend is inside the cost
             // basis) or a subagent deep in its run. Under a cap, its first
-            // gated call waits for a verdict, which measures it.
-            if !self.cfg.caps.is_empty() || !self.runaway.stopped.is_empty() {
+            // gated call waits for a verdict, which measures it. The view
+            // counts no tokens: under a token budget every gated call waits.
+            if !self.cfg.caps.is_empty() || !self.runaway.stopped.is_empty() || self.cfg.counts_tokens() {
                 (notice, block) = (0.0, 0.0);
             }
             lock(&self.handle.0.quick).universal = Some(Headroom {

@@ -10,8 +10,8 @@
 //! public reads.
 
 use super::{
-    assess, assess_caps, timestamp, window_bounds, Budget, BudgetConfig, BudgetState, CapScope, CapState, Limits,
-    Scope, ScopeKeys, Window,
+    assess, assess_caps, timestamp, window_bounds, Budget, BudgetConfig, BudgetState, BudgetUnit, CapScope, CapState,
+    Limits, Scope, ScopeKeys, Window,
 };
 use crate::error::Result;
 use crate::store::Store;
@@ -64,22 +64,20 @@ impl Store {
         };
         let mut i = 0;
         while i < budgets.len() {
-            // budgets_for lists each scope id's windows together.
+            // budgets_for lists each scope id's windows (in both units)
+            // together.
             let j = i + budgets[i..]
                 .iter()
                 .take_while(|b| b.scope == budgets[i].scope && b.id == budgets[i].id)
                 .count();
-            let windows: Vec<(i64, i64, String)> = budgets[i..j]
-                .iter()
-                .map(|b| window(bounds, cfg, b.window, now))
-                .collect();
-            let spends = match zone {
+            // Each window once, however many units it has a limit in.
+            let mut read: Vec<Window> = budgets[i..j].iter().map(|b| b.window).collect();
+            read.sort();
+            read.dedup();
+            let windows: Vec<(i64, i64, String)> = read.iter().map(|w| window(bounds, cfg, *w, now)).collect();
+            let uses = match zone {
                 Some(zone) => {
-                    let periods: Vec<(Window, i64)> = budgets[i..j]
-                        .iter()
-                        .zip(&windows)
-                        .map(|(b, w)| (b.window, w.0))
-                        .collect();
+                    let periods: Vec<(Window, i64)> = read.iter().zip(&windows).map(|(w, b)| (*w, b.0)).collect();
                     self.period_spends(budgets[i].scope, &budgets[i].id, zone, &periods, now, exclude)?
                 }
                 None => {
@@ -87,8 +85,13 @@ impl Store {
                     self.bucket_window_spends(budgets[i].scope, &budgets[i].id, &starts, now, exclude)?
                 }
             };
-            for ((b, (_, end, period)), spend) in budgets[i..j].iter().zip(windows).zip(spends) {
-                let (spend, fleet) = match fleet_hosts {
+            let of = |w: Window| read.iter().position(|r| *r == w).unwrap_or(0);
+            for b in &budgets[i..j] {
+                let k = of(b.window);
+                let (_, end, period) = windows[k].clone();
+                let spend = uses[k].spend(b.unit, cfg.tokens_counted);
+                // The fleet shares USD; token budgets count this host's own.
+                let (spend, fleet) = match fleet_hosts.filter(|_| b.unit == BudgetUnit::Usd) {
                     Some(hosts) => {
                         let (spend, share) = self.fleet_share(cfg, b, &period, spend, hosts)?;
                         (spend, Some(share))
@@ -125,7 +128,7 @@ impl Store {
             } else if limits.default != Limits::default() {
                 let since = Window::ALL
                     .iter()
-                    .filter(|w| limits.default.get(**w).is_some())
+                    .filter(|w| BudgetUnit::ALL.iter().any(|u| limits.default.get(**w, *u).is_some()))
                     .map(|w| window(&mut bounds, cfg, *w, now).0)
                     .min()
                     .unwrap_or(0);
@@ -138,14 +141,17 @@ impl Store {
             let mut budgets = Vec::new();
             for id in ids {
                 let l = cfg.limits(*scope, &id);
-                for w in Window::ALL {
-                    if let Some(limit) = l.get(w) {
-                        budgets.push(Budget {
-                            scope: *scope,
-                            id: id.clone(),
-                            window: w,
-                            limit,
-                        });
+                for unit in BudgetUnit::ALL {
+                    for w in Window::ALL {
+                        if let Some(limit) = l.get(w, unit) {
+                            budgets.push(Budget {
+                                scope: *scope,
+                                id: id.clone(),
+                                window: w,
+                                unit,
+                                limit,
+                            });
+                        }
                     }
                 }
             }

@@ -9,6 +9,7 @@ use jiff::tz::TimeZone;
 use jiff::Timestamp;
 
 use super::config::BudgetMode;
+use super::config::BudgetUnit;
 use super::first_sync::{Unsynced, FIRST_SYNC_WAIT, UNSYNCED_ENV};
 use super::verdict::{BudgetState, Level};
 
@@ -16,11 +17,16 @@ use super::verdict::{BudgetState, Level};
 /// recognises it in `post_api_request` and records no LLM call for it.
 pub const BLOCKED_MODEL: &str = "hermes-meter/budget-blocked";
 
-fn usd(v: f64) -> String {
-    if v.abs() < 0.01 && v != 0.0 {
-        format!("${v:.4}")
-    } else {
-        format!("${v:.2}")
+/// An amount in `state`'s unit: `$2.60`, `4.2M tokens`.
+fn amount(state: &BudgetState, v: f64) -> String {
+    state.budget.unit.format(v)
+}
+
+/// What happened to what a budget counts: dollars are spent, tokens used.
+fn spent(state: &BudgetState) -> &'static str {
+    match state.budget.unit {
+        BudgetUnit::Usd => "spent",
+        BudgetUnit::Tokens => "used",
     }
 }
 
@@ -35,10 +41,11 @@ fn when(end: i64, tz: &TimeZone) -> String {
 pub fn threshold_text(state: &BudgetState, threshold: f64, tz: &TimeZone) -> String {
     let s = state;
     format!(
-        "[hermes-meter budget alert] The {} budget has {} spent of {} ({:.0}%), past its {:.0}% alert. It resets {}.",
+        "[hermes-meter budget alert] The {} budget has {} {} of {} ({:.0}%), past its {:.0}% alert. It resets {}.",
         s.budget.label(),
-        usd(s.spend.total()),
-        usd(s.budget.limit),
+        amount(s, s.spend.total()),
+        spent(s),
+        amount(s, s.budget.limit),
         100.0 * s.spend.total() / s.budget.limit,
         100.0 * threshold,
         when(s.window_end, tz),
@@ -53,8 +60,8 @@ pub fn notice_text(state: &BudgetState, mode: BudgetMode, tz: &TimeZone) -> Stri
     } else {
         String::new()
     };
-    let est = if s.spend.estimated_usd > 0.0 {
-        format!(", of which {} estimated", usd(s.spend.estimated_usd))
+    let est = if s.spend.estimated > 0.0 {
+        format!(", of which {} estimated", amount(s, s.spend.estimated))
     } else {
         String::new()
     };
@@ -65,10 +72,11 @@ pub fn notice_text(state: &BudgetState, mode: BudgetMode, tz: &TimeZone) -> Stri
         _ => "is nearly used up; it resets",
     };
     format!(
-        "[hermes-meter budget notice] The {} budget has {} spent of {}{pct}{est}. It {what} {}. To raise it: {}",
+        "[hermes-meter budget notice] The {} budget has {} {} of {}{pct}{est}. It {what} {}. To raise it: {}",
         s.budget.label(),
-        usd(s.spend.total()),
-        usd(s.budget.limit),
+        amount(s, s.spend.total()),
+        spent(s),
+        amount(s, s.budget.limit),
         when(s.window_end, tz),
         s.budget.raise_command(),
     )
@@ -78,11 +86,12 @@ pub fn notice_text(state: &BudgetState, mode: BudgetMode, tz: &TimeZone) -> Stri
 /// stopped LLM call).
 pub fn block_text(state: &BudgetState, tz: &TimeZone) -> String {
     format!(
-        "BUDGET-EXCEEDED: hermes-meter blocked this call: the {} budget is exhausted ({} spent of {}). \
+        "BUDGET-EXCEEDED: hermes-meter blocked this call: the {} budget is exhausted ({} {} of {}). \
          It resets {}. To raise the limit run: {}",
         state.budget.label(),
-        usd(state.spend.total()),
-        usd(state.budget.limit),
+        amount(state, state.spend.total()),
+        spent(state),
+        amount(state, state.budget.limit),
         when(state.window_end, tz),
         state.budget.raise_command(),
     )
@@ -109,8 +118,8 @@ pub fn pause_reason(state: &BudgetState) -> String {
     format!(
         "hermes-meter: {} budget exhausted ({} of {}); resume with `hermes cron resume` after raising it: {}",
         state.budget.label(),
-        usd(state.spend.total()),
-        usd(state.budget.limit),
+        amount(state, state.spend.total()),
+        amount(state, state.budget.limit),
         state.budget.raise_command()
     )
 }
@@ -118,7 +127,7 @@ pub fn pause_reason(state: &BudgetState) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::{Budget, Scope, Spend, Window};
+    use crate::budget::{Budget, BudgetUnit, Scope, Spend, Window};
 
     #[test]
     fn texts_name_the_budget_and_how_to_raise_it() {
@@ -127,10 +136,11 @@ mod tests {
                 scope: Scope::CronJob,
                 id: "3f9a1c2b7d10".into(),
                 window: Window::Daily,
+                unit: BudgetUnit::Usd,
                 limit: 2.5,
             },
             spend: Spend {
-                settled_usd: 2.6,
+                settled: 2.6,
                 ..Spend::default()
             },
             level: Level::Hard,
@@ -147,5 +157,24 @@ mod tests {
         );
         let notice = notice_text(&state, BudgetMode::Enforce, &TimeZone::UTC);
         assert!(notice.contains("$2.60 spent of $2.50 (104%)"), "{notice}");
+
+        let tokens = BudgetState {
+            budget: Budget {
+                scope: Scope::Global,
+                id: String::new(),
+                window: Window::Monthly,
+                unit: BudgetUnit::Tokens,
+                limit: 100e6,
+            },
+            spend: Spend {
+                settled: 101_250_000.0,
+                ..Spend::default()
+            },
+            ..state
+        };
+        let block = block_text(&tokens, &TimeZone::UTC);
+        assert!(block.contains("global monthly_tokens budget is exhausted"), "{block}");
+        assert!(block.contains("(101.2M tokens used of 100M tokens)"), "{block}");
+        assert!(block.contains("budget set global monthly_tokens <tokens>"), "{block}");
     }
 }

@@ -6,7 +6,8 @@
 //! ([`SOFT`], [`HARD`], [`BLOCKED`], [`PAUSED`]). Must not touch: the store
 //! (which reads the spend), texts (`text.rs`) or the gate (`gate.rs`).
 
-use super::config::{Budget, BudgetConfig};
+use super::caps::TokenCount;
+use super::config::{Budget, BudgetConfig, BudgetUnit};
 
 /// A soft notice was shown.
 pub const SOFT: &str = "soft";
@@ -21,22 +22,50 @@ pub const RUNAWAY: &str = "runaway";
 /// Every verdict counted (attribute `hermes.budget.verdict`).
 pub const ALL: [&str; 5] = [SOFT, HARD, BLOCKED, PAUSED, RUNAWAY];
 
-/// A budget's spend in its current window, from the store.
+/// A budget's spend in its current window, from the store, in the
+/// budget's unit (USD, or tokens as `tokens_counted` says).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Spend {
-    /// Cost of the calls that finished in the window, USD.
-    pub settled_usd: f64,
-    /// The part of `settled_usd` whose usage was estimated (no usage from
-    /// the provider).
-    pub estimated_usd: f64,
-    /// Estimates of calls in flight (reservations not yet settled), USD.
-    pub reserved_usd: f64,
+    /// What the calls that finished in the window used.
+    pub settled: f64,
+    /// The part of `settled` whose usage was estimated (no usage from the
+    /// provider).
+    pub estimated: f64,
+    /// Estimates of calls in flight (reservations not yet settled).
+    pub reserved: f64,
 }
 
 impl Spend {
     /// What counts against the limit: settled plus reserved.
     pub fn total(&self) -> f64 {
-        self.settled_usd + self.reserved_usd
+        self.settled + self.reserved
+    }
+}
+
+/// A scope id's use in one window in both units, as the store reads it:
+/// USD, and tokens split into input (cache reads and writes included) and
+/// output (reasoning included) so that any `tokens_counted` can be taken.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct WindowUse {
+    pub usd: Spend,
+    pub input_tokens: Spend,
+    pub output_tokens: Spend,
+}
+
+impl WindowUse {
+    /// The spend in `unit`, counting tokens as `counted` says.
+    pub fn spend(&self, unit: BudgetUnit, counted: TokenCount) -> Spend {
+        let (i, o) = (self.input_tokens, self.output_tokens);
+        match (unit, counted) {
+            (BudgetUnit::Usd, _) => self.usd,
+            (BudgetUnit::Tokens, TokenCount::Input) => i,
+            (BudgetUnit::Tokens, TokenCount::Output) => o,
+            (BudgetUnit::Tokens, TokenCount::Total) => Spend {
+                settled: i.settled + o.settled,
+                estimated: i.estimated + o.estimated,
+                reserved: i.reserved + o.reserved,
+            },
+        }
     }
 }
 
@@ -106,7 +135,7 @@ pub fn assess(cfg: &BudgetConfig, budget: &Budget, spend: Spend) -> (Level, bool
     let hard_line = budget.limit * cfg.hard_threshold;
     let soft_line = budget.limit * cfg.soft_threshold;
     if total >= hard_line {
-        if cfg.soften_estimated && spend.estimated_usd > 0.0 && total - spend.estimated_usd < hard_line {
+        if cfg.soften_estimated && spend.estimated > 0.0 && total - spend.estimated < hard_line {
             return (Level::Soft, true);
         }
         (Level::Hard, false)
@@ -128,27 +157,28 @@ pub fn threshold_reached(cfg: &BudgetConfig, state: &BudgetState) -> Option<f64>
         .find(|t| total >= t * state.budget.limit)
 }
 
-/// The burn rate of a window so far and where it lands at the window end.
+/// The burn rate of a window so far and where it lands at the window end,
+/// in the budget's unit.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Forecast {
-    /// USD per hour, over the window so far.
-    pub usd_per_hour: f64,
+    /// Per hour, over the window so far.
+    pub per_hour: f64,
     /// Spend now plus the rate times the time left.
-    pub projected_usd: f64,
+    pub projected: f64,
 }
 
 impl Forecast {
-    /// When, at this rate, the spend (`spend` now) reaches `line` (USD)
+    /// When, at this rate, the spend (`spend` now) reaches `line`
     /// before the window's `end`: Unix seconds; `now` if it already has,
     /// `None` if it does not within the window.
     pub fn reaches(&self, spend: f64, line: f64, now: f64, end: i64) -> Option<f64> {
         if spend >= line {
             return Some(now);
         }
-        if self.usd_per_hour <= 0.0 {
+        if self.per_hour <= 0.0 {
             return None;
         }
-        let at = now + (line - spend) / self.usd_per_hour * 3600.0;
+        let at = now + (line - spend) / self.per_hour * 3600.0;
         (at < end as f64).then_some(at)
     }
 }
@@ -160,8 +190,8 @@ pub fn forecast(spend: f64, start: i64, end: i64, now: f64) -> Forecast {
     let left = (end as f64 - now).max(0.0);
     let rate = spend / elapsed;
     Forecast {
-        usd_per_hour: rate * 3600.0,
-        projected_usd: spend + rate * left,
+        per_hour: rate * 3600.0,
+        projected: spend + rate * left,
     }
 }
 
@@ -175,12 +205,13 @@ pub struct BudgetGauge {
     pub scope: &'static str,
     pub id: String,
     pub window: &'static str,
-    /// USD, settled plus reserved, in the current window.
-    pub spend_usd: f64,
-    /// USD.
-    pub limit_usd: f64,
-    /// USD at the window's end at the window's rate so far ([`forecast`]).
-    pub projected_usd: f64,
+    /// USD or tokens: which gauges these are.
+    pub unit: BudgetUnit,
+    /// Settled plus reserved, in the current window.
+    pub spend: f64,
+    pub limit: f64,
+    /// At the window's end at the window's rate so far ([`forecast`]).
+    pub projected: f64,
 }
 
 /// The gauges of a set of budget states (pure; one per budget), with each
@@ -192,9 +223,10 @@ pub fn gauges(states: &[BudgetState], now: f64, window_start: impl Fn(&BudgetSta
             scope: s.budget.scope.as_str(),
             id: s.budget.id.clone(),
             window: s.budget.window.as_str(),
-            spend_usd: s.spend.total(),
-            limit_usd: s.budget.limit,
-            projected_usd: forecast(s.spend.total(), window_start(s), s.window_end, now).projected_usd,
+            unit: s.budget.unit,
+            spend: s.spend.total(),
+            limit: s.budget.limit,
+            projected: forecast(s.spend.total(), window_start(s), s.window_end, now).projected,
         })
         .collect()
 }
@@ -209,6 +241,7 @@ mod tests {
             scope: Scope::Global,
             id: String::new(),
             window: Window::Daily,
+            unit: crate::budget::BudgetUnit::Usd,
             limit,
         }
     }
@@ -217,9 +250,9 @@ mod tests {
     fn verdicts_follow_the_thresholds() {
         let cfg = BudgetConfig::default();
         let spend = |settled, estimated, reserved| Spend {
-            settled_usd: settled,
-            estimated_usd: estimated,
-            reserved_usd: reserved,
+            settled,
+            estimated,
+            reserved,
         };
         let b = budget(10.0);
         assert_eq!(assess(&cfg, &b, spend(7.9, 0.0, 0.0)), (Level::Ok, false));
@@ -242,9 +275,9 @@ mod tests {
     #[test]
     fn forecasts_project_the_average_rate() {
         let f = forecast(1.0, 0, 86_400, 3600.0);
-        assert!((f.usd_per_hour - 1.0).abs() < 1e-9);
-        assert!((f.projected_usd - 24.0).abs() < 1e-9);
-        assert_eq!(forecast(0.0, 0, 10, 20.0).projected_usd, 0.0);
+        assert!((f.per_hour - 1.0).abs() < 1e-9);
+        assert!((f.projected - 24.0).abs() < 1e-9);
+        assert_eq!(forecast(0.0, 0, 10, 20.0).projected, 0.0);
     }
 
     #[test]

@@ -12,20 +12,22 @@ use std::time::Duration;
 use clap::Subcommand;
 use jiff::Timestamp;
 
-use crate::budget::{self, BudgetConfig, BudgetState, CapScope, CapState, CapUnit, Level, Scope, Window};
+use crate::budget::{self, BudgetConfig, BudgetState, BudgetUnit, CapScope, CapState, CapUnit, Level, Scope, Window};
 use crate::error::{Error, Result};
 use crate::store::{write_atomically, Store};
 
 /// The `budget` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum BudgetCommand {
-    /// Set a limit: `set <scope> [<id>] <window> <usd>`. Scope: global, cron,
-    /// sender, profile, model; without an id, the scope's default. Window:
-    /// daily, weekly, monthly. E.g. `set cron 3f9a1c2b7d10 daily 2.50`.
+    /// Set a limit: `set <scope> [<id>] <window> <limit>`. Scope: global,
+    /// cron, sender, profile, model; without an id, the scope's default.
+    /// Window: daily, weekly, monthly (a limit in USD), or daily_tokens,
+    /// weekly_tokens, monthly_tokens (in tokens: 5000000, 250k, 5M). E.g.
+    /// `set cron 3f9a1c2b7d10 daily 2.50`, `set global monthly_tokens 100M`.
     /// Or a cap on every session or run: `set session|run usd|tokens|tool_calls
     /// <limit>`, e.g. `set run tool_calls 200`.
     Set {
-        /// <scope> [<id>] <window> <usd>, or session|run <unit> <limit>
+        /// <scope> [<id>] <window> <limit>, or session|run <unit> <limit>
         #[arg(required = true, num_args = 3..=4, value_name = "ARGS")]
         args: Vec<String>,
     },
@@ -61,13 +63,29 @@ impl BudgetCommand {
 }
 
 /// How a budget reads in messages: `global daily`, `cron 3f9a daily`,
-/// `cron (default) daily`.
-fn budget_words(scope: Scope, id: Option<&str>, window: Window) -> String {
+/// `cron (default) daily`, `global daily_tokens`.
+fn budget_words(scope: Scope, id: Option<&str>, window: Window, unit: BudgetUnit) -> String {
+    let key = budget::limit_key(window, unit);
     match (id, scope) {
-        (_, Scope::Global) => format!("global {window}"),
-        (Some(id), _) => format!("{scope} {id} {window}"),
-        (None, _) => format!("{scope} (default) {window}"),
+        (_, Scope::Global) => format!("global {key}"),
+        (Some(id), _) => format!("{scope} {id} {key}"),
+        (None, _) => format!("{scope} (default) {key}"),
     }
+}
+
+/// An amount in a budget's unit for the tables: USD to four places (spend)
+/// or two (`limit`), tokens in their short form.
+fn amount(unit: BudgetUnit, v: f64, limit: bool) -> String {
+    match (unit, limit) {
+        (BudgetUnit::Usd, false) => format!("${v:.4}"),
+        (BudgetUnit::Usd, true) => format!("${v:.2}"),
+        (BudgetUnit::Tokens, _) => budget::format_tokens(v),
+    }
+}
+
+/// The JSON key of a figure in a budget's unit: `spend_usd`, `spend_tokens`.
+fn unit_key(name: &str, unit: BudgetUnit) -> String {
+    format!("{name}_{}", unit.as_str())
 }
 
 /// Runs a `budget` subcommand against the store directory `dir`.
@@ -91,17 +109,17 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
             Ok(0)
         }
         BudgetCommand::Set { args } => {
-            let (scope, id, window, usd) = parse_set(args).map_err(Error::Other)?;
-            let what = budget_words(scope, id.as_deref(), window);
-            let edit = |p: &Path| set(p, scope, id.as_deref(), window, usd);
+            let (scope, id, window, unit, limit) = parse_set(args).map_err(Error::Other)?;
+            let what = budget_words(scope, id.as_deref(), window, unit);
+            let edit = |p: &Path| set(p, scope, id.as_deref(), window, unit, limit);
             let place = edit_here_or_fleet(&path, edit)?;
-            println!("{what} limit set to ${usd:.2} {place}");
+            println!("{what} limit set to {} {place}", unit.format(limit));
             Ok(0)
         }
         BudgetCommand::Rm { args } => {
-            let (scope, id, window) = parse_rm(args).map_err(Error::Other)?;
-            let what = budget_words(scope, id.as_deref(), window);
-            let place = edit_here_or_fleet(&path, |p: &Path| remove(p, scope, id.as_deref(), window))?;
+            let (scope, id, window, unit) = parse_rm(args).map_err(Error::Other)?;
+            let what = budget_words(scope, id.as_deref(), window, unit);
+            let place = edit_here_or_fleet(&path, |p: &Path| remove(p, scope, id.as_deref(), window, unit))?;
             println!("{what} limit removed {place}");
             Ok(0)
         }
@@ -117,8 +135,10 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
                 let rows: Vec<_> = states.iter().map(|s| state_json(s, Some(&cfg), None)).collect();
                 let defaults: Vec<_> = defaults
                     .iter()
-                    .map(|(scope, window, limit)| {
-                        serde_json::json!({"scope": scope.as_str(), "window": window.as_str(), "limit_usd": limit})
+                    .map(|(scope, window, unit, limit)| {
+                        let mut v = serde_json::json!({"scope": scope.as_str(), "window": window.as_str(), "unit": unit.as_str()});
+                        v[unit_key("limit", *unit)] = (*limit).into();
+                        v
                     })
                     .collect();
                 print_json(&serde_json::json!({
@@ -186,28 +206,29 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
                 let w = id_width(rows.iter().map(|(s, _)| s.budget.id.as_str()));
                 println!("windows in {}", zone_name(&cfg));
                 println!(
-                    "{:<8} {:<w$} {:<8} {:>10} {:>10} {:>12} {:>10}  at window end",
-                    "scope", "id", "window", "spend", "limit", "$/hour", "projected"
+                    "{:<8} {:<w$} {:<14} {:>10} {:>10} {:>12} {:>10}  at window end",
+                    "scope", "id", "window", "spend", "limit", "per hour", "projected"
                 );
                 for (s, f) in &rows {
                     let over = if let Some(at) = runs_out(s, f).filter(|_| s.level != Level::Hard) {
                         format!("runs out {}", local(at as i64, &cfg))
-                    } else if f.projected_usd >= s.budget.limit * cfg.hard_threshold {
+                    } else if f.projected >= s.budget.limit * cfg.hard_threshold {
                         "over the limit".to_string()
-                    } else if f.projected_usd >= s.budget.limit * cfg.soft_threshold {
+                    } else if f.projected >= s.budget.limit * cfg.soft_threshold {
                         "past the soft threshold".to_string()
                     } else {
                         "within".to_string()
                     };
+                    let unit = s.budget.unit;
                     println!(
-                        "{:<8} {:<w$} {:<8} {:>10} {:>10} {:>12} {:>10}  {over} ({})",
+                        "{:<8} {:<w$} {:<14} {:>10} {:>10} {:>12} {:>10}  {over} ({})",
                         s.budget.scope.as_str(),
                         if s.budget.id.is_empty() { "-" } else { &s.budget.id },
-                        s.budget.window.as_str(),
-                        format!("${:.4}", s.spend.total()),
-                        format!("${:.2}", s.budget.limit),
-                        format!("${:.4}", f.usd_per_hour),
-                        format!("${:.2}", f.projected_usd),
+                        s.budget.key(),
+                        amount(unit, s.spend.total(), false),
+                        amount(unit, s.budget.limit, true),
+                        amount(unit, f.per_hour, false),
+                        amount(unit, f.projected, true),
                         local(s.window_end, &cfg)
                     );
                 }
@@ -519,16 +540,18 @@ fn zone_name(cfg: &BudgetConfig) -> String {
     }
 }
 
-/// Each non-global scope's default limits: `(scope, window, usd)`.
-fn scope_defaults(cfg: &BudgetConfig) -> Vec<(Scope, Window, f64)> {
+/// Each non-global scope's default limits: `(scope, window, unit, limit)`.
+fn scope_defaults(cfg: &BudgetConfig) -> Vec<(Scope, Window, BudgetUnit, f64)> {
     let mut out = Vec::new();
     for (scope, limits) in &cfg.scopes {
         if *scope == Scope::Global {
             continue;
         }
-        for w in Window::ALL {
-            if let Some(limit) = limits.default.get(w) {
-                out.push((*scope, w, limit));
+        for unit in BudgetUnit::ALL {
+            for w in Window::ALL {
+                if let Some(limit) = limits.default.get(w, unit) {
+                    out.push((*scope, w, unit, limit));
+                }
             }
         }
     }
@@ -545,7 +568,7 @@ fn applies(cfg: &BudgetConfig, b: &budget::Budget) -> &'static str {
         .scopes
         .get(&b.scope)
         .and_then(|s| s.overrides.get(&b.id))
-        .and_then(|l| l.get(b.window));
+        .and_then(|l| l.get(b.window, b.unit));
     if own.is_some() {
         "override"
     } else {
@@ -577,7 +600,7 @@ fn thresholds_line(cfg: &BudgetConfig) -> String {
 
 /// The `budget list` table: one row per budget with spend, then one per
 /// scope default (spend is per id, so a default row has none).
-fn render_list(cfg: &BudgetConfig, states: &[BudgetState], defaults: &[(Scope, Window, f64)]) -> String {
+fn render_list(cfg: &BudgetConfig, states: &[BudgetState], defaults: &[(Scope, Window, BudgetUnit, f64)]) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let w = id_width(states.iter().map(|s| s.budget.id.as_str()));
@@ -588,6 +611,12 @@ fn render_list(cfg: &BudgetConfig, states: &[BudgetState], defaults: &[(Scope, W
             out,
             "fleet budgets: spend is every host's; \"this host\" is this store's part"
         );
+        if states.iter().any(|s| s.budget.unit == BudgetUnit::Tokens) {
+            let _ = writeln!(
+                out,
+                "token budgets count this host's tokens only: the fleet shares USD budgets"
+            );
+        }
     }
     let host_col = |text: String| {
         if cfg.fleet {
@@ -598,7 +627,7 @@ fn render_list(cfg: &BudgetConfig, states: &[BudgetState], defaults: &[(Scope, W
     };
     let _ = writeln!(
         out,
-        "{:<8} {:<w$} {:<8} {:<8} {:>10}{} {:>10} {:>5}  {:<8} {:>10}  resets",
+        "{:<8} {:<w$} {:<14} {:<8} {:>10}{} {:>10} {:>5}  {:<8} {:>10}  resets",
         "scope",
         "id",
         "window",
@@ -619,37 +648,41 @@ fn render_list(cfg: &BudgetConfig, states: &[BudgetState], defaults: &[(Scope, W
             s.level.as_str()
         };
         let own = s.fleet.map_or("-".to_string(), |f| format!("${:.4}", f.own_usd));
+        let unit = s.budget.unit;
         let _ = writeln!(
             out,
-            "{:<8} {:<w$} {:<8} {:<8} {:>10}{} {:>10} {:>5}  {:<8} {:>10}  {}",
+            "{:<8} {:<w$} {:<14} {:<8} {:>10}{} {:>10} {:>5}  {:<8} {:>10}  {}",
             s.budget.scope.as_str(),
             if s.budget.id.is_empty() { "-" } else { &s.budget.id },
-            s.budget.window.as_str(),
+            s.budget.key(),
             applies(cfg, &s.budget),
-            format!("${:.4}", s.spend.total()),
+            amount(unit, s.spend.total(), false),
             host_col(own),
-            format!("${:.2}", s.budget.limit),
+            amount(unit, s.budget.limit, true),
             pct(s.spend.total(), s.budget.limit),
             verdict,
-            format!("${:.4}", s.spend.estimated_usd),
+            amount(unit, s.spend.estimated, false),
             local(s.window_end, cfg)
         );
     }
-    for (scope, window, limit) in defaults {
+    for (scope, window, unit, limit) in defaults {
         let _ = writeln!(
             out,
-            "{:<8} {:<w$} {:<8} {:<8} {:>10}{} {:>10} {:>5}  {:<8} {:>10}  each id without an override",
+            "{:<8} {:<w$} {:<14} {:<8} {:>10}{} {:>10} {:>5}  {:<8} {:>10}  each id without an override",
             scope.as_str(),
             "(default)",
-            window.as_str(),
+            budget::limit_key(*window, *unit),
             "default",
             "-",
             host_col("-".into()),
-            format!("${limit:.2}"),
+            amount(*unit, *limit, true),
             "-",
             "-",
             "-",
         );
+    }
+    if cfg.counts_tokens() {
+        let _ = writeln!(out, "tokens counted: {}", tokens_counted_words(cfg));
     }
     if states.iter().any(|s| s.level != Level::Hard && s.blocks()) {
         let _ = writeln!(
@@ -681,20 +714,27 @@ fn local(unix: i64, cfg: &BudgetConfig) -> String {
 }
 
 fn state_json(s: &BudgetState, cfg: Option<&BudgetConfig>, f: Option<&budget::Forecast>) -> serde_json::Value {
+    let unit = s.budget.unit;
     let mut v = serde_json::json!({
         "scope": s.budget.scope.as_str(),
         "id": s.budget.id,
         "window": s.budget.window.as_str(),
+        "unit": unit.as_str(),
+        "key": s.budget.key(),
         "period": s.period,
-        "limit_usd": s.budget.limit,
-        "spend_usd": s.spend.total(),
-        "settled_usd": s.spend.settled_usd,
-        "estimated_usd": s.spend.estimated_usd,
-        "reserved_usd": s.spend.reserved_usd,
         "verdict": s.level.as_str(),
         "softened": s.softened,
         "window_end": s.window_end,
     });
+    for (name, value) in [
+        ("limit", s.budget.limit),
+        ("spend", s.spend.total()),
+        ("settled", s.spend.settled),
+        ("estimated", s.spend.estimated),
+        ("reserved", s.spend.reserved),
+    ] {
+        v[unit_key(name, unit)] = value.into();
+    }
     if let Some(cfg) = cfg {
         v["limit_of"] = applies(cfg, &s.budget).into();
     }
@@ -704,9 +744,9 @@ fn state_json(s: &BudgetState, cfg: Option<&BudgetConfig>, f: Option<&budget::Fo
         v["blocked"] = s.blocks().into();
     }
     if let Some(f) = f {
-        v["usd_per_hour"] = f.usd_per_hour.into();
-        v["projected_usd"] = f.projected_usd.into();
-        v["projected_verdict"] = if f.projected_usd >= s.budget.limit {
+        v[format!("{}_per_hour", unit.as_str())] = f.per_hour.into();
+        v[unit_key("projected", unit)] = f.projected.into();
+        v["projected_verdict"] = if f.projected >= s.budget.limit {
             Level::Hard.as_str()
         } else {
             "within"
@@ -722,37 +762,55 @@ fn print_json(v: &serde_json::Value) -> Result<()> {
     Ok(())
 }
 
-/// Reads `<scope> [<id>] <window> <usd>`.
-pub fn parse_set(args: &[String]) -> std::result::Result<(Scope, Option<String>, Window, f64), String> {
+/// Reads `<scope> [<id>] <window> <limit>`: the window word is the file's
+/// key (`daily`, `daily_tokens`), which says the limit's unit.
+pub fn parse_set(args: &[String]) -> std::result::Result<(Scope, Option<String>, Window, BudgetUnit, f64), String> {
     let scope_word = args.first().ok_or("missing scope")?;
     let scope = Scope::parse(scope_word)
         .ok_or_else(|| format!("unknown scope {scope_word:?}: use global, cron, sender, profile or model"))?;
-    let (id, window, usd) = match (scope, args.len()) {
+    let (id, window, amount) = match (scope, args.len()) {
         (Scope::Global, 3) => (None, &args[1], &args[2]),
-        (Scope::Global, _) => return Err("global takes no id: budget set global <window> <usd>".into()),
+        (Scope::Global, _) => return Err("global takes no id: budget set global <window> <limit>".into()),
         (_, 3) => (None, &args[1], &args[2]),
         (_, 4) => (Some(args[1].clone()), &args[2], &args[3]),
-        _ => return Err("usage: budget set <scope> [<id>] <window> <usd>".into()),
+        _ => return Err("usage: budget set <scope> [<id>] <window> <limit>".into()),
     };
-    let window =
-        Window::parse(window).ok_or_else(|| format!("unknown window {window:?}: use daily, weekly or monthly"))?;
-    let usd: f64 = usd
-        .trim_start_matches('$')
-        .parse()
-        .ok()
-        .filter(|v: &f64| v.is_finite())
-        .ok_or_else(|| format!("{usd:?} is not an amount of USD"))?;
-    if usd <= 0.0 {
+    let (window, unit) = parse_window(window)?;
+    let limit = match unit {
+        BudgetUnit::Usd => amount
+            .trim_start_matches('$')
+            .parse()
+            .ok()
+            .filter(|v: &f64| v.is_finite()),
+        BudgetUnit::Tokens => budget::parse_tokens(amount),
+    }
+    .ok_or_else(|| match unit {
+        BudgetUnit::Usd => format!("{amount:?} is not an amount of USD"),
+        BudgetUnit::Tokens => format!("{amount:?} is not a number of tokens (e.g. 5000000, 250k, 5M)"),
+    })?;
+    if limit <= 0.0 {
         return Err(format!(
-            "a limit must be more than 0 USD, not {usd}; to have no limit, remove it: hermes-meter budget rm {}",
+            "a limit must be more than 0 {}, not {limit}; to have no limit, remove it: hermes-meter budget rm {}",
+            if unit == BudgetUnit::Usd { "USD" } else { "tokens" },
             args[..args.len() - 1].join(" ")
         ));
     }
-    Ok((scope, id, window, usd))
+    Ok((scope, id, window, unit, limit))
+}
+
+/// Reads a window word: `daily`, `weekly`, `monthly` (USD) or the same
+/// with `_tokens`.
+fn parse_window(word: &str) -> std::result::Result<(Window, BudgetUnit), String> {
+    budget::parse_limit_key(word).ok_or_else(|| {
+        format!(
+            "unknown window {word:?}: use daily, weekly or monthly (USD), \
+             or daily_tokens, weekly_tokens or monthly_tokens"
+        )
+    })
 }
 
 /// Reads `<scope> [<id>] <window>`.
-pub fn parse_rm(args: &[String]) -> std::result::Result<(Scope, Option<String>, Window), String> {
+pub fn parse_rm(args: &[String]) -> std::result::Result<(Scope, Option<String>, Window, BudgetUnit), String> {
     let scope_word = args.first().ok_or("missing scope")?;
     let scope = Scope::parse(scope_word)
         .ok_or_else(|| format!("unknown scope {scope_word:?}: use global, cron, sender, profile or model"))?;
@@ -763,16 +821,25 @@ pub fn parse_rm(args: &[String]) -> std::result::Result<(Scope, Option<String>, 
         (_, 3) => (Some(args[1].clone()), &args[2]),
         _ => return Err("usage: budget rm <scope> [<id>] <window>".into()),
     };
-    let window =
-        Window::parse(window).ok_or_else(|| format!("unknown window {window:?}: use daily, weekly or monthly"))?;
-    Ok((scope, id, window))
+    let (window, unit) = parse_window(window)?;
+    Ok((scope, id, window, unit))
+}
+
+/// What a token budget counts, in words.
+fn tokens_counted_words(cfg: &BudgetConfig) -> &'static str {
+    match cfg.tokens_counted {
+        budget::TokenCount::Total => "total (input with cache reads and writes, plus output)",
+        budget::TokenCount::Input => "input (cache reads and writes included)",
+        budget::TokenCount::Output => "output (reasoning included)",
+    }
 }
 
 /// Removes one limit from the budget file at `path`, keeping everything
 /// else (comments too). A table left empty by it goes as well. Removing a
 /// limit that is not set is an error naming what is set instead.
-pub fn remove(path: &Path, scope: Scope, id: Option<&str>, window: Window) -> Result<()> {
-    let what = budget_words(scope, id, window);
+pub fn remove(path: &Path, scope: Scope, id: Option<&str>, window: Window, unit: BudgetUnit) -> Result<()> {
+    let what = budget_words(scope, id, window, unit);
+    let key = budget::limit_key(window, unit);
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -792,9 +859,9 @@ pub fn remove(path: &Path, scope: Scope, id: Option<&str>, window: Window) -> Re
     };
     let root = doc.as_table_mut();
     let removed = match (scope, id) {
-        (Scope::Global, _) => remove_key(root, &[scope.table()], window.as_str()),
-        (_, None) => remove_key(root, &[scope.table(), "default"], window.as_str()),
-        (_, Some(id)) => remove_key(root, &[scope.table(), "overrides", id], window.as_str()),
+        (Scope::Global, _) => remove_key(root, &[scope.table()], key),
+        (_, None) => remove_key(root, &[scope.table(), "default"], key),
+        (_, Some(id)) => remove_key(root, &[scope.table(), "overrides", id], key),
     };
     if !removed {
         return Err(missing());
@@ -838,7 +905,7 @@ fn remove_key(table: &mut dyn toml_edit::TableLike, path: &[&str], key: &str) ->
 }
 
 /// Sets one limit in the budget file at `path`, keeping everything else.
-pub fn set(path: &Path, scope: Scope, id: Option<&str>, window: Window, usd: f64) -> Result<()> {
+pub fn set(path: &Path, scope: Scope, id: Option<&str>, window: Window, unit: BudgetUnit, limit: f64) -> Result<()> {
     // A new file gets its header above the tables (parsed with them,
     // comments alone would end up below them).
     let (text, header) = match std::fs::read_to_string(path) {
@@ -882,12 +949,17 @@ pub fn set(path: &Path, scope: Scope, id: Option<&str>, window: Window, usd: f64
             item
         }
     };
-    target[window.as_str()] = toml_edit::value(usd);
+    target[budget::limit_key(window, unit)] = match unit {
+        BudgetUnit::Usd => toml_edit::value(limit),
+        // A whole number of tokens reads as one in the file.
+        BudgetUnit::Tokens => toml_edit::value(limit as i64),
+    };
     write_checked(path, header, &doc)
 }
 
 const NEW_FILE_HEADER: &str = "\
-# hermes-meter budgets: limits in USD per daily, weekly or monthly window.
+# hermes-meter budgets: limits per daily, weekly or monthly window, in USD
+# (daily = 10.0) or in tokens (daily_tokens = 5000000).
 # Edited by `hermes-meter budget set`; comments are kept. Reloaded by running
 # Hermes processes within a second of a change. See docs/budgets-and-fleet.md.
 #
@@ -897,7 +969,7 @@ const NEW_FILE_HEADER: &str = "\
 # hard_threshold = 1.0
 # soften_estimated = false  # a hard breach resting on estimated costs is soft
 # alert_thresholds = [0.5, 0.75, 0.9]  # an alert at each, once per window
-# tokens_counted = \"total\"  # what a token cap counts: total, input or output
+# tokens_counted = \"total\"  # what token limits count: total, input or output
 # [per_session]             # caps on every session (all turns and subagents)
 # usd = 5.0
 # [per_run]                 # caps on every run (one turn with its subagents)
@@ -916,28 +988,37 @@ mod tests {
     fn a_new_file_starts_with_its_header_and_later_limits_keep_it_first() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join(crate::budget::BUDGETS_FILE_NAME);
-        set(&path, Scope::CronJob, None, Window::Daily, 1.0).expect("set");
-        set(&path, Scope::Global, None, Window::Monthly, 150.0).expect("set");
+        set(&path, Scope::CronJob, None, Window::Daily, BudgetUnit::Usd, 1.0).expect("set");
+        set(&path, Scope::Global, None, Window::Monthly, BudgetUnit::Usd, 150.0).expect("set");
         let text = std::fs::read_to_string(&path).expect("read");
         assert!(text.starts_with(NEW_FILE_HEADER), "{text}");
         assert_eq!(text.matches("# hermes-meter budgets").count(), 1, "{text}");
         let config = BudgetConfig::parse(&text).expect("parses");
-        assert_eq!(config.limits(Scope::Global, "").get(Window::Monthly), Some(150.0));
+        assert_eq!(
+            config.limits(Scope::Global, "").get(Window::Monthly, BudgetUnit::Usd),
+            Some(150.0)
+        );
     }
 
     #[test]
     fn set_arguments_parse_with_and_without_an_id() {
         assert_eq!(
             parse_set(&args("cron 3f9a1c2b7d10 daily 2.50")),
-            Ok((Scope::CronJob, Some("3f9a1c2b7d10".into()), Window::Daily, 2.5))
+            Ok((
+                Scope::CronJob,
+                Some("3f9a1c2b7d10".into()),
+                Window::Daily,
+                BudgetUnit::Usd,
+                2.5
+            ))
         );
         assert_eq!(
             parse_set(&args("global monthly 100")),
-            Ok((Scope::Global, None, Window::Monthly, 100.0))
+            Ok((Scope::Global, None, Window::Monthly, BudgetUnit::Usd, 100.0))
         );
         assert_eq!(
             parse_set(&args("model weekly 5")),
-            Ok((Scope::Model, None, Window::Weekly, 5.0))
+            Ok((Scope::Model, None, Window::Weekly, BudgetUnit::Usd, 5.0))
         );
         assert!(parse_set(&args("global x daily 1")).is_err());
         assert!(parse_set(&args("team daily 1")).is_err());
@@ -962,10 +1043,25 @@ mod tests {
             "# my budgets\n[global]\ndaily = 10.0 # the main one\nweekly = 50.0\n",
         )
         .expect("write");
-        set(&path, Scope::CronJob, Some("3f9a1c2b7d10"), Window::Daily, 2.5).expect("override");
-        set(&path, Scope::CronJob, None, Window::Monthly, 20.0).expect("default");
-        remove(&path, Scope::Global, None, Window::Weekly).expect("rm global weekly");
-        remove(&path, Scope::CronJob, Some("3f9a1c2b7d10"), Window::Daily).expect("rm override");
+        set(
+            &path,
+            Scope::CronJob,
+            Some("3f9a1c2b7d10"),
+            Window::Daily,
+            BudgetUnit::Usd,
+            2.5,
+        )
+        .expect("override");
+        set(&path, Scope::CronJob, None, Window::Monthly, BudgetUnit::Usd, 20.0).expect("default");
+        remove(&path, Scope::Global, None, Window::Weekly, BudgetUnit::Usd).expect("rm global weekly");
+        remove(
+            &path,
+            Scope::CronJob,
+            Some("3f9a1c2b7d10"),
+            Window::Daily,
+            BudgetUnit::Usd,
+        )
+        .expect("rm override");
         let text = std::fs::read_to_string(&path).expect("read");
         assert!(text.starts_with("# my budgets\n"), "{text}");
         assert!(text.contains("daily = 10.0 # the main one"), "{text}");
@@ -978,12 +1074,12 @@ mod tests {
         assert_eq!(cfg.limits(Scope::Global, "").daily, Some(10.0));
         assert_eq!(cfg.limits(Scope::CronJob, "3f9a1c2b7d10").daily, None);
         assert_eq!(cfg.limits(Scope::CronJob, "3f9a1c2b7d10").monthly, Some(20.0));
-        let e = remove(&path, Scope::Global, None, Window::Weekly).expect_err("gone already");
+        let e = remove(&path, Scope::Global, None, Window::Weekly, BudgetUnit::Usd).expect_err("gone already");
         assert!(e.to_string().contains("no global weekly limit"), "{e}");
         assert!(parse_rm(&args("global x daily")).is_err());
         assert_eq!(
             parse_rm(&args("cron abc weekly")),
-            Ok((Scope::CronJob, Some("abc".into()), Window::Weekly))
+            Ok((Scope::CronJob, Some("abc".into()), Window::Weekly, BudgetUnit::Usd))
         );
     }
 
@@ -992,10 +1088,18 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("budgets.toml");
         std::fs::write(&path, "# my budgets\ntimezone = \"Europe/Paris\" # here\n").expect("write");
-        set(&path, Scope::Global, None, Window::Daily, 10.0).expect("global");
-        set(&path, Scope::CronJob, Some("3f9a1c2b7d10"), Window::Daily, 2.5).expect("override");
-        set(&path, Scope::CronJob, None, Window::Monthly, 20.0).expect("default");
-        set(&path, Scope::Global, None, Window::Daily, 12.0).expect("again");
+        set(&path, Scope::Global, None, Window::Daily, BudgetUnit::Usd, 10.0).expect("global");
+        set(
+            &path,
+            Scope::CronJob,
+            Some("3f9a1c2b7d10"),
+            Window::Daily,
+            BudgetUnit::Usd,
+            2.5,
+        )
+        .expect("override");
+        set(&path, Scope::CronJob, None, Window::Monthly, BudgetUnit::Usd, 20.0).expect("default");
+        set(&path, Scope::Global, None, Window::Daily, BudgetUnit::Usd, 12.0).expect("again");
         let text = std::fs::read_to_string(&path).expect("read");
         assert!(
             text.starts_with("# my budgets\ntimezone = \"Europe/Paris\" # here\n"),
@@ -1013,7 +1117,7 @@ mod tests {
         assert!(leftovers.is_empty());
         // A new file gets the documented header.
         let fresh = dir.path().join("new").join("budgets.toml");
-        set(&fresh, Scope::Sender, Some("42"), Window::Weekly, 1.0).expect("new");
+        set(&fresh, Scope::Sender, Some("42"), Window::Weekly, BudgetUnit::Usd, 1.0).expect("new");
         let text = std::fs::read_to_string(&fresh).expect("read");
         assert!(text.contains("# hermes-meter budgets"), "{text}");
         assert!(text.contains("[per_sender.overrides.42]"), "{text}");

@@ -421,9 +421,10 @@ pub fn refresh_budget_gauges(store: &mut Store) {
             scope: g.scope,
             id: &g.id,
             window: g.window,
-            spend_usd: g.spend_usd,
-            limit_usd: g.limit_usd,
-            projected_usd: g.projected_usd,
+            tokens: g.unit == crate::budget::BudgetUnit::Tokens,
+            spend: g.spend,
+            limit: g.limit,
+            projected: g.projected,
         })
         .collect();
     let mut rows = metrics::budget_gauge_rows(&readings);

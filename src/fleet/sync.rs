@@ -29,7 +29,7 @@ use tokio_postgres::Client;
 use super::config::{pg_error, FleetConfig};
 use super::lease::{self, HOST_LIVE_SECONDS};
 use super::schema;
-use crate::budget::{self, BudgetConfig, Scope, Window, BUCKET_SECONDS};
+use crate::budget::{self, BudgetConfig, BudgetUnit, Scope, Window, BUCKET_SECONDS};
 use crate::error::{Error, Result};
 use crate::store::{FleetRow, Store, RESERVATION_TTL_SECONDS};
 
@@ -301,7 +301,7 @@ async fn pull(client: &Client, cfg: &BudgetConfig, host: &str, now: f64) -> Resu
         for (w, window) in Window::ALL.iter().enumerate() {
             let [cost, est, own_cost, own_est] = windows[w];
             let lease = limits
-                .get(*window)
+                .get(*window, BudgetUnit::Usd)
                 .map(|limit| lease::lease(limit * cfg.hard_threshold, cost + fleet_reserved, hosts));
             rows.push(FleetRow {
                 scope: scope.clone(),

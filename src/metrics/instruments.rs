@@ -291,6 +291,33 @@ pub const INSTRUMENTS: &[Instrument] = &[
         "Spend projected to the end of the budget's window at the window's rate so far, in US dollars.",
     ),
     inst(
+        m::BUDGET_TOKENS,
+        Kind::Gauge,
+        "{token}",
+        "hermes_budget_tokens",
+        &[],
+        false,
+        "Tokens used so far in a token budget's current window (as tokens_counted says).",
+    ),
+    inst(
+        m::BUDGET_TOKEN_LIMIT,
+        Kind::Gauge,
+        "{token}",
+        "hermes_budget_token_limit",
+        &[],
+        false,
+        "A token budget's hard limit for its window.",
+    ),
+    inst(
+        m::BUDGET_TOKENS_PROJECTED,
+        Kind::Gauge,
+        "{token}",
+        "hermes_budget_tokens_projected",
+        &[],
+        false,
+        "Tokens projected to the end of a token budget's window at the window's rate so far.",
+    ),
+    inst(
         m::FLEET_SYNC_LAG,
         Kind::Gauge,
         "s",
@@ -339,10 +366,13 @@ pub const INSTRUMENTS: &[Instrument] = &[
 
 /// The gauge metrics (budgets, the fleet sync lag, the health record's
 /// counts of hook calls), replaced together.
-pub const GAUGE_METRICS: [&str; 6] = [
+pub const GAUGE_METRICS: [&str; 9] = [
     m::BUDGET_SPEND,
     m::BUDGET_LIMIT,
     m::BUDGET_PROJECTED,
+    m::BUDGET_TOKENS,
+    m::BUDGET_TOKEN_LIMIT,
+    m::BUDGET_TOKENS_PROJECTED,
     m::FLEET_SYNC_LAG,
     m::HOOK_CALLS_LOST,
     m::HOOK_CALLS_SKIPPED,

@@ -273,8 +273,10 @@ pub fn measure(fact: &MetricFact, out: &mut Vec<Increment>) {
     }
 }
 
-/// One budget's state, for the `hermes.budget.spend` / `.limit` gauges.
-/// `budget::BudgetGauge` maps onto it field for field.
+/// One budget's state, for the `hermes.budget.spend` / `.limit` /
+/// `.projected` gauges (USD) or `hermes.budget.tokens` / `.token_limit` /
+/// `.tokens_projected` (a token budget). `budget::BudgetGauge` maps onto it
+/// field for field.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BudgetReading<'a> {
     /// `global`, `cron`, `sender`, `profile` or `model`.
@@ -283,9 +285,11 @@ pub struct BudgetReading<'a> {
     pub id: &'a str,
     /// `daily`, `weekly` or `monthly`.
     pub window: &'a str,
-    pub spend_usd: f64,
-    pub limit_usd: f64,
-    pub projected_usd: f64,
+    /// Whether the figures are tokens (else USD).
+    pub tokens: bool,
+    pub spend: f64,
+    pub limit: f64,
+    pub projected: f64,
 }
 
 /// The gauge rows `(metric, attrs, value)` of `readings`, for
@@ -298,9 +302,13 @@ pub fn budget_gauge_rows(readings: &[BudgetReading<'_>]) -> Vec<(&'static str, S
             .s(mattr::HERMES_BUDGET_ID, r.id)
             .s(mattr::HERMES_BUDGET_WINDOW, r.window)
             .key();
-        out.push((m::BUDGET_SPEND, a.clone(), r.spend_usd));
-        out.push((m::BUDGET_LIMIT, a.clone(), r.limit_usd));
-        out.push((m::BUDGET_PROJECTED, a, r.projected_usd));
+        let [spend, limit, projected] = match r.tokens {
+            false => [m::BUDGET_SPEND, m::BUDGET_LIMIT, m::BUDGET_PROJECTED],
+            true => [m::BUDGET_TOKENS, m::BUDGET_TOKEN_LIMIT, m::BUDGET_TOKENS_PROJECTED],
+        };
+        out.push((spend, a.clone(), r.spend));
+        out.push((limit, a.clone(), r.limit));
+        out.push((projected, a, r.projected));
     }
     out
 }

@@ -374,9 +374,10 @@ fn budget_gauges_and_counters_have_the_registry_attributes() {
         scope: "global",
         id: "",
         window: "daily",
-        spend_usd: 3.0,
-        limit_usd: 2.0,
-        projected_usd: 4.5,
+        tokens: false,
+        spend: 3.0,
+        limit: 2.0,
+        projected: 4.5,
     }]);
     assert_eq!(rows.len(), 3);
     assert_eq!(rows[0].0, m::BUDGET_SPEND);
@@ -386,6 +387,22 @@ fn budget_gauges_and_counters_have_the_registry_attributes() {
         rows[0].1,
         r#"[["hermes.budget.id",""],["hermes.budget.scope","global"],["hermes.budget.window","daily"]]"#
     );
+    let tokens = budget_gauge_rows(&[BudgetReading {
+        scope: "global",
+        id: "",
+        window: "daily",
+        tokens: true,
+        spend: 3e6,
+        limit: 5e6,
+        projected: 6e6,
+    }]);
+    let names: Vec<&str> = tokens.iter().map(|r| r.0).collect();
+    assert_eq!(
+        names,
+        [m::BUDGET_TOKENS, m::BUDGET_TOKEN_LIMIT, m::BUDGET_TOKENS_PROJECTED],
+        "a token budget never lands in a USD series"
+    );
+    assert_eq!(tokens[0].1, rows[0].1);
     assert!(verdict_attrs("cron", "daily", "paused").contains("hermes.budget.verdict"));
     assert_eq!(alert_attrs("budget_hard"), r#"[["hermes.alert.kind","budget_hard"]]"#);
 }
@@ -444,17 +461,23 @@ fn instruments_and_attributes_match_the_semconv_registry() {
     measure(&MetricFact::Tool(tool, Some(0.5), cron.clone()), &mut out);
     measure(&MetricFact::Turn("ok".into(), cron.clone()), &mut out);
     measure(&MetricFact::Session("ok".into(), cron), &mut out);
-    for (metric, attrs, _) in budget_gauge_rows(&[BudgetReading {
+    let reading = BudgetReading {
         scope: "global",
         id: "",
         window: "daily",
-        spend_usd: 1.0,
-        limit_usd: 1.0,
-        projected_usd: 1.0,
-    }])
-    .into_iter()
-    .chain([fleet_lag_row("5f0c8e2a", 1.5)])
-    .chain(hook_call_rows(1, 2, 3))
+        tokens: false,
+        spend: 1.0,
+        limit: 1.0,
+        projected: 1.0,
+    };
+    let in_tokens = BudgetReading {
+        tokens: true,
+        ..reading
+    };
+    for (metric, attrs, _) in budget_gauge_rows(&[reading, in_tokens])
+        .into_iter()
+        .chain([fleet_lag_row("5f0c8e2a", 1.5)])
+        .chain(hook_call_rows(1, 2, 3))
     {
         out.push(Increment {
             metric,

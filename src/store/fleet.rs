@@ -245,9 +245,9 @@ impl Store {
         let (cost, est, reserved, own_at_sync, lease_usd) = row.unwrap_or((0.0, 0.0, 0.0, 0.0, Some(fresh)));
         let lease_usd = lease_usd.unwrap_or(fresh);
         let spend = Spend {
-            settled_usd: own.settled_usd + cost,
-            estimated_usd: own.estimated_usd + est,
-            reserved_usd: own.reserved_usd + reserved,
+            settled: own.settled + cost,
+            estimated: own.estimated + est,
+            reserved: own.reserved + reserved,
         };
         let share = FleetShare {
             own_usd: own.total(),

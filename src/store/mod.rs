@@ -88,6 +88,7 @@ pub const DB_FILE_NAME: &str = "hermes-meter.db";
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_initial.sql"),
     include_str!("migrations/0002_alert_push.sql"),
+    include_str!("migrations/0003_budget_tokens.sql"),
 ];
 
 /// The schema version this build writes.
@@ -527,6 +528,30 @@ mod tests {
         let store = Store::open(&path).expect("migrates");
         assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
         assert_eq!(store.alert_push_status().expect("status"), (0, 1, None));
+    }
+
+    /// A version-2 store with spend in it takes version 3: its USD totals
+    /// are kept and read as before, with no tokens counted for them.
+    #[test]
+    fn a_version_2_store_keeps_its_spend_and_counts_tokens_from_then_on() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("s.db");
+        let mut conn = connect(&path).expect("open");
+        migrate(&mut conn, &MIGRATIONS[..2]).expect("version 2");
+        conn.execute(
+            "INSERT INTO budget_spend (scope, id, level, bucket, cost_usd, estimated_usd, calls)
+             VALUES ('global', '', 2, 0, 1.5, 0, 3)",
+            [],
+        )
+        .expect("spend");
+        drop(conn);
+        let store = Store::open(&path).expect("migrates");
+        assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+        let uses = store
+            .bucket_window_spends(crate::budget::Scope::Global, "", &[0], 86_399.0, None)
+            .expect("read");
+        assert_eq!(uses[0].usd.settled, 1.5);
+        assert_eq!(uses[0].input_tokens.settled + uses[0].output_tokens.settled, 0.0);
     }
 
     /// The runner, for the versions after the first: a store of this

@@ -66,6 +66,14 @@ fn usd(v: f64) -> String {
     format!("${v:.4}")
 }
 
+/// A budget's figure: USD to four places, tokens in their short form.
+fn amount(unit: crate::budget::BudgetUnit, v: f64) -> String {
+    match unit {
+        crate::budget::BudgetUnit::Usd => usd(v),
+        crate::budget::BudgetUnit::Tokens => crate::budget::format_tokens(v),
+    }
+}
+
 fn status_class(status: &str) -> String {
     let s: String = status
         .chars()
@@ -512,7 +520,7 @@ pub fn budgets(
         h.push_str(
             "<table class=\"budgets\"><thead><tr><th>Scope</th><th>Id</th><th>Window</th><th>Spend / limit</th>\
 <th class=\"num\">Spend</th><th class=\"num\">Limit</th><th class=\"num\">%</th><th>Verdict</th>\
-<th class=\"num\">$/hour</th><th class=\"num\">Projected</th><th>Runs out</th><th>Resets</th></tr></thead><tbody>",
+<th class=\"num\">Per hour</th><th class=\"num\">Projected</th><th>Runs out</th><th>Resets</th></tr></thead><tbody>",
         );
         for r in rows {
             let s = &r.state;
@@ -527,7 +535,7 @@ pub fn budgets(
             } else {
                 s.level.as_str()
             };
-            let projected_class = if r.forecast.projected_usd >= s.budget.limit {
+            let projected_class = if r.forecast.projected >= s.budget.limit {
                 status_class(Level::Hard.as_str())
             } else {
                 String::new()
@@ -537,22 +545,22 @@ pub fn budgets(
                 "<tr class=\"budget {sc}\"><td>{}</td><td>{}</td><td>{}</td>\
 <td><svg class=\"gauge\" viewBox=\"0 0 160 10\"><rect class=\"track\" x=\"0\" y=\"0\" width=\"160\" height=\"10\"></rect>\
 <rect class=\"spend\" x=\"0\" y=\"0\" width=\"{:.1}\" height=\"10\"></rect></svg></td>\
-<td class=\"num\">{}</td><td class=\"num\">${:.2}</td><td class=\"num\">{}</td><td class=\"{sc}\">{}</td>\
-<td class=\"num\">{}</td><td class=\"num {projected_class}\">${:.2}</td><td class=\"runs-out\">{}</td><td>{}</td></tr>",
+<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"{sc}\">{}</td>\
+<td class=\"num\">{}</td><td class=\"num {projected_class}\">{}</td><td class=\"runs-out\">{}</td><td>{}</td></tr>",
                 s.budget.scope.as_str(),
                 esc(if s.budget.id.is_empty() { "-" } else { &s.budget.id }),
-                s.budget.window.as_str(),
+                s.budget.key(),
                 frac * 160.0,
-                usd(spend),
-                s.budget.limit,
+                amount(s.budget.unit, spend),
+                s.budget.unit.format(s.budget.limit),
                 if s.budget.limit > 0.0 {
                     format!("{:.0}", 100.0 * spend / s.budget.limit)
                 } else {
                     "-".into()
                 },
                 esc(verdict),
-                usd(r.forecast.usd_per_hour),
-                r.forecast.projected_usd,
+                amount(s.budget.unit, r.forecast.per_hour),
+                s.budget.unit.format(r.forecast.projected),
                 match r.runs_out {
                     Some(_) if s.level == Level::Hard => "now".to_string(),
                     Some(at) => local_time(at, &cfg.tz),

@@ -74,6 +74,13 @@ def _hooks(out: Path) -> list[dict]:
     return [json.loads(x) for x in lines if x.strip()]
 
 
+def _blocked_tools(out: Path) -> list[dict]:
+    """The post_tool_call hooks of tool calls a budget blocked."""
+    return [
+        h for h in _hooks(out) if h["hook"] == "post_tool_call" and h["kwargs"].get("status") == "blocked"
+    ]
+
+
 def _chat_posts(out: Path) -> int:
     lines = (out / "requests.jsonl").read_text().splitlines()
     return sum(1 for x in lines if "chat/completions" in x and '"POST"' in x)
@@ -102,9 +109,7 @@ def test_a_tool_call_is_blocked_once_the_budget_is_spent(hermes_bin, tmp_path) -
     assert steps["chat"][0] == 0, steps["chat"]
     # The first call spent past the limit: read_file was blocked, with the
     # message telling how to raise the limit.
-    blocked = [
-        h for h in _hooks(out) if h["hook"] == "post_tool_call" and h["kwargs"].get("status") == "blocked"
-    ]
+    blocked = _blocked_tools(out)
     assert blocked, "read_file was not blocked"
     message = blocked[0]["kwargs"]["error_message"]
     assert "hermes-meter budget set global daily <usd>" in message, message
@@ -115,6 +120,37 @@ def test_a_tool_call_is_blocked_once_the_budget_is_spent(hermes_bin, tmp_path) -
     assert budgets[0]["verdict"] == "hard", budgets
     counts = dict(_query(out, "SELECT verdict, count FROM budget_verdicts"))
     assert counts.get("blocked", 0) >= 2, counts
+
+
+def test_a_token_budget_blocks_a_tool_call_once_its_tokens_are_used(hermes_bin, tmp_path) -> None:
+    # A budget in tokens only (a subscription plan): the first call's tokens
+    # pass 100, whatever it cost.
+    out = _scenario(
+        hermes_bin,
+        tmp_path,
+        """
+        step set "$BUDGET" budget set global daily_tokens 100
+        chat chat "READFILE please read hello.txt"
+        step list "$BUDGET" budget list --json
+        """,
+    )
+    steps = _steps(out)
+    assert steps["set"][0] == 0, steps["set"]
+    assert steps["chat"][0] == 0, steps["chat"]
+    blocked = _blocked_tools(out)
+    assert blocked, "read_file was not blocked"
+    message = blocked[0]["kwargs"]["error_message"]
+    assert "global daily_tokens budget is exhausted" in message, message
+    assert "hermes-meter budget set global daily_tokens <tokens>" in message, message
+    assert "BUDGET-EXCEEDED" in steps["chat"][1]
+    (budget,) = json.loads(steps["list"][1])["budgets"]
+    assert (budget["unit"], budget["verdict"]) == ("tokens", "hard"), budget
+    # What the budget counted is what the ledger recorded for the call.
+    ((tokens,),) = _query(
+        out,
+        "SELECT SUM(input_tokens + cache_read_tokens + cache_write_tokens + output_tokens) FROM llm_calls",
+    )
+    assert budget["settled_tokens"] == tokens, (budget, tokens)
 
 
 def test_a_text_only_run_is_stopped_before_the_provider_is_called(hermes_bin, tmp_path) -> None:
@@ -189,9 +225,7 @@ def test_a_runaway_tool_loop_is_capped_per_run_and_the_model_still_answers(herme
     statuses = dict(rows)
     assert statuses.pop("blocked") == 1, rows
     assert sum(statuses.values()) == 3, f"three ran before the cap: {rows}"
-    blocked = [
-        h for h in _hooks(out) if h["hook"] == "post_tool_call" and h["kwargs"].get("status") == "blocked"
-    ]
+    blocked = _blocked_tools(out)
     message = blocked[0]["kwargs"]["error_message"]
     assert "per-run tool_calls cap of this run is used up" in message, message
     assert "hermes-meter budget set run tool_calls <limit>" in message, message

@@ -98,7 +98,7 @@ impl Store {
                 kind,
                 state.budget.scope.as_str(),
                 state.budget.id,
-                state.budget.window.as_str(),
+                state.budget.key(),
                 state.period,
                 at,
                 session_id
@@ -330,7 +330,7 @@ fn alert_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AlertRow> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::{Budget, Level, Scope, Spend, Window};
+    use crate::budget::{Budget, BudgetUnit, Level, Scope, Spend, Window};
     use crate::store::budget::temp_store;
 
     fn state(period: &str) -> BudgetState {
@@ -339,6 +339,7 @@ mod tests {
                 scope: Scope::CronJob,
                 id: "job".into(),
                 window: Window::Daily,
+                unit: BudgetUnit::Usd,
                 limit: 1.0,
             },
             spend: Spend::default(),
@@ -357,6 +358,8 @@ mod tests {
             source: PriceSource::Builtin,
             estimated: false,
             ended_at: 0.0,
+            input_tokens: 0,
+            output_tokens: 0,
         }
     }
 

@@ -27,6 +27,53 @@ pub struct RecordedCall<'a> {
     pub source: PriceSource,
     pub estimated: bool,
     pub ended_at: f64,
+    /// Input tokens with cache reads and writes; 0 for a held call.
+    pub input_tokens: i64,
+    /// Output tokens, reasoning included; 0 for a held call.
+    pub output_tokens: i64,
+}
+
+/// What one or more calls add to a spend row: cost, tokens, and the parts
+/// of them whose usage was estimated.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(in crate::store) struct Sums {
+    cost: f64,
+    estimated_cost: f64,
+    input: i64,
+    output: i64,
+    estimated_input: i64,
+    estimated_output: i64,
+}
+
+impl Sums {
+    fn of(call: &RecordedCall<'_>) -> Sums {
+        let (input, output) = (call.input_tokens, call.output_tokens);
+        match call.estimated {
+            true => Sums {
+                cost: call.cost_usd,
+                estimated_cost: call.cost_usd,
+                input,
+                output,
+                estimated_input: input,
+                estimated_output: output,
+            },
+            false => Sums {
+                cost: call.cost_usd,
+                input,
+                output,
+                ..Sums::default()
+            },
+        }
+    }
+
+    fn add(&mut self, o: &Sums) {
+        self.cost += o.cost;
+        self.estimated_cost += o.estimated_cost;
+        self.input += o.input;
+        self.output += o.output;
+        self.estimated_input += o.estimated_input;
+        self.estimated_output += o.estimated_output;
+    }
 }
 
 /// The scope keys of `session_id`: its root session's cron job, sender and
@@ -77,18 +124,31 @@ pub(in crate::store) fn on_pre_api_request(
 ) -> Result<()> {
     let a = &e.api;
     let model = a.model.as_deref().unwrap_or("");
-    let amount = prices.cost(model, a.provider.as_deref(), &reservation_usage(e)).usd;
+    let usage = reservation_usage(e);
+    let amount = prices.cost(model, a.provider.as_deref(), &usage).usd;
     let keys = scope_keys(tx, &a.session_id, a.model.as_deref())?;
     release(tx, &a.api_request_id)?;
-    if amount <= 0.0 {
+    // A call reserves its tokens even when it costs nothing (token
+    // budgets), and nothing when it expects neither.
+    if amount <= 0.0 && usage.input_tokens + usage.output_tokens <= 0 {
         return Ok(());
     }
     for (scope, id) in keys.iter() {
         tx.prepare_cached(
-            "INSERT INTO budget_reservations (scope, id, api_request_id, amount_usd, at) VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (scope, id, api_request_id) DO UPDATE SET amount_usd = excluded.amount_usd, at = excluded.at",
+            "INSERT INTO budget_reservations (scope, id, api_request_id, amount_usd, at, input_tokens, output_tokens)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (scope, id, api_request_id) DO UPDATE SET amount_usd = excluded.amount_usd, at = excluded.at,
+                input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens",
         )?
-        .execute(params![scope.as_str(), id, a.api_request_id, amount, at])?;
+        .execute(params![
+            scope.as_str(),
+            id,
+            a.api_request_id,
+            amount.max(0.0),
+            at,
+            usage.input_tokens,
+            usage.output_tokens
+        ])?;
     }
     Ok(())
 }
@@ -112,7 +172,7 @@ pub(in crate::store) fn on_post_api_request(
     release(tx, &e.api.api_request_id)?;
     let Some(call) = call else { return Ok(()) };
     let keys = scope_keys(tx, &e.api.session_id, Some(call.model).filter(|m| !m.is_empty()))?;
-    let estimated = if call.estimated { call.cost_usd } else { 0.0 };
+    let sums = Sums::of(&call);
     let t = call.ended_at as i64;
     for (scope, id) in keys.iter() {
         for (level, width) in BUCKET_SECONDS.iter().enumerate() {
@@ -123,13 +183,12 @@ pub(in crate::store) fn on_post_api_request(
                     level as i64,
                     t.div_euclid(*width) * width,
                 ),
-                call.cost_usd,
-                estimated,
+                &sums,
                 1,
             );
         }
     }
-    add_to_periods(tx, &keys, call.ended_at, call.cost_usd, estimated)?;
+    add_to_periods(tx, &keys, call.ended_at, &sums)?;
     watch_free_to_paid(tx, &call, at)
 }
 
@@ -143,7 +202,7 @@ pub(in crate::store) fn on_usage_confirmed(
     rollup: &mut SpendRollup,
 ) -> Result<()> {
     let keys = scope_keys(tx, session_id, Some(call.model).filter(|m| !m.is_empty()))?;
-    let estimated = if call.estimated { call.cost_usd } else { 0.0 };
+    let sums = Sums::of(call);
     let t = call.ended_at as i64;
     for (scope, id) in keys.iter() {
         for (level, width) in BUCKET_SECONDS.iter().enumerate() {
@@ -153,10 +212,10 @@ pub(in crate::store) fn on_usage_confirmed(
                 level as i64,
                 t.div_euclid(*width) * width,
             );
-            rollup.add(row, call.cost_usd, estimated, 0);
+            rollup.add(row, &sums, 0);
         }
     }
-    add_to_periods(tx, &keys, call.ended_at, call.cost_usd, estimated)
+    add_to_periods(tx, &keys, call.ended_at, &sums)
 }
 
 /// The spend bucket rows one transaction adds to, summed before they are
@@ -166,38 +225,54 @@ pub(in crate::store) fn on_usage_confirmed(
 /// before the transaction commits.
 #[derive(Default)]
 pub(in crate::store) struct SpendRollup {
-    rows: HashMap<BucketRow, (f64, f64, i64)>,
+    rows: HashMap<BucketRow, (Sums, i64)>,
 }
 
 /// A `budget_spend` row's key: scope, id, level, bucket start.
 type BucketRow = (&'static str, String, i64, i64);
 
 impl SpendRollup {
-    /// Adds `calls` calls' cost (and estimated cost) to `row`.
-    fn add(&mut self, row: BucketRow, cost: f64, estimated: f64, calls: i64) {
-        let sums = self.rows.entry(row).or_default();
-        sums.0 += cost;
-        sums.1 += estimated;
-        sums.2 += calls;
+    /// Adds `calls` calls' sums to `row`.
+    fn add(&mut self, row: BucketRow, sums: &Sums, calls: i64) {
+        let entry = self.rows.entry(row).or_default();
+        entry.0.add(sums);
+        entry.1 += calls;
     }
 
     /// Adds the sums to their rows.
     pub(in crate::store) fn write(&mut self, tx: &Transaction<'_>) -> Result<()> {
         let mut stmt = tx.prepare_cached(
-            "INSERT INTO budget_spend (scope, id, level, bucket, cost_usd, estimated_usd, calls)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+            "INSERT INTO budget_spend (scope, id, level, bucket, cost_usd, estimated_usd, calls, input_tokens,
+                output_tokens, estimated_input_tokens, estimated_output_tokens)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
              ON CONFLICT (scope, id, level, bucket) DO UPDATE SET cost_usd = cost_usd + excluded.cost_usd,
-                estimated_usd = estimated_usd + excluded.estimated_usd, calls = calls + excluded.calls",
+                estimated_usd = estimated_usd + excluded.estimated_usd, calls = calls + excluded.calls,
+                input_tokens = input_tokens + excluded.input_tokens, output_tokens = output_tokens + excluded.output_tokens,
+                estimated_input_tokens = estimated_input_tokens + excluded.estimated_input_tokens,
+                estimated_output_tokens = estimated_output_tokens + excluded.estimated_output_tokens",
         )?;
-        for ((scope, id, level, bucket), (cost, estimated, calls)) in self.rows.drain() {
-            stmt.execute(params![scope, id, level, bucket, cost, estimated, calls])?;
+        for ((scope, id, level, bucket), (s, calls)) in self.rows.drain() {
+            stmt.execute(params![
+                scope,
+                id,
+                level,
+                bucket,
+                s.cost,
+                s.estimated_cost,
+                calls,
+                s.input,
+                s.output,
+                s.estimated_input,
+                s.estimated_output
+            ])?;
         }
         Ok(())
     }
 }
 
-/// Adds a cost to its period of every window, in every registered zone.
-fn add_to_periods(tx: &Transaction<'_>, keys: &ScopeKeys, at: f64, cost: f64, estimated: f64) -> Result<()> {
+/// Adds a call's sums to its period of every window, in every registered
+/// zone.
+fn add_to_periods(tx: &Transaction<'_>, keys: &ScopeKeys, at: f64, sums: &Sums) -> Result<()> {
     let zones: Vec<String> = {
         let mut stmt = tx.prepare_cached("SELECT zone FROM budget_zones")?;
         let rows = stmt.query_map([], |r| r.get(0))?;
@@ -209,16 +284,39 @@ fn add_to_periods(tx: &Transaction<'_>, keys: &ScopeKeys, at: f64, cost: f64, es
         for w in Window::ALL {
             let period = window_bounds(w, t, &tz).0.as_second();
             for (scope, id) in keys.iter() {
-                tx.prepare_cached(
-                    "INSERT INTO budget_period (scope, id, zone, win, period, cost_usd, estimated_usd)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                     ON CONFLICT (scope, id, zone, win, period) DO UPDATE SET
-                        cost_usd = cost_usd + excluded.cost_usd, estimated_usd = estimated_usd + excluded.estimated_usd",
-                )?
-                .execute(params![scope.as_str(), id, zone, w.as_str(), period, cost, estimated])?;
+                insert_period(tx, (scope.as_str(), id, &zone, w.as_str(), period), sums)?;
             }
         }
     }
+    Ok(())
+}
+
+/// Adds `sums` to one `budget_period` row: (scope, id, zone, window, period).
+fn insert_period(conn: &rusqlite::Connection, row: (&str, &str, &str, &str, i64), sums: &Sums) -> Result<()> {
+    let (scope, id, zone, win, period) = row;
+    conn.prepare_cached(
+        "INSERT INTO budget_period (scope, id, zone, win, period, cost_usd, estimated_usd, input_tokens, output_tokens,
+            estimated_input_tokens, estimated_output_tokens)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+         ON CONFLICT (scope, id, zone, win, period) DO UPDATE SET
+            cost_usd = cost_usd + excluded.cost_usd, estimated_usd = estimated_usd + excluded.estimated_usd,
+            input_tokens = input_tokens + excluded.input_tokens, output_tokens = output_tokens + excluded.output_tokens,
+            estimated_input_tokens = estimated_input_tokens + excluded.estimated_input_tokens,
+            estimated_output_tokens = estimated_output_tokens + excluded.estimated_output_tokens",
+    )?
+    .execute(params![
+        scope,
+        id,
+        zone,
+        win,
+        period,
+        sums.cost,
+        sums.estimated_cost,
+        sums.input,
+        sums.output,
+        sums.estimated_input,
+        sums.estimated_output
+    ])?;
     Ok(())
 }
 
@@ -294,23 +392,18 @@ impl Store {
                 let Some(scope) = Scope::parse(&scope_name) else {
                     continue;
                 };
-                let spends = self.bucket_window_spends(scope, &id, &period_starts, now, None)?;
-                for ((w, period), spend) in starts.iter().zip(spends) {
-                    if spend.settled_usd != 0.0 {
-                        self.conn()
-                            .prepare_cached(
-                                "INSERT INTO budget_period (scope, id, zone, win, period, cost_usd, estimated_usd)
-                                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                            )?
-                            .execute(params![
-                                scope_name,
-                                id,
-                                zone,
-                                w.as_str(),
-                                period,
-                                spend.settled_usd,
-                                spend.estimated_usd
-                            ])?;
+                let uses = self.bucket_window_spends(scope, &id, &period_starts, now, None)?;
+                for ((w, period), u) in starts.iter().zip(uses) {
+                    let sums = Sums {
+                        cost: u.usd.settled,
+                        estimated_cost: u.usd.estimated,
+                        input: u.input_tokens.settled as i64,
+                        output: u.output_tokens.settled as i64,
+                        estimated_input: u.input_tokens.estimated as i64,
+                        estimated_output: u.output_tokens.estimated as i64,
+                    };
+                    if sums != Sums::default() {
+                        insert_period(self.conn(), (&scope_name, &id, zone, w.as_str(), *period), &sums)?;
                     }
                 }
             }
@@ -366,6 +459,8 @@ mod tests {
             source: PriceSource::Builtin,
             estimated,
             ended_at,
+            input_tokens: 1000,
+            output_tokens: 100,
         };
         let e = PostApiRequest {
             api: api(request),
@@ -439,6 +534,16 @@ mod tests {
                 (2, day, 0.75, 0.5, 2)
             ]
         );
+        let tokens: (i64, i64, i64, i64) = store
+            .conn()
+            .query_row(
+                "SELECT input_tokens, output_tokens, estimated_input_tokens, estimated_output_tokens FROM budget_spend
+                 WHERE scope = 'model' AND id = 'gpt-4o' AND level = 2",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .expect("tokens");
+        assert_eq!(tokens, (2000, 200, 1000, 100), "the first call's usage was estimated");
         let all: i64 = store
             .conn()
             .query_row("SELECT COUNT(*) FROM budget_spend", [], |r| r.get(0))
@@ -472,6 +577,12 @@ mod tests {
         let spends = store
             .period_spends(Scope::Global, "", "UTC", &[(Window::Daily, day)], now, None)
             .expect("spends");
-        assert_eq!((spends[0].settled_usd, spends[0].estimated_usd), (3.0, 2.0));
+        assert_eq!((spends[0].usd.settled, spends[0].usd.estimated), (3.0, 2.0));
+        // Tokens too: the fill from the buckets and the call after it.
+        assert_eq!(
+            (spends[0].input_tokens.settled, spends[0].input_tokens.estimated),
+            (2000.0, 1000.0)
+        );
+        assert_eq!(spends[0].output_tokens.settled, 200.0);
     }
 }

@@ -11,13 +11,43 @@
 use rusqlite::params;
 
 use super::rollups::scope_keys;
-use crate::budget::{self, bucket_ranges, Scope, ScopeKeys, Spend, Window};
+use crate::budget::{self, bucket_ranges, Scope, ScopeKeys, Spend, Window, WindowUse};
 use crate::error::Result;
 use crate::store::Store;
 
 /// A reservation older than this no longer counts: its process died
 /// between pre_api_request and the call's end (no LLM call takes this long).
 pub const RESERVATION_TTL_SECONDS: f64 = 15.0 * 60.0;
+
+/// A settled `(total, estimated part)`.
+fn settled((total, estimated): (f64, f64)) -> Spend {
+    Spend {
+        settled: total,
+        estimated,
+        reserved: 0.0,
+    }
+}
+
+/// Open reservations alone.
+fn reservation(reserved: f64) -> Spend {
+    Spend {
+        reserved,
+        ..Spend::default()
+    }
+}
+
+/// `settled` with the reservations of `reserved` in each unit.
+fn with_reserved(settled: WindowUse, reserved: &WindowUse) -> WindowUse {
+    let add = |s: Spend, r: Spend| Spend {
+        reserved: r.reserved,
+        ..s
+    };
+    WindowUse {
+        usd: add(settled.usd, reserved.usd),
+        input_tokens: add(settled.input_tokens, reserved.input_tokens),
+        output_tokens: add(settled.output_tokens, reserved.output_tokens),
+    }
+}
 
 impl Store {
     /// Runs `f` inside one read transaction: every statement of `f` reads
@@ -46,18 +76,20 @@ impl Store {
         windows: &[(Window, i64)],
         now: f64,
         exclude: Option<&str>,
-    ) -> Result<Vec<Spend>> {
+    ) -> Result<Vec<WindowUse>> {
         let mut period = [i64::MIN; 3];
         for (w, start) in windows {
             period[*w as usize] = *start;
         }
-        let mut stmt = self.conn().prepare_cached(
-            "SELECT 0, cost_usd, estimated_usd FROM budget_period WHERE scope = ?1 AND id = ?2 AND zone = ?3 AND win = 'daily' AND period = ?4
-             UNION ALL SELECT 1, cost_usd, estimated_usd FROM budget_period WHERE scope = ?1 AND id = ?2 AND zone = ?3 AND win = 'weekly' AND period = ?5
-             UNION ALL SELECT 2, cost_usd, estimated_usd FROM budget_period WHERE scope = ?1 AND id = ?2 AND zone = ?3 AND win = 'monthly' AND period = ?6
-             UNION ALL SELECT 3, TOTAL(amount_usd), 0 FROM budget_reservations
-                 WHERE scope = ?1 AND id = ?2 AND at >= ?7 AND api_request_id IS NOT ?8",
-        )?;
+        const COLUMNS: &str =
+            "cost_usd, estimated_usd, input_tokens, estimated_input_tokens, output_tokens, estimated_output_tokens";
+        let mut stmt = self.conn().prepare_cached(&format!(
+            "SELECT 0, {COLUMNS} FROM budget_period WHERE scope = ?1 AND id = ?2 AND zone = ?3 AND win = 'daily' AND period = ?4
+             UNION ALL SELECT 1, {COLUMNS} FROM budget_period WHERE scope = ?1 AND id = ?2 AND zone = ?3 AND win = 'weekly' AND period = ?5
+             UNION ALL SELECT 2, {COLUMNS} FROM budget_period WHERE scope = ?1 AND id = ?2 AND zone = ?3 AND win = 'monthly' AND period = ?6
+             UNION ALL SELECT 3, TOTAL(amount_usd), 0, TOTAL(input_tokens), 0, TOTAL(output_tokens), 0 FROM budget_reservations
+                 WHERE scope = ?1 AND id = ?2 AND at >= ?7 AND api_request_id IS NOT ?8"
+        ))?;
         let mut rows = stmt.query(params![
             scope.as_str(),
             id,
@@ -68,25 +100,32 @@ impl Store {
             now - RESERVATION_TTL_SECONDS,
             exclude
         ])?;
-        let mut by_window = [Spend::default(); 3];
-        let mut reserved = 0.0;
+        let mut by_window = [WindowUse::default(); 3];
+        let mut reserved = WindowUse::default();
         while let Some(row) = rows.next()? {
             let which: i64 = row.get(0)?;
-            let cost: f64 = row.get(1)?;
+            let pair = |i: usize| -> rusqlite::Result<(f64, f64)> { Ok((row.get(i)?, row.get(i + 1)?)) };
+            let (usd, input, output) = (pair(1)?, pair(3)?, pair(5)?);
             match usize::try_from(which) {
                 Ok(w) if w < 3 => {
-                    by_window[w].settled_usd = cost;
-                    by_window[w].estimated_usd = row.get(2)?;
+                    by_window[w] = WindowUse {
+                        usd: settled(usd),
+                        input_tokens: settled(input),
+                        output_tokens: settled(output),
+                    }
                 }
-                _ => reserved = cost,
+                _ => {
+                    reserved = WindowUse {
+                        usd: reservation(usd.0),
+                        input_tokens: reservation(input.0),
+                        output_tokens: reservation(output.0),
+                    }
+                }
             }
         }
         Ok(windows
             .iter()
-            .map(|(w, _)| Spend {
-                reserved_usd: reserved,
-                ..by_window[*w as usize]
-            })
+            .map(|(w, _)| with_reserved(by_window[*w as usize], &reserved))
             .collect())
     }
 
@@ -154,9 +193,9 @@ impl Store {
                 |row| row.get(0),
             )?;
         Ok(Spend {
-            settled_usd: settled.unwrap_or(0.0),
-            estimated_usd: estimated.unwrap_or(0.0),
-            reserved_usd: reserved.unwrap_or(0.0),
+            settled: settled.unwrap_or(0.0),
+            estimated: estimated.unwrap_or(0.0),
+            reserved: reserved.unwrap_or(0.0),
         })
     }
 
@@ -171,7 +210,7 @@ impl Store {
         starts: &[i64],
         now: f64,
         exclude: Option<&str>,
-    ) -> Result<Vec<Spend>> {
+    ) -> Result<Vec<WindowUse>> {
         let ranges: Vec<[(u8, i64, i64); 3]> = starts.iter().map(|s| budget::open_ranges(*s)).collect();
         // Distinct hour and quarter ranges (windows starting on the same
         // day share them; different days never overlap), padded to three.
@@ -193,27 +232,32 @@ impl Store {
             *slot = (r[0].1, r[1].1, r[2].1);
         }
         // The sums are computed by SQLite: only one row comes back.
-        let mut stmt = self.conn().prepare_cached(
-            "WITH rows (level, bucket, cost, est) AS (
-                SELECT 2, bucket, cost_usd, estimated_usd FROM budget_spend WHERE scope = ?1 AND id = ?2 AND level = 2 AND bucket >= ?3
-                UNION ALL SELECT 1, bucket, cost_usd, estimated_usd FROM budget_spend WHERE scope = ?1 AND id = ?2 AND level = 1 AND bucket >= ?4 AND bucket < ?5
-                UNION ALL SELECT 1, bucket, cost_usd, estimated_usd FROM budget_spend WHERE scope = ?1 AND id = ?2 AND level = 1 AND bucket >= ?6 AND bucket < ?7
-                UNION ALL SELECT 1, bucket, cost_usd, estimated_usd FROM budget_spend WHERE scope = ?1 AND id = ?2 AND level = 1 AND bucket >= ?8 AND bucket < ?9
-                UNION ALL SELECT 0, bucket, cost_usd, estimated_usd FROM budget_spend WHERE scope = ?1 AND id = ?2 AND level = 0 AND bucket >= ?10 AND bucket < ?11
-                UNION ALL SELECT 0, bucket, cost_usd, estimated_usd FROM budget_spend WHERE scope = ?1 AND id = ?2 AND level = 0 AND bucket >= ?12 AND bucket < ?13
-                UNION ALL SELECT 0, bucket, cost_usd, estimated_usd FROM budget_spend WHERE scope = ?1 AND id = ?2 AND level = 0 AND bucket >= ?14 AND bucket < ?15),
-             member (level, bucket, cost, est, w1, w2, w3) AS (
-                SELECT level, bucket, cost, est,
+        const COLUMNS: &str = "bucket, cost_usd, estimated_usd, input_tokens, estimated_input_tokens, output_tokens, estimated_output_tokens";
+        let mut stmt = self.conn().prepare_cached(&format!(
+            "WITH rows (level, bucket, cost, est, ti, eti, tout, eto) AS (
+                SELECT 2, {COLUMNS} FROM budget_spend WHERE scope = ?1 AND id = ?2 AND level = 2 AND bucket >= ?3
+                UNION ALL SELECT 1, {COLUMNS} FROM budget_spend WHERE scope = ?1 AND id = ?2 AND level = 1 AND bucket >= ?4 AND bucket < ?5
+                UNION ALL SELECT 1, {COLUMNS} FROM budget_spend WHERE scope = ?1 AND id = ?2 AND level = 1 AND bucket >= ?6 AND bucket < ?7
+                UNION ALL SELECT 1, {COLUMNS} FROM budget_spend WHERE scope = ?1 AND id = ?2 AND level = 1 AND bucket >= ?8 AND bucket < ?9
+                UNION ALL SELECT 0, {COLUMNS} FROM budget_spend WHERE scope = ?1 AND id = ?2 AND level = 0 AND bucket >= ?10 AND bucket < ?11
+                UNION ALL SELECT 0, {COLUMNS} FROM budget_spend WHERE scope = ?1 AND id = ?2 AND level = 0 AND bucket >= ?12 AND bucket < ?13
+                UNION ALL SELECT 0, {COLUMNS} FROM budget_spend WHERE scope = ?1 AND id = ?2 AND level = 0 AND bucket >= ?14 AND bucket < ?15),
+             member (cost, est, ti, eti, tout, eto, w1, w2, w3) AS (
+                SELECT cost, est, ti, eti, tout, eto,
                   CASE level WHEN 2 THEN bucket >= ?18 WHEN 1 THEN bucket >= ?17 AND bucket < ?18 ELSE bucket >= ?16 AND bucket < ?17 END,
                   CASE level WHEN 2 THEN bucket >= ?21 WHEN 1 THEN bucket >= ?20 AND bucket < ?21 ELSE bucket >= ?19 AND bucket < ?20 END,
                   CASE level WHEN 2 THEN bucket >= ?24 WHEN 1 THEN bucket >= ?23 AND bucket < ?24 ELSE bucket >= ?22 AND bucket < ?23 END
-                FROM rows)
-             SELECT TOTAL(cost * w1), TOTAL(est * w1), TOTAL(cost * w2), TOTAL(est * w2), TOTAL(cost * w3), TOTAL(est * w3),
-                (SELECT TOTAL(amount_usd) FROM budget_reservations
+                FROM rows),
+             res (usd, ti, tout) AS (
+                SELECT TOTAL(amount_usd), TOTAL(input_tokens), TOTAL(output_tokens) FROM budget_reservations
                   WHERE scope = ?1 AND id = ?2 AND at >= ?25 AND api_request_id IS NOT ?26)
-             FROM member",
-        )?;
-        let sums: [f64; 7] = stmt.query_row(
+             SELECT TOTAL(cost * w1), TOTAL(est * w1), TOTAL(ti * w1), TOTAL(eti * w1), TOTAL(tout * w1), TOTAL(eto * w1),
+                TOTAL(cost * w2), TOTAL(est * w2), TOTAL(ti * w2), TOTAL(eti * w2), TOTAL(tout * w2), TOTAL(eto * w2),
+                TOTAL(cost * w3), TOTAL(est * w3), TOTAL(ti * w3), TOTAL(eti * w3), TOTAL(tout * w3), TOTAL(eto * w3),
+                (SELECT usd FROM res), (SELECT ti FROM res), (SELECT tout FROM res)
+             FROM member"
+        ))?;
+        let sums: [f64; 21] = stmt.query_row(
             params![
                 scope.as_str(),
                 id,
@@ -243,22 +287,27 @@ impl Store {
                 exclude
             ],
             |r| {
-                Ok([
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get(6)?,
-                ])
+                let mut out = [0.0; 21];
+                for (i, slot) in out.iter_mut().enumerate() {
+                    *slot = r.get(i)?;
+                }
+                Ok(out)
             },
         )?;
+        let reserved = WindowUse {
+            usd: reservation(sums[18]),
+            input_tokens: reservation(sums[19]),
+            output_tokens: reservation(sums[20]),
+        };
         let out = (0..starts.len())
-            .map(|i| Spend {
-                settled_usd: sums[2 * i],
-                estimated_usd: sums[2 * i + 1],
-                reserved_usd: sums[6],
+            .map(|i| {
+                let s = &sums[6 * i..6 * i + 6];
+                let settled_use = WindowUse {
+                    usd: settled((s[0], s[1])),
+                    input_tokens: settled((s[2], s[3])),
+                    output_tokens: settled((s[4], s[5])),
+                };
+                with_reserved(settled_use, &reserved)
             })
             .collect();
         Ok(out)
@@ -371,20 +420,20 @@ mod tests {
         let spends = store
             .bucket_window_spends(Scope::Global, "", &starts, now, None)
             .expect("spends");
-        let settled: Vec<f64> = spends.iter().map(|s| s.settled_usd).collect();
+        let settled: Vec<f64> = spends.iter().map(|s| s.usd.settled).collect();
         assert_eq!(settled, [1.0, 3.0, 7.0]);
         assert!(
-            spends.iter().all(|s| s.reserved_usd == 0.25),
+            spends.iter().all(|s| s.usd.reserved == 0.25),
             "stale reservations do not count"
         );
         let mine = store
             .bucket_window_spends(Scope::Global, "", &starts[..1], now, Some("open"))
             .expect("spends");
-        assert_eq!(mine[0].reserved_usd, 0.0, "a call's own reservation is excluded");
+        assert_eq!(mine[0].usd.reserved, 0.0, "a call's own reservation is excluded");
         let other = store
             .bucket_window_spends(Scope::Sender, "bob", &starts, now, None)
             .expect("spends");
-        assert!(other.iter().all(|s| s.total() == 0.0));
+        assert!(other.iter().all(|s| s.usd.total() == 0.0));
     }
 
     #[test]
@@ -395,12 +444,12 @@ mod tests {
         let spend = store
             .budget_spend(Scope::Global, "", month.0, month.1, now, None)
             .expect("spend");
-        assert_eq!((spend.settled_usd, spend.reserved_usd), (7.0, 0.25));
+        assert_eq!((spend.settled, spend.reserved), (7.0, 0.25));
         let day = (ts("2026-11-16T00:00:00Z") as i64, ts("2026-11-17T00:00:00Z") as i64);
         let spend = store
             .budget_spend(Scope::Global, "", day.0, day.1, now, None)
             .expect("spend");
-        assert_eq!(spend.settled_usd, 2.0);
+        assert_eq!(spend.settled, 2.0);
     }
 
     #[test]
@@ -461,11 +510,11 @@ mod tests {
             )
             .expect("spends");
         assert_eq!(
-            (spends[0].settled_usd, spends[0].estimated_usd, spends[0].reserved_usd),
+            (spends[0].usd.settled, spends[0].usd.estimated, spends[0].usd.reserved),
             (1.5, 0.5, 0.25)
         );
         assert_eq!(
-            (spends[1].settled_usd, spends[1].reserved_usd),
+            (spends[1].usd.settled, spends[1].usd.reserved),
             (0.0, 0.25),
             "no weekly row yet"
         );

@@ -137,12 +137,20 @@ pub(super) fn apply_llm_call<'e>(
             estimated as i64,
             unpriced as i64
         ])?;
+        // A held call's usage is kept out of budgets like its cost, until
+        // the user confirms it.
+        let (input_tokens, output_tokens) = match cost.source {
+            crate::pricing::PriceSource::Held => (0, 0),
+            _ => budget_tokens(&usage),
+        };
         return Ok(Some(RecordedCall {
             model,
             cost_usd: cost.usd,
             source: cost.source,
             estimated,
             ended_at,
+            input_tokens,
+            output_tokens,
         }));
     }
     Ok(None)
@@ -484,13 +492,25 @@ pub(super) fn apply_usage_confirmed(
         tx.prepare_cached("INSERT INTO metric_log (kind, session_id, key) VALUES (6, ?1, ?2)")?
             .execute(params![e.session_id, e.api_request_id])?;
     }
+    let (input_tokens, output_tokens) = budget_tokens(&usage);
     let call = RecordedCall {
         model: &model,
         cost_usd: cost.usd,
         source: cost.source,
         estimated,
         ended_at,
+        input_tokens,
+        output_tokens,
     };
     super::super::budget::on_usage_confirmed(tx, &e.session_id, &call, rollup)?;
     Ok(Some(cost.usd))
+}
+
+/// A call's tokens as budgets count them: input with cache reads and
+/// writes, and output (reasoning is part of it).
+fn budget_tokens(u: &Usage) -> (i64, i64) {
+    (
+        u.input_tokens.max(0) + u.cache_read_tokens.max(0) + u.cache_write_tokens.max(0),
+        u.output_tokens.max(0),
+    )
 }
