@@ -186,6 +186,16 @@ fn session_stop(session_id: Option<&str>) -> Option<String> {
     catch_unwind(AssertUnwindSafe(|| BUDGET.get().and_then(|h| h.session_stop(session)))).unwrap_or(None)
 }
 
+/// The model the next LLM calls of `session_id` are routed to by a budget
+/// downgrade (`[downgrade]` in the budget file), if its last verdict said
+/// so. Never raises.
+#[pyfunction]
+#[pyo3(signature = (session_id = None))]
+fn downgrade_model(session_id: Option<&str>) -> Option<String> {
+    let session = session_id.filter(|s| !s.is_empty())?;
+    catch_unwind(AssertUnwindSafe(|| BUDGET.get().and_then(|h| h.downgrade_for(session)))).unwrap_or(None)
+}
+
 /// The `model` of the stand-in response of a stopped LLM call.
 #[pyfunction]
 fn blocked_model() -> &'static str {
@@ -373,6 +383,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(start, m)?)?;
     m.add_function(wrap_pyfunction!(llm_stop, m)?)?;
     m.add_function(wrap_pyfunction!(session_stop, m)?)?;
+    m.add_function(wrap_pyfunction!(downgrade_model, m)?)?;
     m.add_function(wrap_pyfunction!(blocked_model, m)?)?;
     m.add_function(wrap_pyfunction!(hook_names, m)?)?;
     m.add_function(wrap_pyfunction!(budget_mode, m)?)?;

@@ -275,6 +275,19 @@ pub struct Report<S = Vec<Group>> {
     /// How much input the providers' caches served, and what that saved
     /// ([`cache_summary`]).
     pub cache: CacheSummary,
+    /// LLM calls a middleware sent to another model than the agent's (a
+    /// budget `[downgrade]`), by the two models: empty when none was.
+    pub downgraded: Vec<Downgraded>,
+}
+
+/// Calls of the agent's model `from` routed to `to`, and what they cost
+/// (priced as `to`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Downgraded {
+    pub from: Option<String>,
+    pub to: String,
+    pub llm_calls: i64,
+    pub cost_usd: f64,
 }
 
 /// The share of input tokens served from a provider's cache, and what the
@@ -366,6 +379,7 @@ impl<S> Report<S> {
             provider_billed: self.provider_billed,
             held_llm_calls: self.held_llm_calls,
             cache: self.cache,
+            downgraded: self.downgraded,
         }
     }
 }
@@ -535,6 +549,7 @@ impl Builder {
             provider_billed,
             held_llm_calls: self.held_llm_calls,
             cache: CacheSummary::default(),
+            downgraded: Vec::new(),
         }
     }
 }

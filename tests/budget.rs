@@ -76,6 +76,7 @@ fn budgets_decide_with_a_clock() {
     a_session_cap_counts_its_subagents_reservations_and_stops_llm_calls();
     a_token_cap_counts_the_tokens_the_file_names();
     a_calendar_token_budget_counts_what_an_unpriced_model_used();
+    a_downgrade_routes_the_next_calls_and_prices_them_as_the_cheaper_model();
 }
 
 fn subagent(parent: &str, turn: &str, child: &str, at: f64) -> HookEvent {
@@ -245,6 +246,35 @@ fn a_token_cap_counts_the_tokens_the_file_names() {
     assert!(notice.contains("observe mode: nothing is blocked"), "{notice}");
 }
 
+/// A store, its budget file holding `budgets`, a gate on them and the fake
+/// clock set to noon of 2026-11-30 UTC (`t`).
+struct Scene {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    store: Store,
+    gate: BudgetGate,
+    handle: hermes_meter::budget::BudgetHandle,
+    t: f64,
+}
+
+fn scene(budgets: &str) -> Scene {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = write_budgets(dir.path(), budgets);
+    let store = Store::open_dir(dir.path()).expect("open");
+    let gate = gate(dir.path());
+    let handle = gate.handle();
+    let t = ts("2026-11-30T12:00:00Z");
+    set_now(t);
+    Scene {
+        _dir: dir,
+        path,
+        store,
+        gate,
+        handle,
+        t,
+    }
+}
+
 /// A call of a model no price table knows (a local model, a subscription):
 /// $0 to a USD budget, its tokens to a token one.
 fn local_call(session: &str, id: &str, at: f64, input: i64, output: i64) -> [HookEvent; 2] {
@@ -265,14 +295,15 @@ fn local_call(session: &str, id: &str, at: f64, input: i64, output: i64) -> [Hoo
 /// the token budget's notice, block and LLM stop; the USD budget stays ok;
 /// `tokens_counted` applies; a reservation counts its expected tokens.
 fn a_calendar_token_budget_counts_what_an_unpriced_model_used() {
-    let dir = tempfile::tempdir().expect("temp dir");
     let text = "timezone = \"UTC\"\n[global]\ndaily = 1.0\ndaily_tokens = 25000\n";
-    let path = write_budgets(dir.path(), text);
-    let mut store = Store::open_dir(dir.path()).expect("open");
-    let mut gate = gate(dir.path());
-    let handle = gate.handle();
-    let t = ts("2026-11-30T12:00:00Z");
-    set_now(t);
+    let Scene {
+        _dir,
+        path,
+        mut store,
+        mut gate,
+        handle,
+        t,
+    } = scene(text);
     let s = "s-local";
     apply(&mut store, &pre_llm(s, "s:t1", t, "cli", ""));
     for (i, at) in [(0, t + 1.0), (1, t + 2.0)] {
@@ -323,6 +354,79 @@ fn a_calendar_token_budget_counts_what_an_unpriced_model_used() {
     gate.reload_if_changed(true);
     set_now(t + 86_400.0);
     assert_eq!(gate.verdict(&store, &pre_tool(s, "c4", t + 86_400.0)), None);
+}
+
+/// `[downgrade]`: past its line a session's next calls go to the cheaper
+/// model (what the `llm_request` middleware asks the handle), the routed
+/// call is recorded and priced as that model, and observe mode routes
+/// nothing.
+fn a_downgrade_routes_the_next_calls_and_prices_them_as_the_cheaper_model() {
+    let text = "timezone = \"UTC\"\n[global]\ndaily = 0.1\n[downgrade]\nat = 0.5\nto = \"gpt-4o-mini\"\n";
+    let Scene {
+        _dir,
+        path,
+        mut store,
+        mut gate,
+        handle,
+        t,
+    } = scene(text);
+    let s = "s-down";
+    apply(&mut store, &pre_llm(s, "s:t1", t, "cli", ""));
+    apply(&mut store, &post_api(s, "a0", t + 1.0, true));
+    assert_eq!(gate.verdict(&store, &pre_tool(s, "c0", t + 2.0)), None);
+    assert_eq!(handle.downgrade_for(s), None, "25% of the limit: below the line");
+    apply(&mut store, &post_api(s, "a1", t + 3.0, true));
+    assert_eq!(
+        gate.verdict(&store, &pre_tool(s, "c1", t + 4.0)),
+        None,
+        "a downgrade blocks nothing"
+    );
+    assert_eq!(handle.downgrade_for(s).as_deref(), Some("gpt-4o-mini"));
+    assert_eq!(handle.downgrade_for("another-session"), None);
+    // The middleware sent the next call to gpt-4o-mini: pre_api_request's
+    // `request` says so, while `model` stays the agent's.
+    let routed = event(
+        "pre_api_request",
+        t + 5.0,
+        json!({"session_id": s, "turn_id": "s:t1", "api_request_id": "a2", "model": "gpt-4o", "platform": "cli",
+               "approx_input_tokens": 10_000, "max_tokens": 0,
+               "request": {"method": "POST", "body": {"model": "gpt-4o-mini", "messages": []}}}),
+    );
+    apply(&mut store, &routed);
+    let mut post = post_api(s, "a2", t + 6.0, true);
+    if let hermes_meter::hook::Hook::PostApiRequest(p) = &mut post.hook {
+        p.response_model = Some("gpt-4o-mini-2024-07-18".into());
+    }
+    apply(&mut store, &post);
+    let row = |column: &str| format!("SELECT {column} FROM llm_calls WHERE api_request_id = 'a2'");
+    let model: String = store.query_scalar(&row("model")).expect("model");
+    let routed_to: String = store.query_scalar(&row("routed_model")).expect("routed");
+    let cost: f64 = store.query_scalar(&row("cost_usd")).expect("cost");
+    assert_eq!((model.as_str(), routed_to.as_str()), ("gpt-4o", "gpt-4o-mini"));
+    // gpt-4o-mini is $0.15 per million input tokens: 10,000 cost $0.0015.
+    assert!((cost - 0.0015).abs() < 1e-9, "{cost}");
+    let unrouted: i64 = store
+        .query_scalar("SELECT COUNT(*) FROM llm_calls WHERE routed_model IS NULL")
+        .expect("count");
+    assert_eq!(unrouted, 2);
+    let report = store
+        .report(&jiff::tz::TimeZone::UTC, t - 60.0, t + 60.0, Some(5))
+        .expect("report");
+    assert_eq!(report.downgraded.len(), 1, "{:?}", report.downgraded);
+    let d = &report.downgraded[0];
+    assert_eq!(
+        (d.from.as_deref(), d.to.as_str(), d.llm_calls),
+        (Some("gpt-4o"), "gpt-4o-mini", 1)
+    );
+    assert!((d.cost_usd - cost).abs() < 1e-12);
+    // Observe mode changes no call.
+    std::fs::write(&path, format!("mode = \"observe\"\n{text}")).expect("rewrite");
+    gate.reload_if_changed(true);
+    let t2 = pre_llm(s, "s:t2", t + 7.0, "cli", "");
+    apply(&mut store, &t2);
+    gate.verdict(&store, &t2);
+    gate.verdict(&store, &pre_tool(s, "c2", t + 8.0));
+    assert_eq!(handle.downgrade_for(s), None);
 }
 
 fn a_subagent_counts_toward_its_roots_cron_job_sender_and_profile() {

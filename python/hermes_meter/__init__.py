@@ -81,6 +81,9 @@ def register(ctx: Any) -> None:
         from . import _budget
 
         ctx.register_middleware("llm_execution", _budget.llm_execution)
+        # Routes the calls of a session past its [downgrade] line to the
+        # cheaper model (a no-op without one).
+        ctx.register_middleware("llm_request", _budget.llm_request)
         if known is not None and "transform_api_error_classification" in known:
             # Hermes main would retry a stop as an unknown API error.
             ctx.register_hook("transform_api_error_classification", _budget.classify_api_error)

@@ -1,6 +1,7 @@
 """Budget enforcement on the Hermes side: the ``llm_execution`` middleware
 that stops an LLM call (with ``LLMExecutionBlocked`` where Hermes has it,
-else a stand-in response), and the cron pause.
+else a stand-in response), the ``llm_request`` middleware that routes a
+session's calls to a cheaper model (``[downgrade]``), and the cron pause.
 
 The decisions are made in Rust (the budget gate, at ``pre_api_request`` and
 the other gating hooks); this module only turns them into what Hermes
@@ -36,6 +37,20 @@ def llm_execution(*, next_call: Any, **kwargs: Any) -> Any:
     if message is None:
         return next_call()
     return stop(kwargs.get("api_mode"), message)
+
+
+def llm_request(*, request: Any = None, session_id: Any = None, **_: Any) -> dict[str, Any] | None:
+    """``llm_request`` middleware (Hermes 0.19.0 and later, called before each
+    provider call and before its ``pre_api_request``): the request with its
+    ``model`` replaced while the session's last budget verdict asks for a
+    downgrade, else ``None`` (the request as it is). Never raises."""
+    try:
+        to = _native.downgrade_model(session_id if isinstance(session_id, str) else None)
+        if to is None or not isinstance(request, dict) or request.get("model") in (None, to):
+            return None
+        return {"request": dict(request, model=to), "reason": "hermes-meter budget downgrade"}
+    except Exception:  # noqa: BLE001 - never raise into Hermes: the call goes as asked
+        return None
 
 
 #: How Hermes main's auxiliary client names its requests (hooks.md at

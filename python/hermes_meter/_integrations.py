@@ -170,6 +170,14 @@ def check(
                 "budgets cannot stop an LLM call before the provider (hooks only observe)",
             )
         )
+        points.append(
+            _needed(
+                "llm_request middleware",
+                "0.19.0 - 0.23.x",
+                has_middleware,
+                "a [downgrade] in the budget file cannot route calls to its cheaper model",
+            )
+        )
     return points
 
 

@@ -288,6 +288,28 @@ struct File {
     per_session: Option<CapLimits>,
     per_run: Option<CapLimits>,
     runaway: Option<RunawayFile>,
+    downgrade: Option<DowngradeFile>,
+}
+
+/// `[downgrade]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DowngradeFile {
+    at: Option<f64>,
+    to: Option<String>,
+}
+
+/// Downgrade instead of stop (`[downgrade]`, opt-in): once a session's
+/// budget or cap in USD or tokens reaches `at` of its limit, its next LLM
+/// calls go to the cheaper model `to` (through Hermes's `llm_request`
+/// middleware) until the budget's window or the cap's scope ends. The hard
+/// line still stops calls.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Downgrade {
+    /// Fraction of the limit (default: `soft_threshold`).
+    pub at: f64,
+    /// The model the calls are routed to.
+    pub to: String,
 }
 
 /// The budget configuration, resolved.
@@ -319,6 +341,8 @@ pub struct BudgetConfig {
     pub tokens_counted: TokenCount,
     /// Runaway detection (`[runaway]`; on, alerting, by default).
     pub runaway: RunawayConfig,
+    /// Downgrade instead of stop, if `[downgrade]` asks for it.
+    pub downgrade: Option<Downgrade>,
     /// Spend is the fleet's (`HERMES_METER_FLEET_URL`): set by whoever loads
     /// the file, never by the file.
     pub fleet: bool,
@@ -339,6 +363,7 @@ impl Default for BudgetConfig {
             caps: BTreeMap::new(),
             tokens_counted: TokenCount::Total,
             runaway: RunawayConfig::default(),
+            downgrade: None,
             fleet: false,
         }
     }
@@ -387,6 +412,18 @@ impl BudgetConfig {
                 TokenCount::parse(t).ok_or_else(|| format!("tokens_counted: {t:?} is none of total, input, output"))?;
         }
         cfg.runaway = RunawayConfig::from_file(file.runaway)?;
+        if let Some(d) = file.downgrade {
+            let to = d.to.map(|t| t.trim().to_string()).filter(|t| !t.is_empty());
+            let to = to.ok_or("downgrade.to: name the model the calls go to, e.g. to = \"gpt-4o-mini\"")?;
+            let at = d.at.unwrap_or(cfg.soft_threshold);
+            if !(at.is_finite() && at > 0.0 && at < cfg.hard_threshold) {
+                return Err(format!(
+                    "downgrade.at: {at} is not between 0 and hard_threshold ({}); write a fraction of the limit, e.g. 0.8",
+                    cfg.hard_threshold
+                ));
+            }
+            cfg.downgrade = Some(Downgrade { at, to });
+        }
         for (scope, caps) in [(CapScope::Session, file.per_session), (CapScope::Run, file.per_run)] {
             if let Some(c) = caps.filter(|c| !c.is_empty()) {
                 c.check(scope.table())?;
@@ -613,6 +650,27 @@ mod tests {
         // Above a hard threshold over 1, a threshold over 1 is fine.
         let cfg = BudgetConfig::parse("hard_threshold = 1.2\nalert_thresholds = [1.1]").expect("parse");
         assert_eq!(cfg.alert_thresholds, [1.1]);
+    }
+
+    #[test]
+    fn a_downgrade_names_its_model_and_a_line_below_the_hard_one() {
+        let cfg = BudgetConfig::parse("[downgrade]\nto = \"gpt-4o-mini\"\n").expect("parse");
+        assert_eq!(
+            cfg.downgrade,
+            Some(Downgrade {
+                at: DEFAULT_SOFT_THRESHOLD,
+                to: "gpt-4o-mini".into()
+            })
+        );
+        assert_eq!(BudgetConfig::parse("").expect("empty").downgrade, None);
+        for bad in [
+            "[downgrade]\nat = 0.5",
+            "[downgrade]\nto = \" \"",
+            "[downgrade]\nto = \"m\"\nat = 1.0",
+        ] {
+            let err = BudgetConfig::parse(bad).expect_err(bad);
+            assert!(err.contains("downgrade"), "{err}");
+        }
     }
 
     #[test]

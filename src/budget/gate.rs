@@ -351,6 +351,10 @@ impl BudgetGate {
                     Ok((states, caps, st.pending_alerts(MAX_ALERTS_PER_TURN)?))
                 })?;
                 self.record_headroom(&e.session_id, e.model.as_deref(), &states, &caps);
+                // Observe mode routes no call (and ends a downgrade an
+                // earlier enforce mode began).
+                let to = self.downgrade(&states, &caps).filter(|_| enforce);
+                self.handle.note_downgrade(&e.session_id, to);
                 if !self.cfg.is_empty() {
                     for s in &states {
                         let Some(t) = budget::threshold_reached(&self.cfg, s) else {
@@ -405,6 +409,7 @@ impl BudgetGate {
                     Ok((states, self.caps_in(st, session, now, None, Some(event.at))?))
                 })?;
                 self.record_headroom(session, None, &states, &caps);
+                self.handle.note_downgrade(session, self.downgrade(&states, &caps));
                 self.pause_cron(store, &states, now, session)?;
                 match self.block(store, &states, &caps, true, now)? {
                     Some((message, stops_llm)) => {
@@ -427,6 +432,8 @@ impl BudgetGate {
                     Ok((states, self.caps_in(st, &a.session_id, now, exclude, None)?))
                 })?;
                 self.record_headroom(&a.session_id, a.model.as_deref(), &states, &caps);
+                self.handle
+                    .note_downgrade(&a.session_id, self.downgrade(&states, &caps));
                 self.pause_cron(store, &states, now, &a.session_id)?;
                 match self.block(store, &states, &caps, false, now)? {
                     Some((text, _)) => {
@@ -460,6 +467,21 @@ impl BudgetGate {
             self.handle.stop(id, text.clone());
         }
         Ok(Some(text))
+    }
+
+    /// The model a session's next LLM calls go to (`[downgrade]`): set
+    /// while one of its budgets or caps in USD or tokens is at or past the
+    /// downgrade line. Decided at each gating hook for the calls after it,
+    /// since Hermes asks the `llm_request` middleware before the call's
+    /// own `pre_api_request`.
+    fn downgrade(&self, states: &[BudgetState], caps: &[CapState]) -> Option<String> {
+        let d = self.cfg.downgrade.as_ref()?;
+        let past = |used: f64, limit: f64| used >= d.at * limit;
+        let any = states.iter().any(|s| past(s.spend.total(), s.budget.limit))
+            || caps
+                .iter()
+                .any(|c| c.cap.unit != budget::CapUnit::ToolCalls && past(c.used, c.cap.limit));
+        any.then(|| d.to.clone())
     }
 
     /// What blocks a tool call (`tool`) or an LLM call now, counted as a

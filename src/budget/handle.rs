@@ -45,6 +45,9 @@ pub(super) struct Shared {
     /// hard breach: what an auxiliary call of that session (which has no
     /// `pre_api_request` of its own) is stopped with.
     pub(super) session_stops: Mutex<(HashMap<String, String>, VecDeque<String>)>,
+    /// The model each session's next LLM calls are routed to, when its
+    /// last verdict found a budget past the `[downgrade]` line.
+    pub(super) downgrades: Mutex<(HashMap<String, String>, VecDeque<String>)>,
     pub(super) pauses: Mutex<Vec<CronPause>>,
     /// Pauses Hermes refused, with when to offer them again.
     pub(super) retries: Mutex<Vec<(Instant, CronPause)>>,
@@ -63,6 +66,7 @@ impl Default for Shared {
             needs: GateNeeds::new(true, false, false),
             stops: Mutex::default(),
             session_stops: Mutex::default(),
+            downgrades: Mutex::default(),
             pauses: Mutex::default(),
             retries: Mutex::default(),
             messages: Mutex::default(),
@@ -151,13 +155,30 @@ impl BudgetHandle {
     /// Notes the outcome of a verdict of `session_id`: `Some` stop text for
     /// a hard breach, `None` for a call that may go ahead.
     pub(super) fn note_session(&self, session_id: &str, stop: Option<String>) {
-        match stop {
-            Some(text) => remember(&self.0.session_stops, session_id, text),
-            None => {
-                let mut stops = lock(&self.0.session_stops);
-                if stops.0.remove(session_id).is_some() {
-                    stops.1.retain(|s| s != session_id);
-                }
+        note(&self.0.session_stops, session_id, stop);
+    }
+
+    /// The model the next LLM calls of `session_id` go to instead of the
+    /// agent's (`[downgrade]`), if its last verdict said so; Hermes's
+    /// `llm_request` middleware asks before each call.
+    pub fn downgrade_for(&self, session_id: &str) -> Option<String> {
+        lock(&self.0.downgrades).0.get(session_id).cloned()
+    }
+
+    /// Notes whether `session_id`'s calls are downgraded, and to what.
+    pub(super) fn note_downgrade(&self, session_id: &str, to: Option<String>) {
+        note(&self.0.downgrades, session_id, to);
+    }
+}
+
+/// Keeps `value` under `key`, or forgets the key for `None`.
+fn note(map: &Mutex<(HashMap<String, String>, VecDeque<String>)>, key: &str, value: Option<String>) {
+    match value {
+        Some(v) => remember(map, key, v),
+        None => {
+            let mut entries = lock(map);
+            if entries.0.remove(key).is_some() {
+                entries.1.retain(|s| s != key);
             }
         }
     }

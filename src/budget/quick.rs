@@ -177,13 +177,15 @@ impl BudgetGate {
         view.sessions.insert(quick_key(session, model), h);
     }
 
-    /// The fractions of a limit at which `pre_llm_call` has something to
-    /// say: the alert thresholds, the soft line and the hard line.
+    /// The fractions of a limit at which a verdict has something to say:
+    /// the alert thresholds, the downgrade line, the soft line and the hard
+    /// line.
     fn notice_lines(&self) -> impl Iterator<Item = f64> + '_ {
         let cfg = &self.cfg;
         cfg.alert_thresholds
             .iter()
             .copied()
+            .chain(cfg.downgrade.as_ref().map(|d| d.at))
             .chain([cfg.soft_threshold, cfg.hard_threshold])
     }
 
@@ -206,11 +208,23 @@ impl BudgetGate {
                 .fold(f64::INFINITY, f64::min);
             notice = notice.min(if s.level >= Level::Soft { 0.0 } else { next_line - total });
             block = block.min(if s.blocks() { 0.0 } else { hard - total });
+            block = block.min(self.downgrade_headroom(total, s.budget.limit));
             if let Some(f) = s.fleet {
                 block = block.min(f.lease_left_usd.max(0.0));
             }
         }
         (notice, block)
+    }
+
+    /// How far `used` of `limit` is from the `[downgrade]` line (infinite
+    /// without one, 0 past it): every gated call of a session past it waits
+    /// for the writer, whose verdict keeps the session's downgrade current
+    /// for the `llm_request` middleware.
+    fn downgrade_headroom(&self, used: f64, limit: f64) -> f64 {
+        match &self.cfg.downgrade {
+            Some(d) => (d.at * limit - used).max(0.0),
+            None => f64::INFINITY,
+        }
     }
 
     /// How far the `unit` caps among `caps` are from their next notice
@@ -233,6 +247,9 @@ impl BudgetGate {
             } else {
                 c.cap.limit * self.cfg.hard_threshold - c.used
             });
+            if unit != CapUnit::ToolCalls {
+                block = block.min(self.downgrade_headroom(c.used, c.cap.limit));
+            }
         }
         (notice, block)
     }
@@ -273,6 +290,7 @@ impl BudgetGate {
                     if let Some(limit) = limits.default.get(w, BudgetUnit::Usd) {
                         notice = notice.min(limit * lowest);
                         block = block.min(limit * self.cfg.hard_threshold / hosts as f64);
+                        block = block.min(self.downgrade_headroom(0.0, limit));
                     }
                 }
             }

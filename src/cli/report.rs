@@ -234,6 +234,16 @@ pub fn render(r: &Report, limit: usize) -> String {
         out.push('\n');
         cache_by_model(&mut out, &r.cache.by_model, limit);
     }
+    for d in &r.downgraded {
+        let _ = writeln!(
+            out,
+            "downgraded by a budget: {} LLM calls of {} sent to {}, ${:.4}",
+            d.llm_calls,
+            d.from.as_deref().unwrap_or("(unknown model)"),
+            d.to,
+            d.cost_usd
+        );
+    }
     out
 }
 

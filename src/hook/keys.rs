@@ -27,6 +27,10 @@ pub const ARGS_DIGEST: &str = "args_digest";
 /// binding reads only its `content` attribute, and only with capture on.
 pub const ASSISTANT_MESSAGE: &str = "assistant_message";
 
+/// The kwarg of `pre_api_request` holding the provider request
+/// (`{"method", "body"}`); the binding copies only `body.model` out of it.
+pub const REQUEST: &str = "request";
+
 /// The kwarg of `post_tool_call` holding the result text. It is always
 /// copied (the decoder reads exit code, error and success out of it), but
 /// kept in the event only with capture on.
@@ -72,7 +76,7 @@ const fn concat<const A: usize, const B: usize, const N: usize>(
     out
 }
 
-const PRE_API: [&str; 16] = concat(
+const PRE_API: [&str; 17] = concat(
     API,
     [
         "message_count",
@@ -80,6 +84,7 @@ const PRE_API: [&str; 16] = concat(
         "approx_input_tokens",
         "request_char_count",
         "max_tokens",
+        REQUEST,
     ],
 );
 // Hermes main's stream timestamps (agent/turn_response_intake.py,

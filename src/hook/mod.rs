@@ -11,7 +11,7 @@ mod keys;
 mod record;
 
 pub use decode::{args_digest, decode, decode_kwargs, scrub, scrubbed_key, DecodeOptions, Decoded, Kwargs, Problem};
-pub use keys::{keys, HookKeys, ARGS_DIGEST, ASSISTANT_MESSAGE, TOOL_RESULT};
+pub use keys::{keys, HookKeys, ARGS_DIGEST, ASSISTANT_MESSAGE, REQUEST, TOOL_RESULT};
 pub use record::{decode_record, parse_line, utf8, write_json, write_record, Origin, Record, RecordMark, RecordWriter};
 
 use serde::{Deserialize, Serialize};
@@ -237,6 +237,21 @@ pub struct PreApiRequest {
     /// The request messages; only with content capture on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request_messages: Option<serde_json::Value>,
+    /// The model the provider is asked for (`request.body.model`), after
+    /// any `llm_request` middleware; `None` where Hermes passes no request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_model: Option<String>,
+}
+
+impl PreApiRequest {
+    /// The model the call was routed to when a middleware changed it (a
+    /// budget downgrade): `request_model` where it differs from the
+    /// agent's `model`.
+    pub fn routed_model(&self) -> Option<&str> {
+        self.request_model
+            .as_deref()
+            .filter(|m| !m.is_empty() && Some(*m) != self.api.model.as_deref())
+    }
 }
 
 /// Token usage as Hermes reports it. `input_tokens` excludes cache reads

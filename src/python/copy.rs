@@ -23,11 +23,28 @@ pub(super) fn copy_value(key: &str, value: &Bound<'_, PyAny>, capture: bool) -> 
     match key {
         hook::ASSISTANT_MESSAGE => assistant_message(value),
         hook::TOOL_RESULT => tool_result(value, capture),
+        hook::REQUEST => request_model(value),
         // Not captured, the arguments are copied only for their digest:
         // a long string's head and length tell calls apart well enough,
         // and a megabyte written by write_file is not copied for it.
         "args" if !capture => copy(value, 0, Some(DIGESTED_STR_BYTES)),
         _ => to_json(value, 0),
+    }
+}
+
+/// `pre_api_request`'s `request` holds the whole provider payload (every
+/// message): only `body.model` is copied, as `{"body": {"model": ...}}`.
+fn request_model(value: &Bound<'_, PyAny>) -> Value {
+    let model = value
+        .cast::<PyDict>()
+        .ok()
+        .and_then(|d| d.get_item("body").ok().flatten())
+        .and_then(|b| b.cast_into::<PyDict>().ok())
+        .and_then(|b| b.get_item("model").ok().flatten())
+        .and_then(|m| m.extract::<String>().ok());
+    match model {
+        Some(m) => serde_json::json!({"body": {"model": m}}),
+        None => Value::Null,
     }
 }
 

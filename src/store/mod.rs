@@ -88,7 +88,7 @@ pub const DB_FILE_NAME: &str = "hermes-meter.db";
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_initial.sql"),
     include_str!("migrations/0002_alert_push.sql"),
-    include_str!("migrations/0003_budget_tokens.sql"),
+    include_str!("migrations/0003_token_budgets_and_routing.sql"),
 ];
 
 /// The schema version this build writes.

@@ -176,7 +176,7 @@ impl Store {
                 builder.add_session(session.to_string(), totals);
                 Ok(())
             })?;
-            return Ok(self.with_cache(builder.finish()));
+            return self.with_extras(builder.finish(), since, until);
         };
         // The few most expensive: a statement each, a few rows each.
         let conn = self.conn();
@@ -188,7 +188,35 @@ impl Store {
             }
             builder.add_session(session, totals);
         }
-        Ok(self.with_cache(builder.finish()))
+        self.with_extras(builder.finish(), since, until)
+    }
+
+    /// `report` with its cache summary and its downgraded calls.
+    fn with_extras(&self, report: Report, since: f64, until: f64) -> Result<Report> {
+        let mut report = self.with_cache(report);
+        report.downgraded = self.downgraded_calls(since, until)?;
+        Ok(report)
+    }
+
+    /// The LLM calls of `[since, until)` routed to another model than the
+    /// agent's, by the two models. Reads the `llm_calls_routed` index,
+    /// which holds those rows alone (the ledger's: calls retention removed
+    /// are no longer counted here).
+    pub fn downgraded_calls(&self, since: f64, until: f64) -> Result<Vec<crate::report::Downgraded>> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT model, routed_model, COUNT(*), TOTAL(cost_usd) FROM llm_calls
+             WHERE routed_model IS NOT NULL AND ended_at >= ?1 AND ended_at < ?2
+             GROUP BY model, routed_model ORDER BY TOTAL(cost_usd) DESC",
+        )?;
+        let rows = stmt.query_map(params![since, until], |r| {
+            Ok(crate::report::Downgraded {
+                from: r.get(0)?,
+                to: r.get(1)?,
+                llm_calls: r.get(2)?,
+                cost_usd: r.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// `report` with its cache summary, at this store's prices.
@@ -216,7 +244,7 @@ impl Store {
     /// it over rather than holding it.
     pub fn report_without_sessions(&self, tz: &jiff::tz::TimeZone, since: f64, until: f64) -> Result<Report<()>> {
         let (builder, _) = self.report_builder(tz, since, until)?;
-        Ok(self.with_cache(builder.finish()).with_sessions(()))
+        Ok(self.with_extras(builder.finish(), since, until)?.with_sessions(()))
     }
 
     /// Every sum of the report of `[since, until)` but its session list,

@@ -153,6 +153,62 @@ def test_a_token_budget_blocks_a_tool_call_once_its_tokens_are_used(hermes_bin, 
     assert budget["settled_tokens"] == tokens, (budget, tokens)
 
 
+def _received_span_models(out: Path) -> list[tuple[str | None, str | None]]:
+    """(gen_ai.request.model, gen_ai.response.model) of every span the
+    scenario's loopback OTLP receiver got."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    models = []
+    for path in sorted((out / "otlp").glob("*-traces.pb")):
+        request = ExportTraceServiceRequest.FromString(path.read_bytes())
+        for rs in request.resource_spans:
+            for ss in rs.scope_spans:
+                for span in ss.spans:
+                    a = {kv.key: kv.value.string_value for kv in span.attributes}
+                    if "gen_ai.response.model" in a:
+                        models.append((a.get("gen_ai.request.model"), a["gen_ai.response.model"]))
+    return models
+
+
+def test_a_downgrade_sends_the_calls_past_its_line_to_the_cheaper_model(hermes_bin, tmp_path) -> None:
+    # The first call (about $0.002 of mock-model) passes 30% of $0.003: the
+    # next one goes to cheap-model through the llm_request middleware.
+    out = _scenario(
+        hermes_bin,
+        tmp_path,
+        """
+        mkdir -p "$HERMES_METER_HOME"
+        printf 'timezone = "UTC"\n[global]\ndaily = 0.003\n[downgrade]\nat = 0.3\nto = "cheap-model"\n' \
+            > "$HERMES_METER_HOME/budgets.toml"
+        chat chat "READFILE please read hello.txt"
+        step report "$BUDGET" report --json
+        """,
+        sidecar=True,
+    )
+    steps = _steps(out)
+    assert steps["chat"][0] == 0, steps["chat"]
+    assert "MOCK-FINAL-ANSWER" in steps["chat"][1], "a downgrade stops nothing"
+    sent = [
+        json.loads(x)["model"]
+        for x in (out / "requests.jsonl").read_text().splitlines()
+        if "chat/completions" in x and '"POST"' in x
+    ]
+    assert sent[:2] == ["mock-model", "cheap-model"], sent
+    rows = _query(out, "SELECT model, routed_model, response_model FROM llm_calls ORDER BY ended_at")
+    # The mock answers as "<model>-served".
+    assert rows[0] == ("mock-model", None, "mock-model-served"), rows
+    assert rows[1] == ("mock-model", "cheap-model", "cheap-model-served"), rows
+    assert not _blocked_tools(out), "a downgrade blocks no tool"
+    report = json.loads(steps["report"][1])
+    assert [(d["from"], d["to"], d["llm_calls"]) for d in report["downgraded"]] == [
+        ("mock-model", "cheap-model", len(sent) - 1)
+    ], report["downgraded"]
+    # On the span: asked for the agent's model, answered by the cheaper one.
+    models = _received_span_models(out)
+    assert ("mock-model", "mock-model-served") in models, models
+    assert ("mock-model", "cheap-model-served") in models, models
+
+
 def test_a_text_only_run_is_stopped_before_the_provider_is_called(hermes_bin, tmp_path) -> None:
     out = _scenario(
         hermes_bin,

@@ -82,3 +82,24 @@ def test_a_stop_raises_hermes_own_block_where_hermes_has_it(monkeypatch) -> None
         assert e.metadata == {"checked_by": "hermes-meter", "reason": "budget"}
     else:
         raise AssertionError("the call was not stopped")
+
+
+def test_the_request_middleware_routes_only_a_downgraded_session(monkeypatch) -> None:
+    # No downgrade: Hermes's request goes as it is.
+    assert _budget.llm_request(request={"model": "gpt-4o", "messages": []}, session_id="s") is None
+    monkeypatch.setattr(_budget._native, "downgrade_model", lambda session_id=None: "gpt-4o-mini")
+    request = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+    out = _budget.llm_request(request=request, session_id="s")
+    assert out["request"] == {"model": "gpt-4o-mini", "messages": request["messages"]}
+    assert request["model"] == "gpt-4o", "Hermes's own dict is left alone"
+    # A request with no model (Hermes main's codex input rewrite) or already
+    # on the cheaper model is left alone; so is anything odd.
+    assert _budget.llm_request(request={"messages": []}, session_id="s") is None
+    assert _budget.llm_request(request={"model": "gpt-4o-mini"}, session_id="s") is None
+    assert _budget.llm_request(request="not a dict", session_id="s") is None
+
+    def boom(session_id=None):
+        raise RuntimeError("native failure")
+
+    monkeypatch.setattr(_budget._native, "downgrade_model", boom)
+    assert _budget.llm_request(request={"model": "gpt-4o"}, session_id="s") is None, "fails open"

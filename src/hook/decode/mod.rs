@@ -135,6 +135,7 @@ pub fn decode_kwargs(hook: &str, kwargs: Kwargs<'_>, at: f64, opts: DecodeOption
             request_char_count: r.count("request_char_count"),
             max_tokens: r.count("max_tokens"),
             request_messages: r.content_value("request_messages"),
+            request_model: r.request_model(),
         }),
         "post_api_request" => Hook::PostApiRequest(PostApiRequest {
             api: r.api_request(),

@@ -467,6 +467,16 @@ impl<'a> Reader<'a> {
         Some(cut.into_owned())
     }
 
+    /// The model the provider is asked for, out of `pre_api_request`'s
+    /// `request` (`{"body": {"model": ...}}`, the provider kwargs after
+    /// every `llm_request` middleware): it differs from `model` (the
+    /// agent's) when a middleware, a budget downgrade say, routed the call.
+    pub(super) fn request_model(&mut self) -> Option<String> {
+        let request = self.present("request")?.into_value();
+        let model = request.get("body")?.get("model")?.as_str()?;
+        Some(fit_label(model))
+    }
+
     pub(super) fn api_request(&mut self) -> ApiRequest {
         ApiRequest {
             session_id: self.id("session_id"),

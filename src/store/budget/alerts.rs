@@ -32,7 +32,7 @@ pub(super) fn watch_free_to_paid(tx: &Transaction<'_>, call: &RecordedCall<'_>, 
     if call.model.is_empty() || call.source == PriceSource::Unknown {
         return Ok(());
     }
-    let key = budget::paid_model_key(call.model);
+    let key = budget::paid_model_key(&call.model);
     let free = call.cost_usd <= 0.0;
     let seen: Option<(Option<f64>, Option<f64>)> = tx
         .prepare_cached("SELECT free_at, paid_at FROM budget_models WHERE model = ?1")?
@@ -353,7 +353,7 @@ mod tests {
 
     fn call(model: &str, cost_usd: f64) -> RecordedCall<'_> {
         RecordedCall {
-            model,
+            model: model.into(),
             cost_usd,
             source: PriceSource::Builtin,
             estimated: false,

@@ -20,9 +20,11 @@ use crate::pricing::{PriceSource, PriceTable};
 use crate::store::Store;
 
 /// An LLM call the ledger just recorded (first time only).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RecordedCall<'a> {
-    pub model: &'a str,
+    /// The model it was priced as: the one it was routed to, else the
+    /// agent's.
+    pub model: std::borrow::Cow<'a, str>,
     pub cost_usd: f64,
     pub source: PriceSource,
     pub estimated: bool,
@@ -123,7 +125,8 @@ pub(in crate::store) fn on_pre_api_request(
     at: f64,
 ) -> Result<()> {
     let a = &e.api;
-    let model = a.model.as_deref().unwrap_or("");
+    // A routed call is priced as the model it goes to.
+    let model = e.routed_model().or(a.model.as_deref()).unwrap_or("");
     let usage = reservation_usage(e);
     let amount = prices.cost(model, a.provider.as_deref(), &usage).usd;
     let keys = scope_keys(tx, &a.session_id, a.model.as_deref())?;
@@ -171,7 +174,11 @@ pub(in crate::store) fn on_post_api_request(
 ) -> Result<()> {
     release(tx, &e.api.api_request_id)?;
     let Some(call) = call else { return Ok(()) };
-    let keys = scope_keys(tx, &e.api.session_id, Some(call.model).filter(|m| !m.is_empty()))?;
+    let keys = scope_keys(
+        tx,
+        &e.api.session_id,
+        Some(call.model.as_ref()).filter(|m| !m.is_empty()),
+    )?;
     let sums = Sums::of(&call);
     let t = call.ended_at as i64;
     for (scope, id) in keys.iter() {
@@ -201,7 +208,7 @@ pub(in crate::store) fn on_usage_confirmed(
     call: &RecordedCall<'_>,
     rollup: &mut SpendRollup,
 ) -> Result<()> {
-    let keys = scope_keys(tx, session_id, Some(call.model).filter(|m| !m.is_empty()))?;
+    let keys = scope_keys(tx, session_id, Some(call.model.as_ref()).filter(|m| !m.is_empty()))?;
     let sums = Sums::of(call);
     let t = call.ended_at as i64;
     for (scope, id) in keys.iter() {
@@ -454,7 +461,7 @@ mod tests {
     fn record(store: &Store, request: &str, cost: f64, estimated: bool, ended_at: f64) {
         let tx = store.conn().unchecked_transaction().expect("begin");
         let call = RecordedCall {
-            model: "gpt-4o",
+            model: "gpt-4o".into(),
             cost_usd: cost,
             source: PriceSource::Builtin,
             estimated,

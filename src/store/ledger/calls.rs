@@ -39,15 +39,18 @@ pub(super) fn apply_llm_call<'e>(
     if e.response_model.as_deref() == Some(crate::budget::BLOCKED_MODEL) {
         return Ok(None);
     }
-    let request: Option<(Option<i64>, f64, i64, Option<i64>)> = tx
+    type RequestRow = (Option<i64>, f64, i64, Option<i64>, Option<String>);
+    let request_row: Option<RequestRow> = tx
         .prepare_cached(
-            "SELECT approx_input_tokens, attempt_started_at, attempts, closed_attempt
+            "SELECT approx_input_tokens, attempt_started_at, attempts, closed_attempt, routed_model
                FROM api_requests WHERE api_request_id = ?1",
         )?
         .query_row(params![a.api_request_id], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
         })
         .optional()?;
+    let routed = request_row.as_ref().and_then(|r| r.4.clone());
+    let request = request_row.map(|r| (r.0, r.1, r.2, r.3));
     let (usage, estimated) = match e.usage {
         Some(u) => (u, false),
         None => {
@@ -63,7 +66,13 @@ pub(super) fn apply_llm_call<'e>(
             (usage, true)
         }
     };
-    let model = a.model.as_deref().or(e.response_model.as_deref()).unwrap_or("");
+    // A call a middleware routed elsewhere (a budget downgrade) is priced
+    // as the model it was sent to.
+    let model = routed
+        .as_deref()
+        .or(a.model.as_deref())
+        .or(e.response_model.as_deref())
+        .unwrap_or("");
     let bill = prices.bill(model, a.provider.as_deref(), &usage);
     let cost = bill.cost;
     let ended_at = e.ended_at.unwrap_or(at);
@@ -80,9 +89,9 @@ pub(super) fn apply_llm_call<'e>(
             "INSERT INTO llm_calls (api_request_id, session_id, turn_id, task_id, model, response_model, provider, base_url,
                 api_mode, started_at, ended_at, latency_s, attempts, finish_reason, input_tokens, output_tokens,
                 cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, cost_source, estimated, aux_task, estimate_usd,
-                first_token_at)
+                first_token_at, routed_model)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23,
-                ?24, ?25)
+                ?24, ?25, ?26)
              ON CONFLICT (api_request_id) DO NOTHING",
         )?
         .execute(params![
@@ -110,7 +119,8 @@ pub(super) fn apply_llm_call<'e>(
             estimated,
             e.aux_task,
             bill.estimate.usd,
-            e.first_token_at()
+            e.first_token_at(),
+            routed
         ])?;
     counts.inserted(Counted::LlmCalls, inserted);
     if inserted == 1 {
@@ -142,6 +152,10 @@ pub(super) fn apply_llm_call<'e>(
         let (input_tokens, output_tokens) = match cost.source {
             crate::pricing::PriceSource::Held => (0, 0),
             _ => budget_tokens(&usage),
+        };
+        let model = match routed {
+            Some(r) => std::borrow::Cow::Owned(r),
+            None => std::borrow::Cow::Borrowed(a.model.as_deref().or(e.response_model.as_deref()).unwrap_or("")),
         };
         return Ok(Some(RecordedCall {
             model,
@@ -447,7 +461,7 @@ pub(super) fn apply_usage_confirmed(
 ) -> Result<Option<f64>> {
     let row = tx
         .prepare_cached(
-            "SELECT COALESCE(model, response_model, ''), provider, ended_at, estimated, input_tokens, output_tokens,
+            "SELECT COALESCE(routed_model, model, response_model, ''), provider, ended_at, estimated, input_tokens, output_tokens,
                     cache_read_tokens, cache_write_tokens, reasoning_tokens
                FROM llm_calls WHERE api_request_id = ?1 AND session_id = ?2 AND cost_source = ?3",
         )?
@@ -494,7 +508,7 @@ pub(super) fn apply_usage_confirmed(
     }
     let (input_tokens, output_tokens) = budget_tokens(&usage);
     let call = RecordedCall {
-        model: &model,
+        model: model.as_str().into(),
         cost_usd: cost.usd,
         source: cost.source,
         estimated,

@@ -343,12 +343,12 @@ fn apply_in(
             )?;
             tx.prepare_cached(
                 "INSERT INTO api_requests (api_request_id, session_id, turn_id, approx_input_tokens, message_count,
-                    tool_count, request_char_count, first_started_at, attempt_started_at, attempts)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 1)
+                    tool_count, request_char_count, first_started_at, attempt_started_at, attempts, routed_model)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 1, ?10)
                  ON CONFLICT (api_request_id) DO UPDATE SET
                     approx_input_tokens = COALESCE(excluded.approx_input_tokens, approx_input_tokens),
                     attempt_started_at = excluded.attempt_started_at,
-                    attempts = attempts + 1",
+                    attempts = attempts + 1, routed_model = excluded.routed_model",
             )?
             .execute(params![
                 a.api_request_id,
@@ -359,7 +359,8 @@ fn apply_in(
                 e.tool_count,
                 e.request_char_count,
                 a.started_at,
-                at
+                at,
+                e.routed_model()
             ])?;
             budget::note_profile(tx, &a.session_id, profile)?;
             budget::on_pre_api_request(tx, prices, e, at)?;
