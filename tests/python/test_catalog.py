@@ -86,7 +86,7 @@ def test_on_a_hermes_that_knows_every_hook_it_registers_what_it_declares(tmp_pat
     assert got["tools"] == manifest["provides_tools"] == []
     caps = entry["capabilities"]
     assert got["hooks"] == sorted(caps["provides_hooks"])
-    assert got["middleware"] == sorted(caps["provides_middleware"]) == ["llm_execution"]
+    assert got["middleware"] == sorted(caps["provides_middleware"]) == ["llm_execution", "llm_request"]
     assert got["tools"] == caps["provides_tools"]
     assert caps["requires_env"] == manifest["requires_env"] == []
 
