@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
-use super::copy::copy_value;
+use super::copy::{copy_value, is_read_specially};
 use super::log::{log, log_messages, ERROR, WARNING};
 use super::record::Partial;
 use super::{bridge, budget_actions, test_hooks, HermesMeterError, RecentSessions, MAX_SENDERS, RECENT};
@@ -229,6 +229,11 @@ impl Hook {
                 let copied = copy_value(key, &value, capture);
                 if !copied.is_null() {
                     partial.scrub_later(key, copied);
+                }
+            } else if is_read_specially(key, capture) {
+                let copied = copy_value(key, &value, capture);
+                if !copied.is_null() {
+                    partial.copied(key, &copied);
                 }
             } else {
                 partial.plain(key, &value);

@@ -32,6 +32,12 @@ pub(super) fn copy_value(key: &str, value: &Bound<'_, PyAny>, capture: bool) -> 
     }
 }
 
+/// Whether `copy_value` reads `key` otherwise than as a plain copy: such a
+/// kwarg is never written straight from its Python value.
+pub(super) fn is_read_specially(key: &str, capture: bool) -> bool {
+    matches!(key, hook::ASSISTANT_MESSAGE | hook::TOOL_RESULT | hook::REQUEST) || (key == "args" && !capture)
+}
+
 /// `pre_api_request`'s `request` holds the whole provider payload (every
 /// message): only `body.model` is copied, as `{"body": {"model": ...}}`.
 fn request_model(value: &Bound<'_, PyAny>) -> Value {

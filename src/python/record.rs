@@ -45,6 +45,11 @@ impl Partial {
         }
     }
 
+    /// Writes `key` with `value`, a copy already made ([`super::copy`]).
+    pub fn copied(&mut self, key: &str, value: &Value) {
+        self.writer.kwarg(key, value);
+    }
+
     /// Keeps `value` (already copied) for [`scrub`] in [`Partial::finish`].
     pub fn scrub_later(&mut self, key: &str, value: Value) {
         self.scrubbed.insert(key.to_string(), value);
