@@ -90,11 +90,16 @@ impl ExportTask {
     ///
     /// [`BridgeConfig::export`]: crate::bridge::BridgeConfig::export
     /// [`BridgeConfig::metrics`]: crate::bridge::BridgeConfig::metrics
-    pub fn start(store_dir: &Path, config: ExportConfig, metrics_config: MetricsConfig) -> Result<Option<Self>> {
+    pub fn start(
+        store_dir: &Path,
+        config: ExportConfig,
+        metrics_config: MetricsConfig,
+        logs_config: ExportConfig,
+    ) -> Result<Option<Self>> {
         // Metric series are pushed by the lease holder every export
         // interval; a Prometheus endpoint is `hermes-meter serve`'s job.
-        let Some(driver) = Driver::open(&store_dir.join(DB_FILE_NAME), config, metrics_config, CLOSE_IDLE_EVERY)?
-        else {
+        let path = store_dir.join(DB_FILE_NAME);
+        let Some(driver) = Driver::open(&path, config, metrics_config, logs_config, CLOSE_IDLE_EVERY)? else {
             return Ok(None);
         };
         let shared = Arc::new(Shared {
@@ -296,7 +301,12 @@ impl Background for WithFleet {
 /// The bridge's exporter factory: the export thread over the bridge's
 /// store, and the fleet sync when `HERMES_METER_FLEET_URL` is set.
 pub fn factory(config: &crate::bridge::BridgeConfig) -> Result<Box<dyn Background>> {
-    let started = ExportTask::start(&config.store_dir, config.export.clone(), config.metrics.clone())?;
+    let started = ExportTask::start(
+        &config.store_dir,
+        config.export.clone(),
+        config.metrics.clone(),
+        config.logs.clone(),
+    )?;
     let export: Box<dyn Background> = match started {
         Some(task) => Box::new(task),
         None => Box::new(Disabled),

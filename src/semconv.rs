@@ -22,6 +22,20 @@ pub mod span {
 }
 
 /// Upstream attribute names (OpenTelemetry semantic conventions).
+/// Names of the events sent as OTLP log records (`event_name`).
+pub mod event {
+    /// A budget or cap verdict: a notice (soft, hard), a block, a cron
+    /// pause, a runaway stop.
+    pub const BUDGET_VERDICT: &str = "hermes.budget.verdict";
+    /// An alert raised (free model now paid, model unavailable, budget
+    /// line crossed, runaway).
+    pub const ALERT: &str = "hermes.alert";
+    /// An approval decided.
+    pub const APPROVAL: &str = "hermes.approval";
+    /// A failed LLM API attempt.
+    pub const API_ERROR: &str = "hermes.api.error";
+}
+
 pub mod attr {
     pub const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";
     pub const GEN_AI_PROVIDER_NAME: &str = "gen_ai.provider.name";
@@ -75,6 +89,8 @@ pub mod attr {
     pub const HERMES_APPROVAL_SURFACE: &str = "hermes.approval.surface";
     pub const HERMES_APPROVAL_CHOICE: &str = "hermes.approval.choice";
     pub const HERMES_APPROVAL_DECIDED_BY: &str = "hermes.approval.decided_by";
+    /// The pattern that asked for the approval (log records only).
+    pub const HERMES_APPROVAL_PATTERN: &str = "hermes.approval.pattern";
     pub const HERMES_TURN_OUTCOME: &str = "hermes.turn.outcome";
     pub const HERMES_SPAN_CLOSE_REASON: &str = "hermes.span.close_reason";
     pub const HERMES_USAGE_COST_USD: &str = "hermes.usage.cost_usd";
@@ -179,6 +195,7 @@ pub const SPAN_ATTRIBUTES: &[&str] = &[
     attr::HERMES_APPROVAL_SURFACE,
     attr::HERMES_APPROVAL_CHOICE,
     attr::HERMES_APPROVAL_DECIDED_BY,
+    attr::HERMES_APPROVAL_PATTERN,
     attr::HERMES_TURN_OUTCOME,
     attr::HERMES_SPAN_CLOSE_REASON,
     attr::HERMES_USAGE_COST_USD,

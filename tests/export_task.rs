@@ -30,7 +30,7 @@ fn the_export_thread_sends_the_outbox_and_a_session_end_can_wait_for_it() {
     }
     // The settings as a Hermes process resolves them, with the bridge's.
     let config = BridgeConfig::from_env();
-    let mut task = ExportTask::start(dir.path(), config.export, config.metrics)
+    let mut task = ExportTask::start(dir.path(), config.export, config.metrics, config.logs)
         .expect("start")
         .expect("export is enabled");
     // readfile: session, turn, two LLM calls, one tool call.

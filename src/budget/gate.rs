@@ -41,7 +41,7 @@ use crate::budget::{
 };
 use crate::hook::{Hook, HookEvent};
 use crate::lock;
-use crate::store::Store;
+use crate::store::{LogPlace, Store};
 
 /// How often the gate looks at the budget file's modification time.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
@@ -318,17 +318,18 @@ impl BudgetGate {
         let now = (self.clock)();
         self.ensure_zone(store, now);
         let enforce = self.mode() == BudgetMode::Enforce;
+        let place = place_of(event);
         if enforce && !self.runaway.stopped.is_empty() {
             match &event.hook {
                 Hook::PreToolCall(e) => {
-                    if let Some(message) = self.stop_runaway(store, &e.tool.session_id, None, now)? {
+                    if let Some(message) = self.stop_runaway(store, &e.tool.session_id, None, now, place)? {
                         return Ok(Some(Verdict::Block { message }));
                     }
                 }
                 Hook::PreApiRequest(e) => {
                     let a = &e.api;
                     if self
-                        .stop_runaway(store, &a.session_id, Some(&a.api_request_id), now)?
+                        .stop_runaway(store, &a.session_id, Some(&a.api_request_id), now, place)?
                         .is_some()
                     {
                         return Ok(None);
@@ -363,6 +364,7 @@ impl BudgetGate {
                         let key = format!("{}|{}|{}|{}|{t}", s.budget.scope, s.budget.id, s.budget.key(), s.period);
                         let text = budget::threshold_text(s, t, &self.cfg.tz);
                         if store.raise_alert_delivered(alert::BUDGET_THRESHOLD, &key, &text, now, &e.session_id)? {
+                            store.log_alert(alert::BUDGET_THRESHOLD, &text, now, place)?;
                             texts.push(text);
                         }
                     }
@@ -375,14 +377,14 @@ impl BudgetGate {
                         let text = budget::notice_text(s, self.mode(), &self.cfg.tz);
                         let key = format!("{}|{}|{}|{}", s.budget.scope, s.budget.id, s.budget.key(), s.period);
                         if store.raise_alert_delivered(kind, &key, &text, now, &e.session_id)? {
-                            store.count_budget_verdict(v, s, now)?;
+                            store.count_budget_verdict(v, s, now, place, &text)?;
                             texts.push(text);
                         }
                     }
                     if enforce {
-                        self.pause_cron(store, &states, now, &e.session_id)?;
+                        self.pause_cron(store, &states, now, &e.session_id, place)?;
                     }
-                    self.cap_notices(store, &caps, now, &e.session_id, &mut texts)?;
+                    self.cap_notices(store, &caps, now, place, &mut texts)?;
                 }
                 for (kind, key, text) in pending {
                     if store.deliver_alert(&kind, &key, now, &e.session_id)? {
@@ -410,8 +412,8 @@ impl BudgetGate {
                 })?;
                 self.record_headroom(session, None, &states, &caps);
                 self.handle.note_downgrade(session, self.downgrade(&states, &caps));
-                self.pause_cron(store, &states, now, session)?;
-                match self.block(store, &states, &caps, true, now)? {
+                self.pause_cron(store, &states, now, session, place)?;
+                match self.block(store, &states, &caps, true, now, place)? {
                     Some((message, stops_llm)) => {
                         self.handle.note_session(session, stops_llm.then(|| message.clone()));
                         Ok(Some(Verdict::Block { message }))
@@ -434,8 +436,8 @@ impl BudgetGate {
                 self.record_headroom(&a.session_id, a.model.as_deref(), &states, &caps);
                 self.handle
                     .note_downgrade(&a.session_id, self.downgrade(&states, &caps));
-                self.pause_cron(store, &states, now, &a.session_id)?;
-                match self.block(store, &states, &caps, false, now)? {
+                self.pause_cron(store, &states, now, &a.session_id, place)?;
+                match self.block(store, &states, &caps, false, now, place)? {
                     Some((text, _)) => {
                         self.handle.note_session(&a.session_id, Some(text.clone()));
                         self.handle.stop(&a.api_request_id, text);
@@ -457,11 +459,12 @@ impl BudgetGate {
         session: &str,
         request: Option<&str>,
         now: f64,
+        place: LogPlace<'_>,
     ) -> crate::Result<Option<String>> {
         let Some(text) = self.runaway_stop(store, session)? else {
             return Ok(None);
         };
-        store.count_verdict(verdict::BLOCKED, "run", budget::LIFETIME, now)?;
+        store.count_verdict(verdict::BLOCKED, "run", budget::LIFETIME, now, place, &text)?;
         self.handle.note_session(session, Some(text.clone()));
         if let Some(id) = request {
             self.handle.stop(id, text.clone());
@@ -495,19 +498,29 @@ impl BudgetGate {
         caps: &[CapState],
         tool: bool,
         now: f64,
+        place: LogPlace<'_>,
     ) -> crate::Result<Option<(String, bool)>> {
         let hard_budget = states.iter().find(|s| s.level == Level::Hard);
         let hard_cap = caps
             .iter()
             .find(|c| c.level == Level::Hard && (tool || c.stops_llm_calls()));
         if let (None, Some(c)) = (hard_budget, hard_cap) {
-            store.count_verdict(verdict::BLOCKED, c.cap.scope.as_str(), budget::LIFETIME, now)?;
-            return Ok(Some((budget::cap_block_text(c), c.stops_llm_calls())));
+            let text = budget::cap_block_text(c);
+            store.count_verdict(
+                verdict::BLOCKED,
+                c.cap.scope.as_str(),
+                budget::LIFETIME,
+                now,
+                place,
+                &text,
+            )?;
+            return Ok(Some((text, c.stops_llm_calls())));
         }
         Ok(match blocking(states) {
             Some(s) => {
-                store.count_budget_verdict(verdict::BLOCKED, s, now)?;
-                Some((budget::block_text(s, &self.cfg.tz), true))
+                let text = budget::block_text(s, &self.cfg.tz);
+                store.count_budget_verdict(verdict::BLOCKED, s, now, place, &text)?;
+                Some((text, true))
             }
             None => None,
         })
@@ -544,9 +557,10 @@ impl BudgetGate {
         store: &Store,
         caps: &[CapState],
         now: f64,
-        session: &str,
+        place: LogPlace<'_>,
         texts: &mut Vec<String>,
     ) -> crate::Result<()> {
+        let session = place.session_id.unwrap_or_default();
         for c in caps {
             let Some(t) = budget::cap_threshold_reached(&self.cfg, c) else {
                 continue;
@@ -559,6 +573,7 @@ impl BudgetGate {
                 now,
                 session,
             )? {
+                store.log_alert(alert::BUDGET_THRESHOLD, &text, now, place)?;
                 texts.push(text);
             }
         }
@@ -569,7 +584,7 @@ impl BudgetGate {
             };
             let text = budget::cap_notice_text(c, self.mode());
             if store.raise_alert_delivered(kind, &c.alert_key(c.level.as_str()), &text, now, session)? {
-                store.count_verdict(v, c.cap.scope.as_str(), budget::LIFETIME, now)?;
+                store.count_verdict(v, c.cap.scope.as_str(), budget::LIFETIME, now, place, &text)?;
                 texts.push(text);
             }
         }
@@ -577,21 +592,52 @@ impl BudgetGate {
     }
 
     /// A cron job's budget in hard breach pauses the job, once per window.
-    fn pause_cron(&self, store: &Store, states: &[BudgetState], now: f64, session: &str) -> crate::Result<()> {
+    fn pause_cron(
+        &self,
+        store: &Store,
+        states: &[BudgetState],
+        now: f64,
+        session: &str,
+        place: LogPlace<'_>,
+    ) -> crate::Result<()> {
         for s in states
             .iter()
             .filter(|s| s.level == Level::Hard && s.budget.scope == Scope::CronJob)
         {
             if store.budget_claim_once("pause", s, now, session)? {
-                store.count_budget_verdict(verdict::PAUSED, s, now)?;
+                let reason = budget::pause_reason(s);
+                store.count_budget_verdict(verdict::PAUSED, s, now, place, &reason)?;
                 lock(&self.handle.0.pauses).push(CronPause {
                     job_id: s.budget.id.clone(),
-                    reason: budget::pause_reason(s),
+                    reason,
                     attempt: 1,
                 });
             }
         }
         Ok(())
+    }
+}
+
+/// Where a gated hook's verdict happened: its session and turn, and for
+/// a tool call its span.
+fn place_of(event: &HookEvent) -> LogPlace<'_> {
+    match &event.hook {
+        Hook::PreLlmCall(e) => LogPlace {
+            session_id: Some(&e.session_id),
+            turn_id: Some(&e.turn_id),
+            span_id: None,
+        },
+        Hook::PreToolCall(e) => LogPlace {
+            session_id: Some(&e.tool.session_id),
+            turn_id: e.tool.turn_id.as_deref(),
+            span_id: Some(crate::span::tool_span_id(&e.tool.session_id, &e.tool.tool_call_id)),
+        },
+        Hook::PreApiRequest(e) => LogPlace {
+            session_id: Some(&e.api.session_id),
+            turn_id: e.api.turn_id.as_deref(),
+            span_id: None,
+        },
+        _ => LogPlace::default(),
     }
 }
 

@@ -13,7 +13,7 @@ use super::gate::BudgetGate;
 use crate::budget::{self, alert, verdict, RunawayAction};
 use crate::hook::{Hook, HookEvent};
 use crate::lock;
-use crate::store::Store;
+use crate::store::{LogPlace, Store};
 
 /// How often one session's run signs are read again (its calls are many
 /// when it loops; one read a second sees a loop within a second).
@@ -113,7 +113,13 @@ impl BudgetGate {
         let action = self.runaway_action();
         let text = budget::runaway_text(&root, reason, action);
         if store.raise_pending_alert(alert::RUNAWAY, &format!("run|{turn}"), &text, at)? {
-            store.count_verdict(verdict::RUNAWAY, "run", budget::LIFETIME, at)?;
+            // The run's open turn is its root session's.
+            let place = LogPlace {
+                session_id: Some(&root),
+                turn_id: Some(&turn),
+                span_id: None,
+            };
+            store.count_verdict(verdict::RUNAWAY, "run", budget::LIFETIME, at, place, &text)?;
             lock(&self.handle.0.messages).push(text.clone());
         }
         if action == RunawayAction::Stop && !self.runaway.stopped.contains_key(&root) {

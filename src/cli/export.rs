@@ -218,10 +218,22 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
     // they are only served: the endpoint folds too, and folding is exactly
     // once whoever does it.
     let store = open(dir)?;
+    let logs_config = ExportConfig::resolve_logs(
+        ExportOverrides {
+            endpoint: args.target.endpoint.clone(),
+            protocol: args.target.protocol,
+            exporter: None,
+        },
+        crate::config::process_var,
+    );
+    // `--prometheus` alone sends no traces, and then no logs either unless
+    // OTEL_LOGS_EXPORTER asks for them.
+    let send_logs = logs_config.enabled() && (config.enabled() || logs_config.exporter.source != Source::Default);
     let mut driver = Driver::new(
         store,
         Some(config.clone()),
         Some(metrics_config.clone()),
+        send_logs.then(|| logs_config.clone()),
         CLOSE_IDLE_EVERY,
     )?;
     eprintln!("hermes-meter: serving the store in {}", dir.display());
@@ -238,6 +250,13 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
         );
     } else {
         eprintln!("hermes-meter: not pushing traces (OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER=none)");
+    }
+    if send_logs {
+        eprintln!(
+            "hermes-meter: pushing log records to {} ({})",
+            logs_config.endpoint.value,
+            logs_config.protocol.value.as_str()
+        );
     }
     let _prometheus = if metrics_config.exporters.value.prometheus {
         let server = PrometheusServer::start(

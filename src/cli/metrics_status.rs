@@ -8,11 +8,7 @@ use crate::store::Store;
 /// The metrics section of `status --json`.
 pub fn json(store: &Store) -> Result<serde_json::Value> {
     let config = MetricsConfig::from_env(crate::export::ExportOverrides::default());
-    let settings: Vec<_> = config
-        .describe()
-        .into_iter()
-        .map(|(name, value, source)| serde_json::json!({"name": name, "value": value, "source": source}))
-        .collect();
+    let settings = super::status::settings_json(&config.describe());
     Ok(serde_json::json!({
         "identity": store.metric_identity()?,
         "state": store.metric_state()?,

@@ -60,6 +60,7 @@ mod budget;
 mod doctor;
 mod export;
 mod held;
+mod logs_status;
 mod metrics_status;
 mod pricing;
 mod report;

@@ -15,11 +15,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
     let version = store.schema_version()?;
     let export = store.export_state()?;
     let export_config = crate::export::ExportConfig::from_env(crate::export::ExportOverrides::default());
-    let settings: Vec<_> = export_config
-        .describe()
-        .into_iter()
-        .map(|(name, value, source)| serde_json::json!({"name": name, "value": value, "source": source}))
-        .collect();
+    let settings = settings_json(&export_config.describe());
     let retention = retention_state(store)?;
     let held = store.held_llm_calls(None)?;
     // Damage a process or `doctor` found, or a cheap look finds now (the
@@ -50,6 +46,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
             "health": health_json(&home.value),
             "spool": spool_json(&home.value),
             "metrics": super::metrics_status::json(store)?,
+            "logs": super::logs_status::json(store)?,
             "fleet": fleet_json(store)?,
             "alert_webhook": webhook_json(store)?,
             "runaway": runaway(&home.value).map(|r| super::budget::runaway_json(&r)).unwrap_or_else(|e| serde_json::json!({"error": e})),
@@ -87,6 +84,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
     print_health(&home.value);
     print_export(&export, &export_config);
     super::metrics_status::print(store)?;
+    super::logs_status::print(store)?;
     print_fleet(store)?;
     print_webhook(store)?;
     match runaway(&home.value) {
@@ -494,6 +492,13 @@ pub(super) fn print_outcome(
         Some(l) => println!("  lease         free (last held by {})", l.holder),
         None => println!("  lease         free"),
     }
+}
+
+/// Settings rows as `status --json` shows them.
+pub(super) fn settings_json(rows: &[(&str, String, String)]) -> Vec<serde_json::Value> {
+    rows.iter()
+        .map(|(name, value, source)| serde_json::json!({"name": name, "value": value, "source": source}))
+        .collect()
 }
 
 /// A settings block: each value with where it came from, then warnings.

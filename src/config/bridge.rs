@@ -104,6 +104,8 @@ pub struct BridgeConfig {
     pub export: ExportConfig,
     /// The metric export settings, likewise.
     pub metrics: MetricsConfig,
+    /// The log export settings, likewise.
+    pub logs: ExportConfig,
 }
 
 impl BridgeConfig {
@@ -132,6 +134,7 @@ impl BridgeConfig {
             session_grace_seconds: export.session_grace_seconds.value,
             export,
             metrics: MetricsConfig::resolve(ExportOverrides::default(), MetricsOverrides::default(), |_| None),
+            logs: ExportConfig::resolve_logs(ExportOverrides::default(), |_| None),
         }
     }
 
@@ -140,6 +143,7 @@ impl BridgeConfig {
     fn with_export_settings(mut self, var: impl Fn(&str) -> Option<String>) -> Self {
         let export = ExportConfig::resolve(ExportOverrides::default(), &var);
         self.metrics = MetricsConfig::resolve(ExportOverrides::default(), MetricsOverrides::default(), &var);
+        self.logs = ExportConfig::resolve_logs(ExportOverrides::default(), &var);
         self.outbox_max_rows = export.outbox_max_rows.value;
         self.session_grace_seconds = export.session_grace_seconds.value;
         self.export = export;

@@ -76,6 +76,18 @@ pub mod env {
     pub const METRICS_CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY";
     /// `otlp`, `prometheus`, `console` or `none`.
     pub const METRICS_EXPORTER: &str = "OTEL_METRICS_EXPORTER";
+
+    /// `otlp`, `console` or `none`: where log records go.
+    pub const LOGS_EXPORTER: &str = "OTEL_LOGS_EXPORTER";
+    pub const LOGS_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT";
+    pub const LOGS_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL";
+    pub const LOGS_HEADERS: &str = "OTEL_EXPORTER_OTLP_LOGS_HEADERS";
+    pub const LOGS_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_LOGS_TIMEOUT";
+    pub const LOGS_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_LOGS_COMPRESSION";
+    pub const LOGS_INSECURE: &str = "OTEL_EXPORTER_OTLP_LOGS_INSECURE";
+    pub const LOGS_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_LOGS_CERTIFICATE";
+    pub const LOGS_CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_LOGS_CLIENT_CERTIFICATE";
+    pub const LOGS_CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_LOGS_CLIENT_KEY";
     /// Milliseconds between metric exports.
     pub const METRIC_EXPORT_INTERVAL: &str = "OTEL_METRIC_EXPORT_INTERVAL";
     /// `cumulative` (the only one supported), `delta` or `lowmemory`.
@@ -93,6 +105,7 @@ pub mod env {
 pub enum Signal {
     Traces,
     Metrics,
+    Logs,
 }
 
 /// The signal-specific variable names and paths of a [`Signal`].
@@ -116,6 +129,7 @@ impl Signal {
         match self {
             Signal::Traces => "traces",
             Signal::Metrics => "metrics",
+            Signal::Logs => "logs",
         }
     }
 
@@ -124,6 +138,7 @@ impl Signal {
         match self {
             Signal::Traces => env::TRACES_EXPORTER,
             Signal::Metrics => env::METRICS_EXPORTER,
+            Signal::Logs => env::LOGS_EXPORTER,
         }
     }
 
@@ -159,6 +174,19 @@ impl Signal {
                 client_key: env::METRICS_CLIENT_KEY,
                 http_path: HTTP_METRICS_PATH,
                 default_http_endpoint: DEFAULT_HTTP_METRICS_ENDPOINT,
+            },
+            Signal::Logs => SignalNames {
+                endpoint: env::LOGS_ENDPOINT,
+                protocol: env::LOGS_PROTOCOL,
+                headers: env::LOGS_HEADERS,
+                timeout: env::LOGS_TIMEOUT,
+                compression: env::LOGS_COMPRESSION,
+                insecure: env::LOGS_INSECURE,
+                certificate: env::LOGS_CERTIFICATE,
+                client_certificate: env::LOGS_CLIENT_CERTIFICATE,
+                client_key: env::LOGS_CLIENT_KEY,
+                http_path: HTTP_LOGS_PATH,
+                default_http_endpoint: DEFAULT_HTTP_LOGS_ENDPOINT,
             },
         }
     }
@@ -319,6 +347,10 @@ pub const HTTP_TRACES_PATH: &str = "v1/traces";
 pub const DEFAULT_HTTP_METRICS_ENDPOINT: &str = "http://localhost:4318/v1/metrics";
 /// The path of the metrics signal under a generic HTTP endpoint.
 pub const HTTP_METRICS_PATH: &str = "v1/metrics";
+/// The default HTTP endpoint of logs.
+pub const DEFAULT_HTTP_LOGS_ENDPOINT: &str = "http://localhost:4318/v1/logs";
+/// The path of the logs signal under a generic HTTP endpoint.
+pub const HTTP_LOGS_PATH: &str = "v1/logs";
 
 impl ExportConfig {
     /// Resolves from the process environment.
@@ -329,6 +361,18 @@ impl ExportConfig {
     /// Resolves from any environment (tests pass a map).
     pub fn resolve(overrides: ExportOverrides, var: impl Fn(&str) -> Option<String>) -> Self {
         Self::resolve_signal(Signal::Traces, overrides, var)
+    }
+
+    /// Resolves the log export's settings (`OTEL_LOGS_EXPORTER`, the
+    /// `OTEL_EXPORTER_OTLP_LOGS_*` variables before the generic ones) from
+    /// any environment. A trace exporter given on the command line does not
+    /// apply to logs; an endpoint or protocol does.
+    pub fn resolve_logs(overrides: ExportOverrides, var: impl Fn(&str) -> Option<String>) -> Self {
+        let overrides = ExportOverrides {
+            exporter: None,
+            ..overrides
+        };
+        Self::resolve_signal(Signal::Logs, overrides, var)
     }
 
     /// Resolves the transport settings of `signal` (its
@@ -342,9 +386,15 @@ impl ExportConfig {
             warnings: Vec::new(),
         };
         let disabled = r.flag(&[env::SDK_DISABLED], false);
+        // Log records have an exporter variable of their own; the metrics
+        // one is read by `MetricsConfig` (it takes `prometheus` too).
+        let exporter_var = match signal {
+            Signal::Logs => env::LOGS_EXPORTER,
+            Signal::Traces | Signal::Metrics => env::TRACES_EXPORTER,
+        };
         let exporter = r.setting(
             overrides.exporter,
-            &[env::TRACES_EXPORTER],
+            &[exporter_var],
             parse_exporter,
             TracesExporter::Otlp,
         );

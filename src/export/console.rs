@@ -84,6 +84,32 @@ pub fn print_metrics(request: &opentelemetry_proto::tonic::collector::metrics::v
     }
 }
 
+/// `OTEL_LOGS_EXPORTER=console`: one JSON line per log record.
+pub fn print_logs(request: &opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest) {
+    for rl in &request.resource_logs {
+        for sl in &rl.scope_logs {
+            for r in &sl.log_records {
+                let attrs: serde_json::Map<_, _> = r
+                    .attributes
+                    .iter()
+                    .map(|kv| (kv.key.clone(), json_of(kv.value.as_ref())))
+                    .collect();
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "event": r.event_name,
+                        "severity": r.severity_text,
+                        "body": json_of(r.body.as_ref()),
+                        "trace_id": super::hex(&r.trace_id),
+                        "span_id": super::hex(&r.span_id),
+                        "attributes": attrs,
+                    })
+                );
+            }
+        }
+    }
+}
+
 fn json_of(value: Option<&AnyValue>) -> serde_json::Value {
     match value.and_then(|v| v.value.as_ref()) {
         Some(any_value::Value::StringValue(s)) => s.clone().into(),

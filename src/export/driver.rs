@@ -1,4 +1,4 @@
-//! The one export driver: the trace and the metric export of one store,
+//! The one export driver: the trace, metric and log export of one store,
 //! over one connection to it, stepped and flushed the same way for every
 //! caller (the export thread in a Hermes process, `export_task.rs`, and
 //! `hermes-meter serve`).
@@ -20,6 +20,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::logs::{LogExport, LogStep};
 use super::webhook::{AlertPush, PushStep};
 use super::{ExportConfig, MetricExport, MetricStep, MetricsConfig, Step, TraceExport};
 use crate::config::webhook::WebhookConfig;
@@ -33,6 +34,7 @@ pub struct Driver {
     store: Store,
     traces: Option<TraceExport>,
     metrics: Option<MetricExport>,
+    logs: Option<LogExport>,
     /// The alert webhook, when `HERMES_METER_ALERT_WEBHOOK` is set.
     alerts: Option<AlertPush>,
     /// The last alert post failed (logged once until one succeeds).
@@ -54,6 +56,9 @@ pub struct Cycle {
     /// `leased` is the metric lease's, so a flush is still served or
     /// skipped by who holds a lease.
     pub traces: Result<Step>,
+    /// The log step, with a log export (its failures never stop `serve`:
+    /// the records wait in the store, and `status` shows the failure).
+    pub logs: Option<Result<LogStep>>,
     /// The alert webhook's step, with a webhook (its failures are logged
     /// here and never stop `serve`: the alerts wait in the store).
     pub alerts: Option<Result<PushStep>>,
@@ -95,19 +100,22 @@ fn alert_push() -> Option<AlertPush> {
 }
 
 impl Driver {
-    /// Drives the trace export with `traces` and the metric export with
-    /// `metrics` (either may be absent) over `store`, both sending on one
-    /// runtime, closing idle runs at most every `close_idle_every`.
+    /// Drives the trace export with `traces`, the metric export with
+    /// `metrics` and the log export with `logs` (any may be absent) over
+    /// `store`, all sending on one runtime, closing idle runs at most every
+    /// `close_idle_every`.
     pub fn new(
         store: Store,
         traces: Option<ExportConfig>,
         metrics: Option<MetricsConfig>,
+        logs: Option<ExportConfig>,
         close_idle_every: Duration,
     ) -> Result<Self> {
         let runtime = super::send_runtime("export")?;
         let traces = traces
             .map(|config| TraceExport::new(config, runtime.clone()))
             .transpose()?;
+        let logs = logs.map(|config| LogExport::new(config, runtime.clone())).transpose()?;
         let metrics = metrics
             .map(|config| MetricExport::new(config, &store, runtime))
             .transpose()?;
@@ -115,6 +123,7 @@ impl Driver {
             store,
             traces,
             metrics,
+            logs,
             alerts: alert_push(),
             alerts_failing: false,
             close_idle_every,
@@ -124,20 +133,27 @@ impl Driver {
 
     /// The driver a Hermes process runs over the store at `store_path`, on
     /// a connection of its own: traces when trace export is enabled,
-    /// metrics when they are pushed (serving Prometheus is `serve`'s job).
-    /// `None` when neither is.
+    /// metrics when they are pushed (serving Prometheus is `serve`'s job),
+    /// logs when they are sent. `None` when none is (and no alert webhook
+    /// is set).
     pub fn open(
         store_path: &std::path::Path,
         traces: ExportConfig,
         metrics: MetricsConfig,
+        logs: ExportConfig,
         close_idle_every: Duration,
     ) -> Result<Option<Self>> {
-        if !traces.enabled() && !metrics.pushes() && !matches!(WebhookConfig::from_env(), Ok(Some(_))) {
+        if !traces.enabled()
+            && !metrics.pushes()
+            && !logs.enabled()
+            && !matches!(WebhookConfig::from_env(), Ok(Some(_)))
+        {
             return Ok(None);
         }
         let traces = traces.enabled().then_some(traces);
         let metrics = metrics.pushes().then_some(metrics);
-        Driver::new(Store::open(store_path)?, traces, metrics, close_idle_every).map(Some)
+        let logs = logs.enabled().then_some(logs);
+        Driver::new(Store::open(store_path)?, traces, metrics, logs, close_idle_every).map(Some)
     }
 
     /// The store both exports work on.
@@ -171,6 +187,11 @@ impl Driver {
                 ..Step::default()
             }),
         };
+        let logs = match (self.logs.as_mut(), flush) {
+            (Some(l), Some(deadline)) => Some(l.flush(store, deadline)),
+            (Some(l), None) => Some(l.run_once(store)),
+            (None, _) => None,
+        };
         let alerts = self.alerts.as_ref().map(|a| a.run_once(store, crate::unix_now()));
         match &alerts {
             Some(Ok(PushStep { error: Some(e), .. })) if !self.alerts_failing => {
@@ -191,6 +212,7 @@ impl Driver {
             closed_idle,
             metrics,
             traces,
+            logs,
             alerts,
         }
     }
@@ -204,26 +226,31 @@ impl Driver {
         }
     }
 
-    /// Stops: with `flush`, sends the spans that are ready until that
-    /// deadline (a stopping process's last chance; what is left stays in
-    /// the outbox for the next exporter), then gives both leases up, so
-    /// another process takes over at once. Returns the first error, having
-    /// tried every part.
+    /// Stops: with `flush`, sends the spans, then the log records, that
+    /// are ready until that deadline (a stopping process's last chance;
+    /// what is left stays in the store for the next exporter), then gives
+    /// every lease up, so another process takes over at once. Returns the
+    /// first error, having tried every part.
     pub fn stop(&mut self, flush: Option<Instant>) -> Result<()> {
         let flushed = match (flush, self.traces.as_mut()) {
             (Some(deadline), Some(e)) => e.flush(&mut self.store, deadline).map(|_| ()),
             _ => Ok(()),
         };
-        flushed.and(self.release())
+        let logs = match (flush, self.logs.as_mut()) {
+            (Some(deadline), Some(l)) => l.flush(&mut self.store, deadline).map(|_| ()),
+            _ => Ok(()),
+        };
+        flushed.and(logs).and(self.release())
     }
 
-    /// Gives both leases up (also done on drop), the metric lease first.
-    /// Returns the first error, having tried both.
+    /// Gives every lease up (also done on drop), the metric lease first.
+    /// Returns the first error, having tried each.
     fn release(&mut self) -> Result<()> {
         let store = &mut self.store;
         let metrics = self.metrics.as_ref().map_or(Ok(()), |m| m.release(store));
         let traces = self.traces.as_ref().map_or(Ok(()), |e| e.release(store));
-        metrics.and(traces)
+        let logs = self.logs.as_ref().map_or(Ok(()), |l| l.release(store));
+        metrics.and(traces).and(logs)
     }
 }
 
@@ -238,36 +265,42 @@ mod tests {
     use super::*;
     use crate::config::export::env;
     use crate::error::Error;
-    use crate::store::{METRIC_LEASE, TRACE_LEASE};
+    use crate::store::{LOG_LEASE, METRIC_LEASE, TRACE_LEASE};
 
-    /// Trace and metric settings with both signals sent as `exporter`
+    /// Trace, metric and log settings with every signal sent as `exporter`
     /// (`console`, `none`), and nothing else set.
-    fn settings(exporter: &str) -> (ExportConfig, MetricsConfig) {
-        let var = |name: &str| (name == env::TRACES_EXPORTER || name == env::METRICS_EXPORTER).then(|| exporter.into());
+    fn settings(exporter: &str) -> (ExportConfig, MetricsConfig, ExportConfig) {
+        let var = |name: &str| {
+            [env::TRACES_EXPORTER, env::METRICS_EXPORTER, env::LOGS_EXPORTER]
+                .contains(&name)
+                .then(|| exporter.into())
+        };
         (
             ExportConfig::resolve(Default::default(), var),
             MetricsConfig::resolve(Default::default(), Default::default(), var),
+            ExportConfig::resolve_logs(Default::default(), var),
         )
     }
 
     #[test]
-    fn a_driver_steps_both_signals_and_gives_both_leases_up_when_dropped() {
+    fn a_driver_steps_every_signal_and_gives_every_lease_up_when_dropped() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join(crate::store::DB_FILE_NAME);
-        let (traces, metrics) = settings("console");
-        let mut driver = Driver::open(&path, traces, metrics, Duration::from_secs(60))
+        let (traces, metrics, logs) = settings("console");
+        let mut driver = Driver::open(&path, traces, metrics, logs, Duration::from_secs(60))
             .expect("open")
-            .expect("both signals are sent");
+            .expect("every signal is sent");
         let cycle = driver.step(None);
         assert!(cycle.closed_idle.is_some_and(|closed| closed.is_ok()));
         assert!(cycle.metrics.is_some_and(|m| m.is_ok_and(|m| m.leased)));
         assert!(cycle.traces.is_ok_and(|t| t.leased));
+        assert!(cycle.logs.is_some_and(|l| l.is_ok_and(|l| l.leased)));
         let other = Store::open(&path).expect("another connection");
-        for lease in [TRACE_LEASE, METRIC_LEASE] {
+        for lease in [TRACE_LEASE, METRIC_LEASE, LOG_LEASE] {
             assert!(other.lease(lease).expect("lease").is_some(), "{lease} is held");
         }
         drop(driver);
-        for lease in [TRACE_LEASE, METRIC_LEASE] {
+        for lease in [TRACE_LEASE, METRIC_LEASE, LOG_LEASE] {
             assert!(other.lease(lease).expect("lease").is_none(), "{lease} is given up");
         }
     }
@@ -275,9 +308,9 @@ mod tests {
     #[test]
     fn no_driver_runs_when_neither_signal_is_sent() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let (traces, metrics) = settings("none");
+        let (traces, metrics, logs) = settings("none");
         let path = dir.path().join(crate::store::DB_FILE_NAME);
-        let driver = Driver::open(&path, traces, metrics, Duration::from_secs(60)).expect("open");
+        let driver = Driver::open(&path, traces, metrics, logs, Duration::from_secs(60)).expect("open");
         assert!(driver.is_none());
         assert!(!path.exists(), "no store is opened for nothing to send");
     }
@@ -291,6 +324,7 @@ mod tests {
             closed_idle: Some(failed("idle")),
             metrics: Some(failed("metrics")),
             traces: failed("traces"),
+            logs: Some(failed("logs")),
             alerts: Some(failed("alerts")),
         };
         assert_eq!(cycle.into_result().map_err(|e| e.to_string()), Err("idle".into()));
@@ -298,6 +332,7 @@ mod tests {
             closed_idle: Some(Ok(0)),
             metrics: Some(failed("metrics")),
             traces: Ok(Step::default()),
+            logs: None,
             alerts: None,
         };
         assert_eq!(cycle.metric_error().as_deref(), Some("metrics"));
@@ -309,6 +344,7 @@ mod tests {
                 ..MetricStep::default()
             })),
             traces: Ok(Step::default()),
+            logs: None,
             alerts: Some(failed("a webhook failure never fails the cycle")),
         };
         assert_eq!(cycle.metric_error().as_deref(), Some("refused"));

@@ -46,6 +46,7 @@
 
 mod console;
 pub mod driver;
+pub mod logs;
 pub mod metrics;
 mod pacing;
 pub mod prometheus;
@@ -89,7 +90,7 @@ const MAX_ANCESTRY: usize = 32;
 /// Outbox rows over the cap one export step drops at most: a store far
 /// over it (trace export was off for months) is brought down a step at a
 /// time, each a short transaction, as the writers' retention does.
-const CAP_STEP: usize = 10_000;
+pub(crate) const CAP_STEP: usize = 10_000;
 
 /// What one step did.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -120,6 +121,16 @@ pub(crate) fn send_runtime(what: &str) -> Result<SendRuntime> {
         .build()
         .map(std::sync::Arc::new)
         .map_err(|e| Error::Other(format!("{what} runtime: {e}")))
+}
+
+/// The transport `config` sends over, built inside `runtime` (tonic's
+/// lazy channel needs one); none when the signal is not sent.
+pub(crate) fn transport_if_enabled(config: &ExportConfig, runtime: &SendRuntime) -> Result<Option<Transport>> {
+    if !config.enabled() {
+        return Ok(None);
+    }
+    let _guard = runtime.enter();
+    Transport::new(config).map(Some)
 }
 
 /// The trace exporter of one store, on a connection of its own, for a
@@ -247,12 +258,7 @@ impl TraceExport {
     /// export stepped by the same thread); nothing is sent yet and a
     /// collector that is down is not an error.
     pub(crate) fn new(config: ExportConfig, runtime: SendRuntime) -> Result<Self> {
-        let transport = if config.enabled() {
-            let _guard = runtime.enter();
-            Some(Transport::new(&config)?)
-        } else {
-            None
-        };
+        let transport = transport_if_enabled(&config, &runtime)?;
         let lease = Lease::new(TRACE_LEASE, config.lease_seconds.value);
         let resource = resource_of(&config);
         let options = SpanOptions {
@@ -584,12 +590,14 @@ pub(crate) fn log_failure(event: &'static str, last: &mut Option<String>, text: 
     if last.as_deref() == Some(text) {
         match event {
             "MetricExport.Failed" => tracing::debug!(target: "MetricExport.Failed", retry_in_ms, "{text}"),
+            "LogExport.Failed" => tracing::debug!(target: "LogExport.Failed", retry_in_ms, "{text}"),
             _ => tracing::debug!(target: "Export.Failed", retry_in_ms, "{text}"),
         }
         return;
     }
     match event {
         "MetricExport.Failed" => tracing::warn!(target: "MetricExport.Failed", retry_in_ms, "{text}"),
+        "LogExport.Failed" => tracing::warn!(target: "LogExport.Failed", retry_in_ms, "{text}"),
         _ => tracing::warn!(target: "Export.Failed", retry_in_ms, "{text}"),
     }
     *last = Some(text.to_string());
@@ -598,7 +606,7 @@ pub(crate) fn log_failure(event: &'static str, last: &mut Option<String>, text: 
 /// `message` with every OTLP header value (and each word of it, so the
 /// token of `Bearer <token>` alone is caught too) and every secret
 /// [`crate::redact`] recognises replaced.
-fn scrub_error(message: &str, headers: &crate::config::export::Headers) -> String {
+pub(crate) fn scrub_error(message: &str, headers: &crate::config::export::Headers) -> String {
     let mut out = message.to_string();
     for (_, value) in &headers.0 {
         let words = value.split_whitespace().filter(|w| w.len() >= 6);
@@ -622,10 +630,10 @@ struct Skipped {
 
 /// Runs and their ancestry, loaded once per batch.
 #[derive(Default)]
-struct Sessions(HashMap<String, Option<(RunRow, Ancestry)>>);
+pub(crate) struct Sessions(HashMap<String, Option<(RunRow, Ancestry)>>);
 
 impl Sessions {
-    fn get(&mut self, store: &Store, session_id: &str) -> Result<Option<&(RunRow, Ancestry)>> {
+    pub(crate) fn get(&mut self, store: &Store, session_id: &str) -> Result<Option<&(RunRow, Ancestry)>> {
         if !self.0.contains_key(session_id) {
             let loaded = match store.run_row(session_id)? {
                 Some(run) => {

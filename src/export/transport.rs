@@ -1,4 +1,4 @@
-//! Sending one OTLP trace request: gRPC (tonic), HTTP/protobuf (hyper), or
+//! Sending one OTLP request (traces, metrics, logs): gRPC (tonic), HTTP/protobuf (hyper), or
 //! the console.
 //!
 //! Owns: connections, TLS, compression, headers, timeouts, and turning each
@@ -19,6 +19,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
+use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse};
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
 use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
@@ -38,6 +40,8 @@ pub struct Accepted {
     pub rejected_spans: i64,
     /// Metric data points the collector said it rejected (partial success).
     pub rejected_data_points: i64,
+    /// Log records the collector said it rejected (partial success).
+    pub rejected_log_records: i64,
 }
 
 /// A failed send.
@@ -126,6 +130,19 @@ impl Transport {
         }
     }
 
+    /// Sends one logs request (to the logs endpoint of the config the
+    /// transport was built from).
+    pub async fn send_logs(&mut self, request: ExportLogsServiceRequest) -> Result<Accepted, SendError> {
+        match self {
+            Transport::Grpc(t) => t.send_logs(request).await,
+            Transport::Http(t) => t.send_logs(request).await,
+            Transport::Console => {
+                super::console::print_logs(&request);
+                Ok(Accepted::default())
+            }
+        }
+    }
+
     /// Sends one metrics request (to the metrics endpoint of the config the
     /// transport was built from; see [`crate::config::export::Signal`]).
     pub async fn send_metrics(&mut self, request: ExportMetricsServiceRequest) -> Result<Accepted, SendError> {
@@ -152,6 +169,7 @@ struct Tls {
 pub struct GrpcTransport {
     client: TraceServiceClient<Channel>,
     metrics: MetricsServiceClient<Channel>,
+    logs: LogsServiceClient<Channel>,
     headers: Vec<(
         tonic::metadata::MetadataKey<tonic::metadata::Ascii>,
         tonic::metadata::AsciiMetadataValue,
@@ -187,17 +205,22 @@ impl GrpcTransport {
         }
         let channel = endpoint.connect_lazy();
         let mut client = TraceServiceClient::new(channel.clone());
-        let mut metrics = MetricsServiceClient::new(channel);
+        let mut metrics = MetricsServiceClient::new(channel.clone());
+        let mut logs = LogsServiceClient::new(channel);
+        let gzip = tonic::codec::CompressionEncoding::Gzip;
         if config.compression.value == Compression::Gzip {
-            client = client.send_compressed(tonic::codec::CompressionEncoding::Gzip);
-            metrics = metrics.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+            client = client.send_compressed(gzip);
+            metrics = metrics.send_compressed(gzip);
+            logs = logs.send_compressed(gzip);
         }
-        client = client.accept_compressed(tonic::codec::CompressionEncoding::Gzip);
-        metrics = metrics.accept_compressed(tonic::codec::CompressionEncoding::Gzip);
+        client = client.accept_compressed(gzip);
+        metrics = metrics.accept_compressed(gzip);
+        logs = logs.accept_compressed(gzip);
         let headers = grpc_headers(&config.headers.value);
         Ok(GrpcTransport {
             client,
             metrics,
+            logs,
             headers,
             timeout: config.timeout.value,
         })
@@ -214,6 +237,22 @@ impl GrpcTransport {
                 .into_inner()
                 .partial_success
                 .map(|p| p.rejected_data_points)
+                .unwrap_or(0),
+            ..Accepted::default()
+        })
+    }
+
+    async fn send_logs(&mut self, request: ExportLogsServiceRequest) -> Result<Accepted, SendError> {
+        let response = self
+            .logs
+            .export(self.request(request))
+            .await
+            .map_err(|status| grpc_error("otlp grpc logs", status, self.timeout))?;
+        Ok(Accepted {
+            rejected_log_records: response
+                .into_inner()
+                .partial_success
+                .map(|p| p.rejected_log_records)
                 .unwrap_or(0),
             ..Accepted::default()
         })
@@ -384,6 +423,19 @@ impl HttpTransport {
             .unwrap_or(0);
         Ok(Accepted {
             rejected_data_points,
+            ..Accepted::default()
+        })
+    }
+
+    async fn send_logs(&mut self, request: ExportLogsServiceRequest) -> Result<Accepted, SendError> {
+        let body = self.post(request.encode_to_vec()).await?;
+        let rejected_log_records = ExportLogsServiceResponse::decode(body)
+            .ok()
+            .and_then(|r| r.partial_success)
+            .map(|p| p.rejected_log_records)
+            .unwrap_or(0);
+        Ok(Accepted {
+            rejected_log_records,
             ..Accepted::default()
         })
     }

@@ -35,6 +35,11 @@ pub fn tool_span_id(session_id: &str, tool_call_id: &str) -> [u8; 8] {
     span_id(&["tool", session_id, tool_call_id])
 }
 
+/// The span id of an approval (its session and key).
+pub fn approval_span_id(session_id: &str, key: &str) -> [u8; 8] {
+    span_id(&["approval", session_id, key])
+}
+
 /// A 128-bit trace id from parts (never all zero).
 pub fn trace_id(parts: &[&str]) -> [u8; 16] {
     let a = hash64(0x6a09_e667_f3bc_c908, parts);

@@ -43,7 +43,10 @@ use crate::model::{ApprovalRow, AttemptRow, RunRow, ToolRow, TurnRow};
 use crate::semconv::{attr, span as names, value, Names};
 
 mod ids;
-pub use ids::{attempt_span_id, session_part_span_id, session_span_id, span_id, tool_span_id, trace_id, turn_span_id};
+pub use ids::{
+    approval_span_id, attempt_span_id, session_part_span_id, session_span_id, span_id, tool_span_id, trace_id,
+    turn_span_id,
+};
 
 /// How traces are cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -543,7 +546,7 @@ pub fn approval_span(ap: &ApprovalRow, run: &RunRow, ancestry: &Ancestry, opts: 
     let end = ap.ended_at.unwrap_or(run.ended_at.unwrap_or(run.last_event_at));
     Span {
         trace_id: trace.to_vec(),
-        span_id: span_id(&["approval", &ap.session_id, &ap.key]).to_vec(),
+        span_id: approval_span_id(&ap.session_id, &ap.key).to_vec(),
         parent_span_id: parent.to_vec(),
         name: names::APPROVAL.to_string(),
         kind: span::SpanKind::Internal as i32,

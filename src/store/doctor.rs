@@ -537,6 +537,18 @@ impl Store {
                 [],
             )? as u64)
         });
+        // Log records: the ones the damaged store still held were not sent
+        // (the same seq, so the same uid); the rest were. Replaying the
+        // journal made them again, so those go. A damaged store whose log
+        // outbox is unreadable keeps the replayed ones: sent twice at
+        // worst, never lost.
+        carry(conn, "log_outbox", out, |c| {
+            let tx = c.unchecked_transaction()?;
+            tx.execute("DELETE FROM log_outbox", [])?;
+            let n = tx.execute("INSERT INTO log_outbox SELECT * FROM damaged.log_outbox", [])?;
+            tx.commit()?;
+            Ok(n as u64)
+        });
         // What retention took out of the journal: the ledger of sessions
         // that began before its horizon, and the budget rollups before it.
         carry(conn, "ledger before the journal's horizon", out, carry_pruned_ledger);

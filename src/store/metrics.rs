@@ -629,7 +629,7 @@ fn add_increments(conn: &Connection, increments: &[Increment], now: f64) -> Resu
     Ok(by_series.len())
 }
 
-fn set_state(conn: &Connection, key: &str, value: impl rusqlite::ToSql) -> Result<()> {
+pub(super) fn set_state(conn: &Connection, key: &str, value: impl rusqlite::ToSql) -> Result<()> {
     conn.prepare_cached(
         "INSERT INTO export_state (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
     )?
@@ -637,7 +637,7 @@ fn set_state(conn: &Connection, key: &str, value: impl rusqlite::ToSql) -> Resul
     Ok(())
 }
 
-fn bump_state(conn: &Connection, key: &str, by: i64) -> Result<()> {
+pub(super) fn bump_state(conn: &Connection, key: &str, by: i64) -> Result<()> {
     conn.prepare_cached(
         "INSERT INTO export_state (key, value) VALUES (?1, ?2)
          ON CONFLICT (key) DO UPDATE SET value = COALESCE(value, 0) + excluded.value",

@@ -35,6 +35,7 @@ mod doctor;
 mod fleet;
 mod held;
 mod ledger;
+mod log_outbox;
 mod metrics;
 mod outbox;
 mod report;
@@ -60,6 +61,9 @@ pub use ledger::{Applied, EventContext, ABANDONED, ERROR, IDLE_CLOSE_BATCH, INTE
 pub use crate::model::{
     bucket_index, decode_attrs, encode_attrs, Add, ApiErrorFact, ApprovalRow, AttemptError, AttemptRow, AttrValue,
     Attrs, EdgeRow, GaugeRow, Increment, LlmCallFact, MetricFact, RunLabels, RunRow, SeriesRow, ToolRow, TurnRow,
+};
+pub use log_outbox::{
+    log_counter, LogAttrs, LogExportState, LogPlace, LogRow, NewLog, Severity, DEFAULT_LOG_OUTBOX_MAX_ROWS, LOG_LEASE,
 };
 pub use metrics::{add_to_counter, Folded, MetricIdentity, MetricState, METRIC_LEASE};
 pub use outbox::{counter, BatchRows, ExportState, Lease, OutboxRow, SentSession, SpanKind, TRACE_LEASE};
@@ -89,6 +93,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_initial.sql"),
     include_str!("migrations/0002_alert_push.sql"),
     include_str!("migrations/0003_token_budgets_and_routing.sql"),
+    include_str!("migrations/0004_log_outbox.sql"),
 ];
 
 /// The schema version this build writes.

@@ -17,9 +17,10 @@ pub enum RetainKind {
     Journal,
     /// Finished requests' state past the journal's horizon.
     Requests,
-    /// Outbox rows no collector accepted within the outbox's retention.
+    /// Outbox rows (spans and log records) no collector accepted within
+    /// the outbox's retention.
     Expired,
-    /// Outbox rows past its cap, oldest first.
+    /// Outbox rows (spans and log records) past their cap, oldest first.
     Capped,
     /// Captured content past its retention.
     Content,
@@ -123,8 +124,16 @@ impl Store {
         Ok(match kind {
             RetainKind::Journal => counted(self.prune_journal(cut.journal_before, size)?),
             RetainKind::Requests => both(self.prune_finished_requests(size)?),
-            RetainKind::Expired => counted(self.expire_outbox(cut.outbox_before, size)?),
-            RetainKind::Capped => counted(self.outbox_enforce_cap(cut.outbox_max_rows, size)? as usize),
+            RetainKind::Expired => {
+                let spans = self.expire_outbox(cut.outbox_before, size)?;
+                let logs = self.expire_log_outbox(cut.outbox_before, size)?;
+                counted(spans.max(logs))
+            }
+            RetainKind::Capped => {
+                let spans = self.outbox_enforce_cap(cut.outbox_max_rows, size)? as usize;
+                let logs = self.log_outbox_enforce_cap(super::DEFAULT_LOG_OUTBOX_MAX_ROWS, size)?;
+                counted(spans.max(logs))
+            }
             RetainKind::Content => {
                 let (handled, more) =
                     self.prune_content_batch(cut.content_ended_before, cut.content_stale_before, content, size)?;

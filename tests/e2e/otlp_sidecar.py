@@ -2,7 +2,7 @@
 
 Runs inside the scenario's network namespace, listens on 127.0.0.1:$OTLP_PORT
 (default 4318) and saves every POSTed body (gunzipped) under
-$E2E_OUTDIR/otlp/ as NNNN-traces.pb or NNNN-metrics.pb (a POST to /hook, an
+$E2E_OUTDIR/otlp/ as NNNN-traces.pb, NNNN-metrics.pb or NNNN-logs.pb (a POST to /hook, an
 alert webhook's, as NNNN-webhook.json), answering with an
 empty (valid) export response, and appends ``NNNN kind unix-time`` to
 ``otlp/arrivals.tsv`` before answering (the time the body arrived, for tests
@@ -30,7 +30,9 @@ class Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if self.headers.get("Content-Encoding") == "gzip":
             body = gzip.decompress(body)
-        kind = {"/v1/traces": "traces", "/v1/metrics": "metrics", "/hook": "webhook"}.get(self.path)
+        kind = {"/v1/traces": "traces", "/v1/metrics": "metrics", "/v1/logs": "logs", "/hook": "webhook"}.get(
+            self.path
+        )
         if kind is None:
             self.send_response(404)
             self.end_headers()

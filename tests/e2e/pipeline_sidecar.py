@@ -5,7 +5,9 @@ shipped file, inside the scenario's network namespace.
 The Collector gets the shipped config unchanged plus overrides given as
 further ``--config yaml:...`` arguments: the Jaeger address (``jaeger:4317``
 in the file, a loopback port here), its queue directory (``otelcol-queue``
-in ``$E2E_OUTDIR``, kept across its restarts), its own telemetry off
+in ``$E2E_OUTDIR``, kept across its restarts), the debug exporter of the
+logs pipeline at ``detailed`` (every log record in ``collector.log``), its
+own telemetry off
 (Jaeger's and its internal metrics would share :8888) and what
 ``PIPELINE_COLLECTOR_CONFIG`` adds (a JSON list of ``yaml:`` strings, e.g.
 the receivers' TLS).
@@ -190,6 +192,8 @@ def main() -> None:
         f"yaml:exporters::otlp/jaeger::endpoint: {JAEGER_OTLP}",
         f"yaml:extensions::file_storage::directory: {OUT / 'otelcol-queue'}",
         "yaml:service::telemetry::metrics::level: none",
+        # Every log record in collector.log, with its trace and span id.
+        "yaml:exporters::debug::verbosity: detailed",
         *json.loads(os.environ.get("PIPELINE_COLLECTOR_CONFIG", "[]")),
     ]
     cmd = [os.environ["HERMES_METER_OTELCOL"], "--config", str(CONFIG)]

@@ -385,3 +385,29 @@ def test_a_runaway_alert_reaches_a_webhook_from_the_store(hermes_bin, tmp_path) 
     assert _query(out, "SELECT COUNT(*) FROM alerts WHERE kind = 'runaway' AND pushed_at IS NOT NULL") == [
         (1,)
     ]
+    # The verdict also went out as an OTLP log record, in the run's turn.
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    records = [
+        r
+        for path in sorted((out / "otlp").glob("*-logs.pb"))
+        for rl in ExportLogsServiceRequest.FromString(path.read_bytes()).resource_logs
+        for sl in rl.scope_logs
+        for r in sl.log_records
+    ]
+    verdicts = [r for r in records if r.event_name == "hermes.budget.verdict"]
+    assert len(verdicts) == 1, records
+    attrs = {kv.key: kv.value.string_value for kv in verdicts[0].attributes}
+    assert attrs["hermes.budget.verdict"] == "runaway", attrs
+    assert verdicts[0].severity_text == "WARN"
+    assert "terminal called 10 times in a row" in verdicts[0].body.string_value
+    turns = {
+        (span.trace_id, span.span_id)
+        for path in sorted((out / "otlp").glob("*-traces.pb"))
+        for rs in ExportTraceServiceRequest.FromString(path.read_bytes()).resource_spans
+        for ss in rs.scope_spans
+        for span in ss.spans
+        if span.name == "invoke_agent hermes"
+    }
+    assert (verdicts[0].trace_id, verdicts[0].span_id) in turns

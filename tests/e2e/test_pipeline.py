@@ -309,6 +309,51 @@ def test_what_waited_out_a_collector_outage_went_out_once_while_the_gateway_ran(
     # (Whole and once: the parametrized tests above hold this run too.)
 
 
+def _collector_log_records(outdir: Path) -> list[dict]:
+    """The log records the Collector's debug exporter (``detailed``) wrote
+    to collector.log: each record's fields and attributes by name."""
+    records = []
+    for chunk in (outdir / "collector.log").read_text().split("LogRecord #")[1:]:
+        record: dict = {"attributes": {}}
+        for line in chunk.splitlines()[1:]:
+            if line.startswith("     -> "):
+                key, _, value = line[len("     -> ") :].partition(": ")
+                record["attributes"][key] = value
+            elif ": " in line and not line.startswith((" ", "\t")):
+                key, _, value = line.partition(": ")
+                record.setdefault(key, value)
+            if line.startswith("Flags:"):
+                break
+        records.append(record)
+    return records
+
+
+@pytest.mark.parametrize("name", [f"grpc_{s}" for s in FAILING])
+def test_failed_api_calls_reach_the_collector_once_as_log_records_in_their_spans(pipeline_runs, name):
+    outdir = pipeline_runs[name]
+    records = [r for r in _collector_log_records(outdir) if r.get("EventName") == "hermes.api.error"]
+    db = f"file:{_meter(outdir) / 'hermes-meter.db'}?mode=ro"
+    conn = sqlite3.connect(db, uri=True)
+    try:
+        (errors,) = conn.execute("SELECT COUNT(*) FROM llm_call_errors").fetchone()
+        (waiting,) = conn.execute("SELECT COUNT(*) FROM log_outbox").fetchone()
+    finally:
+        conn.close()
+    assert errors > 0
+    # One record per failed attempt, each once (its uid), none left behind.
+    assert len(records) == errors, (outdir / "collector.log").read_text()[-3000:]
+    assert len({r["attributes"]["log.record.uid"] for r in records}) == errors
+    assert waiting == 0
+    # Each in the attempt span Jaeger holds, in that span's trace.
+    jaeger = {(_hex(s["traceId"]), _hex(s["spanId"])): s["name"] for s in _jaeger_spans(outdir)}
+    for r in records:
+        assert jaeger.get((r["Trace ID"].lower(), r["Span ID"].lower()), "").startswith("chat "), r
+        assert r["SeverityText"] in ("WARN", "ERROR")
+        assert r["attributes"]["hermes.api.retry_count"].startswith("Int(")
+    # The run ends on an attempt Hermes does not retry: an error.
+    assert any(r["SeverityText"] == "ERROR" for r in records)
+
+
 def _report_totals(outdir: Path) -> dict:
     env = dict(os.environ, HERMES_METER_HOME=str(_meter(outdir)))
     p = subprocess.run([str(CLI), "report", "--json"], env=env, capture_output=True, text=True)

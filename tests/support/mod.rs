@@ -11,7 +11,8 @@
 //! other answers than plain acceptance ([`Answer`]: a partial success, a
 //! gRPC status, an HTTP error status). Both also take
 //! OTLP metrics (the gRPC `MetricsService`, HTTP `POST /v1/metrics`) and
-//! keep every request.
+//! keep every request, and OTLP logs (`LogsService`, `POST /v1/logs`),
+//! keeping every record.
 
 #![allow(dead_code)]
 
@@ -21,12 +22,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{LogsService, LogsServiceServer};
+use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse};
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
     MetricsService, MetricsServiceServer,
 };
 use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use opentelemetry_proto::tonic::logs::v1::LogRecord;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -44,6 +48,12 @@ pub struct Received {
     pub held: AtomicUsize,
     /// Metric export requests, in arrival order.
     pub metrics: Mutex<Vec<ExportMetricsServiceRequest>>,
+    /// Log records, in arrival order.
+    pub logs: Mutex<Vec<LogRecord>>,
+    /// While set, log requests (over gRPC) are received but not answered.
+    pub hold_logs: AtomicBool,
+    /// Log requests that arrived while held.
+    pub held_logs: AtomicUsize,
     /// Answers to give trace requests, one each, in order; once empty,
     /// every request is accepted in full.
     pub answers: Mutex<VecDeque<Answer>>,
@@ -88,6 +98,30 @@ impl Received {
     /// Every metric request received so far.
     pub fn metric_requests(&self) -> Vec<ExportMetricsServiceRequest> {
         self.metrics.lock().expect("metrics lock").clone()
+    }
+
+    /// Every log record received so far.
+    pub fn log_records(&self) -> Vec<LogRecord> {
+        self.logs.lock().expect("logs lock").clone()
+    }
+
+    async fn take_logs_unless_held(&self, request: ExportLogsServiceRequest) {
+        if self.hold_logs.load(Ordering::SeqCst) {
+            self.held_logs.fetch_add(1, Ordering::SeqCst);
+            while self.hold_logs.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        self.take_logs(request);
+    }
+
+    fn take_logs(&self, request: ExportLogsServiceRequest) {
+        let mut logs = self.logs.lock().expect("logs lock");
+        for rl in request.resource_logs {
+            for sl in rl.scope_logs {
+                logs.extend(sl.log_records);
+            }
+        }
     }
 
     fn take_metrics(&self, request: ExportMetricsServiceRequest) {
@@ -240,6 +274,19 @@ impl MetricsService for MetricsSvc {
     }
 }
 
+struct LogsSvc(Arc<Received>);
+
+#[tonic::async_trait]
+impl LogsService for LogsSvc {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportLogsServiceRequest>,
+    ) -> Result<tonic::Response<ExportLogsServiceResponse>, tonic::Status> {
+        self.0.take_logs_unless_held(request.into_inner()).await;
+        Ok(tonic::Response::new(ExportLogsServiceResponse::default()))
+    }
+}
+
 /// A receiver's TLS: its certificate and key, and the CA a client
 /// certificate must chain to when it asks for one (all PEM).
 pub struct ServerTls {
@@ -266,8 +313,9 @@ pub fn grpc_tls(addr: Option<SocketAddr>, tls: Option<ServerTls>) -> Receiver {
     grpc_services(addr, tls, true)
 }
 
-/// A trace-only OTLP/gRPC backend (as Arize Phoenix is): no
-/// `MetricsService`, so a metric export gets `UNIMPLEMENTED` from tonic.
+/// A trace-only OTLP/gRPC backend (as Arize Phoenix and Jaeger are): no
+/// `MetricsService` nor `LogsService`, so a metric or log export gets
+/// `UNIMPLEMENTED` from tonic.
 pub fn grpc_traces_only() -> Receiver {
     grpc_services(None, None, false)
 }
@@ -294,7 +342,15 @@ fn grpc_services(addr: Option<SocketAddr>, tls: Option<ServerTls>, with_metrics:
             .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
             .max_decoding_message_size(64 << 20)
     });
-    let router = builder.add_service(svc).add_optional_service(metrics);
+    let logs = with_metrics.then(|| {
+        LogsServiceServer::new(LogsSvc(received.clone()))
+            .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
+            .max_decoding_message_size(64 << 20)
+    });
+    let router = builder
+        .add_service(svc)
+        .add_optional_service(metrics)
+        .add_optional_service(logs);
     rt.spawn(async move {
         // As a collector does: without TCP_NODELAY, Nagle and delayed ACKs
         // stall some responses by ~40 ms, which is the bench measuring TCP.
@@ -426,6 +482,24 @@ where
                     continue;
                 }
             };
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: {}\r\n\r\n",
+                answer.len()
+            );
+            write.write_all(head.as_bytes()).await?;
+            write.write_all(&answer).await?;
+            write.flush().await?;
+            continue;
+        }
+        if request_line.starts_with("POST ") && request_line.contains("/v1/logs") {
+            let Ok(request) = ExportLogsServiceRequest::decode(body.as_slice()) else {
+                write
+                    .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+                    .await?;
+                continue;
+            };
+            rec.take_logs(request);
+            let answer = ExportLogsServiceResponse::default().encode_to_vec();
             let head = format!(
                 "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: {}\r\n\r\n",
                 answer.len()

@@ -13,6 +13,7 @@ use super::rollups::RecordedCall;
 use crate::budget::{self, alert, BudgetState};
 use crate::error::Result;
 use crate::pricing::PriceSource;
+use crate::store::log_outbox::{self, LogAttrs, LogPlace, NewLog, Severity};
 use crate::store::Store;
 use crate::{metrics, semconv};
 
@@ -28,7 +29,12 @@ pub struct AlertRow {
     pub delivered_at: Option<f64>,
 }
 
-pub(super) fn watch_free_to_paid(tx: &Transaction<'_>, call: &RecordedCall<'_>, at: f64) -> Result<()> {
+pub(super) fn watch_free_to_paid(
+    tx: &Transaction<'_>,
+    call: &RecordedCall<'_>,
+    at: f64,
+    place: LogPlace<'_>,
+) -> Result<()> {
     if call.model.is_empty() || call.source == PriceSource::Unknown {
         return Ok(());
     }
@@ -54,14 +60,21 @@ pub(super) fn watch_free_to_paid(tx: &Transaction<'_>, call: &RecordedCall<'_>, 
              (${:.6} for a call to {}). Check the model id and its pricing.",
             call.cost_usd, call.model
         );
-        raise_alert(tx, alert::FREE_TO_PAID, key, &text, at)?;
+        raise_alert(tx, alert::FREE_TO_PAID, key, &text, at, place)?;
     }
     Ok(())
 }
 
 /// Adds an occurrence of an alert; the first one makes it pending and
 /// counts in `hermes.alerts`.
-pub(super) fn raise_alert(conn: &rusqlite::Connection, kind: &str, key: &str, text: &str, at: f64) -> Result<()> {
+pub(super) fn raise_alert(
+    conn: &rusqlite::Connection,
+    kind: &str,
+    key: &str,
+    text: &str,
+    at: f64,
+    place: LogPlace<'_>,
+) -> Result<()> {
     let new = conn
         .prepare_cached(
             "INSERT INTO alerts (kind, key, text, count, first_at, last_at) VALUES (?1, ?2, ?3, 1, ?4, ?4)
@@ -70,6 +83,7 @@ pub(super) fn raise_alert(conn: &rusqlite::Connection, kind: &str, key: &str, te
         .execute(params![kind, key, text, at])?;
     if new == 1 {
         count_alert(conn, kind, at)?;
+        log_alert(conn, kind, text, at, place)?;
     } else {
         conn.prepare_cached(
             "UPDATE alerts SET count = count + 1, last_at = MAX(last_at, ?3) WHERE kind = ?1 AND key = ?2",
@@ -77,6 +91,33 @@ pub(super) fn raise_alert(conn: &rusqlite::Connection, kind: &str, key: &str, te
         .execute(params![kind, key, at])?;
     }
     Ok(())
+}
+
+/// The log record of an alert raised.
+fn log_alert(conn: &rusqlite::Connection, kind: &str, text: &str, at: f64, place: LogPlace<'_>) -> Result<()> {
+    let attrs = LogAttrs::default()
+        .str(semconv::metric::attr::HERMES_ALERT_KIND, Some(kind))
+        .str(semconv::attr::HERMES_SESSION_ID, place.session_id);
+    log_outbox::append(
+        conn,
+        &NewLog {
+            at,
+            event: semconv::event::ALERT,
+            severity: Severity::Warn,
+            place,
+            body: text,
+            attrs,
+        },
+    )
+}
+
+/// The severity of a verdict's log record: a notice (a runaway's alert
+/// too) warns, a block or a pause is an error.
+fn verdict_severity(verdict: &str) -> Severity {
+    match verdict {
+        budget::verdict::SOFT | budget::verdict::HARD | budget::verdict::RUNAWAY => Severity::Warn,
+        _ => Severity::Error,
+    }
 }
 
 /// One more alert of `kind` in the `hermes.alerts` counter.
@@ -120,6 +161,13 @@ impl Store {
             count_alert(self.conn(), kind, at)?;
         }
         Ok(n == 1)
+    }
+
+    /// Writes the log record of an alert this caller raised through
+    /// [`Store::raise_alert_delivered`] that no verdict stands for (an
+    /// alert threshold crossed).
+    pub fn log_alert(&self, kind: &str, text: &str, at: f64, place: LogPlace<'_>) -> Result<()> {
+        log_alert(self.conn(), kind, text, at, place)
     }
 
     /// Raises a one-shot alert to be shown at the next `pre_llm_call` (a
@@ -193,15 +241,66 @@ impl Store {
 
     /// Counts one verdict (see [`budget::verdict`]) on `state`'s budget,
     /// here and in the `hermes.budget.verdicts` counter.
-    pub fn count_budget_verdict(&self, verdict: &str, state: &BudgetState, at: f64) -> Result<()> {
-        self.count_verdict(verdict, state.budget.scope.as_str(), state.budget.window.as_str(), at)
+    pub fn count_budget_verdict(
+        &self,
+        verdict: &str,
+        state: &BudgetState,
+        at: f64,
+        place: LogPlace<'_>,
+        text: &str,
+    ) -> Result<()> {
+        let scope = state.budget.scope.as_str();
+        let id = Some(state.budget.id.as_str()).filter(|id| !id.is_empty());
+        self.count_verdict_of(verdict, scope, id, state.budget.window.as_str(), at, place, text)
     }
 
     /// Counts one verdict on a budget or cap of `scope` over `window` (a
     /// cap's is [`budget::LIFETIME`]).
-    pub fn count_verdict(&self, verdict: &str, scope: &str, window: &str, at: f64) -> Result<()> {
-        let attrs = metrics::verdict_attrs(scope, window, verdict);
-        crate::store::add_to_counter(self.conn(), semconv::metric::BUDGET_VERDICTS, &attrs, 1.0, at)?;
+    /// Writes its log record (`text` is what the agent or user was told),
+    /// in `place`.
+    pub fn count_verdict(
+        &self,
+        verdict: &str,
+        scope: &str,
+        window: &str,
+        at: f64,
+        place: LogPlace<'_>,
+        text: &str,
+    ) -> Result<()> {
+        self.count_verdict_of(verdict, scope, None, window, at, place, text)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn count_verdict_of(
+        &self,
+        verdict: &str,
+        scope: &str,
+        id: Option<&str>,
+        window: &str,
+        at: f64,
+        place: LogPlace<'_>,
+        text: &str,
+    ) -> Result<()> {
+        let metric_attrs = metrics::verdict_attrs(scope, window, verdict);
+        crate::store::add_to_counter(self.conn(), semconv::metric::BUDGET_VERDICTS, &metric_attrs, 1.0, at)?;
+        use semconv::metric::attr;
+        let attrs = LogAttrs::default()
+            .str(attr::HERMES_BUDGET_VERDICT, Some(verdict))
+            .str(attr::HERMES_BUDGET_SCOPE, Some(scope))
+            .str(attr::HERMES_BUDGET_ID, id)
+            .str(attr::HERMES_BUDGET_WINDOW, Some(window))
+            .str(semconv::attr::HERMES_SESSION_ID, place.session_id);
+        log_outbox::append(
+            self.conn(),
+            &NewLog {
+                at,
+                event: semconv::event::BUDGET_VERDICT,
+                severity: verdict_severity(verdict),
+                place,
+                body: text,
+                attrs,
+            },
+        )?;
         self.conn()
             .prepare_cached(
                 "INSERT INTO budget_verdicts (verdict, count) VALUES (?1, 1)
@@ -330,6 +429,14 @@ fn alert_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AlertRow> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn place() -> LogPlace<'static> {
+        LogPlace {
+            session_id: Some("s1"),
+            turn_id: Some("t1"),
+            span_id: None,
+        }
+    }
     use crate::budget::{Budget, BudgetUnit, Level, Scope, Spend, Window};
     use crate::store::budget::temp_store;
 
@@ -367,8 +474,24 @@ mod tests {
     fn an_alert_is_pending_until_delivered_once_and_counts_its_occurrences() {
         let (_dir, store) = temp_store();
         assert!(!store.has_pending_alerts().expect("pending"));
-        raise_alert(store.conn(), alert::MODEL_UNAVAILABLE, "m", "Model m is gone.", 10.0).expect("raise");
-        raise_alert(store.conn(), alert::MODEL_UNAVAILABLE, "m", "Model m is gone.", 12.0).expect("raise");
+        raise_alert(
+            store.conn(),
+            alert::MODEL_UNAVAILABLE,
+            "m",
+            "Model m is gone.",
+            10.0,
+            LogPlace::default(),
+        )
+        .expect("raise");
+        raise_alert(
+            store.conn(),
+            alert::MODEL_UNAVAILABLE,
+            "m",
+            "Model m is gone.",
+            12.0,
+            LogPlace::default(),
+        )
+        .expect("raise");
         assert!(store.has_pending_alerts().expect("pending"));
         let pending = store.pending_alerts(5).expect("pending");
         assert_eq!(pending.len(), 1);
@@ -397,7 +520,15 @@ mod tests {
     fn taking_pending_alerts_delivers_each_once() {
         let (_dir, store) = temp_store();
         for key in ["a", "b", "c"] {
-            raise_alert(store.conn(), alert::MODEL_UNAVAILABLE, key, key, 1.0).expect("raise");
+            raise_alert(
+                store.conn(),
+                alert::MODEL_UNAVAILABLE,
+                key,
+                key,
+                1.0,
+                LogPlace::default(),
+            )
+            .expect("raise");
         }
         assert_eq!(store.take_pending_alerts(2.0, "s1", 2).expect("take"), ["a", "b"]);
         assert_eq!(store.take_pending_alerts(3.0, "s2", 5).expect("take"), ["c"]);
@@ -429,7 +560,7 @@ mod tests {
         let (_dir, store) = temp_store();
         for _ in 0..2 {
             store
-                .count_budget_verdict(budget::verdict::BLOCKED, &state("p"), 1.0)
+                .count_budget_verdict(budget::verdict::BLOCKED, &state("p"), 1.0, place(), "Blocked.")
                 .expect("count");
         }
         let counts = store.budget_verdict_counts().expect("counts");
@@ -437,16 +568,29 @@ mod tests {
             counts,
             [("soft", 0), ("hard", 0), ("blocked", 2), ("paused", 0), ("runaway", 0)]
         );
+        // Each verdict is also a log record, in the turn it was given in.
+        let logs = store.log_outbox_ready(10).expect("logs");
+        assert_eq!(logs.len(), 2);
+        assert_eq!(logs[0].event, semconv::event::BUDGET_VERDICT);
+        assert_eq!(
+            (logs[0].body.as_str(), logs[0].severity),
+            ("Blocked.", Severity::Error as i32)
+        );
+        assert_eq!(logs[0].turn_id.as_deref(), Some("t1"));
+        let attrs: serde_json::Value = serde_json::from_str(&logs[0].attrs).expect("json");
+        assert_eq!(attrs["hermes.budget.verdict"], "blocked");
+        assert_eq!(attrs["hermes.budget.scope"], "cron");
+        assert_eq!(attrs["hermes.budget.id"], "job");
     }
 
     #[test]
     fn a_model_first_seen_free_raises_an_alert_when_it_costs() {
         let (_dir, store) = temp_store();
         let tx = store.conn().unchecked_transaction().expect("begin");
-        watch_free_to_paid(&tx, &call("x:free", 0.0), 1.0).expect("free");
-        watch_free_to_paid(&tx, &call("x", 0.1), 2.0).expect("paid");
-        watch_free_to_paid(&tx, &call("x", 0.2), 3.0).expect("paid again");
-        watch_free_to_paid(&tx, &call("y", 0.2), 4.0).expect("paid from the start");
+        watch_free_to_paid(&tx, &call("x:free", 0.0), 1.0, LogPlace::default()).expect("free");
+        watch_free_to_paid(&tx, &call("x", 0.1), 2.0, LogPlace::default()).expect("paid");
+        watch_free_to_paid(&tx, &call("x", 0.2), 3.0, LogPlace::default()).expect("paid again");
+        watch_free_to_paid(&tx, &call("y", 0.2), 4.0, LogPlace::default()).expect("paid from the start");
         tx.commit().expect("commit");
         let rows = store.alerts().expect("alerts");
         assert_eq!(rows.len(), 1, "{rows:?}");

@@ -17,6 +17,7 @@ use crate::budget::{self, alert, reservation_usage, window_bounds, Scope, ScopeK
 use crate::error::Result;
 use crate::hook::{ApiRequestError, PostApiRequest, PreApiRequest};
 use crate::pricing::{PriceSource, PriceTable};
+use crate::store::LogPlace;
 use crate::store::Store;
 
 /// An LLM call the ledger just recorded (first time only).
@@ -196,7 +197,17 @@ pub(in crate::store) fn on_post_api_request(
         }
     }
     add_to_periods(tx, &keys, call.ended_at, &sums)?;
-    watch_free_to_paid(tx, &call, at)
+    watch_free_to_paid(tx, &call, at, api_place(&e.api, None))
+}
+
+/// Where an LLM call's alert happened: its turn, and the span of
+/// `attempt` when it is known.
+fn api_place(a: &crate::hook::ApiRequest, attempt: Option<i64>) -> LogPlace<'_> {
+    LogPlace {
+        session_id: Some(&a.session_id),
+        turn_id: a.turn_id.as_deref(),
+        span_id: attempt.map(|n| crate::span::attempt_span_id(&a.api_request_id, n)),
+    }
 }
 
 /// Adds a held call the user confirmed to its spend buckets and periods:
@@ -349,7 +360,14 @@ pub(in crate::store) fn on_api_request_error(tx: &Transaction<'_>, e: &ApiReques
         let text = format!(
             "[hermes-meter alert] Model {model} is unavailable at {provider}: the API answered 404 (not retryable)."
         );
-        raise_alert(tx, alert::MODEL_UNAVAILABLE, model, &text, at)?;
+        raise_alert(
+            tx,
+            alert::MODEL_UNAVAILABLE,
+            model,
+            &text,
+            at,
+            api_place(&e.api, Some(e.retry_count)),
+        )?;
     }
     Ok(())
 }

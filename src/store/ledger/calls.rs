@@ -5,6 +5,7 @@
 use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::super::budget::RecordedCall;
+use super::super::log_outbox::{self, LogAttrs, LogPlace, NewLog, Severity};
 use super::super::outbox::{self, SpanKind};
 use super::super::row_counts::{Counted, RowCounts};
 use super::super::run_memo::RunMemo;
@@ -247,8 +248,45 @@ pub(super) fn apply_api_error(
         if last_attempt {
             outbox::enqueue_run(tx, &a.session_id, at, false)?;
         }
+        log_api_error(tx, e, ended_at, last_attempt)?;
     }
     Ok(())
+}
+
+/// The log record of a failed attempt, in its attempt span: an error when
+/// it was the request's last, a warning when Hermes retries it.
+fn log_api_error(tx: &Transaction<'_>, e: &ApiRequestError, at: f64, last_attempt: bool) -> Result<()> {
+    use crate::semconv::attr;
+    let a = &e.api;
+    let body = match (&e.error_message, e.status_code) {
+        (Some(m), _) => m.clone(),
+        (None, Some(code)) => format!("LLM API call failed with HTTP {code}"),
+        (None, None) => "LLM API call failed".to_string(),
+    };
+    let attrs = LogAttrs::default()
+        .str(attr::ERROR_TYPE, e.error_type.as_deref())
+        .int(attr::HTTP_RESPONSE_STATUS_CODE, e.status_code)
+        .int(attr::HERMES_API_RETRY_COUNT, Some(e.retry_count))
+        .bool(attr::HERMES_API_RETRYABLE, e.retryable)
+        .str(attr::HERMES_ERROR_REASON, e.reason.as_deref())
+        .str(attr::GEN_AI_REQUEST_MODEL, a.model.as_deref())
+        .str(attr::GEN_AI_PROVIDER_NAME, a.provider.as_deref())
+        .str(attr::HERMES_SESSION_ID, Some(&a.session_id));
+    log_outbox::append(
+        tx,
+        &NewLog {
+            at,
+            event: crate::semconv::event::API_ERROR,
+            severity: if last_attempt { Severity::Error } else { Severity::Warn },
+            place: LogPlace {
+                session_id: Some(&a.session_id),
+                turn_id: a.turn_id.as_deref(),
+                span_id: Some(crate::span::attempt_span_id(&a.api_request_id, e.retry_count)),
+            },
+            body: &body,
+            attrs,
+        },
+    )
 }
 
 pub(super) fn apply_tool_result(

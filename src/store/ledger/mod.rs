@@ -6,6 +6,7 @@
 use rusqlite::{params, OptionalExtension, Transaction, TransactionBehavior};
 
 use super::budget;
+use super::log_outbox::{LogAttrs, LogPlace, NewLog, Severity};
 use super::outbox::{self, SpanKind};
 use super::retention;
 use super::row_counts::{Counted, LogTail, RowCounts};
@@ -522,9 +523,43 @@ fn apply_approval(tx: &Transaction<'_>, a: &crate::hook::Approval, at: f64, deci
             .execute(params![session, key, at, a.choice, a.decided_by])?;
         if ended == 1 {
             outbox::enqueue(tx, SpanKind::Approval, &session, key, -1, at, false)?;
+            log_approval(tx, a, &session, at)?;
         }
     }
     Ok(())
+}
+
+/// The log record of an approval's decision, in its approval span: a
+/// warning when the command was denied or the wait timed out.
+fn log_approval(tx: &Transaction<'_>, a: &crate::hook::Approval, session: &str, at: f64) -> Result<()> {
+    use crate::semconv::attr;
+    let choice = a.choice.as_deref().unwrap_or("unknown");
+    let refused = matches!(choice, "deny" | "timeout" | "smart_deny");
+    let what = a.pattern_key.as_deref().unwrap_or("a command");
+    let by = a.decided_by.as_deref().map(|b| format!(" by {b}")).unwrap_or_default();
+    let body = format!("Approval of {what}: {choice}{by}");
+    let attrs = LogAttrs::default()
+        .str(attr::HERMES_APPROVAL_CHOICE, Some(choice))
+        .str(attr::HERMES_APPROVAL_DECIDED_BY, a.decided_by.as_deref())
+        .str(attr::HERMES_APPROVAL_SURFACE, a.surface.as_deref())
+        .str(attr::HERMES_APPROVAL_PATTERN, a.pattern_key.as_deref())
+        .str(attr::GEN_AI_TOOL_CALL_ID, a.tool_call_id.as_deref())
+        .str(attr::HERMES_SESSION_ID, Some(session));
+    super::log_outbox::append(
+        tx,
+        &NewLog {
+            at,
+            event: crate::semconv::event::APPROVAL,
+            severity: if refused { Severity::Warn } else { Severity::Info },
+            place: LogPlace {
+                session_id: Some(session),
+                turn_id: a.turn_id.as_deref(),
+                span_id: Some(crate::span::approval_span_id(session, a.key())),
+            },
+            body: &body,
+            attrs,
+        },
+    )
 }
 
 /// Closes a finalized session's open turns: failed when an attempt of

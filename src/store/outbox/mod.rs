@@ -594,7 +594,7 @@ impl Store {
         })
     }
 
-    fn state_value<T: rusqlite::types::FromSql>(&self, key: &str) -> Result<Option<T>> {
+    pub(in crate::store) fn state_value<T: rusqlite::types::FromSql>(&self, key: &str) -> Result<Option<T>> {
         Ok(self
             .conn()
             .query_row("SELECT value FROM export_state WHERE key = ?1", params![key], |r| {
