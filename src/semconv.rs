@@ -34,6 +34,9 @@ pub mod event {
     pub const APPROVAL: &str = "hermes.approval";
     /// A failed LLM API attempt.
     pub const API_ERROR: &str = "hermes.api.error";
+    /// An LLM call's captured content (the GenAI content event), sent
+    /// only with `EVENT_ONLY` or `SPAN_AND_EVENT`.
+    pub const INFERENCE_DETAILS: &str = "gen_ai.client.inference.operation.details";
 }
 
 pub mod attr {

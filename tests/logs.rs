@@ -242,6 +242,7 @@ fn killing_the_sending_process_mid_batch_loses_no_record_and_a_resent_one_keeps_
                     place: LogPlace::default(),
                     body: &body,
                     attrs: Default::default(),
+                    content_key: None,
                 })
                 .expect("append");
         }
@@ -300,4 +301,89 @@ fn killing_the_sending_process_mid_batch_loses_no_record_and_a_resent_one_keeps_
         "{} repeats",
         records.len() as i64 - total
     );
+}
+
+/// A store in `dir` holding the runs of `names`, recorded with content
+/// capture on.
+fn replayed_with_content(dir: &Path, names: &[&str]) -> Store {
+    let mut store = Store::open_dir(dir).expect("store");
+    let mut stats = ReplayStats::default();
+    let opts = DecodeOptions {
+        capture_content: true,
+        ..DecodeOptions::default()
+    };
+    for name in names {
+        replay_file(&mut store, &fixture(name), opts, &mut stats).expect("replay");
+    }
+    store
+}
+
+/// The readfile run recorded with capture on, then sent by an exporter
+/// with capture `mode`: the receiver, the driver (its store), the run's
+/// LLM calls and the store's directory.
+fn sent_with_content(mode: &str) -> (support::Receiver, Driver, i64, tempfile::TempDir) {
+    let receiver = support::grpc(None, None);
+    let endpoint = receiver.grpc_endpoint();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = replayed_with_content(dir.path(), &["readfile"]);
+    let calls = store.store_count("llm_calls").expect("calls");
+    let (traces, logs) = configs(&[
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+        ("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", mode),
+    ]);
+    assert_eq!(traces.capture_content.value, mode != "EVENT_ONLY");
+    assert_eq!(logs.content_events.value, mode != "SPAN_ONLY");
+    let mut driver = Driver::new(store, Some(traces), None, Some(logs), Duration::from_secs(60)).expect("driver");
+    drain(&mut driver, Duration::from_secs(30));
+    (receiver, driver, calls, dir)
+}
+
+#[test]
+fn event_only_sends_each_calls_content_as_a_content_event_in_its_span_and_none_on_spans() {
+    let (receiver, _driver, calls, _dir) = sent_with_content("EVENT_ONLY");
+    let spans = receiver.received.spans();
+    let content_keys = ["gen_ai.input.messages", "gen_ai.output.messages"];
+    assert!(
+        spans
+            .iter()
+            .all(|s| s.attributes.iter().all(|kv| !content_keys.contains(&kv.key.as_str()))),
+        "EVENT_ONLY puts no content on spans"
+    );
+    let events: Vec<_> = receiver
+        .received
+        .log_records()
+        .into_iter()
+        .filter(|r| r.event_name == event::INFERENCE_DETAILS)
+        .collect();
+    assert_eq!(events.len() as i64, calls, "one content event per LLM call");
+    for e in &events {
+        let span = spans.iter().find(|s| s.span_id == e.span_id).expect("its chat span");
+        assert!(
+            span.name.starts_with("chat ") && span.trace_id == e.trace_id,
+            "{}",
+            span.name
+        );
+        let input = text(attr(e, "gen_ai.input.messages")).expect("input messages");
+        assert!(input.contains("READFILE"), "{input}");
+        assert_eq!(text(attr(e, "gen_ai.operation.name")).as_deref(), Some("chat"));
+    }
+    // The final answer's call carries what the model said.
+    assert!(events.iter().any(|e| text(attr(e, "gen_ai.output.messages")).is_some()));
+}
+
+#[test]
+fn without_content_events_a_calls_captured_content_stays_off_the_wire_and_is_counted_skipped() {
+    let (receiver, driver, calls, _dir) = sent_with_content("SPAN_ONLY");
+    assert!(
+        receiver.received.log_records().is_empty(),
+        "readfile has no other record"
+    );
+    let state = driver.store().log_export_state().expect("state");
+    assert_eq!((state.pending, state.skipped, state.exported), (0, calls, 0));
+    // On spans instead.
+    assert!(receiver
+        .received
+        .spans()
+        .iter()
+        .any(|s| s.attributes.iter().any(|kv| kv.key == "gen_ai.input.messages")));
 }

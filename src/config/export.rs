@@ -17,7 +17,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::parse::{parse_capture, parse_key_values, parse_non_negative, parse_positive, Resolver};
+use super::parse::{parse_key_values, parse_non_negative, parse_positive, CaptureMode, Resolver};
 use super::{Resolved, Source};
 use crate::semconv::Names;
 use crate::span::TraceMode;
@@ -328,6 +328,9 @@ pub struct ExportConfig {
     /// (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`, the same
     /// setting that makes hooks capture it).
     pub capture_content: Resolved<bool>,
+    /// Whether captured content is sent as content events, OTLP log
+    /// records (`EVENT_ONLY`, `SPAN_AND_EVENT`).
+    pub content_events: Resolved<bool>,
     /// Which generation of GenAI names spans carry
     /// (`OTEL_SEMCONV_STABILITY_OPT_IN`).
     pub names: Resolved<Names>,
@@ -453,13 +456,20 @@ impl ExportConfig {
         let session_grace_seconds = r.setting(None, &[env::SESSION_GRACE_SECONDS], parse_non_negative, 120.0);
         let outbox_max_rows = r.setting(None, &[env::OUTBOX_MAX_ROWS], parse_positive::<u64>, 1_000_000);
         let lease_seconds = r.setting(None, &[env::LEASE_SECONDS], parse_non_negative, 15.0);
-        let capture_content = r.setting(None, &[super::env::CAPTURE_CONTENT], parse_capture, false);
-        if var(super::env::CAPTURE_CONTENT).is_some_and(|v| v.trim().eq_ignore_ascii_case("EVENT_ONLY")) {
-            r.warnings.push(format!(
-                "{}: EVENT_ONLY captures nothing (hermes-meter sends content on spans, not as events)",
-                super::env::CAPTURE_CONTENT
-            ));
-        }
+        let capture = r.setting(
+            None,
+            &[super::env::CAPTURE_CONTENT],
+            CaptureMode::parse,
+            CaptureMode::NoContent,
+        );
+        let capture_content = Resolved {
+            value: capture.value.on_spans(),
+            source: capture.source.clone(),
+        };
+        let content_events = Resolved {
+            value: capture.value.as_events(),
+            source: capture.source,
+        };
         let names = r.setting(
             None,
             &[super::env::SEMCONV_STABILITY_OPT_IN],
@@ -489,6 +499,7 @@ impl ExportConfig {
             outbox_max_rows,
             lease_seconds,
             capture_content,
+            content_events,
             names,
             warnings: r.warnings,
         }
@@ -542,6 +553,7 @@ impl ExportConfig {
             row("outbox_max_rows", &self.outbox_max_rows, |v| v.to_string()),
             row("lease_seconds", &self.lease_seconds, |v| v.to_string()),
             row("capture_content", &self.capture_content, |v| v.to_string()),
+            row("content_events", &self.content_events, |v| v.to_string()),
             row("semconv_names", &self.names, |v| v.as_str().to_string()),
         ]
     }

@@ -88,17 +88,54 @@ pub fn parse_bool(s: &str) -> (bool, bool) {
     }
 }
 
-/// Content capture as the OpenTelemetry GenAI instrumentations spell it:
-/// `true`/`false`, or `NO_CONTENT`, `SPAN_ONLY`, `EVENT_ONLY`,
-/// `SPAN_AND_EVENT` (any case). hermes-meter puts content on spans and has
-/// no content events, so `EVENT_ONLY` captures nothing. `None` for anything
-/// else (read as off).
-pub fn parse_capture(s: &str) -> Option<bool> {
-    match s.trim().to_ascii_uppercase().as_str() {
-        "TRUE" | "SPAN_ONLY" | "SPAN_AND_EVENT" => Some(true),
-        "FALSE" | "NO_CONTENT" | "EVENT_ONLY" => Some(false),
-        _ => None,
+/// Where captured content goes, as the OpenTelemetry GenAI
+/// instrumentations spell it (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum CaptureMode {
+    /// Nothing is captured (`false`, `NO_CONTENT`).
+    #[default]
+    NoContent,
+    /// On spans (`true`, `SPAN_ONLY`).
+    SpanOnly,
+    /// In content events, OTLP log records (`EVENT_ONLY`).
+    EventOnly,
+    /// Both (`SPAN_AND_EVENT`).
+    SpanAndEvent,
+}
+
+impl CaptureMode {
+    /// Parses the value (any case); `None` for anything else (read as off).
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s.trim().to_ascii_uppercase().as_str() {
+            "TRUE" | "SPAN_ONLY" => CaptureMode::SpanOnly,
+            "SPAN_AND_EVENT" => CaptureMode::SpanAndEvent,
+            "EVENT_ONLY" => CaptureMode::EventOnly,
+            "FALSE" | "NO_CONTENT" => CaptureMode::NoContent,
+            _ => return None,
+        })
     }
+
+    /// Whether hooks capture content at all.
+    pub fn captures(self) -> bool {
+        self != CaptureMode::NoContent
+    }
+
+    /// Whether spans carry it.
+    pub fn on_spans(self) -> bool {
+        matches!(self, CaptureMode::SpanOnly | CaptureMode::SpanAndEvent)
+    }
+
+    /// Whether content events carry it.
+    pub fn as_events(self) -> bool {
+        matches!(self, CaptureMode::EventOnly | CaptureMode::SpanAndEvent)
+    }
+}
+
+/// Whether hooks capture content: any [`CaptureMode`] but `NO_CONTENT`.
+/// `None` for a value that is not one.
+pub fn parse_capture(s: &str) -> Option<bool> {
+    CaptureMode::parse(s).map(CaptureMode::captures)
 }
 
 /// A non-negative, finite number (seconds, hours, days; fractions allowed).

@@ -48,9 +48,9 @@ pub fn store_dir_from(
 }
 
 /// Whether content capture is on: `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`
-/// `true`, `SPAN_ONLY` or `SPAN_AND_EVENT` (read by the one parser,
-/// [`parse_capture`], so the hooks that capture and the exporter that
-/// sends agree).
+/// `true`, `SPAN_ONLY`, `EVENT_ONLY` or `SPAN_AND_EVENT` (read by the one
+/// parser, [`parse_capture`], so the hooks that capture and the exporters
+/// that send agree; where it goes is the exporters' `CaptureMode`).
 pub fn capture_content_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Resolved<bool> {
     match var(env::CAPTURE_CONTENT) {
         Some(v) => Resolved {
@@ -210,15 +210,21 @@ mod tests {
     }
 
     #[test]
-    fn capture_content_is_on_only_for_true_or_a_span_value() {
+    fn capture_content_is_on_for_true_and_every_mode_but_no_content() {
         let capture =
             |v: &str| capture_content_from(env_of(&[("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", v)])).value;
         assert!(!capture_content_from(env_of(&[])).value);
-        for on in ["TRUE", "true", "SPAN_ONLY", "span_and_event", " SPAN_AND_EVENT "] {
+        for on in [
+            "TRUE",
+            "true",
+            "SPAN_ONLY",
+            "span_and_event",
+            " SPAN_AND_EVENT ",
+            "EVENT_ONLY",
+        ] {
             assert!(capture(on), "{on}");
         }
-        // No content events exist, so EVENT_ONLY captures nothing.
-        for off in ["yes", "false", "NO_CONTENT", "EVENT_ONLY", ""] {
+        for off in ["yes", "false", "NO_CONTENT", ""] {
             assert!(!capture(off), "{off}");
         }
     }

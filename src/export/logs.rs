@@ -30,7 +30,7 @@ use super::{failure_text, resource_of, scrub_error, unix_now, SendRuntime, Sessi
 use crate::config::export::ExportConfig;
 use crate::error::Result;
 use crate::span::{self, TraceMode};
-use crate::store::{LogRow, Store, DEFAULT_LOG_OUTBOX_MAX_ROWS, LOG_LEASE};
+use crate::store::{ContentKind, LogRow, Store, DEFAULT_LOG_OUTBOX_MAX_ROWS, LOG_LEASE};
 
 /// The attribute every record carries: an id a backend can drop a
 /// re-sent record by (OTel's `log.record.uid`).
@@ -129,11 +129,16 @@ impl LogExport {
             return Ok(out);
         }
         let records = self.build(store, &rows)?;
+        let skipped = rows.len() - records.len();
+        if records.is_empty() {
+            store.log_outbox_done(&rows, skipped, 0, unix_now())?;
+            return Ok(out);
+        }
         match self.send(self.request(records), deadline) {
             Ok(accepted) => {
                 self.pacing.succeeded();
-                store.log_outbox_done(&rows, accepted.rejected_log_records, unix_now())?;
-                out.exported = rows.len();
+                store.log_outbox_done(&rows, skipped, accepted.rejected_log_records, unix_now())?;
+                out.exported = rows.len() - skipped;
             }
             Err(e) => {
                 let text = failure_text(Signal::Logs, &self.config.endpoint.value, &e);
@@ -159,19 +164,35 @@ impl LogExport {
     }
 
     /// The records of `rows`, each with the trace context of its span,
-    /// read in one snapshot.
+    /// read in one snapshot. Content events carry the call's captured
+    /// content, and are left out (skipped) unless content events are on.
     fn build(&self, store: &Store, rows: &[LogRow]) -> Result<Vec<LogRecord>> {
         store.read_snapshot(|store| {
             let mut sessions = Sessions::default();
             let mut out = Vec::with_capacity(rows.len());
             for row in rows {
+                if row.content_key.is_some() && !self.config.content_events.value {
+                    continue;
+                }
                 let context = match row.session_id.as_deref() {
                     Some(session) => sessions
                         .get(store, session)?
                         .map(|(_, ancestry)| trace_context(row, session, ancestry, self.mode)),
                     None => None,
                 };
-                out.push(record(row, context));
+                let mut rec = record(row, context);
+                if let (Some(key), Some(session)) = (row.content_key.as_deref(), row.session_id.as_deref()) {
+                    for (name, value) in store.span_content(ContentKind::Llm, session, key)? {
+                        rec.attributes.push(KeyValue {
+                            key: name,
+                            value: Some(AnyValue {
+                                value: Some(any_value::Value::StringValue(value)),
+                            }),
+                            ..KeyValue::default()
+                        });
+                    }
+                }
+                out.push(rec);
             }
             Ok(out)
         })
@@ -293,6 +314,7 @@ mod tests {
             span_id,
             body: "Blocked".into(),
             attrs: r#"{"hermes.budget.verdict":"blocked","n":3,"ok":true}"#.into(),
+            content_key: None,
         }
     }
 

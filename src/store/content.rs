@@ -8,6 +8,7 @@
 
 use rusqlite::{params, Transaction};
 
+use super::log_outbox::{LogAttrs, LogPlace, NewLog, Severity};
 use super::Store;
 use crate::content;
 use crate::error::Result;
@@ -66,6 +67,7 @@ pub(super) fn record(tx: &Transaction<'_>, event: &HookEvent) -> Result<()> {
                     &text,
                 )?;
             }
+            content_event(tx, e)?;
         }
         Hook::PreToolCall(e) => {
             if let Some(args) = &e.args {
@@ -110,6 +112,48 @@ pub(super) fn record(tx: &Transaction<'_>, event: &HookEvent) -> Result<()> {
     Ok(())
 }
 
+/// The content event of an LLM call whose content was captured: a log
+/// record (`gen_ai.client.inference.operation.details`) in its attempt's
+/// span that carries the call's captured messages, read when it is sent,
+/// and sent only when content events are on.
+fn content_event(tx: &Transaction<'_>, e: &crate::hook::PostApiRequest) -> Result<()> {
+    let a = &e.api;
+    let (captured, attempt): (bool, Option<i64>) = tx
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM span_content WHERE kind = ?1 AND session_id = ?2 AND key = ?3),
+                    (SELECT attempts - 1 FROM api_requests WHERE api_request_id = ?3)",
+        )?
+        .query_row(
+            params![ContentKind::Llm.as_str(), a.session_id, a.api_request_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+    if !captured {
+        return Ok(());
+    }
+    let attrs = LogAttrs::default()
+        .str(attr::GEN_AI_OPERATION_NAME, Some(crate::semconv::value::OPERATION_CHAT))
+        .str(attr::GEN_AI_REQUEST_MODEL, a.model.as_deref())
+        .str(attr::GEN_AI_RESPONSE_MODEL, e.response_model.as_deref())
+        .str(attr::GEN_AI_PROVIDER_NAME, a.provider.as_deref())
+        .str(attr::GEN_AI_CONVERSATION_ID, Some(&a.session_id));
+    super::log_outbox::append(
+        tx,
+        &NewLog {
+            at: e.ended_at.unwrap_or(a.started_at.unwrap_or_default()),
+            event: crate::semconv::event::INFERENCE_DETAILS,
+            severity: Severity::Info,
+            place: LogPlace {
+                session_id: Some(&a.session_id),
+                turn_id: a.turn_id.as_deref(),
+                span_id: Some(crate::span::attempt_span_id(&a.api_request_id, attempt.unwrap_or(0))),
+            },
+            body: "",
+            attrs,
+            content_key: Some(&a.api_request_id),
+        },
+    )
+}
+
 /// Where content retention goes on from: the last (kind, session) it
 /// looked at, `None` to start from the beginning.
 #[derive(Debug, Clone, Default)]
@@ -126,7 +170,8 @@ pub(super) const CONTENT_CANDIDATES: &str = "SELECT kind, session_id FROM span_c
 pub(super) const PRUNABLE_CONTENT: &str = "SELECT NOT EXISTS (SELECT 1 FROM runs WHERE session_id = ?1)
     OR EXISTS (SELECT 1 FROM runs r WHERE r.session_id = ?1 AND (r.last_event_at < ?3
         OR (r.status != ?4 AND r.ended_at < ?2
-            AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.kind IN (1, 2, 3, 4, 5, 6, 7) AND o.session_id = ?1))))";
+            AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.kind IN (1, 2, 3, 4, 5, 6, 7) AND o.session_id = ?1)
+            AND NOT EXISTS (SELECT 1 FROM log_outbox l WHERE l.session_id = ?1 AND l.content_key IS NOT NULL))))";
 
 fn put(tx: &Transaction<'_>, kind: ContentKind, session_id: &str, key: &str, name: &str, value: &str) -> Result<()> {
     tx.prepare_cached(

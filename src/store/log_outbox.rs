@@ -35,6 +35,8 @@ pub mod log_counter {
     pub const REJECTED: &str = "logs.rejected";
     /// Records dropped unsent by the cap.
     pub const DROPPED: &str = "logs.dropped";
+    /// Content events not sent because content events are off.
+    pub const SKIPPED: &str = "logs.skipped";
     /// Sends that failed.
     pub const FAILED: &str = "logs.failed_attempts";
     pub(crate) const LAST_SUCCESS_AT: &str = "logs.last_success_at";
@@ -70,6 +72,9 @@ pub struct NewLog<'a> {
     pub body: &'a str,
     /// Its attributes: strings, numbers and booleans.
     pub attrs: LogAttrs,
+    /// A content event's api_request_id: its captured content is read
+    /// when it is sent.
+    pub content_key: Option<&'a str>,
 }
 
 /// A record's attributes being built; absent values are left out.
@@ -102,8 +107,8 @@ impl LogAttrs {
 /// Appends `log` inside the caller's transaction.
 pub(crate) fn append(conn: &Connection, log: &NewLog<'_>) -> Result<()> {
     conn.prepare_cached(
-        "INSERT INTO log_outbox (at, event, severity, session_id, turn_id, span_id, body, attrs)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO log_outbox (at, event, severity, session_id, turn_id, span_id, body, attrs, content_key)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?
     .execute(params![
         log.at,
@@ -114,6 +119,7 @@ pub(crate) fn append(conn: &Connection, log: &NewLog<'_>) -> Result<()> {
         log.place.span_id.map(|id| id.to_vec()),
         log.body,
         serde_json::Value::Object(log.attrs.0.clone()).to_string(),
+        log.content_key,
     ])?;
     Ok(())
 }
@@ -132,6 +138,8 @@ pub struct LogRow {
     pub body: String,
     /// A JSON object.
     pub attrs: String,
+    /// A content event's api_request_id.
+    pub content_key: Option<String>,
 }
 
 /// The log export's state, for `status`.
@@ -142,6 +150,7 @@ pub struct LogExportState {
     pub exported: i64,
     pub rejected: i64,
     pub dropped: i64,
+    pub skipped: i64,
     pub failed: i64,
     pub last_success_at: Option<f64>,
     pub last_error: Option<String>,
@@ -149,9 +158,12 @@ pub struct LogExportState {
     pub lease: Option<super::Lease>,
 }
 
-/// Deletes, among the `?2` oldest records, those appended before `?1`.
+/// Deletes, among the `?2` oldest records, those appended before `?1`,
+/// and content events before `?3` (captured content is not kept past its
+/// own retention in a record that waits).
 pub(super) const EXPIRE_LOG_OUTBOX: &str = "DELETE FROM log_outbox WHERE seq IN (
-        SELECT seq FROM (SELECT seq, at FROM log_outbox ORDER BY seq LIMIT ?2) WHERE at < ?1)";
+        SELECT seq FROM (SELECT seq, at, content_key FROM log_outbox ORDER BY seq LIMIT ?2)
+         WHERE at < ?1 OR (content_key IS NOT NULL AND at < ?3))";
 
 impl Store {
     /// Appends one record in a transaction of its own (a gate's verdict,
@@ -164,7 +176,7 @@ impl Store {
     pub fn log_outbox_ready(&self, limit: usize) -> Result<Vec<LogRow>> {
         // The limit is part of the text (see `pending_alerts`).
         let mut stmt = self.conn().prepare_cached(&format!(
-            "SELECT seq, at, event, severity, session_id, turn_id, span_id, body, attrs
+            "SELECT seq, at, event, severity, session_id, turn_id, span_id, body, attrs, content_key
                FROM log_outbox ORDER BY seq LIMIT {limit}"
         ))?;
         let rows = stmt.query_map([], |r| {
@@ -178,14 +190,17 @@ impl Store {
                 span_id: r.get(6)?,
                 body: r.get(7)?,
                 attrs: r.get(8)?,
+                content_key: r.get(9)?,
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// The collector accepted `rows` (`rejected` of them refused by a
-    /// partial success): they leave the outbox and are counted.
-    pub fn log_outbox_done(&mut self, rows: &[LogRow], rejected: i64, now: f64) -> Result<()> {
+    /// The collector accepted `rows` but `skipped` of them, which were not
+    /// sent (content events with content events off), and refused
+    /// `rejected` by a partial success: they leave the outbox and are
+    /// counted.
+    pub fn log_outbox_done(&mut self, rows: &[LogRow], skipped: usize, rejected: i64, now: f64) -> Result<()> {
         let tx = self.conn.transaction()?;
         {
             let mut del = tx.prepare_cached("DELETE FROM log_outbox WHERE seq = ?1")?;
@@ -193,9 +208,11 @@ impl Store {
                 del.execute(params![row.seq])?;
             }
         }
-        let rejected = rejected.clamp(0, rows.len() as i64);
-        bump_state(&tx, log_counter::EXPORTED, rows.len() as i64 - rejected)?;
+        let sent = rows.len().saturating_sub(skipped) as i64;
+        let rejected = rejected.clamp(0, sent);
+        bump_state(&tx, log_counter::EXPORTED, sent - rejected)?;
         bump_state(&tx, log_counter::REJECTED, rejected)?;
+        bump_state(&tx, log_counter::SKIPPED, skipped as i64)?;
         set_state(&tx, log_counter::LAST_SUCCESS_AT, now)?;
         tx.commit()?;
         Ok(())
@@ -230,13 +247,14 @@ impl Store {
     }
 
     /// Deletes, among the `limit` oldest records, those appended before
-    /// `before` (the outbox's retention): counted as dropped. Returns how
-    /// many went.
-    pub fn expire_log_outbox(&mut self, before: f64, limit: usize) -> Result<usize> {
+    /// `before` (the outbox's retention) and content events appended
+    /// before `content_before` (the content's): counted as dropped.
+    /// Returns how many went.
+    pub fn expire_log_outbox(&mut self, before: f64, content_before: f64, limit: usize) -> Result<usize> {
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let n = tx
             .prepare_cached(EXPIRE_LOG_OUTBOX)?
-            .execute(params![before, limit as i64])?;
+            .execute(params![before, limit as i64, content_before])?;
         bump_state(&tx, log_counter::DROPPED, n as i64)?;
         tx.commit()?;
         Ok(n)
@@ -256,6 +274,7 @@ impl Store {
             exported: int(log_counter::EXPORTED)?,
             rejected: int(log_counter::REJECTED)?,
             dropped: int(log_counter::DROPPED)?,
+            skipped: int(log_counter::SKIPPED)?,
             failed: int(log_counter::FAILED)?,
             last_success_at: self.state_value(log_counter::LAST_SUCCESS_AT)?,
             last_error: self.state_value(log_counter::LAST_ERROR)?,
@@ -281,6 +300,7 @@ mod tests {
             },
             body,
             attrs: LogAttrs::default().str("hermes.alert.kind", Some("runaway")),
+            content_key: None,
         }
     }
 
@@ -295,12 +315,12 @@ mod tests {
         assert_eq!(ready.iter().map(|r| r.body.as_str()).collect::<Vec<_>>(), ["a", "b"]);
         assert_eq!(ready[0].span_id.as_deref(), Some(&[1, 2, 3, 4, 5, 6, 7, 8][..]));
         assert_eq!(ready[0].severity, 13);
-        store.log_outbox_done(&ready, 1, 20.0).expect("done");
+        store.log_outbox_done(&ready, 0, 1, 20.0).expect("done");
         let state = store.log_export_state().expect("state");
         assert_eq!((state.pending, state.exported, state.rejected), (2, 1, 1));
         assert_eq!(state.oldest_pending_at, Some(12.0));
         assert_eq!(store.log_outbox_enforce_cap(1, 500).expect("cap"), 1);
-        assert_eq!(store.expire_log_outbox(14.0, 500).expect("expire"), 1);
+        assert_eq!(store.expire_log_outbox(14.0, 0.0, 500).expect("expire"), 1);
         let state = store.log_export_state().expect("state");
         assert_eq!((state.pending, state.dropped), (0, 2));
         store.log_export_failed("otlp grpc: down", 30.0).expect("failed");

@@ -126,7 +126,7 @@ impl Store {
             RetainKind::Requests => both(self.prune_finished_requests(size)?),
             RetainKind::Expired => {
                 let spans = self.expire_outbox(cut.outbox_before, size)?;
-                let logs = self.expire_log_outbox(cut.outbox_before, size)?;
+                let logs = self.expire_log_outbox(cut.outbox_before, cut.content_ended_before, size)?;
                 counted(spans.max(logs))
             }
             RetainKind::Capped => {

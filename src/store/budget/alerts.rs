@@ -107,6 +107,7 @@ fn log_alert(conn: &rusqlite::Connection, kind: &str, text: &str, at: f64, place
             place,
             body: text,
             attrs,
+            content_key: None,
         },
     )
 }
@@ -299,6 +300,7 @@ impl Store {
                 place,
                 body: text,
                 attrs,
+                content_key: None,
             },
         )?;
         self.conn()

@@ -285,6 +285,7 @@ fn log_api_error(tx: &Transaction<'_>, e: &ApiRequestError, at: f64, last_attemp
             },
             body: &body,
             attrs,
+            content_key: None,
         },
     )
 }

@@ -558,6 +558,7 @@ fn log_approval(tx: &Transaction<'_>, a: &crate::hook::Approval, session: &str, 
             },
             body: &body,
             attrs,
+            content_key: None,
         },
     )
 }

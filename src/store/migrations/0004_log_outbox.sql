@@ -11,6 +11,8 @@
 --   span_id:  the span it happened in (8 bytes), NULL for its turn's or
 --             session's
 --   attrs:    a JSON object of its attributes (strings, numbers, booleans)
+--   content_key: a content event's: the api_request_id whose captured
+--             content (`span_content`) it carries, read when it is sent
 CREATE TABLE log_outbox (
     seq        INTEGER PRIMARY KEY,
     at         REAL NOT NULL,
@@ -20,5 +22,8 @@ CREATE TABLE log_outbox (
     turn_id    TEXT,
     span_id    BLOB,
     body       TEXT NOT NULL,
-    attrs      TEXT NOT NULL DEFAULT '{}'
+    attrs      TEXT NOT NULL DEFAULT '{}',
+    content_key TEXT
 );
+-- Content retention keeps a session's content while an event of it waits.
+CREATE INDEX log_outbox_content ON log_outbox (session_id) WHERE content_key IS NOT NULL;
