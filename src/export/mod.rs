@@ -564,6 +564,13 @@ pub fn failure_text(signal: Signal, endpoint: &str, e: &SendError) -> String {
              that drops it? Nothing is lost meanwhile"
                 .to_string()
         }
+        // A refusal for now: a full queue (the Collector's "sending queue
+        // is full"), memory pressure, a rate limit, a restart.
+        (retry::Cause::Answered, retry::Verdict::Retry { .. }) => {
+            "the collector answered that it cannot take them now (a full queue, memory pressure or a \
+             rate limit: see its log); they wait in the store and are sent again"
+                .to_string()
+        }
         (_, retry::Verdict::Retry { .. }) => format!(
             "is a collector listening there? Start it, or point {} (or --endpoint) at yours; \
              nothing is lost meanwhile",
@@ -715,6 +722,7 @@ mod tests {
             (retry, Cause::NoAnswer, "did not answer in time", "refused"),
             (retry, Cause::Unreachable, "is a collector listening there?", "refused"),
             (Verdict::Permanent, Cause::Answered, "refused them", "listening"),
+            (retry, Cause::Answered, "cannot take them now", "listening"),
         ] {
             let e = SendError {
                 verdict,

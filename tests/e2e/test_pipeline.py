@@ -83,6 +83,15 @@ def _transports(certs: dict[str, Path]) -> dict[str, tuple[list[str], list[str]]
             ],
             [],
         ),
+        # One span per request into a Collector whose exporter queue takes one
+        # request beside the one its single consumer retries.
+        "grpc_queue1": (
+            ["OTEL_BSP_MAX_EXPORT_BATCH_SIZE=1"],
+            [
+                "yaml:exporters::otlp/jaeger::sending_queue::queue_size: 1",
+                "yaml:exporters::otlp/jaeger::sending_queue::num_consumers: 1",
+            ],
+        ),
         "grpc_mtls": (
             ["OTEL_EXPORTER_OTLP_ENDPOINT=https://localhost:4317", *client_tls],
             [f"yaml:receivers::otlp::protocols::grpc::tls: {server_tls}"],
@@ -113,7 +122,24 @@ RUNS = [(f"grpc_{s}", s, "grpc") for s in SCENARIOS] + [
     ("grpc_gateway_outage", "custom:gateway_outage.sh", "grpc"),
     # The Collector restarted while its queue holds what Jaeger has not taken.
     ("grpc_collector_restart", "custom:collector_restart.sh", "grpc"),
+    # The Collector's queue full while Jaeger is down (it refuses requests),
+    # then the Collector restarted with it.
+    ("grpc_queue_full", "custom:collector_queue_full.sh", "grpc_queue1"),
 ]
+
+
+# HERMES_METER_E2E_PIPELINE_RUNS=name,name runs only those (while working on
+# one; the tests of the others are skipped).
+_ONLY = {n for n in os.environ.get("HERMES_METER_E2E_PIPELINE_RUNS", "").split(",") if n}
+if _ONLY:
+    RUNS = [r for r in RUNS if r[0] in _ONLY]
+
+
+def _run(pipeline_runs: dict[str, Path], name: str) -> Path:
+    """The output of run ``name``; skipped when the runs were narrowed."""
+    if name not in pipeline_runs:
+        pytest.skip(f"{name} not among HERMES_METER_E2E_PIPELINE_RUNS")
+    return pipeline_runs[name]
 
 
 @pytest.fixture(scope="module")
@@ -282,7 +308,7 @@ def test_span_names_and_genai_attributes_are_the_documented_ones(pipeline_runs, 
 
 
 def test_a_subagent_hangs_under_the_delegate_task_call_that_started_it(pipeline_runs):
-    spans = {_hex(s["spanId"]): s for s in _jaeger_spans(pipeline_runs["grpc_delegate_sync"])}
+    spans = {_hex(s["spanId"]): s for s in _jaeger_spans(_run(pipeline_runs, "grpc_delegate_sync"))}
     agents = [s for s in spans.values() if s["name"] == "hermes.session" and s.get("parentSpanId")]
     assert agents, "no subagent session span"
     for s in agents:
@@ -292,7 +318,7 @@ def test_a_subagent_hangs_under_the_delegate_task_call_that_started_it(pipeline_
 
 
 def test_what_waited_out_a_collector_outage_went_out_once_while_the_gateway_ran(pipeline_runs):
-    outdir = pipeline_runs["grpc_gateway_outage"]
+    outdir = _run(pipeline_runs, "grpc_gateway_outage")
     times = json.loads((outdir / "gateway_times.json").read_text())
     # The second turn was answered while the Collector was down.
     assert (
@@ -330,7 +356,7 @@ def _collector_log_records(outdir: Path) -> list[dict]:
 
 @pytest.mark.parametrize("name", [f"grpc_{s}" for s in FAILING])
 def test_failed_api_calls_reach_the_collector_once_as_log_records_in_their_spans(pipeline_runs, name):
-    outdir = pipeline_runs[name]
+    outdir = _run(pipeline_runs, name)
     records = [r for r in _collector_log_records(outdir) if r.get("EventName") == "hermes.api.error"]
     db = f"file:{_meter(outdir) / 'hermes-meter.db'}?mode=ro"
     conn = sqlite3.connect(db, uri=True)
@@ -352,6 +378,22 @@ def test_failed_api_calls_reach_the_collector_once_as_log_records_in_their_spans
         assert r["attributes"]["hermes.api.retry_count"].startswith("Int(")
     # The run ends on an attempt Hermes does not retry: an error.
     assert any(r["SeverityText"] == "ERROR" for r in records)
+
+
+def test_a_collector_with_a_full_queue_refuses_and_what_it_refused_reaches_jaeger_once(pipeline_runs):
+    outdir = _run(pipeline_runs, "grpc_queue_full")
+    env = dict(os.environ, HERMES_METER_HOME=str(_meter(outdir)))
+    p = subprocess.run([str(CLI), "status", "--json"], env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    export = json.loads(p.stdout)["export"]
+    # The real Collector refused some requests, and said why.
+    assert export["failed"] >= 1, export
+    assert "sending queue is full" in export["last_error"], export
+    assert "cannot take them now" in export["last_error"], export
+    # Nothing waits, nothing was dropped: every span went out in the end
+    # (each once, whole: the parametrized Jaeger tests above hold this run).
+    assert (export["pending"], export["dropped"]) == (0, 0), export
+    assert export["exported"] == len(_jaeger_spans(outdir))
 
 
 def _report_totals(outdir: Path) -> dict:
@@ -394,7 +436,7 @@ def test_the_shipped_collector_config_validates_with_the_real_collector():
 
 
 def test_a_collector_restarted_with_a_queue_jaeger_had_not_taken_loses_none_of_it(pipeline_runs):
-    outdir = pipeline_runs["grpc_collector_restart"]
+    outdir = _run(pipeline_runs, "grpc_collector_restart")
     times = json.loads((outdir / "control_times.json").read_text())
     steps = {}
     for line in (outdir / "steps.tsv").read_text().splitlines()[1:]:
