@@ -42,6 +42,9 @@ PLUGIN_KEY = "hermes-meter"
 # A run with a panic injected into every hook of ours.
 PANIC_RUN = "panic_readfile"
 OTLP_RUN = "otlp_readfile"
+# readfile with the loopback receiver and content capture EVENT_ONLY: the
+# calls' content goes out as content events (OTLP log records), not on spans.
+EVENTS_RUN = "events_readfile"
 # Runs with a loopback OTLP receiver and nothing but the endpoint set (the
 # plugin's defaults otherwise), by the scenario they run: every way of
 # running Hermes the kit drives (docs/trace-model.md, "Traces").
@@ -147,7 +150,7 @@ def runs(hermes_bin: Path) -> Iterator[dict[str, Run]]:
     panic_hermes = _test_hooks_hermes(hermes_bin, out)
 
     def one(name: str) -> Run:
-        scenario = "readfile" if name == PANIC_RUN else OTLP_RUNS.get(name, name)
+        scenario = "readfile" if name in (PANIC_RUN, EVENTS_RUN) else OTLP_RUNS.get(name, name)
         outdir = out / name
         shutil.rmtree(outdir, ignore_errors=True)
         script = []
@@ -158,7 +161,9 @@ def runs(hermes_bin: Path) -> Iterator[dict[str, Run]]:
         cmd += ["--enable", PLUGIN_KEY, "--env", f"HERMES_METER_HOME={outdir / 'meter'}"]
         if name == PANIC_RUN:
             cmd += ["--env", "HERMES_METER_TEST_PANIC=*"]
-        if name in OTLP_RUNS:
+        if name == EVENTS_RUN:
+            cmd += ["--env", "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=EVENT_ONLY"]
+        if name in OTLP_RUNS or name == EVENTS_RUN:
             # A loopback OTLP/HTTP receiver in the scenario's namespace.
             cmd += ["--sidecar", f'"$E2E_PYTHON" {Path(__file__).parent / "otlp_sidecar.py"}']
             cmd += ["--env", "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf"]
@@ -173,7 +178,8 @@ def runs(hermes_bin: Path) -> Iterator[dict[str, Run]]:
     slow = ["multi_turn", "failalways", "delegate_bg_orphan", "failonce", "resume", "cron", "delegate_bg"]
     slow += ["otlp_gateway", "otlp_repl", "otlp_bg_orphan", "otlp_resume", "otlp_cron", "otlp_bg"]
     names = sorted(
-        SCENARIOS + [PANIC_RUN, *OTLP_RUNS], key=lambda s: (s not in slow, slow.index(s) if s in slow else 0)
+        SCENARIOS + [PANIC_RUN, EVENTS_RUN, *OTLP_RUNS],
+        key=lambda s: (s not in slow, slow.index(s) if s in slow else 0),
     )
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         results = {r.scenario: r for r in pool.map(one, names)}

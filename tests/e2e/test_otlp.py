@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import OTLP_RUN, Run
+from conftest import EVENTS_RUN, OTLP_RUN, Run
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -93,3 +94,35 @@ def test_the_receiver_got_token_metrics_equal_to_the_hook_stream(runs: dict[str,
     ]
     usages = [h["kwargs"]["usage"] for h in hooks if h["hook"] == "post_api_request"]
     assert total == sum(u["input_tokens"] + u["cache_read_tokens"] + u["cache_write_tokens"] for u in usages)
+
+
+def test_event_only_sends_each_calls_content_as_a_content_event_in_its_chat_span(
+    runs: dict[str, Run],
+) -> None:
+    run = runs[EVENTS_RUN]
+    assert run.rc == 0, run.harness_log
+    spans = [
+        span
+        for body in _bodies(run, "traces")
+        for rs in ExportTraceServiceRequest.FromString(body).resource_spans
+        for ss in rs.scope_spans
+        for span in ss.spans
+    ]
+    chats = {(s.trace_id, s.span_id): s for s in spans if s.name.startswith("chat ")}
+    assert chats, "no chat span"
+    # No content on any span with EVENT_ONLY.
+    content = {"gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions"}
+    assert not [s.name for s in spans if content & set(_attrs(s))]
+    records = [
+        r
+        for body in _bodies(run, "logs")
+        for rl in ExportLogsServiceRequest.FromString(body).resource_logs
+        for sl in rl.scope_logs
+        for r in sl.log_records
+    ]
+    events = [r for r in records if r.event_name == "gen_ai.client.inference.operation.details"]
+    # One per chat span, in it.
+    assert sorted((r.trace_id, r.span_id) for r in events) == sorted(chats), records
+    inputs = [_attrs(r).get("gen_ai.input.messages") or "" for r in events]
+    assert all("READFILE" in i for i in inputs), inputs
+    assert any(_attrs(r).get("gen_ai.output.messages") for r in events)
