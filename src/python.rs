@@ -26,6 +26,7 @@ use crate::bridge::{self, Bridge, BridgeConfig, BudgetMode};
 use crate::budget::{BudgetGate, BudgetHandle, MAX_PAUSE_ATTEMPTS, PAUSE_RETRY};
 use crate::export_task;
 use crate::hook::{self, HOOK_NAMES};
+use crate::store::AlertSink;
 
 mod callable;
 mod copy;
@@ -365,6 +366,65 @@ fn meter_command(
     }
 }
 
+/// For the plugin's delivery of alerts through Hermes (`_deliver.py`): up
+/// to `limit` alerts due, each claimed by this process for one send, as
+/// `(kind, key, text)`. Empty when there are none, or on any failure
+/// (logged, rate-limited, through Python's logging).
+#[pyfunction]
+#[pyo3(signature = (limit = 5))]
+fn claim_alert_deliveries(py: Python<'_>, limit: usize) -> Vec<(String, String, String)> {
+    let db = bridge(py).config().store_dir.join(crate::store::DB_FILE_NAME);
+    let claimed = py.detach(move || {
+        catch_unwind(AssertUnwindSafe(|| -> crate::Result<Vec<_>> {
+            let store = crate::store::Store::open(&db)?;
+            let due = crate::export::webhook::claim_due(&store, AlertSink::Hermes, bridge::unix_now(), limit)?;
+            Ok(due
+                .into_iter()
+                .map(|a| {
+                    let text = if a.count > 1 {
+                        format!("{} Seen {} times.", a.text, a.count)
+                    } else {
+                        a.text
+                    };
+                    (a.kind, a.key, text)
+                })
+                .collect())
+        }))
+    });
+    match claimed {
+        Ok(Ok(alerts)) => alerts,
+        Ok(Err(e)) => {
+            tracing::warn!(target: "AlertDelivery.Failed", "reading the alerts to deliver: {e}");
+            Vec::new()
+        }
+        Err(payload) => {
+            tracing::warn!(target: "AlertDelivery.Failed", "{}", bridge::panic_text(payload.as_ref()));
+            Vec::new()
+        }
+    }
+}
+
+/// Writes down how the send of a claimed alert went: `error` `None` when
+/// Hermes's sender took it, else why it failed (it is tried again after a
+/// backoff). Never raises.
+#[pyfunction]
+#[pyo3(signature = (kind, key, error = None))]
+fn alert_delivery_done(py: Python<'_>, kind: String, key: String, error: Option<String>) {
+    let db = bridge(py).config().store_dir.join(crate::store::DB_FILE_NAME);
+    let done = py.detach(move || {
+        catch_unwind(AssertUnwindSafe(|| -> crate::Result<()> {
+            let store = crate::store::Store::open(&db)?;
+            let outcome = error.as_deref().map_or(Ok(()), Err);
+            crate::export::webhook::sent(&store, AlertSink::Hermes, &kind, &key, outcome, bridge::unix_now())
+        }))
+    });
+    match done {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(target: "AlertDelivery.Failed", "recording a delivery: {e}"),
+        Err(payload) => tracing::warn!(target: "AlertDelivery.Failed", "{}", bridge::panic_text(payload.as_ref())),
+    }
+}
+
 /// Runs the `hermes-meter` command line with `argv` (program name first) and
 /// returns its exit code. Panics become exit code 70 (EX_SOFTWARE).
 #[pyfunction]
@@ -395,6 +455,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store_dir, m)?)?;
     m.add_function(wrap_pyfunction!(meter_command, m)?)?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
+    m.add_function(wrap_pyfunction!(claim_alert_deliveries, m)?)?;
+    m.add_function(wrap_pyfunction!(alert_delivery_done, m)?)?;
     test_hooks::add_to(m)?;
     Ok(())
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use hermes_meter::config::webhook::{WebhookConfig, WebhookFormat};
 use hermes_meter::export::webhook::{AlertPush, PUSH_HORIZON_S};
-use hermes_meter::store::Store;
+use hermes_meter::store::{AlertSink, Store};
 use serde_json::Value;
 
 /// A loopback HTTP/1.1 receiver answering 200 to every POST, keeping the
@@ -85,7 +85,7 @@ fn alerts_reach_the_webhook_once_and_wait_while_it_is_down() {
         step.error.as_deref().is_some_and(|e| e.contains("127.0.0.1")),
         "{step:?}"
     );
-    let (pushed, waiting, error) = store.alert_push_status().expect("status");
+    let (pushed, waiting, error) = store.alert_push_status(AlertSink::Webhook).expect("status");
     assert_eq!((pushed, waiting), (0, 2));
     assert!(error.is_some(), "the failure is kept for status");
     // The failed alert backs off; the other, not tried yet (a step stops at
@@ -94,7 +94,11 @@ fn alerts_reach_the_webhook_once_and_wait_while_it_is_down() {
     assert!(step.pushed == 0 && step.error.is_some(), "{step:?}");
     let step = push.run_once(&store, t + 4.0).expect("step");
     assert_eq!((step.pushed, step.error), (0, None), "both back off");
-    assert_eq!(store.alert_push_status().expect("status").1, 2, "nothing is lost");
+    assert_eq!(
+        store.alert_push_status(AlertSink::Webhook).expect("status").1,
+        2,
+        "nothing is lost"
+    );
     // The receiver comes up.
     let got = receiver(TcpListener::bind(("127.0.0.1", port)).expect("rebind"));
     let step = push.run_once(&store, t + 600.0).expect("step");
@@ -111,7 +115,7 @@ fn alerts_reach_the_webhook_once_and_wait_while_it_is_down() {
     assert_eq!(bodies[0]["source"], "hermes-meter");
     assert_eq!(bodies[0]["text"], "RUNAWAY: session s looks stuck in a loop");
     assert!(bodies[0]["host"].as_str().is_some_and(|h| !h.is_empty()));
-    assert_eq!(store.alert_push_status().expect("status").0, 2);
+    assert_eq!(store.alert_push_status(AlertSink::Webhook).expect("status").0, 2);
 }
 
 #[test]
@@ -130,11 +134,11 @@ fn the_slack_shape_a_claim_and_the_horizon() {
     let got = receiver(listener);
     // Another process claimed the new alert a moment ago: it is not posted twice.
     assert!(store
-        .claim_alert_push("runaway", "run|new", t, t + 30.0)
+        .claim_alert_push(AlertSink::Webhook, "runaway", "run|new", t, t + 30.0)
         .expect("claim"));
     assert!(
         !store
-            .claim_alert_push("runaway", "run|new", t, t + 30.0)
+            .claim_alert_push(AlertSink::Webhook, "runaway", "run|new", t, t + 30.0)
             .expect("claim"),
         "claimed once"
     );

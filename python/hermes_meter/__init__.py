@@ -109,6 +109,10 @@ def register(ctx: Any) -> None:
     )
     _flush_at_exit()
     _install_dashboard_tab()
+    # Alerts to a person as a message through Hermes (HERMES_METER_ALERT_DELIVER).
+    from . import _deliver
+
+    _deliver.start()
 
 
 _exit_flush_registered = False

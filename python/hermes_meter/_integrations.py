@@ -178,6 +178,19 @@ def check(
                 "a [downgrade] in the budget file cannot route calls to its cheaper model",
             )
         )
+    from . import _deliver
+
+    target = _deliver.target_from_env()
+    if target is not None:
+        points.append(
+            _needed(
+                "tools.send_message_tool._send_to_platform",
+                "0.19.0 - 0.23.x",
+                _deliver.sender() is not None,
+                f"alerts are not delivered through Hermes to {target.platform} ({_deliver.ENV});"
+                " they wait in the store",
+            )
+        )
     return points
 
 

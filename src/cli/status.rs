@@ -49,6 +49,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
             "logs": super::logs_status::json(store)?,
             "fleet": fleet_json(store)?,
             "alert_webhook": webhook_json(store)?,
+            "alert_delivery": delivery_json(store)?,
             "runaway": runaway(&home.value).map(|r| super::budget::runaway_json(&r)).unwrap_or_else(|e| serde_json::json!({"error": e})),
         });
         let text = serde_json::to_string_pretty(&value).map_err(|e| Error::Other(e.to_string()))?;
@@ -87,6 +88,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
     super::logs_status::print(store)?;
     print_fleet(store)?;
     print_webhook(store)?;
+    print_delivery(store)?;
     match runaway(&home.value) {
         Ok(r) => println!("runaway watch   {}", r.describe()),
         Err(e) => println!("runaway watch   {e}"),
@@ -109,7 +111,7 @@ fn webhook_json(store: &Store) -> Result<serde_json::Value> {
         Ok(None) => return Ok(serde_json::Value::Null),
         Err(e) => return Ok(serde_json::json!({ "error": e })),
     };
-    let (pushed, waiting, last_error) = store.alert_push_status()?;
+    let (pushed, waiting, last_error) = store.alert_push_status(crate::store::AlertSink::Webhook)?;
     Ok(serde_json::json!({
         "url": config.redacted(),
         "format": format!("{:?}", config.format).to_ascii_lowercase(),
@@ -137,6 +139,45 @@ fn print_webhook(store: &Store) -> Result<()> {
             v["waiting"]
         );
     }
+    Ok(())
+}
+
+/// Where alerts go through Hermes itself (`HERMES_METER_ALERT_DELIVER`)
+/// and how many its sender took and has not taken yet.
+fn delivery_json(store: &Store) -> Result<serde_json::Value> {
+    let Some(target) = std::env::var(crate::config::webhook::DELIVER_ENV)
+        .ok()
+        .filter(|t| !t.trim().is_empty())
+    else {
+        return Ok(serde_json::Value::Null);
+    };
+    let (sent, waiting, last_error) = store.alert_push_status(crate::store::AlertSink::Hermes)?;
+    Ok(serde_json::json!({
+        "target": target.trim(),
+        "sent": sent,
+        "waiting": waiting,
+        "last_error": last_error,
+    }))
+}
+
+fn print_delivery(store: &Store) -> Result<()> {
+    let v = delivery_json(store)?;
+    if v.is_null() {
+        println!(
+            "alert delivery  off (set {} to a Hermes platform, e.g. telegram, to message alerts through Hermes)",
+            crate::config::webhook::DELIVER_ENV
+        );
+        return Ok(());
+    }
+    let error = v["last_error"]
+        .as_str()
+        .map_or(String::new(), |e| format!("; last failure: {e}"));
+    println!(
+        "alert delivery  through Hermes to {}: {} sent, {} not yet{error} (sent by Hermes processes, not this command)",
+        v["target"].as_str().unwrap_or(""),
+        v["sent"],
+        v["waiting"]
+    );
     Ok(())
 }
 

@@ -9,6 +9,10 @@ use super::process_var;
 pub const WEBHOOK_ENV: &str = "HERMES_METER_ALERT_WEBHOOK";
 /// The variable naming its body's shape.
 pub const WEBHOOK_FORMAT_ENV: &str = "HERMES_METER_ALERT_WEBHOOK_FORMAT";
+/// A platform Hermes's gateway is configured for (its home channel), or
+/// `platform:chat_id[:thread_id]`: alerts go there as a message through
+/// Hermes itself (read by the plugin, which sends them).
+pub const DELIVER_ENV: &str = "HERMES_METER_ALERT_DELIVER";
 
 /// The body's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

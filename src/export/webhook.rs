@@ -4,14 +4,17 @@
 //! never from a hook thread, retried until the receiver takes it, once per
 //! alert (a process claims an alert before it posts it).
 //!
-//! Owns: the body shapes, the post, its backoff. Must not touch: the hook
-//! path, raising alerts (the gate and the ledger do; this only reads them).
+//! Owns: the body shapes, the post, and what every sink of alerts to a
+//! person shares: claiming the alerts due, the backoff after a failure
+//! (also used by the delivery through Hermes, which sends from Python).
+//! Must not touch: the hook path, raising alerts (the gate and the ledger
+//! do; this only reads them).
 
 use std::time::Duration;
 
 use crate::config::webhook::{WebhookConfig, WebhookFormat};
 use crate::error::Result;
-use crate::store::{AlertRow, Store};
+use crate::store::{AlertRow, AlertSink, Store};
 
 /// Alerts older than this when first seen by a webhook are not posted: a
 /// webhook configured today does not replay last month.
@@ -70,19 +73,19 @@ impl AlertPush {
     /// the alert for a later step, after a backoff.
     pub fn run_once(&self, store: &Store, now: f64) -> Result<PushStep> {
         let mut step = PushStep::default();
-        for alert in store.alerts_to_push(now, now - PUSH_HORIZON_S, PER_STEP)? {
-            if !store.claim_alert_push(&alert.kind, &alert.key, now, now + CLAIM_S)? {
+        // Each claimed just before its post: one the step does not reach
+        // (it stopped at a failure) stays free for the next step.
+        for alert in store.alerts_to_push(AlertSink::Webhook, now, now - PUSH_HORIZON_S, PER_STEP)? {
+            if !store.claim_alert_push(AlertSink::Webhook, &alert.kind, &alert.key, now, now + CLAIM_S)? {
                 continue;
             }
             match self.post(&alert) {
                 Ok(()) => {
-                    store.alert_pushed(&alert.kind, &alert.key, crate::unix_now())?;
+                    sent(store, AlertSink::Webhook, &alert.kind, &alert.key, Ok(()), now)?;
                     step.pushed += 1;
                 }
                 Err(e) => {
-                    let attempts = store.alert_push_attempts(&alert.kind, &alert.key)?;
-                    let wait = (5.0 * 2f64.powi(attempts.clamp(1, 10) as i32 - 1)).min(MAX_BACKOFF_S);
-                    store.alert_push_failed(&alert.kind, &alert.key, &e, now + wait)?;
+                    sent(store, AlertSink::Webhook, &alert.kind, &alert.key, Err(&e), now)?;
                     step.error = Some(format!("alert webhook {}: {e}", self.target()));
                     break;
                 }
@@ -105,6 +108,41 @@ impl AlertPush {
             Ok(())
         } else {
             Err(format!("answered HTTP {status}"))
+        }
+    }
+}
+
+/// Up to `limit` alerts due for `sink` now, each claimed by this process
+/// for one try (no other process tries it meanwhile), oldest first: take
+/// as many as are tried at once (the delivery through Hermes takes one at
+/// a time). Alerts raised more than [`PUSH_HORIZON_S`] ago are left alone.
+pub fn claim_due(store: &Store, sink: AlertSink, now: f64, limit: usize) -> Result<Vec<AlertRow>> {
+    let mut out = Vec::new();
+    for alert in store.alerts_to_push(sink, now, now - PUSH_HORIZON_S, limit)? {
+        if store.claim_alert_push(sink, &alert.kind, &alert.key, now, now + CLAIM_S)? {
+            out.push(alert);
+        }
+    }
+    Ok(out)
+}
+
+/// Writes down how a claimed try of `sink` went: taken, or failed with
+/// the error and due again after a backoff that doubles with each try (5 s
+/// to 5 min).
+pub fn sent(
+    store: &Store,
+    sink: AlertSink,
+    kind: &str,
+    key: &str,
+    outcome: std::result::Result<(), &str>,
+    now: f64,
+) -> Result<()> {
+    match outcome {
+        Ok(()) => store.alert_pushed(sink, kind, key, crate::unix_now()),
+        Err(e) => {
+            let attempts = store.alert_push_attempts(sink, kind, key)?;
+            let wait = (5.0 * 2f64.powi(attempts.clamp(1, 10) as i32 - 1)).min(MAX_BACKOFF_S);
+            store.alert_push_failed(sink, kind, key, e, now + wait)
         }
     }
 }

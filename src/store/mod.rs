@@ -48,7 +48,7 @@ mod session_list;
 mod session_view;
 mod trace_view;
 
-pub use budget::{AlertRow, CapUse, RecordedCall, RESERVATION_TTL_SECONDS};
+pub use budget::{AlertRow, AlertSink, CapUse, RecordedCall, RESERVATION_TTL_SECONDS};
 pub use content::{ContentCursor, ContentKind};
 pub use doctor::{
     check_integrity, check_writable, missing_beside_aside, moved_aside, quick_look, Integrity, Rebuilt, DAMAGED_INFIX,
@@ -94,6 +94,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0002_alert_push.sql"),
     include_str!("migrations/0003_token_budgets_and_routing.sql"),
     include_str!("migrations/0004_log_outbox.sql"),
+    include_str!("migrations/0005_alert_delivery.sql"),
 ];
 
 /// The schema version this build writes.
@@ -532,7 +533,10 @@ mod tests {
         drop(conn);
         let store = Store::open(&path).expect("migrates");
         assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
-        assert_eq!(store.alert_push_status().expect("status"), (0, 1, None));
+        assert_eq!(
+            store.alert_push_status(AlertSink::Webhook).expect("status"),
+            (0, 1, None)
+        );
     }
 
     /// A version-2 store with spend in it takes version 3: its USD totals

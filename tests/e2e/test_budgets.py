@@ -411,3 +411,41 @@ def test_a_runaway_alert_reaches_a_webhook_from_the_store(hermes_bin, tmp_path) 
         if span.name == "invoke_agent hermes"
     }
     assert (verdicts[0].trace_id, verdicts[0].span_id) in turns
+
+
+def test_an_alert_reaches_a_person_as_a_message_through_hermes_itself(hermes_bin, tmp_path) -> None:
+    # Hermes's Signal platform, configured the way its gateway reads it,
+    # talks to a signal-cli JSON-RPC API on loopback (the sidecar). The
+    # runaway alert of the first run goes out through Hermes's own sender,
+    # from the first run's delivery thread or, if that run ended first, from
+    # the next Hermes process's: once.
+    home = "+15550000002"
+    out = _scenario(
+        hermes_bin,
+        tmp_path,
+        """
+        chat loop "TOOLLOOP keep running true"
+        chat next "plain question please"
+        step status "$BUDGET" status --json
+        """,
+        env={
+            "HERMES_METER_ALERT_DELIVER": "signal",
+            "SIGNAL_HTTP_URL": "http://127.0.0.1:4318",
+            "SIGNAL_ACCOUNT": "+15550000001",
+            "SIGNAL_HOME_CHANNEL": home,
+        },
+        sidecar=True,
+    )
+    steps = _steps(out)
+    assert steps["loop"][0] == 0 and steps["next"][0] == 0, steps
+    sends = [json.loads(p.read_text()) for p in sorted((out / "otlp").glob("*-signal.json"))]
+    runaway = [s for s in sends if "terminal called 10 times in a row" in s["params"]["message"]]
+    assert len(runaway) == 1, sends
+    assert runaway[0]["method"] == "send"
+    assert runaway[0]["params"]["recipient"] == [home]
+    assert runaway[0]["params"]["message"].startswith("[hermes-meter]")
+    assert _query(
+        out, "SELECT COUNT(*) FROM alerts WHERE kind = 'runaway' AND hermes_sent_at IS NOT NULL"
+    ) == [(1,)]
+    delivery = json.loads(steps["status"][1])["alert_delivery"]
+    assert (delivery["target"], delivery["sent"], delivery["waiting"]) == ("signal", 1, 0), delivery

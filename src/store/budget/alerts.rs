@@ -17,6 +17,44 @@ use crate::store::log_outbox::{self, LogAttrs, LogPlace, NewLog, Severity};
 use crate::store::Store;
 use crate::{metrics, semconv};
 
+/// Where alerts are sent to a person, each with its own state in `alerts`
+/// (what it took, its tries, when it may try again, its last error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlertSink {
+    /// The webhook of `HERMES_METER_ALERT_WEBHOOK` (`export/webhook.rs`).
+    Webhook,
+    /// A message through Hermes's own sender (`HERMES_METER_ALERT_DELIVER`,
+    /// the plugin's `_deliver.py`).
+    Hermes,
+}
+
+/// The `alerts` columns of one sink.
+struct SinkColumns {
+    sent: &'static str,
+    attempts: &'static str,
+    after: &'static str,
+    error: &'static str,
+}
+
+impl AlertSink {
+    fn columns(self) -> SinkColumns {
+        match self {
+            AlertSink::Webhook => SinkColumns {
+                sent: "pushed_at",
+                attempts: "push_attempts",
+                after: "push_after",
+                error: "push_error",
+            },
+            AlertSink::Hermes => SinkColumns {
+                sent: "hermes_sent_at",
+                attempts: "hermes_attempts",
+                after: "hermes_after",
+                error: "hermes_error",
+            },
+        }
+    }
+}
+
 /// One alert, as `budget list` shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AlertRow {
@@ -343,69 +381,92 @@ impl Store {
         Ok(out)
     }
 
-    /// Every alert, newest first.
-    /// Up to `limit` alerts a webhook has not accepted yet, due now (their
-    /// `push_after` passed), raised at or after `since`, oldest first.
-    pub fn alerts_to_push(&self, now: f64, since: f64, limit: usize) -> Result<Vec<AlertRow>> {
+    /// Up to `limit` alerts `sink` has not taken yet, due now (their retry
+    /// time passed), raised at or after `since`, oldest first.
+    pub fn alerts_to_push(&self, sink: AlertSink, now: f64, since: f64, limit: usize) -> Result<Vec<AlertRow>> {
+        let c = sink.columns();
         let mut stmt = self.conn().prepare_cached(&format!(
             "SELECT kind, key, text, count, first_at, last_at, delivered_at FROM alerts
-             WHERE pushed_at IS NULL AND push_after <= ?1 AND first_at >= ?2 ORDER BY first_at LIMIT {limit}"
+             WHERE {sent} IS NULL AND {after} <= ?1 AND first_at >= ?2 ORDER BY first_at LIMIT {limit}",
+            sent = c.sent,
+            after = c.after,
         ))?;
         let rows = stmt.query_map(params![now, since], alert_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// Claims an alert for one post until `until`: true for the one
-    /// process, of any, that claimed it (it was still due and unpushed).
-    pub fn claim_alert_push(&self, kind: &str, key: &str, now: f64, until: f64) -> Result<bool> {
+    /// Claims an alert for one try of `sink` until `until`: true for the
+    /// one process, of any, that claimed it (it was still due and untaken).
+    pub fn claim_alert_push(&self, sink: AlertSink, kind: &str, key: &str, now: f64, until: f64) -> Result<bool> {
+        let c = sink.columns();
         let n = self
             .conn()
-            .prepare_cached(
-                "UPDATE alerts SET push_after = ?4, push_attempts = push_attempts + 1
-                 WHERE kind = ?1 AND key = ?2 AND pushed_at IS NULL AND push_after <= ?3",
-            )?
+            .prepare_cached(&format!(
+                "UPDATE alerts SET {after} = ?4, {attempts} = {attempts} + 1
+                 WHERE kind = ?1 AND key = ?2 AND {sent} IS NULL AND {after} <= ?3",
+                after = c.after,
+                attempts = c.attempts,
+                sent = c.sent,
+            ))?
             .execute(params![kind, key, now, until])?;
         Ok(n == 1)
     }
 
-    /// Posts of the alert tried so far.
-    pub fn alert_push_attempts(&self, kind: &str, key: &str) -> Result<i64> {
+    /// Tries of the alert by `sink` so far.
+    pub fn alert_push_attempts(&self, sink: AlertSink, kind: &str, key: &str) -> Result<i64> {
+        let c = sink.columns();
         Ok(self
             .conn()
-            .prepare_cached("SELECT push_attempts FROM alerts WHERE kind = ?1 AND key = ?2")?
+            .prepare_cached(&format!(
+                "SELECT {} FROM alerts WHERE kind = ?1 AND key = ?2",
+                c.attempts
+            ))?
             .query_row(params![kind, key], |r| r.get(0))?)
     }
 
-    /// The webhook accepted the alert.
-    pub fn alert_pushed(&self, kind: &str, key: &str, at: f64) -> Result<()> {
+    /// `sink` took the alert.
+    pub fn alert_pushed(&self, sink: AlertSink, kind: &str, key: &str, at: f64) -> Result<()> {
+        let c = sink.columns();
         self.conn()
-            .prepare_cached("UPDATE alerts SET pushed_at = ?3, push_error = NULL WHERE kind = ?1 AND key = ?2")?
+            .prepare_cached(&format!(
+                "UPDATE alerts SET {} = ?3, {} = NULL WHERE kind = ?1 AND key = ?2",
+                c.sent, c.error
+            ))?
             .execute(params![kind, key, at])?;
         Ok(())
     }
 
-    /// A post of the alert failed: it is due again at `retry_at`.
-    pub fn alert_push_failed(&self, kind: &str, key: &str, error: &str, retry_at: f64) -> Result<()> {
+    /// A try of the alert by `sink` failed: it is due again at `retry_at`.
+    pub fn alert_push_failed(&self, sink: AlertSink, kind: &str, key: &str, error: &str, retry_at: f64) -> Result<()> {
+        let c = sink.columns();
         self.conn()
-            .prepare_cached("UPDATE alerts SET push_after = ?4, push_error = ?3 WHERE kind = ?1 AND key = ?2")?
+            .prepare_cached(&format!(
+                "UPDATE alerts SET {} = ?4, {} = ?3 WHERE kind = ?1 AND key = ?2",
+                c.after, c.error
+            ))?
             .execute(params![kind, key, error, retry_at])?;
         Ok(())
     }
 
-    /// `(pushed, waiting)`: alerts a webhook accepted, and those it has not
-    /// yet, with the last error of one that failed, for `status`.
-    pub fn alert_push_status(&self) -> Result<(i64, i64, Option<String>)> {
+    /// `(taken, waiting, last error)`: alerts `sink` took, those it has not
+    /// yet, and the last error of one that failed, for `status`.
+    pub fn alert_push_status(&self, sink: AlertSink) -> Result<(i64, i64, Option<String>)> {
+        let c = sink.columns();
         Ok(self
             .conn()
-            .prepare_cached(
-                "SELECT COUNT(pushed_at), COUNT(*) - COUNT(pushed_at),
-                    (SELECT push_error FROM alerts WHERE pushed_at IS NULL AND push_error IS NOT NULL
-                     ORDER BY push_after DESC LIMIT 1)
-             FROM alerts",
-            )?
+            .prepare_cached(&format!(
+                "SELECT COUNT({sent}), COUNT(*) - COUNT({sent}),
+                    (SELECT {error} FROM alerts WHERE {sent} IS NULL AND {error} IS NOT NULL
+                     ORDER BY {after} DESC LIMIT 1)
+                 FROM alerts",
+                sent = c.sent,
+                error = c.error,
+                after = c.after,
+            ))?
             .query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?)
     }
 
+    /// Every alert, newest first.
     pub fn alerts(&self) -> Result<Vec<AlertRow>> {
         let mut stmt = self.conn().prepare_cached(
             "SELECT kind, key, text, count, first_at, last_at, delivered_at FROM alerts ORDER BY last_at DESC",

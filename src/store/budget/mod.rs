@@ -27,7 +27,7 @@ mod caps;
 mod rollups;
 mod spend;
 
-pub use alerts::AlertRow;
+pub use alerts::{AlertRow, AlertSink};
 pub use caps::CapUse;
 pub use rollups::RecordedCall;
 pub(super) use rollups::{
