@@ -62,6 +62,7 @@ fn process(dir: &Path) -> Bridge {
     let mut config = BridgeConfig::new(dir.to_path_buf());
     config.export = ExportConfig::from_env(ExportOverrides::default());
     config.metrics = MetricsConfig::from_env(ExportOverrides::default());
+    config.logs = ExportConfig::resolve_logs(ExportOverrides::default(), hermes_meter::config::process_var);
     let bridge = Bridge::start(config);
     bridge.set_exporter_factory(Box::new(hermes_meter::export_task::factory));
     assert!(bridge.start_exporter(), "the export thread starts");
@@ -416,6 +417,33 @@ fn the_wait_for_an_approval_is_a_span_under_its_tool_call_with_the_decision() {
             .iter()
             .all(|s| attr(s, "hermes.approval.choice").is_none() || s.name == "hermes.approval"),
         "no other span carries the approval"
+    );
+    // The decision is also a log record, in the approval's span.
+    let records: Vec<_> = receiver()
+        .received
+        .log_records()
+        .into_iter()
+        .filter(|r| r.event_name == "hermes.approval")
+        .filter(|r| {
+            r.attributes.iter().any(|kv| {
+                kv.key == "hermes.session.id"
+                    && kv.value.as_ref().and_then(|v| v.value.as_ref())
+                        == Some(&opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(
+                            session.clone(),
+                        ))
+            })
+        })
+        .collect();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let r = &records[0];
+    assert_eq!((&r.trace_id, &r.span_id), (&approval.trace_id, &approval.span_id));
+    assert_eq!(r.severity_text, "INFO");
+    let body = r.body.as_ref().and_then(|b| b.value.as_ref());
+    assert_eq!(
+        body,
+        Some(&opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(
+            "Approval of rm_recursive: once".into()
+        ))
     );
 }
 
