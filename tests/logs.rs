@@ -43,10 +43,15 @@ fn fixture(name: &str) -> PathBuf {
 
 /// A store in `dir` holding the runs of `names`.
 fn replayed(dir: &Path, names: &[&str]) -> Store {
+    replayed_with(dir, names, DecodeOptions::default())
+}
+
+/// [`replayed`], decoded with `opts`.
+fn replayed_with(dir: &Path, names: &[&str], opts: DecodeOptions) -> Store {
     let mut store = Store::open_dir(dir).expect("store");
     let mut stats = ReplayStats::default();
     for name in names {
-        replay_file(&mut store, &fixture(name), DecodeOptions::default(), &mut stats).expect("replay");
+        replay_file(&mut store, &fixture(name), opts, &mut stats).expect("replay");
     }
     assert!(stats.bad_lines.is_empty(), "{:?}", stats.bad_lines);
     store
@@ -303,21 +308,6 @@ fn killing_the_sending_process_mid_batch_loses_no_record_and_a_resent_one_keeps_
     );
 }
 
-/// A store in `dir` holding the runs of `names`, recorded with content
-/// capture on.
-fn replayed_with_content(dir: &Path, names: &[&str]) -> Store {
-    let mut store = Store::open_dir(dir).expect("store");
-    let mut stats = ReplayStats::default();
-    let opts = DecodeOptions {
-        capture_content: true,
-        ..DecodeOptions::default()
-    };
-    for name in names {
-        replay_file(&mut store, &fixture(name), opts, &mut stats).expect("replay");
-    }
-    store
-}
-
 /// The readfile run recorded with capture on, then sent by an exporter
 /// with capture `mode`: the receiver, the driver (its store), the run's
 /// LLM calls and the store's directory.
@@ -325,7 +315,11 @@ fn sent_with_content(mode: &str) -> (support::Receiver, Driver, i64, tempfile::T
     let receiver = support::grpc(None, None);
     let endpoint = receiver.grpc_endpoint();
     let dir = tempfile::tempdir().expect("temp dir");
-    let store = replayed_with_content(dir.path(), &["readfile"]);
+    let capture = DecodeOptions {
+        capture_content: true,
+        ..DecodeOptions::default()
+    };
+    let store = replayed_with(dir.path(), &["readfile"], capture);
     let calls = store.store_count("llm_calls").expect("calls");
     let (traces, logs) = configs(&[
         ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),

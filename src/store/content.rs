@@ -67,7 +67,7 @@ pub(super) fn record(tx: &Transaction<'_>, event: &HookEvent) -> Result<()> {
                     &text,
                 )?;
             }
-            content_event(tx, e)?;
+            content_event(tx, e, event.at)?;
         }
         Hook::PreToolCall(e) => {
             if let Some(args) = &e.args {
@@ -116,7 +116,7 @@ pub(super) fn record(tx: &Transaction<'_>, event: &HookEvent) -> Result<()> {
 /// record (`gen_ai.client.inference.operation.details`) in its attempt's
 /// span that carries the call's captured messages, read when it is sent,
 /// and sent only when content events are on.
-fn content_event(tx: &Transaction<'_>, e: &crate::hook::PostApiRequest) -> Result<()> {
+fn content_event(tx: &Transaction<'_>, e: &crate::hook::PostApiRequest, at: f64) -> Result<()> {
     let a = &e.api;
     let (captured, attempt): (bool, Option<i64>) = tx
         .prepare_cached(
@@ -139,7 +139,7 @@ fn content_event(tx: &Transaction<'_>, e: &crate::hook::PostApiRequest) -> Resul
     super::log_outbox::append(
         tx,
         &NewLog {
-            at: e.ended_at.unwrap_or(a.started_at.unwrap_or_default()),
+            at: e.ended_at.unwrap_or(at),
             event: crate::semconv::event::INFERENCE_DETAILS,
             severity: Severity::Info,
             place: LogPlace {
