@@ -76,9 +76,9 @@ step() {
 }
 
 step cargo fmt --all -- --check
-step cargo clippy --all-targets -- -D warnings
-step cargo clippy --all-targets --features python -- -D warnings
-step cargo test
+step cargo clippy --workspace --all-targets -- -D warnings
+step cargo clippy --workspace --all-targets --features python -- -D warnings
+step cargo test --workspace
 # A fixed fuzzing budget for the decoder and the replay reader (proptest).
 step env PROPTEST_CASES=4096 cargo test --test decode_props
 # The real Collector and Jaeger, built once from their Go modules.

@@ -65,6 +65,15 @@ pub enum Error {
 /// Shorthand for results in this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl From<hermes_meter_model::Invalid> for Error {
+    fn from(e: hermes_meter_model::Invalid) -> Self {
+        Error::Config {
+            path: e.path,
+            message: e.message,
+        }
+    }
+}
+
 impl Error {
     /// Wraps an I/O error with the path it concerns.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {

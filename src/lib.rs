@@ -7,34 +7,30 @@
 //! way: hook → decode → store → export. The core knows nothing of Python;
 //! the binding lives behind the `python` feature.
 
+// The pure model (crates/hermes-meter-model), under the paths the rest of
+// this crate and its users name it by.
+pub use hermes_meter_model::{
+    content, display, hook, metrics, model, pricing, redact, report, semconv, span, tool_outcome,
+};
+
 pub mod bridge;
 pub mod budget;
 pub mod cli;
 pub mod config;
-pub mod content;
-pub mod display;
 pub mod error;
 pub mod export;
 pub mod export_task;
 pub mod fleet;
 pub mod health;
-pub mod hook;
 pub mod http_server;
-pub mod metrics;
-pub mod model;
-pub mod pricing;
 pub mod process;
 #[cfg(feature = "python")]
 mod python;
-pub mod redact;
 pub mod replay;
-pub mod report;
-pub mod semconv;
+
 pub mod slash;
-pub mod span;
 pub mod spool;
 pub mod store;
-pub mod tool_outcome;
 pub mod trace;
 pub mod ui;
 

@@ -17,8 +17,8 @@ mod postgres;
 
 use budget_events::{post_api, pre_api, pre_tool, CALL_USD};
 use hermes_meter::bridge::{Bridge, BridgeConfig, Outcome, Verdict};
-use hermes_meter::budget::{BudgetConfig, Scope, Window, BLOCKED_MODEL, BUDGETS_FILE_NAME};
 use hermes_meter::budget::{BudgetGate, BudgetHandle, Unsynced, FIRST_SYNC_WAIT, UNSYNCED_ENV};
+use hermes_meter::budget::{Scope, Window, BLOCKED_MODEL, BUDGETS_FILE_NAME};
 use hermes_meter::fleet::task::FleetTask;
 use hermes_meter::fleet::{FleetConfig, FLEET_URL_ENV};
 use hermes_meter::store::{EventContext, FleetStatus, Store};
@@ -158,7 +158,7 @@ impl Host {
 
     /// The daily budget of `scope` (its one id) as this host sees it now.
     fn daily(&self, scope: Scope) -> hermes_meter::budget::BudgetState {
-        let mut cfg = BudgetConfig::load(&self.dir.join(BUDGETS_FILE_NAME)).expect("budgets");
+        let mut cfg = hermes_meter::config::load_budgets(&self.dir.join(BUDGETS_FILE_NAME)).expect("budgets");
         cfg.fleet = true;
         let states = self
             .store
@@ -493,7 +493,7 @@ fn budget_edits_reach_every_host_and_status_shows_no_password() {
     };
     cli(da.path(), &["budget", "set", "global", "daily", "5"]);
     let limit_in = |dir: &Path| {
-        BudgetConfig::load(&dir.join(BUDGETS_FILE_NAME))
+        hermes_meter::config::load_budgets(&dir.join(BUDGETS_FILE_NAME))
             .ok()
             .and_then(|c| c.limits(Scope::Global, "").daily)
     };
@@ -502,7 +502,7 @@ fn budget_edits_reach_every_host_and_status_shows_no_password() {
     cli(db.path(), &["budget", "rm", "global", "daily"]);
     eventually("A has B's edits", || {
         limit_in(da.path()).is_none()
-            && BudgetConfig::load(&da.path().join(BUDGETS_FILE_NAME))
+            && hermes_meter::config::load_budgets(&da.path().join(BUDGETS_FILE_NAME))
                 .is_ok_and(|c| c.limits(Scope::Sender, "alice").daily == Some(2.0))
     });
     cli(da.path(), &["budget", "set", "global", "daily", "5"]);

@@ -133,7 +133,7 @@ fn expected_totals(path: &Path) -> Totals {
             "post_tool_call" => {
                 t.tool_calls += 1;
                 // Failed: Hermes said so, or the command exited non-zero
-                // while Hermes said ok (src/tool_outcome.rs).
+                // while Hermes said ok (crates/hermes-meter-model/src/tool_outcome.rs).
                 let result: serde_json::Value = kw["result"]
                     .as_str()
                     .and_then(|r| serde_json::from_str(r).ok())

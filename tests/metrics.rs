@@ -45,7 +45,7 @@ fn replay(store: &mut Store, files: &[PathBuf]) {
         "[models.\"mock-model\"]\ninput = 3.0\noutput = 15.0\ncache_read = 0.3\ncache_write = 3.75\n",
     )
     .expect("pricing");
-    store.set_prices(hermes_meter::pricing::PriceTable::load(&pricing).expect("prices"));
+    store.set_prices(hermes_meter::config::load_prices(&pricing).expect("prices"));
     let mut stats = ReplayStats::default();
     for f in files {
         replay_file(store, f, DecodeOptions::default(), &mut stats).expect("replay");

@@ -315,7 +315,7 @@ fn replay(store: &mut Store, file: &Path) {
     let dir = tempfile::tempdir().expect("temp dir");
     let pricing = dir.path().join("pricing.toml");
     std::fs::write(&pricing, "[models.\"mock-model\"]\ninput = 3.0\noutput = 15.0\n").expect("pricing");
-    store.set_prices(hermes_meter::pricing::PriceTable::load(&pricing).expect("prices"));
+    store.set_prices(hermes_meter::config::load_prices(&pricing).expect("prices"));
     let mut stats = ReplayStats::default();
     replay_file(store, file, DecodeOptions::default(), &mut stats).expect("replay");
     assert!(stats.bad_lines.is_empty(), "{:?}", stats.bad_lines);

@@ -245,7 +245,7 @@ impl Bridge {
     }
 
     fn open(config: &BridgeConfig, gate: Box<dyn Gate>) -> Result<Running> {
-        let prices = match PriceTable::load(&config.store_dir.join(config::PRICING_FILE_NAME)) {
+        let prices = match config::load_prices(&config.store_dir.join(config::PRICING_FILE_NAME)) {
             // An unreadable directory is store trouble, handled below; an
             // invalid pricing file is the user's to fix and disables.
             Err(Error::Io { .. }) => PriceTable::default(),

@@ -202,7 +202,7 @@ impl BudgetGate {
             return;
         }
         self.loaded = seen;
-        match BudgetConfig::load(&self.path) {
+        match crate::config::load_budgets(&self.path) {
             Ok(cfg) => {
                 self.cfg = cfg;
                 self.cfg.fleet = self.fleet;
@@ -718,7 +718,7 @@ pub fn budget_gauges(
     fleet: bool,
     now: f64,
 ) -> crate::Result<Vec<budget::BudgetGauge>> {
-    let mut cfg = BudgetConfig::load(&store_dir.join(budget::BUDGETS_FILE_NAME))?;
+    let mut cfg = crate::config::load_budgets(&store_dir.join(budget::BUDGETS_FILE_NAME))?;
     cfg.fleet = fleet;
     if cfg.is_empty() {
         return Ok(Vec::new());

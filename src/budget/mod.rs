@@ -1,84 +1,26 @@
-//! Budgets: limits, windows, thresholds, verdicts, and the gate that turns
-//! them into what Hermes sees.
+//! Budgets at run time: the gate that turns the model's verdicts
+//! (`hermes_meter_model::budget`, re-exported here) into what Hermes sees.
 //!
-//! One file a concern, pure unless said otherwise:
-//!
-//! - `config.rs`: the budget file's format ([`BudgetConfig::parse`]), its
-//!   defaults and which budgets apply to a session
-//!   ([`BudgetConfig::budgets_for`]);
-//! - `window.rs`: window bounds in the configured zone ([`window_bounds`])
-//!   and how a window is summed from the store's spend buckets
-//!   ([`bucket_ranges`], [`open_ranges`]);
-//! - `verdict.rs`: the verdict over a spend snapshot ([`assess`]),
-//!   forecasting ([`forecast`]), the gauges metrics export ([`gauges`]) and
-//!   the verdict names ([`verdict::SOFT`], ...);
-//! - `alert.rs`: the alert kinds and the free→paid model key;
-//! - `text.rs`: the texts Hermes shows (notices, block messages, pauses);
-//! - `spend_bound.rs`: the most a hook call can add to a spend, known on the
-//!   hook thread ([`spend_bound`]), and a reservation's usage;
 //! - `gate.rs` (with `handle.rs` and `quick.rs`): the bridge's [`BudgetGate`]
 //!   (reload, notices, tool blocks, LLM-call stops, cron pauses), which
 //!   reads the store on the writer thread, and its quick view;
-//! - `first_sync.rs`: what the gate of a fleet host whose store never
-//!   synced does ([`Unsynced`], [`FIRST_SYNC_WAIT`]);
+//! - `first_sync.rs`: the state a fleet host's hook threads wait on until
+//!   its store first synced;
 //! - `states.rs`: every budget of a session with its spend and verdict,
 //!   read through the store's spend reads (`Store::budget_states`, ...);
+//! - `watch.rs`: the runaway watch over a session's recent calls.
 //!
 //! Must not touch: SQL (every statement is in `store/budget/`), Python, the
 //! network. The CLI (`cli/budget.rs`) edits the file.
-//!
-//! # Model
-//!
-//! A *budget* is a limit in USD for one scope id over one window:
-//! `global`, or one cron job, sender, profile or model, per `daily`,
-//! `weekly` (Monday to Monday) or `monthly` calendar window in one time zone.
-//! Each scope has a default (for every id) and overrides by id; an override
-//! sets the windows it names and inherits the others from the default.
-//! A session is subject to the global budgets and to those of its root
-//! session's cron job, sender and profile, and of the model it calls (a
-//! subagent counts toward its root's cron job, sender and profile).
-//!
-//! Spend is settled cost plus open reservations (estimates of calls in
-//! flight, see `store/budget/`). At `soft_threshold` × limit a budget is in
-//! soft breach (a notice), at `hard_threshold` × limit in hard breach (tools
-//! blocked, LLM calls stopped and cron jobs paused, in `enforce` mode); at
-//! each of `alert_thresholds` × limit an alert, once per window.
 
-pub mod alert;
-mod caps;
-mod config;
 mod first_sync;
 mod gate;
 mod handle;
 mod quick;
-mod runaway;
-mod spend_bound;
 mod states;
-mod text;
-pub mod verdict;
 mod watch;
-mod window;
 
-pub use caps::{
-    assess_caps, cap_block_text, cap_notice_text, cap_threshold_reached, cap_threshold_text, Cap, CapLimits, CapScope,
-    CapState, CapUnit, TokenCount, Used, LIFETIME,
-};
-pub use config::{
-    format_tokens, limit_key, parse_limit_key, parse_tokens, Budget, BudgetConfig, BudgetMode, BudgetUnit, Limits,
-    Scope, ScopeKeys, ScopeLimits, BUDGETS_FILE_NAME, DEFAULT_HARD_THRESHOLD, DEFAULT_PROFILE, DEFAULT_SOFT_THRESHOLD,
-};
-pub use first_sync::{Unsynced, FIRST_SYNC_WAIT, UNSYNCED_ENV};
+pub use hermes_meter_model::budget::*;
+
 pub use gate::{budget_gauges, BudgetGate, RELOAD_INTERVAL};
 pub use handle::{BudgetHandle, CronPause, MAX_PAUSE_ATTEMPTS, PAUSE_RETRY};
-pub use runaway::{repeat_reason, retry_reason, runaway_reason, runaway_text, RunSigns, RunawayAction, RunawayConfig};
-pub use spend_bound::{carries_spend, reservation_usage, spend_bound, RESERVED_OUTPUT_TOKENS};
-pub use text::{block_text, notice_text, pause_reason, threshold_text, unsynced_block_text, BLOCKED_MODEL};
-pub use verdict::{
-    assess, forecast, gauges, threshold_reached, BudgetGauge, BudgetState, FleetShare, Forecast, Level, Spend,
-    WindowUse,
-};
-pub use window::{
-    bucket_ranges, open_ranges, period_name, timestamp, unix_seconds, window_bounds, Window, BUCKET_SECONDS,
-};
-
-pub use alert::paid_model_key;

@@ -514,7 +514,7 @@ fn render_caps(cfg: &BudgetConfig, open: &[CapState]) -> String {
 
 /// The budget file, counting the fleet's spend when there is a fleet.
 fn load(path: &Path) -> Result<BudgetConfig> {
-    let mut cfg = BudgetConfig::load(path)?;
+    let mut cfg = crate::config::load_budgets(path)?;
     cfg.fleet = crate::config::fleet::configured();
     Ok(cfg)
 }

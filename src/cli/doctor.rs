@@ -126,7 +126,7 @@ fn rebuild(dir: &Path, db: &Path) -> Result<i32> {
     let aside = with_suffix(db, &format!("{DAMAGED_INFIX}{stamp}"));
     let fresh = dir.join(format!(".{DB_FILE_NAME}.rebuild-{stamp}"));
     let before = file_identity(db);
-    let prices = PriceTable::load(&dir.join(crate::config::PRICING_FILE_NAME))?;
+    let prices = crate::config::load_prices(&dir.join(crate::config::PRICING_FILE_NAME))?;
     // Built beside the damaged store, which stays where it is, read-only,
     // until the new one is complete and checked.
     let rebuilt = match build(db, &fresh, &prices) {

@@ -94,9 +94,7 @@ fn config(target: &Target) -> ExportConfig {
 /// processes are applied.
 fn open(dir: &Path) -> Result<Store> {
     let mut store = Store::open_dir(dir)?;
-    store.set_prices(crate::pricing::PriceTable::load(
-        &dir.join(crate::config::PRICING_FILE_NAME),
-    )?);
+    store.set_prices(crate::config::load_prices(&dir.join(crate::config::PRICING_FILE_NAME))?);
     debug_assert!(store.path().ends_with(DB_FILE_NAME));
     // Hermes processes that died (kill -9, a crash) left their last events
     // in their spools: apply them first, so the idle closer and the export

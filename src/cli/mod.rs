@@ -77,7 +77,6 @@ use clap::{Parser, Subcommand};
 use crate::config;
 use crate::error::Result;
 use crate::hook::DecodeOptions;
-use crate::pricing::PriceTable;
 use crate::store::Store;
 
 pub use crate::config::DEFAULT_IDLE_TIMEOUT_SECONDS;
@@ -290,7 +289,7 @@ fn open_for_reading(dir: PathBuf) -> Result<Store> {
 
 fn open_store(dir: PathBuf) -> Result<Store> {
     let mut store = Store::open_dir(&dir)?;
-    store.set_prices(PriceTable::load(&dir.join(config::PRICING_FILE_NAME))?);
+    store.set_prices(config::load_prices(&dir.join(config::PRICING_FILE_NAME))?);
     // Events of Hermes processes that died before committing them are in
     // their spools; a report must include them.
     let recovered = crate::spool::recover(&mut store, &dir, None, DecodeOptions::default());

@@ -69,7 +69,7 @@ pub fn run(dir: &Path, command: &PricingCommand) -> Result<i32> {
     let path = dir.join(config::PRICING_FILE_NAME);
     match command {
         PricingCommand::Show { model, provider, json } => {
-            let table = PriceTable::load(&path)?;
+            let table = config::load_prices(&path)?;
             show(&table, &path, model, provider.as_deref(), *json)
         }
         PricingCommand::Update {
@@ -83,7 +83,7 @@ pub fn run(dir: &Path, command: &PricingCommand) -> Result<i32> {
             all,
             json,
         } => {
-            let table = PriceTable::load(&path)?;
+            let table = config::load_prices(&path)?;
             drift(&table, hermes_python.as_deref(), *all, *json)
         }
     }

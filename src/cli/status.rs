@@ -98,7 +98,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
 
 /// The runaway watch of the store's budget file (its defaults without one).
 fn runaway(home: &std::path::Path) -> std::result::Result<crate::budget::RunawayConfig, String> {
-    crate::budget::BudgetConfig::load(&home.join(crate::budget::BUDGETS_FILE_NAME))
+    crate::config::load_budgets(&home.join(crate::budget::BUDGETS_FILE_NAME))
         .map(|c| c.runaway)
         .map_err(|e| format!("the budget file does not parse ({e}); the running plugin keeps its last good one"))
 }

@@ -21,6 +21,7 @@ use std::ffi::OsString;
 pub mod bridge;
 pub mod cli;
 pub mod export;
+mod files;
 pub mod fleet;
 pub mod metrics;
 pub mod parse;
@@ -31,6 +32,7 @@ pub use bridge::{
     BridgeConfig, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_HOOK_WAIT, DEFAULT_STORE_RETRY_MAX, DEFAULT_STORE_RETRY_MIN,
     DEFAULT_SWEEP_INTERVAL,
 };
+pub use files::{load_budgets, load_prices};
 pub use store::{capture_content_from, store_dir, store_dir_from, Retention};
 
 /// One variable of the process environment, `None` when unset or not

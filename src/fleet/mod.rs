@@ -2,7 +2,7 @@
 //!
 //! Owns: the fleet URL (`HERMES_METER_FLEET_URL`, [`config`]), the fleet
 //! schema and its migrations in PostgreSQL ([`schema`]), the lease
-//! arithmetic ([`lease`], pure), one sync step ([`sync`]), the background
+//! arithmetic (`budget::lease`, pure, the model's), one sync step ([`sync`]), the background
 //! thread that runs it in whichever process holds the store's fleet lease
 //! ([`task`]), and fleet-wide edits of the budget file ([`budgets`]).
 //! Must not touch: Python, the hook path. Hooks never wait on the network:
@@ -57,7 +57,7 @@
 
 pub mod budgets;
 pub mod config;
-pub mod lease;
+
 pub mod schema;
 pub mod sync;
 pub mod task;

@@ -27,8 +27,8 @@ use std::path::{Path, PathBuf};
 use tokio_postgres::Client;
 
 use super::config::{pg_error, FleetConfig};
-use super::lease::{self, HOST_LIVE_SECONDS};
 use super::schema;
+use crate::budget::lease::{self, HOST_LIVE_SECONDS};
 use crate::budget::{self, BudgetConfig, BudgetUnit, Scope, Window, BUCKET_SECONDS};
 use crate::error::{Error, Result};
 use crate::store::{FleetRow, Store, RESERVATION_TTL_SECONDS};
@@ -207,7 +207,7 @@ impl FleetSync {
                 }
                 BudgetConfig::parse(text).map_err(|m| Error::Other(format!("fleet budget file: {m}")))?
             }
-            None => BudgetConfig::load(&self.budgets_path)?,
+            None => crate::config::load_budgets(&self.budgets_path)?,
         };
 
         let prune = self.pruned_at.is_none_or(|t| now - t >= PRUNE_EVERY_SECONDS);

@@ -8,9 +8,9 @@
 use rusqlite::{params, OptionalExtension};
 
 use super::Store;
+use crate::budget::lease;
 use crate::budget::{Budget, BudgetConfig, FleetShare, Spend};
 use crate::error::Result;
-use crate::fleet::lease;
 
 /// A budget period as the sync pulled it.
 #[derive(Debug, Clone, PartialEq)]

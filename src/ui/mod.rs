@@ -42,7 +42,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use jiff::tz::TimeZone;
 
-use crate::budget::{self, BudgetConfig};
+use crate::budget;
 use crate::error::{Error, Result};
 use crate::http_server::HttpServer;
 use crate::span::SpanOptions;
@@ -310,7 +310,7 @@ fn route(state: &State, path: &str, asked: &Asked) -> Result<Response<Full<Bytes
         ));
     }
     if path == "/budgets" {
-        let cfg = BudgetConfig::load(&state.dir.join(budget::BUDGETS_FILE_NAME))?;
+        let cfg = crate::config::load_budgets(&state.dir.join(budget::BUDGETS_FILE_NAME))?;
         let now = crate::unix_now();
         let (states, caps, verdicts, alerts) = store.read_snapshot(|s| {
             let states = if cfg.is_empty() {

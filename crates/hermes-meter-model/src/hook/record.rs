@@ -508,7 +508,7 @@ mod tests {
 
     #[test]
     fn the_one_pass_split_reads_what_the_checked_one_does() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
         let mut lines = 0;
         for file in std::fs::read_dir(dir).expect("fixtures") {
             let path = file.expect("entry").path();
@@ -617,7 +617,7 @@ mod tests {
     /// when the one-pass read refuses the line and `parse_line` reads it.
     #[test]
     fn a_call_decodes_from_its_record_as_from_its_kwargs() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
         let mut calls = 0;
         for file in std::fs::read_dir(dir).expect("fixtures") {
             let path = file.expect("entry").path();

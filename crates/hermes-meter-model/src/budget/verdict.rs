@@ -88,7 +88,7 @@ impl Level {
     }
 }
 
-/// This host's part of a fleet budget (see [`crate::fleet`]).
+/// This host's part of a fleet budget (the runtime's `fleet/`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FleetShare {
     /// This host's spend and reservations in the window, USD.

@@ -54,7 +54,7 @@ fn fnv1a_64(bytes: &[u8]) -> u64 {
         .fold(OFFSET_BASIS, |h, b| (h ^ u64::from(*b)).wrapping_mul(PRIME))
 }
 
-/// The kwargs of one call, as a [`Reader`] reads them.
+/// The kwargs of one call, as a `Reader` reads them.
 #[derive(Debug, Clone, Copy)]
 pub enum Kwargs<'a> {
     /// Parsed values (a replayed record, a test).

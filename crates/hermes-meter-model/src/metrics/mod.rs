@@ -32,7 +32,7 @@
 //! # Budgets (for `budget/`)
 //!
 //! - Gauges: turn each budget's state into a [`BudgetReading`] and hand
-//!   the list to [`crate::export::MetricExporter::set_budget_gauges`] (or
+//!   the list to the runtime's `MetricExporter::set_budget_gauges` (or
 //!   store them with `Store::replace_metric_gauges(&GAUGE_METRICS,
 //!   &budget_gauge_rows(&readings), now)`); the latest list replaces the
 //!   previous one, so removed budgets disappear.

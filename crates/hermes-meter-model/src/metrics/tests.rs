@@ -412,7 +412,7 @@ fn budget_gauges_and_counters_have_the_registry_attributes() {
 /// measurement sets is one the registry lists for that metric.
 #[test]
 fn instruments_and_attributes_match_the_semconv_registry() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/semconv/docs/names.json");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../semconv/docs/names.json");
     let names: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).expect("names.json")).expect("json");
     let defs = names["metrics"].as_array().expect("metrics");

@@ -1,8 +1,8 @@
 //! The price table and the cost of an LLM call.
 //!
 //! Owns: the built-in prices, the user's pricing file format, model-id
-//! matching and the cost formula. Pure apart from [`PriceTable::load`],
-//! which reads the user's file once.
+//! matching and the cost formula. Pure: the runtime reads the user's file
+//! and hands its text to [`PriceTable::add_user_prices`].
 //!
 //! # The pricing file
 //!
@@ -55,8 +55,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::error::{Error, Result};
 use crate::hook::Usage;
+use crate::Invalid;
 
 /// Default price of a cache read, as a fraction of the input price, when a
 /// model gives none (Anthropic and recent OpenAI models charge 0.1×).
@@ -331,25 +331,13 @@ impl Default for PriceTable {
 }
 
 impl PriceTable {
-    /// The built-in table with the user's file over it. A missing file is
-    /// no error; an unreadable or invalid one is.
-    pub fn load(path: &Path) -> Result<Self> {
-        let mut table = PriceTable::default();
-        match std::fs::read_to_string(path) {
-            Ok(text) => table.add_user_prices(&text, path)?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io(path, e)),
-        }
-        Ok(table)
-    }
-
     /// Adds the entries of a pricing file's text (see the module docs).
-    pub fn add_user_prices(&mut self, text: &str, path: &Path) -> Result<()> {
-        let file: PricingFile = toml::from_str(text).map_err(|e| Error::Config {
+    pub fn add_user_prices(&mut self, text: &str, path: &Path) -> Result<(), Invalid> {
+        let file: PricingFile = toml::from_str(text).map_err(|e| Invalid {
             path: path.to_path_buf(),
             message: e.message().to_string(),
         })?;
-        let invalid = |message: String| Error::Config {
+        let invalid = |message: String| Invalid {
             path: path.to_path_buf(),
             message,
         };

@@ -1,6 +1,6 @@
 //! The lease of headroom a host takes from the fleet at each sync. Pure.
 //!
-//! See the bound in the module docs of [`crate::fleet`]: a host spends at
+//! See the bound in the module docs of the runtime's `fleet/`: a host spends at
 //! most its lease between two syncs, so the sum of the leases bounds how far
 //! the fleet can overshoot a hard line.
 

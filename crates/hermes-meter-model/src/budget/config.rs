@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::Path;
 
 use jiff::tz::TimeZone;
 use serde::Deserialize;
@@ -455,18 +454,6 @@ impl BudgetConfig {
             }
         }
         Ok(cfg)
-    }
-
-    /// Reads `path`; a missing file is the empty configuration (no budgets).
-    pub fn load(path: &Path) -> crate::Result<Self> {
-        match std::fs::read_to_string(path) {
-            Ok(text) => Self::parse(&text).map_err(|message| crate::Error::Config {
-                path: path.to_path_buf(),
-                message,
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
-            Err(e) => Err(crate::Error::io(path, e)),
-        }
     }
 
     /// Whether no limit is set at all (the gate then reads nothing).
