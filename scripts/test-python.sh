@@ -49,8 +49,10 @@ SDIST=$(ls "$WORK"/sdist/hermes_meter-*.tar.gz | tail -n 1)
 import sys, tarfile
 names = tarfile.open(sys.argv[1]).getnames()
 root = names[0].split("/")[0]
-need = ["Cargo.toml", "Cargo.lock", "pyproject.toml", "src/lib.rs", "src/store/migrations/0001_initial.sql",
+need = ["Cargo.toml", "Cargo.lock", "pyproject.toml", "src/lib.rs",
         "crates/hermes-meter-model/Cargo.toml", "crates/hermes-meter-model/src/lib.rs",
+        "crates/hermes-meter-store/Cargo.toml",
+        "crates/hermes-meter-store/src/store/migrations/0001_initial.sql",
         "python/hermes_meter/__init__.py"]
 missing = [n for n in need if f"{root}/{n}" not in names]
 sys.exit(f"sdist lacks {missing}" if missing else 0)

@@ -17,36 +17,23 @@ pub mod bridge;
 pub mod budget;
 pub mod cli;
 pub mod config;
-pub mod error;
 pub mod export;
 pub mod export_task;
 pub mod fleet;
-pub mod health;
 pub mod http_server;
 pub mod process;
 #[cfg(feature = "python")]
 mod python;
-pub mod replay;
-
 pub mod slash;
 pub mod spool;
-pub mod store;
 pub mod trace;
 pub mod ui;
 
-pub use error::{Error, Result};
+// The store (crates/hermes-meter-store), likewise.
+pub use hermes_meter_store::{error, health, replay, store, unix_now, Error, Result};
 
 /// Locks a mutex, ignoring poison: every critical section of this crate
 /// leaves its data consistent, and a hook must never panic on a lock.
 pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Now, in Unix seconds: the time the store records (0 if the clock is
-/// before 1970).
-pub fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
 }

@@ -6,18 +6,18 @@
 //!   reads the store on the writer thread, and its quick view;
 //! - `first_sync.rs`: the state a fleet host's hook threads wait on until
 //!   its store first synced;
-//! - `states.rs`: every budget of a session with its spend and verdict,
-//!   read through the store's spend reads (`Store::budget_states`, ...);
 //! - `watch.rs`: the runaway watch over a session's recent calls.
 //!
-//! Must not touch: SQL (every statement is in `store/budget/`), Python, the
+//! Every budget of a session with its spend and verdict
+//! (`Store::budget_states`, ...) is the store's `store/budget/states.rs`.
+//!
+//! Must not touch: SQL (every statement is in the store crate), Python, the
 //! network. The CLI (`cli/budget.rs`) edits the file.
 
 mod first_sync;
 mod gate;
 mod handle;
 mod quick;
-mod states;
 mod watch;
 
 pub use hermes_meter_model::budget::*;

@@ -348,7 +348,7 @@ fn sum_quarters(tx: &Connection, level: i64, size: i64, dims: &str, start: i64, 
 
 impl Store {
     /// Rebuilds rollup buckets from the mark on, in one short transaction
-    /// (about [`STEP_BUDGET`]), up to the quarter hour that holds
+    /// (about `STEP_BUDGET`), up to the quarter hour that holds
     /// `horizon`: later buckets still take facts. Days and hours the mark
     /// passed are summed from their quarter hours.
     pub fn roll_up(&mut self, horizon: f64) -> Result<RollupStep> {

@@ -56,7 +56,7 @@ pub struct ReplayStats {
 /// Three steps, the last two at once:
 /// 1. the file is read through once for where each line is and its order
 ///    key (`t`, `seq`), read from the fields before its kwargs
-///    ([`order_key`]), which is cheap: the kwargs are what is large;
+///    (`order_key`), which is cheap: the kwargs are what is large;
 /// 2. parsing threads read the lines again in `(t, seq)` order, a chunk
 ///    at a time, and parse and decode them;
 /// 3. this thread applies the decoded chunks as they come, `BATCH` events
@@ -435,7 +435,7 @@ mod tests {
         assert_eq!(key("not json"), (f64::MAX, None));
         assert_eq!(key(r#"{"hook": "h\u00e9", "t": 3, "kwargs": {"#), (3.0, None));
         // The key agrees with the parsed record on every recorded line.
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
         for file in std::fs::read_dir(dir).expect("fixtures") {
             let path = file.expect("entry").path();
             if path.extension().is_some_and(|e| e == "jsonl") {

@@ -2,7 +2,7 @@
 //!
 //! Rows exist only for events decoded with content capture on: the decoder
 //! drops content otherwise, so there is nothing to write. What arrives here
-//! is already redacted and cut ([`crate::redact`]); this module shapes it
+//! is already redacted and cut ([`hermes_meter_model::redact`]); this module shapes it
 //! into the span attribute's JSON text ([`crate::content`]) and upserts it
 //! in the event's transaction.
 

@@ -6,7 +6,7 @@
 //! # On disk
 //!
 //! One SQLite database, `hermes-meter.db`, in the store directory (see
-//! [`crate::config::store_dir`]), created mode 0600 in a 0700 directory, in
+//! the runtime's `config::store_dir`), created mode 0600 in a 0700 directory, in
 //! WAL mode so readers never block the writer. `PRAGMA user_version` is the
 //! schema version; migrations in `migrations/NNNN_*.sql` run forward only,
 //! each in its own transaction, so a failed one leaves the store at the

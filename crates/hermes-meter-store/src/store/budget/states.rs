@@ -3,13 +3,13 @@
 //! store's spend reads. Reads the store; no SQL of its own.
 //!
 //! Owns: which windows and scope ids are read, the fleet's share when
-//! budgets are the fleet's, and [`super::assess`] over each spend. Must not
+//! budgets are the fleet's, and `assess` over each spend. Must not
 //! touch: SQL (the spend reads are `store/budget/spend.rs`'s, the fleet
 //! figures `store/fleet.rs`'s), Python. These are `Store` methods so that
 //! every caller reads states the same way, but only through the store's
 //! public reads.
 
-use super::{
+use crate::budget::{
     assess, assess_caps, timestamp, window_bounds, Budget, BudgetConfig, BudgetState, BudgetUnit, CapScope, CapState,
     Limits, Scope, ScopeKeys, Window,
 };

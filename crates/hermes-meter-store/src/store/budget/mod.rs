@@ -26,6 +26,7 @@ mod alerts;
 mod caps;
 mod rollups;
 mod spend;
+mod states;
 
 pub use alerts::{AlertRow, AlertSink};
 pub use caps::CapUse;

@@ -837,7 +837,7 @@ mod tests {
     fn hook_events_keep_the_hours_exact() {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut store = Store::open(&dir.path().join("s.db")).expect("open");
-        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
         let mut lines = String::new();
         for entry in std::fs::read_dir(fixtures).expect("fixtures") {
             let file = entry.expect("entry").path();

@@ -928,7 +928,7 @@ mod tests {
     /// payload gives back unchanged: a rebuild applies what was applied.
     #[test]
     fn journal_payloads_give_back_the_event_they_were_made_of() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
         let mut seen = 0;
         for entry in std::fs::read_dir(dir).expect("fixtures") {
             let path = entry.expect("entry").path();
