@@ -51,7 +51,8 @@ names = tarfile.open(sys.argv[1]).getnames()
 root = names[0].split("/")[0]
 need = ["Cargo.toml", "Cargo.lock", "pyproject.toml", "src/lib.rs",
         "crates/hermes-meter-model/Cargo.toml", "crates/hermes-meter-model/src/lib.rs",
-        "crates/hermes-meter-store/Cargo.toml",
+        "crates/hermes-meter-store/Cargo.toml", "crates/hermes-meter-runtime/Cargo.toml",
+        "crates/hermes-meter-python/Cargo.toml", "crates/hermes-meter-python/src/lib.rs",
         "crates/hermes-meter-store/src/store/migrations/0001_initial.sql",
         "python/hermes_meter/__init__.py"]
 missing = [n for n in need if f"{root}/{n}" not in names]
@@ -76,7 +77,7 @@ step "test wheel (feature test-hooks)"
 # A debug build: it reuses the dependencies `cargo test` compiled, where a
 # second release build would compile the crate optimised again (minutes on
 # 2 cores) for tests that measure no speed.
-"$VENV/bin/maturin" build --features python,test-hooks -o "$WORK/test-wheels"
+"$VENV/bin/maturin" build --features test-hooks -o "$WORK/test-wheels"
 TEST_WHEEL=$(ls "$WORK"/test-wheels/hermes_meter-*.whl | tail -n 1)
 
 step "ruff"

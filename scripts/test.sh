@@ -77,7 +77,7 @@ step() {
 
 step cargo fmt --all -- --check
 step cargo clippy --workspace --all-targets -- -D warnings
-step cargo clippy --workspace --all-targets --features python -- -D warnings
+step cargo clippy --workspace --all-targets --features test-hooks -- -D warnings
 step cargo test --workspace
 # A fixed fuzzing budget for the decoder and the replay reader (proptest).
 step env PROPTEST_CASES=4096 cargo test --test decode_props

@@ -109,7 +109,7 @@ def _test_hooks_hermes(hermes_bin: Path, out: Path) -> Path:
         wheels = ROOT / "target" / "e2e" / "test-wheels"
         shutil.rmtree(wheels, ignore_errors=True)
         maturin = shutil.which("maturin") or str(Path(sys.executable).parent / "maturin")
-        _run([maturin, "build", "--features", "python,test-hooks", "-o", str(wheels)], cwd=ROOT)
+        _run([maturin, "build", "--features", "test-hooks", "-o", str(wheels)], cwd=ROOT)
         wheel = sorted(glob.glob(str(wheels / "hermes_meter-*.whl")))[-1]
     venv = out / "hermes-test-hooks"
     shutil.rmtree(venv, ignore_errors=True)

@@ -180,7 +180,7 @@ fn a_call_decoded_on_the_writer_lands_as_a_decoded_one_does() {
 
 #[test]
 fn only_the_hooks_said_to_carry_spend_have_a_bound_above_zero() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
     let prices = PriceTable::default();
     let mut checked = 0;
     for file in std::fs::read_dir(dir).expect("fixtures") {

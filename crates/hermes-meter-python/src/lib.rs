@@ -22,11 +22,13 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::bridge::{self, Bridge, BridgeConfig, BudgetMode};
-use crate::budget::{BudgetGate, BudgetHandle, MAX_PAUSE_ATTEMPTS, PAUSE_RETRY};
-use crate::export_task;
-use crate::hook::{self, HOOK_NAMES};
-use crate::store::AlertSink;
+// hermes-meter's modules, under the paths this crate names them by.
+use hermes_meter::{bridge, budget, cli, config, export, export_task, fleet, hook, pricing, slash, store};
+
+use bridge::{Bridge, BridgeConfig, BudgetMode};
+use budget::{BudgetGate, BudgetHandle, MAX_PAUSE_ATTEMPTS, PAUSE_RETRY};
+use hook::HOOK_NAMES;
+use store::AlertSink;
 
 mod callable;
 mod copy;
@@ -45,26 +47,26 @@ pyo3::create_exception!(
 );
 
 /// The process's bridge, started on first use.
-pub(super) static BRIDGE: OnceLock<Bridge> = OnceLock::new();
+pub(crate) static BRIDGE: OnceLock<Bridge> = OnceLock::new();
 
 /// The Hermes profile of the first `register` in this process, given before
 /// the bridge starts: the store's fallback for a call that names none. Each
 /// hook records its own profile ([`Hook`]'s); one process keeps one store
 /// whatever profiles it serves.
-pub(super) static PROFILE: OnceLock<String> = OnceLock::new();
+pub(crate) static PROFILE: OnceLock<String> = OnceLock::new();
 
 /// The budget gate's handle: LLM calls to stop, cron jobs to pause.
-pub(super) static BUDGET: OnceLock<BudgetHandle> = OnceLock::new();
+pub(crate) static BUDGET: OnceLock<BudgetHandle> = OnceLock::new();
 
 /// The top-level sessions turns started in, for `/meter` when Hermes does
 /// not say which session it is in.
-pub(super) static RECENT: Mutex<Option<RecentSessions>> = Mutex::new(None);
+pub(crate) static RECENT: Mutex<Option<RecentSessions>> = Mutex::new(None);
 
 /// Most senders remembered; past this the map starts over.
-pub(super) const MAX_SENDERS: usize = 10_000;
+pub(crate) const MAX_SENDERS: usize = 10_000;
 
 #[derive(Default)]
-pub(super) struct RecentSessions {
+pub(crate) struct RecentSessions {
     /// The last session of any sender.
     last: Option<String>,
     /// The last session of each sender (`sender_id`, the gateway's user).
@@ -86,7 +88,7 @@ impl RecentSessions {
     }
 }
 
-pub(super) fn bridge(py: Python<'_>) -> &'static Bridge {
+pub(crate) fn bridge(py: Python<'_>) -> &'static Bridge {
     if let Some(b) = BRIDGE.get() {
         return b;
     }
@@ -126,7 +128,7 @@ pub(super) fn bridge(py: Python<'_>) -> &'static Bridge {
 /// Pauses the cron jobs the budget gate asked for, through
 /// `hermes_meter._budget.pause_cron_job` (which never raises), and logs the
 /// gate's messages.
-pub(super) fn budget_actions(py: Python<'_>) {
+pub(crate) fn budget_actions(py: Python<'_>) {
     let Some(handle) = BUDGET.get() else { return };
     for text in handle.take_messages() {
         log(py, WARNING, "Budget.Problem", text);
@@ -375,7 +377,7 @@ fn meter_command(
 fn claim_alert_deliveries(py: Python<'_>, limit: usize) -> Vec<(String, String, String)> {
     let db = bridge(py).config().store_dir.join(crate::store::DB_FILE_NAME);
     let claimed = py.detach(move || {
-        catch_unwind(AssertUnwindSafe(|| -> crate::Result<Vec<_>> {
+        catch_unwind(AssertUnwindSafe(|| -> hermes_meter::Result<Vec<_>> {
             let store = crate::store::Store::open(&db)?;
             let due = crate::export::webhook::claim_due(&store, AlertSink::Hermes, bridge::unix_now(), limit)?;
             Ok(due
@@ -412,7 +414,7 @@ fn claim_alert_deliveries(py: Python<'_>, limit: usize) -> Vec<(String, String, 
 fn alert_delivery_done(py: Python<'_>, kind: String, key: String, error: Option<String>) {
     let db = bridge(py).config().store_dir.join(crate::store::DB_FILE_NAME);
     let done = py.detach(move || {
-        catch_unwind(AssertUnwindSafe(|| -> crate::Result<()> {
+        catch_unwind(AssertUnwindSafe(|| -> hermes_meter::Result<()> {
             let store = crate::store::Store::open(&db)?;
             let outcome = error.as_deref().map_or(Ok(()), Err);
             crate::export::webhook::sent(&store, AlertSink::Hermes, &kind, &key, outcome, bridge::unix_now())

@@ -13,8 +13,8 @@
 //! # Use
 //!
 //! ```no_run
-//! # fn main() -> hermes_meter::Result<()> {
-//! use hermes_meter::export::{ExportOverrides, MetricExporter, MetricsConfig};
+//! # fn main() -> hermes_meter_runtime::Result<()> {
+//! use hermes_meter_runtime::export::{ExportOverrides, MetricExporter, MetricsConfig};
 //! let config = MetricsConfig::from_env(ExportOverrides::default());
 //! let mut metrics = MetricExporter::new(config, std::path::Path::new("/tmp/hermes-meter.db"))?;
 //! metrics.run_once()?; // fold; push if this process holds the lease and the interval passed

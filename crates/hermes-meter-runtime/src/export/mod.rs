@@ -12,8 +12,8 @@
 //! # Use
 //!
 //! ```no_run
-//! # fn main() -> hermes_meter::Result<()> {
-//! use hermes_meter::export::{ExportConfig, ExportOverrides, Exporter};
+//! # fn main() -> hermes_meter_runtime::Result<()> {
+//! use hermes_meter_runtime::export::{ExportConfig, ExportOverrides, Exporter};
 //! let config = ExportConfig::from_env(ExportOverrides::default());
 //! let mut exporter = Exporter::new(config, std::path::Path::new("/tmp/hermes-meter.db"))?;
 //! exporter.run_once()?; // one batch, if this process holds the lease
@@ -655,9 +655,9 @@ impl Sessions {
     }
 }
 
-/// The chain of sessions from `run` up to its root (also what
-/// [`crate::trace`] places a session's spans with).
-pub(crate) fn ancestry_of(store: &Store, run: &RunRow) -> Result<Ancestry> {
+/// The chain of sessions from `run` up to its root (also what the CLI's
+/// `trace` places a session's spans with).
+pub fn ancestry_of(store: &Store, run: &RunRow) -> Result<Ancestry> {
     let node = |r: &RunRow| Ancestor {
         session_id: r.session_id.clone(),
         platform: r.platform.clone(),
