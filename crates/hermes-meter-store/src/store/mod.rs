@@ -89,22 +89,21 @@ pub const DB_FILE_NAME: &str = "hermes-meter.db";
 /// Migrations, in order; entry `i` brings the schema to version `i + 1`.
 /// Version 1 is the whole schema of the first release; a later version is
 /// a new file appended here, never an edit of a released one.
-const MIGRATIONS: &[&str] = &[
-    include_str!("migrations/0001_initial.sql"),
-    include_str!("migrations/0002_alert_push.sql"),
-    include_str!("migrations/0003_token_budgets_and_routing.sql"),
-    include_str!("migrations/0004_log_outbox.sql"),
-    include_str!("migrations/0005_alert_delivery.sql"),
-];
+const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_initial.sql")];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
-/// `PRAGMA application_id` of every store ("HMtr"). Set with version 1, so
-/// a file at some version without it was written by a pre-release build
-/// (whose versions counted a different history) and one with another id by
-/// another program: both are refused and left as they are.
-pub const APPLICATION_ID: i32 = 0x484D_7472;
+/// `PRAGMA application_id` of every store ("HMet"). Set with version 1, so
+/// a file at some version without it, or with [`PRE_RELEASE_APPLICATION_ID`],
+/// was written by a pre-release build (whose versions counted a different
+/// history) and one with another id by another program: both are refused
+/// and left as they are.
+pub const APPLICATION_ID: i32 = 0x484D_6574;
+
+/// The id ("HMtr") the last pre-release builds marked their stores with,
+/// whose versions 1 to 5 the first release folded into its version 1.
+const PRE_RELEASE_APPLICATION_ID: i32 = 0x484D_7472;
 
 /// How long a statement waits for another process's write lock before
 /// giving up. Writers hold the lock for microseconds; waiting longer than
@@ -331,7 +330,7 @@ fn refuse_unknown(conn: &Connection, path: &Path, supported: i64) -> Result<i64>
         APPLICATION_ID if found > supported => Err(Error::SchemaTooNew { found, supported }),
         APPLICATION_ID => Ok(found),
         0 if found == 0 => Ok(0),
-        0 => Err(Error::PreReleaseStore {
+        0 | PRE_RELEASE_APPLICATION_ID => Err(Error::PreReleaseStore {
             path: path.to_path_buf(),
             found,
         }),
@@ -517,52 +516,6 @@ mod tests {
         assert_eq!(added, 0, "the failed migration's first statement was rolled back");
     }
 
-    /// A store of version 1 (the first release's) with an alert in it
-    /// takes version 2: the alert is kept, waiting for a webhook.
-    #[test]
-    fn a_first_release_store_takes_the_alert_push_columns() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("s.db");
-        let mut conn = connect(&path).expect("open");
-        migrate(&mut conn, &MIGRATIONS[..1]).expect("version 1");
-        conn.execute(
-            "INSERT INTO alerts (kind, key, text, first_at, last_at) VALUES ('runaway', 'run|t', 'x', 1, 1)",
-            [],
-        )
-        .expect("an alert");
-        drop(conn);
-        let store = Store::open(&path).expect("migrates");
-        assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
-        assert_eq!(
-            store.alert_push_status(AlertSink::Webhook).expect("status"),
-            (0, 1, None)
-        );
-    }
-
-    /// A version-2 store with spend in it takes version 3: its USD totals
-    /// are kept and read as before, with no tokens counted for them.
-    #[test]
-    fn a_version_2_store_keeps_its_spend_and_counts_tokens_from_then_on() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("s.db");
-        let mut conn = connect(&path).expect("open");
-        migrate(&mut conn, &MIGRATIONS[..2]).expect("version 2");
-        conn.execute(
-            "INSERT INTO budget_spend (scope, id, level, bucket, cost_usd, estimated_usd, calls)
-             VALUES ('global', '', 2, 0, 1.5, 0, 3)",
-            [],
-        )
-        .expect("spend");
-        drop(conn);
-        let store = Store::open(&path).expect("migrates");
-        assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
-        let uses = store
-            .bucket_window_spends(crate::budget::Scope::Global, "", &[0], 86_399.0, None)
-            .expect("read");
-        assert_eq!(uses[0].usd.settled, 1.5);
-        assert_eq!(uses[0].input_tokens.settled + uses[0].output_tokens.settled, 0.0);
-    }
-
     /// The runner, for the versions after the first: a store of this
     /// version, with data in it, takes the next one and keeps its data.
     #[test]
@@ -607,40 +560,44 @@ mod tests {
     }
 
     /// A store a build from before the first release wrote (its versions
-    /// counted another history; no application id) is refused by every way
-    /// of opening it, with a line that says what to do, and not changed:
-    /// not even switched to WAL.
+    /// counted another history: no application id, or the id the last
+    /// pre-release builds set) is refused by every way of opening it, with
+    /// a line that says what to do, and not changed: not even switched to
+    /// WAL.
     #[test]
     fn a_pre_release_store_is_refused_and_left_as_it_is() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join(DB_FILE_NAME);
-        let conn = Connection::open(&path).expect("create");
-        conn.execute_batch(
-            "CREATE TABLE runs (session_id TEXT PRIMARY KEY); INSERT INTO runs VALUES ('s'); PRAGMA user_version = 18;",
-        )
-        .expect("a pre-release store");
-        drop(conn);
-        let before = file_bytes(&path);
-        assert!(!before.1, "not in WAL mode");
-        for (how, opened) in [
-            ("open", Store::open(&path).map(drop)),
-            ("open_dir", Store::open_dir(dir.path()).map(drop)),
-            ("open_read_only", Store::open_read_only(&path).map(drop)),
-        ] {
-            match opened {
-                Err(e @ Error::PreReleaseStore { found: 18, .. }) => {
-                    let line = e.to_string();
-                    assert!(line.contains(&path.display().to_string()), "{how}: {line}");
-                    assert!(
-                        line.contains("pre-release") && line.contains("move its directory aside"),
-                        "{how}: {line}"
-                    );
+        for (application_id, version) in [(0, 18), (PRE_RELEASE_APPLICATION_ID, 5)] {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let path = dir.path().join(DB_FILE_NAME);
+            let conn = Connection::open(&path).expect("create");
+            conn.execute_batch(&format!(
+                "CREATE TABLE runs (session_id TEXT PRIMARY KEY); INSERT INTO runs VALUES ('s');
+                 PRAGMA application_id = {application_id}; PRAGMA user_version = {version};"
+            ))
+            .expect("a pre-release store");
+            drop(conn);
+            let before = file_bytes(&path);
+            assert!(!before.1, "not in WAL mode");
+            for (how, opened) in [
+                ("open", Store::open(&path).map(drop)),
+                ("open_dir", Store::open_dir(dir.path()).map(drop)),
+                ("open_read_only", Store::open_read_only(&path).map(drop)),
+            ] {
+                match opened {
+                    Err(e @ Error::PreReleaseStore { found, .. }) if found == version => {
+                        let line = e.to_string();
+                        assert!(line.contains(&path.display().to_string()), "{how}: {line}");
+                        assert!(
+                            line.contains("pre-release") && line.contains("move its directory aside"),
+                            "{how}: {line}"
+                        );
+                    }
+                    other => panic!("{how} (id {application_id:#x}): expected PreReleaseStore, got {other:?}"),
                 }
-                other => panic!("{how}: expected PreReleaseStore, got {other:?}"),
             }
+            assert!(!Store::migration_due(dir.path()));
+            assert_eq!(file_bytes(&path), before, "the file is untouched");
         }
-        assert!(!Store::migration_due(dir.path()));
-        assert_eq!(file_bytes(&path), before, "the file is untouched");
     }
 
     #[test]

@@ -1,8 +1,9 @@
 -- The schema of a hermes-meter store, version 1 (`PRAGMA user_version`).
 --
 -- A store this build creates is marked with `PRAGMA application_id`
--- (src/store/mod.rs), so a file written by a pre-release build, whose
--- schema versions counted differently, is recognised and left alone.
+-- (`APPLICATION_ID` in store/mod.rs), so a file written by a pre-release
+-- build, whose schema versions counted differently, is recognised and left
+-- alone.
 -- Later versions are new files in this directory, each run once, in order,
 -- in its own transaction; this one is never edited once released.
 
@@ -148,7 +149,12 @@ CREATE TABLE api_requests (
     -- late success or error of that same attempt is still recorded in the
     -- ledger (it was spent), but its span is not sent again: a span goes out
     -- once.
-    closed_attempt INTEGER
+    closed_attempt INTEGER,
+    -- A call an llm_request middleware routed to another model than the
+    -- agent's (a budget downgrade): the model it was sent to, from
+    -- pre_api_request's request, kept here and then on the call, which is
+    -- priced as that model. NULL for a call that went where the agent asked.
+    routed_model TEXT
 ) WITHOUT ROWID;
 CREATE INDEX api_requests_session ON api_requests (session_id);
 
@@ -194,7 +200,10 @@ CREATE TABLE llm_calls (
     -- stream chunk (`first_delta_at`, `first_chunk_at` of post_api_request).
     -- NULL for a call that was not streamed or came from a Hermes that does
     -- not report it (0.19), so no time to first token is made up for it.
-    first_token_at REAL
+    first_token_at REAL,
+    -- The model an llm_request middleware routed the call to (see
+    -- api_requests.routed_model); the call is priced as it.
+    routed_model TEXT
 ) WITHOUT ROWID;
 CREATE INDEX llm_calls_ended ON llm_calls (ended_at);
 CREATE INDEX llm_calls_session ON llm_calls (
@@ -208,6 +217,7 @@ CREATE INDEX llm_calls_session ON llm_calls (
 -- only those rows, so counting them over a window reads them alone, not
 -- every call of the window.
 CREATE INDEX llm_calls_held ON llm_calls (ended_at) WHERE cost_source = 'held';
+CREATE INDEX llm_calls_routed ON llm_calls (ended_at) WHERE routed_model IS NOT NULL;
 
 -- One row per failed attempt of an LLM API call.
 CREATE TABLE llm_call_errors (
@@ -413,6 +423,11 @@ CREATE TABLE span_content (
 --   scope: global, cron, sender, profile, model; id: '' for global
 --   bucket: the bucket's start, Unix seconds
 --   estimated_usd: the part of cost_usd whose usage was estimated
+--   input_tokens, output_tokens: the calls' tokens, input (cache reads and
+--     writes included) and output (reasoning included) apart, for budgets
+--     in tokens (`tokens_counted` says which count); estimated_*: the part
+--     whose usage was estimated. The same in budget_period, and a
+--     reservation holds a call's expected tokens as it holds its cost.
 CREATE TABLE budget_spend (
     scope         TEXT NOT NULL,
     id            TEXT NOT NULL,
@@ -421,6 +436,10 @@ CREATE TABLE budget_spend (
     cost_usd      REAL NOT NULL DEFAULT 0,
     estimated_usd REAL NOT NULL DEFAULT 0,
     calls         INTEGER NOT NULL DEFAULT 0,
+    input_tokens  INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    estimated_input_tokens  INTEGER NOT NULL DEFAULT 0,
+    estimated_output_tokens INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (scope, id, level, bucket)
 ) WITHOUT ROWID;
 
@@ -439,6 +458,10 @@ CREATE TABLE budget_period (
     period        INTEGER NOT NULL,
     cost_usd      REAL NOT NULL DEFAULT 0,
     estimated_usd REAL NOT NULL DEFAULT 0,
+    input_tokens  INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    estimated_input_tokens  INTEGER NOT NULL DEFAULT 0,
+    estimated_output_tokens INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (scope, id, zone, win, period)
 ) WITHOUT ROWID;
 
@@ -457,6 +480,8 @@ CREATE TABLE budget_reservations (
     api_request_id TEXT NOT NULL,
     amount_usd     REAL NOT NULL,
     at             REAL NOT NULL,
+    input_tokens   INTEGER NOT NULL DEFAULT 0,
+    output_tokens  INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (scope, id, api_request_id)
 ) WITHOUT ROWID;
 CREATE INDEX budget_reservations_request ON budget_reservations (api_request_id);
@@ -485,6 +510,17 @@ CREATE TABLE budget_verdicts (
 --   key:  the model, or scope|id|window|period for budget alerts
 --   count: occurrences (model_unavailable counts every 404)
 --   delivered_at: when a pre_llm_call showed it; NULL while pending
+-- Each alert is also pushed to a person, from the store like spans, never
+-- from a hook: to the webhook (HERMES_METER_ALERT_WEBHOOK, the push_*
+-- columns) and as a message through Hermes itself
+-- (HERMES_METER_ALERT_DELIVER, the hermes_* columns):
+--   pushed_at, hermes_sent_at:   when the receiver accepted it; NULL until then
+--   push_attempts, hermes_attempts: tries, the one in flight included
+--   push_after, hermes_after:    when it may be tried (again): a process
+--                  claims an alert by moving this past now before it sends,
+--                  so two processes do not send it at once, and a failed
+--                  send backs off here
+--   push_error, hermes_error:    why the last try failed
 CREATE TABLE alerts (
     kind         TEXT NOT NULL,
     key          TEXT NOT NULL,
@@ -494,9 +530,19 @@ CREATE TABLE alerts (
     last_at      REAL NOT NULL,
     delivered_at REAL,
     delivered_to TEXT,
+    pushed_at       REAL,
+    push_attempts   INTEGER NOT NULL DEFAULT 0,
+    push_after      REAL NOT NULL DEFAULT 0,
+    push_error      TEXT,
+    hermes_sent_at  REAL,
+    hermes_attempts INTEGER NOT NULL DEFAULT 0,
+    hermes_after    REAL NOT NULL DEFAULT 0,
+    hermes_error    TEXT,
     PRIMARY KEY (kind, key)
 ) WITHOUT ROWID;
 CREATE INDEX alerts_pending ON alerts (first_at) WHERE delivered_at IS NULL;
+CREATE INDEX alerts_to_push ON alerts (push_after) WHERE pushed_at IS NULL;
+CREATE INDEX alerts_to_send ON alerts (hermes_after) WHERE hermes_sent_at IS NULL;
 
 -- When each model (":free" suffix dropped) was first seen free and first
 -- seen costing money, for the free-to-paid alert.
@@ -880,3 +926,31 @@ INSERT INTO store_counts (name, n) VALUES
     ('journal', 0), ('runs', 0), ('turns', 0), ('llm_calls', 0), ('llm_call_errors', 0),
     ('tool_calls', 0), ('subagent_edges', 0), ('outbox', 0), ('metric_log', 0), ('outbox.held', 0);
 INSERT INTO report_rollup_state VALUES (0, 0);
+
+-- OTLP logs, the third signal: what happened that is neither a span nor a number: budget verdicts,
+-- alerts, approvals' decisions, failed LLM API attempts. The transaction
+-- that records the fact also appends its record here (store first, like
+-- spans); the log exporter sends records in `seq` order and deletes them
+-- once the collector accepted them. A record names its session, turn and
+-- span so the exporter stamps it with the trace context its span has.
+--   event:    the event name (hermes.budget.verdict, hermes.alert, ...)
+--   severity: the OTLP SeverityNumber (9 info, 13 warn, 17 error)
+--   span_id:  the span it happened in (8 bytes), NULL for its turn's or
+--             session's
+--   attrs:    a JSON object of its attributes (strings, numbers, booleans)
+--   content_key: a content event's: the api_request_id whose captured
+--             content (`span_content`) it carries, read when it is sent
+CREATE TABLE log_outbox (
+    seq        INTEGER PRIMARY KEY,
+    at         REAL NOT NULL,
+    event      TEXT NOT NULL,
+    severity   INTEGER NOT NULL,
+    session_id TEXT,
+    turn_id    TEXT,
+    span_id    BLOB,
+    body       TEXT NOT NULL,
+    attrs      TEXT NOT NULL DEFAULT '{}',
+    content_key TEXT
+);
+-- Content retention keeps a session's content while an event of it waits.
+CREATE INDEX log_outbox_content ON log_outbox (session_id) WHERE content_key IS NOT NULL;
