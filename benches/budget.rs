@@ -20,7 +20,7 @@ use std::time::Instant;
 use hermes_meter::bridge::Gate;
 use hermes_meter::budget::BudgetGate;
 use hermes_meter::hook::{decode, DecodeOptions, Decoded, HookEvent};
-use hermes_meter::store::{EventContext, Store};
+use hermes_meter::store::{EventContext, Writer};
 use serde_json::{json, Value};
 
 const DAY: f64 = 86_400.0;
@@ -123,11 +123,11 @@ fn bench(rows: usize, iters: usize) -> f64 {
     let dir = tempfile::tempdir().expect("temp dir");
     let now = hermes_meter::bridge::unix_now();
     let path = dir.path().join(hermes_meter::store::DB_FILE_NAME);
-    drop(Store::open(&path).expect("create"));
+    drop(Writer::open(&path).expect("create"));
     let started = Instant::now();
     fill(&path, rows, now);
     std::fs::write(dir.path().join("budgets.toml"), BUDGETS).expect("budgets");
-    let mut store = Store::open(&path).expect("open");
+    let mut store = Writer::open(&path).expect("open");
     let calls: i64 = store.query_scalar("SELECT COUNT(*) FROM llm_calls").expect("count");
     let buckets: i64 = store.query_scalar("SELECT COUNT(*) FROM budget_spend").expect("count");
     println!(

@@ -30,7 +30,7 @@ fn main() {
     // budget in enforce mode the gating hooks wait for their verdict.
     for budgets in [false, true] {
         let dir = tempfile::tempdir().expect("temp dir");
-        drop(hermes_meter::store::Store::open_dir(dir.path()).expect("create the store"));
+        drop(hermes_meter::store::Writer::open_dir(dir.path()).expect("create the store"));
         if budgets {
             std::fs::write(dir.path().join("budgets.toml"), "[global]\ndaily = 1000000.0\n").expect("budgets");
         }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use hermes_meter::export::{ExportConfig, ExportOverrides, Exporter};
 use hermes_meter::hook::DecodeOptions;
 use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::store::Store;
+use hermes_meter::store::Writer;
 
 fn main() {
     let copies: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(4000);
@@ -36,7 +36,7 @@ fn main() {
     std::fs::write(&file, many).expect("write");
     let template = src.path().join("template.db");
     {
-        let mut store = Store::open(&template).expect("store");
+        let mut store = Writer::open(&template).expect("store");
         let mut stats = ReplayStats::default();
         replay_file(&mut store, &file, DecodeOptions::default(), &mut stats).expect("replay");
         store.checkpoint().expect("checkpoint");

@@ -30,7 +30,7 @@ use hermes_meter::bridge::{Bridge, BridgeConfig};
 use hermes_meter::budget::BudgetGate;
 use hermes_meter::fleet::task::FleetTask;
 use hermes_meter::fleet::FleetConfig;
-use hermes_meter::store::{EventContext, Store};
+use hermes_meter::store::{EventContext, Writer};
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
@@ -51,7 +51,7 @@ const BUDGETS: &str = "timezone = \"UTC\"\n[global]\ndaily = 1000000\n";
 struct Host {
     bridge: Bridge,
     _fleet: Option<FleetTask>,
-    store: Store,
+    store: Writer,
     session: String,
     n: usize,
 }
@@ -67,7 +67,7 @@ impl Host {
         Host {
             bridge,
             _fleet: fleet,
-            store: Store::open_dir(dir).expect("open"),
+            store: Writer::open_dir(dir).expect("open"),
             session: format!("b{}", fastrand::u32(..)),
             n: 0,
         }

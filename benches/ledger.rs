@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use hermes_meter::hook::{decode, DecodeOptions, Decoded, HookEvent};
 use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::store::{EventContext, Store};
+use hermes_meter::store::{EventContext, Writer};
 
 // The size benchmark's copies shift time too; this one's do not.
 #[allow(dead_code)]
@@ -133,7 +133,7 @@ fn decoded_events(lines: &[String], events: usize, first_copy: usize) -> Vec<Hoo
 /// the bridge's writer thread does under load.
 fn bench_batch(lines: &[String], dir: &Path, events: usize) {
     let decoded = decoded_events(lines, events, 200_000);
-    let mut store = Store::open(&dir.join("batch.db")).expect("open");
+    let mut store = Writer::open(&dir.join("batch.db")).expect("open");
     let ctx = EventContext::default();
     let t0 = Instant::now();
     for chunk in decoded.chunks(256) {
@@ -149,7 +149,7 @@ fn bench_batch(lines: &[String], dir: &Path, events: usize) {
 
 fn bench_apply(lines: &[String], dir: &Path, events: usize) {
     // Per-event latency: decode outside the timer, apply (one transaction each) inside.
-    let mut store = Store::open(&dir.join("apply.db")).expect("open");
+    let mut store = Writer::open(&dir.join("apply.db")).expect("open");
     let decoded = decoded_events(lines, events, 0);
     let ctx = EventContext::default();
     let mut micros = Vec::with_capacity(events);
@@ -188,7 +188,7 @@ fn bench_replay(lines: &[String], dir: &Path, events: usize) {
     // On disk before the clock starts: the kernel writing back the setup's
     // 900 MB during the run is no part of a replay.
     file.into_inner().expect("flush").sync_all().expect("sync");
-    let mut store = Store::open(&dir.join("replay.db")).expect("open");
+    let mut store = Writer::open(&dir.join("replay.db")).expect("open");
     let mut stats = ReplayStats::default();
     let t0 = Instant::now();
     replay_file(&mut store, &path, DecodeOptions::default(), &mut stats).expect("replay");

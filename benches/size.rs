@@ -1,5 +1,5 @@
 //! Size benchmark: fills one store through the real apply path
-//! (the replay decoder and `Store::apply_batch`) with copies of the
+//! (the replay decoder and `Writer::apply_batch`) with copies of the
 //! recorded Hermes stream, fresh ids per copy, spread evenly over a year
 //! ending now, and prints per size: store bytes per hook call, the time of
 //! `report` (all time, the last day, and every session of the last week
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use hermes_meter::bridge::pace::BatchSize;
 use hermes_meter::hook::DecodeOptions;
 use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::store::{ContentCursor, RetainKind, Store};
+use hermes_meter::store::{ContentCursor, RetainKind, Writer};
 
 #[path = "../tests/support/http_get.rs"]
 mod http_get;
@@ -52,7 +52,7 @@ fn main() {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| tmp.path().to_path_buf());
     std::fs::create_dir_all(&dir).expect("store dir");
-    let mut store = Store::open_dir(&dir).expect("open store");
+    let mut store = Writer::open_dir(&dir).expect("open store");
     store.set_cache_size_kib(64 * 1024).expect("cache");
 
     let lines = stream::fixture_lines();
@@ -307,7 +307,7 @@ fn measure_gating_hooks(dir: &Path, lines: &[String], copy: usize, shift: f64) {
 /// Sessions (runs) one copy of the stream makes.
 fn sessions_per_copy(lines: &[String]) -> usize {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
     let path = dir.path().join("one.jsonl");
     std::fs::write(&path, stream::session_copy(lines, 0, 0.0)).expect("write");
     let mut stats = ReplayStats::default();
@@ -318,7 +318,7 @@ fn sessions_per_copy(lines: &[String]) -> usize {
 
 /// Replays `copies` copies, copy `i` moved so the copies spread evenly
 /// over the year before `now`, 200 copies a file.
-fn fill(store: &mut Store, dir: &Path, lines: &[String], copies: usize, recorded: f64, now: f64) -> ReplayStats {
+fn fill(store: &mut Writer, dir: &Path, lines: &[String], copies: usize, recorded: f64, now: f64) -> ReplayStats {
     let path = dir.join("fill.jsonl");
     let mut stats = ReplayStats::default();
     let step = 365.0 * DAY / copies as f64;
@@ -340,7 +340,7 @@ fn fill(store: &mut Store, dir: &Path, lines: &[String], copies: usize, recorded
 /// Applies copy `copy` of the stream (moved to now), one event per
 /// transaction as a lone hook's commit, decoding outside the timer;
 /// returns the p50 and p99 in seconds.
-fn apply_latency(store: &mut Store, lines: &[String], copy: usize, shift: f64) -> (f64, f64) {
+fn apply_latency(store: &mut Writer, lines: &[String], copy: usize, shift: f64) -> (f64, f64) {
     let ctx = hermes_meter::store::EventContext::default();
     let text = stream::session_copy(lines, copy, shift);
     let mut spent = Vec::new();
@@ -362,7 +362,7 @@ fn apply_latency(store: &mut Store, lines: &[String], copy: usize, shift: f64) -
 }
 
 /// Pages in use (the file less its free pages), in bytes.
-fn bytes(store: &Store) -> i64 {
+fn bytes(store: &Writer) -> i64 {
     let pages: i64 = store.query_scalar("PRAGMA page_count").expect("pages");
     let free: i64 = store.query_scalar("PRAGMA freelist_count").expect("free");
     let size: i64 = store.query_scalar("PRAGMA page_size").expect("page size");
@@ -375,7 +375,7 @@ fn ms(d: Duration) -> f64 {
 
 /// Times what `report`, `report --since 1d`, `status` and `export --since
 /// 1h` read.
-fn measure_commands(store: &Store, now: f64) {
+fn measure_commands(store: &Writer, now: f64) {
     let report = |since: f64| {
         // As `report` prints it: the 20 most expensive sessions.
         let t0 = Instant::now();
@@ -421,10 +421,10 @@ fn measure_commands(store: &Store, now: f64) {
 }
 
 /// Runs retention steps as the writer does (each kind its own
-/// transaction, `Store::retain_step`, batches paced as the writer paces
+/// transaction, `Writer::retain_step`, batches paced as the writer paces
 /// them: `bridge/pace.rs`) until nothing is left to prune; returns the
 /// steps and every transaction's time, by kind.
-fn retain(store: &mut Store, now: f64) -> (usize, Vec<(&'static str, Vec<Duration>)>) {
+fn retain(store: &mut Writer, now: f64) -> (usize, Vec<(&'static str, Vec<Duration>)>) {
     // The plugin's defaults, as the writer cuts with them.
     let config = hermes_meter::bridge::BridgeConfig::new(std::path::PathBuf::new());
     let cut = hermes_meter::bridge::retain_cutoffs(&config, now);

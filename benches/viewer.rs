@@ -26,7 +26,7 @@ use std::time::Instant;
 
 use hermes_meter::hook::{decode, DecodeOptions, Decoded};
 use hermes_meter::span::SpanOptions;
-use hermes_meter::store::{EventContext, Store, DB_FILE_NAME};
+use hermes_meter::store::{EventContext, Writer, DB_FILE_NAME};
 use hermes_meter::ui::{UiConfig, UiServer};
 use serde_json::{json, Value};
 
@@ -36,7 +36,7 @@ const START: f64 = 1_790_000_000.0;
 /// Seconds between copies: ~1,000 sessions a day.
 const SPACING: f64 = 86.4;
 
-fn apply(store: &mut Store, hook: &str, at: f64, kwargs: Value) {
+fn apply(store: &mut Writer, hook: &str, at: f64, kwargs: Value) {
     let map = kwargs.as_object().expect("kwargs").clone();
     let Decoded::Event(event, _) = decode(hook, &map, at, DecodeOptions::default()) else {
         panic!("{hook} did not decode");
@@ -45,7 +45,7 @@ fn apply(store: &mut Store, hook: &str, at: f64, kwargs: Value) {
 }
 
 /// One session through the ledger's own apply path.
-fn template(store: &mut Store) {
+fn template(store: &mut Writer) {
     let sid = TEMPLATE;
     let mut t = START;
     let mut tick = |d: f64| {
@@ -154,7 +154,7 @@ fn replicate(conn: &rusqlite::Connection, table: &str, copies: usize, overrides:
 fn build(dir: &Path, sessions: usize) {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).expect("dir");
-    let mut store = Store::open_dir(dir).expect("store");
+    let mut store = Writer::open_dir(dir).expect("store");
     template(&mut store);
     drop(store);
     let conn = rusqlite::Connection::open(dir.join(DB_FILE_NAME)).expect("open");

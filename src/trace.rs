@@ -1,7 +1,7 @@
 //! A session's spans as a tree, for `hermes-meter trace` and the viewer.
 //!
 //! Owns: turning one session's ledger rows (from
-//! [`crate::store::Store::trace_rows`]) into a tree of the very spans the
+//! [`crate::store::Reader::trace_rows`]) into a tree of the very spans the
 //! exporter sends (built by [`crate::span`], so names, ids, parents and
 //! times are the exported ones), the per-turn figures and the error list,
 //! and the terminal rendering. Must not touch: SQL (the store reads the
@@ -35,7 +35,7 @@ use crate::error::Result;
 use crate::semconv::attr;
 use crate::span::hex;
 use crate::span::{self, Ancestor, Ancestry, SpanOptions};
-use crate::store::{Store, TraceRows, RUNNING};
+use crate::store::{Reader, TraceRows, RUNNING};
 
 /// What a node stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -135,7 +135,7 @@ pub struct Trace {
 
 /// Loads `session_id` and its subagents from `store` and builds the tree
 /// with `opts` (the exporter's [`SpanOptions`]); `None` for an unknown id.
-pub fn load(store: &Store, session_id: &str, opts: SpanOptions) -> Result<Option<Trace>> {
+pub fn load(store: &Reader, session_id: &str, opts: SpanOptions) -> Result<Option<Trace>> {
     let Some(rows) = store.trace_rows(session_id)? else {
         return Ok(None);
     };

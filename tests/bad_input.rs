@@ -6,9 +6,9 @@ use std::io::Write as _;
 
 use hermes_meter::hook::DecodeOptions;
 use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::store::Store;
+use hermes_meter::store::Writer;
 
-fn replay_lines(lines: &[Vec<u8>]) -> (tempfile::TempDir, Store, ReplayStats) {
+fn replay_lines(lines: &[Vec<u8>]) -> (tempfile::TempDir, Writer, ReplayStats) {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("bad.jsonl");
     let mut file = std::fs::File::create(&path).expect("create");
@@ -17,7 +17,7 @@ fn replay_lines(lines: &[Vec<u8>]) -> (tempfile::TempDir, Store, ReplayStats) {
         file.write_all(b"\n").expect("write");
     }
     drop(file);
-    let mut store = Store::open_dir(&dir.path().join("store")).expect("store");
+    let mut store = Writer::open_dir(&dir.path().join("store")).expect("store");
     let mut stats = ReplayStats::default();
     replay_file(&mut store, &path, DecodeOptions::default(), &mut stats).expect("replay");
     (dir, store, stats)

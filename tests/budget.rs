@@ -16,10 +16,10 @@ use hermes_meter::bridge::{Bridge, BridgeConfig, Gate, Outcome, Verdict};
 use hermes_meter::budget::BudgetGate;
 use hermes_meter::budget::{Scope, BLOCKED_MODEL};
 use hermes_meter::hook::{DecodeOptions, HookEvent};
-use hermes_meter::store::{EventContext, Store};
+use hermes_meter::store::{EventContext, Outbox, Writer};
 use serde_json::{json, Value};
 
-fn apply(store: &mut Store, e: &HookEvent) {
+fn apply(store: &mut Writer, e: &HookEvent) {
     store.apply(e, &EventContext::default()).expect("apply");
 }
 
@@ -108,14 +108,14 @@ fn blocked(v: Option<Verdict>) -> String {
 fn a_run_cap_on_tool_calls_counts_its_subagents_and_ends_with_the_run() {
     let dir = tempfile::tempdir().expect("temp dir");
     write_budgets(dir.path(), "[per_run]\ntool_calls = 3\n");
-    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
     let mut gate = gate(dir.path());
     let handle = gate.handle();
     let t = ts("2026-11-30T12:00:00Z");
     set_now(t);
     let s = "s-loop";
     apply(&mut store, &pre_llm(s, "s:t1", t, "cli", ""));
-    let tool = |store: &mut Store, gate: &mut BudgetGate, session: &str, call: &str, at: f64| {
+    let tool = |store: &mut Writer, gate: &mut BudgetGate, session: &str, call: &str, at: f64| {
         let e = pre_tool(session, call, at);
         apply(store, &e);
         gate.verdict(store, &e)
@@ -161,7 +161,7 @@ fn a_run_cap_on_tool_calls_counts_its_subagents_and_ends_with_the_run() {
 fn a_session_cap_counts_its_subagents_reservations_and_stops_llm_calls() {
     let dir = tempfile::tempdir().expect("temp dir");
     write_budgets(dir.path(), "[per_session]\nusd = 0.1\n");
-    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
     let mut gate = gate(dir.path());
     let handle = gate.handle();
     let t = ts("2026-11-30T12:00:00Z");
@@ -219,7 +219,7 @@ fn a_session_cap_counts_its_subagents_reservations_and_stops_llm_calls() {
 fn a_token_cap_counts_the_tokens_the_file_names() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = write_budgets(dir.path(), "[per_session]\ntokens = 20000\n");
-    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
     let mut gate = gate(dir.path());
     let t = ts("2026-11-30T12:00:00Z");
     set_now(t);
@@ -251,7 +251,7 @@ fn a_token_cap_counts_the_tokens_the_file_names() {
 struct Scene {
     _dir: tempfile::TempDir,
     path: PathBuf,
-    store: Store,
+    store: Writer,
     gate: BudgetGate,
     handle: hermes_meter::budget::BudgetHandle,
     t: f64,
@@ -260,7 +260,7 @@ struct Scene {
 fn scene(budgets: &str) -> Scene {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = write_budgets(dir.path(), budgets);
-    let store = Store::open_dir(dir.path()).expect("open");
+    let store = Writer::open_dir(dir.path()).expect("open");
     let gate = gate(dir.path());
     let handle = gate.handle();
     let t = ts("2026-11-30T12:00:00Z");
@@ -431,7 +431,7 @@ fn a_downgrade_routes_the_next_calls_and_prices_them_as_the_cheaper_model() {
 
 fn a_subagent_counts_toward_its_roots_cron_job_sender_and_profile() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
     store.set_profile(Some("work".into()));
     let t = ts("2026-11-30T12:00:00Z");
     let root = "cron_3f9a1c2b7d10_20261130_120000";
@@ -447,7 +447,7 @@ fn a_subagent_counts_toward_its_roots_cron_job_sender_and_profile() {
     apply(&mut store, &post_api(root, "r:api:1", t + 2.0, true));
     apply(&mut store, &post_api("child", "c:api:1", t + 3.0, true));
     let day = (ts("2026-11-30T00:00:00Z") as i64, ts("2026-12-01T00:00:00Z") as i64);
-    let spend = |store: &Store, scope, id: &str| {
+    let spend = |store: &Writer, scope, id: &str| {
         store
             .budget_spend(scope, id, day.0, day.1, t + 10.0, None)
             .expect("spend")
@@ -480,7 +480,7 @@ fn gate(dir: &Path) -> BudgetGate {
 fn soft_notice_once_then_tool_block_until_the_limit_is_raised() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = write_budgets(dir.path(), "timezone = \"UTC\"\n[per_sender.default]\ndaily = 0.09\n");
-    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
     let mut gate = gate(dir.path());
     let t = ts("2026-11-30T12:00:00Z");
     set_now(t);
@@ -547,7 +547,7 @@ fn soft_notice_once_then_tool_block_until_the_limit_is_raised() {
 fn a_bogus_usage_figure_is_held_and_blocks_no_budget() {
     let dir = tempfile::tempdir().expect("temp dir");
     write_budgets(dir.path(), "timezone = \"UTC\"\n[global]\ndaily = 1.0\n");
-    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
     let mut gate = gate(dir.path());
     let t = ts("2026-11-30T12:00:00Z");
     set_now(t);
@@ -592,7 +592,7 @@ fn a_confirmed_held_call_is_billed_in_its_run_budgets_report_and_metric(folded_f
     use hermes_meter::store::Confirmation;
     let dir = tempfile::tempdir().expect("temp dir");
     write_budgets(dir.path(), "timezone = \"UTC\"\n[global]\ndaily = 100.0\n");
-    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
     let mut gate = gate(dir.path());
     let t = ts("2026-11-30T12:00:00Z");
     set_now(t);
@@ -613,7 +613,7 @@ fn a_confirmed_held_call_is_billed_in_its_run_budgets_report_and_metric(folded_f
     let mut measure = |f: &hermes_meter::store::MetricFact, out: &mut Vec<hermes_meter::store::Increment>| {
         hermes_meter::metrics::measure(f, out)
     };
-    let metric_cost = |store: &Store| -> f64 {
+    let metric_cost = |store: &Writer| -> f64 {
         let rows = store.metric_series().expect("series");
         rows.iter()
             .filter(|r| r.metric == "gen_ai.usage.cost")
@@ -621,7 +621,10 @@ fn a_confirmed_held_call_is_billed_in_its_run_budgets_report_and_metric(folded_f
             .sum()
     };
     if folded_first {
-        store.fold_metrics(t + 3.0, t + 3.0, 100, &mut measure).expect("fold");
+        Outbox::open(store.path())
+            .expect("outbox")
+            .fold_metrics(t + 3.0, t + 3.0, 100, &mut measure)
+            .expect("fold");
         assert!((metric_cost(&store) - CALL_USD).abs() < 1e-9, "held at no cost");
     }
     assert_eq!(gate.verdict(&store, &pre_tool(s, "c1", t + 3.0)), None);
@@ -634,7 +637,7 @@ fn a_confirmed_held_call_is_billed_in_its_run_budgets_report_and_metric(folded_f
         store.confirm_held("huge", t + 4.0).expect("confirm"),
         Confirmation::Billed(expected)
     );
-    let q = |store: &Store, sql: &str| store.query_scalar::<f64>(sql).expect(sql);
+    let q = |store: &Writer, sql: &str| store.query_scalar::<f64>(sql).expect(sql);
     let total = expected + CALL_USD;
     assert!((q(&store, "SELECT cost_usd FROM runs WHERE session_id = 's-confirm'") - total).abs() < 1e-9);
     assert_eq!(
@@ -676,7 +679,10 @@ fn a_confirmed_held_call_is_billed_in_its_run_budgets_report_and_metric(folded_f
         .expect("report");
     assert_eq!(report.held_llm_calls, 0);
     assert!((report.totals.cost_usd - total).abs() < 1e-9);
-    store.fold_metrics(t + 6.0, t + 6.0, 100, &mut measure).expect("fold");
+    Outbox::open(store.path())
+        .expect("outbox")
+        .fold_metrics(t + 6.0, t + 6.0, 100, &mut measure)
+        .expect("fold");
     assert!((metric_cost(&store) - total).abs() < 1e-9, "{}", metric_cost(&store));
     // Once only.
     assert_eq!(
@@ -693,7 +699,7 @@ fn a_confirmed_held_call_is_billed_in_its_run_budgets_report_and_metric(folded_f
 fn the_window_rolls_over_at_local_midnight_in_a_non_utc_zone() {
     let dir = tempfile::tempdir().expect("temp dir");
     write_budgets(dir.path(), "timezone = \"Asia/Kolkata\"\n[global]\ndaily = 0.05\n");
-    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
     let mut gate = gate(dir.path());
     // 23:50 in Kolkata (+05:30) is 18:20 UTC.
     let before = ts("2026-11-30T18:20:00Z");
@@ -720,7 +726,7 @@ fn observe_mode_notices_but_never_blocks() {
         dir.path(),
         "mode = \"observe\"\ntimezone = \"UTC\"\n[global]\ndaily = 0.01\n",
     );
-    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
     let mut gate = gate(dir.path());
     let t = ts("2026-11-30T12:00:00Z");
     set_now(t);
@@ -744,7 +750,7 @@ fn observe_mode_notices_but_never_blocks() {
 fn estimated_costs_are_flagged_and_can_soften_a_hard_verdict() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = write_budgets(dir.path(), "timezone = \"UTC\"\n[global]\ndaily = 0.03\n");
-    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
     let mut gate = gate(dir.path());
     let t = ts("2026-11-30T12:00:00Z");
     set_now(t);
@@ -776,7 +782,7 @@ fn estimated_costs_are_flagged_and_can_soften_a_hard_verdict() {
 fn a_stopped_llm_call_and_a_paused_cron_job() {
     let dir = tempfile::tempdir().expect("temp dir");
     write_budgets(dir.path(), "timezone = \"UTC\"\n[per_cron_job.default]\ndaily = 0.02\n");
-    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
     let mut gate = gate(dir.path());
     let handle = gate.handle();
     let t = ts("2026-11-30T12:00:00Z");
@@ -825,7 +831,7 @@ fn a_stopped_llm_call_and_a_paused_cron_job() {
 #[test]
 fn free_to_paid_and_unavailable_models_are_one_shot_alerts() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
     let mut gate = BudgetGate::new(dir.path().join("budgets.toml"), None);
     let t = hermes_meter::bridge::unix_now();
     let call = |model: &str, id: &str, at: f64| {
@@ -891,7 +897,7 @@ fn two_processes_spending_at_once_overshoot_by_at_most_the_calls_in_flight() {
     let limit = 1.0;
     write_budgets(dir.path(), &format!("timezone = \"UTC\"\n[global]\ndaily = {limit}\n"));
     // Created and migrated before the children race to open it.
-    drop(Store::open_dir(dir.path()).expect("create the store"));
+    drop(Writer::open_dir(dir.path()).expect("create the store"));
     let exe = std::env::current_exe().expect("test binary");
     let children: Vec<_> = (0..2)
         .map(|_| {
@@ -923,7 +929,7 @@ fn two_processes_spending_at_once_overshoot_by_at_most_the_calls_in_flight() {
         stopped += parts[1];
     }
     assert_eq!(stopped, 2, "both children were stopped by the limit");
-    let store = Store::open_dir(dir.path()).expect("open");
+    let store = Writer::open_dir(dir.path()).expect("open");
     let spent: f64 = store.query_scalar("SELECT SUM(cost_usd) FROM llm_calls").expect("sum");
     assert!(spent >= limit - 1e-9, "{spent}");
     assert!(
@@ -971,7 +977,7 @@ fn budget_child_process() {
 #[test]
 fn the_gates_read_equals_the_window_sum() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
     let now = ts("2026-11-18T09:07:00Z");
     apply(&mut store, &pre_llm("s-sum", "t0", now - 40.0 * 86_400.0, "cli", ""));
     // A call every 7 hours 13 minutes over the 40 days before now.
@@ -1031,7 +1037,7 @@ fn the_gates_read_equals_the_window_sum() {
 fn an_edited_budget_file_is_picked_up_without_a_restart() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = write_budgets(dir.path(), "[global]\ndaily = 1000\n");
-    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
     let mut gate = BudgetGate::new(path.clone(), None);
     let t = hermes_meter::bridge::unix_now();
     apply(&mut store, &pre_llm("s-hot", "t0", t, "cli", ""));
@@ -1246,7 +1252,7 @@ fn quick_against_the_writer(budgets: &str, min_quick: Option<usize>) {
     let bridge = Bridge::start_with_gate(cfg, Box::new(BudgetGate::for_store_dir(dir.path(), None, false)));
     // The oracle: another gate over another connection, asked after each
     // step has committed.
-    let reader = Store::open_dir(dir.path()).expect("reader");
+    let reader = Writer::open_dir(dir.path()).expect("reader");
     let mut oracle = BudgetGate::for_store_dir(dir.path(), None, false);
     let soft_line = hermes_meter::budget::BudgetConfig::default().soft_threshold;
     let (mut quick_tools, mut quick_llm, mut notice_at, mut blocked) = (0, 0, None, 0);
@@ -1359,12 +1365,12 @@ fn a_batch_adds_to_the_spend_rollups_exactly_what_its_events_add_one_by_one() {
         rows.collect::<rusqlite::Result<_>>().expect("rows")
     };
     let (one, batch) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
-    let mut store = Store::open_dir(one.path()).expect("open");
+    let mut store = Writer::open_dir(one.path()).expect("open");
     for e in &events {
         apply(&mut store, e);
     }
     let ctx = EventContext::default();
-    let mut store = Store::open_dir(batch.path()).expect("open");
+    let mut store = Writer::open_dir(batch.path()).expect("open");
     store.apply_batch(events.iter().map(|e| (e, &ctx))).expect("batch");
     let (one, batch) = (rows(one.path()), rows(batch.path()));
     assert!(one.len() > 20, "{}", one.len());
@@ -1457,7 +1463,7 @@ fn alert_thresholds_reach_the_next_llm_call_once_each_even_on_the_quick_path() {
     let hard = notice("a:5").expect("the hard notice");
     assert!(hard.contains("is exhausted") && !hard.contains("alert]"), "{hard}");
     bridge.shutdown(Duration::from_secs(10));
-    let store = Store::open_dir(dir.path()).expect("open");
+    let store = Writer::open_dir(dir.path()).expect("open");
     let kinds: i64 = store
         .query_scalar("SELECT COUNT(*) FROM alerts WHERE kind = 'budget_threshold'")
         .expect("alerts");
@@ -1465,7 +1471,7 @@ fn alert_thresholds_reach_the_next_llm_call_once_each_even_on_the_quick_path() {
 }
 
 /// Applies `e` and shows it to the gate's runaway watch, as the writer does.
-fn committed(store: &mut Store, gate: &mut BudgetGate, e: &HookEvent) {
+fn committed(store: &mut Writer, gate: &mut BudgetGate, e: &HookEvent) {
     apply(store, e);
     gate.observe(store, e);
 }
@@ -1478,7 +1484,7 @@ fn terminal(session: &str, call: &str, at: f64, command: &str) -> HookEvent {
     )
 }
 
-fn runaway_alerts(store: &Store) -> Vec<String> {
+fn runaway_alerts(store: &Writer) -> Vec<String> {
     store
         .alerts()
         .expect("alerts")
@@ -1492,7 +1498,7 @@ fn runaway_alerts(store: &Store) -> Vec<String> {
 fn a_loop_of_identical_tool_calls_raises_one_runaway_alert_by_default() {
     let dir = tempfile::tempdir().expect("temp dir");
     // No budget file: runaway detection is on, alerting.
-    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
     let mut gate = BudgetGate::for_store_dir(dir.path(), None, false);
     let t = ts("2026-11-30T03:00:00Z");
     let s = "s-loop";
@@ -1544,7 +1550,7 @@ fn a_loop_of_identical_tool_calls_raises_one_runaway_alert_by_default() {
 fn a_runaway_run_is_stopped_with_action_stop_until_the_next_message() {
     let dir = tempfile::tempdir().expect("temp dir");
     write_budgets(dir.path(), "[runaway]\naction = \"stop\"\nrepeated_tool_calls = 3\n");
-    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
     let mut gate = BudgetGate::for_store_dir(dir.path(), None, false);
     let handle = gate.handle();
     let needs = gate.needs();
@@ -1598,7 +1604,7 @@ fn a_runaway_run_is_stopped_with_action_stop_until_the_next_message() {
 #[test]
 fn many_api_calls_per_tool_call_and_endless_retries_are_runaways() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
     let mut gate = BudgetGate::for_store_dir(dir.path(), None, false);
     let t = ts("2026-11-30T03:00:00Z");
     // 40 API calls and no tool call in one run.
@@ -1641,7 +1647,7 @@ fn many_api_calls_per_tool_call_and_endless_retries_are_runaways() {
 #[test]
 fn no_recorded_run_is_a_runaway() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
     let mut gate = BudgetGate::for_store_dir(dir.path(), None, false);
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let mut seen = 0;

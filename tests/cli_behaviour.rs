@@ -354,7 +354,7 @@ fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
 
 /// The trace export lease of the store in `home`, if someone holds it now.
 fn lease_holder(home: &Path) -> Option<String> {
-    let store = hermes_meter::store::Store::open_dir(home).expect("open");
+    let store = hermes_meter::store::Writer::open_dir(home).expect("open");
     let now = hermes_meter::unix_now();
     store
         .export_state()
@@ -399,7 +399,7 @@ fn export_marks_what_it_re_sent_as_exported() {
     let (_dir, home) = store_with_history();
     let receiver = support::grpc(None, None);
     let pending = |home: &Path| {
-        let store = hermes_meter::store::Store::open_dir(home).expect("open");
+        let store = hermes_meter::store::Writer::open_dir(home).expect("open");
         store.export_state().expect("state").pending
     };
     assert!(pending(&home) > 0, "the fixture leaves spans waiting");
@@ -531,7 +531,7 @@ fn serve_prometheus_alone_pushes_no_traces_and_says_what_it_serves() {
     assert!(said.contains("not pushing traces (--prometheus alone)"), "{said}");
     assert!(said.contains("serving Prometheus metrics"), "{said}");
     assert_eq!(collector.received.span_count(), 0);
-    let store = hermes_meter::store::Store::open_dir(&home).expect("open");
+    let store = hermes_meter::store::Writer::open_dir(&home).expect("open");
     assert!(
         store.export_state().expect("state").pending > 0,
         "spans stay for a trace exporter"

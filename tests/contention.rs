@@ -7,13 +7,13 @@
 #[path = "support/load.rs"]
 mod load;
 
-use hermes_meter::store::Store;
+use hermes_meter::store::Writer;
 
 #[test]
 fn eight_processes_of_four_threads_record_every_event_exactly_once() {
     load::run_child_if_asked();
     let dir = tempfile::tempdir().expect("temp dir");
-    drop(Store::open_dir(dir.path()).expect("create the store"));
+    drop(Writer::open_dir(dir.path()).expect("create the store"));
     let (processes, threads, sessions) = (8, 4, 3);
     let result = load::run(
         dir.path(),
@@ -38,7 +38,7 @@ fn eight_processes_of_four_threads_record_every_event_exactly_once() {
             .filter(|l| l.contains(&format!("\"hook\": \"{hook}\"")))
             .count()
     };
-    let store = Store::open_dir(dir.path()).expect("open");
+    let store = Writer::open_dir(dir.path()).expect("open");
     let q = |sql: &str| store.query_scalar::<i64>(sql).expect(sql) as usize;
     assert_eq!(q("SELECT COUNT(*) FROM runs"), runs);
     assert_eq!(

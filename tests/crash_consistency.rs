@@ -50,7 +50,7 @@ const ACKS: &str = "acks";
 #[derive(Clone, Copy, Debug)]
 enum Opener {
     /// [`hermes_meter::store::connect`]: what the store runs on.
-    Store,
+    Writer,
     /// SQLite's default VFS with the same journal mode and sync level.
     Reference,
 }
@@ -58,21 +58,21 @@ enum Opener {
 impl Opener {
     fn name(self) -> &'static str {
         match self {
-            Opener::Store => "store",
+            Opener::Writer => "store",
             Opener::Reference => "reference",
         }
     }
 
     fn parse(s: &str) -> Self {
         match s {
-            "store" => Opener::Store,
+            "store" => Opener::Writer,
             _ => Opener::Reference,
         }
     }
 
     fn open(self, path: &Path) -> Connection {
         match self {
-            Opener::Store => hermes_meter::store::connect(path).expect("open as the store does"),
+            Opener::Writer => hermes_meter::store::connect(path).expect("open as the store does"),
             Opener::Reference => {
                 let conn = Connection::open(path).expect("open");
                 conn.busy_timeout(Duration::from_secs(5)).expect("busy timeout");
@@ -391,7 +391,7 @@ fn crash_suite(opener: Opener, test_name: &str) {
             run_child(dir.path(), opener, seed, end, test_name, &mut rng);
             commits = verify(dir.path(), seed, &mut rng).max(commits);
         }
-        if matches!(opener, Opener::Store) && dir.path().join(DB).exists() {
+        if matches!(opener, Opener::Writer) && dir.path().join(DB).exists() {
             // What the store opens is what was crashed: incremental
             // auto-vacuum, whose steps the children ran.
             let conn = Connection::open(dir.path().join(DB)).expect("reopen");
@@ -426,7 +426,7 @@ fn every_acknowledged_commit_survives_a_crash_through_the_stores_open_path() {
         child(&dir);
     }
     crash_suite(
-        Opener::Store,
+        Opener::Writer,
         "every_acknowledged_commit_survives_a_crash_through_the_stores_open_path",
     );
 }

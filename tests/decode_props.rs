@@ -4,7 +4,7 @@
 
 use hermes_meter::hook::{decode, DecodeOptions, Decoded, HOOK_NAMES};
 use hermes_meter::replay::parse_line;
-use hermes_meter::store::{EventContext, Store};
+use hermes_meter::store::{EventContext, Writer};
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 
@@ -86,7 +86,7 @@ proptest! {
         let opts = DecodeOptions { capture_content: capture, ..DecodeOptions::default() };
         if let Decoded::Event(event, problems) = decode(hook, &kw, at, opts) {
             let dir = tempfile::tempdir().expect("temp dir");
-            let mut store = Store::open_dir(dir.path()).expect("open");
+            let mut store = Writer::open_dir(dir.path()).expect("open");
             store.apply(&event, &EventContext { problems, ..EventContext::default() }).expect("apply");
             let negative: i64 = store
                 .query_scalar("SELECT COUNT(*) FROM runs WHERE cost_usd < 0 OR input_tokens < 0 OR output_tokens < 0 OR cache_read_tokens < 0")

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 mod cli;
 use cli::cli;
 
-use hermes_meter::store::{Store, DB_FILE_NAME};
+use hermes_meter::store::{Writer, DB_FILE_NAME};
 use rusqlite::Connection;
 
 fn fixtures() -> Vec<PathBuf> {
@@ -81,7 +81,7 @@ fn rebuilding_a_whole_store_gives_the_same_ledger_and_sends_nothing_twice() {
         .execute("DELETE FROM outbox WHERE seq % 2 = 0", [])
         .expect("export half");
     // It took part in a fleet: a rebuilt store must stay the same host.
-    hermes_meter::store::Store::open_dir(home)
+    hermes_meter::store::Outbox::open_dir(home)
         .expect("open")
         .fleet_host_id()
         .expect("host id");
@@ -186,7 +186,7 @@ fn a_damaged_store_is_reported_and_rebuilt_from_what_reads_plus_the_spool() {
         damaged_bytes,
         "the damaged file is kept exactly as it was"
     );
-    let store = Store::open(&db).expect("open the rebuilt store");
+    let store = Writer::open(&db).expect("open the rebuilt store");
     let integrity: String = store.query_scalar("PRAGMA integrity_check").expect("check");
     assert_eq!(integrity, "ok");
     let journal: i64 = store.query_scalar("SELECT COUNT(*) FROM journal").expect("count");

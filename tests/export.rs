@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use hermes_meter::export::{hex, ExportConfig, ExportOverrides, Exporter};
 use hermes_meter::hook::DecodeOptions;
 use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::store::Store;
+use hermes_meter::store::Writer;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::trace::v1::Span;
 
@@ -36,7 +36,7 @@ fn base<'a>(endpoint: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'
     v
 }
 
-fn replay(store: &mut Store, files: &[PathBuf]) {
+fn replay(store: &mut Writer, files: &[PathBuf]) {
     let mut stats = ReplayStats::default();
     for f in files {
         replay_file(store, f, DecodeOptions::default(), &mut stats).expect("replay");
@@ -48,8 +48,8 @@ fn fixture(name: &str) -> PathBuf {
     Path::new(FIXTURES).join(format!("{name}.jsonl"))
 }
 
-fn store_at(dir: &Path) -> Store {
-    Store::open(&dir.join("hermes-meter.db")).expect("open store")
+fn store_at(dir: &Path) -> Writer {
+    Writer::open(&dir.join("hermes-meter.db")).expect("open store")
 }
 
 /// Exports everything that is ready, closing idle spans first.
@@ -183,7 +183,7 @@ fn tree_of(name: &str, extra: &[(&str, &str)]) -> String {
     let mut store = store_at(dir.path());
     replay(&mut store, &[fixture(name)]);
     let endpoint = receiver.grpc_endpoint();
-    let mut exporter = Exporter::with_store(config(&base(&endpoint, extra)), store).expect("exporter");
+    let mut exporter = Exporter::with_store(config(&base(&endpoint, extra)), store.into_outbox()).expect("exporter");
     drain(&mut exporter);
     let spans = receiver.received.spans();
     assert_unique(&spans);
@@ -395,7 +395,8 @@ fn a_streamed_call_of_hermes_main_arrives_with_its_time_to_first_chunk_and_0_19_
     let streamed = hermes_main::streamed_call(dir.path(), "main-streamed", started, Some(started + 0.75));
     let unstreamed = hermes_main::streamed_call(dir.path(), "main-unstreamed", started, None);
     replay(&mut store, &[streamed, unstreamed, fixture("terminal_ok")]);
-    let mut exporter = Exporter::with_store(config(&base(&receiver.grpc_endpoint(), &[])), store).expect("exporter");
+    let mut exporter =
+        Exporter::with_store(config(&base(&receiver.grpc_endpoint(), &[])), store.into_outbox()).expect("exporter");
     drain(&mut exporter);
     let spans = receiver.received.spans();
     let chats: Vec<&Span> = spans.iter().filter(|s| s.name.starts_with("chat ")).collect();
@@ -442,7 +443,7 @@ fn reference_ids() -> HashSet<(Vec<u8>, Vec<u8>)> {
     let mut store = store_at(dir.path());
     replay(&mut store, &all_fixtures());
     let endpoint = receiver.grpc_endpoint();
-    let mut exporter = Exporter::with_store(config(&base(&endpoint, &[])), store).expect("exporter");
+    let mut exporter = Exporter::with_store(config(&base(&endpoint, &[])), store.into_outbox()).expect("exporter");
     drain(&mut exporter);
     let spans = receiver.received.spans();
     assert_unique(&spans);
@@ -480,7 +481,7 @@ fn http_protobuf_with_gzip_delivers_the_same_spans_as_grpc() {
             ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=secret"),
         ],
     ));
-    let mut exporter = Exporter::with_store(cfg, store).expect("exporter");
+    let mut exporter = Exporter::with_store(cfg, store.into_outbox()).expect("exporter");
     drain(&mut exporter);
     let spans = receiver.received.spans();
     assert_unique(&spans);
@@ -496,7 +497,7 @@ fn a_collector_that_is_down_for_the_first_half_gets_every_span_once() {
     let (first, second) = files.split_at(files.len() / 2);
     let mut store = store_at(dir.path());
     replay(&mut store, first);
-    let mut exporter = Exporter::with_store(config(&base(&endpoint, &[])), store).expect("exporter");
+    let mut exporter = Exporter::with_store(config(&base(&endpoint, &[])), store.into_outbox()).expect("exporter");
     exporter.close_idle().expect("close idle");
     // The collector is down: a few attempts fail and back off.
     let mut failures = 0;
@@ -530,7 +531,7 @@ fn only_the_lease_holder_exports_and_the_lease_lapses_when_it_stops() {
     replay(&mut store, &[fixture("readfile")]);
     let endpoint = receiver.grpc_endpoint();
     let cfg = config(&base(&endpoint, &[("HERMES_METER_LEASE_SECONDS", "0.5")]));
-    let mut a = Exporter::with_store(cfg.clone(), store).expect("a");
+    let mut a = Exporter::with_store(cfg.clone(), store.into_outbox()).expect("a");
     let mut b = Exporter::new(cfg, &dir.path().join("hermes-meter.db")).expect("b");
     assert!(a.run_once().expect("a").leased);
     let step = b.run_once().expect("b");
@@ -552,7 +553,7 @@ fn export_since_resends_history_with_the_same_ids() {
     let mut store = store_at(dir.path());
     replay(&mut store, &all_fixtures());
     let endpoint = receiver.grpc_endpoint();
-    let mut exporter = Exporter::with_store(config(&base(&endpoint, &[])), store).expect("exporter");
+    let mut exporter = Exporter::with_store(config(&base(&endpoint, &[])), store.into_outbox()).expect("exporter");
     drain(&mut exporter);
     let first = ids(&receiver.received.spans());
     let sent = exporter
@@ -572,7 +573,7 @@ fn a_sampler_that_keeps_nothing_sends_nothing_and_counts_it() {
     replay(&mut store, &[fixture("readfile")]);
     let endpoint = receiver.grpc_endpoint();
     let cfg = config(&base(&endpoint, &[("OTEL_TRACES_SAMPLER", "always_off")]));
-    let mut exporter = Exporter::with_store(cfg, store).expect("exporter");
+    let mut exporter = Exporter::with_store(cfg, store.into_outbox()).expect("exporter");
     drain(&mut exporter);
     assert_eq!(receiver.received.span_count(), 0);
     assert_eq!(exporter.store().export_state().expect("state").sampled_out, 5);
@@ -591,7 +592,7 @@ fn grpc_over_tls_on_loopback_trusts_the_ca_file_and_nothing_else() {
     replay(&mut store, &[fixture("readfile")]);
     let endpoint = format!("https://localhost:{}", receiver.addr.port());
     let cfg = config(&base(&endpoint, &[("OTEL_EXPORTER_OTLP_CERTIFICATE", &ca)]));
-    let mut exporter = Exporter::with_store(cfg, store).expect("exporter");
+    let mut exporter = Exporter::with_store(cfg, store.into_outbox()).expect("exporter");
     drain(&mut exporter);
     assert_eq!(receiver.received.span_count(), 5);
 
@@ -599,7 +600,7 @@ fn grpc_over_tls_on_loopback_trusts_the_ca_file_and_nothing_else() {
     let dir2 = tempfile::tempdir().expect("temp dir");
     let mut store = store_at(dir2.path());
     replay(&mut store, &[fixture("readfile")]);
-    let mut exporter = Exporter::with_store(config(&base(&endpoint, &[])), store).expect("exporter");
+    let mut exporter = Exporter::with_store(config(&base(&endpoint, &[])), store.into_outbox()).expect("exporter");
     exporter.close_idle().expect("close idle");
     let step = exporter.run_once().expect("step");
     assert!(step.error.is_some(), "{step:?}");
@@ -625,7 +626,7 @@ fn https_on_loopback_trusts_the_ca_file_and_nothing_else() {
     replay(&mut store, &[fixture("readfile")]);
     let mut with_ca = base(&endpoint, &http);
     with_ca.push(("OTEL_EXPORTER_OTLP_CERTIFICATE", &ca));
-    let mut exporter = Exporter::with_store(config(&with_ca), store).expect("exporter");
+    let mut exporter = Exporter::with_store(config(&with_ca), store.into_outbox()).expect("exporter");
     drain(&mut exporter);
     assert_eq!(receiver.received.span_count(), 5);
 
@@ -633,7 +634,7 @@ fn https_on_loopback_trusts_the_ca_file_and_nothing_else() {
     let dir2 = tempfile::tempdir().expect("temp dir");
     let mut store = store_at(dir2.path());
     replay(&mut store, &[fixture("readfile")]);
-    let mut exporter = Exporter::with_store(config(&base(&endpoint, &http)), store).expect("exporter");
+    let mut exporter = Exporter::with_store(config(&base(&endpoint, &http)), store.into_outbox()).expect("exporter");
     exporter.close_idle().expect("close idle");
     let step = exporter.run_once().expect("step");
     assert!(step.error.is_some(), "{step:?}");
@@ -685,7 +686,7 @@ fn a_collector_that_asks_for_a_client_certificate_gets_ours_over_grpc_and_https(
         let without = tempfile::tempdir().expect("temp dir");
         let mut store = store_at(without.path());
         replay(&mut store, &[fixture("readfile")]);
-        let mut exporter = Exporter::with_store(settings(false), store).expect("exporter");
+        let mut exporter = Exporter::with_store(settings(false), store.into_outbox()).expect("exporter");
         exporter.close_idle().expect("close idle");
         let step = exporter.run_once().expect("step");
         assert!(step.error.is_some(), "{protocol}: {step:?}");
@@ -696,7 +697,7 @@ fn a_collector_that_asks_for_a_client_certificate_gets_ours_over_grpc_and_https(
         let with = tempfile::tempdir().expect("temp dir");
         let mut store = store_at(with.path());
         replay(&mut store, &[fixture("readfile")]);
-        let mut exporter = Exporter::with_store(settings(true), store).expect("exporter");
+        let mut exporter = Exporter::with_store(settings(true), store.into_outbox()).expect("exporter");
         drain(&mut exporter);
         assert_eq!(receiver.received.span_count(), 5, "{protocol}");
     }
@@ -724,7 +725,7 @@ fn a_client_certificate_without_its_key_is_a_configuration_error() {
             .expect("status shows the client certificate");
         assert_eq!(row.1, cert);
         let store = store_at(dir.path());
-        let err = match Exporter::with_store(cfg, store) {
+        let err = match Exporter::with_store(cfg, store.into_outbox()) {
             Ok(_) => panic!("{protocol}: a certificate without its key was accepted"),
             Err(e) => e.to_string(),
         };
@@ -739,7 +740,7 @@ fn all_spans() -> Vec<Span> {
     let mut store = store_at(dir.path());
     replay(&mut store, &all_fixtures());
     let endpoint = receiver.grpc_endpoint();
-    let mut exporter = Exporter::with_store(config(&base(&endpoint, &[])), store).expect("exporter");
+    let mut exporter = Exporter::with_store(config(&base(&endpoint, &[])), store.into_outbox()).expect("exporter");
     drain(&mut exporter);
     receiver.received.spans()
 }
@@ -808,7 +809,7 @@ fn killing_the_exporting_process_mid_batch_loses_nothing() {
     let copies = 200;
     let file = many_sessions(dir.path(), copies);
     let home = dir.path().join("home");
-    let mut store = Store::open_dir(&home).expect("store");
+    let mut store = Writer::open_dir(&home).expect("store");
     replay(&mut store, &[file]);
     drop(store);
     let receiver = support::grpc(None, None);
@@ -836,9 +837,9 @@ fn killing_the_exporting_process_mid_batch_loses_nothing() {
     receiver.received.hold.store(false, std::sync::atomic::Ordering::SeqCst);
     // Another exporter takes over once the dead one's lease lapses.
     let endpoint = receiver.grpc_endpoint();
-    let store = Store::open_dir(&home).expect("store");
+    let store = Writer::open_dir(&home).expect("store");
     assert_eq!(store.export_state().expect("state").pending, 5 * copies as i64);
-    let mut exporter = Exporter::with_store(config(&base(&endpoint, &[])), store).expect("exporter");
+    let mut exporter = Exporter::with_store(config(&base(&endpoint, &[])), store.into_outbox()).expect("exporter");
     let deadline = Instant::now() + Duration::from_secs(30);
     while !exporter.run_once().expect("step").leased {
         assert!(Instant::now() < deadline, "the dead exporter's lease never lapsed");
@@ -909,7 +910,7 @@ fn a_collector_that_accepts_and_never_answers_is_a_failure_kept_for_status() {
                 ("OTEL_EXPORTER_OTLP_TIMEOUT", "300"),
             ],
         );
-        let mut exporter = Exporter::with_store(config(&settings), store).expect("exporter");
+        let mut exporter = Exporter::with_store(config(&settings), store.into_outbox()).expect("exporter");
         exporter.close_idle().expect("close idle");
         let started = Instant::now();
         let error = first_failure(&mut exporter);
@@ -941,7 +942,7 @@ fn a_collector_that_closes_the_connection_is_a_transport_failure_not_a_refusal()
     let endpoint = format!("http://{addr}");
     let mut store = store_at(dir.path());
     replay(&mut store, &[fixture("readfile")]);
-    let mut exporter = Exporter::with_store(config(&base(&endpoint, &[])), store).expect("exporter");
+    let mut exporter = Exporter::with_store(config(&base(&endpoint, &[])), store.into_outbox()).expect("exporter");
     exporter.close_idle().expect("close idle");
     let error = first_failure(&mut exporter);
     assert!(!error.contains("refused them"), "{error}");

@@ -13,7 +13,7 @@ use hermes_meter::bridge::{Background, BridgeConfig};
 use hermes_meter::export_task::ExportTask;
 use hermes_meter::hook::DecodeOptions;
 use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::store::Store;
+use hermes_meter::store::Writer;
 
 #[test]
 fn the_export_thread_sends_the_outbox_and_a_session_end_can_wait_for_it() {
@@ -24,7 +24,7 @@ fn the_export_thread_sends_the_outbox_and_a_session_end_can_wait_for_it() {
     let dir = tempfile::tempdir().expect("temp dir");
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/readfile.jsonl");
     {
-        let mut store = Store::open_dir(dir.path()).expect("store");
+        let mut store = Writer::open_dir(dir.path()).expect("store");
         let mut stats = ReplayStats::default();
         replay_file(&mut store, &fixture, DecodeOptions::default(), &mut stats).expect("replay");
     }
@@ -39,7 +39,7 @@ fn the_export_thread_sends_the_outbox_and_a_session_end_can_wait_for_it() {
     // More arrives; a session end asks for it and gets it before returning.
     let more = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/terminal_ok.jsonl");
     {
-        let mut store = Store::open_dir(dir.path()).expect("store");
+        let mut store = Writer::open_dir(dir.path()).expect("store");
         let mut stats = ReplayStats::default();
         replay_file(&mut store, &more, DecodeOptions::default(), &mut stats).expect("replay");
     }
@@ -74,7 +74,7 @@ fn the_export_thread_sends_the_outbox_and_a_session_end_can_wait_for_it() {
     }
     task.shutdown(Instant::now() + Duration::from_secs(5));
     // Nothing is left in the outbox and nothing was sent twice.
-    let store = Store::open_dir(dir.path()).expect("store");
+    let store = Writer::open_dir(dir.path()).expect("store");
     assert_eq!(
         store
             .query_scalar::<i64>("SELECT COUNT(*) FROM outbox")

@@ -21,7 +21,7 @@ use hermes_meter::budget::{BudgetGate, BudgetHandle, Unsynced, FIRST_SYNC_WAIT, 
 use hermes_meter::budget::{Scope, Window, BLOCKED_MODEL, BUDGETS_FILE_NAME};
 use hermes_meter::fleet::task::FleetTask;
 use hermes_meter::fleet::{FleetConfig, FLEET_URL_ENV};
-use hermes_meter::store::{EventContext, FleetStatus, Store};
+use hermes_meter::store::{EventContext, FleetStatus, Outbox, Writer};
 use postgres::Postgres;
 
 /// The child process's mode (`spend` or `crash`) and its store directory.
@@ -63,7 +63,7 @@ struct Host {
     bridge: Bridge,
     handle: BudgetHandle,
     _fleet: FleetTask,
-    store: Store,
+    store: Writer,
     session: String,
     calls: usize,
 }
@@ -90,7 +90,7 @@ impl Host {
             bridge,
             handle,
             _fleet: fleet,
-            store: Store::open_dir(dir).expect("open"),
+            store: Writer::open_dir(dir).expect("open"),
             session: format!("s{}-{}", std::process::id(), fastrand::u32(..)),
             calls: 0,
         }
@@ -630,7 +630,7 @@ fn tls_and_passwords_work_as_libpq_users_expect() {
     let dir = tempfile::tempdir().expect("dir");
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, ck.cert.pem()).expect("write ca");
-    let store = Store::open_dir(dir.path()).expect("store");
+    let store = Outbox::open_dir(dir.path()).expect("store");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -135,7 +135,7 @@ fn viewer_binary(home: &std::path::Path) -> (Child, SocketAddr, BufReader<std::p
 #[test]
 fn a_normal_request_is_answered_within_100_ms_while_2000_idle_connections_are_held() {
     let home = tempfile::tempdir().expect("temp dir");
-    drop(hermes_meter::store::Store::open_dir(home.path()).expect("store"));
+    drop(hermes_meter::store::Writer::open_dir(home.path()).expect("store"));
     // The viewer lifts its soft limit to the hard one (at most 65,536);
     // its cap is half that. With a low hard limit, hold what it can serve.
     let (_, hard) = nofile();

@@ -11,7 +11,7 @@ use hermes_meter::hook::DecodeOptions;
 use hermes_meter::pricing::PriceTable;
 use hermes_meter::replay::{replay_file, ReplayStats};
 use hermes_meter::report::Totals;
-use hermes_meter::store::Store;
+use hermes_meter::store::Writer;
 use serde_json::Value;
 
 #[path = "support/hermes_main.rs"]
@@ -40,13 +40,13 @@ fn fixture(name: &str) -> PathBuf {
 
 struct Replayed {
     _dir: tempfile::TempDir,
-    store: Store,
+    store: Writer,
     stats: ReplayStats,
 }
 
 fn replay(files: &[PathBuf]) -> Replayed {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut store = Store::open_dir(dir.path()).expect("open store");
+    let mut store = Writer::open_dir(dir.path()).expect("open store");
     let mut prices = PriceTable::default();
     prices
         .add_user_prices(MOCK_PRICING, Path::new("pricing.toml"))
@@ -63,7 +63,7 @@ fn replay(files: &[PathBuf]) -> Replayed {
     }
 }
 
-fn totals(store: &Store) -> Totals {
+fn totals(store: &Writer) -> Totals {
     store
         .report(&jiff::tz::TimeZone::UTC, 0.0, 1e12, None)
         .expect("report")
@@ -229,28 +229,28 @@ fn replaying_the_same_files_again_changes_nothing() {
     assert_eq!((totals(&r.store), r.store.counts().expect("counts")), before);
 }
 
-fn scalar<T: rusqlite_free::FromSqlish>(store: &Store, sql: &str) -> T {
+fn scalar<T: rusqlite_free::FromSqlish>(store: &Writer, sql: &str) -> T {
     T::get(store, sql)
 }
 
 /// Tiny adapter so tests read single values without naming rusqlite.
 mod rusqlite_free {
-    use hermes_meter::store::Store;
+    use hermes_meter::store::Writer;
     pub trait FromSqlish: Sized {
-        fn get(store: &Store, sql: &str) -> Self;
+        fn get(store: &Writer, sql: &str) -> Self;
     }
     impl FromSqlish for i64 {
-        fn get(store: &Store, sql: &str) -> Self {
+        fn get(store: &Writer, sql: &str) -> Self {
             store.query_scalar(sql).expect(sql)
         }
     }
     impl FromSqlish for f64 {
-        fn get(store: &Store, sql: &str) -> Self {
+        fn get(store: &Writer, sql: &str) -> Self {
             store.query_scalar(sql).expect(sql)
         }
     }
     impl FromSqlish for String {
-        fn get(store: &Store, sql: &str) -> Self {
+        fn get(store: &Writer, sql: &str) -> Self {
             store
                 .query_scalar::<Option<String>>(sql)
                 .expect(sql)
@@ -499,7 +499,7 @@ fn a_cost_the_provider_reported_is_the_cost_everywhere_with_the_estimate_beside_
 #[test]
 fn unknown_models_cost_nothing_and_are_flagged_unpriced() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut store = Store::open_dir(dir.path()).expect("open");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
     let mut stats = ReplayStats::default();
     replay_file(&mut store, &fixture("bigcache"), DecodeOptions::default(), &mut stats).expect("replay");
     assert_eq!(
@@ -790,10 +790,10 @@ fn a_run_written_by_two_processes_keeps_the_last_model_each_one_said() {
     // look again.
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("meter.db");
-    let mut a = Store::open(&path).expect("open a");
-    let mut b = Store::open(&path).expect("open b");
+    let mut a = Writer::open(&path).expect("open a");
+    let mut b = Writer::open(&path).expect("open b");
     let ctx = hermes_meter::store::EventContext::default();
-    let model = |s: &Store| scalar::<String>(s, "SELECT model FROM runs WHERE session_id = 's'");
+    let model = |s: &Writer| scalar::<String>(s, "SELECT model FROM runs WHERE session_id = 's'");
 
     a.apply(&event_for_model("pre_llm_call", 100.0, "m1"), &ctx).expect("a");
     b.apply(&event_for_model("post_llm_call", 100.1, "m2"), &ctx)
@@ -839,7 +839,7 @@ fn a_file_out_of_time_order_is_applied_in_time_order() {
     assert_eq!(reversed.stats.bad_lines.len(), 0);
     assert_eq!(reversed.stats.applied, each.stats.applied);
     assert_eq!(totals(&reversed.store), totals(&each.store));
-    let rows = |s: &Store| {
+    let rows = |s: &Writer| {
         scalar::<String>(
             s,
             "SELECT group_concat(session_id || ':' || status || ':' || started_at || ':' || estimated_llm_calls, ',')
@@ -865,7 +865,7 @@ fn session_event(hook: &str, session: &str, t: f64) -> hermes_meter::hook::HookE
 
 /// What the idle closer left: each session's run status, close reason and
 /// end, its turns' outcomes, and the outbox rows it enqueued.
-fn closed_state(s: &Store) -> String {
+fn closed_state(s: &Writer) -> String {
     [
         "SELECT session_id || ' ' || status || ' ' || close_reason || ' ' || (ended_at = last_event_at) AS x FROM runs",
         "SELECT turn_id || ' ' || outcome || ' ' || ended_at AS x FROM turns",
@@ -882,7 +882,7 @@ fn the_idle_closer_works_in_small_transactions_and_closes_what_one_big_one_would
     // transaction, so no hook waits long behind it; batched or not, what
     // ends up closed and enqueued must be the same.
     const SESSIONS: usize = 100;
-    let open = |s: &mut Store| {
+    let open = |s: &mut Writer| {
         let ctx = hermes_meter::store::EventContext::default();
         for i in 0..SESSIONS {
             let session = format!("s{i:03}");
@@ -896,8 +896,8 @@ fn the_idle_closer_works_in_small_transactions_and_closes_what_one_big_one_would
             .expect("active");
     };
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut batched = Store::open(&dir.path().join("a.db")).expect("open a");
-    let mut at_once = Store::open(&dir.path().join("b.db")).expect("open b");
+    let mut batched = Writer::open(&dir.path().join("a.db")).expect("open a");
+    let mut at_once = Writer::open(&dir.path().join("b.db")).expect("open b");
     open(&mut batched);
     open(&mut at_once);
     let now = 5100.0;
@@ -946,7 +946,7 @@ fn the_idle_closer_works_in_small_transactions_and_closes_what_one_big_one_would
     );
     // close_idle_runs, used by the CLI and the export driver, loops the
     // batches to the end.
-    let mut third = Store::open(&dir.path().join("c.db")).expect("open c");
+    let mut third = Writer::open(&dir.path().join("c.db")).expect("open c");
     open(&mut third);
     assert_eq!(third.close_idle_runs(now, 900.0).expect("all"), SESSIONS);
     assert_eq!(closed_state(&third), closed_state(&at_once));

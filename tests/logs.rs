@@ -13,7 +13,7 @@ use hermes_meter::export::{Driver, ExportConfig, ExportOverrides};
 use hermes_meter::hook::DecodeOptions;
 use hermes_meter::replay::{replay_file, ReplayStats};
 use hermes_meter::semconv::event;
-use hermes_meter::store::{LogPlace, Store};
+use hermes_meter::store::{LogPlace, Writer};
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
 
@@ -42,13 +42,13 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 /// A store in `dir` holding the runs of `names`.
-fn replayed(dir: &Path, names: &[&str]) -> Store {
+fn replayed(dir: &Path, names: &[&str]) -> Writer {
     replayed_with(dir, names, DecodeOptions::default())
 }
 
 /// [`replayed`], decoded with `opts`.
-fn replayed_with(dir: &Path, names: &[&str], opts: DecodeOptions) -> Store {
-    let mut store = Store::open_dir(dir).expect("store");
+fn replayed_with(dir: &Path, names: &[&str], opts: DecodeOptions) -> Writer {
+    let mut store = Writer::open_dir(dir).expect("store");
     let mut stats = ReplayStats::default();
     for name in names {
         replay_file(&mut store, &fixture(name), opts, &mut stats).expect("replay");
@@ -116,6 +116,7 @@ fn failed_attempts_alerts_and_verdicts_arrive_as_records_in_the_traces_of_their_
     let errors = store.store_count("llm_call_errors").expect("errors");
     assert!(errors >= 2, "both fixtures hold a failed attempt: {errors}");
     let (traces, logs) = configs(&[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)]);
+    let store = store.into_outbox();
     let mut driver = Driver::new(store, Some(traces), None, Some(logs), Duration::from_secs(60)).expect("driver");
     drain(&mut driver, Duration::from_secs(30));
 
@@ -180,6 +181,7 @@ fn over_http_with_gzip_the_same_records_arrive() {
         ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
     ]);
     assert_eq!(logs.endpoint.value, format!("{base}/v1/logs"));
+    let store = store.into_outbox();
     let mut driver = Driver::new(store, Some(traces), None, Some(logs), Duration::from_secs(60)).expect("driver");
     drain(&mut driver, Duration::from_secs(30));
     let records = receiver.received.log_records();
@@ -196,6 +198,7 @@ fn a_backend_that_takes_no_logs_keeps_them_waiting_and_says_so_while_spans_go_on
     let waiting = store.log_export_state().expect("state").pending;
     assert!(waiting > 0);
     let (traces, logs) = configs(&[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)]);
+    let store = store.into_outbox();
     let mut driver = Driver::new(store, Some(traces), None, Some(logs), Duration::from_secs(60)).expect("driver");
     let cycle = driver.step(Some(Instant::now() + Duration::from_secs(5)));
     let step = cycle.logs.expect("a log step").expect("no store error");
@@ -236,7 +239,7 @@ fn killing_the_sending_process_mid_batch_loses_no_record_and_a_resent_one_keeps_
     let home = dir.path().join("home");
     let total = 300;
     {
-        let store = Store::open_dir(&home).expect("store");
+        let store = Writer::open_dir(&home).expect("store");
         for i in 0..total {
             let body = format!("alert {i}");
             store
@@ -282,7 +285,7 @@ fn killing_the_sending_process_mid_batch_loses_no_record_and_a_resent_one_keeps_
         .received
         .hold_logs
         .store(false, std::sync::atomic::Ordering::SeqCst);
-    let store = Store::open_dir(&home).expect("store");
+    let store = Writer::open_dir(&home).expect("store");
     assert_eq!(
         store.log_export_state().expect("state").pending,
         total,
@@ -290,6 +293,7 @@ fn killing_the_sending_process_mid_batch_loses_no_record_and_a_resent_one_keeps_
     );
     // Another process takes over once the dead one's lease lapses.
     let (traces, logs) = configs(&[("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.grpc_endpoint())]);
+    let store = store.into_outbox();
     let mut driver = Driver::new(store, Some(traces), None, Some(logs), Duration::from_secs(60)).expect("driver");
     drain(&mut driver, Duration::from_secs(30));
     let records = receiver.received.log_records();
@@ -327,6 +331,7 @@ fn sent_with_content(mode: &str) -> (support::Receiver, Driver, i64, tempfile::T
     ]);
     assert_eq!(traces.capture_content.value, mode != "EVENT_ONLY");
     assert_eq!(logs.content_events.value, mode != "SPAN_ONLY");
+    let store = store.into_outbox();
     let mut driver = Driver::new(store, Some(traces), None, Some(logs), Duration::from_secs(60)).expect("driver");
     drain(&mut driver, Duration::from_secs(30));
     (receiver, driver, calls, dir)

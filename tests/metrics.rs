@@ -18,7 +18,7 @@ use hermes_meter::hook::DecodeOptions;
 use hermes_meter::metrics;
 use hermes_meter::replay::{replay_file, ReplayStats};
 use hermes_meter::semconv::metric as m;
-use hermes_meter::store::Store;
+use hermes_meter::store::Writer;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point::Value, AggregationTemporality};
@@ -37,7 +37,7 @@ fn all_fixtures() -> Vec<PathBuf> {
 
 /// Replays `files` with a price for the fixtures' mock model, so costs
 /// are not all zero.
-fn replay(store: &mut Store, files: &[PathBuf]) {
+fn replay(store: &mut Writer, files: &[PathBuf]) {
     let dir = tempfile::tempdir().expect("temp dir");
     let pricing = dir.path().join("pricing.toml");
     std::fs::write(
@@ -308,7 +308,7 @@ fn check_previous_against_ledger(p: &Points, l: &Ledger) {
 fn after_replaying_the_fixtures_every_instrument_arrives_with_the_ledgers_sums() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("hermes-meter.db");
-    let mut store = Store::open(&path).expect("open");
+    let mut store = Writer::open(&path).expect("open");
     replay(&mut store, &all_fixtures());
     let receiver = support::grpc(None, None);
     // A budget (the fixtures are days old: nothing spent in today's window).
@@ -317,8 +317,9 @@ fn after_replaying_the_fixtures_every_instrument_arrives_with_the_ledgers_sums()
         "timezone = \"UTC\"\n[global]\ndaily = 10.0\ndaily_tokens = 1000000\n",
     )
     .expect("budgets");
-    let mut exporter = MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store).expect("exporter");
-    let mut counters = Store::open(&path).expect("second connection");
+    let mut exporter =
+        MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store.into_outbox()).expect("exporter");
+    let mut counters = Writer::open(&path).expect("second connection");
     let now = hermes_meter::export::unix_now();
     counters
         .add_to_metric_counter(
@@ -397,7 +398,7 @@ fn after_replaying_the_fixtures_every_instrument_arrives_with_the_ledgers_sums()
 fn a_streamed_call_of_hermes_main_is_one_time_to_first_chunk_point_beside_its_duration() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("hermes-meter.db");
-    let mut store = Store::open(&path).expect("open");
+    let mut store = Writer::open(&path).expect("open");
     let started = 1_796_002_700.0;
     let calls = [
         hermes_main::streamed_call(dir.path(), "main-streamed", started, Some(started + 0.75)),
@@ -406,7 +407,8 @@ fn a_streamed_call_of_hermes_main_is_one_time_to_first_chunk_point_beside_its_du
     ];
     replay(&mut store, &calls);
     let receiver = support::grpc(None, None);
-    let mut exporter = MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store).expect("exporter");
+    let mut exporter =
+        MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store.into_outbox()).expect("exporter");
     let p = points(&push(&mut exporter, &receiver));
     let ttfc = p.get(m::INFERENCE_TIME_TO_FIRST_CHUNK).expect("the histogram arrived");
     assert_eq!(ttfc.len(), 1, "one series: {ttfc:?}");
@@ -427,7 +429,7 @@ fn a_streamed_call_of_hermes_main_is_one_time_to_first_chunk_point_beside_its_du
 fn otlp_http_carries_the_same_totals_and_allow_listed_senders() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("hermes-meter.db");
-    let mut store = Store::open(&path).expect("open");
+    let mut store = Writer::open(&path).expect("open");
     replay(&mut store, &all_fixtures());
     // The CLI fixtures have no sender: give their runs one.
     rusqlite::Connection::open(&path)
@@ -445,7 +447,7 @@ fn otlp_http_carries_the_same_totals_and_allow_listed_senders() {
         ("OTEL_SEMCONV_STABILITY_OPT_IN", "http,gen_ai/dup"),
     ]);
     assert_eq!(c.transport.endpoint.value, format!("{endpoint}/v1/metrics"));
-    let mut exporter = MetricExporter::with_store(c, store).expect("exporter");
+    let mut exporter = MetricExporter::with_store(c, store.into_outbox()).expect("exporter");
     let p = points(&push(&mut exporter, &receiver));
     // Both generations of names, each with the ledger's totals.
     check_against_ledger(&p, &ledger(&path));
@@ -466,15 +468,15 @@ fn a_second_exporting_process_continues_every_series_and_never_goes_back() {
     let files = all_fixtures();
     let (first, second) = files.split_at(files.len() / 2);
     let receiver = support::grpc(None, None);
-    let mut store = Store::open(&path).expect("open");
+    let mut store = Writer::open(&path).expect("open");
     replay(&mut store, first);
-    let mut a = MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store).expect("A");
+    let mut a = MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store.into_outbox()).expect("A");
     let from_a = push(&mut a, &receiver);
     let identity_a = a.identity().clone();
     drop(a); // process A goes away (its lease is released)
-    let mut store = Store::open(&path).expect("reopen");
+    let mut store = Writer::open(&path).expect("reopen");
     replay(&mut store, second);
-    let mut b = MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store).expect("B");
+    let mut b = MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store.into_outbox()).expect("B");
     assert_eq!(b.identity(), &identity_a, "same start time and instance id");
     let from_b = push(&mut b, &receiver);
     let (pa, pb) = (points(&from_a), points(&from_b));
@@ -542,9 +544,9 @@ fn delta_pushes_add_up_to_the_ledger_across_exporting_processes() {
             ("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "delta"),
         ])
     };
-    let mut store = Store::open(&path).expect("open");
+    let mut store = Writer::open(&path).expect("open");
     replay(&mut store, first);
-    let mut a = MetricExporter::with_store(delta(), store).expect("A");
+    let mut a = MetricExporter::with_store(delta(), store.into_outbox()).expect("A");
     let from_a = push(&mut a, &receiver);
     let start = (a.identity().start_time * 1e9) as u64;
     let pa = points_of(&from_a, AggregationTemporality::Delta);
@@ -553,9 +555,9 @@ fn delta_pushes_add_up_to_the_ledger_across_exporting_processes() {
     let times_a = point_times(&from_a);
     assert!(times_a.iter().all(|(s, _)| *s == start), "{times_a:?}");
     drop(a); // process A goes away; B continues its deltas
-    let mut store = Store::open(&path).expect("reopen");
+    let mut store = Writer::open(&path).expect("reopen");
     replay(&mut store, second);
-    let mut b = MetricExporter::with_store(delta(), store).expect("B");
+    let mut b = MetricExporter::with_store(delta(), store.into_outbox()).expect("B");
     let from_b = push(&mut b, &receiver);
     let pb = points_of(&from_b, AggregationTemporality::Delta);
     // B sent only what was new: A's points plus B's are the ledger.
@@ -585,9 +587,10 @@ fn delta_pushes_add_up_to_the_ledger_across_exporting_processes() {
 fn budget_gauges_follow_the_budget_file_and_spend_at_every_push() {
     let dir = tempfile::tempdir().expect("temp dir");
     let home = dir.path().join("meter");
-    let store = Store::open_dir(&home).expect("open");
+    let store = Writer::open_dir(&home).expect("open");
     let receiver = support::grpc(None, None);
-    let mut exporter = MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store).expect("exporter");
+    let mut exporter =
+        MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store.into_outbox()).expect("exporter");
     let budgets = home.join("budgets.toml");
     let gauge = |p: &Points, name: &str| total(p, name, "hermes.budget.window=daily");
     // No budget file: no budget gauges.
@@ -597,7 +600,7 @@ fn budget_gauges_follow_the_budget_file_and_spend_at_every_push() {
     let p = points(&push(&mut exporter, &receiver));
     assert_eq!((gauge(&p, m::BUDGET_LIMIT), gauge(&p, m::BUDGET_SPEND)), (10.0, 0.0));
     // Spend, then a new limit: the next push has both.
-    let mut other = Store::open_dir(&home).expect("second connection");
+    let mut other = Writer::open_dir(&home).expect("second connection");
     replay(&mut other, &[call_now(dir.path(), "spend-now")]);
     std::fs::write(&budgets, "timezone = \"UTC\"\n[global]\ndaily = 2.0\n").expect("budgets");
     let p = points(&push(&mut exporter, &receiver));
@@ -637,7 +640,7 @@ fn budget_gauges_follow_the_budget_file_and_spend_at_every_scrape() {
     // the endpoint itself, so each scrape must read the budgets anew.
     let dir = tempfile::tempdir().expect("temp dir");
     let home = dir.path().join("meter");
-    let store = Store::open_dir(&home).expect("open");
+    let store = Writer::open_dir(&home).expect("open");
     let server = serve_metrics(store.path());
     let addr = server.addr().to_string();
     let scrape = || http_get(&addr, "/metrics").expect("a 200 scrape");
@@ -649,7 +652,7 @@ fn budget_gauges_follow_the_budget_file_and_spend_at_every_scrape() {
     assert_eq!(daily_sample(&text, "hermes_budget_limit"), Some(10.0), "{text}");
     assert_eq!(daily_sample(&text, "hermes_budget_spend"), Some(0.0), "{text}");
     // Spend, then a new limit: the next scrape has both.
-    let mut other = Store::open_dir(&home).expect("second connection");
+    let mut other = Writer::open_dir(&home).expect("second connection");
     replay(&mut other, &[call_now(dir.path(), "spend-now")]);
     std::fs::write(&budgets, "timezone = \"UTC\"\n[global]\ndaily = 2.0\n").expect("budgets");
     let text = scrape();
@@ -665,7 +668,7 @@ fn budget_gauges_follow_the_budget_file_and_spend_at_every_scrape() {
 fn hook_calls_lost_or_skipped_in_the_health_record_are_scraped() {
     let dir = tempfile::tempdir().expect("temp dir");
     let home = dir.path().join("meter");
-    let store = Store::open_dir(&home).expect("open");
+    let store = Writer::open_dir(&home).expect("open");
     // As the writers leave it: counts summed over every process.
     let record = serde_json::json!({
         "schema": hermes_meter::health::HEALTH_SCHEMA, "state": "ok", "updated_at": 1.0, "updated_by_pid": 1,
@@ -706,11 +709,12 @@ fn hook_calls_lost_or_skipped_in_the_health_record_are_scraped() {
 fn replaying_the_same_events_again_counts_nothing_twice() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("hermes-meter.db");
-    let mut store = Store::open(&path).expect("open");
+    let mut store = Writer::open(&path).expect("open");
     replay(&mut store, &all_fixtures());
     replay(&mut store, &all_fixtures());
     let receiver = support::grpc(None, None);
-    let mut exporter = MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store).expect("exporter");
+    let mut exporter =
+        MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store.into_outbox()).expect("exporter");
     check_against_ledger(&points(&push(&mut exporter, &receiver)), &ledger(&path));
 }
 
@@ -809,7 +813,7 @@ fn a_real_prometheus_scraping_serve_sees_the_ledger_totals_and_fires_the_budget_
     );
     let dir = tempfile::tempdir().expect("temp dir");
     let home = dir.path().join("meter");
-    let mut store = Store::open_dir(&home).expect("open");
+    let mut store = Writer::open_dir(&home).expect("open");
     replay(&mut store, &all_fixtures());
     let l = ledger(store.path());
 

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use hermes_meter::export::{ExportConfig, ExportOverrides, Exporter, MetricExporter, MetricsConfig, MetricsOverrides};
 use hermes_meter::hook::DecodeOptions;
 use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::store::Store;
+use hermes_meter::store::Writer;
 
 const KINDS: [&str; 5] = ["readfile", "failonce", "delegate_sync", "terminal_fail", "bigcache"];
 
@@ -51,7 +51,7 @@ fn sessions_file(dir: &Path, name: &str, first: usize, copies: usize) -> std::pa
     path
 }
 
-fn replay(store: &mut Store, path: &Path) {
+fn replay(store: &mut Writer, path: &Path) {
     let mut stats = ReplayStats::default();
     replay_file(store, path, DecodeOptions::default(), &mut stats).expect("replay");
     assert!(stats.bad_lines.is_empty());
@@ -68,7 +68,7 @@ fn a_collector_outage_over_a_thousand_sessions_loses_nothing_and_duplicates_noth
         env.get(k).cloned()
     });
     let db = dir.path().join("hermes-meter.db");
-    let mut store = Store::open(&db).expect("store");
+    let mut store = Writer::open(&db).expect("store");
     let mut traces = Exporter::new(trace_config, &db).expect("trace exporter");
     let mut metrics = MetricExporter::new(metric_config, &db).expect("metric exporter");
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use hermes_meter::export::{ExportConfig, ExportOverrides, Exporter};
 use hermes_meter::hook::DecodeOptions;
 use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::store::Store;
+use hermes_meter::store::Writer;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::{json, Value};
@@ -61,7 +61,7 @@ fn fixtures() -> Vec<PathBuf> {
     v
 }
 
-fn replay(store: &mut Store, files: &[PathBuf], capture_content: bool) {
+fn replay(store: &mut Writer, files: &[PathBuf], capture_content: bool) {
     let opts = DecodeOptions {
         capture_content,
         ..DecodeOptions::default()
@@ -84,10 +84,11 @@ fn export(files: &[PathBuf], capture_content: bool) -> (Vec<Span>, tempfile::Tem
 fn export_with(files: &[PathBuf], capture: bool, export_content: bool) -> (Vec<Span>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
     let receiver = support::grpc(None, None);
-    let mut store = Store::open(&dir.path().join("hermes-meter.db")).expect("open store");
+    let mut store = Writer::open(&dir.path().join("hermes-meter.db")).expect("open store");
     replay(&mut store, files, capture);
     let content = [(CAPTURE, if export_content { "true" } else { "false" })];
-    let mut exporter = Exporter::with_store(config(&receiver.grpc_endpoint(), &content), store).expect("exporter");
+    let mut exporter =
+        Exporter::with_store(config(&receiver.grpc_endpoint(), &content), store.into_outbox()).expect("exporter");
     exporter.close_idle().expect("close idle");
     let step = exporter.flush(Instant::now() + Duration::from_secs(30)).expect("flush");
     assert!(step.error.is_none(), "{step:?}");
@@ -403,7 +404,7 @@ fn otlp_header_values_never_show_in_status_or_export_errors() {
     }
 
     // A failed export over HTTP to a collector that echoes the credentials.
-    let mut store = Store::open(&home.path().join("hermes-meter.db")).expect("open store");
+    let mut store = Writer::open(&home.path().join("hermes-meter.db")).expect("open store");
     replay(&mut store, &[Path::new(FIXTURES).join("readfile.jsonl")], false);
     let headers = format!("authorization=Bearer%20{HEADER_SECRET},x-api-key={HEADER_SECRET}2");
     let cfg = config(
@@ -415,7 +416,7 @@ fn otlp_header_values_never_show_in_status_or_export_errors() {
     );
     let shown = format!("{cfg:?} {:?}", cfg.describe());
     assert!(!shown.contains(HEADER_SECRET), "{shown}");
-    let mut exporter = Exporter::with_store(cfg, store).expect("exporter");
+    let mut exporter = Exporter::with_store(cfg, store.into_outbox()).expect("exporter");
     exporter.close_idle().expect("close idle");
     let step = exporter.flush(Instant::now() + Duration::from_secs(10)).expect("flush");
     let error = step.error.clone().expect("the export failed");
@@ -429,9 +430,9 @@ fn otlp_header_values_never_show_in_status_or_export_errors() {
     let dead = TcpListener::bind("127.0.0.1:0").expect("bind");
     let dead_endpoint = format!("http://{}", dead.local_addr().expect("addr"));
     drop(dead);
-    let store = Store::open(&home.path().join("hermes-meter.db")).expect("open store");
+    let store = Writer::open(&home.path().join("hermes-meter.db")).expect("open store");
     let cfg = config(&dead_endpoint, &[("OTEL_EXPORTER_OTLP_HEADERS", &headers)]);
-    let mut exporter = Exporter::with_store(cfg, store).expect("exporter");
+    let mut exporter = Exporter::with_store(cfg, store.into_outbox()).expect("exporter");
     let step = exporter.flush(Instant::now() + Duration::from_secs(10)).expect("flush");
     let error = step.error.clone().expect("the export failed");
     assert!(!error.contains(HEADER_SECRET), "{error}");
@@ -442,11 +443,11 @@ fn an_export_error_echoing_a_header_value_is_scrubbed() {
     // A gRPC collector that puts the token it got into its status message.
     let home = tempfile::tempdir().expect("temp dir");
     let (endpoint, _runtime) = rejecting_grpc_collector();
-    let mut store = Store::open(&home.path().join("hermes-meter.db")).expect("open store");
+    let mut store = Writer::open(&home.path().join("hermes-meter.db")).expect("open store");
     replay(&mut store, &[Path::new(FIXTURES).join("readfile.jsonl")], false);
     let headers = format!("authorization=Bearer%20{HEADER_SECRET}");
     let cfg = config(&endpoint, &[("OTEL_EXPORTER_OTLP_HEADERS", &headers)]);
-    let mut exporter = Exporter::with_store(cfg, store).expect("exporter");
+    let mut exporter = Exporter::with_store(cfg, store.into_outbox()).expect("exporter");
     exporter.close_idle().expect("close idle");
     let step = exporter.flush(Instant::now() + Duration::from_secs(10)).expect("flush");
     let error = step.error.clone().expect("the export failed");
@@ -500,10 +501,10 @@ fn rejecting_grpc_collector() -> (String, tokio::runtime::Runtime) {
 
 #[test]
 fn captured_content_is_pruned_once_its_session_ended_and_its_spans_went_out() {
-    let count = |store: &Store| -> i64 { store.query_scalar("SELECT COUNT(*) FROM span_content").expect("count") };
+    let count = |store: &Writer| -> i64 { store.query_scalar("SELECT COUNT(*) FROM span_content").expect("count") };
     // Every fixture captured and exported: the outbox is empty.
     let (_spans, dir) = export(&fixtures(), true);
-    let mut store = Store::open(&dir.path().join("hermes-meter.db")).expect("open store");
+    let mut store = Writer::open(&dir.path().join("hermes-meter.db")).expect("open store");
     let captured = count(&store);
     assert!(captured > 0);
     // A session captured since, not exported yet, keeps its content.

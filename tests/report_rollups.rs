@@ -13,7 +13,7 @@ use std::path::Path;
 use hermes_meter::hook::DecodeOptions;
 use hermes_meter::replay::{replay_file, ReplayStats};
 use hermes_meter::report::Report;
-use hermes_meter::store::Store;
+use hermes_meter::store::Writer;
 use jiff::tz::TimeZone;
 use serde_json::Value;
 
@@ -27,7 +27,7 @@ const T0: f64 = 1_790_812_800.0;
 
 /// Replays copies `copies` of the stream into `store`, copy `c` moved to
 /// start `c` × 7 h 7 min after `T0` (so they straddle quarter hours and days).
-fn fill(store: &mut Store, dir: &Path, lines: &[String], copies: std::ops::Range<usize>) {
+fn fill(store: &mut Writer, dir: &Path, lines: &[String], copies: std::ops::Range<usize>) {
     let recorded = lines
         .iter()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["t"].as_f64())
@@ -47,7 +47,7 @@ fn fill(store: &mut Store, dir: &Path, lines: &[String], copies: std::ops::Range
     assert!(stats.applied > 0, "{stats:?}");
 }
 
-fn roll_up_all(store: &mut Store, horizon: f64) -> usize {
+fn roll_up_all(store: &mut Writer, horizon: f64) -> usize {
     let mut buckets = 0;
     loop {
         let step = store.roll_up(horizon).expect("roll up");
@@ -90,7 +90,7 @@ fn json(r: &Report) -> Value {
 
 /// Windows that start and end off quarter hours, days in three zones,
 /// the whole store, and the human form's few sessions.
-fn agree(ledger: &Store, rolled: &Store, what: &str) {
+fn agree(ledger: &Writer, rolled: &Writer, what: &str) {
     // Whole-hour zones, +5:30, +5:45, -3:30 (daylight saving ends in the
     // stretch), and Lord Howe, whose daylight saving (+10:30 to +11) moves
     // it by half an hour on 2026-10-04, inside the stretch.
@@ -134,7 +134,7 @@ fn agree(ledger: &Store, rolled: &Store, what: &str) {
 /// it, each with the totals the ledger keeps on its run row (which equal
 /// the sums of its rows), its auxiliary calls and non-zero exits counted
 /// from the rows here; and the human form's few are the first of it.
-fn sessions_agree_with_run_totals(store: &Store, since: f64, until: f64) {
+fn sessions_agree_with_run_totals(store: &Writer, since: f64, until: f64) {
     let all = store.report(&TimeZone::UTC, since, until, None).expect("report");
     let db = rusqlite::Connection::open(store_path(store)).expect("read the store");
     let mut stmt = db
@@ -212,16 +212,16 @@ fn sessions_agree_with_run_totals(store: &Store, since: f64, until: f64) {
 }
 
 /// The file behind `store`.
-fn store_path(store: &Store) -> std::path::PathBuf {
+fn store_path(store: &Writer) -> std::path::PathBuf {
     store.path().to_path_buf()
 }
 
 /// A store never rolled up and one rolled up wholly, each given copies
 /// 0..12 of the stream (with their directories, which must outlive them).
-fn rolled_up_twelve(lines: &[String]) -> (Store, Store, tempfile::TempDir, tempfile::TempDir) {
+fn rolled_up_twelve(lines: &[String]) -> (Writer, Writer, tempfile::TempDir, tempfile::TempDir) {
     let (da, db) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
-    let mut ledger = Store::open_dir(da.path()).expect("store");
-    let mut rolled = Store::open_dir(db.path()).expect("store");
+    let mut ledger = Writer::open_dir(da.path()).expect("store");
+    let mut rolled = Writer::open_dir(db.path()).expect("store");
     fill(&mut ledger, da.path(), lines, 0..12);
     fill(&mut rolled, db.path(), lines, 0..12);
     roll_up_all(&mut rolled, T0 + 60.0 * DAY);
@@ -229,7 +229,7 @@ fn rolled_up_twelve(lines: &[String]) -> (Store, Store, tempfile::TempDir, tempf
 }
 
 /// Rollup rows of `level`.
-fn rows_of_level(store: &Store, level: i64) -> i64 {
+fn rows_of_level(store: &Writer, level: i64) -> i64 {
     store
         .query_scalar(&format!("SELECT COUNT(*) FROM report_rollups WHERE level = {level}"))
         .expect("rows")
@@ -239,8 +239,8 @@ fn rows_of_level(store: &Store, level: i64) -> i64 {
 fn reports_from_rollups_equal_reports_from_the_ledger() {
     let lines = stream::fixture_lines();
     let (da, db) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
-    let mut ledger = Store::open_dir(da.path()).expect("store");
-    let mut rolled = Store::open_dir(db.path()).expect("store");
+    let mut ledger = Writer::open_dir(da.path()).expect("store");
+    let mut rolled = Writer::open_dir(db.path()).expect("store");
     fill(&mut ledger, da.path(), &lines, 0..30);
     fill(&mut rolled, db.path(), &lines, 0..30);
     assert_eq!(ledger.rolled_until().expect("mark"), 0, "never rolled up");
@@ -340,7 +340,7 @@ fn a_long_report_reads_the_hour_rollups() {
     conn.execute("DELETE FROM report_rollups WHERE level = 2", [])
         .expect("delete hours");
     drop(conn);
-    let short = Store::open(&path).expect("store");
+    let short = Writer::open(&path).expect("store");
     let whole = ledger.report(&TimeZone::UTC, 0.0, 1e12, None).expect("report");
     let without = short.report(&TimeZone::UTC, 0.0, 1e12, None).expect("report");
     assert!(

@@ -12,7 +12,7 @@ use hermes_meter::hook::DecodeOptions;
 use hermes_meter::pricing::PriceTable;
 use hermes_meter::replay::{replay_file, ReplayStats};
 use hermes_meter::report::Totals;
-use hermes_meter::store::{pruned, Store};
+use hermes_meter::store::{pruned, Doctor, Outbox, Writer};
 
 #[path = "support/stream.rs"]
 mod stream;
@@ -29,8 +29,8 @@ fn stream(dir: &Path, copy: usize, days_ago: f64) -> PathBuf {
     path
 }
 
-fn open(dir: &Path) -> Store {
-    let mut store = Store::open_dir(dir).expect("open store");
+fn open(dir: &Path) -> Writer {
+    let mut store = Writer::open_dir(dir).expect("open store");
     let mut prices = PriceTable::default();
     prices
         .add_user_prices(MOCK_PRICING, Path::new("pricing.toml"))
@@ -39,7 +39,7 @@ fn open(dir: &Path) -> Store {
     store
 }
 
-fn replay(store: &mut Store, path: &Path, capture: bool) -> ReplayStats {
+fn replay(store: &mut Writer, path: &Path, capture: bool) -> ReplayStats {
     let mut stats = ReplayStats::default();
     let opts = DecodeOptions {
         capture_content: capture,
@@ -49,19 +49,19 @@ fn replay(store: &mut Store, path: &Path, capture: bool) -> ReplayStats {
     stats
 }
 
-fn totals(store: &Store) -> Totals {
+fn totals(store: &Writer) -> Totals {
     store
         .report(&jiff::tz::TimeZone::UTC, 0.0, 1e12, None)
         .expect("report")
         .totals
 }
 
-fn count(store: &Store, sql: &str) -> i64 {
+fn count(store: &Writer, sql: &str) -> i64 {
     store.query_scalar(sql).expect(sql)
 }
 
 /// Every budget rollup row, for comparing before and after.
-fn budget_rows(store: &Store) -> String {
+fn budget_rows(store: &Writer) -> String {
     store
         .query_scalar(
             "SELECT COALESCE(group_concat(row, ';'), '') FROM (SELECT scope || '|' || id || '|' || level || '|' || bucket
@@ -73,7 +73,7 @@ fn budget_rows(store: &Store) -> String {
 /// Prunes the journal before `before`, then the finished requests before
 /// the horizon that moved, as the writer's sweep does (small batches).
 /// Returns the journal rows pruned.
-fn prune_all(store: &mut Store, before: f64) -> usize {
+fn prune_all(store: &mut Writer, before: f64) -> usize {
     let mut total = 0;
     loop {
         let n = store.prune_journal(before, 50).expect("prune");
@@ -230,9 +230,10 @@ fn the_kept_row_counts_equal_the_tables() {
     store
         .expire_outbox(hermes_meter::unix_now() - 28.0 * DAY, 10)
         .expect("expire");
-    store.outbox_enforce_cap(20, 5).expect("cap");
+    let mut outbox = Outbox::open(store.path()).expect("outbox");
+    outbox.outbox_enforce_cap(20, 5).expect("cap");
     let mut measure = |_: &hermes_meter::store::MetricFact, _: &mut Vec<hermes_meter::store::Increment>| {};
-    store
+    outbox
         .fold_metrics(hermes_meter::unix_now(), hermes_meter::unix_now(), 30, &mut measure)
         .expect("fold");
     for table in stream::COUNTED_TABLES {
@@ -404,8 +405,8 @@ fn a_rebuild_after_pruning_keeps_the_ledger_the_journal_no_longer_holds() {
     drop(store);
 
     let mut rebuilt = open(&dir.path().join("new"));
-    let report = rebuilt
-        .rebuild_from(&damaged, 3600.0, hermes_meter::unix_now())
+    let report = Doctor::new(&damaged)
+        .rebuild_into(&mut rebuilt, 3600.0, hermes_meter::unix_now())
         .expect("rebuild");
     assert!(report.unreadable.is_empty(), "{report:?}");
     assert_eq!(totals(&rebuilt), before);

@@ -3,14 +3,14 @@
 //! repeated ones, retention, the outbox's export, cap and expiry, the idle
 //! and exit closers, the metric fold; a transaction that fails half-way and
 //! a process killed mid-transaction leave no count behind. Real SQLite in
-//! temp dirs, driven by the recorded Hermes stream through the `Store` API.
+//! temp dirs, driven by the recorded Hermes stream through the `Writer` API.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use hermes_meter::hook::{decode, DecodeOptions, Decoded, Hook, HookEvent};
-use hermes_meter::store::{EventContext, SentSession, SpanKind, Store};
+use hermes_meter::store::{EventContext, Outbox, SentSession, SpanKind, Writer};
 
 #[path = "support/stream.rs"]
 mod stream;
@@ -40,7 +40,7 @@ fn events(copies: std::ops::Range<usize>, spread_days: f64) -> Vec<HookEvent> {
 }
 
 /// Panics unless every kept count equals its table's `COUNT(*)`.
-fn assert_counts_exact(store: &Store, what: &str) {
+fn assert_counts_exact(store: &Writer, what: &str) {
     for table in TABLES {
         let kept = store.store_count(table).expect("kept count");
         let real: i64 = store
@@ -63,7 +63,9 @@ fn assert_counts_exact(store: &Store, what: &str) {
 fn random_walk(seed: u64, steps: usize) {
     let mut rng = fastrand::Rng::with_seed(seed);
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut store = Store::open(&dir.path().join("walk.db")).expect("open");
+    let mut store = Writer::open(&dir.path().join("walk.db")).expect("open");
+    // The exporter's connection beside the writer's, as in a Hermes process.
+    let mut outbox = Outbox::open(store.path()).expect("outbox");
     let pool = events(0..4, 9.0);
     let ctx = EventContext::default();
     let now = hermes_meter::unix_now();
@@ -110,7 +112,7 @@ fn random_walk(seed: u64, steps: usize) {
                 what.push(format!("step {step}: expired {n} outbox rows"));
             }
             7 => {
-                let n = store
+                let n = outbox
                     .outbox_enforce_cap(rng.u64(0..100), rng.usize(1..100))
                     .expect("cap");
                 what.push(format!("step {step}: capped {n} outbox rows"));
@@ -118,7 +120,7 @@ fn random_walk(seed: u64, steps: usize) {
             // An export: some of what was ready accepted, session spans
             // moving on to their next span.
             8 => {
-                let rows = store
+                let rows = outbox
                     .outbox_ready(now, rng.f64() * 60.0, rng.usize(1..100))
                     .expect("ready");
                 let done = &rows[..rng.usize(0..=rows.len())];
@@ -133,9 +135,9 @@ fn random_walk(seed: u64, steps: usize) {
                     })
                     .collect();
                 if rng.u32(0..4) == 0 {
-                    store.outbox_resent(done, now).expect("resent");
+                    outbox.outbox_resent(done, now).expect("resent");
                 } else {
-                    store.outbox_done(done, &sessions, &[], now).expect("done");
+                    outbox.outbox_done(done, &sessions, &[], now).expect("done");
                 }
                 what.push(format!("step {step}: exported {} rows", done.len()));
             }
@@ -167,7 +169,7 @@ fn random_walk(seed: u64, steps: usize) {
             }
             _ => {
                 let mut measure = |_: &hermes_meter::store::MetricFact, _: &mut Vec<hermes_meter::store::Increment>| {};
-                let folded = store
+                let folded = outbox
                     .fold_metrics(now, now - rng.f64() * DAY, rng.usize(1..200), &mut measure)
                     .expect("fold");
                 what.push(format!("step {step}: folded {} log rows", folded.rows));
@@ -193,7 +195,7 @@ fn counts_equal_the_tables_after_any_sequence_of_writes() {
 fn a_batch_that_fails_half_way_leaves_no_count_behind() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("abort.db");
-    let mut store = Store::open(&path).expect("open");
+    let mut store = Writer::open(&path).expect("open");
     let pool = events(0..2, 0.0);
     let ctx = EventContext::default();
     let (first, second) = pool.split_at(pool.len() / 2);
@@ -237,7 +239,8 @@ const CHILD: &str = "ROW_COUNTS_CHILD_DIR";
 /// The child: applies fresh copies of the stream in large batches, prunes
 /// and caps, in a loop, until killed.
 fn child(dir: &Path) -> ! {
-    let mut store = Store::open(&dir.join("kill.db")).expect("child open");
+    let mut store = Writer::open(&dir.join("kill.db")).expect("child open");
+    let mut outbox = Outbox::open(store.path()).expect("child outbox");
     let ctx = EventContext::default();
     let seed: usize = std::env::var("ROW_COUNTS_SEED")
         .ok()
@@ -259,7 +262,7 @@ fn child(dir: &Path) -> ! {
             .collect();
         store.apply_batch(pool.iter().map(|e| (e, &ctx))).expect("apply");
         store.prune_journal(now - 6.0 * DAY, 300).expect("prune");
-        store.outbox_enforce_cap(50, 200).expect("cap");
+        outbox.outbox_enforce_cap(50, 200).expect("cap");
     }
     unreachable!("the loop ends only when the process is killed")
 }
@@ -314,10 +317,10 @@ fn a_process_killed_mid_transaction_leaves_counts_equal_to_the_tables() {
         child.kill().expect("SIGKILL");
         let status = child.wait().expect("reap");
         assert!(!status.success(), "the child ended before it was killed");
-        let store = Store::open(&dir.path().join("kill.db")).expect("reopen");
+        let store = Writer::open(&dir.path().join("kill.db")).expect("reopen");
         assert_counts_exact(&store, &format!("kill {seed}"));
     }
-    let store = Store::open(&dir.path().join("kill.db")).expect("reopen");
+    let store = Writer::open(&dir.path().join("kill.db")).expect("reopen");
     assert!(
         store.store_count("journal").expect("journal") > 0,
         "the children committed something"

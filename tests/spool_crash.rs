@@ -15,7 +15,7 @@ use hermes_meter::bridge::{Bridge, BridgeConfig, Outcome};
 use hermes_meter::hook::{self, decode, DecodeOptions, Decoded};
 use hermes_meter::replay::parse_line;
 use hermes_meter::spool;
-use hermes_meter::store::{EventContext, Store};
+use hermes_meter::store::{EventContext, Writer};
 
 const CHILD: &str = "SPOOL_CRASH_CHILD";
 
@@ -61,7 +61,7 @@ fn hooks_that_returned_before_a_crash_are_in_the_store_after_it() {
         child(Path::new(&dir));
     }
     let dir = tempfile::tempdir().expect("temp dir");
-    drop(Store::open_dir(dir.path()).expect("create the store"));
+    drop(Writer::open_dir(dir.path()).expect("create the store"));
     let out = Command::new(std::env::current_exe().expect("test binary"))
         .args([
             "--exact",
@@ -80,7 +80,7 @@ fn hooks_that_returned_before_a_crash_are_in_the_store_after_it() {
         .unwrap_or_else(|| panic!("child output: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
     assert!(returned > 10);
     {
-        let store = Store::open_dir(dir.path()).expect("open");
+        let store = Writer::open_dir(dir.path()).expect("open");
         let journal: i64 = store.query_scalar("SELECT COUNT(*) FROM journal").expect("count");
         assert_eq!(journal, 0, "the child committed nothing");
     }
@@ -89,7 +89,7 @@ fn hooks_that_returned_before_a_crash_are_in_the_store_after_it() {
     assert!(bridge.flush(std::time::Duration::from_secs(10)));
     assert_eq!(bridge.stats().recovered, returned as u64);
     drop(bridge);
-    let store = Store::open_dir(dir.path()).expect("open");
+    let store = Writer::open_dir(dir.path()).expect("open");
     let journal: i64 = store.query_scalar("SELECT COUNT(*) FROM journal").expect("count");
     assert_eq!(journal as usize, returned);
     let llm_calls: i64 = store.query_scalar("SELECT COUNT(*) FROM llm_calls").expect("count");

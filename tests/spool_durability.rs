@@ -32,7 +32,7 @@ use std::time::Duration;
 use hermes_meter::bridge::{Bridge, BridgeConfig, Gate, Verdict};
 use hermes_meter::hook::HookEvent;
 use hermes_meter::spool;
-use hermes_meter::store::Store;
+use hermes_meter::store::Writer;
 use serde_json::json;
 
 const CHILD: &str = "DURABILITY_CHILD";
@@ -53,7 +53,7 @@ struct ExitAfterCommit {
 }
 
 impl Gate for ExitAfterCommit {
-    fn verdict(&mut self, _store: &Store, _event: &HookEvent) -> Option<Verdict> {
+    fn verdict(&mut self, _store: &Writer, _event: &HookEvent) -> Option<Verdict> {
         None
     }
 
@@ -183,7 +183,7 @@ fn left_in_spools(dir: &Path) -> Left {
     let Ok(files) = std::fs::read_dir(dir.join(spool::SPOOL_DIR_NAME)) else {
         return left;
     };
-    let store = Store::open(&dir.join(hermes_meter::store::DB_FILE_NAME)).expect("open");
+    let store = Writer::open(&dir.join(hermes_meter::store::DB_FILE_NAME)).expect("open");
     for file in files {
         let text = std::fs::read_to_string(file.expect("entry").path()).expect("spool");
         for line in text.lines() {
@@ -212,7 +212,7 @@ fn verify(dir: &Path, what: &str) -> Left {
     let bridge = Bridge::start(BridgeConfig::new(dir.to_path_buf()));
     assert!(bridge.flush(Duration::from_secs(30)), "recovery commits ({what})");
     drop(bridge);
-    let store = Store::open_dir(dir).expect("open");
+    let store = Writer::open_dir(dir).expect("open");
     let integrity: String = store.query_scalar("PRAGMA integrity_check").expect("integrity");
     assert_eq!(integrity, "ok", "{what}");
     for (child, n) in &acked {

@@ -1,4 +1,4 @@
-//! Store trouble: a store locked by another writer, a full disk, a
+//! Writer trouble: a store locked by another writer, a full disk, a
 //! read-only store, a corrupt store file. Through each, hooks keep their
 //! latency bound (or fail open), nothing raises, one message says what
 //! happened, the bridge recovers by itself once the fault clears, the events
@@ -30,7 +30,7 @@ use hermes_meter::bridge::{
 use hermes_meter::budget::BudgetGate;
 use hermes_meter::health::{self, FaultKind};
 use hermes_meter::spool;
-use hermes_meter::store::{Store, DB_FILE_NAME};
+use hermes_meter::store::{Writer, DB_FILE_NAME};
 use serde_json::json;
 
 /// The hook wait of these bridges: what a gating hook may spend.
@@ -69,7 +69,7 @@ fn gating(bridge: &Bridge, session: &str) -> (Outcome, Duration) {
 }
 
 fn llm_calls(dir: &Path, session: &str) -> i64 {
-    let store = Store::open_dir(dir).expect("open the store to check it");
+    let store = Writer::open_dir(dir).expect("open the store to check it");
     store
         .query_scalar(&format!(
             "SELECT COUNT(*) FROM llm_calls WHERE session_id = '{session}'"
@@ -353,7 +353,7 @@ fn a_store_on_a_read_only_mount_at_start_is_retried_until_it_is_writable() {
     let root = tempfile::tempdir().expect("temp dir");
     let src = root.path().join("src");
     let dir = root.path().join("meter");
-    drop(Store::open_dir(&src).expect("create the store"));
+    drop(Writer::open_dir(&src).expect("create the store"));
     let mount = match Mount::bind(&src, &dir) {
         Ok(m) => m,
         Err(e) => {
@@ -389,7 +389,7 @@ fn bytes(path: &Path) -> Vec<u8> {
 fn a_corrupt_store_is_kept_untouched_and_a_replaced_one_is_picked_up() {
     let root = tempfile::tempdir().expect("temp dir");
     let dir = root.path().join("meter");
-    drop(Store::open_dir(&dir).expect("create the store"));
+    drop(Writer::open_dir(&dir).expect("create the store"));
     let db = dir.join(DB_FILE_NAME);
     // Garbage over the header (and the first page).
     {
@@ -441,7 +441,7 @@ fn a_hermes_process_makes_no_new_store_beside_a_damaged_one_kept_aside() {
     // a new store would report nothing spent and split the history.
     let root = tempfile::tempdir().expect("temp dir");
     let dir = root.path().join("meter");
-    drop(Store::open_dir(&dir).expect("create the store"));
+    drop(Writer::open_dir(&dir).expect("create the store"));
     let db = dir.join(DB_FILE_NAME);
     let aside = dir.join(format!("{DB_FILE_NAME}.damaged-1796002700"));
     std::fs::rename(&db, &aside).expect("kept aside");
@@ -462,7 +462,7 @@ fn a_hermes_process_makes_no_new_store_beside_a_damaged_one_kept_aside() {
     std::thread::sleep(Duration::from_millis(300));
     assert!(!db.exists(), "no empty store was made");
     // The user puts a store back: what the hooks recorded meanwhile lands.
-    drop(Store::open_dir(&dir).expect("a store put back"));
+    drop(Writer::open_dir(&dir).expect("a store put back"));
     assert!(eventually(30, || bridge.store_problem().is_none()), "recovers");
     assert!(eventually(30, || bridge.flush(Duration::from_secs(1))));
     assert_eq!(llm_calls(&dir, "k"), 3);

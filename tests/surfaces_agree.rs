@@ -24,7 +24,7 @@ use hermes_meter::hook::DecodeOptions;
 use hermes_meter::metrics::AllowList;
 use hermes_meter::replay::{replay_file, ReplayStats};
 use hermes_meter::semconv::{attr, metric as m};
-use hermes_meter::store::Store;
+use hermes_meter::store::Writer;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
@@ -83,7 +83,7 @@ fn agree(what: &str, fixture: &str, a: &Counts, b: &Counts) {
 
 /// What `hermes-meter report` prints, from the rollups a running Hermes's
 /// sweep builds (all of them here), as the other surfaces are read.
-fn report_counts(store: &mut Store) -> Counts {
+fn report_counts(store: &mut Writer) -> Counts {
     while store.roll_up(1e12).expect("roll up").more {}
     assert!(store.rolled_until().expect("mark") > 0);
     let t = store
@@ -311,7 +311,7 @@ fn scrape(addr: std::net::SocketAddr) -> String {
     body.to_string()
 }
 
-fn replay(store: &mut Store, file: &Path) {
+fn replay(store: &mut Writer, file: &Path) {
     let dir = tempfile::tempdir().expect("temp dir");
     let pricing = dir.path().join("pricing.toml");
     std::fs::write(&pricing, "[models.\"mock-model\"]\ninput = 3.0\noutput = 15.0\n").expect("pricing");
@@ -361,7 +361,7 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
         let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("hermes-meter.db");
-        let mut store = Store::open(&path).expect("open");
+        let mut store = Writer::open(&path).expect("open");
         replay(&mut store, &file);
 
         // Spans (this also closes what the fixture's processes left open).
@@ -374,14 +374,14 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
                 ("HERMES_METER_IDLE_TIMEOUT_SECONDS", "60".into()),
             ]),
         );
-        let mut exporter = Exporter::with_store(config, store).expect("exporter");
+        let mut exporter = Exporter::with_store(config, store.into_outbox()).expect("exporter");
         exporter.close_idle().expect("close idle");
         let step = exporter.flush(Instant::now() + Duration::from_secs(30)).expect("flush");
         assert!(step.error.is_none(), "{name}: {step:?}");
         drop(exporter);
         let spans = span_counts(&traces.received.spans());
 
-        let mut store = Store::open(&path).expect("reopen");
+        let mut store = Writer::open(&path).expect("reopen");
         let report = report_counts(&mut store);
         let cache = {
             let t = store
@@ -420,7 +420,7 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
                 ("HERMES_METER_SESSION_GRACE_SECONDS", "0".into()),
             ]),
         );
-        let mut metrics = MetricExporter::with_store(metrics_config, store).expect("metric exporter");
+        let mut metrics = MetricExporter::with_store(metrics_config, store.into_outbox()).expect("metric exporter");
         let step = metrics.flush(Instant::now() + Duration::from_secs(30)).expect("push");
         assert!(step.error.is_none() && step.leased, "{name}: {step:?}");
         let requests = metrics_receiver.received.metric_requests();

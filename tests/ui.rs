@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use hermes_meter::hook::{decode, DecodeOptions, Decoded};
 use hermes_meter::replay::{replay_file, ReplayStats};
 use hermes_meter::span::SpanOptions;
-use hermes_meter::store::{EventContext, SessionFilter, Store};
+use hermes_meter::store::{EventContext, SessionFilter, Writer};
 use hermes_meter::ui::{UiConfig, UiServer};
 use http_get::get;
 use serde_json::{json, Value};
@@ -21,9 +21,9 @@ fn fixture(name: &str) -> PathBuf {
     Path::new(FIXTURES).join(format!("{name}.jsonl"))
 }
 
-fn store_with(names: &[&str]) -> (tempfile::TempDir, Store) {
+fn store_with(names: &[&str]) -> (tempfile::TempDir, Writer) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut store = Store::open_dir(dir.path()).expect("store");
+    let mut store = Writer::open_dir(dir.path()).expect("store");
     let mut stats = ReplayStats::default();
     for n in names {
         replay_file(&mut store, &fixture(n), DecodeOptions::default(), &mut stats).expect("replay");
@@ -42,7 +42,7 @@ fn serve(dir: &Path, token: Option<&str>, listen: &str) -> UiServer {
     .expect("viewer starts")
 }
 
-fn apply(store: &mut Store, hook: &str, at: f64, kwargs: Value) {
+fn apply(store: &mut Writer, hook: &str, at: f64, kwargs: Value) {
     let map = kwargs.as_object().expect("object").clone();
     let Decoded::Event(event, _) = decode(hook, &map, at, DecodeOptions::default()) else {
         panic!("{hook} did not decode");
@@ -169,7 +169,7 @@ fn unknown_sessions_and_paths_are_404_and_writes_are_refused() {
 #[test]
 fn untrusted_ids_names_and_content_are_escaped() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut store = Store::open_dir(dir.path()).expect("store");
+    let mut store = Writer::open_dir(dir.path()).expect("store");
     let sid = "s<script>alert(1)</script>";
     let tool = "<img src=x onerror=alert(2)>";
     apply(

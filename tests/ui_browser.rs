@@ -14,7 +14,7 @@ use std::process::Command;
 use hermes_meter::hook::DecodeOptions;
 use hermes_meter::replay::{replay_file, ReplayStats};
 use hermes_meter::span::SpanOptions;
-use hermes_meter::store::Store;
+use hermes_meter::store::Writer;
 use hermes_meter::ui::{UiConfig, UiServer};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
@@ -86,7 +86,7 @@ fn browse(url: &str, mode: &str, profile: &Path) -> (String, Vec<String>) {
 #[test]
 fn chromium_renders_the_index_and_a_session_with_every_span_and_no_console_errors() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut store = Store::open_dir(dir.path()).expect("store");
+    let mut store = Writer::open_dir(dir.path()).expect("store");
     let mut stats = ReplayStats::default();
     let capture = DecodeOptions {
         capture_content: true,
@@ -161,7 +161,7 @@ fn chromium_renders_the_index_and_a_session_with_every_span_and_no_console_error
 #[test]
 fn with_a_token_chromium_loads_the_stylesheet_and_script_with_the_cookie_the_first_page_set() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut store = Store::open_dir(dir.path()).expect("store");
+    let mut store = Writer::open_dir(dir.path()).expect("store");
     let mut stats = ReplayStats::default();
     let file = Path::new(FIXTURES).join("failonce.jsonl");
     replay_file(&mut store, &file, DecodeOptions::default(), &mut stats).expect("replay");

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use hermes_meter::config::webhook::{WebhookConfig, WebhookFormat};
 use hermes_meter::export::webhook::{AlertPush, PUSH_HORIZON_S};
-use hermes_meter::store::{AlertSink, Store};
+use hermes_meter::store::{AlertSink, Outbox, Writer};
 use serde_json::Value;
 
 /// A loopback HTTP/1.1 receiver answering 200 to every POST, keeping the
@@ -58,7 +58,8 @@ fn sink(port: u16, format: WebhookFormat) -> AlertPush {
 #[test]
 fn alerts_reach_the_webhook_once_and_wait_while_it_is_down() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let store = Store::open_dir(dir.path()).expect("store");
+    let store = Writer::open_dir(dir.path()).expect("store");
+    let outbox = Outbox::open(store.path()).expect("outbox");
     let t = now();
     store
         .raise_pending_alert("runaway", "run|t1", "RUNAWAY: session s looks stuck in a loop", t)
@@ -79,7 +80,7 @@ fn alerts_reach_the_webhook_once_and_wait_while_it_is_down() {
         .expect("addr")
         .port();
     let push = sink(port, WebhookFormat::Json);
-    let step = push.run_once(&store, t + 2.0).expect("step");
+    let step = push.run_once(&outbox, t + 2.0).expect("step");
     assert_eq!(step.pushed, 0);
     assert!(
         step.error.as_deref().is_some_and(|e| e.contains("127.0.0.1")),
@@ -90,9 +91,9 @@ fn alerts_reach_the_webhook_once_and_wait_while_it_is_down() {
     assert!(error.is_some(), "the failure is kept for status");
     // The failed alert backs off; the other, not tried yet (a step stops at
     // its first failure), is tried next and fails too; then both wait.
-    let step = push.run_once(&store, t + 3.0).expect("step");
+    let step = push.run_once(&outbox, t + 3.0).expect("step");
     assert!(step.pushed == 0 && step.error.is_some(), "{step:?}");
-    let step = push.run_once(&store, t + 4.0).expect("step");
+    let step = push.run_once(&outbox, t + 4.0).expect("step");
     assert_eq!((step.pushed, step.error), (0, None), "both back off");
     assert_eq!(
         store.alert_push_status(AlertSink::Webhook).expect("status").1,
@@ -101,10 +102,10 @@ fn alerts_reach_the_webhook_once_and_wait_while_it_is_down() {
     );
     // The receiver comes up.
     let got = receiver(TcpListener::bind(("127.0.0.1", port)).expect("rebind"));
-    let step = push.run_once(&store, t + 600.0).expect("step");
+    let step = push.run_once(&outbox, t + 600.0).expect("step");
     assert_eq!((step.pushed, step.error), (2, None));
     assert_eq!(
-        push.run_once(&store, t + 1200.0).expect("step").pushed,
+        push.run_once(&outbox, t + 1200.0).expect("step").pushed,
         0,
         "each alert once"
     );
@@ -121,7 +122,8 @@ fn alerts_reach_the_webhook_once_and_wait_while_it_is_down() {
 #[test]
 fn the_slack_shape_a_claim_and_the_horizon() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let store = Store::open_dir(dir.path()).expect("store");
+    let store = Writer::open_dir(dir.path()).expect("store");
+    let outbox = Outbox::open(store.path()).expect("outbox");
     let t = now();
     store
         .raise_pending_alert("runaway", "run|old", "an old one", t - PUSH_HORIZON_S - 60.0)
@@ -133,19 +135,19 @@ fn the_slack_shape_a_claim_and_the_horizon() {
     let port = listener.local_addr().expect("addr").port();
     let got = receiver(listener);
     // Another process claimed the new alert a moment ago: it is not posted twice.
-    assert!(store
+    assert!(outbox
         .claim_alert_push(AlertSink::Webhook, "runaway", "run|new", t, t + 30.0)
         .expect("claim"));
     assert!(
-        !store
+        !outbox
             .claim_alert_push(AlertSink::Webhook, "runaway", "run|new", t, t + 30.0)
             .expect("claim"),
         "claimed once"
     );
     let push = sink(port, WebhookFormat::Slack);
-    assert_eq!(push.run_once(&store, t + 1.0).expect("step").pushed, 0);
+    assert_eq!(push.run_once(&outbox, t + 1.0).expect("step").pushed, 0);
     // The claim lapsed (that process died): this one posts it.
-    assert_eq!(push.run_once(&store, t + 31.0).expect("step").pushed, 1);
+    assert_eq!(push.run_once(&outbox, t + 31.0).expect("step").pushed, 1);
     let bodies = got.lock().expect("lock").clone();
     assert_eq!(bodies.len(), 1, "the day-old alert is not replayed: {bodies:?}");
     let text = bodies[0]["text"].as_str().expect("slack text");

@@ -14,7 +14,7 @@ use jiff::Timestamp;
 
 use crate::budget::{self, BudgetConfig, BudgetState, BudgetUnit, CapScope, CapState, CapUnit, Level, Scope, Window};
 use crate::error::{Error, Result};
-use crate::store::{write_atomically, Store};
+use crate::store::{write_atomically, Outbox, Writer};
 
 /// The `budget` subcommands.
 #[derive(Debug, Subcommand)]
@@ -309,7 +309,7 @@ fn sync_fleet(dir: &Path) -> Result<Option<FleetReach>> {
         return Ok(None);
     };
     let url = fleet.redacted();
-    let store = Store::open_dir(dir)?;
+    let store = Outbox::open_dir(dir)?;
     let mut sync = crate::fleet::sync::FleetSync::new(fleet, dir);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -436,7 +436,9 @@ fn open_caps(dir: &Path, cfg: &BudgetConfig) -> Result<Vec<CapState>> {
     if cfg.caps.is_empty() {
         return Ok(Vec::new());
     }
-    Store::open_dir(dir)?.open_cap_states(cfg, super::time::now(), LISTED_CAP_SESSIONS)
+    Writer::open_dir(dir)?
+        .into_reader()
+        .open_cap_states(cfg, super::time::now(), LISTED_CAP_SESSIONS)
 }
 
 fn caps_json(cfg: &BudgetConfig) -> Vec<serde_json::Value> {
@@ -523,7 +525,7 @@ fn states(dir: &Path, cfg: &BudgetConfig) -> Result<Vec<BudgetState>> {
     if cfg.is_empty() {
         return Ok(Vec::new());
     }
-    let store = Store::open_dir(dir)?;
+    let store = Writer::open_dir(dir)?.into_reader();
     store.budget_states(cfg, super::time::now())
 }
 

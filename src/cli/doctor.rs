@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::health::{FaultKind, Tracker};
 use crate::hook::DecodeOptions;
 use crate::pricing::PriceTable;
-use crate::store::{check_integrity, check_writable, Rebuilt, Store, DAMAGED_INFIX, DB_FILE_NAME};
+use crate::store::{self, Doctor, Reader, Rebuilt, Writer, DAMAGED_INFIX, DB_FILE_NAME};
 
 /// Problems listed at most.
 const MAX_PROBLEMS: usize = 20;
@@ -48,16 +48,17 @@ pub fn run(dir: &Path, args: &DoctorArgs) -> Result<i32> {
     // moved: the error says what to do with it. One that cannot be read
     // far enough to tell is damage, for the integrity check below.
     if let Err(e @ (Error::PreReleaseStore { .. } | Error::NotAStore { .. } | Error::SchemaTooNew { .. })) =
-        Store::check_identity(&db)
+        store::check_identity(&db)
     {
         return Err(e);
     }
     let spooled = waiting_spools(dir);
-    let integrity = check_integrity(&db, MAX_PROBLEMS)
+    let integrity = Doctor::new(&db)
+        .check_integrity(MAX_PROBLEMS)
         .map(|i| i.problems)
         .unwrap_or_else(|e| vec![e.to_string()]);
     // Read-only is not damage: the file reads whole, only writers fail.
-    let read_only = check_writable(&db);
+    let read_only = Doctor::new(&db).check_writable();
     if integrity.is_empty() {
         println!("store {}: whole (PRAGMA integrity_check: ok)", db.display());
         if let Some(why) = &read_only {
@@ -157,7 +158,7 @@ fn rebuild(dir: &Path, db: &Path) -> Result<i32> {
     }
     swap(db, &fresh, &aside)?;
     println!("kept the damaged store as {}", aside.display());
-    let mut store = Store::open(db)?;
+    let mut store = Writer::open(db)?;
     store.set_prices(prices);
     let recovered = crate::spool::recover(&mut store, dir, None, DecodeOptions::default());
     store.checkpoint()?;
@@ -198,20 +199,21 @@ fn rebuild(dir: &Path, db: &Path) -> Result<i32> {
 /// (`integrity_check`), holding every event applied.
 fn build(damaged: &Path, fresh: &Path, prices: &PriceTable) -> Result<Rebuilt> {
     let rebuilt = {
-        let mut store = Store::open(fresh)?;
+        let mut store = Writer::open(fresh)?;
         store.set_prices(prices.clone());
-        let rebuilt = store.rebuild_from(damaged, super::DEFAULT_IDLE_TIMEOUT_SECONDS, crate::unix_now())?;
+        let rebuilt =
+            Doctor::new(damaged).rebuild_into(&mut store, super::DEFAULT_IDLE_TIMEOUT_SECONDS, crate::unix_now())?;
         store.checkpoint_truncate()?;
         rebuilt
     };
-    let integrity = check_integrity(fresh, MAX_PROBLEMS)?;
+    let integrity = Doctor::new(fresh).check_integrity(MAX_PROBLEMS)?;
     if !integrity.ok() {
         return Err(Error::Other(format!(
             "the new store does not pass integrity_check ({})",
             integrity.problems.join("; ")
         )));
     }
-    let journal = Store::open_read_only(fresh)?.journal_rows()?;
+    let journal = Reader::open(fresh)?.journal_rows()?;
     if journal as u64 != rebuilt.applied {
         return Err(Error::Other(format!(
             "the new store holds {journal} journal rows, {} were applied",

@@ -11,7 +11,7 @@ use crate::export::{
     Driver, ExportConfig, ExportOverrides, Exporter, MetricsConfig, MetricsOverrides, PrometheusServer, Protocol,
     TracesExporter,
 };
-use crate::store::{Store, DB_FILE_NAME};
+use crate::store::{Outbox, Writer, DB_FILE_NAME};
 
 /// How often `serve` closes idle spans. Cheap, but there is no need to
 /// look more often than a fraction of the idle timeout.
@@ -90,16 +90,17 @@ fn config(target: &Target) -> ExportConfig {
     config
 }
 
-/// The store in `dir` with its price table, once the spools of ended
-/// processes are applied.
-fn open(dir: &Path) -> Result<Store> {
-    let mut store = Store::open_dir(dir)?;
-    store.set_prices(crate::config::load_prices(&dir.join(crate::config::PRICING_FILE_NAME))?);
-    debug_assert!(store.path().ends_with(DB_FILE_NAME));
+/// The outbox of the store in `dir` with its price table, once the spools
+/// of ended processes are applied.
+fn open(dir: &Path) -> Result<Outbox> {
+    let prices = crate::config::load_prices(&dir.join(crate::config::PRICING_FILE_NAME))?;
     // Hermes processes that died (kill -9, a crash) left their last events
     // in their spools: apply them first, so the idle closer and the export
     // see every event whose hook returned.
-    let recovered = crate::spool::recover(&mut store, dir, None, crate::hook::DecodeOptions::default());
+    let mut writer = Writer::open_dir(dir)?;
+    writer.set_prices(prices.clone());
+    let recovered = crate::spool::recover(&mut writer, dir, None, crate::hook::DecodeOptions::default());
+    drop(writer);
     if recovered.files > 0 {
         eprintln!(
             "hermes-meter: applied {} events from {} spool file(s) of ended processes",
@@ -109,6 +110,8 @@ fn open(dir: &Path) -> Result<Store> {
     for e in &recovered.errors {
         eprintln!("hermes-meter: spool: {e}");
     }
+    let mut store = Outbox::open(&dir.join(DB_FILE_NAME))?;
+    store.set_prices(prices);
     Ok(store)
 }
 

@@ -5,7 +5,7 @@ use clap::Subcommand;
 
 use crate::display::escape;
 use crate::error::Result;
-use crate::store::{Confirmation, Store};
+use crate::store::{Confirmation, Reader, Writer};
 
 #[derive(Debug, Subcommand)]
 pub enum HeldCommand {
@@ -27,50 +27,49 @@ pub enum HeldCommand {
     },
 }
 
-pub fn run(store: &mut Store, command: &HeldCommand) -> Result<i32> {
-    match command {
-        HeldCommand::List { limit, json } => {
-            let calls = store.held_calls(*limit)?;
-            if *json {
-                println!("{}", serde_json::to_string(&calls).unwrap_or_else(|_| "[]".into()));
-                return Ok(0);
+/// `held list`: the calls held, from a reader.
+pub fn list(store: &Reader, limit: usize, json: bool) -> Result<i32> {
+    let calls = store.held_calls(limit)?;
+    if json {
+        println!("{}", serde_json::to_string(&calls).unwrap_or_else(|_| "[]".into()));
+        return Ok(0);
+    }
+    if calls.is_empty() {
+        println!("no held calls");
+        return Ok(0);
+    }
+    for c in &calls {
+        println!(
+            "{}  session {}  {}  input {}  output {}  cache read {}  cache write {}  confirming bills {}",
+            escape(&c.api_request_id),
+            escape(&c.session_id),
+            escape(c.model.as_deref().unwrap_or("?")),
+            c.input_tokens,
+            c.output_tokens,
+            c.cache_read_tokens,
+            c.cache_write_tokens,
+            c.estimate_usd.map_or("$?".to_string(), |usd| format!("${usd:.4}"))
+        );
+    }
+    println!(
+        "{} held; `hermes-meter held confirm ID...` bills those that were real",
+        calls.len()
+    );
+    Ok(0)
+}
+
+/// `held confirm`: bills the calls `ids` that were real.
+pub fn confirm(store: &mut Writer, ids: &[String]) -> Result<i32> {
+    let mut failed = false;
+    for id in ids {
+        match store.confirm_held(id, crate::unix_now())? {
+            Confirmation::Billed(usd) => println!("{}: confirmed, billed ${usd:.4}", escape(id)),
+            Confirmation::NotHeld => println!("{}: not held (confirmed before, or never held)", escape(id)),
+            Confirmation::Unknown => {
+                eprintln!("hermes-meter: no LLM call {}", escape(id));
+                failed = true;
             }
-            if calls.is_empty() {
-                println!("no held calls");
-                return Ok(0);
-            }
-            for c in &calls {
-                println!(
-                    "{}  session {}  {}  input {}  output {}  cache read {}  cache write {}  confirming bills {}",
-                    escape(&c.api_request_id),
-                    escape(&c.session_id),
-                    escape(c.model.as_deref().unwrap_or("?")),
-                    c.input_tokens,
-                    c.output_tokens,
-                    c.cache_read_tokens,
-                    c.cache_write_tokens,
-                    c.estimate_usd.map_or("$?".to_string(), |usd| format!("${usd:.4}"))
-                );
-            }
-            println!(
-                "{} held; `hermes-meter held confirm ID...` bills those that were real",
-                calls.len()
-            );
-            Ok(0)
-        }
-        HeldCommand::Confirm { ids } => {
-            let mut failed = false;
-            for id in ids {
-                match store.confirm_held(id, crate::unix_now())? {
-                    Confirmation::Billed(usd) => println!("{}: confirmed, billed ${usd:.4}", escape(id)),
-                    Confirmation::NotHeld => println!("{}: not held (confirmed before, or never held)", escape(id)),
-                    Confirmation::Unknown => {
-                        eprintln!("hermes-meter: no LLM call {}", escape(id));
-                        failed = true;
-                    }
-                }
-            }
-            Ok(if failed { 1 } else { 0 })
         }
     }
+    Ok(if failed { 1 } else { 0 })
 }

@@ -77,7 +77,7 @@ use clap::{Parser, Subcommand};
 use crate::config;
 use crate::error::Result;
 use crate::hook::DecodeOptions;
-use crate::store::Store;
+use crate::store::{Reader, Writer};
 
 pub use crate::config::DEFAULT_IDLE_TIMEOUT_SECONDS;
 
@@ -261,24 +261,28 @@ fn existing_home(home: Option<PathBuf>) -> Result<config::Resolved<PathBuf>> {
 /// does (migrating it, applying dead processes' spools), or, when the
 /// store cannot be written (a read-only file, directory or mount),
 /// read-only, saying so in one line.
-fn open_for_reading(dir: PathBuf) -> Result<Store> {
+fn open_for_reading(dir: PathBuf) -> Result<Reader> {
     let db = dir.join(crate::store::DB_FILE_NAME);
     // Asked first: SQLite opens a store in a directory that cannot hold its
     // `-shm` as if it could be written, and fails at the first write.
-    let store = match db.exists().then(|| crate::store::check_writable(&db)).flatten() {
+    let store = match db
+        .exists()
+        .then(|| crate::store::Doctor::new(&db).check_writable())
+        .flatten()
+    {
         Some(why) => {
-            let store = Store::open_read_only(&db)?;
+            let store = Reader::open(&db)?;
             eprintln!(
                 "hermes-meter: the store cannot be written ({why}): read as it is, without the events of \
                  ended processes' spools"
             );
             store
         }
-        None => open_store(dir)?,
+        None => open_store(dir)?.into_reader(),
     };
     // A few pages per table: damage a query of this command may never
     // touch is still said, in one line.
-    if let Some(first) = crate::store::quick_look(&db).first() {
+    if let Some(first) = crate::store::Doctor::new(&db).quick_look().first() {
         eprintln!(
             "hermes-meter: the store is damaged ({first}); `hermes-meter doctor` checks it and \
              `hermes-meter doctor --rebuild` rebuilds it"
@@ -287,8 +291,8 @@ fn open_for_reading(dir: PathBuf) -> Result<Store> {
     Ok(store)
 }
 
-fn open_store(dir: PathBuf) -> Result<Store> {
-    let mut store = Store::open_dir(&dir)?;
+fn open_store(dir: PathBuf) -> Result<Writer> {
+    let mut store = Writer::open_dir(&dir)?;
     store.set_prices(config::load_prices(&dir.join(config::PRICING_FILE_NAME))?);
     // Events of Hermes processes that died before committing them are in
     // their spools; a report must include them.
@@ -358,11 +362,11 @@ fn dispatch(cli: Cli) -> Result<i32> {
         // which `update` creates like `budget set` does.
         Command::Pricing { command } => pricing::run(&config::store_dir(cli.home).value, &command),
         Command::Held { command } => {
-            let mut store = match &command {
-                held::HeldCommand::List { .. } => open_for_reading(existing_home(cli.home)?.value)?,
-                held::HeldCommand::Confirm { .. } => open_store(existing_home(cli.home)?.value)?,
-            };
-            held::run(&mut store, &command)
+            let home = existing_home(cli.home)?.value;
+            match &command {
+                held::HeldCommand::List { limit, json } => held::list(&open_for_reading(home)?, *limit, *json),
+                held::HeldCommand::Confirm { ids } => held::confirm(&mut open_store(home)?, ids),
+            }
         }
         Command::Doctor(args) => doctor::run(&existing_home(cli.home)?.value, &args),
         Command::Trace(args) => {
@@ -372,7 +376,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Ui(args) => ui::run(&existing_home(cli.home)?.value, &args),
         Command::Compact => {
             let home = existing_home(cli.home)?;
-            let mut store = Store::open_dir(&home.value)?;
+            let mut store = Writer::open_dir(&home.value)?;
             // The report rollups a running Hermes builds a few at a time,
             // all at once (a store filled by `replay`, or upgraded).
             let mut buckets = 0;
@@ -410,12 +414,16 @@ fn dispatch(cli: Cli) -> Result<i32> {
 
 /// The store as `status` reads it: opened as every command opens it, or
 /// read-only when it cannot be written (status then says why).
-fn status_store(dir: &std::path::Path) -> Result<Store> {
+fn status_store(dir: &std::path::Path) -> Result<Reader> {
     let db = dir.join(crate::store::DB_FILE_NAME);
-    Store::open_dir(dir).or_else(
-        |e| match db.exists().then(|| crate::store::check_writable(&db)).flatten() {
-            Some(_) => Store::open_read_only(&db),
+    Writer::open_dir(dir).map(Writer::into_reader).or_else(|e| {
+        match db
+            .exists()
+            .then(|| crate::store::Doctor::new(&db).check_writable())
+            .flatten()
+        {
+            Some(_) => Reader::open(&db),
             None => Err(e),
-        },
-    )
+        }
+    })
 }

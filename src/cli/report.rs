@@ -9,7 +9,7 @@ use super::time;
 use crate::display::escape;
 use crate::error::{Error, Result};
 use crate::report::{Group, Report, Totals};
-use crate::store::Store;
+use crate::store::Reader;
 
 /// The latest time a window can reach (9999-01-01T00:00:00Z).
 const END_OF_TIME: f64 = 253_370_764_800.0;
@@ -67,7 +67,7 @@ pub fn window(args: &ReportArgs) -> Result<Window> {
     Ok(Window { tz, since, until })
 }
 
-pub fn run(store: &Store, args: &ReportArgs, window: Window) -> Result<i32> {
+pub fn run(store: &Reader, args: &ReportArgs, window: Window) -> Result<i32> {
     let Window { tz, since, until } = window;
     // Rollups answer for most of the window (store/rollup.rs): the time
     // follows the buckets and keys printed, not the calls in the window.
@@ -88,7 +88,7 @@ pub fn run(store: &Store, args: &ReportArgs, window: Window) -> Result<i32> {
 /// list straight from the statement that reads it (most of what a long
 /// window prints: one sum a session, never all of them at once), then
 /// flushes.
-fn write_json(store: &Store, tz: &TimeZone, since: f64, until: f64, out: &mut impl std::io::Write) -> Result<()> {
+fn write_json(store: &Reader, tz: &TimeZone, since: f64, until: f64, out: &mut impl std::io::Write) -> Result<()> {
     let report = store
         .report_without_sessions(tz, since, until)?
         .with_sessions(SessionList {
@@ -112,7 +112,7 @@ fn write_json(store: &Store, tz: &TimeZone, since: f64, until: f64, out: &mut im
 /// `by_session`, serialized as the store hands it over, a session at a
 /// time: the same JSON a `Vec<Group>` of it gives.
 struct SessionList<'a> {
-    store: &'a Store,
+    store: &'a Reader,
     since: f64,
     until: f64,
     /// What reading the store failed with, if it did.

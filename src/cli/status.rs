@@ -5,12 +5,12 @@ use std::path::PathBuf;
 
 use crate::config::Resolved;
 use crate::error::{Error, Result};
-use crate::store::{Store, SCHEMA_VERSION};
+use crate::store::{Reader, SCHEMA_VERSION};
 
 /// This build's version, as `--version` prints it.
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
+pub fn run(store: &Reader, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
     let counts = store.counts()?;
     let version = store.schema_version()?;
     let export = store.export_state()?;
@@ -22,7 +22,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
     // header, the schema, each table's first and last page), makes status
     // fail, first line.
     let damaged = damaged(&home.value).or_else(|| {
-        let problems = crate::store::quick_look(store.path());
+        let problems = crate::store::Doctor::new(store.path()).quick_look();
         let first = problems.first()?;
         Some(format!(
             "{} is damaged ({first}); {}",
@@ -30,7 +30,7 @@ pub fn run(store: &Store, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
             crate::health::FaultKind::Corrupt.advice(store.path())
         ))
     });
-    let read_only = crate::store::check_writable(store.path());
+    let read_only = crate::store::Doctor::new(store.path()).check_writable();
     let code = i32::from(damaged.is_some());
     if json {
         let value = serde_json::json!({
@@ -105,7 +105,7 @@ fn runaway(home: &std::path::Path) -> std::result::Result<crate::budget::Runaway
 
 /// The alert webhook (its URL without the path, which may be its key) and
 /// how many alerts it took and has not taken yet.
-fn webhook_json(store: &Store) -> Result<serde_json::Value> {
+fn webhook_json(store: &Reader) -> Result<serde_json::Value> {
     let config = match crate::config::webhook::WebhookConfig::from_env() {
         Ok(Some(c)) => c,
         Ok(None) => return Ok(serde_json::Value::Null),
@@ -121,7 +121,7 @@ fn webhook_json(store: &Store) -> Result<serde_json::Value> {
     }))
 }
 
-fn print_webhook(store: &Store) -> Result<()> {
+fn print_webhook(store: &Reader) -> Result<()> {
     let v = webhook_json(store)?;
     if v.is_null() {
         println!("alert webhook   off (set HERMES_METER_ALERT_WEBHOOK to post alerts to a person)");
@@ -144,7 +144,7 @@ fn print_webhook(store: &Store) -> Result<()> {
 
 /// Where alerts go through Hermes itself (`HERMES_METER_ALERT_DELIVER`)
 /// and how many its sender took and has not taken yet.
-fn delivery_json(store: &Store) -> Result<serde_json::Value> {
+fn delivery_json(store: &Reader) -> Result<serde_json::Value> {
     let Some(target) = std::env::var(crate::config::webhook::DELIVER_ENV)
         .ok()
         .filter(|t| !t.trim().is_empty())
@@ -160,7 +160,7 @@ fn delivery_json(store: &Store) -> Result<serde_json::Value> {
     }))
 }
 
-fn print_delivery(store: &Store) -> Result<()> {
+fn print_delivery(store: &Reader) -> Result<()> {
     let v = delivery_json(store)?;
     if v.is_null() {
         println!(
@@ -183,7 +183,7 @@ fn print_delivery(store: &Store) -> Result<()> {
 
 /// The fleet's address (never its password), this host, the last sync and
 /// the sync lag; `None` without `HERMES_METER_FLEET_URL`.
-fn fleet_json(store: &Store) -> Result<serde_json::Value> {
+fn fleet_json(store: &Reader) -> Result<serde_json::Value> {
     let cfg = match crate::fleet::FleetConfig::from_env() {
         Ok(Some(cfg)) => cfg,
         Ok(None) => return Ok(serde_json::Value::Null),
@@ -205,7 +205,7 @@ fn fleet_json(store: &Store) -> Result<serde_json::Value> {
     }))
 }
 
-fn print_fleet(store: &Store) -> Result<()> {
+fn print_fleet(store: &Reader) -> Result<()> {
     let v = fleet_json(store)?;
     if v.is_null() {
         println!("fleet           off (budgets are this store's; set HERMES_METER_FLEET_URL to share them)");
@@ -261,7 +261,7 @@ struct RetentionState {
     rolled_until: i64,
 }
 
-fn retention_state(store: &Store) -> Result<RetentionState> {
+fn retention_state(store: &Reader) -> Result<RetentionState> {
     use crate::store::pruned;
     let mut warnings = Vec::new();
     Ok(RetentionState {

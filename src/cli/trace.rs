@@ -10,7 +10,7 @@ use clap::Args;
 use crate::error::{Error, Result};
 use crate::export::{ExportConfig, ExportOverrides};
 use crate::span::SpanOptions;
-use crate::store::Store;
+use crate::store::Reader;
 
 #[derive(Debug, Args)]
 pub struct TraceArgs {
@@ -43,7 +43,7 @@ fn use_color() -> bool {
 }
 
 /// Prints the tree; 1 with one line on stderr for an unknown session.
-pub fn run(store: &Store, args: &TraceArgs) -> Result<i32> {
+pub fn run(store: &Reader, args: &TraceArgs) -> Result<i32> {
     let id = match (&args.session_id, args.last) {
         (Some(id), _) => id.clone(),
         (None, _) => match store.last_session_id()? {

@@ -6,7 +6,7 @@
 //!
 //! # Reading without getting in Hermes's way
 //!
-//! Every request opens the database read-only ([`Store::open_read_only`]),
+//! Every request opens the database read-only ([`Reader::open`]),
 //! reads in one snapshot and closes it: in WAL mode a reader never blocks
 //! a writer, and no connection is held between requests, so the viewer
 //! holds no lock while Hermes runs. The store is opened for writing once,
@@ -46,7 +46,7 @@ use crate::budget;
 use crate::error::{Error, Result};
 use crate::http_server::HttpServer;
 use crate::span::SpanOptions;
-use crate::store::{SessionFilter, SessionSort, Store, DB_FILE_NAME};
+use crate::store::{Reader, SessionFilter, SessionSort, Writer, DB_FILE_NAME};
 use html::{percent_decode, query_pairs};
 use pages::{Frame, Tab};
 
@@ -106,7 +106,7 @@ impl UiServer {
                 "the viewer would listen on {addr}, which is not loopback: set a token with --token or {TOKEN_ENV}"
             )));
         }
-        drop(Store::open_dir(&config.store_dir)?);
+        drop(Writer::open_dir(&config.store_dir)?);
         let state = State {
             db: config.store_dir.join(DB_FILE_NAME),
             dir: config.store_dir.clone(),
@@ -287,7 +287,7 @@ or send Authorization: Bearer <token>\n",
 }
 
 fn route(state: &State, path: &str, asked: &Asked) -> Result<Response<Full<Bytes>>> {
-    let store = Store::open_read_only(&state.db)?;
+    let store = Reader::open(&state.db)?;
     let version = data_version(&store)?;
     let frame = Frame {
         base: &state.base,
@@ -381,7 +381,7 @@ fn route(state: &State, path: &str, asked: &Asked) -> Result<Response<Full<Bytes
 }
 
 /// The newest journal row: moves with every event any process applies.
-fn data_version(store: &Store) -> Result<i64> {
+fn data_version(store: &Reader) -> Result<i64> {
     store.query_scalar("SELECT COALESCE(MAX(seq), 0) FROM journal")
 }
 

@@ -378,7 +378,7 @@ fn claim_alert_deliveries(py: Python<'_>, limit: usize) -> Vec<(String, String, 
     let db = bridge(py).config().store_dir.join(crate::store::DB_FILE_NAME);
     let claimed = py.detach(move || {
         catch_unwind(AssertUnwindSafe(|| -> hermes_meter::Result<Vec<_>> {
-            let store = crate::store::Store::open(&db)?;
+            let store = crate::store::Outbox::open(&db)?;
             let due = crate::export::webhook::claim_due(&store, AlertSink::Hermes, bridge::unix_now(), limit)?;
             Ok(due
                 .into_iter()
@@ -415,7 +415,7 @@ fn alert_delivery_done(py: Python<'_>, kind: String, key: String, error: Option<
     let db = bridge(py).config().store_dir.join(crate::store::DB_FILE_NAME);
     let done = py.detach(move || {
         catch_unwind(AssertUnwindSafe(|| -> hermes_meter::Result<()> {
-            let store = crate::store::Store::open(&db)?;
+            let store = crate::store::Outbox::open(&db)?;
             let outcome = error.as_deref().map_or(Ok(()), Err);
             crate::export::webhook::sent(&store, AlertSink::Hermes, &kind, &key, outcome, bridge::unix_now())
         }))

@@ -151,7 +151,7 @@ fn flush_shared(shared: &Shared, deadline: Instant) -> bool {
 /// before it was asked for is still waiting: a collector that takes the
 /// connection and never answers holds a send until the export timeout,
 /// and the process is about to end before that. `status` shows the
-/// attempt as failed once its timeout passed (`Store::export_attempt`).
+/// attempt as failed once its timeout passed (`Outbox::export_attempt`).
 fn log_stuck_step(state: &mut State, asked_at: Instant) {
     let Some(since) = state.stepping_since.filter(|t| *t <= asked_at) else {
         return;

@@ -9,13 +9,18 @@ use std::path::Path;
 use jiff::{tz::TimeZone, Timestamp};
 
 use crate::error::{Error, Result};
-use crate::store::{SessionTotals, SpendTotals, Store};
+use crate::store::{Reader, SessionTotals, SpendTotals, Writer, DB_FILE_NAME};
 
 /// The reply to `/meter` for `session_id` (if the host knows it), read from
 /// the store in `store_dir` at `now` (Unix seconds), "today" being the
 /// local day in `tz`.
 pub fn meter_command(store_dir: &Path, session_id: Option<&str>, now: f64, tz: &TimeZone) -> Result<String> {
-    let store = Store::open_dir(store_dir)?;
+    let path = store_dir.join(DB_FILE_NAME);
+    if !path.exists() {
+        // Asked before any hook made the store: a new one, with nothing in it.
+        drop(Writer::open_dir(store_dir)?);
+    }
+    let store = Reader::open(&path)?;
     let session = match session_id.filter(|s| !s.is_empty()) {
         Some(id) => Some((id.to_string(), store.session_totals(id)?)),
         None => None,

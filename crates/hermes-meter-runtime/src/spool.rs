@@ -34,7 +34,7 @@ use std::sync::Mutex;
 use crate::error::{Error, Result};
 use crate::hook::DecodeOptions;
 use crate::replay::{replay_file, ReplayStats};
-use crate::store::Store;
+use crate::store::Writer;
 
 /// The spool directory's name inside the store directory.
 pub const SPOOL_DIR_NAME: &str = "spool";
@@ -159,7 +159,7 @@ pub struct Recovered {
 
 /// Replays into `store` every spool file in `store_dir` whose process is
 /// gone, then deletes it. `own` (this process's spool) is never touched.
-pub fn recover(store: &mut Store, store_dir: &Path, own: Option<&Path>, opts: DecodeOptions) -> Recovered {
+pub fn recover(store: &mut Writer, store_dir: &Path, own: Option<&Path>, opts: DecodeOptions) -> Recovered {
     let mut out = Recovered::default();
     let dir = store_dir.join(SPOOL_DIR_NAME);
     let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -229,7 +229,7 @@ mod tests {
                 serde_json::json!({"session_id": "s1", "platform": "cli"}),
             ))
             .expect("append");
-        let mut store = Store::open_dir(&dir.path().join("db")).expect("store");
+        let mut store = Writer::open_dir(&dir.path().join("db")).expect("store");
         // Held by this (live) spool: left alone.
         let r = recover(&mut store, dir.path(), None, DecodeOptions::default());
         assert_eq!((r.files, r.live), (0, 1));
@@ -302,7 +302,7 @@ mod tests {
             .open(&path)
             .and_then(|mut f| f.write_all(b"{\"hook\": \"on_sess"))
             .expect("torn write");
-        let mut store = Store::open_dir(&dir.path().join("db")).expect("store");
+        let mut store = Writer::open_dir(&dir.path().join("db")).expect("store");
         let r = recover(&mut store, dir.path(), None, DecodeOptions::default());
         assert_eq!((r.files, r.applied, r.errors.len()), (1, 1, 1));
     }

@@ -5,7 +5,8 @@
 //!
 //! Every SQL statement of hermes-meter is here. No runtime (threads that
 //! export or sync), no network, no configuration resolution, no Python:
-//! the runtime (`hermes-meter`) opens a [`store::Store`] and drives it.
+//! the runtime opens the handles of the roles it plays ([`store::Writer`],
+//! [`store::Outbox`], [`store::Reader`], [`store::Doctor`]) and drives them.
 
 pub mod error;
 pub mod health;

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::hook::{decode, DecodeOptions, Decoded, HookEvent};
 /// A recorded line's reader, with the decoder (re-exported: replay reads them).
 pub use crate::hook::{parse_line, utf8, Record};
-use crate::store::{Applied, EventContext, Store};
+use crate::store::{Applied, EventContext, Writer};
 
 /// Page cache for bulk replay, so a batch's pages stay in memory until commit.
 const BULK_CACHE_KIB: u32 = 64 * 1024;
@@ -65,7 +65,7 @@ pub struct ReplayStats {
 /// The single SQLite writer is the slower side, so applying does not wait
 /// for all the parsing to finish first. The file is never held whole:
 /// fresh memory for a large file costs more to fault in than reading it.
-pub fn replay_file(store: &mut Store, path: &Path, opts: DecodeOptions, stats: &mut ReplayStats) -> Result<()> {
+pub fn replay_file(store: &mut Writer, path: &Path, opts: DecodeOptions, stats: &mut ReplayStats) -> Result<()> {
     store.set_cache_size_kib(BULK_CACHE_KIB)?;
     let (lines, keys) = index_lines(path)?;
     let order = apply_order(&keys);
@@ -393,7 +393,7 @@ impl Parsed {
     }
 }
 
-fn flush(store: &mut Store, batch: &mut Vec<(HookEvent, EventContext)>, stats: &mut ReplayStats) -> Result<()> {
+fn flush(store: &mut Writer, batch: &mut Vec<(HookEvent, EventContext)>, stats: &mut ReplayStats) -> Result<()> {
     if batch.is_empty() {
         return Ok(());
     }
@@ -458,7 +458,7 @@ mod tests {
         };
         let text = [turn("s-work", r#""profile": "work", "#), turn("s-old", "")].join("\n");
         std::fs::write(&path, text).expect("write");
-        let mut store = Store::open_dir(dir.path()).expect("open");
+        let mut store = Writer::open_dir(dir.path()).expect("open");
         store.set_profile(Some("replaying".into()));
         let mut stats = ReplayStats::default();
         replay_file(&mut store, &path, DecodeOptions::default(), &mut stats).expect("replay");

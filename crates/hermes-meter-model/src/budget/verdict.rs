@@ -199,7 +199,7 @@ pub fn forecast(spend: f64, start: i64, end: i64, now: f64) -> Forecast {
 /// `hermes.budget.limit` with attributes `hermes.budget.scope` (`scope`),
 /// `hermes.budget.id` (`id`, `""` for global) and `hermes.budget.window`
 /// (`window`). Build them with [`gauges`] from
-/// `Store::budget_states(&cfg, now)`.
+/// `Reader::budget_states(&cfg, now)`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BudgetGauge {
     pub scope: &'static str,

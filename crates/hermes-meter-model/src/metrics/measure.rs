@@ -293,7 +293,7 @@ pub struct BudgetReading<'a> {
 }
 
 /// The gauge rows `(metric, attrs, value)` of `readings`, for
-/// `Store::replace_metric_gauges(&GAUGE_METRICS, ...)`.
+/// `Outbox::replace_metric_gauges(&GAUGE_METRICS, ...)`.
 pub fn budget_gauge_rows(readings: &[BudgetReading<'_>]) -> Vec<(&'static str, String, f64)> {
     let mut out = Vec::with_capacity(readings.len() * 3);
     for r in readings {

@@ -33,7 +33,7 @@
 //!
 //! - Gauges: turn each budget's state into a [`BudgetReading`] and hand
 //!   the list to the runtime's `MetricExporter::set_budget_gauges` (or
-//!   store them with `Store::replace_metric_gauges(&GAUGE_METRICS,
+//!   store them with `Outbox::replace_metric_gauges(&GAUGE_METRICS,
 //!   &budget_gauge_rows(&readings), now)`); the latest list replaces the
 //!   previous one, so removed budgets disappear.
 //! - Verdicts and alerts are counters kept in the store: in the transaction

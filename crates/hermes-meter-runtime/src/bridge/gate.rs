@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::hook::{Hook, HookEvent};
-use crate::store::Store;
+use crate::store::{Reader, Writer};
 
 // The spend bound is budget arithmetic; the bridge asks it on the hook thread.
 pub use crate::budget::{carries_spend, spend_bound};
@@ -31,7 +31,7 @@ pub enum Verdict {
 /// implement this ([`crate::budget::BudgetGate`]); [`NoGate`] says nothing.
 pub trait Gate: Send {
     /// The verdict for `event`, or `None` to let the call go ahead.
-    fn verdict(&mut self, store: &Store, event: &HookEvent) -> Option<Verdict>;
+    fn verdict(&mut self, store: &Writer, event: &HookEvent) -> Option<Verdict>;
 
     /// Which gating hooks wait for their commit and a verdict. A gating hook
     /// whose flag is clear returns once spooled, like the observe-only hooks,
@@ -45,7 +45,7 @@ pub trait Gate: Send {
     /// Keeps the [`Gate::needs`] flags current: called on the writer thread
     /// after every batch and at least every [`GATE_REFRESH`] (other
     /// processes write the same store).
-    fn refresh(&mut self, _store: &Store) {}
+    fn refresh(&mut self, _store: &Reader) {}
 
     /// The part of the gate a hook thread may ask, without waiting, whether
     /// a gating event can go ahead with no verdict ([`QuickGate`]).
@@ -61,7 +61,7 @@ pub trait Gate: Send {
     /// Shown every event this process committed, in order, before its
     /// verdict (the budget gate's runaway watch). Runs on the writer
     /// thread; must not fail.
-    fn observe(&mut self, _store: &Store, _event: &HookEvent) {}
+    fn observe(&mut self, _store: &Writer, _event: &HookEvent) {}
 }
 
 /// What this process's hooks have submitted that can add to a budget's
@@ -156,7 +156,7 @@ pub fn is_gating(hook: &Hook) -> bool {
 pub struct NoGate;
 
 impl Gate for NoGate {
-    fn verdict(&mut self, _store: &Store, _event: &HookEvent) -> Option<Verdict> {
+    fn verdict(&mut self, _store: &Writer, _event: &HookEvent) -> Option<Verdict> {
         None
     }
 

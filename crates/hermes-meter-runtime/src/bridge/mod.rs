@@ -1,6 +1,6 @@
 //! The per-process runtime between hook calls and the store.
 //!
-//! Owns: the one writer thread that holds the [`Store`], the queue hooks
+//! Owns: the one writer thread that holds the [`Writer`], the queue hooks
 //! submit to, group commit, the bound on how long a hook waits, periodic
 //! WAL checkpoints and the idle-run sweep, and the extension points for the
 //! exporter and for gating verdicts. Must not touch: Python (the binding in
@@ -47,7 +47,7 @@
 //! [`Message`]s the binding drains and logs from a Python thread, so no
 //! thread of ours ever calls into Python.
 //!
-//! Store trouble (see [`crate::health`]) does not stop the bridge. A store
+//! Writer trouble (see [`crate::health`]) does not stop the bridge. A store
 //! that cannot be opened at start, or a commit that fails because the store
 //! is locked past the busy timeout, the disk is full, the file system is
 //! read-only or the file is corrupt, makes the writer keep the events (in
@@ -85,7 +85,7 @@ use crate::health::{classify, FaultKind};
 use crate::hook::{decode_record, DecodeOptions, Decoded, HookEvent};
 use crate::pricing::PriceTable;
 use crate::spool::{self, Spool};
-use crate::store::{ContentCursor, EventContext, Store};
+use crate::store::{ContentCursor, EventContext, Writer};
 
 mod background;
 mod gate;
@@ -105,7 +105,7 @@ pub use writer::retain_cutoffs;
 pub use gate::{
     carries_spend, is_gating, spend_bound, Gate, GateNeeds, NoGate, QueuedSpend, QuickGate, Verdict, GATE_REFRESH,
 };
-use writer::{open_store, Writer};
+use writer::{open_store, WriterThread};
 
 /// How long `flush` waits by default at the end of a one-shot session.
 pub const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
@@ -254,7 +254,7 @@ impl Bridge {
         let shared = Arc::new(Shared::new());
         // A store behind this build's schema is opened, and so migrated, by
         // the writer thread: the hooks meanwhile land in the spool.
-        let opened = (!Store::migration_due(&config.store_dir)).then(|| open_store(config, &prices));
+        let opened = (!crate::store::migration_due(&config.store_dir)).then(|| open_store(config, &prices));
         match Spool::create(&config.store_dir) {
             Ok(spool) => {
                 let _ = shared.spool.set(Arc::new(spool));
@@ -268,7 +268,7 @@ impl Bridge {
         }
         let needs = gate.needs();
         let quick = gate.quick();
-        let writer = Writer::new(config, gate, &prices, Arc::clone(&shared), opened);
+        let writer = WriterThread::new(config, gate, &prices, Arc::clone(&shared), opened);
         let handle = std::thread::Builder::new()
             .name("hermes-meter-writer".into())
             .spawn(move || writer.run())

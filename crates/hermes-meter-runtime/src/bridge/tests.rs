@@ -5,6 +5,7 @@ use super::host_price::MAX_HOST_ASKED;
 use super::*;
 use crate::hook::{decode, Decoded, Hook};
 use crate::pricing::ModelPrice;
+use crate::store::{Reader, Writer};
 use serde_json::{json, Value};
 use std::sync::atomic::AtomicBool;
 
@@ -33,11 +34,11 @@ fn config(dir: &std::path::Path) -> BridgeConfig {
     BridgeConfig::new(dir.join("meter"))
 }
 
-fn reader(dir: &std::path::Path) -> Store {
-    Store::open_dir(&dir.join("meter")).expect("reader opens the store")
+fn reader(dir: &std::path::Path) -> Reader {
+    Reader::open(&dir.join("meter").join(crate::store::DB_FILE_NAME)).expect("reader opens the store")
 }
 
-fn scalar<T: rusqlite::types::FromSql>(store: &Store, sql: &str) -> T {
+fn scalar<T: rusqlite::types::FromSql>(store: &Reader, sql: &str) -> T {
     store.query_scalar(sql).expect(sql)
 }
 
@@ -314,7 +315,7 @@ fn a_hook_waits_no_longer_than_the_bound_and_its_write_lands_later() {
 struct CountingGate(Arc<AtomicU64>);
 
 impl Gate for CountingGate {
-    fn verdict(&mut self, _store: &Store, _event: &HookEvent) -> Option<Verdict> {
+    fn verdict(&mut self, _store: &Writer, _event: &HookEvent) -> Option<Verdict> {
         self.0.fetch_add(1, Ordering::SeqCst);
         None
     }
@@ -377,7 +378,7 @@ fn a_store_that_cannot_be_opened_is_retried_and_hooks_do_not_wait_meanwhile() {
     }
     assert_eq!(bridge.store_problem(), None);
     assert!(bridge.flush(Duration::from_secs(5)));
-    let store = Store::open_dir(&not_a_dir.join("meter")).expect("open");
+    let store = Writer::open_dir(&not_a_dir.join("meter")).expect("open");
     assert_eq!(
         scalar::<i64>(&store, "SELECT llm_calls FROM runs WHERE session_id = 'd'"),
         1
@@ -426,7 +427,7 @@ fn many_threads_submitting_at_once_give_exact_totals() {
 struct BlockTools;
 
 impl Gate for BlockTools {
-    fn verdict(&mut self, store: &Store, event: &HookEvent) -> Option<Verdict> {
+    fn verdict(&mut self, store: &Writer, event: &HookEvent) -> Option<Verdict> {
         let Hook::PreToolCall(e) = &event.hook else { return None };
         // The gate sees the store including the event itself.
         let n: i64 = store.query_scalar("SELECT COUNT(*) FROM journal").ok()?;
@@ -458,7 +459,7 @@ fn a_gate_gives_verdicts_for_gating_hooks_only() {
 struct PanickingGate;
 
 impl Gate for PanickingGate {
-    fn verdict(&mut self, _store: &Store, _event: &HookEvent) -> Option<Verdict> {
+    fn verdict(&mut self, _store: &Writer, _event: &HookEvent) -> Option<Verdict> {
         panic!("gate panicked on purpose")
     }
 }

@@ -20,15 +20,15 @@ pub(super) struct Pending {
     ticket: Option<Arc<Ticket>>,
     /// The event is in this process's spool.
     spooled: bool,
-    /// Its spool line while it is not in the spool, for [`Writer::respool`].
+    /// Its spool line while it is not in the spool, for [`WriterThread::respool`].
     record: Option<Vec<u8>>,
     bound: Option<Option<f64>>,
 }
 
 /// The writer thread's state: the store and the gate live here only.
-pub(super) struct Writer {
-    /// `None` while the store cannot be opened (see [`Writer::retry`]).
-    store: Option<Store>,
+pub(super) struct WriterThread {
+    /// `None` while the store cannot be opened (see [`WriterThread::retry`]).
+    store: Option<Writer>,
     gate: Box<dyn Gate>,
     /// The prices a reopened store gets (user, built-in and host prices).
     prices: PriceTable,
@@ -99,7 +99,7 @@ impl Touched {
 
 /// Opens the store for the writer: the file, its migrations, the prices and
 /// the profile. Used at start and to reopen after a fault.
-pub(super) fn open_store(config: &BridgeConfig, prices: &PriceTable) -> Result<Store> {
+pub(super) fn open_store(config: &BridgeConfig, prices: &PriceTable) -> Result<Writer> {
     // A damaged store kept aside and none in its place (a rebuild that did
     // not finish): a new store would split the history in two. Like a
     // corrupt file, it is a fault the writer rides out, events in the spool,
@@ -107,13 +107,13 @@ pub(super) fn open_store(config: &BridgeConfig, prices: &PriceTable) -> Result<S
     if let Some(line) = crate::store::missing_beside_aside(&config.store_dir) {
         return Err(crate::error::Error::Other(line));
     }
-    let mut store = Store::open_dir(&config.store_dir)?;
+    let mut store = Writer::open_dir(&config.store_dir)?;
     store.set_prices(prices.clone());
     store.set_profile(config.profile.clone());
     Ok(store)
 }
 
-impl Writer {
+impl WriterThread {
     /// The writer of a bridge, with the store `opened` (or the fault that
     /// kept it closed, which it then retries), or `None` for a store its
     /// thread opens first thing (one to migrate: see [`Bridge::start`]).
@@ -122,9 +122,9 @@ impl Writer {
         gate: Box<dyn Gate>,
         prices: &PriceTable,
         shared: Arc<Shared>,
-        opened: Option<Result<Store>>,
+        opened: Option<Result<Writer>>,
     ) -> Self {
-        let mut writer = Writer {
+        let mut writer = WriterThread {
             store: None,
             gate,
             prices: prices.clone(),
@@ -158,7 +158,7 @@ impl Writer {
     }
 
     /// Takes the store, or notes why it could not be opened.
-    fn opened(&mut self, opened: Result<Store>) {
+    fn opened(&mut self, opened: Result<Writer>) {
         match opened {
             Ok(store) => self.store = Some(store),
             Err(e) => {
@@ -589,7 +589,7 @@ impl Writer {
         }
     }
 
-    /// Tries the store again ([`Writer::try_store`]); while it still fails,
+    /// Tries the store again ([`WriterThread::try_store`]); while it still fails,
     /// appends the kept events the spool could not take to it, if it can
     /// take them now.
     fn retry(&mut self) {
@@ -786,7 +786,7 @@ impl Writer {
     }
 
     /// Recovers dead processes' spools and closes one batch of idle runs
-    /// (see [`Store::close_idle_batch`]). Returns whether more idle runs
+    /// (see [`Writer::close_idle_batch`]). Returns whether more idle runs
     /// may wait: the next sweep then comes after a short pause, so a
     /// backlog clears without holding the write lock for long at once.
     /// Such a sweep (`backlog`) only closes: spools are looked for on the

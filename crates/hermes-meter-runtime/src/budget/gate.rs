@@ -41,7 +41,7 @@ use crate::budget::{
 };
 use crate::hook::{Hook, HookEvent};
 use crate::lock;
-use crate::store::{LogPlace, Store};
+use crate::store::{LogPlace, Reader, Writer};
 
 /// How often the gate looks at the budget file's modification time.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
@@ -62,7 +62,7 @@ pub struct BudgetGate {
     pub(super) loaded: Option<(SystemTime, u64)>,
     pub(super) next_check: Instant,
     /// The configured zone once its per-period totals are kept in the store
-    /// (see `Store::ensure_budget_zone`); until then spends are summed from
+    /// (see `Writer::ensure_budget_zone`); until then spends are summed from
     /// the buckets, which is exact too, only slower.
     pub(super) zone: Option<String>,
     /// When to try registering the zone again after a failure.
@@ -237,7 +237,7 @@ impl BudgetGate {
     /// Looks, while the store never synced with the fleet, whether it has
     /// now: then loads the budget file the sync wrote (at once, not at the
     /// next reload) and releases the hooks waiting for it.
-    fn check_first_sync(&mut self, store: &Store) {
+    fn check_first_sync(&mut self, store: &Reader) {
         if !self.awaiting_sync {
             return;
         }
@@ -280,7 +280,7 @@ impl BudgetGate {
     }
 
     /// Registers the configured zone's per-period totals once per load.
-    fn ensure_zone(&mut self, store: &Store, now: f64) {
+    fn ensure_zone(&mut self, store: &Writer, now: f64) {
         if self.zone.is_some() || self.cfg.is_empty() || Instant::now() < self.next_zone_try {
             return;
         }
@@ -299,7 +299,7 @@ impl BudgetGate {
     /// inside a snapshot the caller holds.
     fn states_in(
         &self,
-        store: &Store,
+        store: &Reader,
         session: &str,
         model: Option<&str>,
         now: f64,
@@ -312,7 +312,7 @@ impl BudgetGate {
         }
     }
 
-    fn decide(&mut self, store: &Store, event: &HookEvent) -> crate::Result<Option<Verdict>> {
+    fn decide(&mut self, store: &Writer, event: &HookEvent) -> crate::Result<Option<Verdict>> {
         self.check_first_sync(store);
         self.reload_if_changed(false);
         let now = (self.clock)();
@@ -455,7 +455,7 @@ impl BudgetGate {
     /// stopped.
     fn stop_runaway(
         &self,
-        store: &Store,
+        store: &Writer,
         session: &str,
         request: Option<&str>,
         now: f64,
@@ -493,7 +493,7 @@ impl BudgetGate {
     /// The block text, and whether it stops LLM calls too.
     fn block(
         &self,
-        store: &Store,
+        store: &Writer,
         states: &[BudgetState],
         caps: &[CapState],
         tool: bool,
@@ -527,10 +527,10 @@ impl BudgetGate {
     }
 
     /// The caps of `session` and its current run now, read inside a
-    /// snapshot the caller holds (see [`Store::cap_use`]).
+    /// snapshot the caller holds (see [`Reader::cap_use`]).
     fn caps_in(
         &self,
-        store: &Store,
+        store: &Reader,
         session: &str,
         now: f64,
         exclude: Option<&str>,
@@ -554,7 +554,7 @@ impl BudgetGate {
     /// session or run, cap and line, across processes.
     fn cap_notices(
         &self,
-        store: &Store,
+        store: &Writer,
         caps: &[CapState],
         now: f64,
         place: LogPlace<'_>,
@@ -594,7 +594,7 @@ impl BudgetGate {
     /// A cron job's budget in hard breach pauses the job, once per window.
     fn pause_cron(
         &self,
-        store: &Store,
+        store: &Writer,
         states: &[BudgetState],
         now: f64,
         session: &str,
@@ -646,7 +646,7 @@ impl Gate for BudgetGate {
         Arc::clone(&self.handle.0.needs)
     }
 
-    fn refresh(&mut self, store: &Store) {
+    fn refresh(&mut self, store: &Reader) {
         self.check_first_sync(store);
         self.reload_if_changed(false);
         // `pre_llm_call` shows pending alerts, in this process's commits or
@@ -680,13 +680,13 @@ impl Gate for BudgetGate {
         self.applied_tool_calls = tool_calls;
     }
 
-    fn observe(&mut self, store: &Store, event: &HookEvent) {
+    fn observe(&mut self, store: &Writer, event: &HookEvent) {
         if let Err(e) = self.watch(store, event) {
             lock(&self.handle.0.messages).push(format!("runaway watch skipped an event: {e}"));
         }
     }
 
-    fn verdict(&mut self, store: &Store, event: &HookEvent) -> Option<Verdict> {
+    fn verdict(&mut self, store: &Writer, event: &HookEvent) -> Option<Verdict> {
         match self.decide(store, event) {
             Ok(v) => v,
             Err(e) => {
@@ -713,7 +713,7 @@ fn blocking(states: &[BudgetState]) -> Option<&BudgetState> {
 /// id that spent under a default). For the metrics exporter, off the hook
 /// path; each gauge maps onto `metrics::BudgetReading` field for field.
 pub fn budget_gauges(
-    store: &Store,
+    store: &Reader,
     store_dir: &std::path::Path,
     fleet: bool,
     now: f64,

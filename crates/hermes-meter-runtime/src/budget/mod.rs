@@ -9,7 +9,7 @@
 //! - `watch.rs`: the runaway watch over a session's recent calls.
 //!
 //! Every budget of a session with its spend and verdict
-//! (`Store::budget_states`, ...) is the store's `store/budget/states.rs`.
+//! (`Reader::budget_states`, ...) is the store's `store/budget/states.rs`.
 //!
 //! Must not touch: SQL (every statement is in the store crate), Python, the
 //! network. The CLI (`cli/budget.rs`) edits the file.

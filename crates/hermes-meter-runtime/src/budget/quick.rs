@@ -15,7 +15,7 @@ use crate::bridge::{QueuedSpend, QuickGate};
 use crate::budget::{BudgetState, BudgetUnit, CapState, CapUnit, Level, Window};
 use crate::hook::{Hook, HookEvent};
 use crate::lock;
-use crate::store::Store;
+use crate::store::Reader;
 
 /// How much more spend, anywhere, leaves the verdicts of one session (and
 /// model) at "nothing to say", as measured at its last verdict.
@@ -257,7 +257,7 @@ impl BudgetGate {
     /// Brings the quick view's store-wide figures up to date: the cost of
     /// every call recorded and every open reservation; at most every
     /// [`UNIVERSAL_REFRESH`], the universal headroom.
-    pub(super) fn refresh_quick(&mut self, store: &Store) -> crate::Result<()> {
+    pub(super) fn refresh_quick(&mut self, store: &Reader) -> crate::Result<()> {
         let (cost, reserved, journal_seq) =
             store.read_snapshot(|st| Ok((st.spend_total()?, st.reserved_now()?, st.journal_seq()?)))?;
         // A pull brought other hosts' spend: every headroom measured before

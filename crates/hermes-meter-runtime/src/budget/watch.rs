@@ -4,7 +4,7 @@
 //! Owns: streaks of identical tool calls per session, how often a run's
 //! signs are read, the runs stopped as runaways (with `action = "stop"`),
 //! and raising the runaway alert, once per run. Must not touch: Python,
-//! SQL (the signs are `Store::run_signs`), the quick view's rule (it only
+//! SQL (the signs are `Reader::run_signs`), the quick view's rule (it only
 //! clears it).
 
 use std::collections::HashMap;
@@ -13,7 +13,7 @@ use super::gate::BudgetGate;
 use crate::budget::{self, alert, verdict, RunawayAction};
 use crate::hook::{Hook, HookEvent};
 use crate::lock;
-use crate::store::{LogPlace, Store};
+use crate::store::{LogPlace, Reader, Writer};
 
 /// How often one session's run signs are read again (its calls are many
 /// when it loops; one read a second sees a loop within a second).
@@ -44,7 +44,7 @@ impl BudgetGate {
     }
 
     /// Looks at one committed event for the signs of a runaway.
-    pub(super) fn watch(&mut self, store: &Store, event: &HookEvent) -> crate::Result<()> {
+    pub(super) fn watch(&mut self, store: &Writer, event: &HookEvent) -> crate::Result<()> {
         let cfg = self.cfg.runaway;
         if cfg.action == RunawayAction::Off {
             return Ok(());
@@ -106,7 +106,7 @@ impl BudgetGate {
 
     /// Raises the runaway alert of `session`'s run (once per run, across
     /// processes), logs it, and with `action = "stop"` stops the run.
-    fn flag(&mut self, store: &Store, session: &str, reason: &str, at: f64) -> crate::Result<()> {
+    fn flag(&mut self, store: &Writer, session: &str, reason: &str, at: f64) -> crate::Result<()> {
         let Some((root, turn)) = store.open_run(session)? else {
             return Ok(());
         };
@@ -135,7 +135,7 @@ impl BudgetGate {
     }
 
     /// The stop text of `session`'s run if it is stopped as a runaway.
-    pub(super) fn runaway_stop(&self, store: &Store, session: &str) -> crate::Result<Option<String>> {
+    pub(super) fn runaway_stop(&self, store: &Reader, session: &str) -> crate::Result<Option<String>> {
         if self.runaway.stopped.is_empty() {
             return Ok(None);
         }

@@ -25,13 +25,13 @@ use super::webhook::{AlertPush, PushStep};
 use super::{ExportConfig, MetricExport, MetricStep, MetricsConfig, Step, TraceExport};
 use crate::config::webhook::WebhookConfig;
 use crate::error::Result;
-use crate::store::Store;
+use crate::store::Outbox;
 
 /// The one store connection of an export loop, the trace and the metric
 /// export stepped over it, and the idle closer's schedule.
 #[derive(Debug)]
 pub struct Driver {
-    store: Store,
+    store: Outbox,
     traces: Option<TraceExport>,
     metrics: Option<MetricExport>,
     logs: Option<LogExport>,
@@ -105,7 +105,7 @@ impl Driver {
     /// `store`, all sending on one runtime, closing idle runs at most every
     /// `close_idle_every`.
     pub fn new(
-        store: Store,
+        store: Outbox,
         traces: Option<ExportConfig>,
         metrics: Option<MetricsConfig>,
         logs: Option<ExportConfig>,
@@ -153,11 +153,11 @@ impl Driver {
         let traces = traces.enabled().then_some(traces);
         let metrics = metrics.pushes().then_some(metrics);
         let logs = logs.enabled().then_some(logs);
-        Driver::new(Store::open(store_path)?, traces, metrics, logs, close_idle_every).map(Some)
+        Driver::new(Outbox::open(store_path)?, traces, metrics, logs, close_idle_every).map(Some)
     }
 
     /// The store both exports work on.
-    pub fn store(&self) -> &Store {
+    pub fn store(&self) -> &Outbox {
         &self.store
     }
 
@@ -295,7 +295,7 @@ mod tests {
         assert!(cycle.metrics.is_some_and(|m| m.is_ok_and(|m| m.leased)));
         assert!(cycle.traces.is_ok_and(|t| t.leased));
         assert!(cycle.logs.is_some_and(|l| l.is_ok_and(|l| l.leased)));
-        let other = Store::open(&path).expect("another connection");
+        let other = Outbox::open(&path).expect("another connection");
         for lease in [TRACE_LEASE, METRIC_LEASE, LOG_LEASE] {
             assert!(other.lease(lease).expect("lease").is_some(), "{lease} is held");
         }

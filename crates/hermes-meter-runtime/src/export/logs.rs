@@ -30,7 +30,7 @@ use super::{failure_text, resource_of, scrub_error, unix_now, SendRuntime, Sessi
 use crate::config::export::ExportConfig;
 use crate::error::Result;
 use crate::span::{self, TraceMode};
-use crate::store::{ContentKind, LogRow, Store, DEFAULT_LOG_OUTBOX_MAX_ROWS, LOG_LEASE};
+use crate::store::{ContentKind, LogRow, Outbox, Reader, DEFAULT_LOG_OUTBOX_MAX_ROWS, LOG_LEASE};
 
 /// The attribute every record carries: an id a backend can drop a
 /// re-sent record by (OTel's `log.record.uid`).
@@ -81,13 +81,13 @@ impl LogExport {
     }
 
     /// One step: take or renew the lease, apply the cap, send one batch.
-    pub(crate) fn run_once(&mut self, store: &mut Store) -> Result<LogStep> {
+    pub(crate) fn run_once(&mut self, store: &mut Outbox) -> Result<LogStep> {
         self.step(store, None)
     }
 
     /// Sends batches until none is left or `deadline` passes (a stopping
     /// process's last chance; what is left waits in the store).
-    pub(crate) fn flush(&mut self, store: &mut Store, deadline: Instant) -> Result<LogStep> {
+    pub(crate) fn flush(&mut self, store: &mut Outbox, deadline: Instant) -> Result<LogStep> {
         let mut total = LogStep::default();
         while self.pacing.wait_to_send_by(deadline) {
             let step = self.step(store, Some(deadline))?;
@@ -104,11 +104,11 @@ impl LogExport {
     }
 
     /// Gives the lease up, if this export holds it.
-    pub(crate) fn release(&self, store: &mut Store) -> Result<()> {
+    pub(crate) fn release(&self, store: &mut Outbox) -> Result<()> {
         self.lease.release(store)
     }
 
-    fn step(&mut self, store: &mut Store, deadline: Option<Instant>) -> Result<LogStep> {
+    fn step(&mut self, store: &mut Outbox, deadline: Option<Instant>) -> Result<LogStep> {
         let mut out = LogStep::default();
         if let Some(left) = self.pacing.wait_left() {
             out.backing_off = Some(left);
@@ -166,7 +166,7 @@ impl LogExport {
     /// The records of `rows`, each with the trace context of its span,
     /// read in one snapshot. Content events carry the call's captured
     /// content, and are left out (skipped) unless content events are on.
-    fn build(&self, store: &Store, rows: &[LogRow]) -> Result<Vec<LogRecord>> {
+    fn build(&self, store: &Reader, rows: &[LogRow]) -> Result<Vec<LogRecord>> {
         store.read_snapshot(|store| {
             let mut sessions = Sessions::default();
             let mut out = Vec::with_capacity(rows.len());

@@ -64,7 +64,7 @@ use crate::error::Result;
 pub use crate::metrics::Temporality;
 use crate::metrics::{self, AllowList, BudgetReading, Series};
 use crate::semconv::Names;
-use crate::store::{Folded, MetricIdentity, Store, METRIC_LEASE};
+use crate::store::{Folded, MetricIdentity, Outbox, Reader, METRIC_LEASE};
 
 /// Ledger rows folded per transaction: keeps the write lock short.
 const FOLD_BATCH: usize = 2_000;
@@ -92,7 +92,7 @@ pub struct MetricStep {
 /// metric export alone, over the one connection it shares with the trace
 /// export.
 pub struct MetricExporter {
-    store: Store,
+    store: Outbox,
     metrics: MetricExport,
 }
 
@@ -111,17 +111,17 @@ impl MetricExporter {
     /// transport; nothing is sent yet and a collector that is down is not
     /// an error.
     pub fn new(config: MetricsConfig, store_path: &Path) -> Result<Self> {
-        Self::with_store(config, Store::open(store_path)?)
+        Self::with_store(config, Outbox::open(store_path)?)
     }
 
     /// Like [`MetricExporter::new`] over an open store.
-    pub fn with_store(config: MetricsConfig, store: Store) -> Result<Self> {
+    pub fn with_store(config: MetricsConfig, store: Outbox) -> Result<Self> {
         let metrics = MetricExport::new(config, &store, super::send_runtime("metric export")?)?;
         Ok(MetricExporter { store, metrics })
     }
 
     /// The store this exporter reads.
-    pub fn store(&self) -> &Store {
+    pub fn store(&self) -> &Outbox {
         &self.store
     }
 
@@ -201,7 +201,7 @@ impl MetricExport {
     /// sending on `runtime` (shared with a trace export stepped by the same
     /// thread); nothing is sent yet and a collector that is down is not an
     /// error.
-    pub(crate) fn new(config: MetricsConfig, store: &Store, runtime: super::SendRuntime) -> Result<Self> {
+    pub(crate) fn new(config: MetricsConfig, store: &Reader, runtime: super::SendRuntime) -> Result<Self> {
         let transport = if config.pushes() {
             let _guard = runtime.enter();
             if config.exporters.value.otlp {
@@ -227,17 +227,17 @@ impl MetricExport {
     }
 
     /// [`MetricExporter::fold`] over `store`.
-    pub(crate) fn fold(&self, store: &mut Store) -> Result<usize> {
+    pub(crate) fn fold(&self, store: &mut Outbox) -> Result<usize> {
         fold(store, self.config.transport.session_grace_seconds.value)
     }
 
     /// [`MetricExporter::series`] over `store`.
-    pub(crate) fn series(&self, store: &Store) -> Result<Vec<Series>> {
+    pub(crate) fn series(&self, store: &Reader) -> Result<Vec<Series>> {
         snapshot(store, self.config.attributes.value, self.config.transport.names.value)
     }
 
     /// [`MetricExporter::run_once`] over `store`.
-    pub(crate) fn run_once(&mut self, store: &mut Store) -> Result<MetricStep> {
+    pub(crate) fn run_once(&mut self, store: &mut Outbox) -> Result<MetricStep> {
         let mut step = MetricStep {
             folded: self.fold(store)?,
             ..MetricStep::default()
@@ -257,7 +257,7 @@ impl MetricExport {
     }
 
     /// [`MetricExporter::flush`] over `store`.
-    pub(crate) fn flush(&mut self, store: &mut Store, deadline: Instant) -> Result<MetricStep> {
+    pub(crate) fn flush(&mut self, store: &mut Outbox, deadline: Instant) -> Result<MetricStep> {
         let mut step = MetricStep::default();
         loop {
             let n = self.fold(store)?;
@@ -280,11 +280,11 @@ impl MetricExport {
     }
 
     /// Gives the lease up, if this export holds it.
-    pub(crate) fn release(&self, store: &mut Store) -> Result<()> {
+    pub(crate) fn release(&self, store: &mut Outbox) -> Result<()> {
         self.lease.release(store)
     }
 
-    fn push(&mut self, store: &mut Store, step: &mut MetricStep, deadline: Option<Instant>) -> Result<()> {
+    fn push(&mut self, store: &mut Outbox, step: &mut MetricStep, deadline: Option<Instant>) -> Result<()> {
         if let Some(left) = self.pacing.wait_left() {
             step.backing_off = Some(left);
             return Ok(());
@@ -368,7 +368,7 @@ impl MetricExport {
 /// Folds finished ledger rows of `store` into its series, at most
 /// [`FOLD_BATCHES_PER_STEP`] batches; returns the rows consumed. Sessions
 /// count once they ended `session_grace_seconds` ago (or were finalized).
-pub fn fold(store: &mut Store, session_grace_seconds: f64) -> Result<usize> {
+pub fn fold(store: &mut Outbox, session_grace_seconds: f64) -> Result<usize> {
     let mut total = 0;
     for _ in 0..FOLD_BATCHES_PER_STEP {
         let now = unix_now();
@@ -384,7 +384,7 @@ pub fn fold(store: &mut Store, session_grace_seconds: f64) -> Result<usize> {
 
 /// The series of `store` as exported (allow-list and names applied),
 /// gauges included.
-pub fn snapshot(store: &Store, allow: AllowList, names: Names) -> Result<Vec<Series>> {
+pub fn snapshot(store: &Reader, allow: AllowList, names: Names) -> Result<Vec<Series>> {
     Ok(metrics::project(
         &store.metric_series()?,
         &store.metric_gauges()?,
@@ -400,7 +400,7 @@ pub fn snapshot(store: &Store, allow: AllowList, names: Names) -> Result<Vec<Ser
 /// moment, a `budget set` or `budget rm` included. Without a budget file
 /// there are no gauges; a file that cannot be read leaves them as they were
 /// (budgets never stop an export or a scrape).
-pub fn refresh_budget_gauges(store: &mut Store) {
+pub fn refresh_budget_gauges(store: &mut Outbox) {
     let Some(dir) = store.path().parent().map(Path::to_path_buf) else {
         return;
     };
@@ -455,7 +455,7 @@ pub fn refresh_budget_gauges(store: &mut Store) {
 
 /// Replaces the budget gauges of `store` with `readings` (and the other
 /// gauges with none).
-pub fn set_budget_gauges(store: &mut Store, readings: &[BudgetReading<'_>], now: f64) -> Result<()> {
+pub fn set_budget_gauges(store: &mut Outbox, readings: &[BudgetReading<'_>], now: f64) -> Result<()> {
     store.replace_metric_gauges(&metrics::GAUGE_METRICS, &metrics::budget_gauge_rows(readings), now)
 }
 

@@ -76,7 +76,7 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use crate::error::{Error, Result};
 use crate::span::{self, Ancestor, Ancestry, SpanOptions};
 use crate::store::{
-    counter, BatchRows, ContentKind, OutboxRow, RunRow, SentSession, SpanKind, Store, RUNNING, TRACE_LEASE,
+    counter, BatchRows, ContentKind, Outbox, OutboxRow, Reader, RunRow, SentSession, SpanKind, RUNNING, TRACE_LEASE,
 };
 pub(crate) use pacing::take_lease;
 use pacing::{block_on_until, Lease, Pacing};
@@ -139,7 +139,7 @@ pub(crate) fn transport_if_enabled(config: &ExportConfig, runtime: &SendRuntime)
 /// holds the trace export alone, over the one connection it shares with
 /// the metric export.
 pub struct Exporter {
-    store: Store,
+    store: Outbox,
     traces: TraceExport,
 }
 
@@ -158,18 +158,18 @@ impl Exporter {
     /// transport; nothing is sent yet and a collector that is down is not
     /// an error.
     pub fn new(config: ExportConfig, store_path: &Path) -> Result<Self> {
-        let store = Store::open(store_path)?;
+        let store = Outbox::open(store_path)?;
         Self::with_store(config, store)
     }
 
     /// Like [`Exporter::new`] over an open store.
-    pub fn with_store(config: ExportConfig, store: Store) -> Result<Self> {
+    pub fn with_store(config: ExportConfig, store: Outbox) -> Result<Self> {
         let traces = TraceExport::new(config, send_runtime("export")?)?;
         Ok(Exporter { store, traces })
     }
 
     /// The store this exporter reads.
-    pub fn store(&self) -> &Store {
+    pub fn store(&self) -> &Outbox {
         &self.store
     }
 
@@ -199,7 +199,7 @@ impl Exporter {
     }
 
     /// Closes spans left open by processes that went away (see
-    /// [`Store::close_idle_runs`]), enqueueing them. Returns the runs closed.
+    /// [`Outbox::close_idle_runs`](crate::store::Outbox::close_idle_runs)), enqueueing them. Returns the runs closed.
     pub fn close_idle(&mut self) -> Result<usize> {
         self.traces.close_idle(&mut self.store)
     }
@@ -283,12 +283,12 @@ impl TraceExport {
     }
 
     /// [`Exporter::run_once`] over `store`.
-    pub(crate) fn run_once(&mut self, store: &mut Store) -> Result<Step> {
+    pub(crate) fn run_once(&mut self, store: &mut Outbox) -> Result<Step> {
         self.step(store, None)
     }
 
     /// [`Exporter::flush`] over `store`.
-    pub(crate) fn flush(&mut self, store: &mut Store, deadline: Instant) -> Result<Step> {
+    pub(crate) fn flush(&mut self, store: &mut Outbox, deadline: Instant) -> Result<Step> {
         let mut total = Step::default();
         while self.pacing.wait_to_send_by(deadline) {
             let step = self.step(store, Some(deadline))?;
@@ -306,19 +306,19 @@ impl TraceExport {
     }
 
     /// [`Exporter::close_idle`] over `store`.
-    pub(crate) fn close_idle(&self, store: &mut Store) -> Result<usize> {
+    pub(crate) fn close_idle(&self, store: &mut Outbox) -> Result<usize> {
         store.close_idle_runs(unix_now(), self.config.idle_timeout_seconds.value)
     }
 
     /// Gives the lease up, if this export holds it.
-    pub(crate) fn release(&self, store: &mut Store) -> Result<()> {
+    pub(crate) fn release(&self, store: &mut Outbox) -> Result<()> {
         self.lease.release(store)
     }
 
     /// [`Exporter::export_history_with`] over `store`.
     pub(crate) fn export_history_with(
         &mut self,
-        store: &mut Store,
+        store: &mut Outbox,
         since: f64,
         deadline: Instant,
         mut progress: impl FnMut(usize, usize),
@@ -354,7 +354,7 @@ impl TraceExport {
         Ok(sent)
     }
 
-    fn step(&mut self, store: &mut Store, deadline: Option<Instant>) -> Result<Step> {
+    fn step(&mut self, store: &mut Outbox, deadline: Option<Instant>) -> Result<Step> {
         let mut out = Step::default();
         if let Some(left) = self.pacing.wait_left() {
             out.backing_off = Some(left);
@@ -467,7 +467,7 @@ impl TraceExport {
     /// The spans of `rows` that are finished and sampled. Reads every
     /// ledger row of the batch in one read transaction, with one query per
     /// kind of row rather than one per outbox row.
-    fn build(&self, store: &Store, rows: &[OutboxRow]) -> Result<(Vec<Span>, Skipped)> {
+    fn build(&self, store: &Reader, rows: &[OutboxRow]) -> Result<(Vec<Span>, Skipped)> {
         store.read_snapshot(|store| {
             // Content goes out only while capture is on: turning it off
             // also stops what was captured before from leaving.
@@ -488,7 +488,7 @@ impl TraceExport {
 
     fn build_one(
         &self,
-        store: &Store,
+        store: &Reader,
         row: &OutboxRow,
         batch: &BatchRows,
         sessions: &mut Sessions,
@@ -640,7 +640,7 @@ struct Skipped {
 pub(crate) struct Sessions(HashMap<String, Option<(RunRow, Ancestry)>>);
 
 impl Sessions {
-    pub(crate) fn get(&mut self, store: &Store, session_id: &str) -> Result<Option<&(RunRow, Ancestry)>> {
+    pub(crate) fn get(&mut self, store: &Reader, session_id: &str) -> Result<Option<&(RunRow, Ancestry)>> {
         if !self.0.contains_key(session_id) {
             let loaded = match store.run_row(session_id)? {
                 Some(run) => {
@@ -657,7 +657,7 @@ impl Sessions {
 
 /// The chain of sessions from `run` up to its root (also what the CLI's
 /// `trace` places a session's spans with).
-pub fn ancestry_of(store: &Store, run: &RunRow) -> Result<Ancestry> {
+pub fn ancestry_of(store: &Reader, run: &RunRow) -> Result<Ancestry> {
     let node = |r: &RunRow| Ancestor {
         session_id: r.session_id.clone(),
         platform: r.platform.clone(),

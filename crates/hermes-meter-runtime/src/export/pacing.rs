@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use super::retry::{self, Backoff};
 use super::transport::{Accepted, SendError};
 use crate::error::Result;
-use crate::store::Store;
+use crate::store::Outbox;
 
 /// The store lease one signal is sent under (`traces`, `metrics`): only its
 /// holder sends, so processes sharing a store never send twice.
@@ -48,12 +48,12 @@ impl Lease {
     }
 
     /// Takes or renews the lease at `now`; whether this process holds it.
-    pub(crate) fn take(&self, store: &mut Store, now: f64) -> Result<bool> {
+    pub(crate) fn take(&self, store: &mut Outbox, now: f64) -> Result<bool> {
         take_lease(store, self.name, &self.holder, now, self.ttl_seconds)
     }
 
     /// Gives the lease up, if this process holds it.
-    pub(crate) fn release(&self, store: &mut Store) -> Result<()> {
+    pub(crate) fn release(&self, store: &mut Outbox) -> Result<()> {
         store.release_lease(self.name, &self.holder)
     }
 }
@@ -62,7 +62,7 @@ impl Lease {
 /// ended (a one-shot `hermes -z` that left with `os._exit`, a `kill -9`)
 /// is taken over at once rather than after it lapses, so the next process
 /// sends what the dead one left without waiting out the lease.
-pub(crate) fn take_lease(store: &mut Store, name: &str, holder: &str, now: f64, ttl_seconds: f64) -> Result<bool> {
+pub(crate) fn take_lease(store: &mut Outbox, name: &str, holder: &str, now: f64, ttl_seconds: f64) -> Result<bool> {
     let pid = std::process::id() as i64;
     if store.acquire_lease(name, holder, pid, now, ttl_seconds)? {
         return Ok(true);
@@ -203,7 +203,7 @@ mod tests {
     #[test]
     fn a_lease_is_held_by_one_holder_at_a_time() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut store = Store::open_dir(dir.path()).expect("store");
+        let mut store = crate::store::Outbox::open(&dir.path().join(crate::store::DB_FILE_NAME)).expect("store");
         let mine = Lease::new("traces", 30.0);
         let theirs = Lease {
             holder: "other-host:1:0".into(),

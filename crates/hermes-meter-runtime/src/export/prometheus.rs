@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::http_server::{HttpServer, Reply};
 use crate::metrics::AllowList;
 use crate::semconv::Names;
-use crate::store::Store;
+use crate::store::Outbox;
 
 /// The text exposition format's content type.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -47,7 +47,7 @@ impl PrometheusServer {
     ) -> Result<Self> {
         let listener =
             std::net::TcpListener::bind(addr).map_err(|e| Error::Other(format!("prometheus endpoint {addr}: {e}")))?;
-        let store = Store::open(store_path)?;
+        let store = Outbox::open(store_path)?;
         let state = Scrape {
             store: Mutex::new(store),
             allow,
@@ -67,7 +67,7 @@ impl PrometheusServer {
 }
 
 struct Scrape {
-    store: Mutex<Store>,
+    store: Mutex<Outbox>,
     allow: AllowList,
     names: Names,
     session_grace_seconds: f64,
@@ -106,7 +106,7 @@ fn answer<B>(state: &Scrape, req: &Request<B>) -> Reply {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", String::new());
     }
-    // Store work is short (one fold batch, one read); doing it on this
+    // Outbox work is short (one fold batch, one read); doing it on this
     // single-threaded runtime serialises scrapes, which is what we want.
     match state.render() {
         Ok(text) => reply(StatusCode::OK, CONTENT_TYPE, text),

@@ -57,7 +57,7 @@ pub struct SendError {
 impl SendError {
     /// A send the collector did not answer within `timeout`. The message
     /// is the same for both protocols and for an attempt a process ended
-    /// in the middle of (see [`crate::store::Store::export_attempt`]).
+    /// in the middle of (see [`crate::store::Outbox::export_attempt`]).
     pub fn no_answer(what: &str, timeout: Duration) -> Self {
         SendError {
             verdict: Verdict::Retry { after: None },

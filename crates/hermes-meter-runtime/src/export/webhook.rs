@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crate::config::webhook::{WebhookConfig, WebhookFormat};
 use crate::error::Result;
-use crate::store::{AlertRow, AlertSink, Store};
+use crate::store::{AlertRow, AlertSink, Outbox};
 
 /// Alerts older than this when first seen by a webhook are not posted: a
 /// webhook configured today does not replay last month.
@@ -71,7 +71,7 @@ impl AlertPush {
     /// Posts the alerts due now, oldest first; stops at the first failure
     /// (a receiver that is down is not asked twenty times), which leaves
     /// the alert for a later step, after a backoff.
-    pub fn run_once(&self, store: &Store, now: f64) -> Result<PushStep> {
+    pub fn run_once(&self, store: &Outbox, now: f64) -> Result<PushStep> {
         let mut step = PushStep::default();
         // Each claimed just before its post: one the step does not reach
         // (it stopped at a failure) stays free for the next step.
@@ -116,7 +116,7 @@ impl AlertPush {
 /// for one try (no other process tries it meanwhile), oldest first: take
 /// as many as are tried at once (the delivery through Hermes takes one at
 /// a time). Alerts raised more than [`PUSH_HORIZON_S`] ago are left alone.
-pub fn claim_due(store: &Store, sink: AlertSink, now: f64, limit: usize) -> Result<Vec<AlertRow>> {
+pub fn claim_due(store: &Outbox, sink: AlertSink, now: f64, limit: usize) -> Result<Vec<AlertRow>> {
     let mut out = Vec::new();
     for alert in store.alerts_to_push(sink, now, now - PUSH_HORIZON_S, limit)? {
         if store.claim_alert_push(sink, &alert.kind, &alert.key, now, now + CLAIM_S)? {
@@ -130,7 +130,7 @@ pub fn claim_due(store: &Store, sink: AlertSink, now: f64, limit: usize) -> Resu
 /// the error and due again after a backoff that doubles with each try (5 s
 /// to 5 min).
 pub fn sent(
-    store: &Store,
+    store: &Outbox,
     sink: AlertSink,
     kind: &str,
     key: &str,

@@ -31,7 +31,7 @@ use super::schema;
 use crate::budget::lease::{self, HOST_LIVE_SECONDS};
 use crate::budget::{self, BudgetConfig, BudgetUnit, Scope, Window, BUCKET_SECONDS};
 use crate::error::{Error, Result};
-use crate::store::{FleetRow, Store, RESERVATION_TTL_SECONDS};
+use crate::store::{FleetRow, Outbox, RESERVATION_TTL_SECONDS};
 
 /// The longest a step may take: a database that stops answering mid-way
 /// (a network partition) must not stall the sync for good; the next step
@@ -90,7 +90,7 @@ impl FleetSync {
     /// Pushes and pulls once. A failure is recorded in the store (for
     /// `status`), drops the connection (the next step reconnects) and
     /// leaves the fleet view as the last success left it.
-    pub async fn step(&mut self, store: &Store, now: f64) -> Result<Synced> {
+    pub async fn step(&mut self, store: &Outbox, now: f64) -> Result<Synced> {
         let bounded = tokio::time::timeout(STEP_TIMEOUT, self.exchange(store, now)).await;
         let done = bounded.unwrap_or_else(|_| {
             Err(Error::Other(format!(
@@ -119,7 +119,7 @@ impl FleetSync {
             .ok_or_else(|| Error::Other("fleet database: not connected".into()))
     }
 
-    async fn exchange(&mut self, store: &Store, now: f64) -> Result<Synced> {
+    async fn exchange(&mut self, store: &Outbox, now: f64) -> Result<Synced> {
         let host = store.fleet_host_id()?;
         let quarter = BUCKET_SECONDS[0];
         let since = (now as i64 - PUSH_SECONDS).div_euclid(quarter) * quarter;

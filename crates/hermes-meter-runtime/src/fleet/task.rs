@@ -14,7 +14,7 @@ use super::sync::FleetSync;
 use super::{FleetConfig, FLEET_LEASE, SYNC_INTERVAL};
 use crate::bridge::Background;
 use crate::error::Result;
-use crate::store::{Store, DB_FILE_NAME};
+use crate::store::{Outbox, DB_FILE_NAME};
 
 /// How long the fleet lease lasts unless renewed: several sync intervals,
 /// so a slow step does not lose it; a holder killed with -9 is replaced at
@@ -67,7 +67,7 @@ pub struct FleetTask {
 impl FleetTask {
     /// Starts the sync of the store in `store_dir` with the fleet `cfg`.
     pub fn start(store_dir: &Path, cfg: FleetConfig) -> Result<Self> {
-        let store = Store::open(&store_dir.join(DB_FILE_NAME))?;
+        let store = Outbox::open(&store_dir.join(DB_FILE_NAME))?;
         let sync = FleetSync::new(cfg, store_dir);
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
@@ -91,7 +91,7 @@ impl FleetTask {
     }
 }
 
-fn run(mut store: Store, mut sync: FleetSync, shared: &Shared) {
+fn run(mut store: Outbox, mut sync: FleetSync, shared: &Shared) {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

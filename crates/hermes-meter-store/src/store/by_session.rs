@@ -18,7 +18,7 @@
 use rusqlite::functions::{Aggregate, Context, FunctionFlags};
 use rusqlite::{params, Connection};
 
-use super::Store;
+use super::Reader;
 use crate::error::Result;
 use crate::report::{FactKind, FactRow, Totals};
 use crate::tool_outcome::ToolOutcome;
@@ -72,7 +72,7 @@ pub(super) fn register_functions(conn: &Connection) -> rusqlite::Result<()> {
     })
 }
 
-impl Store {
+impl Reader {
     /// Hands every session that started in `[since, until)` to `each`, most
     /// expensive first (ties by id), with everything it spent, holding none
     /// of them (see the module docs); stops at the first error `each`
@@ -290,6 +290,7 @@ fn cost_of_blob(b: &[u8]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Writer;
 
     #[test]
     fn totals_round_trip_through_their_blob() {
@@ -343,7 +344,7 @@ mod tests {
     #[test]
     fn sessions_by_cost_reads_indexes_and_sums_once() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let store = Store::open(&dir.path().join("plan.db")).expect("open");
+        let store = Writer::open(&dir.path().join("plan.db")).expect("open");
         let plan = store.query_plan(SESSIONS_BY_COST, "1");
         let scans: Vec<&String> = plan
             .iter()

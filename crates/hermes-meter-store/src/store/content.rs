@@ -9,7 +9,7 @@
 use rusqlite::{params, Transaction};
 
 use super::log_outbox::{LogAttrs, LogPlace, NewLog, Severity};
-use super::Store;
+use super::{Reader, Writer};
 use crate::content;
 use crate::error::Result;
 use crate::hook::{DecodeOptions, Hook, HookEvent};
@@ -182,12 +182,12 @@ fn put(tx: &Transaction<'_>, kind: ContentKind, session_id: &str, key: &str, nam
     Ok(())
 }
 
-impl Store {
+impl Writer {
     /// Deletes the captured content of sessions that ended before `before`
     /// and have no span left to export: it exists only to go out with its
     /// spans, and prompts are the largest rows of a store. Returns how many
     /// rows it deleted. Works through the whole table in bounded batches
-    /// ([`Store::prune_content_batch`]).
+    /// ([`Writer::prune_content_batch`]).
     pub fn prune_content(&mut self, before: f64) -> Result<usize> {
         let mut cursor = ContentCursor::default();
         let mut total = 0;
@@ -215,6 +215,7 @@ impl Store {
         limit: usize,
     ) -> Result<(usize, bool)> {
         let tx = self
+            .db
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let (kind, session) = cursor.0.clone().unwrap_or_default();
@@ -246,7 +247,9 @@ impl Store {
         cursor.0 = if more { rows.last().cloned() } else { None };
         Ok((deleted, more))
     }
+}
 
+impl Reader {
     /// The captured content attributes of one span, as (attribute, JSON
     /// text), in attribute order. Empty unless capture was on.
     pub fn span_content(&self, kind: ContentKind, session_id: &str, key: &str) -> Result<Vec<(String, String)>> {

@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 use super::row_counts::{Counted, LogTail, RowCounts, COUNTED};
-use super::{EventContext, Store};
+use super::{EventContext, Reader, Writer};
 use crate::error::Result;
 use crate::hook::{Hook, HookEvent};
 
@@ -78,6 +78,64 @@ pub fn missing_beside_aside(dir: &Path) -> Option<String> {
 /// Journal rows read and applied per transaction.
 const CHUNK: i64 = 2048;
 
+/// A store file looked at as evidence, the doctor's role (see [`Reader`]
+/// for the others): its integrity, whether it can be written, a cheap
+/// look for `status`, and a fresh store rebuilt from what it still reads.
+/// It never writes the file it looks at.
+#[derive(Debug, Clone)]
+pub struct Doctor {
+    path: PathBuf,
+}
+
+impl Doctor {
+    /// The doctor of the database file at `path` (which may be missing,
+    /// damaged or not ours: every look says what it found).
+    pub fn new(path: &Path) -> Self {
+        Doctor {
+            path: path.to_path_buf(),
+        }
+    }
+
+    /// The file looked at.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs SQLite's full integrity check, listing at most `max`
+    /// problems. Opens the file read-only (a damaged file is evidence, and
+    /// a read-only store must not look damaged): a WAL left by a dead
+    /// process is read, as any reader would, and never checkpointed.
+    pub fn check_integrity(&self, max: usize) -> Result<Integrity> {
+        check_integrity(&self.path, max)
+    }
+
+    /// Why the file cannot be written, or `None` when it can: it is
+    /// read-only to this process, or its directory cannot hold the `-wal`
+    /// and `-shm` files WAL mode needs. Writes nothing to the database;
+    /// probes the directory with a file of its own.
+    pub fn check_writable(&self) -> Option<String> {
+        check_writable(&self.path)
+    }
+
+    /// What a cheap look finds wrong, for `status`: the header against
+    /// the file's length (a truncated file), the schema, and the first and
+    /// last page of every table and index, never the whole file (that is
+    /// [`Doctor::check_integrity`]). Empty when nothing was found.
+    pub fn quick_look(&self) -> Vec<String> {
+        quick_look(&self.path)
+    }
+
+    /// Rebuilds into `fresh` (a new, empty store) every event this file's
+    /// journal still yields, then carries over the state events cannot
+    /// rebuild (see the module documentation). Runs left open longer than
+    /// `idle_run_seconds` before `now` are closed as every command's sweep
+    /// would, before the outbox is compared, so the spans of runs the
+    /// damaged store closed are not sent again.
+    pub fn rebuild_into(&self, fresh: &mut Writer, idle_run_seconds: f64, now: f64) -> Result<Rebuilt> {
+        fresh.rebuild_from(&self.path, idle_run_seconds, now)
+    }
+}
+
 /// What `PRAGMA integrity_check` found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Integrity {
@@ -97,7 +155,7 @@ impl Integrity {
 /// at most `max` problems. Opens the file read-only (a damaged file is
 /// evidence, and a read-only store must not look damaged): a WAL left by a
 /// dead process is read, as any reader would, and never checkpointed.
-pub fn check_integrity(path: &Path, max: usize) -> Result<Integrity> {
+fn check_integrity(path: &Path, max: usize) -> Result<Integrity> {
     let conn = open_evidence(path)?;
     let mut stmt = conn.prepare(&format!("PRAGMA integrity_check({})", max.max(1)))?;
     let lines: Vec<String> = stmt
@@ -116,7 +174,7 @@ pub fn check_integrity(path: &Path, max: usize) -> Result<Integrity> {
 /// says so), or its directory cannot hold the `-wal` and `-shm` files WAL
 /// mode needs. Writes nothing to the database; probes the directory with a
 /// file of its own.
-pub fn check_writable(path: &Path) -> Option<String> {
+fn check_writable(path: &Path) -> Option<String> {
     let dir = path.parent().unwrap_or(Path::new("."));
     match Connection::open_with_flags(
         path,
@@ -137,7 +195,7 @@ pub fn check_writable(path: &Path) -> Option<String> {
 /// and the first and last page of every table and index. It reads a few
 /// pages per table, never the whole file (that is `doctor`'s
 /// `integrity_check`). Empty when nothing was found.
-pub fn quick_look(path: &Path) -> Vec<String> {
+fn quick_look(path: &Path) -> Vec<String> {
     let mut problems = Vec::new();
     if let Some(p) = truncation(path) {
         problems.push(p);
@@ -333,14 +391,14 @@ pub struct Rebuilt {
     pub cost_differs: Option<u64>,
 }
 
-impl Store {
+impl Writer {
     /// Applies to this (fresh) store every event the journal of the
     /// damaged database at `damaged` still yields, then carries over the
     /// state events cannot rebuild (see the module documentation). Runs
     /// left open longer than `idle_run_seconds` before `now` are closed as
     /// every command's sweep would, before the outbox is compared, so the
     /// spans of runs the damaged store closed are not sent again.
-    pub fn rebuild_from(&mut self, damaged: &Path, idle_run_seconds: f64, now: f64) -> Result<Rebuilt> {
+    fn rebuild_from(&mut self, damaged: &Path, idle_run_seconds: f64, now: f64) -> Result<Rebuilt> {
         let mut out = Rebuilt::default();
         let old = open_evidence(damaged)?;
         self.set_cache_size_kib(64 * 1024)?;
@@ -467,7 +525,7 @@ impl Store {
     /// Copies from the damaged file the state no event rebuilds, each table
     /// on its own, so one unreadable table costs only its own state.
     fn carry_over(&mut self, damaged: &Path, out: &mut Rebuilt) -> Result<()> {
-        let conn = self.conn();
+        let conn = self.db.conn();
         // Read-only, so neither this nor the connection's close can write
         // the damaged file (a WAL-mode close checkpoints otherwise).
         let uri = file_uri(damaged, "mode=ro");
@@ -597,7 +655,9 @@ impl Store {
         }
         Ok(())
     }
+}
 
+impl Reader {
     /// The number of journal rows.
     pub fn journal_rows(&self) -> Result<i64> {
         Ok(self
@@ -825,7 +885,7 @@ mod tests {
     fn a_store_cut_short_is_found_by_the_cheap_look_and_a_whole_one_is_not() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("s.db");
-        let store = Store::open(&path).expect("open");
+        let store = Writer::open(&path).expect("open");
         store.checkpoint_truncate().expect("checkpoint");
         drop(store);
         assert_eq!(quick_look(&path), Vec::<String>::new());
@@ -893,7 +953,7 @@ mod tests {
         let lost = damaged_journal(&path, true);
         let old = open_evidence(&path).expect("open read-only");
         assert_eq!(journal_ids(&old), None, "the index does not read");
-        let mut fresh = Store::open(&dir.path().join("new.db")).expect("fresh");
+        let mut fresh = Writer::open(&dir.path().join("new.db")).expect("fresh");
         let mut out = Rebuilt::default();
         fresh.scan_journal(&old, &mut out).expect("scan");
         // A seek to the row after a damaged page can pass through it: at
@@ -916,7 +976,7 @@ mod tests {
         let ids = journal_ids(&old).expect("the index reads");
         assert_eq!(ids.len(), 2000);
         let store_dir = tempfile::tempdir().expect("temp dir");
-        let mut fresh = Store::open(&store_dir.path().join("new.db")).expect("fresh");
+        let mut fresh = Writer::open(&store_dir.path().join("new.db")).expect("fresh");
         let mut out = Rebuilt::default();
         // The rows are not events: each is read, then found undecodable.
         let _ = fresh.read_ids(&old, &ids, None, &mut out).expect("read");

@@ -2,12 +2,12 @@
 //! this store's host id, what the sync pushed, and what it pulled.
 //!
 //! The sync (`src/fleet/sync.rs`) writes here after each exchange with the
-//! fleet database; the budget gate reads [`Store::fleet_share`] on the hook
+//! fleet database; the budget gate reads [`Reader::fleet_share`] on the hook
 //! path, one primary-key lookup per budget, never the network.
 
 use rusqlite::{params, OptionalExtension};
 
-use super::Store;
+use super::{Outbox, Reader};
 use crate::budget::lease;
 use crate::budget::{Budget, BudgetConfig, FleetShare, Spend};
 use crate::error::Result;
@@ -59,7 +59,7 @@ impl FleetStatus {
     }
 }
 
-impl Store {
+impl Outbox {
     /// This store's host id in the fleet, made (random) on first use.
     pub fn fleet_host_id(&self) -> Result<String> {
         let read = || -> Result<Option<String>> {
@@ -75,12 +75,15 @@ impl Store {
             return Ok(id);
         }
         let made = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
-        self.conn()
+        self.db
+            .conn()
             .prepare_cached("INSERT INTO fleet_state (singleton, host_id) VALUES (1, ?1) ON CONFLICT DO NOTHING")?
             .execute(params![made])?;
         read()?.ok_or_else(|| crate::Error::Other("fleet host id: not stored".into()))
     }
+}
 
+impl Reader {
     /// The sync's state; `None` when this store never took part in a fleet.
     pub fn fleet_status(&self) -> Result<Option<FleetStatus>> {
         Ok(self
@@ -110,11 +113,13 @@ impl Store {
             .optional()?
             .unwrap_or(0))
     }
+}
 
+impl Outbox {
     /// Up to `limit` quarter-hour buckets from `since` on whose totals
     /// changed since they were last pushed (or were never pushed).
     pub fn fleet_unpushed(&self, since: i64, limit: usize) -> Result<Vec<PushRow>> {
-        let mut stmt = self.conn().prepare_cached(&format!(
+        let mut stmt = self.db.conn().prepare_cached(&format!(
             "SELECT s.scope, s.id, s.bucket, s.cost_usd, s.estimated_usd, s.calls FROM budget_spend s
              LEFT JOIN fleet_pushed p ON p.scope = s.scope AND p.id = s.id AND p.bucket = s.bucket
              WHERE s.level = 0 AND s.bucket >= ?1
@@ -153,7 +158,7 @@ impl Store {
 
     /// This host's open reservations by scope id: `(scope, id, usd)`.
     pub fn fleet_reservations(&self, now: f64) -> Result<Vec<(String, String, f64)>> {
-        let mut stmt = self.conn().prepare_cached(
+        let mut stmt = self.db.conn().prepare_cached(
             "SELECT scope, id, TOTAL(amount_usd) FROM budget_reservations WHERE at >= ?1 GROUP BY scope, id",
         )?;
         let rows = stmt.query_map(params![now - super::RESERVATION_TTL_SECONDS], |r| {
@@ -202,12 +207,15 @@ impl Store {
     /// Records a failed sync (the view stays as it was).
     pub fn fleet_note_error(&self, error: &str, now: f64) -> Result<()> {
         self.fleet_host_id()?;
-        self.conn()
+        self.db
+            .conn()
             .prepare_cached("UPDATE fleet_state SET tried_at = ?1, error = ?2 WHERE singleton = 1")?
             .execute(params![now, error])?;
         Ok(())
     }
+}
 
+impl Reader {
     /// Every scope id in the fleet view (`budget list` shows them too).
     pub fn fleet_view_ids(&self, scope: &str) -> Result<Vec<String>> {
         let mut stmt = self
@@ -219,7 +227,7 @@ impl Store {
 
     /// `budget` of period `period` with `own` (this host's spend now) as the
     /// fleet sees it: the other hosts' spend at the last sync added, and what
-    /// is left of this host's lease. `hosts` is from [`Store::fleet_status`];
+    /// is left of this host's lease. `hosts` is from [`Reader::fleet_status`];
     /// a budget the last sync did not see (new, or a new period) gets the
     /// lease of an empty period, its hard line shared by the live hosts.
     pub fn fleet_share(
@@ -255,17 +263,19 @@ impl Store {
         };
         Ok((spend, share))
     }
+}
 
+impl Outbox {
     /// Runs `f` in an immediate write transaction, committed if it succeeds.
     fn in_write_tx(&self, f: impl FnOnce(&rusqlite::Connection) -> Result<()>) -> Result<()> {
-        self.conn().execute_batch("BEGIN IMMEDIATE")?;
-        match f(self.conn()) {
+        self.db.conn().execute_batch("BEGIN IMMEDIATE")?;
+        match f(self.db.conn()) {
             Ok(()) => {
-                self.conn().execute_batch("COMMIT")?;
+                self.db.conn().execute_batch("COMMIT")?;
                 Ok(())
             }
             Err(e) => {
-                let _ = self.conn().execute_batch("ROLLBACK");
+                let _ = self.db.conn().execute_batch("ROLLBACK");
                 Err(e)
             }
         }

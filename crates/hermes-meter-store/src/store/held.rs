@@ -10,7 +10,7 @@
 use rusqlite::{params, OptionalExtension};
 
 use super::ledger::{Applied, EventContext};
-use super::Store;
+use super::{Reader, Writer};
 use crate::error::Result;
 use crate::hook::{Hook, HookEvent, UsageConfirmed};
 
@@ -42,7 +42,7 @@ pub enum Confirmation {
     Unknown,
 }
 
-impl Store {
+impl Reader {
     /// Held calls, the newest first, at most `limit`.
     pub fn held_calls(&self, limit: usize) -> Result<Vec<HeldCall>> {
         // The literal 'held': only then can SQLite use the partial index.
@@ -68,7 +68,9 @@ impl Store {
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
+}
 
+impl Writer {
     /// Confirms the held call `api_request_id` at `now`: it is billed from
     /// its recorded usage, in its run, budgets, report and cost metric.
     pub fn confirm_held(&mut self, api_request_id: &str, now: f64) -> Result<Confirmation> {

@@ -17,7 +17,7 @@
 use rusqlite::{params, Connection, TransactionBehavior};
 
 use super::metrics::{bump_state, set_state};
-use super::Store;
+use super::{Outbox, Reader, Writer};
 use crate::error::Result;
 
 /// The lease the log exporter sends under (one sender per store).
@@ -165,17 +165,19 @@ pub(super) const EXPIRE_LOG_OUTBOX: &str = "DELETE FROM log_outbox WHERE seq IN 
         SELECT seq FROM (SELECT seq, at, content_key FROM log_outbox ORDER BY seq LIMIT ?2)
          WHERE at < ?1 OR (content_key IS NOT NULL AND at < ?3))";
 
-impl Store {
+impl Writer {
     /// Appends one record in a transaction of its own (a gate's verdict,
     /// written on the hook's connection).
     pub fn append_log(&self, log: &NewLog<'_>) -> Result<()> {
-        append(self.conn(), log)
+        append(self.db.conn(), log)
     }
+}
 
+impl Outbox {
     /// The oldest `limit` records, in `seq` order.
     pub fn log_outbox_ready(&self, limit: usize) -> Result<Vec<LogRow>> {
         // The limit is part of the text (see `pending_alerts`).
-        let mut stmt = self.conn().prepare_cached(&format!(
+        let mut stmt = self.db.conn().prepare_cached(&format!(
             "SELECT seq, at, event, severity, session_id, turn_id, span_id, body, attrs, content_key
                FROM log_outbox ORDER BY seq LIMIT {limit}"
         ))?;
@@ -201,7 +203,7 @@ impl Store {
     /// `rejected` by a partial success: they leave the outbox and are
     /// counted.
     pub fn log_outbox_done(&mut self, rows: &[LogRow], skipped: usize, rejected: i64, now: f64) -> Result<()> {
-        let tx = self.conn.transaction()?;
+        let tx = self.db.conn.transaction()?;
         {
             let mut del = tx.prepare_cached("DELETE FROM log_outbox WHERE seq = ?1")?;
             for row in rows {
@@ -220,7 +222,7 @@ impl Store {
 
     /// A send failed with `message` at `now`: kept for `status`.
     pub fn log_export_failed(&mut self, message: &str, now: f64) -> Result<()> {
-        let tx = self.conn.transaction()?;
+        let tx = self.db.conn.transaction()?;
         set_state(&tx, log_counter::LAST_ERROR, message)?;
         set_state(&tx, log_counter::LAST_ERROR_AT, now)?;
         bump_state(&tx, log_counter::FAILED, 1)?;
@@ -231,27 +233,17 @@ impl Store {
     /// Deletes the oldest records beyond `max_rows`, at most `limit` of
     /// them, counted as dropped. Returns how many went.
     pub fn log_outbox_enforce_cap(&mut self, max_rows: u64, limit: usize) -> Result<usize> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let pending: i64 = tx.query_row("SELECT COUNT(*) FROM log_outbox", [], |r| r.get(0))?;
-        let excess = (pending - max_rows.min(i64::MAX as u64) as i64).min(i64::try_from(limit).unwrap_or(i64::MAX));
-        if excess <= 0 {
-            return Ok(0);
-        }
-        let n = tx.execute(
-            "DELETE FROM log_outbox WHERE seq IN (SELECT seq FROM log_outbox ORDER BY seq LIMIT ?1)",
-            params![excess],
-        )?;
-        bump_state(&tx, log_counter::DROPPED, n as i64)?;
-        tx.commit()?;
-        Ok(n)
+        self.db.log_outbox_enforce_cap(max_rows, limit)
     }
+}
 
+impl Writer {
     /// Deletes, among the `limit` oldest records, those appended before
     /// `before` (the outbox's retention) and content events appended
     /// before `content_before` (the content's): counted as dropped.
     /// Returns how many went.
     pub fn expire_log_outbox(&mut self, before: f64, content_before: f64, limit: usize) -> Result<usize> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.db.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let n = tx
             .prepare_cached(EXPIRE_LOG_OUTBOX)?
             .execute(params![before, limit as i64, content_before])?;
@@ -259,7 +251,9 @@ impl Store {
         tx.commit()?;
         Ok(n)
     }
+}
 
+impl Reader {
     /// The log export's counters and what waits.
     pub fn log_export_state(&self) -> Result<LogExportState> {
         let (pending, oldest): (i64, Option<f64>) =
@@ -281,6 +275,28 @@ impl Store {
             last_error_at: self.state_value(log_counter::LAST_ERROR_AT)?,
             lease: self.lease(LOG_LEASE)?,
         })
+    }
+}
+
+/// Shared by the roles that keep it: the writer's retention and the
+/// exporter.
+impl Reader {
+    /// Deletes the oldest records beyond `max_rows`, at most `limit` of
+    /// them, counted as dropped. Returns how many went.
+    pub(crate) fn log_outbox_enforce_cap(&mut self, max_rows: u64, limit: usize) -> Result<usize> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let pending: i64 = tx.query_row("SELECT COUNT(*) FROM log_outbox", [], |r| r.get(0))?;
+        let excess = (pending - max_rows.min(i64::MAX as u64) as i64).min(i64::try_from(limit).unwrap_or(i64::MAX));
+        if excess <= 0 {
+            return Ok(0);
+        }
+        let n = tx.execute(
+            "DELETE FROM log_outbox WHERE seq IN (SELECT seq FROM log_outbox ORDER BY seq LIMIT ?1)",
+            params![excess],
+        )?;
+        bump_state(&tx, log_counter::DROPPED, n as i64)?;
+        tx.commit()?;
+        Ok(n)
     }
 }
 
@@ -307,23 +323,24 @@ mod tests {
     #[test]
     fn records_leave_in_order_once_accepted_and_the_cap_and_retention_count_what_they_drop() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut store = Store::open_dir(dir.path()).expect("store");
+        let mut store = Writer::open_dir(dir.path()).expect("store");
         for (i, body) in ["a", "b", "c", "d"].iter().enumerate() {
             store.append_log(&record(10.0 + i as f64, body)).expect("append");
         }
-        let ready = store.log_outbox_ready(2).expect("ready");
+        let mut outbox = Outbox::open(store.path()).expect("outbox");
+        let ready = outbox.log_outbox_ready(2).expect("ready");
         assert_eq!(ready.iter().map(|r| r.body.as_str()).collect::<Vec<_>>(), ["a", "b"]);
         assert_eq!(ready[0].span_id.as_deref(), Some(&[1, 2, 3, 4, 5, 6, 7, 8][..]));
         assert_eq!(ready[0].severity, 13);
-        store.log_outbox_done(&ready, 0, 1, 20.0).expect("done");
+        outbox.log_outbox_done(&ready, 0, 1, 20.0).expect("done");
         let state = store.log_export_state().expect("state");
         assert_eq!((state.pending, state.exported, state.rejected), (2, 1, 1));
         assert_eq!(state.oldest_pending_at, Some(12.0));
-        assert_eq!(store.log_outbox_enforce_cap(1, 500).expect("cap"), 1);
+        assert_eq!(outbox.log_outbox_enforce_cap(1, 500).expect("cap"), 1);
         assert_eq!(store.expire_log_outbox(14.0, 0.0, 500).expect("expire"), 1);
         let state = store.log_export_state().expect("state");
         assert_eq!((state.pending, state.dropped), (0, 2));
-        store.log_export_failed("otlp grpc: down", 30.0).expect("failed");
+        outbox.log_export_failed("otlp grpc: down", 30.0).expect("failed");
         let state = store.log_export_state().expect("state");
         assert_eq!(
             (state.failed, state.last_error.as_deref()),

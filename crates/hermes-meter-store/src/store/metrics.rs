@@ -9,7 +9,7 @@
 //!
 //! Triggers add a `metric_log` row in the very transaction that finishes a
 //! ledger row (an LLM call, a failed attempt, a tool call, a turn, a
-//! session leaving `running`). [`Store::fold_metrics`] reads log rows, turns
+//! session leaving `running`). [`Outbox::fold_metrics`] reads log rows, turns
 //! each into a [`MetricFact`] (the ledger row plus its run's labels), asks
 //! the caller for the increments, adds them to `metric_series` and deletes
 //! the log rows, all in one `IMMEDIATE` transaction. Any process may fold:
@@ -28,7 +28,7 @@ use std::collections::HashMap;
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
-use super::Store;
+use super::{Outbox, Reader, Writer};
 use crate::error::Result;
 use crate::hook::Usage;
 use crate::model::{
@@ -102,12 +102,11 @@ mod state_key {
     pub const DELTA_AT: &str = "metrics.delta_at";
 }
 
-impl Store {
+impl Outbox {
     /// Folds up to `limit` finished ledger rows (and every settled session)
     /// into the cumulative series, in one transaction. `measure` turns a
-    /// fact into increments (see [`crate::metrics::measure`]). Sessions
-    /// that ended at or before `settled_before` (or were finalized or
-    /// abandoned) are counted; later ones wait.
+    /// fact into increments. The writer's retention folds too: folding is
+    /// exactly once, whichever connection does it.
     pub fn fold_metrics(
         &mut self,
         now: f64,
@@ -115,91 +114,11 @@ impl Store {
         limit: usize,
         measure: &mut dyn FnMut(&MetricFact, &mut Vec<Increment>),
     ) -> Result<Folded> {
-        let tx = rusqlite::Transaction::new_unchecked(self.conn(), TransactionBehavior::Immediate)?;
-        let conn: &Connection = &tx;
-        let mut runs: HashMap<String, Option<(RunLabels, RunEnd)>> = HashMap::new();
-        let mut increments = Vec::new();
-        let mut done: Vec<i64> = Vec::new();
-        let rows: Vec<(i64, i64, String, String, i64)> = {
-            let mut stmt = conn.prepare_cached(
-                "SELECT seq, kind, session_id, key, n FROM metric_log WHERE kind != ?1 ORDER BY seq LIMIT ?2",
-            )?;
-            let rows = stmt.query_map(params![kind::SESSION, limit as i64], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-            })?;
-            rows.collect::<rusqlite::Result<_>>()?
-        };
-        let more = rows.len() >= limit;
-        for (seq, k, session_id, key, n) in &rows {
-            done.push(*seq);
-            let Some((labels, _)) = run_of(conn, &mut runs, session_id)? else {
-                continue;
-            };
-            let fact = match *k {
-                kind::LLM_CALL => llm_call_fact(conn, key, &self.prices)?.map(|f| MetricFact::LlmCall(f, labels)),
-                kind::LLM_ERROR => api_error_fact(conn, key, *n)?.map(|f| MetricFact::ApiError(f, labels)),
-                kind::TOOL => tool_fact(conn, session_id, key)?.map(|(t, l)| MetricFact::Tool(t, l, labels)),
-                kind::CONFIRMED_COST => {
-                    llm_call_fact(conn, key, &self.prices)?.map(|f| MetricFact::ConfirmedCost(f, labels))
-                }
-                kind::TURN => conn
-                    .prepare_cached("SELECT outcome FROM turns WHERE turn_id = ?1")?
-                    .query_row(params![key], |r| r.get::<_, Option<String>>(0))
-                    .optional()?
-                    .flatten()
-                    .map(|o| MetricFact::Turn(o, labels)),
-                _ => None,
-            };
-            if let Some(fact) = fact {
-                measure(&fact, &mut increments);
-            }
-        }
-        // At most `limit` sessions too: a log that was never folded (trace
-        // and metric export off for a year) holds millions, and a fold is
-        // one transaction holding the write lock.
-        let sessions: Vec<(i64, String)> = {
-            let mut stmt = conn.prepare_cached(FOLD_SESSIONS)?;
-            let rows = stmt.query_map(params![limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
-            rows.collect::<rusqlite::Result<_>>()?
-        };
-        let more = more || sessions.len() >= limit;
-        for (seq, session_id) in &sessions {
-            let Some((labels, end)) = run_of(conn, &mut runs, session_id)? else {
-                done.push(*seq);
-                continue;
-            };
-            if end.status == super::RUNNING {
-                // It started another turn; its next end logs it again.
-                done.push(*seq);
-                continue;
-            }
-            let settled = end.finalized || end.status == super::ABANDONED || end.ended_at <= settled_before;
-            if !settled {
-                continue;
-            }
-            done.push(*seq);
-            let first = conn
-                .prepare_cached("INSERT INTO metric_sessions (session_id) VALUES (?1) ON CONFLICT DO NOTHING")?
-                .execute(params![session_id])?;
-            if first == 1 {
-                measure(&MetricFact::Session(end.status.clone(), labels), &mut increments);
-            }
-        }
-        let series = add_increments(conn, &increments, now)?;
-        {
-            let mut del = conn.prepare_cached("DELETE FROM metric_log WHERE seq = ?1")?;
-            for seq in &done {
-                del.execute(params![seq])?;
-            }
-        }
-        tx.commit()?;
-        Ok(Folded {
-            rows: done.len(),
-            series,
-            more,
-        })
+        self.db.fold_metrics(now, settled_before, limit, measure)
     }
+}
 
+impl Reader {
     /// Every series' cumulative state, by metric and attributes.
     pub fn metric_series(&self) -> Result<Vec<SeriesRow>> {
         let mut stmt = self.conn().prepare_cached(
@@ -236,12 +155,14 @@ impl Store {
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
+}
 
+impl Outbox {
     /// Replaces every gauge of the metrics in `metrics` with `rows`
     /// (`(metric, encoded attrs, value)`), in one transaction: gauges that
     /// are no longer reported disappear.
     pub fn replace_metric_gauges(&mut self, metrics: &[&str], rows: &[(&str, String, f64)], now: f64) -> Result<()> {
-        let tx = self.conn.transaction()?;
+        let tx = self.db.conn.transaction()?;
         for m in metrics {
             tx.execute("DELETE FROM metric_gauges WHERE metric = ?1", params![m])?;
         }
@@ -255,17 +176,21 @@ impl Store {
         tx.commit()?;
         Ok(())
     }
+}
 
+impl Writer {
     /// Adds `by` to the counter series `(metric, attrs)` in its own
     /// transaction. Inside a transaction of your own, use
     /// [`add_to_counter`].
     pub fn add_to_metric_counter(&mut self, metric: &'static str, attrs: &str, by: f64, now: f64) -> Result<()> {
-        let tx = self.conn.transaction()?;
+        let tx = self.db.conn.transaction()?;
         add_to_counter(&tx, metric, attrs, by, now)?;
         tx.commit()?;
         Ok(())
     }
+}
 
+impl Reader {
     /// The start time and instance id of this store's metrics.
     pub fn metric_identity(&self) -> Result<MetricIdentity> {
         let get = |key: &str| -> Result<Option<String>> {
@@ -295,10 +220,12 @@ impl Store {
             instance_id,
         })
     }
+}
 
+impl Outbox {
     /// Records an accepted metric export of `points` data points. A delta
     /// push also passes the series it measured from (`delta_base`, as
-    /// [`Store::metric_series`] read them before the push) and when it
+    /// [`Reader::metric_series`] read them before the push) and when it
     /// read them: the next delta push starts there.
     pub fn metric_export_done(
         &mut self,
@@ -306,7 +233,7 @@ impl Store {
         now: f64,
         delta_base: Option<(&[SeriesRow], f64)>,
     ) -> Result<()> {
-        let tx = self.conn.transaction()?;
+        let tx = self.db.conn.transaction()?;
         bump_state(&tx, state_key::EXPORTS, 1)?;
         bump_state(&tx, state_key::EXPORTED_POINTS, points as i64)?;
         set_state(&tx, state_key::LAST_SUCCESS_AT, now)?;
@@ -325,7 +252,9 @@ impl Store {
         tx.commit()?;
         Ok(())
     }
+}
 
+impl Reader {
     /// The series as the last accepted delta push saw them, and when; no
     /// time when no delta push was accepted yet.
     pub fn metric_delta_base(&self) -> Result<(Vec<SeriesRow>, Option<f64>)> {
@@ -348,16 +277,20 @@ impl Store {
         let rows = rows.collect::<rusqlite::Result<_>>()?;
         Ok((rows, self.metric_state_value(state_key::DELTA_AT)?))
     }
+}
 
+impl Outbox {
     /// Records a failed metric export (the message names no secret).
     pub fn metric_export_failed(&mut self, message: &str, now: f64) -> Result<()> {
-        let tx = self.conn.transaction()?;
+        let tx = self.db.conn.transaction()?;
         set_state(&tx, state_key::LAST_ERROR, message)?;
         set_state(&tx, state_key::LAST_ERROR_AT, now)?;
         tx.commit()?;
         Ok(())
     }
+}
 
+impl Reader {
     /// When the last metric export was accepted, by any process.
     pub fn metric_last_success_at(&self) -> Result<Option<f64>> {
         self.metric_state_value(state_key::LAST_SUCCESS_AT)
@@ -646,6 +579,107 @@ pub(super) fn bump_state(conn: &Connection, key: &str, by: i64) -> Result<()> {
     Ok(())
 }
 
+/// Shared by the roles that keep it: the writer's retention and the
+/// exporter.
+impl Reader {
+    /// Folds up to `limit` finished ledger rows (and every settled session)
+    /// into the cumulative series, in one transaction. `measure` turns a
+    /// fact into increments (see [`crate::metrics::measure`]). Sessions
+    /// that ended at or before `settled_before` (or were finalized or
+    /// abandoned) are counted; later ones wait.
+    pub(crate) fn fold_metrics(
+        &mut self,
+        now: f64,
+        settled_before: f64,
+        limit: usize,
+        measure: &mut dyn FnMut(&MetricFact, &mut Vec<Increment>),
+    ) -> Result<Folded> {
+        let tx = rusqlite::Transaction::new_unchecked(self.conn(), TransactionBehavior::Immediate)?;
+        let conn: &Connection = &tx;
+        let mut runs: HashMap<String, Option<(RunLabels, RunEnd)>> = HashMap::new();
+        let mut increments = Vec::new();
+        let mut done: Vec<i64> = Vec::new();
+        let rows: Vec<(i64, i64, String, String, i64)> = {
+            let mut stmt = conn.prepare_cached(
+                "SELECT seq, kind, session_id, key, n FROM metric_log WHERE kind != ?1 ORDER BY seq LIMIT ?2",
+            )?;
+            let rows = stmt.query_map(params![kind::SESSION, limit as i64], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        let more = rows.len() >= limit;
+        for (seq, k, session_id, key, n) in &rows {
+            done.push(*seq);
+            let Some((labels, _)) = run_of(conn, &mut runs, session_id)? else {
+                continue;
+            };
+            let fact = match *k {
+                kind::LLM_CALL => llm_call_fact(conn, key, &self.prices)?.map(|f| MetricFact::LlmCall(f, labels)),
+                kind::LLM_ERROR => api_error_fact(conn, key, *n)?.map(|f| MetricFact::ApiError(f, labels)),
+                kind::TOOL => tool_fact(conn, session_id, key)?.map(|(t, l)| MetricFact::Tool(t, l, labels)),
+                kind::CONFIRMED_COST => {
+                    llm_call_fact(conn, key, &self.prices)?.map(|f| MetricFact::ConfirmedCost(f, labels))
+                }
+                kind::TURN => conn
+                    .prepare_cached("SELECT outcome FROM turns WHERE turn_id = ?1")?
+                    .query_row(params![key], |r| r.get::<_, Option<String>>(0))
+                    .optional()?
+                    .flatten()
+                    .map(|o| MetricFact::Turn(o, labels)),
+                _ => None,
+            };
+            if let Some(fact) = fact {
+                measure(&fact, &mut increments);
+            }
+        }
+        // At most `limit` sessions too: a log that was never folded (trace
+        // and metric export off for a year) holds millions, and a fold is
+        // one transaction holding the write lock.
+        let sessions: Vec<(i64, String)> = {
+            let mut stmt = conn.prepare_cached(FOLD_SESSIONS)?;
+            let rows = stmt.query_map(params![limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        let more = more || sessions.len() >= limit;
+        for (seq, session_id) in &sessions {
+            let Some((labels, end)) = run_of(conn, &mut runs, session_id)? else {
+                done.push(*seq);
+                continue;
+            };
+            if end.status == super::RUNNING {
+                // It started another turn; its next end logs it again.
+                done.push(*seq);
+                continue;
+            }
+            let settled = end.finalized || end.status == super::ABANDONED || end.ended_at <= settled_before;
+            if !settled {
+                continue;
+            }
+            done.push(*seq);
+            let first = conn
+                .prepare_cached("INSERT INTO metric_sessions (session_id) VALUES (?1) ON CONFLICT DO NOTHING")?
+                .execute(params![session_id])?;
+            if first == 1 {
+                measure(&MetricFact::Session(end.status.clone(), labels), &mut increments);
+            }
+        }
+        let series = add_increments(conn, &increments, now)?;
+        {
+            let mut del = conn.prepare_cached("DELETE FROM metric_log WHERE seq = ?1")?;
+            for seq in &done {
+                del.execute(params![seq])?;
+            }
+        }
+        tx.commit()?;
+        Ok(Folded {
+            rows: done.len(),
+            series,
+            more,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -653,11 +687,11 @@ mod tests {
     #[test]
     fn a_new_store_has_a_metric_identity() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let store = Store::open(&dir.path().join("s.db")).expect("open");
+        let store = Writer::open(&dir.path().join("s.db")).expect("open");
         let id = store.metric_identity().expect("identity");
         assert_eq!(id.instance_id.len(), 36, "{id:?}");
         assert!(id.start_time > 1.0e9, "{id:?}");
-        let again = Store::open(store.path())
+        let again = Writer::open(store.path())
             .expect("reopen")
             .metric_identity()
             .expect("identity");
@@ -667,7 +701,7 @@ mod tests {
     #[test]
     fn counters_added_in_a_transaction_accumulate() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut store = Store::open(&dir.path().join("s.db")).expect("open");
+        let mut store = Writer::open(&dir.path().join("s.db")).expect("open");
         store
             .add_to_metric_counter("hermes.alerts", "[]", 1.0, 10.0)
             .expect("add");

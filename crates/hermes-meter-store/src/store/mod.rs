@@ -25,7 +25,7 @@
 //!   store and per value of each viewer filter (kept by triggers, so in the
 //!   same transaction).
 //! - WAL checkpoints are not run on the per-event path: the hook connection
-//!   turns auto-checkpointing off and [`Store::checkpoint`] is called from a
+//!   turns auto-checkpointing off and [`Writer::checkpoint`] is called from a
 //!   background path instead.
 
 mod budget;
@@ -50,9 +50,7 @@ mod trace_view;
 
 pub use budget::{AlertRow, AlertSink, CapUse, RecordedCall, RESERVATION_TTL_SECONDS};
 pub use content::{ContentCursor, ContentKind};
-pub use doctor::{
-    check_integrity, check_writable, missing_beside_aside, moved_aside, quick_look, Integrity, Rebuilt, DAMAGED_INFIX,
-};
+pub use doctor::{missing_beside_aside, moved_aside, Doctor, Integrity, Rebuilt, DAMAGED_INFIX};
 pub use fleet::{FleetRow, FleetStatus, PushRow};
 pub use held::{Confirmation, HeldCall};
 pub use ledger::{Applied, EventContext, ABANDONED, ERROR, IDLE_CLOSE_BATCH, INTERRUPTED, OK, RUNNING};
@@ -132,11 +130,35 @@ fn wait_for_lock(attempt: i32) -> bool {
     true
 }
 
-/// An open store.
-pub struct Store {
+/// A connection to the store that reads: every query of `report`, the
+/// viewer, `status`, `trace` and the budget gate.
+///
+/// The store has no one type that does everything; each role has a handle
+/// of its own, holding its own connection, with only that role's methods:
+///
+/// - [`Reader`]: reads. [`Reader::open`] opens the file read-only (the
+///   CLI's reports, the viewer, `/meter`); the other handles read through
+///   one too (they deref to it, as a rusqlite `Transaction` derefs to its
+///   `Connection`), on their own connection.
+/// - [`Writer`]: the ledger's one writer of a process (the bridge's writer
+///   thread, `replay`, `compact`): applies hook events, closes runs, keeps
+///   retention, roll-ups and the budget state the gate writes.
+/// - [`Outbox`]: what leaves the host (the export driver, `serve`, the
+///   fleet sync): the span and log outboxes, the metric fold, the export
+///   leases, alerts to push and the fleet's pushes and pulls.
+/// - [`Doctor`]: a file that may be damaged, opened only as evidence, and
+///   the rebuild of a new store from it.
+pub struct Reader {
     conn: Connection,
     path: PathBuf,
+    /// The price table costs are computed with (applying calls, the
+    /// report's cache savings, the metric fold).
     prices: PriceTable,
+}
+
+/// The ledger's writer: see [`Reader`] for the roles.
+pub struct Writer {
+    db: Reader,
     /// The Hermes profile recorded on runs that have none, for events that
     /// name none themselves (per-profile budgets).
     profile: Option<String>,
@@ -144,67 +166,107 @@ pub struct Store {
     runs: run_memo::RunMemo,
 }
 
-impl std::fmt::Debug for Store {
+/// What leaves the host: see [`Reader`] for the roles.
+pub struct Outbox {
+    db: Reader,
+}
+
+impl std::fmt::Debug for Reader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("path", &self.path).finish()
+        f.debug_struct("Reader").field("path", &self.path).finish()
     }
 }
 
-impl Store {
-    /// Opens (creating if needed) the store in `dir` and migrates it.
-    pub fn open_dir(dir: &Path) -> Result<Self> {
-        create_private_dir(dir)?;
-        Self::open(&dir.join(DB_FILE_NAME))
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer").field("path", &self.db.path).finish()
     }
+}
 
-    /// Whether the store in `dir` exists at a schema older than this
-    /// build's, so opening it migrates it: on a year's store that rebuilds
-    /// indexes for seconds, which the bridge does on its writer thread
-    /// rather than in the first hook. Reads the version only; false for a
-    /// missing or unreadable store (opening it then says why).
-    pub fn migration_due(dir: &Path) -> bool {
-        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let path = dir.join(DB_FILE_NAME);
-        let Ok(conn) = Connection::open_with_flags(&path, flags) else {
-            return false;
-        };
-        refuse_unknown(&conn, &path, SCHEMA_VERSION).is_ok_and(|found| (1..SCHEMA_VERSION).contains(&found))
+impl std::fmt::Debug for Outbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbox").field("path", &self.db.path).finish()
     }
+}
 
-    /// Whether the existing file at `path` is a store this build can open
-    /// (ours, at this schema or an older one), reading it read-only: a
-    /// pre-release store, a newer one or another program's database is an
-    /// error that says what to do, and the file is left as it is.
-    pub fn check_identity(path: &Path) -> Result<()> {
-        refuse_unknown(&doctor::read_only_conn(path)?, path, SCHEMA_VERSION).map(|_| ())
+impl std::ops::Deref for Writer {
+    type Target = Reader;
+    fn deref(&self) -> &Reader {
+        &self.db
     }
+}
 
-    /// Opens (creating if needed) the database at `path` and migrates it.
-    pub fn open(path: &Path) -> Result<Self> {
+impl std::ops::Deref for Outbox {
+    type Target = Reader;
+    fn deref(&self) -> &Reader {
+        &self.db
+    }
+}
+
+/// Whether the store in `dir` exists at a schema older than this build's,
+/// so opening it migrates it: on a year's store that rebuilds indexes for
+/// seconds, which the bridge does on its writer thread rather than in the
+/// first hook. Reads the version only; false for a missing or unreadable
+/// store (opening it then says why).
+pub fn migration_due(dir: &Path) -> bool {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let path = dir.join(DB_FILE_NAME);
+    let Ok(conn) = Connection::open_with_flags(&path, flags) else {
+        return false;
+    };
+    refuse_unknown(&conn, &path, SCHEMA_VERSION).is_ok_and(|found| (1..SCHEMA_VERSION).contains(&found))
+}
+
+/// Whether the existing file at `path` is a store this build can open
+/// (ours, at this schema or an older one), reading it read-only: a
+/// pre-release store, a newer one or another program's database is an
+/// error that says what to do, and the file is left as it is.
+pub fn check_identity(path: &Path) -> Result<()> {
+    refuse_unknown(&doctor::read_only_conn(path)?, path, SCHEMA_VERSION).map(|_| ())
+}
+
+impl Reader {
+    /// Opens (creating if needed) the database at `path` read-write and
+    /// migrates it: what [`Writer::open`] and [`Outbox::open`] start from.
+    fn open_read_write(path: &Path) -> Result<Self> {
         // Before the read-write connection: switching a file to WAL writes
         // its header, and a file that is not ours must not be changed.
         if path.exists() {
-            Self::check_identity(path)?;
+            check_identity(path)?;
         }
         create_private_file(path)?;
-        let conn = connect(path)?;
-        let mut store = Store {
+        let mut conn = connect(path)?;
+        by_session::register_functions(&conn)?;
+        migrate(&mut conn, MIGRATIONS)?;
+        Ok(Reader {
             conn,
             path: path.to_path_buf(),
             prices: PriceTable::default(),
-            profile: None,
-            runs: run_memo::RunMemo::default(),
-        };
-        by_session::register_functions(&store.conn)?;
-        store.migrate()?;
-        Ok(store)
+        })
     }
 
-    /// Sets SQLite's page cache size. Bulk work (replay) wants more than the
-    /// 2 MiB default so a large transaction does not spill pages mid-way.
-    pub fn set_cache_size_kib(&self, kib: u32) -> Result<()> {
-        self.conn.pragma_update(None, "cache_size", -(kib as i64))?;
-        Ok(())
+    /// Opens the database at `path` read-only (a report, one viewer
+    /// request): no migration, no lock held between statements, so
+    /// Hermes's writes go on (WAL readers never block the writer). A store
+    /// at an older schema no process of this build has opened yet (the
+    /// plugin was just upgraded) is brought up to date once first, as any
+    /// command that writes would.
+    pub fn open(path: &Path) -> Result<Self> {
+        let conn = doctor::read_only_conn(path)?;
+        // The report's per-session totals are SQL functions of ours.
+        by_session::register_functions(&conn)?;
+        conn.set_prepared_statement_cache_capacity(64);
+        let found = refuse_unknown(&conn, path, SCHEMA_VERSION)?;
+        if found < SCHEMA_VERSION {
+            drop(conn);
+            drop(Reader::open_read_write(path)?);
+            return Self::open(path);
+        }
+        Ok(Reader {
+            conn,
+            path: path.to_path_buf(),
+            prices: PriceTable::default(),
+        })
     }
 
     /// The database file.
@@ -212,37 +274,14 @@ impl Store {
         &self.path
     }
 
-    /// Sets the prices used for the costs of calls applied from now on.
-    pub fn set_prices(&mut self, prices: PriceTable) {
-        self.prices = prices;
-    }
-
-    /// Sets the Hermes profile recorded on runs this store applies events
-    /// of when the event names none ([`EventContext::profile`]): the
-    /// profile that started the binding (`ctx.profile_name`), for records
-    /// written before calls carried their own.
-    pub fn set_profile(&mut self, profile: Option<String>) {
-        self.profile = profile.filter(|p| !p.is_empty());
-    }
-
-    /// The prices in use.
-    pub fn prices_mut(&mut self) -> &mut PriceTable {
-        &mut self.prices
-    }
-
     /// The schema version of the file.
     pub fn schema_version(&self) -> Result<i64> {
         Ok(self.conn.pragma_query_value(None, "user_version", |r| r.get(0))?)
     }
 
-    fn migrate(&mut self) -> Result<()> {
-        migrate(&mut self.conn, MIGRATIONS)
-    }
-
-    /// Moves the WAL into the database file without waiting for readers.
-    pub fn checkpoint(&self) -> Result<()> {
-        self.conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
-        Ok(())
+    /// Sets the prices costs are computed with from now on.
+    pub fn set_prices(&mut self, prices: PriceTable) {
+        self.prices = prices;
     }
 
     /// The connection, for the modules of this one.
@@ -278,6 +317,98 @@ impl Store {
     }
 }
 
+impl Writer {
+    /// Opens (creating if needed) the store in `dir` and migrates it.
+    pub fn open_dir(dir: &Path) -> Result<Self> {
+        create_private_dir(dir)?;
+        Self::open(&dir.join(DB_FILE_NAME))
+    }
+
+    /// Opens (creating if needed) the database at `path` and migrates it.
+    pub fn open(path: &Path) -> Result<Self> {
+        Ok(Writer {
+            db: Reader::open_read_write(path)?,
+            profile: None,
+            runs: run_memo::RunMemo::default(),
+        })
+    }
+
+    /// Sets SQLite's page cache size. Bulk work (replay) wants more than the
+    /// 2 MiB default so a large transaction does not spill pages mid-way.
+    pub fn set_cache_size_kib(&self, kib: u32) -> Result<()> {
+        self.db.conn.pragma_update(None, "cache_size", -(kib as i64))?;
+        Ok(())
+    }
+
+    /// Sets the prices used for the costs of calls applied from now on.
+    pub fn set_prices(&mut self, prices: PriceTable) {
+        self.db.set_prices(prices);
+    }
+
+    /// Sets the Hermes profile recorded on runs this store applies events
+    /// of when the event names none ([`EventContext::profile`]): the
+    /// profile that started the binding (`ctx.profile_name`), for records
+    /// written before calls carried their own.
+    pub fn set_profile(&mut self, profile: Option<String>) {
+        self.profile = profile.filter(|p| !p.is_empty());
+    }
+
+    /// The prices in use.
+    pub fn prices_mut(&mut self) -> &mut PriceTable {
+        &mut self.db.prices
+    }
+
+    /// Moves the WAL into the database file without waiting for readers.
+    pub fn checkpoint(&self) -> Result<()> {
+        checkpoint(&self.db.conn)
+    }
+
+    /// This connection as a reader only, once the writing is done (a
+    /// command that applied the spools of ended processes, then reports).
+    pub fn into_reader(self) -> Reader {
+        self.db
+    }
+
+    /// This connection as the outbox, once the writing is done (a command
+    /// that applied the spools of ended processes, then exports).
+    pub fn into_outbox(self) -> Outbox {
+        Outbox { db: self.db }
+    }
+}
+
+impl Outbox {
+    /// Opens (creating if needed) the store in `dir` and migrates it.
+    pub fn open_dir(dir: &Path) -> Result<Self> {
+        create_private_dir(dir)?;
+        Self::open(&dir.join(DB_FILE_NAME))
+    }
+
+    /// Opens (creating if needed) the database at `path` and migrates it,
+    /// as [`Writer::open`] does: an exporter may be the first to open it.
+    pub fn open(path: &Path) -> Result<Self> {
+        Ok(Outbox {
+            db: Reader::open_read_write(path)?,
+        })
+    }
+
+    /// Sets the prices the metric fold costs calls with.
+    pub fn set_prices(&mut self, prices: PriceTable) {
+        self.db.set_prices(prices);
+    }
+
+    /// Moves the WAL into the database file without waiting for readers.
+    pub fn checkpoint(&self) -> Result<()> {
+        checkpoint(&self.db.conn)
+    }
+}
+
+/// A passive checkpoint: the WAL into the database file, without waiting
+/// for readers.
+fn checkpoint(conn: &Connection) -> Result<()> {
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
+    Ok(())
+}
+
 /// Opens a connection to the database at `path` exactly as the store uses
 /// it (SQLite's default VFS, WAL, the pragmas below), without creating the
 /// file's mode or migrating. The crash-consistency tests open their
@@ -289,7 +420,7 @@ pub fn connect(path: &Path) -> Result<Connection> {
     let mut conn = Connection::open_with_flags(path, flags)?;
     conn.busy_handler(Some(wait_for_lock))?;
     // Incremental auto-vacuum, so retention can give freed pages back to
-    // the file system a few at a time (`Store::vacuum_step`). Set on a new
+    // the file system a few at a time (`Writer::vacuum_step`). Set on a new
     // (empty) file only, before its first table: on an existing file even
     // setting the mode it has writes its header, and an open must never
     // write (a damaged file is evidence). An older store gets it from
@@ -306,7 +437,7 @@ pub fn connect(path: &Path) -> Result<Connection> {
     // loss can take the transactions since the last checkpoint's fsync,
     // and the file stays consistent then. It costs no fsync per event.
     conn.pragma_update(None, "synchronous", "NORMAL")?;
-    // Checkpoints are run by `Store::checkpoint`, off the per-event path.
+    // Checkpoints are run by `Writer::checkpoint`, off the per-event path.
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
     conn.pragma_update(None, "foreign_keys", "OFF")?;
     // Plans that never depend on bound values. Without this SQLite marks a
@@ -444,7 +575,7 @@ mod tests {
     fn a_new_store_is_at_the_current_version_and_private() {
         let dir = tempfile::tempdir().expect("temp dir");
         let store_dir = dir.path().join("meter");
-        let store = Store::open_dir(&store_dir).expect("open");
+        let store = Writer::open_dir(&store_dir).expect("open");
         assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
         assert_eq!(
             store.query_scalar::<i32>("PRAGMA application_id").expect("id"),
@@ -475,13 +606,13 @@ mod tests {
     fn a_newer_schema_is_refused() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("s.db");
-        drop(Store::open(&path).expect("open"));
+        drop(Writer::open(&path).expect("open"));
         let conn = Connection::open(&path).expect("raw open");
         conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
             .expect("bump");
         drop(conn);
         let before = file_bytes(&path);
-        match Store::open(&path) {
+        match Writer::open(&path) {
             Err(Error::SchemaTooNew { found, .. }) => assert_eq!(found, SCHEMA_VERSION + 1),
             other => panic!("expected SchemaTooNew, got {other:?}"),
         }
@@ -522,7 +653,7 @@ mod tests {
     fn a_later_version_applies_to_a_store_of_this_one_with_its_data() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("s.db");
-        drop(Store::open(&path).expect("create"));
+        drop(Writer::open(&path).expect("create"));
         let mut conn = connect(&path).expect("open");
         conn.execute(
             "INSERT INTO runs (session_id, root_session_id, started_at, last_event_at) VALUES ('s', 's', 1, 1)",
@@ -545,7 +676,7 @@ mod tests {
         assert_eq!(filled, "filled");
         migrate(&mut conn, &next).expect("again: nothing to do");
         drop(conn);
-        match Store::open(&path) {
+        match Writer::open(&path) {
             Err(Error::SchemaTooNew { found, supported }) if found == SCHEMA_VERSION + 1 => {
                 assert_eq!(supported, SCHEMA_VERSION)
             }
@@ -579,9 +710,10 @@ mod tests {
             let before = file_bytes(&path);
             assert!(!before.1, "not in WAL mode");
             for (how, opened) in [
-                ("open", Store::open(&path).map(drop)),
-                ("open_dir", Store::open_dir(dir.path()).map(drop)),
-                ("open_read_only", Store::open_read_only(&path).map(drop)),
+                ("Writer::open", Writer::open(&path).map(drop)),
+                ("Writer::open_dir", Writer::open_dir(dir.path()).map(drop)),
+                ("Reader::open", Reader::open(&path).map(drop)),
+                ("Outbox::open", Outbox::open(&path).map(drop)),
             ] {
                 match opened {
                     Err(e @ Error::PreReleaseStore { found, .. }) if found == version => {
@@ -595,7 +727,7 @@ mod tests {
                     other => panic!("{how} (id {application_id:#x}): expected PreReleaseStore, got {other:?}"),
                 }
             }
-            assert!(!Store::migration_due(dir.path()));
+            assert!(!migration_due(dir.path()));
             assert_eq!(file_bytes(&path), before, "the file is untouched");
         }
     }
@@ -609,7 +741,7 @@ mod tests {
             .expect("someone else's database");
         drop(conn);
         let before = file_bytes(&path);
-        match Store::open(&path) {
+        match Writer::open(&path) {
             Err(Error::NotAStore { application_id: 1, .. }) => {}
             other => panic!("expected NotAStore, got {other:?}"),
         }
@@ -620,8 +752,8 @@ mod tests {
     fn reopening_is_a_no_op() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("s.db");
-        drop(Store::open(&path).expect("open"));
-        let store = Store::open(&path).expect("reopen");
+        drop(Writer::open(&path).expect("open"));
+        let store = Writer::open(&path).expect("reopen");
         assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
     }
 }

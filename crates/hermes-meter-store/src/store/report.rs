@@ -2,7 +2,7 @@
 
 use rusqlite::{params, OptionalExtension};
 
-use super::Store;
+use super::Reader;
 use crate::error::Result;
 
 /// Hands every fact in `[since, until)` to `each`, one row at a time.
@@ -159,11 +159,11 @@ fn run_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
     })
 }
 
-/// How many LLM calls in `[?1, ?2)` were held (see [`Store::held_llm_calls`]).
+/// How many LLM calls in `[?1, ?2)` were held (see [`Reader::held_llm_calls`]).
 pub(super) const HELD_CALLS: &str =
     "SELECT COUNT(*) FROM llm_calls WHERE cost_source = 'held' AND ended_at >= ?1 AND ended_at < ?2";
 
-impl Store {
+impl Reader {
     /// The report of `[since, until)`, days counted in `tz`, listing all
     /// sessions that started in it (`top: None`) or the `top` most
     /// expensive. Rollups answer for the buckets below their mark, the
@@ -240,7 +240,7 @@ impl Store {
     }
 
     /// The report of `[since, until)` without its session list, which
-    /// `report --json` writes as [`Store::for_each_session_by_cost`] hands
+    /// `report --json` writes as [`Reader::for_each_session_by_cost`] hands
     /// it over rather than holding it.
     pub fn report_without_sessions(&self, tz: &jiff::tz::TimeZone, since: f64, until: f64) -> Result<Report<()>> {
         let (builder, _) = self.report_builder(tz, since, until)?;
@@ -360,6 +360,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Writer;
 
     /// `report` over a window, `status` and `export --since` read what
     /// their window holds through indexes, never a ledger table whole:
@@ -369,7 +370,7 @@ mod tests {
     #[test]
     fn held_calls_are_counted_from_their_own_index() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let store = Store::open(&dir.path().join("plan.db")).expect("open");
+        let store = Writer::open(&dir.path().join("plan.db")).expect("open");
         assert!(HELD_CALLS.contains(&format!("cost_source = '{}'", crate::pricing::HELD)));
         let plan = store.query_plan(HELD_CALLS, "1").join("\n");
         assert!(plan.contains("llm_calls_held"), "{plan}");
@@ -378,7 +379,7 @@ mod tests {
     #[test]
     fn reports_status_and_export_since_read_their_window_only() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let store = Store::open(&dir.path().join("plan.db")).expect("open");
+        let store = Writer::open(&dir.path().join("plan.db")).expect("open");
         let runs_started = format!("{RUN_SUMMARY} WHERE started_at >= ?1 AND started_at < ?2 ORDER BY started_at");
         for sql in [
             FACTS.as_str(),

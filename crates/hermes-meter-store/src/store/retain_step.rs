@@ -6,7 +6,7 @@
 //! Owns: that list and its cutoffs. Must not touch: how often steps run or
 //! how large their batches are (the writer's, `bridge/pace.rs`).
 
-use super::{ContentCursor, Increment, MetricFact, Store};
+use super::{ContentCursor, Increment, MetricFact, Writer};
 use crate::error::Result;
 
 /// The kinds of work a retention step does, each in its own transaction,
@@ -49,7 +49,7 @@ impl RetainKind {
 
     /// The most a transaction of this kind takes: rows, folded log rows
     /// (about 15 µs each in a release build) or pages (2 MiB). A roll-up
-    /// sizes itself by time ([`Store::roll_up`]).
+    /// sizes itself by time ([`Writer::roll_up`]).
     pub fn most(self) -> usize {
         match self {
             RetainKind::Fold => 200,
@@ -103,7 +103,7 @@ pub struct RetainDone {
     pub more: bool,
 }
 
-impl Store {
+impl Writer {
     /// One transaction of `kind`, of at most `size` rows, cutting where
     /// `cut` says. `content` is where content retention goes on from;
     /// `measure` turns a metric fact into increments (the fold's).
@@ -130,8 +130,10 @@ impl Store {
                 counted(spans.max(logs))
             }
             RetainKind::Capped => {
-                let spans = self.outbox_enforce_cap(cut.outbox_max_rows, size)? as usize;
-                let logs = self.log_outbox_enforce_cap(super::DEFAULT_LOG_OUTBOX_MAX_ROWS, size)?;
+                let spans = self.db.outbox_enforce_cap(cut.outbox_max_rows, size)? as usize;
+                let logs = self
+                    .db
+                    .log_outbox_enforce_cap(super::DEFAULT_LOG_OUTBOX_MAX_ROWS, size)?;
                 counted(spans.max(logs))
             }
             RetainKind::Content => {
@@ -142,7 +144,7 @@ impl Store {
                 both((handled, more && handled > 0))
             }
             RetainKind::Fold => {
-                let folded = self.fold_metrics(cut.now, cut.settled_before, size, measure)?;
+                let folded = self.db.fold_metrics(cut.now, cut.settled_before, size, measure)?;
                 both((folded.rows, folded.more))
             }
             RetainKind::Rollup => {

@@ -35,7 +35,7 @@
 use rusqlite::{params, OptionalExtension, Transaction, TransactionBehavior};
 
 use super::row_counts::{Counted, RowCounts};
-use super::Store;
+use super::{Reader, Writer};
 use crate::error::Result;
 
 /// The `meta` key of the journal's horizon (Unix seconds).
@@ -114,13 +114,13 @@ fn meta_f64(tx: &Transaction<'_>, key: &str) -> Result<Option<f64>> {
     Ok(text.and_then(|t| t.parse().ok()))
 }
 
-impl Store {
+impl Writer {
     /// Deletes the `api_requests` rows of up to `limit` calls that ended
     /// before the journal's horizon, oldest first, in one transaction (see
     /// the module docs). Returns how many rows went and whether older
     /// calls may remain.
     pub fn prune_finished_requests(&mut self, limit: usize) -> Result<(usize, bool)> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.db.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let Some(horizon) = horizon(&tx)? else {
             return Ok((0, false));
         };
@@ -153,7 +153,7 @@ impl Store {
     /// transaction, and moves the horizon to `before` if any went. Returns
     /// how many were deleted.
     pub fn prune_journal(&mut self, before: f64, limit: usize) -> Result<usize> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.db.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let n = tx
             .prepare_cached(PRUNE_JOURNAL)?
             .execute(params![key_prefix(before), limit as i64])?;
@@ -174,7 +174,7 @@ impl Store {
     /// pruned (`status`); `export --since` can still send them from the
     /// ledger. Returns how many went.
     pub fn expire_outbox(&mut self, before: f64, limit: usize) -> Result<usize> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.db.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let n = tx
             .prepare_cached(EXPIRE_OUTBOX)?
             .execute(params![before, limit as i64])?;
@@ -189,8 +189,8 @@ impl Store {
     /// back and taking them again. Returns the pages given back (0 on a
     /// store without incremental auto-vacuum: see `hermes-meter compact`).
     pub fn vacuum_step(&mut self, keep: i64, pages: i64) -> Result<i64> {
-        let free: i64 = self.conn().query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
-        let mode: i64 = self.conn().query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
+        let free: i64 = self.db.conn().query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+        let mode: i64 = self.db.conn().query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
         // 2: incremental.
         if mode != 2 || free <= keep {
             return Ok(0);
@@ -198,10 +198,10 @@ impl Store {
         let n = pages.min(free - keep);
         // The pragma frees one page per step of its statement: run it to
         // the end, or it gives back a single page.
-        let mut stmt = self.conn().prepare(&format!("PRAGMA incremental_vacuum({n})"))?;
+        let mut stmt = self.db.conn().prepare(&format!("PRAGMA incremental_vacuum({n})"))?;
         let mut rows = stmt.query([])?;
         while rows.next()?.is_some() {}
-        let left: i64 = self.conn().query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+        let left: i64 = self.db.conn().query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
         Ok(free - left)
     }
 
@@ -216,7 +216,9 @@ impl Store {
             Ok(pages * page)
         };
         let before = size(self)?;
-        self.conn().execute_batch("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")?;
+        self.db
+            .conn()
+            .execute_batch("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")?;
         self.checkpoint_truncate()?;
         Ok((before, size(self)?))
     }
@@ -225,11 +227,14 @@ impl Store {
     /// rewrite went through it, and a rebuild's new store), waiting for
     /// readers.
     pub fn checkpoint_truncate(&self) -> Result<()> {
-        self.conn()
+        self.db
+            .conn()
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
         Ok(())
     }
+}
 
+impl Reader {
     /// The journal's horizon: events before it are refused (see the module
     /// docs). `None` while nothing was ever pruned.
     pub fn journal_horizon(&self) -> Result<Option<f64>> {
@@ -263,7 +268,7 @@ mod tests {
     #[test]
     fn retention_reads_no_table_whole() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let store = Store::open(&dir.path().join("plan.db")).expect("open");
+        let store = Writer::open(&dir.path().join("plan.db")).expect("open");
         for sql in [
             PRUNE_JOURNAL,
             EXPIRE_OUTBOX,

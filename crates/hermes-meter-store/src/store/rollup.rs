@@ -2,7 +2,7 @@
 //! and per UTC day (the whole store's per hour too), so a report reads a row per key and bucket rather than
 //! every fact of its window.
 //!
-//! Owns: filling `report_rollups` from the ledger ([`Store::roll_up`], a
+//! Owns: filling `report_rollups` from the ledger ([`Writer::roll_up`], a
 //! few buckets a transaction from the writer's sweep, never from a hook),
 //! gathering a stretch of the ledger into the same sums ([`gather`]) and
 //! reading rollup rows back ([`for_each_rolled`]). Must not touch: the
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
-use super::Store;
+use super::{Reader, Writer};
 use crate::error::Result;
 use crate::report::{Dim, Totals};
 
@@ -97,7 +97,7 @@ impl Gathered {
 /// the stretch (then it is its first ever).
 type FirstUse = (Dim, String, f64, bool);
 
-/// What one [`Store::roll_up`] call did.
+/// What one [`Writer::roll_up`] call did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RollupStep {
     /// Quarter hours rebuilt.
@@ -346,14 +346,14 @@ fn sum_quarters(tx: &Connection, level: i64, size: i64, dims: &str, start: i64, 
     Ok(())
 }
 
-impl Store {
+impl Writer {
     /// Rebuilds rollup buckets from the mark on, in one short transaction
     /// (about `STEP_BUDGET`), up to the quarter hour that holds
     /// `horizon`: later buckets still take facts. Days and hours the mark
     /// passed are summed from their quarter hours.
     pub fn roll_up(&mut self, horizon: f64) -> Result<RollupStep> {
         let end = floor_to(horizon, QUARTER);
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.db.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let start = rolled_until(&tx)?;
         let mut mark = start;
         let mut step = RollupStep::default();
@@ -412,7 +412,9 @@ impl Store {
         tx.commit()?;
         Ok(step)
     }
+}
 
+impl Reader {
     /// How far the report rollups hold (Unix seconds; 0 before the first
     /// roll-up): `report` reads the ledger from there on.
     pub fn rolled_until(&self) -> Result<i64> {
@@ -438,7 +440,7 @@ mod tests {
     #[test]
     fn roll_up_statements_read_no_table_whole() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let store = Store::open(&dir.path().join("plan.db")).expect("open");
+        let store = Writer::open(&dir.path().join("plan.db")).expect("open");
         for sql in [
             ROLLED.as_str(),
             STARTED,
@@ -459,7 +461,7 @@ mod tests {
     #[test]
     fn first_use_lookups_are_not_compiled_again_on_every_use() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let store = Store::open(&dir.path().join("reuse.db")).expect("open");
+        let store = Writer::open(&dir.path().join("reuse.db")).expect("open");
         for i in 0..20 {
             let session = format!("s{i}");
             used_before(store.conn(), Dim::Model, "m", &session, 1.0 + i as f64).expect("model");

@@ -22,7 +22,7 @@
 
 use rusqlite::types::Value;
 
-use super::Store;
+use super::Reader;
 use crate::error::Result;
 
 /// Seconds in the buckets of `run_hours`.
@@ -305,7 +305,7 @@ fn hour_span(filter: &SessionFilter) -> (Option<f64>, Option<f64>) {
     (filter.since.map(|s| (s / HOUR).floor() * HOUR), filter.until)
 }
 
-impl Store {
+impl Reader {
     /// One page of sessions matching `filter`, and the totals of all of them.
     pub fn session_list(&self, filter: &SessionFilter) -> Result<(Vec<SessionListRow>, SessionListTotals)> {
         let key = self.hours_key(filter)?;
@@ -559,10 +559,11 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Writer;
 
     /// The list as it read before `run_hours`: every run the filter
     /// selects, sorted in full. The reference the fast reads must equal.
-    fn reference(store: &Store, filter: &SessionFilter) -> (Vec<String>, SessionListTotals) {
+    fn reference(store: &Writer, filter: &SessionFilter) -> (Vec<String>, SessionListTotals) {
         let terms = Terms::dimensions(filter).started(filter.since, filter.until);
         let order = match filter.sort {
             SessionSort::Newest => "started_at DESC".to_string(),
@@ -611,7 +612,7 @@ mod tests {
 
     /// `run_hours` holds exactly the sums of `runs` per start hour: of
     /// the whole store and of each platform, cron job, sender and model.
-    fn assert_hours_match(store: &Store) {
+    fn assert_hours_match(store: &Writer) {
         let read = |sql: &str| -> Vec<String> {
             let mut stmt = store.conn().prepare(sql).expect("prepare");
             stmt.query_map([], |r| {
@@ -660,9 +661,9 @@ mod tests {
 
     /// A store of `n` runs over four days: a few platforms, models,
     /// senders and cron jobs, unpriced runs (equal costs), running ones.
-    fn store_of(n: usize) -> (tempfile::TempDir, Store) {
+    fn store_of(n: usize) -> (tempfile::TempDir, Writer) {
         let dir = tempfile::tempdir().expect("temp dir");
-        let store = Store::open(&dir.path().join("s.db")).expect("open");
+        let store = Writer::open(&dir.path().join("s.db")).expect("open");
         let mut insert = store
             .conn()
             .prepare(
@@ -759,7 +760,7 @@ mod tests {
         out
     }
 
-    fn assert_list_matches(store: &Store) {
+    fn assert_list_matches(store: &Writer) {
         for filter in filters() {
             let (rows, totals) = store.session_list(&filter).expect("list");
             let (ids, want) = reference(store, &filter);
@@ -836,7 +837,7 @@ mod tests {
     #[test]
     fn hook_events_keep_the_hours_exact() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut store = Store::open(&dir.path().join("s.db")).expect("open");
+        let mut store = Writer::open(&dir.path().join("s.db")).expect("open");
         let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
         let mut lines = String::new();
         for entry in std::fs::read_dir(fixtures).expect("fixtures") {

@@ -5,7 +5,7 @@
 
 use rusqlite::{params, OptionalExtension};
 
-use super::Store;
+use super::Reader;
 use crate::error::Result;
 
 /// Totals of a session and every run whose root it is (its subagents).
@@ -45,7 +45,7 @@ pub struct SpendTotals {
     pub sessions: i64,
 }
 
-impl Store {
+impl Reader {
     /// The totals of `session_id` and its subagents, or `None` if the
     /// store has never seen the session.
     pub fn session_totals(&self, session_id: &str) -> Result<Option<SessionTotals>> {
@@ -117,11 +117,10 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::hook::{decode, DecodeOptions, Decoded};
-    use crate::store::EventContext;
+    use crate::store::{EventContext, Writer};
 
-    fn apply(store: &mut Store, hook: &str, at: f64, kwargs: serde_json::Value) {
+    fn apply(store: &mut Writer, hook: &str, at: f64, kwargs: serde_json::Value) {
         let map = kwargs.as_object().expect("object").clone();
         let Decoded::Event(event, _) = decode(hook, &map, at, DecodeOptions::default()) else {
             panic!("{hook} did not decode");
@@ -129,7 +128,7 @@ mod tests {
         store.apply(&event, &EventContext::default()).expect("apply");
     }
 
-    fn call(store: &mut Store, session: &str, n: u32, at: f64) {
+    fn call(store: &mut Writer, session: &str, n: u32, at: f64) {
         apply(
             store,
             "post_api_request",
@@ -142,7 +141,7 @@ mod tests {
     #[test]
     fn a_session_counts_its_subagents_and_a_day_counts_all_sessions() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut store = Store::open(&dir.path().join("s.db")).expect("open");
+        let mut store = Writer::open(&dir.path().join("s.db")).expect("open");
         apply(
             &mut store,
             "on_session_start",

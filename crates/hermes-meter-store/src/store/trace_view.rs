@@ -13,7 +13,6 @@
 //! Hermes's `api_request_id`, whose shape nothing promises.
 
 use std::collections::HashMap;
-use std::path::Path;
 
 use rusqlite::{params, OptionalExtension};
 
@@ -21,9 +20,8 @@ use super::outbox::{
     approval_of, llm_call_of, llm_error_of, open_attempt_of, tool_of, turn_of, APPROVAL_SELECT, LLM_CALL_SELECT,
     LLM_ERROR_SELECT, OPEN_ATTEMPT_FILTER, OPEN_ATTEMPT_SELECT, TOOL_SELECT, TURN_SELECT,
 };
-use super::{ApprovalRow, AttemptRow, RunRow, SessionFilter, Store, ToolRow, TurnRow};
+use super::{ApprovalRow, AttemptRow, Reader, RunRow, SessionFilter, ToolRow, TurnRow};
 use crate::error::Result;
-use crate::pricing::PriceTable;
 
 /// How deep subagents of subagents are followed (a guard against cycles).
 const MAX_DEPTH: usize = 32;
@@ -47,34 +45,7 @@ pub struct TraceRows {
     pub content: HashMap<(String, String, String), Vec<(String, String)>>,
 }
 
-impl Store {
-    /// Opens the database at `path` read-only, for one viewer request: no
-    /// migration, no lock held between statements, so Hermes's writes go
-    /// on (WAL readers never block the writer). The schema must be one
-    /// this build knows; `hermes-meter ui` migrates once at start.
-    pub fn open_read_only(path: &Path) -> Result<Self> {
-        let conn = super::doctor::read_only_conn(path)?;
-        // The report's per-session totals are SQL functions of ours.
-        super::by_session::register_functions(&conn)?;
-        conn.set_prepared_statement_cache_capacity(64);
-        let found = super::refuse_unknown(&conn, path, super::SCHEMA_VERSION)?;
-        if found < super::SCHEMA_VERSION {
-            // A store no process of this version has opened yet (the plugin
-            // was just upgraded): bring it up to date once, as any command
-            // that writes would, then read it as usual.
-            drop(conn);
-            drop(Store::open(path)?);
-            return Self::open_read_only(path);
-        }
-        Ok(Store {
-            conn,
-            path: path.to_path_buf(),
-            prices: PriceTable::default(),
-            profile: None,
-            runs: super::run_memo::RunMemo::default(),
-        })
-    }
-
+impl Reader {
     /// The newest root session (not a subagent), if any.
     pub fn last_session_id(&self) -> Result<Option<String>> {
         Ok(self
@@ -272,7 +243,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("new.db");
         std::fs::write(&path, b"").expect("an empty file");
-        let store = Store::open_read_only(&path).expect("open read-only");
+        let store = Reader::open(&path).expect("open read-only");
         assert_eq!(store.schema_version().expect("version"), super::super::SCHEMA_VERSION);
         assert!(store.trace_rows("s").expect("read").is_none(), "no such session");
     }

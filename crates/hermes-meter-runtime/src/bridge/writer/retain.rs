@@ -61,7 +61,7 @@ pub fn retain_cutoffs(config: &BridgeConfig, now: f64) -> RetainCutoffs {
     }
 }
 
-impl Writer {
+impl WriterThread {
     /// One step of retention (see `store/retention.rs`): a batch of each
     /// kind, in its own transaction: journal rows, finished requests,
     /// expired outbox rows, outbox rows over the cap and content rows
@@ -120,8 +120,8 @@ mod tests {
         let prices = PriceTable::default();
         let shared = Arc::new(Shared::new());
         let opened = open_store(&config, &prices);
-        let mut writer = Writer::new(&config, Box::new(NoGate), &prices, Arc::clone(&shared), Some(opened));
-        let rolled = |w: &Writer| w.store.as_ref().expect("store").rolled_until().expect("mark");
+        let mut writer = WriterThread::new(&config, Box::new(NoGate), &prices, Arc::clone(&shared), Some(opened));
+        let rolled = |w: &WriterThread| w.store.as_ref().expect("store").rolled_until().expect("mark");
 
         lock(&shared.queue).jobs.push(Job::Flush(Ticket::new()));
         assert_eq!(writer.retain(), (false, true));

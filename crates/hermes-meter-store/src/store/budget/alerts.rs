@@ -14,7 +14,7 @@ use crate::budget::{self, alert, BudgetState};
 use crate::error::Result;
 use crate::pricing::PriceSource;
 use crate::store::log_outbox::{self, LogAttrs, LogPlace, NewLog, Severity};
-use crate::store::Store;
+use crate::store::{Outbox, Reader, Writer};
 use crate::{metrics, semconv};
 
 /// Where alerts are sent to a person, each with its own state in `alerts`
@@ -164,7 +164,7 @@ fn count_alert(conn: &rusqlite::Connection, kind: &str, at: f64) -> Result<()> {
     crate::store::add_to_counter(conn, semconv::metric::ALERTS, &metrics::alert_attrs(kind), 1.0, at)
 }
 
-impl Store {
+impl Writer {
     /// Claims a once-per-period action (`kind` `pause`) for a budget state;
     /// true for the one caller, in any process, that claimed it first.
     pub fn budget_claim_once(&self, kind: &str, state: &BudgetState, at: f64, session_id: &str) -> Result<bool> {
@@ -197,16 +197,16 @@ impl Store {
             )?
             .execute(params![kind, key, text, at, session_id])?;
         if n == 1 {
-            count_alert(self.conn(), kind, at)?;
+            count_alert(self.db.conn(), kind, at)?;
         }
         Ok(n == 1)
     }
 
     /// Writes the log record of an alert this caller raised through
-    /// [`Store::raise_alert_delivered`] that no verdict stands for (an
+    /// [`Writer::raise_alert_delivered`] that no verdict stands for (an
     /// alert threshold crossed).
     pub fn log_alert(&self, kind: &str, text: &str, at: f64, place: LogPlace<'_>) -> Result<()> {
-        log_alert(self.conn(), kind, text, at, place)
+        log_alert(self.db.conn(), kind, text, at, place)
     }
 
     /// Raises a one-shot alert to be shown at the next `pre_llm_call` (a
@@ -220,11 +220,13 @@ impl Store {
             )?
             .execute(params![kind, key, text, at])?;
         if n == 1 {
-            count_alert(self.conn(), kind, at)?;
+            count_alert(self.db.conn(), kind, at)?;
         }
         Ok(n == 1)
     }
+}
 
+impl Reader {
     /// Up to `limit` alerts not shown yet, oldest first: `(kind, key, text)`
     /// with the occurrence count in the text. A partial index holds only
     /// these, so this is one short read however many alerts were shown.
@@ -253,7 +255,9 @@ impl Store {
             .prepare_cached("SELECT EXISTS (SELECT 1 FROM alerts WHERE delivered_at IS NULL)")?
             .query_row([], |r| r.get(0))?)
     }
+}
 
+impl Writer {
     /// Marks a pending alert shown to `session_id`; true for the one caller,
     /// in any process, that got it (each alert is shown once).
     pub fn deliver_alert(&self, kind: &str, key: &str, at: f64, session_id: &str) -> Result<bool> {
@@ -321,7 +325,7 @@ impl Store {
         text: &str,
     ) -> Result<()> {
         let metric_attrs = metrics::verdict_attrs(scope, window, verdict);
-        crate::store::add_to_counter(self.conn(), semconv::metric::BUDGET_VERDICTS, &metric_attrs, 1.0, at)?;
+        crate::store::add_to_counter(self.db.conn(), semconv::metric::BUDGET_VERDICTS, &metric_attrs, 1.0, at)?;
         use semconv::metric::attr;
         let attrs = LogAttrs::default()
             .str(attr::HERMES_BUDGET_VERDICT, Some(verdict))
@@ -330,7 +334,7 @@ impl Store {
             .str(attr::HERMES_BUDGET_WINDOW, Some(window))
             .str(semconv::attr::HERMES_SESSION_ID, place.session_id);
         log_outbox::append(
-            self.conn(),
+            self.db.conn(),
             &NewLog {
                 at,
                 event: semconv::event::BUDGET_VERDICT,
@@ -341,7 +345,8 @@ impl Store {
                 content_key: None,
             },
         )?;
-        self.conn()
+        self.db
+            .conn()
             .prepare_cached(
                 "INSERT INTO budget_verdicts (verdict, count) VALUES (?1, 1)
                  ON CONFLICT (verdict) DO UPDATE SET count = count + 1",
@@ -349,7 +354,9 @@ impl Store {
             .execute(params![verdict])?;
         Ok(())
     }
+}
 
+impl Reader {
     /// Verdicts given so far, by verdict (`soft`, `hard`, `blocked`,
     /// `paused`), every one of [`budget::verdict::ALL`] present: the
     /// cumulative `hermes.budget.verdicts` counter.
@@ -380,12 +387,14 @@ impl Store {
         }
         Ok(out)
     }
+}
 
+impl Outbox {
     /// Up to `limit` alerts `sink` has not taken yet, due now (their retry
     /// time passed), raised at or after `since`, oldest first.
     pub fn alerts_to_push(&self, sink: AlertSink, now: f64, since: f64, limit: usize) -> Result<Vec<AlertRow>> {
         let c = sink.columns();
-        let mut stmt = self.conn().prepare_cached(&format!(
+        let mut stmt = self.db.conn().prepare_cached(&format!(
             "SELECT kind, key, text, count, first_at, last_at, delivered_at FROM alerts
              WHERE {sent} IS NULL AND {after} <= ?1 AND first_at >= ?2 ORDER BY first_at LIMIT {limit}",
             sent = c.sent,
@@ -427,7 +436,8 @@ impl Store {
     /// `sink` took the alert.
     pub fn alert_pushed(&self, sink: AlertSink, kind: &str, key: &str, at: f64) -> Result<()> {
         let c = sink.columns();
-        self.conn()
+        self.db
+            .conn()
             .prepare_cached(&format!(
                 "UPDATE alerts SET {} = ?3, {} = NULL WHERE kind = ?1 AND key = ?2",
                 c.sent, c.error
@@ -439,7 +449,8 @@ impl Store {
     /// A try of the alert by `sink` failed: it is due again at `retry_at`.
     pub fn alert_push_failed(&self, sink: AlertSink, kind: &str, key: &str, error: &str, retry_at: f64) -> Result<()> {
         let c = sink.columns();
-        self.conn()
+        self.db
+            .conn()
             .prepare_cached(&format!(
                 "UPDATE alerts SET {} = ?4, {} = ?3 WHERE kind = ?1 AND key = ?2",
                 c.after, c.error
@@ -447,7 +458,9 @@ impl Store {
             .execute(params![kind, key, error, retry_at])?;
         Ok(())
     }
+}
 
+impl Reader {
     /// `(taken, waiting, last error)`: alerts `sink` took, those it has not
     /// yet, and the last error of one that failed, for `status`.
     pub fn alert_push_status(&self, sink: AlertSink) -> Result<(i64, i64, Option<String>)> {
@@ -632,7 +645,10 @@ mod tests {
             [("soft", 0), ("hard", 0), ("blocked", 2), ("paused", 0), ("runaway", 0)]
         );
         // Each verdict is also a log record, in the turn it was given in.
-        let logs = store.log_outbox_ready(10).expect("logs");
+        let logs = Outbox::open(store.path())
+            .expect("outbox")
+            .log_outbox_ready(10)
+            .expect("logs");
         assert_eq!(logs.len(), 2);
         assert_eq!(logs[0].event, semconv::event::BUDGET_VERDICT);
         assert_eq!(

@@ -14,7 +14,7 @@ use rusqlite::{params, OptionalExtension};
 use super::spend::RESERVATION_TTL_SECONDS;
 use crate::budget::{RunSigns, Used};
 use crate::error::Result;
-use crate::store::Store;
+use crate::store::Reader;
 
 /// What one session family and its current run used.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -36,7 +36,7 @@ fn used_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Used> {
     })
 }
 
-impl Store {
+impl Reader {
     /// What the session family of `session_id` used, and its current run
     /// (`with_run`), now: recorded calls, tool calls started before
     /// `tool_call_at` (the asking `pre_tool_call`'s time, if one asks), and

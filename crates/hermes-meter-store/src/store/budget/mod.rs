@@ -38,8 +38,8 @@ pub use spend::RESERVATION_TTL_SECONDS;
 
 /// A fresh store in a temp dir, for the unit tests of the parts.
 #[cfg(test)]
-fn temp_store() -> (tempfile::TempDir, super::Store) {
+fn temp_store() -> (tempfile::TempDir, super::Writer) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let store = super::Store::open(&dir.path().join("s.db")).expect("open store");
+    let store = super::Writer::open(&dir.path().join("s.db")).expect("open store");
     (dir, store)
 }

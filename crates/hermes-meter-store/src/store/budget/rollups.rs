@@ -18,7 +18,7 @@ use crate::error::Result;
 use crate::hook::{ApiRequestError, PostApiRequest, PreApiRequest};
 use crate::pricing::{PriceSource, PriceTable};
 use crate::store::LogPlace;
-use crate::store::Store;
+use crate::store::Writer;
 
 /// An LLM call the ledger just recorded (first time only).
 #[derive(Debug, Clone)]
@@ -372,7 +372,7 @@ pub(in crate::store) fn on_api_request_error(tx: &Transaction<'_>, e: &ApiReques
     Ok(())
 }
 
-impl Store {
+impl Writer {
     /// Makes sure per-period totals are kept for the IANA zone `zone`:
     /// if it is new, registers it and fills its current periods from the
     /// spend buckets, in one write transaction (so no LLM call recorded by
@@ -388,12 +388,12 @@ impl Store {
                 .optional()?
                 .is_some())
         };
-        if known(self.conn())? {
+        if known(self.db.conn())? {
             return Ok(true);
         }
-        self.conn().execute_batch("BEGIN IMMEDIATE")?;
+        self.db.conn().execute_batch("BEGIN IMMEDIATE")?;
         let filled = (|| -> Result<()> {
-            if known(self.conn())? {
+            if known(self.db.conn())? {
                 return Ok(());
             }
             let t = budget::timestamp(now);
@@ -428,22 +428,23 @@ impl Store {
                         estimated_output: u.output_tokens.estimated as i64,
                     };
                     if sums != Sums::default() {
-                        insert_period(self.conn(), (&scope_name, &id, zone, w.as_str(), *period), &sums)?;
+                        insert_period(self.db.conn(), (&scope_name, &id, zone, w.as_str(), *period), &sums)?;
                     }
                 }
             }
-            self.conn()
+            self.db
+                .conn()
                 .prepare_cached("INSERT INTO budget_zones (zone, registered_at) VALUES (?1, ?2)")?
                 .execute(params![zone, now])?;
             Ok(())
         })();
         match filled {
             Ok(()) => {
-                self.conn().execute_batch("COMMIT")?;
+                self.db.conn().execute_batch("COMMIT")?;
                 Ok(true)
             }
             Err(e) => {
-                let _ = self.conn().execute_batch("ROLLBACK");
+                let _ = self.db.conn().execute_batch("ROLLBACK");
                 Err(e)
             }
         }
@@ -465,7 +466,7 @@ mod tests {
         }
     }
 
-    fn reservations(store: &Store) -> Vec<(String, String, f64)> {
+    fn reservations(store: &Writer) -> Vec<(String, String, f64)> {
         let mut stmt = store
             .conn()
             .prepare("SELECT scope, id, amount_usd FROM budget_reservations ORDER BY scope, id")
@@ -476,7 +477,7 @@ mod tests {
         rows.collect::<rusqlite::Result<_>>().expect("rows")
     }
 
-    fn record(store: &Store, request: &str, cost: f64, estimated: bool, ended_at: f64) {
+    fn record(store: &Writer, request: &str, cost: f64, estimated: bool, ended_at: f64) {
         let tx = store.conn().unchecked_transaction().expect("begin");
         let call = RecordedCall {
             model: "gpt-4o".into(),

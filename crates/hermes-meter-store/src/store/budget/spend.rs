@@ -13,7 +13,7 @@ use rusqlite::params;
 use super::rollups::scope_keys;
 use crate::budget::{self, bucket_ranges, Scope, ScopeKeys, Spend, Window, WindowUse};
 use crate::error::Result;
-use crate::store::Store;
+use crate::store::Reader;
 
 /// A reservation older than this no longer counts: its process died
 /// between pre_api_request and the call's end (no LLM call takes this long).
@@ -49,12 +49,12 @@ fn with_reserved(settled: WindowUse, reserved: &WindowUse) -> WindowUse {
     }
 }
 
-impl Store {
+impl Reader {
     /// Runs `f` inside one read transaction: every statement of `f` reads
     /// the same snapshot, and the WAL read lock is taken once instead of
     /// once per statement (each costs file-lock system calls). `f` must
     /// only read.
-    pub fn read_snapshot<T>(&self, f: impl FnOnce(&Store) -> Result<T>) -> Result<T> {
+    pub fn read_snapshot<T>(&self, f: impl FnOnce(&Reader) -> Result<T>) -> Result<T> {
         self.conn().prepare_cached("BEGIN")?.execute([])?;
         let out = f(self);
         // A read transaction has nothing to roll back; end it either way.
@@ -363,13 +363,14 @@ mod tests {
     use super::*;
     use crate::budget::{BudgetConfig, Level};
     use crate::store::budget::temp_store;
+    use crate::store::Writer;
 
     fn ts(s: &str) -> f64 {
         s.parse::<jiff::Timestamp>().expect("timestamp").as_second() as f64
     }
 
     /// Adds a call's cost to its bucket of each level, as the rollup does.
-    fn spent(store: &Store, scope: &str, id: &str, at: f64, cost: f64) {
+    fn spent(store: &Writer, scope: &str, id: &str, at: f64, cost: f64) {
         for (level, width) in crate::budget::BUCKET_SECONDS.iter().enumerate() {
             store
                 .conn()
@@ -383,7 +384,7 @@ mod tests {
         }
     }
 
-    fn reserve(store: &Store, request: &str, usd: f64, at: f64) {
+    fn reserve(store: &Writer, request: &str, usd: f64, at: f64) {
         store
             .conn()
             .execute(
@@ -396,7 +397,7 @@ mod tests {
     /// Tuesday 2026-11-17, 10:00 UTC: the week began on the 16th.
     const NOW: &str = "2026-11-17T10:00:00Z";
 
-    fn sample(store: &Store) -> f64 {
+    fn sample(store: &Writer) -> f64 {
         let now = ts(NOW);
         spent(store, "global", "", ts("2026-11-17T09:40:00Z"), 1.0);
         spent(store, "global", "", ts("2026-11-16T23:50:00Z"), 2.0);

@@ -14,9 +14,9 @@ use crate::budget::{
     Limits, Scope, ScopeKeys, Window,
 };
 use crate::error::Result;
-use crate::store::Store;
+use crate::store::Reader;
 
-impl Store {
+impl Reader {
     /// The state of every budget of a session with `keys`, now.
     pub fn budget_states_for(
         &self,
@@ -29,8 +29,8 @@ impl Store {
         self.states_of(cfg, cfg.budgets_for(keys), &mut bounds, now, exclude, None)
     }
 
-    /// [`Store::budget_states_for`] reading the per-period totals of the
-    /// registered zone `zone` (see [`Store::ensure_budget_zone`]), which
+    /// [`Reader::budget_states_for`] reading the per-period totals of the
+    /// registered zone `zone` (see [`Writer::ensure_budget_zone`](crate::store::Writer::ensure_budget_zone)), which
     /// must be `cfg`'s zone.
     pub fn budget_states_in_zone(
         &self,
@@ -161,7 +161,7 @@ impl Store {
     }
 }
 
-impl Store {
+impl Reader {
     /// The caps of the `limit` newest running root sessions and of their
     /// open runs, now: for `budget list` and the viewer (not a hook path).
     pub fn open_cap_states(&self, cfg: &BudgetConfig, now: f64, limit: usize) -> Result<Vec<CapState>> {

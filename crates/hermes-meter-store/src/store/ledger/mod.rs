@@ -11,7 +11,7 @@ use super::outbox::{self, SpanKind};
 use super::retention;
 use super::row_counts::{Counted, LogTail, RowCounts};
 use super::run_memo::{RunFacts, RunMemo, RunSays};
-use super::Store;
+use super::{Outbox, Reader, Writer};
 use crate::error::Result;
 use crate::hook::*;
 
@@ -28,7 +28,7 @@ pub struct EventContext {
     pub thread: Option<String>,
     /// The Hermes profile the call was made in, as its spool record says
     /// (the bridge and replay read it from the line), recorded on the run;
-    /// `None` falls back to the store's own profile ([`Store::set_profile`]).
+    /// `None` falls back to the store's own profile ([`Writer::set_profile`]).
     /// One process may serve several profiles (a multi-profile gateway),
     /// all into one store.
     pub profile: Option<String>,
@@ -54,7 +54,7 @@ pub use crate::model::outcome::*;
 /// The name of the proxy tool row a subagent_stop records on the parent.
 pub const SUBAGENT_TOOL_NAME: &str = "delegate_task/subagent";
 
-impl Store {
+impl Writer {
     /// Applies one decoded hook event in one transaction.
     pub fn apply(&mut self, event: &HookEvent, ctx: &EventContext) -> Result<Applied> {
         let mut applied = self.apply_batch([(event, ctx)])?;
@@ -74,7 +74,7 @@ impl Store {
         // Immediate: the write lock first (its wait is the busy handler's),
         // so the read of data_version cannot pin a snapshot that a commit
         // of another process makes stale before our first write.
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.db.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         runs.follow(data_version(&tx)?);
         let horizon = retention::horizon(&tx)?;
         let log = LogTail::read(&tx)?;
@@ -90,7 +90,7 @@ impl Store {
             out.push(apply_in(
                 &tx,
                 &mut runs,
-                &self.prices,
+                &self.db.prices,
                 self.profile.as_deref(),
                 event,
                 ctx,
@@ -105,6 +105,39 @@ impl Store {
         Ok(out)
     }
 
+    /// Closes runs idle for `idle_seconds` before `now` that never ended;
+    /// see [`Outbox::close_idle_runs`]. Returns how many runs were closed.
+    pub fn close_idle_runs(&mut self, now: f64, idle_seconds: f64) -> Result<usize> {
+        self.db.close_idle_runs(now, idle_seconds)
+    }
+
+    /// One transaction of [`Writer::close_idle_runs`]: closes the idle
+    /// sessions of at most `limit` sessions. Returns the runs closed and
+    /// whether more idle sessions may remain. The writer's sweep takes one
+    /// batch a step, so the hooks it commits for never wait long behind it.
+    pub fn close_idle_batch(&mut self, now: f64, idle_seconds: f64, limit: usize) -> Result<(usize, bool)> {
+        self.db.close_idle_batch(now, idle_seconds, limit)
+    }
+
+    /// Closes what `sessions` left open as their process exits (a
+    /// background subagent cut off, a gateway stopped mid-turn), as the idle
+    /// closer would but at once and with close reason `process_exit`, and
+    /// enqueues it, so the exit flush can send it. Returns the runs closed.
+    pub fn close_exited_runs(&mut self, sessions: &[&str], now: f64) -> Result<usize> {
+        let json = serde_json::to_string(sessions).unwrap_or_else(|_| "[]".into());
+        // Immediate: the closing reads before it writes, and a deferred
+        // transaction another connection wrote past meanwhile could not
+        // take the write lock at all (SQLITE_BUSY, no wait).
+        let tx = self.db.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let n = close_listed(&tx, &json, "process_exit", now)?;
+        tx.commit()?;
+        Ok(n)
+    }
+}
+
+/// The idle closer, which both the writer's sweep and the exporter (in
+/// `serve`, where no Hermes process sweeps) run.
+impl Reader {
     /// Closes runs with no event for `idle_seconds` before `now` that never
     /// ended (a process died, or a background subagent was cut off): their
     /// open turns and the runs become `abandoned`, ended at their last event.
@@ -116,7 +149,7 @@ impl Store {
     /// Works in transactions of [`IDLE_CLOSE_BATCH`] sessions, so other
     /// writers get the lock between them however much is open (a store
     /// where many processes died, or one upgraded from before the sweep).
-    pub fn close_idle_runs(&mut self, now: f64, idle_seconds: f64) -> Result<usize> {
+    pub(crate) fn close_idle_runs(&mut self, now: f64, idle_seconds: f64) -> Result<usize> {
         let mut closed = 0;
         loop {
             let (n, more) = self.close_idle_batch(now, idle_seconds, IDLE_CLOSE_BATCH)?;
@@ -127,11 +160,11 @@ impl Store {
         }
     }
 
-    /// One transaction of [`Store::close_idle_runs`]: closes the idle
+    /// One transaction of `close_idle_runs`: closes the idle
     /// sessions of at most `limit` sessions. Returns the runs closed and
     /// whether more idle sessions may remain. The writer's sweep takes one
     /// batch a step, so the hooks it commits for never wait long behind it.
-    pub fn close_idle_batch(&mut self, now: f64, idle_seconds: f64, limit: usize) -> Result<(usize, bool)> {
+    pub(crate) fn close_idle_batch(&mut self, now: f64, idle_seconds: f64, limit: usize) -> Result<(usize, bool)> {
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let sessions: Vec<String> = tx
             .prepare_cached(IDLE_SESSION_BATCH)?
@@ -145,20 +178,22 @@ impl Store {
         tx.commit()?;
         Ok((n, sessions.len() >= limit))
     }
+}
 
-    /// Closes what `sessions` left open as their process exits (a
-    /// background subagent cut off, a gateway stopped mid-turn), as the idle
-    /// closer would but at once and with close reason `process_exit`, and
-    /// enqueues it, so the exit flush can send it. Returns the runs closed.
-    pub fn close_exited_runs(&mut self, sessions: &[&str], now: f64) -> Result<usize> {
-        let json = serde_json::to_string(sessions).unwrap_or_else(|_| "[]".into());
-        // Immediate: the closing reads before it writes, and a deferred
-        // transaction another connection wrote past meanwhile could not
-        // take the write lock at all (SQLITE_BUSY, no wait).
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let n = close_listed(&tx, &json, "process_exit", now)?;
-        tx.commit()?;
-        Ok(n)
+impl Outbox {
+    /// Closes runs with no event for `idle_seconds` before `now` that never
+    /// ended (a process died, or a background subagent was cut off): their
+    /// open turns and the runs become `abandoned`, ended at their last event.
+    /// Open turns of idle runs that did end (a failed `hermes -z` run, which
+    /// fires neither on_session_end nor on_session_finalize) are closed too.
+    /// Everything closed, and the open tool calls and attempts of those runs,
+    /// is enqueued for export. Returns how many runs were closed.
+    ///
+    /// Works in transactions of [`IDLE_CLOSE_BATCH`] sessions, so other
+    /// writers get the lock between them however much is open (a store
+    /// where many processes died, or one upgraded from before the sweep).
+    pub fn close_idle_runs(&mut self, now: f64, idle_seconds: f64) -> Result<usize> {
+        self.db.close_idle_runs(now, idle_seconds)
     }
 }
 
@@ -720,7 +755,7 @@ mod tests {
         // Once per finalize: a scan would cost more with every error ever
         // recorded.
         let dir = tempfile::tempdir().expect("temp dir");
-        let store = Store::open(&dir.path().join("plan.db")).expect("open");
+        let store = Writer::open(&dir.path().join("plan.db")).expect("open");
         let steps = store.query_plan(CLOSE_OPEN_TURNS, "s");
         assert!(steps.iter().any(|s| s.contains("llm_call_errors_turn")), "{steps:?}");
         assert!(!steps.iter().any(|s| s.starts_with("SCAN")), "{steps:?}");
@@ -729,7 +764,7 @@ mod tests {
     #[test]
     fn a_run_takes_the_profile_its_call_was_made_in_else_the_stores() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut store = Store::open(&dir.path().join("profiles.db")).expect("open");
+        let mut store = Writer::open(&dir.path().join("profiles.db")).expect("open");
         store.set_profile(Some("first".into()));
         let turn = |session: &str| {
             let kwargs = serde_json::json!({"session_id": session, "turn_id": format!("{session}:t1"), "model": "m"});

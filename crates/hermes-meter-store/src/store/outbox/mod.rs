@@ -36,7 +36,7 @@
 
 use rusqlite::{params, OptionalExtension, Transaction};
 
-use super::Store;
+use super::{Outbox, Reader, Writer};
 use crate::error::Result;
 
 mod rows;
@@ -111,7 +111,7 @@ pub mod counter {
 }
 
 /// The `export_state` keys of the attempt in flight (see
-/// [`Store::export_attempt`]).
+/// [`Outbox::export_attempt`]).
 mod attempt {
     /// When it started (Unix seconds).
     pub const AT: &str = "attempt_at";
@@ -323,11 +323,11 @@ pub struct SentSession {
     pub totals: (i64, i64, f64),
 }
 
-impl Store {
+impl Outbox {
     /// Up to `limit` outbox rows ready at `now`, in `seq` order; held rows
     /// only once `grace_seconds` old.
     pub fn outbox_ready(&self, now: f64, grace_seconds: f64, limit: usize) -> Result<Vec<OutboxRow>> {
-        let mut stmt = self.conn().prepare_cached(
+        let mut stmt = self.db.conn().prepare_cached(
             "SELECT seq, kind, session_id, key, n, ready_at FROM outbox
               WHERE ready_at <= ?1 - hold * ?2 ORDER BY seq LIMIT ?3",
         )?;
@@ -373,7 +373,7 @@ impl Store {
         counts: &[(&str, i64)],
         now: f64,
     ) -> Result<()> {
-        let tx = self.conn.transaction()?;
+        let tx = self.db.conn.transaction()?;
         {
             let mut del = tx.prepare_cached("DELETE FROM outbox WHERE seq = ?1 AND ready_at = ?2")?;
             for row in rows.iter().filter(|r| r.seq > 0) {
@@ -413,11 +413,13 @@ impl Store {
         tx.commit()?;
         Ok(())
     }
+}
 
+impl Writer {
     /// Makes the held session spans of `sessions` ready now (a process
     /// exits: no later turn of it will come). Returns how many.
     pub fn release_held_sessions(&mut self, sessions: &[&str], now: f64) -> Result<usize> {
-        let tx = self.conn.transaction()?;
+        let tx = self.db.conn.transaction()?;
         let mut n = 0;
         {
             let mut stmt = tx.prepare_cached(
@@ -431,34 +433,21 @@ impl Store {
         Ok(n)
     }
 
-    /// [`Store::release_held_sessions`] for every session span held since
+    /// [`Writer::release_held_sessions`] for every session span held since
     /// `since` (a process that served too many sessions to name them).
     pub fn release_held_sessions_since(&mut self, since: f64, now: f64) -> Result<usize> {
-        Ok(self.conn.execute(
+        Ok(self.db.conn.execute(
             "UPDATE outbox SET hold = 0, ready_at = MIN(ready_at, ?3) WHERE kind = ?1 AND hold = 1 AND ready_at >= ?2",
             params![SpanKind::Run as i64, since, now],
         )?)
     }
+}
 
+impl Outbox {
     /// Deletes the oldest rows beyond `max_rows`, at most `limit` of them,
-    /// and counts them as dropped. Returns how many were dropped. The row
-    /// count is the trigger-kept one: no scan.
+    /// and counts them as dropped. Returns how many were dropped.
     pub fn outbox_enforce_cap(&mut self, max_rows: u64, limit: usize) -> Result<u64> {
-        let pending = self.store_count("outbox")?;
-        let excess = (pending - max_rows.min(i64::MAX as u64) as i64).min(i64::try_from(limit).unwrap_or(i64::MAX));
-        if excess <= 0 {
-            return Ok(0);
-        }
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let n = tx.execute(
-            "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox ORDER BY seq LIMIT ?1)",
-            params![excess],
-        )?;
-        bump(&tx, counter::DROPPED, n as i64)?;
-        tx.commit()?;
-        Ok(n as u64)
+        self.db.outbox_enforce_cap(max_rows, limit)
     }
 
     /// Marks spans `export --since` re-sent (history rows) as exported: the
@@ -466,7 +455,7 @@ impl Store {
     /// the export loop does not send them a second time. Returns how many
     /// were waiting.
     pub fn outbox_resent(&mut self, rows: &[OutboxRow], now: f64) -> Result<usize> {
-        let tx = self.conn.transaction()?;
+        let tx = self.db.conn.transaction()?;
         let mut waiting = 0;
         {
             let mut del =
@@ -483,7 +472,7 @@ impl Store {
 
     /// Records a failed export attempt for `status` (the message names no secret).
     pub fn export_failed(&mut self, message: &str, now: f64) -> Result<()> {
-        let tx = self.conn.transaction()?;
+        let tx = self.db.conn.transaction()?;
         set_state(&tx, "last_error", message)?;
         set_state(&tx, "last_error_at", now)?;
         bump(&tx, counter::FAILED, 1)?;
@@ -498,7 +487,7 @@ impl Store {
     /// ends (`os._exit`, 2 s after the last hook) long before the default
     /// 10 s: without this its attempt would leave no trace anywhere.
     pub fn export_attempt(&mut self, no_answer: &str, now: f64, deadline: f64) -> Result<()> {
-        let tx = self.conn.transaction()?;
+        let tx = self.db.conn.transaction()?;
         set_state(&tx, attempt::AT, now)?;
         set_state(&tx, attempt::DEADLINE, deadline)?;
         set_state(&tx, attempt::NO_ANSWER, no_answer)?;
@@ -510,7 +499,7 @@ impl Store {
     /// whether `holder` holds it: it does when nobody did, when it already
     /// did, or when the previous holder let it expire (it died).
     pub fn acquire_lease(&mut self, name: &str, holder: &str, pid: i64, now: f64, ttl_seconds: f64) -> Result<bool> {
-        let changed = self.conn().execute(
+        let changed = self.db.conn().execute(
             "INSERT INTO export_lease (name, holder, pid, acquired_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT (name) DO UPDATE SET
                 acquired_at = CASE WHEN holder = excluded.holder THEN acquired_at ELSE excluded.acquired_at END,
@@ -523,13 +512,15 @@ impl Store {
 
     /// Gives the lease up if `holder` has it.
     pub fn release_lease(&mut self, name: &str, holder: &str) -> Result<()> {
-        self.conn().execute(
+        self.db.conn().execute(
             "DELETE FROM export_lease WHERE name = ?1 AND holder = ?2",
             params![name, holder],
         )?;
         Ok(())
     }
+}
 
+impl Reader {
     /// The lease `name`, whoever holds it (possibly expired).
     pub fn lease(&self, name: &str) -> Result<Option<Lease>> {
         Ok(self
@@ -647,6 +638,31 @@ fn set_state(tx: &Transaction<'_>, key: &str, value: impl rusqlite::ToSql) -> Re
     )?
     .execute(params![key, value])?;
     Ok(())
+}
+
+/// Shared by the roles that keep it: the writer's retention and the
+/// exporter.
+impl Reader {
+    /// Deletes the oldest rows beyond `max_rows`, at most `limit` of them,
+    /// and counts them as dropped. Returns how many were dropped. The row
+    /// count is the trigger-kept one: no scan.
+    pub(crate) fn outbox_enforce_cap(&mut self, max_rows: u64, limit: usize) -> Result<u64> {
+        let pending = self.store_count("outbox")?;
+        let excess = (pending - max_rows.min(i64::MAX as u64) as i64).min(i64::try_from(limit).unwrap_or(i64::MAX));
+        if excess <= 0 {
+            return Ok(0);
+        }
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let n = tx.execute(
+            "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox ORDER BY seq LIMIT ?1)",
+            params![excess],
+        )?;
+        bump(&tx, counter::DROPPED, n as i64)?;
+        tx.commit()?;
+        Ok(n as u64)
+    }
 }
 
 #[cfg(test)]

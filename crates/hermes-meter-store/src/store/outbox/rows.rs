@@ -1,6 +1,6 @@
 //! The reads of ledger rows the span builder needs: one row at a time
-//! (`Store::run_row`, ...) for the tests and the viewer, and a whole export
-//! batch's rows in a few statements ([`Store::batch_rows`]). The SELECTs and
+//! (`Reader::run_row`, ...) for the tests and the viewer, and a whole export
+//! batch's rows in a few statements ([`Reader::batch_rows`]). The SELECTs and
 //! row mappers are shared with `trace_view.rs`.
 //!
 //! Must not touch: the outbox tables (`mod.rs`), span building.
@@ -12,7 +12,7 @@ use rusqlite::{params, OptionalExtension, Row};
 use super::{OutboxRow, SpanKind};
 use crate::error::Result;
 use crate::model::{ApprovalRow, AttemptError, AttemptRow, EdgeRow, RunRow, ToolRow, TurnRow};
-use crate::store::{ContentKind, Store};
+use crate::store::{ContentKind, Reader};
 
 // The reads of ledger rows the span builder needs, shared by the one-row
 // lookups and the per-batch loads (which add their own WHERE).
@@ -99,7 +99,7 @@ pub(in crate::store) const TOOL_SELECT: &str = tool_select!();
 pub(in crate::store) const APPROVAL_SELECT: &str =
     "SELECT session_id, key, turn_id, tool_call_id, surface, started_at, ended_at, choice, decided_by FROM approvals";
 
-impl Store {
+impl Reader {
     /// The run `session_id` with its delegation edge, if any.
     pub fn run_row(&self, session_id: &str) -> Result<Option<RunRow>> {
         let run = self
@@ -222,7 +222,7 @@ impl Store {
 
     /// The ledger rows and (`with_content`) captured content that `rows`
     /// name, with one query per kind of row (the same queries as
-    /// [`Store::turn_row`] and its siblings, over every key of the batch at
+    /// [`Reader::turn_row`] and its siblings, over every key of the batch at
     /// once).
     pub fn batch_rows(&self, rows: &[OutboxRow], with_content: bool) -> Result<BatchRows> {
         let mut keys: [Vec<&str>; 6] = Default::default();
@@ -325,7 +325,7 @@ impl Store {
     }
 }
 
-/// The ledger rows of one export batch, from [`Store::batch_rows`].
+/// The ledger rows of one export batch, from [`Reader::batch_rows`].
 #[derive(Debug, Default)]
 pub struct BatchRows {
     turns: HashMap<String, TurnRow>,
@@ -337,32 +337,32 @@ pub struct BatchRows {
 }
 
 impl BatchRows {
-    /// Like [`Store::turn_row`].
+    /// Like [`Reader::turn_row`].
     pub fn turn(&self, turn_id: &str) -> Option<&TurnRow> {
         self.turns.get(turn_id)
     }
 
-    /// Like [`Store::llm_call_row`].
+    /// Like [`Reader::llm_call_row`].
     pub fn llm_call(&self, api_request_id: &str) -> Option<&AttemptRow> {
         self.llm_calls.get(api_request_id)
     }
 
-    /// Like [`Store::llm_error_row`].
+    /// Like [`Reader::llm_error_row`].
     pub fn llm_error(&self, api_request_id: &str, retry_count: i64) -> Option<&AttemptRow> {
         self.llm_errors.get(&(api_request_id.to_string(), retry_count))
     }
 
-    /// Like [`Store::open_attempt_row`].
+    /// Like [`Reader::open_attempt_row`].
     pub fn open_attempt(&self, api_request_id: &str) -> Option<&AttemptRow> {
         self.open_attempts.get(api_request_id)
     }
 
-    /// Like [`Store::tool_row`].
+    /// Like [`Reader::tool_row`].
     pub fn tool(&self, session_id: &str, tool_call_id: &str) -> Option<&ToolRow> {
         self.tools.get(&(session_id.to_string(), tool_call_id.to_string()))
     }
 
-    /// Like [`Store::span_content`].
+    /// Like [`Reader::span_content`].
     pub fn content(&self, kind: ContentKind, session_id: &str, key: &str) -> Vec<(String, String)> {
         if self.content.is_empty() {
             return Vec::new();
@@ -497,6 +497,7 @@ fn json_array<T: serde::Serialize + ?Sized>(v: &T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Writer;
 
     /// Every statement that loads a span's ledger rows reaches them through
     /// an index: exporting costs the same per span however large the store
@@ -505,7 +506,7 @@ mod tests {
     #[test]
     fn the_export_path_reads_no_ledger_table_whole() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let store = Store::open(&dir.path().join("s.db")).expect("open");
+        let store = Writer::open(&dir.path().join("s.db")).expect("open");
         let one = |sql: &str| store.query_plan(sql, "k");
         for sql in [
             RUN_ROW_SQL.to_string(),

@@ -31,9 +31,9 @@ fn the_idle_sweep_reads_only_what_is_open() {
     }
 }
 
-fn store() -> (tempfile::TempDir, Store) {
+fn store() -> (tempfile::TempDir, Outbox) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let store = Store::open(&dir.path().join("s.db")).expect("open");
+    let store = Outbox::open(&dir.path().join("s.db")).expect("open");
     (dir, store)
 }
 
@@ -57,7 +57,7 @@ fn a_lease_is_held_by_one_holder_until_it_expires() {
 #[test]
 fn the_retention_cap_drops_the_oldest_rows_and_counts_them() {
     let (_dir, mut store) = store();
-    let tx = store.conn.transaction().expect("tx");
+    let tx = store.db.conn.transaction().expect("tx");
     for i in 0..10 {
         enqueue(&tx, SpanKind::Tool, "s", &format!("t{i}"), -1, i as f64, false).expect("enqueue");
     }
@@ -77,13 +77,13 @@ fn the_retention_cap_drops_the_oldest_rows_and_counts_them() {
 #[test]
 fn a_row_that_moved_while_being_sent_is_kept() {
     let (_dir, mut store) = store();
-    let tx = store.conn.transaction().expect("tx");
+    let tx = store.db.conn.transaction().expect("tx");
     enqueue(&tx, SpanKind::Run, "s", "s", -1, 1.0, true).expect("enqueue");
     tx.commit().expect("commit");
     assert!(store.outbox_ready(50.0, 60.0, 10).expect("held").is_empty());
     let rows = store.outbox_ready(100.0, 60.0, 10).expect("ready");
     assert_eq!(rows.len(), 1);
-    let tx = store.conn.transaction().expect("tx");
+    let tx = store.db.conn.transaction().expect("tx");
     enqueue(&tx, SpanKind::Run, "s", "s", -1, 2.0, false).expect("re-enqueue");
     tx.commit().expect("commit");
     store
