@@ -576,6 +576,15 @@ pub fn failure_text(signal: Signal, endpoint: &str, e: &SendError) -> String {
              nothing is lost meanwhile",
             signal.endpoint_var()
         ),
+        // RESOURCE_EXHAUSTED without RetryInfo: what the Collector's
+        // memory_limiter extension answers every request while it is over
+        // its limit, and grpc-go past the receiver's max message size.
+        (_, retry::Verdict::Exhausted) => format!(
+            "the collector is out of a resource and did not say when to retry (memory over its \
+             memory_limiter, a quota, or a request larger than it takes: see its log); they wait in \
+             the store and are sent again every {} s",
+            retry::MAX_BACKOFF.as_secs()
+        ),
         (_, retry::Verdict::Permanent) => format!(
             "the collector refused them; see its log, and check {} and the endpoint",
             crate::config::export::env::HEADERS
@@ -722,6 +731,7 @@ mod tests {
             (retry, Cause::NoAnswer, "did not answer in time", "refused"),
             (retry, Cause::Unreachable, "is a collector listening there?", "refused"),
             (Verdict::Permanent, Cause::Answered, "refused them", "listening"),
+            (Verdict::Exhausted, Cause::Answered, "out of a resource", "HEADERS"),
             (retry, Cause::Answered, "cannot take them now", "listening"),
         ] {
             let e = SendError {

@@ -9,7 +9,10 @@
 //! misconfigured token) would make an SDK drop the batch. hermes-meter does
 //! not drop: losing spans is worse than retrying slowly, and the retention
 //! cap bounds the disk. The exporter retries permanent failures at the
-//! maximum backoff and shows the last error in `status`.
+//! maximum backoff and shows the last error in `status`. So does it a
+//! `RESOURCE_EXHAUSTED` without `RetryInfo` (not retryable either, for the
+//! specification), which it words as the collector's shortage
+//! ([`Verdict::Exhausted`]).
 
 use std::time::Duration;
 
@@ -20,6 +23,15 @@ pub enum Verdict {
     Retry { after: Option<Duration> },
     /// The server will not accept this as it is; retry slowly.
     Permanent,
+    /// gRPC `RESOURCE_EXHAUSTED` without `RetryInfo`: the collector is out
+    /// of something (memory: the Collector's `memory_limiter` extension
+    /// refuses every request so; a quota; or the request is larger than its
+    /// `max_recv_msg_size_mib`) and did not say when it recovers. The OTLP
+    /// specification calls that not retryable; hermes-meter keeps the batch
+    /// and retries at the slowest pace, as for [`Verdict::Permanent`], but
+    /// tells the user it is the collector's resource, not the request's
+    /// headers or endpoint.
+    Exhausted,
     /// The server does not take this signal at all (gRPC `UNIMPLEMENTED`,
     /// HTTP 404, 405 or 501): a trace-only backend sent metrics, say.
     /// Retrying soon cannot help; the user should turn the signal off.
@@ -91,7 +103,8 @@ pub fn classify_grpc_failure(code: tonic::Code, retry_info: Option<Duration>, ca
 }
 
 /// The gRPC codes the OTLP specification calls retryable.
-/// `RESOURCE_EXHAUSTED` only is when the server sent `RetryInfo`.
+/// `RESOURCE_EXHAUSTED` only is when the server sent `RetryInfo`; without
+/// it, it is [`Verdict::Exhausted`].
 pub fn classify_grpc(code: tonic::Code, retry_info: Option<Duration>) -> Verdict {
     use tonic::Code::*;
     match code {
@@ -99,6 +112,7 @@ pub fn classify_grpc(code: tonic::Code, retry_info: Option<Duration>) -> Verdict
             Verdict::Retry { after: retry_info }
         }
         ResourceExhausted if retry_info.is_some() => Verdict::Retry { after: retry_info },
+        ResourceExhausted => Verdict::Exhausted,
         Unimplemented => Verdict::Unsupported,
         _ => Verdict::Permanent,
     }
@@ -128,14 +142,18 @@ pub fn grpc_retry_info(status: &tonic::Status) -> Option<Duration> {
     status.get_details_retry_info()?.retry_delay
 }
 
+/// The backoff's cap. 30 s keeps an outage's tail short once the collector
+/// is back, while a dead collector costs one attempt per 30 s. Also the
+/// pace of a [`Verdict::Permanent`] or [`Verdict::Exhausted`] failure.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
 /// Bounded exponential backoff with full jitter.
 #[derive(Debug, Clone)]
 pub struct Backoff {
     /// The first delay's upper bound. 500 ms: a restarting collector is
     /// usually back within a second or two.
     pub initial: Duration,
-    /// The cap. 30 s keeps an outage's tail short once the collector is
-    /// back, while a dead collector costs one attempt per 30 s.
+    /// The cap ([`MAX_BACKOFF`]).
     pub max: Duration,
     failures: u32,
 }
@@ -144,7 +162,7 @@ impl Default for Backoff {
     fn default() -> Self {
         Backoff {
             initial: Duration::from_millis(500),
-            max: Duration::from_secs(30),
+            max: MAX_BACKOFF,
             failures: 0,
         }
     }
@@ -153,11 +171,11 @@ impl Default for Backoff {
 impl Backoff {
     /// The delay before the next attempt after one more failure: uniform in
     /// `[0, min(max, initial * 2^failures)]`, or the server's hint (capped
-    /// at `max`), or `max` for a permanent failure.
+    /// at `max`), or `max` for a permanent or exhausted failure.
     pub fn next(&mut self, verdict: Verdict) -> Duration {
         self.failures = self.failures.saturating_add(1);
         match verdict {
-            Verdict::Permanent => self.max,
+            Verdict::Permanent | Verdict::Exhausted => self.max,
             Verdict::Unsupported => UNSUPPORTED_RETRY,
             Verdict::Retry { after: Some(hint) } => hint.min(self.max),
             Verdict::Retry { after: None } => {
@@ -194,7 +212,7 @@ mod tests {
             (Code::OutOfRange, None, Verdict::Retry { after: None }),
             (Code::Unavailable, hint, Verdict::Retry { after: hint }),
             (Code::DataLoss, None, Verdict::Retry { after: None }),
-            (Code::ResourceExhausted, None, Verdict::Permanent),
+            (Code::ResourceExhausted, None, Verdict::Exhausted),
             (Code::ResourceExhausted, hint, Verdict::Retry { after: hint }),
             (Code::InvalidArgument, None, Verdict::Permanent),
             (Code::Unauthenticated, None, Verdict::Permanent),
@@ -205,6 +223,38 @@ mod tests {
         ] {
             assert_eq!(classify_grpc(code, info), want, "{code:?}");
         }
+    }
+
+    /// The refusals the OpenTelemetry Collector (core v0.165.0) sends, as
+    /// its OTLP receiver puts them on the wire: a message with no status
+    /// details (no `RetryInfo`) over gRPC, no `Retry-After` over HTTP.
+    /// (`tests/e2e/test_pipeline.py` has the Collector send them.)
+    #[test]
+    fn the_real_collectors_refusals_are_classified_by_their_code() {
+        let retry = Verdict::Retry { after: None };
+        for (code, message, want) in [
+            // The memory_limiter extension as the receiver's middleware.
+            (Code::ResourceExhausted, "RESOURCE_EXHAUSTED", Verdict::Exhausted),
+            // grpc-go, past the receiver's max_recv_msg_size_mib.
+            (
+                Code::ResourceExhausted,
+                "grpc: received message larger than max (5242880 vs. 4194304)",
+                Verdict::Exhausted,
+            ),
+            // exporterhelper's full sending queue and the memory_limiter
+            // processor: plain errors, which the receiver answers as
+            // UNAVAILABLE.
+            (Code::Unavailable, "sending queue is full", retry),
+            (Code::Unavailable, "data refused due to high memory usage", retry),
+        ] {
+            let cause = grpc_cause(code, message, false);
+            assert_eq!(cause, Cause::Answered, "{message}");
+            assert_eq!(classify_grpc_failure(code, None, cause), want, "{message}");
+        }
+        // Over HTTP: the memory_limiter extension's 429, a plain-text body
+        // and no Retry-After; a body over max_request_body_size is a 400.
+        assert_eq!(classify_http(429, None), retry);
+        assert_eq!(classify_http(400, None), Verdict::Permanent);
     }
 
     #[test]
@@ -323,6 +373,7 @@ mod tests {
             assert!(d <= b.max);
         }
         assert_eq!(b.next(Verdict::Permanent), b.max);
+        assert_eq!(b.next(Verdict::Exhausted), b.max);
         assert_eq!(b.next(Verdict::Unsupported), UNSUPPORTED_RETRY);
         assert_eq!(
             b.next(Verdict::Retry {
