@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the real OpenTelemetry Collector (tools/otelcol: core v0.165.0,
+# Builds the real OpenTelemetry Collector (tools/otelcol: core v0.165.0
+# with the memorylimiterextension module at v0.149.0, the newest served,
 # contrib v0.165.1) and Jaeger v2 (tools/jaeger: v1.75.0) that the
 # end-to-end pipeline tests run, into target/tools/bin. Each is rebuilt only
 # when its module (go.mod, go.sum, sources) changed: a stamp beside the

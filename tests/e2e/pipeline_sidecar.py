@@ -10,7 +10,8 @@ logs pipeline at ``detailed`` (every log record in ``collector.log``), its
 own telemetry off
 (Jaeger's and its internal metrics would share :8888) and what
 ``PIPELINE_COLLECTOR_CONFIG`` adds (a JSON list of ``yaml:`` strings, e.g.
-the receivers' TLS).
+the receivers' TLS). ``PIPELINE_COLLECTOR_CONFIG_FIRST`` (the same form)
+applies to its first start only: a restarted Collector runs without it.
 
 A scenario script stops and starts the Collector or Jaeger through control
 files in ``$E2E_OUTDIR`` (``collector.stop``, ``jaeger.start``, ...), each
@@ -199,7 +200,12 @@ def main() -> None:
     cmd = [os.environ["HERMES_METER_OTELCOL"], "--config", str(CONFIG)]
     for o in overrides:
         cmd += ["--config", o]
-    collector = _start(cmd, OUT / "collector.log")
+    first = [
+        a
+        for o in json.loads(os.environ.get("PIPELINE_COLLECTOR_CONFIG_FIRST", "[]"))
+        for a in ("--config", o)
+    ]
+    collector = _start(cmd + first, OUT / "collector.log")
     _wait_for("http://127.0.0.1:13133/", "the Collector's health check")
     prom_yaml = OUT / "prometheus.yml"
     prom_yaml.write_text(PROMETHEUS_CONFIG)

@@ -8,8 +8,9 @@ by ``pipeline_sidecar.py`` inside the scenario's loopback-only namespace.
 Each run is one kit scenario over one transport: every scenario over gRPC
 with the plugin's defaults (no variable set at all), then HTTP/protobuf with
 gzip, gRPC and HTTP with mutual TLS, a gateway whose Collector stops for
-30 s, and a Collector restarted while its on-disk queue holds what Jaeger,
-stopped, has not taken.
+30 s, a Collector restarted while its on-disk queue holds what Jaeger,
+stopped, has not taken, one whose full queue refuses requests, and one
+over its memory limit (RESOURCE_EXHAUSTED over gRPC, 429 over HTTP).
 Jaeger must hold every span the store's own ``hermes-meter trace`` shows,
 once, with the same ids, parents and names.
 """
@@ -58,8 +59,23 @@ def _certs(d: Path) -> dict[str, Path]:
     return {n: d / n for n in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
 
 
-def _transports(certs: dict[str, Path]) -> dict[str, tuple[list[str], list[str]]]:
-    """name: (the plugin's environment, the Collector's config overrides)."""
+# The memory_limiter extension as the OTLP receiver's middleware (gRPC and
+# HTTP), with a limit below what any Collector uses: from its first check
+# (every 100 ms) it refuses every request. The limiter answers gRPC with
+# RESOURCE_EXHAUSTED and no RetryInfo, HTTP with 429 and no Retry-After
+# (core's memorylimiterextension, memorylimiter.go).
+MEMORY_LIMITED = [
+    "yaml:extensions::memory_limiter::check_interval: 100ms",
+    "yaml:extensions::memory_limiter::limit_mib: 1",
+    "yaml:service::extensions: [health_check, file_storage, memory_limiter]",
+    "yaml:receivers::otlp::protocols::grpc::middlewares: [{id: memory_limiter}]",
+    "yaml:receivers::otlp::protocols::http::middlewares: [{id: memory_limiter}]",
+]
+
+
+def _transports(certs: dict[str, Path]) -> dict[str, tuple[list[str], list[str], list[str]]]:
+    """name: (the plugin's environment, the Collector's config overrides,
+    overrides of its first start only)."""
     server_tls = json.dumps(
         {
             "cert_file": str(certs["server.pem"]),
@@ -74,13 +90,14 @@ def _transports(certs: dict[str, Path]) -> dict[str, tuple[list[str], list[str]]
     ]
     return {
         # Nothing set: the plugin's default endpoint is localhost:4317, gRPC.
-        "grpc": ([], []),
+        "grpc": ([], [], []),
         "http_gzip": (
             [
                 "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
                 "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318",
                 "OTEL_EXPORTER_OTLP_COMPRESSION=gzip",
             ],
+            [],
             [],
         ),
         # One span per request into a Collector whose exporter queue takes one
@@ -91,10 +108,22 @@ def _transports(certs: dict[str, Path]) -> dict[str, tuple[list[str], list[str]]
                 "yaml:exporters::otlp/jaeger::sending_queue::queue_size: 1",
                 "yaml:exporters::otlp/jaeger::sending_queue::num_consumers: 1",
             ],
+            [],
+        ),
+        # Over its memory limit until it is restarted; the plugin's defaults.
+        "grpc_memory_limited": ([], [], MEMORY_LIMITED),
+        "http_memory_limited": (
+            [
+                "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+                "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318",
+            ],
+            [],
+            MEMORY_LIMITED,
         ),
         "grpc_mtls": (
             ["OTEL_EXPORTER_OTLP_ENDPOINT=https://localhost:4317", *client_tls],
             [f"yaml:receivers::otlp::protocols::grpc::tls: {server_tls}"],
+            [],
         ),
         "https_mtls": (
             [
@@ -104,6 +133,7 @@ def _transports(certs: dict[str, Path]) -> dict[str, tuple[list[str], list[str]]
                 *client_tls,
             ],
             [f"yaml:receivers::otlp::protocols::http::tls: {server_tls}"],
+            [],
         ),
     }
 
@@ -125,6 +155,11 @@ RUNS = [(f"grpc_{s}", s, "grpc") for s in SCENARIOS] + [
     # The Collector's queue full while Jaeger is down (it refuses requests),
     # then the Collector restarted with it.
     ("grpc_queue_full", "custom:collector_queue_full.sh", "grpc_queue1"),
+    # The Collector over its memory limit refuses everything (gRPC
+    # RESOURCE_EXHAUSTED, HTTP 429) while Hermes runs, then is restarted
+    # without the limit.
+    ("grpc_memory_limited", "custom:collector_memory_limited.sh", "grpc_memory_limited"),
+    ("http_memory_limited", "custom:collector_memory_limited.sh", "http_memory_limited"),
 ]
 
 
@@ -151,7 +186,7 @@ def pipeline_runs(hermes_bin: Path, tmp_path_factory) -> dict[str, Path]:
 
     def one(run: tuple[str, str, str]) -> tuple[str, Path, subprocess.CompletedProcess]:
         name, scenario, transport = run
-        env_vars, collector_config = transports[transport]
+        env_vars, collector_config, collector_first = transports[transport]
         outdir = root / name
         # Priced (examples/pricing.toml prices the mock's model), so costs
         # are compared too.
@@ -166,6 +201,7 @@ def pipeline_runs(hermes_bin: Path, tmp_path_factory) -> dict[str, Path]:
             HERMES_METER_OTELCOL=str(OTELCOL),
             HERMES_METER_JAEGER=str(JAEGER),
             PIPELINE_COLLECTOR_CONFIG=json.dumps(collector_config),
+            PIPELINE_COLLECTOR_CONFIG_FIRST=json.dumps(collector_first),
             PIPELINE_METER_CLI=str(CLI),
         )
         script = []
@@ -396,6 +432,50 @@ def test_a_collector_with_a_full_queue_refuses_and_what_it_refused_reaches_jaege
     assert export["exported"] == len(_jaeger_spans(outdir))
 
 
+def _steps(outdir: Path) -> dict[str, tuple[int, float, float]]:
+    """The kit's steps.tsv: name -> (rc, started, ended)."""
+    steps = {}
+    for line in (outdir / "steps.tsv").read_text().splitlines()[1:]:
+        _, name, rc, _, _, started, ended = line.split("\t")
+        steps[name] = (int(rc), float(started), float(ended))
+    return steps
+
+
+@pytest.mark.parametrize(
+    ("name", "answer", "worded"),
+    [
+        # No RetryInfo: not retryable for the OTLP specification; the plugin
+        # keeps the spans and retries at its slowest pace.
+        ("grpc_memory_limited", "ResourceExhausted: RESOURCE_EXHAUSTED", "out of a resource"),
+        # 429 is retryable; no Retry-After, so the plugin's own backoff.
+        ("http_memory_limited", "status 429", "cannot take them now"),
+    ],
+)
+def test_a_collector_over_its_memory_limit_refuses_and_what_it_refused_reaches_jaeger_once(
+    pipeline_runs, name, answer, worded
+):
+    outdir = _run(pipeline_runs, name)
+    steps = _steps(outdir)
+    assert all(rc == 0 for rc, _, _ in steps.values()), steps
+    times = json.loads((outdir / "control_times.json").read_text())
+    # Hermes ran, and exited, while the limiter refused (it said so first);
+    # the Collector without the limit came up only after.
+    assert times["collector_log"] <= steps["chat"][1] < steps["chat"][2] < times["collector.stop"]
+    assert "Refusing data" in (outdir / "collector.log").read_text()
+    env = dict(os.environ, HERMES_METER_HOME=str(_meter(outdir)))
+    p = subprocess.run([str(CLI), "status", "--json"], env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    export = json.loads(p.stdout)["export"]
+    # The plugin saw the real Collector's refusal, worded as what it is.
+    assert export["failed"] >= 1, export
+    assert answer in export["last_error"], export
+    assert worded in export["last_error"], export
+    # Nothing waits, nothing was dropped: every span went out once in the
+    # end (whole and once in Jaeger: the parametrized tests above).
+    assert (export["pending"], export["dropped"], export["rejected"]) == (0, 0, 0), export
+    assert export["exported"] == len(_jaeger_spans(outdir))
+
+
 def _report_totals(outdir: Path) -> dict:
     env = dict(os.environ, HERMES_METER_HOME=str(_meter(outdir)))
     p = subprocess.run([str(CLI), "report", "--json"], env=env, capture_output=True, text=True)
@@ -438,10 +518,7 @@ def test_the_shipped_collector_config_validates_with_the_real_collector():
 def test_a_collector_restarted_with_a_queue_jaeger_had_not_taken_loses_none_of_it(pipeline_runs):
     outdir = _run(pipeline_runs, "grpc_collector_restart")
     times = json.loads((outdir / "control_times.json").read_text())
-    steps = {}
-    for line in (outdir / "steps.tsv").read_text().splitlines()[1:]:
-        _, name, rc, _, _, started, ended = line.split("\t")
-        steps[name] = (int(rc), float(started), float(ended))
+    steps = _steps(outdir)
     assert all(rc == 0 for rc, _, _ in steps.values()), steps
     # Jaeger was down from before Hermes ran until after the Collector
     # came back: the spans can only have come from the Collector's queue.

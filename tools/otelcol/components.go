@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/collector/exporter/otlpexporter"
 	"go.opentelemetry.io/collector/exporter/otlphttpexporter"
 	"go.opentelemetry.io/collector/extension"
+	"go.opentelemetry.io/collector/extension/memorylimiterextension"
 	"go.opentelemetry.io/collector/otelcol"
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/collector/processor/batchprocessor"
@@ -24,6 +25,10 @@ func components() (otelcol.Factories, error) {
 	if factories.Extensions, err = otelcol.MakeFactoryMap[extension.Factory](
 		healthcheckextension.NewFactory(),
 		filestorage.NewFactory(),
+		// As the OTLP receiver's middleware, the refusal the end-to-end tests
+		// need (gRPC RESOURCE_EXHAUSTED, HTTP 429). Module v0.149.0: the Go
+		// module proxy serves no later one; it builds against core v0.165.0.
+		memorylimiterextension.NewFactory(),
 	); err != nil {
 		return otelcol.Factories{}, err
 	}

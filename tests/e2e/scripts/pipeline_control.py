@@ -1,9 +1,11 @@
 """Drive the pipeline sidecar from a scenario: stop and start the Collector
 or Jaeger through its control files, and count what Jaeger holds.
 
-    pipeline_control.py --out OUTDIR [--jaeger-chats N] ACTION...
+    pipeline_control.py --out OUTDIR [--collector-log TEXT] [--jaeger-chats N] ACTION...
 
-Each ACTION (``collector.stop``, ``collector.start``, ``jaeger.stop``,
+With ``--collector-log TEXT``, it first waits up to a minute for the
+Collector's log (``collector.log`` in OUTDIR) to hold TEXT, and notes when
+it did. Each ACTION (``collector.stop``, ``collector.start``, ``jaeger.stop``,
 ``jaeger.start``) is asked for in turn and waited for; its time goes to
 ``control_times.json`` in OUTDIR. With ``--jaeger-chats N``, it then waits
 up to three minutes for Jaeger's query API to hold N chat spans (the
@@ -33,6 +35,17 @@ def control(out: Path, action: str, seconds: float = 60.0) -> float:
     while not done.exists():
         if time.time() > deadline:
             raise RuntimeError(f"the sidecar did not answer {action}")
+        time.sleep(0.1)
+    return time.time()
+
+
+def wait_for_log(out: Path, text: str, seconds: float = 60.0) -> float:
+    """Waits until the Collector's log holds ``text``; returns when it did."""
+    log = out / "collector.log"
+    deadline = time.time() + seconds
+    while not (log.exists() and text in log.read_text(errors="replace")):
+        if time.time() > deadline:
+            raise RuntimeError(f"the Collector's log did not say {text!r}")
         time.sleep(0.1)
     return time.time()
 
@@ -72,11 +85,14 @@ def wait_for_chats(n: int, seconds: float = 180.0) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--collector-log")
     ap.add_argument("--jaeger-chats", type=int, default=0)
     ap.add_argument("actions", nargs="*")
     a = ap.parse_args()
     path = a.out / "control_times.json"
     times = json.loads(path.read_text()) if path.exists() else {}
+    if a.collector_log:
+        times["collector_log"] = wait_for_log(a.out, a.collector_log)
     for action in a.actions:
         times[action] = control(a.out, action)
     if a.jaeger_chats:
