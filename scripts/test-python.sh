@@ -81,7 +81,7 @@ step "test wheel (feature test-hooks)"
 TEST_WHEEL=$(ls "$WORK"/test-wheels/hermes_meter-*.whl | tail -n 1)
 
 step "ruff"
-LINT=(python catalog tests/python tests/e2e/conftest.py tests/e2e/test_scenarios.py tests/e2e/test_crash.py benches/hook_overhead.py tests/e2e/test_budgets.py tests/e2e/test_otlp.py tests/e2e/test_traces.py tests/e2e/otlp_sidecar.py tests/e2e/scripts/gateway_session.py tests/e2e/scripts/pipeline_control.py tests/e2e/test_dashboard.py tests/e2e/dashboard_probe.py tests/e2e/test_older_hermes.py tests/e2e/test_fleet.py tests/e2e/test_wheel.py tests/e2e/test_pipeline.py tests/e2e/pipeline_sidecar.py)
+LINT=(python catalog tests/python tests/e2e/conftest.py tests/e2e/test_scenarios.py tests/e2e/test_crash.py benches/hook_overhead.py tests/e2e/test_budgets.py tests/e2e/test_otlp.py tests/e2e/test_traces.py tests/e2e/otlp_sidecar.py tests/e2e/scripts/gateway_session.py tests/e2e/scripts/pipeline_control.py tests/e2e/test_dashboard.py tests/e2e/dashboard_probe.py tests/e2e/test_older_hermes.py tests/e2e/test_fleet.py tests/e2e/test_wheel.py tests/e2e/test_pipeline.py tests/e2e/pipeline_sidecar.py tests/e2e/grafana_panels.py tests/e2e/test_grafana_totals.py)
 "$VENV/bin/ruff" format --check "${LINT[@]}"
 "$VENV/bin/ruff" check "${LINT[@]}"
 

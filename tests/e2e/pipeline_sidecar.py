@@ -27,7 +27,9 @@ store holds that no Hermes process pushed (a process's last metrics wait in
 the store for the next exporter), as a host running short processes does;
 once Prometheus has scraped what it pushed (the Collector batches for up to
 5 s) and evaluated the rules a few times, what it holds is written to
-``prometheus.json`` (the series' values and the rules' state); the Collector
+``prometheus.json`` (the series' values, the rules' state, and what the
+Grafana dashboard's "(time range)" panels show over a range that begins
+before this sidecar started, so every series is born in it); the Collector
 is stopped, which makes it export what it holds; every trace
 Jaeger has for service ``hermes-agent`` is written to ``jaeger/traces.json``
 (OTLP JSON, raw: no dedupe or clock adjustment); then Jaeger and Prometheus
@@ -49,7 +51,10 @@ import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import grafana_panels
+
 OUT = Path(os.environ["E2E_OUTDIR"])
+STARTED = time.time()
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "collector-config" / "otelcol.yaml"
 JAEGER_OTLP = "127.0.0.1:14317"
@@ -182,6 +187,17 @@ def _prometheus_state() -> dict:
     return out
 
 
+def _dashboard_totals() -> dict:
+    """The dashboard's "(time range)" panels over a range that begins a
+    minute before this sidecar started."""
+
+    def query(expr: str) -> list[dict]:
+        url = f"http://{PROMETHEUS}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        return json.loads(_get(url))["data"]["result"]
+
+    return grafana_panels.shown(query, int(time.time() - STARTED) + 60)
+
+
 def main() -> None:
     (OUT / "jaeger").mkdir(parents=True, exist_ok=True)
     jaeger_yaml = OUT / "jaeger" / "config.yaml"
@@ -264,7 +280,9 @@ def main() -> None:
         while _prometheus_state()["values"]["llm_calls"] is None and time.monotonic() < deadline:
             time.sleep(0.5)
         time.sleep(3.0)
-        (OUT / "prometheus.json").write_text(json.dumps(_prometheus_state()))
+        (OUT / "prometheus.json").write_text(
+            json.dumps(_prometheus_state() | {"dashboard": _dashboard_totals()})
+        )
         _stop(collector)
         (OUT / "collector.rc").write_text(f"{collector.returncode}\n")
         # Jaeger's own batch (200 ms) into its memory store.

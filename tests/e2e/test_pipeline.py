@@ -27,6 +27,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import grafana_panels
 import pytest
 from conftest import KIT, PLUGIN_KEY, ROOT, SCENARIOS
 
@@ -476,11 +477,11 @@ def test_a_collector_over_its_memory_limit_refuses_and_what_it_refused_reaches_j
     assert export["exported"] == len(_jaeger_spans(outdir))
 
 
-def _report_totals(outdir: Path) -> dict:
+def _report(outdir: Path) -> dict:
     env = dict(os.environ, HERMES_METER_HOME=str(_meter(outdir)))
     p = subprocess.run([str(CLI), "report", "--json"], env=env, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout)["totals"]
+    return json.loads(p.stdout)
 
 
 @pytest.mark.parametrize("name", [r[0] for r in RUNS])
@@ -488,7 +489,8 @@ def test_metrics_through_the_collector_into_prometheus_equal_the_report(pipeline
     outdir = pipeline_runs[name]
     assert (outdir / "drain.rc").read_text().strip() == "0", (outdir / "drain.log").read_text()[-2000:]
     prom = json.loads((outdir / "prometheus.json").read_text())
-    totals = _report_totals(outdir)
+    report = _report(outdir)
+    totals = report["totals"]
     # No series of a counter is no event (a run with no answered call, or no tool).
     values = {k: v or 0 for k, v in prom["values"].items()}
     if not any(name.endswith(f) for f in FAILING):
@@ -498,6 +500,11 @@ def test_metrics_through_the_collector_into_prometheus_equal_the_report(pipeline
     assert values["llm_calls"] == totals["llm_calls"]
     assert values["tool_calls"] == totals["tool_calls"]
     assert values["cost_usd"] == pytest.approx(totals["cost_usd"], abs=1e-9)
+    # The dashboard's totals over a range in which every series was born
+    # (increase() would count none of a series pushed once).
+    assert grafana_panels.mismatches(prom["dashboard"], grafana_panels.expected(report)) == [], prom[
+        "dashboard"
+    ]
     # The shipped alert rules were loaded and evaluated on that data.
     groups = prom["rules"]["groups"]
     rules = [r for g in groups for r in g["rules"]]
