@@ -511,7 +511,7 @@ fn a_partial_success_counts_the_rejected_spans_and_sends_nothing_again() {
         let mut store = store_at(dir.path());
         replay(&mut store, &[fixture("readfile")]);
         let settings = base(&endpoint, &[("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)]);
-        let mut exporter = Exporter::with_store(config(&settings), store).expect("exporter");
+        let mut exporter = Exporter::with_store(config(&settings), store.into_outbox()).expect("exporter");
         drain(&mut exporter);
         let spans = receiver.received.spans();
         assert_unique(&spans);
