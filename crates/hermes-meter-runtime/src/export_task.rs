@@ -24,8 +24,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::bridge::Background;
-use crate::error::{Error, Result};
+use crate::bridge::{join_until, spawn, Background};
+use crate::error::Result;
 use crate::export::{Driver, ExportConfig, MetricsConfig};
 use crate::store::DB_FILE_NAME;
 
@@ -247,25 +247,6 @@ impl Background for ExportTask {
 impl Drop for ExportTask {
     fn drop(&mut self) {
         self.shutdown(Instant::now() + Duration::from_millis(200));
-    }
-}
-
-/// Starts the background thread `name` (export, fleet sync).
-pub(crate) fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(f)
-        .map_err(|e| Error::Other(format!("cannot start the thread {name}: {e}")))
-}
-
-/// Joins a background thread that was told to stop, if it ends by
-/// `deadline`; else leaves it (it holds nothing a later process needs).
-pub(crate) fn join_until(handle: JoinHandle<()>, deadline: Instant) {
-    while !handle.is_finished() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    if handle.is_finished() {
-        let _ = handle.join();
     }
 }
 

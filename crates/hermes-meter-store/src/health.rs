@@ -396,7 +396,7 @@ impl Tracker {
         if !self.dirty() {
             return Ok(());
         }
-        let lock = crate::store::private_file_options()
+        let lock = crate::files::private_file_options()
             .create(true)
             .truncate(false)
             .write(true)
@@ -440,7 +440,7 @@ impl Tracker {
 }
 
 fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut f: File = crate::store::private_file_options()
+    let mut f: File = crate::files::private_file_options()
         .write(true)
         .create(true)
         .truncate(true)

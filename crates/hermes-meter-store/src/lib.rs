@@ -9,6 +9,7 @@
 //! [`store::Outbox`], [`store::Reader`], [`store::Doctor`]) and drives them.
 
 pub mod error;
+mod files;
 pub mod health;
 pub mod replay;
 pub mod store;

@@ -5,10 +5,11 @@
 //! Owns: the exporter slot. Must not touch: what the task does (see
 //! `export_task.rs`), Python.
 
-use std::time::Instant;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use super::{Bridge, BridgeConfig, State};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lock;
 
 /// A background task the bridge owns besides the writer (the OTLP exporter).
@@ -21,6 +22,25 @@ pub trait Background: Send {
     /// send.
     fn flush(&self, _deadline: Instant) -> bool {
         true
+    }
+}
+
+/// Starts the background thread `name` (export, fleet sync).
+pub(crate) fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map_err(|e| Error::Other(format!("cannot start the thread {name}: {e}")))
+}
+
+/// Joins a background thread that was told to stop, if it ends by
+/// `deadline`; else leaves it (it holds nothing a later process needs).
+pub(crate) fn join_until(handle: JoinHandle<()>, deadline: Instant) {
+    while !handle.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    if handle.is_finished() {
+        let _ = handle.join();
     }
 }
 

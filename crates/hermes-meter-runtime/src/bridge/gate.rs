@@ -11,7 +11,7 @@ use crate::hook::{Hook, HookEvent};
 use crate::store::{Reader, Writer};
 
 // The spend bound is budget arithmetic; the bridge asks it on the hook thread.
-pub use crate::budget::{carries_spend, spend_bound};
+pub use hermes_meter_model::budget::{carries_spend, spend_bound};
 
 /// What a gating hook tells Hermes.
 #[derive(Debug, Clone, PartialEq, Eq)]

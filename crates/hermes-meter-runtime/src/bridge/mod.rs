@@ -95,6 +95,7 @@ mod queue;
 mod writer;
 
 use background::ExporterSlot;
+pub(crate) use background::{join_until, spawn};
 pub use background::{Background, ExporterFactory};
 use host_price::HostAsk;
 pub use host_price::HOST_PRICE_RETRY;
@@ -116,14 +117,14 @@ pub const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 /// failed open or write, and about 20 of them fit in the 2 s default.
 pub const EXIT_RETRY_PAUSE: Duration = Duration::from_millis(100);
 
-/// Whether budgets may block calls (defined with the budgets).
-pub use crate::budget::BudgetMode;
 /// The bridge's settings and their defaults, resolved in `config/bridge.rs`.
 pub use crate::config::bridge::env;
 pub use crate::config::{
     BridgeConfig, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_HOOK_WAIT, DEFAULT_STORE_RETRY_MAX, DEFAULT_STORE_RETRY_MIN,
     DEFAULT_SWEEP_INTERVAL,
 };
+/// Whether budgets may block calls (defined with the budgets).
+pub use hermes_meter_model::budget::BudgetMode;
 
 /// What became of one submitted event.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,8 +17,8 @@ use super::export::{ExportConfig, ExportOverrides};
 use super::metrics::{MetricsConfig, MetricsOverrides};
 use super::parse::parse_non_negative;
 use super::store::{store_dir_from, Retention};
-use crate::budget::BudgetMode;
 use crate::hook::DecodeOptions;
+use hermes_meter_model::budget::BudgetMode;
 
 /// Environment variables the bridge reads (besides the store's and the export settings it shares).
 pub mod env {
@@ -70,7 +70,7 @@ pub struct BridgeConfig {
     pub fleet: bool,
     /// What fleet budgets do before this store's first fleet sync, once
     /// the first gated call's wait is over (`HERMES_METER_FLEET_UNSYNCED`).
-    pub fleet_unsynced: crate::budget::Unsynced,
+    pub fleet_unsynced: hermes_meter_model::budget::Unsynced,
     /// Between WAL checkpoints.
     pub checkpoint_interval: Duration,
     /// Between idle-run sweeps.
@@ -119,7 +119,7 @@ impl BridgeConfig {
             budget_mode: BudgetMode::Enforce,
             budget_mode_override: None,
             fleet: false,
-            fleet_unsynced: crate::budget::Unsynced::default(),
+            fleet_unsynced: hermes_meter_model::budget::Unsynced::default(),
             checkpoint_interval: DEFAULT_CHECKPOINT_INTERVAL,
             sweep_interval: DEFAULT_SWEEP_INTERVAL,
             idle_run_seconds: super::DEFAULT_IDLE_TIMEOUT_SECONDS,

@@ -4,9 +4,9 @@
 
 use std::path::Path;
 
-use crate::budget::BudgetConfig;
 use crate::error::{Error, Result};
 use crate::pricing::PriceTable;
+use hermes_meter_model::budget::BudgetConfig;
 
 /// The built-in price table with the user's pricing file over it.
 pub fn load_prices(path: &Path) -> Result<PriceTable> {

@@ -12,11 +12,11 @@ use std::ffi::OsString;
 
 use super::parse::Resolver;
 use super::Resolved;
-use crate::budget::Unsynced;
+use hermes_meter_model::budget::Unsynced;
 
 /// `closed` (the default) or `open`: whether fleet budgets block calls on a
 /// host whose store never synced, once the first wait is over.
-pub use crate::budget::UNSYNCED_ENV;
+pub use hermes_meter_model::budget::UNSYNCED_ENV;
 
 /// The variable that turns fleet budgets on.
 pub const FLEET_URL_ENV: &str = "HERMES_METER_FLEET_URL";

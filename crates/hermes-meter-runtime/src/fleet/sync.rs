@@ -28,10 +28,10 @@ use tokio_postgres::Client;
 
 use super::config::{pg_error, FleetConfig};
 use super::schema;
-use crate::budget::lease::{self, HOST_LIVE_SECONDS};
-use crate::budget::{self, BudgetConfig, BudgetUnit, Scope, Window, BUCKET_SECONDS};
 use crate::error::{Error, Result};
 use crate::store::{FleetRow, Outbox, RESERVATION_TTL_SECONDS};
+use hermes_meter_model::budget::lease::{self, HOST_LIVE_SECONDS};
+use hermes_meter_model::budget::{self, BudgetConfig, BudgetUnit, Scope, Window, BUCKET_SECONDS};
 
 /// The longest a step may take: a database that stops answering mid-way
 /// (a network partition) must not stall the sync for good; the next step

@@ -75,7 +75,7 @@ impl FleetTask {
             done: Condvar::new(),
         });
         let thread_shared = Arc::clone(&shared);
-        let handle = crate::export_task::spawn("hermes-meter-fleet", move || run(store, sync, &thread_shared))?;
+        let handle = crate::bridge::spawn("hermes-meter-fleet", move || run(store, sync, &thread_shared))?;
         Ok(FleetTask {
             shared,
             handle: Some(handle),
@@ -185,7 +185,7 @@ impl Background for FleetTask {
         lock(&self.shared.state).stop = true;
         self.shared.wake.notify_all();
         if let Some(handle) = self.handle.take() {
-            crate::export_task::join_until(handle, deadline);
+            crate::bridge::join_until(handle, deadline);
         }
     }
 }
