@@ -566,7 +566,7 @@ pub fn walk(root: &TraceNode) -> Vec<(usize, &TraceNode)> {
 }
 
 /// A duration for people: `850 ms`, `12.3 s`, `4m 05s`.
-pub fn human_duration(ms: f64) -> String {
+pub(crate) fn human_duration(ms: f64) -> String {
     if ms < 1000.0 {
         format!("{ms:.0} ms")
     } else if ms < 60_000.0 {
@@ -578,7 +578,7 @@ pub fn human_duration(ms: f64) -> String {
 }
 
 /// A count with thousands separators.
-pub fn human_count(n: i64) -> String {
+pub(crate) fn human_count(n: i64) -> String {
     let digits = n.unsigned_abs().to_string();
     let mut out = String::new();
     for (i, ch) in digits.chars().enumerate() {
@@ -620,7 +620,7 @@ const BOLD: &str = "\x1b[1m";
 /// The tree as text, one line per span: tree-drawn label, duration,
 /// tokens (input incl. cache → output), cost and status; ANSI colours when
 /// `color`.
-pub fn render_text(trace: &Trace, color: bool) -> String {
+pub(crate) fn render_text(trace: &Trace, color: bool) -> String {
     let paint = |code: &str, text: &str| -> String {
         if color {
             format!("{code}{text}{RESET}")

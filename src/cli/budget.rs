@@ -18,7 +18,7 @@ use crate::store::{write_atomically, Outbox, Writer};
 
 /// The `budget` subcommands.
 #[derive(Debug, Subcommand)]
-pub enum BudgetCommand {
+pub(crate) enum BudgetCommand {
     /// Set a limit: `set <scope> [<id>] <window> <limit>`. Scope: global,
     /// cron, sender, profile, model; without an id, the scope's default.
     /// Window: daily, weekly, monthly (a limit in USD), or daily_tokens,
@@ -57,7 +57,7 @@ impl BudgetCommand {
     /// Whether the command may create the store directory (`set` writes the
     /// budget file, which may come before Hermes ever ran); the others need
     /// an existing one.
-    pub fn creates_home(&self) -> bool {
+    pub(crate) fn creates_home(&self) -> bool {
         matches!(self, BudgetCommand::Set { .. })
     }
 }
@@ -336,7 +336,7 @@ fn is_cap(args: &[String]) -> bool {
 }
 
 /// Reads `session|run <unit> <limit>`.
-pub fn parse_cap_set(args: &[String]) -> std::result::Result<(CapScope, CapUnit, f64), String> {
+pub(crate) fn parse_cap_set(args: &[String]) -> std::result::Result<(CapScope, CapUnit, f64), String> {
     let [scope, unit, limit] = args else {
         return Err("usage: budget set session|run usd|tokens|tool_calls <limit>".into());
     };
@@ -356,7 +356,7 @@ pub fn parse_cap_set(args: &[String]) -> std::result::Result<(CapScope, CapUnit,
 }
 
 /// Reads `session|run <unit>`.
-pub fn parse_cap_rm(args: &[String]) -> std::result::Result<(CapScope, CapUnit), String> {
+pub(crate) fn parse_cap_rm(args: &[String]) -> std::result::Result<(CapScope, CapUnit), String> {
     let [scope, unit] = args else {
         return Err("usage: budget rm session|run usd|tokens|tool_calls".into());
     };
@@ -371,7 +371,7 @@ fn parse_cap_words(scope: &str, unit: &str) -> std::result::Result<(CapScope, Ca
 }
 
 /// Sets one cap in the budget file at `path`, keeping everything else.
-pub fn set_cap(path: &Path, scope: CapScope, unit: CapUnit, limit: f64) -> Result<()> {
+pub(crate) fn set_cap(path: &Path, scope: CapScope, unit: CapUnit, limit: f64) -> Result<()> {
     let (text, header) = match std::fs::read_to_string(path) {
         Ok(t) => (t, ""),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), NEW_FILE_HEADER),
@@ -395,7 +395,7 @@ pub fn set_cap(path: &Path, scope: CapScope, unit: CapUnit, limit: f64) -> Resul
 }
 
 /// Removes one cap from the budget file at `path`; an error when it is not set.
-pub fn remove_cap(path: &Path, scope: CapScope, unit: CapUnit) -> Result<()> {
+pub(crate) fn remove_cap(path: &Path, scope: CapScope, unit: CapUnit) -> Result<()> {
     let what = format!("per-{scope} {}", unit.as_str());
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
@@ -766,7 +766,9 @@ fn print_json(v: &serde_json::Value) -> Result<()> {
 
 /// Reads `<scope> [<id>] <window> <limit>`: the window word is the file's
 /// key (`daily`, `daily_tokens`), which says the limit's unit.
-pub fn parse_set(args: &[String]) -> std::result::Result<(Scope, Option<String>, Window, BudgetUnit, f64), String> {
+pub(crate) fn parse_set(
+    args: &[String],
+) -> std::result::Result<(Scope, Option<String>, Window, BudgetUnit, f64), String> {
     let scope_word = args.first().ok_or("missing scope")?;
     let scope = Scope::parse(scope_word)
         .ok_or_else(|| format!("unknown scope {scope_word:?}: use global, cron, sender, profile or model"))?;
@@ -812,7 +814,7 @@ fn parse_window(word: &str) -> std::result::Result<(Window, BudgetUnit), String>
 }
 
 /// Reads `<scope> [<id>] <window>`.
-pub fn parse_rm(args: &[String]) -> std::result::Result<(Scope, Option<String>, Window, BudgetUnit), String> {
+pub(crate) fn parse_rm(args: &[String]) -> std::result::Result<(Scope, Option<String>, Window, BudgetUnit), String> {
     let scope_word = args.first().ok_or("missing scope")?;
     let scope = Scope::parse(scope_word)
         .ok_or_else(|| format!("unknown scope {scope_word:?}: use global, cron, sender, profile or model"))?;

@@ -25,7 +25,7 @@ use crate::store::{self, Doctor, Reader, Rebuilt, Writer, DAMAGED_INFIX, DB_FILE
 const MAX_PROBLEMS: usize = 20;
 
 #[derive(Debug, Args)]
-pub struct DoctorArgs {
+pub(crate) struct DoctorArgs {
     /// Rebuild a damaged store: keep the damaged file aside, re-apply every
     /// readable journal event and the spools to a fresh store.
     #[arg(long)]

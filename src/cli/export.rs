@@ -29,7 +29,7 @@ pub struct Target {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     #[command(flatten)]
     target: Target,
     /// Milliseconds between looks at the outbox when it is empty.
@@ -55,10 +55,10 @@ pub struct ServeArgs {
 
 /// The default of `export --timeout-seconds`: long enough for a collector
 /// that is starting, short enough that a person at a terminal waits for it.
-pub const EXPORT_TIMEOUT_SECONDS: u64 = 10;
+pub(crate) const EXPORT_TIMEOUT_SECONDS: u64 = 10;
 
 #[derive(Debug, clap::Args)]
-pub struct ExportArgs {
+pub(crate) struct ExportArgs {
     #[command(flatten)]
     target: Target,
     /// Re-send spans that ended at or after this time: a date (2026-11-30),

@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::store::{Confirmation, Reader, Writer};
 
 #[derive(Debug, Subcommand)]
-pub enum HeldCommand {
+pub(crate) enum HeldCommand {
     /// Held calls, newest first, with what confirming each would bill.
     List {
         /// At most this many.

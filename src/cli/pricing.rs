@@ -23,7 +23,7 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
 pub use crate::config::cli::HERMES_PYTHON_ENV;
 
 #[derive(Debug, Subcommand)]
-pub enum PricingCommand {
+pub(crate) enum PricingCommand {
     /// The price used for a model, and which entry of which table it came from.
     Show {
         /// The model id as Hermes reports it (e.g. anthropic/claude-sonnet-4.5).

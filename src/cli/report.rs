@@ -15,7 +15,7 @@ use crate::store::Reader;
 const END_OF_TIME: f64 = 253_370_764_800.0;
 
 #[derive(Debug, Args)]
-pub struct ReportArgs {
+pub(crate) struct ReportArgs {
     /// Start of the window: a date (midnight in --tz), an RFC 3339 time, or a span back from now (7d, 24h).
     #[arg(long)]
     since: Option<String>,

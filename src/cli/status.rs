@@ -352,7 +352,7 @@ fn damaged(dir: &std::path::Path) -> Option<String> {
 
 /// Status of a store that cannot be opened: what is wrong, what the bridges
 /// recorded about it, and what waits in the spool. Exits 1.
-pub fn run_unopenable(home: &Resolved<PathBuf>, error: &Error, json: bool) -> Result<i32> {
+pub(crate) fn run_unopenable(home: &Resolved<PathBuf>, error: &Error, json: bool) -> Result<i32> {
     let db = home.value.join(crate::store::DB_FILE_NAME);
     let kind = crate::health::classify(error).map(|k| k.as_str());
     if json {

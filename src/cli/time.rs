@@ -6,7 +6,7 @@ use jiff::{civil::Date, tz::TimeZone, Timestamp};
 pub use crate::unix_now as now;
 
 /// The forms [`parse`] accepts, for error messages.
-pub const ACCEPTED_FORMS: &str =
+pub(crate) const ACCEPTED_FORMS: &str =
     "a date (2026-11-30), an RFC 3339 time (2026-11-30T08:00:00Z) or a span back from now (30m, 24h, 7d, 2w)";
 
 /// Parses `2026-11-30` (midnight in `tz`), an RFC 3339 timestamp, or a

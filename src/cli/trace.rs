@@ -13,7 +13,7 @@ use crate::span::SpanOptions;
 use crate::store::Reader;
 
 #[derive(Debug, Args)]
-pub struct TraceArgs {
+pub(crate) struct TraceArgs {
     /// The Hermes session id (a subagent's id shows its own subtree).
     #[arg(required_unless_present = "last", conflicts_with = "last")]
     pub session_id: Option<String>,

@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::ui::{UiConfig, UiServer, DEFAULT_LISTEN};
 
 #[derive(Debug, Args)]
-pub struct UiArgs {
+pub(crate) struct UiArgs {
     /// Address to listen on; anything but loopback needs a token.
     #[arg(long, default_value = DEFAULT_LISTEN, value_name = "HOST:PORT")]
     pub listen: String,

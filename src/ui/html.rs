@@ -27,7 +27,7 @@ pub fn esc(text: &str) -> String {
 const NOT_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
 
 /// `text` percent-encoded for a path segment or a query value.
-pub fn url_part(text: &str) -> String {
+pub(crate) fn url_part(text: &str) -> String {
     utf8_percent_encode(text, NOT_UNRESERVED).to_string()
 }
 
@@ -39,7 +39,7 @@ pub fn percent_decode(text: &str, plus: bool) -> String {
 }
 
 /// The pairs of a query string, decoded.
-pub fn query_pairs(query: &str) -> Vec<(String, String)> {
+pub(crate) fn query_pairs(query: &str) -> Vec<(String, String)> {
     query
         .split('&')
         .filter(|p| !p.is_empty())

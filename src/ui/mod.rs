@@ -57,16 +57,16 @@ const SHOWN_CAP_SESSIONS: usize = 20;
 /// in `config/cli.rs`).
 pub use crate::config::cli::UI_TOKEN_ENV as TOKEN_ENV;
 /// The default address.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:8765";
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:8765";
 /// The cookie a browser keeps the token in.
 const COOKIE: &str = "hermes_meter_ui";
 /// Sessions on one index page.
-pub const PAGE_SIZE: usize = 50;
+pub(crate) const PAGE_SIZE: usize = 50;
 
 /// Where the stylesheet and the script are served, under the base path.
-pub const STYLE_PATH: &str = "/static/style.css";
+pub(crate) const STYLE_PATH: &str = "/static/style.css";
 /// See [`STYLE_PATH`].
-pub const SCRIPT_PATH: &str = "/static/app.js";
+pub(crate) const SCRIPT_PATH: &str = "/static/app.js";
 
 const STYLE: &str = include_str!("assets/style.css");
 const SCRIPT: &str = include_str!("assets/app.js");

@@ -56,7 +56,7 @@ pub fn page(frame: &Frame<'_>, title: &str, tab: Tab, body: &str) -> String {
 }
 
 /// A local time for people.
-pub fn local_time(unix: f64, tz: &TimeZone) -> String {
+pub(crate) fn local_time(unix: f64, tz: &TimeZone) -> String {
     jiff::Timestamp::from_microsecond((unix * 1e6) as i64)
         .map(|t| t.to_zoned(tz.clone()).strftime("%Y-%m-%d %H:%M:%S").to_string())
         .unwrap_or_default()
@@ -609,6 +609,6 @@ pub fn budgets(
 }
 
 /// The body of a 404 page.
-pub fn not_found(what: &str) -> String {
+pub(crate) fn not_found(what: &str) -> String {
     format!("<h1>Not found</h1><p id=\"not-found\">{}</p>", esc(what))
 }

@@ -158,7 +158,7 @@ const SECRET_WORDS: &[&str] = &[
 ];
 
 /// Whether a JSON object key names a secret value.
-pub fn is_secret_key(key: &str) -> bool {
+pub(crate) fn is_secret_key(key: &str) -> bool {
     let lower = key.to_ascii_lowercase();
     SECRET_KEYS.contains(&lower.as_str()) || assignment_key_is_secret(&lower)
 }
@@ -193,7 +193,7 @@ pub fn redact_text(text: &str) -> Cow<'_, str> {
 /// Redacts a JSON value in place: secret-named keys lose their values,
 /// every string leaf is redacted as text. Nesting deeper than
 /// [`MAX_DEPTH`] is replaced by a marker (it would be cut anyway).
-pub fn redact_value(value: &mut Value) {
+pub(crate) fn redact_value(value: &mut Value) {
     redact_at(value, 0);
 }
 
@@ -225,7 +225,7 @@ fn redact_at(value: &mut Value, depth: usize) {
 /// `text` cut to at most `max_bytes` (at a char boundary) with a marker
 /// saying how many bytes were cut; the result never exceeds `max_bytes`
 /// unless `max_bytes` is smaller than the marker itself.
-pub fn truncate_text(text: &str, max_bytes: usize) -> Cow<'_, str> {
+pub(crate) fn truncate_text(text: &str, max_bytes: usize) -> Cow<'_, str> {
     if text.len() <= max_bytes {
         return Cow::Borrowed(text);
     }
@@ -245,7 +245,7 @@ const DEPTH_MARKER: &str = "…[nested too deep]";
 
 /// `value` made to serialize in at most `max_bytes`, still valid JSON of
 /// the same shape where possible (see the module docs).
-pub fn truncate_value(value: Value, max_bytes: usize) -> Value {
+pub(crate) fn truncate_value(value: Value, max_bytes: usize) -> Value {
     if value_fits(&value, max_bytes) && depth_within(&value, 0) {
         return value;
     }

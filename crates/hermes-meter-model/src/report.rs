@@ -23,7 +23,7 @@ use serde::Serialize;
 use crate::tool_outcome::ToolOutcome;
 
 /// Identifies the JSON layout; bumped on any incompatible change.
-pub const REPORT_SCHEMA: &str = "hermes-meter.report.v1";
+pub(crate) const REPORT_SCHEMA: &str = "hermes-meter.report.v1";
 
 /// What a fact row records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -232,7 +232,7 @@ impl Dim {
 }
 
 /// The [`Dim::Billed`] key of a model and provider.
-pub fn billed_key(model: Option<&str>, provider: Option<&str>) -> String {
+pub(crate) fn billed_key(model: Option<&str>, provider: Option<&str>) -> String {
     format!("{}\u{1f}{}", model.unwrap_or(""), provider.unwrap_or(""))
 }
 
@@ -466,7 +466,8 @@ impl Builder {
     }
 
     /// Adds one fact to every grouping it belongs to.
-    pub fn add_fact(&mut self, f: &FactRow) {
+    #[cfg(test)]
+    pub(crate) fn add_fact(&mut self, f: &FactRow) {
         let totals = Totals::of_fact(f);
         for dim in [Dim::All, Dim::Model, Dim::Provider, Dim::Sender, Dim::CronJob] {
             self.add(dim, &dim.key_of(f), f.at, &totals, 0.0);
@@ -575,7 +576,7 @@ pub fn day_bounds(at: f64, tz: &TimeZone) -> Option<(f64, f64)> {
 }
 
 /// The calendar day of `at` in `tz`, as `YYYY-MM-DD`.
-pub fn day_of(at: f64, tz: &TimeZone) -> Option<String> {
+pub(crate) fn day_of(at: f64, tz: &TimeZone) -> Option<String> {
     let ts = jiff::Timestamp::from_microsecond((at * 1e6) as i64).ok()?;
     Some(ts.to_zoned(tz.clone()).date().to_string())
 }

@@ -14,9 +14,9 @@ pub mod span {
     /// The turn span: one run of the agent, upstream's agent invocation.
     pub const TURN: &str = "invoke_agent hermes";
     /// Prefix of `chat {gen_ai.request.model}`.
-    pub const CHAT_PREFIX: &str = "chat";
+    pub(crate) const CHAT_PREFIX: &str = "chat";
     /// Prefix of `execute_tool {gen_ai.tool.name}`.
-    pub const EXECUTE_TOOL_PREFIX: &str = "execute_tool";
+    pub(crate) const EXECUTE_TOOL_PREFIX: &str = "execute_tool";
     /// A tool call's wait for approval.
     pub const APPROVAL: &str = "hermes.approval";
 }
@@ -42,11 +42,11 @@ pub mod event {
 pub mod attr {
     pub const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";
     pub const GEN_AI_PROVIDER_NAME: &str = "gen_ai.provider.name";
-    pub const GEN_AI_AGENT_NAME: &str = "gen_ai.agent.name";
+    pub(crate) const GEN_AI_AGENT_NAME: &str = "gen_ai.agent.name";
     pub const GEN_AI_CONVERSATION_ID: &str = "gen_ai.conversation.id";
     pub const GEN_AI_REQUEST_MODEL: &str = "gen_ai.request.model";
     pub const GEN_AI_RESPONSE_MODEL: &str = "gen_ai.response.model";
-    pub const GEN_AI_RESPONSE_FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
+    pub(crate) const GEN_AI_RESPONSE_FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
     /// Seconds to the first chunk of a streamed response (Development).
     pub const GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: &str = "gen_ai.response.time_to_first_chunk";
     pub const GEN_AI_USAGE_INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
@@ -55,94 +55,94 @@ pub mod attr {
     pub const GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS: &str = "gen_ai.usage.cache_write.input_tokens";
     /// The previous name of `gen_ai.usage.cache_write.input_tokens`
     /// (semconv 1.41), sent only with `gen_ai/dup`.
-    pub const GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: &str = "gen_ai.usage.cache_creation.input_tokens";
-    pub const GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: &str = "gen_ai.usage.reasoning.output_tokens";
+    pub(crate) const GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: &str = "gen_ai.usage.cache_creation.input_tokens";
+    pub(crate) const GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: &str = "gen_ai.usage.reasoning.output_tokens";
     /// Proposed (semantic-conventions-genai#443), beside hermes.usage.cost_usd.
     pub const GEN_AI_USAGE_COST_AMOUNT: &str = "gen_ai.usage.cost.amount";
     pub const GEN_AI_USAGE_COST_CURRENCY: &str = "gen_ai.usage.cost.currency";
     pub const GEN_AI_USAGE_COST_SOURCE: &str = "gen_ai.usage.cost.source";
-    pub const GEN_AI_TOOL_NAME: &str = "gen_ai.tool.name";
+    pub(crate) const GEN_AI_TOOL_NAME: &str = "gen_ai.tool.name";
     pub const GEN_AI_TOOL_CALL_ID: &str = "gen_ai.tool.call.id";
-    pub const GEN_AI_TOOL_TYPE: &str = "gen_ai.tool.type";
+    pub(crate) const GEN_AI_TOOL_TYPE: &str = "gen_ai.tool.type";
     /// Opt-in content capture only (JSON text, redacted and cut).
     pub const GEN_AI_INPUT_MESSAGES: &str = "gen_ai.input.messages";
     pub const GEN_AI_OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
     pub const GEN_AI_TOOL_CALL_ARGUMENTS: &str = "gen_ai.tool.call.arguments";
     pub const GEN_AI_TOOL_CALL_RESULT: &str = "gen_ai.tool.call.result";
     pub const ERROR_TYPE: &str = "error.type";
-    pub const SERVER_ADDRESS: &str = "server.address";
-    pub const SERVER_PORT: &str = "server.port";
+    pub(crate) const SERVER_ADDRESS: &str = "server.address";
+    pub(crate) const SERVER_PORT: &str = "server.port";
     pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
-    pub const PROCESS_EXIT_CODE: &str = "process.exit.code";
+    pub(crate) const PROCESS_EXIT_CODE: &str = "process.exit.code";
 
-    pub const HERMES_PLATFORM: &str = "hermes.platform";
+    pub(crate) const HERMES_PLATFORM: &str = "hermes.platform";
     pub const HERMES_SESSION_ID: &str = "hermes.session.id";
-    pub const HERMES_TURN_ID: &str = "hermes.turn.id";
-    pub const HERMES_TASK_ID: &str = "hermes.task.id";
+    pub(crate) const HERMES_TURN_ID: &str = "hermes.turn.id";
+    pub(crate) const HERMES_TASK_ID: &str = "hermes.task.id";
     pub const HERMES_API_REQUEST_ID: &str = "hermes.api_request.id";
-    pub const HERMES_CRON_JOB_ID: &str = "hermes.cron.job_id";
-    pub const HERMES_SENDER_ID: &str = "hermes.sender.id";
-    pub const HERMES_PROFILE: &str = "hermes.profile";
-    pub const HERMES_SESSION_STATUS: &str = "hermes.session.status";
-    pub const HERMES_SESSION_CONTINUATION: &str = "hermes.session.continuation";
-    pub const OPENINFERENCE_SPAN_KIND: &str = "openinference.span.kind";
+    pub(crate) const HERMES_CRON_JOB_ID: &str = "hermes.cron.job_id";
+    pub(crate) const HERMES_SENDER_ID: &str = "hermes.sender.id";
+    pub(crate) const HERMES_PROFILE: &str = "hermes.profile";
+    pub(crate) const HERMES_SESSION_STATUS: &str = "hermes.session.status";
+    pub(crate) const HERMES_SESSION_CONTINUATION: &str = "hermes.session.continuation";
+    pub(crate) const OPENINFERENCE_SPAN_KIND: &str = "openinference.span.kind";
     pub const HERMES_TOOL_DECISION: &str = "hermes.tool.decision";
-    pub const HERMES_LLM_AUX_TASK: &str = "hermes.llm.aux_task";
-    pub const HERMES_TOOL_DECISION_REASON: &str = "hermes.tool.decision_reason";
+    pub(crate) const HERMES_LLM_AUX_TASK: &str = "hermes.llm.aux_task";
+    pub(crate) const HERMES_TOOL_DECISION_REASON: &str = "hermes.tool.decision_reason";
     pub const HERMES_APPROVAL_SURFACE: &str = "hermes.approval.surface";
     pub const HERMES_APPROVAL_CHOICE: &str = "hermes.approval.choice";
     pub const HERMES_APPROVAL_DECIDED_BY: &str = "hermes.approval.decided_by";
     /// The pattern that asked for the approval (log records only).
     pub const HERMES_APPROVAL_PATTERN: &str = "hermes.approval.pattern";
-    pub const HERMES_TURN_OUTCOME: &str = "hermes.turn.outcome";
+    pub(crate) const HERMES_TURN_OUTCOME: &str = "hermes.turn.outcome";
     pub const HERMES_SPAN_CLOSE_REASON: &str = "hermes.span.close_reason";
     pub const HERMES_USAGE_COST_USD: &str = "hermes.usage.cost_usd";
-    pub const HERMES_USAGE_COST_SOURCE: &str = "hermes.usage.cost_source";
-    pub const HERMES_USAGE_ESTIMATED: &str = "hermes.usage.estimated";
-    pub const HERMES_USAGE_TOTAL_COST_USD: &str = "hermes.usage.total_cost_usd";
+    pub(crate) const HERMES_USAGE_COST_SOURCE: &str = "hermes.usage.cost_source";
+    pub(crate) const HERMES_USAGE_ESTIMATED: &str = "hermes.usage.estimated";
+    pub(crate) const HERMES_USAGE_TOTAL_COST_USD: &str = "hermes.usage.total_cost_usd";
     pub const HERMES_API_RETRY_COUNT: &str = "hermes.api.retry_count";
-    pub const HERMES_API_MAX_RETRIES: &str = "hermes.api.max_retries";
+    pub(crate) const HERMES_API_MAX_RETRIES: &str = "hermes.api.max_retries";
     pub const HERMES_API_RETRYABLE: &str = "hermes.api.retryable";
     pub const HERMES_ERROR_REASON: &str = "hermes.error.reason";
     pub const HERMES_TOOL_OUTCOME: &str = "hermes.tool.outcome";
-    pub const HERMES_TOOL_STATUS: &str = "hermes.tool.status";
+    pub(crate) const HERMES_TOOL_STATUS: &str = "hermes.tool.status";
     /// The previous name of a terminal call's exit code (`process.exit.code`
     /// now), sent only with `gen_ai/dup`.
-    pub const HERMES_TOOL_EXIT_CODE: &str = "hermes.tool.exit_code";
-    pub const HERMES_TOOL_BLOCKED: &str = "hermes.tool.blocked";
-    pub const HERMES_SUBAGENT_ID: &str = "hermes.subagent.id";
-    pub const HERMES_SUBAGENT_ROLE: &str = "hermes.subagent.role";
-    pub const HERMES_SUBAGENT_STATUS: &str = "hermes.subagent.status";
+    pub(crate) const HERMES_TOOL_EXIT_CODE: &str = "hermes.tool.exit_code";
+    pub(crate) const HERMES_TOOL_BLOCKED: &str = "hermes.tool.blocked";
+    pub(crate) const HERMES_SUBAGENT_ID: &str = "hermes.subagent.id";
+    pub(crate) const HERMES_SUBAGENT_ROLE: &str = "hermes.subagent.role";
+    pub(crate) const HERMES_SUBAGENT_STATUS: &str = "hermes.subagent.status";
 }
 
 /// Enum values used on spans.
 pub mod value {
     pub const OPERATION_CHAT: &str = "chat";
-    pub const OPERATION_INVOKE_AGENT: &str = "invoke_agent";
-    pub const OPERATION_EXECUTE_TOOL: &str = "execute_tool";
+    pub(crate) const OPERATION_INVOKE_AGENT: &str = "invoke_agent";
+    pub(crate) const OPERATION_EXECUTE_TOOL: &str = "execute_tool";
     /// `gen_ai.agent.name` of the turn span.
-    pub const AGENT_NAME: &str = "hermes";
+    pub(crate) const AGENT_NAME: &str = "hermes";
     /// `gen_ai.tool.type`: Hermes tools are functions the model calls.
-    pub const TOOL_TYPE_FUNCTION: &str = "function";
+    pub(crate) const TOOL_TYPE_FUNCTION: &str = "function";
     /// `hermes.span.close_reason` of a span the idle closer ended.
-    pub const CLOSE_REASON_IDLE_TIMEOUT: &str = "idle_timeout";
+    pub(crate) const CLOSE_REASON_IDLE_TIMEOUT: &str = "idle_timeout";
     /// `hermes.span.close_reason` of a span its process left open at exit.
-    pub const CLOSE_REASON_PROCESS_EXIT: &str = "process_exit";
+    pub(crate) const CLOSE_REASON_PROCESS_EXIT: &str = "process_exit";
     /// `error.type` when nothing more specific is known.
-    pub const ERROR_TYPE_OTHER: &str = "_OTHER";
+    pub(crate) const ERROR_TYPE_OTHER: &str = "_OTHER";
     /// `openinference.span.kind` of a session.
-    pub const OPENINFERENCE_KIND_CHAIN: &str = "CHAIN";
+    pub(crate) const OPENINFERENCE_KIND_CHAIN: &str = "CHAIN";
     /// `openinference.span.kind` of a turn (an agent invocation).
-    pub const OPENINFERENCE_KIND_AGENT: &str = "AGENT";
+    pub(crate) const OPENINFERENCE_KIND_AGENT: &str = "AGENT";
     /// `openinference.span.kind` of an approval.
-    pub const OPENINFERENCE_KIND_GUARDRAIL: &str = "GUARDRAIL";
+    pub(crate) const OPENINFERENCE_KIND_GUARDRAIL: &str = "GUARDRAIL";
     /// `hermes.tool.decision` of a denied tool call.
-    pub const DECISION_DENY: &str = "deny";
+    pub(crate) const DECISION_DENY: &str = "deny";
     /// `hermes.tool.decision_reason` values.
-    pub const DECISION_REASON_BUDGET: &str = "budget";
-    pub const DECISION_REASON_USER: &str = "user";
-    pub const DECISION_REASON_AUX_LLM: &str = "aux_llm";
-    pub const DECISION_REASON_TIMEOUT: &str = "timeout";
+    pub(crate) const DECISION_REASON_BUDGET: &str = "budget";
+    pub(crate) const DECISION_REASON_USER: &str = "user";
+    pub(crate) const DECISION_REASON_AUX_LLM: &str = "aux_llm";
+    pub(crate) const DECISION_REASON_TIMEOUT: &str = "timeout";
 }
 
 /// Resource attribute names.
@@ -244,7 +244,7 @@ pub mod metric {
     /// only with `OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai/dup`.
     pub const TOKEN_USAGE: &str = "gen_ai.client.token.usage";
     pub const OPERATION_DURATION: &str = "gen_ai.client.operation.duration";
-    pub const TIME_TO_FIRST_CHUNK: &str = "gen_ai.client.operation.time_to_first_chunk";
+    pub(crate) const TIME_TO_FIRST_CHUNK: &str = "gen_ai.client.operation.time_to_first_chunk";
     pub const COST: &str = "gen_ai.usage.cost";
     pub const TOOL_CALLS: &str = "hermes.tool.calls";
     pub const TOOL_DURATION: &str = "gen_ai.execute_tool.duration";
@@ -254,52 +254,52 @@ pub mod metric {
     pub const BUDGET_SPEND: &str = "hermes.budget.spend";
     pub const BUDGET_LIMIT: &str = "hermes.budget.limit";
     pub const BUDGET_PROJECTED: &str = "hermes.budget.projected";
-    pub const BUDGET_TOKENS: &str = "hermes.budget.tokens";
-    pub const BUDGET_TOKEN_LIMIT: &str = "hermes.budget.token_limit";
-    pub const BUDGET_TOKENS_PROJECTED: &str = "hermes.budget.tokens_projected";
+    pub(crate) const BUDGET_TOKENS: &str = "hermes.budget.tokens";
+    pub(crate) const BUDGET_TOKEN_LIMIT: &str = "hermes.budget.token_limit";
+    pub(crate) const BUDGET_TOKENS_PROJECTED: &str = "hermes.budget.tokens_projected";
     /// Seconds since this store's last successful fleet sync (gauge).
     pub const FLEET_SYNC_LAG: &str = "hermes.fleet.sync.lag";
     pub const BUDGET_VERDICTS: &str = "hermes.budget.verdicts";
     pub const ALERTS: &str = "hermes.alerts";
     /// Hook calls that could not be recorded (gauge, from the health record).
-    pub const HOOK_CALLS_LOST: &str = "hermes.hook.calls.lost";
+    pub(crate) const HOOK_CALLS_LOST: &str = "hermes.hook.calls.lost";
     /// Hook calls Hermes skipped and the plugin recorded anyway (gauge).
-    pub const HOOK_CALLS_SKIPPED: &str = "hermes.hook.calls.skipped";
+    pub(crate) const HOOK_CALLS_SKIPPED: &str = "hermes.hook.calls.skipped";
 
     /// Attributes only metrics carry.
     pub mod attr {
-        pub const GEN_AI_TOKEN_TYPE: &str = "gen_ai.token.type";
-        pub const GEN_AI_TOKEN_MODALITY: &str = "gen_ai.token.modality";
+        pub(crate) const GEN_AI_TOKEN_TYPE: &str = "gen_ai.token.type";
+        pub(crate) const GEN_AI_TOKEN_MODALITY: &str = "gen_ai.token.modality";
         pub const GEN_AI_USAGE_COST_CURRENCY: &str = "gen_ai.usage.cost.currency";
-        pub const HERMES_TOKEN_TYPE: &str = "hermes.token.type";
-        pub const HERMES_OUTCOME: &str = "hermes.outcome";
+        pub(crate) const HERMES_TOKEN_TYPE: &str = "hermes.token.type";
+        pub(crate) const HERMES_OUTCOME: &str = "hermes.outcome";
         pub const HERMES_BUDGET_SCOPE: &str = "hermes.budget.scope";
         pub const HERMES_BUDGET_ID: &str = "hermes.budget.id";
         pub const HERMES_BUDGET_WINDOW: &str = "hermes.budget.window";
         pub const HERMES_BUDGET_VERDICT: &str = "hermes.budget.verdict";
-        pub const HERMES_FLEET_HOST_ID: &str = "hermes.fleet.host.id";
+        pub(crate) const HERMES_FLEET_HOST_ID: &str = "hermes.fleet.host.id";
         pub const HERMES_ALERT_KIND: &str = "hermes.alert.kind";
-        pub const HERMES_LOSS_REASON: &str = "hermes.loss.reason";
-        pub const HERMES_SKIP_RECORDED: &str = "hermes.skip.recorded";
+        pub(crate) const HERMES_LOSS_REASON: &str = "hermes.loss.reason";
+        pub(crate) const HERMES_SKIP_RECORDED: &str = "hermes.skip.recorded";
     }
 
     /// `hermes.loss.reason` values.
     pub mod loss_reason {
-        pub const UNSAVED: &str = "unsaved";
-        pub const HERMES_SKIP: &str = "hermes_skip";
+        pub(crate) const UNSAVED: &str = "unsaved";
+        pub(crate) const HERMES_SKIP: &str = "hermes_skip";
     }
 
     /// `gen_ai.token.modality` when the provider does not say (Hermes never
     /// breaks usage down by modality).
-    pub const MODALITY_UNKNOWN: &str = "unknown";
+    pub(crate) const MODALITY_UNKNOWN: &str = "unknown";
 
     /// `gen_ai.token.type` and `hermes.token.type` values.
     pub mod token_type {
-        pub const INPUT: &str = "input";
-        pub const OUTPUT: &str = "output";
-        pub const CACHE_READ: &str = "cache_read";
-        pub const CACHE_WRITE: &str = "cache_write";
-        pub const REASONING: &str = "reasoning";
+        pub(crate) const INPUT: &str = "input";
+        pub(crate) const OUTPUT: &str = "output";
+        pub(crate) const CACHE_READ: &str = "cache_read";
+        pub(crate) const CACHE_WRITE: &str = "cache_write";
+        pub(crate) const REASONING: &str = "reasoning";
     }
 }
 
@@ -361,6 +361,12 @@ impl Names {
 
 #[cfg(test)]
 mod tests {
+    /// The schema URL names the version the registry says it follows.
+    #[test]
+    fn the_schema_url_is_the_pinned_version() {
+        assert!(super::SCHEMA_URL.ends_with(&format!("/{}", super::SEMCONV_VERSION)));
+    }
+
     use super::Names;
 
     #[test]

@@ -30,7 +30,7 @@ use crate::export::{Driver, ExportConfig, MetricsConfig};
 use crate::store::DB_FILE_NAME;
 
 /// How often the outbox is looked at when nothing was ready.
-pub const POLL: Duration = Duration::from_millis(500);
+pub(crate) const POLL: Duration = Duration::from_millis(500);
 
 /// How often runs that went idle without ending are closed.
 pub const CLOSE_IDLE_EVERY: Duration = Duration::from_secs(60);

@@ -72,7 +72,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// The most connections served at once, whatever the descriptor limit:
 /// each holds a task and hyper's read buffer (8 KiB at first), so 4,096
 /// idle ones cost tens of megabytes at worst.
-pub const MAX_CONNECTIONS: usize = 4096;
+pub(crate) const MAX_CONNECTIONS: usize = 4096;
 
 /// The fewest, however low the descriptor limit: a browser opens six.
 const MIN_CONNECTIONS: usize = 16;

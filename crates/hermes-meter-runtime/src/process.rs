@@ -21,7 +21,7 @@ pub fn lease_holder() -> String {
 /// Anything else (another machine or container, an old holder format, a
 /// pid reused by a live process) is "not known to be gone", and the lease
 /// is left to lapse by itself.
-pub fn holder_is_gone(holder: &str, pid: Option<i64>) -> bool {
+pub(crate) fn holder_is_gone(holder: &str, pid: Option<i64>) -> bool {
     let (Some(pid), Some(ours)) = (pid, pid_namespace()) else {
         return false;
     };
@@ -57,7 +57,7 @@ fn pid_namespace() -> Option<String> {
 
 /// This machine's name, for people reading the fleet's hosts table or an
 /// alert.
-pub fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|s| s.trim().to_string())

@@ -41,7 +41,7 @@ pub const SPOOL_DIR_NAME: &str = "spool";
 
 /// A spool file is emptied once everything in it is committed and it holds
 /// at least this much; emptying on every batch would cost a syscall a batch.
-pub const RESET_BYTES: u64 = 1 << 20;
+pub(crate) const RESET_BYTES: u64 = 1 << 20;
 
 /// This process's spool file.
 #[derive(Debug)]
@@ -122,7 +122,7 @@ impl Spool {
 
     /// Empties the file if all `handled` records appended so far are
     /// committed and it holds at least `min_bytes`. Returns whether it did.
-    pub fn reset_if_handled(&self, handled: u64, min_bytes: u64) -> std::io::Result<bool> {
+    pub(crate) fn reset_if_handled(&self, handled: u64, min_bytes: u64) -> std::io::Result<bool> {
         let mut inner = lock(&self.inner);
         if inner.appended != handled || inner.bytes < min_bytes || inner.bytes == 0 {
             return Ok(false);

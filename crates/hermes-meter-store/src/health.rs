@@ -52,14 +52,14 @@ use crate::error::Error;
 pub const HEALTH_FILE_NAME: &str = "health.json";
 
 /// The lock serializing writers of the health record.
-pub const HEALTH_LOCK_NAME: &str = "health.lock";
+pub(crate) const HEALTH_LOCK_NAME: &str = "health.lock";
 
 /// The `schema` value of the record.
 pub const HEALTH_SCHEMA: &str = "hermes-meter.health.v1";
 
 /// Entries of `lost` a record keeps: the newest ones, so a long history of
 /// one-shot processes cannot grow the file without bound.
-pub const MAX_LOST_ENTRIES: usize = 32;
+pub(crate) const MAX_LOST_ENTRIES: usize = 32;
 
 /// What is wrong with the store, as far as the bridge can act on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -280,7 +280,7 @@ impl HealthRecord {
 }
 
 /// The path of the record.
-pub fn health_path(store_dir: &Path) -> PathBuf {
+pub(crate) fn health_path(store_dir: &Path) -> PathBuf {
     store_dir.join(HEALTH_FILE_NAME)
 }
 

@@ -216,7 +216,7 @@ impl Cap {
     }
 
     /// The command that raises it.
-    pub fn raise_command(&self) -> String {
+    pub(crate) fn raise_command(&self) -> String {
         format!("hermes-meter budget set {} {} <limit>", self.scope, self.unit.as_str())
     }
 }

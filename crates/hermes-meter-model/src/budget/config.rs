@@ -48,13 +48,13 @@ impl BudgetMode {
 pub const BUDGETS_FILE_NAME: &str = "budgets.toml";
 
 /// Default soft threshold, as a fraction of the limit.
-pub const DEFAULT_SOFT_THRESHOLD: f64 = 0.8;
+pub(crate) const DEFAULT_SOFT_THRESHOLD: f64 = 0.8;
 /// Default hard threshold, as a fraction of the limit.
-pub const DEFAULT_HARD_THRESHOLD: f64 = 1.0;
+pub(crate) const DEFAULT_HARD_THRESHOLD: f64 = 1.0;
 
 /// The profile id of runs whose profile is unknown (replayed files), the
 /// name Hermes gives its root profile.
-pub const DEFAULT_PROFILE: &str = "default";
+pub(crate) const DEFAULT_PROFILE: &str = "default";
 
 /// What a budget is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -214,7 +214,7 @@ impl Limits {
     }
 
     /// Whether a token limit is set.
-    pub fn in_tokens(&self) -> bool {
+    pub(crate) fn in_tokens(&self) -> bool {
         Window::ALL.iter().any(|w| self.get(*w, BudgetUnit::Tokens).is_some())
     }
 
@@ -565,7 +565,7 @@ impl Budget {
     }
 
     /// The command that raises this budget's limit.
-    pub fn raise_command(&self) -> String {
+    pub(crate) fn raise_command(&self) -> String {
         let amount = match self.unit {
             BudgetUnit::Usd => "<usd>",
             BudgetUnit::Tokens => "<tokens>",

@@ -53,22 +53,22 @@ pub mod verdict;
 mod window;
 
 pub use alert::paid_model_key;
+pub use caps::CapLimits;
 pub use caps::{
-    assess_caps, cap_block_text, cap_notice_text, cap_threshold_reached, cap_threshold_text, Cap, CapLimits, CapScope,
-    CapState, CapUnit, TokenCount, Used, LIFETIME,
+    assess_caps, cap_block_text, cap_notice_text, cap_threshold_reached, cap_threshold_text, Cap, CapScope, CapState,
+    CapUnit, TokenCount, Used, LIFETIME,
 };
+pub use config::ScopeLimits;
 pub use config::{
     format_tokens, limit_key, parse_limit_key, parse_tokens, Budget, BudgetConfig, BudgetMode, BudgetUnit, Limits,
-    Scope, ScopeKeys, ScopeLimits, BUDGETS_FILE_NAME, DEFAULT_HARD_THRESHOLD, DEFAULT_PROFILE, DEFAULT_SOFT_THRESHOLD,
+    Scope, ScopeKeys, BUDGETS_FILE_NAME,
 };
 pub use first_sync::{Unsynced, FIRST_SYNC_WAIT, UNSYNCED_ENV};
 pub use runaway::{repeat_reason, retry_reason, runaway_reason, runaway_text, RunSigns, RunawayAction, RunawayConfig};
-pub use spend_bound::{carries_spend, reservation_usage, spend_bound, RESERVED_OUTPUT_TOKENS};
+pub use spend_bound::{carries_spend, reservation_usage, spend_bound};
 pub use text::{block_text, notice_text, pause_reason, threshold_text, unsynced_block_text, BLOCKED_MODEL};
 pub use verdict::{
     assess, forecast, gauges, threshold_reached, BudgetGauge, BudgetState, FleetShare, Forecast, Level, Spend,
     WindowUse,
 };
-pub use window::{
-    bucket_ranges, open_ranges, period_name, timestamp, unix_seconds, window_bounds, Window, BUCKET_SECONDS,
-};
+pub use window::{bucket_ranges, open_ranges, period_name, timestamp, window_bounds, Window, BUCKET_SECONDS};

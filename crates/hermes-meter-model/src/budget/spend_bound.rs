@@ -13,7 +13,7 @@ use crate::pricing::PriceTable;
 /// Output tokens a reservation assumes when the request names no
 /// `max_tokens`, and the most it assumes when it does (a cap, because
 /// `max_tokens` is a ceiling most replies stay far below).
-pub const RESERVED_OUTPUT_TOKENS: i64 = 1024;
+pub(crate) const RESERVED_OUTPUT_TOKENS: i64 = 1024;
 const MAX_RESERVED_OUTPUT_TOKENS: i64 = 4096;
 
 /// The most `event` can add to a budget's spend once applied, or `None`

@@ -81,11 +81,6 @@ pub fn period_name(window: Window, now: Timestamp, tz: &TimeZone) -> String {
     start.to_zoned(tz.clone()).date().to_string()
 }
 
-/// Unix seconds of a timestamp, whole.
-pub fn unix_seconds(t: Timestamp) -> i64 {
-    t.as_second()
-}
-
 /// A timestamp from Unix seconds (fractional).
 pub fn timestamp(unix: f64) -> Timestamp {
     Timestamp::from_microsecond((unix * 1e6) as i64).unwrap_or(Timestamp::UNIX_EPOCH)

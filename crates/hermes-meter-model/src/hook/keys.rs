@@ -21,7 +21,7 @@ pub struct HookKeys {
 
 /// The kwarg [`super::scrub`] writes with the digest of a tool call's
 /// arguments.
-pub const ARGS_DIGEST: &str = "args_digest";
+pub(crate) const ARGS_DIGEST: &str = "args_digest";
 
 /// The kwarg of `post_api_request` holding the `NormalizedResponse`; the
 /// binding reads only its `content` attribute, and only with capture on.

@@ -10,9 +10,12 @@ mod decode;
 mod keys;
 mod record;
 
-pub use decode::{args_digest, decode, decode_kwargs, scrub, scrubbed_key, DecodeOptions, Decoded, Kwargs, Problem};
-pub use keys::{keys, HookKeys, ARGS_DIGEST, ASSISTANT_MESSAGE, REQUEST, TOOL_RESULT};
-pub use record::{decode_record, parse_line, utf8, write_json, write_record, Origin, Record, RecordMark, RecordWriter};
+pub(crate) use decode::decode_kwargs;
+pub use decode::{args_digest, decode, scrub, scrubbed_key, DecodeOptions, Decoded, Kwargs, Problem};
+pub(crate) use keys::ARGS_DIGEST;
+pub use keys::{keys, HookKeys, ASSISTANT_MESSAGE, REQUEST, TOOL_RESULT};
+pub use record::RecordMark;
+pub use record::{decode_record, parse_line, utf8, write_json, write_record, Origin, Record, RecordWriter};
 
 use serde::{Deserialize, Serialize};
 

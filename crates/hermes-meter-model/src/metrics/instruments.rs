@@ -32,17 +32,17 @@ pub struct Instrument {
 }
 
 /// `gen_ai.client.token.usage` buckets: powers of 4 from 1 to 67108864.
-pub const TOKEN_BUCKETS: &[f64] = &[
+pub(crate) const TOKEN_BUCKETS: &[f64] = &[
     1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0,
     67108864.0,
 ];
 /// `gen_ai.client.operation.cost` buckets, in US dollars: a cent's hundredth
 /// to a hundred dollars, about three per decade.
-pub const COST_BUCKETS: &[f64] = &[
+pub(crate) const COST_BUCKETS: &[f64] = &[
     0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0,
 ];
 /// Duration buckets: 0.01 s doubling to 81.92 s.
-pub const DURATION_BUCKETS: &[f64] = &[
+pub(crate) const DURATION_BUCKETS: &[f64] = &[
     0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
 ];
 
@@ -379,6 +379,6 @@ pub const GAUGE_METRICS: [&str; 9] = [
 ];
 
 /// The instrument named `name`.
-pub fn instrument(name: &str) -> Option<&'static Instrument> {
+pub(crate) fn instrument(name: &str) -> Option<&'static Instrument> {
     INSTRUMENTS.iter().find(|i| i.name == name)
 }

@@ -50,7 +50,7 @@ pub fn prometheus_text(series: &[Series]) -> String {
 }
 
 /// The Prometheus label name of an attribute key.
-pub fn label_name(key: &str) -> String {
+pub(crate) fn label_name(key: &str) -> String {
     let mut name: String = key
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })

@@ -18,7 +18,7 @@ pub enum AttrValue {
 
 impl AttrValue {
     /// The value as a Prometheus label value (`true`, `404`, text).
-    pub fn to_label(&self) -> String {
+    pub(crate) fn to_label(&self) -> String {
         match self {
             AttrValue::Str(s) => s.clone(),
             AttrValue::Int(i) => i.to_string(),

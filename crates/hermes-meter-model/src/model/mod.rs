@@ -22,4 +22,5 @@ pub use metric::{
     bucket_index, decode_attrs, encode_attrs, Add, ApiErrorFact, AttrValue, Attrs, GaugeRow, Increment, LlmCallFact,
     MetricFact, RunLabels, SeriesRow,
 };
-pub use spans::{time_to_first_token, ApprovalRow, AttemptError, AttemptRow, EdgeRow, RunRow, ToolRow, TurnRow};
+pub(crate) use spans::time_to_first_token;
+pub use spans::{ApprovalRow, AttemptError, AttemptRow, EdgeRow, RunRow, ToolRow, TurnRow};

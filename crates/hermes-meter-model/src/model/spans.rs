@@ -117,7 +117,7 @@ pub struct AttemptRow {
 
 impl AttemptRow {
     /// Seconds from the attempt's start to its first token, where known.
-    pub fn time_to_first_token(&self) -> Option<f64> {
+    pub(crate) fn time_to_first_token(&self) -> Option<f64> {
         time_to_first_token(self.started_at, self.first_token_at)
     }
 }
@@ -126,7 +126,7 @@ impl AttemptRow {
 /// before the start (another clock, or a start hermes-meter recorded late)
 /// counts as 0: the span and the histogram must show the same value, and
 /// a negative one means nothing.
-pub fn time_to_first_token(started_at: f64, first_token_at: Option<f64>) -> Option<f64> {
+pub(crate) fn time_to_first_token(started_at: f64, first_token_at: Option<f64>) -> Option<f64> {
     first_token_at.map(|t| (t - started_at).max(0.0))
 }
 

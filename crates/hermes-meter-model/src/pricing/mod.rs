@@ -60,10 +60,10 @@ use crate::Invalid;
 
 /// Default price of a cache read, as a fraction of the input price, when a
 /// model gives none (Anthropic and recent OpenAI models charge 0.1×).
-pub const DEFAULT_CACHE_READ_FRACTION: f64 = 0.1;
+pub(crate) const DEFAULT_CACHE_READ_FRACTION: f64 = 0.1;
 /// Default price of a cache write, as a fraction of the input price, when a
 /// model gives none (Anthropic's five-minute cache charges 1.25×).
-pub const DEFAULT_CACHE_WRITE_FRACTION: f64 = 1.25;
+pub(crate) const DEFAULT_CACHE_WRITE_FRACTION: f64 = 1.25;
 
 /// The stored spelling of [`PriceSource::Held`] (`llm_calls.cost_source`,
 /// which the store's `llm_calls_held` index selects on).
@@ -98,13 +98,13 @@ pub enum PriceSource {
 /// leaves five times the largest window, so a real call is never held.
 /// A provider's or a proxy's bogus figure (10^30, cut to 10^12 by the
 /// decoder) is far beyond it.
-pub const MAX_TOKENS_PER_CALL: i64 = 50_000_000;
+pub(crate) const MAX_TOKENS_PER_CALL: i64 = 50_000_000;
 
 /// The most a provider's own figure for one call (`usage.cost`) can be,
 /// USD. 10 M input tokens at the dearest list price of 2026 ($150 per
 /// million) and 1 M output at $600 come to $2,100; $10,000 leaves room for
 /// prices to come, while one bogus figure ($22 M was seen) is held.
-pub const MAX_USD_PER_CALL: f64 = 10_000.0;
+pub(crate) const MAX_USD_PER_CALL: f64 = 10_000.0;
 
 /// Whether `usage` is beyond what any provider bills in one call (see
 /// [`MAX_TOKENS_PER_CALL`], [`MAX_USD_PER_CALL`]).
@@ -538,7 +538,7 @@ impl PriceTable {
 
 /// What `cache_read` and `cache_write` tokens saved over plain input at
 /// the rates of `price` (cache rates resolved, see [`PriceTable::resolved`]).
-pub fn cache_savings_at(price: &ModelPrice, cache_read: i64, cache_write: i64) -> f64 {
+pub(crate) fn cache_savings_at(price: &ModelPrice, cache_read: i64, cache_write: i64) -> f64 {
     let (read, write) = (
         price.cache_read.unwrap_or(price.input),
         price.cache_write.unwrap_or(price.input),

@@ -74,7 +74,7 @@ impl TraceMode {
     }
 
     /// Whether a root session on `platform` gets a trace per turn.
-    pub fn per_turn(self, platform: Option<&str>) -> bool {
+    pub(crate) fn per_turn(self, platform: Option<&str>) -> bool {
         match self {
             TraceMode::Session => false,
             TraceMode::Turn => true,
@@ -147,7 +147,7 @@ impl Ancestry {
     }
 
     /// Whether the session's turns root their own traces.
-    pub fn turns_are_roots(&self, mode: TraceMode) -> bool {
+    pub(crate) fn turns_are_roots(&self, mode: TraceMode) -> bool {
         self.0.len() == 1 && mode.per_turn(self.0[0].platform.as_deref())
     }
 }
@@ -559,7 +559,7 @@ pub fn approval_span(ap: &ApprovalRow, run: &RunRow, ancestry: &Ancestry, opts: 
 
 /// `server.address` and `server.port` of a base URL
 /// (`scheme://host[:port]/path`); the port defaults from the scheme.
-pub fn server_of(base_url: &str) -> Option<(String, i64)> {
+pub(crate) fn server_of(base_url: &str) -> Option<(String, i64)> {
     let (scheme, rest) = base_url.split_once("://")?;
     let authority = rest.split(['/', '?', '#']).next()?;
     let authority = authority.rsplit('@').next()?;
@@ -589,7 +589,7 @@ pub fn server_of(base_url: &str) -> Option<(String, i64)> {
 /// Hermes's error reason if it is a short snake_case token, else `_OTHER`.
 /// `error.type` of a tool call that did not end `ok` (`outcome` from
 /// [`tool_outcome`]): Hermes' error type, else the non-zero exit code (`"2"`), else the outcome.
-pub fn tool_error_type(tool: &ToolRow, outcome: &str) -> String {
+pub(crate) fn tool_error_type(tool: &ToolRow, outcome: &str) -> String {
     match (tool.error_type.as_deref(), tool.exit_code) {
         (Some(t), _) => t.to_string(),
         // The process conventions: a non-zero exit code is the error type.
@@ -601,7 +601,7 @@ pub fn tool_error_type(tool: &ToolRow, outcome: &str) -> String {
 
 /// `hermes.error.reason`: Hermes' short classification token, or `_OTHER`
 /// for anything that is not one (never a message).
-pub fn reason_token(reason: &str) -> &str {
+pub(crate) fn reason_token(reason: &str) -> &str {
     let ok = !reason.is_empty()
         && reason.len() <= 64
         && reason

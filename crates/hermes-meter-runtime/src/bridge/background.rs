@@ -45,7 +45,7 @@ pub(crate) fn join_until(handle: JoinHandle<()>, deadline: Instant) {
 }
 
 /// Starts the exporter; see [`Bridge::start_exporter`].
-pub type ExporterFactory = Box<dyn FnOnce(&BridgeConfig) -> Result<Box<dyn Background>> + Send>;
+pub(crate) type ExporterFactory = Box<dyn FnOnce(&BridgeConfig) -> Result<Box<dyn Background>> + Send>;
 
 pub(super) enum ExporterSlot {
     NotStarted(Option<ExporterFactory>),

@@ -95,7 +95,7 @@ pub trait QuickGate: Send + Sync {
 /// How often the writer calls [`Gate::refresh`] while no batch comes. It
 /// bounds how old the budget gate's view of other processes' spend can be
 /// (see `budget/quick.rs`); a refresh is a few indexed reads.
-pub const GATE_REFRESH: Duration = Duration::from_millis(100);
+pub(crate) const GATE_REFRESH: Duration = Duration::from_millis(100);
 
 /// Which gating hooks need a verdict now; shared between a gate (which sets
 /// them on the writer thread) and the hook path (which reads them, lock-free).
@@ -144,7 +144,7 @@ impl GateNeeds {
 /// gate decides whether the `llm_execution` middleware stops the call (its
 /// verdict goes through the gate's own handle; Hermes ignores this hook's
 /// return value). Whether it waits for one is the gate's [`Gate::needs`].
-pub fn is_gating(hook: &Hook) -> bool {
+pub(crate) fn is_gating(hook: &Hook) -> bool {
     matches!(
         hook,
         Hook::PreLlmCall(_) | Hook::PreToolCall(_) | Hook::PreApiRequest(_)
@@ -153,7 +153,7 @@ pub fn is_gating(hook: &Hook) -> bool {
 
 /// The gate that never objects.
 #[derive(Debug, Default)]
-pub struct NoGate;
+pub(crate) struct NoGate;
 
 impl Gate for NoGate {
     fn verdict(&mut self, _store: &Writer, _event: &HookEvent) -> Option<Verdict> {

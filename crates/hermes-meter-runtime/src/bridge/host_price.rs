@@ -12,7 +12,7 @@ use crate::lock;
 use crate::pricing::ModelPrice;
 
 /// How long before the host is asked again for a price it did not have.
-pub const HOST_PRICE_RETRY: Duration = Duration::from_secs(60);
+pub(crate) const HOST_PRICE_RETRY: Duration = Duration::from_secs(60);
 
 /// Most models [`Bridge::needs_host_price`] remembers; past this it starts
 /// over (a model is then looked up or asked about again), so a gateway

@@ -94,18 +94,19 @@ pub mod pace;
 mod queue;
 mod writer;
 
+pub use background::Background;
 use background::ExporterSlot;
 pub(crate) use background::{join_until, spawn};
-pub use background::{Background, ExporterFactory};
 use host_price::HostAsk;
-pub use host_price::HOST_PRICE_RETRY;
 use queue::{Call, Job, Payload, Shared, Ticket, MAX_QUEUED, WAKE_AT_QUEUED};
 pub use queue::{EXIT_EVENTS_LOST, EXIT_LEFT_IN_SPOOL};
 pub use writer::retain_cutoffs;
 
-pub use gate::{
-    carries_spend, is_gating, spend_bound, Gate, GateNeeds, NoGate, QueuedSpend, QuickGate, Verdict, GATE_REFRESH,
-};
+pub use gate::GateNeeds;
+pub use gate::QueuedSpend;
+pub use gate::QuickGate;
+pub use gate::{carries_spend, spend_bound, Gate, Verdict};
+pub(crate) use gate::{is_gating, NoGate, GATE_REFRESH};
 use writer::{open_store, WriterThread};
 
 /// How long `flush` waits by default at the end of a one-shot session.
@@ -115,14 +116,11 @@ pub const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 /// within its bound: the writer's own backoff (up to
 /// [`DEFAULT_STORE_RETRY_MAX`]) would outlast the exit; a try costs a
 /// failed open or write, and about 20 of them fit in the 2 s default.
-pub const EXIT_RETRY_PAUSE: Duration = Duration::from_millis(100);
+pub(crate) const EXIT_RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// The bridge's settings and their defaults, resolved in `config/bridge.rs`.
 pub use crate::config::bridge::env;
-pub use crate::config::{
-    BridgeConfig, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_HOOK_WAIT, DEFAULT_STORE_RETRY_MAX, DEFAULT_STORE_RETRY_MIN,
-    DEFAULT_SWEEP_INTERVAL,
-};
+pub use crate::config::{BridgeConfig, DEFAULT_STORE_RETRY_MAX};
 /// Whether budgets may block calls (defined with the budgets).
 pub use hermes_meter_model::budget::BudgetMode;
 

@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 /// How long a background transaction should hold the write lock.
-pub const TARGET: Duration = Duration::from_millis(5);
+pub(crate) const TARGET: Duration = Duration::from_millis(5);
 
 /// A batch size between 1 and its kind's most, following how long the
 /// batches take: cut in proportion after one that ran over [`TARGET`],

@@ -44,7 +44,7 @@ use crate::lock;
 use crate::store::{LogPlace, Reader, Writer};
 
 /// How often the gate looks at the budget file's modification time.
-pub const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How messages name a fleet whose address is not known.
 const UNNAMED_FLEET: &str = "(its address did not parse)";

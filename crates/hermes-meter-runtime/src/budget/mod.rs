@@ -22,5 +22,5 @@ mod watch;
 
 pub use hermes_meter_model::budget::*;
 
-pub use gate::{budget_gauges, BudgetGate, RELOAD_INTERVAL};
+pub use gate::{budget_gauges, BudgetGate};
 pub use handle::{BudgetHandle, CronPause, MAX_PAUSE_ATTEMPTS, PAUSE_RETRY};

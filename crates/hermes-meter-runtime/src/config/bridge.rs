@@ -23,9 +23,9 @@ use hermes_meter_model::budget::BudgetMode;
 /// Environment variables the bridge reads (besides the store's and the export settings it shares).
 pub mod env {
     /// How long a hook waits for its commit, in milliseconds (0: never wait).
-    pub const HOOK_WAIT_MS: &str = "HERMES_METER_HOOK_WAIT_MS";
+    pub(crate) const HOOK_WAIT_MS: &str = "HERMES_METER_HOOK_WAIT_MS";
     /// `enforce` (the default) or `observe`: whether budgets may block.
-    pub const BUDGET_MODE: &str = "HERMES_METER_BUDGET_MODE";
+    pub(crate) const BUDGET_MODE: &str = "HERMES_METER_BUDGET_MODE";
     /// Test-only: the name of a hook whose Rust path panics (`*`: every
     /// hook). Read only by a build with the `test-hooks` feature.
     pub const TEST_PANIC: &str = "HERMES_METER_TEST_PANIC";
@@ -34,18 +34,18 @@ pub mod env {
 /// How long a hook waits for its commit by default. Commits take tens of
 /// microseconds; a wait this long means the store is locked by another
 /// process, and Hermes must not stall on that.
-pub const DEFAULT_HOOK_WAIT: Duration = Duration::from_millis(100);
+pub(crate) const DEFAULT_HOOK_WAIT: Duration = Duration::from_millis(100);
 
 /// How often the writer checkpoints the WAL when there were writes. A
 /// passive checkpoint of a second's worth of events is a few milliseconds
 /// and keeps the WAL (which every reader scans) small.
-pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How often the writer closes runs that went idle without ending.
-pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
 /// The first wait before the store is tried again after a fault.
-pub const DEFAULT_STORE_RETRY_MIN: Duration = Duration::from_millis(250);
+pub(crate) const DEFAULT_STORE_RETRY_MIN: Duration = Duration::from_millis(250);
 
 /// The longest wait between tries of a store in trouble: a fault that
 /// lasts costs one open attempt this often, on the writer thread.

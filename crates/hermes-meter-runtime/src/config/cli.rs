@@ -11,11 +11,11 @@ use std::path::PathBuf;
 /// `RUST_LOG`.
 pub const LOG_ENV: &str = "HERMES_METER_LOG";
 /// The conventional variable that turns colours off when set and not empty.
-pub const NO_COLOR_ENV: &str = "NO_COLOR";
+pub(crate) const NO_COLOR_ENV: &str = "NO_COLOR";
 /// Hermes's Python, for `pricing drift`.
 pub const HERMES_PYTHON_ENV: &str = "HERMES_METER_HERMES_PYTHON";
 /// The generic Rust log filter, read when `HERMES_METER_LOG` is not set.
-pub const RUST_LOG_ENV: &str = "RUST_LOG";
+pub(crate) const RUST_LOG_ENV: &str = "RUST_LOG";
 /// The viewer's access token, when `--token` is not given.
 pub const UI_TOKEN_ENV: &str = "HERMES_METER_UI_TOKEN";
 
@@ -27,7 +27,7 @@ pub fn log_filter() -> (&'static str, String) {
 }
 
 /// [`log_filter`] over any environment.
-pub fn log_filter_from(var: impl Fn(&str) -> Option<String>) -> (&'static str, String) {
+pub(crate) fn log_filter_from(var: impl Fn(&str) -> Option<String>) -> (&'static str, String) {
     match var(LOG_ENV) {
         Some(v) if !v.trim().is_empty() => (LOG_ENV, v),
         _ => (RUST_LOG_ENV, var(RUST_LOG_ENV).unwrap_or_default()),

@@ -24,79 +24,79 @@ use crate::span::TraceMode;
 
 /// Environment variable names.
 pub mod env {
-    pub const SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
-    pub const TRACES_EXPORTER: &str = "OTEL_TRACES_EXPORTER";
+    pub(crate) const SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
+    pub(crate) const TRACES_EXPORTER: &str = "OTEL_TRACES_EXPORTER";
     pub const ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
-    pub const TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+    pub(crate) const TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
     pub const PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
-    pub const TRACES_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL";
-    pub const HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
-    pub const TRACES_HEADERS: &str = "OTEL_EXPORTER_OTLP_TRACES_HEADERS";
+    pub(crate) const TRACES_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL";
+    pub(crate) const HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
+    pub(crate) const TRACES_HEADERS: &str = "OTEL_EXPORTER_OTLP_TRACES_HEADERS";
     pub const TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
-    pub const TRACES_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT";
-    pub const COMPRESSION: &str = "OTEL_EXPORTER_OTLP_COMPRESSION";
-    pub const TRACES_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION";
-    pub const INSECURE: &str = "OTEL_EXPORTER_OTLP_INSECURE";
-    pub const TRACES_INSECURE: &str = "OTEL_EXPORTER_OTLP_TRACES_INSECURE";
+    pub(crate) const TRACES_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT";
+    pub(crate) const COMPRESSION: &str = "OTEL_EXPORTER_OTLP_COMPRESSION";
+    pub(crate) const TRACES_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION";
+    pub(crate) const INSECURE: &str = "OTEL_EXPORTER_OTLP_INSECURE";
+    pub(crate) const TRACES_INSECURE: &str = "OTEL_EXPORTER_OTLP_TRACES_INSECURE";
     pub const CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CERTIFICATE";
-    pub const TRACES_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE";
+    pub(crate) const TRACES_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE";
     /// The client certificate (PEM) and its private key (PEM), for a
     /// collector that asks for one (mutual TLS).
-    pub const CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE";
-    pub const TRACES_CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE";
-    pub const CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_CLIENT_KEY";
-    pub const TRACES_CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY";
+    pub(crate) const CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE";
+    pub(crate) const TRACES_CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE";
+    pub(crate) const CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_CLIENT_KEY";
+    pub(crate) const TRACES_CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY";
     pub const SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
-    pub const RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
-    pub const TRACES_SAMPLER: &str = "OTEL_TRACES_SAMPLER";
-    pub const TRACES_SAMPLER_ARG: &str = "OTEL_TRACES_SAMPLER_ARG";
-    pub const BSP_MAX_EXPORT_BATCH_SIZE: &str = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE";
+    pub(crate) const RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
+    pub(crate) const TRACES_SAMPLER: &str = "OTEL_TRACES_SAMPLER";
+    pub(crate) const TRACES_SAMPLER_ARG: &str = "OTEL_TRACES_SAMPLER_ARG";
+    pub(crate) const BSP_MAX_EXPORT_BATCH_SIZE: &str = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE";
     /// `auto`, `session` or `turn`: how traces are cut.
-    pub const TRACE_MODE: &str = "HERMES_METER_TRACE_MODE";
+    pub(crate) const TRACE_MODE: &str = "HERMES_METER_TRACE_MODE";
     /// Whether session spans carry `hermes.sender.id`.
-    pub const SPAN_SENDER: &str = "HERMES_METER_SPAN_SENDER";
+    pub(crate) const SPAN_SENDER: &str = "HERMES_METER_SPAN_SENDER";
     /// Seconds without events after which open spans are closed.
-    pub const IDLE_TIMEOUT_SECONDS: &str = "HERMES_METER_IDLE_TIMEOUT_SECONDS";
+    pub(crate) const IDLE_TIMEOUT_SECONDS: &str = "HERMES_METER_IDLE_TIMEOUT_SECONDS";
     /// Seconds a session span waits after its last turn ended, for Hermes
     /// to start another turn, before it is sent without on_session_finalize.
-    pub const SESSION_GRACE_SECONDS: &str = "HERMES_METER_SESSION_GRACE_SECONDS";
+    pub(crate) const SESSION_GRACE_SECONDS: &str = "HERMES_METER_SESSION_GRACE_SECONDS";
     /// The most outbox rows kept; the oldest beyond it are dropped.
-    pub const OUTBOX_MAX_ROWS: &str = "HERMES_METER_OUTBOX_MAX_ROWS";
+    pub(crate) const OUTBOX_MAX_ROWS: &str = "HERMES_METER_OUTBOX_MAX_ROWS";
     /// How long the export lease lasts without renewal.
-    pub const LEASE_SECONDS: &str = "HERMES_METER_LEASE_SECONDS";
+    pub(crate) const LEASE_SECONDS: &str = "HERMES_METER_LEASE_SECONDS";
 
-    pub const METRICS_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT";
-    pub const METRICS_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL";
-    pub const METRICS_HEADERS: &str = "OTEL_EXPORTER_OTLP_METRICS_HEADERS";
-    pub const METRICS_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT";
-    pub const METRICS_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION";
-    pub const METRICS_INSECURE: &str = "OTEL_EXPORTER_OTLP_METRICS_INSECURE";
-    pub const METRICS_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE";
-    pub const METRICS_CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE";
-    pub const METRICS_CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY";
+    pub(crate) const METRICS_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT";
+    pub(crate) const METRICS_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL";
+    pub(crate) const METRICS_HEADERS: &str = "OTEL_EXPORTER_OTLP_METRICS_HEADERS";
+    pub(crate) const METRICS_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT";
+    pub(crate) const METRICS_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION";
+    pub(crate) const METRICS_INSECURE: &str = "OTEL_EXPORTER_OTLP_METRICS_INSECURE";
+    pub(crate) const METRICS_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE";
+    pub(crate) const METRICS_CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE";
+    pub(crate) const METRICS_CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY";
     /// `otlp`, `prometheus`, `console` or `none`.
-    pub const METRICS_EXPORTER: &str = "OTEL_METRICS_EXPORTER";
+    pub(crate) const METRICS_EXPORTER: &str = "OTEL_METRICS_EXPORTER";
 
     /// `otlp`, `console` or `none`: where log records go.
     pub const LOGS_EXPORTER: &str = "OTEL_LOGS_EXPORTER";
-    pub const LOGS_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT";
-    pub const LOGS_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL";
-    pub const LOGS_HEADERS: &str = "OTEL_EXPORTER_OTLP_LOGS_HEADERS";
-    pub const LOGS_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_LOGS_TIMEOUT";
-    pub const LOGS_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_LOGS_COMPRESSION";
-    pub const LOGS_INSECURE: &str = "OTEL_EXPORTER_OTLP_LOGS_INSECURE";
-    pub const LOGS_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_LOGS_CERTIFICATE";
-    pub const LOGS_CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_LOGS_CLIENT_CERTIFICATE";
-    pub const LOGS_CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_LOGS_CLIENT_KEY";
+    pub(crate) const LOGS_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT";
+    pub(crate) const LOGS_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL";
+    pub(crate) const LOGS_HEADERS: &str = "OTEL_EXPORTER_OTLP_LOGS_HEADERS";
+    pub(crate) const LOGS_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_LOGS_TIMEOUT";
+    pub(crate) const LOGS_COMPRESSION: &str = "OTEL_EXPORTER_OTLP_LOGS_COMPRESSION";
+    pub(crate) const LOGS_INSECURE: &str = "OTEL_EXPORTER_OTLP_LOGS_INSECURE";
+    pub(crate) const LOGS_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_LOGS_CERTIFICATE";
+    pub(crate) const LOGS_CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_LOGS_CLIENT_CERTIFICATE";
+    pub(crate) const LOGS_CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_LOGS_CLIENT_KEY";
     /// Milliseconds between metric exports.
-    pub const METRIC_EXPORT_INTERVAL: &str = "OTEL_METRIC_EXPORT_INTERVAL";
+    pub(crate) const METRIC_EXPORT_INTERVAL: &str = "OTEL_METRIC_EXPORT_INTERVAL";
     /// `cumulative` (the only one supported), `delta` or `lowmemory`.
-    pub const METRICS_TEMPORALITY_PREFERENCE: &str = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE";
+    pub(crate) const METRICS_TEMPORALITY_PREFERENCE: &str = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE";
     /// Where `hermes-meter serve` serves `/metrics` when the exporter is `prometheus`.
-    pub const PROMETHEUS_HOST: &str = "OTEL_EXPORTER_PROMETHEUS_HOST";
-    pub const PROMETHEUS_PORT: &str = "OTEL_EXPORTER_PROMETHEUS_PORT";
+    pub(crate) const PROMETHEUS_HOST: &str = "OTEL_EXPORTER_PROMETHEUS_HOST";
+    pub(crate) const PROMETHEUS_PORT: &str = "OTEL_EXPORTER_PROMETHEUS_PORT";
     /// Opt-in metric attributes: `sender`, `profile` (comma-separated).
-    pub const METRIC_ATTRIBUTES: &str = "HERMES_METER_METRIC_ATTRIBUTES";
+    pub(crate) const METRIC_ATTRIBUTES: &str = "HERMES_METER_METRIC_ATTRIBUTES";
 }
 
 /// The OTLP signal a configuration is for: it picks the signal-specific
@@ -134,7 +134,7 @@ impl Signal {
     }
 
     /// The variable that turns this signal's export off with `none`.
-    pub fn exporter_var(self) -> &'static str {
+    pub(crate) fn exporter_var(self) -> &'static str {
         match self {
             Signal::Traces => env::TRACES_EXPORTER,
             Signal::Metrics => env::METRICS_EXPORTER,
@@ -143,7 +143,7 @@ impl Signal {
     }
 
     /// The signal-specific endpoint variable.
-    pub fn endpoint_var(self) -> &'static str {
+    pub(crate) fn endpoint_var(self) -> &'static str {
         self.names().endpoint
     }
 
@@ -220,7 +220,7 @@ impl Protocol {
     }
 
     /// How a send's failure names the transport (`otlp grpc: ...`).
-    pub fn otlp_name(self) -> &'static str {
+    pub(crate) fn otlp_name(self) -> &'static str {
         match self {
             Protocol::Grpc => "otlp grpc",
             Protocol::HttpProtobuf => "otlp http",
@@ -339,21 +339,21 @@ pub struct ExportConfig {
 }
 
 /// The default service name.
-pub const DEFAULT_SERVICE_NAME: &str = "hermes-agent";
+pub(crate) const DEFAULT_SERVICE_NAME: &str = "hermes-agent";
 /// The default gRPC endpoint (OTLP specification).
-pub const DEFAULT_GRPC_ENDPOINT: &str = "http://localhost:4317";
+pub(crate) const DEFAULT_GRPC_ENDPOINT: &str = "http://localhost:4317";
 /// The default HTTP endpoint (OTLP specification).
-pub const DEFAULT_HTTP_ENDPOINT: &str = "http://localhost:4318/v1/traces";
+pub(crate) const DEFAULT_HTTP_ENDPOINT: &str = "http://localhost:4318/v1/traces";
 /// The path of the traces signal under a generic HTTP endpoint.
-pub const HTTP_TRACES_PATH: &str = "v1/traces";
+pub(crate) const HTTP_TRACES_PATH: &str = "v1/traces";
 /// The default HTTP endpoint of metrics.
-pub const DEFAULT_HTTP_METRICS_ENDPOINT: &str = "http://localhost:4318/v1/metrics";
+pub(crate) const DEFAULT_HTTP_METRICS_ENDPOINT: &str = "http://localhost:4318/v1/metrics";
 /// The path of the metrics signal under a generic HTTP endpoint.
-pub const HTTP_METRICS_PATH: &str = "v1/metrics";
+pub(crate) const HTTP_METRICS_PATH: &str = "v1/metrics";
 /// The default HTTP endpoint of logs.
-pub const DEFAULT_HTTP_LOGS_ENDPOINT: &str = "http://localhost:4318/v1/logs";
+pub(crate) const DEFAULT_HTTP_LOGS_ENDPOINT: &str = "http://localhost:4318/v1/logs";
 /// The path of the logs signal under a generic HTTP endpoint.
-pub const HTTP_LOGS_PATH: &str = "v1/logs";
+pub(crate) const HTTP_LOGS_PATH: &str = "v1/logs";
 
 impl ExportConfig {
     /// Resolves from the process environment.
@@ -381,7 +381,11 @@ impl ExportConfig {
     /// Resolves the transport settings of `signal` (its
     /// `OTEL_EXPORTER_OTLP_{SIGNAL}_*` variables before the generic ones)
     /// from any environment. The trace-only settings resolve as for traces.
-    pub fn resolve_signal(signal: Signal, overrides: ExportOverrides, var: impl Fn(&str) -> Option<String>) -> Self {
+    pub(crate) fn resolve_signal(
+        signal: Signal,
+        overrides: ExportOverrides,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Self {
         let n = signal.names();
         let var = |name: &str| var(name).filter(|v| !v.trim().is_empty());
         let mut r = Resolver {

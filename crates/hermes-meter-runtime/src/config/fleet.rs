@@ -33,7 +33,7 @@ pub fn configured() -> bool {
 }
 
 /// `HOSTNAME` as set (possibly empty), for when the kernel does not say.
-pub fn hostname_var() -> Option<String> {
+pub(crate) fn hostname_var() -> Option<String> {
     super::process_var("HOSTNAME")
 }
 
@@ -41,7 +41,7 @@ pub fn hostname_var() -> Option<String> {
 /// wait for the sync is over: `explicit`, else `HERMES_METER_FLEET_UNSYNCED`
 /// (a value other than `closed` or `open` is warned about and ignored),
 /// else [`Unsynced::Closed`]. Warnings go to `warnings`.
-pub fn unsynced_from(
+pub(crate) fn unsynced_from(
     explicit: Option<Unsynced>,
     var: &dyn Fn(&str) -> Option<String>,
     warnings: &mut Vec<String>,

@@ -87,7 +87,7 @@ pub struct MetricsOverrides {
 }
 
 /// The default metric export interval (the SDK specification's).
-pub const DEFAULT_METRIC_EXPORT_INTERVAL: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_METRIC_EXPORT_INTERVAL: Duration = Duration::from_secs(60);
 
 impl MetricsConfig {
     /// Resolves from the process environment.

@@ -28,12 +28,10 @@ pub mod parse;
 mod store;
 pub mod webhook;
 
-pub use bridge::{
-    BridgeConfig, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_HOOK_WAIT, DEFAULT_STORE_RETRY_MAX, DEFAULT_STORE_RETRY_MIN,
-    DEFAULT_SWEEP_INTERVAL,
-};
+pub use bridge::{BridgeConfig, DEFAULT_STORE_RETRY_MAX};
 pub use files::{load_budgets, load_prices};
-pub use store::{capture_content_from, store_dir, store_dir_from, Retention};
+pub(crate) use store::capture_content_from;
+pub use store::{store_dir, Retention};
 
 /// One variable of the process environment, `None` when unset or not
 /// UTF-8. With [`process_var_os`], the crate's only read of the environment.
@@ -42,7 +40,7 @@ pub fn process_var(name: &str) -> Option<String> {
 }
 
 /// One variable of the process environment as the OS holds it.
-pub fn process_var_os(name: &str) -> Option<OsString> {
+pub(crate) fn process_var_os(name: &str) -> Option<OsString> {
     std::env::var_os(name)
 }
 
@@ -58,17 +56,17 @@ pub mod env {
     /// Hermes's home; the store defaults to `$HERMES_HOME/meter`.
     pub const HERMES_HOME: &str = "HERMES_HOME";
     /// The user's home, for the `~/.hermes/meter` default.
-    pub const HOME: &str = "HOME";
+    pub(crate) const HOME: &str = "HOME";
     /// Opt-in capture of prompts, responses and tool arguments.
-    pub const CAPTURE_CONTENT: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
+    pub(crate) const CAPTURE_CONTENT: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
     /// Which generation of GenAI names to emit (`gen_ai/dup`: both).
-    pub const SEMCONV_STABILITY_OPT_IN: &str = "OTEL_SEMCONV_STABILITY_OPT_IN";
+    pub(crate) const SEMCONV_STABILITY_OPT_IN: &str = "OTEL_SEMCONV_STABILITY_OPT_IN";
     /// Days journal rows (each event's key and payload) are kept.
-    pub const RETENTION_JOURNAL_DAYS: &str = "HERMES_METER_RETENTION_JOURNAL_DAYS";
+    pub(crate) const RETENTION_JOURNAL_DAYS: &str = "HERMES_METER_RETENTION_JOURNAL_DAYS";
     /// Days a span waits in the outbox for a collector before it is given up.
-    pub const RETENTION_OUTBOX_DAYS: &str = "HERMES_METER_RETENTION_OUTBOX_DAYS";
+    pub(crate) const RETENTION_OUTBOX_DAYS: &str = "HERMES_METER_RETENTION_OUTBOX_DAYS";
     /// Hours captured content stays after its session ended and its spans went out.
-    pub const RETENTION_CONTENT_HOURS: &str = "HERMES_METER_RETENTION_CONTENT_HOURS";
+    pub(crate) const RETENTION_CONTENT_HOURS: &str = "HERMES_METER_RETENTION_CONTENT_HOURS";
 }
 
 /// Default idle time after which a run that never ended is closed as

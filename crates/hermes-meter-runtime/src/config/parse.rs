@@ -79,7 +79,7 @@ impl Resolver<'_> {
 /// `true` or `false` (anything else deserves a warning). The specification
 /// forbids reading `1`, `yes` or `on` as true, and the one parser means
 /// every boolean of ours reads the same (content capture always did).
-pub fn parse_bool(s: &str) -> (bool, bool) {
+pub(crate) fn parse_bool(s: &str) -> (bool, bool) {
     let s = s.trim();
     if s.eq_ignore_ascii_case("true") {
         (true, true)
@@ -92,7 +92,7 @@ pub fn parse_bool(s: &str) -> (bool, bool) {
 /// instrumentations spell it (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum CaptureMode {
+pub(crate) enum CaptureMode {
     /// Nothing is captured (`false`, `NO_CONTENT`).
     #[default]
     NoContent,
@@ -117,40 +117,40 @@ impl CaptureMode {
     }
 
     /// Whether hooks capture content at all.
-    pub fn captures(self) -> bool {
+    pub(crate) fn captures(self) -> bool {
         self != CaptureMode::NoContent
     }
 
     /// Whether spans carry it.
-    pub fn on_spans(self) -> bool {
+    pub(crate) fn on_spans(self) -> bool {
         matches!(self, CaptureMode::SpanOnly | CaptureMode::SpanAndEvent)
     }
 
     /// Whether content events carry it.
-    pub fn as_events(self) -> bool {
+    pub(crate) fn as_events(self) -> bool {
         matches!(self, CaptureMode::EventOnly | CaptureMode::SpanAndEvent)
     }
 }
 
 /// Whether hooks capture content: any [`CaptureMode`] but `NO_CONTENT`.
 /// `None` for a value that is not one.
-pub fn parse_capture(s: &str) -> Option<bool> {
+pub(crate) fn parse_capture(s: &str) -> Option<bool> {
     CaptureMode::parse(s).map(CaptureMode::captures)
 }
 
 /// A non-negative, finite number (seconds, hours, days; fractions allowed).
-pub fn parse_non_negative(s: &str) -> Option<f64> {
+pub(crate) fn parse_non_negative(s: &str) -> Option<f64> {
     s.trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0)
 }
 
 /// A positive whole number.
-pub fn parse_positive<T: std::str::FromStr + PartialOrd + Default>(s: &str) -> Option<T> {
+pub(crate) fn parse_positive<T: std::str::FromStr + PartialOrd + Default>(s: &str) -> Option<T> {
     s.trim().parse::<T>().ok().filter(|n| *n > T::default())
 }
 
 /// `k1=v1,k2=v2` with percent-encoded values (the W3C baggage form the
 /// specification uses for headers and resource attributes).
-pub fn parse_key_values(s: &str) -> Option<Vec<(String, String)>> {
+pub(crate) fn parse_key_values(s: &str) -> Option<Vec<(String, String)>> {
     let mut out = Vec::new();
     for pair in s.split(',').filter(|p| !p.trim().is_empty()) {
         let (k, v) = pair.split_once('=')?;

@@ -18,7 +18,7 @@ pub fn store_dir(explicit: Option<PathBuf>) -> Resolved<PathBuf> {
 }
 
 /// [`store_dir`] over any environment (tests pass a map).
-pub fn store_dir_from(
+pub(crate) fn store_dir_from(
     explicit: Option<PathBuf>,
     var: impl Fn(&str) -> Option<std::ffi::OsString>,
 ) -> Resolved<PathBuf> {
@@ -51,7 +51,7 @@ pub fn store_dir_from(
 /// `true`, `SPAN_ONLY`, `EVENT_ONLY` or `SPAN_AND_EVENT` (read by the one
 /// parser, [`parse_capture`], so the hooks that capture and the exporters
 /// that send agree; where it goes is the exporters' `CaptureMode`).
-pub fn capture_content_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Resolved<bool> {
+pub(crate) fn capture_content_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Resolved<bool> {
     match var(env::CAPTURE_CONTENT) {
         Some(v) => Resolved {
             value: parse_capture(&v.to_string_lossy()).unwrap_or(false),
@@ -82,14 +82,14 @@ pub struct Retention {
 impl Retention {
     /// Four weeks: a month of journal to rebuild or replay from, and four
     /// weeks for a collector outage before spans are given up.
-    pub const DEFAULT_JOURNAL_DAYS: f64 = 28.0;
-    pub const DEFAULT_OUTBOX_DAYS: f64 = 28.0;
+    pub(crate) const DEFAULT_JOURNAL_DAYS: f64 = 28.0;
+    pub(crate) const DEFAULT_OUTBOX_DAYS: f64 = 28.0;
     /// A day: content exists to go out with its spans.
-    pub const DEFAULT_CONTENT_HOURS: f64 = 24.0;
+    pub(crate) const DEFAULT_CONTENT_HOURS: f64 = 24.0;
     /// The shortest journal retention: a hook's event is applied within
     /// seconds, a dead process's spool within a minute of the next start;
     /// a horizon closer than a day could refuse events still on their way.
-    pub const MIN_JOURNAL_DAYS: f64 = 1.0;
+    pub(crate) const MIN_JOURNAL_DAYS: f64 = 1.0;
 
     /// The retention settings: each variable if set to a number of at
     /// least its minimum, else the default (and a warning in `warnings`).

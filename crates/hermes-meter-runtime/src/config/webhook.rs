@@ -6,9 +6,9 @@
 use super::process_var;
 
 /// The variable naming the webhook URL.
-pub const WEBHOOK_ENV: &str = "HERMES_METER_ALERT_WEBHOOK";
+pub(crate) const WEBHOOK_ENV: &str = "HERMES_METER_ALERT_WEBHOOK";
 /// The variable naming its body's shape.
-pub const WEBHOOK_FORMAT_ENV: &str = "HERMES_METER_ALERT_WEBHOOK_FORMAT";
+pub(crate) const WEBHOOK_FORMAT_ENV: &str = "HERMES_METER_ALERT_WEBHOOK_FORMAT";
 /// A platform Hermes's gateway is configured for (its home channel), or
 /// `platform:chat_id[:thread_id]`: alerts go there as a message through
 /// Hermes itself (read by the plugin, which sends them).
@@ -38,7 +38,7 @@ impl WebhookConfig {
         Self::from_values(process_var(WEBHOOK_ENV), process_var(WEBHOOK_FORMAT_ENV))
     }
 
-    pub fn from_values(url: Option<String>, format: Option<String>) -> Result<Option<Self>, String> {
+    pub(crate) fn from_values(url: Option<String>, format: Option<String>) -> Result<Option<Self>, String> {
         let Some(url) = url.map(|u| u.trim().to_string()).filter(|u| !u.is_empty()) else {
             return Ok(None);
         };

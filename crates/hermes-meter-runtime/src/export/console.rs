@@ -34,7 +34,7 @@ pub fn print(request: &ExportTraceServiceRequest) {
 }
 
 /// `OTEL_METRICS_EXPORTER=console`: one JSON line per data point.
-pub fn print_metrics(request: &opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest) {
+pub(crate) fn print_metrics(request: &opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest) {
     use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point::Value};
     let attrs = |kvs: &[opentelemetry_proto::tonic::common::v1::KeyValue]| -> serde_json::Value {
         kvs.iter()
@@ -85,7 +85,7 @@ pub fn print_metrics(request: &opentelemetry_proto::tonic::collector::metrics::v
 }
 
 /// `OTEL_LOGS_EXPORTER=console`: one JSON line per log record.
-pub fn print_logs(request: &opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest) {
+pub(crate) fn print_logs(request: &opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest) {
     for rl in &request.resource_logs {
         for sl in &rl.scope_logs {
             for r in &sl.log_records {

@@ -78,7 +78,7 @@ impl Cycle {
 
     /// The metric failure of this step, if any: an error of the store, or
     /// a push the collector did not accept.
-    pub fn metric_error(&self) -> Option<String> {
+    pub(crate) fn metric_error(&self) -> Option<String> {
         match &self.metrics {
             Some(Err(e)) => Some(e.to_string()),
             Some(Ok(step)) => step.error.clone(),

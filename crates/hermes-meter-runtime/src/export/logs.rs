@@ -34,7 +34,7 @@ use crate::store::{ContentKind, LogRow, Outbox, Reader, DEFAULT_LOG_OUTBOX_MAX_R
 
 /// The attribute every record carries: an id a backend can drop a
 /// re-sent record by (OTel's `log.record.uid`).
-pub const LOG_RECORD_UID: &str = "log.record.uid";
+pub(crate) const LOG_RECORD_UID: &str = "log.record.uid";
 
 /// What one log step did.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -140,12 +140,6 @@ impl MetricExporter {
         set_budget_gauges(&mut self.store, readings, unix_now())
     }
 
-    /// Replaces the budget gauges with every budget's state now, before a
-    /// push; see [`refresh_budget_gauges`].
-    pub fn refresh_budget_gauges(&mut self) {
-        refresh_budget_gauges(&mut self.store);
-    }
-
     /// Folds finished ledger rows into the series (bounded work).
     pub fn fold(&mut self) -> Result<usize> {
         self.metrics.fold(&mut self.store)
@@ -400,7 +394,7 @@ pub fn snapshot(store: &Reader, allow: AllowList, names: Names) -> Result<Vec<Se
 /// moment, a `budget set` or `budget rm` included. Without a budget file
 /// there are no gauges; a file that cannot be read leaves them as they were
 /// (budgets never stop an export or a scrape).
-pub fn refresh_budget_gauges(store: &mut Outbox) {
+pub(crate) fn refresh_budget_gauges(store: &mut Outbox) {
     let Some(dir) = store.path().parent().map(Path::to_path_buf) else {
         return;
     };

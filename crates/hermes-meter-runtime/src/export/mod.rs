@@ -54,15 +54,21 @@ pub mod retry;
 pub mod transport;
 pub mod webhook;
 
-pub use crate::config::export::{ExportConfig, ExportOverrides, Protocol, Sampler, Signal, TracesExporter};
-pub use crate::config::metrics::{MetricsConfig, MetricsExporters, MetricsOverrides};
+pub use crate::config::export::Sampler;
+pub use crate::config::export::Signal;
+pub use crate::config::export::{ExportConfig, ExportOverrides, Protocol, TracesExporter};
+pub use crate::config::metrics::MetricsExporters;
+pub use crate::config::metrics::{MetricsConfig, MetricsOverrides};
 /// Lower-case hex of an id (defined with the ids, in `span.rs`).
 pub use crate::span::hex;
-pub use driver::{Cycle, Driver};
+pub use driver::Driver;
 use metrics::MetricExport;
-pub use metrics::{MetricExporter, MetricStep};
+pub use metrics::MetricExporter;
+pub use metrics::MetricStep;
 pub use prometheus::PrometheusServer;
-pub use transport::{Accepted, SendError, Transport};
+pub use transport::Accepted;
+pub use transport::SendError;
+pub(crate) use transport::Transport;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -82,7 +88,7 @@ pub(crate) use pacing::take_lease;
 use pacing::{block_on_until, Lease, Pacing};
 
 /// The instrumentation scope name on every span.
-pub const SCOPE_NAME: &str = "hermes-meter";
+pub(crate) const SCOPE_NAME: &str = "hermes-meter";
 
 /// How deep a chain of subagents is followed (a guard against cycles).
 const MAX_ANCESTRY: usize = 32;

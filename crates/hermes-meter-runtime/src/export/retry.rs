@@ -42,7 +42,7 @@ pub enum Verdict {
 /// again: it will not start taking it by itself, but a collector may be
 /// reconfigured or replaced, so the door stays open, once per 15 minutes
 /// rather than every 30 s (which filled logs and the backend's).
-pub const UNSUPPORTED_RETRY: Duration = Duration::from_secs(15 * 60);
+pub(crate) const UNSUPPORTED_RETRY: Duration = Duration::from_secs(15 * 60);
 
 /// Where a failed send's error came from, which decides what its message
 /// tells the user: a collector's answer is about the request (headers,
@@ -63,17 +63,17 @@ pub enum Cause {
 
 /// The message tonic gives the status of a request that hit the channel's
 /// timeout (`tonic::TimeoutExpired`'s text; the status keeps no source).
-pub const GRPC_TIMEOUT_MESSAGE: &str = "Timeout expired";
+pub(crate) const GRPC_TIMEOUT_MESSAGE: &str = "Timeout expired";
 
 /// What tonic begins the message of a status it made from an HTTP/2
 /// error with (a reset stream, a GOAWAY), keeping no source.
-pub const GRPC_H2_ERROR_PREFIX: &str = "h2 protocol error";
+pub(crate) const GRPC_H2_ERROR_PREFIX: &str = "h2 protocol error";
 
 /// Where a gRPC status came from. tonic makes a status of its own, with
 /// the client error as its source, when the request got no answer; a
 /// status the collector sent has no source. A timeout and an HTTP/2 error
 /// are told by their message, as tonic keeps no source for them.
-pub fn grpc_cause(code: tonic::Code, message: &str, made_by_client: bool) -> Cause {
+pub(crate) fn grpc_cause(code: tonic::Code, message: &str, made_by_client: bool) -> Cause {
     use tonic::Code::*;
     let made_by_client = made_by_client || message.starts_with(GRPC_H2_ERROR_PREFIX);
     match code {
@@ -95,7 +95,7 @@ fn is_connect_failure(message: &str) -> bool {
 /// whatever code tonic gave it (a reset arrives as `UNKNOWN`, which would
 /// read as the collector refusing the request); an answer follows the
 /// OTLP table of [`classify_grpc`].
-pub fn classify_grpc_failure(code: tonic::Code, retry_info: Option<Duration>, cause: Cause) -> Verdict {
+pub(crate) fn classify_grpc_failure(code: tonic::Code, retry_info: Option<Duration>, cause: Cause) -> Verdict {
     match cause {
         Cause::Answered => classify_grpc(code, retry_info),
         Cause::Unreachable | Cause::Closed | Cause::NoAnswer => Verdict::Retry { after: None },
@@ -105,7 +105,7 @@ pub fn classify_grpc_failure(code: tonic::Code, retry_info: Option<Duration>, ca
 /// The gRPC codes the OTLP specification calls retryable.
 /// `RESOURCE_EXHAUSTED` only is when the server sent `RetryInfo`; without
 /// it, it is [`Verdict::Exhausted`].
-pub fn classify_grpc(code: tonic::Code, retry_info: Option<Duration>) -> Verdict {
+pub(crate) fn classify_grpc(code: tonic::Code, retry_info: Option<Duration>) -> Verdict {
     use tonic::Code::*;
     match code {
         Cancelled | DeadlineExceeded | Aborted | OutOfRange | Unavailable | DataLoss => {
@@ -122,7 +122,7 @@ pub fn classify_grpc(code: tonic::Code, retry_info: Option<Duration>) -> Verdict
 /// 504 (with `Retry-After` honoured). 404, 405 and 501 say the server has
 /// no such signal (a trace-only backend's answer to `/v1/metrics`).
 /// Anything else that is not 2xx is permanent.
-pub fn classify_http(status: u16, retry_after: Option<Duration>) -> Verdict {
+pub(crate) fn classify_http(status: u16, retry_after: Option<Duration>) -> Verdict {
     match status {
         429 | 502 | 503 | 504 => Verdict::Retry { after: retry_after },
         404 | 405 | 501 => Verdict::Unsupported,
@@ -132,12 +132,12 @@ pub fn classify_http(status: u16, retry_after: Option<Duration>) -> Verdict {
 
 /// `Retry-After` as delay-seconds (the HTTP-date form is ignored: the
 /// backoff applies instead).
-pub fn parse_retry_after(value: &str) -> Option<Duration> {
+pub(crate) fn parse_retry_after(value: &str) -> Option<Duration> {
     value.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
 /// The `google.rpc.RetryInfo` delay in a gRPC status's details, if any.
-pub fn grpc_retry_info(status: &tonic::Status) -> Option<Duration> {
+pub(crate) fn grpc_retry_info(status: &tonic::Status) -> Option<Duration> {
     use tonic_types::StatusExt;
     status.get_details_retry_info()?.retry_delay
 }
@@ -145,7 +145,7 @@ pub fn grpc_retry_info(status: &tonic::Status) -> Option<Duration> {
 /// The backoff's cap. 30 s keeps an outage's tail short once the collector
 /// is back, while a dead collector costs one attempt per 30 s. Also the
 /// pace of a [`Verdict::Permanent`] or [`Verdict::Exhausted`] failure.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Bounded exponential backoff with full jitter.
 #[derive(Debug, Clone)]
@@ -187,7 +187,7 @@ impl Backoff {
     }
 
     /// Resets after a success.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.failures = 0;
     }
 

@@ -68,7 +68,7 @@ impl SendError {
 }
 
 /// Where requests go.
-pub enum Transport {
+pub(crate) enum Transport {
     Grpc(Box<GrpcTransport>),
     Http(Box<HttpTransport>),
     Console,
@@ -166,7 +166,7 @@ struct Tls {
 }
 
 /// OTLP/gRPC through opentelemetry-proto's tonic client.
-pub struct GrpcTransport {
+pub(crate) struct GrpcTransport {
     client: TraceServiceClient<Channel>,
     metrics: MetricsServiceClient<Channel>,
     logs: LogsServiceClient<Channel>,
@@ -317,7 +317,7 @@ fn grpc_headers(
 }
 
 /// OTLP/HTTP with protobuf bodies over one kept-alive HTTP/1.1 connection.
-pub struct HttpTransport {
+pub(crate) struct HttpTransport {
     host: String,
     port: u16,
     path: String,

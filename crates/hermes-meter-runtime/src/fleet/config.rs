@@ -26,10 +26,10 @@ use crate::error::{Error, Result};
 pub use crate::config::fleet::FLEET_URL_ENV;
 
 /// libpq's password variable, used when the URL carries none.
-pub const PASSWORD_ENV: &str = "PGPASSWORD";
+pub(crate) const PASSWORD_ENV: &str = "PGPASSWORD";
 
 /// libpq's password file variable; the default is `~/.pgpass`.
-pub const PASSFILE_ENV: &str = "PGPASSFILE";
+pub(crate) const PASSFILE_ENV: &str = "PGPASSFILE";
 
 /// libpq's TLS file parameters and the variables that stand in for them.
 const TLS_FILES: [(&str, &str); 3] = [
@@ -230,7 +230,7 @@ fn take_tls_files(text: &str) -> (String, [Option<std::path::PathBuf>; 3]) {
 }
 
 /// A PostgreSQL error as ours: the server's message (never the URL).
-pub fn pg_error(e: tokio_postgres::Error) -> Error {
+pub(crate) fn pg_error(e: tokio_postgres::Error) -> Error {
     let text = match e.as_db_error() {
         Some(db) => format!("{}: {}", db.code().code(), db.message()),
         None => {

@@ -66,7 +66,7 @@ pub use config::{FleetConfig, FLEET_URL_ENV};
 
 /// How often the sync pushes and pulls: the delay before a `budget set`
 /// elsewhere or another host's spend is seen here.
-pub const SYNC_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const SYNC_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The store lease (in the store's lease table) of the process that syncs.
-pub const FLEET_LEASE: &str = "fleet";
+pub(crate) const FLEET_LEASE: &str = "fleet";

@@ -207,7 +207,7 @@ impl Writer {
     /// (their spans, never sent, have left the outbox by then), or whose
     /// run is gone. Returns the rows deleted and whether rows remain after
     /// the cursor (it starts over from the beginning once they do not).
-    pub fn prune_content_batch(
+    pub(crate) fn prune_content_batch(
         &mut self,
         ended_before: f64,
         stale_before: f64,

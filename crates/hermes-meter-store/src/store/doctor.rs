@@ -45,7 +45,7 @@ use crate::hook::{Hook, HookEvent};
 pub const DAMAGED_INFIX: &str = ".damaged-";
 
 /// The newest damaged store `doctor --rebuild` kept aside in `dir`, if any.
-pub fn moved_aside(dir: &Path) -> Option<PathBuf> {
+pub(crate) fn moved_aside(dir: &Path) -> Option<PathBuf> {
     let prefix = format!("{}{}", super::DB_FILE_NAME, DAMAGED_INFIX);
     std::fs::read_dir(dir)
         .ok()?

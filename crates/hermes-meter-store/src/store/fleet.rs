@@ -217,7 +217,7 @@ impl Outbox {
 
 impl Reader {
     /// Every scope id in the fleet view (`budget list` shows them too).
-    pub fn fleet_view_ids(&self, scope: &str) -> Result<Vec<String>> {
+    pub(crate) fn fleet_view_ids(&self, scope: &str) -> Result<Vec<String>> {
         let mut stmt = self
             .conn()
             .prepare_cached("SELECT DISTINCT id FROM fleet_view WHERE scope = ?1")?;
@@ -230,7 +230,7 @@ impl Reader {
     /// is left of this host's lease. `hosts` is from [`Reader::fleet_status`];
     /// a budget the last sync did not see (new, or a new period) gets the
     /// lease of an empty period, its hard line shared by the live hosts.
-    pub fn fleet_share(
+    pub(crate) fn fleet_share(
         &self,
         cfg: &BudgetConfig,
         budget: &Budget,

@@ -34,11 +34,11 @@ pub mod log_counter {
     /// Records the collector said it rejected (partial success).
     pub const REJECTED: &str = "logs.rejected";
     /// Records dropped unsent by the cap.
-    pub const DROPPED: &str = "logs.dropped";
+    pub(crate) const DROPPED: &str = "logs.dropped";
     /// Content events not sent because content events are off.
     pub const SKIPPED: &str = "logs.skipped";
     /// Sends that failed.
-    pub const FAILED: &str = "logs.failed_attempts";
+    pub(crate) const FAILED: &str = "logs.failed_attempts";
     pub(crate) const LAST_SUCCESS_AT: &str = "logs.last_success_at";
     pub(crate) const LAST_ERROR: &str = "logs.last_error";
     pub(crate) const LAST_ERROR_AT: &str = "logs.last_error_at";

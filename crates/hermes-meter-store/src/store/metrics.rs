@@ -38,14 +38,14 @@ use crate::pricing::PriceTable;
 
 /// `metric_log.kind` values (see the migration).
 mod kind {
-    pub const LLM_CALL: i64 = 1;
-    pub const LLM_ERROR: i64 = 2;
+    pub(crate) const LLM_CALL: i64 = 1;
+    pub(crate) const LLM_ERROR: i64 = 2;
     pub const TOOL: i64 = 3;
     pub const TURN: i64 = 4;
     pub const SESSION: i64 = 5;
     /// A held call confirmed after its LLM_CALL row was folded (written
     /// by the ledger, not a trigger).
-    pub const CONFIRMED_COST: i64 = 6;
+    pub(crate) const CONFIRMED_COST: i64 = 6;
 }
 
 /// The oldest `?1` session rows of the log. `kind = 5` (`kind::SESSION`)
@@ -94,12 +94,12 @@ pub struct MetricState {
 }
 
 mod state_key {
-    pub const EXPORTS: &str = "metrics.exports";
-    pub const EXPORTED_POINTS: &str = "metrics.exported_points";
-    pub const LAST_SUCCESS_AT: &str = "metrics.last_success_at";
-    pub const LAST_ERROR: &str = "metrics.last_error";
-    pub const LAST_ERROR_AT: &str = "metrics.last_error_at";
-    pub const DELTA_AT: &str = "metrics.delta_at";
+    pub(crate) const EXPORTS: &str = "metrics.exports";
+    pub(crate) const EXPORTED_POINTS: &str = "metrics.exported_points";
+    pub(crate) const LAST_SUCCESS_AT: &str = "metrics.last_success_at";
+    pub(crate) const LAST_ERROR: &str = "metrics.last_error";
+    pub(crate) const LAST_ERROR_AT: &str = "metrics.last_error_at";
+    pub(crate) const DELTA_AT: &str = "metrics.delta_at";
 }
 
 impl Outbox {

@@ -48,25 +48,32 @@ mod session_list;
 mod session_view;
 mod trace_view;
 
-pub use budget::{AlertRow, AlertSink, CapUse, RecordedCall, RESERVATION_TTL_SECONDS};
+pub use budget::CapUse;
+pub use budget::{AlertRow, AlertSink, RESERVATION_TTL_SECONDS};
 pub use content::{ContentCursor, ContentKind};
-pub use doctor::{missing_beside_aside, moved_aside, Doctor, Integrity, Rebuilt, DAMAGED_INFIX};
+pub use doctor::Integrity;
+pub use doctor::{missing_beside_aside, Doctor, Rebuilt, DAMAGED_INFIX};
 pub use fleet::{FleetRow, FleetStatus, PushRow};
-pub use held::{Confirmation, HeldCall};
-pub use ledger::{Applied, EventContext, ABANDONED, ERROR, IDLE_CLOSE_BATCH, INTERRUPTED, OK, RUNNING};
+pub use held::Confirmation;
+pub use held::HeldCall;
+pub use ledger::Applied;
+pub use ledger::{EventContext, ABANDONED, ERROR, IDLE_CLOSE_BATCH, INTERRUPTED, OK, RUNNING};
 // The rows and metric facts live in the model, below the store, which
 // fills them; re-exported so `store::RunRow` and the like keep working.
 pub use crate::model::{
     bucket_index, decode_attrs, encode_attrs, Add, ApiErrorFact, ApprovalRow, AttemptError, AttemptRow, AttrValue,
     Attrs, EdgeRow, GaugeRow, Increment, LlmCallFact, MetricFact, RunLabels, RunRow, SeriesRow, ToolRow, TurnRow,
 };
-pub use log_outbox::{
-    log_counter, LogAttrs, LogExportState, LogPlace, LogRow, NewLog, Severity, DEFAULT_LOG_OUTBOX_MAX_ROWS, LOG_LEASE,
-};
-pub use metrics::{add_to_counter, Folded, MetricIdentity, MetricState, METRIC_LEASE};
+pub use log_outbox::LogAttrs;
+pub use log_outbox::LogExportState;
+pub use log_outbox::{log_counter, LogPlace, LogRow, NewLog, Severity, DEFAULT_LOG_OUTBOX_MAX_ROWS, LOG_LEASE};
+pub use metrics::MetricState;
+pub use metrics::{add_to_counter, Folded, MetricIdentity, METRIC_LEASE};
 pub use outbox::{counter, BatchRows, ExportState, Lease, OutboxRow, SentSession, SpanKind, TRACE_LEASE};
-pub use report::{FactKind, FactRow, ProviderBilled, RunSummary, StoreCounts};
-pub use retain_step::{RetainCutoffs, RetainDone, RetainKind};
+pub use report::StoreCounts;
+pub use report::{FactKind, FactRow, ProviderBilled, RunSummary};
+pub use retain_step::RetainDone;
+pub use retain_step::{RetainCutoffs, RetainKind};
 pub use retention::pruned;
 pub use rollup::RollupStep;
 pub use session_list::{SessionFilter, SessionListRow, SessionListTotals, SessionSort};
@@ -100,7 +107,7 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 /// was written by a pre-release build (whose versions counted a different
 /// history) and one with another id by another program: both are refused
 /// and left as they are.
-pub const APPLICATION_ID: i32 = 0x484D_6574;
+pub(crate) const APPLICATION_ID: i32 = 0x484D_6574;
 
 /// The id ("HMtr") the last pre-release builds marked their stores with,
 /// whose versions 1 to 5 the first release folded into its version 1.

@@ -202,7 +202,7 @@ impl Reader {
     /// agent's, by the two models. Reads the `llm_calls_routed` index,
     /// which holds those rows alone (the ledger's: calls retention removed
     /// are no longer counted here).
-    pub fn downgraded_calls(&self, since: f64, until: f64) -> Result<Vec<crate::report::Downgraded>> {
+    pub(crate) fn downgraded_calls(&self, since: f64, until: f64) -> Result<Vec<crate::report::Downgraded>> {
         let mut stmt = self.conn().prepare_cached(
             "SELECT model, routed_model, COUNT(*), TOTAL(cost_usd) FROM llm_calls
              WHERE routed_model IS NOT NULL AND ended_at >= ?1 AND ended_at < ?2

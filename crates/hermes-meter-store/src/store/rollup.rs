@@ -29,7 +29,7 @@ use crate::report::{Dim, Totals};
 
 /// A quarter hour: the finest bucket. Every time zone's offset is a whole
 /// number of quarter hours, so any zone's days are unions of buckets.
-pub const QUARTER: i64 = 900;
+pub(crate) const QUARTER: i64 = 900;
 /// An hour: the whole store's sums per hour (level 2) let a long report
 /// tell any zone's days apart from a quarter of the rows.
 pub const HOUR: i64 = 3_600;
@@ -55,19 +55,19 @@ const STEP_BUDGET: Duration = Duration::from_millis(4);
 
 /// The start of the bucket of `size` seconds that holds `at` (saturating
 /// at the ends of `i64`, for an unbounded window).
-pub fn floor_to(at: f64, size: i64) -> i64 {
+pub(crate) fn floor_to(at: f64, size: i64) -> i64 {
     ((at / size as f64).floor() * size as f64) as i64
 }
 
 /// The start of the first bucket of `size` seconds at or after `at`.
-pub fn ceil_to(at: f64, size: i64) -> i64 {
+pub(crate) fn ceil_to(at: f64, size: i64) -> i64 {
     ((at / size as f64).ceil() * size as f64) as i64
 }
 
 /// Rollup rows' sums, by quarter hour and dimension, then key (looked up
 /// by `&str`: adding a fact allocates only for a key not seen yet).
 #[derive(Default)]
-pub struct Gathered(BTreeMap<(i64, Dim), BTreeMap<String, (Totals, f64)>>);
+pub(crate) struct Gathered(BTreeMap<(i64, Dim), BTreeMap<String, (Totals, f64)>>);
 
 impl Gathered {
     fn add(&mut self, bucket: i64, dim: Dim, key: &str, totals: &Totals, estimate: f64) {

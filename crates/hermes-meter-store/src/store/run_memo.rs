@@ -62,7 +62,7 @@ impl RunFacts {
     }
 
     /// A new run's columns.
-    pub fn new_run(says: &RunSays<'_>) -> RunFacts {
+    pub(crate) fn new_run(says: &RunSays<'_>) -> RunFacts {
         RunFacts {
             has_platform: says.platform.is_some(),
             has_cron_job_id: says.cron_job_id.is_some(),
@@ -88,14 +88,14 @@ impl RunFacts {
     }
 
     /// Whether the refresh would write anything (the UPDATE's WHERE).
-    pub fn changed_by(&self, says: &RunSays<'_>) -> bool {
+    pub(crate) fn changed_by(&self, says: &RunSays<'_>) -> bool {
         self.says_more(says) || says.at >= self.last_event_at + 1.0
     }
 
     /// Whether all the refresh would write is a later last event (by a
     /// second or more): the common case, written without touching the
     /// columns the rollup and `run_hours` triggers watch.
-    pub fn only_later(&self, says: &RunSays<'_>) -> bool {
+    pub(crate) fn only_later(&self, says: &RunSays<'_>) -> bool {
         !self.says_more(says) && says.at >= self.last_event_at + 1.0
     }
 }

@@ -526,7 +526,7 @@ impl Reader {
     /// SQLite's plan for every statement the index runs under `filter`
     /// (each sort, the totals, the hours a filtered page reads), one line
     /// per step, for the test that holds them to indexes.
-    pub fn session_list_plans(&self, filter: &SessionFilter) -> Result<Vec<(String, String)>> {
+    pub(crate) fn session_list_plans(&self, filter: &SessionFilter) -> Result<Vec<(String, String)>> {
         let mut queries = Vec::new();
         let terms = Terms::dimensions(filter).started(filter.since, filter.until);
         for sort in [SessionSort::Newest, SessionSort::Cost, SessionSort::Duration] {

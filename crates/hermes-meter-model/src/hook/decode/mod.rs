@@ -32,7 +32,7 @@ const MOA_AGGREGATOR: &str = "moa_aggregator";
 pub(super) const MAX_LABEL_BYTES: usize = 1024;
 
 /// The platform of the session turn-less auxiliary calls are counted in.
-pub const AUX_PLATFORM: &str = "auxiliary";
+pub(crate) const AUX_PLATFORM: &str = "auxiliary";
 
 /// The session an auxiliary call made outside any turn is counted in: one
 /// per UTC day (`aux_YYYYMMDD`), like Hermes's own cron session ids, so the
@@ -105,7 +105,7 @@ pub fn decode(hook: &str, kwargs: &Map<String, Value>, at: f64, opts: DecodeOpti
 
 /// [`decode`] over kwargs parsed or still raw ([`Kwargs`]): the same event
 /// either way.
-pub fn decode_kwargs(hook: &str, kwargs: Kwargs<'_>, at: f64, opts: DecodeOptions) -> Decoded {
+pub(crate) fn decode_kwargs(hook: &str, kwargs: Kwargs<'_>, at: f64, opts: DecodeOptions) -> Decoded {
     let mut r = Reader {
         kw: kwargs,
         problems: Vec::new(),

@@ -271,8 +271,11 @@ impl Writer {
     }
 
     /// Takes up to `limit` pending alerts for a pre_llm_call of
-    /// `session_id`: each is delivered once, to one session, in any process.
-    pub fn take_pending_alerts(&self, at: f64, session_id: &str, limit: usize) -> Result<Vec<String>> {
+    /// `session_id`: each is delivered once, to one session, in any process
+    /// (the gate's way with [`Reader::pending_alerts`] and
+    /// [`Writer::deliver_alert`], in one call for the tests).
+    #[cfg(test)]
+    pub(crate) fn take_pending_alerts(&self, at: f64, session_id: &str, limit: usize) -> Result<Vec<String>> {
         let mut out = Vec::new();
         for (kind, key, text) in self.pending_alerts(limit)? {
             if self.deliver_alert(&kind, &key, at, session_id)? {

@@ -102,7 +102,7 @@ impl Reader {
     }
 
     /// The root session of `session_id`, if the store has seen it.
-    pub fn root_of(&self, session_id: &str) -> Result<Option<String>> {
+    pub(crate) fn root_of(&self, session_id: &str) -> Result<Option<String>> {
         Ok(self
             .conn()
             .prepare_cached("SELECT root_session_id FROM runs WHERE session_id = CAST(?1 AS TEXT)")?
@@ -148,7 +148,7 @@ impl Reader {
 
     /// The root sessions still running, newest first, at most `limit`:
     /// whose caps `budget list` shows.
-    pub fn running_root_sessions(&self, limit: usize) -> Result<Vec<String>> {
+    pub(crate) fn running_root_sessions(&self, limit: usize) -> Result<Vec<String>> {
         let mut stmt = self.conn().prepare_cached(
             "SELECT session_id FROM runs WHERE status = 'running' AND session_id = root_session_id
              ORDER BY started_at DESC",

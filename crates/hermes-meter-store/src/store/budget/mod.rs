@@ -30,7 +30,7 @@ mod states;
 
 pub use alerts::{AlertRow, AlertSink};
 pub use caps::CapUse;
-pub use rollups::RecordedCall;
+pub(crate) use rollups::RecordedCall;
 pub(super) use rollups::{
     note_profile, on_api_request_error, on_post_api_request, on_pre_api_request, on_usage_confirmed, SpendRollup,
 };

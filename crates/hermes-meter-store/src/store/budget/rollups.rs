@@ -22,7 +22,7 @@ use crate::store::Writer;
 
 /// An LLM call the ledger just recorded (first time only).
 #[derive(Debug, Clone)]
-pub struct RecordedCall<'a> {
+pub(crate) struct RecordedCall<'a> {
     /// The model it was priced as: the one it was routed to, else the
     /// agent's.
     pub model: std::borrow::Cow<'a, str>,

@@ -316,7 +316,7 @@ impl Reader {
     /// The ids of `scope` that spent since `since` (Unix seconds, taken
     /// from its UTC day): a read of the day buckets, for listing every id
     /// under a scope's default (`budget list`, the gauges; no hook path).
-    pub fn budget_ids_spent_since(&self, scope: Scope, since: i64) -> Result<Vec<String>> {
+    pub(crate) fn budget_ids_spent_since(&self, scope: Scope, since: i64) -> Result<Vec<String>> {
         let mut stmt = self
             .conn()
             .prepare_cached("SELECT DISTINCT id FROM budget_spend WHERE scope = ?1 AND level = 2 AND bucket >= ?2")?;

@@ -52,7 +52,7 @@ pub enum Applied {
 pub use crate::model::outcome::*;
 
 /// The name of the proxy tool row a subagent_stop records on the parent.
-pub const SUBAGENT_TOOL_NAME: &str = "delegate_task/subagent";
+pub(crate) const SUBAGENT_TOOL_NAME: &str = "delegate_task/subagent";
 
 impl Writer {
     /// Applies one decoded hook event in one transaction.

@@ -99,7 +99,7 @@ pub mod counter {
     /// Spans the collector accepted.
     pub const EXPORTED: &str = "exported";
     /// Outbox rows deleted unsent by the retention cap.
-    pub const DROPPED: &str = "dropped";
+    pub(crate) const DROPPED: &str = "dropped";
     /// Spans the collector reported as rejected in a partial success.
     pub const REJECTED: &str = "rejected";
     /// Spans of traces the sampler left out.
@@ -107,18 +107,18 @@ pub mod counter {
     /// Rows whose ledger row was gone or not finished.
     pub const SKIPPED: &str = "skipped";
     /// Export attempts that failed (any cause, a timeout too).
-    pub const FAILED: &str = "failed_attempts";
+    pub(crate) const FAILED: &str = "failed_attempts";
 }
 
 /// The `export_state` keys of the attempt in flight (see
 /// [`Outbox::export_attempt`]).
 mod attempt {
     /// When it started (Unix seconds).
-    pub const AT: &str = "attempt_at";
+    pub(crate) const AT: &str = "attempt_at";
     /// When its timeout passes (Unix seconds).
-    pub const DEADLINE: &str = "attempt_deadline";
+    pub(crate) const DEADLINE: &str = "attempt_deadline";
     /// What it is shown as, if no outcome was written by then.
-    pub const NO_ANSWER: &str = "attempt_no_answer";
+    pub(crate) const NO_ANSWER: &str = "attempt_no_answer";
 }
 
 /// The exporter's state, for `status`.

@@ -1,5 +1,5 @@
-//! The reads of ledger rows the span builder needs: one row at a time
-//! (`Reader::run_row`, ...) for the tests and the viewer, and a whole export
+//! The reads of ledger rows the span builder needs: a run and an approval
+//! by key ([`Reader::run_row`], [`Reader::approval_row`]), and a whole export
 //! batch's rows in a few statements ([`Reader::batch_rows`]). The SELECTs and
 //! row mappers are shared with `trace_view.rs`.
 //!
@@ -158,50 +158,6 @@ impl Reader {
             .optional()?)
     }
 
-    /// The turn `turn_id`.
-    pub fn turn_row(&self, turn_id: &str) -> Result<Option<TurnRow>> {
-        Ok(self
-            .conn()
-            .prepare_cached(concat!(turn_select!(), " WHERE turn_id = ?1"))?
-            .query_row(params![turn_id], turn_of)
-            .optional()?)
-    }
-
-    /// The successful attempt of `api_request_id`.
-    pub fn llm_call_row(&self, api_request_id: &str) -> Result<Option<AttemptRow>> {
-        Ok(self
-            .conn()
-            .prepare_cached(concat!(llm_call_select!(), " WHERE api_request_id = ?1"))?
-            .query_row(params![api_request_id], llm_call_of)
-            .optional()?)
-    }
-
-    /// The failed attempt `retry_count` of `api_request_id`.
-    pub fn llm_error_row(&self, api_request_id: &str, retry_count: i64) -> Result<Option<AttemptRow>> {
-        Ok(self
-            .conn()
-            .prepare_cached(concat!(
-                llm_error_select!(),
-                " WHERE api_request_id = ?1 AND retry_count = ?2"
-            ))?
-            .query_row(params![api_request_id, retry_count], llm_error_of)
-            .optional()?)
-    }
-
-    /// The attempt of `api_request_id` a dead process left open (the last
-    /// pre_api_request with no result).
-    pub fn open_attempt_row(&self, api_request_id: &str) -> Result<Option<AttemptRow>> {
-        Ok(self
-            .conn()
-            .prepare_cached(concat!(
-                open_attempt_select!(),
-                " WHERE a.api_request_id = ?1",
-                open_attempt_filter!()
-            ))?
-            .query_row(params![api_request_id], open_attempt_of)
-            .optional()?)
-    }
-
     /// The approval `key` of `session_id`.
     pub fn approval_row(&self, session_id: &str, key: &str) -> Result<Option<ApprovalRow>> {
         Ok(self
@@ -211,19 +167,9 @@ impl Reader {
             .optional()?)
     }
 
-    /// The tool call `tool_call_id` of `session_id`.
-    pub fn tool_row(&self, session_id: &str, tool_call_id: &str) -> Result<Option<ToolRow>> {
-        Ok(self
-            .conn()
-            .prepare_cached(concat!(tool_select!(), " WHERE session_id = ?1 AND tool_call_id = ?2"))?
-            .query_row(params![session_id, tool_call_id], tool_of)
-            .optional()?)
-    }
-
     /// The ledger rows and (`with_content`) captured content that `rows`
-    /// name, with one query per kind of row (the same queries as
-    /// [`Reader::turn_row`] and its siblings, over every key of the batch at
-    /// once).
+    /// name, with one query per kind of row over every key of the batch
+    /// at once.
     pub fn batch_rows(&self, rows: &[OutboxRow], with_content: bool) -> Result<BatchRows> {
         let mut keys: [Vec<&str>; 6] = Default::default();
         let mut tools: Vec<[&str; 2]> = Vec::new();
@@ -337,27 +283,28 @@ pub struct BatchRows {
 }
 
 impl BatchRows {
-    /// Like [`Reader::turn_row`].
+    /// The turn `turn_id`.
     pub fn turn(&self, turn_id: &str) -> Option<&TurnRow> {
         self.turns.get(turn_id)
     }
 
-    /// Like [`Reader::llm_call_row`].
+    /// The successful attempt of `api_request_id`.
     pub fn llm_call(&self, api_request_id: &str) -> Option<&AttemptRow> {
         self.llm_calls.get(api_request_id)
     }
 
-    /// Like [`Reader::llm_error_row`].
+    /// The failed attempt `retry_count` of `api_request_id`.
     pub fn llm_error(&self, api_request_id: &str, retry_count: i64) -> Option<&AttemptRow> {
         self.llm_errors.get(&(api_request_id.to_string(), retry_count))
     }
 
-    /// Like [`Reader::open_attempt_row`].
+    /// The attempt of `api_request_id` a dead process left open (the last
+    /// pre_api_request with no result).
     pub fn open_attempt(&self, api_request_id: &str) -> Option<&AttemptRow> {
         self.open_attempts.get(api_request_id)
     }
 
-    /// Like [`Reader::tool_row`].
+    /// The tool call `tool_call_id` of `session_id`.
     pub fn tool(&self, session_id: &str, tool_call_id: &str) -> Option<&ToolRow> {
         self.tools.get(&(session_id.to_string(), tool_call_id.to_string()))
     }
