@@ -80,7 +80,7 @@ step cargo clippy --workspace --all-targets -- -D warnings
 step cargo clippy --workspace --all-targets --features test-hooks -- -D warnings
 step cargo test --workspace
 # A fixed fuzzing budget for the decoder and the replay reader (proptest).
-step env PROPTEST_CASES=4096 cargo test --test decode_props
+step env PROPTEST_CASES=4096 cargo test -p hermes-meter-store --test decode_props
 # The real Collector and Jaeger, built once from their Go modules.
 step bash scripts/build-otel-tools.sh
 step bash collector-config/check.sh

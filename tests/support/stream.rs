@@ -21,7 +21,12 @@ pub const COUNTED_TABLES: [&str; 9] = [
 
 /// Every line of every fixture, file by file in name order.
 pub fn fixture_lines() -> Vec<String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    // The workspace's fixtures, from the root crate or a crate under crates/.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .map(|d| d.join("tests/fixtures"))
+        .find(|d| d.is_dir())
+        .expect("tests/fixtures in the workspace");
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .expect("fixtures")
         .map(|e| e.expect("entry").path())

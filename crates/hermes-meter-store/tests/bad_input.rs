@@ -4,9 +4,9 @@
 
 use std::io::Write as _;
 
-use hermes_meter::hook::DecodeOptions;
-use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::store::Writer;
+use hermes_meter_model::hook::DecodeOptions;
+use hermes_meter_store::replay::{replay_file, ReplayStats};
+use hermes_meter_store::store::Writer;
 
 fn replay_lines(lines: &[Vec<u8>]) -> (tempfile::TempDir, Writer, ReplayStats) {
     let dir = tempfile::tempdir().expect("temp dir");

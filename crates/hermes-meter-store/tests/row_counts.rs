@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use hermes_meter::hook::{decode, DecodeOptions, Decoded, Hook, HookEvent};
-use hermes_meter::store::{EventContext, Outbox, SentSession, SpanKind, Writer};
+use hermes_meter_model::hook::{decode, DecodeOptions, Decoded, Hook, HookEvent};
+use hermes_meter_store::store::{EventContext, Outbox, SentSession, SpanKind, Writer};
 
-#[path = "support/stream.rs"]
+#[path = "../../../tests/support/stream.rs"]
 mod stream;
 
 const DAY: f64 = 86_400.0;
@@ -27,7 +27,7 @@ fn events(copies: std::ops::Range<usize>, spread_days: f64) -> Vec<HookEvent> {
     for c in copies {
         let text = stream::session_copy(&lines, c, -(c as f64) * spread_days * DAY);
         for line in text.lines() {
-            let Some(rec) = hermes_meter::replay::parse_line(line, false).expect("line") else {
+            let Some(rec) = hermes_meter_store::replay::parse_line(line, false).expect("line") else {
                 continue;
             };
             if let Decoded::Event(e, _) = decode(&rec.hook, &rec.kwargs, rec.t.unwrap_or(0.0), DecodeOptions::default())
@@ -68,7 +68,7 @@ fn random_walk(seed: u64, steps: usize) {
     let mut outbox = Outbox::open(store.path()).expect("outbox");
     let pool = events(0..4, 9.0);
     let ctx = EventContext::default();
-    let now = hermes_meter::unix_now();
+    let now = hermes_meter_store::unix_now();
     let mut next = 0;
     let mut what = Vec::new();
     for step in 0..steps {
@@ -168,7 +168,8 @@ fn random_walk(seed: u64, steps: usize) {
                 what.push(format!("step {step}: {} sessions exited", names.len()));
             }
             _ => {
-                let mut measure = |_: &hermes_meter::store::MetricFact, _: &mut Vec<hermes_meter::store::Increment>| {};
+                let mut measure =
+                    |_: &hermes_meter_store::store::MetricFact, _: &mut Vec<hermes_meter_store::store::Increment>| {};
                 let folded = outbox
                     .fold_metrics(now, now - rng.f64() * DAY, rng.usize(1..200), &mut measure)
                     .expect("fold");
@@ -246,7 +247,7 @@ fn child(dir: &Path) -> ! {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let now = hermes_meter::unix_now();
+    let now = hermes_meter_store::unix_now();
     for k in 0.. {
         // Copies spread over ten days, so the prune below deletes some
         // journal rows and the horizon refuses some events.
