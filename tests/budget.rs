@@ -361,7 +361,8 @@ fn a_calendar_token_budget_counts_what_an_unpriced_model_used() {
 /// call is recorded and priced as that model, and observe mode routes
 /// nothing.
 fn a_downgrade_routes_the_next_calls_and_prices_them_as_the_cheaper_model() {
-    let text = "timezone = \"UTC\"\n[global]\ndaily = 0.1\n[downgrade]\nat = 0.5\nto = \"gpt-4o-mini\"\n";
+    let text = "timezone = \"UTC\"\n[global]\ndaily = 0.1\n[downgrade]\nat = 0.5\nto = \"gpt-4o-mini\"\n\
+                [downgrade.models]\n\"claude-opus-4\" = \"claude-haiku-4\"\n";
     let Scene {
         _dir,
         path,
@@ -374,15 +375,25 @@ fn a_downgrade_routes_the_next_calls_and_prices_them_as_the_cheaper_model() {
     apply(&mut store, &pre_llm(s, "s:t1", t, "cli", ""));
     apply(&mut store, &post_api(s, "a0", t + 1.0, true));
     assert_eq!(gate.verdict(&store, &pre_tool(s, "c0", t + 2.0)), None);
-    assert_eq!(handle.downgrade_for(s), None, "25% of the limit: below the line");
+    assert_eq!(
+        handle.downgrade_for(s, Some("gpt-4o")),
+        None,
+        "25% of the limit: below the line"
+    );
     apply(&mut store, &post_api(s, "a1", t + 3.0, true));
     assert_eq!(
         gate.verdict(&store, &pre_tool(s, "c1", t + 4.0)),
         None,
         "a downgrade blocks nothing"
     );
-    assert_eq!(handle.downgrade_for(s).as_deref(), Some("gpt-4o-mini"));
-    assert_eq!(handle.downgrade_for("another-session"), None);
+    assert_eq!(handle.downgrade_for(s, Some("gpt-4o")).as_deref(), Some("gpt-4o-mini"));
+    // Each model to its own provider's cheaper one, as the file maps it.
+    assert_eq!(
+        handle.downgrade_for(s, Some("claude-opus-4")).as_deref(),
+        Some("claude-haiku-4")
+    );
+    assert_eq!(handle.downgrade_for(s, Some("gpt-4o-mini")), None, "already there");
+    assert_eq!(handle.downgrade_for("another-session", Some("gpt-4o")), None);
     // The middleware sent the next call to gpt-4o-mini: pre_api_request's
     // `request` says so, while `model` stays the agent's.
     let routed = event(
@@ -426,7 +437,7 @@ fn a_downgrade_routes_the_next_calls_and_prices_them_as_the_cheaper_model() {
     apply(&mut store, &t2);
     gate.verdict(&store, &t2);
     gate.verdict(&store, &pre_tool(s, "c2", t + 8.0));
-    assert_eq!(handle.downgrade_for(s), None);
+    assert_eq!(handle.downgrade_for(s, Some("gpt-4o")), None);
 }
 
 fn a_subagent_counts_toward_its_roots_cron_job_sender_and_profile() {

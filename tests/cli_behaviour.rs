@@ -786,6 +786,11 @@ fn budget_caps_are_set_listed_with_running_sessions_and_removed() {
     assert_eq!(v["tokens_counted"], "total");
     assert_eq!(v["runaway"]["action"], "alert", "the runaway watch is on by default");
     assert!(
+        v["downgrade"].is_null(),
+        "no downgrade unless asked: {}",
+        v["downgrade"]
+    );
+    assert!(
         list.contains("runaway watch: alert at 10 identical tool calls in a row"),
         "{list}"
     );
@@ -847,4 +852,32 @@ fn budget_caps_are_set_listed_with_running_sessions_and_removed() {
     let text = std::fs::read_to_string(home.join("budgets.toml")).expect("read");
     assert!(!text.lines().any(|l| l.starts_with("tool_calls")), "{text}");
     assert!(text.contains("usd = 1.0"), "the run's other cap stays: {text}");
+}
+
+/// A downgrade is shown as `budget list` reads it: which model goes to which.
+#[test]
+fn budget_list_shows_the_downgrade_routes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = dir.path().join("meter");
+    std::fs::create_dir_all(&home).expect("home");
+    let o = run(&home, &["budget", "set", "global", "daily", "10"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let path = home.join("budgets.toml");
+    let mut text = std::fs::read_to_string(&path).expect("read");
+    text.push_str(
+        "[downgrade]\nat = 0.5\nto = \"gpt-4o-mini\"\n[downgrade.models]\n\"claude-opus-4\" = \"claude-haiku-4\"\n",
+    );
+    std::fs::write(&path, text).expect("write");
+    let o = run(&home, &["budget", "list"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let list = stdout(&o);
+    assert!(
+        list.contains("downgrade at 50%: claude-opus-4 -> claude-haiku-4, any other -> gpt-4o-mini"),
+        "{list}"
+    );
+    let o = run(&home, &["budget", "list", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["downgrade"]["at"], 0.5);
+    assert_eq!(v["downgrade"]["to"], "gpt-4o-mini");
+    assert_eq!(v["downgrade"]["models"]["claude-opus-4"], "claude-haiku-4");
 }

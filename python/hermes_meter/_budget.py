@@ -45,8 +45,13 @@ def llm_request(*, request: Any = None, session_id: Any = None, **_: Any) -> dic
     ``model`` replaced while the session's last budget verdict asks for a
     downgrade, else ``None`` (the request as it is). Never raises."""
     try:
-        to = _native.downgrade_model(session_id if isinstance(session_id, str) else None)
-        if to is None or not isinstance(request, dict) or request.get("model") in (None, to):
+        if not isinstance(request, dict):
+            return None
+        model = request.get("model")
+        to = _native.downgrade_model(
+            session_id if isinstance(session_id, str) else None, model if isinstance(model, str) else None
+        )
+        if to is None or model in (None, to):
             return None
         return {"request": dict(request, model=to), "reason": "hermes-meter budget downgrade"}
     except Exception:  # noqa: BLE001 - never raise into Hermes: the call goes as asked

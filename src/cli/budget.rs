@@ -155,6 +155,11 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
                     "caps": caps_json(&cfg),
                     "open_caps": open.iter().map(cap_state_json).collect::<Vec<_>>(),
                     "runaway": runaway_json(&cfg.runaway),
+                    "downgrade": cfg.downgrade.as_ref().map(|d| serde_json::json!({
+                        "at": d.at,
+                        "to": d.to,
+                        "models": d.models,
+                    })),
                 }))?;
             } else {
                 if let Some(note) = fleet.as_ref().and_then(FleetReach::note) {
@@ -168,6 +173,9 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
                     }
                     print!("{}", render_caps(&cfg, &open));
                     println!("runaway watch: {}", cfg.runaway.describe());
+                    if let Some(d) = &cfg.downgrade {
+                        println!("downgrade {}", d.describe());
+                    }
                 }
             }
             Ok(0)
@@ -978,6 +986,11 @@ const NEW_FILE_HEADER: &str = "\
 # usd = 5.0
 # [per_run]                 # caps on every run (one turn with its subagents)
 # tool_calls = 200
+# [downgrade]               # past `at`, calls go to a cheaper model instead
+# at = 0.8
+# to = \"gpt-4o-mini\"
+# [downgrade.models]        # or one per model, each its provider's cheaper one
+# \"claude-opus-4\" = \"claude-haiku-4\"
 ";
 
 #[cfg(test)]

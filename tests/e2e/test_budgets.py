@@ -172,14 +172,16 @@ def _received_span_models(out: Path) -> list[tuple[str | None, str | None]]:
 
 def test_a_downgrade_sends_the_calls_past_its_line_to_the_cheaper_model(hermes_bin, tmp_path) -> None:
     # The first call (about $0.002 of mock-model) passes 30% of $0.003: the
-    # next one goes to cheap-model through the llm_request middleware.
+    # next one goes to cheap-model through the llm_request middleware, as
+    # [downgrade.models] maps mock-model (other models would go to `to`).
     out = _scenario(
         hermes_bin,
         tmp_path,
         """
         mkdir -p "$HERMES_METER_HOME"
-        printf 'timezone = "UTC"\n[global]\ndaily = 0.003\n[downgrade]\nat = 0.3\nto = "cheap-model"\n' \
+        printf 'timezone = "UTC"\n[global]\ndaily = 0.003\n[downgrade]\nat = 0.3\nto = "other-model"\n' \
             > "$HERMES_METER_HOME/budgets.toml"
+        printf '[downgrade.models]\n"mock-model" = "cheap-model"\n' >> "$HERMES_METER_HOME/budgets.toml"
         chat chat "READFILE please read hello.txt"
         step report "$BUDGET" report --json
         """,

@@ -87,18 +87,25 @@ def test_a_stop_raises_hermes_own_block_where_hermes_has_it(monkeypatch) -> None
 def test_the_request_middleware_routes_only_a_downgraded_session(monkeypatch) -> None:
     # No downgrade: Hermes's request goes as it is.
     assert _budget.llm_request(request={"model": "gpt-4o", "messages": []}, session_id="s") is None
-    monkeypatch.setattr(_budget._native, "downgrade_model", lambda session_id=None: "gpt-4o-mini")
+    asked = []
+
+    def downgrade_model(session_id=None, model=None):
+        asked.append((session_id, model))
+        return "gpt-4o-mini"
+
+    monkeypatch.setattr(_budget._native, "downgrade_model", downgrade_model)
     request = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
     out = _budget.llm_request(request=request, session_id="s")
     assert out["request"] == {"model": "gpt-4o-mini", "messages": request["messages"]}
     assert request["model"] == "gpt-4o", "Hermes's own dict is left alone"
+    assert asked[0] == ("s", "gpt-4o"), "the handle is asked for the request's own model"
     # A request with no model (Hermes main's codex input rewrite) or already
     # on the cheaper model is left alone; so is anything odd.
     assert _budget.llm_request(request={"messages": []}, session_id="s") is None
     assert _budget.llm_request(request={"model": "gpt-4o-mini"}, session_id="s") is None
     assert _budget.llm_request(request="not a dict", session_id="s") is None
 
-    def boom(session_id=None):
+    def boom(session_id=None, model=None):
         raise RuntimeError("native failure")
 
     monkeypatch.setattr(_budget._native, "downgrade_model", boom)

@@ -189,14 +189,17 @@ fn session_stop(session_id: Option<&str>) -> Option<String> {
     catch_unwind(AssertUnwindSafe(|| BUDGET.get().and_then(|h| h.session_stop(session)))).unwrap_or(None)
 }
 
-/// The model the next LLM calls of `session_id` are routed to by a budget
-/// downgrade (`[downgrade]` in the budget file), if its last verdict said
-/// so. Never raises.
+/// The model the next LLM call of `session_id` to the agent's `model` is
+/// routed to by a budget downgrade (`[downgrade]` in the budget file), if
+/// the session's last verdict said so. Never raises.
 #[pyfunction]
-#[pyo3(signature = (session_id = None))]
-fn downgrade_model(session_id: Option<&str>) -> Option<String> {
+#[pyo3(signature = (session_id = None, model = None))]
+fn downgrade_model(session_id: Option<&str>, model: Option<&str>) -> Option<String> {
     let session = session_id.filter(|s| !s.is_empty())?;
-    catch_unwind(AssertUnwindSafe(|| BUDGET.get().and_then(|h| h.downgrade_for(session)))).unwrap_or(None)
+    catch_unwind(AssertUnwindSafe(|| {
+        BUDGET.get().and_then(|h| h.downgrade_for(session, model))
+    }))
+    .unwrap_or(None)
 }
 
 /// The `model` of the stand-in response of a stopped LLM call.

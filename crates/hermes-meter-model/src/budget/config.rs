@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use jiff::tz::TimeZone;
 use serde::Deserialize;
@@ -296,19 +297,54 @@ struct File {
 struct DowngradeFile {
     at: Option<f64>,
     to: Option<String>,
+    models: Option<BTreeMap<String, String>>,
 }
 
 /// Downgrade instead of stop (`[downgrade]`, opt-in): once a session's
 /// budget or cap in USD or tokens reaches `at` of its limit, its next LLM
-/// calls go to the cheaper model `to` (through Hermes's `llm_request`
-/// middleware) until the budget's window or the cap's scope ends. The hard
-/// line still stops calls.
+/// calls go to a cheaper model (through Hermes's `llm_request` middleware)
+/// until the budget's window or the cap's scope ends. The hard line still
+/// stops calls.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Downgrade {
     /// Fraction of the limit (default: `soft_threshold`).
     pub at: f64,
-    /// The model the calls are routed to.
-    pub to: String,
+    /// The model calls go to when `models` names none for theirs.
+    pub to: Option<String>,
+    /// The cheaper model of each of the agent's models (`[downgrade.models]`),
+    /// keys as the agent names them: Hermes sends a routed call to the same
+    /// provider, so each model is mapped to one that provider serves.
+    pub models: BTreeMap<String, String>,
+}
+
+impl Downgrade {
+    /// The model a call of the agent's `model` goes to past the line: its
+    /// line in `models` (the name as it is, else without a `provider/`
+    /// prefix, case aside), else `to`; `None` when that is the model itself
+    /// or nothing names one (the call goes as asked).
+    pub fn target(&self, model: Option<&str>) -> Option<&str> {
+        let mapped = model.and_then(|m| {
+            let bare = |s: &str| s.rsplit('/').next().unwrap_or(s).to_ascii_lowercase();
+            self.models.get(m).or_else(|| {
+                let want = bare(m);
+                self.models.iter().find(|(k, _)| bare(k) == want).map(|(_, v)| v)
+            })
+        });
+        let to = mapped.or(self.to.as_ref())?;
+        (Some(to.as_str()) != model).then_some(to.as_str())
+    }
+
+    /// One line for `budget list`: `at 80%: claude-opus-4 -> claude-haiku-4,
+    /// any other -> gpt-4o-mini`.
+    pub fn describe(&self) -> String {
+        let mut routes: Vec<String> = self.models.iter().map(|(from, to)| format!("{from} -> {to}")).collect();
+        match &self.to {
+            Some(to) if routes.is_empty() => routes.push(format!("every model -> {to}")),
+            Some(to) => routes.push(format!("any other -> {to}")),
+            None => routes.push("any other model as asked".to_string()),
+        }
+        format!("at {}%: {}", (self.at * 1000.0).round() / 10.0, routes.join(", "))
+    }
 }
 
 /// The budget configuration, resolved.
@@ -341,7 +377,7 @@ pub struct BudgetConfig {
     /// Runaway detection (`[runaway]`; on, alerting, by default).
     pub runaway: RunawayConfig,
     /// Downgrade instead of stop, if `[downgrade]` asks for it.
-    pub downgrade: Option<Downgrade>,
+    pub downgrade: Option<Arc<Downgrade>>,
     /// Spend is the fleet's (`HERMES_METER_FLEET_URL`): set by whoever loads
     /// the file, never by the file.
     pub fleet: bool,
@@ -413,7 +449,23 @@ impl BudgetConfig {
         cfg.runaway = RunawayConfig::from_file(file.runaway)?;
         if let Some(d) = file.downgrade {
             let to = d.to.map(|t| t.trim().to_string()).filter(|t| !t.is_empty());
-            let to = to.ok_or("downgrade.to: name the model the calls go to, e.g. to = \"gpt-4o-mini\"")?;
+            let mut models = BTreeMap::new();
+            for (from, into) in d.models.unwrap_or_default() {
+                let (from, into) = (from.trim().to_string(), into.trim().to_string());
+                if from.is_empty() || into.is_empty() {
+                    return Err(format!(
+                        "downgrade.models: {from:?} = {into:?}: name both models, e.g. \"claude-opus-4\" = \"claude-haiku-4\""
+                    ));
+                }
+                models.insert(from, into);
+            }
+            if to.is_none() && models.is_empty() {
+                return Err(
+                    "downgrade: name the model the calls go to, e.g. to = \"gpt-4o-mini\", or one per model \
+                            under [downgrade.models]"
+                        .to_string(),
+                );
+            }
             let at = d.at.unwrap_or(cfg.soft_threshold);
             if !(at.is_finite() && at > 0.0 && at < cfg.hard_threshold) {
                 return Err(format!(
@@ -421,7 +473,7 @@ impl BudgetConfig {
                     cfg.hard_threshold
                 ));
             }
-            cfg.downgrade = Some(Downgrade { at, to });
+            cfg.downgrade = Some(Arc::new(Downgrade { at, to, models }));
         }
         for (scope, caps) in [(CapScope::Session, file.per_session), (CapScope::Run, file.per_run)] {
             if let Some(c) = caps.filter(|c| !c.is_empty()) {
@@ -644,20 +696,58 @@ mod tests {
         let cfg = BudgetConfig::parse("[downgrade]\nto = \"gpt-4o-mini\"\n").expect("parse");
         assert_eq!(
             cfg.downgrade,
-            Some(Downgrade {
+            Some(Arc::new(Downgrade {
                 at: DEFAULT_SOFT_THRESHOLD,
-                to: "gpt-4o-mini".into()
-            })
+                to: Some("gpt-4o-mini".into()),
+                models: BTreeMap::new(),
+            }))
         );
         assert_eq!(BudgetConfig::parse("").expect("empty").downgrade, None);
         for bad in [
             "[downgrade]\nat = 0.5",
             "[downgrade]\nto = \" \"",
             "[downgrade]\nto = \"m\"\nat = 1.0",
+            "[downgrade.models]\n\"claude-opus-4\" = \"\"",
         ] {
             let err = BudgetConfig::parse(bad).expect_err(bad);
             assert!(err.contains("downgrade"), "{err}");
         }
+    }
+
+    /// Each of the agent's models goes to its own cheaper one (its
+    /// provider's), others to `to`, and a model is never routed to itself.
+    #[test]
+    fn a_downgrade_maps_each_model_to_its_own_cheaper_one() {
+        let text = "[downgrade]\nto = \"gpt-4o-mini\"\n[downgrade.models]\n\"claude-opus-4\" = \"claude-haiku-4\"\n\"gpt-4o\" = \"gpt-4o-mini\"\n";
+        let downgrade_of = |text: &str| {
+            BudgetConfig::parse(text)
+                .expect("parse")
+                .downgrade
+                .expect("a downgrade")
+        };
+        let d = downgrade_of(text);
+        assert_eq!(d.target(Some("claude-opus-4")), Some("claude-haiku-4"));
+        assert_eq!(
+            d.target(Some("anthropic/Claude-Opus-4")),
+            Some("claude-haiku-4"),
+            "a provider prefix and case aside"
+        );
+        assert_eq!(d.target(Some("gpt-4o")), Some("gpt-4o-mini"));
+        assert_eq!(
+            d.target(Some("mistral-large")),
+            Some("gpt-4o-mini"),
+            "no line of its own: `to`"
+        );
+        assert_eq!(d.target(None), Some("gpt-4o-mini"));
+        assert_eq!(d.target(Some("gpt-4o-mini")), None, "already the cheaper model");
+        let only_map = "[downgrade.models]\n\"claude-opus-4\" = \"claude-haiku-4\"\n";
+        let d = downgrade_of(only_map);
+        assert_eq!(d.target(Some("claude-opus-4")), Some("claude-haiku-4"));
+        assert_eq!(
+            d.target(Some("gpt-4o")),
+            None,
+            "a model the table does not name goes as asked"
+        );
     }
 
     #[test]

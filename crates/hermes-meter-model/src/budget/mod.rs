@@ -53,15 +53,13 @@ pub mod verdict;
 mod window;
 
 pub use alert::paid_model_key;
-pub use caps::CapLimits;
 pub use caps::{
-    assess_caps, cap_block_text, cap_notice_text, cap_threshold_reached, cap_threshold_text, Cap, CapScope, CapState,
-    CapUnit, TokenCount, Used, LIFETIME,
+    assess_caps, cap_block_text, cap_notice_text, cap_threshold_reached, cap_threshold_text, Cap, CapLimits, CapScope,
+    CapState, CapUnit, TokenCount, Used, LIFETIME,
 };
-pub use config::ScopeLimits;
 pub use config::{
-    format_tokens, limit_key, parse_limit_key, parse_tokens, Budget, BudgetConfig, BudgetMode, BudgetUnit, Limits,
-    Scope, ScopeKeys, BUDGETS_FILE_NAME,
+    format_tokens, limit_key, parse_limit_key, parse_tokens, Budget, BudgetConfig, BudgetMode, BudgetUnit, Downgrade,
+    Limits, Scope, ScopeKeys, ScopeLimits, BUDGETS_FILE_NAME,
 };
 pub use first_sync::{Unsynced, FIRST_SYNC_WAIT, UNSYNCED_ENV};
 pub use runaway::{repeat_reason, retry_reason, runaway_reason, runaway_text, RunSigns, RunawayAction, RunawayConfig};

@@ -472,19 +472,19 @@ impl BudgetGate {
         Ok(Some(text))
     }
 
-    /// The model a session's next LLM calls go to (`[downgrade]`): set
-    /// while one of its budgets or caps in USD or tokens is at or past the
-    /// downgrade line. Decided at each gating hook for the calls after it,
-    /// since Hermes asks the `llm_request` middleware before the call's
-    /// own `pre_api_request`.
-    fn downgrade(&self, states: &[BudgetState], caps: &[CapState]) -> Option<String> {
+    /// Where a session's next LLM calls go (`[downgrade]`): set while one
+    /// of its budgets or caps in USD or tokens is at or past the downgrade
+    /// line. Decided at each gating hook for the calls after it, since
+    /// Hermes asks the `llm_request` middleware before the call's own
+    /// `pre_api_request`.
+    fn downgrade(&self, states: &[BudgetState], caps: &[CapState]) -> Option<Arc<budget::Downgrade>> {
         let d = self.cfg.downgrade.as_ref()?;
         let past = |used: f64, limit: f64| used >= d.at * limit;
         let any = states.iter().any(|s| past(s.spend.total(), s.budget.limit))
             || caps
                 .iter()
                 .any(|c| c.cap.unit != budget::CapUnit::ToolCalls && past(c.used, c.cap.limit));
-        any.then(|| d.to.clone())
+        any.then(|| Arc::clone(d))
     }
 
     /// What blocks a tool call (`tool`) or an LLM call now, counted as a

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::first_sync::FirstSync;
 use super::quick::QuickView;
+use super::Downgrade;
 use crate::bridge::GateNeeds;
 use crate::lock;
 
@@ -33,6 +34,10 @@ pub const PAUSE_RETRY: Duration = Duration::from_secs(30);
 /// Tries of one pause before it is given up (and said so).
 pub const MAX_PAUSE_ATTEMPTS: u32 = 10;
 
+/// Values by session, the keys in the order they were noted so the oldest
+/// can be forgotten.
+pub(super) type Recent<V> = Mutex<(HashMap<String, V>, VecDeque<String>)>;
+
 /// The state the gate shares with its handle and the hook threads.
 pub(super) struct Shared {
     /// Which gating hooks wait for a verdict (see `Gate::needs`):
@@ -40,14 +45,14 @@ pub(super) struct Shared {
     /// enforce mode, `pre_llm_call` while any budget is set or an alert is
     /// waiting to be shown.
     pub(super) needs: Arc<GateNeeds>,
-    pub(super) stops: Mutex<(HashMap<String, String>, VecDeque<String>)>,
+    pub(super) stops: Recent<String>,
     /// The stop text of each session whose last LLM or tool verdict was a
     /// hard breach: what an auxiliary call of that session (which has no
     /// `pre_api_request` of its own) is stopped with.
-    pub(super) session_stops: Mutex<(HashMap<String, String>, VecDeque<String>)>,
+    pub(super) session_stops: Recent<String>,
     /// The model each session's next LLM calls are routed to, when its
     /// last verdict found a budget past the `[downgrade]` line.
-    pub(super) downgrades: Mutex<(HashMap<String, String>, VecDeque<String>)>,
+    pub(super) downgrades: Recent<Arc<Downgrade>>,
     pub(super) pauses: Mutex<Vec<CronPause>>,
     /// Pauses Hermes refused, with when to offer them again.
     pub(super) retries: Mutex<Vec<(Instant, CronPause)>>,
@@ -158,21 +163,24 @@ impl BudgetHandle {
         note(&self.0.session_stops, session_id, stop);
     }
 
-    /// The model the next LLM calls of `session_id` go to instead of the
-    /// agent's (`[downgrade]`), if its last verdict said so; Hermes's
+    /// The model the next LLM call of `session_id` to the agent's `model`
+    /// goes to instead (`[downgrade]`), if the session's last verdict said
+    /// so and the budget file names one for that model; Hermes's
     /// `llm_request` middleware asks before each call.
-    pub fn downgrade_for(&self, session_id: &str) -> Option<String> {
-        lock(&self.0.downgrades).0.get(session_id).cloned()
+    pub fn downgrade_for(&self, session_id: &str, model: Option<&str>) -> Option<String> {
+        let routes = lock(&self.0.downgrades).0.get(session_id).cloned()?;
+        routes.target(model).map(str::to_string)
     }
 
-    /// Notes whether `session_id`'s calls are downgraded, and to what.
-    pub(super) fn note_downgrade(&self, session_id: &str, to: Option<String>) {
-        note(&self.0.downgrades, session_id, to);
+    /// Notes whether `session_id`'s calls are downgraded, and by which
+    /// `[downgrade]` table.
+    pub(super) fn note_downgrade(&self, session_id: &str, routes: Option<Arc<Downgrade>>) {
+        note(&self.0.downgrades, session_id, routes);
     }
 }
 
 /// Keeps `value` under `key`, or forgets the key for `None`.
-fn note(map: &Mutex<(HashMap<String, String>, VecDeque<String>)>, key: &str, value: Option<String>) {
+fn note<V>(map: &Recent<V>, key: &str, value: Option<V>) {
     match value {
         Some(v) => remember(map, key, v),
         None => {
@@ -185,7 +193,7 @@ fn note(map: &Mutex<(HashMap<String, String>, VecDeque<String>)>, key: &str, val
 }
 
 /// Keeps `text` under `key`, the oldest keys going past [`MAX_STOPS`].
-fn remember(map: &Mutex<(HashMap<String, String>, VecDeque<String>)>, key: &str, text: String) {
+fn remember<V>(map: &Recent<V>, key: &str, text: V) {
     let mut stops = lock(map);
     if stops.0.insert(key.to_string(), text).is_none() {
         stops.1.push_back(key.to_string());
