@@ -12,7 +12,7 @@ mod budget_events;
 mod hooks;
 
 use budget_events::{event, post_api, pre_api, pre_tool, CALL_USD};
-use hermes_meter::bridge::{Bridge, BridgeConfig, Gate, Outcome, Verdict};
+use hermes_meter::bridge::{Bridge, BridgeConfig, Gate, Outcome, QueuedSpend, Verdict};
 use hermes_meter::budget::BudgetGate;
 use hermes_meter::budget::{Scope, BLOCKED_MODEL};
 use hermes_meter::hook::{DecodeOptions, HookEvent};
@@ -1250,6 +1250,74 @@ fn a_session_capped_in_an_earlier_process_is_blocked_by_the_next_one() {
         other => panic!("the capped session went ahead: {other:?}"),
     }
     next.shutdown(Duration::from_secs(10));
+}
+
+/// A verdict is decided on what came before its event: it leaves out the
+/// tool calls that started with or after the asking one and the asking
+/// call's own reservation, which this process already counts as applied.
+/// The headroom it leaves for the hook threads must count them, or a quick
+/// answer lets through what the writer would stop.
+#[test]
+fn a_headroom_counts_what_its_verdict_left_out() {
+    // A store under `budgets`, its gate on the real clock, and a session
+    // `s` whose turn began now.
+    let started = |budgets: &str, s: &str| {
+        let dir = tempfile::tempdir().expect("temp dir");
+        write_budgets(dir.path(), budgets);
+        let mut store = Writer::open_dir(dir.path()).expect("open");
+        let gate = BudgetGate::for_store_dir(dir.path(), None, false);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs_f64();
+        apply(&mut store, &pre_llm(s, &format!("{s}:t1"), t, "cli", ""));
+        (dir, store, gate, t)
+    };
+    let queued = |usd: f64, tool_calls: u64| QueuedSpend {
+        usd,
+        unknown: 0,
+        tool_calls,
+    };
+    // Tool calls: a cap of 3; two calls in one batch, the verdict asked
+    // for the first (the hook threads' bases count both).
+    let (_dir, mut store, mut gate, t) = started("[per_session]\ntool_calls = 3\n", "s");
+    let (c1, c2) = (pre_tool("s", "c1", t + 0.1), pre_tool("s", "c2", t + 0.2));
+    apply(&mut store, &c1);
+    apply(&mut store, &c2);
+    gate.applied(0.0, 2);
+    assert_eq!(gate.verdict(&store, &c1), None, "no call before the first");
+    let quick = gate.quick().expect("the budget gate answers quickly");
+    apply(&mut store, &pre_tool("s", "c3", t + 0.3));
+    let c4 = pre_tool("s", "c4", t + 0.4);
+    assert!(
+        !quick.no_verdict(&c4, queued(0.0, 4)),
+        "the fourth call went ahead quickly, but the writer blocks it"
+    );
+    assert!(blocked(gate.verdict(&store, &c4)).contains("per-session tool_calls"));
+
+    // Dollars: a cap of $0.10, $0.05 spent, and a call of $0.025 reserved
+    // whose own verdict does not count it.
+    let (_dir, mut store, mut gate, t) = started("[per_session]\nusd = 0.1\n", "u");
+    apply(&mut store, &post_api("u", "a0", t + 0.1, true));
+    apply(&mut store, &post_api("u", "a1", t + 0.2, true));
+    let own = pre_api("u", "a2", t + 0.3);
+    apply(&mut store, &own);
+    let applied = 3.0 * CALL_USD;
+    gate.applied(applied, 0);
+    assert_eq!(gate.verdict(&store, &own), None);
+    assert_eq!(gate.handle().stop_for("a2"), None, "$0.05 before the call: it goes");
+    let quick = gate.quick().expect("the budget gate answers quickly");
+    // The session's next call reserves $0.03: $0.05 + $0.025 + $0.03 is
+    // past the cap, so it must wait for the writer; $0.01 would not be.
+    let next = pre_api("u", "a3", t + 0.4);
+    assert!(
+        !quick.no_verdict(&next, queued(applied + 0.03, 0)),
+        "a call went ahead quickly past the cap"
+    );
+    assert!(
+        quick.no_verdict(&next, queued(applied + 0.01, 0)),
+        "$0.085 is under the cap: no need to wait"
+    );
 }
 
 /// Fifty calls of $0.025 and fifty tool calls in one session under

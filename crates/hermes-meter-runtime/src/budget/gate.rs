@@ -34,6 +34,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::handle::{BudgetHandle, CronPause};
+use super::quick::Unseen;
 use super::watch::RunawayWatch;
 use crate::bridge::{Gate, GateNeeds, QuickGate, Verdict};
 use crate::budget::{
@@ -348,10 +349,10 @@ impl BudgetGate {
                     } else {
                         self.states_in(st, &e.session_id, e.model.as_deref(), now, None)?
                     };
-                    let caps = self.caps_in(st, &e.session_id, now, None, None)?;
+                    let (caps, _) = self.caps_in(st, &e.session_id, now, None, None)?;
                     Ok((states, caps, st.pending_alerts(MAX_ALERTS_PER_TURN)?))
                 })?;
-                self.record_headroom(&e.session_id, e.model.as_deref(), &states, &caps);
+                self.record_headroom(&e.session_id, e.model.as_deref(), &states, &caps, Unseen::default());
                 // Observe mode routes no call (and ends a downgrade an
                 // earlier enforce mode began).
                 let to = self.downgrade(&states, &caps).filter(|_| enforce);
@@ -406,11 +407,11 @@ impl BudgetGate {
             }
             Hook::PreToolCall(e) if enforce && !self.cfg.is_empty() => {
                 let session = &e.tool.session_id;
-                let (states, caps) = store.read_snapshot(|st| {
+                let (states, (caps, unseen)) = store.read_snapshot(|st| {
                     let states = self.states_in(st, session, None, now, None)?;
                     Ok((states, self.caps_in(st, session, now, None, Some(event.at))?))
                 })?;
-                self.record_headroom(session, None, &states, &caps);
+                self.record_headroom(session, None, &states, &caps, unseen);
                 self.handle.note_downgrade(session, self.downgrade(&states, &caps));
                 self.pause_cron(store, &states, now, session, place)?;
                 match self.block(store, &states, &caps, true, now, place)? {
@@ -429,11 +430,16 @@ impl BudgetGate {
                 // The call's own reservation is not held against it: a call
                 // starts while the spend before it is under the limit.
                 let exclude = Some(a.api_request_id.as_str());
-                let (states, caps) = store.read_snapshot(|st| {
+                let (states, caps, own) = store.read_snapshot(|st| {
                     let states = self.states_in(st, &a.session_id, a.model.as_deref(), now, exclude)?;
-                    Ok((states, self.caps_in(st, &a.session_id, now, exclude, None)?))
+                    let (caps, _) = self.caps_in(st, &a.session_id, now, exclude, None)?;
+                    Ok((states, caps, st.reservation_usd(&a.api_request_id)?))
                 })?;
-                self.record_headroom(&a.session_id, a.model.as_deref(), &states, &caps);
+                let unseen = Unseen {
+                    usd: own,
+                    tool_calls: 0.0,
+                };
+                self.record_headroom(&a.session_id, a.model.as_deref(), &states, &caps, unseen);
                 self.handle
                     .note_downgrade(&a.session_id, self.downgrade(&states, &caps));
                 self.pause_cron(store, &states, now, &a.session_id, place)?;
@@ -527,7 +533,8 @@ impl BudgetGate {
     }
 
     /// The caps of `session` and its current run now, read inside a
-    /// snapshot the caller holds (see [`Reader::cap_use`]).
+    /// snapshot the caller holds (see [`Reader::cap_use`]), and the tool
+    /// calls from `tool_call_at` on, which they leave out.
     fn caps_in(
         &self,
         store: &Reader,
@@ -535,19 +542,23 @@ impl BudgetGate {
         now: f64,
         exclude: Option<&str>,
         tool_call_at: Option<f64>,
-    ) -> crate::Result<Vec<CapState>> {
+    ) -> crate::Result<(Vec<CapState>, Unseen)> {
         if self.cfg.caps.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Default::default());
         }
         let with_run = self.cfg.caps.contains_key(&CapScope::Run);
         let Some(used) = store.cap_use(session, now, exclude, tool_call_at, with_run)? else {
-            return Ok(Vec::new());
+            return Ok(Default::default());
         };
         let mut out = budget::assess_caps(&self.cfg, CapScope::Session, &used.root, &used.session);
         if let Some((turn, run)) = &used.run {
             out.extend(budget::assess_caps(&self.cfg, CapScope::Run, turn, run));
         }
-        Ok(out)
+        let unseen = Unseen {
+            usd: 0.0,
+            tool_calls: used.tool_calls_after as f64,
+        };
+        Ok((out, unseen))
     }
 
     /// The alert-threshold, soft and hard notices of `caps`, once per

@@ -41,6 +41,17 @@ pub(super) struct Headroom {
     pub(super) seq_basis: i64,
 }
 
+/// What a verdict's states leave out although this process's bases
+/// ([`Headroom::own_basis`], [`Headroom::own_tools_basis`]) already count
+/// it as applied: a `pre_api_request`'s own reservation and, for a
+/// `pre_tool_call`, the tool calls started with or after it. The headroom
+/// is that much less, or the spend since would never count them.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Unseen {
+    pub(super) usd: f64,
+    pub(super) tool_calls: f64,
+}
+
 /// What the hook threads read to skip a verdict ([`QuickGate`]). The rule:
 /// a gating event goes ahead without waiting only while everything that
 /// can have been spent since its session's last verdict (this process's
@@ -143,18 +154,28 @@ impl QuickGate for Shared {
 
 impl BudgetGate {
     /// Keeps, for the quick verdicts, how far `states` (of `session` calling
-    /// `model`, just read) are from their soft and hard lines.
+    /// `model`, just read) are from their soft and hard lines, less what
+    /// they left `unseen`.
     pub(super) fn record_headroom(
         &self,
         session: &str,
         model: Option<&str>,
         states: &[BudgetState],
         caps: &[CapState],
+        unseen: Unseen,
     ) {
         let (notice, block) = self.headroom_of(states);
         let (cap_notice, cap_block) = self.cap_headroom(caps, CapUnit::Usd);
-        let (mut notice, mut block) = (notice.min(cap_notice), block.min(cap_block));
+        let less = |line: f64, by: f64| (line - by).max(0.0);
+        let (mut notice, mut block) = (
+            less(notice.min(cap_notice), unseen.usd),
+            less(block.min(cap_block), unseen.usd),
+        );
         let (notice_tools, block_tools) = self.cap_headroom(caps, CapUnit::ToolCalls);
+        let (notice_tools, block_tools) = (
+            less(notice_tools, unseen.tool_calls),
+            less(block_tools, unseen.tool_calls),
+        );
         // While a run is stopped as a runaway, any session may be of it;
         // the view counts no tokens.
         if !self.runaway.stopped.is_empty() || self.cfg.counts_tokens() {

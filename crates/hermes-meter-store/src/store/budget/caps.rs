@@ -24,6 +24,9 @@ pub struct CapUse {
     pub session: Used,
     /// The root session's open turn and what was used since it began.
     pub run: Option<(String, Used)>,
+    /// The family's tool calls started at or after the asking
+    /// `pre_tool_call`'s time (it included), which neither use counts.
+    pub tool_calls_after: i64,
 }
 
 /// A row of (cost, input tokens, output tokens) sums as what was used.
@@ -78,7 +81,16 @@ impl Reader {
             true => self.run_use(&root, reserved, before)?,
             false => None,
         };
-        Ok(Some(CapUse { root, session, run }))
+        let tool_calls_after = match tool_call_at {
+            Some(at) => self.family_tool_calls(&root, at, f64::INFINITY)?,
+            None => 0,
+        };
+        Ok(Some(CapUse {
+            root,
+            session,
+            run,
+            tool_calls_after,
+        }))
     }
 
     /// The root session's open turn (the newest, should an earlier process

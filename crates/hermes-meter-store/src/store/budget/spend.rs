@@ -356,6 +356,18 @@ impl Reader {
             .prepare_cached("SELECT TOTAL(amount_usd) FROM budget_reservations WHERE scope = 'global' AND id = ''")?
             .query_row([], |r| r.get(0))?)
     }
+
+    /// What the call `api_request_id` holds in reservations (0 when none
+    /// is open): the part its own verdict leaves out.
+    pub fn reservation_usd(&self, api_request_id: &str) -> Result<f64> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT TOTAL(amount_usd) FROM budget_reservations
+                 WHERE scope = 'global' AND id = '' AND api_request_id = ?1",
+            )?
+            .query_row(params![api_request_id], |r| r.get(0))?)
+    }
 }
 
 #[cfg(test)]
