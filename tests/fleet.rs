@@ -685,24 +685,10 @@ fn a_cron_job_whose_fleet_budget_another_host_spent_is_paused_here() {
     let (da, db) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
     let job = "0123456789ab";
     fleet_budget_set(&pg.url(), da.path(), &["cron", job, "daily", "0.05"]);
-    let mut a = Host::start(da.path(), &pg.url());
-    let mut b = Host::start(db.path(), &pg.url());
-    eventually("two hosts enforcing the fleet's budget", || {
-        [&a, &b]
-            .iter()
-            .all(|h| h.handle.enforcing() && h.store.fleet_status().ok().flatten().is_some_and(|s| s.hosts == 2))
-    });
+    let (mut a, mut b) = two_hosts(&pg, da.path(), db.path());
     // Host A runs the job until the fleet's budget for it is spent.
     a.cron_run(job);
-    while a.daily(Scope::CronJob).level != hermes_meter::budget::Level::Hard {
-        if a.call().is_err() {
-            let synced = a.status().synced_at;
-            eventually("A's next sync", || a.status().synced_at != synced);
-        }
-    }
-    a.wait_pushed();
-    let t = hermes_meter::unix_now();
-    eventually("B synced after A's spend", || b.synced_since(t));
+    spend_until_hard(&mut a, &b, Scope::CronJob);
     // Host B never spent on the job; its next run of it is paused, its tool
     // calls blocked, with the texts of a local budget.
     b.cron_run(job);
@@ -718,6 +704,82 @@ fn a_cron_job_whose_fleet_budget_another_host_spent_is_paused_here() {
         pauses[0].reason
     );
     assert_eq!(b.local().1, 0, "B spent nothing on it");
+}
+
+/// A token budget is the fleet's like a USD one: every host's tokens
+/// count, the lease is in tokens, and a host that used none is stopped once
+/// the others used the limit.
+#[test]
+fn a_token_budget_counts_every_hosts_tokens_and_leases_them() {
+    let pg = Postgres::start();
+    let (da, db) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
+    // Each call is 10,000 tokens (input, counted in `total`).
+    fleet_budget_set(&pg.url(), da.path(), &["global", "daily_tokens", "35000"]);
+    let (mut a, mut b) = two_hosts(&pg, da.path(), db.path());
+    for _ in 0..2 {
+        a.call().expect("under the fleet's limit");
+    }
+    a.wait_pushed();
+    let t = hermes_meter::unix_now();
+    eventually("B synced after A's calls", || b.synced_since(t));
+    let seen = b.global();
+    assert_eq!(seen.budget.unit, hermes_meter::budget::BudgetUnit::Tokens);
+    assert_eq!(seen.spend.total(), 20_000.0, "A's tokens count on B: {seen:?}");
+    let share = seen.fleet.expect("a fleet share");
+    assert_eq!(share.own, 0.0, "B used none");
+    // B's lease: the 15,000 tokens under the line, shared by two hosts.
+    let lease: f64 = b
+        .store
+        .query_scalar("SELECT lease_tokens FROM fleet_view WHERE scope = 'global' AND win = 'daily'")
+        .expect("lease");
+    assert_eq!(lease, 7_500.0);
+    assert_eq!(share.lease_left, 7_500.0);
+    let text = budget_list(&pg.url(), db.path());
+    assert!(text.contains("20.0k") || text.contains("20k"), "{text}");
+    // A uses the rest; B, which used nothing, is stopped at its next sync.
+    spend_until_hard(&mut a, &b, Scope::Global);
+    let text = b.call().expect_err("the fleet's tokens are used up");
+    assert!(text.contains("global daily_tokens"), "{text}");
+    assert!(matches!(b.tool(), Some(Verdict::Block { .. })));
+    assert_eq!(b.local().1, 0, "B made no call");
+}
+
+/// Two hosts of the fleet at `pg`, once both enforce its budgets and see
+/// each other.
+fn two_hosts(pg: &Postgres, a: &Path, b: &Path) -> (Host, Host) {
+    let (a, b) = (Host::start(a, &pg.url()), Host::start(b, &pg.url()));
+    eventually("two hosts enforcing the fleet's budget", || {
+        [&a, &b]
+            .iter()
+            .all(|h| h.handle.enforcing() && h.store.fleet_status().ok().flatten().is_some_and(|s| s.hosts == 2))
+    });
+    (a, b)
+}
+
+/// Host `a` calls until its daily budget of `scope` is at the hard line
+/// (waiting out its lease at each sync), then `b` syncs.
+fn spend_until_hard(a: &mut Host, b: &Host, scope: Scope) {
+    while a.daily(scope).level != hermes_meter::budget::Level::Hard {
+        if a.call().is_err() {
+            let synced = a.status().synced_at;
+            eventually("A's next sync", || a.status().synced_at != synced);
+        }
+    }
+    a.wait_pushed();
+    let t = hermes_meter::unix_now();
+    eventually("B synced after A's spend", || b.synced_since(t));
+}
+
+/// `hermes-meter budget list` on the host of `dir`, for the fleet.
+fn budget_list(url: &str, dir: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_hermes-meter"))
+        .args(["budget", "list"])
+        .env("HERMES_METER_HOME", dir)
+        .env(FLEET_URL_ENV, url)
+        .output()
+        .expect("run hermes-meter");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]

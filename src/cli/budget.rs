@@ -619,14 +619,8 @@ fn render_list(cfg: &BudgetConfig, states: &[BudgetState], defaults: &[(Scope, W
     if cfg.fleet {
         let _ = writeln!(
             out,
-            "fleet budgets: spend is every host's; \"this host\" is this store's part"
+            "fleet budgets: spend (USD or tokens) is every host's; \"this host\" is this store's part"
         );
-        if states.iter().any(|s| s.budget.unit == BudgetUnit::Tokens) {
-            let _ = writeln!(
-                out,
-                "token budgets count this host's tokens only: the fleet shares USD budgets"
-            );
-        }
     }
     let host_col = |text: String| {
         if cfg.fleet {
@@ -657,8 +651,8 @@ fn render_list(cfg: &BudgetConfig, states: &[BudgetState], defaults: &[(Scope, W
         } else {
             s.level.as_str()
         };
-        let own = s.fleet.map_or("-".to_string(), |f| format!("${:.4}", f.own_usd));
         let unit = s.budget.unit;
+        let own = s.fleet.map_or("-".to_string(), |f| amount(unit, f.own, false));
         let _ = writeln!(
             out,
             "{:<8} {:<w$} {:<14} {:<8} {:>10}{} {:>10} {:>5}  {:<8} {:>10}  {}",
@@ -749,8 +743,8 @@ fn state_json(s: &BudgetState, cfg: Option<&BudgetConfig>, f: Option<&budget::Fo
         v["limit_of"] = applies(cfg, &s.budget).into();
     }
     if let Some(f) = s.fleet {
-        v["this_host_usd"] = f.own_usd.into();
-        v["lease_left_usd"] = f.lease_left_usd.into();
+        v[unit_key("this_host", s.budget.unit)] = f.own.into();
+        v[unit_key("lease_left", s.budget.unit)] = f.lease_left.into();
         v["blocked"] = s.blocks().into();
     }
     if let Some(f) = f {

@@ -8,18 +8,19 @@
 /// synced within this long; a host gone longer leaves the division.
 pub const HOST_LIVE_SECONDS: f64 = 15.0 * 60.0;
 
-/// The lease for one budget: the headroom under `hard_line_usd` left by
-/// `fleet_usd` (every host's spend and reservations), shared by `hosts`
-/// live hosts. Zero once the fleet is at the line.
-pub fn lease(hard_line_usd: f64, fleet_usd: f64, hosts: i64) -> f64 {
-    (hard_line_usd - fleet_usd).max(0.0) / hosts.max(1) as f64
+/// The lease for one budget, in its unit (USD or tokens): the headroom
+/// under `hard_line` left by `fleet_used` (every host's spend and
+/// reservations), shared by `hosts` live hosts. Zero once the fleet is at
+/// the line.
+pub fn lease(hard_line: f64, fleet_used: f64, hosts: i64) -> f64 {
+    (hard_line - fleet_used).max(0.0) / hosts.max(1) as f64
 }
 
-/// What is left of a lease taken when this host's spend was
-/// `own_at_sync_usd`, now that it is `own_now_usd`. At or below zero the
-/// host must not start another call until it syncs.
-pub fn lease_left(lease_usd: f64, own_at_sync_usd: f64, own_now_usd: f64) -> f64 {
-    lease_usd - (own_now_usd - own_at_sync_usd)
+/// What is left of a lease taken when this host's use was `own_at_sync`,
+/// now that it is `own_now`. At or below zero the host must not start
+/// another call until it syncs.
+pub fn lease_left(lease: f64, own_at_sync: f64, own_now: f64) -> f64 {
+    lease - (own_now - own_at_sync)
 }
 
 #[cfg(test)]

@@ -91,11 +91,13 @@ impl Level {
 /// This host's part of a fleet budget (the runtime's `fleet/`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FleetShare {
-    /// This host's spend and reservations in the window, USD.
-    pub own_usd: f64,
-    /// What is left of the lease this host took at its last sync; at or
-    /// below zero its calls are blocked until the next sync.
-    pub lease_left_usd: f64,
+    /// This host's spend and reservations in the window, in the budget's
+    /// unit (USD or tokens).
+    pub own: f64,
+    /// What is left of the lease this host took at its last sync, in the
+    /// budget's unit; at or below zero its calls are blocked until the
+    /// next sync.
+    pub lease_left: f64,
 }
 
 /// A budget, its spend and its verdict now.
@@ -119,7 +121,7 @@ impl BudgetState {
     /// Whether calls must be blocked: a hard breach, or (with a fleet) this
     /// host's lease used up until its next sync.
     pub fn blocks(&self) -> bool {
-        self.level == Level::Hard || self.fleet.is_some_and(|f| f.lease_left_usd <= 0.0)
+        self.level == Level::Hard || self.fleet.is_some_and(|f| f.lease_left <= 0.0)
     }
 }
 

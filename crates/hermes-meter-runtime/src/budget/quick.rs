@@ -231,7 +231,7 @@ impl BudgetGate {
             block = block.min(if s.blocks() { 0.0 } else { hard - total });
             block = block.min(self.downgrade_headroom(total, s.budget.limit));
             if let Some(f) = s.fleet {
-                block = block.min(f.lease_left_usd.max(0.0));
+                block = block.min(f.lease_left.max(0.0));
             }
         }
         (notice, block)

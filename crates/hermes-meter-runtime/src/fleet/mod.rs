@@ -16,8 +16,8 @@
 //! ```text
 //! hook -> decode -> store (budget_spend, budget_reservations)   [hook path, local only]
 //! sync (one process per store, every SYNC_INTERVAL):
-//!   push: this host's quarter-hour spend buckets, as absolute totals
-//!         (idempotent), and its open reservations (replaced)
+//!   push: this host's quarter-hour spend buckets (USD and tokens), as
+//!         absolute totals (idempotent), and its open reservations (replaced)
 //!   pull: the fleet's budget file, every scope id's fleet spend per window,
 //!         the number of live hosts -> fleet_view in the local store
 //! gate (any process) -> its own spend (local) + the others' (fleet_view)
@@ -25,8 +25,9 @@
 //!
 //! # The overshoot bound
 //!
-//! At each sync a host takes, for every budget, a *lease*: the headroom it
-//! saw divided by the live hosts, `max(0, hard line - fleet spend) / hosts`.
+//! At each sync a host takes, for every budget, a *lease* in the budget's
+//! unit (USD or tokens; below in USD): the headroom it saw divided by the
+//! live hosts, `max(0, hard line - fleet spend) / hosts`.
 //! Between two syncs it spends at most that lease (its tool and LLM calls are
 //! blocked once its own spend since the sync reaches it), and it counts the
 //! fleet's spend as of the sync plus its own since. So a host spends, after

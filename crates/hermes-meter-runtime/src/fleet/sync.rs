@@ -31,7 +31,7 @@ use super::schema;
 use crate::error::{Error, Result};
 use crate::store::{FleetRow, Outbox, RESERVATION_TTL_SECONDS};
 use hermes_meter_model::budget::lease::{self, HOST_LIVE_SECONDS};
-use hermes_meter_model::budget::{self, BudgetConfig, BudgetUnit, Scope, Window, BUCKET_SECONDS};
+use hermes_meter_model::budget::{self, BudgetConfig, BudgetUnit, Scope, Spend, Window, WindowUse, BUCKET_SECONDS};
 
 /// The longest a step may take: a database that stops answering mid-way
 /// (a network partition) must not stall the sync for good; the next step
@@ -144,16 +144,27 @@ impl FleetSync {
             let buckets: Vec<i64> = rows.iter().map(|r| r.bucket).collect();
             let costs: Vec<f64> = rows.iter().map(|r| r.cost_usd).collect();
             let ests: Vec<f64> = rows.iter().map(|r| r.estimated_usd).collect();
-            let calls: Vec<i64> = rows.iter().map(|r| r.calls).collect();
+            let ints = |f: fn(&crate::store::PushRow) -> i64| rows.iter().map(f).collect::<Vec<i64>>();
+            let calls = ints(|r| r.calls);
+            let (ti, eti) = (ints(|r| r.input_tokens), ints(|r| r.estimated_input_tokens));
+            let (to, eto) = (ints(|r| r.output_tokens), ints(|r| r.estimated_output_tokens));
             tx.execute(
-                "INSERT INTO hermes_fleet_spend (scope, id, bucket, host_id, cost_usd, estimated_usd, calls)
-                 SELECT s, i, b, $1, c, e, n
-                 FROM UNNEST($2::text[], $3::text[], $4::bigint[], $5::float8[], $6::float8[], $7::bigint[]) AS t(s, i, b, c, e, n)
+                "INSERT INTO hermes_fleet_spend (scope, id, bucket, host_id, cost_usd, estimated_usd, calls,
+                    input_tokens, estimated_input_tokens, output_tokens, estimated_output_tokens)
+                 SELECT s, i, b, $1, c, e, n, ti, eti, tout, eto
+                 FROM UNNEST($2::text[], $3::text[], $4::bigint[], $5::float8[], $6::float8[], $7::bigint[],
+                    $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[]) AS t(s, i, b, c, e, n, ti, eti, tout, eto)
                  ON CONFLICT (scope, id, bucket, host_id) DO UPDATE SET cost_usd = excluded.cost_usd,
-                    estimated_usd = excluded.estimated_usd, calls = excluded.calls
+                    estimated_usd = excluded.estimated_usd, calls = excluded.calls,
+                    input_tokens = excluded.input_tokens, estimated_input_tokens = excluded.estimated_input_tokens,
+                    output_tokens = excluded.output_tokens, estimated_output_tokens = excluded.estimated_output_tokens
                  WHERE excluded.calls > hermes_fleet_spend.calls
-                    OR (excluded.calls = hermes_fleet_spend.calls AND excluded.cost_usd > hermes_fleet_spend.cost_usd)",
-                &[&host, &scopes, &ids, &buckets, &costs, &ests, &calls],
+                    OR (excluded.calls = hermes_fleet_spend.calls AND (excluded.cost_usd > hermes_fleet_spend.cost_usd
+                        OR excluded.input_tokens + excluded.output_tokens
+                           > hermes_fleet_spend.input_tokens + hermes_fleet_spend.output_tokens))",
+                &[
+                    &host, &scopes, &ids, &buckets, &costs, &ests, &calls, &ti, &eti, &to, &eto,
+                ],
             )
             .await
             .map_err(pg_error)?;
@@ -162,13 +173,19 @@ impl FleetSync {
             .await
             .map_err(pg_error)?;
         if !reservations.is_empty() {
-            let scopes: Vec<String> = reservations.iter().map(|r| r.0.clone()).collect();
-            let ids: Vec<String> = reservations.iter().map(|r| r.1.clone()).collect();
-            let amounts: Vec<f64> = reservations.iter().map(|r| r.2).collect();
+            let scopes: Vec<String> = reservations.iter().map(|r| r.scope.clone()).collect();
+            let ids: Vec<String> = reservations.iter().map(|r| r.id.clone()).collect();
+            let floats = |f: fn(&crate::store::Reserved) -> f64| reservations.iter().map(f).collect::<Vec<f64>>();
+            let (amounts, ti, to) = (
+                floats(|r| r.usd),
+                floats(|r| r.input_tokens),
+                floats(|r| r.output_tokens),
+            );
             tx.execute(
-                "INSERT INTO hermes_fleet_reserved (host_id, scope, id, amount_usd, at)
-                 SELECT $1, s, i, a, $5 FROM UNNEST($2::text[], $3::text[], $4::float8[]) AS t(s, i, a)",
-                &[&host, &scopes, &ids, &amounts, &now],
+                "INSERT INTO hermes_fleet_reserved (host_id, scope, id, amount_usd, at, input_tokens, output_tokens)
+                 SELECT $1, s, i, a, $5, ti, tout
+                 FROM UNNEST($2::text[], $3::text[], $4::float8[], $6::float8[], $7::float8[]) AS t(s, i, a, ti, tout)",
+                &[&host, &scopes, &ids, &amounts, &now, &ti, &to],
             )
             .await
             .map_err(pg_error)?;
@@ -233,9 +250,35 @@ impl FleetSync {
     }
 }
 
-/// One scope id's sums: (fleet cost, fleet estimated, own cost, own
-/// estimated) per window, then (fleet reserved, own reserved).
-type IdSums = ([[f64; 4]; 3], [f64; 2]);
+/// The measures of a spend bucket the pull sums: USD, input and output
+/// tokens, each settled and its estimated part.
+const MEASURES: [&str; 6] = [
+    "cost_usd",
+    "estimated_usd",
+    "input_tokens",
+    "estimated_input_tokens",
+    "output_tokens",
+    "estimated_output_tokens",
+];
+
+/// One scope id's sums: per window, the fleet's and this host's
+/// [`MEASURES`]; then the fleet's and this host's open reservations
+/// (USD, input tokens, output tokens).
+type IdSums = ([[[f64; 6]; 2]; 3], [[f64; 3]; 2]);
+
+/// A use from summed [`MEASURES`] and reservations.
+fn use_of(m: &[f64; 6], reserved: &[f64; 3]) -> WindowUse {
+    let spend = |settled: f64, estimated: f64, reserved: f64| Spend {
+        settled,
+        estimated,
+        reserved,
+    };
+    WindowUse {
+        usd: spend(m[0], m[1], reserved[0]),
+        input_tokens: spend(m[2], m[3], reserved[1]),
+        output_tokens: spend(m[4], m[5], reserved[2]),
+    }
+}
 
 /// Every scope id's spend in each window now, the others' and this host's,
 /// with the leases, and the live hosts.
@@ -257,62 +300,77 @@ async fn pull(client: &Client, cfg: &BudgetConfig, host: &str, now: f64) -> Resu
         .await
         .map_err(pg_error)?
         .get(0);
+    // Per window ($1..$3: its start), the fleet's sums then this host's ($4).
+    let mut sums_sql = Vec::new();
+    for w in 1..=3 {
+        for own in ["", " AND host_id = $4"] {
+            for m in MEASURES {
+                sums_sql.push(format!(
+                    "COALESCE(SUM({m}) FILTER (WHERE bucket >= ${w}{own}), 0)::float8"
+                ));
+            }
+        }
+    }
     let mut sums: HashMap<(String, String), IdSums> = HashMap::new();
     let spend = client
         .query(
-            "SELECT scope, id,
-                COALESCE(SUM(cost_usd) FILTER (WHERE bucket >= $1), 0),
-                COALESCE(SUM(estimated_usd) FILTER (WHERE bucket >= $1), 0),
-                COALESCE(SUM(cost_usd) FILTER (WHERE bucket >= $1 AND host_id = $4), 0),
-                COALESCE(SUM(estimated_usd) FILTER (WHERE bucket >= $1 AND host_id = $4), 0),
-                COALESCE(SUM(cost_usd) FILTER (WHERE bucket >= $2), 0),
-                COALESCE(SUM(estimated_usd) FILTER (WHERE bucket >= $2), 0),
-                COALESCE(SUM(cost_usd) FILTER (WHERE bucket >= $2 AND host_id = $4), 0),
-                COALESCE(SUM(estimated_usd) FILTER (WHERE bucket >= $2 AND host_id = $4), 0),
-                COALESCE(SUM(cost_usd) FILTER (WHERE bucket >= $3), 0),
-                COALESCE(SUM(estimated_usd) FILTER (WHERE bucket >= $3), 0),
-                COALESCE(SUM(cost_usd) FILTER (WHERE bucket >= $3 AND host_id = $4), 0),
-                COALESCE(SUM(estimated_usd) FILTER (WHERE bucket >= $3 AND host_id = $4), 0)
-             FROM hermes_fleet_spend WHERE bucket >= LEAST($1, $2, $3) GROUP BY scope, id",
+            &format!(
+                "SELECT scope, id, {} FROM hermes_fleet_spend WHERE bucket >= LEAST($1, $2, $3) GROUP BY scope, id",
+                sums_sql.join(", ")
+            ),
             &[&starts[0], &starts[1], &starts[2], &host],
         )
         .await
         .map_err(pg_error)?;
     for r in spend {
         let entry = sums.entry((r.get(0), r.get(1))).or_default();
-        for w in 0..3 {
-            entry.0[w] = [r.get(2 + 4 * w), r.get(3 + 4 * w), r.get(4 + 4 * w), r.get(5 + 4 * w)];
+        for (w, window) in entry.0.iter_mut().enumerate() {
+            for (k, whose) in window.iter_mut().enumerate() {
+                for (m, slot) in whose.iter_mut().enumerate() {
+                    *slot = r.get(2 + 12 * w + 6 * k + m);
+                }
+            }
         }
     }
     let reserved = client
         .query(
-            "SELECT scope, id, SUM(amount_usd), COALESCE(SUM(amount_usd) FILTER (WHERE host_id = $1), 0)
+            "SELECT scope, id, SUM(amount_usd), SUM(input_tokens), SUM(output_tokens),
+                COALESCE(SUM(amount_usd) FILTER (WHERE host_id = $1), 0),
+                COALESCE(SUM(input_tokens) FILTER (WHERE host_id = $1), 0),
+                COALESCE(SUM(output_tokens) FILTER (WHERE host_id = $1), 0)
              FROM hermes_fleet_reserved WHERE at >= $2 GROUP BY scope, id",
             &[&host, &(now - RESERVATION_TTL_SECONDS)],
         )
         .await
         .map_err(pg_error)?;
     for r in reserved {
-        sums.entry((r.get(0), r.get(1))).or_default().1 = [r.get(2), r.get(3)];
+        sums.entry((r.get(0), r.get(1))).or_default().1 =
+            [[r.get(2), r.get(3), r.get(4)], [r.get(5), r.get(6), r.get(7)]];
     }
     let mut rows = Vec::with_capacity(sums.len() * 3);
+    let counted = |u: &WindowUse| u.spend(BudgetUnit::Tokens, cfg.tokens_counted).total();
     for ((scope, id), (windows, [fleet_reserved, own_reserved])) in sums {
         let limits = Scope::parse(&scope).map(|s| cfg.limits(s, &id)).unwrap_or_default();
         for (w, window) in Window::ALL.iter().enumerate() {
-            let [cost, est, own_cost, own_est] = windows[w];
-            let lease = limits
-                .get(*window, BudgetUnit::Usd)
-                .map(|limit| lease::lease(limit * cfg.hard_threshold, cost + fleet_reserved, hosts));
+            let [fleet_sums, own_sums] = &windows[w];
+            let (fleet, own) = (use_of(fleet_sums, &fleet_reserved), use_of(own_sums, &own_reserved));
+            let others: [f64; 6] = std::array::from_fn(|m| fleet_sums[m] - own_sums[m]);
+            let others_reserved: [f64; 3] = std::array::from_fn(|m| fleet_reserved[m] - own_reserved[m]);
+            let lease_of = |unit: BudgetUnit, fleet_used: f64| {
+                limits
+                    .get(*window, unit)
+                    .map(|limit| lease::lease(limit * cfg.hard_threshold, fleet_used, hosts))
+            };
             rows.push(FleetRow {
                 scope: scope.clone(),
                 id: id.clone(),
                 win: window.as_str().to_string(),
                 period: periods[w].clone(),
-                others_cost_usd: cost - own_cost,
-                others_estimated_usd: est - own_est,
-                others_reserved_usd: fleet_reserved - own_reserved,
-                own_at_sync_usd: own_cost + own_reserved,
-                lease_usd: lease,
+                others: use_of(&others, &others_reserved),
+                own_at_sync_usd: own.usd.total(),
+                lease_usd: lease_of(BudgetUnit::Usd, fleet.usd.total()),
+                own_at_sync_tokens: counted(&own),
+                lease_tokens: lease_of(BudgetUnit::Tokens, counted(&fleet)),
             });
         }
     }

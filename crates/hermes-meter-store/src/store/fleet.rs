@@ -9,7 +9,7 @@ use rusqlite::{params, OptionalExtension};
 
 use super::{Outbox, Reader};
 use crate::budget::lease;
-use crate::budget::{Budget, BudgetConfig, FleetShare, Spend};
+use crate::budget::{Budget, BudgetConfig, BudgetUnit, FleetShare, Spend, WindowUse};
 use crate::error::Result;
 
 /// A budget period as the sync pulled it.
@@ -19,15 +19,19 @@ pub struct FleetRow {
     pub id: String,
     pub win: String,
     pub period: String,
-    /// The other hosts' settled spend in the period, USD.
-    pub others_cost_usd: f64,
-    pub others_estimated_usd: f64,
-    /// The other hosts' open reservations (the scope id's, every window).
-    pub others_reserved_usd: f64,
-    /// This host's spend and reservations as the fleet had them.
+    /// The other hosts' use in the period: settled (estimated part
+    /// included) and their open reservations (the scope id's, every
+    /// window), in USD and in input and output tokens.
+    pub others: WindowUse,
+    /// This host's spend and reservations as the fleet had it, USD.
     pub own_at_sync_usd: f64,
-    /// The lease taken; `None` when the budget had no limit then.
+    /// The lease taken in USD; `None` when the budget had no USD limit then.
     pub lease_usd: Option<f64>,
+    /// This host's tokens as the fleet had them, counted as the budget
+    /// file's `tokens_counted` says.
+    pub own_at_sync_tokens: f64,
+    /// The lease taken in those tokens; `None` without a token limit.
+    pub lease_tokens: Option<f64>,
 }
 
 /// A quarter-hour spend bucket of this host to push.
@@ -39,6 +43,22 @@ pub struct PushRow {
     pub cost_usd: f64,
     pub estimated_usd: f64,
     pub calls: i64,
+    /// Input tokens (cache reads and writes included) and output tokens
+    /// (reasoning included), each with the part that was estimated.
+    pub input_tokens: i64,
+    pub estimated_input_tokens: i64,
+    pub output_tokens: i64,
+    pub estimated_output_tokens: i64,
+}
+
+/// This host's open reservations of one scope id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reserved {
+    pub scope: String,
+    pub id: String,
+    pub usd: f64,
+    pub input_tokens: f64,
+    pub output_tokens: f64,
 }
 
 /// The sync's state, for `status` and metrics.
@@ -120,10 +140,12 @@ impl Outbox {
     /// changed since they were last pushed (or were never pushed).
     pub fn fleet_unpushed(&self, since: i64, limit: usize) -> Result<Vec<PushRow>> {
         let mut stmt = self.db.conn().prepare_cached(&format!(
-            "SELECT s.scope, s.id, s.bucket, s.cost_usd, s.estimated_usd, s.calls FROM budget_spend s
+            "SELECT s.scope, s.id, s.bucket, s.cost_usd, s.estimated_usd, s.calls, s.input_tokens,
+                s.estimated_input_tokens, s.output_tokens, s.estimated_output_tokens FROM budget_spend s
              LEFT JOIN fleet_pushed p ON p.scope = s.scope AND p.id = s.id AND p.bucket = s.bucket
              WHERE s.level = 0 AND s.bucket >= ?1
-               AND (p.calls IS NULL OR p.calls <> s.calls OR p.cost_usd <> s.cost_usd)
+               AND (p.calls IS NULL OR p.calls <> s.calls OR p.cost_usd <> s.cost_usd
+                    OR p.input_tokens <> s.input_tokens OR p.output_tokens <> s.output_tokens)
              LIMIT {limit}"
         ))?;
         let rows = stmt.query_map(params![since], |r| {
@@ -134,6 +156,10 @@ impl Outbox {
                 cost_usd: r.get(3)?,
                 estimated_usd: r.get(4)?,
                 calls: r.get(5)?,
+                input_tokens: r.get(6)?,
+                estimated_input_tokens: r.get(7)?,
+                output_tokens: r.get(8)?,
+                estimated_output_tokens: r.get(9)?,
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -146,23 +172,40 @@ impl Outbox {
         }
         self.in_write_tx(|conn| {
             let mut stmt = conn.prepare_cached(
-                "INSERT INTO fleet_pushed (scope, id, bucket, cost_usd, calls) VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (scope, id, bucket) DO UPDATE SET cost_usd = excluded.cost_usd, calls = excluded.calls",
+                "INSERT INTO fleet_pushed (scope, id, bucket, cost_usd, calls, input_tokens, output_tokens)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (scope, id, bucket) DO UPDATE SET cost_usd = excluded.cost_usd, calls = excluded.calls,
+                    input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens",
             )?;
             for r in rows {
-                stmt.execute(params![r.scope, r.id, r.bucket, r.cost_usd, r.calls])?;
+                stmt.execute(params![
+                    r.scope,
+                    r.id,
+                    r.bucket,
+                    r.cost_usd,
+                    r.calls,
+                    r.input_tokens,
+                    r.output_tokens
+                ])?;
             }
             Ok(())
         })
     }
 
-    /// This host's open reservations by scope id: `(scope, id, usd)`.
-    pub fn fleet_reservations(&self, now: f64) -> Result<Vec<(String, String, f64)>> {
+    /// This host's open reservations by scope id.
+    pub fn fleet_reservations(&self, now: f64) -> Result<Vec<Reserved>> {
         let mut stmt = self.db.conn().prepare_cached(
-            "SELECT scope, id, TOTAL(amount_usd) FROM budget_reservations WHERE at >= ?1 GROUP BY scope, id",
+            "SELECT scope, id, TOTAL(amount_usd), TOTAL(input_tokens), TOTAL(output_tokens) FROM budget_reservations
+             WHERE at >= ?1 GROUP BY scope, id",
         )?;
         let rows = stmt.query_map(params![now - super::RESERVATION_TTL_SECONDS], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            Ok(Reserved {
+                scope: r.get(0)?,
+                id: r.get(1)?,
+                usd: r.get(2)?,
+                input_tokens: r.get(3)?,
+                output_tokens: r.get(4)?,
+            })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
@@ -180,19 +223,31 @@ impl Outbox {
             conn.execute("DELETE FROM fleet_view", [])?;
             let mut stmt = conn.prepare_cached(
                 "INSERT INTO fleet_view (scope, id, win, period, others_cost_usd, others_estimated_usd,
-                    others_reserved_usd, own_at_sync_usd, lease_usd) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                    others_reserved_usd, own_at_sync_usd, lease_usd, others_input_tokens, others_estimated_input_tokens,
+                    others_reserved_input_tokens, others_output_tokens, others_estimated_output_tokens,
+                    others_reserved_output_tokens, own_at_sync_tokens, lease_tokens)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
             )?;
             for r in rows {
+                let (usd, i, o) = (r.others.usd, r.others.input_tokens, r.others.output_tokens);
                 stmt.execute(params![
                     r.scope,
                     r.id,
                     r.win,
                     r.period,
-                    r.others_cost_usd,
-                    r.others_estimated_usd,
-                    r.others_reserved_usd,
+                    usd.settled,
+                    usd.estimated,
+                    usd.reserved,
                     r.own_at_sync_usd,
-                    r.lease_usd
+                    r.lease_usd,
+                    i.settled,
+                    i.estimated,
+                    i.reserved,
+                    o.settled,
+                    o.estimated,
+                    o.reserved,
+                    r.own_at_sync_tokens,
+                    r.lease_tokens
                 ])?;
             }
             conn.prepare_cached(
@@ -225,11 +280,12 @@ impl Reader {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// `budget` of period `period` with `own` (this host's spend now) as the
-    /// fleet sees it: the other hosts' spend at the last sync added, and what
-    /// is left of this host's lease. `hosts` is from [`Reader::fleet_status`];
-    /// a budget the last sync did not see (new, or a new period) gets the
-    /// lease of an empty period, its hard line shared by the live hosts.
+    /// `budget` of period `period` with `own` (this host's use now, in the
+    /// budget's unit) as the fleet sees it: the other hosts' use at the last
+    /// sync added, and what is left of this host's lease. `hosts` is from
+    /// [`Reader::fleet_status`]; a budget the last sync did not see (new, or
+    /// a new period) gets the lease of an empty period, its hard line shared
+    /// by the live hosts.
     pub(crate) fn fleet_share(
         &self,
         cfg: &BudgetConfig,
@@ -238,30 +294,52 @@ impl Reader {
         own: Spend,
         hosts: i64,
     ) -> Result<(Spend, FleetShare)> {
-        let row: Option<(f64, f64, f64, f64, Option<f64>)> = self
+        let spend = |r: &rusqlite::Row<'_>, at: usize| -> rusqlite::Result<Spend> {
+            Ok(Spend {
+                settled: r.get(at)?,
+                estimated: r.get(at + 1)?,
+                reserved: r.get(at + 2)?,
+            })
+        };
+        let row: Option<(WindowUse, [f64; 2], [Option<f64>; 2])> = self
             .conn()
             .prepare_cached(
-                "SELECT others_cost_usd, others_estimated_usd, others_reserved_usd, own_at_sync_usd, lease_usd
+                "SELECT others_cost_usd, others_estimated_usd, others_reserved_usd,
+                    others_input_tokens, others_estimated_input_tokens, others_reserved_input_tokens,
+                    others_output_tokens, others_estimated_output_tokens, others_reserved_output_tokens,
+                    own_at_sync_usd, own_at_sync_tokens, lease_usd, lease_tokens
                  FROM fleet_view WHERE scope = ?1 AND id = ?2 AND win = ?3 AND period = ?4",
             )?
             .query_row(
                 params![budget.scope.as_str(), budget.id, budget.window.as_str(), period],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+                |r| {
+                    let others = WindowUse {
+                        usd: spend(r, 0)?,
+                        input_tokens: spend(r, 3)?,
+                        output_tokens: spend(r, 6)?,
+                    };
+                    Ok((others, [r.get(9)?, r.get(10)?], [r.get(11)?, r.get(12)?]))
+                },
             )
             .optional()?;
         let fresh = lease::lease(budget.limit * cfg.hard_threshold, 0.0, hosts);
-        let (cost, est, reserved, own_at_sync, lease_usd) = row.unwrap_or((0.0, 0.0, 0.0, 0.0, Some(fresh)));
-        let lease_usd = lease_usd.unwrap_or(fresh);
-        let spend = Spend {
-            settled: own.settled + cost,
-            estimated: own.estimated + est,
-            reserved: own.reserved + reserved,
+        let (others, own_at_sync, lease_taken) = match row {
+            None => (Spend::default(), 0.0, None),
+            Some((others, own_at_sync, leases)) => {
+                let k = usize::from(budget.unit == BudgetUnit::Tokens);
+                (others.spend(budget.unit, cfg.tokens_counted), own_at_sync[k], leases[k])
+            }
+        };
+        let total = Spend {
+            settled: own.settled + others.settled,
+            estimated: own.estimated + others.estimated,
+            reserved: own.reserved + others.reserved,
         };
         let share = FleetShare {
-            own_usd: own.total(),
-            lease_left_usd: lease::lease_left(lease_usd, own_at_sync, own.total()),
+            own: own.total(),
+            lease_left: lease::lease_left(lease_taken.unwrap_or(fresh), own_at_sync, own.total()),
         };
-        Ok((spend, share))
+        Ok((total, share))
     }
 }
 

@@ -53,7 +53,7 @@ pub use budget::{AlertRow, AlertSink, RESERVATION_TTL_SECONDS};
 pub use content::{ContentCursor, ContentKind};
 pub use doctor::Integrity;
 pub use doctor::{missing_beside_aside, Doctor, Rebuilt, DAMAGED_INFIX};
-pub use fleet::{FleetRow, FleetStatus, PushRow};
+pub use fleet::{FleetRow, FleetStatus, PushRow, Reserved};
 pub use held::Confirmation;
 pub use held::HeldCall;
 pub use ledger::Applied;

@@ -12,6 +12,8 @@ CREATE TABLE hermes_fleet_hosts (
 -- Each host's spend per scope id and UTC quarter hour, as absolute totals
 -- of its store's rollups: pushing a row again (a retry, a replayed spool)
 -- writes the same value, and a stale push never lowers one (calls only grow).
+-- Tokens: input with cache reads and writes, output with reasoning, each
+-- with its estimated part (for token budgets).
 CREATE TABLE hermes_fleet_spend (
     scope         text NOT NULL,
     id            text NOT NULL,
@@ -20,6 +22,10 @@ CREATE TABLE hermes_fleet_spend (
     cost_usd      double precision NOT NULL,
     estimated_usd double precision NOT NULL,
     calls         bigint NOT NULL,
+    input_tokens  bigint NOT NULL DEFAULT 0,
+    estimated_input_tokens  bigint NOT NULL DEFAULT 0,
+    output_tokens bigint NOT NULL DEFAULT 0,
+    estimated_output_tokens bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (scope, id, bucket, host_id)
 );
 CREATE INDEX hermes_fleet_spend_by_bucket ON hermes_fleet_spend (bucket);
@@ -31,6 +37,8 @@ CREATE TABLE hermes_fleet_reserved (
     id         text NOT NULL,
     amount_usd double precision NOT NULL,
     at         double precision NOT NULL,
+    input_tokens  double precision NOT NULL DEFAULT 0,
+    output_tokens double precision NOT NULL DEFAULT 0,
     PRIMARY KEY (host_id, scope, id)
 );
 

@@ -90,8 +90,7 @@ impl Reader {
                 let k = of(b.window);
                 let (_, end, period) = windows[k].clone();
                 let spend = uses[k].spend(b.unit, cfg.tokens_counted);
-                // The fleet shares USD; token budgets count this host's own.
-                let (spend, fleet) = match fleet_hosts.filter(|_| b.unit == BudgetUnit::Usd) {
+                let (spend, fleet) = match fleet_hosts {
                     Some(hosts) => {
                         let (spend, share) = self.fleet_share(cfg, b, &period, spend, hosts)?;
                         (spend, Some(share))

@@ -602,8 +602,10 @@ CREATE TABLE fleet_state (
     view_version    INTEGER NOT NULL DEFAULT 0   -- bumped by every pull (quick verdicts start over)
 );
 
--- Per budget period: the other hosts' spend at the last sync, this host's
--- as the fleet had it then, and the lease taken (NULL: no limit then).
+-- Per budget period: the other hosts' spend at the last sync (USD, and
+-- input and output tokens), this host's as the fleet had it then, and the
+-- lease taken (NULL: no limit then), in USD and in the tokens the budget
+-- file counts.
 CREATE TABLE fleet_view (
     scope            TEXT NOT NULL,
     id               TEXT NOT NULL,
@@ -614,6 +616,14 @@ CREATE TABLE fleet_view (
     others_reserved_usd  REAL NOT NULL,
     own_at_sync_usd  REAL NOT NULL,
     lease_usd        REAL,
+    others_input_tokens           REAL NOT NULL DEFAULT 0,
+    others_estimated_input_tokens REAL NOT NULL DEFAULT 0,
+    others_reserved_input_tokens  REAL NOT NULL DEFAULT 0,
+    others_output_tokens          REAL NOT NULL DEFAULT 0,
+    others_estimated_output_tokens REAL NOT NULL DEFAULT 0,
+    others_reserved_output_tokens REAL NOT NULL DEFAULT 0,
+    own_at_sync_tokens REAL NOT NULL DEFAULT 0,
+    lease_tokens       REAL,
     PRIMARY KEY (scope, id, win, period)
 ) WITHOUT ROWID;
 
@@ -625,6 +635,8 @@ CREATE TABLE fleet_pushed (
     bucket        INTEGER NOT NULL,
     cost_usd      REAL NOT NULL,
     calls         INTEGER NOT NULL,
+    input_tokens  INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (scope, id, bucket)
 ) WITHOUT ROWID;
 
