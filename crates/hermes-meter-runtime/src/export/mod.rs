@@ -584,16 +584,25 @@ pub fn failure_text(signal: Signal, endpoint: &str, e: &SendError) -> String {
         ),
         // RESOURCE_EXHAUSTED without RetryInfo: what the Collector's
         // memory_limiter extension answers every request while it is over
-        // its limit, and grpc-go past the receiver's max message size.
+        // its limit (grpc-go past the receiver's max message size says so,
+        // and is TooLarge).
         (_, retry::Verdict::Exhausted) => format!(
             "the collector is out of a resource and did not say when to retry (memory over its \
-             memory_limiter, a quota, or a request larger than it takes: see its log); they wait in \
+             memory_limiter, or a quota: see its log); they wait in \
              the store and are sent again every {} s",
             retry::MAX_BACKOFF.as_secs()
         ),
         (_, retry::Verdict::Permanent) => format!(
             "the collector refused them; see its log, and check {} and the endpoint",
             crate::config::export::env::HEADERS
+        ),
+        // Spans and records are split and never reach here as a failure;
+        // a metric push is not split.
+        (_, retry::Verdict::TooLarge) => format!(
+            "the request is larger than the collector takes (max_recv_msg_size_mib over gRPC, \
+             max_request_body_size over HTTP): raise that limit; {what} are not split and are \
+             tried again every {} s",
+            retry::MAX_BACKOFF.as_secs()
         ),
         (_, retry::Verdict::Unsupported) => format!(
             "it does not take {what}: set {}=none to stop sending them, or point {} at a collector that does",
@@ -738,6 +747,12 @@ mod tests {
             (retry, Cause::Unreachable, "is a collector listening there?", "refused"),
             (Verdict::Permanent, Cause::Answered, "refused them", "listening"),
             (Verdict::Exhausted, Cause::Answered, "out of a resource", "HEADERS"),
+            (
+                Verdict::TooLarge,
+                Cause::Answered,
+                "larger than the collector takes",
+                "memory_limiter",
+            ),
             (retry, Cause::Answered, "cannot take them now", "listening"),
         ] {
             let e = SendError {

@@ -13,6 +13,11 @@
 //! `RESOURCE_EXHAUSTED` without `RetryInfo` (not retryable either, for the
 //! specification), which it words as the collector's shortage
 //! ([`Verdict::Exhausted`]).
+//!
+//! A request larger than the collector takes ([`Verdict::TooLarge`]) is
+//! told apart from the rest: it is not retried as it is, but split
+//! (`split.rs`), and one span or record too large alone is counted
+//! rejected.
 
 use std::time::Duration;
 
@@ -25,8 +30,8 @@ pub enum Verdict {
     Permanent,
     /// gRPC `RESOURCE_EXHAUSTED` without `RetryInfo`: the collector is out
     /// of something (memory: the Collector's `memory_limiter` extension
-    /// refuses every request so; a quota; or the request is larger than its
-    /// `max_recv_msg_size_mib`) and did not say when it recovers. The OTLP
+    /// refuses every request so; a quota) and did not say when it
+    /// recovers. The OTLP
     /// specification calls that not retryable; hermes-meter keeps the batch
     /// and retries at the slowest pace, as for [`Verdict::Permanent`], but
     /// tells the user it is the collector's resource, not the request's
@@ -36,6 +41,15 @@ pub enum Verdict {
     /// HTTP 404, 405 or 501): a trace-only backend sent metrics, say.
     /// Retrying soon cannot help; the user should turn the signal off.
     Unsupported,
+    /// The request is larger than the collector takes: grpc-go's
+    /// `RESOURCE_EXHAUSTED` "received message larger than max" (the
+    /// Collector's `max_recv_msg_size_mib`, 4 MiB by default), tonic's
+    /// `OUT_OF_RANGE` ("decoded message length too large"), HTTP 413, or
+    /// the Collector's HTTP 400 "request body too large"
+    /// (`max_request_body_size`). The same request will never be taken:
+    /// the exporter sends it again in smaller parts, and counts a span or
+    /// record too large alone as rejected.
+    TooLarge,
 }
 
 /// How long a signal the backend does not take waits before it is tried
@@ -91,26 +105,44 @@ fn is_connect_failure(message: &str) -> bool {
     m.contains("connect") && !m.contains("reset") && !m.contains("closed")
 }
 
+/// What grpc-go (the Collector's gRPC server) says of a message over its
+/// receiver's `max_recv_msg_size_mib`, as `RESOURCE_EXHAUSTED`; the
+/// Collector's `memory_limiter` answers the same code without it.
+pub(crate) const GRPC_TOO_LARGE_MESSAGE: &str = "larger than max";
+
+/// What the Collector's OTLP/HTTP receiver says, in the body of its 400,
+/// of a body over `max_request_body_size` (Go's `http.MaxBytesReader`).
+pub(crate) const HTTP_TOO_LARGE_BODY: &[u8] = b"request body too large";
+
 /// The verdict of a gRPC failure: a failure of the connection is transient
 /// whatever code tonic gave it (a reset arrives as `UNKNOWN`, which would
 /// read as the collector refusing the request); an answer follows the
 /// OTLP table of [`classify_grpc`].
-pub(crate) fn classify_grpc_failure(code: tonic::Code, retry_info: Option<Duration>, cause: Cause) -> Verdict {
+pub(crate) fn classify_grpc_failure(
+    code: tonic::Code,
+    message: &str,
+    retry_info: Option<Duration>,
+    cause: Cause,
+) -> Verdict {
     match cause {
-        Cause::Answered => classify_grpc(code, retry_info),
+        Cause::Answered => classify_grpc(code, message, retry_info),
         Cause::Unreachable | Cause::Closed | Cause::NoAnswer => Verdict::Retry { after: None },
     }
 }
 
 /// The gRPC codes the OTLP specification calls retryable.
 /// `RESOURCE_EXHAUSTED` only is when the server sent `RetryInfo`; without
-/// it, it is [`Verdict::Exhausted`].
-pub(crate) fn classify_grpc(code: tonic::Code, retry_info: Option<Duration>) -> Verdict {
+/// it, it is [`Verdict::Exhausted`], or [`Verdict::TooLarge`] when its
+/// message says the request was larger than the server's maximum.
+/// `OUT_OF_RANGE` (retryable for the specification) is what tonic and
+/// grpc-java answer a message over their maximum: retrying the same
+/// request would be refused forever, so it is [`Verdict::TooLarge`] too.
+pub(crate) fn classify_grpc(code: tonic::Code, message: &str, retry_info: Option<Duration>) -> Verdict {
     use tonic::Code::*;
     match code {
-        Cancelled | DeadlineExceeded | Aborted | OutOfRange | Unavailable | DataLoss => {
-            Verdict::Retry { after: retry_info }
-        }
+        OutOfRange => Verdict::TooLarge,
+        ResourceExhausted if message.contains(GRPC_TOO_LARGE_MESSAGE) => Verdict::TooLarge,
+        Cancelled | DeadlineExceeded | Aborted | Unavailable | DataLoss => Verdict::Retry { after: retry_info },
         ResourceExhausted if retry_info.is_some() => Verdict::Retry { after: retry_info },
         ResourceExhausted => Verdict::Exhausted,
         Unimplemented => Verdict::Unsupported,
@@ -121,13 +153,23 @@ pub(crate) fn classify_grpc(code: tonic::Code, retry_info: Option<Duration>) -> 
 /// The HTTP statuses the OTLP specification calls retryable: 429, 502, 503,
 /// 504 (with `Retry-After` honoured). 404, 405 and 501 say the server has
 /// no such signal (a trace-only backend's answer to `/v1/metrics`).
-/// Anything else that is not 2xx is permanent.
-pub(crate) fn classify_http(status: u16, retry_after: Option<Duration>) -> Verdict {
+/// 413, and a 400 whose `body` says the request body is too large (the
+/// Collector's answer), are [`Verdict::TooLarge`]. Anything else that is
+/// not 2xx is permanent.
+pub(crate) fn classify_http(status: u16, retry_after: Option<Duration>, body: &[u8]) -> Verdict {
     match status {
         429 | 502 | 503 | 504 => Verdict::Retry { after: retry_after },
         404 | 405 | 501 => Verdict::Unsupported,
+        413 => Verdict::TooLarge,
+        400 if contains(body, HTTP_TOO_LARGE_BODY) => Verdict::TooLarge,
         _ => Verdict::Permanent,
     }
+}
+
+/// Whether `needle` occurs in `haystack` (the Collector's answer is a
+/// protobuf `Status` or plain text: its message is plain bytes either way).
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle))
 }
 
 /// `Retry-After` as delay-seconds (the HTTP-date form is ignored: the
@@ -144,7 +186,9 @@ pub(crate) fn grpc_retry_info(status: &tonic::Status) -> Option<Duration> {
 
 /// The backoff's cap. 30 s keeps an outage's tail short once the collector
 /// is back, while a dead collector costs one attempt per 30 s. Also the
-/// pace of a [`Verdict::Permanent`] or [`Verdict::Exhausted`] failure.
+/// pace of a [`Verdict::Permanent`] or [`Verdict::Exhausted`] failure, and
+/// of a [`Verdict::TooLarge`] one that reaches the backoff (a metric push,
+/// which is not split).
 pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Bounded exponential backoff with full jitter.
@@ -175,7 +219,7 @@ impl Backoff {
     pub fn next(&mut self, verdict: Verdict) -> Duration {
         self.failures = self.failures.saturating_add(1);
         match verdict {
-            Verdict::Permanent | Verdict::Exhausted => self.max,
+            Verdict::Permanent | Verdict::Exhausted | Verdict::TooLarge => self.max,
             Verdict::Unsupported => UNSUPPORTED_RETRY,
             Verdict::Retry { after: Some(hint) } => hint.min(self.max),
             Verdict::Retry { after: None } => {
@@ -209,7 +253,7 @@ mod tests {
             (Code::Cancelled, None, Verdict::Retry { after: None }),
             (Code::DeadlineExceeded, None, Verdict::Retry { after: None }),
             (Code::Aborted, None, Verdict::Retry { after: None }),
-            (Code::OutOfRange, None, Verdict::Retry { after: None }),
+            (Code::OutOfRange, None, Verdict::TooLarge),
             (Code::Unavailable, hint, Verdict::Retry { after: hint }),
             (Code::DataLoss, None, Verdict::Retry { after: None }),
             (Code::ResourceExhausted, None, Verdict::Exhausted),
@@ -221,7 +265,7 @@ mod tests {
             (Code::Internal, None, Verdict::Permanent),
             (Code::NotFound, None, Verdict::Permanent),
         ] {
-            assert_eq!(classify_grpc(code, info), want, "{code:?}");
+            assert_eq!(classify_grpc(code, "told to refuse", info), want, "{code:?}");
         }
     }
 
@@ -239,7 +283,19 @@ mod tests {
             (
                 Code::ResourceExhausted,
                 "grpc: received message larger than max (5242880 vs. 4194304)",
-                Verdict::Exhausted,
+                Verdict::TooLarge,
+            ),
+            // The same past the receiver's decompression limit.
+            (
+                Code::ResourceExhausted,
+                "grpc: received message after decompression larger than max (5242880 vs. 4194304)",
+                Verdict::TooLarge,
+            ),
+            // tonic (and grpc-java) past max_decoding_message_size.
+            (
+                Code::OutOfRange,
+                "Error, decoded message length too large: found 5242880 bytes, the limit is: 4194304 bytes",
+                Verdict::TooLarge,
             ),
             // exporterhelper's full sending queue and the memory_limiter
             // processor: plain errors, which the receiver answers as
@@ -249,12 +305,45 @@ mod tests {
         ] {
             let cause = grpc_cause(code, message, false);
             assert_eq!(cause, Cause::Answered, "{message}");
-            assert_eq!(classify_grpc_failure(code, None, cause), want, "{message}");
+            assert_eq!(classify_grpc_failure(code, message, None, cause), want, "{message}");
         }
+        // The memory_limiter's refusal with RetryInfo is an ordinary retry,
+        // and a request too large stays too large whatever the hint.
+        let hint = Some(Duration::from_secs(1));
+        assert_eq!(
+            classify_grpc(Code::ResourceExhausted, "RESOURCE_EXHAUSTED", hint),
+            Verdict::Retry { after: hint }
+        );
+        assert_eq!(
+            classify_grpc(Code::ResourceExhausted, "grpc: received message larger than max", hint),
+            Verdict::TooLarge
+        );
         // Over HTTP: the memory_limiter extension's 429, a plain-text body
-        // and no Retry-After; a body over max_request_body_size is a 400.
-        assert_eq!(classify_http(429, None), retry);
-        assert_eq!(classify_http(400, None), Verdict::Permanent);
+        // and no Retry-After; a body over max_request_body_size is a 400
+        // that says so (a protobuf Status, or text), and a proxy's 413.
+        assert_eq!(
+            classify_http(429, None, b"data refused due to high memory usage"),
+            retry
+        );
+        assert_eq!(
+            classify_http(400, None, b"\x08\x03\x12\x1chttp: request body too large"),
+            Verdict::TooLarge
+        );
+        assert_eq!(
+            classify_http(400, None, b"HTTP: Request Body Too Large"),
+            Verdict::TooLarge
+        );
+        assert_eq!(
+            classify_http(400, None, b"proto: cannot parse invalid wire-format data"),
+            Verdict::Permanent
+        );
+        assert_eq!(classify_http(400, None, b""), Verdict::Permanent);
+        assert_eq!(
+            classify_http(413, None, b"<html>413 Request Entity Too Large</html>"),
+            Verdict::TooLarge
+        );
+        assert_eq!(classify_http(413, None, b""), Verdict::TooLarge);
+        assert_eq!(classify_http(500, None, b"request body too large"), Verdict::Permanent);
     }
 
     #[test]
@@ -326,7 +415,11 @@ mod tests {
             ),
         ] {
             assert_eq!(grpc_cause(code, message, by_client), cause, "{code:?} {message}");
-            assert_eq!(classify_grpc_failure(code, None, cause), verdict, "{code:?} {message}");
+            assert_eq!(
+                classify_grpc_failure(code, message, None, cause),
+                verdict,
+                "{code:?} {message}"
+            );
         }
     }
 
@@ -343,10 +436,10 @@ mod tests {
             (404, Verdict::Unsupported),
             (405, Verdict::Unsupported),
             (501, Verdict::Unsupported),
-            (413, Verdict::Permanent),
+            (413, Verdict::TooLarge),
             (500, Verdict::Permanent),
         ] {
-            assert_eq!(classify_http(status, hint), want, "{status}");
+            assert_eq!(classify_http(status, hint, b""), want, "{status}");
         }
     }
 
@@ -374,6 +467,7 @@ mod tests {
         }
         assert_eq!(b.next(Verdict::Permanent), b.max);
         assert_eq!(b.next(Verdict::Exhausted), b.max);
+        assert_eq!(b.next(Verdict::TooLarge), b.max);
         assert_eq!(b.next(Verdict::Unsupported), UNSUPPORTED_RETRY);
         assert_eq!(
             b.next(Verdict::Retry {

@@ -293,7 +293,7 @@ fn grpc_error(what: &str, status: tonic::Status, timeout: Duration) -> SendError
         return SendError::no_answer(what, timeout);
     }
     SendError {
-        verdict: retry::classify_grpc_failure(status.code(), retry::grpc_retry_info(&status), cause),
+        verdict: retry::classify_grpc_failure(status.code(), status.message(), retry::grpc_retry_info(&status), cause),
         cause,
         message: format!("{what}: {:?}: {}", status.code(), status.message()),
     }
@@ -509,7 +509,7 @@ impl HttpTransport {
             return Ok(body);
         }
         Err(SendError {
-            verdict: retry::classify_http(status, retry_after),
+            verdict: retry::classify_http(status, retry_after, &body),
             cause: Cause::Answered,
             message: format!("otlp http: status {status}"),
         })
