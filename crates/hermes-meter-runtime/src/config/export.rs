@@ -64,6 +64,9 @@ pub mod env {
     pub(crate) const OUTBOX_MAX_ROWS: &str = "HERMES_METER_OUTBOX_MAX_ROWS";
     /// How long the export lease lasts without renewal.
     pub(crate) const LEASE_SECONDS: &str = "HERMES_METER_LEASE_SECONDS";
+    /// The largest span or log request sent, in encoded bytes; a batch
+    /// over it goes as several requests.
+    pub(crate) const MAX_REQUEST_BYTES: &str = "HERMES_METER_EXPORT_MAX_REQUEST_BYTES";
 
     pub(crate) const METRICS_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT";
     pub(crate) const METRICS_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL";
@@ -318,6 +321,9 @@ pub struct ExportConfig {
     pub resource_attributes: Resolved<Vec<(String, String)>>,
     pub sampler: Resolved<Sampler>,
     pub batch_max_spans: Resolved<usize>,
+    /// The largest request of spans or log records, in encoded protobuf
+    /// bytes (see `export/split.rs`).
+    pub max_request_bytes: Resolved<usize>,
     pub trace_mode: Resolved<TraceMode>,
     pub include_sender: Resolved<bool>,
     pub idle_timeout_seconds: Resolved<f64>,
@@ -338,6 +344,11 @@ pub struct ExportConfig {
     pub warnings: Vec<String>,
 }
 
+/// The default limit of a span or log request's encoded size: 3 MiB,
+/// under the Collector's default 4 MiB gRPC limit with room for what a
+/// proxy in front may add, and still large enough that a batch of spans
+/// without content (a few hundred bytes each) is one request.
+pub(crate) const DEFAULT_MAX_REQUEST_BYTES: usize = 3 << 20;
 /// The default service name.
 pub(crate) const DEFAULT_SERVICE_NAME: &str = "hermes-agent";
 /// The default gRPC endpoint (OTLP specification).
@@ -449,6 +460,12 @@ impl ExportConfig {
         };
         let sampler = r.sampler();
         let batch_max_spans = r.setting(None, &[env::BSP_MAX_EXPORT_BATCH_SIZE], parse_positive::<usize>, 512);
+        let max_request_bytes = r.setting(
+            None,
+            &[env::MAX_REQUEST_BYTES],
+            parse_positive::<usize>,
+            DEFAULT_MAX_REQUEST_BYTES,
+        );
         let trace_mode = r.setting(None, &[env::TRACE_MODE], TraceMode::parse, TraceMode::Auto);
         let include_sender = r.flag(&[env::SPAN_SENDER], true);
         let idle_timeout_seconds = r.setting(
@@ -496,6 +513,7 @@ impl ExportConfig {
             resource_attributes,
             sampler,
             batch_max_spans,
+            max_request_bytes,
             trace_mode,
             include_sender,
             idle_timeout_seconds,
@@ -550,6 +568,7 @@ impl ExportConfig {
             }),
             row("sampler", &self.sampler, |v| format!("{v:?}")),
             row("batch_max_spans", &self.batch_max_spans, |v| v.to_string()),
+            row("max_request_bytes", &self.max_request_bytes, |v| v.to_string()),
             row("trace_mode", &self.trace_mode, |v| format!("{v:?}").to_lowercase()),
             row("span_sender", &self.include_sender, |v| v.to_string()),
             row("idle_timeout_seconds", &self.idle_timeout_seconds, |v| v.to_string()),
@@ -848,6 +867,7 @@ mod tests {
             (env::LEASE_SECONDS, "2"),
             (env::IDLE_TIMEOUT_SECONDS, "5"),
             (env::BSP_MAX_EXPORT_BATCH_SIZE, "64"),
+            (env::MAX_REQUEST_BYTES, "65536"),
         ]);
         assert_eq!(c.trace_mode.value, TraceMode::Turn);
         assert_eq!(c.outbox_max_rows.value, 10);
@@ -856,8 +876,11 @@ mod tests {
         assert_eq!(c.lease_seconds.value, 2.0);
         assert_eq!(c.idle_timeout_seconds.value, 5.0);
         assert_eq!(c.batch_max_spans.value, 64);
-        let c = resolve(&[(env::OUTBOX_MAX_ROWS, "lots")]);
+        assert_eq!(c.max_request_bytes.value, 65_536);
+        let c = resolve(&[(env::OUTBOX_MAX_ROWS, "lots"), (env::MAX_REQUEST_BYTES, "0")]);
         assert_eq!(c.outbox_max_rows.source, Source::Default);
+        assert_eq!(c.max_request_bytes.source, Source::Default);
+        assert_eq!(c.max_request_bytes.value, 3 << 20);
         assert_eq!(c.trace_mode.value, TraceMode::Auto);
     }
 }

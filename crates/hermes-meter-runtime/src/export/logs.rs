@@ -11,12 +11,16 @@
 //! store never send a record twice in normal operation, with their own
 //! backoff: a collector may take traces and refuse logs (Jaeger takes no
 //! logs), and then `status` says so while spans go on. A record sent again
-//! after a crash carries the same `log.record.uid`.
+//! after a crash carries the same `log.record.uid`. A batch goes in
+//! requests under a byte limit, as spans do (`split.rs`): a record too
+//! large alone is counted rejected, and each request's rows leave the
+//! outbox once it is accepted.
 //!
 //! The trace context is worked out when the record is sent, as for spans:
 //! a subagent's record lands in its parent's trace, a gateway turn's in
 //! that turn's trace.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
@@ -24,9 +28,14 @@ use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, Instrumentatio
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
+use prost::Message as _;
+
 use super::pacing::{block_on_until, Lease, Pacing};
+use super::split;
 use super::transport::{Accepted, SendError, Transport};
-use super::{failure_text, resource_of, scrub_error, unix_now, SendRuntime, Sessions, Signal, CAP_STEP};
+use super::{
+    failure_text, resource_of, retry, scrub_error, unix_now, SendRuntime, Sessions, Signal, SizeLimit, CAP_STEP,
+};
 use crate::config::export::ExportConfig;
 use crate::error::Result;
 use crate::span::{self, TraceMode};
@@ -62,6 +71,8 @@ pub(crate) struct LogExport {
     pacing: Pacing,
     resource: Resource,
     mode: TraceMode,
+    /// The byte limit requests are kept under, as learned.
+    size: SizeLimit,
 }
 
 impl LogExport {
@@ -74,6 +85,7 @@ impl LogExport {
             pacing: Pacing::new("LogExport.Failed"),
             resource: resource_of(&config),
             mode: config.trace_mode.value,
+            size: SizeLimit::new(Signal::Logs, config.max_request_bytes.value),
             config,
             runtime,
             transport,
@@ -134,20 +146,47 @@ impl LogExport {
             store.log_outbox_done(&rows, skipped, 0, unix_now())?;
             return Ok(out);
         }
-        match self.send(self.request(records), deadline) {
-            Ok(accepted) => {
-                self.pacing.succeeded();
-                store.log_outbox_done(&rows, skipped, accepted.rejected_log_records, unix_now())?;
-                out.exported = rows.len() - skipped;
-            }
-            Err(e) => {
-                let text = failure_text(Signal::Logs, &self.config.endpoint.value, &e);
-                let wait = self.pacing.failed(e.verdict, &text);
-                store.log_export_failed(&text, unix_now())?;
-                out.backing_off = Some(wait);
-                out.error = Some(text);
-                out.more = false;
-            }
+        // The rows of records left out leave with the first part done.
+        let mut skipped_rows = {
+            let sent: HashSet<usize> = records.iter().map(|(i, _)| *i).collect();
+            let left_out: Vec<LogRow> = (0..rows.len())
+                .filter(|i| !sent.contains(i))
+                .map(|i| rows[i].clone())
+                .collect();
+            Some(left_out)
+        };
+        let sizes = records.iter().map(|(_, r)| split::item_len(r.encoded_len())).collect();
+        let mut parts = self.size.parts(sizes, self.request(Vec::new()).encoded_len());
+        while let Some(part) = parts.next() {
+            let built = &records[part.clone()];
+            let n = built.len();
+            let rejected = match self.send(self.request(built.iter().map(|(_, r)| r.clone()).collect()), deadline) {
+                Ok(accepted) => {
+                    self.pacing.succeeded();
+                    out.exported += n;
+                    accepted.rejected_log_records
+                }
+                Err(e) if e.verdict == retry::Verdict::TooLarge => {
+                    if !self.size.refused(&mut parts, part, &rows[built[0].0].event, &e.message) {
+                        continue;
+                    }
+                    1
+                }
+                Err(e) => {
+                    let text = failure_text(Signal::Logs, &self.config.endpoint.value, &e);
+                    let wait = self.pacing.failed(e.verdict, &text);
+                    store.log_export_failed(&text, unix_now())?;
+                    out.backing_off = Some(wait);
+                    out.error = Some(text);
+                    out.more = false;
+                    break;
+                }
+            };
+            let mut done: Vec<LogRow> = built.iter().map(|(i, _)| rows[*i].clone()).collect();
+            let left_out = skipped_rows.take().unwrap_or_default();
+            let skipped = left_out.len();
+            done.extend(left_out);
+            store.log_outbox_done(&done, skipped, rejected, unix_now())?;
         }
         Ok(out)
     }
@@ -163,14 +202,15 @@ impl LogExport {
         })
     }
 
-    /// The records of `rows`, each with the trace context of its span,
-    /// read in one snapshot. Content events carry the call's captured
-    /// content, and are left out (skipped) unless content events are on.
-    fn build(&self, store: &Reader, rows: &[LogRow]) -> Result<Vec<LogRecord>> {
+    /// The records of `rows`, each with the trace context of its span and
+    /// the index of its row, read in one snapshot. Content events carry the
+    /// call's captured content, and are left out (skipped) unless content
+    /// events are on.
+    fn build(&self, store: &Reader, rows: &[LogRow]) -> Result<Vec<(usize, LogRecord)>> {
         store.read_snapshot(|store| {
             let mut sessions = Sessions::default();
             let mut out = Vec::with_capacity(rows.len());
-            for row in rows {
+            for (i, row) in rows.iter().enumerate() {
                 if row.content_key.is_some() && !self.config.content_events.value {
                     continue;
                 }
@@ -192,7 +232,7 @@ impl LogExport {
                         });
                     }
                 }
-                out.push(rec);
+                out.push((i, rec));
             }
             Ok(out)
         })

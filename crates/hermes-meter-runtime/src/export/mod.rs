@@ -43,6 +43,10 @@
 //!   next exporter re-sends the same spans with the same ids.
 //! - A failed send backs off (bounded exponential with jitter, see
 //!   [`retry`]) and retries for as long as the retention cap allows.
+//! - A batch goes in requests under a byte limit, halved when the
+//!   collector refuses one as too large (`split.rs`); a span too large
+//!   alone is counted rejected, and each request's rows leave the outbox
+//!   once it is accepted, so no span is sent twice.
 
 mod console;
 pub mod driver;
@@ -51,6 +55,7 @@ pub mod metrics;
 mod pacing;
 pub mod prometheus;
 pub mod retry;
+mod split;
 pub mod transport;
 pub mod webhook;
 
@@ -70,7 +75,7 @@ pub use transport::Accepted;
 pub use transport::SendError;
 pub(crate) use transport::Transport;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -86,6 +91,8 @@ use crate::store::{
 };
 pub(crate) use pacing::take_lease;
 use pacing::{block_on_until, Lease, Pacing};
+use prost::Message as _;
+use split::{Parts, Refused, RequestLimit};
 
 /// The instrumentation scope name on every span.
 pub(crate) const SCOPE_NAME: &str = "hermes-meter";
@@ -257,6 +264,8 @@ pub(crate) struct TraceExport {
     pacing: Pacing,
     resource: Resource,
     options: SpanOptions,
+    /// The byte limit requests are kept under, as learned.
+    size: SizeLimit,
 }
 
 impl TraceExport {
@@ -273,6 +282,7 @@ impl TraceExport {
             names: config.names.value,
         };
         Ok(TraceExport {
+            size: SizeLimit::new(Signal::Traces, config.max_request_bytes.value),
             config,
             runtime,
             transport,
@@ -332,32 +342,56 @@ impl TraceExport {
         let rows = store.history(since)?;
         let mut sent = 0;
         for chunk in rows.chunks(self.config.batch_max_spans.value.max(1)) {
-            let (spans, _) = self.build(store, chunk)?;
-            if spans.is_empty() {
-                continue;
-            }
-            let n = spans.len();
-            let request = self.request(spans);
-            loop {
-                match self.send(request.clone(), Some(deadline)) {
-                    Ok(_) => break,
-                    Err(e) => {
-                        let wait = self.pacing.backoff().next(e.verdict);
-                        if Instant::now() + wait >= deadline || e.verdict == retry::Verdict::Unsupported {
-                            let text = failure_text(Signal::Traces, &self.config.endpoint.value, &e);
-                            store.export_failed(&text, unix_now())?;
-                            return Err(Error::Other(format!("export --since: {text}")));
-                        }
-                        std::thread::sleep(wait);
-                    }
+            let spans = self.build(store, chunk)?.spans;
+            let sizes = spans.iter().map(|b| split::item_len(b.span.encoded_len())).collect();
+            let empty = traces_request(&self.resource, Vec::new()).encoded_len();
+            let mut parts = self.size.parts(sizes, empty);
+            while let Some(part) = parts.next() {
+                let built = &spans[part.clone()];
+                let request = traces_request(&self.resource, built.iter().map(|b| b.span.clone()).collect());
+                if let Err(e) = self.send_until(store, request, deadline)? {
+                    // Too large: its halves, or a span too large alone
+                    // left out (logged).
+                    let kind = format!("{:?}", chunk[built[0].row].kind);
+                    self.size.refused(&mut parts, part, &kind, &e.message);
+                    continue;
                 }
+                let done: Vec<OutboxRow> = built.iter().map(|b| chunk[b.row].clone()).collect();
+                store.outbox_resent(&done, unix_now())?;
+                sent += built.len();
+                progress(sent, rows.len());
             }
-            self.pacing.backoff().reset();
-            store.outbox_resent(chunk, unix_now())?;
-            sent += n;
-            progress(sent, rows.len());
         }
         Ok(sent)
+    }
+
+    /// Sends `request` for `export --since`, retrying with backoff until
+    /// `deadline`: `Ok(Ok(()))` once accepted, `Ok(Err(_))` when refused
+    /// as too large (for the caller to split), an error when it gives up.
+    fn send_until(
+        &mut self,
+        store: &mut Outbox,
+        request: ExportTraceServiceRequest,
+        deadline: Instant,
+    ) -> Result<std::result::Result<(), SendError>> {
+        loop {
+            match self.send(request.clone(), Some(deadline)) {
+                Ok(_) => {
+                    self.pacing.backoff().reset();
+                    return Ok(Ok(()));
+                }
+                Err(e) if e.verdict == retry::Verdict::TooLarge => return Ok(Err(e)),
+                Err(e) => {
+                    let wait = self.pacing.backoff().next(e.verdict);
+                    if Instant::now() + wait >= deadline || e.verdict == retry::Verdict::Unsupported {
+                        let text = failure_text(Signal::Traces, &self.config.endpoint.value, &e);
+                        store.export_failed(&text, unix_now())?;
+                        return Err(Error::Other(format!("export --since: {text}")));
+                    }
+                    std::thread::sleep(wait);
+                }
+            }
+        }
     }
 
     fn step(&mut self, store: &mut Outbox, deadline: Option<Instant>) -> Result<Step> {
@@ -381,52 +415,62 @@ impl TraceExport {
         if rows.is_empty() {
             return Ok(out);
         }
-        let (spans, skipped) = self.build(store, &rows)?;
-        let sampled_out = skipped.sampled_out;
+        let Built { spans, skipped } = self.build(store, &rows)?;
         out.skipped = skipped.sampled_out + skipped.unfinished;
+        let skipped_counts = [
+            (counter::SAMPLED_OUT, skipped.sampled_out as i64),
+            (counter::SKIPPED, skipped.unfinished as i64),
+        ];
         if spans.is_empty() {
-            store.outbox_done(
-                &rows,
-                &skipped.sessions,
-                &[
-                    (counter::SAMPLED_OUT, sampled_out as i64),
-                    (counter::SKIPPED, skipped.unfinished as i64),
-                ],
-                now,
-            )?;
+            store.outbox_done(&rows, &skipped.sessions, &skipped_counts, now)?;
             return Ok(out);
         }
-        let n = spans.len();
-        let request = self.request(spans);
+        // The rows without a span leave with the first part done.
+        let mut skipped = Some((skipped.rows, skipped.sessions));
+        let sizes = spans.iter().map(|b| split::item_len(b.span.encoded_len())).collect();
+        let empty = traces_request(&self.resource, Vec::new()).encoded_len();
+        let mut parts = self.size.parts(sizes, empty);
         let timeout = self.config.timeout.value;
         let no_answer = SendError::no_answer(self.config.protocol.value.otlp_name(), timeout);
         let no_answer = failure_text(Signal::Traces, &self.config.endpoint.value, &no_answer);
-        store.export_attempt(&no_answer, now, now + timeout.as_secs_f64())?;
-        match self.send(request, deadline) {
-            Ok(accepted) => {
-                self.pacing.succeeded();
-                let rejected = accepted.rejected_spans.clamp(0, n as i64);
-                store.outbox_done(
-                    &rows,
-                    &skipped.sessions,
-                    &[
-                        (counter::EXPORTED, n as i64 - rejected),
-                        (counter::REJECTED, rejected),
-                        (counter::SAMPLED_OUT, sampled_out as i64),
-                        (counter::SKIPPED, skipped.unfinished as i64),
-                    ],
-                    unix_now(),
-                )?;
-                out.exported = n;
+        while let Some(part) = parts.next() {
+            let built = &spans[part.clone()];
+            let n = built.len();
+            let request = traces_request(&self.resource, built.iter().map(|b| b.span.clone()).collect());
+            let now = unix_now();
+            store.export_attempt(&no_answer, now, now + timeout.as_secs_f64())?;
+            let rejected = match self.send(request, deadline) {
+                Ok(accepted) => {
+                    self.pacing.succeeded();
+                    out.exported += n;
+                    accepted.rejected_spans.clamp(0, n as i64)
+                }
+                Err(e) if e.verdict == retry::Verdict::TooLarge => {
+                    let kind = format!("{:?}", rows[built[0].row].kind);
+                    if !self.size.refused(&mut parts, part, &kind, &e.message) {
+                        continue;
+                    }
+                    1
+                }
+                Err(e) => {
+                    let text = failure_text(Signal::Traces, &self.config.endpoint.value, &e);
+                    let wait = self.pacing.failed(e.verdict, &text);
+                    store.export_failed(&text, unix_now())?;
+                    out.backing_off = Some(wait);
+                    out.error = Some(text);
+                    out.more = false;
+                    break;
+                }
+            };
+            let mut done: Vec<OutboxRow> = built.iter().map(|b| rows[b.row].clone()).collect();
+            let mut sessions: Vec<SentSession> = built.iter().filter_map(|b| b.session.clone()).collect();
+            let mut counts = vec![(counter::EXPORTED, n as i64 - rejected), (counter::REJECTED, rejected)];
+            if let Some((skipped_rows, skipped_sessions)) = skipped.take() {
+                done.extend(skipped_rows.into_iter().map(|i| rows[i].clone()));
+                sessions.extend(skipped_sessions);
+                counts.extend(skipped_counts);
             }
-            Err(e) => {
-                let text = failure_text(Signal::Traces, &self.config.endpoint.value, &e);
-                let wait = self.pacing.failed(e.verdict, &text);
-                store.export_failed(&text, unix_now())?;
-                out.backing_off = Some(wait);
-                out.error = Some(text);
-                out.more = false;
-            }
+            store.outbox_done(&done, &sessions, &counts, unix_now())?;
         }
         Ok(out)
     }
@@ -452,28 +496,11 @@ impl TraceExport {
         block_on_until(&self.runtime, transport.send(request), deadline, "export")
     }
 
-    fn request(&self, spans: Vec<Span>) -> ExportTraceServiceRequest {
-        ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                resource: Some(self.resource.clone()),
-                scope_spans: vec![ScopeSpans {
-                    scope: Some(InstrumentationScope {
-                        name: SCOPE_NAME.to_string(),
-                        version: env!("CARGO_PKG_VERSION").to_string(),
-                        ..InstrumentationScope::default()
-                    }),
-                    spans,
-                    schema_url: crate::semconv::SCHEMA_URL.to_string(),
-                }],
-                schema_url: crate::semconv::SCHEMA_URL.to_string(),
-            }],
-        }
-    }
-
-    /// The spans of `rows` that are finished and sampled. Reads every
-    /// ledger row of the batch in one read transaction, with one query per
-    /// kind of row rather than one per outbox row.
-    fn build(&self, store: &Reader, rows: &[OutboxRow]) -> Result<(Vec<Span>, Skipped)> {
+    /// The spans of `rows` that are finished and sampled, each with the
+    /// row it was built from. Reads every ledger row of the batch in one
+    /// read transaction, with one query per kind of row rather than one per
+    /// outbox row.
+    fn build(&self, store: &Reader, rows: &[OutboxRow]) -> Result<Built> {
         store.read_snapshot(|store| {
             // Content goes out only while capture is on: turning it off
             // also stops what was captured before from leaving.
@@ -481,14 +508,25 @@ impl TraceExport {
             let mut sessions = Sessions::default();
             let mut spans = Vec::with_capacity(rows.len());
             let mut skipped = Skipped::default();
-            for row in rows {
-                match self.build_one(store, row, &batch, &mut sessions, &mut skipped.sessions)? {
-                    Some(span) if self.config.sampler.value.keeps(&span.trace_id) => spans.push(span),
-                    Some(_) => skipped.sampled_out += 1,
-                    None => skipped.unfinished += 1,
+            for (i, row) in rows.iter().enumerate() {
+                let mut session = Vec::new();
+                match self.build_one(store, row, &batch, &mut sessions, &mut session)? {
+                    Some(span) if self.config.sampler.value.keeps(&span.trace_id) => spans.push(BuiltSpan {
+                        row: i,
+                        span,
+                        session: session.pop(),
+                    }),
+                    built => {
+                        match built {
+                            Some(_) => skipped.sampled_out += 1,
+                            None => skipped.unfinished += 1,
+                        }
+                        skipped.rows.push(i);
+                        skipped.sessions.extend(session);
+                    }
                 }
             }
-            Ok((spans, skipped))
+            Ok(Built { spans, skipped })
         })
     }
 
@@ -555,6 +593,25 @@ impl TraceExport {
     }
 }
 
+/// A request of `spans` from `resource`, in this exporter's scope.
+fn traces_request(resource: &Resource, spans: Vec<Span>) -> ExportTraceServiceRequest {
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(resource.clone()),
+            scope_spans: vec![ScopeSpans {
+                scope: Some(InstrumentationScope {
+                    name: SCOPE_NAME.to_string(),
+                    version: env!("CARGO_PKG_VERSION").to_string(),
+                    ..InstrumentationScope::default()
+                }),
+                spans,
+                schema_url: crate::semconv::SCHEMA_URL.to_string(),
+            }],
+            schema_url: crate::semconv::SCHEMA_URL.to_string(),
+        }],
+    }
+}
+
 /// What a failed send says wherever it is shown (stderr, logs, `status`):
 /// the signal, where it went, the collector's answer and what to do.
 pub fn failure_text(signal: Signal, endpoint: &str, e: &SendError) -> String {
@@ -613,6 +670,78 @@ pub fn failure_text(signal: Signal, endpoint: &str, e: &SendError) -> String {
     format!("{what} to {endpoint}: {} ({todo})", e.message)
 }
 
+/// The byte limit a signal's requests are kept under, as learned from the
+/// collector's refusals as too large, and the kinds of item already
+/// logged as too large alone.
+#[derive(Debug)]
+pub(crate) struct SizeLimit {
+    signal: Signal,
+    limit: RequestLimit,
+    logged: HashSet<String>,
+}
+
+impl SizeLimit {
+    /// The configured limit of `signal` (`max_request_bytes`).
+    pub(crate) fn new(signal: Signal, bytes: usize) -> Self {
+        SizeLimit {
+            signal,
+            limit: RequestLimit::new(bytes),
+            logged: HashSet::new(),
+        }
+    }
+
+    /// The parts to send items of `sizes` (each a [`split::item_len`]) in,
+    /// in a request of `empty` bytes without them.
+    pub(crate) fn parts(&self, sizes: Vec<usize>, empty: usize) -> Parts {
+        Parts::new(sizes, empty, &self.limit)
+    }
+
+    /// The collector refused `part` (taken from `parts`, its first item of
+    /// `kind`) as too large, answering `answer`. Returns whether it is one
+    /// item too large alone, to be counted rejected (logged at `warn` the
+    /// first time for its kind, else at `debug`: the rejected counter of
+    /// `status` counts them all); otherwise its halves are sent next, with
+    /// the limit halved (logged at `info`: nothing is lost).
+    pub(crate) fn refused(
+        &mut self,
+        parts: &mut Parts,
+        part: std::ops::Range<usize>,
+        kind: &str,
+        answer: &str,
+    ) -> bool {
+        let what = self.signal.as_str();
+        let bytes = parts.bytes(&part);
+        match parts.refused(part, &mut self.limit) {
+            Refused::Split { limit } => {
+                let text = format!(
+                    "the collector refused a request of {what} of {bytes} bytes as too large ({answer}): \
+                     sending it again in halves, and requests of {what} under {limit} bytes from now on"
+                );
+                match self.signal {
+                    Signal::Logs => tracing::info!(target: "LogExport.Split", bytes, limit, "{text}"),
+                    _ => tracing::info!(target: "Export.Split", bytes, limit, "{text}"),
+                }
+                false
+            }
+            Refused::Alone => {
+                let text = format!(
+                    "a {kind} item of {what} of {bytes} bytes is larger alone than the collector takes ({answer}): \
+                     it is counted rejected and not sent again. Raise the collector's limit \
+                     (max_recv_msg_size_mib over gRPC, max_request_body_size over HTTP) or capture less content; \
+                     more of this kind are counted without a warning"
+                );
+                match (self.signal, self.logged.insert(kind.to_string())) {
+                    (Signal::Logs, true) => tracing::warn!(target: "LogExport.Rejected", bytes, "{text}"),
+                    (Signal::Logs, false) => tracing::debug!(target: "LogExport.Rejected", bytes, "{text}"),
+                    (_, true) => tracing::warn!(target: "Export.Rejected", bytes, "{text}"),
+                    (_, false) => tracing::debug!(target: "Export.Rejected", bytes, "{text}"),
+                }
+                true
+            }
+        }
+    }
+}
+
 /// Logs an export failure at `warn` the first time it is seen (after a
 /// success, or after a different failure) and at `debug` while it repeats:
 /// a collector that is down for an hour is one line, not 120.
@@ -650,10 +779,32 @@ pub(crate) fn scrub_error(message: &str, headers: &crate::config::export::Header
     crate::redact::redact_text(&out).into_owned()
 }
 
+/// The ready rows of one step, built.
+#[derive(Debug, Default, Clone)]
+struct Built {
+    /// The spans to send, in row order.
+    spans: Vec<BuiltSpan>,
+    /// The rows without a span to send.
+    skipped: Skipped,
+}
+
+/// One span to send and what it was built from.
+#[derive(Debug, Clone)]
+struct BuiltSpan {
+    /// Its outbox row (an index into the step's rows).
+    row: usize,
+    span: Span,
+    /// Its session, if it is a session span: once it is done, its run
+    /// moves on to the next session span.
+    session: Option<SentSession>,
+}
+
 #[derive(Debug, Default, Clone)]
 struct Skipped {
     sampled_out: usize,
     unfinished: usize,
+    /// Their outbox rows (indices into the step's rows).
+    rows: Vec<usize>,
     /// Session spans built (sent or sampled out): once the batch is done
     /// their runs move on to the next session span.
     sessions: Vec<SentSession>,
@@ -737,6 +888,34 @@ pub use crate::unix_now;
 mod tests {
     use super::retry::{Cause, Verdict};
     use super::*;
+
+    /// The size a part is cut by is never less than its request's encoded
+    /// size, from one tiny span to a thousand large ones.
+    #[test]
+    fn a_parts_bytes_bound_the_size_of_its_request() {
+        let resource = resource_of(&ExportConfig::resolve(ExportOverrides::default(), |_| None));
+        let span = |n: usize| Span {
+            name: "chat".into(),
+            attributes: vec![KeyValue {
+                key: "gen_ai.input.messages".into(),
+                value: Some(AnyValue {
+                    value: Some(any_value::Value::StringValue("x".repeat(n))),
+                }),
+                ..KeyValue::default()
+            }],
+            ..Span::default()
+        };
+        for (count, each) in [(1, 0), (1, 100), (3, 200), (1000, 5000), (2, 3 << 20)] {
+            let spans: Vec<Span> = (0..count).map(|i| span(each + i % 7)).collect();
+            let sizes = spans.iter().map(|s| split::item_len(s.encoded_len())).collect();
+            let empty = traces_request(&resource, Vec::new()).encoded_len();
+            let mut parts = Parts::new(sizes, empty, &RequestLimit::new(usize::MAX));
+            let all = parts.next().expect("one part");
+            let encoded = traces_request(&resource, spans).encoded_len();
+            assert!(parts.bytes(&all) >= encoded, "{count} x {each}");
+            assert!(parts.bytes(&all) <= encoded + 8, "{count} x {each}: a close bound");
+        }
+    }
 
     #[test]
     fn a_failure_is_worded_by_its_cause_and_only_an_answer_blames_the_request() {
