@@ -13,6 +13,11 @@
 //! OTLP metrics (the gRPC `MetricsService`, HTTP `POST /v1/metrics`) and
 //! keep every request, and OTLP logs (`LogsService`, `POST /v1/logs`),
 //! keeping every record.
+//!
+//! [`grpc_max`] and [`http_max`] refuse a request larger than a maximum,
+//! as a Collector does past `max_recv_msg_size_mib` (tonic's own
+//! `max_decoding_message_size`: `OUT_OF_RANGE`) or `max_request_body_size`
+//! (a 400 that says "request body too large"), or a proxy in front (413).
 
 #![allow(dead_code)]
 
@@ -57,6 +62,23 @@ pub struct Received {
     /// Answers to give trace requests, one each, in order; once empty,
     /// every request is accepted in full.
     pub answers: Mutex<VecDeque<Answer>>,
+    /// The largest trace or log request taken, in encoded bytes.
+    pub largest: AtomicUsize,
+    /// Over HTTP: the most bytes a body may have decoded (0: no limit),
+    /// and how a larger one is refused.
+    http_max: Mutex<Option<(usize, TooLarge)>>,
+    /// Requests refused as too large over HTTP.
+    pub too_large: AtomicUsize,
+}
+
+/// How the HTTP receiver refuses a body over its maximum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TooLarge {
+    /// As the Collector's OTLP/HTTP receiver: 400, with a `google.rpc.Status`
+    /// body saying "http: request body too large".
+    Collector400,
+    /// As a proxy in front of it: 413.
+    Proxy413,
 }
 
 /// How a receiver answers one trace request, when told to answer other
@@ -116,6 +138,7 @@ impl Received {
     }
 
     fn take_logs(&self, request: ExportLogsServiceRequest) {
+        self.largest.fetch_max(request.encoded_len(), Ordering::SeqCst);
         let mut logs = self.logs.lock().expect("logs lock");
         for rl in request.resource_logs {
             for sl in rl.scope_logs {
@@ -137,6 +160,7 @@ impl Received {
         }
         self.requests.fetch_add(1, Ordering::SeqCst);
         self.body_bytes.fetch_add(wire_bytes, Ordering::SeqCst);
+        self.largest.fetch_max(request.encoded_len(), Ordering::SeqCst);
         let mut spans = self.spans.lock().expect("spans lock");
         for rs in request.resource_spans {
             for ss in rs.scope_spans {
@@ -310,24 +334,36 @@ pub fn grpc(addr: Option<SocketAddr>, tls: Option<(String, String)>) -> Receiver
 
 /// [`grpc`] with every TLS setting, a client certificate included.
 pub fn grpc_tls(addr: Option<SocketAddr>, tls: Option<ServerTls>) -> Receiver {
-    grpc_services(addr, tls, true)
+    grpc_services(addr, tls, true, MAX_MESSAGE)
 }
+
+/// An OTLP/gRPC receiver whose services refuse a message over
+/// `max_message` bytes (tonic's `max_decoding_message_size`, which answers
+/// `OUT_OF_RANGE`, as a Collector's `max_recv_msg_size_mib` answers
+/// `RESOURCE_EXHAUSTED`).
+pub fn grpc_max(max_message: usize) -> Receiver {
+    grpc_services(None, None, true, max_message)
+}
+
+/// What the receivers take by default: far more than anything a test
+/// sends.
+const MAX_MESSAGE: usize = 64 << 20;
 
 /// A trace-only OTLP/gRPC backend (as Arize Phoenix and Jaeger are): no
 /// `MetricsService` nor `LogsService`, so a metric or log export gets
 /// `UNIMPLEMENTED` from tonic.
 pub fn grpc_traces_only() -> Receiver {
-    grpc_services(None, None, false)
+    grpc_services(None, None, false, MAX_MESSAGE)
 }
 
-fn grpc_services(addr: Option<SocketAddr>, tls: Option<ServerTls>, with_metrics: bool) -> Receiver {
+fn grpc_services(addr: Option<SocketAddr>, tls: Option<ServerTls>, with_metrics: bool, max_message: usize) -> Receiver {
     let rt = runtime();
     let listener = bind(&rt, addr);
     let addr = listener.local_addr().expect("local addr");
     let received = Arc::new(Received::default());
     let svc = TraceServiceServer::new(Svc(received.clone()))
         .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
-        .max_decoding_message_size(64 << 20);
+        .max_decoding_message_size(max_message);
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = tls {
         let mut config =
@@ -340,12 +376,12 @@ fn grpc_services(addr: Option<SocketAddr>, tls: Option<ServerTls>, with_metrics:
     let metrics = with_metrics.then(|| {
         MetricsServiceServer::new(MetricsSvc(received.clone()))
             .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
-            .max_decoding_message_size(64 << 20)
+            .max_decoding_message_size(max_message)
     });
     let logs = with_metrics.then(|| {
         LogsServiceServer::new(LogsSvc(received.clone()))
             .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
-            .max_decoding_message_size(64 << 20)
+            .max_decoding_message_size(max_message)
     });
     let router = builder
         .add_service(svc)
@@ -367,6 +403,14 @@ fn grpc_services(addr: Option<SocketAddr>, tls: Option<ServerTls>, with_metrics:
 /// An OTLP/HTTP (protobuf) receiver.
 pub fn http(addr: Option<SocketAddr>) -> Receiver {
     serve_http_on(addr, None)
+}
+
+/// An OTLP/HTTP receiver that refuses, as `answer` says, a body of more
+/// than `max_message` bytes (decoded, as the request's encoded size).
+pub fn http_max(max_message: usize, answer: TooLarge) -> Receiver {
+    let receiver = serve_http_on(None, None);
+    *receiver.received.http_max.lock().expect("limit lock") = Some((max_message, answer));
+    receiver
 }
 
 /// Accepts connections on `addr` (TLS first when `tls` is given) and
@@ -469,6 +513,29 @@ where
         } else {
             body
         };
+        let max = *rec.http_max.lock().expect("limit lock");
+        if let Some((max, answer)) = max.filter(|(max, _)| body.len() > *max) {
+            rec.too_large.fetch_add(1, Ordering::SeqCst);
+            let refusal = match answer {
+                TooLarge::Collector400 => {
+                    // google.rpc.Status { code: 3 (INVALID_ARGUMENT), message }.
+                    let message = format!("http: request body too large (over {max} bytes)");
+                    let mut status = vec![0x08, 0x03, 0x12, message.len() as u8];
+                    status.extend_from_slice(message.as_bytes());
+                    ("400 Bad Request", status)
+                }
+                TooLarge::Proxy413 => ("413 Request Entity Too Large", b"<html>too large</html>".to_vec()),
+            };
+            let head = format!(
+                "HTTP/1.1 {}\r\ncontent-type: application/x-protobuf\r\ncontent-length: {}\r\n\r\n",
+                refusal.0,
+                refusal.1.len()
+            );
+            write.write_all(head.as_bytes()).await?;
+            write.write_all(&refusal.1).await?;
+            write.flush().await?;
+            continue;
+        }
         if request_line.starts_with("POST ") && request_line.contains("/v1/metrics") {
             let answer = match ExportMetricsServiceRequest::decode(body.as_slice()) {
                 Ok(request) => {
