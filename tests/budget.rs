@@ -1320,6 +1320,96 @@ fn a_headroom_counts_what_its_verdict_left_out() {
     );
 }
 
+/// The store's cap peaks are the largest family's use (a subagent's calls
+/// and tool calls count toward its root, also when it is linked after it
+/// spent).
+#[test]
+fn the_cap_peaks_are_the_largest_familys_use() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
+    let t = ts("2026-11-30T12:00:00Z");
+    apply(&mut store, &pre_llm("p", "p:t1", t, "cli", ""));
+    apply(&mut store, &post_api("p", "a0", t + 1.0, true));
+    apply(&mut store, &subagent("p", "p:t1", "c", t + 2.0));
+    apply(&mut store, &post_api("c", "b0", t + 3.0, true));
+    apply(&mut store, &pre_tool("c", "x1", t + 4.0));
+    apply(&mut store, &pre_tool("p", "x2", t + 5.0));
+    let (usd, tools) = store.cap_peaks().expect("peaks");
+    assert!((usd - 2.0 * CALL_USD).abs() < 1e-12, "{usd}");
+    assert_eq!(tools, 2);
+    // A smaller family changes nothing.
+    apply(&mut store, &pre_llm("q", "q:t1", t + 6.0, "cli", ""));
+    apply(&mut store, &post_api("q", "e0", t + 7.0, true));
+    assert!((store.cap_peaks().expect("peaks").0 - 2.0 * CALL_USD).abs() < 1e-12);
+    // A session that spent on its own, then linked as a subagent of `q`:
+    // the family is both, $0.075.
+    apply(&mut store, &pre_llm("d", "d:t1", t + 8.0, "cli", ""));
+    apply(&mut store, &post_api("d", "f0", t + 9.0, true));
+    apply(&mut store, &post_api("d", "f1", t + 10.0, true));
+    apply(&mut store, &subagent("q", "q:t1", "d", t + 11.0));
+    let (usd, _) = store.cap_peaks().expect("peaks");
+    assert!((usd - 3.0 * CALL_USD).abs() < 1e-12, "{usd}");
+    assert_eq!(store.cap_peaks().expect("peaks").1, 2, "q's family started none");
+}
+
+/// Under per-session and per-run caps, a session's first gated call in a
+/// process goes ahead at once while no family of the store is near a cap
+/// (the store's peaks), and every quick answer is the writer's: once a
+/// family reaches a cap, a new session's first call waits for its verdict.
+#[test]
+fn a_new_sessions_first_call_is_quick_while_no_family_is_near_a_cap() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_budgets(dir.path(), "[per_session]\nusd = 0.1\n[per_run]\ntool_calls = 1000\n");
+    let mut cfg = BridgeConfig::new(dir.path().to_path_buf());
+    cfg.hook_wait = Duration::from_secs(10);
+    let bridge = Bridge::start_with_gate(cfg, Box::new(BudgetGate::for_store_dir(dir.path(), None, false)));
+    let reader = Writer::open_dir(dir.path()).expect("reader");
+    let mut oracle = BudgetGate::for_store_dir(dir.path(), None, false);
+    let first = |s: &str, c: &str| json!({"session_id": s, "tool_call_id": c, "tool_name": "terminal"});
+    eventually("the first refresh", || {
+        spooled(&bridge, "pre_tool_call", first("warm", "w0")) == Outcome::Queued
+    });
+    let (mut quick_first, mut waited_after_peak) = (0, 0);
+    for i in 0..12 {
+        let s = format!("n{i}");
+        let peak_reached = reader.cap_peaks().expect("peaks").0 >= 0.1 - 1e-9;
+        let outcome = spooled(&bridge, "pre_tool_call", first(&s, "c0"));
+        assert!(bridge.flush(Duration::from_secs(10)));
+        let at: f64 = reader
+            .query_scalar(&format!(
+                "SELECT started_at FROM tool_calls WHERE session_id = '{s}' AND tool_call_id = 'c0'"
+            ))
+            .expect("recorded");
+        let expected = oracle.verdict(&reader, &event("pre_tool_call", at, first(&s, "c0")));
+        match outcome {
+            Outcome::Queued => {
+                assert_eq!(
+                    expected, None,
+                    "session {s}'s first call went ahead, the writer blocks it"
+                );
+                assert!(!peak_reached, "a first call went ahead though a family is at the cap");
+                quick_first += 1;
+            }
+            Outcome::Committed(_) => waited_after_peak += usize::from(peak_reached),
+            other => panic!("{other:?}"),
+        }
+        // Each session spends i % 5 calls of $0.025: the fifth reaches the
+        // per-session cap.
+        for n in 0..i % 5 {
+            let call = json!({"session_id": s, "turn_id": format!("{s}:t"), "api_request_id": format!("{s}:{n}"),
+                              "model": "gpt-4o", "platform": "cli", "api_duration": 0.5,
+                              "usage": {"input_tokens": 10_000, "output_tokens": 0}});
+            spooled(&bridge, "post_api_request", call);
+        }
+        assert!(bridge.flush(Duration::from_secs(10)));
+    }
+    assert!(quick_first >= 2, "first calls answered quickly: {quick_first}");
+    assert!(
+        waited_after_peak >= 3,
+        "first calls after the peak waited: {waited_after_peak}"
+    );
+}
+
 /// Fifty calls of $0.025 and fifty tool calls in one session under
 /// `budgets`: each quick answer must be the writer's, and at least
 /// `min_quick` tool and LLM answers are quick (`None`: none is).

@@ -275,12 +275,35 @@ impl BudgetGate {
         (notice, block)
     }
 
+    /// How far a family that used `peak` of `unit` is from the nearest
+    /// notice line and hard line of the per-session and per-run caps in
+    /// that unit (a run uses at most what its family used); infinite
+    /// without one.
+    fn peak_headroom(&self, unit: CapUnit, peak: f64) -> (f64, f64) {
+        let lowest = self.notice_lines().fold(f64::INFINITY, f64::min);
+        let (mut notice, mut block) = (f64::INFINITY, f64::INFINITY);
+        for limit in self.cfg.caps.values().filter_map(|c| c.get(unit)) {
+            notice = notice.min((limit * lowest - peak).max(0.0));
+            block = block.min((limit * self.cfg.hard_threshold - peak).max(0.0));
+            if unit != CapUnit::ToolCalls {
+                block = block.min(self.downgrade_headroom(peak, limit));
+            }
+        }
+        (notice, block)
+    }
+
     /// Brings the quick view's store-wide figures up to date: the cost of
     /// every call recorded and every open reservation; at most every
     /// [`UNIVERSAL_REFRESH`], the universal headroom.
     pub(super) fn refresh_quick(&mut self, store: &Reader) -> crate::Result<()> {
-        let (cost, reserved, journal_seq) =
-            store.read_snapshot(|st| Ok((st.spend_total()?, st.reserved_now()?, st.journal_seq()?)))?;
+        let (cost, reserved, journal_seq, peaks) = store.read_snapshot(|st| {
+            Ok((
+                st.spend_total()?,
+                st.reserved_now()?,
+                st.journal_seq()?,
+                st.cap_peaks()?,
+            ))
+        })?;
         // A pull brought other hosts' spend: every headroom measured before
         // it is void.
         let fleet_version = if self.fleet { store.fleet_view_version()? } else { 0 };
@@ -317,10 +340,15 @@ impl BudgetGate {
             }
             // A session not measured yet may be any session: one that spent
             // before this process started (its spend is inside the cost
-            // basis) or a subagent deep in its run. Under a cap, its first
-            // gated call waits for a verdict, which measures it. The view
-            // counts no tokens: under a token budget every gated call waits.
-            if !self.cfg.caps.is_empty() || !self.runaway.stopped.is_empty() || self.cfg.counts_tokens() {
+            // basis) or a subagent deep in its run. Under a cap, it used at
+            // most what the largest family used (the store's peaks, read
+            // with the cost basis): its headroom is the cap's line less that.
+            let (cap_notice, cap_block) = self.peak_headroom(CapUnit::Usd, peaks.0);
+            let (notice_tools, block_tools) = self.peak_headroom(CapUnit::ToolCalls, peaks.1 as f64);
+            (notice, block) = (notice.min(cap_notice), block.min(cap_block));
+            // The view counts no tokens: under a token budget or cap every
+            // gated call waits, as while a run is stopped as a runaway.
+            if !self.runaway.stopped.is_empty() || self.cfg.counts_tokens() {
                 (notice, block) = (0.0, 0.0);
             }
             lock(&self.handle.0.quick).universal = Some(Headroom {
@@ -328,8 +356,8 @@ impl BudgetGate {
                 block_usd: block,
                 own_basis: self.applied_usd,
                 cost_basis: cost,
-                notice_tools: f64::INFINITY,
-                block_tools: f64::INFINITY,
+                notice_tools,
+                block_tools,
                 own_tools_basis: self.applied_tool_calls,
                 seq_basis: journal_seq,
             });

@@ -357,6 +357,15 @@ impl Reader {
             .query_row([], |r| r.get(0))?)
     }
 
+    /// The largest use of any session family ever recorded: (cost in USD,
+    /// tool calls started). See `cap_peaks` in the schema.
+    pub fn cap_peaks(&self) -> Result<(f64, i64)> {
+        Ok(self
+            .conn()
+            .prepare_cached("SELECT usd, tool_calls FROM cap_peaks WHERE singleton = 1")?
+            .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?)
+    }
+
     /// What the call `api_request_id` holds in reservations (0 when none
     /// is open): the part its own verdict leaves out.
     pub fn reservation_usd(&self, api_request_id: &str) -> Result<f64> {

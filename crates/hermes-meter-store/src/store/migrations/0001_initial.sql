@@ -73,6 +73,9 @@ CREATE TABLE runs (
     api_errors          INTEGER NOT NULL DEFAULT 0,
     tool_calls          INTEGER NOT NULL DEFAULT 0,
     tool_failures       INTEGER NOT NULL DEFAULT 0,
+    -- Tool calls started (pre_tool_call, or a result without one), proxy
+    -- rows aside: what a tool-call cap counts, kept for `cap_peaks`.
+    started_tool_calls  INTEGER NOT NULL DEFAULT 0,
     -- A session's span goes out once per stretch of the
     -- session and is never sent again (semconv/docs/continuations.md).
     --   runs.span_n           the session span being recorded now: 0 is the
@@ -731,6 +734,38 @@ CREATE TABLE run_hours (
     api_errors    INTEGER NOT NULL,
     PRIMARY KEY (dim, value, hour)
 ) WITHOUT ROWID;
+
+-- The largest use of any session family (a root session and its
+-- subagents) ever recorded: the cost of its calls and the tool calls it
+-- started. It only grows (a peak); a session the budget gate has not
+-- measured yet in a process used at most this much, which lets its first
+-- gated call under per-session and per-run caps go ahead without waiting
+-- (src/budget/quick.rs in the runtime). Kept by the triggers below, so
+-- every path that changes a family's use keeps it, in every process.
+CREATE TABLE cap_peaks (
+    singleton  INTEGER PRIMARY KEY CHECK (singleton = 1),
+    usd        REAL NOT NULL DEFAULT 0,
+    tool_calls INTEGER NOT NULL DEFAULT 0
+);
+INSERT INTO cap_peaks (singleton) VALUES (1);
+CREATE TRIGGER cap_peak_cost AFTER UPDATE OF cost_usd ON runs WHEN new.cost_usd > old.cost_usd BEGIN
+    UPDATE cap_peaks SET usd = MAX(usd, (SELECT TOTAL(cost_usd) FROM runs WHERE root_session_id = new.root_session_id));
+END;
+CREATE TRIGGER cap_peak_tool_call AFTER INSERT ON tool_calls WHEN new.proxy = 0 BEGIN
+    UPDATE runs SET started_tool_calls = started_tool_calls + 1 WHERE session_id = new.session_id;
+END;
+CREATE TRIGGER cap_peak_tool_calls AFTER UPDATE OF started_tool_calls ON runs BEGIN
+    UPDATE cap_peaks SET tool_calls = MAX(tool_calls,
+        (SELECT TOTAL(started_tool_calls) FROM runs WHERE root_session_id = new.root_session_id));
+END;
+-- A session joining a family (a subagent linked to its parent) adds its use.
+CREATE TRIGGER cap_peak_family AFTER UPDATE OF root_session_id ON runs
+WHEN old.root_session_id IS NOT new.root_session_id BEGIN
+    UPDATE cap_peaks SET
+        usd = MAX(usd, (SELECT TOTAL(cost_usd) FROM runs WHERE root_session_id = new.root_session_id)),
+        tool_calls = MAX(tool_calls,
+            (SELECT TOTAL(started_tool_calls) FROM runs WHERE root_session_id = new.root_session_id));
+END;
 
 -- Triggers on runs.
 CREATE TRIGGER metric_log_run_ended AFTER UPDATE OF status ON runs
