@@ -9,12 +9,12 @@
 
 mod support;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use hermes_meter::export::{Driver, ExportConfig, ExportOverrides};
+use hermes_meter::export::{Driver, ExportConfig};
 use hermes_meter::hook::DecodeOptions;
 use hermes_meter::replay::{replay_file, ReplayStats};
 use hermes_meter::store::Writer;
@@ -74,22 +74,15 @@ fn session(i: usize) -> String {
 /// Trace and log settings to `endpoint` over `protocol` from `pairs` only
 /// (the process environment is ignored), content sent as `capture`.
 fn configs(endpoint: &str, protocol: &str, capture: &str, pairs: &[(&str, &str)]) -> (ExportConfig, ExportConfig) {
-    let mut map: HashMap<String, String> = [
+    let mut all = vec![
         ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
         ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol),
         ("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", capture),
         ("HERMES_METER_SESSION_GRACE_SECONDS", "0"),
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "10000"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    map.extend(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let var = move |k: &str| map.get(k).cloned();
-    (
-        ExportConfig::resolve(ExportOverrides::default(), &var),
-        ExportConfig::resolve_logs(ExportOverrides::default(), &var),
-    )
+    ];
+    all.extend_from_slice(pairs);
+    support::export_configs(&all)
 }
 
 /// What a test exports: spans, or log records (content events) alone.

@@ -5,11 +5,11 @@
 
 mod support;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hermes_meter::export::{Driver, ExportConfig, ExportOverrides};
+use hermes_meter::export::{Driver, ExportConfig};
 use hermes_meter::hook::DecodeOptions;
 use hermes_meter::replay::{replay_file, ReplayStats};
 use hermes_meter::semconv::event;
@@ -20,21 +20,14 @@ use opentelemetry_proto::tonic::logs::v1::LogRecord;
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 /// Trace and log settings from `pairs` only (the process environment is
-/// ignored): both to `endpoint`, no session grace.
+/// ignored), no session grace.
 fn configs(pairs: &[(&str, &str)]) -> (ExportConfig, ExportConfig) {
-    let mut map: HashMap<String, String> = [
+    let mut all = vec![
         ("HERMES_METER_SESSION_GRACE_SECONDS", "0"),
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "5000"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    map.extend(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let var = move |k: &str| map.get(k).cloned();
-    (
-        ExportConfig::resolve(ExportOverrides::default(), &var),
-        ExportConfig::resolve_logs(ExportOverrides::default(), &var),
-    )
+    ];
+    all.extend_from_slice(pairs);
+    support::export_configs(&all)
 }
 
 fn fixture(name: &str) -> PathBuf {

@@ -650,3 +650,18 @@ pub fn pki() -> Pki {
         ca: ca.pem(),
     }
 }
+
+/// Trace and log export settings from `pairs` only (the process
+/// environment is ignored); a later pair wins over an earlier one.
+pub fn export_configs(
+    pairs: &[(&str, &str)],
+) -> (hermes_meter::export::ExportConfig, hermes_meter::export::ExportConfig) {
+    use hermes_meter::export::{ExportConfig, ExportOverrides};
+    let map: std::collections::HashMap<String, String> =
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let var = move |k: &str| map.get(k).cloned();
+    (
+        ExportConfig::resolve(ExportOverrides::default(), &var),
+        ExportConfig::resolve_logs(ExportOverrides::default(), &var),
+    )
+}

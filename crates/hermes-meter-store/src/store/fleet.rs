@@ -325,9 +325,12 @@ impl Reader {
         let fresh = lease::lease(budget.limit * cfg.hard_threshold, 0.0, hosts);
         let (others, own_at_sync, lease_taken) = match row {
             None => (Spend::default(), 0.0, None),
-            Some((others, own_at_sync, leases)) => {
-                let k = usize::from(budget.unit == BudgetUnit::Tokens);
-                (others.spend(budget.unit, cfg.tokens_counted), own_at_sync[k], leases[k])
+            Some((others, [own_usd, own_tokens], [lease_usd, lease_tokens])) => {
+                let others = others.spend(budget.unit, cfg.tokens_counted);
+                match budget.unit {
+                    BudgetUnit::Usd => (others, own_usd, lease_usd),
+                    BudgetUnit::Tokens => (others, own_tokens, lease_tokens),
+                }
             }
         };
         let total = Spend {
