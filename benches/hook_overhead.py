@@ -14,7 +14,7 @@ the spool file, after which the event survives a crash; the writer thread
 commits it to SQLite meanwhile (a gating hook that needs a verdict waits
 for that commit, up to HERMES_METER_HOOK_WAIT_MS).
 
-    python benches/hook_overhead.py [--rounds N] [--threads T] [--budget | --caps]
+    python benches/hook_overhead.py [--rounds N] [--threads T] [--budget | --caps] [--runaway-stop]
 
 ``--budget`` sets a global daily budget far above what the run spends, and
 prices the fixtures' model (a budget over unpriced calls cannot be told
@@ -22,8 +22,9 @@ apart from no spend): gating hooks then get (quick) verdicts, and the
 calls that wait for one or may carry spend are decoded on the hook thread,
 so the gate sees them at once. ``--caps`` sets five budgets (global daily,
 weekly and monthly, a per-model and a per-profile default) and caps on every
-session (USD) and run (tool calls), all far from their limits: a tool-call cap
-makes every gated call wait for its verdict.
+session (USD) and run (tool calls), all far from their limits.
+``--runaway-stop`` adds ``[runaway] action = "stop"``: every tool call and
+LLM request then waits for the runaway watch, i.e. for its commit.
 
 Prints p50/p99 (microseconds) per hook kind and the RSS the plugin added.
 """
@@ -103,20 +104,23 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="call from this many threads at once")
     ap.add_argument("--budget", action="store_true", help="with a budget set (far from its limit)")
     ap.add_argument("--caps", action="store_true", help="with five budgets and session/run caps set")
+    ap.add_argument("--runaway-stop", action="store_true", help='with [runaway] action = "stop"')
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="hermes-meter-bench-", suffix=f"-{os.getpid()}"))
     os.environ.setdefault("HERMES_METER_HOME", str(tmp / "meter"))
-    if args.budget or args.caps:
+    if args.budget or args.caps or args.runaway_stop:
         home = Path(os.environ["HERMES_METER_HOME"])
         home.mkdir(parents=True, exist_ok=True)
-        budgets = "[global]\ndaily = 1000000\n"
+        budgets = "[global]\ndaily = 1000000\n" if args.budget else ""
         if args.caps:
             budgets = (
                 "[global]\ndaily = 1000000\nweekly = 5000000\nmonthly = 20000000\n"
                 "[per_model.default]\ndaily = 1000000\n[per_profile.default]\ndaily = 1000000\n"
                 "[per_session]\nusd = 1000000\n[per_run]\ntool_calls = 1000000\n"
             )
+        if args.runaway_stop:
+            budgets += '[runaway]\naction = "stop"\n'
         (home / "budgets.toml").write_text(budgets)
         (home / "pricing.toml").write_text('[models."mock-model"]\ninput = 1.0\noutput = 2.0\n')
     rounds = load_rounds(args.rounds)
@@ -197,6 +201,8 @@ def main() -> None:
     stats = hermes_meter._native.stats()
     wait = os.environ.get("HERMES_METER_HOOK_WAIT_MS", "100 (default)")
     budget = "five and caps" if args.caps else "set" if args.budget else "none"
+    if args.runaway_stop:
+        budget += ", runaway action stop"
     print(
         f"hook overhead: {args.rounds} rounds of all fixtures, {args.threads} thread(s), "
         f"hook_wait_ms={wait}, budget {budget}, {elapsed:.1f} s"

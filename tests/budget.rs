@@ -1669,6 +1669,11 @@ fn a_loop_of_identical_tool_calls_raises_one_runaway_alert_by_default() {
     // No budget file: runaway detection is on, alerting.
     let mut store = Writer::open_dir(dir.path()).expect("open");
     let mut gate = BudgetGate::for_store_dir(dir.path(), None, false);
+    let needs = gate.needs();
+    assert!(
+        !needs.pre_tool_call.load(Ordering::Acquire) && !needs.pre_api_request.load(Ordering::Acquire),
+        "alerting makes no call wait"
+    );
     let t = ts("2026-11-30T03:00:00Z");
     let s = "s-loop";
     committed(&mut store, &mut gate, &pre_llm(s, "s:t1", t, "cron", ""));
@@ -1723,31 +1728,44 @@ fn a_runaway_run_is_stopped_with_action_stop_until_the_next_message() {
     let mut gate = BudgetGate::for_store_dir(dir.path(), None, false);
     let handle = gate.handle();
     let needs = gate.needs();
-    let waits = || needs.pre_tool_call.load(Ordering::Acquire);
-    assert!(!waits(), "no limit is set: tool calls do not wait");
+    let waits = || needs.pre_tool_call.load(Ordering::Acquire) && needs.pre_api_request.load(Ordering::Acquire);
+    // Only the watch on the writer thread sees the signs: every tool call
+    // and request waits for it, none is let through quickly.
+    assert!(
+        waits(),
+        "with action = stop, tool calls and requests wait for the watch"
+    );
+    let quick = gate.quick().expect("the budget gate answers quickly");
+    let nothing_queued = QueuedSpend::default();
     let t = ts("2026-11-30T03:00:00Z");
     let s = "s-stuck";
+    assert!(!quick.no_verdict(&terminal(s, "c0", t, "ls"), nothing_queued));
+    assert!(!quick.no_verdict(&pre_api(s, "a0", t), nothing_queued));
     committed(&mut store, &mut gate, &pre_llm(s, "s:t1", t, "cli", ""));
     committed(&mut store, &mut gate, &subagent(s, "s:t1", "s-helper", t + 0.5));
+    // The third identical call shows the sign and is the first one stopped.
     for n in 0..3 {
         let e = terminal(s, &format!("c{n}"), t + 1.0 + f64::from(n), "curl localhost:9");
         committed(&mut store, &mut gate, &e);
+        let verdict = gate.verdict(&store, &e);
         if n < 2 {
-            assert_eq!(gate.verdict(&store, &e), None, "call {n}");
+            assert_eq!(verdict, None, "call {n}");
+        } else {
+            let message = blocked(verdict);
+            assert!(
+                message.contains("session s-stuck") && message.contains("terminal called 3 times in a row"),
+                "{message}"
+            );
+            assert!(
+                message.contains("stopped its tool and LLM calls until the next message"),
+                "{message}"
+            );
         }
     }
-    assert!(waits(), "a stopped run makes the gated calls wait");
-    let e = terminal(s, "c3", t + 5.0, "curl localhost:9");
+    // Any later tool call of the run, whatever its arguments.
+    let e = terminal(s, "c3", t + 5.0, "ls");
     committed(&mut store, &mut gate, &e);
-    let message = blocked(gate.verdict(&store, &e));
-    assert!(
-        message.contains("session s-stuck") && message.contains("terminal called 3 times in a row"),
-        "{message}"
-    );
-    assert!(
-        message.contains("stopped its tool and LLM calls until the next message"),
-        "{message}"
-    );
+    assert!(blocked(gate.verdict(&store, &e)).contains("RUNAWAY"));
     // Its LLM calls and its subagent's are stopped before the provider too.
     for (session, id) in [(s, "a1"), ("s-helper", "b1")] {
         let api = pre_api(session, id, t + 6.0);
@@ -1764,7 +1782,7 @@ fn a_runaway_run_is_stopped_with_action_stop_until_the_next_message() {
     // The next message is a new run.
     apply(&mut store, &end_turn(s, "s:t1", t + 8.0));
     committed(&mut store, &mut gate, &pre_llm(s, "s:t2", t + 9.0, "cli", ""));
-    assert!(!waits(), "nothing stopped, no limit: no wait");
+    assert!(waits(), "action = stop still watches every call");
     let e = terminal(s, "c4", t + 10.0, "curl localhost:9");
     committed(&mut store, &mut gate, &e);
     assert_eq!(gate.verdict(&store, &e), None);

@@ -38,7 +38,8 @@ use super::quick::Unseen;
 use super::watch::RunawayWatch;
 use crate::bridge::{Gate, GateNeeds, QuickGate, Verdict};
 use crate::budget::{
-    self, alert, verdict, BudgetConfig, BudgetMode, BudgetState, CapScope, CapState, Level, Scope, Unsynced,
+    self, alert, verdict, BudgetConfig, BudgetMode, BudgetState, CapScope, CapState, Level, RunawayAction, Scope,
+    Unsynced,
 };
 use crate::hook::{Hook, HookEvent};
 use crate::lock;
@@ -226,10 +227,15 @@ impl BudgetGate {
 
     /// Sets whether `pre_tool_call` and `pre_api_request` wait for a
     /// verdict: in enforce mode, while a limit is set, the fleet's first
-    /// sync is awaited, or a run is stopped as a runaway.
+    /// sync is awaited, runaways are stopped (`[runaway] action = "stop"`),
+    /// or a run is stopped as a runaway.
     pub(super) fn arm(&self) {
+        // Any tool call or request may be the one a sign of a loop stops:
+        // each waits until the watch saw it and everything before it.
+        let stops_runaways = self.runaway_action() == RunawayAction::Stop;
+        lock(&self.handle.0.quick).stops_runaways = stops_runaways;
         let armed = self.mode() == BudgetMode::Enforce
-            && (!self.cfg.is_empty() || self.awaits_sync() || !self.runaway.stopped.is_empty());
+            && (!self.cfg.is_empty() || self.awaits_sync() || stops_runaways || !self.runaway.stopped.is_empty());
         let needs = &self.handle.0.needs;
         needs.pre_tool_call.store(armed, Ordering::Release);
         needs.pre_api_request.store(armed, Ordering::Release);

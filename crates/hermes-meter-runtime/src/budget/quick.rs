@@ -72,6 +72,11 @@ pub(super) struct QuickView {
     pub(super) journal_seq: i64,
     /// An alert waits to be shown: `pre_llm_call` must wait for it.
     pub(super) alerts_pending: bool,
+    /// `[runaway] action = "stop"` is in force: the call that shows a sign
+    /// of a loop, or comes after one, is stopped, and only the runaway
+    /// watch on the writer thread sees the signs, so `pre_tool_call` and
+    /// `pre_api_request` always wait for their verdict.
+    pub(super) stops_runaways: bool,
     /// Keyed by [`quick_key`].
     pub(super) sessions: HashMap<String, Headroom>,
     /// The least headroom of every budget any session can count toward
@@ -117,7 +122,11 @@ impl QuickGate for Shared {
             return false;
         }
         let view = lock(&self.quick);
-        if !block && view.alerts_pending {
+        if if block {
+            view.stops_runaways
+        } else {
+            view.alerts_pending
+        } {
             return false;
         }
         let Some(h) = view
