@@ -300,19 +300,26 @@ def test_a_panic_on_the_rust_path_never_reaches_the_caller(fresh_store) -> None:
     assert query("SELECT hook FROM journal", store_dir=fresh_store) == [("on_session_start",)]
 
 
+#: A script's start: the plugin registered with a stand-in for Hermes's
+#: context, its hooks in ``ctx.hooks``.
+REGISTERED = """
+import hermes_meter
+class Ctx:
+    def __init__(self): self.hooks = {}
+    def register_hook(self, name, cb): self.hooks[name] = cb
+    def register_cli_command(self, *a, **k): pass
+    def register_command(self, *a, **k): pass
+ctx = Ctx()
+hermes_meter.register(ctx)
+"""
+
+
 def test_os_exit_commits_first_and_a_forked_child_exits_at_once(fresh_store) -> None:
     # Hermes ends `hermes -z`, kanban workers and the gateway with os._exit,
     # which skips atexit; hooks do not flush, the exit does.
-    code = textwrap.dedent(
+    code = REGISTERED + textwrap.dedent(
         """
-        import os, time, hermes_meter
-        class Ctx:
-            def __init__(self): self.hooks = {}
-            def register_hook(self, name, cb): self.hooks[name] = cb
-            def register_cli_command(self, *a, **k): pass
-            def register_command(self, *a, **k): pass
-        ctx = Ctx()
-        hermes_meter.register(ctx)
+        import os, time
         ctx.hooks["on_session_start"](session_id="ex", platform="cli", model="gpt-4o")
         ctx.hooks["post_tool_call"](session_id="ex", tool_call_id="c1", tool_name="read_file", result="{}")
         ctx.hooks["on_session_end"](session_id="ex", turn_id="ex:t", completed=True, interrupted=False)
@@ -336,6 +343,56 @@ def test_os_exit_commits_first_and_a_forked_child_exits_at_once(fresh_store) -> 
     assert query("SELECT status FROM runs WHERE session_id = 'ex'", store_dir=fresh_store) == [("ok",)]
     spooled = [f.stat().st_size for f in (fresh_store / "spool").glob("*.jsonl")]
     assert sum(spooled) == 0, spooled
+
+
+def test_daemon_threads_calling_hooks_while_the_process_exits_never_crash_it(tmp_path) -> None:
+    # Hermes's background review runs on a daemon thread that keeps calling
+    # hooks while the main thread exits. CPython < 3.14 ends such a thread
+    # with pthread_exit when it takes the GIL back during finalization,
+    # which kills the process if that happens inside a hook (SIGSEGV).
+    # Runaway stop makes every pre_tool_call wait for its verdict.
+    code = REGISTERED + textwrap.dedent(
+        """
+        import threading, time
+        calls = [0, 0]
+        def loop(i, hook):
+            n = 0
+            while True:
+                n += 1
+                ctx.hooks[hook](session_id=f"d{i}", tool_call_id=f"c{n}", tool_name="terminal",
+                                args={"command": f"step {n}"}, result="{}")
+                calls[i] = n
+        for i, hook in enumerate(["post_tool_call", "pre_tool_call"]):
+            threading.Thread(target=loop, args=(i, hook), daemon=True).start()
+        time.sleep(0.15)
+        print("CALLS", calls[0], calls[1], flush=True)
+        """
+    )
+    for run in range(3):
+        store = tmp_path / f"meter{run}"
+        store.mkdir()
+        (store / "budgets.toml").write_text('[runaway]\naction = "stop"\n')
+        p = run_python(code, HERMES_METER_HOME=str(store))
+        assert p.returncode == 0, (run, p.returncode, p.stderr[-2000:])
+        assert "Fatal Python error" not in p.stderr, p.stderr[-2000:]
+        made = [int(n) for n in p.stdout.split()[1:3]]
+        assert min(made) > 0, p.stdout
+        # Every call that returned before the count was printed is in the
+        # store or its spool (which the next process replays).
+        recovered = run_python(
+            "from hermes_meter import _native; _native.Hook('on_session_start')(session_id='r'); "
+            "print(_native.flush(60.0))",
+            HERMES_METER_HOME=str(store),
+        )
+        assert recovered.stdout.strip() == "True", recovered.stderr
+        for i, hook in enumerate(["post_tool_call", "pre_tool_call"]):
+            (count,) = query(
+                "SELECT COUNT(*) FROM journal WHERE session_id = ? AND hook = ?",
+                f"d{i}",
+                hook,
+                store_dir=store,
+            )[0]
+            assert count >= made[i], (run, hook, count, made[i])
 
 
 def test_a_store_that_cannot_be_opened_is_reported_once_and_hooks_do_not_wait(tmp_path) -> None:

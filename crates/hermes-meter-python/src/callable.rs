@@ -14,9 +14,10 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
 use super::copy::{copy_value, is_read_specially};
+use super::exiting::{self, Entry};
 use super::log::{log, log_messages, ERROR, WARNING};
 use super::record::Partial;
-use super::{bridge, budget_actions, test_hooks, HermesMeterError, RecentSessions, MAX_SENDERS, RECENT};
+use super::{bridge, budget_actions, test_hooks, HermesMeterError, RecentSessions, BRIDGE, MAX_SENDERS, RECENT};
 use crate::bridge::{Bridge, Outcome, Verdict};
 use crate::hook::{self, HookKeys, Origin, HOOK_NAMES};
 use crate::pricing::ModelPrice;
@@ -83,9 +84,16 @@ impl Hook {
     /// `None`. Never raises.
     #[pyo3(signature = (*_args, **kwargs))]
     fn __call__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> Py<PyAny> {
-        self.guarded(py, || self.call(py, kwargs))
-            .flatten()
-            .unwrap_or_else(|| py.None())
+        match exiting::enter() {
+            Entry::Normal(_in_flight) => self
+                .guarded(py, || self.call(py, kwargs))
+                .flatten()
+                .unwrap_or_else(|| py.None()),
+            Entry::AtExit => {
+                let _ = catch_unwind(AssertUnwindSafe(|| self.record_at_exit(kwargs)));
+                py.None()
+            }
+        }
     }
 
     /// Records one call Hermes's dispatcher skipped (see `_skips.py`):
@@ -94,8 +102,11 @@ impl Hook {
     /// Never raises.
     #[pyo3(signature = (**kwargs))]
     fn record_skipped(&self, py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> bool {
-        self.guarded(py, || self.record(py, kwargs, false))
-            .is_some_and(|outcome| !matches!(outcome, Outcome::Disabled | Outcome::Failed))
+        let outcome = match exiting::enter() {
+            Entry::Normal(_in_flight) => self.guarded(py, || self.record(py, kwargs, false)),
+            Entry::AtExit => catch_unwind(AssertUnwindSafe(|| self.record_at_exit(kwargs))).ok(),
+        };
+        outcome.is_some_and(|outcome| !matches!(outcome, Outcome::Disabled | Outcome::Failed))
     }
 }
 
@@ -157,6 +168,46 @@ impl Hook {
         outcome
     }
 
+    /// A call on another thread than the exiting one once the process
+    /// exits (see `exiting.rs`): spooled and queued with the GIL held, no
+    /// Python code run (no thread name asked, nothing logged), no wait, so
+    /// no verdict. A process whose bridge never started records nothing.
+    fn record_at_exit(&self, kwargs: Option<&Bound<'_, PyDict>>) -> Outcome {
+        let Some(bridge) = BRIDGE.get() else {
+            return Outcome::Disabled;
+        };
+        if bridge.disabled_reason().is_some() {
+            return Outcome::Disabled;
+        }
+        let at = bridge::unix_now();
+        let ctx = EventContext {
+            pid: Some(i64::from(std::process::id())),
+            thread: THREAD_NAME.with_borrow(|c| c.as_ref().and_then(|(_, name)| name.clone())),
+            profile: None,
+            problems: Vec::new(),
+        };
+        let opts = bridge.config().decode;
+        let line = self
+            .partial(kwargs, at, &ctx, opts.capture_content)
+            .finish(self.name, opts);
+        bridge.record_line(self.name, line, at, ctx)
+    }
+
+    /// The call's spool record, begun with the GIL held: its plain kwargs
+    /// written, the ones to scrub copied.
+    fn partial(&self, kwargs: Option<&Bound<'_, PyDict>>, at: f64, ctx: &EventContext, capture: bool) -> Partial {
+        let origin = Origin {
+            pid: ctx.pid,
+            thread: ctx.thread.as_deref(),
+            profile: self.profile.as_deref(),
+        };
+        let mut partial = Partial::begin(self.name, at, origin, capture);
+        if let Some(kwargs) = kwargs {
+            self.write_kwargs(kwargs, &mut partial, capture);
+        }
+        partial
+    }
+
     /// Writes the call's spool record straight from `kwargs` and hands it
     /// to the bridge, which decodes it on this thread when a gate may give
     /// the call a verdict, else leaves that to the writer thread
@@ -172,15 +223,7 @@ impl Hook {
     ) -> Outcome {
         let opts = bridge.config().decode;
         let name = self.name;
-        let origin = Origin {
-            pid: ctx.pid,
-            thread: ctx.thread.as_deref(),
-            profile: self.profile.as_deref(),
-        };
-        let mut partial = Partial::begin(name, at, origin, opts.capture_content);
-        if let Some(kwargs) = kwargs {
-            self.write_kwargs(kwargs, &mut partial, opts.capture_content);
-        }
+        let partial = self.partial(kwargs, at, &ctx, opts.capture_content);
         py.detach(move || {
             test_hooks::panic_if_asked(bridge.config(), name);
             bridge.start_exporter();

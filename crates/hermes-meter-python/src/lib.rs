@@ -32,6 +32,7 @@ use store::AlertSink;
 
 mod callable;
 mod copy;
+mod exiting;
 mod log;
 mod record;
 mod test_hooks;
@@ -94,7 +95,7 @@ pub(crate) fn bridge(py: Python<'_>) -> &'static Bridge {
     }
     // Opening the store is file I/O: do it without the GIL. A second
     // thread arriving meanwhile waits on the OnceLock, not on Python.
-    let b = py.detach(|| {
+    let b = exiting::detach(py, || {
         BRIDGE.get_or_init(|| {
             install_log_layer();
             let mut config = BridgeConfig::from_env();
@@ -262,15 +263,31 @@ fn flush(py: Python<'_>, timeout_seconds: f64) -> bool {
 /// what that made ready, all within `timeout_seconds`. Never raises.
 #[pyfunction]
 fn exit_flush(py: Python<'_>, timeout_seconds: f64) -> bool {
+    // Daemon threads' hook calls still running return first, while they
+    // can still take the GIL back; later ones keep it (see `exiting.rs`).
+    let hook_wait = BRIDGE.get().map_or(Duration::ZERO, |b| b.config().hook_wait);
+    let still = exiting::begin_exit(py, hook_wait + EXIT_DRAIN_SLACK);
+    if still > 0 {
+        log(
+            py,
+            WARNING,
+            "Exit.CallsInFlight",
+            format!("{still} hook call(s) on other threads still running at exit"),
+        );
+    }
     flush_with(py, timeout_seconds, Bridge::flush_at_exit)
 }
+
+/// How much longer than a hook's wait for its verdict the exit flush
+/// waits for hook calls in flight on other threads.
+const EXIT_DRAIN_SLACK: Duration = Duration::from_secs(1);
 
 /// Commits with `commit` (within the timeout), then lets the exporter send
 /// what is ready until the same deadline, with the GIL released.
 fn flush_with(py: Python<'_>, timeout_seconds: f64, commit: fn(&Bridge, Duration) -> bool) -> bool {
     let Some(b) = BRIDGE.get() else { return true };
     let timeout = Duration::try_from_secs_f64(timeout_seconds.max(0.0)).unwrap_or(bridge::DEFAULT_FLUSH_TIMEOUT);
-    let committed = py.detach(|| {
+    let committed = exiting::detach(py, || {
         catch_unwind(AssertUnwindSafe(|| {
             let deadline = std::time::Instant::now() + timeout;
             let committed = commit(b, timeout);
@@ -349,7 +366,7 @@ fn meter_command(
         let recent = RECENT.lock().unwrap_or_else(|p| p.into_inner());
         recent.as_ref().and_then(|r| r.for_caller(sender))
     });
-    let result = py.detach(move || {
+    let result = exiting::detach(py, move || {
         catch_unwind(AssertUnwindSafe(|| {
             // Hooks do not wait for their commits: let this turn's land first.
             bridge.flush(SLASH_FLUSH_TIMEOUT);
@@ -379,7 +396,7 @@ fn meter_command(
 #[pyo3(signature = (limit = 5))]
 fn claim_alert_deliveries(py: Python<'_>, limit: usize) -> Vec<(String, String, String)> {
     let db = bridge(py).config().store_dir.join(crate::store::DB_FILE_NAME);
-    let claimed = py.detach(move || {
+    let claimed = exiting::detach(py, move || {
         catch_unwind(AssertUnwindSafe(|| -> hermes_meter::Result<Vec<_>> {
             let store = crate::store::Outbox::open(&db)?;
             let due = crate::export::webhook::claim_due(&store, AlertSink::Hermes, bridge::unix_now(), limit)?;
@@ -416,7 +433,7 @@ fn claim_alert_deliveries(py: Python<'_>, limit: usize) -> Vec<(String, String, 
 #[pyo3(signature = (kind, key, error = None))]
 fn alert_delivery_done(py: Python<'_>, kind: String, key: String, error: Option<String>) {
     let db = bridge(py).config().store_dir.join(crate::store::DB_FILE_NAME);
-    let done = py.detach(move || {
+    let done = exiting::detach(py, move || {
         catch_unwind(AssertUnwindSafe(|| -> hermes_meter::Result<()> {
             let store = crate::store::Outbox::open(&db)?;
             let outcome = error.as_deref().map_or(Ok(()), Err);
@@ -437,7 +454,9 @@ fn cli_main(py: Python<'_>, argv: Vec<String>) -> i32 {
     // With the bridge started, this is a Hermes process (`hermes meter ...`),
     // not the `hermes-meter` console script.
     crate::cli::set_embedded(BRIDGE.get().is_some());
-    py.detach(move || catch_unwind(AssertUnwindSafe(|| crate::cli::run(argv))).unwrap_or(70))
+    exiting::detach(py, move || {
+        catch_unwind(AssertUnwindSafe(|| crate::cli::run(argv))).unwrap_or(70)
+    })
 }
 
 #[pymodule]
