@@ -904,9 +904,37 @@ const CHILD_ENV: &str = "HERMES_METER_BUDGET_TEST_CHILD";
 /// in flight.
 #[test]
 fn two_processes_spending_at_once_overshoot_by_at_most_the_calls_in_flight() {
-    let dir = tempfile::tempdir().expect("temp dir");
     let limit = 1.0;
-    write_budgets(dir.path(), &format!("timezone = \"UTC\"\n[global]\ndaily = {limit}\n"));
+    let (_dir, store) = two_processes_spend(&format!("[global]\ndaily = {limit}\n"));
+    let spent: f64 = store.query_scalar("SELECT SUM(cost_usd) FROM llm_calls").expect("sum");
+    assert!(spent >= limit - 1e-9, "{spent}");
+    assert!(
+        spent <= limit + 2.0 * CALL_USD + 1e-9,
+        "overshoot beyond the calls in flight: {spent}"
+    );
+}
+
+/// The same with a limit in tokens: each call in flight reserves its
+/// tokens, so the overshoot is again at most one call per process.
+#[test]
+fn two_processes_spending_tokens_at_once_overshoot_by_at_most_the_calls_in_flight() {
+    let (limit, call_tokens) = (400_000.0, 10_000.0);
+    let (_dir, store) = two_processes_spend(&format!("[global]\ndaily_tokens = {limit}\n"));
+    let spent: f64 = store
+        .query_scalar("SELECT SUM(input_tokens + output_tokens) FROM llm_calls")
+        .expect("sum");
+    assert!(spent >= limit, "{spent}");
+    assert!(
+        spent <= limit + 2.0 * call_tokens,
+        "overshoot beyond the calls in flight: {spent}"
+    );
+}
+
+/// Two child processes ([`budget_child_process`]) spend at once under
+/// `budgets` (UTC) until each is stopped; the store they wrote.
+fn two_processes_spend(budgets: &str) -> (tempfile::TempDir, Writer) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_budgets(dir.path(), &format!("timezone = \"UTC\"\n{budgets}"));
     // Created and migrated before the children race to open it.
     drop(Writer::open_dir(dir.path()).expect("create the store"));
     let exe = std::env::current_exe().expect("test binary");
@@ -941,12 +969,7 @@ fn two_processes_spending_at_once_overshoot_by_at_most_the_calls_in_flight() {
     }
     assert_eq!(stopped, 2, "both children were stopped by the limit");
     let store = Writer::open_dir(dir.path()).expect("open");
-    let spent: f64 = store.query_scalar("SELECT SUM(cost_usd) FROM llm_calls").expect("sum");
-    assert!(spent >= limit - 1e-9, "{spent}");
-    assert!(
-        spent <= limit + 2.0 * CALL_USD + 1e-9,
-        "overshoot beyond the calls in flight: {spent}"
-    );
+    (dir, store)
 }
 
 /// The child of the test above (does nothing unless started by it).
