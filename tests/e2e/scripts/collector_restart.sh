@@ -2,11 +2,10 @@
 # pipeline sidecar): the Collector restarted while its queue holds spans
 # Jaeger has not taken. Jaeger is stopped; `hermes chat -q` runs and exits
 # (the Collector accepted its spans, so the plugin's store let them go);
-# after the Collector's batch timeout has passed and its exporter has
-# failed, the Collector is stopped and started again, then Jaeger: the
+# once the Collector's log says its exporter failed (the spans are in its
+# queue), the Collector is stopped and started again, then Jaeger: the
 # queued spans must reach it, each once (pipeline_control.py).
 step jaeger_stop "$PY" "$SCRIPT_DIR/pipeline_control.py" --out "$OUTDIR" jaeger.stop
 chat chat "READFILE please read hello.txt"
-step settle sleep 8
-step restart "$PY" "$SCRIPT_DIR/pipeline_control.py" --out "$OUTDIR" --jaeger-chats 2 \
-    collector.stop collector.start jaeger.start
+step restart "$PY" "$SCRIPT_DIR/pipeline_control.py" --out "$OUTDIR" --collector-log "Exporting failed" \
+    --jaeger-chats 2 collector.stop collector.start jaeger.start
