@@ -122,11 +122,12 @@ impl QuickGate for Shared {
             return false;
         }
         let view = lock(&self.quick);
-        if if block {
+        let must_wait = if block {
             view.stops_runaways
         } else {
             view.alerts_pending
-        } {
+        };
+        if must_wait {
             return false;
         }
         let Some(h) = view
