@@ -207,6 +207,7 @@ fn measure_viewer(dir: &Path, now: f64) {
         token: None,
         span_options: hermes_meter::span::SpanOptions::default(),
         base: String::new(),
+        hermes_home: None,
     })
     .expect("viewer");
     let addr = ui.addr();

@@ -234,6 +234,7 @@ fn main() {
         token: None,
         span_options: SpanOptions::default(),
         base: String::new(),
+        hermes_home: None,
     })
     .expect("viewer");
     let addr = ui.addr();

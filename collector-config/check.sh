@@ -70,6 +70,8 @@ for f in sys.argv[1:]:
 otelcol="${HERMES_METER_OTELCOL:-$root/target/tools/bin/otelcol-hermes-meter}"
 run "otelcol validate --config otelcol.yaml (Collector v0.165.0, contrib v0.165.1)" "$here" \
     "$otelcol" validate --config otelcol.yaml
+run "versions agree: versions.env, docker-compose.yaml, tools/otelcol, tools/jaeger" "$root" \
+    python3 collector-config/check_versions.py
 run "rules, tests and dashboard use registry names; dashboard PromQL parses" "$root" \
     python3 collector-config/lint_names.py
 run "semconv docs up to date (gen_docs.py --check)" "$root" \

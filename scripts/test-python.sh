@@ -36,6 +36,8 @@ step "tools venv ($VENV)"
 
 step "wheel (manylinux_2_28, abi3) and sdist"
 rm -rf "$WORK/wheels" "$WORK/test-wheels" "$WORK/sdist"
+# An extension a `maturin develop` left in the source tree must not ride along.
+rm -f python/hermes_meter/_native*.so
 # zig links against glibc 2.28's symbols whatever this machine's glibc, so
 # the tag maturin checks and writes is one every current distribution
 # installs (the release workflow builds the other platforms).
@@ -81,7 +83,7 @@ step "test wheel (feature test-hooks)"
 TEST_WHEEL=$(ls "$WORK"/test-wheels/hermes_meter-*.whl | tail -n 1)
 
 step "ruff"
-LINT=(python catalog tests/python tests/e2e/conftest.py tests/e2e/test_scenarios.py tests/e2e/test_crash.py benches/hook_overhead.py tests/e2e/test_budgets.py tests/e2e/test_otlp.py tests/e2e/test_traces.py tests/e2e/otlp_sidecar.py tests/e2e/scripts/gateway_session.py tests/e2e/scripts/pipeline_control.py tests/e2e/test_dashboard.py tests/e2e/dashboard_probe.py tests/e2e/test_older_hermes.py tests/e2e/test_fleet.py tests/e2e/test_wheel.py tests/e2e/test_pipeline.py tests/e2e/pipeline_sidecar.py tests/e2e/grafana_panels.py tests/e2e/test_grafana_totals.py)
+LINT=(python catalog collector-config/check_versions.py tests/python tests/e2e/conftest.py tests/e2e/test_scenarios.py tests/e2e/test_crash.py benches/hook_overhead.py benches/register_time.py benches/pipeline.py tests/e2e/test_budgets.py tests/e2e/test_otlp.py tests/e2e/test_traces.py tests/e2e/otlp_sidecar.py tests/e2e/scripts/gateway_session.py tests/e2e/scripts/pipeline_control.py tests/e2e/test_dashboard.py tests/e2e/dashboard_probe.py tests/e2e/test_older_hermes.py tests/e2e/test_fleet.py tests/e2e/test_wheel.py tests/e2e/test_pipeline.py tests/e2e/pipeline_sidecar.py tests/e2e/grafana_panels.py tests/e2e/test_grafana_totals.py tests/e2e/test_isolation.py tests/e2e/test_dropped_load.py)
 "$VENV/bin/ruff" format --check "${LINT[@]}"
 "$VENV/bin/ruff" check "${LINT[@]}"
 
@@ -105,5 +107,16 @@ if [ "$E2E" = 1 ]; then
     "$HERMES_VENV/bin/python" -m pip install "${PIP[@]}" "pytest>=8" "opentelemetry-proto>=1.27" "aiohttp==3.14.1"
     HERMES_METER_E2E_HERMES=$HERMES_VENV/bin/hermes HERMES_METER_E2E_WHEEL=$WHEEL HERMES_METER_E2E_TEST_WHEEL=$TEST_WHEEL \
         "$HERMES_VENV/bin/python" -m pytest tests/e2e -q "${KEEP[@]}" "$@"
+
+    step "end to end (real Hermes 0.22 on Python 3.14, in the chroot of scripts/py314.sh)"
+    bash scripts/py314.sh setup
+    # The same suite, run inside: the wheel users get installed into that
+    # Hermes's venv, its own Python running pytest.
+    bash scripts/py314.sh run bash -c '
+        set -e
+        python -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$1"
+        HERMES_METER_E2E_HERMES=/opt/hermes/bin/hermes HERMES_METER_E2E_WHEEL=$1 HERMES_METER_E2E_TEST_WHEEL=$2 \
+            python -m pytest tests/e2e -q -o tmp_path_retention_policy=failed -p no:cacheprovider "${@:3}"
+    ' _ "$WHEEL" "$TEST_WHEEL" "$@"
 fi
 printf '\npython tests: ok\n'

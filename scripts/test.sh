@@ -8,6 +8,8 @@
 #   headless chromium for the viewer's browser tests;
 #   Debian's PostgreSQL 15 (initdb, postgres, psql, pg_isready) for the
 #   fleet budget tests, and setpriv (util-linux) to run it as nobody as root;
+#   root and debootstrap, for the Debian unstable chroot with Python 3.14
+#   where Hermes 0.22 runs (scripts/py314.sh; the mirror is apt's own);
 #   Go >= 1.26, to build the OpenTelemetry Collector and Jaeger v2 the
 #   pipeline tests run, and actionlint (the release workflow's lint);
 #   access to PyPI and the Go module proxy the first time (maturin, ruff,
@@ -47,6 +49,10 @@ pg_bin=${PG_BIN:-/usr/lib/postgresql/15/bin}
 for tool in initdb postgres psql pg_isready; do
     [ -x "$pg_bin/$tool" ] || { need "$pg_bin/$tool (the fleet budget tests)" "apt-get install -y postgresql, or set PG_BIN"; break; }
 done
+# Hermes 0.22 runs on Python 3.14 in a Debian unstable chroot (scripts/py314.sh).
+[ "$(id -u)" = 0 ] || need "root (the Hermes 0.22 tests run in a chroot)" "run as root, or in CI"
+command -v debootstrap >/dev/null 2>&1 || [ -x target/py314/root/opt/hermes/bin/hermes ] ||
+    need "debootstrap (the Python 3.14 chroot for Hermes 0.22)" "apt-get install -y debootstrap"
 if [ "$(id -u)" = 0 ] && ! command -v setpriv >/dev/null 2>&1; then
     need "setpriv (PostgreSQL refuses root; the fleet tests run it as nobody)" "apt-get install -y util-linux"
 fi
@@ -78,7 +84,7 @@ step() {
 step cargo fmt --all -- --check
 step cargo clippy --workspace --all-targets -- -D warnings
 step cargo clippy --workspace --all-targets --features test-hooks -- -D warnings
-step cargo test --workspace
+step cargo test --workspace --no-fail-fast
 # A fixed fuzzing budget for the decoder and the replay reader (proptest).
 step env PROPTEST_CASES=4096 cargo test -p hermes-meter-store --test decode_props
 # The real Collector and Jaeger, built once from their Go modules.

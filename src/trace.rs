@@ -195,6 +195,26 @@ pub fn build(rows: &TraceRows, top: &Ancestry, opts: SpanOptions) -> Trace {
         if running {
             n.status = RUNNING.to_string();
         }
+        if let Some(text) = &run.budget_stop {
+            // Stopped by a budget: not the healthy session Hermes reports.
+            if !running {
+                n.status = crate::budget::verdict::BLOCKED.to_string();
+            }
+            n.detail = Some(match n.detail.take() {
+                Some(d) => format!("{d}, stopped by a budget"),
+                None => "stopped by a budget".to_string(),
+            });
+            errors.push(TraceError {
+                span_id: n.span_id.clone(),
+                name: n.name.clone(),
+                session_id: run.session_id.clone(),
+                at: run.ended_at.unwrap_or(run.last_event_at),
+                error_type: "budget_stop".into(),
+                status_code: None,
+                reason: Some(crate::budget::verdict::BLOCKED.into()),
+                message: Some(text.clone()),
+            });
+        }
         nodes.push(n);
         // Continuations the session's turns hang under. Only the current
         // one's own figures are kept in the ledger, so each shows the span
@@ -283,13 +303,23 @@ pub fn build(rows: &TraceRows, top: &Ancestry, opts: SpanOptions) -> Trace {
                 n.output_tokens = int_attr(&s, attr::GEN_AI_USAGE_OUTPUT_TOKENS);
                 n.cache_read_tokens = int_attr(&s, attr::GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS);
                 n.cost_usd = double_attr(&s, attr::HERMES_USAGE_COST_USD);
-                if at.estimated {
-                    n.detail = Some("estimated tokens".into());
-                }
+                let unpriced = str_attr(&s, attr::HERMES_USAGE_COST_SOURCE).as_deref()
+                    == Some(crate::pricing::PriceSource::Unknown.as_str());
+                n.detail = match (unpriced, at.estimated) {
+                    (true, true) => Some(format!("{UNPRICED}; estimated tokens")),
+                    (true, false) => Some(UNPRICED.into()),
+                    (false, true) => Some("estimated tokens".into()),
+                    (false, false) => None,
+                };
             }
             (None, None) => {
                 n.status = if run.status == RUNNING {
                     RUNNING.to_string()
+                } else if run.budget_stop.is_some() {
+                    // The call the budget stopped: answered by the
+                    // stand-in, never sent to the provider.
+                    n.detail = Some("stopped by a budget before the provider".into());
+                    crate::budget::verdict::BLOCKED.to_string()
                 } else {
                     crate::store::ABANDONED.to_string()
                 };
@@ -537,6 +567,10 @@ fn int_attr(s: &Span, key: &str) -> Option<i64> {
         _ => None,
     }
 }
+
+/// The detail of an LLM call no price list knows (its cost is unknown,
+/// not $0): `pricing show MODEL` says which rate a model gets.
+pub const UNPRICED: &str = "unpriced: no price for this model (hermes-meter pricing show)";
 
 fn double_attr(s: &Span, key: &str) -> Option<f64> {
     match attr_value(s, key) {

@@ -45,6 +45,134 @@ fn store_with_history() -> (tempfile::TempDir, PathBuf) {
     (dir, home)
 }
 
+/// A budget file that does not parse is said in `status`'s first line and
+/// on its own line after it, with the error (escaped) and what a Hermes
+/// process does with it.
+#[test]
+fn status_says_first_that_the_budget_file_does_not_parse() {
+    let (_dir, home) = store_with_history();
+    std::fs::write(home.join("budgets.toml"), "[global]\ndaily = 0.5O\x1b[2J\n").expect("write");
+    let o = run(&home, &["status"]);
+    let text = stdout(&o);
+    let first = text.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("summary         PROBLEMS: the budget file does not parse: its limits are not in force"),
+        "{text}"
+    );
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("BUDGETS "))
+        .expect("a BUDGETS line");
+    assert!(
+        line.contains("holds every tool and LLM call until it is fixed"),
+        "{line}"
+    );
+    assert!(
+        !text.contains('\x1b'),
+        "the file's text reaches no terminal raw: {text:?}"
+    );
+    let o = run(&home, &["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert!(
+        v["summary"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("budget file does not parse"),
+        "{v}"
+    );
+}
+
+/// A budget file every user can write is a problem `status` says first:
+/// anyone on the machine can lift the limits.
+#[test]
+fn status_says_first_that_every_user_can_change_the_limits() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_dir, home) = store_with_history();
+    let file = home.join("budgets.toml");
+    std::fs::write(&file, "[global]\ndaily = 0.5\n").expect("write");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let text = stdout(&run(&home, &["status"]));
+    assert!(text.starts_with("summary         ok"), "{text}");
+    assert!(text.contains("limits          this user can change them"), "{text}");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let text = stdout(&run(&home, &["status"]));
+    assert!(
+        text.starts_with("summary         PROBLEMS: every user of this machine can change the limits"),
+        "{text}"
+    );
+    let line = text.lines().find(|l| l.starts_with("LIMITS ")).expect("a LIMITS line");
+    assert!(line.contains("mode 666") && line.contains("chmod o-w"), "{line}");
+    let o = run(&home, &["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["limits"]["world_writable"].as_array().map(Vec::len), Some(1), "{v}");
+}
+
+/// `status` and `report` agree on the tool calls: the row a subagent's
+/// result records on its parent is counted by neither.
+#[test]
+fn status_and_report_count_the_same_tool_calls() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = dir.path().join("meter");
+    let o = run(
+        &home,
+        &["replay", fixture("delegate_sync.jsonl").to_str().expect("utf-8 path")],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_slice(&run(&home, &["report", "--json"]).stdout).expect("json");
+    let tools = report["totals"]["tool_calls"].as_i64().expect("tool_calls");
+    let status = stdout(&run(&home, &["status"]));
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("tool calls "))
+        .expect("tool calls line");
+    let shown: i64 = line["tool calls".len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("a number");
+    assert_eq!(shown, tools, "{line}");
+    assert!(line.contains("1 subagent result row"), "{line}");
+}
+
+/// The alerts of the last day are where an operator looks: counted in
+/// `status`'s first line, listed with where each went, escaped.
+#[test]
+fn status_lists_the_alerts_of_the_last_day_and_where_they_went() {
+    let (_dir, home) = store_with_history();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+    {
+        let store = hermes_meter::store::Writer::open_dir(&home).expect("store");
+        store
+            .raise_pending_alert(
+                "runaway",
+                "run|t1",
+                "RUNAWAY: session \x1b[2Jevil looks stuck in a loop",
+                now - 60.0,
+            )
+            .expect("raise");
+        store
+            .raise_pending_alert("runaway", "run|old", "RUNAWAY: two days ago", now - 2.0 * 86_400.0)
+            .expect("raise");
+    }
+    let text = stdout(&run(&home, &["status"]));
+    let first = text.lines().next().unwrap_or_default();
+    assert!(first.contains("1 alert(s) in the last 24 h"), "{text}");
+    assert!(text.contains("alerts          1 in the last 24 h"), "{text}");
+    assert!(text.contains("RUNAWAY: session") && !text.contains('\x1b'), "{text:?}");
+    assert!(!text.contains("two days ago"), "{text}");
+    assert!(
+        text.contains("not shown to an agent yet") && text.contains("webhook off"),
+        "{text}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&run(&home, &["status", "--json"]).stdout).expect("json");
+    assert_eq!(v["recent_alerts"].as_array().map(Vec::len), Some(1), "{v}");
+    let listed = stdout(&run(&home, &["budget", "list"]));
+    assert!(listed.contains("alerts: 1 in the last 24 h"), "{listed}");
+}
+
 /// The release a bug report names: `--version`, the first line of
 /// `status` and its `--json` agree, on a store that opens and one that
 /// cannot.
@@ -58,10 +186,11 @@ fn version_and_status_name_this_release() {
     let (_dir, home) = store_with_history();
     let o = run(&home, &["status"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(
-        stdout(&o).lines().next(),
-        Some(format!("hermes-meter    {version}").as_str())
-    );
+    // A one-line summary, then the release.
+    let text = stdout(&o);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("summary         ok; export off"), "{text}");
+    assert_eq!(lines[1], format!("hermes-meter    {version}"));
     let o = run(&home, &["status", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(v["version"], version);
@@ -100,13 +229,55 @@ fn a_closed_stdout_ends_quietly_with_exit_0() {
     }
 }
 
+/// Output to a full disk (`/dev/full`) is no success: nothing may take a
+/// truncated report or JSON for the answer.
+#[test]
+fn output_that_cannot_be_written_is_an_error() {
+    let (_dir, home) = store_with_history();
+    let session = "cron_01e7ae8ae880_20261130_013909";
+    for args in [
+        &["status"][..],
+        &["status", "--json"],
+        &["report"],
+        &["budget", "list", "--json"],
+        &["trace", session, "--json"],
+    ] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full");
+        let o = bin()
+            .arg("--home")
+            .arg(&home)
+            .args(args)
+            .stdout(Stdio::from(full))
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run");
+        assert_eq!(o.status.code(), Some(74), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("the output could not be written: No space left on device"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+}
+
 #[test]
 fn a_home_that_does_not_exist_is_an_error_and_stays_absent() {
     let dir = tempfile::tempdir().expect("temp dir");
     let typo = dir.path().join("otle");
+    // `status` answers: no store yet, said on stdout, exit 1.
+    let o = run(&typo, &["status"]);
+    assert_eq!(o.status.code(), Some(1));
+    let out = stdout(&o);
+    assert!(
+        out.starts_with("summary         PROBLEMS: no store yet at") && out.contains("otle"),
+        "{out}"
+    );
+    assert!(!typo.exists(), "status created the mistyped directory");
     for args in [
-        &["status"][..],
-        &["report"],
+        &["report"][..],
         &["budget", "list"],
         &["budget", "forecast"],
         &["export", "--since", "1d"],
@@ -521,8 +692,33 @@ fn serve_prometheus_alone_pushes_no_traces_and_says_what_it_serves() {
         }
         said.push_str(&line);
     }
-    eventually("serve to take the lease", || lease_holder(&home).is_some());
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Serving: a few of its steps.
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    assert_eq!(collector.received.span_count(), 0);
+    let pending = hermes_meter::store::Writer::open_dir(&home)
+        .expect("open")
+        .export_state()
+        .expect("state")
+        .pending;
+    assert!(pending > 0, "spans stay for a trace exporter");
+    // It holds no trace lease: a Hermes process that sends traces sends
+    // them while it runs (before, serve held the lease and sent nothing).
+    assert_eq!(lease_holder(&home), None);
+    let traces = support::grpc(None, None);
+    let env: std::collections::HashMap<&str, String> =
+        [("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", traces.grpc_endpoint())].into();
+    let config = hermes_meter::export::ExportConfig::resolve(hermes_meter::export::ExportOverrides::default(), |k| {
+        env.get(k).cloned()
+    });
+    let mut hermes = hermes_meter::export::Exporter::new(config, &home.join("hermes-meter.db")).expect("exporter");
+    let step = hermes
+        .flush(std::time::Instant::now() + std::time::Duration::from_secs(20))
+        .expect("flush");
+    assert!(step.error.is_none(), "{step:?}");
+    assert_eq!(
+        traces.wait_for_spans(pending as usize, std::time::Duration::from_secs(10)),
+        pending as usize
+    );
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -530,12 +726,27 @@ fn serve_prometheus_alone_pushes_no_traces_and_says_what_it_serves() {
     child.wait().expect("wait");
     assert!(said.contains("not pushing traces (--prometheus alone)"), "{said}");
     assert!(said.contains("serving Prometheus metrics"), "{said}");
-    assert_eq!(collector.received.span_count(), 0);
-    let store = hermes_meter::store::Writer::open_dir(&home).expect("open");
+}
+
+#[test]
+fn with_no_endpoint_configured_nothing_is_sent_and_status_says_so() {
+    let (_dir, home) = store_with_history();
+    // `serve` as a user starts it with no collector configured.
+    let o = run(&home, &["serve", "--drain", "--drain-timeout-seconds", "5"]);
+    assert!(!o.status.success());
     assert!(
-        store.export_state().expect("state").pending > 0,
-        "spans stay for a trace exporter"
+        stderr(&o).contains("nothing to send: no OTLP endpoint is configured"),
+        "{}",
+        stderr(&o)
     );
+    let status = String::from_utf8_lossy(&run(&home, &["status"]).stdout).into_owned();
+    assert!(
+        status.contains("no OTLP endpoint configured: nothing is sent"),
+        "{status}"
+    );
+    assert!(!status.contains("last error"), "no failed export to report: {status}");
+    let o = run(&home, &["export", "--since", "1d"]);
+    assert!(stderr(&o).contains("no OTLP endpoint is configured"), "{}", stderr(&o));
 }
 
 /// Ids and names carrying what a terminal acts on: an OSC that retitles
@@ -880,4 +1091,173 @@ fn budget_list_shows_the_downgrade_routes() {
     assert_eq!(v["downgrade"]["at"], 0.5);
     assert_eq!(v["downgrade"]["to"], "gpt-4o-mini");
     assert_eq!(v["downgrade"]["models"]["claude-opus-4"], "claude-haiku-4");
+}
+
+/// Hermes users keep their settings in `$HERMES_HOME/.env`, which Hermes
+/// loads itself: the standalone command line reads the same file, under
+/// the real environment, and `status` says where each value came from.
+#[test]
+fn settings_in_hermes_env_file_apply_to_the_command_line_too() {
+    let (dir, home) = store_with_history();
+    let hermes_home = dir.path().join("hermes");
+    std::fs::create_dir_all(&hermes_home).expect("hermes home");
+    std::fs::write(
+        hermes_home.join(".env"),
+        "# Hermes settings\nOTEL_EXPORTER_OTLP_ENDPOINT=http://collector.example:4317\nOTEL_SERVICE_NAME='from-dotenv'\n",
+    )
+    .expect(".env");
+    let status = |extra: &[(&str, &str)]| -> serde_json::Value {
+        let mut cmd = bin();
+        cmd.env("HERMES_HOME", &hermes_home);
+        for (k, v) in extra {
+            cmd.env(k, v);
+        }
+        let o = cmd
+            .arg("--home")
+            .arg(&home)
+            .args(["status", "--json"])
+            .output()
+            .expect("status");
+        serde_json::from_slice(&o.stdout).expect("status json")
+    };
+    let setting = |v: &serde_json::Value, name: &str| -> (String, String) {
+        let row = v["export_settings"]
+            .as_array()
+            .expect("settings")
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("no {name}"))
+            .clone();
+        (
+            row["value"].as_str().unwrap_or_default().to_string(),
+            row["source"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    let v = status(&[]);
+    let (endpoint, source) = setting(&v, "endpoint");
+    assert_eq!(endpoint, "http://collector.example:4317");
+    assert!(source.contains(".env"), "{source}");
+    // The real environment wins over the file.
+    let v = status(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://other:4317")]);
+    assert_eq!(
+        setting(&v, "endpoint"),
+        ("http://other:4317".into(), "env OTEL_EXPORTER_OTLP_ENDPOINT".into())
+    );
+}
+
+/// Session ids and model names are Hermes's strings, so anything: ESC, OSC
+/// (a terminal title, a hidden link), BEL, CR, LF. No command prints one
+/// raw to the terminal.
+#[test]
+fn control_characters_in_recorded_strings_never_reach_the_terminal_raw() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let text = std::fs::read_to_string(fixture("readfile.jsonl")).expect("fixture");
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().expect("a line")).expect("json");
+    let sid = first["kwargs"]["session_id"].as_str().expect("session id").to_string();
+    let hostile_sid = "s\u{1b}]0;pwned\u{7}\u{1b}[2J\r\nFAKE";
+    let hostile_model = "m\u{1b}[31mRED\u{1b}]8;;http://evil\u{1b}\\link\u{1b}]8;;\u{1b}\\\u{7}\r";
+    let json_inner = |s: &str| {
+        let quoted = serde_json::to_string(s).expect("json");
+        quoted[1..quoted.len() - 1].to_string()
+    };
+    let text = text
+        .replace(&json_inner(&sid), &json_inner(hostile_sid))
+        .replace("\"mock-model\"", &serde_json::to_string(hostile_model).expect("json"));
+    let file = dir.path().join("hostile.jsonl");
+    std::fs::write(&file, text).expect("write");
+    let home = dir.path().join("meter");
+    let o = run(&home, &["replay", file.to_str().expect("utf-8")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for args in [
+        &["report"][..],
+        &["report", "--by", "session"],
+        &["report", "--by", "model"],
+        &["trace", "--last"],
+        &["status"],
+        &["budget", "list"],
+    ] {
+        let o = run(&home, args);
+        let raw: Vec<u8> = o
+            .stdout
+            .iter()
+            .chain(o.stderr.iter())
+            .copied()
+            .filter(|b| *b < 0x20 && *b != b'\n' && *b != b'\t' || *b == 0x7f)
+            .collect();
+        assert!(raw.is_empty(), "{args:?} printed raw control bytes {raw:?}");
+        assert!(
+            !String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .any(|l| l.starts_with("FAKE")),
+            "{args:?}: a line break from a session id"
+        );
+    }
+}
+
+#[test]
+fn every_command_is_in_the_cli_manual() {
+    let help = bin().arg("--help").output().expect("help");
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    let manual = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cli.md")).expect("docs/cli.md");
+    let commands: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(commands.len() >= 12, "{help}");
+    for c in commands {
+        assert!(manual.contains(&format!("hermes-meter {c}")), "docs/cli.md lacks `{c}`");
+    }
+}
+
+#[test]
+fn with_no_store_yet_status_names_the_sessions_hermes_ran_without_the_plugin() {
+    // A plugin Hermes dropped from its very first run: no store was ever
+    // made, and Hermes's own session database holds that run.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let hermes_home = dir.path().join("hermes");
+    std::fs::create_dir_all(&hermes_home).expect("mkdir");
+    let conn = rusqlite::Connection::open(hermes_home.join("state.db")).expect("state.db");
+    conn.execute_batch(
+        "CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT, started_at REAL, parent_session_id TEXT, title TEXT)",
+    )
+    .expect("schema");
+    let at = hermes_meter::unix_now() - 60.0;
+    conn.execute(
+        "INSERT INTO sessions (id, source, started_at) VALUES ('20261206_lost', 'cli', ?1)",
+        [at],
+    )
+    .expect("session");
+    let home = hermes_home.join("meter");
+    let o = bin()
+        .arg("--home")
+        .arg(&home)
+        .arg("status")
+        .env("HERMES_HOME", &hermes_home)
+        .output()
+        .expect("status");
+    assert_eq!(o.status.code(), Some(1));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].contains("no store yet") && lines[0].contains("1 Hermes problem(s)"),
+        "{out}"
+    );
+    assert!(
+        lines[1].starts_with("PROBLEM         Hermes ran 1 session(s)") && lines[1].contains("20261206_lost"),
+        "{out}"
+    );
+    assert!(!home.exists());
+    let o = bin()
+        .arg("--home")
+        .arg(&home)
+        .args(["status", "--json"])
+        .env("HERMES_HOME", &hermes_home)
+        .output()
+        .expect("status");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["hermes"]["sessions"]["missing"][0]["session_id"], "20261206_lost");
 }

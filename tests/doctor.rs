@@ -378,10 +378,40 @@ fn status_finds_a_damaged_table_with_no_trouble_recorded() {
     let _ = std::fs::remove_file(home.join(hermes_meter::health::HEALTH_FILE_NAME));
     let (code, out, _) = cli(home, &["status"]);
     assert_eq!(code, 1, "{out}");
-    let first = out.lines().next().unwrap_or_default();
+    let mut lines = out.lines();
+    let summary = lines.next().unwrap_or_default();
+    assert!(
+        summary.starts_with("summary         PROBLEMS: the store is damaged"),
+        "{out}"
+    );
+    let first = lines.next().unwrap_or_default();
     assert!(first.starts_with("DAMAGED") && first.contains("journal"), "{out}");
     assert!(first.contains("doctor --rebuild"), "{out}");
     // A report that never reads the journal still says so, in one line.
     let (_, _, err) = cli(home, &["report"]);
     assert!(err.contains("damaged") && err.contains("doctor"), "{err}");
+}
+
+#[test]
+fn a_whole_store_whose_plugin_hermes_dropped_says_so_first() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = dir.path().join("meter");
+    replayed(&home);
+    let now = hermes_meter::unix_now();
+    let mut tracker = hermes_meter::health::Tracker::new(now - 60.0);
+    tracker
+        .hermes(
+            serde_json::json!({"hermes_version": "0.22.2", "load": "abandoned", "register_ms": 10500.0, "points": []}),
+            now - 59.0,
+        )
+        .expect("report");
+    tracker.write(&home, now).expect("health.json");
+    let (code, out, _) = cli(&home, &["doctor"]);
+    assert_eq!(code, 0, "the file is whole: {out}");
+    let first = out.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("PROBLEM Hermes abandoned loading the plugin in 1 process(es)"),
+        "{out}"
+    );
+    assert!(out.contains("whole (PRAGMA integrity_check: ok)"), "{out}");
 }

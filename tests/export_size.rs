@@ -354,3 +354,135 @@ fn a_part_accepted_before_a_failure_is_not_sent_again_with_the_rest() {
     assert_eq!(got, once(&span_ids(&reference)), "every span arrived, each once");
     assert_eq!((sent.exported, sent.rejected), (reference.len() as i64, 0));
 }
+
+/// An OTLP/HTTP "collector" that takes each request and answers 200 with a
+/// body that never ends (until the client goes away).
+fn endless_answers() -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+                let mut out = stream;
+                let mut length = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0; length];
+                if reader.read_exact(&mut body).is_err() {
+                    return;
+                }
+                if out
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nTransfer-Encoding: chunked\r\n\r\n")
+                    .is_err()
+                {
+                    return;
+                }
+                let chunk = vec![b'x'; 64 << 10];
+                loop {
+                    let head = format!("{:x}\r\n", chunk.len());
+                    if out
+                        .write_all(head.as_bytes())
+                        .and_then(|()| out.write_all(&chunk))
+                        .and_then(|()| out.write_all(b"\r\n"))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[test]
+fn a_collector_that_answers_endlessly_is_read_to_a_bound_and_its_200_counts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = store_of(dir.path(), |_| 16);
+    let (traces, _) = configs(&endless_answers(), "http/protobuf", "false", &[]);
+    let mut driver =
+        Driver::new(store.into_outbox(), Some(traces), None, None, Duration::from_secs(60)).expect("driver");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let cycle = driver.step(Some(Instant::now() + Duration::from_secs(20)));
+        cycle.traces.expect("trace step");
+        let state = driver.store().export_state().expect("state");
+        if state.pending == 0 {
+            // Each 200 counted (the answer past the bound is not read): no
+            // send timed out reading it.
+            assert!(state.exported > 0 && state.failed == 0, "{state:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "not drained: {state:?}");
+    }
+}
+
+#[test]
+fn a_grpc_answer_over_the_clients_decoding_limit_is_an_accepted_request_not_a_refused_one() {
+    // Each answer an OTLP partial success whose message is over tonic's
+    // 4 MiB decoding limit: the collector took every span, the client
+    // cannot read what it said.
+    let receiver = support::grpc(None, None);
+    receiver.received.answer((0..64).map(|_| support::Answer::Partial {
+        rejected: 0,
+        message: "x".repeat(5 << 20),
+    }));
+    let sent = export(&receiver, "grpc", What::Spans, |_| PAD, &[]);
+    let spans = receiver.received.spans();
+    sent.counted(spans.len(), 0);
+    assert_eq!(once(&span_ids(&spans)).len(), spans.len(), "each span sent once");
+}
+
+/// A burst of "too large" answers (a proxy's hiccup, a collector busy)
+/// rejects nothing: what it refused arrives once it takes requests again.
+fn a_burst_of_too_large_answers_loses_nothing_over(receiver: Receiver, protocol: &str, answer: support::Answer) {
+    // Enough refusals to split the batch down to single spans and refuse
+    // some of those too: every one of them would have been rejected.
+    receiver.received.answer(std::iter::repeat_n(answer, 8));
+    let sent = export(&receiver, protocol, What::Spans, |_| PAD, &[]);
+    let want = reference_spans(|_| PAD);
+    let got = once(&span_ids(&receiver.received.spans()));
+    assert_eq!(got, once(&span_ids(&want)), "every span arrived, once");
+    assert_eq!(
+        (sent.exported, sent.rejected),
+        (want.len() as i64, 0),
+        "(exported, rejected)"
+    );
+}
+
+#[test]
+fn over_http_a_burst_of_413_answers_rejects_nothing() {
+    a_burst_of_too_large_answers_loses_nothing_over(
+        support::http(None),
+        "http/protobuf",
+        support::Answer::Http {
+            status: 413,
+            retry_after: None,
+        },
+    );
+}
+
+#[test]
+fn over_grpc_a_burst_of_resource_exhausted_too_large_answers_rejects_nothing() {
+    a_burst_of_too_large_answers_loses_nothing_over(
+        support::grpc(None, None),
+        "grpc",
+        support::Answer::StatusMessage {
+            code: tonic::Code::ResourceExhausted,
+            message: "grpc: received message larger than max (9000000 vs. 4194304)".into(),
+        },
+    );
+}

@@ -378,6 +378,11 @@ fn a_database_outage_loosens_nothing_and_loses_nothing() {
         assert!(made < 100, "never stopped");
     };
     assert!(text.starts_with("BUDGET-EXCEEDED"), "{text}");
+    // The fleet is under its line: the text says the lease, not the budget, is used up.
+    assert!(
+        text.contains("this host's share of the fleet's global daily budget is used up") && !text.contains("exhausted"),
+        "{text}"
+    );
     let spent = made as f64 * CALL_USD;
     assert!(
         spent >= lease - CALL_USD - 1e-9 && spent <= lease + 1e-9,
@@ -879,7 +884,10 @@ fn an_unreachable_fleet_fails_closed_within_the_bound_until_the_first_sync() {
     let name = FleetConfig::parse(&url).expect("url").redacted();
     assert!(text.contains(&name), "names the fleet: {text}");
     assert!(text.contains("could not reach"), "{text}");
-    assert!(text.contains(UNSYNCED_ENV), "says how to let calls through: {text}");
+    // The agent reads it: it is not told how to let calls through (the
+    // operator's switch is documented, and `status` shows the fleet).
+    assert!(!text.contains(UNSYNCED_ENV), "{text}");
+    assert!(text.contains("not yours to change"), "{text}");
     assert!(took >= FIRST_SYNC_WAIT, "it waited for the sync: {took:?}");
     assert!(took < FIRST_SYNC_WAIT + Duration::from_secs(2), "bounded: {took:?}");
     // Only the first call waits; the next ones are blocked at once.
@@ -887,6 +895,13 @@ fn an_unreachable_fleet_fails_closed_within_the_bound_until_the_first_sync() {
     assert!(matches!(tool, Some(Verdict::Block { message }) if message.contains(&name)));
     assert!(took < FIRST_SYNC_WAIT / 2, "{took:?}");
     assert_eq!(host.local().1, 0, "nothing reached the provider");
+    // Counted and marked like any stop, and the stopped call holds no
+    // reservation (it spends nothing).
+    let store = hermes_meter::store::Writer::open_dir(dir.path()).expect("store");
+    eventually("the stops counted", || {
+        store.budget_verdict_counts().expect("counts").contains(&("blocked", 2))
+    });
+    assert_eq!(store.reserved_now().expect("reserved"), 0.0);
     let out = Command::new(env!("CARGO_BIN_EXE_hermes-meter"))
         .arg("status")
         .env("HERMES_METER_HOME", dir.path())

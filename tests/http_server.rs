@@ -1,5 +1,5 @@
 //! The HTTP server under `hermes-meter ui`, the dashboard tab's backend and
-//! `serve --prometheus` (`src/http_server.rs`), against clients that
+//! `serve --prometheus` (`crates/hermes-meter-runtime/src/http_server.rs`), against clients that
 //! misbehave on loopback: many idle connections, a slow sender, a
 //! kept-alive connection left idle, one kept past its lifetime, and more
 //! connections than the cap. (Running out of descriptors is in

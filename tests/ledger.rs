@@ -951,3 +951,38 @@ fn the_idle_closer_works_in_small_transactions_and_closes_what_one_big_one_would
     assert_eq!(third.close_idle_runs(now, 900.0).expect("all"), SESSIONS);
     assert_eq!(closed_state(&third), closed_state(&at_once));
 }
+
+#[test]
+fn every_attempt_of_hermes_0_22_recovery_cycles_is_a_failed_attempt_of_its_own() {
+    // Recorded in the real Hermes 0.22.2 (scripts/make-fixtures.sh 0.22):
+    // three retries, then five auto-recovery cycles of three more, each
+    // cycle's retry_count from 0 again, all one api_request_id.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hermes-0.22/failalways.jsonl");
+    let fired = records(&path)
+        .iter()
+        .filter(|r| r["hook"] == "api_request_error")
+        .count();
+    assert_eq!(fired, 18);
+    let r = replay(std::slice::from_ref(&path));
+    let s = &r.store;
+    assert_eq!(scalar::<i64>(s, "SELECT COUNT(*) FROM llm_call_errors"), 18);
+    assert_eq!(
+        scalar::<String>(
+            s,
+            "SELECT group_concat(attempt) FROM (SELECT attempt FROM llm_call_errors ORDER BY attempt)"
+        ),
+        (0..18).map(|n| n.to_string()).collect::<Vec<_>>().join(",")
+    );
+    assert_eq!(
+        scalar::<String>(
+            s,
+            "SELECT group_concat(retry_count) FROM (SELECT retry_count FROM llm_call_errors ORDER BY attempt)"
+        ),
+        ["0,1,2"; 6].join(",")
+    );
+    assert_eq!(scalar::<i64>(s, "SELECT api_errors FROM runs"), 18);
+    // Replaying the same file again adds nothing: each fired call is one row.
+    let mut store = Writer::open(s.path()).expect("reopen");
+    replay_file(&mut store, &path, DecodeOptions::default(), &mut ReplayStats::default()).expect("again");
+    assert_eq!(scalar::<i64>(&store, "SELECT COUNT(*) FROM llm_call_errors"), 18);
+}

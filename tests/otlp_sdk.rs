@@ -1,6 +1,6 @@
 //! The OpenTelemetry SDK's own OTLP span exporter (`opentelemetry-otlp`
 //! 0.33, `opentelemetry_sdk` 0.33), held to the promises our transport
-//! (`src/export/transport.rs`) makes, against the same in-process loopback
+//! (`crates/hermes-meter-runtime/src/export/transport.rs`) makes, against the same in-process loopback
 //! receivers as `tests/export.rs`.
 //!
 //! This is an evaluation, not a use: the exporter does not depend on these

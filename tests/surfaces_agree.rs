@@ -435,6 +435,7 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
             token: None,
             span_options: hermes_meter::span::SpanOptions::default(),
             base: String::new(),
+            hermes_home: None,
         })
         .expect("viewer");
         let got = http_get::get(ui.addr(), "/api/sessions", &[]);
@@ -477,5 +478,37 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
     assert_eq!(
         all.streamed_calls, 1.0,
         "the streamed call of Hermes main was compared too"
+    );
+}
+
+/// An auxiliary call (a title) under the dated id the provider returned
+/// leaves the session's model as the agent's: the session list shows the
+/// model the session ran on, not its title call's.
+#[test]
+fn an_auxiliary_call_does_not_rename_its_sessions_model() {
+    let extra = tempfile::tempdir().expect("temp dir");
+    let file = with_auxiliary_call(extra.path());
+    let mut lines: Vec<String> = std::fs::read_to_string(&file)
+        .expect("read")
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let mut aux: serde_json::Value = serde_json::from_str(lines.last().expect("the aux line")).expect("json");
+    aux["kwargs"]["model"] = "gpt-4o-mini-2024-07-18".into();
+    *lines.last_mut().expect("line") = aux.to_string();
+    std::fs::write(&file, lines.join("\n") + "\n").expect("write");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut store = Writer::open_dir(dir.path()).expect("store");
+    replay(&mut store, &file);
+    let renamed: i64 = store
+        .query_scalar("SELECT COUNT(*) FROM runs WHERE model IS NOT 'mock-model'")
+        .expect("runs");
+    assert_eq!(renamed, 0, "every session keeps the agent's model");
+    let aux: String = store
+        .query_scalar("SELECT model FROM llm_calls WHERE aux_task IS NOT NULL")
+        .expect("aux call");
+    assert_eq!(
+        aux, "gpt-4o-mini-2024-07-18",
+        "the call itself keeps its id, and its price"
     );
 }

@@ -1,6 +1,9 @@
 //! Rules of ARCHITECTURE.md that Cargo does not enforce, checked on the
 //! source: inside each crate, the top-level modules depend on each other
-//! one way only (no cycles), so a crate's layers stay what the map says.
+//! one way only (no cycles), so a crate's layers stay what the map says;
+//! and what each crate's whole dependency closure may hold (no async
+//! runtime, network or SQLite under the pure model, no Python under
+//! anything but the binding).
 //!
 //! A module's dependencies are the `crate::name` paths its code names,
 //! comments and test code (`tests.rs`, and everything after a file's
@@ -140,4 +143,187 @@ fn a_cycle_is_found() {
         Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
     );
     assert_eq!(cycle_from(&graph, "d"), None);
+}
+
+/// The packages in `krate`'s normal dependency closure (`cargo tree`,
+/// offline: the lock file names them all).
+fn closure(krate: &str) -> BTreeSet<String> {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["tree", "--offline", "-e", "normal", "--prefix", "none", "-p", krate])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo tree");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn each_crates_dependency_closure_holds_only_what_its_layer_may() {
+    let forbidden = |krate: &str, names: &[&str]| {
+        let have = closure(krate);
+        let found: Vec<&&str> = names.iter().filter(|n| have.contains(**n)).collect();
+        assert!(found.is_empty(), "{krate} depends on {found:?}");
+    };
+    // The model is pure: no async runtime, no network, no SQLite, no Python.
+    forbidden(
+        "hermes-meter-model",
+        &[
+            "tokio",
+            "hyper",
+            "h2",
+            "tonic",
+            "rustls",
+            "rusqlite",
+            "libsqlite3-sys",
+            "pyo3",
+            "postgres",
+        ],
+    );
+    // The store: SQLite, nothing that sends or runs tasks.
+    forbidden(
+        "hermes-meter-store",
+        &["tokio", "hyper", "h2", "tonic", "rustls", "pyo3", "postgres"],
+    );
+    // Nothing but the binding knows Python.
+    forbidden("hermes-meter-runtime", &["pyo3"]);
+    forbidden("hermes-meter", &["pyo3"]);
+}
+
+/// Every file of this repository that a document or a comment names by its
+/// path exists: a path names a file when it starts at one of the
+/// repository's top directories and ends with a file extension, and it is
+/// read from the repository's root or, in a nested project (`semconv/`),
+/// from a directory on the way to the naming file. Hermes's own `tools/*.py` are
+/// Hermes's files, not ours.
+#[test]
+fn every_path_named_in_docs_and_comments_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    const TOPS: [&str; 13] = [
+        "src/",
+        "crates/",
+        "tests/",
+        "docs/",
+        "scripts/",
+        "python/",
+        "collector-config/",
+        "benches/",
+        "catalog/",
+        "semconv/",
+        "examples/",
+        "tools/",
+        ".ci/",
+    ];
+    const EXTENSIONS: [&str; 12] = [
+        "rs", "md", "py", "sh", "yaml", "yml", "toml", "sql", "tsv", "jsonl", "json", "go",
+    ];
+    fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("read dir") {
+            let path = entry.expect("entry").path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            if path.is_dir() {
+                if !matches!(name, "target" | ".git" | "node_modules" | "__pycache__") {
+                    files(&path, out);
+                }
+            } else if ["md", "rs", "py", "sh", "toml", "yaml"]
+                .iter()
+                .any(|e| path.extension().is_some_and(|x| x == *e))
+            {
+                out.push(path);
+            }
+        }
+    }
+    let mut all = Vec::new();
+    files(root, &mut all);
+    let mut missing = Vec::new();
+    for file in &all {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let tokens = text.split(|c: char| !(c.is_ascii_alphanumeric() || "_./-".contains(c)));
+        for token in tokens {
+            let token = token.trim_end_matches('.');
+            let Some(top) = TOPS.iter().find(|t| token.starts_with(**t)) else {
+                continue;
+            };
+            let Some((_, ext)) = token.rsplit_once('.') else {
+                continue;
+            };
+            if !EXTENSIONS.contains(&ext) || token.contains("..") || (*top == "tools/" && ext == "py") {
+                continue;
+            }
+            // From the root, or from a directory on the way to the file
+            // (a nested project names its own `docs/`).
+            let found = file
+                .ancestors()
+                .skip(1)
+                .take_while(|dir| dir.starts_with(root))
+                .any(|dir| dir.join(token).exists());
+            if !found {
+                missing.push(format!(
+                    "{}: {token}",
+                    file.strip_prefix(root).unwrap_or(file).display()
+                ));
+            }
+        }
+    }
+    missing.sort();
+    missing.dedup();
+    assert!(missing.is_empty(), "paths that name no file:\n{}", missing.join("\n"));
+}
+
+/// Every setting the code reads from the environment (`HERMES_METER_*`,
+/// `OTEL_*` string literals) is in `docs/configuration.md`: by its name, a
+/// trace setting also by its per-signal short form (`_TRACES_ENDPOINT`),
+/// a metric or log setting by `OTEL_EXPORTER_OTLP_METRICS_*` /
+/// `OTEL_EXPORTER_OTLP_LOGS_*`.
+#[test]
+fn every_setting_read_is_documented() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manual = std::fs::read_to_string(root.join("docs/configuration.md")).expect("docs/configuration.md");
+    let mut sources = Vec::new();
+    for dir in crate_roots() {
+        rust_files(&dir, &mut sources);
+    }
+    for entry in std::fs::read_dir(root.join("python/hermes_meter")).expect("python/") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "py") {
+            sources.push(path);
+        }
+    }
+    let mut undocumented = BTreeSet::new();
+    for file in &sources {
+        let text = std::fs::read_to_string(file).expect("read");
+        for literal in text.split('"').skip(1).step_by(2) {
+            let setting = literal.starts_with("HERMES_METER_") || literal.starts_with("OTEL_");
+            if !setting
+                || !literal
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+            {
+                continue;
+            }
+            let short = ["TRACES", "METRICS", "LOGS"].iter().find_map(|signal| {
+                let prefix = format!("OTEL_EXPORTER_OTLP_{signal}_");
+                literal.strip_prefix(&prefix).map(|rest| (*signal, rest))
+            });
+            let documented = manual.contains(literal)
+                || match short {
+                    Some(("TRACES", rest)) => manual.contains(&format!("`_TRACES_{rest}`")),
+                    Some((signal, _)) => manual.contains(&format!("OTEL_EXPORTER_OTLP_{signal}_*")),
+                    None => false,
+                };
+            if !documented {
+                undocumented.insert(format!(
+                    "{literal} ({})",
+                    file.strip_prefix(root).unwrap_or(file).display()
+                ));
+            }
+        }
+    }
+    assert!(
+        undocumented.is_empty(),
+        "settings read but not in docs/configuration.md:\n{}",
+        undocumented.into_iter().collect::<Vec<_>>().join("\n")
+    );
 }

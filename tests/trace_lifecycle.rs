@@ -269,14 +269,23 @@ fn a_resumed_session_continues_its_trace_without_sending_the_root_again() {
         cont.links.first().map(|l| l.span_id.clone()),
         Some(root.span_id.clone())
     );
-    // Each stretch reports its own tokens: together they are the session's.
-    let tokens = |s: &Span| {
-        attr(s, "gen_ai.usage.output_tokens")
-            .and_then(|v| v.parse::<i64>().ok())
-            .unwrap_or(0)
-    };
-    let chat_tokens: i64 = spans.iter().filter(|s| s.name.starts_with("chat ")).map(tokens).sum();
-    assert_eq!(tokens(root) + tokens(cont), chat_tokens);
+    // Each stretch reports its own tokens (hermes.usage.*, no GenAI
+    // consumer adds them to the chat spans'): together they are the
+    // session's.
+    let tokens = |s: &Span, key: &str| attr(s, key).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+    let chat_tokens: i64 = spans
+        .iter()
+        .filter(|s| s.name.starts_with("chat "))
+        .map(|s| tokens(s, "gen_ai.usage.output_tokens"))
+        .sum();
+    let session = |s: &Span| tokens(s, "hermes.usage.total_output_tokens");
+    assert!(chat_tokens > 0);
+    assert_eq!(session(root) + session(cont), chat_tokens);
+    assert_eq!(
+        tokens(root, "gen_ai.usage.output_tokens"),
+        0,
+        "no GenAI usage on a session span"
+    );
     let turns: Vec<&Span> = spans.iter().filter(|s| s.name == "invoke_agent hermes").collect();
     assert_eq!(turns.len(), 2);
     assert!(

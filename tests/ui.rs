@@ -38,6 +38,7 @@ fn serve(dir: &Path, token: Option<&str>, listen: &str) -> UiServer {
         token: token.map(Into::into),
         span_options: SpanOptions::default(),
         base: String::new(),
+        hermes_home: None,
     })
     .expect("viewer starts")
 }
@@ -130,6 +131,14 @@ fn a_session_page_shows_every_span_of_the_trace_and_its_errors() {
         );
         assert!(page.body.contains("id=\"turn-chart\""), "{name}: the per-turn chart");
     }
+    // The kit's mock-model is in no price list: its calls say unpriced, not $0.
+    let readfile = get(ui.addr(), &format!("/session/{}", session_of("delegate_sync")), &[]).body;
+    let chat_rows: Vec<&str> = readfile.split("<tr class=\"span kind-chat").skip(1).collect();
+    assert!(!chat_rows.is_empty());
+    for row in chat_rows {
+        let row = &row[..row.find("</tr>").expect("row end")];
+        assert!(row.contains(">unpriced</span>") && !row.contains("$0.0000"), "{row}");
+    }
     // No cache reads, no cache figure.
     assert!(!get(ui.addr(), &format!("/session/{}", session_of("failonce")), &[])
         .body
@@ -141,6 +150,25 @@ fn a_session_page_shows_every_span_of_the_trace_and_its_errors() {
     // The subagent links to its own page.
     let parent = get(ui.addr(), &format!("/session/{}", session_of("delegate_sync")), &[]);
     assert!(parent.body.contains("href=\"/session/20261130_013800_5b8baf\""));
+    // One cost for the session everywhere: its own, as the list shows it,
+    // and with its subagent beside it, named so.
+    let between = |text: &str, from: &str| -> String {
+        let at = text.find(from).unwrap_or_else(|| panic!("{from} on the page")) + from.len();
+        text[at..].split("</b>").next().unwrap_or_default().to_string()
+    };
+    let own = between(&parent.body, "id=\"session-cost\">");
+    let family = between(&parent.body, "id=\"cost-with-subagents\">");
+    assert!(parent.body.contains("cost with 1 subagent<"), "named the same way");
+    assert!(family.starts_with('$'), "{family}");
+    let list = get(ui.addr(), "/", &[]).body;
+    let row_at = list
+        .find(&format!("href=\"/session/{}\"", session_of("delegate_sync")))
+        .expect("the parent in the list");
+    let row = &list[row_at..row_at + list[row_at..].find("</tr>").expect("row end")];
+    assert!(
+        row.contains(&format!(">{own}<")),
+        "the list shows the same cost {own}: {row}"
+    );
     assert_eq!(get(ui.addr(), "/session/20261130_013800_5b8baf", &[]).status, 200);
 }
 
@@ -225,6 +253,7 @@ fn off_loopback_needs_a_token_and_every_request_must_carry_it() {
         token: None,
         span_options: SpanOptions::default(),
         base: String::new(),
+        hermes_home: None,
     });
     let err = refused.expect_err("no token off loopback");
     assert!(err.to_string().contains("token"), "{err}");
@@ -296,6 +325,7 @@ fn the_token_redirect_goes_to_the_configured_base_path_only() {
         token: Some("s3cret-token".into()),
         span_options: SpanOptions::default(),
         base: "/meter/".into(),
+        hermes_home: None,
     })
     .expect("viewer starts");
     let r = get(
@@ -508,4 +538,74 @@ fn the_index_and_session_queries_use_indexes() {
             .any(|d| d.contains("SEARCH l USING INDEX llm_calls_session (session_id=?)")),
         "{calls:?}"
     );
+}
+
+/// A Hermes home whose `state.db` lists `sessions` (id, source, started_at).
+fn hermes_home_with(sessions: &[(&str, &str, f64)]) -> tempfile::TempDir {
+    let home = tempfile::tempdir().expect("temp dir");
+    let conn = rusqlite::Connection::open(home.path().join("state.db")).expect("state.db");
+    conn.execute_batch(
+        "CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT, started_at REAL, parent_session_id TEXT, title TEXT)",
+    )
+    .expect("schema");
+    for (id, source, at) in sessions {
+        conn.execute(
+            "INSERT INTO sessions (id, source, started_at) VALUES (?1, ?2, ?3)",
+            rusqlite::params![id, source, at],
+        )
+        .expect("session");
+    }
+    home
+}
+
+#[test]
+fn the_index_says_first_what_hermes_ran_that_was_not_recorded() {
+    let (dir, _store) = store_with(&["multi_turn"]);
+    let now = hermes_meter::unix_now();
+    // A process a minute ago whose load Hermes abandoned, and the cron
+    // session it ran, which the ledger therefore lacks.
+    let mut tracker = hermes_meter::health::Tracker::new(now - 60.0);
+    tracker
+        .hermes(
+            json!({"hermes_version": "0.22.2", "load": "abandoned", "register_ms": 10500.0, "points": []}),
+            now - 59.0,
+        )
+        .expect("report");
+    tracker.write(dir.path(), now).expect("health.json");
+    let home = hermes_home_with(&[("20261206_lost<i>", "cron<b>", now - 30.0)]);
+    let ui = UiServer::start(UiConfig {
+        listen: "127.0.0.1:0".into(),
+        store_dir: dir.path().to_path_buf(),
+        token: None,
+        span_options: SpanOptions::default(),
+        base: String::new(),
+        hermes_home: Some(home.path().to_path_buf()),
+    })
+    .expect("viewer starts");
+    let page = get(ui.addr(), "/", &[]).body;
+    let trouble = &page[page.find("id=\"trouble\"").expect("a trouble section")..];
+    let trouble = &trouble[..trouble.find("</section>").expect("its end")];
+    assert!(
+        trouble.contains("Hermes ran 1 session(s)") && trouble.contains("20261206_lost&lt;i&gt;"),
+        "{trouble}"
+    );
+    assert!(trouble.contains("from cron&lt;b&gt;"), "escaped: {trouble}");
+    assert!(
+        trouble.contains("Hermes abandoned loading the plugin in 1 process(es)"),
+        "{trouble}"
+    );
+    // The section comes before the list.
+    assert!(page.find("id=\"trouble\"") < page.find("id=\"total-sessions\""));
+
+    // Inside a Hermes process (the dashboard tab) Hermes's database is not
+    // opened; the processes' own reports still show.
+    let inside = serve(dir.path(), None, "127.0.0.1:0");
+    let page = get(inside.addr(), "/", &[]).body;
+    assert!(page.contains("Hermes abandoned loading the plugin"), "{page}");
+    assert!(!page.contains("20261206_lost"), "{page}");
+
+    // Nothing wrong: no section.
+    let (clean, _store) = store_with(&["multi_turn"]);
+    let quiet = serve(clean.path(), None, "127.0.0.1:0");
+    assert!(!get(quiet.addr(), "/", &[]).body.contains("id=\"trouble\""));
 }

@@ -113,6 +113,7 @@ fn chromium_renders_the_index_and_a_session_with_every_span_and_no_console_error
         token: None,
         span_options: SpanOptions::default(),
         base: String::new(),
+        hermes_home: None,
     })
     .expect("viewer");
     let base = format!("http://{}", ui.addr());
@@ -172,6 +173,7 @@ fn with_a_token_chromium_loads_the_stylesheet_and_script_with_the_cookie_the_fir
         token: Some("browser-token".into()),
         span_options: SpanOptions::default(),
         base: String::new(),
+        hermes_home: None,
     })
     .expect("viewer");
     let profile = tempfile::tempdir().expect("profile dir");

@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Any
 
-from . import _aux, _integrations, _native, _profiles, _skips
+from . import _aux, _integrations, _native, _oneshot, _profiles, _skips
 from ._native import HermesMeterError
 
 __all__ = ["HermesMeterError", "register"]
@@ -30,16 +30,27 @@ _EXIT_FLUSH_SECONDS = 2.0
 def register(ctx: Any) -> None:
     """Register the hooks, ``hermes meter ...`` and ``/meter`` with Hermes.
 
+    Does only what cannot wait, and imports no Hermes module: Hermes 0.21
+    and later call it on a plugin-discovery thread, with a deadline, while
+    the main thread may be importing the agent (see ``_integrations``).
+    Reaching into Hermes's internals waits for the first hook call.
+
     A multi-profile gateway calls this once per profile that enabled the
     plugin, each time in that profile's scope: the hooks made here record
     their calls for ``ctx.profile_name``, into the one store of the process.
     """
+    elapsed = _integrations.timer()
     # Hermes's active profile, for per-profile budgets, and its home (where
     # the process-wide patches find which profile calls them).
     profile = _profiles.name_of(ctx)
     home = _profiles.home_key()
     _native.start(profile)
+    # A person sees a line of each notice and stop; a one-shot run a budget
+    # stopped exits 3 (the wraps wait for the points to settle).
+    _native.set_verdict_sink(_oneshot.noted)
     known = _hermes_hooks()
+    host = _in_plugin_host(ctx)
+    enforce = _native.budget_mode() == "enforce"
     ours: dict[str, Any] = {}
     recorders: dict[str, Any] = {}
     coarse = _skips.coarse_single_flight()
@@ -65,54 +76,82 @@ def register(ctx: Any) -> None:
     # recorded from its dispatcher, and counted (see _skips).
     _skips.install(ours, recorders, registration=f"{profile or ''}\0{home}")
     if known is not None and "post_auxiliary_call" not in known:
-        # Hermes 0.19.0: auxiliary calls fire no hook; feed ours from the
-        # chokepoint of Hermes's own auxiliary accounting instead.
-        _aux.install(_native.Hook("post_auxiliary_call", profile=profile), home)
-    # What the provider billed, where its usage says (OpenRouter's `cost`).
-    from . import _provider_cost
-
-    _provider_cost.install()
+        # Hermes 0.19 - 0.21.4: auxiliary calls fire no hook; ours is fed
+        # from the chokepoint of Hermes's own auxiliary accounting, wrapped
+        # when the points settle.
+        _aux.add_profile(_native.Hook("post_auxiliary_call", profile=profile), home)
     # Who is asking, for `/meter` in the gateway (the command gets only its text).
     if known is None or "pre_gateway_dispatch" in known:
         ctx.register_hook("pre_gateway_dispatch", _remember_gateway_caller)
-    if _native.budget_mode() == "enforce" and hasattr(ctx, "register_middleware"):
+    has_middleware = hasattr(ctx, "register_middleware")
+    if enforce and has_middleware:
         # Stops the LLM calls of a session whose budget is exhausted (hooks
         # can only observe a call; middleware can answer it instead).
         from . import _budget
 
-        ctx.register_middleware("llm_execution", _budget.llm_execution)
+        execution = _budget.host_llm_execution if host else _budget.llm_execution
+        ctx.register_middleware("llm_execution", execution)
         # Routes the calls of a session past its [downgrade] line to the
         # cheaper model (a no-op without one).
         ctx.register_middleware("llm_request", _budget.llm_request)
+        if known is not None and "pre_auxiliary_call" in known:
+            # Whose auxiliary call comes next: the middleware of a title
+            # made after the turn ended gets no session of its own.
+            ctx.register_hook("pre_auxiliary_call", _budget.note_auxiliary_call)
         if known is not None and "transform_api_error_classification" in known:
             # Hermes main would retry a stop as an unknown API error.
             ctx.register_hook("transform_api_error_classification", _budget.classify_api_error)
-    ctx.register_cli_command(
-        "meter",
-        help="hermes-meter spend report and store status",
-        setup_fn=_setup_cli,
-        handler_fn=_run_cli,
-        description="Runs the hermes-meter command line: report, status, replay.",
-    )
+    if not host:
+        # In the plugin host Hermes skips CLI commands (they belong to the
+        # Hermes process's parser): `hermes-meter` is the command line there.
+        ctx.register_cli_command(
+            "meter",
+            help="hermes-meter: spend report, budgets, traces and store status",
+            setup_fn=_setup_cli,
+            handler_fn=_run_cli,
+            description="Runs the hermes-meter command line (the same as `hermes-meter`).",
+        )
     ctx.register_command(
         "meter",
         _SlashCommand(ctx),
         description="This session's cost and tokens, and today's spend (hermes-meter)",
     )
-    _integrations.record(
-        _integrations.check(
-            known,
-            enforce=_native.budget_mode() == "enforce",
-            has_middleware=hasattr(ctx, "register_middleware"),
-            tool_gate=("pre_tool_call" in ours),
-        )
-    )
     _flush_at_exit()
+    # The dashboard finds its tab among files: a `hermes dashboard` process
+    # runs no hook, so this cannot wait (a few small files compared).
     _install_dashboard_tab()
-    # Alerts to a person as a message through Hermes (HERMES_METER_ALERT_DELIVER).
+    # Alerts to a person as a message through Hermes (HERMES_METER_ALERT_DELIVER):
+    # its thread imports Hermes's sender only once Hermes imports nothing.
     from . import _deliver
 
     _deliver.start()
+    facts = _integrations.Facts(
+        hooks=known,
+        host_isolation=host,
+        enforce=enforce,
+        has_middleware=has_middleware,
+        tool_gate="pre_tool_call" in ours,
+        bounded_dispatch=_skips.bounded_dispatch(),
+        deliver=_deliver.target_from_env() is not None,
+    )
+    # Hermes 0.22 marks a context whose load overran its deadline: whatever
+    # it registered is thrown away (nothing is recorded in this process).
+    abandoned = getattr(ctx, "_load_abandoned", False) is True
+    _integrations.note_registration(facts, register_ms=elapsed(), abandoned=abandoned)
+    # What can be settled without importing anything is, now; the rest,
+    # and what was deferred, at the first hook call (``_native`` asks).
+    _integrations.settle(may_import=False)
+    _native.settle_pending(True)
+
+
+def _in_plugin_host(ctx: Any) -> bool:
+    """Whether Hermes runs this plugin in its plugin host, a process apart
+    from the agent's (``plugins.isolation: host``, Hermes 0.22 and later:
+    ``hermes_cli/plugin_host_child.py``, whose context is a
+    ``RemotePluginContext``)."""
+    if type(ctx).__name__ == "RemotePluginContext":
+        return True
+    return _integrations.loaded("hermes_cli.plugin_host_child") is not None
 
 
 _exit_flush_registered = False
@@ -124,8 +163,22 @@ def _flush_at_exit() -> None:
     global _exit_flush_registered
     if not _exit_flush_registered:
         _exit_flush_registered = True
-        atexit.register(_native.exit_flush, _EXIT_FLUSH_SECONDS)
+        atexit.register(_exit_flush)
     _flush_before_os_exit()
+
+
+def _exit_flush() -> None:
+    # What this process used of Hermes goes into the report first: the
+    # flush writes the health record. An alert being sent finishes first.
+    from . import _deliver
+
+    _deliver.finish(_DELIVER_AT_EXIT_SECONDS)
+    _integrations.refresh()
+    _native.exit_flush(_EXIT_FLUSH_SECONDS)
+
+
+# How long an exit waits for an alert message in flight through Hermes.
+_DELIVER_AT_EXIT_SECONDS = 1.0
 
 
 def _install_dashboard_tab() -> None:
@@ -165,7 +218,7 @@ def _flush_before_os_exit() -> None:
     def _exit(status: int) -> None:
         if os.getpid() == pid:
             try:
-                _native.exit_flush(_EXIT_FLUSH_SECONDS)
+                _exit_flush()
             except BaseException:  # noqa: BLE001 - the exit must happen
                 pass
         real_exit(status)
@@ -175,20 +228,34 @@ def _flush_before_os_exit() -> None:
 
 
 def _hermes_hooks() -> frozenset[str] | None:
-    """The hook names the running Hermes knows, or None if it cannot say."""
+    """The hook names the running Hermes knows, or None if it cannot say.
+    Read from the module that is calling ``register``, never imported."""
+    plugins = _integrations.loaded("hermes_cli.plugins")
+    valid = getattr(plugins, "VALID_HOOKS", None) if plugins is not None else None
+    if valid is None and plugins is None and "hermes_cli.plugins" in sys.modules:
+        # Being imported right now: its VALID_HOOKS is set near the top.
+        valid = getattr(sys.modules["hermes_cli.plugins"], "VALID_HOOKS", None)
     try:
-        from hermes_cli.plugins import VALID_HOOKS
-    except Exception:
+        return frozenset(valid) if valid is not None else None
+    except TypeError:
         return None
-    return frozenset(VALID_HOOKS)
 
 
-# The `hermes meter ...` subcommands: the read-only part of the
-# `hermes-meter` command line (replay, serve and export stay there).
+# The `hermes meter ...` subcommands: every command of `hermes-meter`
+# (tests/python/test_plugin.py holds this list equal to its --help).
 _CLI_COMMANDS = {
     "report": "spend and tokens by day, model, provider, sender, cron job and session",
-    "status": "store path, schema, row counts, export and budget state",
+    "status": "what is wrong first, then the store, export, budgets and Hermes's integration",
+    "budget": "budgets: set limits, list spend and verdicts, forecast",
+    "trace": "one session's spans as a tree: turns, attempts, tools, subagents",
     "pricing": "the price a model gets and why, price list updates, drift from Hermes's prices",
+    "held": "calls whose usage was beyond what any provider bills in one call",
+    "doctor": "check the store's integrity; --rebuild rebuilds a damaged one",
+    "ui": "a local read-only web viewer: sessions, their spans, budgets",
+    "serve": "export spans and serve metrics from the store until stopped",
+    "export": "re-send every finished span since a time",
+    "replay": "apply recorded hook calls (JSON lines) to the store",
+    "compact": "build report's rollups, then give back the space retention freed",
 }
 
 
@@ -202,21 +269,22 @@ def _setup_cli(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_cli(args: argparse.Namespace) -> None:
-    # Hermes ignores the handler's return value; the exit code goes through sys.exit.
+    """``hermes meter COMMAND ...`` is ``hermes-meter COMMAND ...``: the same
+    command line, run in a process of its own with this Python (so it reads
+    the same settings, and never opens Hermes's files inside Hermes's
+    process). Hermes ignores the handler's return value; the exit code goes
+    through ``sys.exit``."""
+    import subprocess
+
     command = getattr(args, "meter_command", None)
     if command not in _CLI_COMMANDS:
         print("usage: hermes meter {" + ",".join(_CLI_COMMANDS) + "} [options]", file=sys.stderr)
         sys.exit(2)
-    os.environ.setdefault("HERMES_METER_HERMES_PYTHON", sys.executable)
-    code = _native.cli_main(["hermes meter", command, *args.args])
-    if command == "status" and "--json" not in args.args:
-        # What only this Hermes can tell: which of its internals the plugin
-        # reaches, and whether they are there.
-        points = _integrations.lines()
-        if points:
-            print("\nHermes integration points:")
-            for line in points:
-                print(f"  {line}")
+    env = dict(os.environ, HERMES_METER_HERMES_PYTHON=sys.executable)
+    try:
+        code = subprocess.call([sys.executable, "-m", "hermes_meter.cli", command, *args.args], env=env)
+    except KeyboardInterrupt:
+        code = 130
     sys.exit(code)
 
 

@@ -9,7 +9,7 @@ base_url=...)``, which writes the usage to Hermes's own database, but only
 while a turn has published its session: a ``/compress`` typed in the REPL
 is billed by the provider and recorded nowhere.
 
-:func:`install` wraps that function, in this process only: Hermes's own
+:func:`wrap_accounting` wraps that function, in this process only: Hermes's own
 accounting runs first and unchanged, then the same response goes to our
 ``post_auxiliary_call`` hook, shaped as newer Hermes fires it (the fields of
 ``post_api_request`` plus ``aux_task``), with the provider's billed cost when
@@ -68,34 +68,19 @@ def remembering(hook: Callable[..., Any], home: str = _profiles.UNKNOWN_HOME) ->
     return pre_llm_call
 
 
-def install(hook: Callable[..., Any], home: str = _profiles.UNKNOWN_HOME) -> bool:
-    """Records auxiliary calls made in the profile at ``home`` with
-    ``hook``, wrapping Hermes's auxiliary chokepoint the first time; returns
-    whether it wrapped it now.
-
-    ``agent.aux_accounting.record_aux_usage`` where Hermes has it (0.19.0);
-    before that (0.18 and older, no auxiliary accounting at all) the
-    auxiliary client's ``_validate_llm_response``, which every successful
-    auxiliary response passes through too."""
+def add_profile(hook: Callable[..., Any], home: str = _profiles.UNKNOWN_HOME) -> None:
+    """Records the auxiliary calls made in the profile at ``home`` with
+    ``hook`` once Hermes's chokepoint is wrapped (:func:`wrap_accounting`,
+    installed by ``_integrations.settle``, never by ``register``)."""
     _hooks.set(home, (hook, home))
-    try:
-        from agent import aux_accounting
-    except Exception:
-        # Before 0.19.0: no auxiliary accounting at all.
-        try:
-            from agent import auxiliary_client
-        except Exception:
-            return False
 
-        def validating(original: Callable[..., Any]) -> Callable[..., Any]:
-            def validate(response: Any, task: Any = None, *args: Any, **kwargs: Any) -> Any:
-                valid = original(response, task, *args, **kwargs)
-                _report(None, valid, task, kwargs)
-                return valid
 
-            return validate
-
-        return _patch.wrap(auxiliary_client, "_validate_llm_response", validating)
+def wrap_accounting(aux_accounting: Any) -> bool:
+    """Wraps ``agent.aux_accounting.record_aux_usage`` (Hermes 0.19 -
+    0.21.4), which Hermes's auxiliary client looks up at each call
+    (``from agent.aux_accounting import record_aux_usage`` inside the
+    function), so a wrap made after the module loaded still sees every call.
+    Returns whether it is in place."""
 
     def recording(original: Callable[..., Any]) -> Callable[..., Any]:
         def record_aux_usage(response: Any, task: Any, *args: Any, **kwargs: Any) -> Any:
@@ -106,7 +91,25 @@ def install(hook: Callable[..., Any], home: str = _profiles.UNKNOWN_HOME) -> boo
 
         return record_aux_usage
 
-    return _patch.wrap(aux_accounting, "record_aux_usage", recording)
+    _patch.wrap(aux_accounting, "record_aux_usage", recording)
+    return _patch.is_wrapped(aux_accounting, "record_aux_usage")
+
+
+def wrap_validate(auxiliary_client: Any) -> bool:
+    """Before Hermes 0.19 (no auxiliary accounting at all): wraps the
+    auxiliary client's ``_validate_llm_response``, which every successful
+    auxiliary response passes through."""
+
+    def validating(original: Callable[..., Any]) -> Callable[..., Any]:
+        def validate(response: Any, task: Any = None, *args: Any, **kwargs: Any) -> Any:
+            valid = original(response, task, *args, **kwargs)
+            _report(None, valid, task, kwargs)
+            return valid
+
+        return validate
+
+    _patch.wrap(auxiliary_client, "_validate_llm_response", validating)
+    return _patch.is_wrapped(auxiliary_client, "_validate_llm_response")
 
 
 def _report(accounting: Any, response: Any, task: Any, kw: dict) -> None:

@@ -10,11 +10,13 @@ understands. Everything here fails open: an error lets the call go ahead.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import time
 from types import SimpleNamespace as _NS
 from typing import Any
 
-from . import _native
+from . import _native, _oneshot
 
 #: The ``model`` of a stand-in response; ``post_api_request`` reports it as
 #: ``response_model`` and the ledger records no LLM call for it.
@@ -30,13 +32,57 @@ def llm_execution(*, next_call: Any, **kwargs: Any) -> Any:
     anyway, which is the fail-open we want."""
     request_id = kwargs.get("api_request_id")
     message = _native.llm_stop(request_id)
+    kind = "stop"
     if message is None and isinstance(request_id, str) and request_id.startswith(AUX_REQUEST_PREFIX):
         # An auxiliary call (Hermes main) fires no pre_api_request: it is
         # stopped while its session's last verdict is a hard breach.
         message = _native.session_stop(_aux_session(kwargs))
+        kind = "aux"
     if message is None:
         return next_call()
+    _oneshot.noted(kind, message)
     return stop(kwargs.get("api_mode"), message)
+
+
+#: What ``status`` says of the middleware in the plugin host.
+HOST_NOTE = (
+    "in the plugin host (plugins.isolation: host) a middleware cannot pass a call on: a call under budget"
+    " goes ahead through Hermes's fail-open path (it logs one WARNING per process naming hermes-meter),"
+    " a call over budget is answered by the stand-in"
+)
+
+
+class GoAhead(Exception):
+    """Raised by :func:`host_llm_execution` for a call under budget: Hermes
+    then makes the call itself (its fail-open path for a middleware that
+    raises before ``next_call``)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "hermes-meter: under budget, the call goes ahead (in the plugin host a middleware cannot call"
+            " next_call, so Hermes's fail-open path makes the call; not an error)"
+        )
+
+
+def host_llm_execution(**kwargs: Any) -> Any:
+    """``llm_execution`` middleware in Hermes's plugin host
+    (``plugins.isolation: host``, Hermes 0.22 and later), where ``next_call``
+    is a placeholder that cannot be called (``hermes_cli/plugin_host_wire.py``,
+    ``Opaque``) and only plain data and dataclasses cross back: a call over
+    budget is answered by a stand-in made of dataclasses (which reaches
+    Hermes as a record with attribute access), and a call under budget
+    raises :class:`GoAhead`, which Hermes logs once and answers by making
+    the call (``hermes_cli/middleware.py``, ``_run_execution_chain``)."""
+    request_id = kwargs.get("api_request_id")
+    message = _native.llm_stop(request_id)
+    kind = "stop"
+    if message is None and isinstance(request_id, str) and request_id.startswith(AUX_REQUEST_PREFIX):
+        message = _native.session_stop(_aux_session(kwargs))
+        kind = "aux"
+    if message is None:
+        raise GoAhead()
+    _oneshot.noted(kind, message)
+    return stand_in(kwargs.get("api_mode"), message, make=_record)
 
 
 def llm_request(*, request: Any = None, session_id: Any = None, **_: Any) -> dict[str, Any] | None:
@@ -63,14 +109,41 @@ def llm_request(*, request: Any = None, session_id: Any = None, **_: Any) -> dic
 AUX_REQUEST_PREFIX = "aux-"
 
 
+#: The session of each auxiliary call announced by ``pre_auxiliary_call``
+#: (its ``api_request_id`` -> ``session_id``), newest last: Hermes 0.22's
+#: middleware gets no session for an auxiliary call made after its turn
+#: ended (a session's title), the hook before it does.
+_AUX_SESSIONS: dict[str, str] = {}
+#: Most remembered; the oldest go first (a call's middleware runs right
+#: after its hook).
+_AUX_SESSIONS_MAX = 256
+
+
+def note_auxiliary_call(*, api_request_id: Any = None, session_id: Any = None, **_: Any) -> None:
+    """``pre_auxiliary_call`` (Hermes 0.21.5 and later): remembers whose
+    auxiliary call is about to be made, for :func:`llm_execution`. Never
+    raises."""
+    try:
+        if isinstance(api_request_id, str) and api_request_id and isinstance(session_id, str) and session_id:
+            _AUX_SESSIONS[api_request_id] = session_id
+            while len(_AUX_SESSIONS) > _AUX_SESSIONS_MAX:
+                _AUX_SESSIONS.pop(next(iter(_AUX_SESSIONS)))
+    except Exception:  # noqa: BLE001 - never raise into Hermes
+        pass
+
+
 def _aux_session(kwargs: dict[str, Any]) -> str | None:
     """The session of an auxiliary call: the middleware's ``session_id``
-    where it passes one, else the turn it runs under, found as
+    where it passes one, else the one ``pre_auxiliary_call`` announced for
+    its request, else the turn it runs under, found as
     ``agent/auxiliary_hooks.py`` finds it (``agent.relay_runtime.current_turn()``,
     read at 7effdff81b7bbcdf0e441829030a7ee2d037a7f9). None outside a turn."""
     session = kwargs.get("session_id")
     if isinstance(session, str) and session:
         return session
+    announced = _AUX_SESSIONS.get(str(kwargs.get("api_request_id") or ""))
+    if announced:
+        return announced
     try:
         from agent.relay_runtime import current_turn
 
@@ -79,6 +152,59 @@ def _aux_session(kwargs: dict[str, Any]) -> str | None:
     except Exception:  # noqa: BLE001 - absent on older Hermes: no session known
         return None
     return session if isinstance(session, str) and session else None
+
+
+class AuxiliaryCallStopped(RuntimeError):
+    """An auxiliary LLM call (a title, a compression) of a session over its
+    budget, stopped before the provider. Hermes's auxiliary callers treat
+    it as a failed call (a title generation that failed is skipped)."""
+
+
+def _aux_stop() -> str | None:
+    """The stop text for the auxiliary call about to be made, if its
+    session is over a hard line. Never raises (fails open)."""
+    try:
+        session = _aux_session({})
+        return _native.session_stop(session) if session else None
+    except Exception:  # noqa: BLE001 - a failure lets the call go ahead
+        return None
+
+
+def wrap_aux_runners(auxiliary_hooks: Any) -> bool:
+    """Hermes 0.22's auxiliary calls go through Relay, not the
+    ``llm_execution`` middleware (``agent/auxiliary_client.py``: every
+    attempt runs in ``agent.auxiliary_hooks.run_with_aux_hooks`` /
+    ``arun_with_aux_hooks``, read in 0.22.2): those two are wrapped so an
+    auxiliary call of a session over its hard line is stopped before the
+    provider (and before its hooks fire: nothing was spent). Returns whether
+    both are in place."""
+    from . import _patch
+
+    def guarded(original: Any) -> Any:
+        def run_with_aux_hooks(call: Any, *args: Any, **kwargs: Any) -> Any:
+            message = _aux_stop()
+            if message is not None:
+                _oneshot.noted("aux", message)
+                raise AuxiliaryCallStopped(message)
+            return original(call, *args, **kwargs)
+
+        return run_with_aux_hooks
+
+    def guarded_async(original: Any) -> Any:
+        async def arun_with_aux_hooks(call: Any, *args: Any, **kwargs: Any) -> Any:
+            message = _aux_stop()
+            if message is not None:
+                _oneshot.noted("aux", message)
+                raise AuxiliaryCallStopped(message)
+            return await original(call, *args, **kwargs)
+
+        return arun_with_aux_hooks
+
+    _patch.wrap(auxiliary_hooks, "run_with_aux_hooks", guarded)
+    _patch.wrap(auxiliary_hooks, "arun_with_aux_hooks", guarded_async)
+    return _patch.is_wrapped(auxiliary_hooks, "run_with_aux_hooks") and _patch.is_wrapped(
+        auxiliary_hooks, "arun_with_aux_hooks"
+    )
 
 
 def stop(api_mode: str | None, message: str) -> Any:
@@ -134,9 +260,23 @@ def _llm_execution_blocked() -> Any:
     return LLMExecutionBlocked if isinstance(LLMExecutionBlocked, type) else None
 
 
-def stand_in(api_mode: str | None, text: str) -> Any:
+@functools.cache
+def _record_type(name: str, fields: tuple[str, ...]) -> Any:
+    return dataclasses.make_dataclass(name, fields)
+
+
+def _record(**fields: Any) -> Any:
+    """A dataclass instance with ``fields``: what crosses the plugin host's
+    boundary as a record with attribute access (a ``SimpleNamespace`` would
+    arrive as an opaque placeholder)."""
+    return _record_type("HermesMeterStandIn", tuple(fields))(**fields)
+
+
+def stand_in(api_mode: str | None, text: str, make: Any = _NS) -> Any:
     """A response of the provider's shape for ``api_mode``, with ``text`` as the
-    assistant's answer, no tool calls, no usage and ``model`` BLOCKED_MODEL."""
+    assistant's answer, no tool calls, no usage and ``model`` BLOCKED_MODEL;
+    its objects made by ``make`` (a namespace, or :func:`_record`)."""
+    _NS = make  # noqa: N806 - the shape below reads as the provider's objects
     rid = f"hermes-meter-blocked-{int(time.time() * 1000)}"
     if api_mode == "anthropic_messages":
         return _NS(

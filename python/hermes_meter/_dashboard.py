@@ -77,7 +77,9 @@ def viewer_url() -> str:
         if _url is not None:
             return _url
         port = _free_loopback_port()
-        argv = ["hermes-meter", "ui", "--listen", f"127.0.0.1:{port}"]
+        # --in-hermes: this is a Hermes process, whose own state.db the viewer
+        # must not open (POSIX locks are per process).
+        argv = ["hermes-meter", "ui", "--listen", f"127.0.0.1:{port}", "--in-hermes"]
         # cli_main releases the GIL and serves until the process ends.
         threading.Thread(target=_native.cli_main, args=(argv,), name="hermes-meter-ui", daemon=True).start()
         deadline = time.monotonic() + _START_SECONDS

@@ -117,16 +117,47 @@ def deliver_due(target: Target) -> int:
     return sent
 
 
+#: How often a look that found Hermes importing tries again, seconds.
+_IMPORT_WAIT = 0.1
+
+#: Held while a look sends: the exit waits for a send in flight.
+_sending = threading.Lock()
+
+
 def _loop(target: Target, stop: threading.Event) -> None:
     # A look at once: what an earlier process (a `hermes -z` that ended
-    # before its thread looked) left goes out with this one.
+    # before its thread looked) left goes out with this one. Hermes's
+    # sender is imported from this thread, so never while another thread
+    # is importing (Hermes starting up: see _integrations.importing).
+    from ._integrations import importing
+
     while True:
+        if importing():
+            if stop.wait(_IMPORT_WAIT):
+                return
+            continue
         try:
-            deliver_due(target)
+            with _sending:
+                if stop.is_set():
+                    return
+                deliver_due(target)
         except Exception:  # noqa: BLE001 - the thread must outlive any failure
             _log.debug("hermes-meter: alert delivery step failed", exc_info=True)
         if stop.wait(_INTERVAL):
             return
+
+
+_stop: threading.Event | None = None
+
+
+def finish(timeout: float) -> None:
+    """At exit: no new look, and a send in flight gets ``timeout`` seconds
+    to finish (its alert is marked sent, not left claimed)."""
+    if _stop is None:
+        return
+    _stop.set()
+    if _sending.acquire(timeout=timeout):
+        _sending.release()
 
 
 def start() -> threading.Event | None:
@@ -141,7 +172,8 @@ def start() -> threading.Event | None:
             if _started:
                 return None
             _started = True
-        stop = threading.Event()
+        global _stop
+        stop = _stop = threading.Event()
         threading.Thread(target=_loop, args=(target, stop), name="hermes-meter-deliver", daemon=True).start()
         return stop
     except Exception:  # noqa: BLE001

@@ -5,7 +5,7 @@ user's pricing file nor hermes-meter's built-in table knows, at most once a
 minute per model. Hermes's own ``get_pricing_entry`` may fetch model lists
 over HTTP, so it is never called; this composes its pure parts over the
 metadata Hermes already fetched in this process (see
-docs/hermes-0.19.0-notes.md, section 3). These are private Hermes names, so
+notes/hermes-0.19.0-notes.md, section 3). These are private Hermes names, so
 any failure means "no price".
 """
 

@@ -23,3 +23,8 @@ def wrap(owner: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..
     wrapper._hermes_meter = True  # type: ignore[attr-defined]
     setattr(owner, name, wrapper)
     return True
+
+
+def is_wrapped(owner: Any, name: str) -> bool:
+    """Whether ``owner.name`` is a wrapper of ours."""
+    return bool(getattr(getattr(owner, name, None), "_hermes_meter", False))

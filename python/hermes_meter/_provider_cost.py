@@ -4,7 +4,7 @@ Some providers bill each response themselves and say what they billed in
 the response's usage (OpenRouter's ``usage.cost``, in USD). Hermes 0.19.0
 drops everything but the token counts when it builds the ``usage`` of
 ``post_api_request`` (``AIAgent._usage_summary_for_api_request_hook``).
-:func:`install` wraps that method, in this process only: Hermes's summary is
+:func:`wrap_main` wraps that method, in this process only: Hermes's summary is
 built first and unchanged, then the provider's figure is added as ``cost``
 when the raw usage carries a finite, non-negative number. The ledger then
 records it as the call's cost (source ``provider``) with our estimate
@@ -19,14 +19,11 @@ from typing import Any
 from . import _patch
 
 
-def install() -> bool:
-    """Wrap the usage summaries of ``post_api_request`` and, where Hermes has
-    it, ``post_auxiliary_call``; returns whether the first was wrapped."""
-    _install_auxiliary()
-    try:
-        import run_agent
-    except Exception:
-        return False
+def wrap_main(agent_class: Any) -> bool:
+    """Wraps ``AIAgent._usage_summary_for_api_request_hook`` (the usage of
+    ``post_api_request``); returns whether it is in place. Installed by
+    ``_integrations.settle``: the class is patched, so agents made before
+    the wrap see it too."""
 
     def with_cost(original: Any) -> Any:
         def summary_with_cost(self: Any, response: Any, *args: Any, **kwargs: Any) -> Any:
@@ -34,19 +31,16 @@ def install() -> bool:
 
         return summary_with_cost
 
-    return _patch.wrap(getattr(run_agent, "AIAgent", None), "_usage_summary_for_api_request_hook", with_cost)
+    _patch.wrap(agent_class, "_usage_summary_for_api_request_hook", with_cost)
+    return _patch.is_wrapped(agent_class, "_usage_summary_for_api_request_hook")
 
 
-def _install_auxiliary() -> bool:
+def wrap_auxiliary(auxiliary_hooks: Any) -> bool:
     """Hermes 0.21.5 and later build ``post_auxiliary_call``'s usage in
     ``agent.auxiliary_hooks._usage_summary(response, *, provider,
     api_mode)`` (read at 7effdff81b7bbcdf0e441829030a7ee2d037a7f9), which
     drops the provider's billed cost as the main loop's summary does: the
     same ``cost`` is added there."""
-    try:
-        from agent import auxiliary_hooks
-    except Exception:
-        return False
 
     def with_cost(original: Any) -> Any:
         def usage_summary_with_cost(response: Any, *args: Any, **kwargs: Any) -> Any:
@@ -54,7 +48,8 @@ def _install_auxiliary() -> bool:
 
         return usage_summary_with_cost
 
-    return _patch.wrap(auxiliary_hooks, "_usage_summary", with_cost)
+    _patch.wrap(auxiliary_hooks, "_usage_summary", with_cost)
+    return _patch.is_wrapped(auxiliary_hooks, "_usage_summary")
 
 
 def _add_cost(summary: Any, response: Any) -> Any:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +40,9 @@ HERMES_PLUGINS_LOGGER = "hermes_cli.plugins"
 #: running or suppressed after a timeout, and a skip for too many abandoned
 #: workers); each names the hook and the callback first.
 _SKIP_PREFIX = "Hook '%s' callback %s"
+#: What Hermes's dispatcher says when it stops waiting for a call
+#: ("Hook '%s' callback %s timed out after %.0fs").
+_TIMED_OUT = "timed out after"
 #: How many frames above the logging call the dispatcher's frame may be
 #: (logging's own frames, then ``_run_hook_callback_bounded``).
 _MAX_FRAMES = 16
@@ -92,7 +96,7 @@ class SkipWatch(logging.Filter):
 
     def _filter(self, record: logging.LogRecord) -> bool:
         msg = record.msg
-        if not (isinstance(msg, str) and msg.startswith(_SKIP_PREFIX) and "skipped" in msg):
+        if not (isinstance(msg, str) and msg.startswith(_SKIP_PREFIX)):
             return True
         args = record.args
         if not isinstance(args, tuple) or not args or not isinstance(args[0], str):
@@ -101,26 +105,36 @@ class SkipWatch(logging.Filter):
         ours = self._ours.get(hook_name)
         if not ours:
             return True
+        if _TIMED_OUT in msg:
+            # Hermes stopped waiting for a call of ours; the call goes on
+            # (and is recorded), but Hermes skips the callback for a while.
+            if len(args) > 1 and any(args[1] == getattr(cb, "__name__", None) for cb, _ in ours):
+                from . import _native
+
+                _native.note_hermes_timeout()
+            return True
+        if "skipped" not in msg:
+            return True
         found = _dispatched_kwargs(ours, hook_name)
         if found is None:
             # Not our callback's skip (another plugin's), or a dispatcher
             # this does not know: count ours only when the name says so.
             if len(args) > 1 and any(args[1] == getattr(cb, "__name__", None) for cb, _ in ours):
-                self._count(hook_name, recorded=False)
+                self._count(hook_name, recorded=False, after_timeout=False)
             return True
-        kwargs, recorder = found
+        kwargs, recorder, after_timeout = found
         recorded = recorder(**kwargs)
-        self._count(hook_name, recorded=recorded)
+        self._count(hook_name, recorded=recorded, after_timeout=after_timeout)
         return not recorded
 
-    def _count(self, hook_name: str, *, recorded: bool) -> None:
+    def _count(self, hook_name: str, *, recorded: bool, after_timeout: bool) -> None:
         with self._lock:
             counts = self.counts.setdefault(hook_name, [0, 0])
             counts[0 if recorded else 1] += 1
         # Into the store's health record, for `hermes-meter status`.
         from . import _native
 
-        _native.note_hermes_skip(recorded)
+        _native.note_hermes_skip(recorded, after_timeout)
 
     def totals(self) -> tuple[int, int]:
         """(recorded, lost) over every hook."""
@@ -130,10 +144,11 @@ class SkipWatch(logging.Filter):
 
 def _dispatched_kwargs(
     ours: list[Watched], hook_name: str
-) -> tuple[dict[str, Any], Callable[..., bool]] | None:
+) -> tuple[dict[str, Any], Callable[..., bool], bool] | None:
     """The kwargs of the call being skipped, read from the dispatcher's
-    frame on this thread (the one whose ``cb`` is one of ``ours``), and the
-    recorder of that callback."""
+    frame on this thread (the one whose ``cb`` is one of ``ours``), the
+    recorder of that callback, and whether the skip follows a timeout (the
+    frame's ``suppressed_until`` is still ahead; 0.22's dispatcher)."""
     frame = sys._getframe(2)
     for _ in range(_MAX_FRAMES):
         if frame is None:
@@ -144,18 +159,31 @@ def _dispatched_kwargs(
             for callback, recorder in ours:
                 if cb is callback:
                     kwargs = local.get("kwargs")
-                    return (dict(kwargs), recorder) if isinstance(kwargs, dict) else None
+                    until = local.get("suppressed_until")
+                    after_timeout = isinstance(until, float) and until > time.monotonic()
+                    return (dict(kwargs), recorder, after_timeout) if isinstance(kwargs, dict) else None
         frame = frame.f_back
     return None
+
+
+def bounded_dispatch() -> bool:
+    """Whether the running Hermes runs hooks on time-capped workers and
+    skips overlapping calls (0.21 and later). Never imports."""
+    from ._integrations import loaded
+
+    return hasattr(loaded("hermes_cli.plugins_dispatch"), "_HOOK_TIMEOUT_BOUNDED_HOOKS")
 
 
 def coarse_single_flight() -> bool:
     """Whether the running Hermes skips a call of a callback while any other
     call of it runs (0.21.x: key ``(hook, callback)``), rather than only one
-    for the same tool call or turn (later main: ``_hook_call_identity``)."""
-    try:
-        import hermes_cli.plugins_dispatch as dispatch
-    except Exception:  # noqa: BLE001 - no such dispatcher: nothing is skipped
+    for the same tool call or turn (later main: ``_hook_call_identity``).
+    Read from the dispatcher ``hermes_cli.plugins`` imported, never imported
+    here (``register`` must not import: see ``_integrations``)."""
+    from ._integrations import loaded
+
+    dispatch = loaded("hermes_cli.plugins_dispatch")
+    if dispatch is None:
         return False
     return hasattr(dispatch, "_HOOK_TIMEOUT_BOUNDED_HOOKS") and not hasattr(dispatch, "_hook_call_identity")
 

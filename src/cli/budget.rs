@@ -74,13 +74,22 @@ fn budget_words(scope: Scope, id: Option<&str>, window: Window, unit: BudgetUnit
 }
 
 /// An amount in a budget's unit for the tables: USD to four places (spend)
-/// or two (`limit`), tokens in their short form.
+/// or as set (`limit`: at least cents, never rounded: a $0.005 limit reads
+/// $0.005), tokens in their short form.
 fn amount(unit: BudgetUnit, v: f64, limit: bool) -> String {
     match (unit, limit) {
         (BudgetUnit::Usd, false) => format!("${v:.4}"),
-        (BudgetUnit::Usd, true) => format!("${v:.2}"),
+        (BudgetUnit::Usd, true) => format!("${}", limit_usd(v)),
         (BudgetUnit::Tokens, _) => budget::format_tokens(v),
     }
+}
+
+/// A USD limit with the places it was set with (up to six), at least two.
+fn limit_usd(v: f64) -> String {
+    let text = format!("{v:.6}");
+    let (whole, frac) = text.split_once('.').unwrap_or((&text, ""));
+    let frac = frac.trim_end_matches('0');
+    format!("{whole}.{frac:0<2}")
 }
 
 /// The JSON key of a figure in a budget's unit: `spend_usd`, `spend_tokens`.
@@ -176,6 +185,12 @@ pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
                     if let Some(d) = &cfg.downgrade {
                         println!("downgrade {}", d.describe());
                     }
+                }
+                let alerts = recent_alerts(dir)?;
+                if alerts > 0 {
+                    println!(
+                        "alerts: {alerts} in the last 24 h (`hermes-meter status` lists them and where each went)"
+                    );
                 }
             }
             Ok(0)
@@ -527,6 +542,16 @@ fn load(path: &Path) -> Result<BudgetConfig> {
     let mut cfg = crate::config::load_budgets(path)?;
     cfg.fleet = crate::config::fleet::configured();
     Ok(cfg)
+}
+
+/// How many alerts fired in the last day (at most 100 are counted).
+fn recent_alerts(dir: &Path) -> Result<usize> {
+    let path = dir.join(crate::store::DB_FILE_NAME);
+    if !path.exists() {
+        return Ok(0);
+    }
+    let store = crate::store::Reader::open(&path)?;
+    Ok(store.recent_alerts(super::time::now() - 86_400.0, 100)?.len())
 }
 
 fn states(dir: &Path, cfg: &BudgetConfig) -> Result<Vec<BudgetState>> {
@@ -990,6 +1015,14 @@ const NEW_FILE_HEADER: &str = "\
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_usd_limit_reads_as_it_was_set() {
+        assert_eq!(limit_usd(0.005), "0.005");
+        assert_eq!(limit_usd(10.0), "10.00");
+        assert_eq!(limit_usd(0.5), "0.50");
+        assert_eq!(limit_usd(1.2345), "1.2345");
+    }
 
     fn args(s: &str) -> Vec<String> {
         s.split_whitespace().map(str::to_string).collect()

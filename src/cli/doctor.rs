@@ -52,6 +52,16 @@ pub fn run(dir: &Path, args: &DoctorArgs) -> Result<i32> {
     {
         return Err(e);
     }
+    // What Hermes ran that was not recorded comes first, as in `status`:
+    // a store can be whole while the plugin was never running.
+    if let Ok(reader) = crate::store::Reader::open(&db) {
+        let hermes_home = crate::config::hermes_home().value;
+        let view =
+            crate::hermes_check::HermesView::look(&reader, dir, (!super::embedded()).then_some(hermes_home.as_path()));
+        for problem in view.problems() {
+            println!("PROBLEM {problem}");
+        }
+    }
     let spooled = waiting_spools(dir);
     let integrity = Doctor::new(&db)
         .check_integrity(MAX_PROBLEMS)

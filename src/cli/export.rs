@@ -230,9 +230,17 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
     // `--prometheus` alone sends no traces, and then no logs either unless
     // OTEL_LOGS_EXPORTER asks for them.
     let send_logs = logs_config.enabled() && (config.enabled() || logs_config.exporter.source != Source::Default);
+    if args.drain && !config.enabled() && !metrics_config.pushes() && !send_logs {
+        return Err(Error::Other(format!(
+            "serve --drain: nothing to send: no OTLP endpoint is configured (set {} or pass --endpoint)",
+            crate::config::export::env::ENDPOINT
+        )));
+    }
+    // A trace export that sends nothing holds no lease: it would keep every
+    // Hermes process from sending its spans.
     let mut driver = Driver::new(
         store,
-        Some(config.clone()),
+        config.enabled().then(|| config.clone()),
         Some(metrics_config.clone()),
         send_logs.then(|| logs_config.clone()),
         CLOSE_IDLE_EVERY,
@@ -247,6 +255,11 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
     } else if args.prometheus.is_some() && !config.disabled.value && config.exporter.source == Source::Explicit {
         eprintln!(
             "hermes-meter: not pushing traces (--prometheus alone); add --endpoint URL or set {} to push them",
+            crate::config::export::env::ENDPOINT
+        );
+    } else if !config.configured() {
+        eprintln!(
+            "hermes-meter: not pushing traces: no OTLP endpoint is configured (set {} or pass --endpoint)",
             crate::config::export::env::ENDPOINT
         );
     } else {
@@ -275,7 +288,7 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
     } else {
         None
     };
-    if metrics_config.exporters.value.otlp {
+    if metrics_config.pushes() && metrics_config.exporters.value.otlp {
         eprintln!(
             "hermes-meter: pushing metrics to {} every {} s",
             metrics_config.transport.endpoint.value,
@@ -343,6 +356,12 @@ pub fn export(dir: &Path, args: &ExportArgs) -> Result<i32> {
     let since =
         super::time::parse(&args.since, &jiff::tz::TimeZone::system(), super::time::now()).map_err(Error::Other)?;
     let config = config(&args.target);
+    if !config.configured() {
+        return Err(Error::Other(format!(
+            "no OTLP endpoint is configured: pass --endpoint or set {}",
+            crate::config::export::env::ENDPOINT
+        )));
+    }
     if !config.enabled() {
         return Err(Error::Other(
             "trace export is disabled (OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER=none)".into(),

@@ -51,12 +51,13 @@ pub fn print(store: &Reader) -> Result<()> {
     let config = ExportConfig::resolve_logs(ExportOverrides::default(), crate::config::process_var);
     let state = store.log_export_state()?;
     let now = crate::export::unix_now();
-    let ago = |t: Option<f64>| t.map_or("never".to_string(), |t| format!("{:.0} s ago", (now - t).max(0.0)));
+    let ago = |t: Option<f64>| t.map_or("never".to_string(), |t| super::time::ago(t, now));
     println!("logs");
     if !config.enabled() {
         println!(
-            "  off           {} records kept until the outbox retention (set {}=otlp to send them)",
+            "  off           {} records kept until the outbox retention (set {} or {}=otlp to send them)",
             state.pending,
+            crate::config::export::env::ENDPOINT,
             crate::config::export::env::LOGS_EXPORTER
         );
     }

@@ -23,8 +23,11 @@ pub fn print(store: &Reader) -> Result<()> {
     let identity = store.metric_identity()?;
     let state = store.metric_state()?;
     let now = crate::export::unix_now();
-    let ago = |t: Option<f64>| t.map_or("never".to_string(), |t| format!("{:.0} s ago", (now - t).max(0.0)));
+    let ago = |t: Option<f64>| t.map_or("never".to_string(), |t| super::time::ago(t, now));
     println!("metrics");
+    if !config.pushes() && !config.exporters.value.prometheus {
+        println!("  off           not pushed (no OTLP endpoint configured, or the metrics exporter is none); `serve --prometheus` serves them");
+    }
     println!(
         "  instance id   {} (service.instance.id, stable for this store)",
         identity.instance_id

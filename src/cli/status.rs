@@ -10,6 +10,107 @@ use crate::store::{Reader, SCHEMA_VERSION};
 /// This build's version, as `--version` prints it.
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// The first line: what is wrong, in a few words each (the lines after it
+/// say more), or that nothing is.
+fn summary(
+    damaged: bool,
+    budget_file: Option<&str>,
+    exposed: &[String],
+    alerts: usize,
+    hermes_problems: &[String],
+    export: &crate::store::ExportState,
+    config: &crate::export::ExportConfig,
+) -> String {
+    let now = super::time::now();
+    let mut wrong = Vec::new();
+    if damaged {
+        wrong.push("the store is damaged".to_string());
+    }
+    if budget_file.is_some() {
+        wrong.push("the budget file does not parse: its limits are not in force".to_string());
+    }
+    if !exposed.is_empty() {
+        wrong.push("every user of this machine can change the limits".to_string());
+    }
+    if !hermes_problems.is_empty() {
+        wrong.push(format!(
+            "{} Hermes problem(s): runs not recorded or Hermes internals missing",
+            hermes_problems.len()
+        ));
+    }
+    let failing = match (export.last_error_at, export.last_success_at) {
+        (Some(e), Some(ok)) => e > ok,
+        (Some(_), None) => true,
+        _ => false,
+    };
+    if config.enabled() && failing {
+        wrong.push(format!(
+            "trace export failing ({} spans waiting, last error {})",
+            export.pending,
+            super::time::ago(export.last_error_at.unwrap_or(now), now)
+        ));
+    }
+    let export_says = if !config.configured() {
+        "export off (no OTLP endpoint configured)".to_string()
+    } else if config.enabled() {
+        format!("exporting to {}", crate::display::escape(&config.endpoint.value))
+    } else {
+        "export off".to_string()
+    };
+    let alerts_say = match alerts {
+        0 => String::new(),
+        n => format!("; {n} alert(s) in the last 24 h (see alerts below)"),
+    };
+    if wrong.is_empty() {
+        format!("ok; {export_says}{alerts_say}")
+    } else {
+        format!("PROBLEMS: {}; {export_says}{alerts_say}", wrong.join("; "))
+    }
+}
+
+/// `status` where the store directory does not exist: nothing was ever
+/// recorded here. Says so, with the sessions Hermes ran that the plugin
+/// therefore did not record; exit 1.
+pub fn run_without_store(home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
+    let hermes_home = crate::config::hermes_home().value;
+    let hermes = crate::hermes_check::HermesView::without_store((!super::embedded()).then_some(hermes_home.as_path()));
+    let problems = hermes.problems();
+    let summary = format!(
+        "PROBLEMS: no store yet at {}: hermes-meter has recorded nothing here{}",
+        home.value.display(),
+        if problems.is_empty() {
+            String::new()
+        } else {
+            format!("; {} Hermes problem(s)", problems.len())
+        }
+    );
+    if json {
+        let value = serde_json::json!({
+            "version": VERSION,
+            "store": serde_json::Value::Null,
+            "summary": summary,
+            "hermes": hermes.json(),
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&value).map_err(|e| Error::Other(e.to_string()))?
+        );
+        return Ok(1);
+    }
+    println!("summary         {summary}");
+    for problem in problems {
+        println!("PROBLEM         {problem}");
+    }
+    println!("hermes-meter    {VERSION}");
+    println!(
+        "store           none at {} (from {}): Hermes creates it at the plugin's first hook call; check \
+         `hermes plugins list` and $HERMES_HOME/logs/errors.log",
+        home.value.display(),
+        home.source
+    );
+    Ok(1)
+}
+
 pub fn run(store: &Reader, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
     let counts = store.counts()?;
     let version = store.schema_version()?;
@@ -31,7 +132,24 @@ pub fn run(store: &Reader, home: &Resolved<PathBuf>, json: bool) -> Result<i32> 
         ))
     });
     let read_only = crate::store::Doctor::new(store.path()).check_writable();
+    // Inside a Hermes process Hermes's own database is not opened
+    // (`crate::hermes_state`).
+    let hermes_home = crate::config::hermes_home().value;
+    let hermes = crate::hermes_check::HermesView::look(
+        store,
+        &home.value,
+        (!super::embedded()).then_some(hermes_home.as_path()),
+    );
     let code = i32::from(damaged.is_some());
+    // The budget file, read once: its runaway watch, or why it does not parse.
+    let watch = runaway(&home.value);
+    let budget_file = watch.as_ref().err().cloned();
+    let alerts = store.recent_alerts(super::time::now() - RECENT_ALERTS_S, RECENT_ALERTS_MAX)?;
+    let alert_count = alerts.len();
+    let exposed: Vec<String> = crate::budget::world_writable(&home.value)
+        .iter()
+        .map(|p| crate::display::escape(p).into_owned())
+        .collect();
     if json {
         let value = serde_json::json!({
             "version": VERSION,
@@ -44,21 +162,52 @@ pub fn run(store: &Reader, home: &Resolved<PathBuf>, json: bool) -> Result<i32> 
             "export": export,
             "export_settings": settings,
             "health": health_json(&home.value),
+            "summary": summary(damaged.is_some(), budget_file.as_deref(), &exposed, alert_count, &hermes.problems(), &export, &export_config),
+            "hermes": hermes.json(),
+            "limits": { "world_writable": exposed, "editable_here": crate::budget::editable_here(&home.value) },
             "spool": spool_json(&home.value),
             "metrics": super::metrics_status::json(store)?,
             "logs": super::logs_status::json(store)?,
             "fleet": fleet_json(store)?,
             "alert_webhook": webhook_json(store)?,
             "alert_delivery": delivery_json(store)?,
-            "runaway": runaway(&home.value).map(|r| super::budget::runaway_json(&r)).unwrap_or_else(|e| serde_json::json!({"error": e})),
+            "recent_alerts": recent_alerts_json(&alerts),
+            "runaway": watch.as_ref().map(super::budget::runaway_json).unwrap_or_else(|e| serde_json::json!({"error": e})),
         });
         let text = serde_json::to_string_pretty(&value).map_err(|e| Error::Other(e.to_string()))?;
         println!("{text}");
         return Ok(code);
     }
+    println!(
+        "summary         {}",
+        summary(
+            damaged.is_some(),
+            budget_file.as_deref(),
+            &exposed,
+            alert_count,
+            &hermes.problems(),
+            &export,
+            &export_config
+        )
+    );
     // Damage first: the first line says what is wrong and what to do.
     if let Some(text) = &damaged {
         println!("DAMAGED         {text}");
+    }
+    if let Some(text) = &budget_file {
+        println!("BUDGETS         {text}");
+    }
+    for text in &exposed {
+        println!("LIMITS          {text}");
+    }
+    if crate::budget::editable_here(&home.value) == Some(true) {
+        println!(
+            "limits          this user can change them: an agent running as it is refused only by the plugin's \
+             gate (docs/budgets-and-fleet.md, \"A brake the agent cannot lift\", keeps them out of its reach)"
+        );
+    }
+    for problem in hermes.problems() {
+        println!("PROBLEM         {problem}");
     }
     println!("hermes-meter    {VERSION}");
     println!("store           {} (from {})", store.path().display(), home.source);
@@ -78,18 +227,39 @@ pub fn run(store: &Reader, home: &Resolved<PathBuf>, json: bool) -> Result<i32> 
         );
     }
     println!("api errors      {}", counts.llm_call_errors);
-    println!("tool calls      {}", counts.tool_calls);
+    // As `report` counts them: the row a subagent's result records on its
+    // parent is no tool call (the parent's delegate_task is).
+    let subagent_rows: i64 = if counts.subagent_edges > 0 {
+        store.query_scalar("SELECT COUNT(*) FROM tool_calls WHERE proxy = 1")?
+    } else {
+        0
+    };
+    if subagent_rows > 0 {
+        println!(
+            "tool calls      {} (and {subagent_rows} subagent result row(s), which no report counts)",
+            counts.tool_calls - subagent_rows
+        );
+    } else {
+        println!("tool calls      {}", counts.tool_calls);
+    }
     println!("subagent edges  {}", counts.subagent_edges);
     println!("repaired kwargs {}", counts.decode_problems);
     retention.print();
     print_health(&home.value);
+    let counts = crate::health::read(&home.value)
+        .ok()
+        .flatten()
+        .map(|r| r.counts)
+        .unwrap_or_default();
+    super::status_hermes::print(&hermes, &counts);
     print_export(&export, &export_config);
     super::metrics_status::print(store)?;
     super::logs_status::print(store)?;
     print_fleet(store)?;
     print_webhook(store)?;
     print_delivery(store)?;
-    match runaway(&home.value) {
+    print_recent_alerts(&alerts);
+    match &watch {
         Ok(r) => println!("runaway watch   {}", r.describe()),
         Err(e) => println!("runaway watch   {e}"),
     }
@@ -100,7 +270,14 @@ pub fn run(store: &Reader, home: &Resolved<PathBuf>, json: bool) -> Result<i32> 
 fn runaway(home: &std::path::Path) -> std::result::Result<crate::budget::RunawayConfig, String> {
     crate::config::load_budgets(&home.join(crate::budget::BUDGETS_FILE_NAME))
         .map(|c| c.runaway)
-        .map_err(|e| format!("the budget file does not parse ({e}); the running plugin keeps its last good one"))
+        .map_err(|e| {
+            format!(
+                "the budget file does not parse ({}): a Hermes process started since holds every tool and LLM \
+                 call until it is fixed (in observe mode it holds nothing), one started before keeps the limits \
+                 it loaded",
+                crate::display::escape(&e.to_string())
+            )
+        })
 }
 
 /// The alert webhook (its URL without the path, which may be its key) and
@@ -145,9 +322,7 @@ fn print_webhook(store: &Reader) -> Result<()> {
 /// Where alerts go through Hermes itself (`HERMES_METER_ALERT_DELIVER`)
 /// and how many its sender took and has not taken yet.
 fn delivery_json(store: &Reader) -> Result<serde_json::Value> {
-    let Some(target) = std::env::var(crate::config::webhook::DELIVER_ENV)
-        .ok()
-        .filter(|t| !t.trim().is_empty())
+    let Some(target) = crate::config::process_var(crate::config::webhook::DELIVER_ENV).filter(|t| !t.trim().is_empty())
     else {
         return Ok(serde_json::Value::Null);
     };
@@ -158,6 +333,79 @@ fn delivery_json(store: &Reader) -> Result<serde_json::Value> {
         "waiting": waiting,
         "last_error": last_error,
     }))
+}
+
+/// How far back `status` lists the alerts raised.
+const RECENT_ALERTS_S: f64 = 24.0 * 3600.0;
+/// Most alerts `status` lists.
+const RECENT_ALERTS_MAX: usize = 10;
+
+/// Where one alert went: the agent (shown at a `pre_llm_call`), the
+/// webhook and Hermes's channel (taken, failing and why, or off).
+fn alert_routes(a: &crate::store::RecentAlert, webhook: bool, deliver: bool, now: f64) -> Vec<String> {
+    let when = |t: f64| super::time::ago(t, now);
+    let esc = |t: &str| crate::display::escape(t).into_owned();
+    let mut out = Vec::new();
+    out.push(match (a.alert.delivered_at, &a.delivered_to) {
+        (Some(t), Some(s)) => format!("shown to the agent of session {} {}", esc(s), when(t)),
+        (Some(t), None) => format!("shown to the agent {}", when(t)),
+        (None, _) => "not shown to an agent yet (at its next turn)".to_string(),
+    });
+    let sink = |name: &str, on: bool, sent: Option<f64>, error: &Option<String>| match (on, sent, error) {
+        (false, _, _) => format!("{name} off"),
+        (true, Some(t), _) => format!("{name} took it {}", when(t)),
+        (true, None, Some(e)) => format!("{name} failing: {}", esc(e)),
+        (true, None, None) => format!("{name} not tried yet"),
+    };
+    out.push(sink("webhook", webhook, a.pushed_at, &a.push_error));
+    out.push(sink("Hermes channel", deliver, a.hermes_sent_at, &a.hermes_error));
+    out
+}
+
+fn recent_alerts_json(alerts: &[crate::store::RecentAlert]) -> serde_json::Value {
+    serde_json::Value::Array(
+        alerts
+            .iter()
+            .map(|a| {
+                serde_json::json!({
+                    "kind": a.alert.kind, "text": a.alert.text, "count": a.alert.count,
+                    "first_at": a.alert.first_at, "last_at": a.alert.last_at,
+                    "shown_at": a.alert.delivered_at, "shown_in": a.delivered_to,
+                    "webhook_at": a.pushed_at, "webhook_error": a.push_error,
+                    "hermes_at": a.hermes_sent_at, "hermes_error": a.hermes_error,
+                })
+            })
+            .collect(),
+    )
+}
+
+/// The alerts of the last day (`alerts`, newest first), and where each went.
+fn print_recent_alerts(alerts: &[crate::store::RecentAlert]) {
+    let now = super::time::now();
+    if alerts.is_empty() {
+        println!("alerts          none in the last 24 h");
+        return;
+    }
+    let webhook = matches!(crate::config::webhook::WebhookConfig::from_env(), Ok(Some(_)));
+    let deliver = crate::config::process_var(crate::config::webhook::DELIVER_ENV).is_some_and(|t| !t.trim().is_empty());
+    println!("alerts          {} in the last 24 h, newest first:", alerts.len());
+    for a in alerts {
+        let mut text: String = crate::display::escape(&a.alert.text).chars().take(160).collect();
+        if a.alert.text.chars().count() > 160 {
+            text.push('…');
+        }
+        let times = if a.alert.count > 1 {
+            format!(" ({} times)", a.alert.count)
+        } else {
+            String::new()
+        };
+        println!(
+            "  {} {}{times}: {text}",
+            super::time::ago(a.alert.last_at, now),
+            crate::display::escape(&a.alert.kind)
+        );
+        println!("      {}", alert_routes(a, webhook, deliver, now).join("; "));
+    }
 }
 
 fn print_delivery(store: &Reader) -> Result<()> {
@@ -439,7 +687,7 @@ fn print_health(dir: &std::path::Path) {
         }
     };
     let now = crate::export::unix_now();
-    let ago = |t: f64| format!("{:.0} s ago", (now - t).max(0.0));
+    let ago = |t: f64| super::time::ago(t, now);
     println!(
         "health          {} (reported by pid {}, {})",
         record.state,
@@ -464,15 +712,6 @@ fn print_health(dir: &std::path::Path) {
          {} spool write failures, {} events dropped, {} recoveries",
         c.store_faults, c.failed_commits, c.open_failures, c.spool_write_failures, c.dropped_events, c.recoveries
     );
-    if c.hermes_skipped_recorded + c.hermes_skipped_lost > 0 {
-        println!(
-            "  hermes skips  {} hook calls Hermes skipped (another call of the callback was running): \
-             {} recorded anyway, {} lost",
-            c.hermes_skipped_recorded + c.hermes_skipped_lost,
-            c.hermes_skipped_recorded,
-            c.hermes_skipped_lost
-        );
-    }
     // Which processes lost events, and why: a count alone cannot say
     // whether the loss is old news or the last run.
     for l in &record.lost {
@@ -489,8 +728,15 @@ fn print_health(dir: &std::path::Path) {
 
 fn print_export(state: &crate::store::ExportState, config: &crate::export::ExportConfig) {
     let now = crate::export::unix_now();
-    let ago = |t: Option<f64>| t.map_or("never".to_string(), |t| format!("{:.0} s ago", (now - t).max(0.0)));
+    let ago = |t: Option<f64>| t.map_or("never".to_string(), |t| super::time::ago(t, now));
     println!("export");
+    if !config.configured() {
+        println!(
+            "  off           no OTLP endpoint configured: nothing is sent (set {} to send traces, metrics \
+             and logs); spans wait in the store up to its outbox cap",
+            crate::config::export::env::ENDPOINT
+        );
+    }
     println!(
         "  pending       {} spans ({} held for their session's grace period), oldest {}",
         state.pending,
@@ -520,7 +766,7 @@ pub(super) fn print_outcome(
     last_error_at: Option<f64>,
     lease: Option<&crate::store::Lease>,
 ) {
-    let ago = |t: Option<f64>| t.map_or("never".to_string(), |t| format!("{:.0} s ago", (now - t).max(0.0)));
+    let ago = |t: Option<f64>| t.map_or("never".to_string(), |t| super::time::ago(t, now));
     println!("  last success  {}", ago(last_success_at));
     if let Some(e) = last_error {
         // A collector's answer is quoted in it: shown escaped.

@@ -35,6 +35,8 @@ pub fn parse(text: &str, tz: &TimeZone, now: f64) -> Result<f64, String> {
     Ok(now - n * seconds)
 }
 
+pub(crate) use crate::display::ago;
+
 #[cfg(test)]
 mod tests {
     use super::*;

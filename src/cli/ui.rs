@@ -18,6 +18,10 @@ pub(crate) struct UiArgs {
     /// Serve the pages under this path prefix (behind a proxy).
     #[arg(long, default_value = "", value_name = "PATH")]
     pub base_path: String,
+    /// Set by Hermes's dashboard tab, which runs the viewer inside a Hermes
+    /// process: Hermes's own session database is not opened there.
+    #[arg(long, hide = true)]
+    pub in_hermes: bool,
 }
 
 /// Serves until the process is stopped.
@@ -29,6 +33,7 @@ pub fn run(dir: &Path, args: &UiArgs) -> Result<i32> {
         token: token.clone(),
         span_options: super::trace::span_options(),
         base: args.base_path.clone(),
+        hermes_home: (!args.in_hermes).then(|| crate::config::hermes_home().value),
     })?;
     let addr = server.addr();
     let base = args.base_path.trim_end_matches('/');

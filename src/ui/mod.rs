@@ -85,6 +85,10 @@ pub struct UiConfig {
     /// A path prefix the pages are served under (`""`, or e.g. `/meter`
     /// behind a proxy); links and the script use it.
     pub base: String,
+    /// Hermes's home, whose `state.db` names the sessions the plugin did not
+    /// record; `None` inside a Hermes process (see
+    /// `crate::hermes_state`), where only the processes' own reports show.
+    pub hermes_home: Option<PathBuf>,
 }
 
 /// A running viewer; serves until dropped.
@@ -115,6 +119,7 @@ impl UiServer {
             base: config.base.trim_end_matches('/').to_string(),
             loopback_only: addr.ip().is_loopback(),
             tz: TimeZone::system(),
+            hermes_home: config.hermes_home.clone(),
         };
         let server = HttpServer::start(listener, "ui", move |req| answer(&state, &Asked::of(&req)))?;
         Ok(UiServer { server })
@@ -139,6 +144,7 @@ struct State {
     base: String,
     loopback_only: bool,
     tz: TimeZone,
+    hermes_home: Option<PathBuf>,
 }
 
 /// What a request asked, copied out of it.
@@ -303,7 +309,9 @@ fn route(state: &State, path: &str, asked: &Asked) -> Result<Response<Full<Bytes
         if path == "/api/sessions" {
             return Ok(json(&serde_json::json!({ "sessions": rows, "totals": totals })));
         }
-        let body = pages::index(&frame, &filter, &day, &rows, &totals);
+        let trouble =
+            crate::hermes_check::HermesView::look(&store, &state.dir, state.hermes_home.as_deref()).problems();
+        let body = pages::index(&frame, &filter, &day, &rows, &totals, &trouble);
         return Ok(html_page(
             StatusCode::OK,
             pages::page(&frame, "Sessions", Tab::Sessions, &body),

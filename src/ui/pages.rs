@@ -89,10 +89,20 @@ pub fn index(
     day: &str,
     rows: &[SessionListRow],
     totals: &SessionListTotals,
+    trouble: &[String],
 ) -> String {
     let b = esc(frame.base);
     let mut h = String::new();
     h.push_str("<h1>Sessions</h1>");
+    if !trouble.is_empty() {
+        // What `status` says in its first lines: runs the plugin did not
+        // record are not in the list below.
+        h.push_str("<section class=\"trouble\" id=\"trouble\"><h2>Not recorded</h2><ul>");
+        for line in trouble {
+            let _ = write!(h, "<li>{}</li>", esc(line));
+        }
+        h.push_str("</ul></section>");
+    }
     let _ = write!(h, "<form class=\"filters\" method=\"get\" action=\"{b}/\">");
     let text = |label: &str, name: &str, value: &Option<String>| {
         format!(
@@ -215,7 +225,20 @@ pub fn session(frame: &Frame<'_>, trace: &Trace) -> String {
         .map(|(_, n)| *n)
         .filter(|n| n.kind == NodeKind::Session)
         .collect();
+    // One cost for a session on every surface: its own calls' (the session
+    // list, `report`, the trace root), and with its subagents' beside it.
+    let own_cost = root.cost_usd.unwrap_or(0.0);
     let cost: f64 = sessions.iter().filter_map(|n| n.cost_usd).sum();
+    let with_subagents = if sessions.len() > 1 {
+        format!(
+            "<div><b id=\"cost-with-subagents\">{}</b>cost with {} subagent{}</div>",
+            usd(cost),
+            sessions.len() - 1,
+            if sessions.len() == 2 { "" } else { "s" }
+        )
+    } else {
+        String::new()
+    };
     let input: i64 = sessions.iter().filter_map(|n| n.input_tokens).sum();
     let output: i64 = sessions.iter().filter_map(|n| n.output_tokens).sum();
     let cache_read: i64 = sessions.iter().filter_map(|n| n.cache_read_tokens).sum();
@@ -238,17 +261,16 @@ pub fn session(frame: &Frame<'_>, trace: &Trace) -> String {
     let _ = write!(
         h,
         "<div class=\"totals\"><div><b class=\"{}\">{}</b>status</div><div><b>{}</b>started</div><div><b>{}</b>duration</div>\
-<div><b>{}</b>cost (with {} subagent{})</div><div><b>{} → {}</b>tokens in (incl. cache) → out</div>{cache}\
+<div><b id=\"session-cost\">{}</b>cost</div>{with_subagents}<div><b>{} → {}</b>tokens in (incl. cache) → out{}</div>{cache}\
 <div><b>{chats}</b>LLM attempts</div><div><b>{tools}</b>tool calls</div><div><b>{}</b>errors</div></div>",
         status_class(&root.status),
         esc(&root.status),
         local_time(root.start, frame.tz),
         human_duration(root.duration_ms),
-        usd(cost),
-        sessions.len() - 1,
-        if sessions.len() == 2 { "" } else { "s" },
+        usd(own_cost),
         human_count(input),
         human_count(output),
+        if sessions.len() > 1 { ", with subagents" } else { "" },
         trace.errors.len(),
     );
     // Waterfall over the tree's whole time range.
@@ -308,7 +330,13 @@ pub fn session(frame: &Frame<'_>, trace: &Trace) -> String {
             esc(n.parent_span_id.as_deref().unwrap_or("")),
             esc(&n.name),
             human_duration(n.duration_ms),
-            n.cost_usd.map(usd).unwrap_or_default(),
+            match n.cost_usd {
+                Some(c) => usd(c),
+                None if n.detail.as_deref().is_some_and(|d| d.starts_with(crate::trace::UNPRICED)) => {
+                    "<span class=\"muted\" title=\"no price for this model\">unpriced</span>".to_string()
+                }
+                None => String::new(),
+            },
             sc = status_class(&n.status),
         );
         if let Some(content) = trace.content.get(&n.span_id) {

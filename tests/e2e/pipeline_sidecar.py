@@ -17,16 +17,22 @@ A scenario script stops and starts the Collector or Jaeger through control
 files in ``$E2E_OUTDIR`` (``collector.stop``, ``jaeger.start``, ...), each
 answered by a file (``collector.stopped``, ``jaeger.started``, ...) once
 done. A restarted Jaeger starts empty (memory storage).
+``prometheus.backfill`` gives Prometheus a quiet day of history: every cost
+series it holds, at its present value every 5 minutes from 25 hours ago to
+10 minutes ago, written into its storage with ``promtool tsdb
+create-blocks-from openmetrics`` while it is stopped (the rules that compare
+with yesterday need a yesterday).
 
 Debian's Prometheus scrapes the Collector's prometheus exporter every
 second, with the shipped alert rules loaded.
 
-When the kit stops the sidecar (SIGTERM, after Hermes has exited):
+When the kit stops the sidecar (SIGTERM, after Hermes has exited): what
+Prometheus holds then is written to ``prometheus-at-exit.json`` (every
+Hermes process pushes the series it counted as it exits); then
 ``hermes-meter serve --drain`` (``PIPELINE_METER_CLI``) pushes what the
-store holds that no Hermes process pushed (a process's last metrics wait in
-the store for the next exporter), as a host running short processes does;
-once Prometheus has scraped what it pushed (the Collector batches for up to
-5 s) and evaluated the rules a few times, what it holds is written to
+store holds that no Hermes process could (a Collector that refused the last
+push), as a host running short processes does; once Prometheus has scraped
+what it pushed and evaluated the rules a few times, what it holds is written to
 ``prometheus.json`` (the series' values, the rules' state, and what the
 Grafana dashboard's "(time range)" panels show over a range that begins
 before this sidecar started, so every series is born in it); the Collector
@@ -198,6 +204,39 @@ def _dashboard_totals() -> dict:
     return grafana_panels.shown(query, int(time.time() - STARTED) + 60)
 
 
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _quiet_day() -> Path:
+    """The OpenMetrics file of ``prometheus.backfill``: the cost series
+    Prometheus holds (waiting a little for the last run's push to be
+    scraped), each at its present value."""
+    url = f"http://{PROMETHEUS}/api/v1/query?" + urllib.parse.urlencode(
+        {"query": "gen_ai_client_operation_cost_sum"}
+    )
+    deadline = time.monotonic() + 15
+    while not (series := json.loads(_get(url))["data"]["result"]):
+        if time.monotonic() > deadline:
+            raise RuntimeError("prometheus.backfill: Prometheus holds no cost series to give a history")
+        time.sleep(0.5)
+    now = int(time.time())
+    lines = ["# TYPE gen_ai_client_operation_cost_sum unknown"]
+    for s in series:
+        labels = ",".join(
+            f'{k}="{_escape_label(v)}"' for k, v in sorted(s["metric"].items()) if k != "__name__"
+        )
+        value = s["value"][1]
+        lines += [
+            f"gen_ai_client_operation_cost_sum{{{labels}}} {value} {t}"
+            for t in range(now - 25 * 3600, now - 600, 300)
+        ]
+    lines.append("# EOF")
+    om = OUT / "history.om"
+    om.write_text("\n".join(lines) + "\n")
+    return om
+
+
 def main() -> None:
     (OUT / "jaeger").mkdir(parents=True, exist_ok=True)
     jaeger_yaml = OUT / "jaeger" / "config.yaml"
@@ -225,15 +264,14 @@ def main() -> None:
     _wait_for("http://127.0.0.1:13133/", "the Collector's health check")
     prom_yaml = OUT / "prometheus.yml"
     prom_yaml.write_text(PROMETHEUS_CONFIG)
-    prometheus = _start(
-        [
-            os.environ.get("PROMETHEUS", "/usr/bin/prometheus"),
-            f"--config.file={prom_yaml}",
-            f"--storage.tsdb.path={OUT / 'prometheus-data'}",
-            f"--web.listen-address={PROMETHEUS}",
-        ],
-        OUT / "prometheus.log",
-    )
+    prom_data = OUT / "prometheus-data"
+    prom_cmd = [
+        os.environ.get("PROMETHEUS", "/usr/bin/prometheus"),
+        f"--config.file={prom_yaml}",
+        f"--storage.tsdb.path={prom_data}",
+        f"--web.listen-address={PROMETHEUS}",
+    ]
+    prometheus = _start(prom_cmd, OUT / "prometheus.log")
     _wait_for(f"http://{PROMETHEUS}/-/ready", "Prometheus")
     (OUT / "pipeline.ready").write_text(f"{time.time()}\n")
 
@@ -261,11 +299,33 @@ def main() -> None:
                     jaeger = _start(jaeger_cmd, OUT / "jaeger.log")
                     _wait_for(f"http://{JAEGER_QUERY}/api/v3/services", "the restarted Jaeger")
                 (OUT / answer).write_text(f"{time.time()}\n")
+        if (OUT / "prometheus.backfill").exists() and not (OUT / "prometheus.backfilled").exists():
+            om = _quiet_day()
+            _stop(prometheus)
+            subprocess.run(
+                [os.environ.get("PROMTOOL", "promtool"), "tsdb", "create-blocks-from", "openmetrics", str(om),
+                 str(prom_data)],
+                stdout=(OUT / "promtool.log").open("ab"),
+                stderr=subprocess.STDOUT,
+                check=True,
+                timeout=120,
+            )  # fmt: skip
+            prometheus = _start(prom_cmd, OUT / "prometheus.log")
+            _wait_for(f"http://{PROMETHEUS}/-/ready", "the restarted Prometheus")
+            (OUT / "prometheus.backfilled").write_text(f"{time.time()}\n")
         if (collector.poll() is not None and not down("collector")) or (
             jaeger.poll() is not None and not down("jaeger")
         ):
             break
     try:
+        # What Prometheus holds once the runs ended, before anything else
+        # pushes: each Hermes process pushes its own series as it exits.
+        # The Collector has no batch processor on metrics; a few scrapes.
+        deadline = time.monotonic() + 15
+        while _prometheus_state()["values"]["llm_calls"] is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(2.5)
+        (OUT / "prometheus-at-exit.json").write_text(json.dumps(_prometheus_state()))
         drain = subprocess.run(
             [os.environ["PIPELINE_METER_CLI"], "serve", "--drain", "--drain-timeout-seconds", "20"],
             stdout=(OUT / "drain.log").open("ab"),
@@ -273,9 +333,7 @@ def main() -> None:
             timeout=60,
         )
         (OUT / "drain.rc").write_text(f"{drain.returncode}\n")
-        # The Collector's batch processor holds the push up to its timeout
-        # (5 s in the shipped file) before its exporter serves it; then a
-        # few more scrapes and rule evaluations.
+        # A few more scrapes and rule evaluations.
         deadline = time.monotonic() + 30
         while _prometheus_state()["values"]["llm_calls"] is None and time.monotonic() < deadline:
             time.sleep(0.5)

@@ -12,6 +12,7 @@ first call (or by none at all).
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -58,6 +59,26 @@ def _scenario(
     return out
 
 
+def _served(out: Path) -> list[dict]:
+    """The chat completions the mock answered with 200."""
+    rows = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines() if x.strip()]
+    return [r for r in rows if r.get("path", "").endswith("/chat/completions") and r.get("status") == 200]
+
+
+def _assert_ledger_is_what_was_served(out: Path) -> list[dict]:
+    """Every call the mock served is in the ledger, tokens exactly; returns them."""
+    served = _served(out)
+    (calls, inp, outp) = _query(
+        out,
+        "SELECT COUNT(*), SUM(input_tokens + cache_read_tokens + cache_write_tokens), SUM(output_tokens)"
+        " FROM llm_calls",
+    )[0]
+    assert calls == len(served), [r.get("decision") for r in served]
+    assert inp == sum(r["usage"]["prompt_tokens"] for r in served)
+    assert outp == sum(r["usage"]["completion_tokens"] for r in served)
+    return served
+
+
 def _steps(out: Path) -> dict[str, tuple[int, str]]:
     """name -> (rc, stdout) of each step."""
     rows = (out / "steps.tsv").read_text().splitlines()[1:]
@@ -67,6 +88,41 @@ def _steps(out: Path) -> dict[str, tuple[int, str]]:
         text = (out / "steps" / f"{n}-{name}.stdout").read_text(errors="replace")
         steps[name] = (int(rc), text)
     return steps
+
+
+def _command(out: Path, name: str) -> str:
+    """The command line of the step ``name``."""
+    for row in (out / "steps.tsv").read_text().splitlines()[1:]:
+        fields = row.split("\t")
+        if fields[1] == name:
+            return fields[4]
+    raise KeyError(name)
+
+
+def _stderr(out: Path, name: str) -> str:
+    """The stderr of the step ``name``."""
+    return "".join(f.read_text(errors="replace") for f in sorted((out / "steps").glob(f"*-{name}.stderr")))
+
+
+#: The exit code of a one-shot run a budget stopped (docs/budgets-and-fleet.md).
+EXIT_BUDGET_STOPPED = 3
+STOPPED_LINE = f"hermes-meter: a budget stopped this run (exit code {EXIT_BUDGET_STOPPED}): "
+
+
+def _assert_stopped_run(out: Path, steps: dict, name: str) -> None:
+    """The one-shot step ``name`` was stopped by a budget: it exits 3 and
+    says so, once, on stderr (stdout stays the answer). A `chat -q` step
+    also showed the person the stop itself as it happened (``hermes -z``
+    sends stderr to /dev/null while the agent runs)."""
+    assert steps[name][0] == EXIT_BUDGET_STOPPED, (steps[name], _stderr(out, name))
+    err = _stderr(out, name)
+    assert err.count(STOPPED_LINE) == 1, err
+    if " -z " not in _command(out, name):
+        said = [
+            x for x in err.splitlines() if x.startswith("hermes-meter: ") and not x.startswith(STOPPED_LINE)
+        ]
+        assert said and "not yours to change" not in said[0], err
+    assert not any(line.startswith("hermes-meter:") for line in steps[name][1].splitlines()), steps[name][1]
 
 
 def _hooks(out: Path) -> list[dict]:
@@ -79,6 +135,13 @@ def _blocked_tools(out: Path) -> list[dict]:
     return [
         h for h in _hooks(out) if h["hook"] == "post_tool_call" and h["kwargs"].get("status") == "blocked"
     ]
+
+
+def _aux_posts(out: Path) -> int:
+    """Auxiliary calls the mock answered (titles: Hermes 0.22 makes one
+    for every chat; they fire no post_api_request)."""
+    rows = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines() if x.strip()]
+    return sum(1 for r in rows if r.get("decision") == "AUX" and r.get("status") == 200)
 
 
 def _chat_posts(out: Path) -> int:
@@ -102,17 +165,22 @@ def test_a_tool_call_is_blocked_once_the_budget_is_spent(hermes_bin, tmp_path) -
         step set "$BUDGET" budget set global daily 0.0005
         chat chat "READFILE please read hello.txt"
         step list "$BUDGET" budget list --json
+        sid=$(cat "$STEPS/2-chat.stdout" "$STEPS/2-chat.stderr" | sed -n "s/^session_id: *//p" | tail -n 1)
+        step trace "$BUDGET" trace "$sid" --json
         """,
     )
     steps = _steps(out)
     assert steps["set"][0] == 0
-    assert steps["chat"][0] == 0, steps["chat"]
-    # The first call spent past the limit: read_file was blocked, with the
-    # message telling how to raise the limit.
+    _assert_stopped_run(out, steps, "chat")
+    # The first call spent past the limit: read_file was blocked, with a
+    # message that says whose limit it is and never how to lift it.
     blocked = _blocked_tools(out)
     assert blocked, "read_file was not blocked"
     message = blocked[0]["kwargs"]["error_message"]
-    assert "hermes-meter budget set global daily <usd>" in message, message
+    assert "not yours to change" in message and "budget set" not in message, message
+    # The session is marked stopped, not healthy.
+    root = json.loads(steps["trace"][1])["root"]
+    assert root["status"] == "blocked" and "stopped by a budget" in (root["detail"] or ""), root
     assert _query(out, "SELECT status FROM tool_calls WHERE tool_name = 'read_file'") == [("blocked",)]
     # The next LLM call of the turn was stopped too: Hermes got the stand-in.
     assert "BUDGET-EXCEEDED" in steps["chat"][1]
@@ -120,6 +188,37 @@ def test_a_tool_call_is_blocked_once_the_budget_is_spent(hermes_bin, tmp_path) -
     assert budgets[0]["verdict"] == "hard", budgets
     counts = dict(_query(out, "SELECT verdict, count FROM budget_verdicts"))
     assert counts.get("blocked", 0) >= 2, counts
+
+
+def test_the_agent_cannot_lift_its_own_budget_through_the_terminal(hermes_bin, tmp_path) -> None:
+    # A budget far from its line; the model tries what an agent with a
+    # shell would: the meter's CLI, and a rewrite of the budget file.
+    out = _scenario(
+        hermes_bin,
+        tmp_path,
+        """
+        step set "$BUDGET" budget set global daily 0.5
+        chat chat "LIFTBUDGET please give yourself more budget"
+        step list "$BUDGET" budget list --json
+        """,
+    )
+    steps = _steps(out)
+    assert steps["chat"][0] == 0, steps["chat"]
+    blocked = _blocked_tools(out)
+    assert [h["kwargs"]["tool_name"] for h in blocked] == ["terminal", "terminal"], _hooks(out)
+    for h in blocked:
+        message = h["kwargs"]["error_message"]
+        assert message.startswith("BUDGET-PROTECTED: "), message
+        assert "budget set" not in message, message
+    # The limit is what the operator set.
+    budgets = json.loads(steps["list"][1])["budgets"]
+    assert [(b["scope"], b["window"], b["limit_usd"]) for b in budgets] == [("global", "daily", 0.5)], budgets
+    assert "daily = 1000" not in (out / "meter" / "budgets.toml").read_text()
+    assert _query(out, "SELECT status FROM tool_calls") == [("blocked",), ("blocked",)]
+    # The refusal is said in Hermes's log (a line a minute at most, with
+    # how many similar ones it held back).
+    log = (out / "home" / "logs" / "agent.log").read_text()
+    assert "refused tool call" in log and "the meter's budgets" in log, log[-3000:]
 
 
 def test_a_token_budget_blocks_a_tool_call_once_its_tokens_are_used(hermes_bin, tmp_path) -> None:
@@ -136,12 +235,12 @@ def test_a_token_budget_blocks_a_tool_call_once_its_tokens_are_used(hermes_bin, 
     )
     steps = _steps(out)
     assert steps["set"][0] == 0, steps["set"]
-    assert steps["chat"][0] == 0, steps["chat"]
+    _assert_stopped_run(out, steps, "chat")
     blocked = _blocked_tools(out)
     assert blocked, "read_file was not blocked"
     message = blocked[0]["kwargs"]["error_message"]
     assert "global daily_tokens budget is exhausted" in message, message
-    assert "hermes-meter budget set global daily_tokens <tokens>" in message, message
+    assert "not yours to change" in message and "budget set" not in message, message
     assert "BUDGET-EXCEEDED" in steps["chat"][1]
     (budget,) = json.loads(steps["list"][1])["budgets"]
     assert (budget["unit"], budget["verdict"]) == ("tokens", "hard"), budget
@@ -190,10 +289,12 @@ def test_a_downgrade_sends_the_calls_past_its_line_to_the_cheaper_model(hermes_b
     steps = _steps(out)
     assert steps["chat"][0] == 0, steps["chat"]
     assert "MOCK-FINAL-ANSWER" in steps["chat"][1], "a downgrade stops nothing"
+    # The turn's own calls (Hermes 0.22 also makes a title call, an
+    # auxiliary one, which the mock marks AUX).
     sent = [
         json.loads(x)["model"]
         for x in (out / "requests.jsonl").read_text().splitlines()
-        if "chat/completions" in x and '"POST"' in x
+        if "chat/completions" in x and '"POST"' in x and json.loads(x).get("decision") != "AUX"
     ]
     assert sent[:2] == ["mock-model", "cheap-model"], sent
     rows = _query(out, "SELECT model, routed_model, response_model FROM llm_calls ORDER BY ended_at")
@@ -224,7 +325,7 @@ def test_a_text_only_run_is_stopped_before_the_provider_is_called(hermes_bin, tm
     steps = _steps(out)
     assert steps["first"][0] == 0
     assert "BUDGET-EXCEEDED" not in steps["first"][1], "the first run is under the limit"
-    assert steps["oneshot"][0] == 0, steps["oneshot"]
+    _assert_stopped_run(out, steps, "oneshot")
     assert "BUDGET-EXCEEDED" in steps["oneshot"][1], steps["oneshot"]
     assert _chat_posts(out) == 1, "only the first run reached the provider"
     posts = [h for h in _hooks(out) if h["hook"] == "post_api_request"]
@@ -263,6 +364,43 @@ def test_a_cron_job_over_its_budget_is_paused(hermes_bin, tmp_path) -> None:
     assert _query(out, "SELECT kind, id FROM budget_once") == [("pause", job)]
 
 
+def test_the_gateways_cron_scheduler_is_metered_exactly_and_its_budget_pauses_the_job(
+    hermes_bin, tmp_path
+) -> None:
+    # Not `cron run`: the job runs as it does in production, on the cron
+    # scheduler thread of a running `hermes gateway`.
+    scripts = Path(__file__).parent / "scripts"
+    out = _scenario(
+        hermes_bin,
+        tmp_path,
+        f"""
+        step set "$BUDGET" budget set cron daily 0.0005
+        step create "$HERMES" cron create "every 1m" "READFILE cron test, read hello.txt" \\
+             --name e2e-gateway-cron --deliver local
+        job=$(sed -n 's/.*Created job: *\\([0-9a-zA-Z_-]*\\).*/\\1/p' "$STEPS/2-create.stdout" | head -n 1)
+        echo "$job" > "$OUTDIR/cron_job_id"
+        step gateway "$PY" {scripts / "gateway_session.py"} --hermes "$HERMES" --out "$OUTDIR" \\
+             --cron-job "$job"
+        step list "$HERMES" cron list --all
+        step status "$BUDGET" status
+        """,
+    )
+    steps = _steps(out)
+    job = (out / "cron_job_id").read_text().strip()
+    assert job, steps["create"]
+    assert steps["gateway"][0] == 0, (out / "gateway.log").read_text()[-3000:]
+    # The run is in the ledger as the cron job's, every call the provider
+    # served, tokens exactly.
+    runs = _query(out, "SELECT session_id, platform, cron_job_id FROM runs")
+    assert [(r[1], r[2]) for r in runs] == [("cron", job)], runs
+    assert _assert_ledger_is_what_was_served(out)
+    # The run crossed the cron budget: the scheduler will not run it again.
+    assert f"{job} [paused]" in steps["list"][1], steps["list"][1]
+    assert _query(out, "SELECT kind, id FROM budget_once") == [("pause", job)]
+    # Nothing Hermes ran went unrecorded.
+    assert not [x for x in steps["status"][1].splitlines() if x.startswith("PROBLEM")], steps["status"][1]
+
+
 def test_a_runaway_tool_loop_is_capped_per_run_and_the_model_still_answers(hermes_bin, tmp_path) -> None:
     # The mock calls `terminal` on every model call until a tool result says
     # BUDGET-EXCEEDED (or it gives up after 12): a loop that only a cap ends.
@@ -277,7 +415,7 @@ def test_a_runaway_tool_loop_is_capped_per_run_and_the_model_still_answers(herme
     )
     steps = _steps(out)
     assert steps["set"][0] == 0, steps["set"]
-    assert steps["chat"][0] == 0, steps["chat"]
+    _assert_stopped_run(out, steps, "chat")
     assert "MOCK-FINAL-ANSWER" in steps["chat"][1], steps["chat"]
     rows = _query(out, "SELECT status, COUNT(*) FROM tool_calls WHERE tool_name = 'terminal' GROUP BY status")
     statuses = dict(rows)
@@ -286,7 +424,7 @@ def test_a_runaway_tool_loop_is_capped_per_run_and_the_model_still_answers(herme
     blocked = _blocked_tools(out)
     message = blocked[0]["kwargs"]["error_message"]
     assert "per-run tool_calls cap of this run is used up" in message, message
-    assert "hermes-meter budget set run tool_calls <limit>" in message, message
+    assert "not yours to change" in message and "budget set" not in message, message
     # A tool-call cap blocks tools only: the model's answer after the block
     # reached the provider and came back.
     posts = [h for h in _hooks(out) if h["hook"] == "post_api_request"]
@@ -315,7 +453,7 @@ def test_a_session_cap_holds_across_resume_and_a_new_session_starts_fresh(hermes
     sid = (out / "session_id").read_text().strip()
     assert sid, steps["first"]
     assert "BUDGET-EXCEEDED" not in steps["first"][1], steps["first"]
-    assert steps["second"][0] == 0, steps["second"]
+    _assert_stopped_run(out, steps, "second")
     assert "BUDGET-EXCEEDED" in steps["second"][1], steps["second"]
     assert "per-session usd cap of this session" in steps["second"][1], steps["second"]
     assert steps["fresh"][0] == 0, steps["fresh"]
@@ -339,7 +477,7 @@ def test_a_runaway_loop_is_stopped_by_the_default_detector_with_action_stop(herm
         """,
     )
     steps = _steps(out)
-    assert steps["chat"][0] == 0, steps["chat"]
+    _assert_stopped_run(out, steps, "chat")
     assert "RUNAWAY" in steps["chat"][1] and "looks stuck in a loop" in steps["chat"][1], steps["chat"]
     # The tenth call in a row shows the sign and is the one blocked: with
     # action = "stop" every tool call waits for the watch.
@@ -348,13 +486,18 @@ def test_a_runaway_loop_is_stopped_by_the_default_detector_with_action_stop(herm
     # The model's last call was answered by the stand-in, not the provider.
     # (After the turn Hermes may start its background review on thread
     # bg-review, a run of its own, which is not stopped.)
-    posts = [h for h in _hooks(out) if h["hook"] == "post_api_request"]
-    turn = [h for h in posts if h.get("thread") == "MainThread"]
+    # (The turn's calls are its session's: Hermes 0.22 fires hooks on
+    # worker threads.)
+    hooks = _hooks(out)
+    session = next(h["kwargs"]["session_id"] for h in hooks if h["hook"] == "pre_llm_call")
+    posts = [h for h in hooks if h["hook"] == "post_api_request"]
+    # (On 0.19 the review shares the session id but runs on its own thread.)
+    turn = [h for h in posts if h["kwargs"].get("session_id") == session and h.get("thread") != "bg-review"]
     assert turn[-1]["kwargs"]["response_model"] == BLOCKED_MODEL, turn[-1]
     served = [h for h in turn if h["kwargs"]["response_model"] != BLOCKED_MODEL]
     assert len(served) == 10, "one served call per tool call that ran or was blocked"
-    elsewhere = [h for h in posts if h.get("thread") != "MainThread"]
-    assert _chat_posts(out) == len(served) + len(elsewhere)
+    elsewhere = [h for h in posts if h not in turn]
+    assert _chat_posts(out) == len(served) + len(elsewhere) + _aux_posts(out)
     alerts = _query(out, "SELECT text FROM alerts WHERE kind = 'runaway'")
     assert len(alerts) == 1 and "terminal called 10 times in a row" in alerts[0][0], alerts
     counts = dict(_query(out, "SELECT verdict, count FROM budget_verdicts"))
@@ -449,3 +592,75 @@ def test_an_alert_reaches_a_person_as_a_message_through_hermes_itself(hermes_bin
     ) == [(1,)]
     delivery = json.loads(steps["status"][1])["alert_delivery"]
     assert (delivery["target"], delivery["sent"], delivery["waiting"]) == ("signal", 1, 0), delivery
+
+
+def test_the_person_at_the_repl_prompt_sees_the_budget_notice(hermes_bin, tmp_path) -> None:
+    # A 5 % alert on a $0.01 daily budget: the first turn (about $0.002)
+    # passes it, the second turn's pre_llm_call tells the model, and the
+    # person at the prompt sees the line too, without the agent's sentence.
+    out = _scenario(
+        hermes_bin,
+        tmp_path,
+        """
+        mkdir -p "$HERMES_METER_HOME"
+        printf 'alert_thresholds = [0.05]\\n[global]\\ndaily = 0.01\\n' > "$HERMES_METER_HOME/budgets.toml"
+        step repl "$PY" "$KIT_DIR/drive_repl.py" --hermes "$HERMES" \\
+             --transcript "$OUTDIR/repl-transcript.txt" "plain question please" "a second plain question"
+        """,
+    )
+    steps = _steps(out)
+    assert steps["repl"][0] == 0, (steps["repl"], _stderr(out, "repl"))
+    raw = (out / "repl-transcript.txt").read_text(errors="replace")
+    screen = re.sub(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)", "", raw)
+    said = [line for line in screen.splitlines() if "hermes-meter: The global daily budget has" in line]
+    assert said, screen[-3000:]
+    assert "past its 5% alert" in said[0] and "not yours to change" not in said[0], said
+    assert screen.count("MOCK-FINAL-ANSWER") >= 2, "a notice stops nothing"
+
+
+def test_a_one_call_run_past_the_downgrade_line_goes_to_the_cheaper_model(hermes_bin, tmp_path) -> None:
+    # The first run's call (about $0.0024) passes the line at 30 % of $0.006
+    # and stays under the 80 % notice: the next one-call run (a new
+    # process, a new session) goes to cheap-model from its first call.
+    out = _scenario(
+        hermes_bin,
+        tmp_path,
+        """
+        mkdir -p "$HERMES_METER_HOME"
+        printf 'timezone = "UTC"\\n[global]\\ndaily = 0.006\\n' > "$HERMES_METER_HOME/budgets.toml"
+        printf '[downgrade]\\nat = 0.3\\nto = "cheap-model"\\n' >> "$HERMES_METER_HOME/budgets.toml"
+        step first "$HERMES" -z "plain question please"
+        step second "$HERMES" -z "another plain question"
+        """,
+    )
+    steps = _steps(out)
+    assert steps["first"][0] == 0 and steps["second"][0] == 0, steps
+    sent = [
+        json.loads(x)["model"]
+        for x in (out / "requests.jsonl").read_text().splitlines()
+        if "chat/completions" in x and '"POST"' in x and json.loads(x).get("decision") != "AUX"
+    ]
+    assert sent == ["mock-model", "cheap-model"], sent
+
+
+def test_a_budget_file_with_a_typo_holds_the_run_and_status_says_it_first(hermes_bin, tmp_path) -> None:
+    # The operator meant a $0.50 line and typed a letter O: no limit can be
+    # checked, so the run is held before the provider, not let through.
+    out = _scenario(
+        hermes_bin,
+        tmp_path,
+        """
+        mkdir -p "$HERMES_METER_HOME"
+        printf '[global]\\ndaily = 0.5O\\n' > "$HERMES_METER_HOME/budgets.toml"
+        chat held "plain question please"
+        step status "$BUDGET" status
+        """,
+    )
+    steps = _steps(out)
+    _assert_stopped_run(out, steps, "held")
+    assert "budget file does not parse" in steps["held"][1], steps["held"]
+    rows = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines() if x.strip()]
+    served = [r for r in rows if "chat/completions" in r.get("path", "") and r.get("decision") != "AUX"]
+    assert served == [], "the provider was not called for the run"
+    first = steps["status"][1].splitlines()[0]
+    assert "the budget file does not parse" in first, steps["status"][1]

@@ -1,6 +1,6 @@
 """kill -9 of a real Hermes in the middle of a model call loses nothing.
 
-The kit's ``custom`` scenario (``scripts/kill_mid_call.sh``) starts a turn
+The kit's ``custom`` scenario (``tests/e2e/scripts/kill_mid_call.sh``) starts a turn
 whose model calls the mock delays (``SLOW``) and kills Hermes with SIGKILL
 while its second model call is in flight. Then:
 

@@ -15,10 +15,16 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from conftest import KIT, ROOT
+import pytest
+from conftest import KIT, NEW_LINE, ROOT
 
 FIXTURE = ROOT / "tests" / "fixtures" / "delegate_sync.jsonl"
 SESSION = "20261130_013759_e4a976"
+
+# Said in every report line it appears in (-rs), never skipped silently.
+pytestmark = pytest.mark.skipif(
+    NEW_LINE, reason="runs in the Hermes 0.19 suite only: the Python 3.14 chroot carries no Chromium"
+)
 
 
 def test_the_dashboard_shows_the_viewer_in_its_otel_tab(hermes_bin: Path) -> None:

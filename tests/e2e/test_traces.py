@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import pytest
-from conftest import OTLP_RUNS, Run
+from conftest import NEW_LINE, OTLP_RUNS, Run
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 
@@ -149,7 +149,9 @@ def test_a_resumed_session_continues_under_its_root(runs: dict[str, Run]) -> Non
     root = next(s for s in sessions if not s.parent_span_id)
     cont = next(s for s in sessions if s.parent_span_id)
     assert cont.parent_span_id == root.span_id
-    assert len([s for s in spans if s.name.startswith("chat ")]) == 3
+    # The turns' calls (Hermes 0.22 adds a title call, an auxiliary one).
+    turn_calls = [s for s in spans if s.name.startswith("chat ") and "hermes.llm.aux_task" not in _attrs(s)]
+    assert len(turn_calls) == 3
 
 
 def test_a_repl_session_has_one_session_span_over_its_turns(runs: dict[str, Run]) -> None:
@@ -165,7 +167,12 @@ def test_a_background_child_cut_off_by_the_exit_is_closed_and_sent(runs: dict[st
     spans = _by_name(runs, "otlp_bg_orphan")
     children = [s for s in spans if s.name == "hermes.session" and s.parent_span_id]
     assert len(children) == 1
-    assert _attrs(children[0]).get("hermes.span.close_reason") == "process_exit"
+    if NEW_LINE:
+        # Hermes 0.22 runs a delegation of `chat -q` in the foreground (in
+        # the background only in the REPL): the child ends before the exit.
+        assert _attrs(children[0]).get("hermes.session.status") == "ok", _attrs(children[0])
+    else:
+        assert _attrs(children[0]).get("hermes.span.close_reason") == "process_exit"
 
 
 def test_a_gateway_conversation_sends_each_turn_within_seconds_and_its_session_at_shutdown(

@@ -111,3 +111,37 @@ def test_with_the_catalog_directory_beside_it_each_call_is_recorded_once(fresh_h
     # Hermes loaded one plugin under the key, and no error about it.
     stderr = (outdir / "stderr").read_text(errors="replace")
     assert "hermes-meter is not recording" not in stderr
+
+
+def test_the_catalog_entry_is_taken_by_hermes_own_catalog_parser(hermes_bin):
+    """The entry as Hermes reads its plugin catalog (hermes_cli/plugin_catalog.py,
+    Hermes 0.22): taken whole, in its category, the description with its
+    Disclosure sentence. Hermes 0.19 has no catalog module."""
+    python = Path(hermes_bin).parent / "python"
+    script = """
+import json, sys, yaml
+try:
+    from hermes_cli import plugin_catalog
+except ImportError:
+    print(json.dumps(None)); sys.exit(0)
+entry = plugin_catalog.entry_from_mapping(yaml.safe_load(open(sys.argv[1])), "hermes-meter.yaml")
+taken = entry and {"category": entry.category, "description": entry.description, "tier": entry.tier}
+print(json.dumps(taken))
+"""
+    p = subprocess.run(
+        [str(python), "-c", script, str(ROOT / "catalog" / "hermes-meter.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    taken = json.loads(p.stdout.strip().splitlines()[-1])
+    version = subprocess.run(
+        [str(hermes_bin), "--version"], capture_output=True, text=True, timeout=60
+    ).stdout
+    if "v0.19" in version:
+        assert taken is None, "0.19 has no catalog"
+        return
+    assert taken is not None, p.stderr
+    assert taken["category"] == "general" and taken["tier"] == "community"
+    assert "Disclosure — sends" in taken["description"]

@@ -251,6 +251,8 @@ def install_modules(version: str) -> None:
     plugins.VALID_HOOKS = set(VALID_HOOKS)
     dispatch = types.ModuleType("hermes_cli.plugins_dispatch")
     dispatch._HOOK_TIMEOUT_BOUNDED_HOOKS = MAIN_BOUNDED_HOOKS if version == MAIN else BOUNDED_HOOKS
+    # Where _skips reads a skipped call's kwargs (its frame's locals).
+    dispatch.PluginDispatchMixin = Dispatcher
     if version == MAIN:
         dispatch._hook_call_identity = _call_identity
     else:

@@ -118,6 +118,31 @@ def test_the_directory_holds_no_binary_and_names_this_release(manifest, entry):
     assert entry["subdir"] == "catalog/hermes-meter"
 
 
+#: The categories Hermes's catalog takes (hermes_cli/plugin_catalog.py,
+#: CATALOG_CATEGORIES, Hermes 0.22.2; the e2e test parses the entry with it).
+CATEGORIES = ("desktop", "memory", "platform", "web", "tools", "voice", "automation", "models", "general")
+
+
+def test_the_entry_discloses_what_is_sent_installed_and_stored(entry):
+    description = " ".join(entry["description"].split())
+    assert entry["category"] in CATEGORIES
+    disclosure = description[description.index("Disclosure — ") :]
+    assert description.endswith(disclosure) and disclosure.endswith("."), "the last sentence"
+    assert disclosure.count(". ") == 0, "one sentence"
+    for said in (
+        "sends",
+        "OTLP endpoint",
+        "webhook",
+        "installs",
+        "wheel",
+        "dashboard",
+        "stores",
+        "SQLite",
+        "capture",
+    ):
+        assert said in disclosure, said
+
+
 def test_without_the_package_it_says_what_to_install_and_registers_nothing(tmp_path):
     script = """
 import importlib.util, logging, sys

@@ -39,6 +39,15 @@ def test_the_manifest_names_a_tab_with_its_script_and_backend() -> None:
     assert "/api/plugins/hermes-meter/viewer" in script
 
 
+def test_the_docs_call_the_tab_what_the_dashboard_shows() -> None:
+    label = json.loads((_dashboard.source_dir() / "manifest.json").read_text())["label"]
+    root = Path(__file__).resolve().parents[2]
+    for doc in ("README.md", "docs/viewer.md"):
+        text = (root / doc).read_text()
+        assert f"**{label}** tab" in text, doc
+        assert "**OTel** tab" not in text, doc
+
+
 def test_install_copies_the_tab_into_a_hermes_home_once(tmp_path: Path) -> None:
     target = _dashboard.install(tmp_path)
     assert target == tmp_path / "plugins" / "hermes-meter" / "dashboard"

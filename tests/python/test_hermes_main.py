@@ -256,15 +256,17 @@ def test_status_names_each_integration_point_and_its_hermes_versions(tmp_path) -
 d = hmd.Dispatcher(VERSION)
 ctx = hmd.Context(d)
 hermes_meter.register(ctx)
+# The first hook call settles the points (register imports nothing).
+d.invoke_hook("on_session_start", session_id="s-points", platform="cli")
 from hermes_meter import _integrations
 print(json.dumps({"lines": _integrations.lines(), "slash": ctx.commands["meter"]("status"),
                   "plain": ctx.commands["meter"]("")}))
 """
     out = _run(tmp_path, body, "main")
     assert "Hermes integration points:" in out["slash"], "/meter status lists them"
-    assert "skipped hook calls" in out["slash"]
+    assert "_run_hook_callback_bounded" in out["slash"]
     assert "_usage_summary_for_api_request_hook" in out["plain"], "plain /meter shows what is MISSING"
-    assert "skipped hook calls" not in out["plain"], "and only that"
+    assert "_run_hook_callback_bounded" not in out["plain"], "and only that"
     lines = out["lines"]
     assert any(
         line.startswith("agent.aux_accounting.record_aux_usage (Hermes 0.19.0 - 0.21.x): not needed")
@@ -274,9 +276,12 @@ print(json.dumps({"lines": _integrations.lines(), "slash": ctx.commands["meter"]
         "no run_agent here: the provider's billed cost is not recorded, and status says so"
     )
     assert any(
-        line.startswith("hermes_cli.plugins skipped hook calls (Hermes 0.21.0 - 0.23.x): active")
+        line.startswith(
+            "hermes_cli.plugins_dispatch.PluginDispatchMixin._run_hook_callback_bounded"
+            " (Hermes 0.21.0 - 0.23.x): active"
+        )
         for line in lines
-    )
+    ), "the dispatcher's frame has the locals a skipped call is read from"
 
 
 @pytest.mark.parametrize("classifies", [True, False])
@@ -335,12 +340,17 @@ def test_the_tool_gate_is_left_out_where_hermes_blocks_overlapping_tool_calls(tm
     body = """
 d = hmd.Dispatcher(VERSION)
 hermes_meter.register(hmd.Context(d))
+d.invoke_hook("on_session_start", session_id="s-gate", platform="cli")
 from hermes_meter import _integrations
 print(json.dumps({"hooks": sorted(d._hooks), "lines": _integrations.lines()}))
 """
     old = _run(tmp_path / "a", body, "0.21")
     assert "pre_tool_call" not in old["hooks"], "0.21.x would block every overlapping tool"
-    assert any(line.startswith("pre_tool_call (Hermes 0.21.x)") for line in old["lines"]), old["lines"]
+    assert any(
+        line.startswith("hermes_cli.plugins_dispatch._hook_call_identity")
+        and "pre_tool_call is not registered" in line
+        for line in old["lines"]
+    ), old["lines"]
     new = _run(tmp_path / "b", body, "main")
     assert "pre_tool_call" in new["hooks"], "main keys the gate by tool call"
     assert "transform_api_error_classification" in new["hooks"]

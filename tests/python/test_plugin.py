@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -475,7 +477,7 @@ def test_the_slash_command_shows_session_cost_and_today(tmp_path) -> None:
     assert f"session   {session}" in text
     assert "input 5000 · output 3000 · cache read 100000 · cache write 15000" in text
     assert text.splitlines()[-2].startswith("today")
-    assert text.splitlines()[-1].startswith("viewer    the OTel tab of `hermes dashboard`")
+    assert text.splitlines()[-1].startswith("viewer    the Meter tab of `hermes dashboard`")
     assert f"`hermes-meter trace {session}`" in text
     # Without an id from Hermes, the last session a turn started in.
     assert session in ctx.commands["meter"]["handler"]("")
@@ -604,7 +606,7 @@ def test_hostile_values_are_recorded_as_far_as_possible_never_negative() -> None
     assert latency is None or latency >= 0
 
 
-def test_hermes_meter_cli_offers_report_and_status_only(capfd) -> None:
+def test_hermes_meter_is_the_whole_hermes_meter_command_line(capfd) -> None:
     ctx = FakeContext()
     hermes_meter.register(ctx)
     parser = argparse.ArgumentParser(prog="hermes meter")
@@ -616,11 +618,54 @@ def test_hermes_meter_cli_offers_report_and_status_only(capfd) -> None:
         handler(args)
     assert done.value.code == 0
     assert '"totals"' in capfd.readouterr().out
-    with pytest.raises(SystemExit):
-        parser.parse_args(["replay", "file.jsonl"])
+    # budget and trace too, with their exit codes.
+    with pytest.raises(SystemExit) as done:
+        handler(parser.parse_args(["budget", "list", "--json"]))
+    assert done.value.code == 0
+    assert capfd.readouterr().out.lstrip().startswith("{")
+    with pytest.raises(SystemExit) as done:
+        handler(parser.parse_args(["trace", "no-such-session"]))
+    assert done.value.code != 0
     with pytest.raises(SystemExit) as done:
         handler(parser.parse_args([]))
     assert done.value.code == 2
+
+
+def test_hermes_meter_lists_every_command_of_the_standalone_command_line() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "hermes_meter.cli", "--help"], text=True, capture_output=True, check=True
+    ).stdout
+    section = out.split("Commands:", 1)[1].split("Options:", 1)[0]
+    standalone = {line.split()[0] for line in section.splitlines() if line.strip()} - {"help"}
+    assert set(hermes_meter._CLI_COMMANDS) == standalone
+
+
+def test_hermes_meter_into_a_closed_pipe_ends_quietly(tmp_path) -> None:
+    code = textwrap.dedent(
+        """
+        import argparse, hermes_meter, sys
+        class Ctx:
+            cli = {}
+            def register_hook(self, *a): pass
+            def register_cli_command(self, name, help, setup_fn, handler_fn=None, description=""):
+                self.cli[name] = (setup_fn, handler_fn)
+            def register_command(self, *a, **k): pass
+        ctx = Ctx()
+        hermes_meter.register(ctx)
+        parser = argparse.ArgumentParser(prog="hermes meter")
+        ctx.cli["meter"][0](parser)
+        ctx.cli["meter"][1](parser.parse_args(["status"]))
+        """
+    )
+    p = subprocess.run(
+        f"{sys.executable} -c {shlex.quote(code)} | head -c 1",
+        shell=True,
+        text=True,
+        capture_output=True,
+        env=dict(os.environ, HERMES_METER_HOME=str(tmp_path / "meter")),
+        timeout=60,
+    )
+    assert "Traceback" not in p.stderr, p.stderr
 
 
 AUX_HERMES = """

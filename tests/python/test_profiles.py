@@ -151,6 +151,7 @@ def test_integration_points_say_how_a_calls_profile_is_found(tmp_path: Path) -> 
         GATEWAY
         + """
 from hermes_meter import _integrations
+_integrations.first_hook()
 print(json.dumps({"lines": _integrations.lines()}))
 """
     )
@@ -161,7 +162,8 @@ print(json.dumps({"lines": _integrations.lines()}))
     without = _run(
         tmp_path / "b",
         "d = hmd.Dispatcher(VERSION)\nhermes_meter.register(hmd.Context(d))\n"
-        "from hermes_meter import _integrations\nprint(json.dumps({'lines': _integrations.lines()}))\n",
+        "from hermes_meter import _integrations\n_integrations.first_hook()\n"
+        "print(json.dumps({'lines': _integrations.lines()}))\n",
         "0.21",
     )["lines"]
     assert any(

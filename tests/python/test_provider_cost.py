@@ -37,9 +37,11 @@ def test_install_adds_the_cost_to_hermes_summary_once_and_never_breaks_it(monkey
                 return None
             return {"input_tokens": response.usage.prompt_tokens}
 
-    monkeypatch.setitem(sys.modules, "run_agent", types.SimpleNamespace(AIAgent=AIAgent))
-    assert _provider_cost.install()
-    assert not _provider_cost.install(), "wrapped once"
+    assert _provider_cost.wrap_main(AIAgent)
+    wrapped = AIAgent._usage_summary_for_api_request_hook
+    assert _provider_cost.wrap_main(AIAgent) and AIAgent._usage_summary_for_api_request_hook is wrapped, (
+        "wrapped once"
+    )
     agent = AIAgent()
     billed = types.SimpleNamespace(usage=_Usage({"cost": 0.25}))
     assert agent._usage_summary_for_api_request_hook(billed) == {"input_tokens": 10, "cost": 0.25}
@@ -59,11 +61,6 @@ def test_install_adds_the_cost_to_hermes_summary_once_and_never_breaks_it(monkey
     assert agent._usage_summary_for_api_request_hook(hostile) == {"input_tokens": 3}
 
 
-def test_install_without_hermes_does_nothing(monkeypatch) -> None:
-    monkeypatch.setitem(sys.modules, "run_agent", None)
-    assert not _provider_cost.install()
-
-
 def test_the_auxiliary_usage_summary_of_hermes_main_gets_the_cost_too(monkeypatch) -> None:
     # agent/auxiliary_hooks.py at 7effdff81b7bbcdf0e441829030a7ee2d037a7f9:
     # _usage_summary(response, *, provider, api_mode) -> dict | None.
@@ -79,8 +76,9 @@ def test_the_auxiliary_usage_summary_of_hermes_main_gets_the_cost_too(monkeypatc
     agent.auxiliary_hooks = aux
     monkeypatch.setitem(sys.modules, "agent", agent)
     monkeypatch.setitem(sys.modules, "agent.auxiliary_hooks", aux)
-    assert _provider_cost._install_auxiliary()
-    assert not _provider_cost._install_auxiliary(), "never wrapped twice"
+    assert _provider_cost.wrap_auxiliary(aux)
+    once = aux._usage_summary
+    assert _provider_cost.wrap_auxiliary(aux) and aux._usage_summary is once, "never wrapped twice"
     billed = types.SimpleNamespace(usage=_Usage({"cost": 0.0042}))
     assert aux._usage_summary(billed, provider="openrouter", api_mode="chat_completions") == {
         "input_tokens": 10,

@@ -97,6 +97,9 @@ pub enum Answer {
     /// Refused over HTTP with this status and, when set, `Retry-After`
     /// seconds; nothing is recorded but the request.
     Http { status: u16, retry_after: Option<u64> },
+    /// Refused over gRPC with this code and message (grpc-go's "received
+    /// message larger than max" for a request over its limit).
+    StatusMessage { code: tonic::Code, message: String },
 }
 
 impl Received {
@@ -254,6 +257,10 @@ impl TraceService for Svc {
             Some(Answer::Status { code, retry_info }) => {
                 self.0.requests.fetch_add(1, Ordering::SeqCst);
                 Err(grpc_status(code, retry_info))
+            }
+            Some(Answer::StatusMessage { code, message }) => {
+                self.0.requests.fetch_add(1, Ordering::SeqCst);
+                Err(tonic::Status::new(code, message))
             }
             Some(Answer::Http { status, .. }) => {
                 self.0.requests.fetch_add(1, Ordering::SeqCst);
@@ -588,7 +595,7 @@ where
                         write.flush().await?;
                         continue;
                     }
-                    Some(Answer::Status { .. }) => {
+                    Some(Answer::Status { .. } | Answer::StatusMessage { .. }) => {
                         rec.requests.fetch_add(1, Ordering::SeqCst);
                         write
                             .write_all(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n")

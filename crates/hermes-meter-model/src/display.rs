@@ -1,4 +1,5 @@
-//! Untrusted text made safe to print on a terminal.
+//! Untrusted text made safe to print on a terminal, and durations as a
+//! person reads them ([`duration`], [`ago`]).
 //!
 //! Owns: [`escape`], the one function every text output (`report`'s
 //! tables, `trace`'s tree, `status`'s errors) passes a recorded string
@@ -50,9 +51,45 @@ fn needs_escape(c: char) -> bool {
         | '\u{2066}'..='\u{2069}')
 }
 
+/// A duration as a person reads it: `45 s`, `12 min`, `3 h 5 min`,
+/// `2 d 4 h`.
+pub fn duration(seconds: f64) -> String {
+    let s = seconds.max(0.0).round() as u64;
+    match s {
+        0..=119 => format!("{s} s"),
+        120..=3_599 => format!("{} min", s / 60),
+        3_600..=86_399 => match (s % 3_600) / 60 {
+            0 => format!("{} h", s / 3_600),
+            m => format!("{} h {m} min", s / 3_600),
+        },
+        _ => match (s % 86_400) / 3_600 {
+            0 => format!("{} d", s / 86_400),
+            h => format!("{} d {h} h", s / 86_400),
+        },
+    }
+}
+
+/// How long ago `at` (Unix seconds) was, from `now`: `3 min ago`.
+pub fn ago(at: f64, now: f64) -> String {
+    format!("{} ago", duration(now - at))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_read_as_a_person_says_them() {
+        assert_eq!(duration(0.4), "0 s");
+        assert_eq!(duration(59.0), "59 s");
+        assert_eq!(duration(119.0), "119 s");
+        assert_eq!(duration(125.0), "2 min");
+        assert_eq!(duration(3_600.0), "1 h");
+        assert_eq!(duration(3_600.0 + 5.0 * 60.0), "1 h 5 min");
+        assert_eq!(duration(2.0 * 86_400.0 + 4.0 * 3_600.0 + 59.0), "2 d 4 h");
+        assert_eq!(duration(-5.0), "0 s");
+        assert_eq!(ago(100.0, 400.0), "5 min ago");
+    }
 
     #[test]
     fn controls_and_overrides_are_shown_escaped_and_the_rest_is_kept() {

@@ -2,7 +2,7 @@
 //!
 //! Owns: the exact strings of every name the trace exporter emits. They are
 //! copied from the registry in `semconv/registry/` (rendered flat in
-//! `semconv/docs/names.json`); a test in `tests/semconv_names.rs` fails when
+//! `semconv/docs/names.json`); a test in `tests/export.rs` fails when
 //! a span carries a name the registry lacks for that span. Must not touch:
 //! anything but names.
 
@@ -97,9 +97,16 @@ pub mod attr {
     pub(crate) const HERMES_TURN_OUTCOME: &str = "hermes.turn.outcome";
     pub const HERMES_SPAN_CLOSE_REASON: &str = "hermes.span.close_reason";
     pub const HERMES_USAGE_COST_USD: &str = "hermes.usage.cost_usd";
-    pub(crate) const HERMES_USAGE_COST_SOURCE: &str = "hermes.usage.cost_source";
+    pub const HERMES_USAGE_COST_SOURCE: &str = "hermes.usage.cost_source";
     pub(crate) const HERMES_USAGE_ESTIMATED: &str = "hermes.usage.estimated";
     pub(crate) const HERMES_USAGE_TOTAL_COST_USD: &str = "hermes.usage.total_cost_usd";
+    /// What the agent was told when a budget stopped its session (on the
+    /// session span's `hermes.budget.verdict` event).
+    pub(crate) const HERMES_BUDGET_MESSAGE: &str = "hermes.budget.message";
+    /// A session's input tokens (cache included), on the session span.
+    pub const HERMES_USAGE_TOTAL_INPUT_TOKENS: &str = "hermes.usage.total_input_tokens";
+    /// A session's output tokens, on the session span.
+    pub const HERMES_USAGE_TOTAL_OUTPUT_TOKENS: &str = "hermes.usage.total_output_tokens";
     pub const HERMES_API_RETRY_COUNT: &str = "hermes.api.retry_count";
     pub(crate) const HERMES_API_MAX_RETRIES: &str = "hermes.api.max_retries";
     pub const HERMES_API_RETRYABLE: &str = "hermes.api.retryable";
@@ -128,6 +135,9 @@ pub mod value {
     pub(crate) const CLOSE_REASON_IDLE_TIMEOUT: &str = "idle_timeout";
     /// `hermes.span.close_reason` of a span its process left open at exit.
     pub(crate) const CLOSE_REASON_PROCESS_EXIT: &str = "process_exit";
+    /// `hermes.span.close_reason` (and `error.type`) of an LLM call a
+    /// budget stopped before the provider.
+    pub(crate) const CLOSE_REASON_BUDGET_STOP: &str = "budget_stop";
     /// `error.type` when nothing more specific is known.
     pub(crate) const ERROR_TYPE_OTHER: &str = "_OTHER";
     /// `openinference.span.kind` of a session.
@@ -205,6 +215,8 @@ pub const SPAN_ATTRIBUTES: &[&str] = &[
     attr::HERMES_USAGE_COST_SOURCE,
     attr::HERMES_USAGE_ESTIMATED,
     attr::HERMES_USAGE_TOTAL_COST_USD,
+    attr::HERMES_USAGE_TOTAL_INPUT_TOKENS,
+    attr::HERMES_USAGE_TOTAL_OUTPUT_TOKENS,
     attr::HERMES_API_RETRY_COUNT,
     attr::HERMES_API_MAX_RETRIES,
     attr::HERMES_API_RETRYABLE,
@@ -314,9 +326,9 @@ pub mod metric_resource {
 /// follows for everything but GenAI, and the schema URL spans and metrics
 /// carry. The GenAI names follow `open-telemetry/semantic-conventions-genai`
 /// (see `semconv/README.md`), which publishes no schema of its own yet.
-pub const SEMCONV_VERSION: &str = "1.44.0";
+pub const SEMCONV_VERSION: &str = "1.45.0";
 /// `schema_url` of the resource and scope of every span and metric batch.
-pub const SCHEMA_URL: &str = "https://opentelemetry.io/schemas/1.44.0";
+pub const SCHEMA_URL: &str = "https://opentelemetry.io/schemas/1.45.0";
 
 /// Which generation of GenAI names to emit
 /// (`OTEL_SEMCONV_STABILITY_OPT_IN`, as the OpenTelemetry instrumentations

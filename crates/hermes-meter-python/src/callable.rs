@@ -86,7 +86,10 @@ impl Hook {
     fn __call__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> Py<PyAny> {
         match exiting::enter() {
             Entry::Normal(_in_flight) => self
-                .guarded(py, || self.call(py, kwargs))
+                .guarded(py, || {
+                    super::late::settle_if_pending(py);
+                    self.call(py, kwargs)
+                })
                 .flatten()
                 .unwrap_or_else(|| py.None()),
             Entry::AtExit => {
@@ -401,6 +404,14 @@ fn offer_host_price(py: Python<'_>, bridge: &Bridge, model: &str, provider: Opti
 }
 
 pub(super) fn verdict_dict(py: Python<'_>, verdict: &Verdict) -> Py<PyAny> {
+    if let Some(sink) = super::VERDICT_SINK.get() {
+        let (kind, text) = match verdict {
+            Verdict::Block { message } => ("block", message),
+            Verdict::Context { text } => ("context", text),
+        };
+        // The sink never raises; were it to, the verdict still goes.
+        let _ = sink.call1(py, (kind, text.as_str()));
+    }
     let d = PyDict::new(py);
     let filled = match verdict {
         Verdict::Block { message } => d

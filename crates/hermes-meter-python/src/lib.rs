@@ -33,6 +33,7 @@ use store::AlertSink;
 mod callable;
 mod copy;
 mod exiting;
+mod late;
 mod log;
 mod record;
 mod test_hooks;
@@ -183,11 +184,26 @@ fn llm_stop(api_request_id: Option<&str>) -> Option<String> {
 /// The stop text for an auxiliary LLM call of `session_id` (Hermes main's
 /// `aux-…` calls, which fire no `pre_api_request`): the session's last
 /// verdict, when it was a hard breach. Never raises.
+///
+/// While budgets are enforced it first waits, bounded by the hook wait,
+/// for what this process recorded to commit: the spend of the call just
+/// before (a turn's last call, then its title) decides, not the verdict
+/// taken before that call.
 #[pyfunction]
 #[pyo3(signature = (session_id = None))]
-fn session_stop(session_id: Option<&str>) -> Option<String> {
+fn session_stop(py: Python<'_>, session_id: Option<&str>) -> Option<String> {
     let session = session_id.filter(|s| !s.is_empty())?;
-    catch_unwind(AssertUnwindSafe(|| BUDGET.get().and_then(|h| h.session_stop(session)))).unwrap_or(None)
+    catch_unwind(AssertUnwindSafe(|| {
+        let handle = BUDGET.get()?;
+        if handle.enforcing() {
+            if let Some(b) = BRIDGE.get() {
+                let wait = b.config().hook_wait;
+                exiting::detach(py, || b.flush(wait));
+            }
+        }
+        handle.session_stop(session)
+    }))
+    .unwrap_or(None)
 }
 
 /// The model the next LLM call of `session_id` to the agent's `model` is
@@ -207,6 +223,30 @@ fn downgrade_model(session_id: Option<&str>, model: Option<&str>) -> Option<Stri
 #[pyfunction]
 fn blocked_model() -> &'static str {
     crate::budget::BLOCKED_MODEL
+}
+
+/// The sentence every budget text addresses to the agent (left out of the
+/// line a person is shown).
+#[pyfunction]
+fn agent_only_text() -> &'static str {
+    crate::budget::NOT_YOURS
+}
+
+/// How a refusal to let the agent change its own brake begins (a block
+/// that is no budget stop).
+#[pyfunction]
+fn protected_prefix() -> &'static str {
+    crate::budget::PROTECTED_PREFIX
+}
+
+/// Who is told of each verdict a gating hook returns (`_oneshot.noted`,
+/// called with the verdict's kind and text): set once per process.
+pub(crate) static VERDICT_SINK: OnceLock<Py<PyAny>> = OnceLock::new();
+
+/// Sets [`VERDICT_SINK`]; false if it was set already.
+#[pyfunction]
+fn set_verdict_sink(sink: Py<PyAny>) -> bool {
+    VERDICT_SINK.set(sink).is_ok()
 }
 
 /// Starts the bridge (opening the store) and returns why it is disabled or
@@ -254,7 +294,7 @@ fn budget_mode(py: Python<'_>) -> &'static str {
 #[pyfunction]
 #[pyo3(signature = (timeout_seconds = 2.0))]
 fn flush(py: Python<'_>, timeout_seconds: f64) -> bool {
-    flush_with(py, timeout_seconds, Bridge::flush)
+    flush_with(py, timeout_seconds, Bridge::flush, Bridge::flush_exporter)
 }
 
 /// The flush of a process about to exit (atexit, `os._exit`): commits
@@ -275,7 +315,7 @@ fn exit_flush(py: Python<'_>, timeout_seconds: f64) -> bool {
             format!("{still} hook call(s) on other threads still running at exit"),
         );
     }
-    flush_with(py, timeout_seconds, Bridge::flush_at_exit)
+    flush_with(py, timeout_seconds, Bridge::flush_at_exit, Bridge::exit_exporter)
 }
 
 /// How much longer than a hook's wait for its verdict the exit flush
@@ -284,14 +324,19 @@ const EXIT_DRAIN_SLACK: Duration = Duration::from_secs(1);
 
 /// Commits with `commit` (within the timeout), then lets the exporter send
 /// what is ready until the same deadline, with the GIL released.
-fn flush_with(py: Python<'_>, timeout_seconds: f64, commit: fn(&Bridge, Duration) -> bool) -> bool {
+fn flush_with(
+    py: Python<'_>,
+    timeout_seconds: f64,
+    commit: fn(&Bridge, Duration) -> bool,
+    export: fn(&Bridge, Instant) -> bool,
+) -> bool {
     let Some(b) = BRIDGE.get() else { return true };
     let timeout = Duration::try_from_secs_f64(timeout_seconds.max(0.0)).unwrap_or(bridge::DEFAULT_FLUSH_TIMEOUT);
     let committed = exiting::detach(py, || {
         catch_unwind(AssertUnwindSafe(|| {
             let deadline = std::time::Instant::now() + timeout;
             let committed = commit(b, timeout);
-            b.flush_exporter(deadline);
+            export(b, deadline);
             committed
         }))
         .unwrap_or(false)
@@ -305,8 +350,36 @@ fn flush_with(py: Python<'_>, timeout_seconds: f64, commit: fn(&Bridge, Duration
 /// Counts one call of our hooks Hermes's dispatcher skipped (`_skips.py`):
 /// `recorded` when the plugin recorded it anyway. Never raises.
 #[pyfunction]
-fn note_hermes_skip(py: Python<'_>, recorded: bool) {
-    let _ = catch_unwind(AssertUnwindSafe(|| bridge(py).note_hermes_skip(recorded)));
+#[pyo3(signature = (recorded, after_timeout = false))]
+fn note_hermes_skip(py: Python<'_>, recorded: bool, after_timeout: bool) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        bridge(py).note_hermes_skip(recorded, after_timeout)
+    }));
+}
+
+/// Counts one call of our hooks Hermes stopped waiting for (`_skips.py`
+/// watches its "timed out" line). Never raises.
+#[pyfunction]
+fn note_hermes_timeout(py: Python<'_>) {
+    let _ = catch_unwind(AssertUnwindSafe(|| bridge(py).note_hermes_timeout()));
+}
+
+/// Notes what this process found of its Hermes (`_integrations.py`'s
+/// report, as JSON) for the store's health record, where `status` reads
+/// it. Raises `HermesMeterError` on a report it cannot read.
+#[pyfunction]
+fn note_hermes(py: Python<'_>, report_json: &str) -> PyResult<()> {
+    let value: serde_json::Value =
+        serde_json::from_str(report_json).map_err(|e| HermesMeterError::new_err(format!("the Hermes report: {e}")))?;
+    let b = bridge(py);
+    b.note_hermes(value).map_err(HermesMeterError::new_err)
+}
+
+/// Whether the package's integration points still wait to be settled (see
+/// `late.rs`); the package says `False` once they are.
+#[pyfunction]
+fn settle_pending(pending: bool) {
+    late::set_pending(pending);
 }
 
 /// The hooks registered only where the running Hermes knows them.
@@ -469,12 +542,18 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(session_stop, m)?)?;
     m.add_function(wrap_pyfunction!(downgrade_model, m)?)?;
     m.add_function(wrap_pyfunction!(blocked_model, m)?)?;
+    m.add_function(wrap_pyfunction!(agent_only_text, m)?)?;
+    m.add_function(wrap_pyfunction!(protected_prefix, m)?)?;
+    m.add_function(wrap_pyfunction!(set_verdict_sink, m)?)?;
     m.add_function(wrap_pyfunction!(hook_names, m)?)?;
     m.add_function(wrap_pyfunction!(budget_mode, m)?)?;
     m.add_function(wrap_pyfunction!(flush, m)?)?;
     m.add_function(wrap_pyfunction!(exit_flush, m)?)?;
     m.add_function(wrap_pyfunction!(optional_hooks, m)?)?;
     m.add_function(wrap_pyfunction!(note_hermes_skip, m)?)?;
+    m.add_function(wrap_pyfunction!(note_hermes_timeout, m)?)?;
+    m.add_function(wrap_pyfunction!(note_hermes, m)?)?;
+    m.add_function(wrap_pyfunction!(settle_pending, m)?)?;
     m.add_function(wrap_pyfunction!(stats, m)?)?;
     m.add_function(wrap_pyfunction!(store_dir, m)?)?;
     m.add_function(wrap_pyfunction!(meter_command, m)?)?;

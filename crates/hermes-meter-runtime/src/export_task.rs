@@ -242,6 +242,14 @@ impl Background for ExportTask {
             join_until(handle, deadline);
         }
     }
+
+    /// The stop is the exit: the thread's last step sends what is ready
+    /// (spans, log records, then the metric series this process counted)
+    /// and gives the leases up (`Driver::stop`).
+    fn exit(&mut self, deadline: Instant) -> bool {
+        self.shutdown(deadline);
+        true
+    }
 }
 
 impl Drop for ExportTask {
@@ -266,11 +274,18 @@ struct WithFleet {
 }
 
 impl Background for WithFleet {
-    /// Only the exit flush calls this: the spans, then this process's spend
-    /// to the fleet, by one deadline.
+    /// The spans, then this process's spend to the fleet, by one deadline.
     fn flush(&self, deadline: Instant) -> bool {
         let exported = self.export.flush(deadline);
         self.fleet.flush(deadline) && exported
+    }
+
+    /// The exporter's exit, then this process's spend to the fleet.
+    fn exit(&mut self, deadline: Instant) -> bool {
+        let exported = self.export.exit(deadline);
+        let pushed = self.fleet.flush(deadline);
+        self.fleet.shutdown(deadline);
+        exported && pushed
     }
 
     fn shutdown(&mut self, deadline: Instant) {

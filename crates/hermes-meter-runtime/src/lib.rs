@@ -26,7 +26,7 @@ pub mod slash;
 pub mod spool;
 
 // The store (crates/hermes-meter-store), likewise.
-pub use hermes_meter_store::{error, health, replay, store, unix_now, Error, Result};
+pub use hermes_meter_store::{error, health, hermes_state, replay, store, unix_now, Error, Result};
 
 /// Locks a mutex, ignoring poison: every critical section of this crate
 /// leaves its data consistent, and a hook must never panic on a lock.

@@ -27,11 +27,25 @@ pub fn meter_command(store_dir: &Path, session_id: Option<&str>, now: f64, tz: &
     };
     let midnight = start_of_day(now, tz)?;
     let today = store.spend_between(midnight, now + 1.0)?;
-    Ok(render(
-        session.as_ref().map(|(id, t)| (id.as_str(), t.as_ref())),
-        &today,
-    ))
+    let mut text = render(session.as_ref().map(|(id, t)| (id.as_str(), t.as_ref())), &today);
+    // What fired today, where a person asks (`status` lists where each went).
+    let alerts = store.recent_alerts(midnight, ALERTS_SHOWN)?;
+    if let Some(newest) = alerts.first() {
+        let mut said: String = crate::display::escape(&newest.alert.text).chars().take(140).collect();
+        if newest.alert.text.chars().count() > 140 {
+            said.push('…');
+        }
+        text.push_str(&format!(
+            "\nalerts    {}{} today; newest: {said}",
+            alerts.len(),
+            if alerts.len() == ALERTS_SHOWN { "+" } else { "" }
+        ));
+    }
+    Ok(text)
 }
+
+/// Most of today's alerts `/meter` counts (it names the newest).
+const ALERTS_SHOWN: usize = 20;
 
 fn start_of_day(now: f64, tz: &TimeZone) -> Result<f64> {
     let ts = Timestamp::from_microsecond((now * 1e6) as i64).map_err(|e| Error::Other(e.to_string()))?;
@@ -103,7 +117,7 @@ pub fn render(session: Option<(&str, Option<&SessionTotals>)>, today: &SpendTota
     ));
     // Where to look further: the viewer (a tab of Hermes's dashboard, or
     // standalone) and the session's span tree.
-    out.push_str("\nviewer    the OTel tab of `hermes dashboard`, or `hermes-meter ui`");
+    out.push_str("\nviewer    the Meter tab of `hermes dashboard`, or `hermes-meter ui`");
     if let Some((id, Some(_))) = session {
         out.push_str(&format!(" · spans: `hermes-meter trace {id}`"));
     }
@@ -162,13 +176,35 @@ mod tests {
         );
         assert!(
             text.ends_with(
-                "viewer    the OTel tab of `hermes dashboard`, or `hermes-meter ui` · spans: `hermes-meter trace s`"
+                "viewer    the Meter tab of `hermes dashboard`, or `hermes-meter ui` · spans: `hermes-meter trace s`"
             ),
             "{text}"
         );
         let text = render(Some(("s", None)), &SpendTotals::default());
         assert!(text.contains("nothing recorded yet"), "{text}");
         assert!(render(None, &today).starts_with("session   unknown"));
+    }
+
+    #[test]
+    fn todays_alerts_are_counted_and_the_newest_named() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Writer::open_dir(dir.path()).expect("store");
+        let now = 1_796_083_200.0 + 12.0 * 3600.0;
+        store
+            .raise_pending_alert("runaway", "run|y", "RUNAWAY: yesterday", now - 86_400.0)
+            .expect("raise");
+        let text = meter_command(dir.path(), None, now, &TimeZone::UTC).expect("reply");
+        assert!(!text.contains("alerts"), "{text}");
+        store
+            .raise_pending_alert("runaway", "run|t", "RUNAWAY: session \x1b]0;x\x07s loops", now - 60.0)
+            .expect("raise");
+        let text = meter_command(dir.path(), None, now, &TimeZone::UTC).expect("reply");
+        let line = text.lines().last().expect("a line");
+        assert!(
+            line.starts_with("alerts    1 today; newest: RUNAWAY: session"),
+            "{text}"
+        );
+        assert!(!line.contains('\x1b') && !line.contains('\x07'), "{line:?}");
     }
 
     #[test]

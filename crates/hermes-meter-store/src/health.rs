@@ -22,9 +22,18 @@
 //!   "counts": {"store_faults", "failed_commits", "open_failures",
 //!              "spool_write_failures", "dropped_events", "recoveries",
 //!              "hermes_skipped_recorded", "hermes_skipped_lost"},
-//!   "lost": [{"pid", "started_at", "at", "count", "reason"}, ...]
+//!   "lost": [{"pid", "started_at", "at", "count", "reason"}, ...],
+//!   "hermes": [{"pid", "started_at", "at", "hermes_version", "python",
+//!               "isolation", "register_ms", "load", "points": [...]}, ...]
 //! }
 //! ```
+//!
+//! `hermes` is what each Hermes process found of its Hermes when the
+//! plugin settled there (`python/hermes_meter/_integrations.py`): its
+//! version, whether Hermes abandoned the plugin's load, and the state of
+//! every Hermes internal the plugin reaches. One entry per process, the
+//! newest [`MAX_HERMES_REPORTS`]: `status` reads it in a process that is
+//! not Hermes.
 //!
 //! `lost` says which processes lost hook events (neither the store nor the
 //! spool could take them, or memory was full), one entry per process (its
@@ -60,6 +69,9 @@ pub const HEALTH_SCHEMA: &str = "hermes-meter.health.v1";
 /// Entries of `lost` a record keeps: the newest ones, so a long history of
 /// one-shot processes cannot grow the file without bound.
 pub(crate) const MAX_LOST_ENTRIES: usize = 32;
+
+/// Entries of `hermes` a record keeps: the newest processes' reports.
+pub(crate) const MAX_HERMES_REPORTS: usize = 16;
 
 /// What is wrong with the store, as far as the bridge can act on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -195,6 +207,12 @@ pub struct HealthCounts {
     pub hermes_skipped_recorded: u64,
     /// Calls of our hooks Hermes skipped that could not be recovered: lost.
     pub hermes_skipped_lost: u64,
+    /// Of the skipped calls, those Hermes skipped because an earlier call
+    /// of the same callback had timed out (not because one was running).
+    pub hermes_skipped_after_timeout: u64,
+    /// Calls of our hooks Hermes gave up waiting for (its hook timeout):
+    /// recorded all the same, but Hermes then skips that hook for a while.
+    pub hermes_timeouts: u64,
 }
 
 impl HealthCounts {
@@ -207,6 +225,8 @@ impl HealthCounts {
         self.recoveries += d.recoveries;
         self.hermes_skipped_recorded += d.hermes_skipped_recorded;
         self.hermes_skipped_lost += d.hermes_skipped_lost;
+        self.hermes_skipped_after_timeout += d.hermes_skipped_after_timeout;
+        self.hermes_timeouts += d.hermes_timeouts;
     }
 
     fn minus(&self, o: &HealthCounts) -> HealthCounts {
@@ -219,6 +239,10 @@ impl HealthCounts {
             recoveries: self.recoveries.saturating_sub(o.recoveries),
             hermes_skipped_recorded: self.hermes_skipped_recorded.saturating_sub(o.hermes_skipped_recorded),
             hermes_skipped_lost: self.hermes_skipped_lost.saturating_sub(o.hermes_skipped_lost),
+            hermes_skipped_after_timeout: self
+                .hermes_skipped_after_timeout
+                .saturating_sub(o.hermes_skipped_after_timeout),
+            hermes_timeouts: self.hermes_timeouts.saturating_sub(o.hermes_timeouts),
         }
     }
 }
@@ -248,6 +272,73 @@ pub struct HealthRecord {
     /// The processes that lost events, oldest first.
     #[serde(default)]
     pub lost: Vec<LostEvents>,
+    /// What Hermes processes found of their Hermes, oldest first.
+    #[serde(default)]
+    pub hermes: Vec<HermesReport>,
+}
+
+/// What one Hermes process found of its Hermes (written by the package's
+/// `_integrations.settle`, through the binding).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HermesReport {
+    pub pid: u32,
+    /// When the process's bridge started, Unix seconds.
+    pub started_at: f64,
+    /// When it reported, Unix seconds.
+    pub at: f64,
+    #[serde(default)]
+    pub hermes_version: Option<String>,
+    #[serde(default)]
+    pub python: Option<String>,
+    /// `in_process`, or `host` (Hermes's `plugins.isolation: host`).
+    #[serde(default)]
+    pub isolation: String,
+    /// How long `register` took, milliseconds.
+    #[serde(default)]
+    pub register_ms: f64,
+    /// `ok`, or `abandoned`: Hermes gave up on the load and threw away
+    /// every registration, so the process recorded nothing.
+    #[serde(default)]
+    pub load: String,
+    #[serde(default)]
+    pub points: Vec<PointState>,
+}
+
+impl HermesReport {
+    /// Whether Hermes abandoned the plugin's load in that process.
+    pub fn abandoned(&self) -> bool {
+        self.load == "abandoned"
+    }
+
+    /// The points that were missing.
+    pub fn missing(&self) -> impl Iterator<Item = &PointState> {
+        self.points.iter().filter(|p| p.state == "MISSING")
+    }
+}
+
+/// One Hermes integration point in one process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PointState {
+    pub name: String,
+    pub versions: String,
+    #[serde(default, rename = "use")]
+    pub used_for: String,
+    /// `active`, `not needed` or `MISSING`.
+    pub state: String,
+    #[serde(default)]
+    pub detail: String,
+}
+
+impl PointState {
+    /// One line for `status`.
+    pub fn line(&self) -> String {
+        let text = format!("{} (Hermes {}): {}", self.name, self.versions, self.state);
+        if self.detail.is_empty() {
+            text
+        } else {
+            format!("{text}: {}", self.detail)
+        }
+    }
 }
 
 /// Hook events one process lost, as recorded.
@@ -275,6 +366,7 @@ impl HealthRecord {
             last_recovery_at: None,
             counts: HealthCounts::default(),
             lost: Vec::new(),
+            hermes: Vec::new(),
         }
     }
 }
@@ -315,6 +407,8 @@ pub struct Tracker {
     started_at: f64,
     /// The events this process lost, once it lost any.
     lost: Option<LostEvents>,
+    /// What this process found of its Hermes, not yet written.
+    hermes: Option<HermesReport>,
 }
 
 impl Tracker {
@@ -385,9 +479,22 @@ impl Tracker {
         self.current.as_ref()
     }
 
+    /// Notes what this process found of its Hermes (`report`, the JSON
+    /// the package writes); written with the next merge.
+    pub fn hermes(&mut self, report: serde_json::Value, now: f64) -> Result<(), String> {
+        let mut value = report;
+        let object = value.as_object_mut().ok_or("the Hermes report is not a JSON object")?;
+        object.insert("pid".into(), std::process::id().into());
+        object.insert("started_at".into(), self.started_at.into());
+        object.insert("at".into(), now.into());
+        let report: HermesReport = serde_json::from_value(value).map_err(|e| format!("the Hermes report: {e}"))?;
+        self.hermes = Some(report);
+        Ok(())
+    }
+
     /// Whether there is anything to write.
     pub fn dirty(&self) -> bool {
-        self.state_dirty || self.counts != self.written
+        self.state_dirty || self.counts != self.written || self.hermes.is_some()
     }
 
     /// Merges what changed into `<store_dir>/health.json`. On failure the
@@ -420,6 +527,14 @@ impl Tracker {
             let over = record.lost.len().saturating_sub(MAX_LOST_ENTRIES);
             record.lost.drain(..over);
         }
+        if let Some(mine) = &self.hermes {
+            record
+                .hermes
+                .retain(|e| !(e.pid == mine.pid && e.started_at == mine.started_at));
+            record.hermes.push(mine.clone());
+            let over = record.hermes.len().saturating_sub(MAX_HERMES_REPORTS);
+            record.hermes.drain(..over);
+        }
         record.state = if self.current.is_some() { "fault" } else { "ok" }.into();
         record.updated_at = now;
         record.updated_by_pid = std::process::id();
@@ -435,6 +550,7 @@ impl Tracker {
         self.unwritten_fault = None;
         self.recovered_at = None;
         self.state_dirty = false;
+        self.hermes = None;
         Ok(())
     }
 }

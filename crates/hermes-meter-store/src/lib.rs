@@ -11,6 +11,7 @@
 pub mod error;
 mod files;
 pub mod health;
+pub mod hermes_state;
 pub mod replay;
 pub mod store;
 

@@ -12,6 +12,10 @@ while it is down, it is started again after SECONDS, a third turn follows,
 and the gateway is stopped only once Jaeger (its query API)
 holds the chat spans of all three turns: what the plugin kept while the
 Collector was down went out while the gateway still ran.
+
+With ``--cron-job ID`` no chat is sent: the gateway runs until its own cron
+scheduler (a tick at start, then one a minute) has run that job and saved
+its output, then it is stopped the same way.
 """
 
 from __future__ import annotations
@@ -53,11 +57,26 @@ def _chat(text: str) -> dict:
         return json.loads(r.read())
 
 
+def _wait_for_cron_run(job: str, times: dict[str, float], gw: subprocess.Popen) -> int:
+    """Until the scheduler saved the job's output (a run done), at most
+    three of its ticks."""
+    output = Path(os.environ["HERMES_HOME"]) / "cron" / "output" / job
+    deadline = time.time() + 200
+    while not (output.is_dir() and any(output.iterdir())):
+        if gw.poll() is not None or time.time() > deadline:
+            print(f"gateway_session: the scheduler never ran cron job {job}", file=sys.stderr)
+            return 1
+        time.sleep(0.5)
+    times["cron_output"] = time.time()
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hermes", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--outage", type=float, default=0.0)
+    ap.add_argument("--cron-job", default="")
     a = ap.parse_args()
     out = Path(a.out)
     env = dict(
@@ -83,6 +102,8 @@ def main() -> int:
                 print("gateway_session: the API server never came up", file=sys.stderr)
                 return 1
             time.sleep(0.2)
+        if a.cron_job:
+            return _wait_for_cron_run(a.cron_job, times, gw)
         turns = ["First turn, plain answer please", "Second turn, plain answer please"]
         if a.outage:
             turns.append("Third turn, plain answer please")

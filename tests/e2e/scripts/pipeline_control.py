@@ -6,7 +6,7 @@ or Jaeger through its control files, and count what Jaeger holds.
 With ``--collector-log TEXT``, it first waits up to a minute for the
 Collector's log (``collector.log`` in OUTDIR) to hold TEXT, and notes when
 it did. Each ACTION (``collector.stop``, ``collector.start``, ``jaeger.stop``,
-``jaeger.start``) is asked for in turn and waited for; its time goes to
+``jaeger.start``, ``prometheus.backfill``) is asked for in turn and waited for; its time goes to
 ``control_times.json`` in OUTDIR. With ``--jaeger-chats N``, it then waits
 up to three minutes for Jaeger's query API to hold N chat spans (the
 Collector's retry backoff is at most 30 s) and notes the count and time.
@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 
 JAEGER_QUERY = "127.0.0.1:16686"
-ANSWERS = {"stop": "stopped", "start": "started"}
+ANSWERS = {"stop": "stopped", "start": "started", "backfill": "backfilled"}
 
 
 def control(out: Path, action: str, seconds: float = 60.0) -> float:
@@ -70,7 +70,9 @@ def jaeger_chats(jaeger: str = JAEGER_QUERY) -> int:
         for rs in data["result"]["resourceSpans"]
         for ss in rs["scopeSpans"]
         for span in ss["spans"]
+        # The turns' calls: Hermes 0.22 adds an auxiliary title call.
         if span["name"].startswith("chat ")
+        and not any(a["key"] == "hermes.llm.aux_task" for a in span.get("attributes", []))
     )
 
 

@@ -214,11 +214,6 @@ impl Cap {
     pub fn label(&self) -> String {
         format!("per-{} {}", self.scope, self.unit.as_str())
     }
-
-    /// The command that raises it.
-    pub(crate) fn raise_command(&self) -> String {
-        format!("hermes-meter budget set {} {} <limit>", self.scope, self.unit.as_str())
-    }
 }
 
 /// A cap, what its session or run used, and the verdict.
@@ -324,11 +319,11 @@ pub fn cap_notice_text(state: &CapState, mode: BudgetMode) -> String {
         _ => "is nearly used up",
     };
     format!(
-        "[hermes-meter budget notice] The {} cap of {} has {}. It {what}. To raise it: {}",
+        "[hermes-meter budget notice] The {} cap of {} has {}. It {what}. {}",
         state.cap.label(),
         of_whom(state),
         used_of(state),
-        state.cap.raise_command()
+        super::text::NOT_YOURS
     )
 }
 
@@ -340,12 +335,11 @@ pub fn cap_block_text(state: &CapState) -> String {
         CapScope::Run => "The next message starts a new run with a fresh cap.",
     };
     format!(
-        "BUDGET-EXCEEDED: hermes-meter blocked this call: the {} cap of {} is used up ({}). {next} \
-         To raise the limit run: {}",
+        "BUDGET-EXCEEDED: hermes-meter blocked this call: the {} cap of {} is used up ({}). {next} {}",
         state.cap.label(),
         of_whom(state),
         used_of(state),
-        state.cap.raise_command()
+        super::text::NOT_YOURS
     )
 }
 
@@ -397,7 +391,7 @@ mod tests {
     }
 
     #[test]
-    fn texts_say_which_cap_what_it_blocks_and_how_to_raise_it() {
+    fn texts_say_which_cap_and_what_it_blocks_never_how_to_raise_it() {
         let c = cfg("[per_run]\ntool_calls = 40");
         let used = Used {
             tool_calls: 40,
@@ -410,11 +404,12 @@ mod tests {
         assert!(block.contains("per-run tool_calls cap of this run"), "{block}");
         assert!(block.contains("40 tool calls used of 40 tool calls (100%)"), "{block}");
         assert!(
-            block.contains("hermes-meter budget set run tool_calls <limit>"),
+            block.contains("not yours to change") && !block.contains("budget set"),
             "{block}"
         );
         let notice = cap_notice_text(s, BudgetMode::Enforce);
         assert!(notice.contains("tool calls are blocked; finish"), "{notice}");
+        assert!(!notice.contains("budget set"), "{notice}");
         assert_eq!(s.alert_key("hard"), "run|t|tool_calls|hard");
     }
 }

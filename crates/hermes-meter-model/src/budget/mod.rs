@@ -15,7 +15,9 @@
 //! - `caps.rs`: per-session and per-run caps ([`assess_caps`]);
 //! - `runaway.rs`: the runaway signs and their reasons ([`runaway_reason`]);
 //! - `alert.rs`: the alert kinds and the free→paid model key;
-//! - `text.rs`: the texts Hermes shows (notices, block messages, pauses);
+//! - `text.rs`: the texts Hermes shows (notices, block messages, pauses,
+//!   the refusal of a tool call that would change the meter: which calls
+//!   those are is `hook/protect.rs`'s [`meter_change`]);
 //! - `spend_bound.rs`: the most a hook call can add to a spend, known on the
 //!   hook thread ([`spend_bound`]), and a reservation's usage;
 //! - `first_sync.rs`: what a fleet host whose store never synced does
@@ -52,6 +54,7 @@ mod text;
 pub mod verdict;
 mod window;
 
+pub use crate::hook::protect::meter_change;
 pub use alert::paid_model_key;
 pub use caps::{
     assess_caps, cap_block_text, cap_notice_text, cap_threshold_reached, cap_threshold_text, Cap, CapLimits, CapScope,
@@ -64,9 +67,12 @@ pub use config::{
 pub use first_sync::{Unsynced, FIRST_SYNC_WAIT, UNSYNCED_ENV};
 pub use runaway::{repeat_reason, retry_reason, runaway_reason, runaway_text, RunSigns, RunawayAction, RunawayConfig};
 pub use spend_bound::{carries_spend, reservation_usage, spend_bound};
-pub use text::{block_text, notice_text, pause_reason, threshold_text, unsynced_block_text, BLOCKED_MODEL};
+pub use text::{
+    block_text, invalid_file_text, notice_text, pause_reason, protected_text, threshold_text, unsynced_block_text,
+    BLOCKED_MODEL, NOT_YOURS, PROTECTED_PREFIX,
+};
 pub use verdict::{
     assess, forecast, gauges, threshold_reached, BudgetGauge, BudgetState, FleetShare, Forecast, Level, Spend,
-    WindowUse,
+    WindowUse, ANY_SENDER,
 };
 pub use window::{bucket_ranges, open_ranges, period_name, timestamp, window_bounds, Window, BUCKET_SECONDS};

@@ -10,7 +10,7 @@ use jiff::Timestamp;
 
 use super::config::BudgetMode;
 use super::config::BudgetUnit;
-use super::first_sync::{Unsynced, FIRST_SYNC_WAIT, UNSYNCED_ENV};
+use super::first_sync::FIRST_SYNC_WAIT;
 use super::verdict::{BudgetState, Level};
 
 /// The `model` of the stand-in response that stops an LLM call; the ledger
@@ -72,29 +72,58 @@ pub fn notice_text(state: &BudgetState, mode: BudgetMode, tz: &TimeZone) -> Stri
         _ => "is nearly used up; it resets",
     };
     format!(
-        "[hermes-meter budget notice] The {} budget has {} {} of {}{pct}{est}. It {what} {}. To raise it: {}",
+        "[hermes-meter budget notice] The {} budget has {} {} of {}{pct}{est}. It {what} {}. {NOT_YOURS}",
         s.budget.label(),
         amount(s, s.spend.total()),
         spent(s),
         amount(s, s.budget.limit),
         when(s.window_end, tz),
-        s.budget.raise_command(),
     )
 }
 
+/// What every text the agent reads says of the limit: that it is the
+/// operator's, never how to lift it (the agent has a shell; see
+/// `protect.rs`).
+pub const NOT_YOURS: &str =
+    "This limit is set by the operator and is not yours to change: finish within it and tell the user.";
+
 /// The `pre_tool_call` block message (and the stand-in response of a
-/// stopped LLM call).
-pub fn block_text(state: &BudgetState, tz: &TimeZone) -> String {
-    format!(
-        "BUDGET-EXCEEDED: hermes-meter blocked this call: the {} budget is exhausted ({} {} of {}). \
-         It resets {}. To raise the limit run: {}",
-        state.budget.label(),
-        amount(state, state.spend.total()),
-        spent(state),
-        amount(state, state.budget.limit),
-        when(state.window_end, tz),
-        state.budget.raise_command(),
-    )
+/// stopped LLM call) of a budget that blocks (`state.blocks()`), saying
+/// what is true of it: exhausted by what calls spent (`hard_line`: the
+/// limit times the hard threshold); at its line only with what calls in
+/// flight reserve (the call may go once they settle); or, on a fleet host
+/// under the fleet's line, this host's share used up until its next sync.
+pub fn block_text(state: &BudgetState, hard_line: f64, tz: &TimeZone) -> String {
+    let s = state;
+    let label = s.budget.label();
+    let limit = amount(s, s.budget.limit);
+    let settled = amount(s, s.spend.settled);
+    let why = if s.level != Level::Hard {
+        let used = s.fleet.map_or(s.spend.settled, |f| f.own);
+        format!(
+            "this host's share of the fleet's {label} budget is used up until its next sync with the fleet \
+             ({} {} here; {settled} {} of {limit} fleet-wide). Calls go again once the sync grants more, \
+             while the fleet is under its line",
+            amount(s, used),
+            spent(s),
+            spent(s),
+        )
+    } else if s.spend.settled < hard_line {
+        format!(
+            "the {label} budget has {settled} {} of {limit}, and calls in flight reserve {} more: together they \
+             reach its line. Calls go again if those spend less than they reserve; else it resets {}",
+            spent(s),
+            amount(s, s.spend.reserved),
+            when(s.window_end, tz),
+        )
+    } else {
+        format!(
+            "the {label} budget is exhausted ({settled} {} of {limit}). It resets {}",
+            spent(s),
+            when(s.window_end, tz),
+        )
+    };
+    format!("BUDGET-EXCEEDED: hermes-meter blocked this call: {why}. {NOT_YOURS}")
 }
 
 /// The block message (and stand-in response) of a call on a fleet host
@@ -106,11 +135,20 @@ pub fn unsynced_block_text(fleet: &str, error: Option<&str>) -> String {
     format!(
         "BUDGET-EXCEEDED: hermes-meter blocked this call: this host could not reach the fleet database {fleet}{why} \
          within {} s and has never synced with it, so the fleet's budgets are unknown here and may be exhausted. \
-         Calls are blocked until the first sync succeeds (it is retried every few seconds); \
-         to let them through meanwhile, set {UNSYNCED_ENV}={}.",
+         Calls are blocked until the first sync succeeds (it is retried every few seconds). {NOT_YOURS}",
         FIRST_SYNC_WAIT.as_secs(),
-        Unsynced::Open.as_str(),
     )
+}
+
+/// The block message (and stand-in response) of a call held because the
+/// budget file does not parse and no limits were loaded before it. The
+/// parse error is the operator's to read (`status`, the log), not the
+/// agent's.
+pub fn invalid_file_text() -> String {
+    "BUDGET-EXCEEDED: hermes-meter held this call: the operator's budget file does not parse, so the limits \
+     it sets cannot be checked, and calls are held until it is fixed. The file is the operator's to fix, not \
+     yours: stop here and tell the user."
+        .to_string()
 }
 
 /// The reason given to `cron.jobs.pause_job`.
@@ -124,13 +162,25 @@ pub fn pause_reason(state: &BudgetState) -> String {
     )
 }
 
+/// How [`protected_text`] begins: a refusal to let the agent change its
+/// brake, which stops nothing else (the binding tells it from a stop).
+pub const PROTECTED_PREFIX: &str = "BUDGET-PROTECTED:";
+
+/// The block message of a tool call [`meter_change`] named.
+pub fn protected_text(what: &str) -> String {
+    format!(
+        "{PROTECTED_PREFIX} hermes-meter refused this call: it would change {what}, which limits this agent and \
+         is the operator's to change, not the agent's. Go on without it, or tell the user what you needed."
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::budget::{Budget, BudgetUnit, Scope, Spend, Window};
 
     #[test]
-    fn texts_name_the_budget_and_how_to_raise_it() {
+    fn texts_name_the_budget_and_never_tell_the_agent_how_to_raise_it() {
         let state = BudgetState {
             budget: Budget {
                 scope: Scope::CronJob,
@@ -149,14 +199,19 @@ mod tests {
             window_end: 1_796_083_200,
             fleet: None,
         };
-        let block = block_text(&state, &TimeZone::UTC);
+        let block = block_text(&state, 2.5, &TimeZone::UTC);
         assert!(block.contains("cron 3f9a1c2b7d10 daily"), "{block}");
+        // The agent reads it: never how to lift the limit.
+        assert!(block.contains("not yours to change"), "{block}");
         assert!(
-            block.contains("hermes-meter budget set cron 3f9a1c2b7d10 daily <usd>"),
+            !block.contains("budget set") && !block.contains("hermes-meter budget"),
             "{block}"
         );
         let notice = notice_text(&state, BudgetMode::Enforce, &TimeZone::UTC);
         assert!(notice.contains("$2.60 spent of $2.50 (104%)"), "{notice}");
+        assert!(!notice.contains("budget set"), "{notice}");
+        // The pause reason is for the operator (`hermes cron list`).
+        assert!(pause_reason(&state).contains("hermes-meter budget set cron 3f9a1c2b7d10 daily <usd>"));
 
         let tokens = BudgetState {
             budget: Budget {
@@ -172,9 +227,71 @@ mod tests {
             },
             ..state
         };
-        let block = block_text(&tokens, &TimeZone::UTC);
+        let block = block_text(&tokens, 100e6, &TimeZone::UTC);
         assert!(block.contains("global monthly_tokens budget is exhausted"), "{block}");
         assert!(block.contains("(101.2M tokens used of 100M tokens)"), "{block}");
-        assert!(block.contains("budget set global monthly_tokens <tokens>"), "{block}");
+        assert!(!block.contains("budget set"), "{block}");
+    }
+
+    /// A call held back by other calls' reservations, or by a fleet host's
+    /// lease while the fleet is under its line, is not told the budget is
+    /// exhausted.
+    #[test]
+    fn a_block_says_what_holds_the_call_back() {
+        let state = BudgetState {
+            budget: Budget {
+                scope: Scope::Global,
+                id: String::new(),
+                window: Window::Daily,
+                unit: BudgetUnit::Usd,
+                limit: 0.5,
+            },
+            spend: Spend {
+                settled: 0.46,
+                estimated: 0.0,
+                reserved: 0.06,
+            },
+            level: Level::Hard,
+            softened: false,
+            period: "2026-11-30".into(),
+            window_end: 1_796_083_200,
+            fleet: None,
+        };
+        let reserved = block_text(&state, 0.5, &TimeZone::UTC);
+        assert!(!reserved.contains("exhausted"), "{reserved}");
+        assert!(
+            reserved.contains("$0.46 spent of $0.50, and calls in flight reserve $0.06 more"),
+            "{reserved}"
+        );
+        let leased = BudgetState {
+            spend: Spend {
+                settled: 0.3,
+                ..state.spend
+            },
+            level: Level::Soft,
+            fleet: Some(crate::budget::FleetShare {
+                own: 0.12,
+                lease_left: 0.0,
+            }),
+            ..state.clone()
+        };
+        let lease = block_text(&leased, 0.5, &TimeZone::UTC);
+        assert!(!lease.contains("exhausted") && !lease.contains("resets"), "{lease}");
+        assert!(
+            lease.contains("this host's share of the fleet's global daily budget is used up"),
+            "{lease}"
+        );
+        assert!(
+            lease.contains("($0.12 spent here; $0.30 spent of $0.50 fleet-wide)"),
+            "{lease}"
+        );
+    }
+
+    #[test]
+    fn the_message_says_it_is_not_the_agents_to_change_and_not_how() {
+        let text = protected_text("the meter's budgets (hermes-meter budget ...)");
+        assert!(text.starts_with("BUDGET-PROTECTED: "));
+        assert!(text.contains("the operator's to change"));
+        assert!(!text.contains("budget set"));
     }
 }

@@ -7,7 +7,7 @@
 //! (which reads the spend), texts (`text.rs`) or the gate (`gate.rs`).
 
 use super::caps::TokenCount;
-use super::config::{Budget, BudgetConfig, BudgetUnit};
+use super::config::{Budget, BudgetConfig, BudgetUnit, Scope};
 
 /// A soft notice was shown.
 pub const SOFT: &str = "soft";
@@ -216,14 +216,54 @@ pub struct BudgetGauge {
     pub projected: f64,
 }
 
-/// The gauges of a set of budget states (pure; one per budget), with each
-/// window's forecast from its `start` (`window_start(state)`) to `now`.
-pub fn gauges(states: &[BudgetState], now: f64, window_start: impl Fn(&BudgetState) -> i64) -> Vec<BudgetGauge> {
-    states
-        .iter()
-        .map(|s| BudgetGauge {
+/// The id label of a sender budget's gauges while sender ids stay out of
+/// metrics: the gauges are those of the sender nearest its line.
+pub const ANY_SENDER: &str = "*";
+
+/// The gauges of a set of budget states (pure), with each window's
+/// forecast from its `start` (`window_start(state)`) to `now`: one per
+/// budget, except that without `senders` (the metric attribute allow list
+/// names no `sender`) the budgets of gateway users, which are personal
+/// ids and unbounded in number, give one gauge per window and unit, id
+/// [`ANY_SENDER`]: the sender's that is nearest its line (the one an alert
+/// needs).
+pub fn gauges(
+    states: &[BudgetState],
+    now: f64,
+    senders: bool,
+    window_start: impl Fn(&BudgetState) -> i64,
+) -> Vec<BudgetGauge> {
+    let ratio = |s: &BudgetState| {
+        if s.budget.limit > 0.0 {
+            s.spend.total() / s.budget.limit
+        } else {
+            f64::INFINITY
+        }
+    };
+    // (state, whether it stands for every sender of its window and unit)
+    let mut kept: Vec<(&BudgetState, bool)> = Vec::new();
+    for s in states {
+        if senders || s.budget.scope != Scope::Sender {
+            kept.push((s, false));
+            continue;
+        }
+        let same = |(n, folded): &&mut (&BudgetState, bool)| {
+            *folded && n.budget.window == s.budget.window && n.budget.unit == s.budget.unit
+        };
+        match kept.iter_mut().find(same) {
+            Some(n) if ratio(s) > ratio(n.0) => n.0 = s,
+            Some(_) => {}
+            None => kept.push((s, true)),
+        }
+    }
+    kept.into_iter()
+        .map(|(s, folded)| BudgetGauge {
             scope: s.budget.scope.as_str(),
-            id: s.budget.id.clone(),
+            id: if folded {
+                ANY_SENDER.to_string()
+            } else {
+                s.budget.id.clone()
+            },
             window: s.budget.window.as_str(),
             unit: s.budget.unit,
             spend: s.spend.total(),

@@ -23,6 +23,10 @@ pub struct HookKeys {
 /// arguments.
 pub(crate) const ARGS_DIGEST: &str = "args_digest";
 
+/// The kwarg [`super::scrub`] writes beside the digest of a `pre_tool_call`'s
+/// arguments when they would change the meter (`super::protect::meter_change_in`).
+pub(crate) const ARGS_METER: &str = "args_meter";
+
 /// The kwarg of `post_api_request` holding the `NormalizedResponse`; the
 /// binding reads only its `content` attribute, and only with capture on.
 pub const ASSISTANT_MESSAGE: &str = "assistant_message";

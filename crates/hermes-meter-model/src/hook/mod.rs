@@ -8,12 +8,13 @@
 
 mod decode;
 mod keys;
+pub mod protect;
 mod record;
 
 pub(crate) use decode::decode_kwargs;
 pub use decode::{args_digest, decode, scrub, scrubbed_key, DecodeOptions, Decoded, Kwargs, Problem};
-pub(crate) use keys::ARGS_DIGEST;
 pub use keys::{keys, HookKeys, ASSISTANT_MESSAGE, REQUEST, TOOL_RESULT};
+pub(crate) use keys::{ARGS_DIGEST, ARGS_METER};
 pub use record::RecordMark;
 pub use record::{decode_record, parse_line, utf8, write_json, write_record, Origin, Record, RecordWriter};
 
@@ -362,6 +363,11 @@ pub struct PreToolCall {
     /// identical calls are seen (see [`args_digest`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args_digest: Option<String>,
+    /// What the call would change of the meter that limits the agent
+    /// (`protect::meter_change`), whatever capture says: the gate
+    /// refuses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meter_change: Option<String>,
 }
 
 /// `post_tool_call`: a tool finished.

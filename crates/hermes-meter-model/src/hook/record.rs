@@ -66,7 +66,7 @@ pub fn parse_line(line: &str, capture_content: bool) -> std::result::Result<Opti
         let digest: &[&str] = if keys.digested.is_empty() {
             &[]
         } else {
-            &[crate::hook::ARGS_DIGEST]
+            &[crate::hook::ARGS_DIGEST, crate::hook::ARGS_METER]
         };
         for key in keys.always.iter().chain(content).chain(digest) {
             if let Some(raw) = split.kwargs.get(*key) {

@@ -39,6 +39,9 @@ pub struct RunRow {
     /// Why hermes-meter closed the run itself (`idle_timeout`,
     /// `process_exit`), if it did.
     pub close_reason: Option<String>,
+    /// The session's first budget stop (a call blocked or stopped by a
+    /// budget, a cap or the runaway watch): what the agent was told.
+    pub budget_stop: Option<String>,
 }
 
 /// A delegation from a parent session to this one.
@@ -87,8 +90,11 @@ pub struct AttemptRow {
     pub api_request_id: String,
     pub session_id: String,
     pub turn_id: Option<String>,
-    /// 0-based attempt number (Hermes's retry_count).
+    /// 0-based place among the request's attempts (the span's identity).
     pub attempt: i64,
+    /// Hermes's `retry_count` where it differs from `attempt`: Hermes 0.22's
+    /// recovery cycles count their retries from 0 again.
+    pub retry_count: Option<i64>,
     pub model: Option<String>,
     pub response_model: Option<String>,
     pub provider: Option<String>,

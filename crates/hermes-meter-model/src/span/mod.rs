@@ -188,8 +188,17 @@ pub fn session_span(run: &RunRow, n: i64, ancestry: &Ancestry, opts: SpanOptions
     a.str(attr::GEN_AI_CONVERSATION_ID, &run.session_id);
     a.opt_str(attr::GEN_AI_PROVIDER_NAME, run.provider.as_deref());
     a.opt_str(attr::GEN_AI_REQUEST_MODEL, run.model.as_deref());
-    a.int(attr::GEN_AI_USAGE_INPUT_TOKENS, session_input_tokens(run) - base_input);
-    a.int(attr::GEN_AI_USAGE_OUTPUT_TOKENS, run.output_tokens - base_output);
+    // The session's totals, under names of its own: the conventions'
+    // gen_ai.usage.* belong to the spans of operations, and a consumer that
+    // adds them up over a trace's spans (chat spans are the ones to add)
+    // would count every token twice. `gen_ai/dup` keeps the old shape.
+    let (input, output) = (session_input_tokens(run) - base_input, run.output_tokens - base_output);
+    a.int(attr::HERMES_USAGE_TOTAL_INPUT_TOKENS, input);
+    a.int(attr::HERMES_USAGE_TOTAL_OUTPUT_TOKENS, output);
+    if opts.names == Names::Dup {
+        a.int(attr::GEN_AI_USAGE_INPUT_TOKENS, input);
+        a.int(attr::GEN_AI_USAGE_OUTPUT_TOKENS, output);
+    }
     a.str(attr::HERMES_SESSION_ID, &run.session_id);
     a.int(attr::HERMES_SESSION_CONTINUATION, n.max(0));
     a.str(attr::HERMES_PLATFORM, run.platform.as_deref().unwrap_or("unknown"));
@@ -240,10 +249,36 @@ pub fn session_span(run: &RunRow, n: i64, ancestry: &Ancestry, opts: SpanOptions
         } else {
             Vec::new()
         },
-        status: error.then(|| error_status(&run.status)),
+        // A budget stop is what a person looking at the trace must see
+        // first: the session did not end healthy, whatever Hermes said.
+        status: match &run.budget_stop {
+            Some(text) => Some(error_status(&format!("{BUDGET_STOP_STATUS}: {text}"))),
+            None => error.then(|| error_status(&run.status)),
+        },
+        events: run
+            .budget_stop
+            .as_ref()
+            .map(|text| {
+                let mut e = Attrs::default();
+                e.str(
+                    crate::semconv::metric::attr::HERMES_BUDGET_VERDICT,
+                    crate::budget::verdict::BLOCKED,
+                );
+                e.str(attr::HERMES_BUDGET_MESSAGE, text);
+                vec![span::Event {
+                    time_unix_nano: nanos(end.max(start)),
+                    name: crate::semconv::event::BUDGET_VERDICT.to_string(),
+                    attributes: e.0,
+                    dropped_attributes_count: 0,
+                }]
+            })
+            .unwrap_or_default(),
         ..Span::default()
     }
 }
+
+/// How a session span's status begins when a budget stopped the session.
+pub const BUDGET_STOP_STATUS: &str = "stopped by a hermes-meter budget";
 
 /// Why a span of `run` that Hermes never closed was closed: the run's own
 /// reason (`process_exit` when its process exited with it open), else the
@@ -338,7 +373,7 @@ pub fn attempt_span(at: &AttemptRow, run: &RunRow, ancestry: &Ancestry, opts: Sp
     a.opt_str(attr::HERMES_TURN_ID, at.turn_id.as_deref());
     a.str(attr::HERMES_API_REQUEST_ID, &at.api_request_id);
     a.opt_str(attr::HERMES_PLATFORM, run.platform.as_deref());
-    a.int(attr::HERMES_API_RETRY_COUNT, at.attempt);
+    a.int(attr::HERMES_API_RETRY_COUNT, at.retry_count.unwrap_or(at.attempt));
     if let Some(max) = at.max_retries {
         a.int(attr::HERMES_API_MAX_RETRIES, max);
     }
@@ -400,6 +435,13 @@ pub fn attempt_span(at: &AttemptRow, run: &RunRow, ancestry: &Ancestry, opts: Sp
             }
             a.str(attr::HERMES_USAGE_COST_SOURCE, source);
             a.bool(attr::HERMES_USAGE_ESTIMATED, at.estimated);
+        }
+        (None, None) if run.budget_stop.is_some() => {
+            // The call a budget stopped: answered by the stand-in, never
+            // sent to the provider (the gate sends its span at once).
+            a.str(attr::HERMES_SPAN_CLOSE_REASON, value::CLOSE_REASON_BUDGET_STOP);
+            a.str(attr::ERROR_TYPE, value::CLOSE_REASON_BUDGET_STOP);
+            status = Some(error_status(BUDGET_STOP_STATUS));
         }
         (None, None) => {
             a.str(attr::HERMES_SPAN_CLOSE_REASON, close_reason(run));

@@ -122,8 +122,19 @@ fn a_continuation_hangs_under_the_root_and_reports_only_its_stretch() {
         Some(any_value::Value::IntValue(i)) => *i,
         _ => -1,
     };
-    assert_eq!(int(&cont, attr::GEN_AI_USAGE_INPUT_TOKENS), 40);
-    assert_eq!(int(&cont, attr::GEN_AI_USAGE_OUTPUT_TOKENS), 4);
+    assert_eq!(int(&cont, attr::HERMES_USAGE_TOTAL_INPUT_TOKENS), 40);
+    assert_eq!(int(&cont, attr::HERMES_USAGE_TOTAL_OUTPUT_TOKENS), 4);
+    // No gen_ai.usage.* on a session span: a consumer adding them up over
+    // the trace's spans would count the session's tokens twice.
+    assert_eq!(int(&cont, attr::GEN_AI_USAGE_INPUT_TOKENS), -1);
+    let dup = SpanOptions {
+        names: Names::Dup,
+        ..SpanOptions::default()
+    };
+    assert_eq!(
+        int(&session_span(&run, 1, &ancestry, dup), attr::GEN_AI_USAGE_INPUT_TOKENS),
+        40
+    );
     assert_eq!(int(&cont, attr::HERMES_SESSION_CONTINUATION), 1);
     assert_eq!(int(&root, attr::HERMES_SESSION_CONTINUATION), 0);
 }

@@ -23,6 +23,15 @@ pub trait Background: Send {
     fn flush(&self, _deadline: Instant) -> bool {
         true
     }
+
+    /// The process is ending: send what is left by `deadline` and give up
+    /// what the task holds for the store (its leases), so the next process
+    /// takes over at once. Returns whether it finished in time.
+    fn exit(&mut self, deadline: Instant) -> bool {
+        let flushed = self.flush(deadline);
+        self.shutdown(deadline);
+        flushed
+    }
 }
 
 /// Starts the background thread `name` (export, fleet sync).
@@ -104,6 +113,25 @@ impl Bridge {
         match &*lock(&run.exporter) {
             ExporterSlot::Started(Some(task)) => task.flush(deadline),
             _ => true,
+        }
+    }
+
+    /// The exporter's part of a process exit: what is ready leaves by
+    /// `deadline` (spans, log records, the metric series this process
+    /// counted), then the exporter stops and gives its leases up, so the
+    /// next process (a cron job's next run, `--resume`) exports at once.
+    /// Hooks after this record but export nothing more in this process.
+    pub fn exit_exporter(&self, deadline: Instant) -> bool {
+        let State::Running(run) = &self.state else {
+            return true;
+        };
+        let mut slot = lock(&run.exporter);
+        let ExporterSlot::Started(started) = &mut *slot else {
+            return true;
+        };
+        match started.take() {
+            Some(mut task) => task.exit(deadline),
+            None => true,
         }
     }
 }

@@ -667,7 +667,7 @@ impl Bridge {
     /// Counts one call of our hooks Hermes's dispatcher skipped: `recorded`
     /// when the plugin recorded it anyway. The writer adds the counts to
     /// the store's health record (`hermes-meter status`).
-    pub fn note_hermes_skip(&self, recorded: bool) {
+    pub fn note_hermes_skip(&self, recorded: bool, after_timeout: bool) {
         if let State::Running(run) = &self.state {
             let c = &run.shared.counters;
             let counter = if recorded {
@@ -676,7 +676,28 @@ impl Bridge {
                 &c.hermes_skipped_lost
             };
             counter.fetch_add(1, Ordering::Relaxed);
+            if after_timeout {
+                c.hermes_skipped_after_timeout.fetch_add(1, Ordering::Relaxed);
+            }
         }
+    }
+
+    /// Counts one call of our hooks Hermes stopped waiting for (its hook
+    /// timeout); the call itself goes on and is recorded.
+    pub fn note_hermes_timeout(&self) {
+        if let State::Running(run) = &self.state {
+            run.shared.counters.hermes_timeouts.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Notes what this process found of its Hermes (the package's report,
+    /// JSON): the writer merges it into the health record within a
+    /// checkpoint interval, and at exit.
+    pub fn note_hermes(&self, report: serde_json::Value) -> Result<(), String> {
+        let State::Running(run) = &self.state else {
+            return Err("the bridge is not running".into());
+        };
+        lock(&run.shared.health).hermes(report, crate::unix_now())
     }
 
     /// Commits what is queued, checkpoints, stops the writer and the

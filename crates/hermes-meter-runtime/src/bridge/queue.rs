@@ -100,6 +100,10 @@ pub(super) struct Counters {
     pub(super) hermes_skipped_recorded: AtomicU64,
     /// Calls Hermes skipped that were lost.
     pub(super) hermes_skipped_lost: AtomicU64,
+    /// Of those, the calls skipped after an earlier one timed out.
+    pub(super) hermes_skipped_after_timeout: AtomicU64,
+    /// Calls of our hooks Hermes stopped waiting for (its hook timeout).
+    pub(super) hermes_timeouts: AtomicU64,
 }
 
 #[derive(Default)]

@@ -734,6 +734,8 @@ impl WriterThread {
         health.counts.spool_write_failures = c.spool_failures.load(Ordering::Relaxed);
         health.counts.hermes_skipped_recorded = c.hermes_skipped_recorded.load(Ordering::Relaxed);
         health.counts.hermes_skipped_lost = c.hermes_skipped_lost.load(Ordering::Relaxed);
+        health.counts.hermes_skipped_after_timeout = c.hermes_skipped_after_timeout.load(Ordering::Relaxed);
+        health.counts.hermes_timeouts = c.hermes_timeouts.load(Ordering::Relaxed);
         self.shared.note_refused(&mut health);
         if health.dirty() {
             let _ = health.write(&self.store_dir, unix_now());

@@ -95,6 +95,11 @@ pub struct BudgetGate {
     pub(super) unsynced_said: bool,
     /// The runaway watch (see `watch.rs`).
     pub(super) runaway: RunawayWatch,
+    /// Why the budget file does not parse, while no limits were loaded
+    /// before it (a typo in the file Hermes starts with): in enforce mode
+    /// every tool and LLM call is then held until it is fixed, since the
+    /// limits the operator wrote cannot be checked.
+    pub(super) invalid: Option<String>,
 }
 
 impl std::fmt::Debug for BudgetGate {
@@ -127,6 +132,7 @@ impl BudgetGate {
             sync_error: None,
             unsynced_said: false,
             runaway: RunawayWatch::default(),
+            invalid: None,
         };
         gate.reload_if_changed(true);
         gate
@@ -208,9 +214,29 @@ impl BudgetGate {
             Ok(cfg) => {
                 self.cfg = cfg;
                 self.cfg.fleet = self.fleet;
+                self.invalid = None;
+                if !self.cfg.is_empty() {
+                    let dir = self.path.parent().unwrap_or(std::path::Path::new("."));
+                    for problem in super::world_writable(dir) {
+                        lock(&self.handle.0.messages).push(format!("the limits are not safe: {problem}"));
+                    }
+                }
             }
-            Err(e) => lock(&self.handle.0.messages).push(format!("budget file ignored, previous limits kept: {e}")),
+            Err(e) if !self.cfg.is_empty() => {
+                lock(&self.handle.0.messages).push(format!("budget file ignored, previous limits kept: {e}"));
+            }
+            Err(e) => {
+                let held = match self.mode() {
+                    BudgetMode::Enforce => "every tool and LLM call is held until it is fixed",
+                    BudgetMode::Observe => "observe mode: nothing is held",
+                };
+                lock(&self.handle.0.messages).push(format!(
+                    "budget file does not parse, NO limit is in force ({held}): {e}"
+                ));
+                self.invalid = Some(e.to_string());
+            }
         }
+        lock(&self.handle.0.quick).held = self.holds();
         self.zone = None;
         self.next_zone_try = now;
         // Headrooms were measured against the old limits.
@@ -235,7 +261,11 @@ impl BudgetGate {
         let stops_runaways = self.runaway_action() == RunawayAction::Stop;
         lock(&self.handle.0.quick).stops_runaways = stops_runaways;
         let armed = self.mode() == BudgetMode::Enforce
-            && (!self.cfg.is_empty() || self.awaits_sync() || stops_runaways || !self.runaway.stopped.is_empty());
+            && (!self.cfg.is_empty()
+                || self.holds()
+                || self.awaits_sync()
+                || stops_runaways
+                || !self.runaway.stopped.is_empty());
         let needs = &self.handle.0.needs;
         needs.pre_tool_call.store(armed, Ordering::Release);
         needs.pre_api_request.store(armed, Ordering::Release);
@@ -266,6 +296,12 @@ impl BudgetGate {
     /// enforce mode acts on.
     fn awaits_sync(&self) -> bool {
         self.awaiting_sync && self.mode() == BudgetMode::Enforce
+    }
+
+    /// Whether every call is held for a budget file that does not parse
+    /// (enforce mode, no limits loaded before it).
+    fn holds(&self) -> bool {
+        self.invalid.is_some() && self.mode() == BudgetMode::Enforce
     }
 
     /// Whether calls are blocked for want of a first fleet sync.
@@ -326,6 +362,23 @@ impl BudgetGate {
         self.ensure_zone(store, now);
         let enforce = self.mode() == BudgetMode::Enforce;
         let place = place_of(event);
+        if let Hook::PreToolCall(e) = &event.hook {
+            if let Some(what) = e.meter_change.as_deref().filter(|_| enforce) {
+                // The brake is not the agent's to lift (the model crate's hook/protect.rs).
+                lock(&self.handle.0.messages).push(format!(
+                    "refused tool call {} ({}) of session {}: it would change {what}",
+                    e.tool.tool_call_id, e.tool.tool_name, e.tool.session_id
+                ));
+                return Ok(Some(Verdict::Block {
+                    message: budget::protected_text(what),
+                }));
+            }
+        }
+        if matches!(event.hook, Hook::PreToolCall(_) | Hook::PreApiRequest(_)) {
+            if let Some(text) = self.held_for(enforce) {
+                return self.hold(store, event, text, now, place);
+            }
+        }
         if enforce && !self.runaway.stopped.is_empty() {
             match &event.hook {
                 Hook::PreToolCall(e) => {
@@ -364,12 +417,7 @@ impl BudgetGate {
                 let to = self.downgrade(&states, &caps).filter(|_| enforce);
                 self.handle.note_downgrade(&e.session_id, to);
                 if !self.cfg.is_empty() {
-                    for s in &states {
-                        let Some(t) = budget::threshold_reached(&self.cfg, s) else {
-                            continue;
-                        };
-                        let key = format!("{}|{}|{}|{}|{t}", s.budget.scope, s.budget.id, s.budget.key(), s.period);
-                        let text = budget::threshold_text(s, t, &self.cfg.tz);
+                    for (key, text) in states.iter().filter_map(|s| self.threshold_alert(s)) {
                         if store.raise_alert_delivered(alert::BUDGET_THRESHOLD, &key, &text, now, &e.session_id)? {
                             store.log_alert(alert::BUDGET_THRESHOLD, &text, now, place)?;
                             texts.push(text);
@@ -401,15 +449,6 @@ impl BudgetGate {
                 Ok((!texts.is_empty()).then(|| Verdict::Context {
                     text: texts.join("\n\n"),
                 }))
-            }
-            Hook::PreToolCall(_) if enforce && self.fails_closed() => Ok(Some(Verdict::Block {
-                message: self.unsynced_block(),
-            })),
-            Hook::PreApiRequest(e) if enforce && self.fails_closed() => {
-                let text = self.unsynced_block();
-                self.handle.note_session(&e.api.session_id, Some(text.clone()));
-                self.handle.stop(&e.api.api_request_id, text);
-                Ok(None)
             }
             Hook::PreToolCall(e) if enforce && !self.cfg.is_empty() => {
                 let session = &e.tool.session_id;
@@ -450,12 +489,63 @@ impl BudgetGate {
                     .note_downgrade(&a.session_id, self.downgrade(&states, &caps));
                 self.pause_cron(store, &states, now, &a.session_id, place)?;
                 match self.block(store, &states, &caps, false, now, place)? {
-                    Some((text, _)) => {
-                        self.handle.note_session(&a.session_id, Some(text.clone()));
-                        self.handle.stop(&a.api_request_id, text);
-                    }
+                    Some((text, _)) => self.stop_call(store, &a.session_id, &a.api_request_id, text, now)?,
                     None => self.handle.note_session(&a.session_id, None),
                 }
+                Ok(None)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The alert of the highest alert threshold `s` reached, if any: its
+    /// key (one per budget, period and threshold) and text.
+    fn threshold_alert(&self, s: &BudgetState) -> Option<(String, String)> {
+        let t = budget::threshold_reached(&self.cfg, s)?;
+        let key = format!("{}|{}|{}|{}|{t}", s.budget.scope, s.budget.id, s.budget.key(), s.period);
+        Some((key, budget::threshold_text(s, t, &self.cfg.tz)))
+    }
+
+    /// Stops the LLM call `id` of `session` with `text`: the session's
+    /// auxiliary calls stop with it, the call's span is sent at once and
+    /// its reservation released (it spends nothing; no hook ends it).
+    fn stop_call(&self, store: &Writer, session: &str, id: &str, text: String, now: f64) -> crate::Result<()> {
+        self.handle.note_session(session, Some(text.clone()));
+        self.handle.stop(id, text);
+        store.enqueue_stopped_call(session, id, now)
+    }
+
+    /// Why every tool and LLM call is held now, whatever the spend: a
+    /// budget file that never parsed (its limits cannot be checked), or in
+    /// enforce mode a fleet host that never synced (fail closed).
+    fn held_for(&mut self, enforce: bool) -> Option<String> {
+        if self.holds() {
+            Some(budget::invalid_file_text())
+        } else if enforce && self.fails_closed() {
+            Some(self.unsynced_block())
+        } else {
+            None
+        }
+    }
+
+    /// Holds a tool call or an LLM call with `text`, counted and its
+    /// session marked like any stop ("global": every limit is unknown).
+    fn hold(
+        &self,
+        store: &Writer,
+        event: &HookEvent,
+        text: String,
+        now: f64,
+        place: LogPlace<'_>,
+    ) -> crate::Result<Option<Verdict>> {
+        store.count_verdict(verdict::BLOCKED, "global", budget::LIFETIME, now, place, &text)?;
+        match &event.hook {
+            Hook::PreToolCall(e) => {
+                self.handle.note_session(&e.tool.session_id, Some(text.clone()));
+                Ok(Some(Verdict::Block { message: text }))
+            }
+            Hook::PreApiRequest(e) => {
+                self.stop_call(store, &e.api.session_id, &e.api.api_request_id, text, now)?;
                 Ok(None)
             }
             _ => Ok(None),
@@ -477,9 +567,9 @@ impl BudgetGate {
             return Ok(None);
         };
         store.count_verdict(verdict::BLOCKED, "run", budget::LIFETIME, now, place, &text)?;
-        self.handle.note_session(session, Some(text.clone()));
-        if let Some(id) = request {
-            self.handle.stop(id, text.clone());
+        match request {
+            Some(id) => self.stop_call(store, session, id, text.clone(), now)?,
+            None => self.handle.note_session(session, Some(text.clone())),
         }
         Ok(Some(text))
     }
@@ -530,12 +620,59 @@ impl BudgetGate {
         }
         Ok(match blocking(states) {
             Some(s) => {
-                let text = budget::block_text(s, &self.cfg.tz);
+                let text = budget::block_text(s, s.budget.limit * self.cfg.hard_threshold, &self.cfg.tz);
                 store.count_budget_verdict(verdict::BLOCKED, s, now, place, &text)?;
                 Some((text, true))
             }
             None => None,
         })
+    }
+
+    /// After an LLM call's spend committed: the session's stop for its
+    /// next auxiliary call (`BudgetHandle::session_stop`), from what is
+    /// spent now. Auxiliary calls (a title after the turn, compression)
+    /// fire no `pre_api_request` of their own, so without this they would
+    /// be judged by the verdict of the turn's last call, taken before that
+    /// call's spend. Reads only; counts and alerts belong to the verdicts.
+    fn after_spend(&mut self, store: &Writer, event: &HookEvent) -> crate::Result<()> {
+        let Hook::PostApiRequest(e) = &event.hook else {
+            return Ok(());
+        };
+        if self.cfg.is_empty() {
+            return Ok(());
+        }
+        let a = &e.api;
+        let now = (self.clock)();
+        let (states, caps) = store.read_snapshot(|st| {
+            let states = self.states_in(st, &a.session_id, a.model.as_deref(), now, None)?;
+            let (caps, _) = self.caps_in(st, &a.session_id, now, None, None)?;
+            Ok((states, caps))
+        })?;
+        // An alert threshold this call crossed is raised now, pending: the
+        // next `pre_llm_call` (this session's or any other's, in any
+        // process) waits for it and shows it. Left to that verdict alone,
+        // a threshold crossed by the last call of a process was never
+        // raised: the quick view only waits for lines not yet passed.
+        for (key, text) in states.iter().filter_map(|s| self.threshold_alert(s)) {
+            if store.raise_pending_alert(alert::BUDGET_THRESHOLD, &key, &text, now)? {
+                store.log_alert(alert::BUDGET_THRESHOLD, &text, now, place_of(event))?;
+            }
+        }
+        if self.mode() != BudgetMode::Enforce {
+            return Ok(());
+        }
+        let hard_budget = states.iter().find(|s| s.level == Level::Hard);
+        let hard_cap = caps.iter().find(|c| c.level == Level::Hard && c.stops_llm_calls());
+        let stop = match (hard_budget, hard_cap) {
+            (None, Some(c)) => Some(budget::cap_block_text(c)),
+            _ => {
+                blocking(&states).map(|s| budget::block_text(s, s.budget.limit * self.cfg.hard_threshold, &self.cfg.tz))
+            }
+        };
+        if stop.is_some() {
+            self.handle.note_session(&a.session_id, stop);
+        }
+        Ok(())
     }
 
     /// The caps of `session` and its current run now, read inside a
@@ -701,6 +838,9 @@ impl Gate for BudgetGate {
         if let Err(e) = self.watch(store, event) {
             lock(&self.handle.0.messages).push(format!("runaway watch skipped an event: {e}"));
         }
+        if let Err(e) = self.after_spend(store, event) {
+            lock(&self.handle.0.messages).push(format!("budget state after a call not refreshed: {e}"));
+        }
     }
 
     fn verdict(&mut self, store: &Writer, event: &HookEvent) -> Option<Verdict> {
@@ -733,6 +873,7 @@ pub fn budget_gauges(
     store: &Reader,
     store_dir: &std::path::Path,
     fleet: bool,
+    senders: bool,
     now: f64,
 ) -> crate::Result<Vec<budget::BudgetGauge>> {
     let mut cfg = crate::config::load_budgets(&store_dir.join(budget::BUDGETS_FILE_NAME))?;
@@ -745,5 +886,5 @@ pub fn budget_gauges(
             .0
             .as_second()
     };
-    Ok(budget::gauges(&store.budget_states(&cfg, now)?, now, start))
+    Ok(budget::gauges(&store.budget_states(&cfg, now)?, now, senders, start))
 }

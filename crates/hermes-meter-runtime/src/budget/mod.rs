@@ -6,7 +6,8 @@
 //!   reads the store on the writer thread, and its quick view;
 //! - `first_sync.rs`: the state a fleet host's hook threads wait on until
 //!   its store first synced;
-//! - `watch.rs`: the runaway watch over a session's recent calls.
+//! - `watch.rs`: the runaway watch over a session's recent calls;
+//! - `exposure.rs`: who can change the limits (the file's and directory's modes).
 //!
 //! Every budget of a session with its spend and verdict
 //! (`Reader::budget_states`, ...) is the store's `store/budget/states.rs`.
@@ -14,6 +15,7 @@
 //! Must not touch: SQL (every statement is in the store crate), Python, the
 //! network. The CLI (`cli/budget.rs`) edits the file.
 
+mod exposure;
 mod first_sync;
 mod gate;
 mod handle;
@@ -22,5 +24,6 @@ mod watch;
 
 pub use hermes_meter_model::budget::*;
 
+pub use exposure::{editable_here, world_writable};
 pub use gate::{budget_gauges, BudgetGate};
 pub use handle::{BudgetHandle, CronPause, MAX_PAUSE_ATTEMPTS, PAUSE_RETRY};

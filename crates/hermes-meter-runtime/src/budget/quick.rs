@@ -77,6 +77,10 @@ pub(super) struct QuickView {
     /// watch on the writer thread sees the signs, so `pre_tool_call` and
     /// `pre_api_request` always wait for their verdict.
     pub(super) stops_runaways: bool,
+    /// The budget file does not parse and no limits were ever loaded: the
+    /// gate holds every call (see `BudgetGate::invalid`), none goes ahead
+    /// on the quick view.
+    pub(super) held: bool,
     /// Keyed by [`quick_key`].
     pub(super) sessions: HashMap<String, Headroom>,
     /// The least headroom of every budget any session can count toward
@@ -112,6 +116,8 @@ impl QuickGate for Shared {
 
     fn no_verdict(&self, event: &HookEvent, queued: QueuedSpend) -> bool {
         let (session, model, block) = match &event.hook {
+            // Refused by the gate whatever the budgets say.
+            Hook::PreToolCall(e) if e.meter_change.is_some() => return false,
             Hook::PreLlmCall(e) => (&e.session_id, e.model.as_deref(), false),
             Hook::PreToolCall(e) => (&e.tool.session_id, None, true),
             Hook::PreApiRequest(e) => (&e.api.session_id, e.api.model.as_deref(), true),
@@ -123,7 +129,7 @@ impl QuickGate for Shared {
         }
         let view = lock(&self.quick);
         let must_wait = if block {
-            view.stops_runaways
+            view.stops_runaways || view.held
         } else {
             view.alerts_pending
         };
@@ -239,7 +245,12 @@ impl BudgetGate {
                 .fold(f64::INFINITY, f64::min);
             notice = notice.min(if s.level >= Level::Soft { 0.0 } else { next_line - total });
             block = block.min(if s.blocks() { 0.0 } else { hard - total });
-            block = block.min(self.downgrade_headroom(total, s.budget.limit));
+            // Past the downgrade line `pre_llm_call` waits too: its verdict
+            // routes the turn's first call (Hermes asks `llm_request`
+            // before that call's `pre_api_request`).
+            let downgrade = self.downgrade_headroom(total, s.budget.limit);
+            notice = notice.min(downgrade);
+            block = block.min(downgrade);
             if let Some(f) = s.fleet {
                 block = block.min(f.lease_left.max(0.0));
             }
@@ -279,7 +290,9 @@ impl BudgetGate {
                 c.cap.limit * self.cfg.hard_threshold - c.used
             });
             if unit != CapUnit::ToolCalls {
-                block = block.min(self.downgrade_headroom(c.used, c.cap.limit));
+                let downgrade = self.downgrade_headroom(c.used, c.cap.limit);
+                notice = notice.min(downgrade);
+                block = block.min(downgrade);
             }
         }
         (notice, block)
@@ -296,7 +309,9 @@ impl BudgetGate {
             notice = notice.min((limit * lowest - peak).max(0.0));
             block = block.min((limit * self.cfg.hard_threshold - peak).max(0.0));
             if unit != CapUnit::ToolCalls {
-                block = block.min(self.downgrade_headroom(peak, limit));
+                let downgrade = self.downgrade_headroom(peak, limit);
+                notice = notice.min(downgrade);
+                block = block.min(downgrade);
             }
         }
         (notice, block)
@@ -344,7 +359,9 @@ impl BudgetGate {
                     if let Some(limit) = limits.default.get(w, BudgetUnit::Usd) {
                         notice = notice.min(limit * lowest);
                         block = block.min(limit * self.cfg.hard_threshold / hosts as f64);
-                        block = block.min(self.downgrade_headroom(0.0, limit));
+                        let downgrade = self.downgrade_headroom(0.0, limit);
+                        notice = notice.min(downgrade);
+                        block = block.min(downgrade);
                     }
                 }
             }

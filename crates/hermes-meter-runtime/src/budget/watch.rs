@@ -82,7 +82,12 @@ impl BudgetGate {
                     None => Ok(()),
                 }
             }
-            Hook::ApiRequestError(e) => match budget::retry_reason(&cfg, e.retry_count) {
+            // Retries are counted from the ledger: Hermes 0.22's recovery
+            // cycles restart retry_count at 0 for the same request.
+            Hook::ApiRequestError(e) => match budget::retry_reason(
+                &cfg,
+                (store.failed_attempts(&e.api.api_request_id)? - 1).max(e.retry_count),
+            ) {
                 Some(reason) => self.flag(store, &e.api.session_id, &reason, event.at),
                 None => Ok(()),
             },

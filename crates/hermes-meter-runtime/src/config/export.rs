@@ -527,9 +527,19 @@ impl ExportConfig {
         }
     }
 
-    /// Whether spans are sent anywhere at all.
+    /// Whether spans are sent anywhere at all: not until a destination is
+    /// configured (an endpoint, or the exporter named): the plugin's
+    /// catalog entry promises it sends nothing before, and an install with
+    /// no collector must not log a failed export every session. Naming
+    /// `OTEL_TRACES_EXPORTER=otlp` alone sends to the OTLP default,
+    /// `localhost:4317`, as the OpenTelemetry SDKs do.
     pub fn enabled(&self) -> bool {
-        !self.disabled.value && self.exporter.value != TracesExporter::None
+        !self.disabled.value && self.exporter.value != TracesExporter::None && self.configured()
+    }
+
+    /// Whether a destination was configured at all (see [`Self::enabled`]).
+    pub fn configured(&self) -> bool {
+        self.exporter.source != Source::Default || self.endpoint.source != Source::Default
     }
 
     /// Every setting as `(name, value, source)` for `status`; header values
@@ -808,9 +818,10 @@ mod tests {
 
     #[test]
     fn disabled_sdk_or_none_exporter_turns_export_off() {
-        assert!(resolve(&[]).enabled());
-        assert!(!resolve(&[(env::SDK_DISABLED, "true")]).enabled());
-        assert!(!resolve(&[(env::TRACES_EXPORTER, "none")]).enabled());
+        let endpoint = (env::ENDPOINT, "http://collector:4317");
+        assert!(resolve(&[endpoint]).enabled());
+        assert!(!resolve(&[endpoint, (env::SDK_DISABLED, "true")]).enabled());
+        assert!(!resolve(&[endpoint, (env::TRACES_EXPORTER, "none")]).enabled());
         assert_eq!(
             resolve(&[(env::TRACES_EXPORTER, "zipkin,console")]).exporter.value,
             TracesExporter::Console
@@ -820,6 +831,25 @@ mod tests {
             ..ExportOverrides::default()
         };
         assert!(resolve_with(flag, &[(env::TRACES_EXPORTER, "none")]).enabled());
+    }
+
+    #[test]
+    fn nothing_is_sent_until_a_destination_is_configured() {
+        // The defaults: no endpoint, no exporter named.
+        let c = resolve(&[]);
+        assert!(!c.configured() && !c.enabled());
+        assert_eq!(
+            c.endpoint.value, DEFAULT_GRPC_ENDPOINT,
+            "status still shows where it would send"
+        );
+        // An endpoint, for all signals or for traces alone.
+        assert!(resolve(&[(env::ENDPOINT, "http://c:4317")]).enabled());
+        assert!(resolve(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://c:4317")]).enabled());
+        // Naming the exporter keeps the OTLP default, as the SDKs do.
+        let named = resolve(&[(env::TRACES_EXPORTER, "otlp")]);
+        assert!(named.enabled());
+        assert_eq!(named.endpoint.value, DEFAULT_GRPC_ENDPOINT);
+        assert!(resolve(&[(env::TRACES_EXPORTER, "console")]).enabled());
     }
 
     #[test]

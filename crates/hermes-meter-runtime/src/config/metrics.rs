@@ -195,8 +195,11 @@ impl MetricsConfig {
     }
 
     /// Whether metrics are pushed anywhere (OTLP or the console).
+    /// OTLP only once a destination is configured (see
+    /// [`ExportConfig::enabled`]).
     pub fn pushes(&self) -> bool {
-        !self.transport.disabled.value && (self.exporters.value.otlp || self.exporters.value.console)
+        let configured = self.exporters.source != Source::Default || self.transport.configured();
+        !self.transport.disabled.value && ((self.exporters.value.otlp && configured) || self.exporters.value.console)
     }
 
     /// Every setting as `(name, value, source)` for `status`; header values
@@ -286,7 +289,11 @@ mod tests {
     fn the_metrics_exporter_defaults_to_otlp_and_takes_a_list() {
         let c = resolve(&[], None);
         assert!(c.exporters.value.otlp && !c.exporters.value.prometheus);
-        assert!(c.pushes());
+        assert!(!c.pushes(), "no destination configured: nothing pushed");
+        assert!(resolve(&[(env::ENDPOINT, "http://c:4317")], None).pushes());
+        assert!(resolve(&[("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://c:4317")], None).pushes());
+        assert!(resolve(&[(env::METRICS_EXPORTER, "otlp")], None).pushes());
+        assert!(!resolve(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://c:4317")], None).pushes());
         let c = resolve(&[(env::METRICS_EXPORTER, "none")], None);
         assert!(!c.pushes());
         let c = resolve(&[(env::METRICS_EXPORTER, "prometheus,console")], None);

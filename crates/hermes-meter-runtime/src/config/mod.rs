@@ -20,6 +20,7 @@ use std::ffi::OsString;
 
 pub mod bridge;
 pub mod cli;
+pub mod dotenv;
 pub mod export;
 mod files;
 pub mod fleet;
@@ -31,17 +32,22 @@ pub mod webhook;
 pub use bridge::{BridgeConfig, DEFAULT_STORE_RETRY_MAX};
 pub use files::{load_budgets, load_prices};
 pub(crate) use store::capture_content_from;
-pub use store::{store_dir, Retention};
+pub use store::{hermes_home, store_dir, Retention};
 
-/// One variable of the process environment, `None` when unset or not
-/// UTF-8. With [`process_var_os`], the crate's only read of the environment.
+/// One variable of the process environment, else of Hermes's `.env`
+/// file ([`dotenv`]); `None` when neither sets it (or it is not UTF-8).
+/// With [`process_var_os`], the crate's only read of the environment.
 pub fn process_var(name: &str) -> Option<String> {
-    std::env::var(name).ok()
+    match std::env::var_os(name) {
+        Some(v) => v.into_string().ok(),
+        None => dotenv::var(name),
+    }
 }
 
-/// One variable of the process environment as the OS holds it.
+/// One variable of the process environment as the OS holds it, else of
+/// Hermes's `.env` file.
 pub(crate) fn process_var_os(name: &str) -> Option<OsString> {
-    std::env::var_os(name)
+    std::env::var_os(name).or_else(|| dotenv::var(name).map(OsString::from))
 }
 
 /// [`process_var_os`] with an empty value counted as unset.
@@ -92,7 +98,10 @@ impl std::fmt::Display for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Source::Explicit => f.write_str("flag"),
-            Source::Env(name) => write!(f, "env {name}"),
+            Source::Env(name) => match dotenv::provides(name) {
+                Some(path) => write!(f, "{name} in {}", path.display()),
+                None => write!(f, "env {name}"),
+            },
             Source::Default => f.write_str("default"),
         }
     }

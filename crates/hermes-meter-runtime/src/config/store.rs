@@ -47,6 +47,28 @@ pub(crate) fn store_dir_from(
     }
 }
 
+/// Hermes's own home, where its `state.db` and `config.yaml` are:
+/// `$HERMES_HOME` > `~/.hermes`. `status` reads Hermes's sessions there to
+/// find the ones the plugin did not record.
+pub fn hermes_home() -> Resolved<PathBuf> {
+    hermes_home_from(super::process_var_set)
+}
+
+/// [`hermes_home`] over any environment.
+pub(crate) fn hermes_home_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Resolved<PathBuf> {
+    if let Some(v) = var(env::HERMES_HOME) {
+        return Resolved {
+            value: v.into(),
+            source: Source::Env(env::HERMES_HOME),
+        };
+    }
+    let home = var(env::HOME).map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    Resolved {
+        value: home.join(".hermes"),
+        source: Source::Default,
+    }
+}
+
 /// Whether content capture is on: `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`
 /// `true`, `SPAN_ONLY`, `EVENT_ONLY` or `SPAN_AND_EVENT` (read by the one
 /// parser, [`parse_capture`], so the hooks that capture and the exporters

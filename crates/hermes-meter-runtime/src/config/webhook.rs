@@ -44,7 +44,12 @@ impl WebhookConfig {
         };
         let lower = url.to_ascii_lowercase();
         if !(lower.starts_with("http://") || lower.starts_with("https://")) {
-            return Err(format!("{WEBHOOK_ENV}: {url:?} is not an http:// or https:// URL"));
+            // Never the value itself: a mistyped URL is still its key.
+            return Err(format!(
+                "{WEBHOOK_ENV} is not an http:// or https:// URL (it is {} characters long and starts with {:?})",
+                url.chars().count(),
+                url.chars().take(6).collect::<String>()
+            ));
         }
         let format = match format.as_deref().map(str::trim).unwrap_or("") {
             "" | "json" => WebhookFormat::Json,
@@ -54,18 +59,33 @@ impl WebhookConfig {
         Ok(Some(WebhookConfig { url, format }))
     }
 
-    /// The URL without what may be a secret (a Slack webhook's path is its
-    /// key), for status and logs.
+    /// The URL without anything that may be a secret, for status and
+    /// logs: its scheme, host and port only (a Slack webhook's path is its
+    /// key; a query or `user:password@` may hold one too).
     pub fn redacted(&self) -> String {
-        match self
-            .url
-            .find("://")
-            .and_then(|i| self.url[i + 3..].find('/').map(|j| i + 3 + j))
-        {
-            Some(path) => format!("{}/…", &self.url[..path]),
-            None => self.url.clone(),
-        }
+        redact_url(&self.url)
     }
+}
+
+/// `url`'s scheme, host and port, with `…` where a path, query, fragment
+/// or user information was (any of which may be a secret).
+pub fn redact_url(url: &str) -> String {
+    let (scheme, rest) = match url.find("://") {
+        Some(i) => (&url[..i + 3], &url[i + 3..]),
+        None => return "(not a URL)".into(),
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let (had_user, host) = match authority.rfind('@') {
+        Some(i) => (true, &authority[i + 1..]),
+        None => (false, authority),
+    };
+    let more = authority_end < rest.len();
+    format!(
+        "{scheme}{}{host}{}",
+        if had_user { "…@" } else { "" },
+        if more { "/…" } else { "" }
+    )
 }
 
 #[cfg(test)]
@@ -82,6 +102,19 @@ mod tests {
         assert_eq!(c.format, WebhookFormat::Slack);
         assert_eq!(c.redacted(), "https://hooks.slack.com/…");
         assert!(WebhookConfig::from_values(s("ftp://x"), None).is_err());
+        // Credentials, a query without a path, a mistyped URL: never shown.
+        for (url, shown) in [
+            (
+                "https://user:pa55word@hooks.example.com/x",
+                "https://…@hooks.example.com/…",
+            ),
+            ("https://hooks.example.com?token=s3cret", "https://hooks.example.com/…"),
+            ("http://127.0.0.1:8080", "http://127.0.0.1:8080"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+        }
+        let e = WebhookConfig::from_values(s("hooks.slack.com/services/T0/B0/s3cretkey"), None).expect_err("no scheme");
+        assert!(!e.contains("s3cretkey") && !e.contains("services"), "{e}");
         assert!(WebhookConfig::from_values(s("http://127.0.0.1:9/"), s("teams")).is_err());
     }
 }

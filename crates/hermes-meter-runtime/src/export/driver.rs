@@ -20,12 +20,34 @@
 
 use std::time::{Duration, Instant};
 
+use super::alert_thread::AlertThread;
 use super::logs::{LogExport, LogStep};
-use super::webhook::{AlertPush, PushStep};
+use super::webhook::AlertPush;
 use super::{ExportConfig, MetricExport, MetricStep, MetricsConfig, Step, TraceExport};
 use crate::config::webhook::WebhookConfig;
 use crate::error::Result;
 use crate::store::Outbox;
+
+/// The most a flush keeps back from the span send for the log records and
+/// the metric push after it (each gets a quarter of the flush's time, at
+/// most this).
+const FLUSH_RESERVE: Duration = Duration::from_millis(400);
+
+/// A flush's deadlines for the spans and the log records: each leaves the
+/// next a quarter of the time left (at most [`FLUSH_RESERVE`]), the metric
+/// push coming last, by `flush` itself.
+fn shares(flush: Option<Instant>) -> (Option<Instant>, Option<Instant>) {
+    match flush {
+        Some(deadline) => {
+            let reserve = deadline
+                .saturating_duration_since(Instant::now())
+                .min(FLUSH_RESERVE * 4)
+                / 4;
+            (Some(deadline - reserve * 2), Some(deadline - reserve))
+        }
+        None => (None, None),
+    }
+}
 
 /// The one store connection of an export loop, the trace and the metric
 /// export stepped over it, and the idle closer's schedule.
@@ -35,10 +57,9 @@ pub struct Driver {
     traces: Option<TraceExport>,
     metrics: Option<MetricExport>,
     logs: Option<LogExport>,
-    /// The alert webhook, when `HERMES_METER_ALERT_WEBHOOK` is set.
-    alerts: Option<AlertPush>,
-    /// The last alert post failed (logged once until one succeeds).
-    alerts_failing: bool,
+    /// The alert webhook's thread, when `HERMES_METER_ALERT_WEBHOOK` is
+    /// set: posts never hold up the signals (`alert_thread.rs`).
+    alerts: Option<AlertThread>,
     close_idle_every: Duration,
     last_idle_check: Option<Instant>,
 }
@@ -59,9 +80,6 @@ pub struct Cycle {
     /// The log step, with a log export (its failures never stop `serve`:
     /// the records wait in the store, and `status` shows the failure).
     pub logs: Option<Result<LogStep>>,
-    /// The alert webhook's step, with a webhook (its failures are logged
-    /// here and never stop `serve`: the alerts wait in the store).
-    pub alerts: Option<Result<PushStep>>,
 }
 
 impl Cycle {
@@ -119,13 +137,13 @@ impl Driver {
         let metrics = metrics
             .map(|config| MetricExport::new(config, &store, runtime))
             .transpose()?;
+        let alerts = alert_push().and_then(|push| AlertThread::start(push, store.path().to_path_buf()));
         Ok(Driver {
             store,
             traces,
             metrics,
             logs,
-            alerts: alert_push(),
-            alerts_failing: false,
+            alerts,
             close_idle_every,
             last_idle_check: None,
         })
@@ -162,9 +180,11 @@ impl Driver {
     }
 
     /// One step of the export loop: close idle runs when due, fold metrics
-    /// (and push them when their interval is due, flush or not: a session
-    /// end every turn must not mean a push every turn), then send one batch
-    /// of spans, or, with `flush`, every ready batch until that deadline.
+    /// and push them when their interval is due, then send one batch of
+    /// spans; or, with `flush` (a process ending, or a caller waiting for
+    /// what it recorded to leave), every ready batch of spans and log
+    /// records, then the metric series folded since the last push, by that
+    /// deadline.
     pub fn step(&mut self, flush: Option<Instant>) -> Cycle {
         let store = &mut self.store;
         let closed_idle = match self.traces.as_ref() {
@@ -178,8 +198,16 @@ impl Driver {
             }
             _ => None,
         };
-        let metrics = self.metrics.as_mut().map(|m| m.run_once(store));
-        let traces = match (self.traces.as_mut(), flush) {
+        // A flush (a process's exit) sends the spans, then the log
+        // records, then pushes the metric series this process counted, each
+        // leaving the next its share of the time: a run shorter than the
+        // metric interval must not end with its series unsent.
+        let (span_deadline, log_deadline) = shares(flush);
+        let metrics = match flush {
+            Some(_) => None,
+            None => self.metrics.as_mut().map(|m| m.run_once(store)),
+        };
+        let traces = match (self.traces.as_mut(), span_deadline) {
             (Some(e), Some(deadline)) => e.flush(store, deadline),
             (Some(e), None) => e.run_once(store),
             (None, _) => Ok(Step {
@@ -187,33 +215,20 @@ impl Driver {
                 ..Step::default()
             }),
         };
-        let logs = match (self.logs.as_mut(), flush) {
+        let logs = match (self.logs.as_mut(), log_deadline) {
             (Some(l), Some(deadline)) => Some(l.flush(store, deadline)),
             (Some(l), None) => Some(l.run_once(store)),
             (None, _) => None,
         };
-        let alerts = self.alerts.as_ref().map(|a| a.run_once(store, crate::unix_now()));
-        match &alerts {
-            Some(Ok(PushStep { error: Some(e), .. })) if !self.alerts_failing => {
-                self.alerts_failing = true;
-                tracing::warn!(target: "AlertPush.Failed", "{e}; the alerts wait in the store and are tried again");
-            }
-            Some(Err(e)) if !self.alerts_failing => {
-                self.alerts_failing = true;
-                tracing::warn!(target: "AlertPush.Failed", "alert webhook: {e}; the alerts wait in the store");
-            }
-            Some(Ok(PushStep { error: None, pushed })) if *pushed > 0 && self.alerts_failing => {
-                self.alerts_failing = false;
-                tracing::info!(target: "AlertPush.Recovered", "alert webhook: {pushed} alert(s) delivered again");
-            }
-            _ => {}
-        }
+        let metrics = match flush {
+            Some(deadline) => self.metrics.as_mut().map(|m| m.exit_push(store, deadline)),
+            None => metrics,
+        };
         Cycle {
             closed_idle,
             metrics,
             traces,
             logs,
-            alerts,
         }
     }
 
@@ -232,15 +247,25 @@ impl Driver {
     /// every lease up, so another process takes over at once. Returns the
     /// first error, having tried every part.
     pub fn stop(&mut self, flush: Option<Instant>) -> Result<()> {
-        let flushed = match (flush, self.traces.as_mut()) {
+        let (span_deadline, log_deadline) = shares(flush);
+        let flushed = match (span_deadline, self.traces.as_mut()) {
             (Some(deadline), Some(e)) => e.flush(&mut self.store, deadline).map(|_| ()),
             _ => Ok(()),
         };
-        let logs = match (flush, self.logs.as_mut()) {
+        let logs = match (log_deadline, self.logs.as_mut()) {
             (Some(deadline), Some(l)) => l.flush(&mut self.store, deadline).map(|_| ()),
             _ => Ok(()),
         };
-        flushed.and(logs).and(self.release())
+        let metrics = match (flush, self.metrics.as_mut()) {
+            (Some(deadline), Some(m)) => m.exit_push(&mut self.store, deadline).map(|_| ()),
+            _ => Ok(()),
+        };
+        // The alerts this process raised go to the webhook before it ends,
+        // with the time the signals left (their thread posts them).
+        if let Some(a) = self.alerts.as_mut() {
+            a.stop(flush);
+        }
+        flushed.and(logs).and(metrics).and(self.release())
     }
 
     /// Gives every lease up (also done on drop), the metric lease first.
@@ -325,7 +350,6 @@ mod tests {
             metrics: Some(failed("metrics")),
             traces: failed("traces"),
             logs: Some(failed("logs")),
-            alerts: Some(failed("alerts")),
         };
         assert_eq!(cycle.into_result().map_err(|e| e.to_string()), Err("idle".into()));
         let cycle = Cycle {
@@ -333,7 +357,6 @@ mod tests {
             metrics: Some(failed("metrics")),
             traces: Ok(Step::default()),
             logs: None,
-            alerts: None,
         };
         assert_eq!(cycle.metric_error().as_deref(), Some("metrics"));
         assert_eq!(cycle.into_result().map_err(|e| e.to_string()), Err("metrics".into()));
@@ -345,7 +368,6 @@ mod tests {
             })),
             traces: Ok(Step::default()),
             logs: None,
-            alerts: Some(failed("a webhook failure never fails the cycle")),
         };
         assert_eq!(cycle.metric_error().as_deref(), Some("refused"));
         assert_eq!(cycle.into_result().map_err(|e| e.to_string()), Ok(Step::default()));

@@ -34,7 +34,8 @@ use super::pacing::{block_on_until, Lease, Pacing};
 use super::split;
 use super::transport::{Accepted, SendError, Transport};
 use super::{
-    failure_text, resource_of, retry, scrub_error, unix_now, SendRuntime, Sessions, Signal, SizeLimit, CAP_STEP,
+    failure_text, resource_of, retry, scrub_error, unix_now, Refusal, SendRuntime, Sessions, Signal, SizeLimit,
+    CAP_STEP,
 };
 use crate::config::export::ExportConfig;
 use crate::error::Result;
@@ -160,17 +161,33 @@ impl LogExport {
         while let Some(part) = parts.next() {
             let built = &records[part.clone()];
             let n = built.len();
+            if n == 1 && self.size.holding(&format!("log|{}", rows[built[0].0].seq)) {
+                continue;
+            }
+            let bytes = parts.bytes(&part);
             let rejected = match self.send(self.request(built.iter().map(|(_, r)| r.clone()).collect()), deadline) {
                 Ok(accepted) => {
                     self.pacing.succeeded();
+                    self.size.accepted(bytes);
                     out.exported += n;
                     accepted.rejected_log_records
                 }
                 Err(e) if e.verdict == retry::Verdict::TooLarge => {
-                    if !self.size.refused(&mut parts, part, &rows[built[0].0].event, &e.message) {
-                        continue;
+                    let row = &rows[built[0].0];
+                    let key = format!("log|{}", row.seq);
+                    match self.size.refused(&mut parts, part, &row.event, &key, &e.message) {
+                        Refusal::Split | Refusal::Later => continue,
+                        Refusal::Reject => 1,
+                        Refusal::Passing => {
+                            let text = failure_text(Signal::Logs, &self.config.endpoint.value, &e);
+                            let wait = self.pacing.failed(retry::Verdict::Retry { after: None }, &text);
+                            store.log_export_failed(&text, unix_now())?;
+                            out.backing_off = Some(wait);
+                            out.error = Some(text);
+                            out.more = false;
+                            break;
+                        }
                     }
-                    1
                 }
                 Err(e) => {
                     let text = failure_text(Signal::Logs, &self.config.endpoint.value, &e);

@@ -245,31 +245,64 @@ impl MetricExport {
                 return Ok(step);
             }
         }
-        refresh_budget_gauges(store);
+        refresh_budget_gauges(store, self.config.attributes.value);
         self.push(store, &mut step, None)?;
         Ok(step)
     }
 
-    /// [`MetricExporter::flush`] over `store`.
-    pub(crate) fn flush(&mut self, store: &mut Outbox, deadline: Instant) -> Result<MetricStep> {
-        let mut step = MetricStep::default();
+    /// Folds the metric log until it is empty or `deadline` passes; the
+    /// number of rows folded.
+    fn fold_by(&mut self, store: &mut Outbox, deadline: Instant) -> Result<usize> {
+        let mut folded = 0;
         loop {
             let n = self.fold(store)?;
-            step.folded += n;
+            folded += n;
             if n == 0 || Instant::now() >= deadline {
-                break;
+                return Ok(folded);
             }
         }
+    }
+
+    /// [`MetricExporter::flush`] over `store`.
+    pub(crate) fn flush(&mut self, store: &mut Outbox, deadline: Instant) -> Result<MetricStep> {
+        let mut step = MetricStep {
+            folded: self.fold_by(store, deadline)?,
+            ..MetricStep::default()
+        };
         if !self.config.pushes() {
             return Ok(step);
         }
-        refresh_budget_gauges(store);
+        refresh_budget_gauges(store, self.config.attributes.value);
         while self.pacing.wait_to_send_by(deadline) {
             self.push(store, &mut step, Some(deadline))?;
             if !step.leased || step.error.is_none() {
                 break;
             }
         }
+        Ok(step)
+    }
+
+    /// A process's last push, at its exit: folds what is left and, when a
+    /// series changed after the last accepted push (whoever folded it) and
+    /// this process holds the lease, pushes once by `deadline` (no retry: what a refused
+    /// push carried is counted in the store, and the next process or
+    /// `serve` sends it at its interval). A run shorter than the export
+    /// interval would otherwise leave without its series ever pushed.
+    pub(crate) fn exit_push(&mut self, store: &mut Outbox, deadline: Instant) -> Result<MetricStep> {
+        let mut step = MetricStep {
+            folded: self.fold_by(store, deadline)?,
+            ..MetricStep::default()
+        };
+        if !self.config.pushes() || Instant::now() >= deadline || !store.metrics_changed_since_push()? {
+            return Ok(step);
+        }
+        if let Some(left) = self.pacing.wait_left() {
+            // Backing off after a failure: this process's series wait.
+            step.backing_off = Some(left);
+            return Ok(step);
+        }
+        refresh_budget_gauges(store, self.config.attributes.value);
+        self.push(store, &mut step, Some(deadline))?;
         Ok(step)
     }
 
@@ -394,12 +427,18 @@ pub fn snapshot(store: &Reader, allow: AllowList, names: Names) -> Result<Vec<Se
 /// moment, a `budget set` or `budget rm` included. Without a budget file
 /// there are no gauges; a file that cannot be read leaves them as they were
 /// (budgets never stop an export or a scrape).
-pub(crate) fn refresh_budget_gauges(store: &mut Outbox) {
+pub(crate) fn refresh_budget_gauges(store: &mut Outbox, allow: AllowList) {
     let Some(dir) = store.path().parent().map(Path::to_path_buf) else {
         return;
     };
     let gauges = if dir.join(crate::budget::BUDGETS_FILE_NAME).exists() {
-        match crate::budget::budget_gauges(store, &dir, crate::config::fleet::configured(), unix_now()) {
+        match crate::budget::budget_gauges(
+            store,
+            &dir,
+            crate::config::fleet::configured(),
+            allow.sender,
+            unix_now(),
+        ) {
             Ok(g) => g,
             Err(e) => {
                 tracing::warn!(target: "Budget.GaugesFailed", "budget gauges left as they were: {e}");

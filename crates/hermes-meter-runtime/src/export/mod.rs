@@ -48,6 +48,7 @@
 //!   alone is counted rejected, and each request's rows leave the outbox
 //!   once it is accepted, so no span is sent twice.
 
+mod alert_thread;
 mod console;
 pub mod driver;
 pub mod logs;
@@ -349,13 +350,25 @@ impl TraceExport {
             while let Some(part) = parts.next() {
                 let built = &spans[part.clone()];
                 let request = traces_request(&self.resource, built.iter().map(|b| b.span.clone()).collect());
+                let bytes = parts.bytes(&part);
                 if let Err(e) = self.send_until(store, request, deadline)? {
-                    // Too large: its halves, or a span too large alone
-                    // left out (logged).
-                    let kind = format!("{:?}", chunk[built[0].row].kind);
-                    self.size.refused(&mut parts, part, &kind, &e.message);
+                    // Too large: its halves, a span too large alone left
+                    // out (logged), or a passing refusal sent again.
+                    let row = &chunk[built[0].row];
+                    let kind = format!("{:?}", row.kind);
+                    let refusal = self
+                        .size
+                        .refused(&mut parts, part.clone(), &kind, &span_key(row), &e.message);
+                    if matches!(refusal, Refusal::Passing | Refusal::Later) {
+                        if Instant::now() + PASSING_RETRY >= deadline {
+                            return Err(Error::Other(format!("export --since: {}", e.message)));
+                        }
+                        std::thread::sleep(PASSING_RETRY);
+                        parts.again(part);
+                    }
                     continue;
                 }
+                self.size.accepted(bytes);
                 let done: Vec<OutboxRow> = built.iter().map(|b| chunk[b.row].clone()).collect();
                 store.outbox_resent(&done, unix_now())?;
                 sent += built.len();
@@ -436,21 +449,36 @@ impl TraceExport {
         while let Some(part) = parts.next() {
             let built = &spans[part.clone()];
             let n = built.len();
+            if n == 1 && self.size.holding(&span_key(&rows[built[0].row])) {
+                continue;
+            }
             let request = traces_request(&self.resource, built.iter().map(|b| b.span.clone()).collect());
             let now = unix_now();
             store.export_attempt(&no_answer, now, now + timeout.as_secs_f64())?;
+            let bytes = parts.bytes(&part);
             let rejected = match self.send(request, deadline) {
                 Ok(accepted) => {
                     self.pacing.succeeded();
+                    self.size.accepted(bytes);
                     out.exported += n;
                     accepted.rejected_spans.clamp(0, n as i64)
                 }
                 Err(e) if e.verdict == retry::Verdict::TooLarge => {
-                    let kind = format!("{:?}", rows[built[0].row].kind);
-                    if !self.size.refused(&mut parts, part, &kind, &e.message) {
-                        continue;
+                    let row = &rows[built[0].row];
+                    let kind = format!("{:?}", row.kind);
+                    match self.size.refused(&mut parts, part, &kind, &span_key(row), &e.message) {
+                        Refusal::Split | Refusal::Later => continue,
+                        Refusal::Reject => 1,
+                        Refusal::Passing => {
+                            let text = failure_text(Signal::Traces, &self.config.endpoint.value, &e);
+                            let wait = self.pacing.failed(retry::Verdict::Retry { after: None }, &text);
+                            store.export_failed(&text, unix_now())?;
+                            out.backing_off = Some(wait);
+                            out.error = Some(text);
+                            out.more = false;
+                            break;
+                        }
                     }
-                    1
                 }
                 Err(e) => {
                     let text = failure_text(Signal::Traces, &self.config.endpoint.value, &e);
@@ -616,11 +644,23 @@ fn traces_request(resource: &Resource, spans: Vec<Span>) -> ExportTraceServiceRe
 /// the signal, where it went, the collector's answer and what to do.
 pub fn failure_text(signal: Signal, endpoint: &str, e: &SendError) -> String {
     let what = signal.as_str();
+    if let Some(todo) = tls_todo(e) {
+        return format!("{what} to {endpoint}: {} ({todo})", e.message);
+    }
     let todo = match (e.cause, e.verdict) {
         (retry::Cause::NoAnswer, _) => format!(
             "the collector took the connection but did not answer in time: is it hung or overloaded? \
              {} sets how long to wait; nothing is lost meanwhile",
             crate::config::export::env::TIMEOUT
+        ),
+        // Over TLS 1.3 a server that wants a client certificate and got
+        // none closes the connection after the handshake: it reads the same.
+        (retry::Cause::Closed, _) if endpoint.starts_with("https://") => format!(
+            "the collector closed the connection before answering: is it restarting, or behind a proxy \
+             that drops it? If it asks for a client certificate (mutual TLS), set {} and {}. Nothing is lost \
+             meanwhile",
+            crate::config::export::env::CLIENT_CERTIFICATE,
+            crate::config::export::env::CLIENT_KEY
         ),
         (retry::Cause::Closed, _) => {
             "the collector closed the connection before answering: is it restarting, or behind a proxy \
@@ -670,14 +710,96 @@ pub fn failure_text(signal: Signal, endpoint: &str, e: &SendError) -> String {
     format!("{what} to {endpoint}: {} ({todo})", e.message)
 }
 
+/// What to do about a TLS handshake that failed, told by rustls's texts
+/// (they reach us as the message of tonic's or hyper's error): our side
+/// does not trust the collector's certificate, or the collector refused
+/// ours. `None` for any other failure.
+fn tls_todo(e: &SendError) -> Option<String> {
+    use crate::config::export::env;
+    if e.cause == retry::Cause::Answered {
+        return None;
+    }
+    let m = e.message.as_str();
+    if m.contains("invalid peer certificate") {
+        return Some(format!(
+            "the collector's certificate is not trusted here: set {} to the file of the CA that signed it (a \
+             self-signed certificate is its own CA), or use the host name the certificate names; nothing is \
+             lost meanwhile",
+            env::CERTIFICATE
+        ));
+    }
+    let refused = [
+        "BadCertificate",
+        "CertificateRequired",
+        "UnknownCA",
+        "CertificateUnknown",
+    ];
+    if m.contains("received fatal alert") && refused.iter().any(|a| m.contains(a)) {
+        return Some(format!(
+            "the collector refused the TLS handshake: it wants a client certificate it trusts; set {} and {} \
+             (mutual TLS); nothing is lost meanwhile",
+            env::CLIENT_CERTIFICATE,
+            env::CLIENT_KEY
+        ));
+    }
+    None
+}
+
 /// The byte limit a signal's requests are kept under, as learned from the
 /// collector's refusals as too large, and the kinds of item already
 /// logged as too large alone.
+///
+/// A refusal as too large is believed only when it can be true: a request
+/// no larger than one the collector took is refused for another reason (a
+/// proxy's hiccup, a collector restarting), so it is a passing failure,
+/// retried after a backoff, the limit unchanged; an item refused alone is
+/// rejected only once refused [`LONE_REFUSALS`] times over at least
+/// [`LONE_REFUSED_FOR`]. Each accepted request doubles a learned limit back
+/// toward the configured one (a collector's limit may rise again).
 #[derive(Debug)]
 pub(crate) struct SizeLimit {
     signal: Signal,
     limit: RequestLimit,
+    configured: usize,
     logged: HashSet<String>,
+    /// The largest request the collector took in this process, bytes.
+    largest_accepted: usize,
+    /// Items refused alone so far: their key, when first and last, how often.
+    lone: HashMap<String, (Instant, Instant, u32)>,
+}
+
+/// How often an item must be refused alone as too large before it is
+/// counted rejected: a burst of refusals (a proxy's hiccup) rejects nothing.
+/// An outbox row's identity, for [`SizeLimit`]'s items refused alone.
+fn span_key(row: &OutboxRow) -> String {
+    format!("{:?}|{}|{}|{}", row.kind, row.session_id, row.key, row.n)
+}
+
+/// How long `export --since` waits before sending again a request refused
+/// as too large that it does not believe (see [`SizeLimit`]).
+const PASSING_RETRY: Duration = Duration::from_secs(1);
+
+pub(crate) const LONE_REFUSALS: u32 = 3;
+/// How long the refusals of an item alone must span before it is rejected.
+pub(crate) const LONE_REFUSED_FOR: Duration = Duration::from_secs(30);
+/// How long an item refused alone waits before it is sent again.
+pub(crate) const LONE_WAIT: Duration = Duration::from_secs(5);
+/// Items remembered as refused alone; past it the oldest are forgotten.
+const LONE_REMEMBERED: usize = 1024;
+
+/// What a refusal as too large means for the part refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Its halves go next, under a halved limit.
+    Split,
+    /// One item, refused alone long enough: counted rejected.
+    Reject,
+    /// Not believed (yet), and the collector may be refusing everything
+    /// (nothing larger was taken): the rows wait, retried after a backoff.
+    Passing,
+    /// One item larger than any the collector took, not refused long
+    /// enough yet: it waits (sent again next step), the other parts go on.
+    Later,
 }
 
 impl SizeLimit {
@@ -686,8 +808,26 @@ impl SizeLimit {
         SizeLimit {
             signal,
             limit: RequestLimit::new(bytes),
+            configured: bytes.max(1),
             logged: HashSet::new(),
+            largest_accepted: 0,
+            lone: HashMap::new(),
         }
+    }
+
+    /// Whether the item `key`, refused alone a moment ago, waits still
+    /// (not sent again within [`LONE_WAIT`]).
+    pub(crate) fn holding(&self, key: &str) -> bool {
+        self.lone
+            .get(key)
+            .is_some_and(|(_, last, _)| last.elapsed() < LONE_WAIT)
+    }
+
+    /// The collector took a request of `bytes`: it takes that size, and a
+    /// learned limit grows back (doubled, up to the configured one).
+    pub(crate) fn accepted(&mut self, bytes: usize) {
+        self.largest_accepted = self.largest_accepted.max(bytes);
+        self.limit.grow(self.configured);
     }
 
     /// The parts to send items of `sizes` (each a [`split::item_len`]) in,
@@ -707,10 +847,44 @@ impl SizeLimit {
         parts: &mut Parts,
         part: std::ops::Range<usize>,
         kind: &str,
+        key: &str,
         answer: &str,
-    ) -> bool {
+    ) -> Refusal {
         let what = self.signal.as_str();
         let bytes = parts.bytes(&part);
+        if bytes <= self.largest_accepted {
+            tracing::info!(
+                target: "Export.Refused",
+                bytes,
+                "the collector refused a request of {what} of {bytes} bytes as too large ({answer}), having taken \
+                 one of {} bytes: taken as a passing refusal, retried after a backoff",
+                self.largest_accepted
+            );
+            return Refusal::Passing;
+        }
+        if part.len() <= 1 {
+            let now = Instant::now();
+            if self.lone.len() >= LONE_REMEMBERED && !self.lone.contains_key(key) {
+                self.lone.clear();
+            }
+            let (first, last, times) = self.lone.entry(key.to_string()).or_insert((now, now, 0));
+            *times += 1;
+            *last = now;
+            if *times < LONE_REFUSALS || now.duration_since(*first) < LONE_REFUSED_FOR {
+                tracing::info!(
+                    target: "Export.Refused",
+                    bytes,
+                    "a {kind} item of {what} of {bytes} bytes was refused alone as too large ({answer}), \
+                     {times} time(s): sent again later before it is counted rejected"
+                );
+                return if self.largest_accepted > 0 {
+                    Refusal::Later
+                } else {
+                    Refusal::Passing
+                };
+            }
+            self.lone.remove(key);
+        }
         match parts.refused(part, &mut self.limit) {
             Refused::Split { limit } => {
                 let text = format!(
@@ -721,7 +895,7 @@ impl SizeLimit {
                     Signal::Logs => tracing::info!(target: "LogExport.Split", bytes, limit, "{text}"),
                     _ => tracing::info!(target: "Export.Split", bytes, limit, "{text}"),
                 }
-                false
+                Refusal::Split
             }
             Refused::Alone => {
                 let text = format!(
@@ -736,7 +910,7 @@ impl SizeLimit {
                     (_, true) => tracing::warn!(target: "Export.Rejected", bytes, "{text}"),
                     (_, false) => tracing::debug!(target: "Export.Rejected", bytes, "{text}"),
                 }
-                true
+                Refusal::Reject
             }
         }
     }

@@ -85,7 +85,7 @@ impl Scrape {
         super::metrics::fold(&mut store, self.session_grace_seconds)?;
         // Budget gauges are a reading of now, not a fold of the ledger:
         // taken at every scrape, as before every push.
-        super::metrics::refresh_budget_gauges(&mut store);
+        super::metrics::refresh_budget_gauges(&mut store, self.allow);
         let series = super::metrics::snapshot(&store, self.allow, self.names)?;
         Ok(crate::metrics::prometheus_text(&series))
     }

@@ -25,10 +25,13 @@
 //! - When the collector still refuses a part as too large, the limit
 //!   learned is halved from the smaller of itself and that part's size, the
 //!   part is sent again as its two halves, and what was left of the batch
-//!   is cut anew under the new limit. The learned limit is kept for the
-//!   life of the exporter (a collector's limit does not change by itself).
+//!   is cut anew under the new limit. Each accepted request doubles the
+//!   learned limit back toward the configured one.
 //! - A part of one item that is refused is that item's end: the caller
-//!   counts it rejected (never retried, never dropped unseen).
+//!   counts it rejected (never dropped unseen). Whether a refusal is
+//!   believed at all is the caller's (`SizeLimit` in `mod.rs`: not for a
+//!   request no larger than one the collector took, and not for an item
+//!   alone until refused again over a minute).
 //!
 //! # Nothing is sent twice
 //!
@@ -78,6 +81,17 @@ impl RequestLimit {
     fn halve(&mut self, refused: usize) {
         self.bytes = (self.bytes.min(refused) / 2).max(1);
     }
+
+    /// The collector took a request: the limit doubles back toward
+    /// `configured` (a refusal halves it again), so a burst of refusals
+    /// does not leave requests small for the life of the process.
+    pub(crate) fn grow(&mut self, configured: usize) {
+        self.bytes = self
+            .bytes
+            .saturating_mul(2)
+            .min(configured.max(1))
+            .max(self.bytes.min(configured.max(1)));
+    }
 }
 
 /// The parts a batch is sent in, as ranges of its items, in order.
@@ -116,6 +130,11 @@ impl Parts {
     /// The next part to send.
     pub(crate) fn next(&mut self) -> Option<Range<usize>> {
         self.queue.pop_front()
+    }
+
+    /// `part` (just taken by [`Parts::next`]) goes again, first.
+    pub(crate) fn again(&mut self, part: Range<usize>) {
+        self.queue.push_front(part);
     }
 
     /// An upper bound of the encoded size of `part`'s request.

@@ -32,6 +32,11 @@ use super::retry::{self, Cause, Verdict};
 use crate::config::export::{Compression, ExportConfig, Headers, Protocol, TracesExporter};
 use crate::error::{Error, Result};
 
+/// The most of a collector's answer read over OTLP/HTTP: an
+/// `Export*ServiceResponse` (a partial success) or an error status is a
+/// few hundred bytes.
+pub const MAX_ANSWER_BYTES: usize = 256 * 1024;
+
 /// The collector accepted a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Accepted {
@@ -213,9 +218,15 @@ impl GrpcTransport {
             metrics = metrics.send_compressed(gzip);
             logs = logs.send_compressed(gzip);
         }
-        client = client.accept_compressed(gzip);
-        metrics = metrics.accept_compressed(gzip);
-        logs = logs.accept_compressed(gzip);
+        client = client
+            .accept_compressed(gzip)
+            .max_decoding_message_size(ANSWER_DECODE_LIMIT);
+        metrics = metrics
+            .accept_compressed(gzip)
+            .max_decoding_message_size(ANSWER_DECODE_LIMIT);
+        logs = logs
+            .accept_compressed(gzip)
+            .max_decoding_message_size(ANSWER_DECODE_LIMIT);
         let headers = grpc_headers(&config.headers.value);
         Ok(GrpcTransport {
             client,
@@ -227,11 +238,12 @@ impl GrpcTransport {
     }
 
     async fn send_metrics(&mut self, request: ExportMetricsServiceRequest) -> Result<Accepted, SendError> {
-        let response = self
-            .metrics
-            .export(self.request(request))
-            .await
-            .map_err(|status| grpc_error("otlp grpc metrics", status, self.timeout))?;
+        let response = self.metrics.export(self.request(request)).await;
+        let response = match response {
+            Ok(r) => r,
+            Err(status) if answer_unreadable(&status) => return Ok(Accepted::default()),
+            Err(status) => return Err(grpc_error("otlp grpc metrics", status, self.timeout)),
+        };
         Ok(Accepted {
             rejected_data_points: response
                 .into_inner()
@@ -243,11 +255,12 @@ impl GrpcTransport {
     }
 
     async fn send_logs(&mut self, request: ExportLogsServiceRequest) -> Result<Accepted, SendError> {
-        let response = self
-            .logs
-            .export(self.request(request))
-            .await
-            .map_err(|status| grpc_error("otlp grpc logs", status, self.timeout))?;
+        let response = self.logs.export(self.request(request)).await;
+        let response = match response {
+            Ok(r) => r,
+            Err(status) if answer_unreadable(&status) => return Ok(Accepted::default()),
+            Err(status) => return Err(grpc_error("otlp grpc logs", status, self.timeout)),
+        };
         Ok(Accepted {
             rejected_log_records: response
                 .into_inner()
@@ -259,11 +272,12 @@ impl GrpcTransport {
     }
 
     async fn send(&mut self, request: ExportTraceServiceRequest) -> Result<Accepted, SendError> {
-        let response = self
-            .client
-            .export(self.request(request))
-            .await
-            .map_err(|status| grpc_error(Protocol::Grpc.otlp_name(), status, self.timeout))?;
+        let response = self.client.export(self.request(request)).await;
+        let response = match response {
+            Ok(r) => r,
+            Err(status) if answer_unreadable(&status) => return Ok(Accepted::default()),
+            Err(status) => return Err(grpc_error(Protocol::Grpc.otlp_name(), status, self.timeout)),
+        };
         Ok(Accepted {
             rejected_spans: response
                 .into_inner()
@@ -283,6 +297,28 @@ impl GrpcTransport {
         request
     }
 }
+
+/// Whether `status` is this client failing to read the collector's answer
+/// (over [`ANSWER_DECODE_LIMIT`]): tonic's "decoded message length too
+/// large ... the limit is: N bytes" with this client's own N. (A tonic
+/// collector refusing a request over its limit says the same words with
+/// its limit: that is a refusal as too large.) A gRPC server sends an
+/// answer message only when the call succeeded (an error is a status
+/// alone), so the request was accepted: counting it refused would send it
+/// again and again to a collector that has it. A partial success it may
+/// have carried is unknown.
+fn answer_unreadable(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::OutOfRange
+        && status.message().contains("decoded message length too large")
+        && status
+            .message()
+            .contains(&format!("the limit is: {ANSWER_DECODE_LIMIT} bytes"))
+}
+
+/// The largest answer read over gRPC: an answer is a partial success, a
+/// few hundred bytes; past this it is not read (memory stays bounded). An
+/// odd number, so a refusal that names it is recognisably this client's.
+pub const ANSWER_DECODE_LIMIT: usize = (4 << 20) + 1;
 
 /// A failed gRPC export, classified for retry: an answer of the collector
 /// by its code, a failure of the connection as transient.
@@ -440,7 +476,9 @@ impl HttpTransport {
         })
     }
 
-    /// POSTs one protobuf body; the answer's body on a 2xx status.
+    /// POSTs one protobuf body; the answer's body on a 2xx status (empty
+    /// when the answer was over [`MAX_ANSWER_BYTES`]: accepted, with no
+    /// partial success readable).
     async fn post(&mut self, body: Vec<u8>) -> Result<Bytes, SendError> {
         let body = if self.gzip { gzip(&body) } else { body };
         match tokio::time::timeout(self.timeout, self.send_body(body)).await {
@@ -498,8 +536,19 @@ impl HttpTransport {
             .get(hyper::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(retry::parse_retry_after);
-        let body = match response.into_body().collect().await {
+        // The answer is read up to MAX_ANSWER_BYTES: a collector (or a
+        // proxy before it) that answers endlessly must not grow this
+        // process. Past the bound the rest is left unread and the
+        // connection dropped; the status alone decides.
+        let body = match http_body_util::Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+            .collect()
+            .await
+        {
             Ok(b) => b.to_bytes(),
+            Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+                self.sender = None;
+                Bytes::new()
+            }
             Err(e) => {
                 self.sender = None;
                 return Err(transient(Cause::Closed, format!("otlp http: reading the answer: {e}")));

@@ -23,6 +23,8 @@ pub const PUSH_HORIZON_S: f64 = 24.0 * 3600.0;
 const PER_STEP: usize = 20;
 /// How long one post may take.
 const POST_TIMEOUT: Duration = Duration::from_secs(5);
+/// A post is not begun with less time than this left (an exit's deadline).
+const MIN_POST: Duration = Duration::from_millis(50);
 /// How long a claim holds off other processes: past a post's timeout.
 const CLAIM_S: f64 = 30.0;
 /// The longest wait between two tries of one alert.
@@ -41,6 +43,18 @@ pub struct AlertPush {
     config: WebhookConfig,
     agent: ureq::Agent,
     host: String,
+    /// The receiver's own backoff: (failures in a row, no post before
+    /// this Unix time). A receiver that is down or failing is asked once
+    /// per backoff, not once per alert: the per-alert backoff alone asked
+    /// it for each alert not yet tried.
+    receiver: std::sync::Mutex<(u32, f64)>,
+}
+
+/// How a post failed: the receiver (down, slow, 5xx, 429, a redirect),
+/// which every alert would meet, or this alert (another 4xx: its body).
+enum PostError {
+    Receiver(String),
+    Alert(String),
 }
 
 impl std::fmt::Debug for AlertPush {
@@ -51,15 +65,20 @@ impl std::fmt::Debug for AlertPush {
 
 impl AlertPush {
     pub fn new(config: WebhookConfig) -> Self {
+        // A redirect is never followed: it would turn the POST into a
+        // body-less GET to whatever address the receiver names (an internal
+        // one, say), and that GET's 200 would count the alert delivered.
         let agent = ureq::Agent::config_builder()
             .timeout_global(Some(POST_TIMEOUT))
             .http_status_as_error(false)
+            .max_redirects(0)
             .build()
             .into();
         AlertPush {
             config,
             agent,
             host: crate::process::host_name(),
+            receiver: std::sync::Mutex::new((0, f64::NEG_INFINITY)),
         }
     }
 
@@ -72,20 +91,42 @@ impl AlertPush {
     /// (a receiver that is down is not asked twenty times), which leaves
     /// the alert for a later step, after a backoff.
     pub fn run_once(&self, store: &Outbox, now: f64) -> Result<PushStep> {
+        self.run_until(store, now, None)
+    }
+
+    /// [`AlertPush::run_once`], each post bounded by `deadline` as well (a
+    /// process's exit); none is begun past it.
+    pub fn run_until(&self, store: &Outbox, now: f64, deadline: Option<std::time::Instant>) -> Result<PushStep> {
         let mut step = PushStep::default();
+        let mut receiver = self.receiver.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if now < receiver.1 {
+            // The receiver failed lately: it is not asked again before its backoff.
+            return Ok(step);
+        }
         // Each claimed just before its post: one the step does not reach
         // (it stopped at a failure) stays free for the next step.
         for alert in store.alerts_to_push(AlertSink::Webhook, now, now - PUSH_HORIZON_S, PER_STEP)? {
+            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+            if left.is_some_and(|l| l < MIN_POST) {
+                break;
+            }
             if !store.claim_alert_push(AlertSink::Webhook, &alert.kind, &alert.key, now, now + CLAIM_S)? {
                 continue;
             }
-            match self.post(&alert) {
+            match self.post(&alert, left) {
                 Ok(()) => {
                     sent(store, AlertSink::Webhook, &alert.kind, &alert.key, Ok(()), now)?;
                     step.pushed += 1;
+                    *receiver = (0, f64::NEG_INFINITY);
                 }
-                Err(e) => {
+                Err(PostError::Alert(e)) => {
                     sent(store, AlertSink::Webhook, &alert.kind, &alert.key, Err(&e), now)?;
+                    step.error = Some(format!("alert webhook {}: {e}", self.target()));
+                }
+                Err(PostError::Receiver(e)) => {
+                    sent(store, AlertSink::Webhook, &alert.kind, &alert.key, Err(&e), now)?;
+                    receiver.0 += 1;
+                    receiver.1 = now + backoff(receiver.0);
                     step.error = Some(format!("alert webhook {}: {e}", self.target()));
                     break;
                 }
@@ -94,20 +135,30 @@ impl AlertPush {
         Ok(step)
     }
 
-    /// One POST; any 2xx is taken.
-    fn post(&self, alert: &AlertRow) -> std::result::Result<(), String> {
+    /// One POST, within `left` when given; any 2xx is taken, a redirect
+    /// is refused (see [`AlertPush::new`]). The answer's body is never read.
+    fn post(&self, alert: &AlertRow, left: Option<Duration>) -> std::result::Result<(), PostError> {
         let body = body(self.config.format, alert, &self.host);
+        let timeout = left.map_or(POST_TIMEOUT, |l| l.min(POST_TIMEOUT));
         let response = self
             .agent
             .post(&self.config.url)
+            .config()
+            .timeout_global(Some(timeout))
+            .build()
             .header("Content-Type", "application/json")
             .send(body.to_string())
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| PostError::Receiver(e.to_string().replace(&self.config.url, &self.config.redacted())))?;
         let status = response.status().as_u16();
-        if (200..300).contains(&status) {
-            Ok(())
-        } else {
-            Err(format!("answered HTTP {status}"))
+        match status {
+            200..=299 => Ok(()),
+            300..=399 => Err(PostError::Receiver(format!(
+                "answered with a redirect (HTTP {status}), which is not followed: point \
+                 HERMES_METER_ALERT_WEBHOOK at the address that takes the POST itself"
+            ))),
+            408 | 429 => Err(PostError::Receiver(format!("answered HTTP {status}"))),
+            400..=499 => Err(PostError::Alert(format!("answered HTTP {status}"))),
+            _ => Err(PostError::Receiver(format!("answered HTTP {status}"))),
         }
     }
 }
@@ -141,17 +192,39 @@ pub fn sent(
         Ok(()) => store.alert_pushed(sink, kind, key, crate::unix_now()),
         Err(e) => {
             let attempts = store.alert_push_attempts(sink, kind, key)?;
-            let wait = (5.0 * 2f64.powi(attempts.clamp(1, 10) as i32 - 1)).min(MAX_BACKOFF_S);
-            store.alert_push_failed(sink, kind, key, e, now + wait)
+            store.alert_push_failed(sink, kind, key, e, now + backoff(attempts.clamp(0, 10) as u32))
         }
     }
+}
+
+/// The wait after the `failures`-th failure in a row: 5 s, doubling, at
+/// most [`MAX_BACKOFF_S`].
+fn backoff(failures: u32) -> f64 {
+    (5.0 * 2f64.powi(failures.clamp(1, 10) as i32 - 1)).min(MAX_BACKOFF_S)
+}
+
+/// Text for Slack's message markup: `&`, `<` and `>` escaped as Slack asks,
+/// so a model name or session id in an alert cannot ping `<!channel>` or
+/// show a link that reads as something else.
+pub fn slack_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            c if c.is_control() && c != '\n' => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// The body of one alert in `format`.
 pub fn body(format: WebhookFormat, alert: &AlertRow, host: &str) -> serde_json::Value {
     match format {
         WebhookFormat::Slack => serde_json::json!({
-            "text": format!("*hermes-meter* on {host}: {}", alert.text),
+            "text": format!("*hermes-meter* on {}: {}", slack_escape(host), slack_escape(&alert.text)),
         }),
         WebhookFormat::Json => serde_json::json!({
             "source": "hermes-meter",
@@ -163,5 +236,19 @@ pub fn body(format: WebhookFormat, alert: &AlertRow, host: &str) -> serde_json::
             "first_at": alert.first_at,
             "last_at": alert.last_at,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slack_text_cannot_ping_or_disguise_a_link() {
+        assert_eq!(
+            slack_escape("model <!channel> & <https://evil|bank.com>"),
+            "model &lt;!channel&gt; &amp; &lt;https://evil|bank.com&gt;"
+        );
+        assert_eq!(slack_escape("a\x1b[2Jb\nc"), "a [2Jb\nc");
     }
 }

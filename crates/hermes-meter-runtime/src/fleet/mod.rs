@@ -54,7 +54,7 @@
 //! completed by then, its tool and LLM calls are blocked in enforce mode
 //! until it does (`HERMES_METER_FLEET_UNSYNCED=closed`, the default), which
 //! keeps the bound; with `open` they go ahead under the local budget file,
-//! outside the bound (`src/budget/first_sync.rs`).
+//! outside the bound (`crates/hermes-meter-runtime/src/budget/first_sync.rs`).
 
 pub mod budgets;
 pub mod config;

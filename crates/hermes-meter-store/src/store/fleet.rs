@@ -1,7 +1,7 @@
 //! Fleet state in the local store (schema in `migrations/0001_initial.sql`):
 //! this store's host id, what the sync pushed, and what it pulled.
 //!
-//! The sync (`src/fleet/sync.rs`) writes here after each exchange with the
+//! The sync (`crates/hermes-meter-runtime/src/fleet/sync.rs`) writes here after each exchange with the
 //! fleet database; the budget gate reads [`Reader::fleet_share`] on the hook
 //! path, one primary-key lookup per budget, never the network.
 

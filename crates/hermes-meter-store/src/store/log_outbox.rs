@@ -215,7 +215,11 @@ impl Outbox {
         bump_state(&tx, log_counter::EXPORTED, sent - rejected)?;
         bump_state(&tx, log_counter::REJECTED, rejected)?;
         bump_state(&tx, log_counter::SKIPPED, skipped as i64)?;
-        set_state(&tx, log_counter::LAST_SUCCESS_AT, now)?;
+        // A success is a record the collector took: a lone record refused
+        // as too large, counted here, is none.
+        if sent - rejected > 0 {
+            set_state(&tx, log_counter::LAST_SUCCESS_AT, now)?;
+        }
         tx.commit()?;
         Ok(())
     }

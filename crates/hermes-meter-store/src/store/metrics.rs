@@ -292,6 +292,19 @@ impl Outbox {
 
 impl Reader {
     /// When the last metric export was accepted, by any process.
+    /// Whether a series changed after the last push the collector took
+    /// (whichever process folded it, and whichever pushed).
+    pub fn metrics_changed_since_push(&self) -> Result<bool> {
+        let newest: Option<f64> = self
+            .conn()
+            .query_row("SELECT MAX(updated_at) FROM metric_series", [], |r| r.get(0))?;
+        Ok(match (newest, self.metric_last_success_at()?) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(newest), Some(pushed)) => newest >= pushed,
+        })
+    }
+
     pub fn metric_last_success_at(&self) -> Result<Option<f64>> {
         self.metric_state_value(state_key::LAST_SUCCESS_AT)
     }
@@ -434,7 +447,7 @@ fn api_error_fact(conn: &Connection, api_request_id: &str, retry_count: i64) -> 
     Ok(conn
         .prepare_cached(
             "SELECT model, provider, started_at, ended_at, status_code, retryable, reason, error_type
-               FROM llm_call_errors WHERE api_request_id = ?1 AND retry_count = ?2",
+               FROM llm_call_errors WHERE api_request_id = ?1 AND attempt = ?2",
         )?
         .query_row(params![api_request_id, retry_count], |r| {
             Ok(ApiErrorFact {

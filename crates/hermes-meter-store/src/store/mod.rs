@@ -49,7 +49,7 @@ mod session_view;
 mod trace_view;
 
 pub use budget::CapUse;
-pub use budget::{AlertRow, AlertSink, RESERVATION_TTL_SECONDS};
+pub use budget::{AlertRow, AlertSink, RecentAlert, RESERVATION_TTL_SECONDS};
 pub use content::{ContentCursor, ContentKind};
 pub use doctor::Integrity;
 pub use doctor::{missing_beside_aside, Doctor, Rebuilt, DAMAGED_INFIX};
@@ -97,7 +97,10 @@ pub const DB_FILE_NAME: &str = "hermes-meter.db";
 /// Migrations, in order; entry `i` brings the schema to version `i + 1`.
 /// Version 1 is the whole schema of the first release; a later version is
 /// a new file appended here, never an edit of a released one.
-const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_initial.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0001_initial.sql"),
+    include_str!("migrations/0002_attempts.sql"),
+];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -426,7 +429,7 @@ fn checkpoint(conn: &Connection) -> Result<()> {
 pub fn connect(path: &Path) -> Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     // SQLite's default VFS, on purpose: a VFS of our own that gathered WAL
-    // writes lost acknowledged commits (tests/crash_consistency.rs).
+    // writes lost acknowledged commits (crates/hermes-meter-store/tests/crash_consistency.rs).
     let mut conn = Connection::open_with_flags(path, flags)?;
     conn.busy_handler(Some(wait_for_lock))?;
     // Incremental auto-vacuum, so retention can give freed pages back to
@@ -516,6 +519,7 @@ fn migrate(conn: &mut Connection, migrations: &[&str]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rusqlite::params;
 
     #[test]
     fn a_new_store_is_at_the_current_version_and_private() {
@@ -591,6 +595,47 @@ mod tests {
             })
             .expect("query");
         assert_eq!(added, 0, "the failed migration's first statement was rolled back");
+    }
+
+    /// Version 2 keys failed attempts by their place among the request's
+    /// attempts: a version 1 store's rows keep their retry_count as their
+    /// attempt, its triggers are there again, and a recovery cycle's
+    /// attempt (the same retry_count later) is a row of its own.
+    #[test]
+    fn version_2_keeps_the_failed_attempts_of_a_version_1_store() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("s.db");
+        let mut conn = Connection::open(&path).expect("open");
+        migrate(&mut conn, &MIGRATIONS[..1]).expect("v1");
+        for n in 0..3 {
+            conn.execute(
+                "INSERT INTO llm_call_errors (api_request_id, session_id, retry_count, started_at, ended_at)
+                 VALUES ('r', 's', ?1, 1.0, ?2)",
+                params![n, 2.0 + n as f64],
+            )
+            .expect("v1 row");
+        }
+        migrate(&mut conn, MIGRATIONS).expect("v2");
+        let rows: Vec<(i64, i64)> = conn
+            .prepare("SELECT attempt, retry_count FROM llm_call_errors ORDER BY id")
+            .expect("prepare")
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("query")
+            .collect::<rusqlite::Result<_>>()
+            .expect("rows");
+        assert_eq!(rows, [(0, 0), (1, 1), (2, 2)]);
+        // A later cycle's retry_count 0 is the request's fourth attempt; the
+        // same fired event again is nothing new.
+        let insert =
+            "INSERT INTO llm_call_errors (api_request_id, session_id, attempt, retry_count, started_at, ended_at)
+                      VALUES ('r', 's', (SELECT COUNT(*) FROM llm_call_errors WHERE api_request_id = 'r'), 0, 9.0, ?1)
+                      ON CONFLICT DO NOTHING";
+        assert_eq!(conn.execute(insert, params![10.0]).expect("cycle"), 1);
+        assert_eq!(conn.execute(insert, params![10.0]).expect("again"), 0);
+        let logged: i64 = conn
+            .query_row("SELECT MAX(n) FROM metric_log WHERE kind = 2", [], |r| r.get(0))
+            .expect("metric log");
+        assert_eq!(logged, 3, "the trigger logs the attempt");
     }
 
     /// The runner, for the versions after the first: a store of this

@@ -332,6 +332,31 @@ impl Reader {
         Ok(stmt.query_row(params![session_id], run_summary).optional()?)
     }
 
+    /// The session ids of the runs started in `[since, until)` (by the
+    /// `started_at` index), and when the store's first run started: what
+    /// `status` compares Hermes's own sessions with.
+    pub fn run_ids_started(&self, since: f64, until: f64) -> Result<(std::collections::HashSet<String>, Option<f64>)> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT session_id FROM runs WHERE started_at >= ?1 AND started_at < ?2")?;
+        let ids = stmt
+            .query_map(params![since, until], |r| r.get::<_, String>(0))?
+            .collect::<std::result::Result<_, _>>()?;
+        let first = self
+            .conn()
+            .query_row("SELECT MIN(started_at) FROM runs", [], |r| r.get::<_, Option<f64>>(0))?;
+        Ok((ids, first))
+    }
+
+    /// The failed attempts recorded for the LLM request `api_request_id`
+    /// (by its unique key's index): every retry, recovery cycles included.
+    pub fn failed_attempts(&self, api_request_id: &str) -> Result<i64> {
+        Ok(self
+            .conn()
+            .prepare_cached("SELECT COUNT(*) FROM llm_call_errors WHERE api_request_id = ?1")?
+            .query_row(params![api_request_id], |r| r.get(0))?)
+    }
+
     /// Row counts per table, from the counters kept as rows are written
     /// (`store_counts`): one read each, however large the store.
     pub fn counts(&self) -> Result<StoreCounts> {

@@ -28,7 +28,7 @@
 //!
 //! The rule for new code: a statement that inserts into or deletes from
 //! one of [`COUNTED`] adds what it did to the transaction's `RowCounts`
-//! (`tests/row_counts.rs` holds every counter to `COUNT(*)`).
+//! (`crates/hermes-meter-store/tests/row_counts.rs` holds every counter to `COUNT(*)`).
 
 use rusqlite::{params, Transaction};
 

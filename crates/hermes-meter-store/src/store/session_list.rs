@@ -176,7 +176,8 @@ impl Terms {
 }
 
 const ROW_COLUMNS: &str = "session_id, parent_session_id, platform, cron_job_id, sender_id, model, started_at,
-    COALESCE(ended_at, last_event_at), status, turns, llm_calls,
+    COALESCE(ended_at, last_event_at),
+    CASE WHEN budget_stop IS NOT NULL AND status != 'running' THEN 'blocked' ELSE status END, turns, llm_calls,
     input_tokens + cache_read_tokens + cache_write_tokens, output_tokens, cost_usd, api_errors,
     tool_calls, tool_failures";
 

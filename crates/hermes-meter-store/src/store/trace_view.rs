@@ -118,11 +118,11 @@ impl Reader {
         let errors_sql = |filter: &str| {
             format!(
                 "SELECT e.*, (SELECT error_message FROM llm_call_errors m
-                               WHERE m.api_request_id = e.api_request_id AND m.retry_count = e.retry_count)
+                               WHERE m.api_request_id = e.api_request_id AND m.attempt = e.attempt)
                    FROM ({LLM_ERROR_SELECT} WHERE {filter}) e"
             )
         };
-        let error_of = |r: &rusqlite::Row<'_>| Ok((llm_error_of(r)?, r.get::<_, Option<String>>(14)?));
+        let error_of = |r: &rusqlite::Row<'_>| Ok((llm_error_of(r)?, r.get::<_, Option<String>>(15)?));
         let mut stmt = conn.prepare_cached(&errors_sql(
             "turn_id IN (SELECT turn_id FROM turns WHERE session_id = ?1) AND session_id = ?1",
         ))?;

@@ -247,11 +247,16 @@ pub(crate) fn decode_kwargs(hook: &str, kwargs: Kwargs<'_>, at: f64, opts: Decod
                 error_message,
             })
         }
-        "pre_tool_call" => Hook::PreToolCall(PreToolCall {
-            tool: r.tool_ref(),
-            args_digest: r.args_digest(),
-            args: r.content_value("args"),
-        }),
+        "pre_tool_call" => {
+            let tool = r.tool_ref();
+            let meter_change = r.meter_change(&tool.tool_name);
+            Hook::PreToolCall(PreToolCall {
+                args_digest: r.args_digest(),
+                meter_change,
+                args: r.content_value("args"),
+                tool,
+            })
+        }
         "post_tool_call" => {
             let tool = r.tool_ref();
             let outcome = r.tool_result_facts();

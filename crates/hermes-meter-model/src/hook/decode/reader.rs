@@ -435,6 +435,23 @@ impl<'a> Reader<'a> {
         Some(super::scrub::args_digest(&self.present("args")?.into_value()))
     }
 
+    /// What a tool call's arguments would change of the meter: as the
+    /// scrub wrote it, else read from the arguments (a map decoded as
+    /// Hermes passed it); nothing for a tool that only reads.
+    pub(super) fn meter_change(&mut self, tool: &str) -> Option<String> {
+        if crate::hook::protect::reads_only(tool) {
+            return None;
+        }
+        if let Some(what) = self.label(crate::hook::ARGS_METER) {
+            return Some(what);
+        }
+        if self.kw.get(crate::hook::ARGS_DIGEST).is_some() {
+            // Scrubbed, and the scrub found nothing.
+            return None;
+        }
+        crate::hook::protect::meter_change_in(&self.present("args")?.into_value()).map(str::to_string)
+    }
+
     pub(super) fn content_value(&mut self, key: &str) -> Option<Value> {
         if !self.opts.capture_content {
             return None;

@@ -33,7 +33,13 @@ pub fn scrub(hook: &str, kw: &mut Map<String, Value>, opts: DecodeOptions) {
     for key in keys.map_or(&[][..], |k| k.digested) {
         if let (Some(v), false) = (kw.get(*key), kw.contains_key(crate::hook::ARGS_DIGEST)) {
             let digest = Value::String(args_digest(v));
+            let change = (hook == "pre_tool_call")
+                .then(|| crate::hook::protect::meter_change_in(v))
+                .flatten();
             kw.insert(crate::hook::ARGS_DIGEST.into(), digest);
+            if let Some(what) = change {
+                kw.insert(crate::hook::ARGS_METER.into(), Value::String(what.into()));
+            }
         }
     }
     let content = keys.map_or(&[][..], |k| k.content);

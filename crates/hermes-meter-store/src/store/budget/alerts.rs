@@ -355,6 +355,13 @@ impl Writer {
                  ON CONFLICT (verdict) DO UPDATE SET count = count + 1",
             )?
             .execute(params![verdict])?;
+        if let (budget::verdict::BLOCKED, Some(session)) = (verdict, place.session_id) {
+            // The session's first stop marks it (its span, `trace`, the viewer).
+            self.db
+                .conn()
+                .prepare_cached("UPDATE runs SET budget_stop = ?2 WHERE session_id = ?1 AND budget_stop IS NULL")?
+                .execute(params![session, text])?;
+        }
         Ok(())
     }
 }
@@ -488,6 +495,43 @@ impl Reader {
             "SELECT kind, key, text, count, first_at, last_at, delivered_at FROM alerts ORDER BY last_at DESC",
         )?;
         let rows = stmt.query_map([], alert_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+}
+
+/// An alert raised lately, with where it went: for `status`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecentAlert {
+    pub alert: AlertRow,
+    /// The session whose `pre_llm_call` showed it to the agent.
+    pub delivered_to: Option<String>,
+    /// The alert webhook: when it took it, else its last error.
+    pub pushed_at: Option<f64>,
+    pub push_error: Option<String>,
+    /// The delivery through Hermes: when it was sent, else its last error.
+    pub hermes_sent_at: Option<f64>,
+    pub hermes_error: Option<String>,
+}
+
+impl Reader {
+    /// The alerts raised or raised again since `since`, newest first, at
+    /// most `limit`, with where each was delivered or why not.
+    pub fn recent_alerts(&self, since: f64, limit: usize) -> Result<Vec<RecentAlert>> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT kind, key, text, count, first_at, last_at, delivered_at, delivered_to, pushed_at, push_error,
+                    hermes_sent_at, hermes_error
+             FROM alerts WHERE last_at >= ?1 ORDER BY last_at DESC LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![since, limit as i64], |r| {
+            Ok(RecentAlert {
+                alert: alert_row(r)?,
+                delivered_to: r.get(7)?,
+                pushed_at: r.get(8)?,
+                push_error: r.get(9)?,
+                hermes_sent_at: r.get(10)?,
+                hermes_error: r.get(11)?,
+            })
+        })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 }

@@ -176,7 +176,9 @@ impl Reader {
     /// The signs of a runaway in the run of `session_id` as of `at`: its
     /// root session, the root's open turn, the run's API calls (recorded
     /// calls and failed attempts of the family since the turn began) and
-    /// tool calls, and the family's tokens in the minute before `at`.
+    /// tool calls, and the family's tokens in the minute before `at`
+    /// without cache reads (a long cached context read again at every
+    /// call is ordinary work, and costs a tenth of fresh input).
     /// `None` without a run.
     pub fn run_signs(&self, session_id: &str, at: f64) -> Result<Option<(String, String, RunSigns)>> {
         let conn = self.conn();
@@ -189,7 +191,7 @@ impl Reader {
         let (calls, tokens): (i64, f64) = conn
             .prepare_cached(
                 "SELECT COUNT(*) FILTER (WHERE c.ended_at >= ?2),
-                        TOTAL(c.input_tokens + c.cache_read_tokens + c.cache_write_tokens + c.output_tokens)
+                        TOTAL(c.input_tokens + c.cache_write_tokens + c.output_tokens)
                             FILTER (WHERE c.ended_at >= ?3)
                  FROM runs s JOIN llm_calls c ON c.session_id = s.session_id AND c.ended_at >= MIN(?2, ?3)
                  WHERE s.root_session_id = CAST(?1 AS TEXT)",

@@ -28,7 +28,7 @@ mod rollups;
 mod spend;
 mod states;
 
-pub use alerts::{AlertRow, AlertSink};
+pub use alerts::{AlertRow, AlertSink, RecentAlert};
 pub use caps::CapUse;
 pub(crate) use rollups::RecordedCall;
 pub(super) use rollups::{

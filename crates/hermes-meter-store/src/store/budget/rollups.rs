@@ -360,13 +360,18 @@ pub(in crate::store) fn on_api_request_error(tx: &Transaction<'_>, e: &ApiReques
         let text = format!(
             "[hermes-meter alert] Model {model} is unavailable at {provider}: the API answered 404 (not retryable)."
         );
+        // The attempt's span: the newest attempt of this retry_count (the
+        // ledger wrote it in this transaction).
+        let attempt: Option<i64> = tx
+            .prepare_cached("SELECT MAX(attempt) FROM llm_call_errors WHERE api_request_id = ?1 AND retry_count = ?2")?
+            .query_row(rusqlite::params![e.api.api_request_id, e.retry_count], |r| r.get(0))?;
         raise_alert(
             tx,
             alert::MODEL_UNAVAILABLE,
             model,
             &text,
             at,
-            api_place(&e.api, Some(e.retry_count)),
+            api_place(&e.api, Some(attempt.unwrap_or(e.retry_count))),
         )?;
     }
     Ok(())

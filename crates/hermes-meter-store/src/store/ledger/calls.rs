@@ -26,6 +26,10 @@ pub(super) fn apply_llm_call<'e>(
     at: f64,
 ) -> Result<Option<RecordedCall<'e>>> {
     let a = &e.api;
+    // An auxiliary call (a title, compression) says nothing of the
+    // session's model: it runs on the auxiliary model, under the id the
+    // provider returned on Hermes 0.19.
+    let main = e.aux_task.is_none();
     touch_run(
         tx,
         runs,
@@ -33,9 +37,9 @@ pub(super) fn apply_llm_call<'e>(
         &a.session_id,
         at,
         a.platform.as_deref(),
-        a.model.as_deref(),
-        a.provider.as_deref(),
-        a.base_url.as_deref(),
+        a.model.as_deref().filter(|_| main),
+        a.provider.as_deref().filter(|_| main),
+        a.base_url.as_deref().filter(|_| main),
     )?;
     if e.response_model.as_deref() == Some(crate::budget::BLOCKED_MODEL) {
         return Ok(None);
@@ -197,32 +201,41 @@ pub(super) fn apply_api_error(
         .unwrap_or((None, None));
     let ended_at = e.ended_at.unwrap_or(at);
     let started_at = attempt_started.or(a.started_at).unwrap_or(ended_at).min(ended_at);
-    let inserted = tx
+    // The attempt's place among its request's attempts: Hermes 0.22's
+    // recovery cycles fire retry_count 0, 1, 2 again for the same request,
+    // each an attempt of its own (schema version 2).
+    let attempt: Option<i64> = tx
         .prepare_cached(
-            "INSERT INTO llm_call_errors (api_request_id, session_id, turn_id, retry_count, max_retries, status_code,
-                retryable, reason, error_type, error_message, model, provider, base_url, started_at, ended_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
-             ON CONFLICT (api_request_id, retry_count) DO NOTHING",
+            "INSERT INTO llm_call_errors (api_request_id, session_id, turn_id, attempt, retry_count, max_retries,
+                status_code, retryable, reason, error_type, error_message, model, provider, base_url, started_at,
+                ended_at)
+             VALUES (?1, ?2, ?3, (SELECT COUNT(*) FROM llm_call_errors WHERE api_request_id = ?1), ?4, ?5, ?6,
+                     ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+             ON CONFLICT DO NOTHING RETURNING attempt",
         )?
-        .execute(params![
-            a.api_request_id,
-            a.session_id,
-            a.turn_id,
-            e.retry_count,
-            e.max_retries,
-            e.status_code,
-            e.retryable,
-            e.reason,
-            e.error_type,
-            e.error_message,
-            a.model,
-            a.provider,
-            a.base_url,
-            started_at,
-            ended_at
-        ])?;
-    counts.inserted(Counted::LlmCallErrors, inserted);
-    if inserted == 1 {
+        .query_row(
+            params![
+                a.api_request_id,
+                a.session_id,
+                a.turn_id,
+                e.retry_count,
+                e.max_retries,
+                e.status_code,
+                e.retryable,
+                e.reason,
+                e.error_type,
+                e.error_message,
+                a.model,
+                a.provider,
+                a.base_url,
+                started_at,
+                ended_at
+            ],
+            |r| r.get(0),
+        )
+        .optional()?;
+    counts.inserted(Counted::LlmCallErrors, usize::from(attempt.is_some()));
+    if let Some(attempt) = attempt {
         // The last attempt of a request failing (not retryable, or out of
         // retries) fails the turn; a later success or on_session_end overrides.
         let last_attempt = e.retryable == Some(false) || e.max_retries.is_some_and(|max| e.retry_count + 1 >= max);
@@ -234,13 +247,13 @@ pub(super) fn apply_api_error(
         )?
         .execute(params![a.session_id, last_attempt, ERROR, ended_at])?;
         // An attempt hermes-meter closed itself already went out as a span.
-        if closed_attempt != Some(e.retry_count) {
+        if closed_attempt != Some(attempt) {
             outbox::enqueue(
                 tx,
                 SpanKind::LlmError,
                 &a.session_id,
                 &a.api_request_id,
-                e.retry_count,
+                attempt,
                 at,
                 false,
             )?;
@@ -248,14 +261,14 @@ pub(super) fn apply_api_error(
         if last_attempt {
             outbox::enqueue_run(tx, &a.session_id, at, false)?;
         }
-        log_api_error(tx, e, ended_at, last_attempt)?;
+        log_api_error(tx, e, attempt, ended_at, last_attempt)?;
     }
     Ok(())
 }
 
 /// The log record of a failed attempt, in its attempt span: an error when
 /// it was the request's last, a warning when Hermes retries it.
-fn log_api_error(tx: &Transaction<'_>, e: &ApiRequestError, at: f64, last_attempt: bool) -> Result<()> {
+fn log_api_error(tx: &Transaction<'_>, e: &ApiRequestError, attempt: i64, at: f64, last_attempt: bool) -> Result<()> {
     use crate::semconv::attr;
     let a = &e.api;
     let body = match (&e.error_message, e.status_code) {
@@ -281,7 +294,7 @@ fn log_api_error(tx: &Transaction<'_>, e: &ApiRequestError, at: f64, last_attemp
             place: LogPlace {
                 session_id: Some(&a.session_id),
                 turn_id: a.turn_id.as_deref(),
-                span_id: Some(crate::span::attempt_span_id(&a.api_request_id, e.retry_count)),
+                span_id: Some(crate::span::attempt_span_id(&a.api_request_id, attempt)),
             },
             body: &body,
             attrs,

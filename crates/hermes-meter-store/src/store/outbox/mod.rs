@@ -158,7 +158,7 @@ pub(super) const HISTORY: &str = "
              WHERE status != 'running' AND COALESCE(ended_at, last_event_at) >= ?1
             UNION ALL SELECT 2, session_id, turn_id, -1, ended_at FROM turns WHERE ended_at IS NOT NULL AND ended_at >= ?1
             UNION ALL SELECT 3, session_id, api_request_id, -1, ended_at FROM llm_calls WHERE ended_at >= ?1
-            UNION ALL SELECT 4, session_id, api_request_id, retry_count, ended_at FROM llm_call_errors WHERE ended_at >= ?1
+            UNION ALL SELECT 4, session_id, api_request_id, attempt, ended_at FROM llm_call_errors WHERE ended_at >= ?1
             UNION ALL SELECT 5, session_id, tool_call_id, -1, ended_at FROM tool_calls
              WHERE proxy = 0 AND ended_at IS NOT NULL AND ended_at >= ?1
             UNION ALL SELECT 7, session_id, key, -1, ended_at FROM approvals WHERE ended_at IS NOT NULL AND ended_at >= ?1
@@ -272,6 +272,9 @@ fn closing_statements(idle: &str) -> [(SpanKind, String); 5] {
                   WHERE a.session_id IN ({idle})
                     AND NOT EXISTS (SELECT 1 FROM llm_calls l WHERE l.api_request_id = a.api_request_id)
                     AND a.attempts > (SELECT COUNT(*) FROM llm_call_errors e WHERE e.api_request_id = a.api_request_id)
+                    -- Not an attempt whose span already went out closed
+                    -- (a budget stop, an earlier closing).
+                    AND (a.closed_attempt IS NULL OR a.closed_attempt < a.attempts - 1)
                  ON CONFLICT (kind, session_id, key, n) DO NOTHING"
             ),
         ),
@@ -409,13 +412,42 @@ impl Outbox {
         for (name, by) in counts {
             bump(&tx, name, *by)?;
         }
-        set_state(&tx, "last_success_at", now)?;
+        // A success is a span the collector took: rows that only leave
+        // (a lone span refused as too large, sampled out) are none.
+        if counts.iter().any(|(name, by)| *name == counter::EXPORTED && *by > 0) {
+            set_state(&tx, "last_success_at", now)?;
+        }
         tx.commit()?;
         Ok(())
     }
 }
 
 impl Writer {
+    /// Sends now the span of the LLM call `api_request_id` a budget just
+    /// stopped: Hermes answers it with the stand-in and no hook ever ends
+    /// it, so nothing else would (its span is built from the open attempt,
+    /// marked by the session's `budget_stop`). Its reservation is released
+    /// with it: the call spends nothing, and no hook would settle it.
+    pub fn enqueue_stopped_call(&self, session_id: &str, api_request_id: &str, now: f64) -> Result<()> {
+        self.db
+            .conn()
+            .prepare_cached("DELETE FROM budget_reservations WHERE api_request_id = ?1")?
+            .execute(params![api_request_id])?;
+        self.db
+            .conn()
+            .prepare_cached(
+                "INSERT INTO outbox (kind, session_id, key, n, ready_at, hold) VALUES (?1, ?2, ?3, -1, ?4, 0)
+                 ON CONFLICT (kind, session_id, key, n) DO NOTHING",
+            )?
+            .execute(params![SpanKind::OpenAttempt as i64, session_id, api_request_id, now])?;
+        // Closed: a process exit or the idle closer does not send it again.
+        self.db
+            .conn()
+            .prepare_cached("UPDATE api_requests SET closed_attempt = attempts - 1 WHERE api_request_id = ?1")?
+            .execute(params![api_request_id])?;
+        Ok(())
+    }
+
     /// Makes the held session spans of `sessions` ready now (a process
     /// exits: no later turn of it will come). Returns how many.
     pub fn release_held_sessions(&mut self, sessions: &[&str], now: f64) -> Result<usize> {

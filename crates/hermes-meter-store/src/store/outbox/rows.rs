@@ -38,8 +38,8 @@ macro_rules! llm_call_select {
 
 macro_rules! llm_error_select {
     () => {
-        "SELECT api_request_id, session_id, turn_id, retry_count, model, provider, base_url, started_at,
-                ended_at, status_code, retryable, reason, error_type, max_retries
+        "SELECT api_request_id, session_id, turn_id, attempt, model, provider, base_url, started_at,
+                ended_at, status_code, retryable, reason, error_type, max_retries, retry_count
            FROM llm_call_errors"
     };
 }
@@ -74,7 +74,7 @@ pub(super) const RUN_ROW_SQL: &str =
                         (SELECT error_type FROM llm_call_errors e WHERE e.session_id = runs.session_id
                           ORDER BY ended_at DESC LIMIT 1),
                         span_n, span_started_at, span_base_input, span_base_output, span_base_cost,
-                        close_reason
+                        close_reason, budget_stop
                    FROM runs WHERE session_id = ?1";
 
 /// The delegation that started a child session, with the parent's
@@ -130,6 +130,7 @@ impl Reader {
                     span_started_at: r.get(19)?,
                     span_base: (r.get(20)?, r.get(21)?, r.get(22)?),
                     close_reason: r.get(23)?,
+                    budget_stop: r.get(24)?,
                 })
             })
             .optional()?;
@@ -217,7 +218,7 @@ impl Reader {
         }
         let errors = &keys[SpanKind::LlmError as usize - 1];
         if !errors.is_empty() {
-            // Every attempt of these requests; (api_request_id, retry_count) is unique.
+            // Every attempt of these requests; (api_request_id, attempt) is unique.
             let mut stmt = conn.prepare_cached(concat!(
                 llm_error_select!(),
                 " WHERE api_request_id IN (SELECT value FROM json_each(?1))"
@@ -359,6 +360,7 @@ pub(in crate::store) fn llm_call_of(r: &Row<'_>) -> rusqlite::Result<AttemptRow>
         max_retries: r.get(19)?,
         aux_task: r.get(20)?,
         first_token_at: r.get(21)?,
+        retry_count: None,
     })
 }
 
@@ -380,6 +382,7 @@ pub(in crate::store) fn llm_error_of(r: &Row<'_>) -> rusqlite::Result<AttemptRow
             error_type: r.get(12)?,
         }),
         max_retries: r.get(13)?,
+        retry_count: r.get(14)?,
         ..AttemptRow::default()
     })
 }
@@ -461,7 +464,7 @@ mod tests {
             concat!(turn_select!(), " WHERE turn_id = ?1").to_string(),
             concat!(turn_select!(), " WHERE turn_id IN (SELECT value FROM json_each(?1))").to_string(),
             concat!(llm_call_select!(), " WHERE api_request_id = ?1").to_string(),
-            concat!(llm_error_select!(), " WHERE api_request_id = ?1 AND retry_count = ?2").to_string(),
+            concat!(llm_error_select!(), " WHERE api_request_id = ?1 AND attempt = ?2").to_string(),
             concat!(tool_select!(), " WHERE session_id = ?1 AND tool_call_id = ?2").to_string(),
             concat!(
                 open_attempt_select!(),
