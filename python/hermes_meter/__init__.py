@@ -172,6 +172,7 @@ def _exit_flush() -> None:
     # flush writes the health record. An alert being sent finishes first.
     from . import _deliver
 
+    _aux.wait_for_title_calls(_TITLE_AT_EXIT_SECONDS)
     _deliver.finish(_DELIVER_AT_EXIT_SECONDS)
     _integrations.refresh()
     _native.exit_flush(_EXIT_FLUSH_SECONDS)
@@ -179,6 +180,11 @@ def _exit_flush() -> None:
 
 # How long an exit waits for an alert message in flight through Hermes.
 _DELIVER_AT_EXIT_SECONDS = 1.0
+
+# How long an exit waits for a session title Hermes is still asking the
+# model for (its call is part of the run; Hermes 0.22's own ``-z`` waits
+# up to 10 s for it).
+_TITLE_AT_EXIT_SECONDS = 5.0
 
 
 def _install_dashboard_tab() -> None:

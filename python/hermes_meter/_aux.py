@@ -180,3 +180,33 @@ def _report_failure() -> None:
         "hermes-meter: an auxiliary LLM call could not be recorded (Hermes's auxiliary accounting changed?)",
         exc_info=True,
     )
+
+
+#: The name Hermes gives the thread that asks the model for a session's
+#: title (``agent.title_generator``, 0.19.0 - 0.22.x). Hermes 0.22 starts it
+#: once the turn's answer is in when the title shares a local endpoint
+#: with the turn, so a one-shot run reaches its exit while the call is
+#: still in flight.
+TITLE_THREAD = "auto-title"
+
+
+def wait_for_title_calls(timeout: float) -> int:
+    """Wait, at most ``timeout`` seconds in all, for Hermes's title threads
+    still running, so the auxiliary call they make is recorded before the
+    exit flush pushes this run's metrics and spans (else the next process
+    would export it, an hour later for an hourly cron job). Returns how many
+    were still running after the wait. Never raises."""
+    import threading
+
+    deadline = time.monotonic() + max(0.0, timeout)
+    left = 0
+    try:
+        me = threading.current_thread()
+        for thread in threading.enumerate():
+            if thread is me or thread.name != TITLE_THREAD or not thread.is_alive():
+                continue
+            thread.join(max(0.0, deadline - time.monotonic()))
+            left += thread.is_alive()
+    except Exception:  # noqa: BLE001 - the exit goes on whatever happens here
+        return left
+    return left

@@ -537,6 +537,17 @@ def _points() -> list[Point]:
             imports=False,
         ),
         Point(
+            "agent.title_generator",
+            ("auto_title_session",),
+            _V19_23,
+            "read: a process exit waits (up to 5 s) for the session title Hermes is still"
+            " asking the model for (its thread, named 'auto-title')",
+            "a title call still in flight when a one-shot run exits is exported by the next"
+            " Hermes process, not with its run",
+            params=("session_db", "session_id", "user_message"),
+            imports=False,
+        ),
+        Point(
             "cli",
             ("_cprint",),
             _V19_23,

@@ -151,6 +151,9 @@ RUNS = [(f"grpc_{s}", s, "grpc") for s in SCENARIOS] + [
     ("https_mtls_readfile", "readfile", "https_mtls"),
     # `hermes -z`, as a script or system cron job runs it.
     ("grpc_oneshot", "custom:oneshot.sh", "grpc"),
+    # `chat -q` exiting while Hermes still asks the model for the session's
+    # title (answered 3 s late): the run's metrics must hold that call too.
+    ("grpc_slow_title", "custom:slow_title.sh", "grpc"),
     # A budget at its hard line and a cost spike over a quiet day, for the
     # shipped alert rules.
     ("grpc_alerts", "custom:alerts.sh", "grpc"),

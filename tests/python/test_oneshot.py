@@ -5,10 +5,12 @@ and the exit code of a one-shot run, with the shapes of Hermes 0.19.0 and
 from __future__ import annotations
 
 import sys
+import threading
+import time
 import types
 
 import pytest
-from hermes_meter import _native, _oneshot
+from hermes_meter import _aux, _native, _oneshot
 
 
 @pytest.fixture(autouse=True)
@@ -152,3 +154,25 @@ def test_chat_q_exits_3_through_the_release_hermes_0_22_ends_with(monkeypatch) -
     assert finalize(one_shot, 1) == 1, "a failure keeps its code"
     assert finalize(repl, None) == 0, "a REPL's exit is never changed"
     assert one_shot.released == 3 and repl.released == 1
+
+
+def test_the_exit_waits_for_a_title_call_still_in_flight_and_no_longer_than_told() -> None:
+    recorded: list[str] = []
+
+    def title(delay: float) -> None:
+        time.sleep(delay)
+        recorded.append("title")
+
+    quick = threading.Thread(target=title, args=(0.3,), name=_aux.TITLE_THREAD, daemon=True)
+    other = threading.Thread(target=time.sleep, args=(0.6,), name="not-a-title", daemon=True)
+    quick.start()
+    other.start()
+    assert _aux.wait_for_title_calls(5.0) == 0
+    assert recorded == ["title"]
+    assert other.is_alive()  # only Hermes's title threads are waited for
+
+    slow = threading.Thread(target=title, args=(3.0,), name=_aux.TITLE_THREAD, daemon=True)
+    slow.start()
+    started = time.monotonic()
+    assert _aux.wait_for_title_calls(0.2) == 1
+    assert time.monotonic() - started < 2.0
