@@ -90,6 +90,12 @@ impl HermesView {
         }
     }
 
+    /// Whether Hermes ran something the plugin did not record: sessions
+    /// it has no run of, or a load Hermes abandoned. `status` then fails.
+    pub fn lost_recording(&self) -> bool {
+        self.unrecorded.as_ref().is_ok_and(|u| !u.missing.is_empty()) || self.reports.iter().any(|r| r.abandoned())
+    }
+
     /// The trouble, one line each, for the top of `status`.
     pub fn problems(&self) -> Vec<String> {
         let now = now();

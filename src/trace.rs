@@ -90,6 +90,10 @@ pub struct TraceNode {
     /// Extra words for the line: HTTP status and reason of a failed
     /// attempt, the exit code of a tool, the role of a subagent.
     pub detail: Option<String>,
+    /// The exported span's attributes as text, in the span's order (the
+    /// viewer shows them on click; `trace --json` leaves them out).
+    #[serde(skip)]
+    pub attributes: Vec<(String, String)>,
     pub children: Vec<TraceNode>,
 }
 
@@ -446,7 +450,50 @@ fn node(kind: NodeKind, s: &Span, session_id: &str, key: &str) -> TraceNode {
         error,
         attempt: None,
         detail: None,
+        attributes: s
+            .attributes
+            .iter()
+            .map(|kv| {
+                (
+                    kv.key.clone(),
+                    value_text(kv.value.as_ref().and_then(|v| v.value.as_ref())),
+                )
+            })
+            .collect(),
         children: Vec::new(),
+    }
+}
+
+/// An attribute's value as a person reads it: strings as they are, arrays
+/// and maps as JSON-like lists, bytes in hex.
+fn value_text(v: Option<&Value>) -> String {
+    match v {
+        None => String::new(),
+        Some(Value::StringValue(s)) => s.clone(),
+        Some(Value::BoolValue(b)) => b.to_string(),
+        Some(Value::IntValue(i)) => i.to_string(),
+        Some(Value::DoubleValue(d)) => d.to_string(),
+        Some(Value::BytesValue(b)) => hex(b),
+        // An index into a profile's string table: spans never use it.
+        Some(Value::StringValueStrindex(i)) => format!("string #{i}"),
+        Some(Value::ArrayValue(a)) => {
+            let items: Vec<String> = a.values.iter().map(|v| value_text(v.value.as_ref())).collect();
+            format!("[{}]", items.join(", "))
+        }
+        Some(Value::KvlistValue(l)) => {
+            let items: Vec<String> = l
+                .values
+                .iter()
+                .map(|kv| {
+                    format!(
+                        "{}: {}",
+                        kv.key,
+                        value_text(kv.value.as_ref().and_then(|v| v.value.as_ref()))
+                    )
+                })
+                .collect();
+            format!("{{{}}}", items.join(", "))
+        }
     }
 }
 

@@ -986,3 +986,29 @@ fn every_attempt_of_hermes_0_22_recovery_cycles_is_a_failed_attempt_of_its_own()
     replay_file(&mut store, &path, DecodeOptions::default(), &mut ReplayStats::default()).expect("again");
     assert_eq!(scalar::<i64>(&store, "SELECT COUNT(*) FROM llm_call_errors"), 18);
 }
+
+/// A finalize for a session nothing else was recorded of (Hermes's web
+/// dashboard opens and closes a chat session on each page load) makes no
+/// run; a recorded session's finalize still ends its run.
+#[test]
+fn a_finalize_of_a_session_never_recorded_makes_no_run() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("dashboard.jsonl");
+    let finalize = serde_json::json!({
+        "hook": "on_session_finalize", "t": 1796002726.2, "thread": "MainThread", "pid": 77, "seq": 1,
+        "kw_types": {"session_id": "str", "platform": "str", "reason": "str"},
+        "kwargs": {"session_id": "dashboard-page-load", "platform": "tui", "reason": "tui_close"},
+    });
+    std::fs::write(&path, format!("{finalize}\n")).expect("write");
+    let r = replay(&[path]);
+    assert_eq!(r.stats.applied, 1, "{:?}", r.stats);
+    assert_eq!(scalar::<i64>(&r.store, "SELECT COUNT(*) FROM runs"), 0);
+    assert_eq!(scalar::<i64>(&r.store, "SELECT COUNT(*) FROM journal"), 1);
+
+    let r = replay(&[fixture("multi_turn")]);
+    assert_eq!(
+        scalar::<i64>(&r.store, "SELECT COUNT(*) FROM runs WHERE finalized_at IS NULL"),
+        0
+    );
+    assert!(scalar::<i64>(&r.store, "SELECT COUNT(*) FROM runs") > 0);
+}

@@ -46,6 +46,11 @@ fn artefacts() -> PathBuf {
 /// Runs Chromium on `url` with `mode` (`--dump-dom` or `--screenshot=...`);
 /// returns stdout and the console lines it logged.
 fn browse(url: &str, mode: &str, profile: &Path) -> (String, Vec<String>) {
+    browse_at(url, mode, profile, 1400)
+}
+
+/// [`browse`] in a window `width` pixels wide.
+fn browse_at(url: &str, mode: &str, profile: &Path, width: u32) -> (String, Vec<String>) {
     let out = Command::new(chromium())
         .args([
             "--headless",
@@ -59,10 +64,10 @@ fn browse(url: &str, mode: &str, profile: &Path) -> (String, Vec<String>) {
             "--disable-extensions",
             "--enable-logging=stderr",
             "--v=0",
-            "--window-size=1400,1000",
             // Lets the page's refresh poll run once before the dump.
             "--virtual-time-budget=3000",
         ])
+        .arg(format!("--window-size={width},1000"))
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg(mode)
         .arg(url)
@@ -140,8 +145,33 @@ fn chromium_renders_the_index_and_a_session_with_every_span_and_no_console_error
         dom.contains("captured content"),
         "content capture was on for this replay"
     );
+    // A span's ids and attributes are in its line's details.
+    assert!(dom.contains("<details class=\"span-info\""), "{dom}");
+    assert!(dom.contains("<dt>gen_ai.operation.name</dt><dd>chat</dd>"), "{dom}");
+    assert!(
+        dom.contains(&format!("<dt>span id</dt><dd class=\"id\">{}</dd>", spans[0])),
+        "{dom}"
+    );
 
-    for (name, path) in [("index", "/".to_string()), ("session", format!("/session/{session}"))] {
+    // Nothing scrolls the page sideways, in the narrowest window headless
+    // Chromium draws (500 px) or a wide one.
+    for width in [500, 1400] {
+        for path in ["/".to_string(), format!("/session/{session}"), "/budgets".to_string()] {
+            let (dom, console) = browse_at(&format!("{base}{path}"), "--dump-dom", profile.path(), width);
+            assert!(console.is_empty(), "{path} at {width} px: {console:#?}");
+            assert!(
+                dom.contains("data-overflows=\"false\""),
+                "{path} at {width} px scrolls sideways (or the page script did not run): {}",
+                &dom[..dom.len().min(400)]
+            );
+        }
+    }
+
+    for (name, path) in [
+        ("index", "/".to_string()),
+        ("session", format!("/session/{session}")),
+        ("budgets", "/budgets".to_string()),
+    ] {
         let file = shots.join(format!("{name}.png"));
         let _ = std::fs::remove_file(&file);
         let (_, console) = browse(

@@ -140,7 +140,8 @@ pub fn run(store: &Reader, home: &Resolved<PathBuf>, json: bool) -> Result<i32> 
         &home.value,
         (!super::embedded()).then_some(hermes_home.as_path()),
     );
-    let code = i32::from(damaged.is_some());
+    // Damage, or anything Hermes ran that was not recorded, fails it.
+    let code = i32::from(damaged.is_some() || hermes.lost_recording());
     // The budget file, read once: its runaway watch, or why it does not parse.
     let watch = runaway(&home.value);
     let budget_file = watch.as_ref().err().cloned();

@@ -145,7 +145,7 @@ pub fn index(
         return h;
     }
     h.push_str(
-        "<table class=\"sessions\"><thead><tr><th>Started</th><th>Session</th><th>Platform</th><th>Model</th>\
+        "<div class=\"wide\"><table class=\"sessions\"><thead><tr><th>Started</th><th>Session</th><th>Platform</th><th>Model</th>\
 <th>Status</th><th class=\"num\">Turns</th><th class=\"num\">LLM calls</th><th class=\"num\">Tokens in → out</th>\
 <th class=\"num\">Cost</th><th class=\"num\">Duration</th><th class=\"num\">Errors</th></tr></thead><tbody>",
     );
@@ -177,7 +177,7 @@ pub fn index(
             sc = status_class(&r.status),
         );
     }
-    h.push_str("</tbody></table><div class=\"pager\">");
+    h.push_str("</tbody></table></div><div class=\"pager\">");
     let link = |offset: usize| {
         let mut q = format!("?sort={}&offset={offset}", filter.sort.as_str());
         for (k, v) in [
@@ -278,7 +278,7 @@ pub fn session(frame: &Frame<'_>, trace: &Trace) -> String {
     let t1 = nodes.iter().map(|(_, n)| n.end).fold(f64::NEG_INFINITY, f64::max);
     let range = (t1 - t0).max(1e-6);
     h.push_str(
-        "<h2>Spans</h2><table class=\"waterfall\"><thead><tr><th>Span</th><th class=\"bar\">Timeline</th>\
+        "<h2>Spans</h2><div class=\"wide\"><table class=\"waterfall\"><thead><tr><th>Span</th><th class=\"bar\">Timeline</th>\
 <th class=\"num\">Duration</th><th class=\"num\">Tokens in → out</th><th class=\"num\">Cost</th><th>Status</th></tr></thead><tbody>",
     );
     for (depth, n) in &nodes {
@@ -320,10 +320,11 @@ pub fn session(frame: &Frame<'_>, trace: &Trace) -> String {
         } else {
             String::new()
         };
+        let info = span_info(n, trace.content.get(&n.span_id));
         let _ = write!(
             h,
             "<tr class=\"span kind-{kind} {sc}\" data-span-id=\"{}\" data-parent-span-id=\"{}\" data-depth=\"{depth}\">\
-<td class=\"name\">{indent}{label}</td><td class=\"bar\"><svg class=\"bar\" viewBox=\"0 0 1000 10\" preserveAspectRatio=\"none\">\
+<td class=\"name\"><details class=\"span-info\" id=\"a-{sid}\"><summary>{indent}{label}</summary>{info}</details></td><td class=\"bar\"><svg class=\"bar\" viewBox=\"0 0 1000 10\" preserveAspectRatio=\"none\">\
 <rect x=\"{x:.2}\" y=\"1\" width=\"{w:.2}\" height=\"8\"><title>{}</title></rect></svg></td>\
 <td class=\"num\">{}</td><td class=\"num\">{tokens}</td><td class=\"num\">{}</td><td class=\"{sc}\">{status}</td></tr>",
             esc(&n.span_id),
@@ -338,6 +339,7 @@ pub fn session(frame: &Frame<'_>, trace: &Trace) -> String {
                 None => String::new(),
             },
             sc = status_class(&n.status),
+            sid = esc(&n.span_id),
         );
         if let Some(content) = trace.content.get(&n.span_id) {
             let _ = write!(
@@ -355,7 +357,7 @@ pub fn session(frame: &Frame<'_>, trace: &Trace) -> String {
             h.push_str("</details></td></tr>");
         }
     }
-    h.push_str("</tbody></table>");
+    h.push_str("</tbody></table></div>");
     if trace.content.is_empty() {
         h.push_str(
             "<p class=\"muted\">No prompts or responses: content capture was off \
@@ -376,7 +378,7 @@ pub fn session(frame: &Frame<'_>, trace: &Trace) -> String {
         h.push_str("<p class=\"muted\" id=\"no-errors\">None.</p>");
     } else {
         h.push_str(
-            "<table class=\"errors\"><thead><tr><th>At</th><th>Span</th><th>Error</th><th class=\"num\">HTTP</th>\
+            "<div class=\"wide\"><table class=\"errors\"><thead><tr><th>At</th><th>Span</th><th>Error</th><th class=\"num\">HTTP</th>\
 <th>Reason</th><th>Message</th></tr></thead><tbody>",
         );
         for e in &trace.errors {
@@ -393,12 +395,37 @@ pub fn session(frame: &Frame<'_>, trace: &Trace) -> String {
                 esc(e.message.as_deref().unwrap_or("")),
             );
         }
-        h.push_str("</tbody></table>");
+        h.push_str("</tbody></table></div>");
     }
     h
 }
 
 /// Bars of each turn's cost and a line of its context size, as SVG.
+/// The most characters of one attribute's value the viewer shows.
+const SHOWN_VALUE_CHARS: usize = 2000;
+
+/// A span's ids and attributes, shown when its line is clicked (escaped;
+/// captured content is left to its own block below the line).
+fn span_info(n: &TraceNode, content: Option<&Vec<(String, String)>>) -> String {
+    let mut h = String::from("<dl class=\"attrs\">");
+    let ids = [
+        ("trace id", n.trace_id.as_str()),
+        ("span id", n.span_id.as_str()),
+        ("parent span id", n.parent_span_id.as_deref().unwrap_or("")),
+    ];
+    for (k, v) in ids.into_iter().filter(|(_, v)| !v.is_empty()) {
+        let _ = write!(h, "<dt>{k}</dt><dd class=\"id\">{}</dd>", esc(v));
+    }
+    let captured = |key: &str| content.is_some_and(|c| c.iter().any(|(name, _)| name == key));
+    for (k, v) in n.attributes.iter().filter(|(k, _)| !captured(k)) {
+        let shown: String = v.chars().take(SHOWN_VALUE_CHARS).collect();
+        let more = if shown.len() < v.len() { "…" } else { "" };
+        let _ = write!(h, "<dt>{}</dt><dd>{}{more}</dd>", esc(k), esc(&shown));
+    }
+    h.push_str("</dl>");
+    h
+}
+
 fn turn_chart(turns: &[TurnPoint]) -> String {
     if turns.is_empty() {
         return "<p class=\"muted\">No turns.</p>".into();
@@ -486,7 +513,7 @@ fn cap_section(h: &mut String, frame: &Frame<'_>, cfg: &BudgetConfig, caps: &[Ca
         return;
     }
     h.push_str(
-        "<table class=\"caps\"><thead><tr><th>Scope</th><th>Session or turn</th><th>Cap</th>\
+        "<div class=\"wide\"><table class=\"caps\"><thead><tr><th>Scope</th><th>Session or turn</th><th>Cap</th>\
 <th class=\"num\">Used</th><th class=\"num\">Limit</th><th class=\"num\">%</th><th>Verdict</th></tr></thead><tbody>",
     );
     let b = esc(frame.base);
@@ -508,7 +535,7 @@ fn cap_section(h: &mut String, frame: &Frame<'_>, cfg: &BudgetConfig, caps: &[Ca
             sc = status_class(c.level.as_str()),
         );
     }
-    h.push_str("</tbody></table>");
+    h.push_str("</tbody></table></div>");
 }
 
 /// One budget with its forecast, for the budgets page.
@@ -546,7 +573,7 @@ pub fn budgets(
             cfg.hard_threshold * 100.0
         );
         h.push_str(
-            "<table class=\"budgets\"><thead><tr><th>Scope</th><th>Id</th><th>Window</th><th>Spend / limit</th>\
+            "<div class=\"wide\"><table class=\"budgets\"><thead><tr><th>Scope</th><th>Id</th><th>Window</th><th>Spend / limit</th>\
 <th class=\"num\">Spend</th><th class=\"num\">Limit</th><th class=\"num\">%</th><th>Verdict</th>\
 <th class=\"num\">Per hour</th><th class=\"num\">Projected</th><th>Runs out</th><th>Resets</th></tr></thead><tbody>",
         );
@@ -598,7 +625,7 @@ pub fn budgets(
                 sc = status_class(s.level.as_str()),
             );
         }
-        h.push_str("</tbody></table>");
+        h.push_str("</tbody></table></div>");
     }
     cap_section(&mut h, frame, cfg, caps);
     let _ = write!(
@@ -606,16 +633,16 @@ pub fn budgets(
         "<p class=\"muted\" id=\"runaway\">Runaway watch: {}.</p>",
         esc(&cfg.runaway.describe())
     );
-    h.push_str("<h2>Verdicts given</h2><table class=\"verdicts\"><tbody>");
+    h.push_str("<h2>Verdicts given</h2><div class=\"wide\"><table class=\"verdicts\"><tbody>");
     for (v, n) in verdicts {
         let _ = write!(h, "<tr><td>{}</td><td class=\"num\">{n}</td></tr>", esc(v));
     }
-    h.push_str("</tbody></table><h2>Alerts</h2>");
+    h.push_str("</tbody></table></div><h2>Alerts</h2>");
     if alerts.is_empty() {
         h.push_str("<p class=\"muted\">None.</p>");
     } else {
         h.push_str(
-            "<table class=\"alerts\"><thead><tr><th>Last</th><th>Kind</th><th>What</th><th class=\"num\">Times</th>\
+            "<div class=\"wide\"><table class=\"alerts\"><thead><tr><th>Last</th><th>Kind</th><th>What</th><th class=\"num\">Times</th>\
 <th>Shown</th></tr></thead><tbody>",
         );
         for a in alerts {
@@ -631,7 +658,7 @@ pub fn budgets(
                     .unwrap_or_else(|| "not yet".into())
             );
         }
-        h.push_str("</tbody></table>");
+        h.push_str("</tbody></table></div>");
     }
     h
 }

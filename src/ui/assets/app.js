@@ -13,6 +13,13 @@
     if (live) { live.textContent = text; }
   }
 
+  // Whether the page is wider than the window (it never should be: wide
+  // tables scroll in their own box); the browser tests read this mark.
+  function markOverflow() {
+    var root = document.documentElement;
+    root.setAttribute("data-overflows", String(root.scrollWidth > root.clientWidth));
+  }
+
   function openDetails() {
     var open = [];
     document.querySelectorAll("details[open][id]").forEach(function (d) { open.push(d.id); });
@@ -34,6 +41,7 @@
           var d = document.getElementById(id);
           if (d) { d.open = true; }
         });
+        markOverflow();
       });
   }
 
@@ -55,5 +63,6 @@
   }
 
   say("live");
+  markOverflow();
   setTimeout(poll, POLL_MS);
 })();

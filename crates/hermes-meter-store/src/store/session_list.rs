@@ -19,6 +19,14 @@
 //! - By cost it walks `runs_cost`; by duration `runs_duration` (settled
 //!   runs) merged with the running ones. A filter there is checked row by
 //!   row along the index.
+//!
+//! # Filters match part of a value
+//!
+//! A platform, cron job, sender or model filter is text a person typed:
+//! it selects every value that contains it, in any case. It is first
+//! resolved to those values ([`Reader::filter_values`]: a seek per distinct
+//! value of `run_hours`, at most [`MOST_VALUES`] kept), and the reads above
+//! then run on the values (`= ?` for one, `IN` for several).
 
 use rusqlite::types::Value;
 
@@ -29,6 +37,12 @@ use crate::error::Result;
 const HOUR: f64 = 3600.0;
 /// The most rows one page holds.
 const MOST_ROWS: usize = 1000;
+/// The most values one filter's text selects; the rest are named as left
+/// out ([`FilterValues::more`]).
+pub const MOST_VALUES: usize = 64;
+/// The most distinct values of one dimension looked at when resolving a
+/// filter (a bound on its time in a store of many senders).
+const MOST_LOOKED_AT: usize = 100_000;
 
 /// Which sessions the index lists.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -113,6 +127,46 @@ pub struct SessionListTotals {
     pub api_errors: i64,
 }
 
+/// What the filter's texts select: per dimension it names, the values
+/// that contain its text (any case), sorted.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+pub struct FilterValues {
+    /// `(filter name, the text, the values it selects)`: `platform`,
+    /// `cron`, `sender`, `model`.
+    pub dims: Vec<(&'static str, String, Vec<String>)>,
+    /// Filters whose text selects more than [`MOST_VALUES`] values (only
+    /// the first are used), by name.
+    pub more: Vec<&'static str>,
+}
+
+impl FilterValues {
+    /// Whether some filter selects no value at all (so no session).
+    pub fn selects_nothing(&self) -> bool {
+        self.dims.iter().any(|(_, _, values)| values.is_empty())
+    }
+}
+
+/// A dimension of the list: its `run_hours` number, `runs` column and
+/// filter name.
+const DIMS: [(i64, &str, &str); 4] = [
+    (1, "platform", "platform"),
+    (2, "cron_job_id", "cron"),
+    (3, "sender_id", "sender"),
+    (4, "model", "model"),
+];
+
+/// The filter's texts in [`DIMS`] order.
+fn texts(filter: &SessionFilter) -> [&Option<String>; 4] {
+    [&filter.platform, &filter.cron_job_id, &filter.sender_id, &filter.model]
+}
+
+/// A filter with its texts resolved to values.
+struct Resolved<'a> {
+    filter: &'a SessionFilter,
+    /// `(dim, column, values)`, values never empty.
+    dims: Vec<(i64, &'static str, Vec<String>)>,
+}
+
 /// A statement and its arguments.
 struct Query {
     sql: String,
@@ -133,19 +187,25 @@ impl Terms {
         self.terms.push(format!("{column} {op} ?{}", self.args.len()));
     }
 
-    /// The `runs` terms of the platform, cron job, sender and model the
-    /// filter names.
-    fn dimensions(filter: &SessionFilter) -> Self {
+    /// Adds `column = ?N` for one value, `column IN (?N, ...)` for several.
+    fn push_values(&mut self, column: &str, values: &[String]) {
+        if let [one] = values {
+            return self.push(column, "=", Value::Text(one.clone()));
+        }
+        let mut marks = Vec::with_capacity(values.len());
+        for v in values {
+            self.args.push(Value::Text(v.clone()));
+            marks.push(format!("?{}", self.args.len()));
+        }
+        self.terms.push(format!("{column} IN ({})", marks.join(", ")));
+    }
+
+    /// The `runs` terms of the platform, cron job, sender and model values
+    /// the filter selects.
+    fn dimensions(resolved: &Resolved<'_>) -> Self {
         let mut terms = Terms::default();
-        for (column, value) in [
-            ("platform", &filter.platform),
-            ("cron_job_id", &filter.cron_job_id),
-            ("sender_id", &filter.sender_id),
-            ("model", &filter.model),
-        ] {
-            if let Some(v) = value.as_deref().filter(|v| !v.is_empty()) {
-                terms.push(column, "=", Value::Text(v.to_string()));
-            }
+        for (_, column, values) in &resolved.dims {
+            terms.push_values(column, values);
         }
         terms
     }
@@ -226,28 +286,29 @@ fn add(totals: &mut SessionListTotals, part: SessionListTotals) {
     totals.api_errors += part.api_errors;
 }
 
-/// A row set of `run_hours`: the whole store `(0, "")`, or one value of
-/// one filter (1 platform, 2 cron job, 3 sender, 4 model).
-type HoursKey = (i64, String);
+/// A row set of `run_hours`: the whole store `(0, [""])`, or the values
+/// one filter selects (1 platform, 2 cron job, 3 sender, 4 model).
+type HoursKey = (i64, Vec<String>);
 
-/// The values the filter names, as `run_hours` keys.
-fn named(filter: &SessionFilter) -> Vec<HoursKey> {
-    [
-        (1, &filter.platform),
-        (2, &filter.cron_job_id),
-        (3, &filter.sender_id),
-        (4, &filter.model),
-    ]
-    .into_iter()
-    .filter_map(|(dim, v)| v.as_deref().filter(|v| !v.is_empty()).map(|v| (dim, v.to_string())))
-    .collect()
+/// The whole store's rows of `run_hours`.
+fn whole_store() -> HoursKey {
+    (0, vec![String::new()])
 }
 
-/// Totals of the runs `filter` selects that started in `[since, until)`,
+/// The values each filter selects, as `run_hours` keys.
+fn named(resolved: &Resolved<'_>) -> Vec<HoursKey> {
+    resolved
+        .dims
+        .iter()
+        .map(|(dim, _, values)| (*dim, values.clone()))
+        .collect()
+}
+
+/// Totals of the runs the filter selects that started in `[since, until)`,
 /// read from `runs` (a window's partial hours, or the hours of the rarest
 /// value when the filter names two).
-fn runs_totals_query(filter: &SessionFilter, since: Option<f64>, until: Option<f64>) -> Query {
-    let terms = Terms::dimensions(filter).started(since, until);
+fn runs_totals_query(resolved: &Resolved<'_>, since: Option<f64>, until: Option<f64>) -> Query {
+    let terms = Terms::dimensions(resolved).started(since, until);
     Query {
         sql: format!(
             "SELECT COUNT(*), COALESCE(SUM(llm_calls), 0),
@@ -264,7 +325,7 @@ fn runs_totals_query(filter: &SessionFilter, since: Option<f64>, until: Option<f
 fn key_terms(key: &HoursKey, from: Option<f64>, to: Option<f64>) -> Terms {
     let mut terms = Terms::default();
     terms.push("dim", "=", Value::Integer(key.0));
-    terms.push("value", "=", Value::Text(key.1.clone()));
+    terms.push_values("value", &key.1);
     if let Some(from) = from {
         terms.push("hour", ">=", Value::Integer(from.ceil() as i64));
     }
@@ -289,16 +350,21 @@ fn hours_totals_query(key: &HoursKey, from: Option<f64>, to: Option<f64>) -> Que
 }
 
 /// `key`'s hours in `[from, to)` that hold runs, newest first, with how
-/// many.
+/// many (of all its values).
 fn hours_query(key: &HoursKey, from: Option<f64>, to: Option<f64>) -> Query {
     let terms = key_terms(key, from, to).and("sessions > 0");
-    Query {
-        sql: format!(
+    let sql = if key.1.len() == 1 {
+        format!(
             "SELECT hour, sessions FROM run_hours {} ORDER BY hour DESC",
             terms.clause()
-        ),
-        args: terms.args,
-    }
+        )
+    } else {
+        format!(
+            "SELECT hour, SUM(sessions) FROM run_hours {} GROUP BY hour ORDER BY hour DESC",
+            terms.clause()
+        )
+    };
+    Query { sql, args: terms.args }
 }
 
 /// The first hour of the window (`since` rounded down) and the end of it.
@@ -307,10 +373,93 @@ fn hour_span(filter: &SessionFilter) -> (Option<f64>, Option<f64>) {
 }
 
 impl Reader {
+    /// The values each of `filter`'s texts selects: every value of its
+    /// dimension the store holds that contains the text, in any case
+    /// (sorted; at most [`MOST_VALUES`]).
+    pub fn filter_values(&self, filter: &SessionFilter) -> Result<FilterValues> {
+        let mut out = FilterValues::default();
+        for ((dim, _, name), text) in DIMS.into_iter().zip(texts(filter)) {
+            let Some(text) = text.as_deref().filter(|t| !t.is_empty()) else {
+                continue;
+            };
+            let wanted = text.to_lowercase();
+            let mut values = Vec::new();
+            // One seek per distinct value, in the primary key's order.
+            let mut stmt = self
+                .conn()
+                .prepare_cached("SELECT value FROM run_hours WHERE dim = ?1 AND value > ?2 ORDER BY value LIMIT 1")?;
+            let mut after = String::new();
+            for _ in 0..MOST_LOOKED_AT {
+                let next: Option<String> = stmt
+                    .query_row(rusqlite::params![dim, after], |r| r.get(0))
+                    .map(Some)
+                    .or_else(|e| match e {
+                        rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                        e => Err(e),
+                    })?;
+                let Some(value) = next else { break };
+                if value.to_lowercase().contains(&wanted) {
+                    if values.len() == MOST_VALUES {
+                        out.more.push(name);
+                        break;
+                    }
+                    values.push(value.clone());
+                }
+                after = value;
+            }
+            out.dims.push((name, text.to_string(), values));
+        }
+        Ok(out)
+    }
+
+    /// The totals of the sessions `filter` selects that started in each
+    /// of `windows` (`[since, until)`, Unix seconds; the filter's own
+    /// window is not used): a spend-over-time chart.
+    pub fn totals_by_window(&self, filter: &SessionFilter, windows: &[(f64, f64)]) -> Result<Vec<SessionListTotals>> {
+        let Some(resolved) = self.resolve(filter)? else {
+            return Ok(vec![SessionListTotals::default(); windows.len()]);
+        };
+        let mut out = Vec::with_capacity(windows.len());
+        for &(since, until) in windows {
+            let window = SessionFilter {
+                since: Some(since),
+                until: Some(until),
+                ..filter.clone()
+            };
+            let resolved = Resolved {
+                filter: &window,
+                dims: resolved.dims.clone(),
+            };
+            let key = self.hours_key(&resolved)?;
+            out.push(self.list_totals(&resolved, &key)?);
+        }
+        Ok(out)
+    }
+
+    /// `filter` with its texts resolved; `None` when one selects nothing.
+    fn resolve<'a>(&self, filter: &'a SessionFilter) -> Result<Option<Resolved<'a>>> {
+        let values = self.filter_values(filter)?;
+        if values.selects_nothing() {
+            return Ok(None);
+        }
+        let dims = values
+            .dims
+            .into_iter()
+            .map(|(name, _, values)| {
+                let (dim, column, _) = DIMS.into_iter().find(|d| d.2 == name).expect("a known filter");
+                (dim, column, values)
+            })
+            .collect();
+        Ok(Some(Resolved { filter, dims }))
+    }
+
     /// One page of sessions matching `filter`, and the totals of all of them.
     pub fn session_list(&self, filter: &SessionFilter) -> Result<(Vec<SessionListRow>, SessionListTotals)> {
-        let key = self.hours_key(filter)?;
-        let totals = self.list_totals(filter, &key)?;
+        let Some(resolved) = self.resolve(filter)? else {
+            return Ok((Vec::new(), SessionListTotals::default()));
+        };
+        let key = self.hours_key(&resolved)?;
+        let totals = self.list_totals(&resolved, &key)?;
         let take = filter.limit.clamp(1, MOST_ROWS);
         // Past the last session (any offset an address bar holds) the page
         // is empty: nothing to read, and no offset SQLite cannot take.
@@ -318,9 +467,9 @@ impl Reader {
             return Ok((Vec::new(), totals));
         }
         let rows = if filter.sort == SessionSort::Newest && key.0 != 0 {
-            self.newest_by_hours(filter, &key, take)?
+            self.newest_by_hours(&resolved, &key, take)?
         } else {
-            let terms = Terms::dimensions(filter).started(filter.since, filter.until);
+            let terms = Terms::dimensions(&resolved).started(filter.since, filter.until);
             self.list_rows(&page_query(filter, &terms, take, filter.offset))?
         };
         Ok((rows, totals))
@@ -329,12 +478,12 @@ impl Reader {
     /// The `run_hours` rows that find the filter's runs: the whole store's,
     /// the one value it names, or of two or more the one with the fewest
     /// runs in the window.
-    fn hours_key(&self, filter: &SessionFilter) -> Result<HoursKey> {
-        let named = named(filter);
+    fn hours_key(&self, resolved: &Resolved<'_>) -> Result<HoursKey> {
+        let named = named(resolved);
         if named.len() < 2 {
-            return Ok(named.into_iter().next().unwrap_or((0, String::new())));
+            return Ok(named.into_iter().next().unwrap_or_else(whole_store));
         }
-        let (from, to) = hour_span(filter);
+        let (from, to) = hour_span(resolved.filter);
         let mut rarest = None;
         for key in named {
             let n = self.sum_totals(&hours_totals_query(&key, from, to))?.sessions;
@@ -342,19 +491,20 @@ impl Reader {
                 rarest = Some((n, key));
             }
         }
-        Ok(rarest.map(|(_, key)| key).unwrap_or((0, String::new())))
+        Ok(rarest.map(|(_, key)| key).unwrap_or_else(whole_store))
     }
 
-    fn list_totals(&self, filter: &SessionFilter, key: &HoursKey) -> Result<SessionListTotals> {
+    fn list_totals(&self, resolved: &Resolved<'_>, key: &HoursKey) -> Result<SessionListTotals> {
+        let filter = resolved.filter;
         // The whole hours inside the window.
         let first = filter.since.map(|s| (s / HOUR).ceil() * HOUR);
         let end = filter.until.map(|u| (u / HOUR).floor() * HOUR);
         if let (Some(first), Some(end)) = (first, end) {
             if first >= end {
-                return self.sum_totals(&runs_totals_query(filter, filter.since, filter.until));
+                return self.sum_totals(&runs_totals_query(resolved, filter.since, filter.until));
             }
         }
-        let mut totals = if named(filter).len() < 2 {
+        let mut totals = if named(resolved).len() < 2 {
             self.sum_totals(&hours_totals_query(key, first, end))?
         } else {
             // The rarest value's hours, and the runs of those hours that
@@ -363,13 +513,13 @@ impl Reader {
             let ranges = self.hour_ranges(key, first, end)?;
             let matched: f64 = ranges.iter().map(|(bottom, top)| (top - bottom) / HOUR).sum();
             if matched * 2.0 > self.hours_with_runs(first, end)? as f64 {
-                self.sum_totals(&runs_totals_query(filter, first, end))?
+                self.sum_totals(&runs_totals_query(resolved, first, end))?
             } else {
                 let mut totals = SessionListTotals::default();
                 for (bottom, top) in ranges {
                     add(
                         &mut totals,
-                        self.sum_totals(&runs_totals_query(filter, Some(bottom), Some(top)))?,
+                        self.sum_totals(&runs_totals_query(resolved, Some(bottom), Some(top)))?,
                     );
                 }
                 totals
@@ -379,7 +529,7 @@ impl Reader {
             if since < first {
                 add(
                     &mut totals,
-                    self.sum_totals(&runs_totals_query(filter, Some(since), Some(first)))?,
+                    self.sum_totals(&runs_totals_query(resolved, Some(since), Some(first)))?,
                 );
             }
         }
@@ -387,7 +537,7 @@ impl Reader {
             if end < until {
                 add(
                     &mut totals,
-                    self.sum_totals(&runs_totals_query(filter, Some(end), Some(until)))?,
+                    self.sum_totals(&runs_totals_query(resolved, Some(end), Some(until)))?,
                 );
             }
         }
@@ -412,7 +562,7 @@ impl Reader {
 
     /// How many hours in `[from, to)` hold runs.
     fn hours_with_runs(&self, from: Option<f64>, to: Option<f64>) -> Result<i64> {
-        let terms = key_terms(&(0, String::new()), from, to).and("sessions > 0");
+        let terms = key_terms(&whole_store(), from, to).and("sessions > 0");
         Ok(self
             .conn()
             .prepare_cached(&format!("SELECT COUNT(*) FROM run_hours {}", terms.clause()))?
@@ -440,7 +590,8 @@ impl Reader {
     /// reads only the hours holding runs of `key`, newest first (neighbouring
     /// hours as one range), until the page is full; it holds no more than
     /// the page.
-    fn newest_by_hours(&self, filter: &SessionFilter, key: &HoursKey, take: usize) -> Result<Vec<SessionListRow>> {
+    fn newest_by_hours(&self, resolved: &Resolved<'_>, key: &HoursKey, take: usize) -> Result<Vec<SessionListRow>> {
+        let filter = resolved.filter;
         let (from, to) = hour_span(filter);
         let q = hours_query(key, from, to);
         let mut stmt = self.conn().prepare_cached(&q.sql)?;
@@ -455,7 +606,7 @@ impl Reader {
         // rows before the page are skipped by them, without reading the
         // rows (an offset from the address bar may be large). Other
         // ranges are counted.
-        let exact = named(filter).len() == 1;
+        let exact = named(resolved).len() == 1;
         let mut skip = filter.offset;
         let mut rows = Vec::new();
         while rows.len() < take {
@@ -478,13 +629,13 @@ impl Reader {
             let (bottom, top) = (bottom as f64, top as f64 + HOUR);
             let since = filter.since.map_or(bottom, |s| s.max(bottom));
             let until = filter.until.map_or(top, |u| u.min(top));
-            let terms = Terms::dimensions(filter).started(Some(since), Some(until));
+            let terms = Terms::dimensions(resolved).started(Some(since), Some(until));
             if skip > 0 {
                 let whole = exact && since == bottom && until == top;
                 let count = if whole {
                     matched
                 } else {
-                    self.sum_totals(&runs_totals_query(filter, Some(since), Some(until)))?
+                    self.sum_totals(&runs_totals_query(resolved, Some(since), Some(until)))?
                         .sessions
                 };
                 if count as usize <= skip {
@@ -529,7 +680,10 @@ impl Reader {
     /// per step, for the test that holds them to indexes.
     pub(crate) fn session_list_plans(&self, filter: &SessionFilter) -> Result<Vec<(String, String)>> {
         let mut queries = Vec::new();
-        let terms = Terms::dimensions(filter).started(filter.since, filter.until);
+        let Some(resolved) = self.resolve(filter)? else {
+            return Ok(Vec::new());
+        };
+        let terms = Terms::dimensions(&resolved).started(filter.since, filter.until);
         for sort in [SessionSort::Newest, SessionSort::Cost, SessionSort::Duration] {
             let sorted = SessionFilter { sort, ..filter.clone() };
             queries.push((
@@ -537,12 +691,12 @@ impl Reader {
                 page_query(&sorted, &terms, 50, 0),
             ));
         }
-        let key = self.hours_key(filter)?;
+        let key = self.hours_key(&resolved)?;
         let (from, to) = hour_span(filter);
         queries.push(("totals".to_string(), hours_totals_query(&key, from, to)));
         queries.push((
             "totals of a partial hour".to_string(),
-            runs_totals_query(filter, filter.since.or(Some(0.0)), filter.until.or(Some(HOUR))),
+            runs_totals_query(&resolved, filter.since.or(Some(0.0)), filter.until.or(Some(HOUR))),
         ));
         queries.push(("hours".to_string(), hours_query(&key, from, to)));
         let mut out = Vec::new();
@@ -565,7 +719,16 @@ mod tests {
     /// The list as it read before `run_hours`: every run the filter
     /// selects, sorted in full. The reference the fast reads must equal.
     fn reference(store: &Writer, filter: &SessionFilter) -> (Vec<String>, SessionListTotals) {
-        let terms = Terms::dimensions(filter).started(filter.since, filter.until);
+        // A filter selects the runs whose value holds its text, any case.
+        let mut terms = Terms::default();
+        for ((_, column, _), text) in DIMS.into_iter().zip(texts(filter)) {
+            if let Some(t) = text.as_deref().filter(|t| !t.is_empty()) {
+                terms.args.push(Value::Text(t.to_string()));
+                let n = terms.args.len();
+                terms.terms.push(format!("instr(lower({column}), lower(?{n})) > 0"));
+            }
+        }
+        let terms = terms.started(filter.since, filter.until);
         let order = match filter.sort {
             SessionSort::Newest => "started_at DESC".to_string(),
             SessionSort::Cost => "cost_usd DESC, started_at DESC".to_string(),
@@ -731,13 +894,18 @@ mod tests {
             (Some(1_790_100_000.5), Some(1_790_101_000.25)),
         ];
         // platform, cron job, sender, model
-        let dims: [[Option<&str>; 4]; 6] = [
+        let dims: [[Option<&str>; 4]; 10] = [
             [None, None, None, None],
             [Some("telegram"), None, None, None],
             [None, None, None, Some("claude")],
             [Some("discord"), None, Some("u3"), Some("gpt-4o")],
             [None, Some("job1"), None, None],
             [Some("slack"), None, None, None],
+            // Part of a value, in another case; several values at once.
+            [Some("TELE"), None, None, None],
+            [Some("r"), None, None, Some("-4")],
+            [None, Some("JOB"), Some("u"), None],
+            [Some("i"), None, Some("U"), Some("c")],
         ];
         for (since, until) in windows {
             for [platform, cron, sender, model] in dims {
@@ -815,6 +983,47 @@ mod tests {
         assert_list_matches(&store);
     }
 
+    /// Each window of a spend chart (days of a +5:45 zone, windows off the
+    /// hour) sums what reading every run of that window with the filter's
+    /// texts sums.
+    #[test]
+    fn totals_by_window_equal_reading_every_run() {
+        let (_dir, store) = store_of(1_000);
+        let start = 1_790_000_000.0 - 20_700.0;
+        let windows: Vec<(f64, f64)> = (0..6)
+            .map(|d| (start + f64::from(d) * 86_400.0, start + f64::from(d + 1) * 86_400.0))
+            .chain([(1_790_100_123.5, 1_790_100_999.0)])
+            .collect();
+        for filter in filters()
+            .into_iter()
+            .filter(|f| f.offset == 0 && f.sort == SessionSort::Newest && f.since.is_none())
+        {
+            let got = store.totals_by_window(&filter, &windows).expect("totals");
+            assert_eq!(got.len(), windows.len());
+            for (&(since, until), totals) in windows.iter().zip(&got) {
+                let day = SessionFilter {
+                    since: Some(since),
+                    until: Some(until),
+                    ..filter.clone()
+                };
+                let (_, want) = reference(&store, &day);
+                assert_eq!(
+                    (totals.sessions, totals.llm_calls, totals.input_tokens),
+                    (want.sessions, want.llm_calls, want.input_tokens),
+                    "{day:?}"
+                );
+                assert!((totals.cost_usd - want.cost_usd).abs() < 1e-9, "{day:?}");
+            }
+        }
+        let all = store
+            .totals_by_window(&SessionFilter::default(), &windows)
+            .expect("totals");
+        assert!(
+            all.iter().map(|t| t.sessions).sum::<i64>() > 0,
+            "the windows hold sessions"
+        );
+    }
+
     /// An offset past the last session, as large as an address bar can
     /// hold, is an empty page with the totals, under every sort and filter.
     #[test]
@@ -873,6 +1082,16 @@ mod tests {
             .filter(|f| f.offset == 0 && f.sort == SessionSort::Newest)
         {
             let plans = store.session_list_plans(&filter).expect("plans");
+            // A text no session has selects nothing: no statement runs.
+            if store.filter_values(&filter).expect("values").selects_nothing() {
+                assert!(plans.is_empty(), "{filter:?}: {plans:#?}");
+                continue;
+            }
+            assert!(!plans.is_empty(), "{filter:?}");
+            // Several values of a text are summed per hour: that grouping
+            // holds at most MOST_VALUES rows per hour of the window.
+            let values = store.filter_values(&filter).expect("values");
+            let several = values.dims.iter().any(|(_, _, v)| v.len() > 1);
             for (query, detail) in &plans {
                 let scan = detail.starts_with("SCAN")
                     && !detail.contains("USING INDEX")
@@ -881,7 +1100,9 @@ mod tests {
                     && !detail.starts_with("SCAN (subquery");
                 assert!(!scan, "{query}: {detail}\n{plans:#?}");
                 assert!(
-                    !detail.contains("TEMP B-TREE") || !query.starts_with("hours"),
+                    !detail.contains("TEMP B-TREE")
+                        || !query.starts_with("hours")
+                        || (several && detail == "USE TEMP B-TREE FOR GROUP BY"),
                     "{query}: {detail}"
                 );
             }

@@ -485,6 +485,10 @@ fn apply_in(
         Hook::UsageConfirmed(e) => {
             apply_usage_confirmed(tx, prices, e, &mut pending.rollup)?;
         }
+        // A session this store holds nothing of (one Hermes's web
+        // dashboard opened and closed with no turn) makes no run: an
+        // empty session in every list.
+        Hook::SessionFinalize(e) if !run_exists(tx, &e.session_id)? => {}
         Hook::SessionFinalize(e) => {
             touch_run(
                 tx,
@@ -605,6 +609,13 @@ const CLOSE_OPEN_TURNS: &str = "UPDATE turns SET ended_at = ?2, outcome = CASE W
           AND NOT EXISTS (SELECT 1 FROM llm_calls l WHERE l.api_request_id = x.api_request_id))
       THEN ?3 ELSE ?4 END
     WHERE session_id = ?1 AND outcome IS NULL";
+
+/// Whether the store holds a run of `session_id`.
+fn run_exists(tx: &Transaction<'_>, session_id: &str) -> Result<bool> {
+    Ok(tx
+        .prepare_cached("SELECT 1 FROM runs WHERE session_id = ?1")?
+        .exists(params![session_id])?)
+}
 
 /// Makes sure the run exists (a resumed session fires no on_session_start)
 /// and refreshes what the event says about it.
