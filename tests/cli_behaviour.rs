@@ -1260,4 +1260,39 @@ fn with_no_store_yet_status_names_the_sessions_hermes_ran_without_the_plugin() {
         .expect("status");
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(v["hermes"]["sessions"]["missing"][0]["session_id"], "20261206_lost");
+
+    // With a store, a session Hermes ran that it has no run of still fails
+    // status (a cron health check reads the exit code); once that session
+    // is recorded it passes.
+    let o = run(&home, &["replay", fixture("cron.jsonl").to_str().expect("utf-8 path")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // The plugin's process that ran then, which reported its load.
+    let now = hermes_meter::unix_now();
+    let mut tracker = hermes_meter::health::Tracker::new(now - 120.0);
+    tracker
+        .hermes(
+            serde_json::json!({"hermes_version": "0.19.0", "load": "ok", "register_ms": 3.0, "points": []}),
+            now - 119.0,
+        )
+        .expect("report");
+    tracker.write(&home, now).expect("health.json");
+    let status = || {
+        bin()
+            .arg("--home")
+            .arg(&home)
+            .arg("status")
+            .env("HERMES_HOME", &hermes_home)
+            .output()
+            .expect("status")
+    };
+    let o = status();
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("PROBLEM         Hermes ran 1 session(s)"),
+        "{}",
+        stdout(&o)
+    );
+    conn.execute("DELETE FROM sessions", []).expect("forget it");
+    let o = status();
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
 }
