@@ -436,6 +436,7 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
             span_options: hermes_meter::span::SpanOptions::default(),
             base: String::new(),
             hermes_home: None,
+            trace_link: None,
         })
         .expect("viewer");
         let got = http_get::get(ui.addr(), "/api/sessions", &[]);

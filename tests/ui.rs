@@ -4,6 +4,8 @@
 
 #[path = "support/http_get.rs"]
 mod http_get;
+#[path = "support/viewer.rs"]
+mod viewer;
 
 use std::path::{Path, PathBuf};
 
@@ -39,6 +41,7 @@ fn serve(dir: &Path, token: Option<&str>, listen: &str) -> UiServer {
         span_options: SpanOptions::default(),
         base: String::new(),
         hermes_home: None,
+        trace_link: None,
     })
     .expect("viewer starts")
 }
@@ -254,6 +257,7 @@ fn off_loopback_needs_a_token_and_every_request_must_carry_it() {
         span_options: SpanOptions::default(),
         base: String::new(),
         hermes_home: None,
+        trace_link: None,
     });
     let err = refused.expect_err("no token off loopback");
     assert!(err.to_string().contains("token"), "{err}");
@@ -326,6 +330,7 @@ fn the_token_redirect_goes_to_the_configured_base_path_only() {
         span_options: SpanOptions::default(),
         base: "/meter/".into(),
         hermes_home: None,
+        trace_link: None,
     })
     .expect("viewer starts");
     let r = get(
@@ -573,15 +578,7 @@ fn the_index_says_first_what_hermes_ran_that_was_not_recorded() {
         .expect("report");
     tracker.write(dir.path(), now).expect("health.json");
     let home = hermes_home_with(&[("20261206_lost<i>", "cron<b>", now - 30.0)]);
-    let ui = UiServer::start(UiConfig {
-        listen: "127.0.0.1:0".into(),
-        store_dir: dir.path().to_path_buf(),
-        token: None,
-        span_options: SpanOptions::default(),
-        base: String::new(),
-        hermes_home: Some(home.path().to_path_buf()),
-    })
-    .expect("viewer starts");
+    let ui = viewer::start(dir.path(), Some(home.path()), None);
     let page = get(ui.addr(), "/", &[]).body;
     let trouble = &page[page.find("id=\"trouble\"").expect("a trouble section")..];
     let trouble = &trouble[..trouble.find("</section>").expect("its end")];
@@ -608,4 +605,139 @@ fn the_index_says_first_what_hermes_ran_that_was_not_recorded() {
     let (clean, _store) = store_with(&["multi_turn"]);
     let quiet = serve(clean.path(), None, "127.0.0.1:0");
     assert!(!get(quiet.addr(), "/", &[]).body.contains("id=\"trouble\""));
+}
+
+/// Moves `session`'s run to start at `at` and to have cost `cost` (the
+/// triggers keep the hourly sums right).
+fn move_run(dir: &Path, session: &str, at: f64, cost: f64) {
+    let conn = rusqlite::Connection::open(dir.join("hermes-meter.db")).expect("store");
+    let moved = conn
+        .execute(
+            "UPDATE runs SET started_at = ?2, last_event_at = ?2 + 5, ended_at = ?2 + 5, cost_usd = ?3
+              WHERE session_id = ?1",
+            rusqlite::params![session, at, cost],
+        )
+        .expect("move");
+    assert_eq!(moved, 1);
+}
+
+/// The local date of `at` as the viewer shows it.
+fn local_date(at: f64) -> String {
+    let ts = jiff::Timestamp::from_second(at as i64).expect("time");
+    ts.to_zoned(jiff::tz::TimeZone::system()).date().to_string()
+}
+
+/// `(day, cost)` of each bar of the spend chart.
+fn chart_bars(page: &str) -> Vec<(String, f64)> {
+    let chart = &page[page.find("id=\"spend-chart\"").expect("a spend chart")..];
+    let chart = &chart[..chart.find("</svg>").expect("its end")];
+    chart
+        .split("data-day=\"")
+        .skip(1)
+        .map(|part| {
+            let day = part[..part.find('"').expect("day end")].to_string();
+            let cost = part.split("data-cost=\"").nth(1).expect("a cost");
+            (day, cost[..cost.find('"').expect("cost end")].parse().expect("number"))
+        })
+        .collect()
+}
+
+#[test]
+fn the_home_page_charts_spend_per_day_with_the_filters_and_says_what_they_matched() {
+    let (dir, _store) = store_with(&["failonce", "multi_turn", "cron"]);
+    let now = hermes_meter::unix_now();
+    let (today, before) = (0.25, 1.5);
+    move_run(dir.path(), &session_of("multi_turn"), now - 60.0, today);
+    move_run(dir.path(), &session_of("failonce"), now - 2.0 * 86_400.0, before);
+    // Older than the chart's 30 days.
+    move_run(dir.path(), &session_of("cron"), now - 40.0 * 86_400.0, 7.0);
+    let ui = serve(dir.path(), None, "127.0.0.1:0");
+    let page = get(ui.addr(), "/", &[]).body;
+    let bars = chart_bars(&page);
+    assert_eq!(bars.len(), 30, "{bars:?}");
+    assert_eq!(bars.last().expect("today").0, local_date(now), "{bars:?}");
+    let cost_of = |day: &str| bars.iter().filter(|(d, _)| d == day).map(|(_, c)| c).sum::<f64>();
+    assert!((cost_of(&local_date(now - 60.0)) - today).abs() < 1e-6, "{bars:?}");
+    assert!(
+        (cost_of(&local_date(now - 2.0 * 86_400.0)) - before).abs() < 1e-6,
+        "{bars:?}"
+    );
+    let sum: f64 = bars.iter().map(|(_, c)| c).sum();
+    assert!((sum - today - before).abs() < 1e-6, "{bars:?}");
+    // A bar opens its day's sessions.
+    let day = local_date(now - 60.0);
+    assert!(
+        page.contains(&format!("href=\"/?sort=newest&amp;day={day}\"")),
+        "{page}"
+    );
+
+    // Filters match substrings, in any case; the page says what matched,
+    // and the chart keeps the filter.
+    let platform = |s: &str| get(ui.addr(), &format!("/?platform={s}"), &[]).body;
+    let page = platform("LI");
+    let said = &page[page.find("id=\"filter-values\"").expect("what matched")..];
+    assert!(said.contains("platform “LI” matches cli"), "{said}");
+    assert!(page.contains(&format!("href=\"/?sort=newest&amp;day={day}&amp;platform=LI\"")));
+    assert!(page.contains(&format!("href=\"/session/{}\"", session_of("multi_turn"))));
+    assert!(!page.contains(&format!("href=\"/session/{}\"", session_of("cron"))));
+    let page = platform("%3Cnone%3E");
+    assert!(page.contains("platform “&lt;none&gt;” matches no value"), "{page}");
+    assert!(page.contains("id=\"no-sessions\""));
+    assert_eq!(chart_bars(&page).iter().map(|(_, c)| c).sum::<f64>(), 0.0);
+}
+
+#[test]
+fn titles_and_first_prompts_come_from_hermes_and_the_trace_links_to_jaeger() {
+    let (dir, _store) = store_with(&["multi_turn"]);
+    let id = session_of("multi_turn");
+    let home = tempfile::tempdir().expect("temp dir");
+    let conn = rusqlite::Connection::open(home.path().join("state.db")).expect("state.db");
+    conn.execute_batch(
+        "CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT, started_at REAL, parent_session_id TEXT, title TEXT);
+         CREATE TABLE messages (id INTEGER PRIMARY KEY, session_id TEXT, role TEXT, content TEXT, timestamp REAL);",
+    )
+    .expect("schema");
+    conn.execute(
+        "INSERT INTO sessions VALUES (?1, 'cli', 1, NULL, 'Fix <b>the</b> build')",
+        [&id],
+    )
+    .expect("session");
+    conn.execute(
+        "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?1, 'user', 'héllo world', 2)",
+        [&id],
+    )
+    .expect("message");
+    let link = hermes_meter::ui::trace_link::TraceLink::parse("http://jaeger.test:16686/")
+        .expect("an address")
+        .expect("a link");
+    let ui = viewer::start(dir.path(), Some(home.path()), Some(link));
+    let index = get(ui.addr(), "/", &[]).body;
+    assert!(
+        index.contains("<span class=\"title\">Fix &lt;b&gt;the&lt;/b&gt; build</span>"),
+        "{index}"
+    );
+    assert!(index.contains("<td class=\"num prompt\">11</td>"), "{index}");
+    let page = get(ui.addr(), &format!("/session/{id}"), &[]).body;
+    assert!(
+        page.contains("<h1 id=\"session-title\">Fix &lt;b&gt;the&lt;/b&gt; build</h1>"),
+        "{page}"
+    );
+    assert!(page.contains("<b id=\"first-prompt\">11</b>"), "{page}");
+    let api: Value = serde_json::from_str(&get(ui.addr(), &format!("/api/session/{id}"), &[]).body).expect("json");
+    let trace_id = api["root"]["trace_id"].as_str().expect("a trace id");
+    assert_eq!(trace_id.len(), 32);
+    assert!(
+        page.contains(&format!(
+            "id=\"trace-link\" href=\"http://jaeger.test:16686/trace/{trace_id}\""
+        )),
+        "{page}"
+    );
+
+    // Without a link setting or Hermes's database: neither.
+    let plain = serve(dir.path(), None, "127.0.0.1:0");
+    let page = get(plain.addr(), &format!("/session/{id}"), &[]).body;
+    assert!(
+        !page.contains("trace-link") && !page.contains("session-title"),
+        "{page}"
+    );
 }

@@ -8,6 +8,9 @@
 //! Chromium is required: without it this test fails (`.ci/run` installs it;
 //! `$CHROMIUM` names another binary).
 
+#[path = "support/viewer.rs"]
+mod viewer;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -111,16 +114,22 @@ fn chromium_renders_the_index_and_a_session_with_every_span_and_no_console_error
         .collect();
     assert_eq!(spans.len(), 8);
     drop(store);
+    // Hermes's title of the session: long, and one word (the worst case
+    // for a table in a narrow window).
+    let hermes_home = tempfile::tempdir().expect("hermes home");
+    let conn = rusqlite::Connection::open(hermes_home.path().join("state.db")).expect("state.db");
+    conn.execute_batch(
+        "CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT, started_at REAL, parent_session_id TEXT, title TEXT)",
+    )
+    .expect("schema");
+    conn.execute(
+        "INSERT INTO sessions VALUES (?1, 'cli', 1, NULL, ?2)",
+        rusqlite::params![session, "Delegated".repeat(25)],
+    )
+    .expect("session");
 
-    let ui = UiServer::start(UiConfig {
-        listen: "127.0.0.1:0".into(),
-        store_dir: dir.path().to_path_buf(),
-        token: None,
-        span_options: SpanOptions::default(),
-        base: String::new(),
-        hermes_home: None,
-    })
-    .expect("viewer");
+    let link = hermes_meter::ui::trace_link::TraceLink::parse("http://127.0.0.1:16686").expect("an address");
+    let ui = viewer::start(dir.path(), Some(hermes_home.path()), link);
     let base = format!("http://{}", ui.addr());
     let profile = tempfile::tempdir().expect("profile dir");
     let shots = artefacts();
@@ -133,6 +142,8 @@ fn chromium_renders_the_index_and_a_session_with_every_span_and_no_console_error
     );
     assert!(dom.contains(&format!("href=\"/session/{session}\"")), "{dom}");
     assert!(dom.contains("<b id=\"total-sessions\">4</b>"), "{dom}");
+    assert!(dom.contains("id=\"spend-chart\""), "{dom}");
+    assert!(dom.contains("<span class=\"title\">DelegatedDelegated"), "{dom}");
 
     let (dom, console) = browse(&format!("{base}/session/{session}"), "--dump-dom", profile.path());
     assert!(console.is_empty(), "console output on the session page: {console:#?}");
@@ -141,6 +152,11 @@ fn chromium_renders_the_index_and_a_session_with_every_span_and_no_console_error
         assert!(dom.contains(&format!("data-span-id=\"{id}\"")), "span {id} rendered");
     }
     assert!(dom.contains("id=\"turn-chart\""));
+    assert!(dom.contains("id=\"session-title\""), "{dom}");
+    assert!(
+        dom.contains("id=\"trace-link\" href=\"http://127.0.0.1:16686/trace/"),
+        "{dom}"
+    );
     assert!(
         dom.contains("captured content"),
         "content capture was on for this replay"
@@ -204,6 +220,7 @@ fn with_a_token_chromium_loads_the_stylesheet_and_script_with_the_cookie_the_fir
         span_options: SpanOptions::default(),
         base: String::new(),
         hermes_home: None,
+        trace_link: None,
     })
     .expect("viewer");
     let profile = tempfile::tempdir().expect("profile dir");

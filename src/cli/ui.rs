@@ -5,6 +5,7 @@ use std::path::Path;
 use clap::Args;
 
 use crate::error::Result;
+use crate::ui::trace_link::TraceLink;
 use crate::ui::{UiConfig, UiServer, DEFAULT_LISTEN};
 
 #[derive(Debug, Args)]
@@ -22,11 +23,18 @@ pub(crate) struct UiArgs {
     /// process: Hermes's own session database is not opened there.
     #[arg(long, hide = true)]
     pub in_hermes: bool,
+    /// Where a session page links its trace: a Jaeger address, or any trace
+    /// UI's with {trace_id} where the id goes (also $HERMES_METER_TRACE_URL;
+    /// empty for no link). Default: Jaeger on the OTLP endpoint's host.
+    #[arg(long, value_name = "URL")]
+    pub trace_url: Option<String>,
 }
 
 /// Serves until the process is stopped.
 pub fn run(dir: &Path, args: &UiArgs) -> Result<i32> {
     let token = crate::config::cli::ui_token(args.token.clone());
+    let export = crate::export::ExportConfig::from_env(crate::export::ExportOverrides::default());
+    let endpoint = export.configured().then(|| export.endpoint.value.clone());
     let server = UiServer::start(UiConfig {
         listen: args.listen.clone(),
         store_dir: dir.to_path_buf(),
@@ -34,6 +42,7 @@ pub fn run(dir: &Path, args: &UiArgs) -> Result<i32> {
         span_options: super::trace::span_options(),
         base: args.base_path.clone(),
         hermes_home: (!args.in_hermes).then(|| crate::config::hermes_home().value),
+        trace_link: TraceLink::from_settings(args.trace_url.clone(), endpoint.as_deref()),
     })?;
     let addr = server.addr();
     let base = args.base_path.trim_end_matches('/');

@@ -32,7 +32,9 @@
 
 pub mod html;
 pub mod pages;
+pub mod trace_link;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -44,6 +46,7 @@ use jiff::tz::TimeZone;
 
 use crate::budget;
 use crate::error::{Error, Result};
+use crate::hermes_state::HermesSessionInfo;
 use crate::http_server::HttpServer;
 use crate::span::SpanOptions;
 use crate::store::{Reader, SessionFilter, SessionSort, Writer, DB_FILE_NAME};
@@ -86,9 +89,11 @@ pub struct UiConfig {
     /// behind a proxy); links and the script use it.
     pub base: String,
     /// Hermes's home, whose `state.db` names the sessions the plugin did not
-    /// record; `None` inside a Hermes process (see
+    /// record and holds their titles; `None` inside a Hermes process (see
     /// `crate::hermes_state`), where only the processes' own reports show.
     pub hermes_home: Option<PathBuf>,
+    /// Where a session page links its trace (Jaeger, or any trace UI).
+    pub trace_link: Option<trace_link::TraceLink>,
 }
 
 /// A running viewer; serves until dropped.
@@ -120,6 +125,7 @@ impl UiServer {
             loopback_only: addr.ip().is_loopback(),
             tz: TimeZone::system(),
             hermes_home: config.hermes_home.clone(),
+            trace_link: config.trace_link.clone(),
         };
         let server = HttpServer::start(listener, "ui", move |req| answer(&state, &Asked::of(&req)))?;
         Ok(UiServer { server })
@@ -145,6 +151,7 @@ struct State {
     loopback_only: bool,
     tz: TimeZone,
     hermes_home: Option<PathBuf>,
+    trace_link: Option<trace_link::TraceLink>,
 }
 
 /// What a request asked, copied out of it.
@@ -311,7 +318,25 @@ fn route(state: &State, path: &str, asked: &Asked) -> Result<Response<Full<Bytes
         }
         let trouble =
             crate::hermes_check::HermesView::look(&store, &state.dir, state.hermes_home.as_deref()).problems();
-        let body = pages::index(&frame, &filter, &day, &rows, &totals, &trouble);
+        let dates = chart_days(&state.tz);
+        let windows: Vec<(f64, f64)> = dates.iter().map(|(_, since, until)| (*since, *until)).collect();
+        let (values, per_day) =
+            store.read_snapshot(|s| Ok((s.filter_values(&filter)?, s.totals_by_window(&filter, &windows)?)))?;
+        let days: Vec<(String, crate::store::SessionListTotals)> =
+            dates.into_iter().map(|(date, _, _)| date).zip(per_day).collect();
+        let ids: Vec<&str> = rows.iter().map(|r| r.session_id.as_str()).collect();
+        let infos = hermes_infos(state, &ids);
+        let view = pages::IndexView {
+            filter: &filter,
+            day: &day,
+            rows: &rows,
+            totals: &totals,
+            values: &values,
+            days: &days,
+            infos: &infos,
+            trouble: &trouble,
+        };
+        let body = pages::index(&frame, &view);
         return Ok(html_page(
             StatusCode::OK,
             pages::page(&frame, "Sessions", Tab::Sessions, &body),
@@ -355,7 +380,8 @@ fn route(state: &State, path: &str, asked: &Asked) -> Result<Response<Full<Bytes
         return Ok(match crate::trace::load(&store, &id, state.opts)? {
             Some(trace) if api.is_some() => json(&trace),
             Some(trace) => {
-                let body = pages::session(&frame, &trace);
+                let infos = hermes_infos(state, &[trace.session_id.as_str()]);
+                let body = pages::session(&frame, &trace, infos.get(&trace.session_id), state.trace_link.as_ref());
                 html_page(
                     StatusCode::OK,
                     pages::page(&frame, &format!("Session {id}"), Tab::None, &body),
@@ -386,6 +412,38 @@ fn route(state: &State, path: &str, asked: &Asked) -> Result<Response<Full<Bytes
             &pages::not_found(&format!("Nothing at {path}.")),
         ),
     ))
+}
+
+/// Days on the home page's spend chart.
+const CHART_DAYS: i64 = 30;
+
+/// The chart's days in `tz`, oldest first: `(date, midnight, next midnight)`.
+fn chart_days(tz: &TimeZone) -> Vec<(String, f64, f64)> {
+    let today = jiff::Timestamp::now().to_zoned(tz.clone()).date();
+    (0..CHART_DAYS)
+        .rev()
+        .filter_map(|back| {
+            let date = today.checked_sub(jiff::Span::new().days(back)).ok()?;
+            let since = day_start(date, tz)?;
+            let until = date.tomorrow().ok().and_then(|next| day_start(next, tz))?;
+            Some((date.to_string(), since, until))
+        })
+        .collect()
+}
+
+/// Hermes's titles and first prompts of `ids`, from its `state.db` (never
+/// inside a Hermes process; nothing when it cannot be read).
+fn hermes_infos(state: &State, ids: &[&str]) -> HashMap<String, HermesSessionInfo> {
+    let Some(home) = state.hermes_home.as_deref() else {
+        return HashMap::new();
+    };
+    match crate::hermes_state::session_infos(home, ids) {
+        Ok(found) => found.unwrap_or_default(),
+        Err(e) => {
+            tracing::debug!(target: "Ui", error = %e, "Hermes's session titles not read");
+            HashMap::new()
+        }
+    }
 }
 
 /// The newest journal row: moves with every event any process applies.

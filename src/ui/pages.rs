@@ -7,13 +7,15 @@
 //! only the viewer's own `/static/` files, and bars and charts are SVG
 //! geometry.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use jiff::tz::TimeZone;
 
 use super::html::{esc, url_part};
 use crate::budget::{BudgetConfig, BudgetState, CapScope, CapState, CapUnit, Forecast, Level};
-use crate::store::{AlertRow, SessionFilter, SessionListRow, SessionListTotals, SessionSort};
+use crate::hermes_state::HermesSessionInfo;
+use crate::store::{AlertRow, FilterValues, SessionFilter, SessionListRow, SessionListTotals, SessionSort};
 use crate::trace::{human_count, human_duration, walk, NodeKind, Trace, TraceNode, TurnPoint};
 
 /// Which page the header marks.
@@ -83,14 +85,37 @@ fn status_class(status: &str) -> String {
 }
 
 /// The index: filters, totals, one page of sessions, paging links.
-pub fn index(
-    frame: &Frame<'_>,
-    filter: &SessionFilter,
-    day: &str,
-    rows: &[SessionListRow],
-    totals: &SessionListTotals,
-    trouble: &[String],
-) -> String {
+/// What the session list shows.
+pub struct IndexView<'a> {
+    pub filter: &'a SessionFilter,
+    /// The day filter as asked (`YYYY-MM-DD`), or empty.
+    pub day: &'a str,
+    pub rows: &'a [SessionListRow],
+    pub totals: &'a SessionListTotals,
+    /// What each filter text matched.
+    pub values: &'a FilterValues,
+    /// Spend per day, oldest first: `(date, totals)` with the filter's texts.
+    pub days: &'a [(String, SessionListTotals)],
+    /// Hermes's title and first prompt of the rows' sessions, when read.
+    pub infos: &'a HashMap<String, HermesSessionInfo>,
+    /// What `status` says first: runs the plugin did not record.
+    pub trouble: &'a [String],
+}
+
+/// Most characters of a Hermes title shown in the list.
+const SHOWN_TITLE_CHARS: usize = 80;
+
+pub fn index(frame: &Frame<'_>, view: &IndexView<'_>) -> String {
+    let IndexView {
+        filter,
+        day,
+        rows,
+        totals,
+        values,
+        days,
+        infos,
+        trouble,
+    } = *view;
     let b = esc(frame.base);
     let mut h = String::new();
     h.push_str("<h1>Sessions</h1>");
@@ -129,6 +154,8 @@ pub fn index(
         let _ = write!(h, "<option value=\"{}\"{sel}>{label}</option>", value.as_str());
     }
     h.push_str("</select></label><button type=\"submit\">Apply</button></form>");
+    filter_matches(&mut h, values);
+    spend_chart(&mut h, frame, filter, day, days);
     let _ = write!(
         h,
         "<div class=\"totals\"><div><b id=\"total-sessions\">{}</b>sessions</div><div><b id=\"total-cost\">{}</b>cost</div>\
@@ -146,7 +173,7 @@ pub fn index(
     }
     h.push_str(
         "<div class=\"wide\"><table class=\"sessions\"><thead><tr><th>Started</th><th>Session</th><th>Platform</th><th>Model</th>\
-<th>Status</th><th class=\"num\">Turns</th><th class=\"num\">LLM calls</th><th class=\"num\">Tokens in → out</th>\
+<th>Status</th><th class=\"num\" title=\"the first prompt's length, in characters\">Prompt</th><th class=\"num\">Turns</th><th class=\"num\">LLM calls</th><th class=\"num\">Tokens in → out</th>\
 <th class=\"num\">Cost</th><th class=\"num\">Duration</th><th class=\"num\">Errors</th></tr></thead><tbody>",
     );
     for r in rows {
@@ -157,14 +184,26 @@ pub fn index(
         if r.parent_session_id.is_some() {
             who.push_str(" <span class=\"muted\">(subagent)</span>");
         }
+        let info = infos.get(&r.session_id);
+        let name = match info.and_then(|i| i.title.as_deref()) {
+            Some(title) => format!(
+                "<span class=\"title\">{}</span><span class=\"id muted\">{}</span>",
+                esc(&shorten(title, SHOWN_TITLE_CHARS)),
+                esc(&r.session_id)
+            ),
+            None => esc(&r.session_id),
+        };
+        let prompt = info
+            .and_then(|i| i.first_prompt_chars)
+            .map(human_count)
+            .unwrap_or_default();
         let _ = write!(
             h,
-            "<tr class=\"session {sc}\"><td>{}</td><td><a href=\"{b}/session/{}\">{}</a></td><td>{who}</td><td>{}</td>\
-<td class=\"{sc}\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{} → {}</td>\
+            "<tr class=\"session {sc}\"><td>{}</td><td class=\"session-name\"><a href=\"{b}/session/{}\">{name}</a></td><td>{who}</td><td>{}</td>\
+<td class=\"{sc}\">{}</td><td class=\"num prompt\">{prompt}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{} → {}</td>\
 <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
             local_time(r.started_at, frame.tz),
             url_part(&r.session_id),
-            esc(&r.session_id),
             esc(r.model.as_deref().unwrap_or("")),
             esc(&r.status),
             r.turns,
@@ -179,19 +218,11 @@ pub fn index(
     }
     h.push_str("</tbody></table></div><div class=\"pager\">");
     let link = |offset: usize| {
-        let mut q = format!("?sort={}&offset={offset}", filter.sort.as_str());
-        for (k, v) in [
-            ("day", Some(day.to_string())),
-            ("platform", filter.platform.clone()),
-            ("cron", filter.cron_job_id.clone()),
-            ("sender", filter.sender_id.clone()),
-            ("model", filter.model.clone()),
-        ] {
-            if let Some(v) = v.filter(|v| !v.is_empty()) {
-                let _ = write!(q, "&{k}={}", url_part(&v));
-            }
-        }
-        esc(&q)
+        esc(&format!(
+            "?sort={}&offset={offset}{}",
+            filter.sort.as_str(),
+            filter_query(filter, day)
+        ))
     };
     if filter.offset > 0 {
         let _ = write!(
@@ -215,8 +246,133 @@ pub fn index(
     h
 }
 
+/// `&name=value` for the day and each filter text set (unescaped for HTML).
+fn filter_query(filter: &SessionFilter, day: &str) -> String {
+    let mut q = String::new();
+    for (k, v) in [
+        ("day", Some(day)),
+        ("platform", filter.platform.as_deref()),
+        ("cron", filter.cron_job_id.as_deref()),
+        ("sender", filter.sender_id.as_deref()),
+        ("model", filter.model.as_deref()),
+    ] {
+        if let Some(v) = v.filter(|v| !v.is_empty()) {
+            let _ = write!(q, "&{k}={}", url_part(v));
+        }
+    }
+    q
+}
+
+/// `text` cut to `most` characters, with an ellipsis when cut.
+fn shorten(text: &str, most: usize) -> String {
+    let mut chars = text.chars();
+    let mut out: String = chars.by_ref().take(most).collect();
+    if chars.next().is_some() {
+        out.push('…');
+    }
+    out
+}
+
+/// Under the form: the values each filter text matched (a text matches
+/// every value that contains it, in any case).
+fn filter_matches(h: &mut String, values: &FilterValues) {
+    if values.dims.is_empty() {
+        return;
+    }
+    h.push_str("<ul class=\"matches muted\" id=\"filter-values\">");
+    for (name, text, matched) in &values.dims {
+        let list = if matched.is_empty() {
+            "no value: nothing is shown".to_string()
+        } else {
+            matched.iter().map(|v| esc(v)).collect::<Vec<_>>().join(", ")
+        };
+        let more = if values.more.contains(name) {
+            format!(" and more (the first {} are used)", matched.len())
+        } else {
+            String::new()
+        };
+        let _ = write!(h, "<li>{name} “{}” matches {list}{more}</li>", esc(text));
+    }
+    h.push_str("</ul>");
+}
+
+/// The home page's spend per day: a bar a day, each a link to that day's
+/// sessions with the same filters.
+fn spend_chart(
+    h: &mut String,
+    frame: &Frame<'_>,
+    filter: &SessionFilter,
+    day: &str,
+    days: &[(String, SessionListTotals)],
+) {
+    let Some((first, _)) = days.first() else {
+        return;
+    };
+    let b = esc(frame.base);
+    let (w, hgt, pad) = (900.0, 110.0, 16.0);
+    let step = (w - 2.0 * pad) / days.len() as f64;
+    let plot = hgt - 2.0 * pad;
+    let max_cost = days.iter().map(|(_, t)| t.cost_usd).fold(0.0, f64::max);
+    let total: f64 = days.iter().map(|(_, t)| t.cost_usd).sum();
+    let _ = write!(
+        h,
+        "<section class=\"spend\"><h2>Spend per day <span class=\"muted\">{} in the last {} days (most {} a day)</span></h2>\
+<svg class=\"chart days\" id=\"spend-chart\" viewBox=\"0 0 {w} {hgt}\" role=\"img\" aria-label=\"cost per day\">",
+        usd(total),
+        days.len(),
+        usd(max_cost),
+    );
+    let sort = filter.sort.as_str();
+    for (i, (date, t)) in days.iter().enumerate() {
+        let x = pad + step * i as f64;
+        let bh = if max_cost > 0.0 {
+            t.cost_usd / max_cost * plot
+        } else {
+            0.0
+        };
+        let selected = if date == day { " selected" } else { "" };
+        let href = esc(&format!("?sort={sort}{}", filter_query(filter, date)));
+        let _ = write!(
+            h,
+            "<a class=\"day{selected}\" href=\"{b}/{href}\" data-day=\"{}\" data-cost=\"{:.6}\">\
+<rect class=\"hit\" x=\"{x:.1}\" y=\"{pad}\" width=\"{step:.1}\" height=\"{plot}\"></rect>\
+<rect class=\"cost\" x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{bh:.1}\"></rect>\
+<title>{}: {}, {} sessions</title></a>",
+            esc(date),
+            t.cost_usd,
+            x + step * 0.15,
+            hgt - pad - bh,
+            step * 0.7,
+            esc(date),
+            usd(t.cost_usd),
+            t.sessions,
+        );
+    }
+    let last = days.last().map(|(d, _)| d.as_str()).unwrap_or_default();
+    let _ = write!(
+        h,
+        "<line class=\"axis\" x1=\"{pad}\" y1=\"{y0}\" x2=\"{x1}\" y2=\"{y0}\"></line>",
+        y0 = hgt - pad,
+        x1 = w - pad
+    );
+    let _ = write!(
+        h,
+        "<text x=\"{pad}\" y=\"{:.1}\">{}</text><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text></svg></section>",
+        hgt - 2.0,
+        esc(first),
+        w - pad,
+        hgt - 2.0,
+        esc(last),
+    );
+}
+
 /// The session page: summary, waterfall, per-turn chart, errors.
-pub fn session(frame: &Frame<'_>, trace: &Trace) -> String {
+pub fn session(
+    frame: &Frame<'_>,
+    trace: &Trace,
+    info: Option<&HermesSessionInfo>,
+    link: Option<&super::trace_link::TraceLink>,
+) -> String {
     let b = esc(frame.base);
     let root = &trace.root;
     let nodes = walk(root);
@@ -253,16 +409,54 @@ pub fn session(frame: &Frame<'_>, trace: &Trace) -> String {
     let chats = nodes.iter().filter(|(_, n)| n.kind == NodeKind::Chat).count();
     let tools = nodes.iter().filter(|(_, n)| n.kind == NodeKind::Tool).count();
     let mut h = String::new();
-    let _ = write!(
-        h,
-        "<h1>Session <span id=\"session-id\">{}</span></h1>",
-        esc(&trace.session_id)
-    );
+    match info.and_then(|i| i.title.as_deref()) {
+        Some(title) => {
+            let _ = write!(
+                h,
+                "<h1 id=\"session-title\">{}</h1><p class=\"muted\">Session <span id=\"session-id\">{}</span></p>",
+                esc(title),
+                esc(&trace.session_id)
+            );
+        }
+        None => {
+            let _ = write!(
+                h,
+                "<h1>Session <span id=\"session-id\">{}</span></h1>",
+                esc(&trace.session_id)
+            );
+        }
+    }
+    let prompt = match info.and_then(|i| i.first_prompt_chars) {
+        Some(n) => format!(
+            "<div><b id=\"first-prompt\">{}</b>characters in the first prompt</div>",
+            human_count(n)
+        ),
+        None => String::new(),
+    };
+    if let Some(link) = link.filter(|_| !root.trace_id.is_empty()) {
+        let label = if link.jaeger {
+            "Trace in Jaeger"
+        } else {
+            "Trace in your trace UI"
+        };
+        let why = if link.guessed {
+            "Jaeger on the OTLP endpoint's host; set HERMES_METER_TRACE_URL (or ui --trace-url) for another address"
+        } else {
+            "from HERMES_METER_TRACE_URL or ui --trace-url"
+        };
+        let _ = write!(
+            h,
+            "<p><a id=\"trace-link\" href=\"{}\" rel=\"noopener noreferrer\" target=\"_blank\" title=\"{why}\">{label} ↗</a> \
+<span class=\"muted id\">{}</span></p>",
+            esc(&link.url(&root.trace_id)),
+            esc(&root.trace_id)
+        );
+    }
     let _ = write!(
         h,
         "<div class=\"totals\"><div><b class=\"{}\">{}</b>status</div><div><b>{}</b>started</div><div><b>{}</b>duration</div>\
 <div><b id=\"session-cost\">{}</b>cost</div>{with_subagents}<div><b>{} → {}</b>tokens in (incl. cache) → out{}</div>{cache}\
-<div><b>{chats}</b>LLM attempts</div><div><b>{tools}</b>tool calls</div><div><b>{}</b>errors</div></div>",
+<div><b>{chats}</b>LLM attempts</div><div><b>{tools}</b>tool calls</div><div><b>{}</b>errors</div>{prompt}</div>",
         status_class(&root.status),
         esc(&root.status),
         local_time(root.start, frame.tz),

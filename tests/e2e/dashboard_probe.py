@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -116,6 +117,10 @@ def main() -> None:
         except subprocess.TimeoutExpired:
             dash.kill()
         log.close()
+    # What the store holds once the dashboard, its pages and its chat
+    # connections are gone.
+    with sqlite3.connect(f"file:{store / 'hermes-meter.db'}?mode=ro", uri=True) as db:
+        facts["runs_after"] = sorted(r[0] for r in db.execute("SELECT session_id FROM runs"))
     print(json.dumps(facts))
 
 

@@ -20,6 +20,7 @@ from conftest import KIT, NEW_LINE, ROOT
 
 FIXTURE = ROOT / "tests" / "fixtures" / "delegate_sync.jsonl"
 SESSION = "20261130_013759_e4a976"
+SUBAGENT = "20261130_013800_5b8baf"
 
 # Said in every report line it appears in (-rs), never skipped silently.
 pytestmark = pytest.mark.skipif(
@@ -60,6 +61,9 @@ def test_the_dashboard_shows_the_viewer_in_its_otel_tab(hermes_bin: Path) -> Non
     )
     assert facts["console"] == [], facts["console"]
     assert facts["screenshot"], "screenshot written"
+    # Loading the dashboard's pages recorded no session of its own: only
+    # the fixture's session and its subagent are in the store.
+    assert facts["runs_after"] == sorted({SESSION, SUBAGENT}), facts["runs_after"]
     shots = ROOT / "target" / "ui-screenshots"
     shots.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(facts["screenshot"], shots / "dashboard-meter.png")
