@@ -208,6 +208,7 @@ fn measure_viewer(dir: &Path, now: f64) {
         span_options: hermes_meter::span::SpanOptions::default(),
         base: String::new(),
         hermes_home: None,
+        trace_link: None,
     })
     .expect("viewer");
     let addr = ui.addr();

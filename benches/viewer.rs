@@ -235,6 +235,7 @@ fn main() {
         span_options: SpanOptions::default(),
         base: String::new(),
         hermes_home: None,
+        trace_link: None,
     })
     .expect("viewer");
     let addr = ui.addr();
