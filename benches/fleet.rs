@@ -15,6 +15,10 @@
 //!    recorded (visibility lag), and each host's time since its last
 //!    successful sync (`hermes_fleet_sync_lag_seconds`). Prints p50 and p99.
 
+// libc calls in tests/support/postgres.rs (the PostgreSQL it starts runs
+// as nobody when this is root): the workspace denies unsafe code elsewhere.
+#![allow(unsafe_code)]
+
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -5,6 +5,10 @@
 //! connections than the cap. (Running out of descriptors is in
 //! `tests/http_fd_exhaustion.rs`: it changes the whole process's limit.)
 
+// libc calls on this process and its children (descriptor limits, exit,
+// signals, ownership): the workspace denies unsafe code elsewhere.
+#![allow(unsafe_code)]
+
 #[path = "support/http_get.rs"]
 mod http_get;
 

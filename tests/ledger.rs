@@ -236,7 +236,7 @@ fn scalar<T: rusqlite_free::FromSqlish>(store: &Writer, sql: &str) -> T {
 /// Tiny adapter so tests read single values without naming rusqlite.
 mod rusqlite_free {
     use hermes_meter::store::Writer;
-    pub trait FromSqlish: Sized {
+    pub(crate) trait FromSqlish: Sized {
         fn get(store: &Writer, sql: &str) -> Self;
     }
     impl FromSqlish for i64 {

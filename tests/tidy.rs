@@ -327,3 +327,23 @@ fn every_setting_read_is_documented() {
         undocumented.into_iter().collect::<Vec<_>>().join("\n")
     );
 }
+
+/// Every crate takes the workspace's lints (`unreachable_pub`, no unsafe
+/// code outside the reviewed blocks), so a new crate cannot opt out by
+/// forgetting them.
+#[test]
+fn every_crate_takes_the_workspace_lints() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let workspace = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    assert!(workspace.contains("[workspace.lints.rust]\n"), "no workspace lints");
+    assert!(workspace.contains("\nunreachable_pub = \"warn\"\n") && workspace.contains("\nunsafe_code = \"deny\"\n"));
+    for src in crate_roots() {
+        let manifest = src.parent().expect("crate dir").join("Cargo.toml");
+        let text = std::fs::read_to_string(&manifest).expect("manifest");
+        assert!(
+            text.contains("\n[lints]\nworkspace = true\n"),
+            "{} does not take the workspace lints",
+            manifest.display()
+        );
+    }
+}

@@ -98,7 +98,7 @@ fn unit_key(name: &str, unit: BudgetUnit) -> String {
 }
 
 /// Runs a `budget` subcommand against the store directory `dir`.
-pub fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
+pub(super) fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
     let path = dir.join(budget::BUDGETS_FILE_NAME);
     match cmd {
         BudgetCommand::Set { args } if is_cap(args) => {
@@ -868,7 +868,7 @@ fn tokens_counted_words(cfg: &BudgetConfig) -> &'static str {
 /// Removes one limit from the budget file at `path`, keeping everything
 /// else (comments too). A table left empty by it goes as well. Removing a
 /// limit that is not set is an error naming what is set instead.
-pub fn remove(path: &Path, scope: Scope, id: Option<&str>, window: Window, unit: BudgetUnit) -> Result<()> {
+pub(super) fn remove(path: &Path, scope: Scope, id: Option<&str>, window: Window, unit: BudgetUnit) -> Result<()> {
     let what = budget_words(scope, id, window, unit);
     let key = budget::limit_key(window, unit);
     let text = match std::fs::read_to_string(path) {
@@ -936,7 +936,14 @@ fn remove_key(table: &mut dyn toml_edit::TableLike, path: &[&str], key: &str) ->
 }
 
 /// Sets one limit in the budget file at `path`, keeping everything else.
-pub fn set(path: &Path, scope: Scope, id: Option<&str>, window: Window, unit: BudgetUnit, limit: f64) -> Result<()> {
+pub(super) fn set(
+    path: &Path,
+    scope: Scope,
+    id: Option<&str>,
+    window: Window,
+    unit: BudgetUnit,
+    limit: f64,
+) -> Result<()> {
     // A new file gets its header above the tables (parsed with them,
     // comments alone would end up below them).
     let (text, header) = match std::fs::read_to_string(path) {

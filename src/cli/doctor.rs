@@ -35,7 +35,7 @@ pub(crate) struct DoctorArgs {
     force: bool,
 }
 
-pub fn run(dir: &Path, args: &DoctorArgs) -> Result<i32> {
+pub(super) fn run(dir: &Path, args: &DoctorArgs) -> Result<i32> {
     let db = dir.join(DB_FILE_NAME);
     if !db.exists() {
         // (A damaged store kept aside beside no store is `existing_home`'s.)

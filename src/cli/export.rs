@@ -19,7 +19,7 @@ const CLOSE_IDLE_EVERY: Duration = Duration::from_secs(10);
 
 /// Where to send, overriding the OTEL_* variables.
 #[derive(Debug, clap::Args)]
-pub struct Target {
+pub(super) struct Target {
     /// OTLP endpoint (default: OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT, else localhost).
     #[arg(long, value_name = "URL")]
     endpoint: Option<String>,
@@ -192,7 +192,7 @@ impl StopSignal {
 
 /// Runs the exporter until SIGTERM/SIGINT (or, with `--drain`, until
 /// nothing is ready, or the collector kept refusing past the drain timeout).
-pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
+pub(super) fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
     let mut config = config(&args.target);
     if args.prometheus.is_some() && !traces_asked(&config) {
         config.exporter = Resolved {
@@ -352,7 +352,7 @@ pub fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
 }
 
 /// Re-sends history, saying where to and how it goes.
-pub fn export(dir: &Path, args: &ExportArgs) -> Result<i32> {
+pub(super) fn export(dir: &Path, args: &ExportArgs) -> Result<i32> {
     let since =
         super::time::parse(&args.since, &jiff::tz::TimeZone::system(), super::time::now()).map_err(Error::Other)?;
     let config = config(&args.target);

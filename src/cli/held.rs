@@ -28,7 +28,7 @@ pub(crate) enum HeldCommand {
 }
 
 /// `held list`: the calls held, from a reader.
-pub fn list(store: &Reader, limit: usize, json: bool) -> Result<i32> {
+pub(super) fn list(store: &Reader, limit: usize, json: bool) -> Result<i32> {
     let calls = store.held_calls(limit)?;
     if json {
         println!("{}", serde_json::to_string(&calls).unwrap_or_else(|_| "[]".into()));
@@ -59,7 +59,7 @@ pub fn list(store: &Reader, limit: usize, json: bool) -> Result<i32> {
 }
 
 /// `held confirm`: bills the calls `ids` that were real.
-pub fn confirm(store: &mut Writer, ids: &[String]) -> Result<i32> {
+pub(super) fn confirm(store: &mut Writer, ids: &[String]) -> Result<i32> {
     let mut failed = false;
     for id in ids {
         match store.confirm_held(id, crate::unix_now())? {

@@ -35,7 +35,7 @@ fn settings_of(config: &ExportConfig) -> Vec<(&'static str, String, String)> {
 }
 
 /// The logs section of `status --json`.
-pub fn json(store: &Reader) -> Result<serde_json::Value> {
+pub(super) fn json(store: &Reader) -> Result<serde_json::Value> {
     let config = ExportConfig::resolve_logs(ExportOverrides::default(), crate::config::process_var);
     let settings = super::status::settings_json(&settings_of(&config));
     Ok(serde_json::json!({
@@ -47,7 +47,7 @@ pub fn json(store: &Reader) -> Result<serde_json::Value> {
 }
 
 /// Prints the logs section of `status`.
-pub fn print(store: &Reader) -> Result<()> {
+pub(super) fn print(store: &Reader) -> Result<()> {
     let config = ExportConfig::resolve_logs(ExportOverrides::default(), crate::config::process_var);
     let state = store.log_export_state()?;
     let now = crate::export::unix_now();

@@ -6,7 +6,7 @@ use crate::export::MetricsConfig;
 use crate::store::Reader;
 
 /// The metrics section of `status --json`.
-pub fn json(store: &Reader) -> Result<serde_json::Value> {
+pub(super) fn json(store: &Reader) -> Result<serde_json::Value> {
     let config = MetricsConfig::from_env(crate::export::ExportOverrides::default());
     let settings = super::status::settings_json(&config.describe());
     Ok(serde_json::json!({
@@ -18,7 +18,7 @@ pub fn json(store: &Reader) -> Result<serde_json::Value> {
 }
 
 /// Prints the metrics section of `status`.
-pub fn print(store: &Reader) -> Result<()> {
+pub(super) fn print(store: &Reader) -> Result<()> {
     let config = MetricsConfig::from_env(crate::export::ExportOverrides::default());
     let identity = store.metric_identity()?;
     let state = store.metric_state()?;

@@ -20,7 +20,7 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
 /// Environment variable naming the Python that runs Hermes (for `drift`).
 /// The `hermes-meter` script the wheel installs sets it to its own Python,
 /// which is Hermes's when the wheel is installed beside Hermes.
-pub use crate::config::cli::HERMES_PYTHON_ENV;
+pub(super) use crate::config::cli::HERMES_PYTHON_ENV;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum PricingCommand {
@@ -65,7 +65,7 @@ pub(crate) enum PricingCommand {
     },
 }
 
-pub fn run(dir: &Path, command: &PricingCommand) -> Result<i32> {
+pub(super) fn run(dir: &Path, command: &PricingCommand) -> Result<i32> {
     let path = dir.join(config::PRICING_FILE_NAME);
     match command {
         PricingCommand::Show { model, provider, json } => {

@@ -34,7 +34,7 @@ pub(crate) struct ReportArgs {
 }
 
 /// The report's window and zone, read from the arguments.
-pub struct Window {
+pub(super) struct Window {
     tz: TimeZone,
     since: f64,
     until: f64,
@@ -42,7 +42,7 @@ pub struct Window {
 
 /// Reads `--tz`, `--since` and `--until`. A window that ends before it
 /// starts is an error: it would report zeros, which look like an answer.
-pub fn window(args: &ReportArgs) -> Result<Window> {
+pub(super) fn window(args: &ReportArgs) -> Result<Window> {
     let tz = match &args.tz {
         Some(name) => TimeZone::get(name).map_err(|e| Error::Other(format!("--tz {name}: {e}")))?,
         None => TimeZone::system(),
@@ -67,7 +67,7 @@ pub fn window(args: &ReportArgs) -> Result<Window> {
     Ok(Window { tz, since, until })
 }
 
-pub fn run(store: &Reader, args: &ReportArgs, window: Window) -> Result<i32> {
+pub(super) fn run(store: &Reader, args: &ReportArgs, window: Window) -> Result<i32> {
     let Window { tz, since, until } = window;
     // Rollups answer for most of the window (store/rollup.rs): the time
     // follows the buckets and keys printed, not the calls in the window.
@@ -148,7 +148,7 @@ impl serde::Serialize for SessionList<'_> {
 }
 
 /// The human form: a totals block and one table per grouping.
-pub fn render(r: &Report, limit: usize) -> String {
+pub(super) fn render(r: &Report, limit: usize) -> String {
     let mut out = String::new();
     let t = &r.totals;
     // The unbounded window's ends are placeholders (the epoch, year

@@ -71,7 +71,7 @@ fn summary(
 /// `status` where the store directory does not exist: nothing was ever
 /// recorded here. Says so, with the sessions Hermes ran that the plugin
 /// therefore did not record; exit 1.
-pub fn run_without_store(home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
+pub(super) fn run_without_store(home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
     let hermes_home = crate::config::hermes_home().value;
     let hermes = crate::hermes_check::HermesView::without_store((!super::embedded()).then_some(hermes_home.as_path()));
     let problems = hermes.problems();
@@ -111,7 +111,7 @@ pub fn run_without_store(home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
     Ok(1)
 }
 
-pub fn run(store: &Reader, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
+pub(super) fn run(store: &Reader, home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
     let counts = store.counts()?;
     let version = store.schema_version()?;
     let export = store.export_state()?;

@@ -3,7 +3,7 @@
 use jiff::{civil::Date, tz::TimeZone, Timestamp};
 
 /// Now, in Unix seconds.
-pub use crate::unix_now as now;
+pub(super) use crate::unix_now as now;
 
 /// The forms [`parse`] accepts, for error messages.
 pub(crate) const ACCEPTED_FORMS: &str =
@@ -12,7 +12,7 @@ pub(crate) const ACCEPTED_FORMS: &str =
 /// Parses `2026-11-30` (midnight in `tz`), an RFC 3339 timestamp, or a
 /// span back from `now` such as `30m`, `24h`, `7d`. Returns Unix seconds.
 /// Every error is one line naming the accepted forms.
-pub fn parse(text: &str, tz: &TimeZone, now: f64) -> Result<f64, String> {
+pub(super) fn parse(text: &str, tz: &TimeZone, now: f64) -> Result<f64, String> {
     let text = text.trim();
     let unreadable = || format!("cannot read {text:?}: use {ACCEPTED_FORMS}");
     if let Ok(ts) = text.parse::<Timestamp>() {

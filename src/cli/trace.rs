@@ -27,7 +27,7 @@ pub(crate) struct TraceArgs {
 
 /// The span options the exporter would use (trace mode, sender), from the
 /// same settings, so ids and parents match the exported spans.
-pub fn span_options() -> SpanOptions {
+pub(super) fn span_options() -> SpanOptions {
     let config = ExportConfig::from_env(ExportOverrides::default());
     SpanOptions {
         mode: config.trace_mode.value,
@@ -43,7 +43,7 @@ fn use_color() -> bool {
 }
 
 /// Prints the tree; 1 with one line on stderr for an unknown session.
-pub fn run(store: &Reader, args: &TraceArgs) -> Result<i32> {
+pub(super) fn run(store: &Reader, args: &TraceArgs) -> Result<i32> {
     let id = match (&args.session_id, args.last) {
         (Some(id), _) => id.clone(),
         (None, _) => match store.last_session_id()? {

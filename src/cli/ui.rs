@@ -31,7 +31,7 @@ pub(crate) struct UiArgs {
 }
 
 /// Serves until the process is stopped.
-pub fn run(dir: &Path, args: &UiArgs) -> Result<i32> {
+pub(super) fn run(dir: &Path, args: &UiArgs) -> Result<i32> {
     let token = crate::config::cli::ui_token(args.token.clone());
     let export = crate::export::ExportConfig::from_env(crate::export::ExportOverrides::default());
     let endpoint = export.configured().then(|| export.endpoint.value.clone());

@@ -8,10 +8,10 @@ use serde_json::{json, Value};
 
 /// gpt-4o is $2.50 per million input tokens in the built-in table: 10,000
 /// input tokens cost $0.025.
-pub const CALL_USD: f64 = 0.025;
+pub(crate) const CALL_USD: f64 = 0.025;
 
 /// A hook call decoded as the binding would.
-pub fn event(hook: &str, at: f64, kwargs: Value) -> HookEvent {
+pub(crate) fn event(hook: &str, at: f64, kwargs: Value) -> HookEvent {
     let map = kwargs.as_object().expect("kwargs object").clone();
     match decode(hook, &map, at, DecodeOptions::default()) {
         Decoded::Event(e, _) => e,
@@ -20,7 +20,7 @@ pub fn event(hook: &str, at: f64, kwargs: Value) -> HookEvent {
 }
 
 /// The `pre_api_request` of a [`CALL_USD`] call (its reservation is that much).
-pub fn pre_api(session: &str, id: &str, at: f64) -> HookEvent {
+pub(crate) fn pre_api(session: &str, id: &str, at: f64) -> HookEvent {
     event(
         "pre_api_request",
         at,
@@ -30,7 +30,7 @@ pub fn pre_api(session: &str, id: &str, at: f64) -> HookEvent {
 }
 
 /// The `post_api_request` of a [`CALL_USD`] call (without usage: estimated).
-pub fn post_api(session: &str, id: &str, at: f64, usage: bool) -> HookEvent {
+pub(crate) fn post_api(session: &str, id: &str, at: f64, usage: bool) -> HookEvent {
     let usage = if usage {
         json!({"input_tokens": 10_000, "output_tokens": 0, "cache_read_tokens": 0, "cache_write_tokens": 0, "reasoning_tokens": 0})
     } else {
@@ -45,7 +45,7 @@ pub fn post_api(session: &str, id: &str, at: f64, usage: bool) -> HookEvent {
 }
 
 /// A terminal `pre_tool_call`.
-pub fn pre_tool(session: &str, call: &str, at: f64) -> HookEvent {
+pub(crate) fn pre_tool(session: &str, call: &str, at: f64) -> HookEvent {
     event(
         "pre_tool_call",
         at,

@@ -10,13 +10,13 @@ const BIN: &str = env!("CARGO_BIN_EXE_hermes-meter");
 
 /// `hermes-meter --home <home> args`, with no `HERMES_METER_HOME` from the
 /// environment.
-pub fn cli(home: &Path, args: &[&str]) -> (i32, String, String) {
+pub(crate) fn cli(home: &Path, args: &[&str]) -> (i32, String, String) {
     cli_as(home, None, args)
 }
 
 /// Like [`cli`], run as the user and group `uid` (through `setpriv`) when
 /// given.
-pub fn cli_as(home: &Path, uid: Option<u32>, args: &[&str]) -> (i32, String, String) {
+pub(crate) fn cli_as(home: &Path, uid: Option<u32>, args: &[&str]) -> (i32, String, String) {
     let mut cmd = match uid {
         Some(uid) => {
             let mut c = Command::new("setpriv");

@@ -12,14 +12,14 @@
 use std::path::{Path, PathBuf};
 
 /// The api_request_id of the call [`streamed_call`] writes for `session`.
-pub fn api_request_id(session: &str) -> String {
+pub(crate) fn api_request_id(session: &str) -> String {
     format!("{session}:turn-1:api:1")
 }
 
 /// Writes a replay file of one LLM call of `session` on Hermes main: its
 /// attempt starts at `started_at`, takes 2.5 s, and its first stream chunk
 /// arrives at `first_chunk_at` (`None`: not streamed).
-pub fn streamed_call(dir: &Path, session: &str, started_at: f64, first_chunk_at: Option<f64>) -> PathBuf {
+pub(crate) fn streamed_call(dir: &Path, session: &str, started_at: f64, first_chunk_at: Option<f64>) -> PathBuf {
     let turn = format!("{session}:turn-1");
     let id = api_request_id(session);
     let api = serde_json::json!({

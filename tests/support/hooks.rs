@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 
 /// Submits one `hook` call with `kwargs`; returns the outcome and how long
 /// the call took.
-pub fn call(bridge: &Bridge, hook: &str, kwargs: Value) -> (Outcome, Duration) {
+pub(crate) fn call(bridge: &Bridge, hook: &str, kwargs: Value) -> (Outcome, Duration) {
     let kwargs: Map<String, Value> = kwargs.as_object().cloned().expect("kwargs object");
     let at = hermes_meter::bridge::unix_now();
     let started = Instant::now();

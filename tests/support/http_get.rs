@@ -9,20 +9,20 @@ use std::time::Duration;
 
 /// A response: status, headers (lower-case names), body text.
 #[derive(Debug)]
-pub struct Got {
+pub(crate) struct Got {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: String,
 }
 
 impl Got {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
     }
 }
 
 /// GETs `path` from `addr` with extra `headers` (`Host` defaults to the address).
-pub fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Got {
+pub(crate) fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Got {
     let mut stream = TcpStream::connect(addr).expect("connect to the viewer");
     stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
     let mut req = format!("GET {path} HTTP/1.1\r\nConnection: close\r\n");

@@ -21,17 +21,17 @@ use hermes_meter::replay::parse_line;
 use hermes_meter::store::EventContext;
 
 /// Set in a child: `<store dir>|<process index>|<threads>|<sessions per thread>`.
-pub const CHILD_ENV: &str = "HERMES_METER_LOAD_CHILD";
+pub(crate) const CHILD_ENV: &str = "HERMES_METER_LOAD_CHILD";
 
 /// The recorded session every thread submits copies of.
-pub fn session_fixture() -> PathBuf {
+pub(crate) fn session_fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/readfile.jsonl")
 }
 
 const SESSION_ID: &str = "20261130_013735_bf4b63";
 
 /// What a load run measured.
-pub struct LoadResult {
+pub(crate) struct LoadResult {
     /// Every submit's latency, sorted.
     pub latencies: Vec<Duration>,
     /// Submits that reported a failure or a disabled bridge.
@@ -39,13 +39,13 @@ pub struct LoadResult {
 }
 
 impl LoadResult {
-    pub fn percentile(&self, p: f64) -> Duration {
+    pub(crate) fn percentile(&self, p: f64) -> Duration {
         self.latencies[((self.latencies.len() as f64 - 1.0) * p).round() as usize]
     }
 }
 
 /// If this process is a load child, runs it and exits.
-pub fn run_child_if_asked() {
+pub(crate) fn run_child_if_asked() {
     let Ok(spec) = std::env::var(CHILD_ENV) else {
         return;
     };
@@ -126,7 +126,7 @@ pub fn run_child_if_asked() {
 
 /// Runs `processes` children of `threads` threads, each submitting
 /// `sessions` sessions, on the store in `dir`; returns what they measured.
-pub fn run(dir: &Path, processes: usize, threads: usize, sessions: usize, child_args: &[&str]) -> LoadResult {
+pub(crate) fn run(dir: &Path, processes: usize, threads: usize, sessions: usize, child_args: &[&str]) -> LoadResult {
     let children: Vec<Child> = (0..processes)
         .map(|i| {
             Command::new(std::env::current_exe().expect("current exe"))

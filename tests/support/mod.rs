@@ -42,7 +42,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 /// What a receiver got.
 #[derive(Default)]
-pub struct Received {
+pub(crate) struct Received {
     pub spans: Mutex<Vec<Span>>,
     pub requests: AtomicUsize,
     /// Body bytes as they came over the wire (compressed if gzip).
@@ -73,7 +73,7 @@ pub struct Received {
 
 /// How the HTTP receiver refuses a body over its maximum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TooLarge {
+pub(crate) enum TooLarge {
     /// As the Collector's OTLP/HTTP receiver: 400, with a `google.rpc.Status`
     /// body saying "http: request body too large".
     Collector400,
@@ -84,7 +84,7 @@ pub enum TooLarge {
 /// How a receiver answers one trace request, when told to answer other
 /// than "all accepted".
 #[derive(Debug, Clone)]
-pub enum Answer {
+pub(crate) enum Answer {
     /// Accepted, with `rejected` spans refused (an OTLP partial success);
     /// the request's spans are recorded.
     Partial { rejected: i64, message: String },
@@ -104,7 +104,7 @@ pub enum Answer {
 
 impl Received {
     /// Queues answers for the next trace requests.
-    pub fn answer(&self, answers: impl IntoIterator<Item = Answer>) {
+    pub(crate) fn answer(&self, answers: impl IntoIterator<Item = Answer>) {
         self.answers.lock().expect("answers lock").extend(answers);
     }
 
@@ -112,21 +112,21 @@ impl Received {
         self.answers.lock().expect("answers lock").pop_front()
     }
 
-    pub fn spans(&self) -> Vec<Span> {
+    pub(crate) fn spans(&self) -> Vec<Span> {
         self.spans.lock().expect("spans lock").clone()
     }
 
-    pub fn span_count(&self) -> usize {
+    pub(crate) fn span_count(&self) -> usize {
         self.spans.lock().expect("spans lock").len()
     }
 
     /// Every metric request received so far.
-    pub fn metric_requests(&self) -> Vec<ExportMetricsServiceRequest> {
+    pub(crate) fn metric_requests(&self) -> Vec<ExportMetricsServiceRequest> {
         self.metrics.lock().expect("metrics lock").clone()
     }
 
     /// Every log record received so far.
-    pub fn log_records(&self) -> Vec<LogRecord> {
+    pub(crate) fn log_records(&self) -> Vec<LogRecord> {
         self.logs.lock().expect("logs lock").clone()
     }
 
@@ -174,27 +174,27 @@ impl Received {
 }
 
 /// A running receiver; stops when dropped.
-pub struct Receiver {
+pub(crate) struct Receiver {
     pub addr: SocketAddr,
     pub received: Arc<Received>,
     runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl Receiver {
-    pub fn grpc_endpoint(&self) -> String {
+    pub(crate) fn grpc_endpoint(&self) -> String {
         format!("http://{}", self.addr)
     }
 
-    pub fn http_endpoint(&self) -> String {
+    pub(crate) fn http_endpoint(&self) -> String {
         format!("http://{}/v1/traces", self.addr)
     }
 
-    pub fn http_metrics_endpoint(&self) -> String {
+    pub(crate) fn http_metrics_endpoint(&self) -> String {
         format!("http://{}/v1/metrics", self.addr)
     }
 
     /// Polls until `n` spans arrived or `timeout` passed; returns the count.
-    pub fn wait_for_spans(&self, n: usize, timeout: Duration) -> usize {
+    pub(crate) fn wait_for_spans(&self, n: usize, timeout: Duration) -> usize {
         let deadline = Instant::now() + timeout;
         loop {
             let got = self.received.span_count();
@@ -230,7 +230,7 @@ fn bind(rt: &tokio::runtime::Runtime, addr: Option<SocketAddr>) -> tokio::net::T
 
 /// A free loopback port (bound and released; a test then starts a
 /// receiver there later, to play a collector that comes up late).
-pub fn free_addr() -> SocketAddr {
+pub(crate) fn free_addr() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr")
 }
@@ -320,7 +320,7 @@ impl LogsService for LogsSvc {
 
 /// A receiver's TLS: its certificate and key, and the CA a client
 /// certificate must chain to when it asks for one (all PEM).
-pub struct ServerTls {
+pub(crate) struct ServerTls {
     pub cert: String,
     pub key: String,
     pub client_ca: Option<String>,
@@ -328,7 +328,7 @@ pub struct ServerTls {
 
 /// An OTLP/gRPC receiver on `addr` (or an ephemeral port), with TLS when
 /// `tls` holds a PEM certificate and key.
-pub fn grpc(addr: Option<SocketAddr>, tls: Option<(String, String)>) -> Receiver {
+pub(crate) fn grpc(addr: Option<SocketAddr>, tls: Option<(String, String)>) -> Receiver {
     grpc_tls(
         addr,
         tls.map(|(cert, key)| ServerTls {
@@ -340,7 +340,7 @@ pub fn grpc(addr: Option<SocketAddr>, tls: Option<(String, String)>) -> Receiver
 }
 
 /// [`grpc`] with every TLS setting, a client certificate included.
-pub fn grpc_tls(addr: Option<SocketAddr>, tls: Option<ServerTls>) -> Receiver {
+pub(crate) fn grpc_tls(addr: Option<SocketAddr>, tls: Option<ServerTls>) -> Receiver {
     grpc_services(addr, tls, true, MAX_MESSAGE)
 }
 
@@ -348,7 +348,7 @@ pub fn grpc_tls(addr: Option<SocketAddr>, tls: Option<ServerTls>) -> Receiver {
 /// `max_message` bytes (tonic's `max_decoding_message_size`, which answers
 /// `OUT_OF_RANGE`, as a Collector's `max_recv_msg_size_mib` answers
 /// `RESOURCE_EXHAUSTED`).
-pub fn grpc_max(max_message: usize) -> Receiver {
+pub(crate) fn grpc_max(max_message: usize) -> Receiver {
     grpc_services(None, None, true, max_message)
 }
 
@@ -359,7 +359,7 @@ const MAX_MESSAGE: usize = 64 << 20;
 /// A trace-only OTLP/gRPC backend (as Arize Phoenix and Jaeger are): no
 /// `MetricsService` nor `LogsService`, so a metric or log export gets
 /// `UNIMPLEMENTED` from tonic.
-pub fn grpc_traces_only() -> Receiver {
+pub(crate) fn grpc_traces_only() -> Receiver {
     grpc_services(None, None, false, MAX_MESSAGE)
 }
 
@@ -408,13 +408,13 @@ fn grpc_services(addr: Option<SocketAddr>, tls: Option<ServerTls>, with_metrics:
 }
 
 /// An OTLP/HTTP (protobuf) receiver.
-pub fn http(addr: Option<SocketAddr>) -> Receiver {
+pub(crate) fn http(addr: Option<SocketAddr>) -> Receiver {
     serve_http_on(addr, None)
 }
 
 /// An OTLP/HTTP receiver that refuses, as `answer` says, a body of more
 /// than `max_message` bytes (decoded, as the request's encoded size).
-pub fn http_max(max_message: usize, answer: TooLarge) -> Receiver {
+pub(crate) fn http_max(max_message: usize, answer: TooLarge) -> Receiver {
     let receiver = serve_http_on(None, None);
     *receiver.received.http_max.lock().expect("limit lock") = Some((max_message, answer));
     receiver
@@ -454,7 +454,7 @@ fn serve_http_on(addr: Option<SocketAddr>, tls: Option<tokio_rustls::TlsAcceptor
 }
 
 /// [`http`] over TLS: a collector's `https://` endpoint.
-pub fn https(tls: ServerTls) -> Receiver {
+pub(crate) fn https(tls: ServerTls) -> Receiver {
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::{CertificateDer, PrivateKeyDer};
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -626,20 +626,20 @@ where
 }
 
 /// A self-signed certificate for `localhost` and its key (PEM).
-pub fn self_signed() -> (String, String) {
+pub(crate) fn self_signed() -> (String, String) {
     let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("certificate");
     (ck.cert.pem(), ck.signing_key.serialize_pem())
 }
 
 /// A CA, a server certificate for `localhost` and a client certificate,
 /// both signed by the CA (all PEM), for the mutual-TLS tests.
-pub struct Pki {
+pub(crate) struct Pki {
     pub ca: String,
     pub server: (String, String),
     pub client: (String, String),
 }
 
-pub fn pki() -> Pki {
+pub(crate) fn pki() -> Pki {
     use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair};
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -660,7 +660,7 @@ pub fn pki() -> Pki {
 
 /// Trace and log export settings from `pairs` only (the process
 /// environment is ignored); a later pair wins over an earlier one.
-pub fn export_configs(
+pub(crate) fn export_configs(
     pairs: &[(&str, &str)],
 ) -> (hermes_meter::export::ExportConfig, hermes_meter::export::ExportConfig) {
     use hermes_meter::export::{ExportConfig, ExportOverrides};

@@ -21,7 +21,7 @@ const DEFAULT_BIN: &str = "/usr/lib/postgresql/15/bin";
 const NOBODY: u32 = 65534;
 
 /// A running (or stopped) cluster; stopped and removed when dropped.
-pub struct Postgres {
+pub(crate) struct Postgres {
     dir: tempfile::TempDir,
     server: Option<Child>,
     /// With TLS: the loopback TCP port it also listens on.
@@ -30,7 +30,7 @@ pub struct Postgres {
 
 /// How [`Postgres::start_with`] sets the cluster up.
 #[derive(Default)]
-pub struct Options {
+pub(crate) struct Options {
     /// The `postgres` user's password; every connection must give it
     /// (SCRAM). Without it, local connections are trusted.
     pub password: Option<String>,
@@ -41,12 +41,12 @@ pub struct Options {
 
 impl Postgres {
     /// Makes a cluster and starts it; waits until it accepts connections.
-    pub fn start() -> Postgres {
+    pub(crate) fn start() -> Postgres {
         Self::start_with(Options::default())
     }
 
     /// [`Postgres::start`] with a password and TLS.
-    pub fn start_with(options: Options) -> Postgres {
+    pub(crate) fn start_with(options: Options) -> Postgres {
         let dir = tempfile::Builder::new()
             .prefix("hermes-meter-pg")
             .tempdir()
@@ -102,7 +102,7 @@ impl Postgres {
     }
 
     /// The libpq URL of the TCP listener (with TLS): `postgresql://postgres@127.0.0.1:PORT/postgres`.
-    pub fn tcp_url(&self) -> String {
+    pub(crate) fn tcp_url(&self) -> String {
         format!(
             "postgresql://postgres@127.0.0.1:{}/postgres",
             self.port.expect("started with TLS")
@@ -110,7 +110,7 @@ impl Postgres {
     }
 
     /// The fleet URL in libpq form, with the socket directory as host.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!(
             "postgresql://postgres@/postgres?host={}&port=5432",
             self.dir.path().display()
@@ -118,7 +118,7 @@ impl Postgres {
     }
 
     /// Stops the server (fast shutdown: sessions are cut) and waits for it.
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some(mut child) = self.server.take() {
             // SAFETY: signalling our own child.
             unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
@@ -128,7 +128,7 @@ impl Postgres {
 
     /// Starts the server again on the same data; waits until it accepts
     /// connections.
-    pub fn resume(&mut self) {
+    pub(crate) fn resume(&mut self) {
         assert!(self.server.is_none(), "already running");
         let log = std::fs::File::create(self.dir.path().join("server.log")).expect("log file");
         // Only a Unix socket unless TLS asked for the loopback listener.
@@ -150,7 +150,7 @@ impl Postgres {
     }
 
     /// Runs one SQL statement through psql and returns its output.
-    pub fn psql(&self, sql: &str) -> String {
+    pub(crate) fn psql(&self, sql: &str) -> String {
         let out = command("psql")
             .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-U", "postgres", "-h"])
             .arg(self.dir.path())
@@ -189,7 +189,7 @@ impl Postgres {
     }
 
     /// The cluster's directory.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         self.dir.path()
     }
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 /// The tables whose row counts `status` shows (`store_counts`), written
 /// out here so a table the store forgot to count fails the tests.
 #[allow(dead_code)]
-pub const COUNTED_TABLES: [&str; 9] = [
+pub(crate) const COUNTED_TABLES: [&str; 9] = [
     "journal",
     "runs",
     "turns",
@@ -20,7 +20,7 @@ pub const COUNTED_TABLES: [&str; 9] = [
 ];
 
 /// Every line of every fixture, file by file in name order.
-pub fn fixture_lines() -> Vec<String> {
+pub(crate) fn fixture_lines() -> Vec<String> {
     // The workspace's fixtures, from the root crate or a crate under crates/.
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
@@ -48,7 +48,7 @@ pub fn fixture_lines() -> Vec<String> {
 /// Copy `copy` of `lines`: every id made fresh (each Hermes id embeds its
 /// session id, whose date part is replaced) and every call moved `shift`
 /// seconds later (negative: earlier), with the times its kwargs carry.
-pub fn session_copy(lines: &[String], copy: usize, shift: f64) -> String {
+pub(crate) fn session_copy(lines: &[String], copy: usize, shift: f64) -> String {
     let stamp = format!("{:08}_", 10_000_000 + copy);
     let mut out = String::new();
     for line in lines {

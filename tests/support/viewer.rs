@@ -8,7 +8,7 @@ use hermes_meter::ui::{UiConfig, UiServer};
 
 /// The viewer of the store in `dir`, reading Hermes's `state.db` in
 /// `hermes_home` and linking traces with `trace_link`; no token.
-pub fn start(dir: &Path, hermes_home: Option<&Path>, trace_link: Option<TraceLink>) -> UiServer {
+pub(crate) fn start(dir: &Path, hermes_home: Option<&Path>, trace_link: Option<TraceLink>) -> UiServer {
     UiServer::start(UiConfig {
         listen: "127.0.0.1:0".into(),
         store_dir: dir.to_path_buf(),

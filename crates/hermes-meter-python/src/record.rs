@@ -20,7 +20,7 @@ use crate::hook::{write_json, Origin, RecordWriter};
 use super::copy::MAX_DEPTH;
 
 /// A record being written: its kwargs object is still open.
-pub struct Partial {
+pub(crate) struct Partial {
     writer: RecordWriter,
     /// Copies of the kwargs written by [`Partial::finish`], after [`scrub`].
     scrubbed: Map<String, Value>,
@@ -28,7 +28,7 @@ pub struct Partial {
 
 impl Partial {
     /// Starts the record of one `hook` call made at `origin`.
-    pub fn begin(hook: &str, at: f64, origin: Origin<'_>, capture: bool) -> Self {
+    pub(crate) fn begin(hook: &str, at: f64, origin: Origin<'_>, capture: bool) -> Self {
         Partial {
             writer: RecordWriter::begin(hook, at, origin, capture),
             scrubbed: Map::new(),
@@ -37,7 +37,7 @@ impl Partial {
 
     /// Writes `key` with a plain copy of `value`, or nothing when the copy
     /// is null (a kwarg Hermes passed as None, or that holds no plain value).
-    pub fn plain(&mut self, key: &str, value: &Bound<'_, PyAny>) {
+    pub(crate) fn plain(&mut self, key: &str, value: &Bound<'_, PyAny>) {
         let mark = self.writer.mark();
         self.writer.key(key);
         if !write_value(self.writer.buf(), value, 0) {
@@ -46,18 +46,18 @@ impl Partial {
     }
 
     /// Writes `key` with `value`, a copy already made ([`super::copy`]).
-    pub fn copied(&mut self, key: &str, value: &Value) {
+    pub(crate) fn copied(&mut self, key: &str, value: &Value) {
         self.writer.kwarg(key, value);
     }
 
     /// Keeps `value` (already copied) for [`scrub`] in [`Partial::finish`].
-    pub fn scrub_later(&mut self, key: &str, value: Value) {
+    pub(crate) fn scrub_later(&mut self, key: &str, value: Value) {
         self.scrubbed.insert(key.to_string(), value);
     }
 
     /// Scrubs the kept kwargs, writes what is left of them and ends the
     /// line (its newline included). Needs no GIL.
-    pub fn finish(mut self, hook: &str, opts: DecodeOptions) -> Vec<u8> {
+    pub(crate) fn finish(mut self, hook: &str, opts: DecodeOptions) -> Vec<u8> {
         scrub(hook, &mut self.scrubbed, opts);
         for (key, value) in &self.scrubbed {
             self.writer.kwarg(key, value);

@@ -171,7 +171,9 @@ pub fn raise_open_file_limit() -> u64 {
             rlim_max: hard as libc::rlim_t,
         };
         // SAFETY: setrlimit reads the struct it is given and nothing else.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } == 0 {
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
+        if rc == 0 {
             return want;
         }
     }
@@ -186,7 +188,9 @@ fn nofile() -> Option<(u64, u64)> {
         rlim_max: 0,
     };
     // SAFETY: getrlimit writes only the struct it is given.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    if rc != 0 {
         return None;
     }
     Some((limit.rlim_cur as u64, limit.rlim_max as u64))
@@ -229,7 +233,9 @@ impl HttpServer {
         listener.set_nonblocking(true).map_err(what)?;
         // Listening again on a listening socket only sets its queue length.
         // SAFETY: listen on a descriptor `listener` owns for this call.
-        if unsafe { libc::listen(listener.as_raw_fd(), LISTEN_BACKLOG) } != 0 {
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::listen(listener.as_raw_fd(), LISTEN_BACKLOG) };
+        if rc != 0 {
             return Err(what(std::io::Error::last_os_error()));
         }
         let answer = Arc::new(answer);

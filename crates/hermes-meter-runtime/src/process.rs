@@ -37,6 +37,7 @@ pub(crate) fn holder_is_gone(holder: &str, pid: Option<i64>) -> bool {
 #[cfg(unix)]
 fn is_alive(pid: i32) -> bool {
     // SAFETY: kill with signal 0 only checks that the process exists.
+    #[allow(unsafe_code)]
     let rc = unsafe { libc::kill(pid, 0) };
     rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }

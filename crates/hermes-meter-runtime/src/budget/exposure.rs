@@ -64,7 +64,9 @@ fn can_write(path: &Path) -> bool {
     };
     // SAFETY: `c` is a valid NUL-terminated path that outlives the call;
     // access(2) reads it and keeps nothing.
-    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::access(c.as_ptr(), libc::W_OK) };
+    rc == 0
 }
 
 /// Whether a user who can write the directory may replace the file in it:
@@ -74,6 +76,7 @@ fn may_replace(file: &std::fs::Metadata, dir: &std::fs::Metadata) -> bool {
         return true;
     }
     // SAFETY: getuid(2) cannot fail and takes no arguments.
+    #[allow(unsafe_code)]
     let uid = unsafe { libc::getuid() };
     uid == 0 || file.uid() == uid || dir.uid() == uid
 }

@@ -106,7 +106,7 @@ pub(crate) enum CaptureMode {
 
 impl CaptureMode {
     /// Parses the value (any case); `None` for anything else (read as off).
-    pub fn parse(s: &str) -> Option<Self> {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         Some(match s.trim().to_ascii_uppercase().as_str() {
             "TRUE" | "SPAN_ONLY" => CaptureMode::SpanOnly,
             "SPAN_AND_EVENT" => CaptureMode::SpanAndEvent,

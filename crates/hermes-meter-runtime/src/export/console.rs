@@ -7,7 +7,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
 
 /// Prints every span of `request`.
-pub fn print(request: &ExportTraceServiceRequest) {
+pub(super) fn print(request: &ExportTraceServiceRequest) {
     for rs in &request.resource_spans {
         for ss in &rs.scope_spans {
             for span in &ss.spans {

@@ -93,7 +93,7 @@ impl Transport {
     /// Builds the transport `config` asks for. Connects lazily: a collector
     /// that is down is not an error here. Must be called inside a tokio
     /// runtime context.
-    pub fn new(config: &ExportConfig) -> Result<Self> {
+    pub(crate) fn new(config: &ExportConfig) -> Result<Self> {
         if config.exporter.value == TracesExporter::Console {
             return Ok(Transport::Console);
         }
@@ -124,7 +124,7 @@ impl Transport {
     }
 
     /// Sends one request.
-    pub async fn send(&mut self, request: ExportTraceServiceRequest) -> Result<Accepted, SendError> {
+    pub(crate) async fn send(&mut self, request: ExportTraceServiceRequest) -> Result<Accepted, SendError> {
         match self {
             Transport::Grpc(t) => t.send(request).await,
             Transport::Http(t) => t.send(request).await,
@@ -137,7 +137,7 @@ impl Transport {
 
     /// Sends one logs request (to the logs endpoint of the config the
     /// transport was built from).
-    pub async fn send_logs(&mut self, request: ExportLogsServiceRequest) -> Result<Accepted, SendError> {
+    pub(crate) async fn send_logs(&mut self, request: ExportLogsServiceRequest) -> Result<Accepted, SendError> {
         match self {
             Transport::Grpc(t) => t.send_logs(request).await,
             Transport::Http(t) => t.send_logs(request).await,
@@ -150,7 +150,7 @@ impl Transport {
 
     /// Sends one metrics request (to the metrics endpoint of the config the
     /// transport was built from; see [`crate::config::export::Signal`]).
-    pub async fn send_metrics(&mut self, request: ExportMetricsServiceRequest) -> Result<Accepted, SendError> {
+    pub(crate) async fn send_metrics(&mut self, request: ExportMetricsServiceRequest) -> Result<Accepted, SendError> {
         match self {
             Transport::Grpc(t) => t.send_metrics(request).await,
             Transport::Http(t) => t.send_metrics(request).await,

@@ -40,9 +40,9 @@ use crate::pricing::PriceTable;
 mod kind {
     pub(crate) const LLM_CALL: i64 = 1;
     pub(crate) const LLM_ERROR: i64 = 2;
-    pub const TOOL: i64 = 3;
-    pub const TURN: i64 = 4;
-    pub const SESSION: i64 = 5;
+    pub(super) const TOOL: i64 = 3;
+    pub(super) const TURN: i64 = 4;
+    pub(super) const SESSION: i64 = 5;
     /// A held call confirmed after its LLM_CALL row was folded (written
     /// by the ledger, not a trigger).
     pub(crate) const CONFIRMED_COST: i64 = 6;

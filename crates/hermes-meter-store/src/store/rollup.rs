@@ -32,9 +32,9 @@ use crate::report::{Dim, Totals};
 pub(crate) const QUARTER: i64 = 900;
 /// An hour: the whole store's sums per hour (level 2) let a long report
 /// tell any zone's days apart from a quarter of the rows.
-pub const HOUR: i64 = 3_600;
+pub(super) const HOUR: i64 = 3_600;
 /// A UTC day: the coarse bucket.
-pub const DAY: i64 = 86_400;
+pub(super) const DAY: i64 = 86_400;
 
 /// How long before its session's first event a call may have ended, at
 /// most, by its own clock (a call's end time comes from Hermes, the
@@ -84,7 +84,7 @@ impl Gathered {
     }
 
     /// Every row: quarter hour, dimension, key, sums, estimate.
-    pub fn rows(self) -> impl Iterator<Item = (i64, Dim, String, Totals, f64)> {
+    pub(super) fn rows(self) -> impl Iterator<Item = (i64, Dim, String, Totals, f64)> {
         self.0.into_iter().flat_map(|((bucket, dim), keys)| {
             keys.into_iter()
                 .map(move |(key, (totals, estimate))| (bucket, dim, key, totals, estimate))

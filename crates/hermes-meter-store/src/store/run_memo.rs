@@ -44,7 +44,7 @@ pub(super) struct RunFacts {
 impl RunFacts {
     /// The columns after the ledger's refresh with what `says` (the same
     /// rules as the UPDATE in `touch_run`).
-    pub fn with(&self, says: &RunSays<'_>) -> RunFacts {
+    pub(super) fn with(&self, says: &RunSays<'_>) -> RunFacts {
         let pick = |new: Option<&str>, old: &Option<String>| new.map(str::to_string).or_else(|| old.clone());
         RunFacts {
             has_platform: self.has_platform || says.platform.is_some(),
@@ -110,18 +110,18 @@ pub(crate) struct RunMemo {
 
 impl RunMemo {
     /// Forgets everything when another connection has committed since.
-    pub fn follow(&mut self, data_version: i64) {
+    pub(super) fn follow(&mut self, data_version: i64) {
         if self.data_version != Some(data_version) {
             self.runs.clear();
             self.data_version = Some(data_version);
         }
     }
 
-    pub fn get(&self, session_id: &str) -> Option<&RunFacts> {
+    pub(super) fn get(&self, session_id: &str) -> Option<&RunFacts> {
         self.runs.get(session_id)
     }
 
-    pub fn put(&mut self, session_id: &str, facts: RunFacts) {
+    pub(super) fn put(&mut self, session_id: &str, facts: RunFacts) {
         if let Some(known) = self.runs.get_mut(session_id) {
             *known = facts;
             return;

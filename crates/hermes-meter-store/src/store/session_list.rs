@@ -39,7 +39,7 @@ const HOUR: f64 = 3600.0;
 const MOST_ROWS: usize = 1000;
 /// The most values one filter's text selects; the rest are named as left
 /// out ([`FilterValues::more`]).
-pub const MOST_VALUES: usize = 64;
+pub(super) const MOST_VALUES: usize = 64;
 /// The most distinct values of one dimension looked at when resolving a
 /// filter (a bound on its time in a store of many senders).
 const MOST_LOOKED_AT: usize = 100_000;

@@ -746,7 +746,7 @@ fn link_child(tx: &Transaction<'_>, child: &str, parent: &str) -> Result<()> {
 }
 
 /// The job id of a cron session id `cron_{job_id}_{YYYYMMDD}_{HHMMSS}`.
-pub fn cron_job_id(session_id: &str) -> Option<String> {
+pub(super) fn cron_job_id(session_id: &str) -> Option<String> {
     let rest = session_id.strip_prefix("cron_")?;
     // The job id may itself contain underscores; the stamp is the last two parts.
     let mut parts = rest.rsplitn(3, '_');
