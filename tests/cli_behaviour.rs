@@ -1296,3 +1296,64 @@ fn with_no_store_yet_status_names_the_sessions_hermes_ran_without_the_plugin() {
     let o = status();
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
 }
+
+/// `report --price-as MODEL` re-prices every call of the window with its
+/// own tokens at MODEL's rates, beside what the calls were billed; a model
+/// with no price is one line on stderr (exit 1).
+#[test]
+fn report_price_as_reprices_each_calls_tokens_at_another_models_rates() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = dir.path().join("meter");
+    std::fs::create_dir_all(&home).expect("home");
+    std::fs::write(
+        home.join("pricing.toml"),
+        "[models.\"mock-model\"]\ninput = 3.0\noutput = 15.0\n\n\
+         [models.\"cheap-1\"]\ninput = 0.5\noutput = 2.0\ncache_read = 0.5\ncache_write = 0.5\n",
+    )
+    .expect("prices");
+    for name in ["failonce.jsonl", "delegate_sync.jsonl", "multi_turn.jsonl"] {
+        let o = run(&home, &["replay", fixture(name).to_str().expect("utf-8 path")]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let report: serde_json::Value =
+        serde_json::from_slice(&run(&home, &["report", "--json"]).stdout).expect("report json");
+    let t = &report["totals"];
+    let tokens = |k: &str| t[k].as_i64().expect("a count");
+    let o = run(&home, &["report", "--json", "--price-as", "cheap-1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let p = &v["price_as"]["totals"];
+    assert_eq!(p["llm_calls"], t["llm_calls"]);
+    let input = tokens("input_tokens") + tokens("cache_read_tokens") + tokens("cache_write_tokens");
+    assert_eq!(p["input_tokens"].as_i64(), Some(input));
+    let want = (input as f64 * 0.5 + tokens("output_tokens") as f64 * 2.0) / 1e6;
+    let got = p["at_price_usd"].as_f64().expect("a cost");
+    assert!((got - want).abs() < 1e-9, "{got} {want}");
+    let billed = p["billed_usd"].as_f64().expect("billed");
+    assert!((billed - t["cost_usd"].as_f64().expect("cost")).abs() < 1e-9 && billed > got);
+    // Grouped by the model billed and the kind of session; the subagent's
+    // calls are its own kind.
+    assert_eq!(v["price_as"]["by_model"]["mock-model"], *p);
+    assert!(
+        v["price_as"]["by_kind"]["subagent"]["llm_calls"].as_i64() > Some(0),
+        "{v}"
+    );
+    assert!(v["caveats"][0].as_str().expect("a caveat").contains("tokenizer"));
+
+    let o = run(&home, &["report", "--price-as", "cheap-1"]);
+    let text = stdout(&o);
+    assert!(text.contains(&format!("would have cost ${got:.4}")), "{text}");
+    assert!(
+        text.contains("by kind of session") && text.contains("caveats:"),
+        "{text}"
+    );
+
+    let o = run(&home, &["report", "--price-as", "no-such-model\x1b[2J"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("no price for no-such-model") && !stderr(&o).contains('\x1b'),
+        "{}",
+        stderr(&o)
+    );
+    assert!(o.stdout.is_empty());
+}

@@ -372,8 +372,9 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Report(args) => {
             // Arguments first: a bad window is reported before any store work.
             let window = report::window(&args)?;
-            let store = open_for_reading(existing_home(cli.home)?.value)?;
-            report::run(&store, &args, window)
+            let dir = existing_home(cli.home)?.value;
+            let store = open_for_reading(dir.clone())?;
+            report::run(&store, &dir, &args, window)
         }
         Command::Serve(args) => export::serve(&existing_home(cli.home)?.value, &args),
         Command::Export(args) => export::export(&existing_home(cli.home)?.value, &args),

@@ -8,6 +8,7 @@ use jiff::tz::TimeZone;
 use super::time;
 use crate::display::escape;
 use crate::error::{Error, Result};
+use crate::price_as::{PriceAs, PriceAsSums};
 use crate::report::{Group, Report, Totals};
 use crate::store::Reader;
 
@@ -31,6 +32,10 @@ pub(crate) struct ReportArgs {
     /// Rows per table in the human form.
     #[arg(long, default_value_t = 20)]
     limit: usize,
+    /// What the window's LLM calls would have cost at MODEL's prices (each
+    /// call's own tokens), beside what they were billed.
+    #[arg(long, value_name = "MODEL")]
+    price_as: Option<String>,
 }
 
 /// The report's window and zone, read from the arguments.
@@ -67,7 +72,10 @@ pub(super) fn window(args: &ReportArgs) -> Result<Window> {
     Ok(Window { tz, since, until })
 }
 
-pub(super) fn run(store: &Reader, args: &ReportArgs, window: Window) -> Result<i32> {
+pub(super) fn run(store: &Reader, dir: &std::path::Path, args: &ReportArgs, window: Window) -> Result<i32> {
+    if let Some(model) = &args.price_as {
+        return price_as(store, dir, args, &window, model);
+    }
     let Window { tz, since, until } = window;
     // Rollups answer for most of the window (store/rollup.rs): the time
     // follows the buckets and keys printed, not the calls in the window.
@@ -82,6 +90,108 @@ pub(super) fn run(store: &Reader, args: &ReportArgs, window: Window) -> Result<i
         print!("{}", render(&report, args.limit));
     }
     Ok(0)
+}
+
+/// `report --price-as MODEL`: the window re-priced at MODEL's prices from
+/// the price table this store uses (the built-in one and pricing.toml).
+fn price_as(store: &Reader, dir: &std::path::Path, args: &ReportArgs, window: &Window, model: &str) -> Result<i32> {
+    let prices = crate::config::load_prices(&dir.join(crate::config::PRICING_FILE_NAME))?;
+    let mut sums = match PriceAs::new(&prices, model) {
+        Ok(sums) => sums,
+        Err(why) => {
+            eprintln!("hermes-meter: --price-as: {why}");
+            return Ok(1);
+        }
+    };
+    store.for_each_recorded_call(window.since, window.until, |call| sums.add(&prices, call))?;
+    if args.json {
+        let at = |t: f64| {
+            jiff::Timestamp::from_microsecond((t * 1e6) as i64)
+                .map(|ts| ts.to_string())
+                .unwrap_or_default()
+        };
+        let value = serde_json::json!({
+            "since": at(window.since),
+            "until": at(window.until),
+            "price_as": sums,
+            "caveats": sums.caveats(),
+        });
+        let text = serde_json::to_string_pretty(&value).map_err(|e| Error::Other(e.to_string()))?;
+        println!("{text}");
+    } else {
+        print!("{}", render_price_as(&sums, args.limit));
+    }
+    Ok(0)
+}
+
+/// The human form of a re-pricing: totals, then by model and by kind of
+/// session (most billed first), then the caveats.
+fn render_price_as(r: &PriceAs, limit: usize) -> String {
+    let mut out = String::new();
+    let t = &r.totals;
+    let saved = t.billed_usd - t.at_price_usd;
+    let _ = writeln!(
+        out,
+        "{} LLM call(s) billed ${:.4}; at {}'s prices (priced as {}) they would have cost ${:.4}: {} by ${:.4} ({})",
+        t.llm_calls,
+        t.billed_usd,
+        escape(&r.model),
+        escape(&r.priced_as),
+        t.at_price_usd,
+        if saved >= 0.0 { "less" } else { "more" },
+        saved.abs(),
+        percent(t.at_price_usd, t.billed_usd),
+    );
+    for (title, groups) in [("by model billed", &r.by_model), ("by kind of session", &r.by_kind)] {
+        let mut rows: Vec<(&String, &PriceAsSums)> = groups.iter().collect();
+        rows.sort_by(|a, b| b.1.billed_usd.total_cmp(&a.1.billed_usd).then(a.0.cmp(b.0)));
+        let _ = writeln!(out, "\n{title}");
+        let _ = writeln!(
+            out,
+            "  {:<32} {:>8} {:>15} {:>12} {:>12} {:>8}",
+            "", "calls", "tokens in/out", "billed", "at price", "change"
+        );
+        for (name, s) in rows.iter().take(limit) {
+            let name: String = name.chars().take(32).collect();
+            let _ = writeln!(
+                out,
+                "  {:<32} {:>8} {:>15} {:>12} {:>12} {:>8}",
+                escape(&name),
+                s.llm_calls,
+                format!("{}/{}", human(s.input_tokens), human(s.output_tokens)),
+                format!("${:.4}", s.billed_usd),
+                format!("${:.4}", s.at_price_usd),
+                percent(s.at_price_usd, s.billed_usd),
+            );
+        }
+        if rows.len() > limit {
+            let _ = writeln!(out, "  ... {} more (--limit)", rows.len() - limit);
+        }
+    }
+    let _ = writeln!(out, "\ncaveats:");
+    for c in r.caveats() {
+        let _ = writeln!(out, "- {c}");
+    }
+    out
+}
+
+/// `to` against `from` as a signed percentage, or `-` when `from` is 0.
+fn percent(to: f64, from: f64) -> String {
+    if from > 0.0 {
+        format!("{:+.0}%", 100.0 * (to - from) / from)
+    } else {
+        "-".to_string()
+    }
+}
+
+/// A token count in thousands or millions.
+fn human(n: i64) -> String {
+    match n {
+        n if n >= 10_000_000 => format!("{:.0}M", n as f64 / 1e6),
+        n if n >= 1_000_000 => format!("{:.1}M", n as f64 / 1e6),
+        n if n >= 10_000 => format!("{:.0}k", n as f64 / 1e3),
+        n => n.to_string(),
+    }
 }
 
 /// Writes the report of `[since, until)` as JSON to `out`, its session

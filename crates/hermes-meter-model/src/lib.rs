@@ -12,6 +12,7 @@ pub mod display;
 pub mod hook;
 pub mod metrics;
 pub mod model;
+pub mod price_as;
 pub mod pricing;
 pub mod redact;
 pub mod report;

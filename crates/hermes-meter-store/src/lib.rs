@@ -18,7 +18,9 @@ pub mod store;
 pub use error::{Error, Result};
 
 // The model, under the paths this crate's modules name it by.
-use hermes_meter_model::{budget, content, hook, metrics, model, pricing, report, semconv, span, tool_outcome};
+use hermes_meter_model::{
+    budget, content, hook, metrics, model, price_as, pricing, report, semconv, span, tool_outcome,
+};
 
 /// Now, in Unix seconds: the time the store records (0 if the clock is
 /// before 1970).
