@@ -6,8 +6,7 @@
 
 use hyper::Uri;
 
-/// The variable that sets the link, when `ui --trace-url` is not given.
-pub const TRACE_URL_ENV: &str = "HERMES_METER_TRACE_URL";
+use crate::config::cli::TRACE_URL_ENV;
 
 /// Where the trace id goes in a template.
 const ID: &str = "{trace_id}";
@@ -82,8 +81,7 @@ impl TraceLink {
     /// and gives no link: the viewer still starts (the dashboard tab
     /// runs it too).
     pub fn from_settings(flag: Option<String>, endpoint: Option<&str>) -> Option<TraceLink> {
-        let set = flag.or_else(|| crate::config::process_var(TRACE_URL_ENV));
-        match set {
+        match crate::config::cli::trace_url(flag) {
             Some(text) => TraceLink::parse(&text).unwrap_or_else(|e| {
                 eprintln!("hermes-meter: {e}; the session pages link to no trace UI");
                 None

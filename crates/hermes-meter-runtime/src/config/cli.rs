@@ -18,6 +18,8 @@ pub const HERMES_PYTHON_ENV: &str = "HERMES_METER_HERMES_PYTHON";
 pub(crate) const RUST_LOG_ENV: &str = "RUST_LOG";
 /// The viewer's access token, when `--token` is not given.
 pub const UI_TOKEN_ENV: &str = "HERMES_METER_UI_TOKEN";
+/// Where the viewer links a session's trace, when `--trace-url` is not given.
+pub const TRACE_URL_ENV: &str = "HERMES_METER_TRACE_URL";
 
 /// The log filter text and the variable it came from: `HERMES_METER_LOG`
 /// when set and not blank, else `RUST_LOG` (possibly empty: the caller's
@@ -48,6 +50,12 @@ pub fn hermes_python() -> Option<PathBuf> {
 /// (an empty value included, as clap's `env` read it before).
 pub fn ui_token(flag: Option<String>) -> Option<String> {
     flag.or_else(|| super::process_var(UI_TOKEN_ENV))
+}
+
+/// Where the viewer links traces: `flag`, else `HERMES_METER_TRACE_URL`
+/// as set (empty included: no link).
+pub fn trace_url(flag: Option<String>) -> Option<String> {
+    flag.or_else(|| super::process_var(TRACE_URL_ENV))
 }
 
 /// The command search path (`PATH`), empty when unset.
