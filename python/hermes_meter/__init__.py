@@ -116,6 +116,10 @@ def register(ctx: Any) -> None:
         _SlashCommand(ctx),
         description="This session's cost and tokens, and today's spend (hermes-meter)",
     )
+    # The agent can ask what it spent and what is left (read-only).
+    from . import _agent_tool
+
+    agent_tool = _agent_tool.register(ctx) if _native.agent_tool_enabled() else None
     _flush_at_exit()
     # The dashboard finds its tab among files: a `hermes dashboard` process
     # runs no hook, so this cannot wait (a few small files compared).
@@ -133,6 +137,7 @@ def register(ctx: Any) -> None:
         tool_gate="pre_tool_call" in ours,
         bounded_dispatch=_skips.bounded_dispatch(),
         deliver=_deliver.target_from_env() is not None,
+        agent_tool=agent_tool,
     )
     # Hermes 0.22 marks a context whose load overran its deadline: whatever
     # it registered is thrown away (nothing is recorded in this process).

@@ -108,6 +108,9 @@ class Facts:
     #: Hermes runs hooks on workers with a time cap and skips overlapping
     #: calls (``hermes_cli.plugins_dispatch``, 0.21 and later).
     bounded_dispatch: bool = False
+    #: The agent's ``meter_spend`` tool: registered (True), not taken by
+    #: this Hermes (False), or turned off (``HERMES_METER_AGENT_TOOL=off``: None).
+    agent_tool: bool | None = None
     #: The running Hermes's version, once known (``settle``).
     version: Version | None = None
 
@@ -585,6 +588,14 @@ _CLASSIFY = Point(
     "a budget stop is retried by Hermes as an API error (no spend, extra attempts)",
 )
 
+_AGENT_TOOL = Point(
+    "ctx",
+    ("register_tool",),
+    _V19_23,
+    "registered: the agent can ask its spend and budgets' headroom (meter_spend, read-only)",
+    "the agent cannot ask what it spent or what is left (no meter_spend tool)",
+)
+
 
 def decisions(facts: Facts) -> list[State]:
     """What registration could and could not do on this Hermes."""
@@ -603,6 +614,9 @@ def decisions(facts: Facts) -> list[State]:
             "transform_api_error_classification"
         ):
             out.append(State(_CLASSIFY, MISSING, _CLASSIFY.lost))
+    if facts.agent_tool is not None:
+        state = ACTIVE if facts.agent_tool else MISSING
+        out.append(State(_AGENT_TOOL, state, "" if facts.agent_tool else _AGENT_TOOL.lost))
     return out
 
 

@@ -193,6 +193,7 @@ class Context:
     def __init__(self, dispatcher: Dispatcher) -> None:
         self._dispatcher = dispatcher
         self.commands: dict[str, Any] = {}
+        self.tools: dict[str, Any] = {}
 
     def register_hook(self, name: str, callback: Callable[..., Any]) -> None:
         self._dispatcher._hooks.setdefault(name, []).append(callback)
@@ -202,6 +203,9 @@ class Context:
 
     def register_cli_command(self, name: str, **kwargs: Any) -> None:
         pass
+
+    def register_tool(self, name: str, toolset: str, schema: dict, handler: Any, **kwargs: Any) -> None:
+        self.tools[name] = handler
 
     def register_command(self, name: str, handler: Any, description: str = "", args_hint: str = "") -> None:
         self.commands[name] = handler

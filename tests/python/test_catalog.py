@@ -83,7 +83,7 @@ def entry() -> dict:
 def test_on_a_hermes_that_knows_every_hook_it_registers_what_it_declares(tmp_path, manifest, entry):
     got = registered("main", tmp_path)
     assert got["hooks"] == sorted(manifest["provides_hooks"])
-    assert got["tools"] == manifest["provides_tools"] == []
+    assert got["tools"] == manifest["provides_tools"] == ["meter_spend"]
     caps = entry["capabilities"]
     assert got["hooks"] == sorted(caps["provides_hooks"])
     assert got["middleware"] == sorted(caps["provides_middleware"]) == ["llm_execution", "llm_request"]

@@ -63,6 +63,7 @@ FAKE_HERMES = textwrap.dedent(
         def register_middleware(self, kind, cb): pass
         def register_cli_command(self, *a, **k): pass
         def register_command(self, *a, **k): pass
+        def register_tool(self, *a, **k): pass
     CTX = Ctx()
     """
 )

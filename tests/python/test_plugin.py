@@ -46,10 +46,16 @@ class FakeContext:
         self.hooks: dict[str, object] = {}
         self.cli: dict[str, dict] = {}
         self.commands: dict[str, dict] = {}
+        self.tools: dict[str, dict] = {}
 
     def register_hook(self, name, callback):
         assert name not in self.hooks, f"{name} registered twice"
         self.hooks[name] = callback
+
+    def register_tool(self, name, toolset, schema, handler, check_fn=None, requires_env=None, is_async=False,
+                      description="", emoji="", override=False):  # fmt: skip
+        assert name not in self.tools and not override
+        self.tools[name] = {"toolset": toolset, "schema": schema, "handler": handler}
 
     def register_cli_command(self, name, help, setup_fn, handler_fn=None, description=""):
         self.cli[name] = {"setup_fn": setup_fn, "handler_fn": handler_fn}
@@ -93,6 +99,41 @@ def test_observe_mode_does_not_register_the_gating_tool_hook() -> None:
     assert p.returncode == 0, p.stderr
     names = p.stdout.strip().split(",")
     assert "pre_tool_call" not in names and len(names) == len(ALL_HOOKS)
+
+
+def test_the_agent_asks_its_spend_through_its_tool_and_a_setting_turns_it_off() -> None:
+    ctx = FakeContext()
+    hermes_meter.register(ctx)
+    tool = ctx.tools["meter_spend"]
+    assert tool["toolset"] == "hermes-meter" and tool["schema"]["name"] == "meter_spend"
+    assert tool["schema"]["parameters"]["properties"] == {}
+    recs = fixture_records("delegate_sync")
+    replay(recs, ctx.hooks)
+    session = recs[0]["kwargs"]["session_id"]
+    answer = json.loads(tool["handler"]({}, session_id=session, task_id="t"))
+    assert answer["schema"] == "hermes-meter.agent.v1", answer
+    # What the ledger holds for that session and its subagent.
+    assert answer["session"]["session_id"] == session and answer["session"]["subagents"] == 1, answer
+    assert answer["session"]["llm_calls"] == sum(1 for r in recs if r["hook"] == "post_api_request")
+    # No session from Hermes: still an answer, never an exception.
+    assert json.loads(tool["handler"]({}))["session"] is None
+
+    code = textwrap.dedent(
+        """
+        import hermes_meter
+        tools = []
+        class Ctx:
+            def register_hook(self, name, cb): pass
+            def register_cli_command(self, *a, **k): pass
+            def register_command(self, *a, **k): pass
+            def register_tool(self, name, *a, **k): tools.append(name)
+        hermes_meter.register(Ctx())
+        print(",".join(tools) or "none")
+        """
+    )
+    p = run_python(code, HERMES_METER_AGENT_TOOL="off")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "none"
 
 
 @pytest.mark.parametrize(

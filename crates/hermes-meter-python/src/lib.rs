@@ -461,6 +461,45 @@ fn meter_command(
     }
 }
 
+/// Whether the agent gets the `meter_spend` tool (`HERMES_METER_AGENT_TOOL`).
+#[pyfunction]
+fn agent_tool_enabled(py: Python<'_>) -> bool {
+    bridge(py).config().agent_tool
+}
+
+/// The `meter_spend` tool's JSON schema, as JSON text.
+#[pyfunction]
+fn agent_tool_schema() -> String {
+    hermes_meter::agent_tool::schema().to_string()
+}
+
+/// The `meter_spend` tool's answer for `session_id`, as JSON text. Never
+/// raises: a failure is `{"error": ...}` for the model to read.
+#[pyfunction]
+#[pyo3(signature = (session_id = None))]
+fn meter_spend(py: Python<'_>, session_id: Option<String>) -> String {
+    let bridge = bridge(py);
+    let dir = bridge.config().store_dir.clone();
+    let result = exiting::detach(py, move || {
+        catch_unwind(AssertUnwindSafe(|| {
+            // This turn's calls land first, as for `/meter`.
+            bridge.flush(SLASH_FLUSH_TIMEOUT);
+            hermes_meter::agent_tool::answer(
+                &dir,
+                session_id.as_deref(),
+                bridge::unix_now(),
+                &jiff::tz::TimeZone::system(),
+            )
+        }))
+    });
+    let error = match result {
+        Ok(Ok(value)) => return value.to_string(),
+        Ok(Err(e)) => e.to_string(),
+        Err(payload) => bridge::panic_text(payload.as_ref()),
+    };
+    serde_json::json!({ "error": format!("hermes-meter could not read its ledger: {error}") }).to_string()
+}
+
 /// For the plugin's delivery of alerts through Hermes (`_deliver.py`): up
 /// to `limit` alerts due, each claimed by this process for one send, as
 /// `(kind, key, text)`. Empty when there are none, or on any failure
@@ -557,6 +596,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stats, m)?)?;
     m.add_function(wrap_pyfunction!(store_dir, m)?)?;
     m.add_function(wrap_pyfunction!(meter_command, m)?)?;
+    m.add_function(wrap_pyfunction!(agent_tool_enabled, m)?)?;
+    m.add_function(wrap_pyfunction!(agent_tool_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(meter_spend, m)?)?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(claim_alert_deliveries, m)?)?;
     m.add_function(wrap_pyfunction!(alert_delivery_done, m)?)?;

@@ -14,6 +14,7 @@ pub use hermes_meter_model::{
     content, display, hook, metrics, model, price_as, pricing, redact, report, semconv, span, tool_outcome,
 };
 
+pub mod agent_tool;
 pub mod bridge;
 pub mod budget;
 pub mod config;

@@ -26,6 +26,9 @@ pub mod env {
     pub(crate) const HOOK_WAIT_MS: &str = "HERMES_METER_HOOK_WAIT_MS";
     /// `enforce` (the default) or `observe`: whether budgets may block.
     pub(crate) const BUDGET_MODE: &str = "HERMES_METER_BUDGET_MODE";
+    /// `on` (the default) or `off`: whether the agent gets the read-only
+    /// `meter_spend` tool.
+    pub(crate) const AGENT_TOOL: &str = "HERMES_METER_AGENT_TOOL";
     /// Test-only: the name of a hook whose Rust path panics (`*`: every
     /// hook). Read only by a build with the `test-hooks` feature.
     pub const TEST_PANIC: &str = "HERMES_METER_TEST_PANIC";
@@ -62,6 +65,9 @@ pub struct BridgeConfig {
     pub decode: DecodeOptions,
     /// Whether gating hooks are registered and may block.
     pub budget_mode: BudgetMode,
+    /// Whether the plugin registers the agent's `meter_spend` tool
+    /// (`HERMES_METER_AGENT_TOOL`).
+    pub agent_tool: bool,
     /// The mode `HERMES_METER_BUDGET_MODE` sets, when it is set and valid:
     /// it overrides the budget file's `mode` in the gate.
     pub budget_mode_override: Option<BudgetMode>,
@@ -117,6 +123,7 @@ impl BridgeConfig {
             hook_wait: DEFAULT_HOOK_WAIT,
             decode: DecodeOptions::default(),
             budget_mode: BudgetMode::Enforce,
+            agent_tool: true,
             budget_mode_override: None,
             fleet: false,
             fleet_unsynced: hermes_meter_model::budget::Unsynced::default(),
@@ -186,6 +193,17 @@ impl BridgeConfig {
                 )),
             }
         }
+        if let Some(v) = var(env::AGENT_TOOL) {
+            match v.to_string_lossy().trim().to_ascii_lowercase().as_str() {
+                "on" | "1" | "true" | "yes" => cfg.agent_tool = true,
+                "off" | "0" | "false" | "no" => cfg.agent_tool = false,
+                _ => cfg.warnings.push(format!(
+                    "{}={:?} is neither on nor off; the agent's meter_spend tool stays on",
+                    env::AGENT_TOOL,
+                    v
+                )),
+            }
+        }
         // The writer's idle sweep and the exporter's close runs after the
         // same idle time: one setting, one parser.
         let idle = super::export::env::IDLE_TIMEOUT_SECONDS;
@@ -225,13 +243,16 @@ mod tests {
         assert_eq!(cfg.budget_mode, BudgetMode::Enforce);
         assert_eq!(cfg.budget_mode_override, None);
         assert!(!cfg.fleet);
+        assert!(cfg.agent_tool, "the agent's tool is on by default");
         assert!(cfg.warnings.is_empty());
         let cfg = BridgeConfig::from_vars(vars(&[
             ("HERMES_METER_HOOK_WAIT_MS", "5"),
             ("HERMES_METER_BUDGET_MODE", "Observe"),
             ("HERMES_METER_TEST_PANIC", "post_tool_call"),
+            ("HERMES_METER_AGENT_TOOL", " Off"),
         ]));
         assert_eq!(cfg.hook_wait, Duration::from_millis(5));
+        assert!(!cfg.agent_tool);
         assert_eq!(cfg.budget_mode, BudgetMode::Observe);
         assert_eq!(cfg.budget_mode_override, Some(BudgetMode::Observe));
         #[cfg(feature = "test-hooks")]
@@ -239,11 +260,13 @@ mod tests {
         let cfg = BridgeConfig::from_vars(vars(&[
             ("HERMES_METER_HOOK_WAIT_MS", "soon"),
             ("HERMES_METER_BUDGET_MODE", "strict"),
+            ("HERMES_METER_AGENT_TOOL", "maybe"),
         ]));
         assert_eq!(cfg.hook_wait, DEFAULT_HOOK_WAIT);
+        assert!(cfg.agent_tool, "an invalid value keeps the default");
         assert_eq!(cfg.budget_mode, BudgetMode::Enforce);
         assert_eq!(cfg.budget_mode_override, None, "an invalid mode overrides nothing");
-        assert_eq!(cfg.warnings.len(), 2);
+        assert_eq!(cfg.warnings.len(), 3);
     }
 
     #[test]

@@ -28,6 +28,7 @@
 //!   turns auto-checkpointing off and [`Writer::checkpoint`] is called from a
 //!   background path instead.
 
+mod agent_view;
 mod budget;
 mod by_session;
 mod content;
@@ -48,6 +49,7 @@ mod session_list;
 mod session_view;
 mod trace_view;
 
+pub use agent_view::{CostlySession, ToolUse};
 pub use budget::CapUse;
 pub use budget::{AlertRow, AlertSink, RecentAlert, RESERVATION_TTL_SECONDS};
 pub use content::{ContentCursor, ContentKind};

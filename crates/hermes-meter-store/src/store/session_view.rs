@@ -100,19 +100,23 @@ impl Reader {
                     COALESCE(SUM(cost_usd), 0), COUNT(DISTINCT session_id)
              FROM llm_calls WHERE ended_at >= ?1 AND ended_at < ?2",
             params![since, until],
-            |r| {
-                Ok(SpendTotals {
-                    llm_calls: r.get(0)?,
-                    input_tokens: r.get(1)?,
-                    output_tokens: r.get(2)?,
-                    cache_read_tokens: r.get(3)?,
-                    cache_write_tokens: r.get(4)?,
-                    cost_usd: r.get(5)?,
-                    sessions: r.get(6)?,
-                })
-            },
+            spend_row,
         )?)
     }
+}
+
+/// A [`SpendTotals`] from a row of calls, input and output tokens, cache
+/// reads and writes, cost and sessions, in that order.
+pub(super) fn spend_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SpendTotals> {
+    Ok(SpendTotals {
+        llm_calls: r.get(0)?,
+        input_tokens: r.get(1)?,
+        output_tokens: r.get(2)?,
+        cache_read_tokens: r.get(3)?,
+        cache_write_tokens: r.get(4)?,
+        cost_usd: r.get(5)?,
+        sessions: r.get(6)?,
+    })
 }
 
 #[cfg(test)]
