@@ -32,7 +32,8 @@ step() { printf '\n== %s\n' "$*"; }
 
 step "tools venv ($VENV)"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-"$VENV/bin/python" -m pip install "${PIP[@]}" "maturin>=1.7,<2" "ruff>=0.6" "pytest>=8" "pyyaml>=6" "ziglang>=0.13"
+# mcp: the Model Context Protocol's Python SDK, the real client tests/python/test_mcp.py drives `hermes-meter mcp` with.
+"$VENV/bin/python" -m pip install "${PIP[@]}" "maturin>=1.7,<2" "ruff>=0.6" "pytest>=8" "pyyaml>=6" "ziglang>=0.13" "mcp==2.3.0"
 
 step "wheel (manylinux_2_28, abi3) and sdist"
 rm -rf "$WORK/wheels" "$WORK/test-wheels" "$WORK/sdist"
@@ -83,7 +84,7 @@ step "test wheel (feature test-hooks)"
 TEST_WHEEL=$(ls "$WORK"/test-wheels/hermes_meter-*.whl | tail -n 1)
 
 step "ruff"
-LINT=(python catalog collector-config/check_versions.py tests/python tests/e2e/conftest.py tests/e2e/test_scenarios.py tests/e2e/test_crash.py benches/hook_overhead.py benches/register_time.py benches/pipeline.py tests/e2e/test_budgets.py tests/e2e/test_otlp.py tests/e2e/test_traces.py tests/e2e/otlp_sidecar.py tests/e2e/scripts/gateway_session.py tests/e2e/scripts/pipeline_control.py tests/e2e/test_dashboard.py tests/e2e/dashboard_probe.py tests/e2e/test_older_hermes.py tests/e2e/test_fleet.py tests/e2e/test_wheel.py tests/e2e/test_pipeline.py tests/e2e/pipeline_sidecar.py tests/e2e/grafana_panels.py tests/e2e/test_grafana_totals.py tests/e2e/test_isolation.py tests/e2e/test_dropped_load.py)
+LINT=(python catalog collector-config/check_versions.py tests/python tests/e2e/conftest.py tests/e2e/test_scenarios.py tests/e2e/test_crash.py benches/hook_overhead.py benches/register_time.py benches/pipeline.py tests/e2e/test_budgets.py tests/e2e/test_otlp.py tests/e2e/test_traces.py tests/e2e/otlp_sidecar.py tests/e2e/scripts/gateway_session.py tests/e2e/scripts/pipeline_control.py tests/e2e/test_dashboard.py tests/e2e/dashboard_probe.py tests/e2e/test_older_hermes.py tests/e2e/test_fleet.py tests/e2e/test_wheel.py tests/e2e/test_pipeline.py tests/e2e/pipeline_sidecar.py tests/e2e/grafana_panels.py tests/e2e/test_grafana_totals.py tests/e2e/test_isolation.py tests/e2e/test_dropped_load.py tests/e2e/test_agent_tool.py)
 "$VENV/bin/ruff" format --check "${LINT[@]}"
 "$VENV/bin/ruff" check "${LINT[@]}"
 

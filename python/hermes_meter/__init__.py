@@ -267,6 +267,7 @@ _CLI_COMMANDS = {
     "export": "re-send every finished span since a time",
     "replay": "apply recorded hook calls (JSON lines) to the store",
     "compact": "build report's rollups, then give back the space retention freed",
+    "mcp": "the store for MCP clients on stdin/stdout: spend, budgets, reports, sessions (read-only)",
 }
 
 

@@ -76,6 +76,7 @@ mod doctor;
 mod export;
 mod held;
 mod logs_status;
+mod mcp;
 mod metrics_status;
 mod pricing;
 mod report;
@@ -167,6 +168,8 @@ enum Command {
     Trace(trace::TraceArgs),
     /// A local read-only web viewer: sessions, their spans, budgets.
     Ui(ui::UiArgs),
+    /// The store for MCP clients, on stdin/stdout: spend, budgets, reports, a session's spans, a session search (read-only).
+    Mcp,
 }
 
 /// Runs the CLI with `args` (including the program name) and returns the
@@ -402,6 +405,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             trace::run(&store, &args)
         }
         Command::Ui(args) => ui::run(&existing_home(cli.home)?.value, &args),
+        Command::Mcp => mcp::run(existing_home(cli.home)?.value),
         Command::Compact => {
             let home = existing_home(cli.home)?;
             let mut store = Writer::open_dir(&home.value)?;

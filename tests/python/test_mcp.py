@@ -1,0 +1,108 @@
+"""`hermes-meter mcp` driven by the Model Context Protocol's own Python client
+(`mcp` from the package index) over stdio, as an MCP client runs it: the
+tools it lists, answers equal to the command line's, and hostile arguments
+answered as tool errors while the server keeps serving."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import FIXTURES
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+SESSION = "20261130_013759_e4a976"  # delegate_sync: a session with a subagent
+
+
+def _cli(home: Path, *args: str) -> str:
+    p = subprocess.run(
+        [sys.executable, "-m", "hermes_meter.cli", "--home", str(home), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+async def _session(home: Path, calls: list[tuple[str, dict]]) -> tuple[list[str], list]:
+    server = StdioServerParameters(
+        command=sys.executable, args=["-m", "hermes_meter.cli", "--home", str(home), "mcp"]
+    )
+    async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        tools = sorted(t.name for t in (await session.list_tools()).tools)
+        results = []
+        for name, arguments in calls:
+            try:
+                results.append(await session.call_tool(name, arguments))
+            except Exception as e:  # noqa: BLE001 - a protocol error is an answer too
+                results.append(e)
+        return tools, results
+
+
+def _json(result) -> dict:
+    assert not result.is_error, result
+    return json.loads(result.content[0].text)
+
+
+def _error(result) -> str:
+    assert result.is_error, result
+    return result.content[0].text
+
+
+def test_an_mcp_client_reads_what_the_command_line_reads_and_hostile_arguments_get_tool_errors(
+    tmp_path,
+) -> None:
+    home = tmp_path / "meter"
+    (home).mkdir()
+    (home / "pricing.toml").write_text('[models."mock-model"]\ninput = 3.0\noutput = 15.0\n')
+    _cli(home, "replay", *(str(FIXTURES / f"{n}.jsonl") for n in ("delegate_sync", "failonce", "multi_turn")))
+    report = json.loads(_cli(home, "report", "--json"))
+    trace = json.loads(_cli(home, "trace", SESSION, "--json"))
+    calls = [
+        ("report", {}),
+        ("spend", {"session_id": SESSION}),
+        ("session_trace", {"session_id": SESSION}),
+        ("search_sessions", {"model": "MOCK", "sort": "cost", "limit": 1_000_000_000}),
+        ("search_sessions", {"platform": "no-such\x1b[2J"}),
+        # Hostile or wrong: each a tool error, and the server goes on.
+        ("session_trace", {"session_id": "x" * 10_000}),
+        ("session_trace", {"session_id": "no-such-session\x1b]0;pwned\x07"}),
+        ("report", {"since": "the day before yesterday"}),
+        ("report", {"since": "1d", "until": "2d"}),
+        ("search_sessions", {"sort": "'; DROP TABLE runs; --"}),
+        ("spend", {"session_id": "s", "bogus": 1}),
+        ("report", {"top": 3}),
+    ]
+    tools, results = asyncio.run(_session(home, calls))
+    assert tools == ["report", "search_sessions", "session_trace", "spend"]
+    got = _json(results[0])
+    assert got["totals"] == report["totals"], (got["totals"], report["totals"])
+    spend = _json(results[1])
+    assert spend["schema"] == "hermes-meter.agent.v1" and spend["session"]["session_id"] == SESSION
+    assert spend["session"]["subagents"] == 1
+    assert _json(results[2]) == trace
+    found = _json(results[3])
+    # Every session matches (the model is mock-model in any case); the limit is capped.
+    assert found["totals"]["sessions"] == report["totals"]["sessions"] == len(found["sessions"]) > 1
+    assert found["sessions"][0]["cost_usd"] >= found["sessions"][-1]["cost_usd"]
+    assert found["filters_matched"] == {"model": ["mock-model"]}
+    none = _json(results[4])
+    assert none["sessions"] == [] and none["filters_matched"] == {"platform": []}
+    assert "longer than 256" in _error(results[5])
+    missing = _error(results[6])
+    assert "no session" in missing and "\x1b" not in missing and "\x07" not in missing
+    assert "cannot read" in _error(results[7])
+    assert "window is empty" in _error(results[8])
+    assert "sort is one of" in _error(results[9])
+    # An argument no tool takes is refused (a protocol error or a tool error).
+    bogus = results[10]
+    assert isinstance(bogus, Exception) or bogus.is_error, bogus
+    # The server still answers after all of that, and the store is whole.
+    assert len(_json(results[11])["by_model"]) >= 1
+    assert json.loads(_cli(home, "report", "--json"))["totals"] == report["totals"]
