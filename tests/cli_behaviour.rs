@@ -1357,3 +1357,111 @@ fn report_price_as_reprices_each_calls_tokens_at_another_models_rates() {
     );
     assert!(o.stdout.is_empty());
 }
+
+/// A copy of fixture `name` with every record's time (and every time in
+/// its calls' arguments) moved so that the first record is at `at`.
+fn fixture_at(dir: &Path, name: &str, at: f64) -> PathBuf {
+    let text = std::fs::read_to_string(fixture(name)).expect("fixture");
+    let records: Vec<serde_json::Value> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    let first = records[0]["t"].as_f64().expect("a time");
+    let lines: Vec<String> = records
+        .into_iter()
+        .map(|mut r| {
+            let t = r["t"].as_f64().expect("a time");
+            r["t"] = serde_json::json!(t - first + at);
+            if let Some(kwargs) = r["kwargs"].as_object_mut() {
+                for v in kwargs.values_mut() {
+                    // Unix times (not counts or token figures).
+                    if let Some(time) = v.as_f64().filter(|x| (1.7e9..2.0e9).contains(x)) {
+                        *v = serde_json::json!(time - first + at);
+                    }
+                }
+            }
+            r.to_string()
+        })
+        .collect();
+    let path = dir.join(name);
+    std::fs::write(&path, lines.join("\n")).expect("write");
+    path
+}
+
+/// `report --digest day`: yesterday against the day before, with the top
+/// rows, what grew out of line and the budgets now.
+#[test]
+fn the_digest_compares_the_last_complete_day_with_the_one_before() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = dir.path().join("meter");
+    std::fs::create_dir_all(&home).expect("home");
+    std::fs::write(
+        home.join("pricing.toml"),
+        "[models.\"mock-model\"]\ninput = 3.0\noutput = 15.0\n",
+    )
+    .expect("prices");
+    std::fs::write(home.join("budgets.toml"), "[global]\nweekly = 50\n").expect("budgets");
+    let midnight = (hermes_meter::unix_now() / 86_400.0).floor() * 86_400.0;
+    let yesterday = fixture_at(dir.path(), "multi_turn.jsonl", midnight - 12.0 * 3600.0);
+    let before = fixture_at(dir.path(), "failonce.jsonl", midnight - 36.0 * 3600.0);
+    for f in [&yesterday, &before] {
+        let o = run(&home, &["replay", f.to_str().expect("utf-8")]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let window = |since: f64, until: f64| -> serde_json::Value {
+        let at = |t: f64| jiff::Timestamp::from_second(t as i64).expect("time").to_string();
+        let o = run(
+            &home,
+            &[
+                "report",
+                "--json",
+                "--tz",
+                "UTC",
+                "--since",
+                &at(since),
+                "--until",
+                &at(until),
+            ],
+        );
+        serde_json::from_slice(&o.stdout).expect("report")
+    };
+    let day = window(midnight - 86_400.0, midnight);
+    let previous = window(midnight - 2.0 * 86_400.0, midnight - 86_400.0);
+    let o = run(&home, &["report", "--digest", "day", "--tz", "UTC", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let d: serde_json::Value = serde_json::from_slice(&o.stdout).expect("digest");
+    assert_eq!(d["schema"], "hermes-meter.digest.v1");
+    assert_eq!(d["current"]["totals"], day["totals"]);
+    assert_eq!(d["previous"]["totals"], previous["totals"]);
+    let (now, then) = (
+        day["totals"]["cost_usd"].as_f64().expect("cost"),
+        previous["totals"]["cost_usd"].as_f64().expect("cost"),
+    );
+    assert!(now > 0.0 && then > 0.0, "{day} {previous}");
+    let change = d["cost_change_pct"].as_f64().expect("a change");
+    assert!((change - 100.0 * (now - then) / then).abs() < 1e-6, "{d}");
+    assert_eq!(d["top_sessions"][0]["key"], "20261130_013856_a599de", "{d}");
+    assert_eq!(d["top_models"][0]["key"], "mock-model");
+    // The one model is all of the day: out of line exactly when it at least doubled.
+    assert_eq!(
+        d["anomalies"].as_array().expect("a list").len(),
+        usize::from(now >= 2.0 * then),
+        "{d}"
+    );
+    assert_eq!(d["budgets"][0]["limit"], "weekly");
+    assert_eq!(d["budgets"][0]["amount"], 50.0);
+
+    let text = stdout(&run(&home, &["report", "--digest", "day", "--tz", "UTC"]));
+    assert!(text.starts_with("hermes-meter digest of the day "), "{text}");
+    assert!(
+        text.contains(&format!("spent ${now:.4}")) && text.contains("budget global weekly:"),
+        "{text}"
+    );
+    for wrong in [
+        &["report", "--digest", "month"][..],
+        &["report", "--digest", "day", "--since", "1d"],
+    ] {
+        assert_eq!(run(&home, wrong).status.code(), Some(2), "{wrong:?}");
+    }
+}

@@ -34,8 +34,13 @@ pub(crate) struct ReportArgs {
     limit: usize,
     /// What the window's LLM calls would have cost at MODEL's prices (each
     /// call's own tokens), beside what they were billed.
-    #[arg(long, value_name = "MODEL")]
+    #[arg(long, value_name = "MODEL", conflicts_with = "digest")]
     price_as: Option<String>,
+    /// The last complete day (or 7 days) against the one before: totals,
+    /// top models, sessions, cron jobs and users, what grew out of line,
+    /// and the budgets now.
+    #[arg(long, value_name = "PERIOD", value_parser = ["day", "week"], conflicts_with_all = ["since", "until"])]
+    digest: Option<String>,
 }
 
 /// The report's window and zone, read from the arguments.
@@ -75,6 +80,9 @@ pub(super) fn window(args: &ReportArgs) -> Result<Window> {
 pub(super) fn run(store: &Reader, dir: &std::path::Path, args: &ReportArgs, window: Window) -> Result<i32> {
     if let Some(model) = &args.price_as {
         return price_as(store, dir, args, &window, model);
+    }
+    if let Some(period) = &args.digest {
+        return digest(store, dir, args, &window.tz, period);
     }
     let Window { tz, since, until } = window;
     // Rollups answer for most of the window (store/rollup.rs): the time
@@ -171,6 +179,126 @@ fn render_price_as(r: &PriceAs, limit: usize) -> String {
     let _ = writeln!(out, "\ncaveats:");
     for c in r.caveats() {
         let _ = writeln!(out, "- {c}");
+    }
+    out
+}
+
+/// `report --digest day|week`: the last complete period (in `tz`) against
+/// the one before it.
+fn digest(store: &Reader, dir: &std::path::Path, args: &ReportArgs, tz: &TimeZone, period: &str) -> Result<i32> {
+    let (period, days): (&'static str, i64) = if period == "week" { ("week", 7) } else { ("day", 1) };
+    let now = time::now();
+    let today = jiff::Timestamp::from_microsecond((now * 1e6) as i64)
+        .map_err(|e| Error::Other(e.to_string()))?
+        .to_zoned(tz.clone())
+        .date();
+    let midnight = |back: i64| -> Result<f64> {
+        let date = today
+            .checked_sub(jiff::Span::new().days(back))
+            .map_err(|e| Error::Other(e.to_string()))?;
+        let zoned = date.to_zoned(tz.clone()).map_err(|e| Error::Other(e.to_string()))?;
+        Ok(zoned.timestamp().as_microsecond() as f64 / 1e6)
+    };
+    let (end, start, before) = (midnight(0)?, midnight(days)?, midnight(2 * days)?);
+    let top = args.limit.clamp(1, 50);
+    let current = store.report(tz, start, end, Some(top))?;
+    let previous = store.report(tz, before, start, Some(top))?;
+    let d = crate::digest::digest(period, &current, &previous, top.min(5));
+    let (budgets, budget_error) = crate::agent_tool::budgets(store, dir, now, None)?;
+    if args.json {
+        let mut value = serde_json::to_value(&d).map_err(|e| Error::Other(e.to_string()))?;
+        value["budgets"] = serde_json::json!(budgets);
+        value["budget_file_error"] = serde_json::json!(budget_error);
+        let text = serde_json::to_string_pretty(&value).map_err(|e| Error::Other(e.to_string()))?;
+        println!("{text}");
+    } else {
+        print!("{}", render_digest(&d, &budgets, budget_error.as_deref()));
+    }
+    Ok(0)
+}
+
+/// The human form of a digest, a few lines a person reads in a chat.
+fn render_digest(d: &crate::digest::Digest, budgets: &[serde_json::Value], budget_error: Option<&str>) -> String {
+    let mut out = String::new();
+    let t = &d.current.totals;
+    let _ = writeln!(
+        out,
+        "hermes-meter digest of the {} {} .. {}",
+        d.period, d.current.since, d.current.until
+    );
+    let change = match d.cost_change_pct {
+        Some(p) => format!(
+            " ({p:+.0}% against the {} before: ${:.4})",
+            d.period, d.previous.totals.cost_usd
+        ),
+        None => format!(" (the {} before: nothing)", d.period),
+    };
+    let _ = writeln!(
+        out,
+        "spent ${:.4}{change}; {} sessions, {} LLM calls, {} tokens in, {} out, {} API errors, {} failed tool calls",
+        t.cost_usd,
+        t.sessions,
+        t.llm_calls,
+        human(t.input_tokens + t.cache_read_tokens + t.cache_write_tokens),
+        human(t.output_tokens),
+        t.api_errors,
+        t.tool_failures
+    );
+    for (title, groups) in [
+        ("top models", &d.top_models),
+        ("top sessions", &d.top_sessions),
+        ("top cron jobs", &d.top_cron_jobs),
+        ("top users", &d.top_senders),
+    ] {
+        if groups.is_empty() {
+            continue;
+        }
+        let rows: Vec<String> = groups
+            .iter()
+            .map(|g| format!("{} ${:.4}", escape(g.key.as_deref().unwrap_or("-")), g.totals.cost_usd))
+            .collect();
+        let _ = writeln!(out, "{title}: {}", rows.join("; "));
+    }
+    for a in &d.anomalies {
+        let _ = writeln!(
+            out,
+            "grew out of line: {} {} ${:.4} (the {} before: ${:.4})",
+            a.dimension.replace('_', " "),
+            escape(a.key.as_deref().unwrap_or("-")),
+            a.cost_usd,
+            d.period,
+            a.previous_cost_usd
+        );
+    }
+    if let Some(e) = budget_error {
+        let _ = writeln!(out, "budgets: the budget file does not parse: {}", escape(e));
+    }
+    for b in budgets {
+        let text = |k: &str| b[k].as_str().unwrap_or_default().to_string();
+        let num = |k: &str| b[k].as_f64().unwrap_or_default();
+        let id = text("id");
+        let amount = |v: f64| {
+            if text("unit") == "usd" {
+                format!("${v:.4}")
+            } else {
+                format!("{} tokens", human(v as i64))
+            }
+        };
+        let _ = writeln!(
+            out,
+            "budget {}{} {}: {} of {} used ({}), resets {}",
+            text("scope"),
+            if id.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", escape(&id))
+            },
+            text("limit"),
+            amount(num("used")),
+            amount(num("amount")),
+            text("level"),
+            text("resets_at")
+        );
     }
     out
 }

@@ -8,6 +8,7 @@
 
 pub mod budget;
 pub mod content;
+pub mod digest;
 pub mod display;
 pub mod hook;
 pub mod metrics;

@@ -72,30 +72,7 @@ pub fn answer(store_dir: &Path, session_id: Option<&str>, now: f64, tz: &TimeZon
     };
     let midnight = start_of_day(now, tz);
     let today = store.spend_of(midnight, now + 1.0, sender.as_deref())?;
-    let cfg = crate::config::load_budgets(&store_dir.join(crate::budget::BUDGETS_FILE_NAME));
-    let budgets = match &cfg {
-        Ok(cfg) if !cfg.is_empty() => store
-            .budget_states(cfg, now)?
-            .into_iter()
-            // Another gateway user's own budget is theirs to know.
-            .filter(|s| s.budget.scope != Scope::Sender || sender.is_none() || sender.as_deref() == Some(&s.budget.id))
-            .map(|s| {
-                let used = s.spend.total();
-                json!({
-                    "scope": s.budget.scope.as_str(),
-                    "id": s.budget.id,
-                    "limit": s.budget.key(),
-                    "unit": s.budget.unit.as_str(),
-                    "amount": round(s.budget.limit),
-                    "used": round(used),
-                    "left": round((s.budget.limit - used).max(0.0)),
-                    "level": s.level.as_str(),
-                    "resets_at": rfc3339(s.window_end as f64),
-                })
-            })
-            .collect(),
-        _ => Vec::new(),
-    };
+    let (budgets, budget_file_error) = budgets(&store, store_dir, now, sender.as_deref())?;
     let since = now - RECENT_SECONDS;
     let sessions: Vec<Value> = store
         .costliest_sessions(since, sender.as_deref(), TOP)?
@@ -122,9 +99,49 @@ pub fn answer(store_dir: &Path, session_id: Option<&str>, now: f64, tz: &TimeZon
         "session": session,
         "today": spend(&today, midnight),
         "budgets": budgets,
-        "budget_file_error": cfg.err().map(|e| e.to_string()),
+        "budget_file_error": budget_file_error,
         "recent": {"since": rfc3339(since), "costliest_sessions": sessions, "most_used_tools": tools},
     }))
+}
+
+/// Each budget of the file in `store_dir` as JSON: scope, limit, used,
+/// left, level and when its window resets; with `sender`, other gateway
+/// users' own budgets left out. The file's error instead, when it does not
+/// parse.
+pub fn budgets(
+    store: &Reader,
+    store_dir: &Path,
+    now: f64,
+    sender: Option<&str>,
+) -> Result<(Vec<Value>, Option<String>)> {
+    let cfg = match crate::config::load_budgets(&store_dir.join(crate::budget::BUDGETS_FILE_NAME)) {
+        Ok(cfg) => cfg,
+        Err(e) => return Ok((Vec::new(), Some(e.to_string()))),
+    };
+    if cfg.is_empty() {
+        return Ok((Vec::new(), None));
+    }
+    let lines = store
+        .budget_states(&cfg, now)?
+        .into_iter()
+        // Another gateway user's own budget is theirs to know.
+        .filter(|s| s.budget.scope != Scope::Sender || sender.is_none() || sender == Some(s.budget.id.as_str()))
+        .map(|s| {
+            let used = s.spend.total();
+            json!({
+                "scope": s.budget.scope.as_str(),
+                "id": s.budget.id,
+                "limit": s.budget.key(),
+                "unit": s.budget.unit.as_str(),
+                "amount": round(s.budget.limit),
+                "used": round(used),
+                "left": round((s.budget.limit - used).max(0.0)),
+                "level": s.level.as_str(),
+                "resets_at": rfc3339(s.window_end as f64),
+            })
+        })
+        .collect();
+    Ok((lines, None))
 }
 
 fn spend(t: &SpendTotals, since: f64) -> Value {

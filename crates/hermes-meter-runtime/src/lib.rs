@@ -11,7 +11,7 @@
 // The pure model (crates/hermes-meter-model), under the paths the rest of
 // this crate and its users name it by.
 pub use hermes_meter_model::{
-    content, display, hook, metrics, model, price_as, pricing, redact, report, semconv, span, tool_outcome,
+    content, digest, display, hook, metrics, model, price_as, pricing, redact, report, semconv, span, tool_outcome,
 };
 
 pub mod agent_tool;
