@@ -193,6 +193,28 @@ def _prometheus_state() -> dict:
     return out
 
 
+def _when(text: str) -> float:
+    """Unix seconds of Prometheus's RFC 3339 time (nanoseconds cut to
+    microseconds, which is what datetime reads)."""
+    head, _, frac = text.rstrip("Z").partition(".")
+    return datetime.fromisoformat(f"{head}.{(frac or '0')[:6]}+00:00").timestamp()
+
+
+def _scraped_and_evaluated_since(t0: float, seconds: float) -> None:
+    """Waits until Prometheus has scraped every target after ``t0`` and then
+    evaluated every rule group on what it scraped (at most ``seconds``): a
+    fixed sleep is a race on a loaded machine."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        targets = json.loads(_get(f"http://{PROMETHEUS}/api/v1/targets"))["data"]["activeTargets"]
+        groups = json.loads(_get(f"http://{PROMETHEUS}/api/v1/rules"))["data"]["groups"]
+        scraped = [_when(t["lastScrape"]) for t in targets if t.get("lastScrape")]
+        evaluated = [_when(g["lastEvaluation"]) for g in groups if g.get("lastEvaluation")]
+        if scraped and evaluated and min(scraped) > t0 and min(evaluated) > max(scraped):
+            return
+        time.sleep(0.2)
+
+
 def _dashboard_totals() -> dict:
     """The dashboard's "(time range)" panels over a range that begins a
     minute before this sidecar started."""
@@ -321,10 +343,13 @@ def main() -> None:
         # What Prometheus holds once the runs ended, before anything else
         # pushes: each Hermes process pushes its own series as it exits.
         # The Collector has no batch processor on metrics; a few scrapes.
+        ended = time.time()
         deadline = time.monotonic() + 15
         while _prometheus_state()["values"]["llm_calls"] is None and time.monotonic() < deadline:
             time.sleep(0.5)
-        time.sleep(2.5)
+        # A scrape after the last Hermes process exited, then the rules
+        # evaluated on it; then a scrape interval more for the Collector.
+        _scraped_and_evaluated_since(ended + 1.0, 20)
         (OUT / "prometheus-at-exit.json").write_text(json.dumps(_prometheus_state()))
         drain = subprocess.run(
             [os.environ["PIPELINE_METER_CLI"], "serve", "--drain", "--drain-timeout-seconds", "20"],
@@ -334,10 +359,12 @@ def main() -> None:
         )
         (OUT / "drain.rc").write_text(f"{drain.returncode}\n")
         # A few more scrapes and rule evaluations.
+        drained = time.time()
         deadline = time.monotonic() + 30
         while _prometheus_state()["values"]["llm_calls"] is None and time.monotonic() < deadline:
             time.sleep(0.5)
-        time.sleep(3.0)
+        time.sleep(1.0)
+        _scraped_and_evaluated_since(drained + 1.0, 30)
         (OUT / "prometheus.json").write_text(
             json.dumps(_prometheus_state() | {"dashboard": _dashboard_totals()})
         )
