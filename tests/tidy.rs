@@ -347,3 +347,50 @@ fn every_crate_takes_the_workspace_lints() {
         );
     }
 }
+
+/// The environment is read in the runtime's `config/` only (through its
+/// `process_var`, which also reads `$HERMES_HOME/.env`): everywhere else a
+/// setting is a value `config/` resolved, so the command line and the
+/// plugin read the same settings. Test code aside.
+#[test]
+fn the_environment_is_read_in_config_only() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let config = root.join("crates/hermes-meter-runtime/src/config");
+    let mut files = Vec::new();
+    for dir in crate_roots() {
+        rust_files(&dir, &mut files);
+    }
+    let mut readers = Vec::new();
+    for file in files
+        .iter()
+        .filter(|f| !f.starts_with(&config) && !f.ends_with("tests.rs"))
+    {
+        let text = std::fs::read_to_string(file).expect("read");
+        // Code before the file's tests (at column 0, where they are kept).
+        let code = text.split("\n#[cfg(test)]").next().unwrap_or_default();
+        for (n, line) in code.lines().enumerate() {
+            let line = line.split("//").next().unwrap_or_default();
+            if [
+                "env::var(",
+                "env::var_os(",
+                "env::vars(",
+                "process_var(",
+                "process_var_set(",
+            ]
+            .iter()
+            .any(|call| line.contains(call))
+            {
+                readers.push(format!(
+                    "{}:{}",
+                    file.strip_prefix(root).unwrap_or(file).display(),
+                    n + 1
+                ));
+            }
+        }
+    }
+    assert!(
+        readers.is_empty(),
+        "the environment read outside config/:\n{}",
+        readers.join("\n")
+    );
+}

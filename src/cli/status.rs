@@ -323,8 +323,7 @@ fn print_webhook(store: &Reader) -> Result<()> {
 /// Where alerts go through Hermes itself (`HERMES_METER_ALERT_DELIVER`)
 /// and how many its sender took and has not taken yet.
 fn delivery_json(store: &Reader) -> Result<serde_json::Value> {
-    let Some(target) = crate::config::process_var(crate::config::webhook::DELIVER_ENV).filter(|t| !t.trim().is_empty())
-    else {
+    let Some(target) = crate::config::webhook::deliver_target() else {
         return Ok(serde_json::Value::Null);
     };
     let (sent, waiting, last_error) = store.alert_push_status(crate::store::AlertSink::Hermes)?;
@@ -388,7 +387,7 @@ fn print_recent_alerts(alerts: &[crate::store::RecentAlert]) {
         return;
     }
     let webhook = matches!(crate::config::webhook::WebhookConfig::from_env(), Ok(Some(_)));
-    let deliver = crate::config::process_var(crate::config::webhook::DELIVER_ENV).is_some_and(|t| !t.trim().is_empty());
+    let deliver = crate::config::webhook::deliver_target().is_some();
     println!("alerts          {} in the last 24 h, newest first:", alerts.len());
     for a in alerts {
         let mut text: String = crate::display::escape(&a.alert.text).chars().take(160).collect();

@@ -14,6 +14,12 @@ pub(crate) const WEBHOOK_FORMAT_ENV: &str = "HERMES_METER_ALERT_WEBHOOK_FORMAT";
 /// Hermes itself (read by the plugin, which sends them).
 pub const DELIVER_ENV: &str = "HERMES_METER_ALERT_DELIVER";
 
+/// Where alerts go through Hermes itself (`HERMES_METER_ALERT_DELIVER`),
+/// when it is set and not blank.
+pub fn deliver_target() -> Option<String> {
+    process_var(DELIVER_ENV).filter(|t| !t.trim().is_empty())
+}
+
 /// The body's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WebhookFormat {
