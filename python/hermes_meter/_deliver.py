@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -54,8 +53,10 @@ class Target:
 
 
 def target_from_env() -> Target | None:
-    value = os.environ.get(ENV, "")
-    return Target.parse(value) if value.strip() else None
+    """``ENV`` as the configuration reads it (the environment, then
+    ``$HERMES_HOME/.env``): the command line's ``status`` reads the same."""
+    value = _native.alert_deliver_target()
+    return Target.parse(value) if value else None
 
 
 def sender() -> Any:

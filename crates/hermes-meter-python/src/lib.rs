@@ -461,6 +461,13 @@ fn meter_command(
     }
 }
 
+/// Where alerts go through Hermes itself (`HERMES_METER_ALERT_DELIVER`) as
+/// the configuration reads it; `None` when unset or blank.
+#[pyfunction]
+fn alert_deliver_target() -> Option<String> {
+    crate::config::webhook::deliver_target()
+}
+
 /// Whether the agent gets the `meter_spend` tool (`HERMES_METER_AGENT_TOOL`).
 #[pyfunction]
 fn agent_tool_enabled(py: Python<'_>) -> bool {
@@ -596,6 +603,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stats, m)?)?;
     m.add_function(wrap_pyfunction!(store_dir, m)?)?;
     m.add_function(wrap_pyfunction!(meter_command, m)?)?;
+    m.add_function(wrap_pyfunction!(alert_deliver_target, m)?)?;
     m.add_function(wrap_pyfunction!(agent_tool_enabled, m)?)?;
     m.add_function(wrap_pyfunction!(agent_tool_schema, m)?)?;
     m.add_function(wrap_pyfunction!(meter_spend, m)?)?;
