@@ -1,9 +1,9 @@
 //! `hermes-meter mcp`: the store over the Model Context Protocol on stdio,
 //! for any MCP client (a coding assistant, an operator's agent). Read-only
 //! tools: the spend and budgets (`spend`), a window's report (`report`), a
-//! session's span tree (`session_trace`) and a session search
-//! (`search_sessions`). rmcp (the protocol's own Rust SDK) speaks the
-//! protocol; this file only answers.
+//! session's span tree (`session_trace`) and session searches
+//! (`search_sessions`; `find_sessions`, by a tool or failures). rmcp (the
+//! protocol's own Rust SDK) speaks the protocol; this file only answers.
 //!
 //! Every argument is untrusted: times go through the CLI's parser, texts
 //! and ids are bounded, lists are capped, and an answer larger than
@@ -95,6 +95,30 @@ pub(crate) struct SearchArgs {
     #[serde(default)]
     limit: Option<u32>,
 }
+
+/// `find_sessions`' arguments.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FindArgs {
+    /// Sessions started at or after (default: 7 days ago), same forms as `report`.
+    #[serde(default)]
+    since: Option<String>,
+    /// Sessions started before (default: now).
+    #[serde(default)]
+    until: Option<String>,
+    /// A text the name of a tool the session ran contains (any case).
+    #[serde(default)]
+    tool: Option<String>,
+    /// Only sessions with an API error or a failed tool call.
+    #[serde(default)]
+    failed: bool,
+    /// How many, newest first (1 - 50, default 20).
+    #[serde(default)]
+    limit: Option<u32>,
+}
+
+/// How far back `find_sessions` looks without `since`.
+const FIND_DEFAULT_SECONDS: f64 = 7.0 * 86_400.0;
 
 /// The server: the store directory and the exporter's span options.
 #[derive(Clone)]
@@ -209,6 +233,36 @@ impl MeterMcp {
                 None => Err(format!("no session {} in this store", crate::display::escape(id))),
             }
         });
+        Ok(answer(result))
+    }
+
+    #[tool(
+        description = "Sessions that ran a tool whose name contains a text, or that had an API error or a failed \
+                       tool call (failed: true), newest first; started in the last 7 days unless since says."
+    )]
+    async fn find_sessions(
+        &self,
+        Parameters(args): Parameters<FindArgs>,
+    ) -> std::result::Result<CallToolResult, ErrorData> {
+        let tz = TimeZone::system();
+        let now = crate::unix_now();
+        let result = (|| {
+            let since = time_arg("since", &args.since, &tz, now)?.unwrap_or(now - FIND_DEFAULT_SECONDS);
+            let until = time_arg("until", &args.until, &tz, now)?.unwrap_or(now + 1.0);
+            if until <= since {
+                return Err("until is not after since: the window is empty".to_string());
+            }
+            let tool = bounded("tool", &args.tool)?;
+            if tool.is_none() && !args.failed {
+                return Err("say a tool (a text its name contains), or failed: true".to_string());
+            }
+            let limit = args.limit.unwrap_or(20).clamp(1, MOST_SESSIONS) as usize;
+            let found = self
+                .reader()?
+                .sessions_by_tool_or_failure(since, until, tool, args.failed, limit)
+                .map_err(|e| e.to_string())?;
+            Ok(json!({ "sessions": found }))
+        })();
         Ok(answer(result))
     }
 

@@ -78,9 +78,12 @@ def test_an_mcp_client_reads_what_the_command_line_reads_and_hostile_arguments_g
         ("search_sessions", {"sort": "'; DROP TABLE runs; --"}),
         ("spend", {"session_id": "s", "bogus": 1}),
         ("report", {"top": 3}),
+        ("find_sessions", {"tool": "DELEGATE", "since": "2026-11-01"}),
+        ("find_sessions", {"failed": True, "since": "2026-11-01", "until": "2099-01-01"}),
+        ("find_sessions", {}),
     ]
     tools, results = asyncio.run(_session(home, calls))
-    assert tools == ["report", "search_sessions", "session_trace", "spend"]
+    assert tools == ["find_sessions", "report", "search_sessions", "session_trace", "spend"]
     got = _json(results[0])
     assert got["totals"] == report["totals"], (got["totals"], report["totals"])
     spend = _json(results[1])
@@ -105,4 +108,10 @@ def test_an_mcp_client_reads_what_the_command_line_reads_and_hostile_arguments_g
     assert isinstance(bogus, Exception) or bogus.is_error, bogus
     # The server still answers after all of that, and the store is whole.
     assert len(_json(results[11])["by_model"]) >= 1
+    # By a tool the session ran (delegate_sync's delegate_task), and by failures (failonce's failed attempt).
+    assert [s["session_id"] for s in _json(results[12])["sessions"]] == [SESSION]
+    failed = _json(results[13])["sessions"]
+    assert [s["session_id"] for s in failed] == ["20261130_013817_88dc56"], failed
+    assert failed[0]["api_errors"] == 1
+    assert "say a tool" in _error(results[14])
     assert json.loads(_cli(home, "report", "--json"))["totals"] == report["totals"]

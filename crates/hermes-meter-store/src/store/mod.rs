@@ -49,7 +49,7 @@ mod session_list;
 mod session_view;
 mod trace_view;
 
-pub use agent_view::{CostlySession, ToolUse};
+pub use agent_view::{CostlySession, FoundSession, ToolUse};
 pub use budget::CapUse;
 pub use budget::{AlertRow, AlertSink, RecentAlert, RESERVATION_TTL_SECONDS};
 pub use content::{ContentCursor, ContentKind};
