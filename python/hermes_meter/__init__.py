@@ -119,7 +119,7 @@ def register(ctx: Any) -> None:
     # The agent can ask what it spent and what is left (read-only).
     from . import _agent_tool
 
-    agent_tool = _agent_tool.register(ctx) if _native.agent_tool_enabled() else None
+    agent_tool = _agent_tool.register(ctx)
     _flush_at_exit()
     # The dashboard finds its tab among files: a `hermes dashboard` process
     # runs no hook, so this cannot wait (a few small files compared).

@@ -22,11 +22,14 @@ TOOLSET = "hermes-meter"
 _log = logging.getLogger("hermes_meter")
 
 
-def register(ctx: Any) -> bool:
-    """Registers the tool unless it is turned off or this Hermes cannot
-    take plugin tools. Never raises: the tool is a convenience."""
+def register(ctx: Any) -> bool | None:
+    """Registers the tool: True when registered, False when this Hermes
+    could not take it, None when it is turned off. Never raises: the tool
+    is a convenience."""
     try:
-        if not _native.agent_tool_enabled() or not hasattr(ctx, "register_tool"):
+        if not _native.agent_tool_enabled():
+            return None
+        if not hasattr(ctx, "register_tool"):
             return False
         schema = json.loads(_native.agent_tool_schema())
         ctx.register_tool(

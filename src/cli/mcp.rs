@@ -293,10 +293,10 @@ impl MeterMcp {
                 limit: args.limit.unwrap_or(20).clamp(1, MOST_SESSIONS) as usize,
                 ..SessionFilter::default()
             };
-            let store = self.reader()?;
-            let (rows, totals) = store.session_list(&filter).map_err(|e| e.to_string())?;
-            let matched = store.filter_values(&filter).map_err(|e| e.to_string())?;
-            let matched: serde_json::Map<String, Value> = matched
+            let index = self.reader()?.session_index(&filter, &[]).map_err(|e| e.to_string())?;
+            let (rows, totals) = (index.rows, index.totals);
+            let matched: serde_json::Map<String, Value> = index
+                .values
                 .dims
                 .into_iter()
                 .map(|(name, _, values)| (name.to_string(), json!(values)))

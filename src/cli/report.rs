@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::price_as::{PriceAs, PriceAsSums};
 use crate::report::{Group, Report, Totals};
 use crate::store::Reader;
+use crate::trace::human_count;
 
 /// The latest time a window can reach (9999-01-01T00:00:00Z).
 const END_OF_TIME: f64 = 253_370_764_800.0;
@@ -113,11 +114,7 @@ fn price_as(store: &Reader, dir: &std::path::Path, args: &ReportArgs, window: &W
     };
     store.for_each_recorded_call(window.since, window.until, |call| sums.add(&prices, call))?;
     if args.json {
-        let at = |t: f64| {
-            jiff::Timestamp::from_microsecond((t * 1e6) as i64)
-                .map(|ts| ts.to_string())
-                .unwrap_or_default()
-        };
+        let at = |t: f64| crate::budget::timestamp(t).to_string();
         let value = serde_json::json!({
             "since": at(window.since),
             "until": at(window.until),
@@ -166,7 +163,7 @@ fn render_price_as(r: &PriceAs, limit: usize) -> String {
                 "  {:<32} {:>8} {:>15} {:>12} {:>12} {:>8}",
                 escape(&name),
                 s.llm_calls,
-                format!("{}/{}", human(s.input_tokens), human(s.output_tokens)),
+                format!("{}/{}", human_count(s.input_tokens), human_count(s.output_tokens)),
                 format!("${:.4}", s.billed_usd),
                 format!("${:.4}", s.at_price_usd),
                 percent(s.at_price_usd, s.billed_usd),
@@ -188,10 +185,7 @@ fn render_price_as(r: &PriceAs, limit: usize) -> String {
 fn digest(store: &Reader, dir: &std::path::Path, args: &ReportArgs, tz: &TimeZone, period: &str) -> Result<i32> {
     let (period, days): (&'static str, i64) = if period == "week" { ("week", 7) } else { ("day", 1) };
     let now = time::now();
-    let today = jiff::Timestamp::from_microsecond((now * 1e6) as i64)
-        .map_err(|e| Error::Other(e.to_string()))?
-        .to_zoned(tz.clone())
-        .date();
+    let today = crate::budget::timestamp(now).to_zoned(tz.clone()).date();
     let midnight = |back: i64| -> Result<f64> {
         let date = today
             .checked_sub(jiff::Span::new().days(back))
@@ -239,8 +233,8 @@ fn render_digest(d: &crate::digest::Digest, budgets: &[serde_json::Value], budge
         t.cost_usd,
         t.sessions,
         t.llm_calls,
-        human(t.input_tokens + t.cache_read_tokens + t.cache_write_tokens),
-        human(t.output_tokens),
+        human_count(t.input_tokens + t.cache_read_tokens + t.cache_write_tokens),
+        human_count(t.output_tokens),
         t.api_errors,
         t.tool_failures
     );
@@ -281,7 +275,7 @@ fn render_digest(d: &crate::digest::Digest, budgets: &[serde_json::Value], budge
             if text("unit") == "usd" {
                 format!("${v:.4}")
             } else {
-                format!("{} tokens", human(v as i64))
+                format!("{} tokens", human_count(v as i64))
             }
         };
         let _ = writeln!(
@@ -309,16 +303,6 @@ fn percent(to: f64, from: f64) -> String {
         format!("{:+.0}%", 100.0 * (to - from) / from)
     } else {
         "-".to_string()
-    }
-}
-
-/// A token count in thousands or millions.
-fn human(n: i64) -> String {
-    match n {
-        n if n >= 10_000_000 => format!("{:.0}M", n as f64 / 1e6),
-        n if n >= 1_000_000 => format!("{:.1}M", n as f64 / 1e6),
-        n if n >= 10_000 => format!("{:.0}k", n as f64 / 1e3),
-        n => n.to_string(),
     }
 }
 

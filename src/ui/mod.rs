@@ -312,18 +312,22 @@ fn route(state: &State, path: &str, asked: &Asked) -> Result<Response<Full<Bytes
     }
     if path == "/" || path == "/api/sessions" {
         let (filter, day) = filter_of(asked, &state.tz);
-        let (rows, totals) = store.read_snapshot(|s| s.session_list(&filter))?;
         if path == "/api/sessions" {
+            let (rows, totals) = store.read_snapshot(|s| s.session_list(&filter))?;
             return Ok(json(&serde_json::json!({ "sessions": rows, "totals": totals })));
         }
         let trouble =
             crate::hermes_check::HermesView::look(&store, &state.dir, state.hermes_home.as_deref()).problems();
         let dates = chart_days(&state.tz);
         let windows: Vec<(f64, f64)> = dates.iter().map(|(_, since, until)| (*since, *until)).collect();
-        let (values, per_day) =
-            store.read_snapshot(|s| Ok((s.filter_values(&filter)?, s.totals_by_window(&filter, &windows)?)))?;
+        let crate::store::SessionIndex {
+            rows,
+            totals,
+            values,
+            by_window,
+        } = store.read_snapshot(|s| s.session_index(&filter, &windows))?;
         let days: Vec<(String, crate::store::SessionListTotals)> =
-            dates.into_iter().map(|(date, _, _)| date).zip(per_day).collect();
+            dates.into_iter().map(|(date, _, _)| date).zip(by_window).collect();
         let ids: Vec<&str> = rows.iter().map(|r| r.session_id.as_str()).collect();
         let infos = hermes_infos(state, &ids);
         let view = pages::IndexView {

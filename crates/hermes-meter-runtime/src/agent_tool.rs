@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use jiff::{tz::TimeZone, Timestamp};
+use jiff::tz::TimeZone;
 use serde_json::{json, Value};
 
 use crate::budget::Scope;
@@ -70,7 +70,8 @@ pub fn answer(store_dir: &Path, session_id: Option<&str>, now: f64, tz: &TimeZon
         }),
         None => None,
     };
-    let midnight = start_of_day(now, tz);
+    // Local midnight (`now` itself if the zone cannot say).
+    let midnight = crate::report::day_bounds(now, tz).map_or(now, |(start, _)| start);
     let today = store.spend_of(midnight, now + 1.0, sender.as_deref())?;
     let (budgets, budget_file_error) = budgets(&store, store_dir, now, sender.as_deref())?;
     let since = now - RECENT_SECONDS;
@@ -160,22 +161,15 @@ fn round(v: f64) -> f64 {
     (v * 1e6).round() / 1e6
 }
 
+/// Unix seconds as RFC 3339 (UTC).
 fn rfc3339(at: f64) -> String {
-    Timestamp::from_microsecond((at * 1e6) as i64)
-        .map(|t| t.to_string())
-        .unwrap_or_default()
-}
-
-/// Local midnight of `now` in `tz` (`now` itself if the zone cannot say).
-fn start_of_day(now: f64, tz: &TimeZone) -> f64 {
-    Timestamp::from_microsecond((now * 1e6) as i64)
-        .ok()
-        .and_then(|ts| ts.to_zoned(tz.clone()).start_of_day().ok())
-        .map_or(now, |m| m.timestamp().as_microsecond() as f64 / 1e6)
+    crate::budget::timestamp(at).to_string()
 }
 
 #[cfg(test)]
 mod tests {
+    use jiff::Timestamp;
+
     use super::*;
 
     #[test]

@@ -78,7 +78,7 @@ pub use retain_step::RetainDone;
 pub use retain_step::{RetainCutoffs, RetainKind};
 pub use retention::pruned;
 pub use rollup::RollupStep;
-pub use session_list::{FilterValues, SessionFilter, SessionListRow, SessionListTotals, SessionSort};
+pub use session_list::{FilterValues, SessionFilter, SessionIndex, SessionListRow, SessionListTotals, SessionSort};
 pub use session_view::{SessionTotals, SpendTotals};
 pub use trace_view::TraceRows;
 

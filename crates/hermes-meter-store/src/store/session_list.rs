@@ -29,6 +29,7 @@
 //! then run on the values (`= ?` for one, `IN` for several).
 
 use rusqlite::types::Value;
+use rusqlite::OptionalExtension;
 
 use super::Reader;
 use crate::error::Result;
@@ -165,6 +166,33 @@ struct Resolved<'a> {
     filter: &'a SessionFilter,
     /// `(dim, column, values)`, values never empty.
     dims: Vec<(i64, &'static str, Vec<String>)>,
+}
+
+/// `filter` with its texts resolved to `values`; `None` when one selects
+/// nothing.
+fn resolve<'a>(filter: &'a SessionFilter, values: &FilterValues) -> Option<Resolved<'a>> {
+    if values.selects_nothing() {
+        return None;
+    }
+    let dims = values
+        .dims
+        .iter()
+        .map(|(name, _, values)| {
+            let (dim, column, _) = DIMS.into_iter().find(|d| d.2 == *name).expect("a known filter");
+            (dim, column, values.clone())
+        })
+        .collect();
+    Some(Resolved { filter, dims })
+}
+
+/// What the viewer's index shows ([`Reader::session_index`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SessionIndex {
+    pub rows: Vec<SessionListRow>,
+    pub totals: SessionListTotals,
+    pub values: FilterValues,
+    /// Totals of each window asked for, in order.
+    pub by_window: Vec<SessionListTotals>,
 }
 
 /// A statement and its arguments.
@@ -390,13 +418,7 @@ impl Reader {
                 .prepare_cached("SELECT value FROM run_hours WHERE dim = ?1 AND value > ?2 ORDER BY value LIMIT 1")?;
             let mut after = String::new();
             for _ in 0..MOST_LOOKED_AT {
-                let next: Option<String> = stmt
-                    .query_row(rusqlite::params![dim, after], |r| r.get(0))
-                    .map(Some)
-                    .or_else(|e| match e {
-                        rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                        e => Err(e),
-                    })?;
+                let next: Option<String> = stmt.query_row(rusqlite::params![dim, after], |r| r.get(0)).optional()?;
                 let Some(value) = next else { break };
                 if value.to_lowercase().contains(&wanted) {
                     if values.len() == MOST_VALUES {
@@ -412,14 +434,23 @@ impl Reader {
         Ok(out)
     }
 
-    /// The totals of the sessions `filter` selects that started in each
-    /// of `windows` (`[since, until)`, Unix seconds; the filter's own
-    /// window is not used): a spend-over-time chart.
-    pub fn totals_by_window(&self, filter: &SessionFilter, windows: &[(f64, f64)]) -> Result<Vec<SessionListTotals>> {
-        let Some(resolved) = self.resolve(filter)? else {
-            return Ok(vec![SessionListTotals::default(); windows.len()]);
+    /// The viewer's index in one read of the filter's values: the page
+    /// and totals of [`Reader::session_list`], what each text matched
+    /// ([`Reader::filter_values`]), and the totals of the sessions it
+    /// selects that started in each of `windows` (`[since, until)`, Unix
+    /// seconds; the filter's own window aside): a spend-over-time chart.
+    pub fn session_index(&self, filter: &SessionFilter, windows: &[(f64, f64)]) -> Result<SessionIndex> {
+        let values = self.filter_values(filter)?;
+        let Some(resolved) = resolve(filter, &values) else {
+            return Ok(SessionIndex {
+                rows: Vec::new(),
+                totals: SessionListTotals::default(),
+                values,
+                by_window: vec![SessionListTotals::default(); windows.len()],
+            });
         };
-        let mut out = Vec::with_capacity(windows.len());
+        let (rows, totals) = self.list_resolved(&resolved)?;
+        let mut by_window = Vec::with_capacity(windows.len());
         for &(since, until) in windows {
             let window = SessionFilter {
                 since: Some(since),
@@ -431,35 +462,33 @@ impl Reader {
                 dims: resolved.dims.clone(),
             };
             let key = self.hours_key(&resolved)?;
-            out.push(self.list_totals(&resolved, &key)?);
+            by_window.push(self.list_totals(&resolved, &key)?);
         }
-        Ok(out)
+        Ok(SessionIndex {
+            rows,
+            totals,
+            values,
+            by_window,
+        })
     }
 
     /// `filter` with its texts resolved; `None` when one selects nothing.
     fn resolve<'a>(&self, filter: &'a SessionFilter) -> Result<Option<Resolved<'a>>> {
-        let values = self.filter_values(filter)?;
-        if values.selects_nothing() {
-            return Ok(None);
-        }
-        let dims = values
-            .dims
-            .into_iter()
-            .map(|(name, _, values)| {
-                let (dim, column, _) = DIMS.into_iter().find(|d| d.2 == name).expect("a known filter");
-                (dim, column, values)
-            })
-            .collect();
-        Ok(Some(Resolved { filter, dims }))
+        Ok(resolve(filter, &self.filter_values(filter)?))
     }
 
     /// One page of sessions matching `filter`, and the totals of all of them.
     pub fn session_list(&self, filter: &SessionFilter) -> Result<(Vec<SessionListRow>, SessionListTotals)> {
-        let Some(resolved) = self.resolve(filter)? else {
-            return Ok((Vec::new(), SessionListTotals::default()));
-        };
-        let key = self.hours_key(&resolved)?;
-        let totals = self.list_totals(&resolved, &key)?;
+        match self.resolve(filter)? {
+            Some(resolved) => self.list_resolved(&resolved),
+            None => Ok((Vec::new(), SessionListTotals::default())),
+        }
+    }
+
+    fn list_resolved(&self, resolved: &Resolved<'_>) -> Result<(Vec<SessionListRow>, SessionListTotals)> {
+        let filter = resolved.filter;
+        let key = self.hours_key(resolved)?;
+        let totals = self.list_totals(resolved, &key)?;
         let take = filter.limit.clamp(1, MOST_ROWS);
         // Past the last session (any offset an address bar holds) the page
         // is empty: nothing to read, and no offset SQLite cannot take.
@@ -467,9 +496,9 @@ impl Reader {
             return Ok((Vec::new(), totals));
         }
         let rows = if filter.sort == SessionSort::Newest && key.0 != 0 {
-            self.newest_by_hours(&resolved, &key, take)?
+            self.newest_by_hours(resolved, &key, take)?
         } else {
-            let terms = Terms::dimensions(&resolved).started(filter.since, filter.until);
+            let terms = Terms::dimensions(resolved).started(filter.since, filter.until);
             self.list_rows(&page_query(filter, &terms, take, filter.offset))?
         };
         Ok((rows, totals))
@@ -987,7 +1016,7 @@ mod tests {
     /// hour) sums what reading every run of that window with the filter's
     /// texts sums.
     #[test]
-    fn totals_by_window_equal_reading_every_run() {
+    fn the_index_and_its_windows_equal_reading_every_run() {
         let (_dir, store) = store_of(1_000);
         let start = 1_790_000_000.0 - 20_700.0;
         let windows: Vec<(f64, f64)> = (0..6)
@@ -998,7 +1027,14 @@ mod tests {
             .into_iter()
             .filter(|f| f.offset == 0 && f.sort == SessionSort::Newest && f.since.is_none())
         {
-            let got = store.totals_by_window(&filter, &windows).expect("totals");
+            let index = store.session_index(&filter, &windows).expect("index");
+            // The page, totals and values of one read are those of separate ones.
+            assert_eq!(
+                (index.rows.clone(), index.totals.clone()),
+                store.session_list(&filter).expect("list")
+            );
+            assert_eq!(index.values, store.filter_values(&filter).expect("values"));
+            let got = index.by_window;
             assert_eq!(got.len(), windows.len());
             for (&(since, until), totals) in windows.iter().zip(&got) {
                 let day = SessionFilter {
@@ -1016,8 +1052,9 @@ mod tests {
             }
         }
         let all = store
-            .totals_by_window(&SessionFilter::default(), &windows)
-            .expect("totals");
+            .session_index(&SessionFilter::default(), &windows)
+            .expect("index")
+            .by_window;
         assert!(
             all.iter().map(|t| t.sessions).sum::<i64>() > 0,
             "the windows hold sessions"
