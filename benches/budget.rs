@@ -17,10 +17,10 @@
 
 use std::time::Instant;
 
-use hermes_meter::bridge::Gate;
-use hermes_meter::budget::BudgetGate;
-use hermes_meter::hook::{decode, DecodeOptions, Decoded, HookEvent};
-use hermes_meter::store::{EventContext, Writer};
+use hermes_meter_model::hook::{decode, DecodeOptions, Decoded, HookEvent};
+use hermes_meter_runtime::bridge::Gate;
+use hermes_meter_runtime::budget::BudgetGate;
+use hermes_meter_store::{EventContext, Writer};
 use serde_json::{json, Value};
 
 const DAY: f64 = 86_400.0;
@@ -31,10 +31,6 @@ fn event(hook: &str, at: f64, kwargs: Value) -> HookEvent {
         Decoded::Event(e, _) => e,
         other => panic!("{hook}: {other:?}"),
     }
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
 /// Fills the store with `rows` LLM calls, their runs and rollups, directly
@@ -114,15 +110,18 @@ fn measure(label: &str, iters: usize, mut f: impl FnMut(usize)) -> (f64, f64) {
         samples.push(t.elapsed().as_secs_f64() * 1e6);
     }
     samples.sort_by(|a, b| a.total_cmp(b));
-    let (p50, p99) = (percentile(&samples, 0.5), percentile(&samples, 0.99));
+    let (p50, p99) = (
+        hermes_meter_test_support::percentile(&samples, 0.5),
+        hermes_meter_test_support::percentile(&samples, 0.99),
+    );
     println!("  {label:<34} p50 {p50:>7.1} µs  p99 {p99:>7.1} µs");
     (p50, p99)
 }
 
 fn bench(rows: usize, iters: usize) -> f64 {
     let dir = tempfile::tempdir().expect("temp dir");
-    let now = hermes_meter::bridge::unix_now();
-    let path = dir.path().join(hermes_meter::store::DB_FILE_NAME);
+    let now = hermes_meter_store::unix_now();
+    let path = dir.path().join(hermes_meter_store::DB_FILE_NAME);
     drop(Writer::open(&path).expect("create"));
     let started = Instant::now();
     fill(&path, rows, now);
@@ -151,21 +150,21 @@ fn bench(rows: usize, iters: usize) -> f64 {
     let keys = store.budget_scope_keys(session, None).expect("keys");
     let n = gate.config().budgets_for(&keys).len();
     println!("  {n} budgets apply to the measured session");
-    let starts: Vec<i64> = hermes_meter::budget::Window::ALL
+    let starts: Vec<i64> = hermes_meter_model::budget::Window::ALL
         .iter()
         .map(|w| {
-            hermes_meter::budget::window_bounds(*w, hermes_meter::budget::timestamp(now), &gate.config().tz)
+            hermes_meter_model::budget::window_bounds(*w, hermes_meter_model::budget::timestamp(now), &gate.config().tz)
                 .0
                 .as_second()
         })
         .collect();
     measure("one scope id, buckets (CLI path)", iters, |_| {
         store
-            .bucket_window_spends(hermes_meter::budget::Scope::Global, "", &starts, now, None)
+            .bucket_window_spends(hermes_meter_model::budget::Scope::Global, "", &starts, now, None)
             .expect("spends");
     });
     assert!(store.ensure_budget_zone("Asia/Kathmandu", now).expect("zone"));
-    let periods: Vec<_> = hermes_meter::budget::Window::ALL
+    let periods: Vec<_> = hermes_meter_model::budget::Window::ALL
         .iter()
         .copied()
         .zip(starts.iter().copied())
@@ -173,7 +172,7 @@ fn bench(rows: usize, iters: usize) -> f64 {
     measure("one scope id, period totals", iters, |_| {
         store
             .period_spends(
-                hermes_meter::budget::Scope::Global,
+                hermes_meter_model::budget::Scope::Global,
                 "",
                 "Asia/Kathmandu",
                 &periods,

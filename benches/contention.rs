@@ -8,8 +8,7 @@
 //! Run: `cargo bench --bench contention` (`-- --processes N --threads N
 //! --sessions N` to change the load).
 
-#[path = "../tests/support/load.rs"]
-mod load;
+use hermes_meter_test_support::load;
 
 fn arg(args: &[String], name: &str, default: usize) -> usize {
     args.iter()
@@ -30,7 +29,7 @@ fn main() {
     // budget in enforce mode the gating hooks wait for their verdict.
     for budgets in [false, true] {
         let dir = tempfile::tempdir().expect("temp dir");
-        drop(hermes_meter::store::Writer::open_dir(dir.path()).expect("create the store"));
+        drop(hermes_meter_store::Writer::open_dir(dir.path()).expect("create the store"));
         if budgets {
             std::fs::write(dir.path().join("budgets.toml"), "[global]\ndaily = 1000000.0\n").expect("budgets");
         }

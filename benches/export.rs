@@ -8,18 +8,15 @@
 //! per span are the request bodies as they crossed the wire (compressed
 //! when gzip is on), divided by the spans they carried.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use hermes_meter::export::{ExportConfig, ExportOverrides, Exporter};
-use hermes_meter::hook::DecodeOptions;
-use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::store::Writer;
+use hermes_meter_model::hook::DecodeOptions;
+use hermes_meter_runtime::export::{ExportConfig, ExportOverrides, Exporter};
+use hermes_meter_store::replay::{replay_file, ReplayStats};
+use hermes_meter_store::Writer;
 
 fn main() {
     let copies: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(4000);
@@ -60,9 +57,9 @@ fn run(template: &Path, protocol: &str, gzip: bool) {
     let db = dir.path().join("hermes-meter.db");
     std::fs::copy(template, &db).expect("copy store");
     let receiver = if protocol == "grpc" {
-        support::grpc(None, None)
+        hermes_meter_test_support::grpc(None, None)
     } else {
-        support::http(None)
+        hermes_meter_test_support::http(None)
     };
     let endpoint = if protocol == "grpc" {
         receiver.grpc_endpoint()

@@ -15,37 +15,27 @@
 //!    recorded (visibility lag), and each host's time since its last
 //!    successful sync (`hermes_fleet_sync_lag_seconds`). Prints p50 and p99.
 
-// libc calls in tests/support/postgres.rs (the PostgreSQL it starts runs
-// as nobody when this is root): the workspace denies unsafe code elsewhere.
-#![allow(unsafe_code)]
-
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-#[path = "../tests/support/budget_events.rs"]
-mod budget_events;
-#[path = "../tests/support/postgres.rs"]
-mod postgres;
+use hermes_meter_test_support::budget_events;
+use hermes_meter_test_support::postgres;
 
 use budget_events::{post_api, pre_api, CALL_USD};
-use hermes_meter::bridge::{Bridge, BridgeConfig};
-use hermes_meter::budget::BudgetGate;
-use hermes_meter::fleet::task::FleetTask;
-use hermes_meter::fleet::FleetConfig;
-use hermes_meter::store::{EventContext, Writer};
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
+use hermes_meter_runtime::bridge::{Bridge, BridgeConfig};
+use hermes_meter_runtime::budget::BudgetGate;
+use hermes_meter_runtime::fleet::task::FleetTask;
+use hermes_meter_runtime::fleet::FleetConfig;
+use hermes_meter_store::{EventContext, Writer};
 
 fn summary(mut v: Vec<f64>) -> String {
     v.sort_by(|a, b| a.total_cmp(b));
     format!(
         "p50 {:.1} p99 {:.1} (n {})",
-        percentile(&v, 0.5),
-        percentile(&v, 0.99),
+        hermes_meter_test_support::percentile(&v, 0.5),
+        hermes_meter_test_support::percentile(&v, 0.99),
         v.len()
     )
 }
@@ -83,13 +73,13 @@ impl Host {
         let id = format!("{}:api:{}", self.session, self.n);
         let t = Instant::now();
         self.bridge.submit(
-            pre_api(&self.session, &id, hermes_meter::unix_now()),
+            pre_api(&self.session, &id, hermes_meter_store::unix_now()),
             EventContext::default(),
         );
         let pre = t.elapsed().as_secs_f64() * 1e6;
         let t = Instant::now();
         self.bridge.submit(
-            post_api(&self.session, &id, hermes_meter::unix_now(), true),
+            post_api(&self.session, &id, hermes_meter_store::unix_now(), true),
             EventContext::default(),
         );
         (pre, t.elapsed().as_secs_f64() * 1e6)
@@ -147,7 +137,7 @@ fn sync_lag(url: &str, seconds: f64) {
                     host.call();
                     let mut t = timeline.lock().expect("timeline");
                     let made = t.last().map_or(0, |l| l.1) + 1;
-                    t.push((hermes_meter::unix_now(), made));
+                    t.push((hermes_meter_store::unix_now(), made));
                 }
                 host
             })
@@ -157,7 +147,7 @@ fn sync_lag(url: &str, seconds: f64) {
     let end = Instant::now() + Duration::from_secs_f64(seconds);
     while Instant::now() < end {
         std::thread::sleep(Duration::from_millis(10));
-        let now = hermes_meter::unix_now();
+        let now = hermes_meter_store::unix_now();
         if let Some(st) = observer.store.fleet_status().ok().flatten() {
             if let Some(l) = st.lag_seconds(now) {
                 lag.push(l * 1000.0);

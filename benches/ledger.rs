@@ -13,14 +13,13 @@ use std::io::Write as _;
 use std::path::Path;
 use std::time::Instant;
 
-use hermes_meter::hook::{decode, DecodeOptions, Decoded, HookEvent};
-use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::store::{EventContext, Writer};
+use hermes_meter_model::hook::{decode, DecodeOptions, Decoded, HookEvent};
+use hermes_meter_store::replay::{replay_file, ReplayStats};
+use hermes_meter_store::{EventContext, Writer};
 
 // The size benchmark's copies shift time too; this one's do not.
 #[allow(dead_code)]
-#[path = "../tests/support/stream.rs"]
-mod stream;
+use hermes_meter_test_support::stream;
 use stream::fixture_lines;
 
 /// Copy `i` of every fixture line, with session ids (which every other id
@@ -28,10 +27,6 @@ use stream::fixture_lines;
 fn copy(lines: &[String], i: usize) -> impl Iterator<Item = String> + '_ {
     let stamp = format!("{:08}_", 10_000_000 + i);
     lines.iter().map(move |l| l.replace("20261130_", &stamp))
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
 fn main() {
@@ -74,7 +69,7 @@ fn main() {
 /// the store opens it.
 fn bench_floor(dir: &Path, events: usize) {
     let path = dir.join("floor.db");
-    let conn = hermes_meter::store::connect(&path).expect("open");
+    let conn = hermes_meter_store::connect(&path).expect("open");
     conn.execute_batch(
         "CREATE TABLE one (id INTEGER PRIMARY KEY, v TEXT);
          CREATE TABLE two (id INTEGER PRIMARY KEY, k TEXT UNIQUE, v TEXT);",
@@ -103,8 +98,8 @@ fn bench_floor(dir: &Path, events: usize) {
         micros.sort_by(f64::total_cmp);
         println!(
             "SQLite floor, one-row transaction ({label}): p50 {:.1} µs  p99 {:.1} µs",
-            percentile(&micros, 0.5),
-            percentile(&micros, 0.99)
+            hermes_meter_test_support::percentile(&micros, 0.5),
+            hermes_meter_test_support::percentile(&micros, 0.99)
         );
     }
 }
@@ -115,7 +110,7 @@ fn decoded_events(lines: &[String], events: usize, first_copy: usize) -> Vec<Hoo
     let mut i = first_copy;
     while decoded.len() < events {
         for (n, line) in copy(lines, i).enumerate() {
-            let rec = hermes_meter::replay::parse_line(&line, false)
+            let rec = hermes_meter_model::hook::parse_line(&line, false)
                 .expect("line")
                 .expect("record");
             let at = rec.t.unwrap_or(0.0) + i as f64 * 1000.0 + n as f64 * 1e-6;
@@ -165,9 +160,9 @@ fn bench_apply(lines: &[String], dir: &Path, events: usize) {
     micros.sort_by(f64::total_cmp);
     println!(
         "apply one event (own transaction), {events} events: p50 {:.1} µs  p99 {:.1} µs  p99.9 {:.1} µs  max {:.0} µs",
-        percentile(&micros, 0.5),
-        percentile(&micros, 0.99),
-        percentile(&micros, 0.999),
+        hermes_meter_test_support::percentile(&micros, 0.5),
+        hermes_meter_test_support::percentile(&micros, 0.99),
+        hermes_meter_test_support::percentile(&micros, 0.999),
         micros[micros.len() - 1]
     );
 }

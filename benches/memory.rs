@@ -11,12 +11,11 @@
 
 use std::time::Duration;
 
-use hermes_meter::bridge::{Bridge, BridgeConfig};
-use hermes_meter::hook::HOOK_NAMES;
-use hermes_meter::store::EventContext;
+use hermes_meter_model::hook::HOOK_NAMES;
+use hermes_meter_runtime::bridge::{Bridge, BridgeConfig};
+use hermes_meter_store::EventContext;
 
-#[path = "../tests/support/stream.rs"]
-mod stream;
+use hermes_meter_test_support::stream;
 
 /// Resident memory of this process, in MiB (`VmRSS`).
 fn rss_mib() -> f64 {
@@ -46,7 +45,7 @@ fn main() {
     let lines = stream::fixture_lines();
     // 19 sessions (runs) a copy of the stream.
     let copies = sessions.div_ceil(19).max(1);
-    let now = hermes_meter::unix_now();
+    let now = hermes_meter_store::unix_now();
     let recorded = lines
         .iter()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["t"].as_f64())
@@ -60,7 +59,7 @@ fn main() {
         // being filled, as live calls do, not in one the report rollups
         // already summed (a late call makes its quarter hour be summed
         // again; with every copy late, the bench timed that instead).
-        let text = stream::session_copy(&lines, copy + 1, hermes_meter::unix_now() - recorded);
+        let text = stream::session_copy(&lines, copy + 1, hermes_meter_store::unix_now() - recorded);
         for line in text.lines() {
             let v: serde_json::Value = serde_json::from_str(line).expect("json line");
             let Some(hook) = HOOK_NAMES.iter().find(|h| v["hook"] == **h) else {

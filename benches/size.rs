@@ -18,15 +18,13 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use hermes_meter::bridge::pace::BatchSize;
-use hermes_meter::hook::DecodeOptions;
-use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::store::{ContentCursor, RetainKind, Writer};
+use hermes_meter_model::hook::DecodeOptions;
+use hermes_meter_runtime::bridge::pace::BatchSize;
+use hermes_meter_store::replay::{replay_file, ReplayStats};
+use hermes_meter_store::{ContentCursor, RetainKind, Writer};
 
-#[path = "../tests/support/http_get.rs"]
-mod http_get;
-#[path = "../tests/support/stream.rs"]
-mod stream;
+use hermes_meter_test_support::http_get;
+use hermes_meter_test_support::stream;
 
 const DAY: f64 = 86_400.0;
 
@@ -58,7 +56,7 @@ fn main() {
     let lines = stream::fixture_lines();
     let per_copy = sessions_per_copy(&lines);
     let copies = sessions.div_ceil(per_copy).max(1);
-    let now = hermes_meter::unix_now();
+    let now = hermes_meter_store::unix_now();
     let recorded: f64 = lines
         .iter()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["t"].as_f64())
@@ -96,10 +94,10 @@ fn main() {
     );
 
     // The writer's sweep closes one batch a step, sized by how long the
-    // last one took (`bridge/pace.rs`); each batch is one transaction, the
+    // last one took (`crates/hermes-meter-runtime/src/bridge/pace.rs`); each batch is one transaction, the
     // longest the write lock is held for it.
     let (mut closed, mut batches, mut first, mut longest) = (0, 0, Duration::ZERO, Duration::ZERO);
-    let mut size = BatchSize::new(hermes_meter::store::IDLE_CLOSE_BATCH);
+    let mut size = BatchSize::new(hermes_meter_store::IDLE_CLOSE_BATCH);
     loop {
         let t0 = Instant::now();
         let (n, more) = store.close_idle_batch(now, 900.0, size.get()).expect("idle sweep");
@@ -194,7 +192,7 @@ type PathOf<'a> = Box<dyn Fn(usize) -> String + 'a>;
 /// pages are picked across the year.
 fn measure_viewer(dir: &Path, now: f64) {
     use hermes_meter::ui::{UiConfig, UiServer};
-    let conn = rusqlite::Connection::open(dir.join(hermes_meter::store::DB_FILE_NAME)).expect("open");
+    let conn = rusqlite::Connection::open(dir.join(hermes_meter_store::DB_FILE_NAME)).expect("open");
     let sessions: Vec<String> = conn
         .prepare("SELECT session_id FROM runs WHERE parent_session_id IS NULL ORDER BY started_at DESC")
         .and_then(|mut stmt| stmt.query_map([], |r| r.get(0))?.collect())
@@ -205,7 +203,7 @@ fn measure_viewer(dir: &Path, now: f64) {
         listen: "127.0.0.1:0".into(),
         store_dir: dir.to_path_buf(),
         token: None,
-        span_options: hermes_meter::span::SpanOptions::default(),
+        span_options: hermes_meter_model::span::SpanOptions::default(),
         base: String::new(),
         hermes_home: None,
         trace_link: None,
@@ -263,8 +261,8 @@ const BUDGETS: &str =
 /// writer runs its sweeps over the whole store. Prints the gating hooks'
 /// p50/p99 (each waits for its verdict) and the others'.
 fn measure_gating_hooks(dir: &Path, lines: &[String], copy: usize, shift: f64) {
-    use hermes_meter::bridge::{Bridge, BridgeConfig};
-    use hermes_meter::hook::HOOK_NAMES;
+    use hermes_meter_model::hook::HOOK_NAMES;
+    use hermes_meter_runtime::bridge::{Bridge, BridgeConfig};
     let bridge = Bridge::start(BridgeConfig::new(dir.to_path_buf()));
     let (mut gating, mut others) = (Vec::new(), Vec::new());
     for c in 0..3 {
@@ -280,7 +278,7 @@ fn measure_gating_hooks(dir: &Path, lines: &[String], copy: usize, shift: f64) {
                 hook,
                 line.as_bytes().to_vec(),
                 at,
-                hermes_meter::store::EventContext::default(),
+                hermes_meter_store::EventContext::default(),
             );
             let spent = t0.elapsed().as_secs_f64();
             if matches!(*hook, "pre_llm_call" | "pre_tool_call" | "pre_api_request") {
@@ -343,16 +341,16 @@ fn fill(store: &mut Writer, dir: &Path, lines: &[String], copies: usize, recorde
 /// transaction as a lone hook's commit, decoding outside the timer;
 /// returns the p50 and p99 in seconds.
 fn apply_latency(store: &mut Writer, lines: &[String], copy: usize, shift: f64) -> (f64, f64) {
-    let ctx = hermes_meter::store::EventContext::default();
+    let ctx = hermes_meter_store::EventContext::default();
     let text = stream::session_copy(lines, copy, shift);
     let mut spent = Vec::new();
     for line in text.lines() {
-        let rec = hermes_meter::replay::parse_line(line, false)
+        let rec = hermes_meter_model::hook::parse_line(line, false)
             .expect("line")
             .expect("record");
         let decoded =
-            hermes_meter::hook::decode(&rec.hook, &rec.kwargs, rec.t.unwrap_or(0.0), DecodeOptions::default());
-        if let hermes_meter::hook::Decoded::Event(e, _) = decoded {
+            hermes_meter_model::hook::decode(&rec.hook, &rec.kwargs, rec.t.unwrap_or(0.0), DecodeOptions::default());
+        if let hermes_meter_model::hook::Decoded::Event(e, _) = decoded {
             let t0 = Instant::now();
             store.apply(&e, &ctx).expect("apply");
             spent.push(t0.elapsed().as_secs_f64());
@@ -424,12 +422,12 @@ fn measure_commands(store: &Writer, now: f64) {
 
 /// Runs retention steps as the writer does (each kind its own
 /// transaction, `Writer::retain_step`, batches paced as the writer paces
-/// them: `bridge/pace.rs`) until nothing is left to prune; returns the
+/// them: `crates/hermes-meter-runtime/src/bridge/pace.rs`) until nothing is left to prune; returns the
 /// steps and every transaction's time, by kind.
 fn retain(store: &mut Writer, now: f64) -> (usize, Vec<(&'static str, Vec<Duration>)>) {
     // The plugin's defaults, as the writer cuts with them.
-    let config = hermes_meter::bridge::BridgeConfig::new(std::path::PathBuf::new());
-    let cut = hermes_meter::bridge::retain_cutoffs(&config, now);
+    let config = hermes_meter_runtime::bridge::BridgeConfig::new(std::path::PathBuf::new());
+    let cut = hermes_meter_runtime::bridge::retain_cutoffs(&config, now);
     let mut cursor = ContentCursor::default();
     let mut sizes = RetainKind::ALL.map(|kind| BatchSize::new(kind.most()));
     let mut times: Vec<(&'static str, Vec<Duration>)> =
@@ -441,7 +439,7 @@ fn retain(store: &mut Writer, now: f64) -> (usize, Vec<(&'static str, Vec<Durati
             let size = sizes[i].get();
             let t0 = Instant::now();
             let done = store
-                .retain_step(kind, size, &cut, &mut cursor, &mut hermes_meter::metrics::measure)
+                .retain_step(kind, size, &cut, &mut cursor, &mut hermes_meter_model::metrics::measure)
                 .unwrap_or_else(|e| panic!("{}: {e}", kind.doing()));
             let took = t0.elapsed();
             sizes[i].took(took, if done.more { size } else { done.handled });

@@ -18,16 +18,15 @@
 //! Requests go over loopback HTTP to the viewer running in this process,
 //! one at a time, as a browser sends them.
 
-#[path = "../tests/support/http_get.rs"]
-mod http_get;
+use hermes_meter_test_support::http_get;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use hermes_meter::hook::{decode, DecodeOptions, Decoded};
-use hermes_meter::span::SpanOptions;
-use hermes_meter::store::{EventContext, Writer, DB_FILE_NAME};
 use hermes_meter::ui::{UiConfig, UiServer};
+use hermes_meter_model::hook::{decode, DecodeOptions, Decoded};
+use hermes_meter_model::span::SpanOptions;
+use hermes_meter_store::{EventContext, Writer, DB_FILE_NAME};
 use serde_json::{json, Value};
 
 /// The template session's id; every copy replaces it in every id column.
@@ -190,10 +189,6 @@ fn build(dir: &Path, sessions: usize) {
 /// The path of request `k` of a page.
 type PathOf = Box<dyn Fn(usize) -> String>;
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let arg = |name: &str| {
@@ -282,8 +277,8 @@ fn main() {
         ms.sort_by(f64::total_cmp);
         println!(
             "{name:<26} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
-            percentile(&ms, 0.5),
-            percentile(&ms, 0.95),
+            hermes_meter_test_support::percentile(&ms, 0.5),
+            hermes_meter_test_support::percentile(&ms, 0.95),
             ms[ms.len() - 1],
             bytes as f64 / 1e3
         );

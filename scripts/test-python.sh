@@ -56,7 +56,7 @@ need = ["Cargo.toml", "Cargo.lock", "pyproject.toml", "src/lib.rs",
         "crates/hermes-meter-model/Cargo.toml", "crates/hermes-meter-model/src/lib.rs",
         "crates/hermes-meter-store/Cargo.toml", "crates/hermes-meter-runtime/Cargo.toml",
         "crates/hermes-meter-python/Cargo.toml", "crates/hermes-meter-python/src/lib.rs",
-        "crates/hermes-meter-store/src/store/migrations/0001_initial.sql",
+        "crates/hermes-meter-store/src/migrations/0001_initial.sql",
         "python/hermes_meter/__init__.py"]
 missing = [n for n in need if f"{root}/{n}" not in names]
 sys.exit(f"sdist lacks {missing}" if missing else 0)

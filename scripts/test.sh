@@ -82,11 +82,25 @@ step() {
 }
 
 step cargo fmt --all -- --check
-step cargo clippy --workspace --all-targets -- -D warnings
+step cargo clippy --workspace --all-targets --features services -- -D warnings
 step cargo clippy --workspace --all-targets --features test-hooks -- -D warnings
+# Everything that needs only Rust.
 step cargo test --workspace --no-fail-fast
+# What needs PostgreSQL, Prometheus and Chromium, in its own binary; every
+# test in it must have run and passed (none filtered, none ignored).
+services_ran() {
+    local out expected
+    out=$(cargo test --features services --test services -- --include-ignored 2>&1) || { echo "$out"; return 1; }
+    echo "$out" | grep -E '^test |^test result'
+    expected=$(cargo test --features services --test services -- --list 2>/dev/null | grep -c ': test$')
+    echo "$out" | grep -q "^test result: ok. $expected passed; 0 failed; 0 ignored; 0 measured; 0 filtered out" || {
+        echo "the services binary did not run its $expected tests" >&2
+        return 1
+    }
+}
+step services_ran
 # A fixed fuzzing budget for the decoder and the replay reader (proptest).
-step env PROPTEST_CASES=4096 cargo test -p hermes-meter-store --test decode_props
+step env PROPTEST_CASES=4096 cargo test -p hermes-meter-store --test store decode_props
 # The real Collector and Jaeger, built once from their Go modules.
 step bash scripts/build-otel-tools.sh
 step bash collector-config/check.sh

@@ -12,12 +12,12 @@
 
 use std::path::Path;
 
-use crate::health::HermesReport;
-use crate::hermes_state::HermesSession;
-use crate::store::Reader;
+use hermes_meter_store::health::HermesReport;
+use hermes_meter_store::hermes_state::HermesSession;
+use hermes_meter_store::Reader;
 
-use crate::display::ago;
-use crate::unix_now as now;
+use hermes_meter_model::display::ago;
+use hermes_meter_store::unix_now as now;
 
 /// How far back Hermes's sessions are compared with the ledger.
 const LOOK_BACK_SECONDS: f64 = 7.0 * 86_400.0;
@@ -44,9 +44,9 @@ pub(crate) struct Unrecorded {
 impl HermesView {
     /// Reads the reports and compares Hermes's sessions with the ledger.
     /// `hermes_home` `None`: Hermes's sessions are not compared (inside a
-    /// Hermes process, see `crate::hermes_state`).
+    /// Hermes process, see `hermes_meter_store::hermes_state`).
     pub fn look(store: &Reader, store_dir: &Path, hermes_home: Option<&Path>) -> HermesView {
-        let mut reports = crate::health::read(store_dir)
+        let mut reports = hermes_meter_store::health::read(store_dir)
             .ok()
             .flatten()
             .map(|r| r.hermes)
@@ -71,7 +71,7 @@ impl HermesView {
         let since = now - LOOK_BACK_SECONDS;
         let unrecorded = match hermes_home {
             None => Err("not compared inside a Hermes process (run `hermes-meter status`)".to_string()),
-            Some(home) => match crate::hermes_state::sessions_between(home, since, now - GRACE_SECONDS) {
+            Some(home) => match hermes_meter_store::hermes_state::sessions_between(home, since, now - GRACE_SECONDS) {
                 Ok(Some(missing)) => Ok(Unrecorded {
                     since,
                     compared: missing.len(),
@@ -79,7 +79,7 @@ impl HermesView {
                 }),
                 Ok(None) => Err(format!(
                     "no Hermes session database at {} (set HERMES_HOME to compare)",
-                    home.join(crate::hermes_state::HERMES_STATE_FILE).display()
+                    home.join(hermes_meter_store::hermes_state::HERMES_STATE_FILE).display()
                 )),
                 Err(e) => Err(format!("Hermes's sessions not read: {e}")),
             },
@@ -108,8 +108,8 @@ impl HermesView {
                      $HERMES_HOME/logs/errors.log, and see \"Hermes\" below",
                     u.missing.len(),
                     ago(u.since, now),
-                    crate::display::escape(&last.id),
-                    crate::display::escape(&last.source),
+                    hermes_meter_model::display::escape(&last.id),
+                    hermes_meter_model::display::escape(&last.source),
                     ago(last.started_at, now),
                 ));
             }
@@ -162,7 +162,7 @@ impl HermesView {
 
 pub(crate) fn version_text(r: &HermesReport) -> String {
     match &r.hermes_version {
-        Some(v) => format!("Hermes {}", crate::display::escape(v)),
+        Some(v) => format!("Hermes {}", hermes_meter_model::display::escape(v)),
         None => "Hermes (version unknown)".into(),
     }
 }
@@ -173,19 +173,21 @@ fn compare(store: &Reader, store_dir: &Path, hermes_home: &Path, first_report: f
     // Not before the store existed or a process of the plugin first
     // reported: sessions Hermes ran before the plugin was installed are none
     // of its business.
-    let created = std::fs::metadata(store_dir.join(crate::store::DB_FILE_NAME))
+    let created = std::fs::metadata(store_dir.join(hermes_meter_store::DB_FILE_NAME))
         .and_then(|m| m.created().or_else(|_| m.modified()))
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map(|d| d.as_secs_f64());
     let since = (now - LOOK_BACK_SECONDS).max(created.unwrap_or(now).min(first_report) - 1.0);
     let until = now - GRACE_SECONDS;
-    let sessions = match crate::hermes_state::sessions_between(hermes_home, since, until) {
+    let sessions = match hermes_meter_store::hermes_state::sessions_between(hermes_home, since, until) {
         Ok(Some(s)) => s,
         Ok(None) => {
             return Err(format!(
                 "no Hermes session database at {} (set HERMES_HOME to compare)",
-                hermes_home.join(crate::hermes_state::HERMES_STATE_FILE).display()
+                hermes_home
+                    .join(hermes_meter_store::hermes_state::HERMES_STATE_FILE)
+                    .display()
             ))
         }
         Err(e) => return Err(format!("Hermes's sessions not read: {e}")),

@@ -1,8 +1,8 @@
 //! A session's spans as a tree, for `hermes-meter trace` and the viewer.
 //!
 //! Owns: turning one session's ledger rows (from
-//! [`crate::store::Reader::trace_rows`]) into a tree of the very spans the
-//! exporter sends (built by [`crate::span`], so names, ids, parents and
+//! [`hermes_meter_store::Reader::trace_rows`]) into a tree of the very spans the
+//! exporter sends (built by [`hermes_meter_model::span`], so names, ids, parents and
 //! times are the exported ones), the per-turn figures and the error list,
 //! and the terminal rendering. Must not touch: SQL (the store reads the
 //! rows), HTML (the viewer renders the tree).
@@ -31,11 +31,12 @@ use std::fmt::Write as _;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::trace::v1::{status, Span};
 
-use crate::error::Result;
-use crate::semconv::attr;
-use crate::span::hex;
-use crate::span::{self, Ancestor, Ancestry, SpanOptions};
-use crate::store::{Reader, TraceRows, RUNNING};
+use hermes_meter_model::rows::outcome::RUNNING;
+use hermes_meter_model::semconv::attr;
+use hermes_meter_model::span::hex;
+use hermes_meter_model::span::{self, Ancestor, Ancestry, SpanOptions};
+use hermes_meter_store::error::Result;
+use hermes_meter_store::{Reader, TraceRows};
 
 /// What a node stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -146,7 +147,7 @@ pub fn load(store: &Reader, session_id: &str, opts: SpanOptions) -> Result<Optio
     let Some(top) = rows.runs.first() else {
         return Ok(None);
     };
-    let top_ancestry = crate::export::ancestry_of(store, top)?;
+    let top_ancestry = hermes_meter_runtime::export::ancestry_of(store, top)?;
     Ok(Some(build(&rows, &top_ancestry, opts)))
 }
 
@@ -176,7 +177,8 @@ fn ancestries(rows: &TraceRows, top: &Ancestry) -> HashMap<String, Ancestry> {
 /// it is itself a subagent.
 pub fn build(rows: &TraceRows, top: &Ancestry, opts: SpanOptions) -> Trace {
     let ancestry = ancestries(rows, top);
-    let runs: HashMap<&str, &crate::store::RunRow> = rows.runs.iter().map(|r| (r.session_id.as_str(), r)).collect();
+    let runs: HashMap<&str, &hermes_meter_model::rows::RunRow> =
+        rows.runs.iter().map(|r| (r.session_id.as_str(), r)).collect();
     let mut nodes: Vec<TraceNode> = Vec::new();
     let mut content = HashMap::new();
     let mut errors = Vec::new();
@@ -202,7 +204,7 @@ pub fn build(rows: &TraceRows, top: &Ancestry, opts: SpanOptions) -> Trace {
         if let Some(text) = &run.budget_stop {
             // Stopped by a budget: not the healthy session Hermes reports.
             if !running {
-                n.status = crate::budget::verdict::BLOCKED.to_string();
+                n.status = hermes_meter_model::budget::verdict::BLOCKED.to_string();
             }
             n.detail = Some(match n.detail.take() {
                 Some(d) => format!("{d}, stopped by a budget"),
@@ -215,7 +217,7 @@ pub fn build(rows: &TraceRows, top: &Ancestry, opts: SpanOptions) -> Trace {
                 at: run.ended_at.unwrap_or(run.last_event_at),
                 error_type: "budget_stop".into(),
                 status_code: None,
-                reason: Some(crate::budget::verdict::BLOCKED.into()),
+                reason: Some(hermes_meter_model::budget::verdict::BLOCKED.into()),
                 message: Some(text.clone()),
             });
         }
@@ -261,7 +263,7 @@ pub fn build(rows: &TraceRows, top: &Ancestry, opts: SpanOptions) -> Trace {
         n.status = match (&turn.outcome, run.status == RUNNING) {
             (Some(o), _) => o.clone(),
             (None, true) => RUNNING.to_string(),
-            (None, false) => crate::store::ABANDONED.to_string(),
+            (None, false) => hermes_meter_model::rows::outcome::ABANDONED.to_string(),
         };
         nodes.push(n);
     }
@@ -308,7 +310,7 @@ pub fn build(rows: &TraceRows, top: &Ancestry, opts: SpanOptions) -> Trace {
                 n.cache_read_tokens = int_attr(&s, attr::GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS);
                 n.cost_usd = double_attr(&s, attr::HERMES_USAGE_COST_USD);
                 let unpriced = str_attr(&s, attr::HERMES_USAGE_COST_SOURCE).as_deref()
-                    == Some(crate::pricing::PriceSource::Unknown.as_str());
+                    == Some(hermes_meter_model::pricing::PriceSource::Unknown.as_str());
                 n.detail = match (unpriced, at.estimated) {
                     (true, true) => Some(format!("{UNPRICED}; estimated tokens")),
                     (true, false) => Some(UNPRICED.into()),
@@ -323,9 +325,9 @@ pub fn build(rows: &TraceRows, top: &Ancestry, opts: SpanOptions) -> Trace {
                     // The call the budget stopped: answered by the
                     // stand-in, never sent to the provider.
                     n.detail = Some("stopped by a budget before the provider".into());
-                    crate::budget::verdict::BLOCKED.to_string()
+                    hermes_meter_model::budget::verdict::BLOCKED.to_string()
                 } else {
-                    crate::store::ABANDONED.to_string()
+                    hermes_meter_model::rows::outcome::ABANDONED.to_string()
                 };
             }
         }
@@ -391,7 +393,7 @@ pub fn build(rows: &TraceRows, top: &Ancestry, opts: SpanOptions) -> Trace {
         n.status = match str_attr(&s, attr::HERMES_TOOL_DECISION) {
             Some(d) => d,
             None if run.status == RUNNING => RUNNING.to_string(),
-            None => crate::store::ABANDONED.to_string(),
+            None => hermes_meter_model::rows::outcome::ABANDONED.to_string(),
         };
         let mut words = Vec::new();
         if let Some(c) = &ap.choice {
@@ -721,7 +723,7 @@ pub(crate) fn render_text(trace: &Trace, color: bool) -> String {
         };
         // Labels hold recorded text (ids, models, tool names): escaped
         // before the columns are measured.
-        out.push((format!("{head}{}", crate::display::escape(&label(n))), n));
+        out.push((format!("{head}{}", hermes_meter_model::display::escape(&label(n))), n));
         let next = if root {
             String::new()
         } else if last {
@@ -747,7 +749,7 @@ pub(crate) fn render_text(trace: &Trace, color: bool) -> String {
             Some(e) if !e.is_empty() => format!("{} {e}", n.status),
             _ => n.status.clone(),
         };
-        let status = crate::display::escape(&status).into_owned();
+        let status = hermes_meter_model::display::escape(&status).into_owned();
         let status_colored = match n.status.as_str() {
             "ok" => paint(GREEN, &status),
             RUNNING => paint(YELLOW, &status),
@@ -775,7 +777,7 @@ pub(crate) fn render_text(trace: &Trace, color: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{RunRow, TurnRow};
+    use hermes_meter_model::rows::{RunRow, TurnRow};
 
     #[test]
     fn a_turn_after_the_session_span_went_out_hangs_under_its_continuation() {

@@ -6,17 +6,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-#[path = "support/budget_events.rs"]
-mod budget_events;
-#[path = "support/hooks.rs"]
-mod hooks;
+use hermes_meter_test_support::budget_events;
+use hermes_meter_test_support::hooks;
 
 use budget_events::{event, post_api, pre_api, pre_tool, CALL_USD};
-use hermes_meter::bridge::{Bridge, BridgeConfig, Gate, Outcome, QueuedSpend, Verdict};
-use hermes_meter::budget::BudgetGate;
-use hermes_meter::budget::{Scope, BLOCKED_MODEL};
-use hermes_meter::hook::{DecodeOptions, HookEvent};
-use hermes_meter::store::{EventContext, Outbox, Writer};
+use hermes_meter_model::budget::{Scope, BLOCKED_MODEL};
+use hermes_meter_model::hook::{DecodeOptions, HookEvent};
+use hermes_meter_runtime::bridge::{Bridge, BridgeConfig, Gate, Outcome, QueuedSpend, Verdict};
+use hermes_meter_runtime::budget::BudgetGate;
+use hermes_meter_store::{EventContext, Outbox, Writer};
 use serde_json::{json, Value};
 
 fn apply(store: &mut Writer, e: &HookEvent) {
@@ -189,7 +187,7 @@ fn a_session_cap_counts_its_subagents_reservations_and_stops_llm_calls() {
     assert_eq!(handle.session_stop(s).as_deref(), Some(text.as_str()));
     // The stand-in response ends the stopped call and its reservation.
     let mut stand_in = post_api(s, "a3", t + 8.5, false);
-    if let hermes_meter::hook::Hook::PostApiRequest(p) = &mut stand_in.hook {
+    if let hermes_meter_model::hook::Hook::PostApiRequest(p) = &mut stand_in.hook {
         p.response_model = Some(BLOCKED_MODEL.into());
     }
     apply(&mut store, &stand_in);
@@ -253,7 +251,7 @@ struct Scene {
     path: PathBuf,
     store: Writer,
     gate: BudgetGate,
-    handle: hermes_meter::budget::BudgetHandle,
+    handle: hermes_meter_runtime::budget::BudgetHandle,
     t: f64,
 }
 
@@ -404,7 +402,7 @@ fn a_downgrade_routes_the_next_calls_and_prices_them_as_the_cheaper_model() {
     );
     apply(&mut store, &routed);
     let mut post = post_api(s, "a2", t + 6.0, true);
-    if let hermes_meter::hook::Hook::PostApiRequest(p) = &mut post.hook {
+    if let hermes_meter_model::hook::Hook::PostApiRequest(p) = &mut post.hook {
         p.response_model = Some("gpt-4o-mini-2024-07-18".into());
     }
     apply(&mut store, &post);
@@ -538,7 +536,12 @@ fn soft_notice_once_then_tool_block_until_the_limit_is_raised() {
     let run = store.run_row(s).expect("read").expect("the run");
     let stop = run.budget_stop.clone().expect("marked");
     assert!(stop.contains("sender bob daily budget is exhausted"), "{stop}");
-    let span = hermes_meter::span::session_span(&run, 0, &hermes_meter::span::Ancestry::default(), Default::default());
+    let span = hermes_meter_model::span::session_span(
+        &run,
+        0,
+        &hermes_meter_model::span::Ancestry::default(),
+        Default::default(),
+    );
     let status = span.status.expect("a status");
     assert_eq!(status.code, 2, "ERROR");
     assert!(
@@ -629,7 +632,7 @@ fn a_bogus_usage_figure_is_held_and_blocks_no_budget() {
 /// report and the cost metric all carry it, once, whether the metric had
 /// counted the call (at no cost) before the confirmation or not.
 fn a_confirmed_held_call_is_billed_in_its_run_budgets_report_and_metric(folded_first: bool) {
-    use hermes_meter::store::Confirmation;
+    use hermes_meter_store::Confirmation;
     let dir = tempfile::tempdir().expect("temp dir");
     write_budgets(dir.path(), "timezone = \"UTC\"\n[global]\ndaily = 100.0\n");
     let mut store = Writer::open_dir(dir.path()).expect("open");
@@ -650,8 +653,8 @@ fn a_confirmed_held_call_is_billed_in_its_run_budgets_report_and_metric(folded_f
         ),
     );
     apply(&mut store, &post_api(s, "real", t + 2.0, true));
-    let mut measure = |f: &hermes_meter::store::MetricFact, out: &mut Vec<hermes_meter::store::Increment>| {
-        hermes_meter::metrics::measure(f, out)
+    let mut measure = |f: &hermes_meter_model::rows::MetricFact, out: &mut Vec<hermes_meter_model::rows::Increment>| {
+        hermes_meter_model::metrics::measure(f, out)
     };
     let metric_cost = |store: &Writer| -> f64 {
         let rows = store.metric_series().expect("series");
@@ -781,7 +784,7 @@ fn observe_mode_notices_but_never_blocks() {
     // The environment's mode wins over the file's.
     let mut enforced = BudgetGate::new(
         dir.path().join("budgets.toml"),
-        Some(hermes_meter::bridge::BudgetMode::Enforce),
+        Some(hermes_meter_model::budget::BudgetMode::Enforce),
     )
     .with_clock(now);
     assert!(enforced.verdict(&store, &pre_tool("s-obs", "c1", t)).is_some());
@@ -853,7 +856,7 @@ fn a_stopped_llm_call_and_a_paused_cron_job() {
     assert_eq!(pauses[0].job_id, "0123456789ab");
     // The stand-in response is no LLM call and costs nothing.
     let mut blocked = post_api(s, "a1", t + 3.0, false);
-    if let hermes_meter::hook::Hook::PostApiRequest(p) = &mut blocked.hook {
+    if let hermes_meter_model::hook::Hook::PostApiRequest(p) = &mut blocked.hook {
         p.response_model = Some(BLOCKED_MODEL.into());
     }
     apply(&mut store, &blocked);
@@ -878,7 +881,7 @@ fn free_to_paid_and_unavailable_models_are_one_shot_alerts() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut store = Writer::open_dir(dir.path()).expect("open");
     let mut gate = BudgetGate::new(dir.path().join("budgets.toml"), None);
-    let t = hermes_meter::bridge::unix_now();
+    let t = hermes_meter_store::unix_now();
     let call = |model: &str, id: &str, at: f64| {
         event(
             "post_api_request",
@@ -905,8 +908,9 @@ fn free_to_paid_and_unavailable_models_are_one_shot_alerts() {
     );
     // The recorded 404 (not retryable) of Hermes 0.19.0, twice.
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/model404.jsonl");
-    let mut stats = hermes_meter::replay::ReplayStats::default();
-    hermes_meter::replay::replay_file(&mut store, &fixture, DecodeOptions::default(), &mut stats).expect("replay");
+    let mut stats = hermes_meter_store::replay::ReplayStats::default();
+    hermes_meter_store::replay::replay_file(&mut store, &fixture, DecodeOptions::default(), &mut stats)
+        .expect("replay");
     let e = event(
         "api_request_error",
         t + 7.0,
@@ -977,7 +981,11 @@ fn two_processes_spend(budgets: &str) -> (tempfile::TempDir, Writer) {
     let children: Vec<_> = (0..2)
         .map(|_| {
             std::process::Command::new(&exe)
-                .args(["--exact", "budget_child_process", "--nocapture", "--test-threads", "1"])
+                .args([
+                    "--exact",
+                    &hermes_meter_test_support::test_name(module_path!(), "budget_child_process"),
+                ])
+                .args(["--nocapture", "--test-threads", "1"])
                 .env(CHILD_ENV, dir.path())
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
@@ -1023,7 +1031,7 @@ fn budget_child_process() {
     let (mut made, mut stopped) = (0, 0);
     for n in 0..CHILD_CALLS {
         let id = format!("{session}:api:{n}");
-        let at = hermes_meter::bridge::unix_now();
+        let at = hermes_meter_store::unix_now();
         let outcome = bridge.submit(pre_api(&session, &id, at), EventContext::default());
         assert!(matches!(outcome, Outcome::Committed(None)), "{outcome:?}");
         if handle.stop_for(&id).is_some() {
@@ -1033,7 +1041,7 @@ fn budget_child_process() {
         // The provider call takes a moment, so the two processes overlap.
         std::thread::sleep(Duration::from_millis(2));
         bridge.submit(
-            post_api(&session, &id, hermes_meter::bridge::unix_now(), true),
+            post_api(&session, &id, hermes_meter_store::unix_now(), true),
             EventContext::default(),
         );
         made += 1;
@@ -1066,10 +1074,10 @@ fn the_gates_read_equals_the_window_sum() {
     assert!(n > 100);
     let tz = jiff::tz::TimeZone::get("Asia/Kathmandu").expect("zone");
     let t = jiff::Timestamp::from_second(now as i64).expect("ts");
-    let windows: Vec<(i64, i64)> = hermes_meter::budget::Window::ALL
+    let windows: Vec<(i64, i64)> = hermes_meter_model::budget::Window::ALL
         .iter()
         .map(|w| {
-            let (s, e) = hermes_meter::budget::window_bounds(*w, t, &tz);
+            let (s, e) = hermes_meter_model::budget::window_bounds(*w, t, &tz);
             (s.as_second(), e.as_second())
         })
         .collect();
@@ -1084,7 +1092,7 @@ fn the_gates_read_equals_the_window_sum() {
         assert!(f.usd.settled > 0.0 && f.input_tokens.settled > 0.0);
     }
     assert!(fast[0].usd.settled < fast[1].usd.settled && fast[1].usd.settled < fast[2].usd.settled);
-    let periods: Vec<(hermes_meter::budget::Window, i64)> = hermes_meter::budget::Window::ALL
+    let periods: Vec<(hermes_meter_model::budget::Window, i64)> = hermes_meter_model::budget::Window::ALL
         .iter()
         .copied()
         .zip(starts.iter().copied())
@@ -1117,7 +1125,7 @@ fn a_budget_file_that_never_parsed_holds_every_call_until_it_is_fixed() {
         logged.len() == 1 && logged[0].contains("NO limit is in force") && !logged[0].contains("previous limits kept"),
         "{logged:?}"
     );
-    let t = hermes_meter::bridge::unix_now();
+    let t = hermes_meter_store::unix_now();
     apply(&mut store, &pre_llm("s-typo", "t0", t, "cli", ""));
     let text = blocked(gate.verdict(&store, &pre_tool("s-typo", "c0", t)));
     assert!(text.contains("budget file does not parse"), "{text}");
@@ -1144,7 +1152,7 @@ fn a_budget_file_that_never_parsed_holds_every_call_until_it_is_fixed() {
     // Observe mode holds nothing, and says no limit is in force.
     let observed = tempfile::tempdir().expect("temp dir");
     let path = write_budgets(observed.path(), "mode = \"observe\"\n[global]\ndaily = 0.5O\n");
-    let mut gate = BudgetGate::new(path, Some(hermes_meter::bridge::BudgetMode::Observe));
+    let mut gate = BudgetGate::new(path, Some(hermes_meter_model::budget::BudgetMode::Observe));
     assert!(gate.handle().take_messages()[0].contains("observe mode: nothing is held"));
     assert_eq!(gate.verdict(&store, &pre_tool("s-typo", "c3", t)), None);
 }
@@ -1175,7 +1183,7 @@ fn an_edited_budget_file_is_picked_up_without_a_restart() {
     let path = write_budgets(dir.path(), "[global]\ndaily = 1000\n");
     let mut store = Writer::open_dir(dir.path()).expect("open");
     let mut gate = BudgetGate::new(path.clone(), None);
-    let t = hermes_meter::bridge::unix_now();
+    let t = hermes_meter_store::unix_now();
     apply(&mut store, &pre_llm("s-hot", "t0", t, "cli", ""));
     apply(&mut store, &post_api("s-hot", "a0", t, true));
     assert_eq!(gate.verdict(&store, &pre_tool("s-hot", "c0", t)), None);
@@ -1215,7 +1223,7 @@ fn an_edited_budget_file_is_picked_up_without_a_restart() {
             0
         );
     }
-    let gauges = hermes_meter::budget::budget_gauges(&store, dir.path(), false, false, t).expect("gauges");
+    let gauges = hermes_meter_runtime::budget::budget_gauges(&store, dir.path(), false, false, t).expect("gauges");
     assert_eq!(gauges.len(), 1);
     assert_eq!(
         (gauges[0].scope, gauges[0].window, gauges[0].limit),
@@ -1238,7 +1246,7 @@ fn sender_budgets_keep_user_ids_out_of_the_gauges_by_default() {
         "timezone = \"UTC\"\n[per_sender.default]\ndaily = 1.0\n[per_sender.overrides.\"vip-7\"]\ndaily = 5.0\n",
     );
     let mut store = Writer::open_dir(dir.path()).expect("open");
-    let t = hermes_meter::bridge::unix_now();
+    let t = hermes_meter_store::unix_now();
     for (sender, calls) in [("alice-1", 1), ("bob-2", 2), ("vip-7", 3)] {
         let session = format!("s-{sender}");
         apply(
@@ -1249,18 +1257,18 @@ fn sender_budgets_keep_user_ids_out_of_the_gauges_by_default() {
             apply(&mut store, &post_api(&session, &format!("{sender}-{n}"), t, true));
         }
     }
-    let gauges = hermes_meter::budget::budget_gauges(&store, dir.path(), false, false, t).expect("gauges");
+    let gauges = hermes_meter_runtime::budget::budget_gauges(&store, dir.path(), false, false, t).expect("gauges");
     let senders: Vec<_> = gauges.iter().filter(|g| g.scope == "sender").collect();
-    let all = hermes_meter::budget::budget_gauges(&store, dir.path(), false, true, t).expect("gauges");
+    let all = hermes_meter_runtime::budget::budget_gauges(&store, dir.path(), false, true, t).expect("gauges");
     assert_eq!(senders.len(), 1, "{gauges:?} {all:?}");
-    assert_eq!(senders[0].id, hermes_meter::budget::ANY_SENDER);
+    assert_eq!(senders[0].id, hermes_meter_model::budget::ANY_SENDER);
     // bob: 2 calls of a $1 line is nearer than vip's 3 of $5.
     assert!(
         (senders[0].spend - 2.0 * CALL_USD).abs() < 1e-12 && senders[0].limit == 1.0,
         "{:?} {all:?}",
         senders[0]
     );
-    let named = hermes_meter::budget::budget_gauges(&store, dir.path(), false, true, t).expect("gauges");
+    let named = hermes_meter_runtime::budget::budget_gauges(&store, dir.path(), false, true, t).expect("gauges");
     let mut ids: Vec<_> = named
         .iter()
         .filter(|g| g.scope == "sender")
@@ -1276,7 +1284,7 @@ fn sender_budgets_keep_user_ids_out_of_the_gauges_by_default() {
 
 /// A process's bridge with the budget gate of the store in `dir`, hooks
 /// waiting up to 10 s for their verdict, and the gate's handle.
-fn gated_bridge(dir: &Path) -> (Bridge, hermes_meter::budget::BudgetHandle) {
+fn gated_bridge(dir: &Path) -> (Bridge, hermes_meter_runtime::budget::BudgetHandle) {
     let mut cfg = BridgeConfig::new(dir.to_path_buf());
     cfg.hook_wait = Duration::from_secs(10);
     let gate = BudgetGate::for_store_dir(dir, None, false);
@@ -1323,7 +1331,9 @@ fn gating_hooks_wait_only_while_the_gate_has_something_to_say() {
     });
     assert_eq!(spooled(&bridge, "pre_tool_call", tool.clone()), Outcome::Queued);
     // Nothing waits: the binding leaves every call to the writer to decode.
-    assert!(hermes_meter::hook::HOOK_NAMES.iter().all(|h| bridge.decodes_later(h)));
+    assert!(hermes_meter_model::hook::HOOK_NAMES
+        .iter()
+        .all(|h| bridge.decodes_later(h)));
     // A 404 that is not retryable raises an alert: the next pre_llm_call
     // after its commit waits, and shows it.
     let e404 = json!({"session_id": "w", "api_request_id": "x", "model": "gone-model", "status_code": 404,
@@ -1359,7 +1369,7 @@ fn gating_hooks_wait_only_while_the_gate_has_something_to_say() {
     assert!(text.contains("global daily"), "{text}");
     // Calls that may carry spend or wait for a verdict are now decoded on
     // the hook thread; the others still go to the writer undecoded.
-    let decoded_here: Vec<&str> = hermes_meter::hook::HOOK_NAMES
+    let decoded_here: Vec<&str> = hermes_meter_model::hook::HOOK_NAMES
         .into_iter()
         .filter(|h| !bridge.decodes_later(h))
         .collect();
@@ -1649,7 +1659,7 @@ fn quick_against_the_writer(budgets: &str, min_quick: Option<usize>) {
     // step has committed.
     let reader = Writer::open_dir(dir.path()).expect("reader");
     let mut oracle = BudgetGate::for_store_dir(dir.path(), None, false);
-    let soft_line = hermes_meter::budget::BudgetConfig::default().soft_threshold;
+    let soft_line = hermes_meter_model::budget::BudgetConfig::default().soft_threshold;
     let (mut quick_tools, mut quick_llm, mut notice_at, mut blocked) = (0, 0, None, 0);
     for i in 0..50 {
         let id = format!("q:{i}");
@@ -1737,7 +1747,7 @@ fn a_batch_adds_to_the_spend_rollups_exactly_what_its_events_add_one_by_one() {
         events.push(post_api(&session, &id, at + 1.0, n % 4 != 0));
     }
     let rows = |dir: &Path| -> Vec<(String, String, i64, i64, f64, f64, i64)> {
-        let conn = rusqlite::Connection::open(dir.join(hermes_meter::store::DB_FILE_NAME)).expect("open");
+        let conn = rusqlite::Connection::open(dir.join(hermes_meter_store::DB_FILE_NAME)).expect("open");
         let mut stmt = conn
             .prepare(
                 "SELECT scope, id, level, bucket, cost_usd, estimated_usd, calls FROM budget_spend
@@ -1776,7 +1786,7 @@ fn a_batch_adds_to_the_spend_rollups_exactly_what_its_events_add_one_by_one() {
 
 #[test]
 fn a_pause_hermes_refused_is_offered_again_until_it_is_given_up() {
-    use hermes_meter::budget::{CronPause, MAX_PAUSE_ATTEMPTS, PAUSE_RETRY};
+    use hermes_meter_runtime::budget::{CronPause, MAX_PAUSE_ATTEMPTS, PAUSE_RETRY};
     use std::time::Instant;
     let dir = tempfile::tempdir().expect("temp dir");
     let handle = gate(dir.path()).handle();
@@ -2109,8 +2119,8 @@ fn no_recorded_run_is_a_runaway() {
             let rec: Value = serde_json::from_str(line).expect("json");
             let hook = rec["hook"].as_str().expect("hook");
             let map = rec["kwargs"].as_object().expect("kwargs").clone();
-            if let hermes_meter::hook::Decoded::Event(e, _) =
-                hermes_meter::hook::decode(hook, &map, rec["t"].as_f64().unwrap_or(0.0), DecodeOptions::default())
+            if let hermes_meter_model::hook::Decoded::Event(e, _) =
+                hermes_meter_model::hook::decode(hook, &map, rec["t"].as_f64().unwrap_or(0.0), DecodeOptions::default())
             {
                 committed(&mut store, &mut gate, &e);
                 seen += 1;
@@ -2201,7 +2211,7 @@ fn alert_shown_at_the_next_turn(model: &str) {
     let bridge = Bridge::start_with_gate(cfg, Box::new(BudgetGate::for_store_dir(dir.path(), None, false)));
     if bridge.needs_host_price(model) {
         // Priced by Hermes, as the e2e kit's mock-model is.
-        bridge.set_host_price(model, hermes_meter::pricing::ModelPrice::flat(2.5, 10.0));
+        bridge.set_host_price(model, hermes_meter_model::pricing::ModelPrice::flat(2.5, 10.0));
     }
     let turn = |n: u32| json!({"session_id": "s", "turn_id": format!("s:{n}"), "model": model, "platform": "cli"});
     spooled(&bridge, "pre_llm_call", turn(1));

@@ -144,7 +144,7 @@ fn status_lists_the_alerts_of_the_last_day_and_where_they_went() {
         .expect("clock")
         .as_secs_f64();
     {
-        let store = hermes_meter::store::Writer::open_dir(&home).expect("store");
+        let store = hermes_meter_store::Writer::open_dir(&home).expect("store");
         store
             .raise_pending_alert(
                 "runaway",
@@ -512,8 +512,6 @@ fn budget_list_shows_scope_defaults_which_limit_applies_and_the_zone() {
     assert_eq!(over["limit_of"], "override");
 }
 
-mod support;
-
 /// Polls `what` until it holds or 20 s pass.
 fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
     let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -525,8 +523,8 @@ fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
 
 /// The trace export lease of the store in `home`, if someone holds it now.
 fn lease_holder(home: &Path) -> Option<String> {
-    let store = hermes_meter::store::Writer::open_dir(home).expect("open");
-    let now = hermes_meter::unix_now();
+    let store = hermes_meter_store::Writer::open_dir(home).expect("open");
+    let now = hermes_meter_store::unix_now();
     store
         .export_state()
         .expect("export state")
@@ -537,7 +535,7 @@ fn lease_holder(home: &Path) -> Option<String> {
 
 /// A port nothing listens on.
 fn dead_endpoint() -> String {
-    format!("http://{}", support::free_addr())
+    format!("http://{}", hermes_meter_test_support::free_addr())
 }
 
 #[test]
@@ -568,9 +566,9 @@ fn export_to_a_dead_collector_names_it_says_what_to_do_and_status_keeps_it() {
 #[test]
 fn export_marks_what_it_re_sent_as_exported() {
     let (_dir, home) = store_with_history();
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let pending = |home: &Path| {
-        let store = hermes_meter::store::Writer::open_dir(home).expect("open");
+        let store = hermes_meter_store::Writer::open_dir(home).expect("open");
         store.export_state().expect("state").pending
     };
     assert!(pending(&home) > 0, "the fixture leaves spans waiting");
@@ -636,7 +634,7 @@ fn sigterm_releases_the_export_lease_at_once() {
 #[test]
 fn a_trace_only_backend_gets_one_line_naming_the_variable_and_no_retry_storm() {
     let (_dir, home) = store_with_history();
-    let backend = support::grpc_traces_only();
+    let backend = hermes_meter_test_support::grpc_traces_only();
     let mut child = bin()
         .arg("--home")
         .arg(&home)
@@ -674,7 +672,7 @@ fn a_trace_only_backend_gets_one_line_naming_the_variable_and_no_retry_storm() {
 fn serve_prometheus_alone_pushes_no_traces_and_says_what_it_serves() {
     let (_dir, home) = store_with_history();
     // A collector listening where the traces would go by default must get nothing.
-    let collector = support::grpc(None, None);
+    let collector = hermes_meter_test_support::grpc(None, None);
     let mut child = bin()
         .arg("--home")
         .arg(&home)
@@ -695,7 +693,7 @@ fn serve_prometheus_alone_pushes_no_traces_and_says_what_it_serves() {
     // Serving: a few of its steps.
     std::thread::sleep(std::time::Duration::from_millis(1000));
     assert_eq!(collector.received.span_count(), 0);
-    let pending = hermes_meter::store::Writer::open_dir(&home)
+    let pending = hermes_meter_store::Writer::open_dir(&home)
         .expect("open")
         .export_state()
         .expect("state")
@@ -704,13 +702,15 @@ fn serve_prometheus_alone_pushes_no_traces_and_says_what_it_serves() {
     // It holds no trace lease: a Hermes process that sends traces sends
     // them while it runs (before, serve held the lease and sent nothing).
     assert_eq!(lease_holder(&home), None);
-    let traces = support::grpc(None, None);
+    let traces = hermes_meter_test_support::grpc(None, None);
     let env: std::collections::HashMap<&str, String> =
         [("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", traces.grpc_endpoint())].into();
-    let config = hermes_meter::export::ExportConfig::resolve(hermes_meter::export::ExportOverrides::default(), |k| {
-        env.get(k).cloned()
-    });
-    let mut hermes = hermes_meter::export::Exporter::new(config, &home.join("hermes-meter.db")).expect("exporter");
+    let config = hermes_meter_runtime::export::ExportConfig::resolve(
+        hermes_meter_runtime::export::ExportOverrides::default(),
+        |k| env.get(k).cloned(),
+    );
+    let mut hermes =
+        hermes_meter_runtime::export::Exporter::new(config, &home.join("hermes-meter.db")).expect("exporter");
     let step = hermes
         .flush(std::time::Instant::now() + std::time::Duration::from_secs(20))
         .expect("flush");
@@ -1225,7 +1225,7 @@ fn with_no_store_yet_status_names_the_sessions_hermes_ran_without_the_plugin() {
         "CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT, started_at REAL, parent_session_id TEXT, title TEXT)",
     )
     .expect("schema");
-    let at = hermes_meter::unix_now() - 60.0;
+    let at = hermes_meter_store::unix_now() - 60.0;
     conn.execute(
         "INSERT INTO sessions (id, source, started_at) VALUES ('20261206_lost', 'cli', ?1)",
         [at],
@@ -1267,8 +1267,8 @@ fn with_no_store_yet_status_names_the_sessions_hermes_ran_without_the_plugin() {
     let o = run(&home, &["replay", fixture("cron.jsonl").to_str().expect("utf-8 path")]);
     assert!(o.status.success(), "{}", stderr(&o));
     // The plugin's process that ran then, which reported its load.
-    let now = hermes_meter::unix_now();
-    let mut tracker = hermes_meter::health::Tracker::new(now - 120.0);
+    let now = hermes_meter_store::unix_now();
+    let mut tracker = hermes_meter_store::health::Tracker::new(now - 120.0);
     tracker
         .hermes(
             serde_json::json!({"hermes_version": "0.19.0", "load": "ok", "register_ms": 3.0, "points": []}),
@@ -1402,7 +1402,7 @@ fn the_digest_compares_the_last_complete_day_with_the_one_before() {
     )
     .expect("prices");
     std::fs::write(home.join("budgets.toml"), "[global]\nweekly = 50\n").expect("budgets");
-    let midnight = (hermes_meter::unix_now() / 86_400.0).floor() * 86_400.0;
+    let midnight = (hermes_meter_store::unix_now() / 86_400.0).floor() * 86_400.0;
     let yesterday = fixture_at(dir.path(), "multi_turn.jsonl", midnight - 12.0 * 3600.0);
     let before = fixture_at(dir.path(), "failonce.jsonl", midnight - 36.0 * 3600.0);
     for f in [&yesterday, &before] {

@@ -4,10 +4,9 @@
 //! Hook latency under this load is a benchmark figure (`cargo bench --bench
 //! contention`), not asserted here.
 
-#[path = "support/load.rs"]
-mod load;
+use hermes_meter_test_support::load;
 
-use hermes_meter::store::Writer;
+use hermes_meter_store::Writer;
 
 #[test]
 fn eight_processes_of_four_threads_record_every_event_exactly_once() {
@@ -22,7 +21,10 @@ fn eight_processes_of_four_threads_record_every_event_exactly_once() {
         sessions,
         &[
             "--exact",
-            "eight_processes_of_four_threads_record_every_event_exactly_once",
+            &hermes_meter_test_support::test_name(
+                module_path!(),
+                "eight_processes_of_four_threads_record_every_event_exactly_once",
+            ),
             "--nocapture",
         ],
     );

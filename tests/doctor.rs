@@ -8,11 +8,10 @@
 
 use std::path::{Path, PathBuf};
 
-#[path = "support/cli.rs"]
-mod cli;
 use cli::cli;
+use hermes_meter_test_support::cli;
 
-use hermes_meter::store::{Writer, DB_FILE_NAME};
+use hermes_meter_store::{Writer, DB_FILE_NAME};
 use rusqlite::Connection;
 
 fn fixtures() -> Vec<PathBuf> {
@@ -81,7 +80,7 @@ fn rebuilding_a_whole_store_gives_the_same_ledger_and_sends_nothing_twice() {
         .execute("DELETE FROM outbox WHERE seq % 2 = 0", [])
         .expect("export half");
     // It took part in a fleet: a rebuilt store must stay the same host.
-    hermes_meter::store::Outbox::open_dir(home)
+    hermes_meter_store::Outbox::open_dir(home)
         .expect("open")
         .fleet_host_id()
         .expect("host id");
@@ -164,7 +163,7 @@ fn a_damaged_store_is_reported_and_rebuilt_from_what_reads_plus_the_spool() {
     let damaged_bytes = std::fs::read(&db).expect("read");
 
     // A dead process's spool holds events the store never got.
-    let spool_dir = home.join(hermes_meter::spool::SPOOL_DIR_NAME);
+    let spool_dir = home.join(hermes_meter_runtime::spool::SPOOL_DIR_NAME);
     std::fs::create_dir_all(&spool_dir).expect("spool dir");
     let extra = "{\"hook\":\"on_session_start\",\"t\":1900000000.5,\"kwargs\":{\"session_id\":\"after-the-damage\",\"platform\":\"cli\"}}\n";
     std::fs::write(spool_dir.join("999999-1.jsonl"), extra).expect("spool");
@@ -214,7 +213,7 @@ fn a_rebuild_is_refused_while_hermes_uses_the_store() {
     let home = dir.path();
     replayed(home);
     // A live process: its spool is locked.
-    let spool = hermes_meter::spool::Spool::create(home).expect("spool");
+    let spool = hermes_meter_runtime::spool::Spool::create(home).expect("spool");
     let (code, out, err) = cli(home, &["doctor", "--rebuild", "--force"]);
     assert_ne!(code, 0, "{out}");
     assert!(err.contains("stop Hermes"), "{err}");
@@ -375,7 +374,7 @@ fn status_finds_a_damaged_table_with_no_trouble_recorded() {
         })
         .expect("journal root");
     damage(&db, &[root]);
-    let _ = std::fs::remove_file(home.join(hermes_meter::health::HEALTH_FILE_NAME));
+    let _ = std::fs::remove_file(home.join(hermes_meter_store::health::HEALTH_FILE_NAME));
     let (code, out, _) = cli(home, &["status"]);
     assert_eq!(code, 1, "{out}");
     let mut lines = out.lines();
@@ -397,8 +396,8 @@ fn a_whole_store_whose_plugin_hermes_dropped_says_so_first() {
     let dir = tempfile::tempdir().expect("temp dir");
     let home = dir.path().join("meter");
     replayed(&home);
-    let now = hermes_meter::unix_now();
-    let mut tracker = hermes_meter::health::Tracker::new(now - 60.0);
+    let now = hermes_meter_store::unix_now();
+    let mut tracker = hermes_meter_store::health::Tracker::new(now - 60.0);
     tracker
         .hermes(
             serde_json::json!({"hermes_version": "0.22.2", "load": "abandoned", "register_ms": 10500.0, "points": []}),

@@ -1,18 +1,17 @@
 //! Trace export end to end: fixtures replayed into a store, exported over
 //! OTLP to in-process receivers on loopback, and what arrived checked.
 
-#[path = "support/hermes_main.rs"]
-mod hermes_main;
-mod support;
+use hermes_meter_test_support::hermes_main;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hermes_meter::export::{hex, ExportConfig, ExportOverrides, Exporter};
-use hermes_meter::hook::DecodeOptions;
-use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::store::Writer;
+use hermes_meter_model::hook::DecodeOptions;
+use hermes_meter_model::span::hex;
+use hermes_meter_runtime::export::{ExportConfig, ExportOverrides, Exporter};
+use hermes_meter_store::replay::{replay_file, ReplayStats};
+use hermes_meter_store::Writer;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::trace::v1::Span;
 
@@ -181,7 +180,7 @@ fn assert_unique(spans: &[Span]) {
 /// renders the tree that arrived.
 fn tree_of(name: &str, extra: &[(&str, &str)]) -> String {
     let dir = tempfile::tempdir().expect("temp dir");
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let mut store = store_at(dir.path());
     replay(&mut store, &[fixture(name)]);
     let endpoint = receiver.grpc_endpoint();
@@ -389,9 +388,9 @@ fn every_fixture_exports_its_exact_span_tree() {
 
 #[test]
 fn a_streamed_call_of_hermes_main_arrives_with_its_time_to_first_chunk_and_0_19_calls_without() {
-    use hermes_meter::semconv::attr::{GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK as TTFC, HERMES_API_REQUEST_ID};
+    use hermes_meter_model::semconv::attr::{GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK as TTFC, HERMES_API_REQUEST_ID};
     let dir = tempfile::tempdir().expect("temp dir");
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let mut store = store_at(dir.path());
     let started = 1_796_002_700.0;
     let streamed = hermes_main::streamed_call(dir.path(), "main-streamed", started, Some(started + 0.75));
@@ -441,7 +440,7 @@ fn ids(spans: &[Span]) -> HashSet<(Vec<u8>, Vec<u8>)> {
 /// Every fixture exported over gRPC, as the reference set of span ids.
 fn reference_ids() -> HashSet<(Vec<u8>, Vec<u8>)> {
     let dir = tempfile::tempdir().expect("temp dir");
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let mut store = store_at(dir.path());
     replay(&mut store, &all_fixtures());
     let endpoint = receiver.grpc_endpoint();
@@ -471,7 +470,7 @@ fn per_turn_traces_root_each_turn_and_link_it_to_the_session() {
 #[test]
 fn http_protobuf_with_gzip_delivers_the_same_spans_as_grpc() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let receiver = support::http(None);
+    let receiver = hermes_meter_test_support::http(None);
     let mut store = store_at(dir.path());
     replay(&mut store, &all_fixtures());
     let endpoint = receiver.http_endpoint();
@@ -498,15 +497,15 @@ fn a_partial_success_counts_the_rejected_spans_and_sends_nothing_again() {
     for protocol in ["grpc", "http/protobuf"] {
         let dir = tempfile::tempdir().expect("temp dir");
         let (receiver, endpoint) = if protocol == "grpc" {
-            let r = support::grpc(None, None);
+            let r = hermes_meter_test_support::grpc(None, None);
             let e = r.grpc_endpoint();
             (r, e)
         } else {
-            let r = support::http(None);
+            let r = hermes_meter_test_support::http(None);
             let e = r.http_endpoint();
             (r, e)
         };
-        receiver.received.answer([support::Answer::Partial {
+        receiver.received.answer([hermes_meter_test_support::Answer::Partial {
             rejected: 2,
             message: "2 spans too old".into(),
         }]);
@@ -530,7 +529,7 @@ fn a_partial_success_counts_the_rejected_spans_and_sends_nothing_again() {
 #[test]
 fn a_collector_that_is_down_for_the_first_half_gets_every_span_once() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let addr = support::free_addr();
+    let addr = hermes_meter_test_support::free_addr();
     let endpoint = format!("http://{addr}");
     let files = all_fixtures();
     let (first, second) = files.split_at(files.len() / 2);
@@ -552,7 +551,7 @@ fn a_collector_that_is_down_for_the_first_half_gets_every_span_once() {
     let state = exporter.store().export_state().expect("state");
     assert!(state.pending > 0 && state.exported == 0 && state.last_error.is_some());
     // The collector comes up; the second half of the replay arrives.
-    let receiver = support::grpc(Some(addr), None);
+    let receiver = hermes_meter_test_support::grpc(Some(addr), None);
     let mut store = store_at(dir.path());
     replay(&mut store, second);
     drop(store);
@@ -565,7 +564,7 @@ fn a_collector_that_is_down_for_the_first_half_gets_every_span_once() {
 #[test]
 fn only_the_lease_holder_exports_and_the_lease_lapses_when_it_stops() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let mut store = store_at(dir.path());
     replay(&mut store, &[fixture("readfile")]);
     let endpoint = receiver.grpc_endpoint();
@@ -588,7 +587,7 @@ fn only_the_lease_holder_exports_and_the_lease_lapses_when_it_stops() {
 #[test]
 fn export_since_resends_history_with_the_same_ids() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let mut store = store_at(dir.path());
     replay(&mut store, &all_fixtures());
     let endpoint = receiver.grpc_endpoint();
@@ -607,7 +606,7 @@ fn export_since_resends_history_with_the_same_ids() {
 #[test]
 fn a_sampler_that_keeps_nothing_sends_nothing_and_counts_it() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let mut store = store_at(dir.path());
     replay(&mut store, &[fixture("readfile")]);
     let endpoint = receiver.grpc_endpoint();
@@ -620,13 +619,13 @@ fn a_sampler_that_keeps_nothing_sends_nothing_and_counts_it() {
 
 #[test]
 fn grpc_over_tls_on_loopback_trusts_the_ca_file_and_nothing_else() {
-    let (cert, key) = support::self_signed();
+    let (cert, key) = hermes_meter_test_support::self_signed();
     let dir = tempfile::tempdir().expect("temp dir");
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, &cert).expect("write ca");
     let ca = ca.to_string_lossy().to_string();
 
-    let receiver = support::grpc(None, Some((cert.clone(), key.clone())));
+    let receiver = hermes_meter_test_support::grpc(None, Some((cert.clone(), key.clone())));
     let mut store = store_at(dir.path());
     replay(&mut store, &[fixture("readfile")]);
     let endpoint = format!("https://localhost:{}", receiver.addr.port());
@@ -659,12 +658,12 @@ fn assert_untrusted(error: &Option<String>) {
 
 #[test]
 fn https_on_loopback_trusts_the_ca_file_and_nothing_else() {
-    let (cert, key) = support::self_signed();
+    let (cert, key) = hermes_meter_test_support::self_signed();
     let dir = tempfile::tempdir().expect("temp dir");
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, &cert).expect("write ca");
     let ca = ca.to_string_lossy().to_string();
-    let receiver = support::https(support::ServerTls {
+    let receiver = hermes_meter_test_support::https(hermes_meter_test_support::ServerTls {
         cert,
         key,
         client_ca: None,
@@ -694,7 +693,7 @@ fn https_on_loopback_trusts_the_ca_file_and_nothing_else() {
 
 #[test]
 fn a_collector_that_asks_for_a_client_certificate_gets_ours_over_grpc_and_https() {
-    let pki = support::pki();
+    let pki = hermes_meter_test_support::pki();
     let dir = tempfile::tempdir().expect("temp dir");
     let write = |name: &str, text: &str| {
         let path = dir.path().join(name);
@@ -707,17 +706,17 @@ fn a_collector_that_asks_for_a_client_certificate_gets_ours_over_grpc_and_https(
         write("client.key", &pki.client.1),
     );
     for protocol in ["grpc", "http/protobuf"] {
-        let tls = support::ServerTls {
+        let tls = hermes_meter_test_support::ServerTls {
             cert: pki.server.0.clone(),
             key: pki.server.1.clone(),
             client_ca: Some(pki.ca.clone()),
         };
         let (receiver, endpoint) = if protocol == "grpc" {
-            let r = support::grpc_tls(None, Some(tls));
+            let r = hermes_meter_test_support::grpc_tls(None, Some(tls));
             let e = format!("https://localhost:{}", r.addr.port());
             (r, e)
         } else {
-            let r = support::https(tls);
+            let r = hermes_meter_test_support::https(tls);
             let e = format!("https://localhost:{}/v1/traces", r.addr.port());
             (r, e)
         };
@@ -759,7 +758,7 @@ fn a_collector_that_asks_for_a_client_certificate_gets_ours_over_grpc_and_https(
 
 #[test]
 fn a_client_certificate_without_its_key_is_a_configuration_error() {
-    let pki = support::pki();
+    let pki = hermes_meter_test_support::pki();
     let dir = tempfile::tempdir().expect("temp dir");
     let cert = dir.path().join("client.pem");
     std::fs::write(&cert, &pki.client.0).expect("write");
@@ -790,7 +789,7 @@ fn a_client_certificate_without_its_key_is_a_configuration_error() {
 /// Every span the fixtures produce, as one gRPC receiver got them.
 fn all_spans() -> Vec<Span> {
     let dir = tempfile::tempdir().expect("temp dir");
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let mut store = store_at(dir.path());
     replay(&mut store, &all_fixtures());
     let endpoint = receiver.grpc_endpoint();
@@ -805,7 +804,7 @@ fn every_emitted_span_and_attribute_name_is_in_the_semconv_registry() {
     let names: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).expect("names.json")).expect("json");
     let registry_attrs = names["attributes"].as_object().expect("attributes");
-    for name in hermes_meter::semconv::SPAN_ATTRIBUTES {
+    for name in hermes_meter_model::semconv::SPAN_ATTRIBUTES {
         assert!(registry_attrs.contains_key(*name), "{name} is not in the registry");
     }
     let spans_def = names["spans"].as_array().expect("spans");
@@ -866,7 +865,7 @@ fn killing_the_exporting_process_mid_batch_loses_nothing() {
     let mut store = Writer::open_dir(&home).expect("store");
     replay(&mut store, &[file]);
     drop(store);
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     // The collector takes the first request and does not answer it.
     receiver.received.hold.store(true, std::sync::atomic::Ordering::SeqCst);
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-meter"))

@@ -7,22 +7,20 @@
 //! arrives once, and only one too large alone is missing, counted
 //! rejected.
 
-mod support;
-
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use hermes_meter::export::{Driver, ExportConfig};
-use hermes_meter::hook::DecodeOptions;
-use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::store::Writer;
+use hermes_meter_model::hook::DecodeOptions;
+use hermes_meter_runtime::export::{Driver, ExportConfig};
+use hermes_meter_store::replay::{replay_file, ReplayStats};
+use hermes_meter_store::Writer;
+use hermes_meter_test_support::{Receiver, TooLarge};
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
-use support::{Receiver, TooLarge};
 
 /// The recorded run every session is a copy of, and its session id.
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/readfile.jsonl");
@@ -82,7 +80,7 @@ fn configs(endpoint: &str, protocol: &str, capture: &str, pairs: &[(&str, &str)]
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "10000"),
     ];
     all.extend_from_slice(pairs);
-    support::export_configs(&all)
+    hermes_meter_test_support::export_configs(&all)
 }
 
 /// What a test exports: spans, or log records (content events) alone.
@@ -187,7 +185,7 @@ fn once<T: std::hash::Hash + Eq + Clone + std::fmt::Debug>(ids: &[T]) -> HashSet
 
 /// The spans an unlimited receiver gets from the runs of `pad`.
 fn reference_spans(pad: impl Fn(usize) -> usize) -> Vec<Span> {
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let sent = export(&receiver, "grpc", What::Spans, pad, &[]);
     assert_eq!((sent.rejected, sent.failed), (0, 0));
     receiver.received.spans()
@@ -195,7 +193,7 @@ fn reference_spans(pad: impl Fn(usize) -> usize) -> Vec<Span> {
 
 /// The records an unlimited receiver gets from the runs of `pad`.
 fn reference_records(pad: impl Fn(usize) -> usize) -> Vec<LogRecord> {
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let sent = export(&receiver, "grpc", What::Logs, pad, &[]);
     assert_eq!((sent.rejected, sent.failed), (0, 0));
     receiver.received.log_records()
@@ -217,18 +215,18 @@ fn a_batch_over_the_maximum_arrives_whole_over(receiver: Receiver, protocol: &st
 
 #[test]
 fn over_grpc_a_batch_larger_than_the_collector_takes_arrives_whole_each_span_once() {
-    a_batch_over_the_maximum_arrives_whole_over(support::grpc_max(MAX_MESSAGE), "grpc", &[]);
+    a_batch_over_the_maximum_arrives_whole_over(hermes_meter_test_support::grpc_max(MAX_MESSAGE), "grpc", &[]);
 }
 
 #[test]
 fn over_http_a_batch_refused_as_the_collector_does_arrives_whole_each_span_once() {
-    let receiver = support::http_max(MAX_MESSAGE, TooLarge::Collector400);
+    let receiver = hermes_meter_test_support::http_max(MAX_MESSAGE, TooLarge::Collector400);
     a_batch_over_the_maximum_arrives_whole_over(receiver, "http/protobuf", &[]);
 }
 
 #[test]
 fn over_http_a_batch_refused_by_a_proxy_with_413_arrives_whole_each_span_once() {
-    let receiver = support::http_max(MAX_MESSAGE, TooLarge::Proxy413);
+    let receiver = hermes_meter_test_support::http_max(MAX_MESSAGE, TooLarge::Proxy413);
     a_batch_over_the_maximum_arrives_whole_over(
         receiver,
         "http/protobuf",
@@ -238,12 +236,12 @@ fn over_http_a_batch_refused_by_a_proxy_with_413_arrives_whole_each_span_once() 
 
 #[test]
 fn under_a_configured_limit_below_the_collectors_no_request_is_refused() {
-    let receiver = support::http_max(MAX_MESSAGE, TooLarge::Collector400);
+    let receiver = hermes_meter_test_support::http_max(MAX_MESSAGE, TooLarge::Collector400);
     let limit = (MAX_MESSAGE / 2).to_string();
     let pairs = [("HERMES_METER_EXPORT_MAX_REQUEST_BYTES", limit.as_str())];
     a_batch_over_the_maximum_arrives_whole_over(receiver, "http/protobuf", &pairs);
     // Refusals are counted only over HTTP, hence this test's protocol.
-    let receiver = support::http_max(MAX_MESSAGE, TooLarge::Collector400);
+    let receiver = hermes_meter_test_support::http_max(MAX_MESSAGE, TooLarge::Collector400);
     export(&receiver, "http/protobuf", What::Spans, |_| PAD, &pairs);
     assert_eq!(receiver.received.too_large.load(Ordering::SeqCst), 0);
     assert!(receiver.received.largest.load(Ordering::SeqCst) <= MAX_MESSAGE / 2);
@@ -281,12 +279,15 @@ fn a_lone_span_too_large_is_rejected_and_the_rest_arrive_over(receiver: Receiver
 
 #[test]
 fn over_grpc_a_span_too_large_alone_is_counted_rejected_and_the_rest_arrive() {
-    a_lone_span_too_large_is_rejected_and_the_rest_arrive_over(support::grpc_max(MAX_MESSAGE), "grpc");
+    a_lone_span_too_large_is_rejected_and_the_rest_arrive_over(
+        hermes_meter_test_support::grpc_max(MAX_MESSAGE),
+        "grpc",
+    );
 }
 
 #[test]
 fn over_http_a_span_too_large_alone_is_counted_rejected_and_the_rest_arrive() {
-    let receiver = support::http_max(MAX_MESSAGE, TooLarge::Collector400);
+    let receiver = hermes_meter_test_support::http_max(MAX_MESSAGE, TooLarge::Collector400);
     a_lone_span_too_large_is_rejected_and_the_rest_arrive_over(receiver, "http/protobuf");
 }
 
@@ -319,13 +320,13 @@ fn log_records_are_split_and_a_lone_one_rejected_over(receiver: impl Fn() -> Rec
 
 #[test]
 fn over_grpc_log_records_too_large_together_arrive_and_one_too_large_alone_is_rejected() {
-    log_records_are_split_and_a_lone_one_rejected_over(|| support::grpc_max(MAX_MESSAGE), "grpc");
+    log_records_are_split_and_a_lone_one_rejected_over(|| hermes_meter_test_support::grpc_max(MAX_MESSAGE), "grpc");
 }
 
 #[test]
 fn over_http_log_records_too_large_together_arrive_and_one_too_large_alone_is_rejected() {
     log_records_are_split_and_a_lone_one_rejected_over(
-        || support::http_max(MAX_MESSAGE, TooLarge::Collector400),
+        || hermes_meter_test_support::http_max(MAX_MESSAGE, TooLarge::Collector400),
         "http/protobuf",
     );
 }
@@ -336,12 +337,12 @@ fn over_http_log_records_too_large_together_arrive_and_one_too_large_alone_is_re
 #[test]
 fn a_part_accepted_before_a_failure_is_not_sent_again_with_the_rest() {
     let reference = reference_spans(|_| PAD);
-    let receiver = support::grpc_max(MAX_MESSAGE);
-    let accept = support::Answer::Partial {
+    let receiver = hermes_meter_test_support::grpc_max(MAX_MESSAGE);
+    let accept = hermes_meter_test_support::Answer::Partial {
         rejected: 0,
         message: String::new(),
     };
-    let unavailable = support::Answer::Status {
+    let unavailable = hermes_meter_test_support::Answer::Status {
         code: tonic::Code::Unavailable,
         retry_info: None,
     };
@@ -435,11 +436,13 @@ fn a_grpc_answer_over_the_clients_decoding_limit_is_an_accepted_request_not_a_re
     // Each answer an OTLP partial success whose message is over tonic's
     // 4 MiB decoding limit: the collector took every span, the client
     // cannot read what it said.
-    let receiver = support::grpc(None, None);
-    receiver.received.answer((0..64).map(|_| support::Answer::Partial {
-        rejected: 0,
-        message: "x".repeat(5 << 20),
-    }));
+    let receiver = hermes_meter_test_support::grpc(None, None);
+    receiver
+        .received
+        .answer((0..64).map(|_| hermes_meter_test_support::Answer::Partial {
+            rejected: 0,
+            message: "x".repeat(5 << 20),
+        }));
     let sent = export(&receiver, "grpc", What::Spans, |_| PAD, &[]);
     let spans = receiver.received.spans();
     sent.counted(spans.len(), 0);
@@ -448,7 +451,11 @@ fn a_grpc_answer_over_the_clients_decoding_limit_is_an_accepted_request_not_a_re
 
 /// A burst of "too large" answers (a proxy's hiccup, a collector busy)
 /// rejects nothing: what it refused arrives once it takes requests again.
-fn a_burst_of_too_large_answers_loses_nothing_over(receiver: Receiver, protocol: &str, answer: support::Answer) {
+fn a_burst_of_too_large_answers_loses_nothing_over(
+    receiver: Receiver,
+    protocol: &str,
+    answer: hermes_meter_test_support::Answer,
+) {
     // Enough refusals to split the batch down to single spans and refuse
     // some of those too: every one of them would have been rejected.
     receiver.received.answer(std::iter::repeat_n(answer, 8));
@@ -466,9 +473,9 @@ fn a_burst_of_too_large_answers_loses_nothing_over(receiver: Receiver, protocol:
 #[test]
 fn over_http_a_burst_of_413_answers_rejects_nothing() {
     a_burst_of_too_large_answers_loses_nothing_over(
-        support::http(None),
+        hermes_meter_test_support::http(None),
         "http/protobuf",
-        support::Answer::Http {
+        hermes_meter_test_support::Answer::Http {
             status: 413,
             retry_after: None,
         },
@@ -478,9 +485,9 @@ fn over_http_a_burst_of_413_answers_rejects_nothing() {
 #[test]
 fn over_grpc_a_burst_of_resource_exhausted_too_large_answers_rejects_nothing() {
     a_burst_of_too_large_answers_loses_nothing_over(
-        support::grpc(None, None),
+        hermes_meter_test_support::grpc(None, None),
         "grpc",
-        support::Answer::StatusMessage {
+        hermes_meter_test_support::Answer::StatusMessage {
             code: tonic::Code::ResourceExhausted,
             message: "grpc: received message larger than max (9000000 vs. 4194304)".into(),
         },

@@ -4,20 +4,18 @@
 //!
 //! One test in this binary: it sets process-wide environment variables.
 
-mod support;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use hermes_meter::bridge::{Background, BridgeConfig};
-use hermes_meter::export_task::ExportTask;
-use hermes_meter::hook::DecodeOptions;
-use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::store::Writer;
+use hermes_meter_model::hook::DecodeOptions;
+use hermes_meter_runtime::bridge::{Background, BridgeConfig};
+use hermes_meter_runtime::export_task::ExportTask;
+use hermes_meter_store::replay::{replay_file, ReplayStats};
+use hermes_meter_store::Writer;
 
 #[test]
 fn the_export_thread_sends_the_outbox_and_a_session_end_can_wait_for_it() {
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.grpc_endpoint());
     // Sessions Hermes never finalizes are held back this long; not here.
     std::env::set_var("HERMES_METER_SESSION_GRACE_SECONDS", "0");

@@ -3,29 +3,23 @@
 //! hosts are stores with their own bridge, gate and fleet sync, in this
 //! process or, where it matters, in processes of their own.
 
-// libc calls in tests/support/postgres.rs (the PostgreSQL it starts runs
-// as nobody when this is root): the workspace denies unsafe code elsewhere.
-#![allow(unsafe_code)]
-
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[path = "support/budget_events.rs"]
-mod budget_events;
-#[path = "support/http_get.rs"]
-mod http_get;
-#[path = "support/postgres.rs"]
-mod postgres;
+use hermes_meter_test_support::budget_events;
+use hermes_meter_test_support::http_get;
+use hermes_meter_test_support::postgres;
 
 use budget_events::{post_api, pre_api, pre_tool, CALL_USD};
-use hermes_meter::bridge::{Bridge, BridgeConfig, Outcome, Verdict};
-use hermes_meter::budget::{BudgetGate, BudgetHandle, Unsynced, FIRST_SYNC_WAIT, UNSYNCED_ENV};
-use hermes_meter::budget::{Scope, Window, BLOCKED_MODEL, BUDGETS_FILE_NAME};
-use hermes_meter::fleet::task::FleetTask;
-use hermes_meter::fleet::{FleetConfig, FLEET_URL_ENV};
-use hermes_meter::store::{EventContext, FleetStatus, Outbox, Writer};
+use hermes_meter_model::budget::{Scope, Window, BLOCKED_MODEL, BUDGETS_FILE_NAME};
+use hermes_meter_model::budget::{Unsynced, FIRST_SYNC_WAIT, UNSYNCED_ENV};
+use hermes_meter_runtime::bridge::{Bridge, BridgeConfig, Outcome, Verdict};
+use hermes_meter_runtime::budget::{BudgetGate, BudgetHandle};
+use hermes_meter_runtime::fleet::task::FleetTask;
+use hermes_meter_runtime::fleet::{FleetConfig, FLEET_URL_ENV};
+use hermes_meter_store::{EventContext, FleetStatus, Outbox, Writer};
 use postgres::Postgres;
 
 /// The child process's mode (`spend` or `crash`) and its store directory.
@@ -105,7 +99,7 @@ impl Host {
         self.calls += 1;
         let id = format!("{}:api:{}", self.session, self.calls);
         let outcome = self.bridge.submit(
-            pre_api(&self.session, &id, hermes_meter::unix_now()),
+            pre_api(&self.session, &id, hermes_meter_store::unix_now()),
             EventContext::default(),
         );
         assert_eq!(
@@ -116,15 +110,15 @@ impl Host {
         if let Some(text) = self.handle.stop_for(&id) {
             // Hermes then reports the stand-in response, which settles the
             // call's reservation at no cost.
-            let mut blocked = post_api(&self.session, &id, hermes_meter::unix_now(), false);
-            if let hermes_meter::hook::Hook::PostApiRequest(p) = &mut blocked.hook {
+            let mut blocked = post_api(&self.session, &id, hermes_meter_store::unix_now(), false);
+            if let hermes_meter_model::hook::Hook::PostApiRequest(p) = &mut blocked.hook {
                 p.response_model = Some(BLOCKED_MODEL.into());
             }
             self.bridge.submit(blocked, EventContext::default());
             return Err(text);
         }
         let outcome = self.bridge.submit(
-            post_api(&self.session, &id, hermes_meter::unix_now(), true),
+            post_api(&self.session, &id, hermes_meter_store::unix_now(), true),
             EventContext::default(),
         );
         assert!(matches!(outcome, Outcome::Committed(_)), "{outcome:?}");
@@ -136,7 +130,7 @@ impl Host {
         self.calls += 1;
         let id = format!("{}:tool:{}", self.session, self.calls);
         match self.bridge.submit(
-            pre_tool(&self.session, &id, hermes_meter::unix_now()),
+            pre_tool(&self.session, &id, hermes_meter_store::unix_now()),
             EventContext::default(),
         ) {
             Outcome::Committed(v) => v,
@@ -156,17 +150,17 @@ impl Host {
     }
 
     /// The global daily budget as this host sees it now (fleet spend).
-    fn global(&self) -> hermes_meter::budget::BudgetState {
+    fn global(&self) -> hermes_meter_model::budget::BudgetState {
         self.daily(Scope::Global)
     }
 
     /// The daily budget of `scope` (its one id) as this host sees it now.
-    fn daily(&self, scope: Scope) -> hermes_meter::budget::BudgetState {
-        let mut cfg = hermes_meter::config::load_budgets(&self.dir.join(BUDGETS_FILE_NAME)).expect("budgets");
+    fn daily(&self, scope: Scope) -> hermes_meter_model::budget::BudgetState {
+        let mut cfg = hermes_meter_runtime::config::load_budgets(&self.dir.join(BUDGETS_FILE_NAME)).expect("budgets");
         cfg.fleet = true;
         let states = self
             .store
-            .budget_states(&cfg, hermes_meter::unix_now())
+            .budget_states(&cfg, hermes_meter_store::unix_now())
             .expect("states");
         states
             .into_iter()
@@ -180,7 +174,7 @@ impl Host {
         let outcome = self.bridge.submit(
             budget_events::event(
                 "pre_llm_call",
-                hermes_meter::unix_now(),
+                hermes_meter_store::unix_now(),
                 serde_json::json!({"session_id": self.session, "turn_id": format!("{}:t", self.session),
                                    "model": "gpt-4o", "platform": "cron"}),
             ),
@@ -204,7 +198,7 @@ impl Host {
 
     /// Waits until everything this host spent is in the fleet database.
     fn wait_pushed(&self) {
-        let t = hermes_meter::unix_now();
+        let t = hermes_meter_store::unix_now();
         assert!(self.bridge.flush(Duration::from_secs(10)));
         eventually("a sync after the last call", || self.synced_since(t));
     }
@@ -242,7 +236,11 @@ fn three_hosts_spending_at_once_overshoot_by_at_most_their_leases() {
         .iter()
         .map(|dir| {
             Command::new(&exe)
-                .args(["--exact", "fleet_child_process", "--nocapture", "--test-threads", "1"])
+                .args([
+                    "--exact",
+                    &hermes_meter_test_support::test_name(module_path!(), "fleet_child_process"),
+                ])
+                .args(["--nocapture", "--test-threads", "1"])
                 .env(CHILD_MODE, "spend")
                 .env(CHILD_DIR, dir.path())
                 .env(CHILD_HOSTS, "3")
@@ -319,7 +317,7 @@ fn child_spend(host: &mut Host) {
             Ok(()) => made += 1,
             Err(text) => {
                 assert!(text.starts_with("BUDGET-EXCEEDED"), "{text}");
-                if host.global().level == hermes_meter::budget::Level::Hard {
+                if host.global().level == hermes_meter_model::budget::Level::Hard {
                     break;
                 }
                 // The lease is spent: wait for the next sync to take another.
@@ -370,7 +368,7 @@ fn a_database_outage_loosens_nothing_and_loses_nothing() {
     let lease = (1.0 - 16.0 * CALL_USD) / 2.0;
 
     pg.stop();
-    let down = hermes_meter::unix_now();
+    let down = hermes_meter_store::unix_now();
     // Hooks go on; A spends its lease and no more, then is blocked with
     // the budget text.
     let mut made = 0;
@@ -403,7 +401,7 @@ fn a_database_outage_loosens_nothing_and_loses_nothing() {
     assert!((b.global().spend.total() - 16.0 * CALL_USD).abs() < 1e-9);
 
     pg.resume();
-    let up = hermes_meter::unix_now();
+    let up = hermes_meter_store::unix_now();
     eventually("both hosts synced again", || a.synced_since(up) && b.synced_since(up));
     let (fa, fb) = (a.local(), b.local());
     let (cost, calls) = fleet_totals(&pg);
@@ -423,7 +421,11 @@ fn a_host_killed_mid_run_catches_up_without_counting_twice() {
     set_fleet_limit(&pg.url(), dir.path(), 1000.0);
     let exe = std::env::current_exe().expect("test binary");
     let mut child = Command::new(&exe)
-        .args(["--exact", "fleet_child_process", "--nocapture", "--test-threads", "1"])
+        .args([
+            "--exact",
+            &hermes_meter_test_support::test_name(module_path!(), "fleet_child_process"),
+        ])
+        .args(["--nocapture", "--test-threads", "1"])
         .env(CHILD_MODE, "crash")
         .env(CHILD_DIR, dir.path())
         .env(FLEET_URL_ENV, pg.url())
@@ -502,7 +504,7 @@ fn budget_edits_reach_every_host_and_status_shows_no_password() {
     };
     cli(da.path(), &["budget", "set", "global", "daily", "5"]);
     let limit_in = |dir: &Path| {
-        hermes_meter::config::load_budgets(&dir.join(BUDGETS_FILE_NAME))
+        hermes_meter_runtime::config::load_budgets(&dir.join(BUDGETS_FILE_NAME))
             .ok()
             .and_then(|c| c.limits(Scope::Global, "").daily)
     };
@@ -511,7 +513,7 @@ fn budget_edits_reach_every_host_and_status_shows_no_password() {
     cli(db.path(), &["budget", "rm", "global", "daily"]);
     eventually("A has B's edits", || {
         limit_in(da.path()).is_none()
-            && hermes_meter::config::load_budgets(&da.path().join(BUDGETS_FILE_NAME))
+            && hermes_meter_runtime::config::load_budgets(&da.path().join(BUDGETS_FILE_NAME))
                 .is_ok_and(|c| c.limits(Scope::Sender, "alice").daily == Some(2.0))
     });
     cli(da.path(), &["budget", "set", "global", "daily", "5"]);
@@ -520,7 +522,7 @@ fn budget_edits_reach_every_host_and_status_shows_no_password() {
         a.call().expect("under the limit");
     }
     a.wait_pushed();
-    let t = hermes_meter::unix_now();
+    let t = hermes_meter_store::unix_now();
     eventually("B synced after A's spend", || b.synced_since(t));
     let list = cli(db.path(), &["budget", "list", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&list).expect("json");
@@ -583,9 +585,9 @@ fn the_sync_lag_grows_in_status_and_metrics_while_the_database_is_down() {
         lag().is_some_and(|l| l < 5.0)
     });
     pg.stop();
-    let down = hermes_meter::unix_now();
+    let down = hermes_meter_store::unix_now();
     eventually("the lag growing past the outage's length", || {
-        lag().is_some_and(|l| l >= 2.0 && l >= hermes_meter::unix_now() - down - 1.0)
+        lag().is_some_and(|l| l >= 2.0 && l >= hermes_meter_store::unix_now() - down - 1.0)
     });
     let status = Command::new(env!("CARGO_BIN_EXE_hermes-meter"))
         .args(["status", "--json"])
@@ -597,7 +599,7 @@ fn the_sync_lag_grows_in_status_and_metrics_while_the_database_is_down() {
     assert!(v["fleet"]["sync_lag_seconds"].as_f64().is_some_and(|l| l >= 2.0), "{v}");
     assert!(v["fleet"]["last_error"].is_string(), "{v}");
     pg.resume();
-    let up = hermes_meter::unix_now();
+    let up = hermes_meter_store::unix_now();
     eventually("the lag back to a sync interval", || {
         host.synced_since(up) && lag().is_some_and(|l| l < 5.0)
     });
@@ -612,7 +614,7 @@ fn the_fleet_schema_is_versioned_and_a_newer_one_is_refused() {
     set_fleet_limit(&pg.url(), dir.path(), 5.0);
     assert_eq!(
         pg.psql("SELECT version FROM hermes_fleet_schema"),
-        hermes_meter::fleet::schema::SCHEMA_VERSION.to_string()
+        hermes_meter_runtime::fleet::schema::SCHEMA_VERSION.to_string()
     );
     // A build newer than this one migrated the fleet: this host refuses to
     // sync (and says why) rather than guess, and keeps its last view.
@@ -645,9 +647,9 @@ fn tls_and_passwords_work_as_libpq_users_expect() {
         .build()
         .expect("runtime");
     let step = |cfg: FleetConfig| -> Result<(), String> {
-        let mut sync = hermes_meter::fleet::sync::FleetSync::new(cfg, dir.path());
+        let mut sync = hermes_meter_runtime::fleet::sync::FleetSync::new(cfg, dir.path());
         runtime
-            .block_on(sync.step(&store, hermes_meter::unix_now()))
+            .block_on(sync.step(&store, hermes_meter_store::unix_now()))
             .map(|_| ())
             .map_err(|e| e.to_string())
     };
@@ -729,10 +731,10 @@ fn a_token_budget_counts_every_hosts_tokens_and_leases_them() {
         a.call().expect("under the fleet's limit");
     }
     a.wait_pushed();
-    let t = hermes_meter::unix_now();
+    let t = hermes_meter_store::unix_now();
     eventually("B synced after A's calls", || b.synced_since(t));
     let seen = b.global();
-    assert_eq!(seen.budget.unit, hermes_meter::budget::BudgetUnit::Tokens);
+    assert_eq!(seen.budget.unit, hermes_meter_model::budget::BudgetUnit::Tokens);
     assert_eq!(seen.spend.total(), 20_000.0, "A's tokens count on B: {seen:?}");
     let share = seen.fleet.expect("a fleet share");
     assert_eq!(share.own, 0.0, "B used none");
@@ -768,14 +770,14 @@ fn two_hosts(pg: &Postgres, a: &Path, b: &Path) -> (Host, Host) {
 /// Host `a` calls until its daily budget of `scope` is at the hard line
 /// (waiting out its lease at each sync), then `b` syncs.
 fn spend_until_hard(a: &mut Host, b: &Host, scope: Scope) {
-    while a.daily(scope).level != hermes_meter::budget::Level::Hard {
+    while a.daily(scope).level != hermes_meter_model::budget::Level::Hard {
         if a.call().is_err() {
             let synced = a.status().synced_at;
             eventually("A's next sync", || a.status().synced_at != synced);
         }
     }
     a.wait_pushed();
-    let t = hermes_meter::unix_now();
+    let t = hermes_meter_store::unix_now();
     eventually("B synced after A's spend", || b.synced_since(t));
 }
 
@@ -797,8 +799,8 @@ fn spend_and_hosts_no_window_reaches_leave_the_database() {
     let dir = tempfile::tempdir().expect("dir");
     set_fleet_limit(&pg.url(), dir.path(), 5.0);
     let day = 86_400.0;
-    let long_ago = hermes_meter::unix_now() - 45.0 * day;
-    let recent = hermes_meter::unix_now() - 20.0 * day;
+    let long_ago = hermes_meter_store::unix_now() - 45.0 * day;
+    let recent = hermes_meter_store::unix_now() - 20.0 * day;
     pg.psql(&format!(
         "INSERT INTO hermes_fleet_hosts VALUES ('gone', 'old laptop', {long_ago}, {long_ago}), ('recent', 'x', {recent}, {recent});
          INSERT INTO hermes_fleet_spend VALUES ('global', '', {}, 'gone', 1, 0, 1), ('global', '', {}, 'recent', 1, 0, 1)",
@@ -901,7 +903,7 @@ fn an_unreachable_fleet_fails_closed_within_the_bound_until_the_first_sync() {
     assert_eq!(host.local().1, 0, "nothing reached the provider");
     // Counted and marked like any stop, and the stopped call holds no
     // reservation (it spends nothing).
-    let store = hermes_meter::store::Writer::open_dir(dir.path()).expect("store");
+    let store = hermes_meter_store::Writer::open_dir(dir.path()).expect("store");
     eventually("the stops counted", || {
         store.budget_verdict_counts().expect("counts").contains(&("blocked", 2))
     });

@@ -12,7 +12,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hermes_meter::http_server::{HttpServer, Reply};
+use hermes_meter_runtime::http_server::{HttpServer, Reply};
 use http_body_util::Full;
 
 /// The soft limit the test lowers to, so filling the table is quick.

@@ -9,8 +9,7 @@
 // signals, ownership): the workspace denies unsafe code elsewhere.
 #![allow(unsafe_code)]
 
-#[path = "support/http_get.rs"]
-mod http_get;
+use hermes_meter_test_support::http_get;
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -19,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hermes_meter::http_server::{self, HttpServer, Limits, Reply, HEADER_READ_TIMEOUT, RETRY_AFTER_SECONDS};
+use hermes_meter_runtime::http_server::{self, HttpServer, Limits, Reply, HEADER_READ_TIMEOUT, RETRY_AFTER_SECONDS};
 use http_body_util::Full;
 use http_get::get;
 
@@ -106,7 +105,7 @@ fn viewer_binary(home: &std::path::Path) -> (Child, SocketAddr, BufReader<std::p
     cmd.arg("--home")
         .arg(home)
         .args(["ui", "--listen", "127.0.0.1:0"])
-        .env_remove(hermes_meter::ui::TOKEN_ENV)
+        .env_remove(hermes_meter_runtime::config::cli::UI_TOKEN_ENV)
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     // SAFETY: only setrlimit, which is async-signal-safe, runs between fork and exec.
@@ -139,7 +138,7 @@ fn viewer_binary(home: &std::path::Path) -> (Child, SocketAddr, BufReader<std::p
 #[test]
 fn a_normal_request_is_answered_within_100_ms_while_2000_idle_connections_are_held() {
     let home = tempfile::tempdir().expect("temp dir");
-    drop(hermes_meter::store::Writer::open_dir(home.path()).expect("store"));
+    drop(hermes_meter_store::Writer::open_dir(home.path()).expect("store"));
     // The viewer lifts its soft limit to the hard one (at most 65,536);
     // its cap is half that. With a low hard limit, hold what it can serve.
     let (_, hard) = nofile();

@@ -7,15 +7,14 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
-use hermes_meter::hook::DecodeOptions;
-use hermes_meter::pricing::PriceTable;
-use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::report::Totals;
-use hermes_meter::store::Writer;
+use hermes_meter_model::hook::DecodeOptions;
+use hermes_meter_model::pricing::PriceTable;
+use hermes_meter_model::report::Totals;
+use hermes_meter_store::replay::{replay_file, ReplayStats};
+use hermes_meter_store::Writer;
 use serde_json::Value;
 
-#[path = "support/hermes_main.rs"]
-mod hermes_main;
+use hermes_meter_test_support::hermes_main;
 
 /// The e2e mock's /v1/models prices, per million tokens.
 const MOCK_PRICING: &str = "[models.\"mock-model\"]\ninput = 2.0\noutput = 8.0\ncache_read = 0.5\ncache_write = 2.5\n";
@@ -235,7 +234,7 @@ fn scalar<T: rusqlite_free::FromSqlish>(store: &Writer, sql: &str) -> T {
 
 /// Tiny adapter so tests read single values without naming rusqlite.
 mod rusqlite_free {
-    use hermes_meter::store::Writer;
+    use hermes_meter_store::Writer;
     pub(crate) trait FromSqlish: Sized {
         fn get(store: &Writer, sql: &str) -> Self;
     }
@@ -689,7 +688,7 @@ fn a_pre_release_store_gets_one_line_and_is_never_touched() {
     let dir = tempfile::tempdir().expect("temp dir");
     let home = dir.path().join("meter");
     std::fs::create_dir_all(&home).expect("store dir");
-    let path = home.join(hermes_meter::store::DB_FILE_NAME);
+    let path = home.join(hermes_meter_store::DB_FILE_NAME);
     std::fs::copy(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store/schema-v1.db"),
         &path,
@@ -721,7 +720,7 @@ fn a_pre_release_store_gets_one_line_and_is_never_touched() {
         assert_ne!(out.status.code(), Some(0), "{args:?}");
     }
     assert_eq!(std::fs::read(&path).expect("read"), before, "the file is untouched");
-    assert!(!home.join(format!("{}-wal", hermes_meter::store::DB_FILE_NAME)).exists());
+    assert!(!home.join(format!("{}-wal", hermes_meter_store::DB_FILE_NAME)).exists());
 }
 
 #[test]
@@ -772,13 +771,13 @@ fn the_cli_reports_bad_lines_with_file_and_line_and_keeps_the_good_ones() {
 }
 
 /// One event of `hook` for session "s" at `t`, with `model`.
-fn event_for_model(hook: &str, t: f64, model: &str) -> hermes_meter::hook::HookEvent {
+fn event_for_model(hook: &str, t: f64, model: &str) -> hermes_meter_model::hook::HookEvent {
     let kwargs = serde_json::json!({
         "session_id": "s", "model": model, "platform": "cli",
         "task_id": "s", "turn_id": format!("turn-{t}"), "user_message": "hi",
     });
-    match hermes_meter::hook::decode(hook, kwargs.as_object().expect("object"), t, DecodeOptions::default()) {
-        hermes_meter::hook::Decoded::Event(e, _) => e,
+    match hermes_meter_model::hook::decode(hook, kwargs.as_object().expect("object"), t, DecodeOptions::default()) {
+        hermes_meter_model::hook::Decoded::Event(e, _) => e,
         other => panic!("{hook} did not decode: {other:?}"),
     }
 }
@@ -792,7 +791,7 @@ fn a_run_written_by_two_processes_keeps_the_last_model_each_one_said() {
     let path = dir.path().join("meter.db");
     let mut a = Writer::open(&path).expect("open a");
     let mut b = Writer::open(&path).expect("open b");
-    let ctx = hermes_meter::store::EventContext::default();
+    let ctx = hermes_meter_store::EventContext::default();
     let model = |s: &Writer| scalar::<String>(s, "SELECT model FROM runs WHERE session_id = 's'");
 
     a.apply(&event_for_model("pre_llm_call", 100.0, "m1"), &ctx).expect("a");
@@ -851,14 +850,14 @@ fn a_file_out_of_time_order_is_applied_in_time_order() {
 
 /// One event of `hook` for `session` at `t` (its turn `turn`, its tool
 /// call `call`).
-fn session_event(hook: &str, session: &str, t: f64) -> hermes_meter::hook::HookEvent {
+fn session_event(hook: &str, session: &str, t: f64) -> hermes_meter_model::hook::HookEvent {
     let kwargs = serde_json::json!({
         "session_id": session, "model": "m", "platform": "cli", "task_id": session,
         "turn_id": format!("{session}:turn"), "user_message": "hi",
         "tool_call_id": format!("{session}:call"), "tool_name": "terminal", "args": {},
     });
-    match hermes_meter::hook::decode(hook, kwargs.as_object().expect("object"), t, DecodeOptions::default()) {
-        hermes_meter::hook::Decoded::Event(e, _) => e,
+    match hermes_meter_model::hook::decode(hook, kwargs.as_object().expect("object"), t, DecodeOptions::default()) {
+        hermes_meter_model::hook::Decoded::Event(e, _) => e,
         other => panic!("{hook} did not decode: {other:?}"),
     }
 }
@@ -883,7 +882,7 @@ fn the_idle_closer_works_in_small_transactions_and_closes_what_one_big_one_would
     // ends up closed and enqueued must be the same.
     const SESSIONS: usize = 100;
     let open = |s: &mut Writer| {
-        let ctx = hermes_meter::store::EventContext::default();
+        let ctx = hermes_meter_store::EventContext::default();
         for i in 0..SESSIONS {
             let session = format!("s{i:03}");
             let t = 1000.0 + i as f64;

@@ -3,17 +3,15 @@
 //! in-process receivers on loopback, and the log records that arrived
 //! checked against the spans that arrived with them.
 
-mod support;
-
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hermes_meter::export::{Driver, ExportConfig};
-use hermes_meter::hook::DecodeOptions;
-use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::semconv::event;
-use hermes_meter::store::{LogPlace, Writer};
+use hermes_meter_model::hook::DecodeOptions;
+use hermes_meter_model::semconv::event;
+use hermes_meter_runtime::export::{Driver, ExportConfig};
+use hermes_meter_store::replay::{replay_file, ReplayStats};
+use hermes_meter_store::{LogPlace, Writer};
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
 
@@ -27,7 +25,7 @@ fn configs(pairs: &[(&str, &str)]) -> (ExportConfig, ExportConfig) {
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "5000"),
     ];
     all.extend_from_slice(pairs);
-    support::export_configs(&all)
+    hermes_meter_test_support::export_configs(&all)
 }
 
 fn fixture(name: &str) -> PathBuf {
@@ -86,7 +84,7 @@ const FAILONCE_SESSION: &str = "20261130_013817_88dc56";
 
 #[test]
 fn failed_attempts_alerts_and_verdicts_arrive_as_records_in_the_traces_of_their_spans() {
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let endpoint = receiver.grpc_endpoint();
     let dir = tempfile::tempdir().expect("temp dir");
     // failonce: one attempt fails and its retry succeeds; model404: the
@@ -162,7 +160,7 @@ fn failed_attempts_alerts_and_verdicts_arrive_as_records_in_the_traces_of_their_
 
 #[test]
 fn over_http_with_gzip_the_same_records_arrive() {
-    let receiver = support::http(None);
+    let receiver = hermes_meter_test_support::http(None);
     let endpoint = receiver.http_endpoint();
     let base = endpoint.trim_end_matches("/v1/traces").to_string();
     let dir = tempfile::tempdir().expect("temp dir");
@@ -184,7 +182,7 @@ fn over_http_with_gzip_the_same_records_arrive() {
 
 #[test]
 fn a_backend_that_takes_no_logs_keeps_them_waiting_and_says_so_while_spans_go_on() {
-    let receiver = support::grpc_traces_only();
+    let receiver = hermes_meter_test_support::grpc_traces_only();
     let endpoint = receiver.grpc_endpoint();
     let dir = tempfile::tempdir().expect("temp dir");
     let store = replayed(dir.path(), &["failonce"]);
@@ -207,7 +205,7 @@ fn a_backend_that_takes_no_logs_keeps_them_waiting_and_says_so_while_spans_go_on
 
 #[test]
 fn each_signal_has_its_own_exporter_and_endpoint_variables() {
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let endpoint = receiver.grpc_endpoint();
     let (_, logs) = configs(&[
         ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
@@ -236,10 +234,10 @@ fn killing_the_sending_process_mid_batch_loses_no_record_and_a_resent_one_keeps_
         for i in 0..total {
             let body = format!("alert {i}");
             store
-                .append_log(&hermes_meter::store::NewLog {
+                .append_log(&hermes_meter_store::NewLog {
                     at: 1_800_000_000.0 + i as f64,
                     event: event::ALERT,
-                    severity: hermes_meter::store::Severity::Warn,
+                    severity: hermes_meter_store::Severity::Warn,
                     place: LogPlace::default(),
                     body: &body,
                     attrs: Default::default(),
@@ -248,7 +246,7 @@ fn killing_the_sending_process_mid_batch_loses_no_record_and_a_resent_one_keeps_
                 .expect("append");
         }
     }
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     // The collector takes the first log request and does not answer it.
     receiver
         .received
@@ -308,8 +306,8 @@ fn killing_the_sending_process_mid_batch_loses_no_record_and_a_resent_one_keeps_
 /// The readfile run recorded with capture on, then sent by an exporter
 /// with capture `mode`: the receiver, the driver (its store), the run's
 /// LLM calls and the store's directory.
-fn sent_with_content(mode: &str) -> (support::Receiver, Driver, i64, tempfile::TempDir) {
-    let receiver = support::grpc(None, None);
+fn sent_with_content(mode: &str) -> (hermes_meter_test_support::Receiver, Driver, i64, tempfile::TempDir) {
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let endpoint = receiver.grpc_endpoint();
     let dir = tempfile::tempdir().expect("temp dir");
     let capture = DecodeOptions {

@@ -3,79 +3,22 @@
 //! the ledger's own sums; a second exporting process continuing every
 //! series; a real Prometheus scraping `hermes-meter serve --prometheus`.
 
-#[path = "support/hermes_main.rs"]
-mod hermes_main;
-mod support;
+use hermes_meter_test_support::fixtures::{all_fixtures, call_now, close, ledger, replay, Ledger};
+use hermes_meter_test_support::hermes_main;
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use hermes_meter::export::{ExportOverrides, MetricExporter, MetricsConfig, MetricsOverrides};
-use hermes_meter::hook::DecodeOptions;
-use hermes_meter::metrics;
-use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::semconv::metric as m;
-use hermes_meter::store::Writer;
+use hermes_meter_model::metrics;
+use hermes_meter_model::semconv::metric as m;
+use hermes_meter_runtime::export::{ExportOverrides, MetricExporter, MetricsConfig, MetricsOverrides};
+use hermes_meter_store::Writer;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point::Value, AggregationTemporality};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
-
-fn all_fixtures() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(FIXTURES)
-        .expect("fixtures")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-        .collect();
-    files.sort();
-    files
-}
-
-/// Replays `files` with a price for the fixtures' mock model, so costs
-/// are not all zero.
-fn replay(store: &mut Writer, files: &[PathBuf]) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let pricing = dir.path().join("pricing.toml");
-    std::fs::write(
-        &pricing,
-        "[models.\"mock-model\"]\ninput = 3.0\noutput = 15.0\ncache_read = 0.3\ncache_write = 3.75\n",
-    )
-    .expect("pricing");
-    store.set_prices(hermes_meter::config::load_prices(&pricing).expect("prices"));
-    let mut stats = ReplayStats::default();
-    for f in files {
-        replay_file(store, f, DecodeOptions::default(), &mut stats).expect("replay");
-    }
-    assert!(stats.bad_lines.is_empty(), "{:?}", stats.bad_lines);
-    // The fixtures were recorded hours ago: close what their processes left open.
-    store
-        .close_idle_runs(hermes_meter::export::unix_now(), 60.0)
-        .expect("close idle");
-}
-
-/// A replay file with one LLM call of `session` made now, 1,000,000 input
-/// tokens of the mock model, so $3.00 at [`replay`]'s price: spend inside
-/// today's budget window (the fixtures are days old).
-fn call_now(dir: &Path, session: &str) -> PathBuf {
-    let now = hermes_meter::export::unix_now();
-    let turn = format!("{session}:t");
-    let lines = [
-        serde_json::json!({"hook": "on_session_start", "t": now,
-            "kwargs": {"session_id": session, "platform": "cli", "model": "mock-model"}}),
-        serde_json::json!({"hook": "post_api_request", "t": now + 0.5,
-            "kwargs": {"session_id": session, "turn_id": turn, "api_request_id": format!("{turn}:api:1"),
-                       "model": "mock-model", "provider": "custom", "api_duration": 0.5,
-                       "usage": {"input_tokens": 1_000_000, "output_tokens": 0}}}),
-    ];
-    let path = dir.join(format!("{session}.jsonl"));
-    let text: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
-    std::fs::write(&path, text.join("\n") + "\n").expect("write the call");
-    path
-}
 
 fn config(pairs: &[(&str, &str)]) -> MetricsConfig {
     let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
@@ -90,46 +33,6 @@ fn grpc_config(endpoint: &str) -> MetricsConfig {
         ("HERMES_METER_SESSION_GRACE_SECONDS", "0"),
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "5000"),
     ])
-}
-
-/// The ledger's own totals, straight from SQL.
-#[derive(Debug, Clone, PartialEq)]
-struct Ledger {
-    calls: i64,
-    input: i64,
-    cache_read: i64,
-    cache_write: i64,
-    output: i64,
-    reasoning: i64,
-    cost: f64,
-    /// What cache reads and writes saved at [`replay`]'s prices.
-    cache_saved: f64,
-    errors: i64,
-    tools: i64,
-    turns: i64,
-    sessions: i64,
-}
-
-fn ledger(path: &Path) -> Ledger {
-    let conn = rusqlite::Connection::open(path).expect("open");
-    let one = |sql: &str| -> f64 { conn.query_row(sql, [], |r| r.get::<_, f64>(0)).expect(sql) };
-    Ledger {
-        calls: one("SELECT COUNT(*) FROM llm_calls") as i64,
-        input: one("SELECT COALESCE(SUM(input_tokens), 0) FROM llm_calls") as i64,
-        cache_read: one("SELECT COALESCE(SUM(cache_read_tokens), 0) FROM llm_calls") as i64,
-        cache_write: one("SELECT COALESCE(SUM(cache_write_tokens), 0) FROM llm_calls") as i64,
-        output: one("SELECT COALESCE(SUM(output_tokens), 0) FROM llm_calls") as i64,
-        reasoning: one("SELECT COALESCE(SUM(reasoning_tokens), 0) FROM llm_calls") as i64,
-        cost: one("SELECT COALESCE(SUM(cost_usd), 0) FROM llm_calls"),
-        cache_saved: one(
-            "SELECT COALESCE(SUM(cache_read_tokens * (3.0 - 0.3) + cache_write_tokens * (3.0 - 3.75)), 0) / 1e6
-               FROM llm_calls WHERE model = 'mock-model' AND cost_source != 'held'",
-        ),
-        errors: one("SELECT COUNT(*) FROM llm_call_errors") as i64,
-        tools: one("SELECT COUNT(*) FROM tool_calls WHERE ended_at IS NOT NULL AND proxy = 0") as i64,
-        turns: one("SELECT COUNT(*) FROM turns WHERE outcome IS NOT NULL") as i64,
-        sessions: one("SELECT COUNT(*) FROM runs WHERE status != 'running'") as i64,
-    }
 }
 
 /// Per metric name: the points of the last request, as
@@ -211,12 +114,8 @@ fn count(points: &Points, metric: &str, filter: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn close(a: f64, b: f64) -> bool {
-    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
-}
-
 /// Pushes once, now, and returns the request the receiver got.
-fn push(exporter: &mut MetricExporter, receiver: &support::Receiver) -> ExportMetricsServiceRequest {
+fn push(exporter: &mut MetricExporter, receiver: &hermes_meter_test_support::Receiver) -> ExportMetricsServiceRequest {
     let before = receiver.received.metric_requests().len();
     let step = exporter.flush(Instant::now() + Duration::from_secs(30)).expect("flush");
     assert!(step.error.is_none(), "{step:?}");
@@ -310,7 +209,7 @@ fn after_replaying_the_fixtures_every_instrument_arrives_with_the_ledgers_sums()
     let path = dir.path().join("hermes-meter.db");
     let mut store = Writer::open(&path).expect("open");
     replay(&mut store, &all_fixtures());
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     // A budget (the fixtures are days old: nothing spent in today's window).
     std::fs::write(
         dir.path().join("budgets.toml"),
@@ -320,7 +219,7 @@ fn after_replaying_the_fixtures_every_instrument_arrives_with_the_ledgers_sums()
     let mut exporter =
         MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store.into_outbox()).expect("exporter");
     let mut counters = Writer::open(&path).expect("second connection");
-    let now = hermes_meter::export::unix_now();
+    let now = hermes_meter_store::unix_now();
     counters
         .add_to_metric_counter(
             m::BUDGET_VERDICTS,
@@ -335,11 +234,15 @@ fn after_replaying_the_fixtures_every_instrument_arrives_with_the_ledgers_sums()
     // The loss gauges read the store's health record, which a Hermes
     // process's writer leaves (a replay writes none).
     let record = serde_json::json!({
-        "schema": hermes_meter::health::HEALTH_SCHEMA, "state": "ok", "updated_at": now, "updated_by_pid": 1,
+        "schema": hermes_meter_store::health::HEALTH_SCHEMA, "state": "ok", "updated_at": now, "updated_by_pid": 1,
         "counts": {"dropped_events": 0, "hermes_skipped_recorded": 1, "hermes_skipped_lost": 0},
     });
     let dir = path.parent().expect("store dir");
-    std::fs::write(dir.join(hermes_meter::health::HEALTH_FILE_NAME), record.to_string()).expect("health");
+    std::fs::write(
+        dir.join(hermes_meter_store::health::HEALTH_FILE_NAME),
+        record.to_string(),
+    )
+    .expect("health");
     let request = push(&mut exporter, &receiver);
     let p = points(&request);
     let l = ledger(&path);
@@ -406,7 +309,7 @@ fn a_streamed_call_of_hermes_main_is_one_time_to_first_chunk_point_beside_its_du
         Path::new(FIXTURES).join("terminal_ok.jsonl"),
     ];
     replay(&mut store, &calls);
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let mut exporter =
         MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store.into_outbox()).expect("exporter");
     let p = points(&push(&mut exporter, &receiver));
@@ -436,7 +339,7 @@ fn otlp_http_carries_the_same_totals_and_allow_listed_senders() {
         .expect("open")
         .execute("UPDATE runs SET sender_id = 'alice' WHERE platform = 'cli'", [])
         .expect("sender");
-    let receiver = support::http(None);
+    let receiver = hermes_meter_test_support::http(None);
     let endpoint = format!("http://{}", receiver.addr);
     let c = config(&[
         ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
@@ -467,7 +370,7 @@ fn a_second_exporting_process_continues_every_series_and_never_goes_back() {
     let path = dir.path().join("hermes-meter.db");
     let files = all_fixtures();
     let (first, second) = files.split_at(files.len() / 2);
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let mut store = Writer::open(&path).expect("open");
     replay(&mut store, first);
     let mut a = MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store.into_outbox()).expect("A");
@@ -535,7 +438,7 @@ fn delta_pushes_add_up_to_the_ledger_across_exporting_processes() {
     let path = dir.path().join("hermes-meter.db");
     let files = all_fixtures();
     let (first, second) = files.split_at(files.len() / 2);
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let delta = || {
         let endpoint = receiver.grpc_endpoint();
         config(&[
@@ -588,7 +491,7 @@ fn budget_gauges_follow_the_budget_file_and_spend_at_every_push() {
     let dir = tempfile::tempdir().expect("temp dir");
     let home = dir.path().join("meter");
     let store = Writer::open_dir(&home).expect("open");
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let mut exporter =
         MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store.into_outbox()).expect("exporter");
     let budgets = home.join("budgets.toml");
@@ -623,12 +526,12 @@ fn daily_sample(text: &str, name: &str) -> Option<f64> {
 }
 
 /// The `/metrics` endpoint over the store at `path`, with the defaults.
-fn serve_metrics(path: &Path) -> hermes_meter::export::PrometheusServer {
-    hermes_meter::export::PrometheusServer::start(
+fn serve_metrics(path: &Path) -> hermes_meter_runtime::export::PrometheusServer {
+    hermes_meter_runtime::export::PrometheusServer::start(
         "127.0.0.1:0",
         path,
         metrics::AllowList::default(),
-        hermes_meter::semconv::Names::Current,
+        hermes_meter_model::semconv::Names::Current,
         0.0,
     )
     .expect("prometheus endpoint")
@@ -643,7 +546,7 @@ fn budget_gauges_follow_the_budget_file_and_spend_at_every_scrape() {
     let store = Writer::open_dir(&home).expect("open");
     let server = serve_metrics(store.path());
     let addr = server.addr().to_string();
-    let scrape = || http_get(&addr, "/metrics").expect("a 200 scrape");
+    let scrape = || hermes_meter_test_support::http_get::ok_body(&addr, "/metrics").expect("a 200 scrape");
     let budgets = home.join("budgets.toml");
     // No budget file: no budget gauges.
     assert_eq!(daily_sample(&scrape(), "hermes_budget_limit"), None);
@@ -671,12 +574,17 @@ fn hook_calls_lost_or_skipped_in_the_health_record_are_scraped() {
     let store = Writer::open_dir(&home).expect("open");
     // As the writers leave it: counts summed over every process.
     let record = serde_json::json!({
-        "schema": hermes_meter::health::HEALTH_SCHEMA, "state": "ok", "updated_at": 1.0, "updated_by_pid": 1,
+        "schema": hermes_meter_store::health::HEALTH_SCHEMA, "state": "ok", "updated_at": 1.0, "updated_by_pid": 1,
         "counts": {"dropped_events": 4, "hermes_skipped_recorded": 7, "hermes_skipped_lost": 2},
     });
-    std::fs::write(home.join(hermes_meter::health::HEALTH_FILE_NAME), record.to_string()).expect("health");
+    std::fs::write(
+        home.join(hermes_meter_store::health::HEALTH_FILE_NAME),
+        record.to_string(),
+    )
+    .expect("health");
     let server = serve_metrics(store.path());
-    let text = http_get(&server.addr().to_string(), "/metrics").expect("a 200 scrape");
+    let text =
+        hermes_meter_test_support::http_get::ok_body(&server.addr().to_string(), "/metrics").expect("a 200 scrape");
     let sample = |series: &str| {
         text.lines()
             .find(|l| l.starts_with(series))
@@ -712,261 +620,8 @@ fn replaying_the_same_events_again_counts_nothing_twice() {
     let mut store = Writer::open(&path).expect("open");
     replay(&mut store, &all_fixtures());
     replay(&mut store, &all_fixtures());
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let mut exporter =
         MetricExporter::with_store(grpc_config(&receiver.grpc_endpoint()), store.into_outbox()).expect("exporter");
     check_against_ledger(&points(&push(&mut exporter, &receiver)), &ledger(&path));
-}
-
-// --- A real Prometheus -------------------------------------------------------
-
-const PROMETHEUS: &str = "/usr/bin/prometheus";
-
-/// A child process killed (and reaped) when the test ends, however it ends.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// One GET on loopback; the body of a 200 answer.
-fn http_get(addr: &str, path: &str) -> Option<String> {
-    let mut stream = std::net::TcpStream::connect(addr).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).ok()?;
-    let text = String::from_utf8_lossy(&raw).to_string();
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    if !head.starts_with("HTTP/1.1 200") {
-        return None;
-    }
-    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-        return Some(dechunk(body));
-    }
-    Some(body.to_string())
-}
-
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        body = rest[n..].trim_start_matches("\r\n");
-    }
-    out
-}
-
-fn encode(q: &str) -> String {
-    q.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// The value of an instant PromQL query returning one sample, if it does.
-fn query(prometheus: &str, promql: &str) -> Option<f64> {
-    let body = http_get(prometheus, &format!("/api/v1/query?query={}", encode(promql)))?;
-    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
-    let result = v["data"]["result"].as_array()?;
-    if result.len() != 1 {
-        return None;
-    }
-    result[0]["value"][1].as_str()?.parse().ok()
-}
-
-/// Polls `f` until it returns `Some` or `timeout` passes.
-fn poll<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-#[test]
-fn a_real_prometheus_scraping_serve_sees_the_ledger_totals_and_fires_the_budget_alert() {
-    // Missing Prometheus is a failure, not a silent pass: scripts/test.sh
-    // checks for it first and says how to install it.
-    assert!(
-        Path::new(PROMETHEUS).exists(),
-        "{PROMETHEUS} is missing: apt-get install -y prometheus (Debian); this test needs the real server"
-    );
-    let dir = tempfile::tempdir().expect("temp dir");
-    let home = dir.path().join("meter");
-    let mut store = Writer::open_dir(&home).expect("open");
-    replay(&mut store, &all_fixtures());
-    let l = ledger(store.path());
-
-    let serve_addr = support::free_addr().to_string();
-    let serve = Reaped(
-        Command::new(env!("CARGO_BIN_EXE_hermes-meter"))
-            .args([
-                "--home",
-                home.to_str().expect("utf-8 path"),
-                "serve",
-                "--prometheus",
-                &serve_addr,
-            ])
-            .env("OTEL_TRACES_EXPORTER", "none")
-            .env_remove("OTEL_METRICS_EXPORTER")
-            .env("HERMES_METER_SESSION_GRACE_SECONDS", "0")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start hermes-meter serve"),
-    );
-    let text = poll(Duration::from_secs(30), || http_get(&serve_addr, "/metrics")).expect("serve answers /metrics");
-    assert!(text.contains("# TYPE gen_ai_client_operation_cost histogram"), "{text}");
-    assert!(
-        !text.contains("gen_ai_usage_cost_total"),
-        "previous names only with gen_ai/dup"
-    );
-
-    let prom_addr = support::free_addr().to_string();
-    let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("collector-config/prometheus/rules/hermes-meter.rules.yaml");
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\n\
-             scrape_configs:\n  - job_name: hermes-meter\n    static_configs:\n      - targets: [\"{serve_addr}\"]\n",
-            rules.display()
-        ),
-    )
-    .expect("prometheus config");
-    let prometheus = Reaped(
-        Command::new(PROMETHEUS)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()))
-            .arg(format!("--web.listen-address={prom_addr}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start prometheus"),
-    );
-
-    let wait = Duration::from_secs(90);
-    let expect = |promql: &str, want: f64| {
-        let got = poll(wait, || query(&prom_addr, promql).filter(|v| close(*v, want)));
-        assert!(
-            got.is_some(),
-            "{promql}: wanted {want}, Prometheus says {:?}",
-            query(&prom_addr, promql)
-        );
-    };
-    expect("sum(gen_ai_client_operation_cost_sum)", l.cost);
-    expect(
-        "sum(hermes_token_usage_total{hermes_token_type=\"input\"})",
-        l.input as f64,
-    );
-    expect(
-        "sum(hermes_token_usage_total{hermes_token_type=\"cache_read\"})",
-        l.cache_read as f64,
-    );
-    expect(
-        "sum(hermes_token_usage_total{hermes_token_type=\"output\"})",
-        l.output as f64,
-    );
-    expect(
-        "sum(gen_ai_client_inference_usage_input_tokens_total)",
-        (l.input + l.cache_read + l.cache_write) as f64,
-    );
-    expect(
-        "sum(gen_ai_client_inference_operation_output_tokens_count)",
-        (l.calls + l.errors) as f64,
-    );
-    expect(
-        "sum(gen_ai_client_inference_operation_output_tokens_count{error_type!=\"\"})",
-        l.errors as f64,
-    );
-    expect(
-        "sum(gen_ai_client_inference_duration_seconds_count)",
-        (l.calls + l.errors) as f64,
-    );
-    expect(
-        "sum(gen_ai_client_inference_duration_seconds_bucket{le=\"+Inf\"})",
-        (l.calls + l.errors) as f64,
-    );
-    expect("sum(hermes_api_errors_total)", l.errors as f64);
-    expect("sum(hermes_tool_calls_total)", l.tools as f64);
-    expect("sum(gen_ai_execute_tool_duration_seconds_count)", l.tools as f64);
-    expect("sum(hermes_turns_total)", l.turns as f64);
-    expect("sum(hermes_sessions_total)", l.sessions as f64);
-    let notfound = query(
-        &prom_addr,
-        "sum(hermes_api_errors_total{http_response_status_code=\"404\"})",
-    );
-    assert!(
-        notfound.is_some_and(|v| v >= 1.0),
-        "the model404 fixture's 404: {notfound:?}"
-    );
-
-    // Budgets on this route (no OTLP push here): the gauges follow the
-    // budget file and the spend within a scrape of each change, and a
-    // budget going over its limit makes HermesBudgetHardBurn fire.
-    assert!(
-        http_get(&prom_addr, "/api/v1/alerts").is_some_and(|b| !b.contains("HermesBudgetHardBurn")),
-        "not firing before the budget is exceeded"
-    );
-    let cli = |args: &[&str]| {
-        let o = Command::new(env!("CARGO_BIN_EXE_hermes-meter"))
-            .arg("--home")
-            .arg(&home)
-            .args(args)
-            .output()
-            .expect("hermes-meter");
-        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    };
-    let global = "{hermes_budget_scope=\"global\",hermes_budget_window=\"daily\"}";
-    cli(&["budget", "set", "global", "daily", "10"]);
-    expect(&format!("hermes_budget_limit{global}"), 10.0);
-    expect(&format!("hermes_budget_spend{global}"), 0.0);
-    replay(&mut store, &[call_now(dir.path(), "spend-now")]);
-    expect(&format!("hermes_budget_spend{global}"), 3.0);
-    cli(&["budget", "set", "global", "daily", "2"]);
-    expect(&format!("hermes_budget_limit{global}"), 2.0);
-    expect("hermes_budget_spend / hermes_budget_limit", 1.5);
-    let firing = poll(wait, || {
-        let body = http_get(&prom_addr, "/api/v1/alerts")?;
-        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
-        v["data"]["alerts"].as_array()?.iter().find_map(|a| {
-            (a["labels"]["alertname"] == "HermesBudgetHardBurn" && a["state"] == "firing").then(|| a.clone())
-        })
-    });
-    let firing = firing.expect("HermesBudgetHardBurn fires");
-    assert_eq!(firing["labels"]["hermes_budget_scope"], "global");
-    assert_eq!(firing["labels"]["hermes_budget_window"], "daily");
-    // Removed: the series goes stale at the next scrape.
-    cli(&["budget", "rm", "global", "daily"]);
-    let gone = poll(wait, || {
-        let body = http_get(
-            &prom_addr,
-            &format!("/api/v1/query?query={}", encode("count(hermes_budget_limit)")),
-        )?;
-        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
-        v["data"]["result"].as_array()?.is_empty().then_some(())
-    });
-    assert!(gone.is_some(), "hermes_budget_limit still scraped after budget rm");
-    drop(prometheus);
-    drop(serve);
 }

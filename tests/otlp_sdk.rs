@@ -9,18 +9,16 @@
 //! SDK keeps it, the test fails, and the finding in ARCHITECTURE.md ("Why
 //! the span transport is our own") should be looked at again.
 
-mod support;
-
 use std::borrow::Cow;
 use std::time::{Duration, Instant, SystemTime};
 
+use hermes_meter_test_support::Answer;
 use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState};
 use opentelemetry::InstrumentationScope;
 use opentelemetry_otlp::{Compression, Protocol, RetryPolicy, WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::error::OTelSdkError;
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter as _, SpanLinks};
 use prost::Message;
-use support::Answer;
 use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 /// Every export here is bounded by this; none comes near it.
@@ -39,17 +37,17 @@ fn runtime() -> tokio::runtime::Runtime {
 /// A span as our exporter would hand one over: ids from `span::ids` (hashes
 /// of Hermes ids), built by hand rather than by the SDK's tracer.
 fn our_span(session: &str, turn: &str) -> SpanData {
-    let trace = hermes_meter::span::trace_id(&["session", session]);
+    let trace = hermes_meter_model::span::trace_id(&["session", session]);
     let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
     SpanData {
         span_context: SpanContext::new(
             TraceId::from_bytes(trace),
-            SpanId::from_bytes(hermes_meter::span::turn_span_id(turn)),
+            SpanId::from_bytes(hermes_meter_model::span::turn_span_id(turn)),
             TraceFlags::SAMPLED,
             false,
             TraceState::NONE,
         ),
-        parent_span_id: SpanId::from_bytes(hermes_meter::span::session_span_id(session)),
+        parent_span_id: SpanId::from_bytes(hermes_meter_model::span::session_span_id(session)),
         parent_span_is_remote: false,
         span_kind: SpanKind::Internal,
         name: Cow::Borrowed("invoke_agent hermes"),
@@ -110,7 +108,7 @@ fn http_exporter(endpoint: &str, retry: RetryPolicy) -> opentelemetry_otlp::Span
 fn the_sdk_sends_our_own_trace_span_and_parent_ids_unchanged() {
     let rt = runtime();
     let _in = rt.enter();
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let spans = batch(2);
     let result = rt.block_on(grpc_exporter(&receiver.grpc_endpoint(), RetryPolicy::disabled()).export(spans.clone()));
     assert!(result.is_ok(), "{result:?}");
@@ -131,7 +129,7 @@ fn the_sdk_sends_our_own_trace_span_and_parent_ids_unchanged() {
 fn the_sdk_export_is_ok_only_after_the_collector_accepted() {
     let rt = runtime();
     let _in = rt.enter();
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     receiver.received.answer([Answer::Status {
         code: tonic::Code::Unavailable,
         retry_info: None,
@@ -145,7 +143,7 @@ fn the_sdk_export_is_ok_only_after_the_collector_accepted() {
     assert_eq!(receiver.received.span_count(), 3);
 
     // A collector that is not there is an error too, not a silent drop.
-    let gone = support::free_addr();
+    let gone = hermes_meter_test_support::free_addr();
     let result = rt.block_on(grpc_exporter(&format!("http://{gone}"), RetryPolicy::disabled()).export(batch(1)));
     assert!(result.is_err(), "{result:?}");
 }
@@ -159,7 +157,7 @@ fn the_sdk_export_is_ok_only_after_the_collector_accepted() {
 fn the_sdk_hides_a_partial_success_over_grpc() {
     let rt = runtime();
     let _in = rt.enter();
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     receiver.received.answer([Answer::Partial {
         rejected: 2,
         message: "2 spans too old".into(),
@@ -179,7 +177,7 @@ fn the_sdk_hides_a_partial_success_over_grpc() {
 fn the_sdk_hides_a_partial_success_over_http() {
     let rt = runtime();
     let _in = rt.enter();
-    let receiver = support::http(None);
+    let receiver = hermes_meter_test_support::http(None);
     receiver.received.answer([Answer::Partial {
         rejected: 2,
         message: "2 spans too old".into(),
@@ -211,7 +209,7 @@ fn failure_text(result: Result<(), OTelSdkError>) -> String {
 fn the_sdk_does_not_surface_a_grpc_retry_info_delay() {
     let rt = runtime();
     let _in = rt.enter();
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     receiver.received.answer([Answer::Status {
         code: tonic::Code::ResourceExhausted,
         retry_info: Some(Duration::from_secs(7)),
@@ -231,7 +229,7 @@ fn the_sdk_does_not_surface_a_grpc_retry_info_delay() {
 fn the_sdk_flattens_every_grpc_failure_into_one_error_variant() {
     let rt = runtime();
     let _in = rt.enter();
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let codes = [
         tonic::Code::Unavailable,
         tonic::Code::InvalidArgument,
@@ -253,7 +251,7 @@ fn the_sdk_flattens_every_grpc_failure_into_one_error_variant() {
 fn the_sdk_does_not_surface_an_http_retry_after_delay() {
     let rt = runtime();
     let _in = rt.enter();
-    let receiver = support::http(None);
+    let receiver = hermes_meter_test_support::http(None);
     receiver.received.answer([Answer::Http {
         status: 429,
         retry_after: Some(7),
@@ -274,7 +272,7 @@ fn the_sdk_does_not_surface_an_http_retry_after_delay() {
 fn the_sdk_retries_inside_export_unless_told_not_to() {
     let rt = runtime();
     let _in = rt.enter();
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let unavailable = Answer::Status {
         code: tonic::Code::Unavailable,
         retry_info: None,
@@ -301,7 +299,7 @@ fn the_sdk_retries_inside_export_unless_told_not_to() {
 fn the_sdk_gzips_http_bodies() {
     let rt = runtime();
     let _in = rt.enter();
-    let receiver = support::http(None);
+    let receiver = hermes_meter_test_support::http(None);
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)
@@ -327,10 +325,10 @@ fn the_sdk_gzips_http_bodies() {
 fn the_sdk_presents_a_client_certificate_given_in_code() {
     let rt = runtime();
     let _in = rt.enter();
-    let pki = support::pki();
-    let receiver = support::grpc_tls(
+    let pki = hermes_meter_test_support::pki();
+    let receiver = hermes_meter_test_support::grpc_tls(
         None,
-        Some(support::ServerTls {
+        Some(hermes_meter_test_support::ServerTls {
             cert: pki.server.0.clone(),
             key: pki.server.1.clone(),
             client_ca: Some(pki.ca.clone()),
@@ -356,11 +354,11 @@ fn the_sdk_presents_a_client_certificate_given_in_code() {
 fn the_sdk_ignores_the_certificate_variables() {
     let rt = runtime();
     let _in = rt.enter();
-    let (cert, key) = support::self_signed();
+    let (cert, key) = hermes_meter_test_support::self_signed();
     let dir = tempfile::tempdir().expect("temp dir");
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, &cert).expect("write ca");
-    let receiver = support::grpc(None, Some((cert, key)));
+    let receiver = hermes_meter_test_support::grpc(None, Some((cert, key)));
     let endpoint = format!("https://localhost:{}", receiver.addr.port());
 
     std::env::set_var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &endpoint);
@@ -401,8 +399,8 @@ fn the_sdk_ignores_the_certificate_variables() {
 fn the_sdk_http_client_cannot_reach_an_https_collector() {
     let rt = runtime();
     let _in = rt.enter();
-    let pki = support::pki();
-    let receiver = support::https(support::ServerTls {
+    let pki = hermes_meter_test_support::pki();
+    let receiver = hermes_meter_test_support::https(hermes_meter_test_support::ServerTls {
         cert: pki.server.0.clone(),
         key: pki.server.1.clone(),
         client_ca: None,

@@ -10,16 +10,16 @@
 //! collector is down (connections are refused), so the at-least-once bound
 //! of "the batch in flight" allows no duplicate here.
 
-mod support;
-
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use hermes_meter::export::{ExportConfig, ExportOverrides, Exporter, MetricExporter, MetricsConfig, MetricsOverrides};
-use hermes_meter::hook::DecodeOptions;
-use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::store::Writer;
+use hermes_meter_model::hook::DecodeOptions;
+use hermes_meter_runtime::export::{
+    ExportConfig, ExportOverrides, Exporter, MetricExporter, MetricsConfig, MetricsOverrides,
+};
+use hermes_meter_store::replay::{replay_file, ReplayStats};
+use hermes_meter_store::Writer;
 
 const KINDS: [&str; 5] = ["readfile", "failonce", "delegate_sync", "terminal_fail", "bigcache"];
 
@@ -60,7 +60,7 @@ fn replay(store: &mut Writer, path: &Path) {
 #[test]
 fn a_collector_outage_over_a_thousand_sessions_loses_nothing_and_duplicates_nothing() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let addr = support::free_addr();
+    let addr = hermes_meter_test_support::free_addr();
     let endpoint = format!("http://{addr}");
     let env = vars(&endpoint);
     let trace_config = ExportConfig::resolve(ExportOverrides::default(), |k| env.get(k).cloned());
@@ -104,7 +104,7 @@ fn a_collector_outage_over_a_thousand_sessions_loses_nothing_and_duplicates_noth
     assert_eq!(pending, 200 * 25, "every span waits in the outbox");
 
     // The collector comes back.
-    let receiver = support::grpc(Some(addr), None);
+    let receiver = hermes_meter_test_support::grpc(Some(addr), None);
     let deadline = Instant::now() + Duration::from_secs(120);
     while traces.store().export_state().expect("state").pending > 0 {
         assert!(Instant::now() < deadline, "the outbox did not drain");

@@ -3,8 +3,6 @@
 //! the GenAI semconv shape, redacted and capped; OTLP header values never
 //! show in `status` or in an export error.
 
-mod support;
-
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -12,10 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use hermes_meter::export::{ExportConfig, ExportOverrides, Exporter};
-use hermes_meter::hook::DecodeOptions;
-use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::store::Writer;
+use hermes_meter_model::hook::DecodeOptions;
+use hermes_meter_runtime::export::{ExportConfig, ExportOverrides, Exporter};
+use hermes_meter_store::replay::{replay_file, ReplayStats};
+use hermes_meter_store::Writer;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::{json, Value};
@@ -83,7 +81,7 @@ fn export(files: &[PathBuf], capture_content: bool) -> (Vec<Span>, tempfile::Tem
 /// [`export`], capturing while replaying and exporting as told.
 fn export_with(files: &[PathBuf], capture: bool, export_content: bool) -> (Vec<Span>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let mut store = Writer::open(&dir.path().join("hermes-meter.db")).expect("open store");
     replay(&mut store, files, capture);
     let content = [(CAPTURE, if export_content { "true" } else { "false" })];

@@ -10,15 +10,14 @@
 
 use std::path::Path;
 
-use hermes_meter::hook::DecodeOptions;
-use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::report::Report;
-use hermes_meter::store::Writer;
+use hermes_meter_model::hook::DecodeOptions;
+use hermes_meter_model::report::Report;
+use hermes_meter_store::replay::{replay_file, ReplayStats};
+use hermes_meter_store::Writer;
 use jiff::tz::TimeZone;
 use serde_json::Value;
 
-#[path = "support/stream.rs"]
-mod stream;
+use hermes_meter_test_support::stream;
 
 const HOUR: f64 = 3600.0;
 const DAY: f64 = 86_400.0;

@@ -7,15 +7,14 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hermes_meter::bridge::{Bridge, BridgeConfig};
-use hermes_meter::hook::DecodeOptions;
-use hermes_meter::pricing::PriceTable;
-use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::report::Totals;
-use hermes_meter::store::{pruned, Doctor, Outbox, Writer};
+use hermes_meter_model::hook::DecodeOptions;
+use hermes_meter_model::pricing::PriceTable;
+use hermes_meter_model::report::Totals;
+use hermes_meter_runtime::bridge::{Bridge, BridgeConfig};
+use hermes_meter_store::replay::{replay_file, ReplayStats};
+use hermes_meter_store::{pruned, Doctor, Outbox, Writer};
 
-#[path = "support/stream.rs"]
-mod stream;
+use hermes_meter_test_support::stream;
 
 const DAY: f64 = 86_400.0;
 const MOCK_PRICING: &str = "[models.\"mock-model\"]\ninput = 2.0\noutput = 8.0\ncache_read = 0.5\ncache_write = 2.5\n";
@@ -102,7 +101,7 @@ fn pruning_the_journal_keeps_reports_budgets_and_re_export_exact() {
     let unanswered = "SELECT COUNT(*) FROM api_requests a
         WHERE NOT EXISTS (SELECT 1 FROM llm_calls l WHERE l.api_request_id = a.api_request_id)";
     let open_before = count(&store, unanswered);
-    let horizon = hermes_meter::unix_now() - 28.0 * DAY;
+    let horizon = hermes_meter_store::unix_now() - 28.0 * DAY;
     let old_calls = count(
         &store,
         &format!("SELECT COUNT(*) FROM llm_calls WHERE ended_at < {horizon}"),
@@ -143,7 +142,7 @@ fn an_event_replayed_after_its_key_was_pruned_is_not_counted_twice() {
     replay(&mut store, &recent_copy, false);
     let before = totals(&store);
     let budgets = budget_rows(&store);
-    prune_all(&mut store, hermes_meter::unix_now() - 28.0 * DAY);
+    prune_all(&mut store, hermes_meter_store::unix_now() - 28.0 * DAY);
 
     // The old stream comes back (a replayed file, a spool recovered late):
     // its keys are gone, so every event of it is refused and counted.
@@ -176,7 +175,7 @@ fn spans_nobody_accepted_within_retention_leave_the_outbox_and_stay_exportable()
     let mut expired = 0;
     loop {
         let n = store
-            .expire_outbox(hermes_meter::unix_now() - 28.0 * DAY, 7)
+            .expire_outbox(hermes_meter_store::unix_now() - 28.0 * DAY, 7)
             .expect("expire");
         expired += n as i64;
         if n == 0 {
@@ -225,16 +224,23 @@ fn the_kept_row_counts_equal_the_tables() {
     let mut store = open(dir.path());
     replay(&mut store, &stream(dir.path(), 1, 60.0), false);
     replay(&mut store, &stream(dir.path(), 2, 0.0), true);
-    store.close_idle_runs(hermes_meter::unix_now(), 3600.0).expect("idle");
-    prune_all(&mut store, hermes_meter::unix_now() - 28.0 * DAY);
     store
-        .expire_outbox(hermes_meter::unix_now() - 28.0 * DAY, 10)
+        .close_idle_runs(hermes_meter_store::unix_now(), 3600.0)
+        .expect("idle");
+    prune_all(&mut store, hermes_meter_store::unix_now() - 28.0 * DAY);
+    store
+        .expire_outbox(hermes_meter_store::unix_now() - 28.0 * DAY, 10)
         .expect("expire");
     let mut outbox = Outbox::open(store.path()).expect("outbox");
     outbox.outbox_enforce_cap(20, 5).expect("cap");
-    let mut measure = |_: &hermes_meter::store::MetricFact, _: &mut Vec<hermes_meter::store::Increment>| {};
+    let mut measure = |_: &hermes_meter_model::rows::MetricFact, _: &mut Vec<hermes_meter_model::rows::Increment>| {};
     outbox
-        .fold_metrics(hermes_meter::unix_now(), hermes_meter::unix_now(), 30, &mut measure)
+        .fold_metrics(
+            hermes_meter_store::unix_now(),
+            hermes_meter_store::unix_now(),
+            30,
+            &mut measure,
+        )
         .expect("fold");
     for table in stream::COUNTED_TABLES {
         assert_eq!(
@@ -286,7 +292,7 @@ fn the_writer_sweep_prunes_folds_and_caps_with_no_exporter() {
         );
         // Report rollups reach five minutes ago (within a quarter hour).
         let rolled = store.rolled_until().expect("rollup mark") as f64;
-        let rolled_up = rolled >= hermes_meter::unix_now() - 300.0 - 900.0;
+        let rolled_up = rolled >= hermes_meter_store::unix_now() - 300.0 - 900.0;
         // The newest journal row stays (its seq is never reused).
         if journal <= 1 && outbox <= 3 && log == 0 && answered == 0 && rolled_up {
             break;
@@ -328,7 +334,7 @@ fn a_new_store_gives_freed_pages_back_a_step_at_a_time() {
     for copy in 1..=4 {
         replay(&mut store, &stream(dir.path(), copy, 60.0), false);
     }
-    prune_all(&mut store, hermes_meter::unix_now() - 28.0 * DAY);
+    prune_all(&mut store, hermes_meter_store::unix_now() - 28.0 * DAY);
     let pages = count(&store, "PRAGMA page_count");
     let free = count(&store, "PRAGMA freelist_count");
     assert!(free > 20, "pruning freed pages ({free})");
@@ -366,7 +372,7 @@ fn compact_gives_an_older_store_its_space_back_and_turns_on_incremental_vacuum()
         replay(&mut store, &stream(dir.path(), copy, 60.0), false);
     }
     let before = totals(&store);
-    prune_all(&mut store, hermes_meter::unix_now() - 28.0 * DAY);
+    prune_all(&mut store, hermes_meter_store::unix_now() - 28.0 * DAY);
     assert_eq!(
         store.vacuum_step(0, 16).expect("step"),
         0,
@@ -394,9 +400,11 @@ fn a_rebuild_after_pruning_keeps_the_ledger_the_journal_no_longer_holds() {
     let mut store = open(&dir.path().join("old"));
     replay(&mut store, &stream(dir.path(), 1, 60.0), false);
     replay(&mut store, &stream(dir.path(), 2, 0.0), false);
-    prune_all(&mut store, hermes_meter::unix_now() - 28.0 * DAY);
+    prune_all(&mut store, hermes_meter_store::unix_now() - 28.0 * DAY);
     // As the rebuild does, so both have closed the same idle runs.
-    store.close_idle_runs(hermes_meter::unix_now(), 3600.0).expect("idle");
+    store
+        .close_idle_runs(hermes_meter_store::unix_now(), 3600.0)
+        .expect("idle");
     let before = totals(&store);
     let budgets = budget_rows(&store);
     let runs = count(&store, "SELECT COUNT(*) FROM runs");
@@ -406,7 +414,7 @@ fn a_rebuild_after_pruning_keeps_the_ledger_the_journal_no_longer_holds() {
 
     let mut rebuilt = open(&dir.path().join("new"));
     let report = Doctor::new(&damaged)
-        .rebuild_into(&mut rebuilt, 3600.0, hermes_meter::unix_now())
+        .rebuild_into(&mut rebuilt, 3600.0, hermes_meter_store::unix_now())
         .expect("rebuild");
     assert!(report.unreadable.is_empty(), "{report:?}");
     assert_eq!(totals(&rebuilt), before);
@@ -446,7 +454,7 @@ fn status_counts_what_was_pruned_and_refused() {
     let old_copy = stream(dir.path(), 1, 60.0);
     let old = replay(&mut store, &old_copy, false);
     replay(&mut store, &stream(dir.path(), 2, 0.0), false);
-    let pruned = prune_all(&mut store, hermes_meter::unix_now() - 28.0 * DAY);
+    let pruned = prune_all(&mut store, hermes_meter_store::unix_now() - 28.0 * DAY);
     replay(&mut store, &old_copy, false);
     drop(store);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_hermes-meter"))

@@ -11,11 +11,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use hermes_meter::bridge::{Bridge, BridgeConfig, Outcome};
-use hermes_meter::hook::{self, decode, DecodeOptions, Decoded};
-use hermes_meter::replay::parse_line;
-use hermes_meter::spool;
-use hermes_meter::store::{EventContext, Writer};
+use hermes_meter_model::hook::parse_line;
+use hermes_meter_model::hook::{self, decode, DecodeOptions, Decoded};
+use hermes_meter_runtime::bridge::{Bridge, BridgeConfig, Outcome};
+use hermes_meter_runtime::spool;
+use hermes_meter_store::{EventContext, Writer};
 
 const CHILD: &str = "SPOOL_CRASH_CHILD";
 
@@ -24,7 +24,7 @@ fn fixture() -> PathBuf {
 }
 
 fn child(dir: &Path) -> ! {
-    let blocker = rusqlite::Connection::open(dir.join(hermes_meter::store::DB_FILE_NAME)).expect("open blocker");
+    let blocker = rusqlite::Connection::open(dir.join(hermes_meter_store::DB_FILE_NAME)).expect("open blocker");
     let mut config = BridgeConfig::new(dir.to_path_buf());
     config.hook_wait = std::time::Duration::from_millis(5);
     let bridge = Bridge::start(config);
@@ -65,7 +65,10 @@ fn hooks_that_returned_before_a_crash_are_in_the_store_after_it() {
     let out = Command::new(std::env::current_exe().expect("test binary"))
         .args([
             "--exact",
-            "hooks_that_returned_before_a_crash_are_in_the_store_after_it",
+            &hermes_meter_test_support::test_name(
+                module_path!(),
+                "hooks_that_returned_before_a_crash_are_in_the_store_after_it",
+            ),
             "--nocapture",
         ])
         .env(CHILD, dir.path())

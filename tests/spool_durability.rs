@@ -25,18 +25,17 @@
 // signals, ownership): the workspace denies unsafe code elsewhere.
 #![allow(unsafe_code)]
 
-#[path = "support/hooks.rs"]
-mod hooks;
+use hermes_meter_test_support::hooks;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use hermes_meter::bridge::{Bridge, BridgeConfig, Gate, Verdict};
-use hermes_meter::hook::HookEvent;
-use hermes_meter::spool;
-use hermes_meter::store::Writer;
+use hermes_meter_model::hook::HookEvent;
+use hermes_meter_runtime::bridge::{Bridge, BridgeConfig, Gate, Verdict};
+use hermes_meter_runtime::spool;
+use hermes_meter_store::Writer;
 use serde_json::json;
 
 const CHILD: &str = "DURABILITY_CHILD";
@@ -124,7 +123,7 @@ fn child(dir: &Path) -> ! {
         if mode == "flush" && n == calls / 2 {
             // The writer cannot commit from here on for a while: the exit
             // flush below may run out of time.
-            let db = dir.join(hermes_meter::store::DB_FILE_NAME);
+            let db = dir.join(hermes_meter_store::DB_FILE_NAME);
             let hold = Duration::from_millis(rng.u64(0..60));
             let (locked, taken) = std::sync::mpsc::channel();
             std::thread::spawn(move || {
@@ -151,7 +150,8 @@ fn child(dir: &Path) -> ! {
 
 fn spawn(dir: &Path, test: &str, mode: &str, id: u64, seed: u64) -> std::process::Child {
     Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .args(["--exact", &hermes_meter_test_support::test_name(module_path!(), test)])
+        .args(["--nocapture", "--test-threads=1"])
         .env(CHILD, dir)
         .env("DURABILITY_MODE", mode)
         .env("DURABILITY_ID", id.to_string())
@@ -187,11 +187,11 @@ fn left_in_spools(dir: &Path) -> Left {
     let Ok(files) = std::fs::read_dir(dir.join(spool::SPOOL_DIR_NAME)) else {
         return left;
     };
-    let store = Writer::open(&dir.join(hermes_meter::store::DB_FILE_NAME)).expect("open");
+    let store = Writer::open(&dir.join(hermes_meter_store::DB_FILE_NAME)).expect("open");
     for file in files {
         let text = std::fs::read_to_string(file.expect("entry").path()).expect("spool");
         for line in text.lines() {
-            let record = hermes_meter::replay::parse_line(line, false)
+            let record = hermes_meter_model::hook::parse_line(line, false)
                 .expect("a whole spool line")
                 .expect("a record");
             let id = record.kwargs["api_request_id"].as_str().expect("id").to_string();

@@ -17,20 +17,18 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-#[path = "support/cli.rs"]
-mod cli;
-#[path = "support/hooks.rs"]
-mod hooks;
 use cli::cli_as;
+use hermes_meter_test_support::cli;
+use hermes_meter_test_support::hooks;
 use hooks::call;
 
-use hermes_meter::bridge::{
+use hermes_meter_runtime::bridge::{
     Bridge, BridgeConfig, Message, Outcome, DEFAULT_FLUSH_TIMEOUT, EXIT_EVENTS_LOST, EXIT_LEFT_IN_SPOOL,
 };
-use hermes_meter::budget::BudgetGate;
-use hermes_meter::health::{self, FaultKind};
-use hermes_meter::spool;
-use hermes_meter::store::{Writer, DB_FILE_NAME};
+use hermes_meter_runtime::budget::BudgetGate;
+use hermes_meter_runtime::spool;
+use hermes_meter_store::health::{self, FaultKind};
+use hermes_meter_store::{Writer, DB_FILE_NAME};
 use serde_json::json;
 
 /// The hook wait of these bridges: what a gating hook may spend.

@@ -8,23 +8,22 @@
 //! endpoint of `serve`, in-process OTLP receivers on loopback, the
 //! viewer's HTTP server.
 
-#[path = "support/hermes_main.rs"]
-mod hermes_main;
-#[path = "support/http_get.rs"]
-mod http_get;
-mod support;
+use hermes_meter_test_support::hermes_main;
+use hermes_meter_test_support::http_get;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hermes_meter::export::{ExportConfig, ExportOverrides, Exporter, MetricExporter, MetricsConfig, MetricsOverrides};
-use hermes_meter::hook::DecodeOptions;
-use hermes_meter::metrics::AllowList;
-use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::semconv::{attr, metric as m};
-use hermes_meter::store::Writer;
+use hermes_meter_model::hook::DecodeOptions;
+use hermes_meter_model::metrics::AllowList;
+use hermes_meter_model::semconv::{attr, metric as m};
+use hermes_meter_runtime::export::{
+    ExportConfig, ExportOverrides, Exporter, MetricExporter, MetricsConfig, MetricsOverrides,
+};
+use hermes_meter_store::replay::{replay_file, ReplayStats};
+use hermes_meter_store::Writer;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
@@ -315,7 +314,7 @@ fn replay(store: &mut Writer, file: &Path) {
     let dir = tempfile::tempdir().expect("temp dir");
     let pricing = dir.path().join("pricing.toml");
     std::fs::write(&pricing, "[models.\"mock-model\"]\ninput = 3.0\noutput = 15.0\n").expect("pricing");
-    store.set_prices(hermes_meter::config::load_prices(&pricing).expect("prices"));
+    store.set_prices(hermes_meter_runtime::config::load_prices(&pricing).expect("prices"));
     let mut stats = ReplayStats::default();
     replay_file(store, file, DecodeOptions::default(), &mut stats).expect("replay");
     assert!(stats.bad_lines.is_empty(), "{:?}", stats.bad_lines);
@@ -365,7 +364,7 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
         replay(&mut store, &file);
 
         // Spans (this also closes what the fixture's processes left open).
-        let traces = support::grpc(None, None);
+        let traces = hermes_meter_test_support::grpc(None, None);
         let config = ExportConfig::resolve(
             ExportOverrides::default(),
             env(&[
@@ -399,11 +398,11 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
         );
 
         // The Prometheus endpoint of `serve`.
-        let server = hermes_meter::export::PrometheusServer::start(
+        let server = hermes_meter_runtime::export::PrometheusServer::start(
             "127.0.0.1:0",
             &path,
             AllowList::default(),
-            hermes_meter::semconv::Names::Current,
+            hermes_meter_model::semconv::Names::Current,
             0.0,
         )
         .expect("prometheus endpoint");
@@ -411,7 +410,7 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
         drop(server);
 
         // OTLP metrics.
-        let metrics_receiver = support::grpc(None, None);
+        let metrics_receiver = hermes_meter_test_support::grpc(None, None);
         let metrics_config = MetricsConfig::resolve(
             ExportOverrides::default(),
             MetricsOverrides::default(),
@@ -433,7 +432,7 @@ fn report_prometheus_otlp_metrics_and_spans_agree_on_every_fixture() {
             listen: "127.0.0.1:0".into(),
             store_dir: dir.path().to_path_buf(),
             token: None,
-            span_options: hermes_meter::span::SpanOptions::default(),
+            span_options: hermes_meter_model::span::SpanOptions::default(),
             base: String::new(),
             hermes_home: None,
             trace_link: None,

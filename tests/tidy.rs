@@ -12,8 +12,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The source roots of the workspace's crates.
+/// The source roots of the workspace's product crates (the test-support
+/// crate is test code, like `tests/`).
 fn crate_roots() -> Vec<PathBuf> {
+    all_crate_roots()
+        .into_iter()
+        .filter(|src| !src.parent().is_some_and(|c| c.ends_with("hermes-meter-test-support")))
+        .collect()
+}
+
+/// The source roots of every crate of the workspace.
+fn all_crate_roots() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut roots = vec![root.join("src")];
     for entry in std::fs::read_dir(root.join("crates")).expect("crates/") {
@@ -22,6 +31,7 @@ fn crate_roots() -> Vec<PathBuf> {
             roots.push(src);
         }
     }
+    roots.sort();
     roots
 }
 
@@ -337,7 +347,7 @@ fn every_crate_takes_the_workspace_lints() {
     let workspace = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
     assert!(workspace.contains("[workspace.lints.rust]\n"), "no workspace lints");
     assert!(workspace.contains("\nunreachable_pub = \"warn\"\n") && workspace.contains("\nunsafe_code = \"deny\"\n"));
-    for src in crate_roots() {
+    for src in all_crate_roots() {
         let manifest = src.parent().expect("crate dir").join("Cargo.toml");
         let text = std::fs::read_to_string(&manifest).expect("manifest");
         assert!(
@@ -392,5 +402,180 @@ fn the_environment_is_read_in_config_only() {
         readers.is_empty(),
         "the environment read outside config/:\n{}",
         readers.join("\n")
+    );
+}
+
+/// Paths name their crate: no crate re-exports another workspace crate's
+/// items (`pub use hermes_meter_store::...`, at any visibility) or imports
+/// one by glob, and none renames a workspace crate (`use hermes_meter_model
+/// as model`), so `hermes_meter_store::Writer` is the only name of the
+/// store's writer and a reader always sees which crate a path is in.
+#[test]
+fn no_crate_reexports_another_crate() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    const CRATES: [&str; 5] = [
+        "hermes_meter",
+        "hermes_meter_model",
+        "hermes_meter_store",
+        "hermes_meter_runtime",
+        "hermes_meter_python",
+    ];
+    let mut files = Vec::new();
+    for dir in crate_roots() {
+        rust_files(&dir, &mut files);
+    }
+    let mut found = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("read");
+        // A `use` item, joined onto one line up to its `;`.
+        let mut item = String::new();
+        for line in text.lines() {
+            let code = line.split("//").next().unwrap_or_default().trim();
+            if item.is_empty()
+                && !(code.starts_with("use ") || code.starts_with("pub use ") || code.starts_with("pub("))
+            {
+                continue;
+            }
+            item.push_str(code);
+            item.push(' ');
+            if !code.ends_with(';') {
+                continue;
+            }
+            let text = std::mem::take(&mut item);
+            let Some((vis, path)) = text.split_once("use ") else {
+                continue;
+            };
+            let krate = path.split("::").next().unwrap_or_default().trim();
+            let krate = krate
+                .split(" as ")
+                .next()
+                .unwrap_or_default()
+                .trim_end_matches(';')
+                .trim();
+            if !CRATES.contains(&krate) {
+                continue;
+            }
+            let public = vis.trim_start().starts_with("pub");
+            let glob = path.contains("::*");
+            let renamed = path.split("::").count() == 1 && path.contains(" as ");
+            if public || glob || renamed {
+                found.push(format!(
+                    "{}: {}",
+                    file.strip_prefix(root).unwrap_or(file).display(),
+                    text.trim()
+                ));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "paths through another crate's shim:\n{}",
+        found.join("\n")
+    );
+}
+
+/// No source file holds more than 700 lines of code (its tests, kept after
+/// a `#[cfg(test)] mod tests` at column 0 or in a `tests.rs`, aside): a file
+/// a newcomer can read in one sitting. The files still over it are listed
+/// with the most they may hold, so the list can only shrink: one that grows
+/// fails, and one that drops under the line must leave the list.
+#[test]
+fn no_source_file_is_over_700_lines() {
+    const LIMIT: usize = 700;
+    const STILL_OVER: [(&str, usize); 12] = [
+        ("crates/hermes-meter-runtime/src/export/mod.rs", 1065),
+        ("src/cli/budget.rs", 1024),
+        ("crates/hermes-meter-runtime/src/budget/gate.rs", 900),
+        ("crates/hermes-meter-store/src/doctor.rs", 870),
+        ("src/ui/pages.rs", 863),
+        ("crates/hermes-meter-runtime/src/bridge/writer.rs", 830),
+        ("src/cli/status.rs", 816),
+        ("src/trace.rs", 776),
+        ("crates/hermes-meter-store/src/ledger/mod.rs", 758),
+        ("crates/hermes-meter-runtime/src/bridge/mod.rs", 748),
+        ("crates/hermes-meter-store/src/session_list.rs", 742),
+        ("crates/hermes-meter-model/src/span/mod.rs", 719),
+    ];
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in crate_roots() {
+        rust_files(&dir, &mut files);
+    }
+    let mut wrong = Vec::new();
+    for file in &files {
+        let name = file.strip_prefix(root).unwrap_or(file).to_string_lossy().into_owned();
+        if name.ends_with("_tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).expect("read");
+        let code = text.split("\n#[cfg(test)]\nmod tests").next().unwrap_or_default();
+        let lines = code.lines().count();
+        match STILL_OVER.iter().find(|(path, _)| *path == name) {
+            Some((_, most)) if lines > *most => wrong.push(format!("{name}: {lines} lines, listed at {most}")),
+            Some(_) if lines <= LIMIT => wrong.push(format!("{name}: {lines} lines, take it off the list")),
+            Some(_) => {}
+            None if lines > LIMIT => wrong.push(format!("{name}: {lines} lines, over {LIMIT}")),
+            None => {}
+        }
+    }
+    for (path, _) in STILL_OVER {
+        assert!(root.join(path).exists(), "{path} is listed but gone");
+    }
+    assert!(
+        wrong.is_empty(),
+        "source files over {LIMIT} lines:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// A path a source comment names in short (`ledger/calls.rs`, from its
+/// crate's `src/`) is a file of the crate that names it; a file of another
+/// crate is named from the repository's root
+/// (`crates/hermes-meter-store/src/rollup.rs`), so a reader always sees which
+/// crate a file is in. Documents outside the crates name short paths of
+/// some crate's `src/`.
+#[test]
+fn a_short_path_names_a_file_of_its_own_crate() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let roots = crate_roots();
+    let mut files = Vec::new();
+    for dir in &roots {
+        rust_files(dir, &mut files);
+    }
+    let mut wrong = Vec::new();
+    for file in &files {
+        let own = roots.iter().find(|r| file.starts_with(r)).expect("a crate's file");
+        let text = std::fs::read_to_string(file).expect("read");
+        for token in text.split(|c: char| !(c.is_ascii_alphanumeric() || "_./-".contains(c))) {
+            let token = token.trim_end_matches('.');
+            let short = token.contains('/')
+                && (token.ends_with(".rs") || token.ends_with(".sql"))
+                && !token.starts_with(['.', '/'])
+                && !["src/", "crates/", "tests/", "benches/", "python/", "docs/", "scripts/"]
+                    .iter()
+                    .any(|t| token.starts_with(t));
+            if !short {
+                continue;
+            }
+            let found = own.join(token).exists()
+                || file
+                    .ancestors()
+                    .skip(1)
+                    .take_while(|d| d.starts_with(own))
+                    .any(|d| d.join(token).exists());
+            if !found {
+                wrong.push(format!(
+                    "{}: {token}",
+                    file.strip_prefix(root).unwrap_or(file).display()
+                ));
+            }
+        }
+    }
+    wrong.sort();
+    wrong.dedup();
+    assert!(
+        wrong.is_empty(),
+        "short paths that are not the naming crate's files:\n{}",
+        wrong.join("\n")
     );
 }

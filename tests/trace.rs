@@ -2,14 +2,13 @@
 //! the real binary, and the tree it prints held to exact nesting and
 //! numbers, and to the spans the exporter sends for the same store.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use hermes_meter::export::{hex, ExportConfig, ExportOverrides, Exporter};
+use hermes_meter_model::span::hex;
+use hermes_meter_runtime::export::{ExportConfig, ExportOverrides, Exporter};
 use serde_json::Value;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
@@ -249,7 +248,7 @@ fn the_tree_is_exactly_the_exported_spans() {
 /// receiver and checks that the trees of all root sessions show exactly
 /// those spans (id, parent, name, times). Returns how many roots it checked.
 fn trees_match_the_export(home: &Path) -> usize {
-    let receiver = support::grpc(None, None);
+    let receiver = hermes_meter_test_support::grpc(None, None);
     let endpoint = receiver.grpc_endpoint();
     let map: std::collections::HashMap<String, String> = [("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint.as_str())]
         .iter()

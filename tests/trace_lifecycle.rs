@@ -11,25 +11,23 @@
 //! reads `OTEL_EXPORTER_OTLP_ENDPOINT` once it starts); each test looks only
 //! at the traces of its own sessions.
 
-mod support;
-
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use hermes_meter::bridge::{Bridge, BridgeConfig};
-use hermes_meter::export::{ExportConfig, ExportOverrides, MetricsConfig};
-use hermes_meter::hook::{self, decode, DecodeOptions, Decoded, HOOK_NAMES};
-use hermes_meter::replay::{parse_line, Record};
-use hermes_meter::store::EventContext;
+use hermes_meter_model::hook::{self, decode, DecodeOptions, Decoded, HOOK_NAMES};
+use hermes_meter_model::hook::{parse_line, Record};
+use hermes_meter_runtime::bridge::{Bridge, BridgeConfig};
+use hermes_meter_runtime::export::{ExportConfig, ExportOverrides, MetricsConfig};
+use hermes_meter_store::EventContext;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 
-fn receiver() -> &'static support::Receiver {
-    static RECEIVER: OnceLock<support::Receiver> = OnceLock::new();
+fn receiver() -> &'static hermes_meter_test_support::Receiver {
+    static RECEIVER: OnceLock<hermes_meter_test_support::Receiver> = OnceLock::new();
     RECEIVER.get_or_init(|| {
-        let r = support::grpc(None, None);
+        let r = hermes_meter_test_support::grpc(None, None);
         std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", r.grpc_endpoint());
         std::env::remove_var("HERMES_METER_SESSION_GRACE_SECONDS");
         std::env::set_var("OTEL_METRICS_EXPORTER", "none");
@@ -62,9 +60,9 @@ fn process(dir: &Path) -> Bridge {
     let mut config = BridgeConfig::new(dir.to_path_buf());
     config.export = ExportConfig::from_env(ExportOverrides::default());
     config.metrics = MetricsConfig::from_env(ExportOverrides::default());
-    config.logs = ExportConfig::resolve_logs(ExportOverrides::default(), hermes_meter::config::process_var);
+    config.logs = ExportConfig::resolve_logs(ExportOverrides::default(), hermes_meter_runtime::config::process_var);
     let bridge = Bridge::start(config);
-    bridge.set_exporter_factory(Box::new(hermes_meter::export_task::factory));
+    bridge.set_exporter_factory(Box::new(hermes_meter_runtime::export_task::factory));
     assert!(bridge.start_exporter(), "the export thread starts");
     bridge
 }
@@ -159,7 +157,7 @@ fn store_dir() -> (tempfile::TempDir, PathBuf) {
 }
 
 fn now_shift(records: &[Record]) -> f64 {
-    hermes_meter::unix_now() - records.last().and_then(|r| r.t).expect("t") - 0.5
+    hermes_meter_store::unix_now() - records.last().and_then(|r| r.t).expect("t") - 0.5
 }
 
 #[test]
@@ -241,7 +239,7 @@ fn a_resumed_session_continues_its_trace_without_sending_the_root_again() {
     let (first, second): (Vec<Record>, Vec<Record>) = recs.into_iter().partition(|r| r.pid == first_pid);
     let (_tmp, dir) = store_dir();
     // Process 1: chat -q, finalized at its end.
-    let shift = hermes_meter::unix_now() - second.last().and_then(|r| r.t).expect("t") - 0.5;
+    let shift = hermes_meter_store::unix_now() - second.last().and_then(|r| r.t).expect("t") - 0.5;
     let bridge = process(&dir);
     feed(&bridge, &first, shift);
     exit(bridge);

@@ -2,18 +2,16 @@
 //! codes, escaping of untrusted text, the access token, refreshing, and
 //! the query plans behind the pages.
 
-#[path = "support/http_get.rs"]
-mod http_get;
-#[path = "support/viewer.rs"]
-mod viewer;
+use hermes_meter_test_support::http_get;
+use hermes_meter_test_support::viewer;
 
 use std::path::{Path, PathBuf};
 
-use hermes_meter::hook::{decode, DecodeOptions, Decoded};
-use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::span::SpanOptions;
-use hermes_meter::store::{EventContext, SessionFilter, Writer};
 use hermes_meter::ui::{UiConfig, UiServer};
+use hermes_meter_model::hook::{decode, DecodeOptions, Decoded};
+use hermes_meter_model::span::SpanOptions;
+use hermes_meter_store::replay::{replay_file, ReplayStats};
+use hermes_meter_store::{EventContext, SessionFilter, Writer};
 use http_get::get;
 use serde_json::{json, Value};
 
@@ -566,10 +564,10 @@ fn hermes_home_with(sessions: &[(&str, &str, f64)]) -> tempfile::TempDir {
 #[test]
 fn the_index_says_first_what_hermes_ran_that_was_not_recorded() {
     let (dir, _store) = store_with(&["multi_turn"]);
-    let now = hermes_meter::unix_now();
+    let now = hermes_meter_store::unix_now();
     // A process a minute ago whose load Hermes abandoned, and the cron
     // session it ran, which the ledger therefore lacks.
-    let mut tracker = hermes_meter::health::Tracker::new(now - 60.0);
+    let mut tracker = hermes_meter_store::health::Tracker::new(now - 60.0);
     tracker
         .hermes(
             json!({"hermes_version": "0.22.2", "load": "abandoned", "register_ms": 10500.0, "points": []}),
@@ -645,7 +643,7 @@ fn chart_bars(page: &str) -> Vec<(String, f64)> {
 #[test]
 fn the_home_page_charts_spend_per_day_with_the_filters_and_says_what_they_matched() {
     let (dir, _store) = store_with(&["failonce", "multi_turn", "cron"]);
-    let now = hermes_meter::unix_now();
+    let now = hermes_meter_store::unix_now();
     let (today, before) = (0.25, 1.5);
     move_run(dir.path(), &session_of("multi_turn"), now - 60.0, today);
     move_run(dir.path(), &session_of("failonce"), now - 2.0 * 86_400.0, before);

@@ -8,17 +8,16 @@
 //! Chromium is required: without it this test fails (`.ci/run` installs it;
 //! `$CHROMIUM` names another binary).
 
-#[path = "support/viewer.rs"]
-mod viewer;
+use hermes_meter_test_support::viewer;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use hermes_meter::hook::DecodeOptions;
-use hermes_meter::replay::{replay_file, ReplayStats};
-use hermes_meter::span::SpanOptions;
-use hermes_meter::store::Writer;
 use hermes_meter::ui::{UiConfig, UiServer};
+use hermes_meter_model::hook::DecodeOptions;
+use hermes_meter_model::span::SpanOptions;
+use hermes_meter_store::replay::{replay_file, ReplayStats};
+use hermes_meter_store::Writer;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 

@@ -6,9 +6,9 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
-use hermes_meter::config::webhook::{WebhookConfig, WebhookFormat};
-use hermes_meter::export::webhook::{AlertPush, PUSH_HORIZON_S};
-use hermes_meter::store::{AlertSink, Outbox, Writer};
+use hermes_meter_runtime::config::webhook::{WebhookConfig, WebhookFormat};
+use hermes_meter_runtime::export::webhook::{AlertPush, PUSH_HORIZON_S};
+use hermes_meter_store::{AlertSink, Outbox, Writer};
 use serde_json::Value;
 
 /// A loopback HTTP/1.1 receiver answering 200 to every POST, keeping the

@@ -12,9 +12,11 @@ use std::time::Duration;
 use clap::Subcommand;
 use jiff::Timestamp;
 
-use crate::budget::{self, BudgetConfig, BudgetState, BudgetUnit, CapScope, CapState, CapUnit, Level, Scope, Window};
-use crate::error::{Error, Result};
-use crate::store::{write_atomically, Outbox, Writer};
+use hermes_meter_model::budget::{
+    self, BudgetConfig, BudgetState, BudgetUnit, CapScope, CapState, CapUnit, Level, Scope, Window,
+};
+use hermes_meter_store::error::{Error, Result};
+use hermes_meter_store::{write_atomically, Outbox, Writer};
 
 /// The `budget` subcommands.
 #[derive(Debug, Subcommand)]
@@ -198,7 +200,7 @@ pub(super) fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
         BudgetCommand::Forecast { json } => {
             let cfg = load(&path)?;
             let states = states(dir, &cfg)?;
-            let now = super::time::now();
+            let now = hermes_meter_store::unix_now();
             let rows: Vec<_> = states
                 .iter()
                 .map(|s| {
@@ -265,9 +267,9 @@ pub(super) fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
 /// every host within seconds), else the local one. Says where, for the
 /// message (the fleet's address without its password).
 fn edit_here_or_fleet(path: &Path, edit: impl FnOnce(&Path) -> Result<()>) -> Result<String> {
-    match crate::fleet::FleetConfig::from_env()? {
+    match hermes_meter_runtime::fleet::FleetConfig::from_env()? {
         Some(fleet) => {
-            let version = crate::fleet::budgets::edit(&fleet, path, edit)?;
+            let version = hermes_meter_runtime::fleet::budgets::edit(&fleet, path, edit)?;
             Ok(format!(
                 "for the fleet at {} (budget file version {version}; every host within seconds)",
                 fleet.redacted()
@@ -312,7 +314,7 @@ impl FleetReach {
             Some(at) => format!(
                 "the fleet database {} could not be reached ({error}): spend as of this host's last sync, {:.0} s ago",
                 self.url,
-                (super::time::now() - at).max(0.0)
+                (hermes_meter_store::unix_now() - at).max(0.0)
             ),
             None => format!(
                 "the fleet database {} could not be reached ({error}) and this host never synced with it: \
@@ -328,17 +330,17 @@ impl FleetReach {
 /// Hermes never synced (pushes are absolute totals, so a step beside the
 /// fleet thread's changes nothing). `None` without a fleet.
 fn sync_fleet(dir: &Path) -> Result<Option<FleetReach>> {
-    let Some(fleet) = crate::fleet::FleetConfig::from_env()? else {
+    let Some(fleet) = hermes_meter_runtime::fleet::FleetConfig::from_env()? else {
         return Ok(None);
     };
     let url = fleet.redacted();
     let store = Outbox::open_dir(dir)?;
-    let mut sync = crate::fleet::sync::FleetSync::new(fleet, dir);
+    let mut sync = hermes_meter_runtime::fleet::sync::FleetSync::new(fleet, dir);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| Error::Other(format!("fleet sync runtime: {e}")))?;
-    let now = super::time::now();
+    let now = hermes_meter_store::unix_now();
     // The timer needs the runtime: made inside it.
     let stepped = runtime.block_on(async { tokio::time::timeout(LIST_SYNC_TIMEOUT, sync.step(&store, now)).await });
     let error = match stepped {
@@ -461,7 +463,7 @@ fn open_caps(dir: &Path, cfg: &BudgetConfig) -> Result<Vec<CapState>> {
     }
     Writer::open_dir(dir)?
         .into_reader()
-        .open_cap_states(cfg, super::time::now(), LISTED_CAP_SESSIONS)
+        .open_cap_states(cfg, hermes_meter_store::unix_now(), LISTED_CAP_SESSIONS)
 }
 
 fn caps_json(cfg: &BudgetConfig) -> Vec<serde_json::Value> {
@@ -539,19 +541,21 @@ fn render_caps(cfg: &BudgetConfig, open: &[CapState]) -> String {
 
 /// The budget file, counting the fleet's spend when there is a fleet.
 fn load(path: &Path) -> Result<BudgetConfig> {
-    let mut cfg = crate::config::load_budgets(path)?;
-    cfg.fleet = crate::config::fleet::configured();
+    let mut cfg = hermes_meter_runtime::config::load_budgets(path)?;
+    cfg.fleet = hermes_meter_runtime::config::fleet::configured();
     Ok(cfg)
 }
 
 /// How many alerts fired in the last day (at most 100 are counted).
 fn recent_alerts(dir: &Path) -> Result<usize> {
-    let path = dir.join(crate::store::DB_FILE_NAME);
+    let path = dir.join(hermes_meter_store::DB_FILE_NAME);
     if !path.exists() {
         return Ok(0);
     }
-    let store = crate::store::Reader::open(&path)?;
-    Ok(store.recent_alerts(super::time::now() - 86_400.0, 100)?.len())
+    let store = hermes_meter_store::Reader::open(&path)?;
+    Ok(store
+        .recent_alerts(hermes_meter_store::unix_now() - 86_400.0, 100)?
+        .len())
 }
 
 fn states(dir: &Path, cfg: &BudgetConfig) -> Result<Vec<BudgetState>> {
@@ -559,7 +563,7 @@ fn states(dir: &Path, cfg: &BudgetConfig) -> Result<Vec<BudgetState>> {
         return Ok(Vec::new());
     }
     let store = Writer::open_dir(dir)?.into_reader();
-    store.budget_states(cfg, super::time::now())
+    store.budget_states(cfg, hermes_meter_store::unix_now())
 }
 
 /// The zone windows are computed in, named: the file's IANA name, or the
@@ -1038,7 +1042,7 @@ mod tests {
     #[test]
     fn a_new_file_starts_with_its_header_and_later_limits_keep_it_first() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join(crate::budget::BUDGETS_FILE_NAME);
+        let path = dir.path().join(hermes_meter_model::budget::BUDGETS_FILE_NAME);
         set(&path, Scope::CronJob, None, Window::Daily, BudgetUnit::Usd, 1.0).expect("set");
         set(&path, Scope::Global, None, Window::Monthly, BudgetUnit::Usd, 150.0).expect("set");
         let text = std::fs::read_to_string(&path).expect("read");

@@ -15,11 +15,11 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use crate::error::{Error, Result};
-use crate::health::{FaultKind, Tracker};
-use crate::hook::DecodeOptions;
-use crate::pricing::PriceTable;
-use crate::store::{self, Doctor, Reader, Rebuilt, Writer, DAMAGED_INFIX, DB_FILE_NAME};
+use hermes_meter_model::hook::DecodeOptions;
+use hermes_meter_model::pricing::PriceTable;
+use hermes_meter_store::error::{Error, Result};
+use hermes_meter_store::health::{FaultKind, Tracker};
+use hermes_meter_store::{self, Doctor, Reader, Rebuilt, Writer, DAMAGED_INFIX, DB_FILE_NAME};
 
 /// Problems listed at most.
 const MAX_PROBLEMS: usize = 20;
@@ -48,14 +48,14 @@ pub(super) fn run(dir: &Path, args: &DoctorArgs) -> Result<i32> {
     // moved: the error says what to do with it. One that cannot be read
     // far enough to tell is damage, for the integrity check below.
     if let Err(e @ (Error::PreReleaseStore { .. } | Error::NotAStore { .. } | Error::SchemaTooNew { .. })) =
-        store::check_identity(&db)
+        hermes_meter_store::check_identity(&db)
     {
         return Err(e);
     }
     // What Hermes ran that was not recorded comes first, as in `status`:
     // a store can be whole while the plugin was never running.
-    if let Ok(reader) = crate::store::Reader::open(&db) {
-        let hermes_home = crate::config::hermes_home().value;
+    if let Ok(reader) = hermes_meter_store::Reader::open(&db) {
+        let hermes_home = hermes_meter_runtime::config::hermes_home().value;
         let view =
             crate::hermes_check::HermesView::look(&reader, dir, (!super::embedded()).then_some(hermes_home.as_path()));
         for problem in view.problems() {
@@ -133,11 +133,11 @@ pub(super) fn run(dir: &Path, args: &DoctorArgs) -> Result<i32> {
 }
 
 fn rebuild(dir: &Path, db: &Path) -> Result<i32> {
-    let stamp = crate::unix_now() as u64;
+    let stamp = hermes_meter_store::unix_now() as u64;
     let aside = with_suffix(db, &format!("{DAMAGED_INFIX}{stamp}"));
     let fresh = dir.join(format!(".{DB_FILE_NAME}.rebuild-{stamp}"));
     let before = file_identity(db);
-    let prices = crate::config::load_prices(&dir.join(crate::config::PRICING_FILE_NAME))?;
+    let prices = hermes_meter_runtime::config::load_prices(&dir.join(hermes_meter_runtime::config::PRICING_FILE_NAME))?;
     // Built beside the damaged store, which stays where it is, read-only,
     // until the new one is complete and checked.
     let rebuilt = match build(db, &fresh, &prices) {
@@ -170,7 +170,7 @@ fn rebuild(dir: &Path, db: &Path) -> Result<i32> {
     println!("kept the damaged store as {}", aside.display());
     let mut store = Writer::open(db)?;
     store.set_prices(prices);
-    let recovered = crate::spool::recover(&mut store, dir, None, DecodeOptions::default());
+    let recovered = hermes_meter_runtime::spool::recover(&mut store, dir, None, DecodeOptions::default());
     store.checkpoint()?;
     println!(
         "rebuilt {}: {} journal events read, {} applied, {}{} unreadable, {} undecodable; {} events from {} spool file(s)",
@@ -197,7 +197,7 @@ fn rebuild(dir: &Path, db: &Path) -> Result<i32> {
         println!("spool: {e}");
     }
     let mut health = Tracker::default();
-    let now = crate::unix_now();
+    let now = hermes_meter_store::unix_now();
     health.fault(FaultKind::Corrupt, format!("{} was damaged", db.display()), now);
     health.recovered(now);
     let _ = health.write(dir, now);
@@ -211,8 +211,11 @@ fn build(damaged: &Path, fresh: &Path, prices: &PriceTable) -> Result<Rebuilt> {
     let rebuilt = {
         let mut store = Writer::open(fresh)?;
         store.set_prices(prices.clone());
-        let rebuilt =
-            Doctor::new(damaged).rebuild_into(&mut store, super::DEFAULT_IDLE_TIMEOUT_SECONDS, crate::unix_now())?;
+        let rebuilt = Doctor::new(damaged).rebuild_into(
+            &mut store,
+            super::DEFAULT_IDLE_TIMEOUT_SECONDS,
+            hermes_meter_store::unix_now(),
+        )?;
         store.checkpoint_truncate()?;
         rebuilt
     };
@@ -300,7 +303,7 @@ fn remove_sidecars(path: &Path) {
 /// says so too.
 fn record_fault(dir: &Path, db: &Path, first: &str) {
     let mut health = Tracker::default();
-    let now = crate::unix_now();
+    let now = hermes_meter_store::unix_now();
     let text = format!(
         "{} is damaged ({first}); {}",
         db.display(),
@@ -324,7 +327,7 @@ struct Spooled {
 /// Spool files waiting, and how many of them a running process holds.
 fn waiting_spools(dir: &Path) -> Spooled {
     let mut out = Spooled { files: 0, live: 0 };
-    let Ok(entries) = std::fs::read_dir(dir.join(crate::spool::SPOOL_DIR_NAME)) else {
+    let Ok(entries) = std::fs::read_dir(dir.join(hermes_meter_runtime::spool::SPOOL_DIR_NAME)) else {
         return out;
     };
     for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {

@@ -5,13 +5,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::{Resolved, Source};
-use crate::error::{Error, Result};
-use crate::export::{
+use hermes_meter_runtime::config::{Resolved, Source};
+use hermes_meter_runtime::export::{
     Driver, ExportConfig, ExportOverrides, Exporter, MetricsConfig, MetricsOverrides, PrometheusServer, Protocol,
     TracesExporter,
 };
-use crate::store::{Outbox, Writer, DB_FILE_NAME};
+use hermes_meter_store::error::{Error, Result};
+use hermes_meter_store::{Outbox, Writer, DB_FILE_NAME};
 
 /// How often `serve` closes idle spans. Cheap, but there is no need to
 /// look more often than a fraction of the idle timeout.
@@ -93,13 +93,18 @@ fn config(target: &Target) -> ExportConfig {
 /// The outbox of the store in `dir` with its price table, once the spools
 /// of ended processes are applied.
 fn open(dir: &Path) -> Result<Outbox> {
-    let prices = crate::config::load_prices(&dir.join(crate::config::PRICING_FILE_NAME))?;
+    let prices = hermes_meter_runtime::config::load_prices(&dir.join(hermes_meter_runtime::config::PRICING_FILE_NAME))?;
     // Hermes processes that died (kill -9, a crash) left their last events
     // in their spools: apply them first, so the idle closer and the export
     // see every event whose hook returned.
     let mut writer = Writer::open_dir(dir)?;
     writer.set_prices(prices.clone());
-    let recovered = crate::spool::recover(&mut writer, dir, None, crate::hook::DecodeOptions::default());
+    let recovered = hermes_meter_runtime::spool::recover(
+        &mut writer,
+        dir,
+        None,
+        hermes_meter_model::hook::DecodeOptions::default(),
+    );
     drop(writer);
     if recovered.files > 0 {
         eprintln!(
@@ -209,7 +214,7 @@ pub(super) fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
         MetricsOverrides {
             prometheus_addr: args.prometheus.clone(),
         },
-        crate::config::process_var,
+        hermes_meter_runtime::config::process_var,
     );
     for warning in &metrics_config.warnings {
         eprintln!("hermes-meter: metrics: {warning}");
@@ -225,7 +230,7 @@ pub(super) fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
             protocol: args.target.protocol,
             exporter: None,
         },
-        crate::config::process_var,
+        hermes_meter_runtime::config::process_var,
     );
     // `--prometheus` alone sends no traces, and then no logs either unless
     // OTEL_LOGS_EXPORTER asks for them.
@@ -233,7 +238,7 @@ pub(super) fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
     if args.drain && !config.enabled() && !metrics_config.pushes() && !send_logs {
         return Err(Error::Other(format!(
             "serve --drain: nothing to send: no OTLP endpoint is configured (set {} or pass --endpoint)",
-            crate::config::export::env::ENDPOINT
+            hermes_meter_runtime::config::export::env::ENDPOINT
         )));
     }
     // A trace export that sends nothing holds no lease: it would keep every
@@ -255,12 +260,12 @@ pub(super) fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
     } else if args.prometheus.is_some() && !config.disabled.value && config.exporter.source == Source::Explicit {
         eprintln!(
             "hermes-meter: not pushing traces (--prometheus alone); add --endpoint URL or set {} to push them",
-            crate::config::export::env::ENDPOINT
+            hermes_meter_runtime::config::export::env::ENDPOINT
         );
     } else if !config.configured() {
         eprintln!(
             "hermes-meter: not pushing traces: no OTLP endpoint is configured (set {} or pass --endpoint)",
-            crate::config::export::env::ENDPOINT
+            hermes_meter_runtime::config::export::env::ENDPOINT
         );
     } else {
         eprintln!("hermes-meter: not pushing traces (OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER=none)");
@@ -296,8 +301,8 @@ pub(super) fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
         );
     }
     // Fleet budgets: this store's sync, when no Hermes process holds it.
-    let _fleet = crate::fleet::task::FleetTask::start_from_env(dir)?;
-    if let Ok(Some(fleet)) = crate::fleet::FleetConfig::from_env() {
+    let _fleet = hermes_meter_runtime::fleet::task::FleetTask::start_from_env(dir)?;
+    if let Ok(Some(fleet)) = hermes_meter_runtime::fleet::FleetConfig::from_env() {
         eprintln!("hermes-meter: syncing budgets with the fleet at {}", fleet.redacted());
     }
     let poll = Duration::from_millis(args.poll_ms.max(1));
@@ -353,13 +358,17 @@ pub(super) fn serve(dir: &Path, args: &ServeArgs) -> Result<i32> {
 
 /// Re-sends history, saying where to and how it goes.
 pub(super) fn export(dir: &Path, args: &ExportArgs) -> Result<i32> {
-    let since =
-        super::time::parse(&args.since, &jiff::tz::TimeZone::system(), super::time::now()).map_err(Error::Other)?;
+    let since = super::time::parse(
+        &args.since,
+        &jiff::tz::TimeZone::system(),
+        hermes_meter_store::unix_now(),
+    )
+    .map_err(Error::Other)?;
     let config = config(&args.target);
     if !config.configured() {
         return Err(Error::Other(format!(
             "no OTLP endpoint is configured: pass --endpoint or set {}",
-            crate::config::export::env::ENDPOINT
+            hermes_meter_runtime::config::export::env::ENDPOINT
         )));
     }
     if !config.enabled() {

@@ -3,9 +3,9 @@
 
 use clap::Subcommand;
 
-use crate::display::escape;
-use crate::error::Result;
-use crate::store::{Confirmation, Reader, Writer};
+use hermes_meter_model::display::escape;
+use hermes_meter_store::error::Result;
+use hermes_meter_store::{Confirmation, Reader, Writer};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum HeldCommand {
@@ -62,7 +62,7 @@ pub(super) fn list(store: &Reader, limit: usize, json: bool) -> Result<i32> {
 pub(super) fn confirm(store: &mut Writer, ids: &[String]) -> Result<i32> {
     let mut failed = false;
     for id in ids {
-        match store.confirm_held(id, crate::unix_now())? {
+        match store.confirm_held(id, hermes_meter_store::unix_now())? {
             Confirmation::Billed(usd) => println!("{}: confirmed, billed ${usd:.4}", escape(id)),
             Confirmation::NotHeld => println!("{}: not held (confirmed before, or never held)", escape(id)),
             Confirmation::Unknown => {

@@ -2,9 +2,9 @@
 //! outbox, what was sent, dropped or refused, the last outcome and the
 //! settings with their sources.
 
-use crate::error::Result;
-use crate::export::{ExportConfig, ExportOverrides};
-use crate::store::Reader;
+use hermes_meter_runtime::export::{ExportConfig, ExportOverrides};
+use hermes_meter_store::error::Result;
+use hermes_meter_store::Reader;
 
 /// The settings that apply to logs: the exporter and the transport (the
 /// rest of an `ExportConfig` is about spans).
@@ -36,7 +36,7 @@ fn settings_of(config: &ExportConfig) -> Vec<(&'static str, String, String)> {
 
 /// The logs section of `status --json`.
 pub(super) fn json(store: &Reader) -> Result<serde_json::Value> {
-    let config = ExportConfig::resolve_logs(ExportOverrides::default(), crate::config::process_var);
+    let config = ExportConfig::resolve_logs(ExportOverrides::default(), hermes_meter_runtime::config::process_var);
     let settings = super::status::settings_json(&settings_of(&config));
     Ok(serde_json::json!({
         "enabled": config.enabled(),
@@ -48,17 +48,17 @@ pub(super) fn json(store: &Reader) -> Result<serde_json::Value> {
 
 /// Prints the logs section of `status`.
 pub(super) fn print(store: &Reader) -> Result<()> {
-    let config = ExportConfig::resolve_logs(ExportOverrides::default(), crate::config::process_var);
+    let config = ExportConfig::resolve_logs(ExportOverrides::default(), hermes_meter_runtime::config::process_var);
     let state = store.log_export_state()?;
-    let now = crate::export::unix_now();
-    let ago = |t: Option<f64>| t.map_or("never".to_string(), |t| super::time::ago(t, now));
+    let now = hermes_meter_store::unix_now();
+    let ago = |t: Option<f64>| t.map_or("never".to_string(), |t| hermes_meter_model::display::ago(t, now));
     println!("logs");
     if !config.enabled() {
         println!(
             "  off           {} records kept until the outbox retention (set {} or {}=otlp to send them)",
             state.pending,
-            crate::config::export::env::ENDPOINT,
-            crate::config::export::env::LOGS_EXPORTER
+            hermes_meter_runtime::config::export::env::ENDPOINT,
+            hermes_meter_runtime::config::export::env::LOGS_EXPORTER
         );
     }
     println!(

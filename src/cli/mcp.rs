@@ -20,9 +20,9 @@ use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, ServerHandler, 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::error::{Error, Result};
-use crate::span::SpanOptions;
-use crate::store::{Reader, SessionFilter, SessionSort, DB_FILE_NAME};
+use hermes_meter_model::span::SpanOptions;
+use hermes_meter_store::error::{Error, Result};
+use hermes_meter_store::{Reader, SessionFilter, SessionSort, DB_FILE_NAME};
 
 /// The longest answer sent (JSON text): a larger one is refused.
 pub(crate) const MOST_ANSWER_BYTES: usize = 1 << 20;
@@ -188,7 +188,8 @@ impl MeterMcp {
     )]
     async fn spend(&self, Parameters(args): Parameters<SpendArgs>) -> std::result::Result<CallToolResult, ErrorData> {
         let result = bounded("session_id", &args.session_id).and_then(|id| {
-            crate::agent_tool::answer(&self.dir, id, crate::unix_now(), &TimeZone::system()).map_err(|e| e.to_string())
+            hermes_meter_runtime::agent_tool::answer(&self.dir, id, hermes_meter_store::unix_now(), &TimeZone::system())
+                .map_err(|e| e.to_string())
         });
         Ok(answer(result))
     }
@@ -199,7 +200,7 @@ impl MeterMcp {
     )]
     async fn report(&self, Parameters(args): Parameters<ReportArgs>) -> std::result::Result<CallToolResult, ErrorData> {
         let tz = TimeZone::system();
-        let now = crate::unix_now();
+        let now = hermes_meter_store::unix_now();
         let result = (|| {
             let since = time_arg("since", &args.since, &tz, now)?.unwrap_or(0.0);
             let until = time_arg("until", &args.until, &tz, now)?.unwrap_or(now + 1.0);
@@ -230,7 +231,10 @@ impl MeterMcp {
             let store = self.reader()?;
             match crate::trace::load(&store, id, self.opts).map_err(|e| e.to_string())? {
                 Some(trace) => serde_json::to_value(&trace).map_err(|e| e.to_string()),
-                None => Err(format!("no session {} in this store", crate::display::escape(id))),
+                None => Err(format!(
+                    "no session {} in this store",
+                    hermes_meter_model::display::escape(id)
+                )),
             }
         });
         Ok(answer(result))
@@ -245,7 +249,7 @@ impl MeterMcp {
         Parameters(args): Parameters<FindArgs>,
     ) -> std::result::Result<CallToolResult, ErrorData> {
         let tz = TimeZone::system();
-        let now = crate::unix_now();
+        let now = hermes_meter_store::unix_now();
         let result = (|| {
             let since = time_arg("since", &args.since, &tz, now)?.unwrap_or(now - FIND_DEFAULT_SECONDS);
             let until = time_arg("until", &args.until, &tz, now)?.unwrap_or(now + 1.0);
@@ -275,7 +279,7 @@ impl MeterMcp {
         Parameters(args): Parameters<SearchArgs>,
     ) -> std::result::Result<CallToolResult, ErrorData> {
         let tz = TimeZone::system();
-        let now = crate::unix_now();
+        let now = hermes_meter_store::unix_now();
         let result = (|| {
             let text = |name: &str, t: &Option<String>| bounded(name, t).map(|t| t.map(str::to_string));
             let sort = match bounded("sort", &args.sort)? {

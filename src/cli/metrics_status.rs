@@ -1,13 +1,13 @@
 //! The metrics part of `hermes-meter status`: the store's metric identity,
 //! the fold backlog, the last pushes and the settings with their sources.
 
-use crate::error::Result;
-use crate::export::MetricsConfig;
-use crate::store::Reader;
+use hermes_meter_runtime::export::MetricsConfig;
+use hermes_meter_store::error::Result;
+use hermes_meter_store::Reader;
 
 /// The metrics section of `status --json`.
 pub(super) fn json(store: &Reader) -> Result<serde_json::Value> {
-    let config = MetricsConfig::from_env(crate::export::ExportOverrides::default());
+    let config = MetricsConfig::from_env(hermes_meter_runtime::export::ExportOverrides::default());
     let settings = super::status::settings_json(&config.describe());
     Ok(serde_json::json!({
         "identity": store.metric_identity()?,
@@ -19,11 +19,11 @@ pub(super) fn json(store: &Reader) -> Result<serde_json::Value> {
 
 /// Prints the metrics section of `status`.
 pub(super) fn print(store: &Reader) -> Result<()> {
-    let config = MetricsConfig::from_env(crate::export::ExportOverrides::default());
+    let config = MetricsConfig::from_env(hermes_meter_runtime::export::ExportOverrides::default());
     let identity = store.metric_identity()?;
     let state = store.metric_state()?;
-    let now = crate::export::unix_now();
-    let ago = |t: Option<f64>| t.map_or("never".to_string(), |t| super::time::ago(t, now));
+    let now = hermes_meter_store::unix_now();
+    let ago = |t: Option<f64>| t.map_or("never".to_string(), |t| hermes_meter_model::display::ago(t, now));
     println!("metrics");
     if !config.pushes() && !config.exporters.value.prometheus {
         println!("  off           not pushed (no OTLP endpoint configured, or the metrics exporter is none); `serve --prometheus` serves them");

@@ -91,12 +91,12 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-use crate::config;
-use crate::error::Result;
-use crate::hook::DecodeOptions;
-use crate::store::{Reader, Writer};
+use hermes_meter_model::hook::DecodeOptions;
+use hermes_meter_runtime::config;
+use hermes_meter_store::error::Result;
+use hermes_meter_store::{Reader, Writer};
 
-pub use crate::config::DEFAULT_IDLE_TIMEOUT_SECONDS;
+use hermes_meter_runtime::config::DEFAULT_IDLE_TIMEOUT_SECONDS;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -192,7 +192,7 @@ where
     let code = match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
-            if crate::health::classify(&e) == Some(crate::health::FaultKind::Corrupt) {
+            if hermes_meter_store::health::classify(&e) == Some(hermes_meter_store::health::FaultKind::Corrupt) {
                 eprintln!(
                     "hermes-meter: {e}: the store is damaged; `hermes-meter doctor` checks it and \
                      `hermes-meter doctor --rebuild` rebuilds it"
@@ -221,10 +221,6 @@ where
     code
 }
 
-/// Log filter variable (`RUST_LOG` syntax: `warn`, `Export=debug,info`);
-/// `RUST_LOG` is read when it is unset. Resolved in `config/cli.rs`.
-pub use crate::config::cli::LOG_ENV;
-
 /// Installs the stderr log subscriber: the level from `-v`/`-q` if given,
 /// else [`LOG_ENV`], else `RUST_LOG`, else warnings and errors. Our events
 /// are named `Component.Event` (their target), so `Export=debug` selects
@@ -244,7 +240,7 @@ fn init_logging(verbose: u8, quiet: u8) {
     let filter = match from_flags {
         Some(level) => EnvFilter::new(level),
         None => {
-            let (name, text) = crate::config::cli::log_filter();
+            let (name, text) = hermes_meter_runtime::config::cli::log_filter();
             if text.trim().is_empty() {
                 EnvFilter::new("warn")
             } else {
@@ -274,11 +270,11 @@ fn init_logging(verbose: u8, quiet: u8) {
 fn existing_home(home: Option<PathBuf>) -> Result<config::Resolved<PathBuf>> {
     let resolved = config::store_dir(home);
     // Nor may any command make one beside a damaged store kept aside.
-    if let Some(line) = crate::store::missing_beside_aside(&resolved.value) {
-        return Err(crate::error::Error::Other(line));
+    if let Some(line) = hermes_meter_store::missing_beside_aside(&resolved.value) {
+        return Err(hermes_meter_store::error::Error::Other(line));
     }
     if !resolved.value.is_dir() {
-        return Err(crate::error::Error::Other(format!(
+        return Err(hermes_meter_store::error::Error::Other(format!(
             "no store at {} (from {}): check the path; Hermes with the plugin, or `hermes-meter replay`, creates it",
             resolved.value.display(),
             resolved.source
@@ -292,12 +288,12 @@ fn existing_home(home: Option<PathBuf>) -> Result<config::Resolved<PathBuf>> {
 /// store cannot be written (a read-only file, directory or mount),
 /// read-only, saying so in one line.
 fn open_for_reading(dir: PathBuf) -> Result<Reader> {
-    let db = dir.join(crate::store::DB_FILE_NAME);
+    let db = dir.join(hermes_meter_store::DB_FILE_NAME);
     // Asked first: SQLite opens a store in a directory that cannot hold its
     // `-shm` as if it could be written, and fails at the first write.
     let store = match db
         .exists()
-        .then(|| crate::store::Doctor::new(&db).check_writable())
+        .then(|| hermes_meter_store::Doctor::new(&db).check_writable())
         .flatten()
     {
         Some(why) => {
@@ -312,7 +308,7 @@ fn open_for_reading(dir: PathBuf) -> Result<Reader> {
     };
     // A few pages per table: damage a query of this command may never
     // touch is still said, in one line.
-    if let Some(first) = crate::store::Doctor::new(&db).quick_look().first() {
+    if let Some(first) = hermes_meter_store::Doctor::new(&db).quick_look().first() {
         eprintln!(
             "hermes-meter: the store is damaged ({first}); `hermes-meter doctor` checks it and \
              `hermes-meter doctor --rebuild` rebuilds it"
@@ -326,7 +322,7 @@ fn open_store(dir: PathBuf) -> Result<Writer> {
     store.set_prices(config::load_prices(&dir.join(config::PRICING_FILE_NAME))?);
     // Events of Hermes processes that died before committing them are in
     // their spools; a report must include them.
-    let recovered = crate::spool::recover(&mut store, &dir, None, DecodeOptions::default());
+    let recovered = hermes_meter_runtime::spool::recover(&mut store, &dir, None, DecodeOptions::default());
     for e in &recovered.errors {
         eprintln!("hermes-meter: spool: {e}");
     }
@@ -339,10 +335,10 @@ fn dispatch(cli: Cli) -> Result<i32> {
             // Every input must be readable before the store is created: a
             // mistyped file name must not leave an empty store behind.
             for file in &files {
-                std::fs::File::open(file).map_err(|e| crate::error::Error::io(file, e))?;
+                std::fs::File::open(file).map_err(|e| hermes_meter_store::error::Error::io(file, e))?;
             }
             let dir = config::store_dir(cli.home).value;
-            if let Some(line) = crate::store::missing_beside_aside(&dir) {
+            if let Some(line) = hermes_meter_store::missing_beside_aside(&dir) {
                 eprintln!("hermes-meter: {line}; replaying into a new store");
             }
             let mut store = open_store(dir)?;
@@ -350,11 +346,11 @@ fn dispatch(cli: Cli) -> Result<i32> {
                 capture_content,
                 ..DecodeOptions::default()
             };
-            let mut stats = crate::replay::ReplayStats::default();
+            let mut stats = hermes_meter_store::replay::ReplayStats::default();
             for file in &files {
-                crate::replay::replay_file(&mut store, file, opts, &mut stats)?;
+                hermes_meter_store::replay::replay_file(&mut store, file, opts, &mut stats)?;
             }
-            store.close_idle_runs(time::now(), DEFAULT_IDLE_TIMEOUT_SECONDS)?;
+            store.close_idle_runs(hermes_meter_store::unix_now(), DEFAULT_IDLE_TIMEOUT_SECONDS)?;
             store.checkpoint()?;
             for bad in &stats.bad_lines {
                 eprintln!("hermes-meter: {bad}");
@@ -413,7 +409,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             // all at once (a store filled by `replay`, or upgraded).
             let mut buckets = 0;
             loop {
-                let step = store.roll_up(crate::unix_now() - 300.0)?;
+                let step = store.roll_up(hermes_meter_store::unix_now() - 300.0)?;
                 buckets += step.buckets;
                 if !step.more {
                     break;
@@ -435,7 +431,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             // No store yet is the answer `status` must give when Hermes
             // never ran the plugin here (a load it dropped on the first run).
             let resolved = config::store_dir(cli.home.clone());
-            if !resolved.value.exists() && crate::store::missing_beside_aside(&resolved.value).is_none() {
+            if !resolved.value.exists() && hermes_meter_store::missing_beside_aside(&resolved.value).is_none() {
                 return status::run_without_store(&resolved, json);
             }
             let home = existing_home(cli.home)?;
@@ -443,7 +439,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             // that cannot be opened, or whose pages fail to read.
             match status_store(&home.value).and_then(|store| status::run(&store, &home, json)) {
                 Ok(code) => Ok(code),
-                Err(e) if crate::health::classify(&e).is_some() => status::run_unopenable(&home, &e, json),
+                Err(e) if hermes_meter_store::health::classify(&e).is_some() => status::run_unopenable(&home, &e, json),
                 Err(e) => Err(e),
             }
         }
@@ -453,11 +449,11 @@ fn dispatch(cli: Cli) -> Result<i32> {
 /// The store as `status` reads it: opened as every command opens it, or
 /// read-only when it cannot be written (status then says why).
 fn status_store(dir: &std::path::Path) -> Result<Reader> {
-    let db = dir.join(crate::store::DB_FILE_NAME);
+    let db = dir.join(hermes_meter_store::DB_FILE_NAME);
     Writer::open_dir(dir).map(Writer::into_reader).or_else(|e| {
         match db
             .exists()
-            .then(|| crate::store::Doctor::new(&db).check_writable())
+            .then(|| hermes_meter_store::Doctor::new(&db).check_writable())
             .flatten()
         {
             Some(_) => Reader::open(&db),

@@ -9,10 +9,10 @@ use std::time::Duration;
 use clap::Subcommand;
 use serde::{Deserialize, Serialize};
 
-use crate::config;
-use crate::error::{Error, Result};
-use crate::pricing::import::{self, Imported};
-use crate::pricing::{Match, PriceSource, PriceTable};
+use hermes_meter_model::pricing::import::{self, Imported};
+use hermes_meter_model::pricing::{Match, PriceSource, PriceTable};
+use hermes_meter_runtime::config;
+use hermes_meter_store::error::{Error, Result};
 
 /// How long `update --from URL` waits for the whole list.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -20,7 +20,7 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
 /// Environment variable naming the Python that runs Hermes (for `drift`).
 /// The `hermes-meter` script the wheel installs sets it to its own Python,
 /// which is Hermes's when the wheel is installed beside Hermes.
-pub(super) use crate::config::cli::HERMES_PYTHON_ENV;
+use hermes_meter_runtime::config::cli::HERMES_PYTHON_ENV;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum PricingCommand {
@@ -263,7 +263,7 @@ fn update(path: &Path, from: &str, prefixes: &[String], provider: Option<&str>, 
     if dry_run {
         println!("dry run: nothing written");
     } else if new != old {
-        crate::store::write_atomically(path, new.as_bytes())?;
+        hermes_meter_store::write_atomically(path, new.as_bytes())?;
         println!("written; the plugin reads it when Hermes next starts");
     }
     Ok(0)
@@ -348,10 +348,10 @@ fn hermes_python(flag: Option<&Path>) -> Result<PathBuf> {
     if let Some(p) = flag {
         return Ok(p.to_path_buf());
     }
-    if let Some(p) = crate::config::cli::hermes_python() {
+    if let Some(p) = hermes_meter_runtime::config::cli::hermes_python() {
         return Ok(p);
     }
-    let path = crate::config::cli::search_path();
+    let path = hermes_meter_runtime::config::cli::search_path();
     for dir in std::env::split_paths(&path) {
         let script = dir.join("hermes");
         let Ok(text) = std::fs::read(&script) else { continue };

@@ -6,12 +6,12 @@ use clap::Args;
 use jiff::tz::TimeZone;
 
 use super::time;
-use crate::display::escape;
-use crate::error::{Error, Result};
-use crate::price_as::{PriceAs, PriceAsSums};
-use crate::report::{Group, Report, Totals};
-use crate::store::Reader;
 use crate::trace::human_count;
+use hermes_meter_model::display::escape;
+use hermes_meter_model::price_as::{PriceAs, PriceAsSums};
+use hermes_meter_model::report::{Group, Report, Totals};
+use hermes_meter_store::error::{Error, Result};
+use hermes_meter_store::Reader;
 
 /// The latest time a window can reach (9999-01-01T00:00:00Z).
 const END_OF_TIME: f64 = 253_370_764_800.0;
@@ -58,7 +58,7 @@ pub(super) fn window(args: &ReportArgs) -> Result<Window> {
         Some(name) => TimeZone::get(name).map_err(|e| Error::Other(format!("--tz {name}: {e}")))?,
         None => TimeZone::system(),
     };
-    let now = time::now();
+    let now = hermes_meter_store::unix_now();
     let bound = |text: &Option<String>, default: f64, flag: &str| -> Result<f64> {
         match text {
             Some(t) => time::parse(t, &tz, now).map_err(|e| Error::Other(format!("{flag}: {e}"))),
@@ -86,7 +86,7 @@ pub(super) fn run(store: &Reader, dir: &std::path::Path, args: &ReportArgs, wind
         return digest(store, dir, args, &window.tz, period);
     }
     let Window { tz, since, until } = window;
-    // Rollups answer for most of the window (store/rollup.rs): the time
+    // Rollups answer for most of the window (crates/hermes-meter-store/src/rollup.rs): the time
     // follows the buckets and keys printed, not the calls in the window.
     if args.json {
         // A large buffer: the session list is most of what is written
@@ -104,7 +104,7 @@ pub(super) fn run(store: &Reader, dir: &std::path::Path, args: &ReportArgs, wind
 /// `report --price-as MODEL`: the window re-priced at MODEL's prices from
 /// the price table this store uses (the built-in one and pricing.toml).
 fn price_as(store: &Reader, dir: &std::path::Path, args: &ReportArgs, window: &Window, model: &str) -> Result<i32> {
-    let prices = crate::config::load_prices(&dir.join(crate::config::PRICING_FILE_NAME))?;
+    let prices = hermes_meter_runtime::config::load_prices(&dir.join(hermes_meter_runtime::config::PRICING_FILE_NAME))?;
     let mut sums = match PriceAs::new(&prices, model) {
         Ok(sums) => sums,
         Err(why) => {
@@ -114,7 +114,7 @@ fn price_as(store: &Reader, dir: &std::path::Path, args: &ReportArgs, window: &W
     };
     store.for_each_recorded_call(window.since, window.until, |call| sums.add(&prices, call))?;
     if args.json {
-        let at = |t: f64| crate::budget::timestamp(t).to_string();
+        let at = |t: f64| hermes_meter_model::budget::timestamp(t).to_string();
         let value = serde_json::json!({
             "since": at(window.since),
             "until": at(window.until),
@@ -184,8 +184,8 @@ fn render_price_as(r: &PriceAs, limit: usize) -> String {
 /// the one before it.
 fn digest(store: &Reader, dir: &std::path::Path, args: &ReportArgs, tz: &TimeZone, period: &str) -> Result<i32> {
     let (period, days): (&'static str, i64) = if period == "week" { ("week", 7) } else { ("day", 1) };
-    let now = time::now();
-    let today = crate::budget::timestamp(now).to_zoned(tz.clone()).date();
+    let now = hermes_meter_store::unix_now();
+    let today = hermes_meter_model::budget::timestamp(now).to_zoned(tz.clone()).date();
     let midnight = |back: i64| -> Result<f64> {
         let date = today
             .checked_sub(jiff::Span::new().days(back))
@@ -197,8 +197,8 @@ fn digest(store: &Reader, dir: &std::path::Path, args: &ReportArgs, tz: &TimeZon
     let top = args.limit.clamp(1, 50);
     let current = store.report(tz, start, end, Some(top))?;
     let previous = store.report(tz, before, start, Some(top))?;
-    let d = crate::digest::digest(period, &current, &previous, top.min(5));
-    let (budgets, budget_error) = crate::agent_tool::budgets(store, dir, now, None)?;
+    let d = hermes_meter_model::digest::digest(period, &current, &previous, top.min(5));
+    let (budgets, budget_error) = hermes_meter_runtime::agent_tool::budgets(store, dir, now, None)?;
     if args.json {
         let mut value = serde_json::to_value(&d).map_err(|e| Error::Other(e.to_string()))?;
         value["budgets"] = serde_json::json!(budgets);
@@ -212,7 +212,11 @@ fn digest(store: &Reader, dir: &std::path::Path, args: &ReportArgs, tz: &TimeZon
 }
 
 /// The human form of a digest, a few lines a person reads in a chat.
-fn render_digest(d: &crate::digest::Digest, budgets: &[serde_json::Value], budget_error: Option<&str>) -> String {
+fn render_digest(
+    d: &hermes_meter_model::digest::Digest,
+    budgets: &[serde_json::Value],
+    budget_error: Option<&str>,
+) -> String {
     let mut out = String::new();
     let t = &d.current.totals;
     let _ = writeln!(
@@ -479,8 +483,8 @@ fn model_width(names: impl Iterator<Item = String>) -> usize {
 }
 
 /// Each model's share of input from cache and what it saved.
-fn cache_by_model(out: &mut String, rows: &[crate::report::CacheUse], limit: usize) {
-    let name = |c: &crate::report::CacheUse| escape(c.key.as_deref().unwrap_or("-")).to_string();
+fn cache_by_model(out: &mut String, rows: &[hermes_meter_model::report::CacheUse], limit: usize) {
+    let name = |c: &hermes_meter_model::report::CacheUse| escape(c.key.as_deref().unwrap_or("-")).to_string();
     let width = model_width(rows.iter().map(name));
     let _ = writeln!(out, "cache by model:");
     let _ = writeln!(
@@ -502,12 +506,12 @@ fn cache_by_model(out: &mut String, rows: &[crate::report::CacheUse], limit: usi
 }
 
 /// The calls providers billed themselves against our estimate of them.
-fn provider_billed(out: &mut String, rows: &[crate::store::ProviderBilled]) {
+fn provider_billed(out: &mut String, rows: &[hermes_meter_model::report::ProviderBilled]) {
     let _ = writeln!(
         out,
         "billed by the provider (the cost above) vs the price table's estimate:"
     );
-    let name = |r: &crate::store::ProviderBilled| {
+    let name = |r: &hermes_meter_model::report::ProviderBilled| {
         format!(
             "{} via {}",
             escape(r.model.as_deref().unwrap_or("-")),

@@ -1,11 +1,11 @@
 //! `hermes-meter status`: where the store is and what it holds, and what
-//! trouble it had (`<store>/health.json`, see [`crate::health`]).
+//! trouble it had (`<store>/health.json`, see [`hermes_meter_store::health`]).
 
 use std::path::PathBuf;
 
-use crate::config::Resolved;
-use crate::error::{Error, Result};
-use crate::store::{Reader, SCHEMA_VERSION};
+use hermes_meter_runtime::config::Resolved;
+use hermes_meter_store::error::{Error, Result};
+use hermes_meter_store::{Reader, SCHEMA_VERSION};
 
 /// This build's version, as `--version` prints it.
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -18,10 +18,10 @@ fn summary(
     exposed: &[String],
     alerts: usize,
     hermes_problems: &[String],
-    export: &crate::store::ExportState,
-    config: &crate::export::ExportConfig,
+    export: &hermes_meter_store::ExportState,
+    config: &hermes_meter_runtime::export::ExportConfig,
 ) -> String {
-    let now = super::time::now();
+    let now = hermes_meter_store::unix_now();
     let mut wrong = Vec::new();
     if damaged {
         wrong.push("the store is damaged".to_string());
@@ -47,13 +47,16 @@ fn summary(
         wrong.push(format!(
             "trace export failing ({} spans waiting, last error {})",
             export.pending,
-            super::time::ago(export.last_error_at.unwrap_or(now), now)
+            hermes_meter_model::display::ago(export.last_error_at.unwrap_or(now), now)
         ));
     }
     let export_says = if !config.configured() {
         "export off (no OTLP endpoint configured)".to_string()
     } else if config.enabled() {
-        format!("exporting to {}", crate::display::escape(&config.endpoint.value))
+        format!(
+            "exporting to {}",
+            hermes_meter_model::display::escape(&config.endpoint.value)
+        )
     } else {
         "export off".to_string()
     };
@@ -72,7 +75,7 @@ fn summary(
 /// recorded here. Says so, with the sessions Hermes ran that the plugin
 /// therefore did not record; exit 1.
 pub(super) fn run_without_store(home: &Resolved<PathBuf>, json: bool) -> Result<i32> {
-    let hermes_home = crate::config::hermes_home().value;
+    let hermes_home = hermes_meter_runtime::config::hermes_home().value;
     let hermes = crate::hermes_check::HermesView::without_store((!super::embedded()).then_some(hermes_home.as_path()));
     let problems = hermes.problems();
     let summary = format!(
@@ -115,7 +118,8 @@ pub(super) fn run(store: &Reader, home: &Resolved<PathBuf>, json: bool) -> Resul
     let counts = store.counts()?;
     let version = store.schema_version()?;
     let export = store.export_state()?;
-    let export_config = crate::export::ExportConfig::from_env(crate::export::ExportOverrides::default());
+    let export_config =
+        hermes_meter_runtime::export::ExportConfig::from_env(hermes_meter_runtime::export::ExportOverrides::default());
     let settings = settings_json(&export_config.describe());
     let retention = retention_state(store)?;
     let held = store.held_llm_calls(None)?;
@@ -123,18 +127,18 @@ pub(super) fn run(store: &Reader, home: &Resolved<PathBuf>, json: bool) -> Resul
     // header, the schema, each table's first and last page), makes status
     // fail, first line.
     let damaged = damaged(&home.value).or_else(|| {
-        let problems = crate::store::Doctor::new(store.path()).quick_look();
+        let problems = hermes_meter_store::Doctor::new(store.path()).quick_look();
         let first = problems.first()?;
         Some(format!(
             "{} is damaged ({first}); {}",
             store.path().display(),
-            crate::health::FaultKind::Corrupt.advice(store.path())
+            hermes_meter_store::health::FaultKind::Corrupt.advice(store.path())
         ))
     });
-    let read_only = crate::store::Doctor::new(store.path()).check_writable();
+    let read_only = hermes_meter_store::Doctor::new(store.path()).check_writable();
     // Inside a Hermes process Hermes's own database is not opened
-    // (`crate::hermes_state`).
-    let hermes_home = crate::config::hermes_home().value;
+    // (`hermes_meter_store::hermes_state`).
+    let hermes_home = hermes_meter_runtime::config::hermes_home().value;
     let hermes = crate::hermes_check::HermesView::look(
         store,
         &home.value,
@@ -145,11 +149,11 @@ pub(super) fn run(store: &Reader, home: &Resolved<PathBuf>, json: bool) -> Resul
     // The budget file, read once: its runaway watch, or why it does not parse.
     let watch = runaway(&home.value);
     let budget_file = watch.as_ref().err().cloned();
-    let alerts = store.recent_alerts(super::time::now() - RECENT_ALERTS_S, RECENT_ALERTS_MAX)?;
+    let alerts = store.recent_alerts(hermes_meter_store::unix_now() - RECENT_ALERTS_S, RECENT_ALERTS_MAX)?;
     let alert_count = alerts.len();
-    let exposed: Vec<String> = crate::budget::world_writable(&home.value)
+    let exposed: Vec<String> = hermes_meter_runtime::budget::world_writable(&home.value)
         .iter()
-        .map(|p| crate::display::escape(p).into_owned())
+        .map(|p| hermes_meter_model::display::escape(p).into_owned())
         .collect();
     if json {
         let value = serde_json::json!({
@@ -165,7 +169,7 @@ pub(super) fn run(store: &Reader, home: &Resolved<PathBuf>, json: bool) -> Resul
             "health": health_json(&home.value),
             "summary": summary(damaged.is_some(), budget_file.as_deref(), &exposed, alert_count, &hermes.problems(), &export, &export_config),
             "hermes": hermes.json(),
-            "limits": { "world_writable": exposed, "editable_here": crate::budget::editable_here(&home.value) },
+            "limits": { "world_writable": exposed, "editable_here": hermes_meter_runtime::budget::editable_here(&home.value) },
             "spool": spool_json(&home.value),
             "metrics": super::metrics_status::json(store)?,
             "logs": super::logs_status::json(store)?,
@@ -201,7 +205,7 @@ pub(super) fn run(store: &Reader, home: &Resolved<PathBuf>, json: bool) -> Resul
     for text in &exposed {
         println!("LIMITS          {text}");
     }
-    if crate::budget::editable_here(&home.value) == Some(true) {
+    if hermes_meter_runtime::budget::editable_here(&home.value) == Some(true) {
         println!(
             "limits          this user can change them: an agent running as it is refused only by the plugin's \
              gate (docs/budgets-and-fleet.md, \"A brake the agent cannot lift\", keeps them out of its reach)"
@@ -247,7 +251,7 @@ pub(super) fn run(store: &Reader, home: &Resolved<PathBuf>, json: bool) -> Resul
     println!("repaired kwargs {}", counts.decode_problems);
     retention.print();
     print_health(&home.value);
-    let counts = crate::health::read(&home.value)
+    let counts = hermes_meter_store::health::read(&home.value)
         .ok()
         .flatten()
         .map(|r| r.counts)
@@ -268,15 +272,15 @@ pub(super) fn run(store: &Reader, home: &Resolved<PathBuf>, json: bool) -> Resul
 }
 
 /// The runaway watch of the store's budget file (its defaults without one).
-fn runaway(home: &std::path::Path) -> std::result::Result<crate::budget::RunawayConfig, String> {
-    crate::config::load_budgets(&home.join(crate::budget::BUDGETS_FILE_NAME))
+fn runaway(home: &std::path::Path) -> std::result::Result<hermes_meter_model::budget::RunawayConfig, String> {
+    hermes_meter_runtime::config::load_budgets(&home.join(hermes_meter_model::budget::BUDGETS_FILE_NAME))
         .map(|c| c.runaway)
         .map_err(|e| {
             format!(
                 "the budget file does not parse ({}): a Hermes process started since holds every tool and LLM \
                  call until it is fixed (in observe mode it holds nothing), one started before keeps the limits \
                  it loaded",
-                crate::display::escape(&e.to_string())
+                hermes_meter_model::display::escape(&e.to_string())
             )
         })
 }
@@ -284,12 +288,12 @@ fn runaway(home: &std::path::Path) -> std::result::Result<crate::budget::Runaway
 /// The alert webhook (its URL without the path, which may be its key) and
 /// how many alerts it took and has not taken yet.
 fn webhook_json(store: &Reader) -> Result<serde_json::Value> {
-    let config = match crate::config::webhook::WebhookConfig::from_env() {
+    let config = match hermes_meter_runtime::config::webhook::WebhookConfig::from_env() {
         Ok(Some(c)) => c,
         Ok(None) => return Ok(serde_json::Value::Null),
         Err(e) => return Ok(serde_json::json!({ "error": e })),
     };
-    let (pushed, waiting, last_error) = store.alert_push_status(crate::store::AlertSink::Webhook)?;
+    let (pushed, waiting, last_error) = store.alert_push_status(hermes_meter_store::AlertSink::Webhook)?;
     Ok(serde_json::json!({
         "url": config.redacted(),
         "format": format!("{:?}", config.format).to_ascii_lowercase(),
@@ -323,10 +327,10 @@ fn print_webhook(store: &Reader) -> Result<()> {
 /// Where alerts go through Hermes itself (`HERMES_METER_ALERT_DELIVER`)
 /// and how many its sender took and has not taken yet.
 fn delivery_json(store: &Reader) -> Result<serde_json::Value> {
-    let Some(target) = crate::config::webhook::deliver_target() else {
+    let Some(target) = hermes_meter_runtime::config::webhook::deliver_target() else {
         return Ok(serde_json::Value::Null);
     };
-    let (sent, waiting, last_error) = store.alert_push_status(crate::store::AlertSink::Hermes)?;
+    let (sent, waiting, last_error) = store.alert_push_status(hermes_meter_store::AlertSink::Hermes)?;
     Ok(serde_json::json!({
         "target": target.trim(),
         "sent": sent,
@@ -342,9 +346,9 @@ const RECENT_ALERTS_MAX: usize = 10;
 
 /// Where one alert went: the agent (shown at a `pre_llm_call`), the
 /// webhook and Hermes's channel (taken, failing and why, or off).
-fn alert_routes(a: &crate::store::RecentAlert, webhook: bool, deliver: bool, now: f64) -> Vec<String> {
-    let when = |t: f64| super::time::ago(t, now);
-    let esc = |t: &str| crate::display::escape(t).into_owned();
+fn alert_routes(a: &hermes_meter_store::RecentAlert, webhook: bool, deliver: bool, now: f64) -> Vec<String> {
+    let when = |t: f64| hermes_meter_model::display::ago(t, now);
+    let esc = |t: &str| hermes_meter_model::display::escape(t).into_owned();
     let mut out = Vec::new();
     out.push(match (a.alert.delivered_at, &a.delivered_to) {
         (Some(t), Some(s)) => format!("shown to the agent of session {} {}", esc(s), when(t)),
@@ -362,7 +366,7 @@ fn alert_routes(a: &crate::store::RecentAlert, webhook: bool, deliver: bool, now
     out
 }
 
-fn recent_alerts_json(alerts: &[crate::store::RecentAlert]) -> serde_json::Value {
+fn recent_alerts_json(alerts: &[hermes_meter_store::RecentAlert]) -> serde_json::Value {
     serde_json::Value::Array(
         alerts
             .iter()
@@ -380,17 +384,23 @@ fn recent_alerts_json(alerts: &[crate::store::RecentAlert]) -> serde_json::Value
 }
 
 /// The alerts of the last day (`alerts`, newest first), and where each went.
-fn print_recent_alerts(alerts: &[crate::store::RecentAlert]) {
-    let now = super::time::now();
+fn print_recent_alerts(alerts: &[hermes_meter_store::RecentAlert]) {
+    let now = hermes_meter_store::unix_now();
     if alerts.is_empty() {
         println!("alerts          none in the last 24 h");
         return;
     }
-    let webhook = matches!(crate::config::webhook::WebhookConfig::from_env(), Ok(Some(_)));
-    let deliver = crate::config::webhook::deliver_target().is_some();
+    let webhook = matches!(
+        hermes_meter_runtime::config::webhook::WebhookConfig::from_env(),
+        Ok(Some(_))
+    );
+    let deliver = hermes_meter_runtime::config::webhook::deliver_target().is_some();
     println!("alerts          {} in the last 24 h, newest first:", alerts.len());
     for a in alerts {
-        let mut text: String = crate::display::escape(&a.alert.text).chars().take(160).collect();
+        let mut text: String = hermes_meter_model::display::escape(&a.alert.text)
+            .chars()
+            .take(160)
+            .collect();
         if a.alert.text.chars().count() > 160 {
             text.push('…');
         }
@@ -401,8 +411,8 @@ fn print_recent_alerts(alerts: &[crate::store::RecentAlert]) {
         };
         println!(
             "  {} {}{times}: {text}",
-            super::time::ago(a.alert.last_at, now),
-            crate::display::escape(&a.alert.kind)
+            hermes_meter_model::display::ago(a.alert.last_at, now),
+            hermes_meter_model::display::escape(&a.alert.kind)
         );
         println!("      {}", alert_routes(a, webhook, deliver, now).join("; "));
     }
@@ -413,7 +423,7 @@ fn print_delivery(store: &Reader) -> Result<()> {
     if v.is_null() {
         println!(
             "alert delivery  off (set {} to a Hermes platform, e.g. telegram, to message alerts through Hermes)",
-            crate::config::webhook::DELIVER_ENV
+            hermes_meter_runtime::config::webhook::DELIVER_ENV
         );
         return Ok(());
     }
@@ -432,14 +442,14 @@ fn print_delivery(store: &Reader) -> Result<()> {
 /// The fleet's address (never its password), this host, the last sync and
 /// the sync lag; `None` without `HERMES_METER_FLEET_URL`.
 fn fleet_json(store: &Reader) -> Result<serde_json::Value> {
-    let cfg = match crate::fleet::FleetConfig::from_env() {
+    let cfg = match hermes_meter_runtime::fleet::FleetConfig::from_env() {
         Ok(Some(cfg)) => cfg,
         Ok(None) => return Ok(serde_json::Value::Null),
         Err(e) => return Ok(serde_json::json!({ "error": e.to_string() })),
     };
-    let now = super::time::now();
+    let now = hermes_meter_store::unix_now();
     let st = store.fleet_status()?;
-    let unsynced = crate::config::fleet::unsynced();
+    let unsynced = hermes_meter_runtime::config::fleet::unsynced();
     Ok(serde_json::json!({
         "url": cfg.redacted(),
         "unsynced": unsynced.value.as_str(),
@@ -470,27 +480,27 @@ fn print_fleet(store: &Reader) -> Result<()> {
             v["hosts"],
             v["host_id"].as_str().unwrap_or("")
         ),
-        None if v["unsynced"] == crate::budget::Unsynced::Closed.as_str() => println!(
+        None if v["unsynced"] == hermes_meter_model::budget::Unsynced::Closed.as_str() => println!(
             "fleet sync      never yet: in enforce mode tool and LLM calls are blocked until the first sync \
              (the first call waits up to {} s for it)",
-            crate::budget::FIRST_SYNC_WAIT.as_secs()
+            hermes_meter_model::budget::FIRST_SYNC_WAIT.as_secs()
         ),
         None => println!(
             "fleet sync      never yet: the fleet's budgets are unknown; calls go ahead on this store's alone \
              (after the first call waits up to {} s for the sync)",
-            crate::budget::FIRST_SYNC_WAIT.as_secs()
+            hermes_meter_model::budget::FIRST_SYNC_WAIT.as_secs()
         ),
     }
     println!(
         "fleet unsynced  {} ({}; {}=closed|open: what a host that never synced does)",
         v["unsynced"].as_str().unwrap_or(""),
         v["unsynced_source"].as_str().unwrap_or(""),
-        crate::budget::UNSYNCED_ENV
+        hermes_meter_model::budget::UNSYNCED_ENV
     );
     if let Some(e) = v["last_error"].as_str() {
         println!(
             "fleet trouble   {} (enforcing on the last fleet totals plus this host's spend since)",
-            crate::display::escape(e)
+            hermes_meter_model::display::escape(e)
         );
     }
     Ok(())
@@ -498,7 +508,7 @@ fn print_fleet(store: &Reader) -> Result<()> {
 
 /// Retention settings and what the writers' sweeps pruned so far.
 struct RetentionState {
-    settings: crate::config::Retention,
+    settings: hermes_meter_runtime::config::Retention,
     journal: i64,
     outbox: i64,
     content: i64,
@@ -510,10 +520,10 @@ struct RetentionState {
 }
 
 fn retention_state(store: &Reader) -> Result<RetentionState> {
-    use crate::store::pruned;
+    use hermes_meter_store::pruned;
     let mut warnings = Vec::new();
     Ok(RetentionState {
-        settings: crate::config::Retention::from_env(&mut warnings),
+        settings: hermes_meter_runtime::config::Retention::from_env(&mut warnings),
         journal: store.store_count(pruned::JOURNAL)?,
         outbox: store.store_count(pruned::OUTBOX)?,
         content: store.store_count(pruned::CONTENT)?,
@@ -579,21 +589,21 @@ impl RetentionState {
 /// The damage recorded in `<store>/health.json` and not repaired since
 /// (a writer that hit a damaged page, or `doctor`), with what to do.
 fn damaged(dir: &std::path::Path) -> Option<String> {
-    let record = crate::health::read(dir).ok().flatten()?;
+    let record = hermes_meter_store::health::read(dir).ok().flatten()?;
     let fault = record
         .last_fault
-        .filter(|f| f.kind == crate::health::FaultKind::Corrupt)?;
+        .filter(|f| f.kind == hermes_meter_store::health::FaultKind::Corrupt)?;
     if record.state != "fault" {
         return None;
     }
-    let db = dir.join(crate::store::DB_FILE_NAME);
+    let db = dir.join(hermes_meter_store::DB_FILE_NAME);
     if fault.message.contains("doctor --rebuild") {
         Some(fault.message)
     } else {
         Some(format!(
             "{}; {}",
             fault.message,
-            crate::health::FaultKind::Corrupt.advice(&db)
+            hermes_meter_store::health::FaultKind::Corrupt.advice(&db)
         ))
     }
 }
@@ -601,8 +611,8 @@ fn damaged(dir: &std::path::Path) -> Option<String> {
 /// Status of a store that cannot be opened: what is wrong, what the bridges
 /// recorded about it, and what waits in the spool. Exits 1.
 pub(crate) fn run_unopenable(home: &Resolved<PathBuf>, error: &Error, json: bool) -> Result<i32> {
-    let db = home.value.join(crate::store::DB_FILE_NAME);
-    let kind = crate::health::classify(error).map(|k| k.as_str());
+    let db = home.value.join(hermes_meter_store::DB_FILE_NAME);
+    let kind = hermes_meter_store::health::classify(error).map(|k| k.as_str());
     if json {
         let value = serde_json::json!({
             "version": VERSION,
@@ -621,7 +631,7 @@ pub(crate) fn run_unopenable(home: &Resolved<PathBuf>, error: &Error, json: bool
         "error           cannot open it ({}): {error}",
         kind.unwrap_or("unknown")
     );
-    if let Some(kind) = crate::health::classify(error) {
+    if let Some(kind) = hermes_meter_store::health::classify(error) {
         println!("what to do      {}", kind.advice(&db));
     }
     print_old_store(&home.value);
@@ -647,7 +657,7 @@ fn print_old_store(dir: &std::path::Path) {
 }
 
 fn health_json(dir: &std::path::Path) -> serde_json::Value {
-    match crate::health::read(dir) {
+    match hermes_meter_store::health::read(dir) {
         Ok(Some(record)) => serde_json::to_value(record).unwrap_or(serde_json::Value::Null),
         Ok(None) => serde_json::Value::Null,
         Err(e) => serde_json::json!({ "error": e.to_string() }),
@@ -656,7 +666,7 @@ fn health_json(dir: &std::path::Path) -> serde_json::Value {
 
 /// Spool files waiting to be applied: `(files, bytes)`.
 fn spool_files(dir: &std::path::Path) -> (usize, u64) {
-    let Ok(entries) = std::fs::read_dir(dir.join(crate::spool::SPOOL_DIR_NAME)) else {
+    let Ok(entries) = std::fs::read_dir(dir.join(hermes_meter_runtime::spool::SPOOL_DIR_NAME)) else {
         return (0, 0);
     };
     entries
@@ -675,7 +685,7 @@ fn spool_json(dir: &std::path::Path) -> serde_json::Value {
 fn print_health(dir: &std::path::Path) {
     let (files, bytes) = spool_files(dir);
     println!("spool           {files} file(s), {bytes} bytes (live processes' and not yet recovered)");
-    let record = match crate::health::read(dir) {
+    let record = match hermes_meter_store::health::read(dir) {
         Ok(Some(r)) => r,
         Ok(None) => {
             println!("health          no store trouble recorded");
@@ -686,8 +696,8 @@ fn print_health(dir: &std::path::Path) {
             return;
         }
     };
-    let now = crate::export::unix_now();
-    let ago = |t: f64| super::time::ago(t, now);
+    let now = hermes_meter_store::unix_now();
+    let ago = |t: f64| hermes_meter_model::display::ago(t, now);
     println!(
         "health          {} (reported by pid {}, {})",
         record.state,
@@ -726,15 +736,15 @@ fn print_health(dir: &std::path::Path) {
     }
 }
 
-fn print_export(state: &crate::store::ExportState, config: &crate::export::ExportConfig) {
-    let now = crate::export::unix_now();
-    let ago = |t: Option<f64>| t.map_or("never".to_string(), |t| super::time::ago(t, now));
+fn print_export(state: &hermes_meter_store::ExportState, config: &hermes_meter_runtime::export::ExportConfig) {
+    let now = hermes_meter_store::unix_now();
+    let ago = |t: Option<f64>| t.map_or("never".to_string(), |t| hermes_meter_model::display::ago(t, now));
     println!("export");
     if !config.configured() {
         println!(
             "  off           no OTLP endpoint configured: nothing is sent (set {} to send traces, metrics \
              and logs); spans wait in the store up to its outbox cap",
-            crate::config::export::env::ENDPOINT
+            hermes_meter_runtime::config::export::env::ENDPOINT
         );
     }
     println!(
@@ -764,13 +774,17 @@ pub(super) fn print_outcome(
     last_success_at: Option<f64>,
     last_error: Option<&str>,
     last_error_at: Option<f64>,
-    lease: Option<&crate::store::Lease>,
+    lease: Option<&hermes_meter_store::Lease>,
 ) {
-    let ago = |t: Option<f64>| t.map_or("never".to_string(), |t| super::time::ago(t, now));
+    let ago = |t: Option<f64>| t.map_or("never".to_string(), |t| hermes_meter_model::display::ago(t, now));
     println!("  last success  {}", ago(last_success_at));
     if let Some(e) = last_error {
         // A collector's answer is quoted in it: shown escaped.
-        println!("  last error    {} ({})", crate::display::escape(e), ago(last_error_at));
+        println!(
+            "  last error    {} ({})",
+            hermes_meter_model::display::escape(e),
+            ago(last_error_at)
+        );
     }
     match lease {
         Some(l) if l.expires_at >= now => {

@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 
 use crate::hermes_check::{version_text, HermesView};
 
-use super::time::{ago, now};
+use hermes_meter_model::display::ago;
 
 /// Prints `view` with the hook calls Hermes skipped (`skips`).
-pub(super) fn print(view: &HermesView, skips: &crate::health::HealthCounts) {
-    let now = now();
+pub(super) fn print(view: &HermesView, skips: &hermes_meter_store::health::HealthCounts) {
+    let now = hermes_meter_store::unix_now();
     println!("hermes");
     match view.reports.first() {
         None => println!("  processes     none reported yet (a Hermes process reports at its first hook call)"),
@@ -46,7 +46,7 @@ pub(super) fn print(view: &HermesView, skips: &crate::health::HealthCounts) {
             }
             let sources: Vec<String> = by_source
                 .iter()
-                .map(|(k, n)| format!("{n} {}", crate::display::escape(k)))
+                .map(|(k, n)| format!("{n} {}", hermes_meter_model::display::escape(k)))
                 .collect();
             println!(
                 "  sessions      {} of {} Hermes session(s) since {} NOT recorded ({})",
@@ -58,8 +58,8 @@ pub(super) fn print(view: &HermesView, skips: &crate::health::HealthCounts) {
             for s in u.missing.iter().rev().take(5) {
                 println!(
                     "    {} {} {}",
-                    crate::display::escape(&s.id),
-                    crate::display::escape(&s.source),
+                    hermes_meter_model::display::escape(&s.id),
+                    hermes_meter_model::display::escape(&s.source),
                     ago(s.started_at, now)
                 );
             }
@@ -86,7 +86,7 @@ pub(super) fn print(view: &HermesView, skips: &crate::health::HealthCounts) {
     if let Some(r) = view.reports.iter().find(|r| !r.abandoned()) {
         println!("  integration points (pid {}):", r.pid);
         for p in &r.points {
-            println!("    {}", crate::display::escape(&p.line()));
+            println!("    {}", hermes_meter_model::display::escape(&p.line()));
         }
     }
 }

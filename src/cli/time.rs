@@ -2,9 +2,6 @@
 
 use jiff::{civil::Date, tz::TimeZone, Timestamp};
 
-/// Now, in Unix seconds.
-pub(super) use crate::unix_now as now;
-
 /// The forms [`parse`] accepts, for error messages.
 pub(crate) const ACCEPTED_FORMS: &str =
     "a date (2026-11-30), an RFC 3339 time (2026-11-30T08:00:00Z) or a span back from now (30m, 24h, 7d, 2w)";
@@ -34,8 +31,6 @@ pub(super) fn parse(text: &str, tz: &TimeZone, now: f64) -> Result<f64, String> 
     };
     Ok(now - n * seconds)
 }
-
-pub(crate) use crate::display::ago;
 
 #[cfg(test)]
 mod tests {

@@ -7,10 +7,10 @@ use std::io::IsTerminal;
 
 use clap::Args;
 
-use crate::error::{Error, Result};
-use crate::export::{ExportConfig, ExportOverrides};
-use crate::span::SpanOptions;
-use crate::store::Reader;
+use hermes_meter_model::span::SpanOptions;
+use hermes_meter_runtime::export::{ExportConfig, ExportOverrides};
+use hermes_meter_store::error::{Error, Result};
+use hermes_meter_store::Reader;
 
 #[derive(Debug, Args)]
 pub(crate) struct TraceArgs {
@@ -38,7 +38,7 @@ pub(super) fn span_options() -> SpanOptions {
 
 /// Whether to colour: a terminal on stdout and no `NO_COLOR`.
 fn use_color() -> bool {
-    let no_color = crate::config::cli::no_color();
+    let no_color = hermes_meter_runtime::config::cli::no_color();
     !no_color && std::io::stdout().is_terminal()
 }
 

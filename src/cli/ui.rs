@@ -4,9 +4,9 @@ use std::path::Path;
 
 use clap::Args;
 
-use crate::error::Result;
 use crate::ui::trace_link::TraceLink;
 use crate::ui::{UiConfig, UiServer, DEFAULT_LISTEN};
+use hermes_meter_store::error::Result;
 
 #[derive(Debug, Args)]
 pub(crate) struct UiArgs {
@@ -32,8 +32,9 @@ pub(crate) struct UiArgs {
 
 /// Serves until the process is stopped.
 pub(super) fn run(dir: &Path, args: &UiArgs) -> Result<i32> {
-    let token = crate::config::cli::ui_token(args.token.clone());
-    let export = crate::export::ExportConfig::from_env(crate::export::ExportOverrides::default());
+    let token = hermes_meter_runtime::config::cli::ui_token(args.token.clone());
+    let export =
+        hermes_meter_runtime::export::ExportConfig::from_env(hermes_meter_runtime::export::ExportOverrides::default());
     let endpoint = export.configured().then(|| export.endpoint.value.clone());
     let server = UiServer::start(UiConfig {
         listen: args.listen.clone(),
@@ -41,7 +42,7 @@ pub(super) fn run(dir: &Path, args: &UiArgs) -> Result<i32> {
         token: token.clone(),
         span_options: super::trace::span_options(),
         base: args.base_path.clone(),
-        hermes_home: (!args.in_hermes).then(|| crate::config::hermes_home().value),
+        hermes_home: (!args.in_hermes).then(|| hermes_meter_runtime::config::hermes_home().value),
         trace_link: TraceLink::from_settings(args.trace_url.clone(), endpoint.as_deref()),
     })?;
     let addr = server.addr();

@@ -2,7 +2,7 @@
 //!
 //! Owns: routing (served by [`HttpServer`], as `serve --prometheus` is), the access token, and the JSON endpoints. The
 //! pages are [`pages`], the trees [`crate::trace`], the queries
-//! [`crate::store`]. Must not touch: writes to the store.
+//! [`hermes_meter_store`]. Must not touch: writes to the store.
 //!
 //! # Reading without getting in Hermes's way
 //!
@@ -44,21 +44,19 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use jiff::tz::TimeZone;
 
-use crate::budget;
-use crate::error::{Error, Result};
-use crate::hermes_state::HermesSessionInfo;
-use crate::http_server::HttpServer;
-use crate::span::SpanOptions;
-use crate::store::{Reader, SessionFilter, SessionSort, Writer, DB_FILE_NAME};
+use hermes_meter_model::budget;
+use hermes_meter_model::span::SpanOptions;
+use hermes_meter_runtime::http_server::HttpServer;
+use hermes_meter_store::error::{Error, Result};
+use hermes_meter_store::hermes_state::HermesSessionInfo;
+use hermes_meter_store::{Reader, SessionFilter, SessionSort, Writer, DB_FILE_NAME};
 use html::{percent_decode, query_pairs};
 use pages::{Frame, Tab};
 
 /// Most running sessions whose caps the budgets page shows.
 const SHOWN_CAP_SESSIONS: usize = 20;
 
-/// The environment variable holding the viewer's access token (resolved
-/// in `config/cli.rs`).
-pub use crate::config::cli::UI_TOKEN_ENV as TOKEN_ENV;
+use hermes_meter_runtime::config::cli::UI_TOKEN_ENV;
 /// The default address.
 pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:8765";
 /// The cookie a browser keeps the token in.
@@ -90,7 +88,7 @@ pub struct UiConfig {
     pub base: String,
     /// Hermes's home, whose `state.db` names the sessions the plugin did not
     /// record and holds their titles; `None` inside a Hermes process (see
-    /// `crate::hermes_state`), where only the processes' own reports show.
+    /// `hermes_meter_store::hermes_state`), where only the processes' own reports show.
     pub hermes_home: Option<PathBuf>,
     /// Where a session page links its trace (Jaeger, or any trace UI).
     pub trace_link: Option<trace_link::TraceLink>,
@@ -112,7 +110,7 @@ impl UiServer {
         let addr = listener.local_addr().map_err(what)?;
         if !addr.ip().is_loopback() && token.is_none() {
             return Err(Error::Other(format!(
-                "the viewer would listen on {addr}, which is not loopback: set a token with --token or {TOKEN_ENV}"
+                "the viewer would listen on {addr}, which is not loopback: set a token with --token or {UI_TOKEN_ENV}"
             )));
         }
         drop(Writer::open_dir(&config.store_dir)?);
@@ -320,13 +318,13 @@ fn route(state: &State, path: &str, asked: &Asked) -> Result<Response<Full<Bytes
             crate::hermes_check::HermesView::look(&store, &state.dir, state.hermes_home.as_deref()).problems();
         let dates = chart_days(&state.tz);
         let windows: Vec<(f64, f64)> = dates.iter().map(|(_, since, until)| (*since, *until)).collect();
-        let crate::store::SessionIndex {
+        let hermes_meter_store::SessionIndex {
             rows,
             totals,
             values,
             by_window,
         } = store.read_snapshot(|s| s.session_index(&filter, &windows))?;
-        let days: Vec<(String, crate::store::SessionListTotals)> =
+        let days: Vec<(String, hermes_meter_store::SessionListTotals)> =
             dates.into_iter().map(|(date, _, _)| date).zip(by_window).collect();
         let ids: Vec<&str> = rows.iter().map(|r| r.session_id.as_str()).collect();
         let infos = hermes_infos(state, &ids);
@@ -347,8 +345,8 @@ fn route(state: &State, path: &str, asked: &Asked) -> Result<Response<Full<Bytes
         ));
     }
     if path == "/budgets" {
-        let cfg = crate::config::load_budgets(&state.dir.join(budget::BUDGETS_FILE_NAME))?;
-        let now = crate::unix_now();
+        let cfg = hermes_meter_runtime::config::load_budgets(&state.dir.join(budget::BUDGETS_FILE_NAME))?;
+        let now = hermes_meter_store::unix_now();
         let (states, caps, verdicts, alerts) = store.read_snapshot(|s| {
             let states = if cfg.is_empty() {
                 Vec::new()
@@ -441,7 +439,7 @@ fn hermes_infos(state: &State, ids: &[&str]) -> HashMap<String, HermesSessionInf
     let Some(home) = state.hermes_home.as_deref() else {
         return HashMap::new();
     };
-    match crate::hermes_state::session_infos(home, ids) {
+    match hermes_meter_store::hermes_state::session_infos(home, ids) {
         Ok(found) => found.unwrap_or_default(),
         Err(e) => {
             tracing::debug!(target: "Ui", error = %e, "Hermes's session titles not read");

@@ -13,10 +13,10 @@ use std::fmt::Write as _;
 use jiff::tz::TimeZone;
 
 use super::html::{esc, url_part};
-use crate::budget::{BudgetConfig, BudgetState, CapScope, CapState, CapUnit, Forecast, Level};
-use crate::hermes_state::HermesSessionInfo;
-use crate::store::{AlertRow, FilterValues, SessionFilter, SessionListRow, SessionListTotals, SessionSort};
 use crate::trace::{human_count, human_duration, walk, NodeKind, Trace, TraceNode, TurnPoint};
+use hermes_meter_model::budget::{BudgetConfig, BudgetState, CapScope, CapState, CapUnit, Forecast, Level};
+use hermes_meter_store::hermes_state::HermesSessionInfo;
+use hermes_meter_store::{AlertRow, FilterValues, SessionFilter, SessionListRow, SessionListTotals, SessionSort};
 
 /// Which page the header marks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,10 +69,10 @@ fn usd(v: f64) -> String {
 }
 
 /// A budget's figure: USD to four places, tokens in their short form.
-fn amount(unit: crate::budget::BudgetUnit, v: f64) -> String {
+fn amount(unit: hermes_meter_model::budget::BudgetUnit, v: f64) -> String {
     match unit {
-        crate::budget::BudgetUnit::Usd => usd(v),
-        crate::budget::BudgetUnit::Tokens => crate::budget::format_tokens(v),
+        hermes_meter_model::budget::BudgetUnit::Usd => usd(v),
+        hermes_meter_model::budget::BudgetUnit::Tokens => hermes_meter_model::budget::format_tokens(v),
     }
 }
 

@@ -6,7 +6,7 @@
 
 use hyper::Uri;
 
-use crate::config::cli::TRACE_URL_ENV;
+use hermes_meter_runtime::config::cli::TRACE_URL_ENV;
 
 /// Where the trace id goes in a template.
 const ID: &str = "{trace_id}";
@@ -81,7 +81,7 @@ impl TraceLink {
     /// and gives no link: the viewer still starts (the dashboard tab
     /// runs it too).
     pub fn from_settings(flag: Option<String>, endpoint: Option<&str>) -> Option<TraceLink> {
-        match crate::config::cli::trace_url(flag) {
+        match hermes_meter_runtime::config::cli::trace_url(flag) {
             Some(text) => TraceLink::parse(&text).unwrap_or_else(|e| {
                 eprintln!("hermes-meter: {e}; the session pages link to no trace UI");
                 None

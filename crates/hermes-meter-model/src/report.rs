@@ -1,6 +1,6 @@
 //! Spend and token reports. Pure: the store hands over facts (one LLM
 //! call, failed attempt or tool call each) and rollup rows (the same sums
-//! per quarter hour or day, see `store/rollup.rs`); this module only adds
+//! per quarter hour or day, see `crates/hermes-meter-store/src/rollup.rs`); this module only adds
 //! them up.
 //!
 //! The JSON form is a contract scripts depend on; its schema is documented

@@ -18,10 +18,10 @@ use super::exiting::{self, Entry};
 use super::log::{log, log_messages, ERROR, WARNING};
 use super::record::Partial;
 use super::{bridge, budget_actions, test_hooks, HermesMeterError, RecentSessions, BRIDGE, MAX_SENDERS, RECENT};
-use crate::bridge::{Bridge, Outcome, Verdict};
-use crate::hook::{self, HookKeys, Origin, HOOK_NAMES};
-use crate::pricing::ModelPrice;
-use crate::store::EventContext;
+use hermes_meter_model::hook::{self, HookKeys, Origin, HOOK_NAMES};
+use hermes_meter_model::pricing::ModelPrice;
+use hermes_meter_runtime::bridge::{Bridge, Outcome, Verdict};
+use hermes_meter_store::EventContext;
 
 /// One registered hook: a native callable Hermes calls as `cb(**kwargs)`.
 #[pyclass(frozen, module = "hermes_meter._native")]
@@ -145,7 +145,7 @@ impl Hook {
         if bridge.disabled_reason().is_some() {
             return Outcome::Disabled;
         }
-        let at = bridge::unix_now();
+        let at = hermes_meter_store::unix_now();
         let ctx = EventContext {
             pid: Some(i64::from(std::process::id())),
             thread: thread_name(py),
@@ -182,7 +182,7 @@ impl Hook {
         if bridge.disabled_reason().is_some() {
             return Outcome::Disabled;
         }
-        let at = bridge::unix_now();
+        let at = hermes_meter_store::unix_now();
         let ctx = EventContext {
             pid: Some(i64::from(std::process::id())),
             thread: THREAD_NAME.with_borrow(|c| c.as_ref().and_then(|(_, name)| name.clone())),

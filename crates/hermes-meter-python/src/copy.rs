@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
 
-use crate::hook;
+use hermes_meter_model::hook;
 
 /// Deepest nesting copied out of a kwarg; deeper values become null.
 pub(super) const MAX_DEPTH: usize = 16;

@@ -22,13 +22,15 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-// hermes-meter's modules, under the paths this crate names them by.
-use hermes_meter::{bridge, budget, cli, config, export, export_task, fleet, hook, pricing, slash, store};
+use hermes_meter::cli;
+use hermes_meter_model::hook;
+use hermes_meter_runtime::{bridge, budget, export_task};
 
-use bridge::{Bridge, BridgeConfig, BudgetMode};
+use bridge::{Bridge, BridgeConfig};
 use budget::{BudgetGate, BudgetHandle, MAX_PAUSE_ATTEMPTS, PAUSE_RETRY};
+use hermes_meter_model::budget::BudgetMode;
+use hermes_meter_store::AlertSink;
 use hook::HOOK_NAMES;
-use store::AlertSink;
 
 mod callable;
 mod copy;
@@ -103,7 +105,7 @@ pub(crate) fn bridge(py: Python<'_>) -> &'static Bridge {
             config.profile = PROFILE.get().cloned();
             // The gate takes the mode and the fleet as resolved here (the
             // budget file's own `mode` applies unless the variable is set).
-            let fleet_name = crate::fleet::FleetConfig::from_env()
+            let fleet_name = hermes_meter_runtime::fleet::FleetConfig::from_env()
                 .ok()
                 .flatten()
                 .map(|f| f.redacted());
@@ -222,21 +224,21 @@ fn downgrade_model(session_id: Option<&str>, model: Option<&str>) -> Option<Stri
 /// The `model` of the stand-in response of a stopped LLM call.
 #[pyfunction]
 fn blocked_model() -> &'static str {
-    crate::budget::BLOCKED_MODEL
+    hermes_meter_model::budget::BLOCKED_MODEL
 }
 
 /// The sentence every budget text addresses to the agent (left out of the
 /// line a person is shown).
 #[pyfunction]
 fn agent_only_text() -> &'static str {
-    crate::budget::NOT_YOURS
+    hermes_meter_model::budget::NOT_YOURS
 }
 
 /// How a refusal to let the agent change its own brake begins (a block
 /// that is no budget stop).
 #[pyfunction]
 fn protected_prefix() -> &'static str {
-    crate::budget::PROTECTED_PREFIX
+    hermes_meter_model::budget::PROTECTED_PREFIX
 }
 
 /// Who is told of each verdict a gating hook returns (`_oneshot.noted`,
@@ -443,10 +445,10 @@ fn meter_command(
         catch_unwind(AssertUnwindSafe(|| {
             // Hooks do not wait for their commits: let this turn's land first.
             bridge.flush(SLASH_FLUSH_TIMEOUT);
-            crate::slash::meter_command(
+            hermes_meter_runtime::slash::meter_command(
                 &dir,
                 session.as_deref(),
-                bridge::unix_now(),
+                hermes_meter_store::unix_now(),
                 &jiff::tz::TimeZone::system(),
             )
         }))
@@ -465,7 +467,7 @@ fn meter_command(
 /// the configuration reads it; `None` when unset or blank.
 #[pyfunction]
 fn alert_deliver_target() -> Option<String> {
-    crate::config::webhook::deliver_target()
+    hermes_meter_runtime::config::webhook::deliver_target()
 }
 
 /// Whether the agent gets the `meter_spend` tool (`HERMES_METER_AGENT_TOOL`).
@@ -477,7 +479,7 @@ fn agent_tool_enabled(py: Python<'_>) -> bool {
 /// The `meter_spend` tool's JSON schema, as JSON text.
 #[pyfunction]
 fn agent_tool_schema() -> String {
-    hermes_meter::agent_tool::schema().to_string()
+    hermes_meter_runtime::agent_tool::schema().to_string()
 }
 
 /// The `meter_spend` tool's answer for `session_id`, as JSON text. Never
@@ -491,10 +493,10 @@ fn meter_spend(py: Python<'_>, session_id: Option<String>) -> String {
         catch_unwind(AssertUnwindSafe(|| {
             // This turn's calls land first, as for `/meter`.
             bridge.flush(SLASH_FLUSH_TIMEOUT);
-            hermes_meter::agent_tool::answer(
+            hermes_meter_runtime::agent_tool::answer(
                 &dir,
                 session_id.as_deref(),
-                bridge::unix_now(),
+                hermes_meter_store::unix_now(),
                 &jiff::tz::TimeZone::system(),
             )
         }))
@@ -514,11 +516,16 @@ fn meter_spend(py: Python<'_>, session_id: Option<String>) -> String {
 #[pyfunction]
 #[pyo3(signature = (limit = 5))]
 fn claim_alert_deliveries(py: Python<'_>, limit: usize) -> Vec<(String, String, String)> {
-    let db = bridge(py).config().store_dir.join(crate::store::DB_FILE_NAME);
+    let db = bridge(py).config().store_dir.join(hermes_meter_store::DB_FILE_NAME);
     let claimed = exiting::detach(py, move || {
-        catch_unwind(AssertUnwindSafe(|| -> hermes_meter::Result<Vec<_>> {
-            let store = crate::store::Outbox::open(&db)?;
-            let due = crate::export::webhook::claim_due(&store, AlertSink::Hermes, bridge::unix_now(), limit)?;
+        catch_unwind(AssertUnwindSafe(|| -> hermes_meter_store::Result<Vec<_>> {
+            let store = hermes_meter_store::Outbox::open(&db)?;
+            let due = hermes_meter_runtime::export::webhook::claim_due(
+                &store,
+                AlertSink::Hermes,
+                hermes_meter_store::unix_now(),
+                limit,
+            )?;
             Ok(due
                 .into_iter()
                 .map(|a| {
@@ -551,12 +558,19 @@ fn claim_alert_deliveries(py: Python<'_>, limit: usize) -> Vec<(String, String, 
 #[pyfunction]
 #[pyo3(signature = (kind, key, error = None))]
 fn alert_delivery_done(py: Python<'_>, kind: String, key: String, error: Option<String>) {
-    let db = bridge(py).config().store_dir.join(crate::store::DB_FILE_NAME);
+    let db = bridge(py).config().store_dir.join(hermes_meter_store::DB_FILE_NAME);
     let done = exiting::detach(py, move || {
-        catch_unwind(AssertUnwindSafe(|| -> hermes_meter::Result<()> {
-            let store = crate::store::Outbox::open(&db)?;
+        catch_unwind(AssertUnwindSafe(|| -> hermes_meter_store::Result<()> {
+            let store = hermes_meter_store::Outbox::open(&db)?;
             let outcome = error.as_deref().map_or(Ok(()), Err);
-            crate::export::webhook::sent(&store, AlertSink::Hermes, &kind, &key, outcome, bridge::unix_now())
+            hermes_meter_runtime::export::webhook::sent(
+                &store,
+                AlertSink::Hermes,
+                &kind,
+                &key,
+                outcome,
+                hermes_meter_store::unix_now(),
+            )
         }))
     });
     match done {

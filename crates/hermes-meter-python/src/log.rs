@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 
-use crate::bridge::Bridge;
+use hermes_meter_runtime::bridge::Bridge;
 
 /// The logger every line of ours goes to.
 pub(super) const LOGGER: &str = "hermes_meter";
@@ -109,7 +109,7 @@ pub(super) fn log_messages(py: Python<'_>, bridge: &Bridge) {
         // Events left in the spool are recorded by the next process.
         let level = if m.event.ends_with("Recovered")
             || m.event == "Decode.Unusable"
-            || m.event == crate::bridge::EXIT_LEFT_IN_SPOOL
+            || m.event == hermes_meter_runtime::bridge::EXIT_LEFT_IN_SPOOL
         {
             WARNING
         } else {

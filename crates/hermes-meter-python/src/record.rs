@@ -14,8 +14,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Value};
 
-use crate::hook::{scrub, DecodeOptions};
-use crate::hook::{write_json, Origin, RecordWriter};
+use hermes_meter_model::hook::{scrub, DecodeOptions};
+use hermes_meter_model::hook::{write_json, Origin, RecordWriter};
 
 use super::copy::MAX_DEPTH;
 

@@ -14,9 +14,9 @@ use pyo3::types::PyDict;
 #[cfg(feature = "test-hooks")]
 use super::{callable::Hook, copy::copy_value, record::Partial, HermesMeterError};
 #[cfg(feature = "test-hooks")]
-use crate::hook::{self, DecodeOptions};
+use hermes_meter_model::hook::{self, DecodeOptions};
 
-use crate::config::BridgeConfig;
+use hermes_meter_runtime::config::BridgeConfig;
 
 /// Panics when `HERMES_METER_TEST_PANIC` names `hook` (or is `*`); called
 /// where a hook's Rust work starts, with the GIL released.
@@ -25,7 +25,7 @@ pub(super) fn panic_if_asked(config: &BridgeConfig, hook: &str) {
     if matches!(config.test_panic_hook.as_deref(), Some(h) if h == hook || h == "*") {
         panic!(
             "{} set to {hook}: panicking on purpose",
-            crate::config::bridge::env::TEST_PANIC
+            hermes_meter_runtime::config::bridge::env::TEST_PANIC
         );
     }
 }

@@ -13,9 +13,9 @@ use std::path::Path;
 use jiff::tz::TimeZone;
 use serde_json::{json, Value};
 
-use crate::budget::Scope;
-use crate::error::Result;
-use crate::store::{Reader, SpendTotals, Writer, DB_FILE_NAME};
+use hermes_meter_model::budget::Scope;
+use hermes_meter_store::error::Result;
+use hermes_meter_store::{Reader, SpendTotals, Writer, DB_FILE_NAME};
 
 /// The tool's name, as the model calls it.
 pub const TOOL_NAME: &str = "meter_spend";
@@ -71,7 +71,7 @@ pub fn answer(store_dir: &Path, session_id: Option<&str>, now: f64, tz: &TimeZon
         None => None,
     };
     // Local midnight (`now` itself if the zone cannot say).
-    let midnight = crate::report::day_bounds(now, tz).map_or(now, |(start, _)| start);
+    let midnight = hermes_meter_model::report::day_bounds(now, tz).map_or(now, |(start, _)| start);
     let today = store.spend_of(midnight, now + 1.0, sender.as_deref())?;
     let (budgets, budget_file_error) = budgets(&store, store_dir, now, sender.as_deref())?;
     let since = now - RECENT_SECONDS;
@@ -115,7 +115,7 @@ pub fn budgets(
     now: f64,
     sender: Option<&str>,
 ) -> Result<(Vec<Value>, Option<String>)> {
-    let cfg = match crate::config::load_budgets(&store_dir.join(crate::budget::BUDGETS_FILE_NAME)) {
+    let cfg = match crate::config::load_budgets(&store_dir.join(hermes_meter_model::budget::BUDGETS_FILE_NAME)) {
         Ok(cfg) => cfg,
         Err(e) => return Ok((Vec::new(), Some(e.to_string()))),
     };
@@ -163,7 +163,7 @@ fn round(v: f64) -> f64 {
 
 /// Unix seconds as RFC 3339 (UTC).
 fn rfc3339(at: f64) -> String {
-    crate::budget::timestamp(at).to_string()
+    hermes_meter_model::budget::timestamp(at).to_string()
 }
 
 #[cfg(test)]
@@ -190,7 +190,7 @@ mod tests {
     fn store() -> (tempfile::TempDir, f64) {
         let dir = tempfile::tempdir().expect("dir");
         let mut store = Writer::open_dir(dir.path()).expect("store");
-        let mut prices = crate::pricing::PriceTable::default();
+        let mut prices = hermes_meter_model::pricing::PriceTable::default();
         prices
             .add_user_prices(
                 "[models.\"mock-model\"]\ninput = 3.0\noutput = 15.0\n",
@@ -198,9 +198,10 @@ mod tests {
             )
             .expect("prices");
         store.set_prices(prices);
-        let mut stats = crate::replay::ReplayStats::default();
+        let mut stats = hermes_meter_store::replay::ReplayStats::default();
         for name in ["multi_turn", "failonce", "delegate_sync"] {
-            crate::replay::replay_file(&mut store, &fixture(name), Default::default(), &mut stats).expect("replay");
+            hermes_meter_store::replay::replay_file(&mut store, &fixture(name), Default::default(), &mut stats)
+                .expect("replay");
         }
         drop(store);
         let conn = rusqlite::Connection::open(dir.path().join(DB_FILE_NAME)).expect("open");
@@ -213,7 +214,7 @@ mod tests {
             .query_row("SELECT MAX(ended_at) FROM llm_calls", [], |r| r.get(0))
             .expect("last");
         std::fs::write(
-            dir.path().join(crate::budget::BUDGETS_FILE_NAME),
+            dir.path().join(hermes_meter_model::budget::BUDGETS_FILE_NAME),
             "[global]\ndaily = 1.0\n[per_sender.overrides.u1]\ndaily = 0.7\n[per_sender.overrides.u2]\ndaily = 0.5\n",
         )
         .expect("budgets");

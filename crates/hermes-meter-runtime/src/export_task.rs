@@ -25,9 +25,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::bridge::{join_until, spawn, Background};
-use crate::error::Result;
 use crate::export::{Driver, ExportConfig, MetricsConfig};
-use crate::store::DB_FILE_NAME;
+use hermes_meter_store::error::Result;
+use hermes_meter_store::DB_FILE_NAME;
 
 /// How often the outbox is looked at when nothing was ready.
 pub(crate) const POLL: Duration = Duration::from_millis(500);

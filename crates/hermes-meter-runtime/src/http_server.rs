@@ -46,7 +46,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
 
-use crate::error::{Error, Result};
+use hermes_meter_store::error::{Error, Result};
 
 /// What every answer is.
 pub type Reply = Response<Full<Bytes>>;

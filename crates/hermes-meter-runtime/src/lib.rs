@@ -8,12 +8,6 @@
 //! way: hook → decode (the model) → store → export. Knows nothing of
 //! Python (the binding is `hermes-meter-python`) or of the command line.
 
-// The pure model (crates/hermes-meter-model), under the paths the rest of
-// this crate and its users name it by.
-pub use hermes_meter_model::{
-    content, digest, display, hook, metrics, model, price_as, pricing, redact, report, semconv, span, tool_outcome,
-};
-
 pub mod agent_tool;
 pub mod bridge;
 pub mod budget;
@@ -25,9 +19,6 @@ pub mod http_server;
 pub mod process;
 pub mod slash;
 pub mod spool;
-
-// The store (crates/hermes-meter-store), likewise.
-pub use hermes_meter_store::{error, health, hermes_state, replay, store, unix_now, Error, Result};
 
 /// Locks a mutex, ignoring poison: every critical section of this crate
 /// leaves its data consistent, and a hook must never panic on a lock.

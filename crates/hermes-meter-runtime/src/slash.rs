@@ -8,8 +8,8 @@ use std::path::Path;
 
 use jiff::{tz::TimeZone, Timestamp};
 
-use crate::error::{Error, Result};
-use crate::store::{Reader, SessionTotals, SpendTotals, Writer, DB_FILE_NAME};
+use hermes_meter_store::error::{Error, Result};
+use hermes_meter_store::{Reader, SessionTotals, SpendTotals, Writer, DB_FILE_NAME};
 
 /// The reply to `/meter` for `session_id` (if the host knows it), read from
 /// the store in `store_dir` at `now` (Unix seconds), "today" being the
@@ -31,7 +31,10 @@ pub fn meter_command(store_dir: &Path, session_id: Option<&str>, now: f64, tz: &
     // What fired today, where a person asks (`status` lists where each went).
     let alerts = store.recent_alerts(midnight, ALERTS_SHOWN)?;
     if let Some(newest) = alerts.first() {
-        let mut said: String = crate::display::escape(&newest.alert.text).chars().take(140).collect();
+        let mut said: String = hermes_meter_model::display::escape(&newest.alert.text)
+            .chars()
+            .take(140)
+            .collect();
         if newest.alert.text.chars().count() > 140 {
             said.push('…');
         }

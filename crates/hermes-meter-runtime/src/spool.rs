@@ -2,7 +2,7 @@
 //!
 //! Owns: one append-only file per process in `<store>/spool/`, the lock that
 //! says its process is alive, and recovering the files of dead processes.
-//! Must not touch: the ledger (recovery hands the files to [`crate::replay`]).
+//! Must not touch: the ledger (recovery hands the files to [`hermes_meter_store::replay`]).
 //!
 //! # Why
 //!
@@ -31,10 +31,10 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::error::{Error, Result};
-use crate::hook::DecodeOptions;
-use crate::replay::{replay_file, ReplayStats};
-use crate::store::Writer;
+use hermes_meter_model::hook::DecodeOptions;
+use hermes_meter_store::error::{Error, Result};
+use hermes_meter_store::replay::{replay_file, ReplayStats};
+use hermes_meter_store::Writer;
 
 /// The spool directory's name inside the store directory.
 pub const SPOOL_DIR_NAME: &str = "spool";
@@ -64,13 +64,13 @@ impl Spool {
     /// Creates this process's spool file in `<store_dir>/spool/` and locks it.
     pub fn create(store_dir: &Path) -> Result<Self> {
         let dir = store_dir.join(SPOOL_DIR_NAME);
-        crate::store::create_private_dir(&dir)?;
+        hermes_meter_store::create_private_dir(&dir)?;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
         let path = dir.join(format!("{}-{nanos}.jsonl", std::process::id()));
-        let file = crate::store::private_file_options()
+        let file = hermes_meter_store::private_file_options()
             .append(true)
             .create(true)
             .read(true)
@@ -215,7 +215,7 @@ mod tests {
 
     fn record(hook: &str, t: f64, kwargs: serde_json::Value) -> Vec<u8> {
         let kwargs = kwargs.as_object().cloned().expect("kwargs object");
-        crate::hook::write_record(hook, t, Some(7), Some("MainThread"), &kwargs, false)
+        hermes_meter_model::hook::write_record(hook, t, Some(7), Some("MainThread"), &kwargs, false)
     }
 
     #[test]
@@ -261,7 +261,7 @@ mod tests {
         for _ in 0..100_000 {
             let at = 1_796_008_818.0 + rng.f64() * 1e6;
             let line = record("on_session_start", at, serde_json::json!({"session_id": "s"}));
-            let rec = crate::hook::parse_line(std::str::from_utf8(&line).expect("utf-8"), false)
+            let rec = hermes_meter_model::hook::parse_line(std::str::from_utf8(&line).expect("utf-8"), false)
                 .expect("record")
                 .expect("line");
             assert_eq!(rec.t.map(f64::to_bits), Some(at.to_bits()), "{at}");

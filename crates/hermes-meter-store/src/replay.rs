@@ -13,10 +13,10 @@ use std::io::Read as _;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::hook::{decode, DecodeOptions, Decoded, HookEvent};
+use crate::{Applied, EventContext, Writer};
+use hermes_meter_model::hook::{decode, DecodeOptions, Decoded, HookEvent};
 /// A recorded line's reader, with the decoder (re-exported: replay reads them).
-pub use crate::hook::{parse_line, utf8, Record};
-use crate::store::{Applied, EventContext, Writer};
+use hermes_meter_model::hook::{parse_line, utf8, Record};
 
 /// Page cache for bulk replay, so a batch's pages stay in memory until commit.
 const BULK_CACHE_KIB: u32 = 64 * 1024;
@@ -464,7 +464,7 @@ mod tests {
         replay_file(&mut store, &path, DecodeOptions::default(), &mut stats).expect("replay");
         assert_eq!(stats.applied, 2, "{stats:?}");
         drop(store);
-        let conn = rusqlite::Connection::open(dir.path().join(crate::store::DB_FILE_NAME)).expect("open");
+        let conn = rusqlite::Connection::open(dir.path().join(crate::DB_FILE_NAME)).expect("open");
         let runs: String = conn
             .query_row(
                 "SELECT group_concat(session_id || '=' || profile, ' ') FROM (SELECT * FROM runs ORDER BY session_id)",

@@ -6,7 +6,7 @@ use std::io::Write as _;
 
 use hermes_meter_model::hook::DecodeOptions;
 use hermes_meter_store::replay::{replay_file, ReplayStats};
-use hermes_meter_store::store::Writer;
+use hermes_meter_store::Writer;
 
 fn replay_lines(lines: &[Vec<u8>]) -> (tempfile::TempDir, Writer, ReplayStats) {
     let dir = tempfile::tempdir().expect("temp dir");

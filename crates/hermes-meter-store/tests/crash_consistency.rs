@@ -3,7 +3,7 @@
 //!
 //! Each iteration runs a child process (this test binary again, with
 //! `CRASH_CHILD` set) that opens a database the way the store does
-//! ([`hermes_meter_store::store::connect`]) and commits transactions of random
+//! ([`hermes_meter_store::connect`]) and commits transactions of random
 //! shapes: a few rows, thousands of rows that spill past a tiny page cache
 //! and are then rewritten (the shape that lost commits in a VFS of our own),
 //! savepoints rolled back and released, whole transactions rolled back,
@@ -49,7 +49,7 @@ const ACKS: &str = "acks";
 /// How a connection is opened.
 #[derive(Clone, Copy, Debug)]
 enum Opener {
-    /// [`hermes_meter_store::store::connect`]: what the store runs on.
+    /// [`hermes_meter_store::connect`]: what the store runs on.
     Writer,
     /// SQLite's default VFS with the same journal mode and sync level.
     Reference,
@@ -72,7 +72,7 @@ impl Opener {
 
     fn open(self, path: &Path) -> Connection {
         match self {
-            Opener::Writer => hermes_meter_store::store::connect(path).expect("open as the store does"),
+            Opener::Writer => hermes_meter_store::connect(path).expect("open as the store does"),
             Opener::Reference => {
                 let conn = Connection::open(path).expect("open");
                 conn.busy_timeout(Duration::from_secs(5)).expect("busy timeout");
@@ -280,7 +280,8 @@ fn exit_now() -> ! {
 /// Runs one child to its end and returns how it ended.
 fn run_child(dir: &Path, opener: Opener, seed: u64, end: End, test_name: &str, rng: &mut fastrand::Rng) {
     let mut cmd = Command::new(std::env::current_exe().expect("test binary"));
-    cmd.args(["--exact", test_name, "--nocapture", "--test-threads=1"])
+    cmd.args(["--exact", &crate::test_name(module_path!(), test_name)])
+        .args(["--nocapture", "--test-threads=1"])
         .env(CHILD, dir)
         .env("CRASH_OPENER", opener.name())
         .env("CRASH_SEED", seed.to_string())

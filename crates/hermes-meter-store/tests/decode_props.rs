@@ -2,9 +2,9 @@
 //! and whatever decodes applies to a real store without error or negative
 //! totals.
 
+use hermes_meter_model::hook::parse_line;
 use hermes_meter_model::hook::{decode, DecodeOptions, Decoded, HOOK_NAMES};
-use hermes_meter_store::replay::parse_line;
-use hermes_meter_store::store::{EventContext, Writer};
+use hermes_meter_store::{EventContext, Writer};
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 

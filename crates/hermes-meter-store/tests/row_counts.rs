@@ -10,10 +10,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use hermes_meter_model::hook::{decode, DecodeOptions, Decoded, Hook, HookEvent};
-use hermes_meter_store::store::{EventContext, Outbox, SentSession, SpanKind, Writer};
+use hermes_meter_store::{EventContext, Outbox, SentSession, SpanKind, Writer};
 
-#[path = "../../../tests/support/stream.rs"]
-mod stream;
+use crate::stream;
 
 const DAY: f64 = 86_400.0;
 
@@ -27,7 +26,7 @@ fn events(copies: std::ops::Range<usize>, spread_days: f64) -> Vec<HookEvent> {
     for c in copies {
         let text = stream::session_copy(&lines, c, -(c as f64) * spread_days * DAY);
         for line in text.lines() {
-            let Some(rec) = hermes_meter_store::replay::parse_line(line, false).expect("line") else {
+            let Some(rec) = hermes_meter_model::hook::parse_line(line, false).expect("line") else {
                 continue;
             };
             if let Decoded::Event(e, _) = decode(&rec.hook, &rec.kwargs, rec.t.unwrap_or(0.0), DecodeOptions::default())
@@ -169,7 +168,7 @@ fn random_walk(seed: u64, steps: usize) {
             }
             _ => {
                 let mut measure =
-                    |_: &hermes_meter_store::store::MetricFact, _: &mut Vec<hermes_meter_store::store::Increment>| {};
+                    |_: &hermes_meter_model::rows::MetricFact, _: &mut Vec<hermes_meter_model::rows::Increment>| {};
                 let folded = outbox
                     .fold_metrics(now, now - rng.f64() * DAY, rng.usize(1..200), &mut measure)
                     .expect("fold");
@@ -297,7 +296,10 @@ fn a_process_killed_mid_transaction_leaves_counts_equal_to_the_tables() {
         let mut child = Command::new(std::env::current_exe().expect("test binary"))
             .args([
                 "--exact",
-                "a_process_killed_mid_transaction_leaves_counts_equal_to_the_tables",
+                &crate::test_name(
+                    module_path!(),
+                    "a_process_killed_mid_transaction_leaves_counts_equal_to_the_tables",
+                ),
                 "--nocapture",
                 "--test-threads=1",
             ])

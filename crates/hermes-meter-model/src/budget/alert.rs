@@ -1,7 +1,7 @@
 //! The alert kinds recorded in the store and counted in `hermes.alerts`
 //! (attribute `hermes.alert.kind`), and the model key of the free→paid
 //! alert. Pure. Raising and delivering alerts is the store's
-//! (`store/budget/alerts.rs`).
+//! (`crates/hermes-meter-store/src/budget/alerts.rs`).
 
 /// A model first seen at $0 now costs money.
 pub const FREE_TO_PAID: &str = "free_to_paid";

@@ -6,7 +6,7 @@
 //! ([`CapLimits`]), which tokens a token cap counts ([`TokenCount`]), the
 //! verdict over what a session or run has used ([`assess_caps`]), and the
 //! texts Hermes shows for them. Must not touch: the store (which reads what
-//! was used, `store/budget/caps.rs`), the gate.
+//! was used, `crates/hermes-meter-store/src/budget/caps.rs`), the gate.
 //!
 //! A cap has the calendar budgets' soft and hard thresholds, alert
 //! thresholds and mode. A USD or token cap in hard breach blocks tool calls

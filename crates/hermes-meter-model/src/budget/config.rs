@@ -3,8 +3,8 @@
 //!
 //! Owns: the format of `budgets.toml` ([`BudgetConfig::parse`]), its
 //! defaults, and [`BudgetConfig::budgets_for`]. Must not touch: the store,
-//! windows or verdicts (`window.rs`, `verdict.rs`); the only I/O is
-//! [`BudgetConfig::load`] reading the file it is given.
+//! windows or verdicts (`window.rs`, `verdict.rs`), any file (the runtime
+//! reads `budgets.toml` and hands its text to [`BudgetConfig::parse`]).
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -3,8 +3,8 @@
 //! file nor its spend.
 //!
 //! Owns: [`Unsynced`] (fail closed or open then) and [`FIRST_SYNC_WAIT`];
-//! the state hook threads wait on is the runtime's (`budget/first_sync.rs`
-//! in `hermes-meter`).
+//! the state hook threads wait on is the runtime's
+//! (`crates/hermes-meter-runtime/src/budget/first_sync.rs`).
 //!
 //! A store that synced once holds the fleet's last figures (`fleet_view`,
 //! the budget file the sync wrote) and is enforced on them, so only a store
@@ -27,7 +27,7 @@ use std::time::Duration;
 /// address for what a timeout already tells.
 pub const FIRST_SYNC_WAIT: Duration = Duration::from_secs(2);
 
-/// The variable that sets [`Unsynced`] (resolved in `config/fleet.rs`).
+/// The variable that sets [`Unsynced`] (resolved in `crates/hermes-meter-runtime/src/config/fleet.rs`).
 pub const UNSYNCED_ENV: &str = "HERMES_METER_FLEET_UNSYNCED";
 
 /// What fleet budgets do on a host whose store has not synced yet, once

@@ -24,7 +24,7 @@
 //!   ([`Unsynced`], [`FIRST_SYNC_WAIT`]).
 //!
 //! The gate that applies them to a live session (reading the store on the
-//! writer thread) is the runtime's: `budget/` in `hermes-meter`.
+//! writer thread) is the runtime's: `crates/hermes-meter-runtime/src/budget/`.
 //!
 //! # Model
 //!
@@ -38,7 +38,7 @@
 //! subagent counts toward its root's cron job, sender and profile).
 //!
 //! Spend is settled cost plus open reservations (estimates of calls in
-//! flight, see `store/budget/`). At `soft_threshold` × limit a budget is in
+//! flight, see `crates/hermes-meter-store/src/budget/`). At `soft_threshold` × limit a budget is in
 //! soft breach (a notice), at `hard_threshold` × limit in hard breach (tools
 //! blocked, LLM calls stopped and cron jobs paused, in `enforce` mode); at
 //! each of `alert_thresholds` × limit an alert, once per window.

@@ -13,7 +13,7 @@
 //! kwargs the decoder reads), and decoding a call from its record
 //! ([`decode_record`]), which the writer thread and a gating hook share.
 //! Must not touch: the store (`replay.rs` and the writer apply records;
-//! `store/doctor.rs` reads spools with this), files.
+//! `crates/hermes-meter-store/src/doctor.rs` reads spools with this), files.
 
 use std::borrow::Cow;
 use std::collections::HashMap;

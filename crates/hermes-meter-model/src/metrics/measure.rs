@@ -3,7 +3,7 @@
 //! not touch: rendering.
 
 use super::instruments::instrument;
-use crate::model::{
+use crate::rows::{
     encode_attrs, time_to_first_token, Add, AttrValue, Attrs, Increment, LlmCallFact, MetricFact, RunLabels,
 };
 use crate::semconv::attr;

@@ -5,14 +5,14 @@
 //! ([`MetricFact`]) into series increments ([`measure`]), the attribute
 //! allow-list, and rendering cumulative series as OTLP metrics
 //! ([`otlp_metrics`]) or Prometheus text ([`prometheus_text`]). Must not
-//! touch: I/O. The store keeps the series (`store/metrics.rs`), the
-//! exporter sends them (`export/metrics.rs`).
+//! touch: I/O. The store keeps the series (`crates/hermes-meter-store/src/metrics.rs`), the
+//! exporter sends them (`crates/hermes-meter-runtime/src/export/metrics.rs`).
 //!
 //! One file a concern: `instruments.rs` (the registry's instruments),
 //! `measure.rs` (ledger facts to increments, budget and alert attribute
 //! sets), `series.rs` (allow-list, projection, deltas), `otlp.rs` and
 //! `prometheus.rs` (the two renderings). The row and fact types are
-//! `crate::model`'s, so this module never imports the store.
+//! `crate::rows`'s, so this module never imports the store.
 //!
 //! # What a consumer sees
 //!
@@ -55,7 +55,7 @@ pub use otlp::*;
 pub use prometheus::*;
 pub use series::*;
 
-pub use crate::model::{
+pub use crate::rows::{
     encode_attrs, Add, ApiErrorFact, AttrValue, Attrs, GaugeRow, Increment, LlmCallFact, MetricFact, RunLabels,
     SeriesRow,
 };

@@ -9,7 +9,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
 
 use super::instruments::{Kind, INSTRUMENTS};
 use super::series::{Series, Temporality};
-use crate::model::{AttrValue, Attrs};
+use crate::rows::{AttrValue, Attrs};
 
 fn nanos(t: f64) -> u64 {
     (t.max(0.0) * 1e9) as u64

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::instruments::{instrument, Instrument, Kind};
-use crate::model::{Attrs, GaugeRow, SeriesRow};
+use crate::rows::{Attrs, GaugeRow, SeriesRow};
 use crate::semconv::{attr, Names};
 
 /// Attributes added to metrics only when the user allow-lists them
@@ -170,7 +170,7 @@ pub fn project(series: &[SeriesRow], gauges: &[GaugeRow], allow: AllowList, name
         if instrument.previous && !names.previous() {
             continue;
         }
-        let attrs: Attrs = crate::model::decode_attrs(attrs)
+        let attrs: Attrs = crate::rows::decode_attrs(attrs)
             .into_iter()
             .filter(|(k, _)| allow.allows(k))
             .collect();

@@ -1,7 +1,7 @@
 //! Unit tests of the instruments, measurements and renderings (table tests, no I/O).
 
 use super::*;
-use crate::model::ToolRow;
+use crate::rows::ToolRow;
 use crate::semconv::metric as m;
 use crate::semconv::metric::attr as mattr;
 use crate::semconv::{attr, Names};
@@ -27,7 +27,7 @@ fn series_of(increments: &[Increment]) -> Vec<SeriesRow> {
                 Add::Sum(v) => (*v, None, None, None),
                 Add::Observe { value, bounds } => {
                     let mut b = vec![0; bounds.len() + 1];
-                    b[crate::model::bucket_index(*value, bounds)] = 1;
+                    b[crate::rows::bucket_index(*value, bounds)] = 1;
                     (*value, Some(b), Some(*value), Some(*value))
                 }
             };
@@ -268,7 +268,7 @@ fn api_errors_carry_status_reason_and_retryable_but_no_ids() {
     assert_eq!(tokens.len(), 4, "input and output, each 0, under both names");
     for t in tokens {
         assert!(
-            matches!(t.add, crate::model::Add::Observe { value, .. } if value == 0.0),
+            matches!(t.add, crate::rows::Add::Observe { value, .. } if value == 0.0),
             "{:?}",
             t.add
         );
@@ -505,7 +505,7 @@ fn instruments_and_attributes_match_the_semconv_registry() {
             .iter()
             .filter_map(|a| a["id"].as_str())
             .collect();
-        for (k, _) in crate::model::decode_attrs(&inc.attrs) {
+        for (k, _) in crate::rows::decode_attrs(&inc.attrs) {
             assert!(
                 allowed.contains(&k.as_str()),
                 "{}: {k} is not in the registry",

@@ -25,7 +25,7 @@
 //! turn's trace is its session's. A subagent session lives in the trace of
 //! the parent turn that delegated it, under the parent's `delegate_task`
 //! tool span (matched by turn and time, see
-//! [`crate::model::EdgeRow::delegate_tool_call_id`]), else under that turn.
+//! [`crate::rows::EdgeRow::delegate_tool_call_id`]), else under that turn.
 //! That also holds for background delegations that finish after the parent
 //! ended, because nothing depends on the parent span still being open.
 //!
@@ -39,7 +39,7 @@
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, ArrayValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::{span, status, Span, Status};
 
-use crate::model::{ApprovalRow, AttemptRow, RunRow, ToolRow, TurnRow};
+use crate::rows::{ApprovalRow, AttemptRow, RunRow, ToolRow, TurnRow};
 use crate::semconv::{attr, span as names, value, Names};
 
 mod ids;
@@ -214,11 +214,11 @@ pub fn session_span(run: &RunRow, n: i64, ancestry: &Ancestry, opts: SpanOptions
         a.opt_str(attr::HERMES_SUBAGENT_ROLE, edge.role.as_deref());
         a.opt_str(attr::HERMES_SUBAGENT_STATUS, edge.child_status.as_deref());
     }
-    let abandoned = run.status == crate::model::outcome::ABANDONED;
+    let abandoned = run.status == crate::rows::outcome::ABANDONED;
     if abandoned {
         a.str(attr::HERMES_SPAN_CLOSE_REASON, close_reason(run));
     }
-    let error = run.status == crate::model::outcome::ERROR;
+    let error = run.status == crate::rows::outcome::ERROR;
     if error {
         a.str(
             attr::ERROR_TYPE,
@@ -300,7 +300,7 @@ pub fn turn_span(turn: &TurnRow, run: &RunRow, ancestry: &Ancestry, opts: SpanOp
     let trace = ancestry.trace_of_turn(&turn.turn_id, opts.mode);
     let session_span = session_part_span_id(&turn.session_id, turn.span_n);
     let root = ancestry.turns_are_roots(opts.mode);
-    let outcome = turn.outcome.as_deref().unwrap_or(crate::model::outcome::ABANDONED);
+    let outcome = turn.outcome.as_deref().unwrap_or(crate::rows::outcome::ABANDONED);
     let mut a = Attrs::default();
     // One run of the agent: upstream's agent invocation (which carries no
     // provider: the agent may call several).
@@ -313,10 +313,10 @@ pub fn turn_span(turn: &TurnRow, run: &RunRow, ancestry: &Ancestry, opts: SpanOp
     a.str(attr::GEN_AI_CONVERSATION_ID, &turn.session_id);
     a.str(attr::HERMES_PLATFORM, run.platform.as_deref().unwrap_or("unknown"));
     a.str(attr::HERMES_TURN_OUTCOME, outcome);
-    if outcome == crate::model::outcome::ABANDONED {
+    if outcome == crate::rows::outcome::ABANDONED {
         a.str(attr::HERMES_SPAN_CLOSE_REASON, close_reason(run));
     }
-    let error = outcome == crate::model::outcome::ERROR;
+    let error = outcome == crate::rows::outcome::ERROR;
     if error {
         a.str(
             attr::ERROR_TYPE,

@@ -9,8 +9,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::{Bridge, BridgeConfig, State};
-use crate::error::{Error, Result};
 use crate::lock;
+use hermes_meter_store::error::{Error, Result};
 
 /// A background task the bridge owns besides the writer (the OTLP exporter).
 pub trait Background: Send {

@@ -1,17 +1,14 @@
 //! The gate of the gating hooks: what a verdict is, what a gate must do
 //! ([`Gate`], [`QuickGate`]), which hooks wait for one now ([`GateNeeds`]),
-//! and (re-exported from `budget/spend_bound.rs`) the spend a queued call may
+//! and (re-exported from `crates/hermes-meter-model/src/budget/spend_bound.rs`) the spend a queued call may
 //! add ([`spend_bound`]). Budgets implement it in `budget/gate.rs`; [`NoGate`] says nothing.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::hook::{Hook, HookEvent};
-use crate::store::{Reader, Writer};
-
-// The spend bound is budget arithmetic; the bridge asks it on the hook thread.
-pub use hermes_meter_model::budget::{carries_spend, spend_bound};
+use hermes_meter_model::hook::{Hook, HookEvent};
+use hermes_meter_store::{Reader, Writer};
 
 /// What a gating hook tells Hermes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,7 +84,7 @@ pub trait QuickGate: Send + Sync {
     /// Waits, on the hook thread and bounded, until the gate can decide
     /// `event` at all, before it is queued: the budget gate of a fleet host
     /// whose store never synced waits for the first sync
-    /// ([`crate::budget::FIRST_SYNC_WAIT`], once a process). The default
+    /// ([`hermes_meter_model::budget::FIRST_SYNC_WAIT`], once a process). The default
     /// returns at once.
     fn settle(&self, _event: &HookEvent) {}
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::{Bridge, Job, Running, State};
 use crate::lock;
-use crate::pricing::ModelPrice;
+use hermes_meter_model::pricing::ModelPrice;
 
 /// How long before the host is asked again for a price it did not have.
 pub(crate) const HOST_PRICE_RETRY: Duration = Duration::from_secs(60);

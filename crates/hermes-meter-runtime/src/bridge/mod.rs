@@ -47,7 +47,7 @@
 //! [`Message`]s the binding drains and logs from a Python thread, so no
 //! thread of ours ever calls into Python.
 //!
-//! Writer trouble (see [`crate::health`]) does not stop the bridge. A store
+//! Writer trouble (see [`hermes_meter_store::health`]) does not stop the bridge. A store
 //! that cannot be opened at start, or a commit that fails because the store
 //! is locked past the busy timeout, the disk is full, the file system is
 //! read-only or the file is corrupt, makes the writer keep the events (in
@@ -80,12 +80,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::config;
-use crate::error::{Error, Result};
-use crate::health::{classify, FaultKind};
-use crate::hook::{decode_record, DecodeOptions, Decoded, HookEvent};
-use crate::pricing::PriceTable;
 use crate::spool::{self, Spool};
-use crate::store::{ContentCursor, EventContext, Writer};
+use hermes_meter_model::hook::{decode_record, DecodeOptions, Decoded, HookEvent};
+use hermes_meter_model::pricing::PriceTable;
+use hermes_meter_store::error::{Error, Result};
+use hermes_meter_store::health::{classify, FaultKind};
+use hermes_meter_store::{ContentCursor, EventContext, Writer};
 
 mod background;
 mod gate;
@@ -105,8 +105,9 @@ pub use writer::retain_cutoffs;
 pub use gate::GateNeeds;
 pub use gate::QueuedSpend;
 pub use gate::QuickGate;
-pub use gate::{carries_spend, spend_bound, Gate, Verdict};
 pub(crate) use gate::{is_gating, NoGate, GATE_REFRESH};
+pub use gate::{Gate, Verdict};
+use hermes_meter_model::budget::{carries_spend, spend_bound};
 use writer::{open_store, WriterThread};
 
 /// How long `flush` waits by default at the end of a one-shot session.
@@ -121,8 +122,6 @@ pub(crate) const EXIT_RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// The bridge's settings and their defaults, resolved in `config/bridge.rs`.
 pub use crate::config::bridge::env;
 pub use crate::config::{BridgeConfig, DEFAULT_STORE_RETRY_MAX};
-/// Whether budgets may block calls (defined with the budgets).
-pub use hermes_meter_model::budget::BudgetMode;
 
 /// What became of one submitted event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -253,7 +252,7 @@ impl Bridge {
         let shared = Arc::new(Shared::new());
         // A store behind this build's schema is opened, and so migrated, by
         // the writer thread: the hooks meanwhile land in the spool.
-        let opened = (!crate::store::migration_due(&config.store_dir)).then(|| open_store(config, &prices));
+        let opened = (!hermes_meter_store::migration_due(&config.store_dir)).then(|| open_store(config, &prices));
         match Spool::create(&config.store_dir) {
             Ok(spool) => {
                 let _ = shared.spool.set(Arc::new(spool));
@@ -312,7 +311,7 @@ impl Bridge {
         self.submit_recorded(event, ctx, None)
     }
 
-    /// Appends `record` (the [`write_record`](crate::hook::write_record)
+    /// Appends `record` (the [`write_record`](hermes_meter_model::hook::write_record)
     /// line of the same call) to the spool,
     /// queues `event`, and returns at once, unless the hook is gating or the
     /// spool write failed: then it waits, up to `hook_wait`, for the commit
@@ -348,7 +347,7 @@ impl Bridge {
         });
         let (bound, gating) = match bound {
             Some((bound, quick)) => {
-                let tool_call = matches!(event.hook, crate::hook::Hook::PreToolCall(_));
+                let tool_call = matches!(event.hook, hermes_meter_model::hook::Hook::PreToolCall(_));
                 let queued = run.shared.add_spend(bound, tool_call);
                 // The gate may know, without the commit, that it has
                 // nothing to say to this event.
@@ -381,7 +380,7 @@ impl Bridge {
     }
 
     /// The hook path: submits one call as its spool record `line` (a
-    /// [`write_record`](crate::hook::write_record) line of kwargs scrubbed
+    /// [`write_record`](hermes_meter_model::hook::write_record) line of kwargs scrubbed
     /// with this bridge's decode options).
     ///
     /// When [`Bridge::decodes_later`], the line is queued for the writer to
@@ -697,7 +696,7 @@ impl Bridge {
         let State::Running(run) = &self.state else {
             return Err("the bridge is not running".into());
         };
-        lock(&run.shared.health).hermes(report, crate::unix_now())
+        lock(&run.shared.health).hermes(report, hermes_meter_store::unix_now())
     }
 
     /// Commits what is queued, checkpoints, stops the writer and the
@@ -745,7 +744,7 @@ pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-pub use crate::unix_now;
+use hermes_meter_store::unix_now;
 
 #[cfg(test)]
 mod tests;

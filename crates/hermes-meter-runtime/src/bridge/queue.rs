@@ -12,12 +12,12 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::{Message, Outcome, QueuedSpend};
-use crate::health::Tracker;
-use crate::hook::{DecodeOptions, HookEvent, Problem};
 use crate::lock;
-use crate::pricing::ModelPrice;
 use crate::spool::Spool;
-use crate::store::EventContext;
+use hermes_meter_model::hook::{DecodeOptions, HookEvent, Problem};
+use hermes_meter_model::pricing::ModelPrice;
+use hermes_meter_store::health::Tracker;
+use hermes_meter_store::EventContext;
 
 /// Queued jobs that wake the writer although no one waits for them: keeps
 /// batches (and the queue's memory) bounded under a burst of hooks.
@@ -276,7 +276,7 @@ impl Shared {
             unsaved: AtomicU64::new(0),
             refused_unsaved: AtomicU64::new(0),
             handled: AtomicU64::new(0),
-            health: Mutex::new(Tracker::new(crate::unix_now())),
+            health: Mutex::new(Tracker::new(hermes_meter_store::unix_now())),
         }
     }
 
@@ -313,7 +313,7 @@ impl Shared {
                 );
             }
         }
-        let now = crate::unix_now();
+        let now = hermes_meter_store::unix_now();
         let mut health = lock(&self.health);
         self.note_refused(&mut health);
         health.lost(self.unsaved.load(Ordering::Acquire), &reason, now);
@@ -338,7 +338,7 @@ impl Shared {
             let reason = lock(&self.problem)
                 .clone()
                 .unwrap_or_else(|| "the writer's queue was full".into());
-            health.lost(refused, &reason, crate::unix_now());
+            health.lost(refused, &reason, hermes_meter_store::unix_now());
         }
     }
 

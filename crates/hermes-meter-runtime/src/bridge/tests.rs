@@ -3,9 +3,9 @@
 
 use super::host_price::MAX_HOST_ASKED;
 use super::*;
-use crate::hook::{decode, Decoded, Hook};
-use crate::pricing::ModelPrice;
-use crate::store::{Reader, Writer};
+use hermes_meter_model::hook::{decode, Decoded, Hook};
+use hermes_meter_model::pricing::ModelPrice;
+use hermes_meter_store::{Reader, Writer};
 use serde_json::{json, Value};
 use std::sync::atomic::AtomicBool;
 
@@ -35,7 +35,7 @@ fn config(dir: &std::path::Path) -> BridgeConfig {
 }
 
 fn reader(dir: &std::path::Path) -> Reader {
-    Reader::open(&dir.join("meter").join(crate::store::DB_FILE_NAME)).expect("reader opens the store")
+    Reader::open(&dir.join("meter").join(hermes_meter_store::DB_FILE_NAME)).expect("reader opens the store")
 }
 
 fn scalar<T: rusqlite::types::FromSql>(store: &Reader, sql: &str) -> T {
@@ -48,7 +48,7 @@ struct WriteLock(rusqlite::Connection);
 
 impl WriteLock {
     fn take(dir: &std::path::Path) -> Self {
-        let conn = rusqlite::Connection::open(dir.join("meter").join(crate::store::DB_FILE_NAME)).expect("open");
+        let conn = rusqlite::Connection::open(dir.join("meter").join(hermes_meter_store::DB_FILE_NAME)).expect("open");
         conn.execute_batch("BEGIN IMMEDIATE").expect("take the write lock");
         WriteLock(conn)
     }
@@ -95,7 +95,7 @@ fn a_submitted_event_is_committed_when_submit_returns() {
 fn undecoded(bridge: &Bridge, hook: &'static str, kwargs: Value) -> Outcome {
     let kwargs = kwargs.as_object().expect("kwargs object").clone();
     let at = unix_now();
-    let line = crate::hook::write_record(hook, at, Some(1), Some("t"), &kwargs, false);
+    let line = hermes_meter_model::hook::write_record(hook, at, Some(1), Some("t"), &kwargs, false);
     let ctx = EventContext {
         pid: Some(1),
         thread: Some("t".into()),
@@ -113,11 +113,11 @@ fn a_calls_profile_comes_from_its_record_else_the_bridges() {
     let bridge = Bridge::start(config);
     for (session, profile) in [("s-work", Some("work")), ("s-old", None)] {
         let kwargs = json!({"session_id": session, "turn_id": format!("{session}:t"), "model": "m"});
-        let origin = crate::hook::Origin {
+        let origin = hermes_meter_model::hook::Origin {
             profile,
-            ..crate::hook::Origin::default()
+            ..hermes_meter_model::hook::Origin::default()
         };
-        let mut w = crate::hook::RecordWriter::begin("pre_llm_call", unix_now(), origin, false);
+        let mut w = hermes_meter_model::hook::RecordWriter::begin("pre_llm_call", unix_now(), origin, false);
         for (key, value) in kwargs.as_object().expect("kwargs object") {
             w.kwarg(key, value);
         }
@@ -190,7 +190,7 @@ fn only_the_hooks_said_to_carry_spend_have_a_bound_above_zero() {
             continue;
         }
         for line in std::fs::read_to_string(&path).expect("read").lines() {
-            let Ok(Some(rec)) = crate::hook::parse_line(line, false) else {
+            let Ok(Some(rec)) = hermes_meter_model::hook::parse_line(line, false) else {
                 continue;
             };
             let Decoded::Event(e, _) = decode(&rec.hook, &rec.kwargs, 1.0, DecodeOptions::default()) else {
@@ -557,7 +557,7 @@ fn an_empty_spool_of_an_ended_process_is_removed_without_a_message() {
     drop(bridge);
 
     // A spool that held an event is news.
-    let line = crate::hook::write_record(
+    let line = hermes_meter_model::hook::write_record(
         "on_session_start",
         1.0,
         Some(7),

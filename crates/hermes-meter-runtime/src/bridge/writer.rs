@@ -7,7 +7,7 @@
 use super::pace::BatchSize;
 use super::*;
 use crate::lock;
-use crate::store::IDLE_CLOSE_BATCH;
+use hermes_meter_store::IDLE_CLOSE_BATCH;
 
 mod retain;
 pub use retain::retain_cutoffs;
@@ -104,8 +104,8 @@ pub(super) fn open_store(config: &BridgeConfig, prices: &PriceTable) -> Result<W
     // not finish): a new store would split the history in two. Like a
     // corrupt file, it is a fault the writer rides out, events in the spool,
     // until the user puts a store back.
-    if let Some(line) = crate::store::missing_beside_aside(&config.store_dir) {
-        return Err(crate::error::Error::Other(line));
+    if let Some(line) = hermes_meter_store::missing_beside_aside(&config.store_dir) {
+        return Err(hermes_meter_store::error::Error::Other(line));
     }
     let mut store = Writer::open_dir(&config.store_dir)?;
     store.set_prices(prices.clone());
@@ -474,7 +474,7 @@ impl WriterThread {
         self.settle(events.iter().map(|p| p.bound));
         self.applied_tool_calls += events
             .iter()
-            .filter(|p| matches!(p.event.hook, crate::hook::Hook::PreToolCall(_)))
+            .filter(|p| matches!(p.event.hook, hermes_meter_model::hook::Hook::PreToolCall(_)))
             .count() as u64;
         self.gate.applied(self.applied_usd, self.applied_tool_calls);
         let counters = &self.shared.counters;
@@ -557,10 +557,10 @@ impl WriterThread {
     /// next try scheduled.
     fn fault(&mut self, kind: FaultKind, e: &Error) {
         let kind = match kind {
-            FaultKind::Unavailable => crate::health::probe(&self.store_dir).unwrap_or(kind),
+            FaultKind::Unavailable => hermes_meter_store::health::probe(&self.store_dir).unwrap_or(kind),
             kind => kind,
         };
-        let db = self.store_dir.join(crate::store::DB_FILE_NAME);
+        let db = self.store_dir.join(hermes_meter_store::DB_FILE_NAME);
         let text = format!(
             "the store {} is unusable ({}: {e}); {}",
             db.display(),
@@ -681,7 +681,7 @@ impl WriterThread {
                 "Store.Recovered",
                 format!(
                     "the store {} works again; the events kept meanwhile are recorded",
-                    self.store_dir.join(crate::store::DB_FILE_NAME).display()
+                    self.store_dir.join(hermes_meter_store::DB_FILE_NAME).display()
                 ),
             );
             self.write_health();

@@ -10,7 +10,7 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use super::BUDGETS_FILE_NAME;
+use hermes_meter_model::budget::BUDGETS_FILE_NAME;
 
 /// What about the budget file of `store_dir` lets more users change the
 /// limits than the operator meant: a file, or a directory without the

@@ -8,7 +8,7 @@
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
-use super::FIRST_SYNC_WAIT;
+use hermes_meter_model::budget::FIRST_SYNC_WAIT;
 
 /// Whether the gate can decide yet, shared by the writer thread (which
 /// says so once the store has synced) and the hook threads (which wait).

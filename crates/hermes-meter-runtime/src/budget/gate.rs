@@ -3,7 +3,7 @@
 //!
 //! Owns: reloading `budgets.toml` when it changes (one `stat` at most every
 //! [`RELOAD_INTERVAL`], never a restart), reading the spend snapshot of the
-//! session's budgets from the store, and turning [`crate::budget::assess`]
+//! session's budgets from the store, and turning [`hermes_meter_model::budget::assess`]
 //! into what Hermes sees:
 //!
 //! - `pre_llm_call`: `{"context": ...}` with the alert-threshold, soft and
@@ -21,7 +21,7 @@
 //!   to call `cron.jobs.pause_job`.
 //!
 //! Must not touch: Python, the network. Every read is bounded (see
-//! `store/budget/spend.rs`), so a verdict costs the same whatever the
+//! `crates/hermes-meter-store/src/budget/spend.rs`), so a verdict costs the same whatever the
 //! store's size.
 //!
 //! This file holds the gate itself; `handle.rs` what the binding asks it
@@ -37,13 +37,13 @@ use super::handle::{BudgetHandle, CronPause};
 use super::quick::Unseen;
 use super::watch::RunawayWatch;
 use crate::bridge::{Gate, GateNeeds, QuickGate, Verdict};
-use crate::budget::{
+use crate::lock;
+use hermes_meter_model::budget::{
     self, alert, verdict, BudgetConfig, BudgetMode, BudgetState, CapScope, CapState, Level, RunawayAction, Scope,
     Unsynced,
 };
-use crate::hook::{Hook, HookEvent};
-use crate::lock;
-use crate::store::{LogPlace, Reader, Writer};
+use hermes_meter_model::hook::{Hook, HookEvent};
+use hermes_meter_store::{LogPlace, Reader, Writer};
 
 /// How often the gate looks at the budget file's modification time.
 pub(crate) const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
@@ -123,7 +123,7 @@ impl BudgetGate {
             applied_usd: 0.0,
             applied_tool_calls: 0,
             next_universal: Instant::now(),
-            clock: crate::bridge::unix_now,
+            clock: hermes_meter_store::unix_now,
             fleet: false,
             fleet_version: 0,
             awaiting_sync: false,
@@ -161,7 +161,7 @@ impl BudgetGate {
     }
 
     /// What a fleet host whose store never synced does once
-    /// [`FIRST_SYNC_WAIT`](crate::budget::FIRST_SYNC_WAIT) passed
+    /// [`FIRST_SYNC_WAIT`](hermes_meter_model::budget::FIRST_SYNC_WAIT) passed
     /// (`HERMES_METER_FLEET_UNSYNCED`, resolved by `crate::config`), and the
     /// fleet's address (without its password) its block message names.
     /// `None` for a URL that does not parse: the message names no address.
@@ -347,7 +347,7 @@ impl BudgetGate {
         model: Option<&str>,
         now: f64,
         exclude: Option<&str>,
-    ) -> crate::Result<Vec<BudgetState>> {
+    ) -> hermes_meter_store::Result<Vec<BudgetState>> {
         let keys = store.budget_scope_keys(session, model)?;
         match &self.zone {
             Some(zone) => store.budget_states_in_zone(&self.cfg, &keys, now, exclude, zone),
@@ -355,7 +355,7 @@ impl BudgetGate {
         }
     }
 
-    fn decide(&mut self, store: &Writer, event: &HookEvent) -> crate::Result<Option<Verdict>> {
+    fn decide(&mut self, store: &Writer, event: &HookEvent) -> hermes_meter_store::Result<Option<Verdict>> {
         self.check_first_sync(store);
         self.reload_if_changed(false);
         let now = (self.clock)();
@@ -364,7 +364,7 @@ impl BudgetGate {
         let place = place_of(event);
         if let Hook::PreToolCall(e) = &event.hook {
             if let Some(what) = e.meter_change.as_deref().filter(|_| enforce) {
-                // The brake is not the agent's to lift (the model crate's hook/protect.rs).
+                // The brake is not the agent's to lift (the model crate's crates/hermes-meter-model/src/hook/protect.rs).
                 lock(&self.handle.0.messages).push(format!(
                     "refused tool call {} ({}) of session {}: it would change {what}",
                     e.tool.tool_call_id, e.tool.tool_name, e.tool.session_id
@@ -509,7 +509,14 @@ impl BudgetGate {
     /// Stops the LLM call `id` of `session` with `text`: the session's
     /// auxiliary calls stop with it, the call's span is sent at once and
     /// its reservation released (it spends nothing; no hook ends it).
-    fn stop_call(&self, store: &Writer, session: &str, id: &str, text: String, now: f64) -> crate::Result<()> {
+    fn stop_call(
+        &self,
+        store: &Writer,
+        session: &str,
+        id: &str,
+        text: String,
+        now: f64,
+    ) -> hermes_meter_store::Result<()> {
         self.handle.note_session(session, Some(text.clone()));
         self.handle.stop(id, text);
         store.enqueue_stopped_call(session, id, now)
@@ -537,7 +544,7 @@ impl BudgetGate {
         text: String,
         now: f64,
         place: LogPlace<'_>,
-    ) -> crate::Result<Option<Verdict>> {
+    ) -> hermes_meter_store::Result<Option<Verdict>> {
         store.count_verdict(verdict::BLOCKED, "global", budget::LIFETIME, now, place, &text)?;
         match &event.hook {
             Hook::PreToolCall(e) => {
@@ -562,7 +569,7 @@ impl BudgetGate {
         request: Option<&str>,
         now: f64,
         place: LogPlace<'_>,
-    ) -> crate::Result<Option<String>> {
+    ) -> hermes_meter_store::Result<Option<String>> {
         let Some(text) = self.runaway_stop(store, session)? else {
             return Ok(None);
         };
@@ -601,7 +608,7 @@ impl BudgetGate {
         tool: bool,
         now: f64,
         place: LogPlace<'_>,
-    ) -> crate::Result<Option<(String, bool)>> {
+    ) -> hermes_meter_store::Result<Option<(String, bool)>> {
         let hard_budget = states.iter().find(|s| s.level == Level::Hard);
         let hard_cap = caps
             .iter()
@@ -634,7 +641,7 @@ impl BudgetGate {
     /// fire no `pre_api_request` of their own, so without this they would
     /// be judged by the verdict of the turn's last call, taken before that
     /// call's spend. Reads only; counts and alerts belong to the verdicts.
-    fn after_spend(&mut self, store: &Writer, event: &HookEvent) -> crate::Result<()> {
+    fn after_spend(&mut self, store: &Writer, event: &HookEvent) -> hermes_meter_store::Result<()> {
         let Hook::PostApiRequest(e) = &event.hook else {
             return Ok(());
         };
@@ -685,7 +692,7 @@ impl BudgetGate {
         now: f64,
         exclude: Option<&str>,
         tool_call_at: Option<f64>,
-    ) -> crate::Result<(Vec<CapState>, Unseen)> {
+    ) -> hermes_meter_store::Result<(Vec<CapState>, Unseen)> {
         if self.cfg.caps.is_empty() {
             return Ok(Default::default());
         }
@@ -713,7 +720,7 @@ impl BudgetGate {
         now: f64,
         place: LogPlace<'_>,
         texts: &mut Vec<String>,
-    ) -> crate::Result<()> {
+    ) -> hermes_meter_store::Result<()> {
         let session = place.session_id.unwrap_or_default();
         for c in caps {
             let Some(t) = budget::cap_threshold_reached(&self.cfg, c) else {
@@ -753,7 +760,7 @@ impl BudgetGate {
         now: f64,
         session: &str,
         place: LogPlace<'_>,
-    ) -> crate::Result<()> {
+    ) -> hermes_meter_store::Result<()> {
         for s in states
             .iter()
             .filter(|s| s.level == Level::Hard && s.budget.scope == Scope::CronJob)
@@ -784,7 +791,10 @@ fn place_of(event: &HookEvent) -> LogPlace<'_> {
         Hook::PreToolCall(e) => LogPlace {
             session_id: Some(&e.tool.session_id),
             turn_id: e.tool.turn_id.as_deref(),
-            span_id: Some(crate::span::tool_span_id(&e.tool.session_id, &e.tool.tool_call_id)),
+            span_id: Some(hermes_meter_model::span::tool_span_id(
+                &e.tool.session_id,
+                &e.tool.tool_call_id,
+            )),
         },
         Hook::PreApiRequest(e) => LogPlace {
             session_id: Some(&e.api.session_id),
@@ -875,7 +885,7 @@ pub fn budget_gauges(
     fleet: bool,
     senders: bool,
     now: f64,
-) -> crate::Result<Vec<budget::BudgetGauge>> {
+) -> hermes_meter_store::Result<Vec<budget::BudgetGauge>> {
     let mut cfg = crate::config::load_budgets(&store_dir.join(budget::BUDGETS_FILE_NAME))?;
     cfg.fleet = fleet;
     if cfg.is_empty() {

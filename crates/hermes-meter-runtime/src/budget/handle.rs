@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use super::first_sync::FirstSync;
 use super::quick::QuickView;
-use super::Downgrade;
 use crate::bridge::GateNeeds;
 use crate::lock;
+use hermes_meter_model::budget::Downgrade;
 
 /// Most stop decisions kept for the middleware; the oldest go first (a
 /// stop is taken within milliseconds of being made, or never).

@@ -10,10 +10,10 @@
 //! - `exposure.rs`: who can change the limits (the file's and directory's modes).
 //!
 //! Every budget of a session with its spend and verdict
-//! (`Reader::budget_states`, ...) is the store's `store/budget/states.rs`.
+//! (`Reader::budget_states`, ...) is the store's `crates/hermes-meter-store/src/budget/states.rs`.
 //!
 //! Must not touch: SQL (every statement is in the store crate), Python, the
-//! network. The CLI (`cli/budget.rs`) edits the file.
+//! network. The CLI (`src/cli/budget.rs`) edits the file.
 
 mod exposure;
 mod first_sync;
@@ -21,8 +21,6 @@ mod gate;
 mod handle;
 mod quick;
 mod watch;
-
-pub use hermes_meter_model::budget::*;
 
 pub use exposure::{editable_here, world_writable};
 pub use gate::{budget_gauges, BudgetGate};

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use super::gate::BudgetGate;
 use super::handle::Shared;
 use crate::bridge::{QueuedSpend, QuickGate};
-use crate::budget::{BudgetState, BudgetUnit, CapState, CapUnit, Level, Window};
-use crate::hook::{Hook, HookEvent};
 use crate::lock;
-use crate::store::Reader;
+use hermes_meter_model::budget::{BudgetState, BudgetUnit, CapState, CapUnit, Level, Window};
+use hermes_meter_model::hook::{Hook, HookEvent};
+use hermes_meter_store::Reader;
 
 /// How much more spend, anywhere, leaves the verdicts of one session (and
 /// model) at "nothing to say", as measured at its last verdict.
@@ -320,7 +320,7 @@ impl BudgetGate {
     /// Brings the quick view's store-wide figures up to date: the cost of
     /// every call recorded and every open reservation; at most every
     /// [`UNIVERSAL_REFRESH`], the universal headroom.
-    pub(super) fn refresh_quick(&mut self, store: &Reader) -> crate::Result<()> {
+    pub(super) fn refresh_quick(&mut self, store: &Reader) -> hermes_meter_store::Result<()> {
         let (cost, reserved, journal_seq, peaks) = store.read_snapshot(|st| {
             Ok((
                 st.spend_total()?,
@@ -396,7 +396,7 @@ impl BudgetGate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hook::{PreLlmCall, PreToolCall, ToolRef};
+    use hermes_meter_model::hook::{PreLlmCall, PreToolCall, ToolRef};
 
     fn tool_call(session: &str) -> HookEvent {
         HookEvent {

@@ -10,10 +10,10 @@
 use std::collections::HashMap;
 
 use super::gate::BudgetGate;
-use crate::budget::{self, alert, verdict, RunawayAction};
-use crate::hook::{Hook, HookEvent};
 use crate::lock;
-use crate::store::{LogPlace, Reader, Writer};
+use hermes_meter_model::budget::{self, alert, verdict, RunawayAction};
+use hermes_meter_model::hook::{Hook, HookEvent};
+use hermes_meter_store::{LogPlace, Reader, Writer};
 
 /// How often one session's run signs are read again (its calls are many
 /// when it loops; one read a second sees a loop within a second).
@@ -44,7 +44,7 @@ impl BudgetGate {
     }
 
     /// Looks at one committed event for the signs of a runaway.
-    pub(super) fn watch(&mut self, store: &Writer, event: &HookEvent) -> crate::Result<()> {
+    pub(super) fn watch(&mut self, store: &Writer, event: &HookEvent) -> hermes_meter_store::Result<()> {
         let cfg = self.cfg.runaway;
         if cfg.action == RunawayAction::Off {
             return Ok(());
@@ -111,7 +111,7 @@ impl BudgetGate {
 
     /// Raises the runaway alert of `session`'s run (once per run, across
     /// processes), logs it, and with `action = "stop"` stops the run.
-    fn flag(&mut self, store: &Writer, session: &str, reason: &str, at: f64) -> crate::Result<()> {
+    fn flag(&mut self, store: &Writer, session: &str, reason: &str, at: f64) -> hermes_meter_store::Result<()> {
         let Some((root, turn)) = store.open_run(session)? else {
             return Ok(());
         };
@@ -140,7 +140,7 @@ impl BudgetGate {
     }
 
     /// The stop text of `session`'s run if it is stopped as a runaway.
-    pub(super) fn runaway_stop(&self, store: &Reader, session: &str) -> crate::Result<Option<String>> {
+    pub(super) fn runaway_stop(&self, store: &Reader, session: &str) -> hermes_meter_store::Result<Option<String>> {
         if self.runaway.stopped.is_empty() {
             return Ok(None);
         }

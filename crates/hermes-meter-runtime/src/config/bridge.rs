@@ -17,8 +17,8 @@ use super::export::{ExportConfig, ExportOverrides};
 use super::metrics::{MetricsConfig, MetricsOverrides};
 use super::parse::parse_non_negative;
 use super::store::{store_dir_from, Retention};
-use crate::hook::DecodeOptions;
 use hermes_meter_model::budget::BudgetMode;
+use hermes_meter_model::hook::DecodeOptions;
 
 /// Environment variables the bridge reads (besides the store's and the export settings it shares).
 pub mod env {

@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use super::parse::{parse_key_values, parse_non_negative, parse_positive, CaptureMode, Resolver};
 use super::{Resolved, Source};
-use crate::semconv::Names;
-use crate::span::TraceMode;
+use hermes_meter_model::semconv::Names;
+use hermes_meter_model::span::TraceMode;
 
 /// Environment variable names.
 pub mod env {
@@ -880,10 +880,14 @@ mod tests {
         );
         assert_eq!(resolve(&[]).sampler.value, Sampler::AlwaysOn);
         let kept = (0..10_000)
-            .filter(|i| c.sampler.value.keeps(&crate::span::trace_id(&["t", &i.to_string()])))
+            .filter(|i| {
+                c.sampler
+                    .value
+                    .keeps(&hermes_meter_model::span::trace_id(&["t", &i.to_string()]))
+            })
             .count();
         assert!((2_200..2_800).contains(&kept), "{kept}");
-        let id = crate::span::trace_id(&["same"]);
+        let id = hermes_meter_model::span::trace_id(&["same"]);
         assert_eq!(c.sampler.value.keeps(&id), c.sampler.value.keeps(&id));
     }
 

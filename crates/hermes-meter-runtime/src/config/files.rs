@@ -4,9 +4,9 @@
 
 use std::path::Path;
 
-use crate::error::{Error, Result};
-use crate::pricing::PriceTable;
 use hermes_meter_model::budget::BudgetConfig;
+use hermes_meter_model::pricing::PriceTable;
+use hermes_meter_store::error::{Error, Result};
 
 /// The built-in price table with the user's pricing file over it.
 pub fn load_prices(path: &Path) -> Result<PriceTable> {

@@ -16,7 +16,7 @@ use hermes_meter_model::budget::Unsynced;
 
 /// `closed` (the default) or `open`: whether fleet budgets block calls on a
 /// host whose store never synced, once the first wait is over.
-pub use hermes_meter_model::budget::UNSYNCED_ENV;
+use hermes_meter_model::budget::UNSYNCED_ENV;
 
 /// The variable that turns fleet budgets on.
 pub const FLEET_URL_ENV: &str = "HERMES_METER_FLEET_URL";

@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::export::{env, ExportConfig, ExportOverrides, Signal, TracesExporter};
 use super::parse::Resolver;
 use super::{Resolved, Source};
-use crate::metrics::{AllowList, Temporality};
+use hermes_meter_model::metrics::{AllowList, Temporality};
 
 /// Where metrics go (`OTEL_METRICS_EXPORTER`, a comma list).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]

@@ -2,7 +2,7 @@
 //! retention of what is not ledger, and whether content is captured.
 //!
 //! Owns: resolving those settings, each with its source. Must not touch:
-//! the store itself (`store/retention.rs` applies the retention), the
+//! the store itself (`crates/hermes-meter-store/src/retention.rs` applies the retention), the
 //! environment (the caller hands a lookup; [`store_dir`] reads through
 //! [`super::process_var_set`]).
 
@@ -86,7 +86,7 @@ pub(crate) fn capture_content_from(var: impl Fn(&str) -> Option<std::ffi::OsStri
     }
 }
 
-/// How long the store keeps what is not ledger (see `store/retention.rs`):
+/// How long the store keeps what is not ledger (see `crates/hermes-meter-store/src/retention.rs`):
 /// the ledger and budget rollups are kept for as long as the store lives.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Retention {

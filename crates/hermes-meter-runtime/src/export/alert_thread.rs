@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::webhook::{AlertPush, PushStep};
 use crate::lock;
-use crate::store::Outbox;
+use hermes_meter_store::Outbox;
 
 /// How often the thread looks for alerts due.
 const STEP: Duration = Duration::from_secs(1);
@@ -131,13 +131,13 @@ fn run(push: &AlertPush, store_path: &std::path::Path, control: &(Mutex<Control>
         };
         match last_until {
             Some(Some(deadline)) => {
-                let step = push.run_until(&store, crate::unix_now(), Some(deadline));
+                let step = push.run_until(&store, hermes_meter_store::unix_now(), Some(deadline));
                 say(&step, &mut failing);
                 return;
             }
             Some(None) => return,
             None => {
-                let step = push.run_once(&store, crate::unix_now());
+                let step = push.run_once(&store, hermes_meter_store::unix_now());
                 say(&step, &mut failing);
             }
         }
@@ -145,7 +145,7 @@ fn run(push: &AlertPush, store_path: &std::path::Path, control: &(Mutex<Control>
 }
 
 /// Logs a failure once until a post succeeds again, and the recovery.
-fn say(step: &crate::Result<PushStep>, failing: &mut bool) {
+fn say(step: &hermes_meter_store::Result<PushStep>, failing: &mut bool) {
     match step {
         Ok(PushStep { error: Some(e), .. }) if !*failing => {
             *failing = true;
@@ -170,7 +170,7 @@ mod tests {
 
     use super::*;
     use crate::config::webhook::{WebhookConfig, WebhookFormat};
-    use crate::store::{AlertSink, Writer};
+    use hermes_meter_store::{AlertSink, Writer};
 
     fn push_to(port: u16) -> AlertPush {
         AlertPush::new(WebhookConfig {
@@ -221,7 +221,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = Writer::open_dir(dir.path()).expect("store");
         store
-            .raise_pending_alert("runaway", "run|t1", "RUNAWAY: a loop", crate::unix_now())
+            .raise_pending_alert("runaway", "run|t1", "RUNAWAY: a loop", hermes_meter_store::unix_now())
             .expect("raise");
         // A receiver that takes it: the thread posts it by itself.
         let (port, asked) = receiver(Some(Duration::ZERO));
@@ -236,7 +236,12 @@ mod tests {
         // A receiver that never answers: a stopping process waits for its
         // thread no longer than its deadline, not the post's 5 s timeout.
         store
-            .raise_pending_alert("runaway", "run|t2", "RUNAWAY: another loop", crate::unix_now())
+            .raise_pending_alert(
+                "runaway",
+                "run|t2",
+                "RUNAWAY: another loop",
+                hermes_meter_store::unix_now(),
+            )
             .expect("raise");
         let (port, asked) = receiver(None);
         let mut thread = AlertThread::start(push_to(port), store.path().to_path_buf()).expect("thread");

@@ -2,7 +2,7 @@
 //! looking at what would be sent. Attribute values are printed as they
 //! are on the span (content capture governs what spans carry).
 
-use crate::span::hex;
+use hermes_meter_model::span::hex;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
 

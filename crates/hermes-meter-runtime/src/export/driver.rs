@@ -25,8 +25,8 @@ use super::logs::{LogExport, LogStep};
 use super::webhook::AlertPush;
 use super::{ExportConfig, MetricExport, MetricStep, MetricsConfig, Step, TraceExport};
 use crate::config::webhook::WebhookConfig;
-use crate::error::Result;
-use crate::store::Outbox;
+use hermes_meter_store::error::Result;
+use hermes_meter_store::Outbox;
 
 /// The most a flush keeps back from the span send for the log records and
 /// the metric push after it (each gets a quarter of the flush's time, at
@@ -289,8 +289,8 @@ impl Drop for Driver {
 mod tests {
     use super::*;
     use crate::config::export::env;
-    use crate::error::Error;
-    use crate::store::{LOG_LEASE, METRIC_LEASE, TRACE_LEASE};
+    use hermes_meter_store::error::Error;
+    use hermes_meter_store::{LOG_LEASE, METRIC_LEASE, TRACE_LEASE};
 
     /// Trace, metric and log settings with every signal sent as `exporter`
     /// (`console`, `none`), and nothing else set.
@@ -310,7 +310,7 @@ mod tests {
     #[test]
     fn a_driver_steps_every_signal_and_gives_every_lease_up_when_dropped() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join(crate::store::DB_FILE_NAME);
+        let path = dir.path().join(hermes_meter_store::DB_FILE_NAME);
         let (traces, metrics, logs) = settings("console");
         let mut driver = Driver::open(&path, traces, metrics, logs, Duration::from_secs(60))
             .expect("open")
@@ -334,7 +334,7 @@ mod tests {
     fn no_driver_runs_when_neither_signal_is_sent() {
         let dir = tempfile::tempdir().expect("temp dir");
         let (traces, metrics, logs) = settings("none");
-        let path = dir.path().join(crate::store::DB_FILE_NAME);
+        let path = dir.path().join(hermes_meter_store::DB_FILE_NAME);
         let driver = Driver::open(&path, traces, metrics, logs, Duration::from_secs(60)).expect("open");
         assert!(driver.is_none());
         assert!(!path.exists(), "no store is opened for nothing to send");

@@ -34,13 +34,13 @@ use super::pacing::{block_on_until, Lease, Pacing};
 use super::split;
 use super::transport::{Accepted, SendError, Transport};
 use super::{
-    failure_text, resource_of, retry, scrub_error, unix_now, Refusal, SendRuntime, Sessions, Signal, SizeLimit,
-    CAP_STEP,
+    failure_text, resource_of, retry, scrub_error, Refusal, SendRuntime, Sessions, Signal, SizeLimit, CAP_STEP,
 };
 use crate::config::export::ExportConfig;
-use crate::error::Result;
-use crate::span::{self, TraceMode};
-use crate::store::{ContentKind, LogRow, Outbox, Reader, DEFAULT_LOG_OUTBOX_MAX_ROWS, LOG_LEASE};
+use hermes_meter_model::span::{self, TraceMode};
+use hermes_meter_store::error::Result;
+use hermes_meter_store::unix_now;
+use hermes_meter_store::{ContentKind, LogRow, Outbox, Reader, DEFAULT_LOG_OUTBOX_MAX_ROWS, LOG_LEASE};
 
 /// The attribute every record carries: an id a backend can drop a
 /// re-sent record by (OTel's `log.record.uid`).
@@ -266,9 +266,9 @@ impl LogExport {
                         ..InstrumentationScope::default()
                     }),
                     log_records,
-                    schema_url: crate::semconv::SCHEMA_URL.to_string(),
+                    schema_url: hermes_meter_model::semconv::SCHEMA_URL.to_string(),
                 }],
-                schema_url: crate::semconv::SCHEMA_URL.to_string(),
+                schema_url: hermes_meter_model::semconv::SCHEMA_URL.to_string(),
             }],
         }
     }
@@ -364,7 +364,7 @@ mod tests {
         LogRow {
             seq: 7,
             at: 1_700_000_000.5,
-            event: crate::semconv::event::BUDGET_VERDICT.into(),
+            event: hermes_meter_model::semconv::event::BUDGET_VERDICT.into(),
             severity: 17,
             session_id: Some("s1".into()),
             turn_id: turn.map(str::to_string),

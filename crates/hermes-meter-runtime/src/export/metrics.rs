@@ -13,7 +13,7 @@
 //! # Use
 //!
 //! ```no_run
-//! # fn main() -> hermes_meter_runtime::Result<()> {
+//! # fn main() -> hermes_meter_store::Result<()> {
 //! use hermes_meter_runtime::export::{ExportOverrides, MetricExporter, MetricsConfig};
 //! let config = MetricsConfig::from_env(ExportOverrides::default());
 //! let mut metrics = MetricExporter::new(config, std::path::Path::new("/tmp/hermes-meter.db"))?;
@@ -30,7 +30,7 @@
 //! # Guarantees
 //!
 //! - Folding is one store transaction per batch, so every finished ledger
-//!   row is counted once whichever process folds (see `store/metrics.rs`).
+//!   row is counted once whichever process folds (see `crates/hermes-meter-store/src/metrics.rs`).
 //! - Only the holder of the `metrics` lease pushes, at most once per
 //!   interval across every process sharing the store (the last accepted
 //!   export time is kept in the store).
@@ -57,14 +57,15 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 
 use super::pacing::{block_on_until, Lease, Pacing};
 use super::transport::{Accepted, SendError, Transport};
-use super::{resource_of, unix_now, SCOPE_NAME};
+use super::{resource_of, SCOPE_NAME};
 use crate::config::export::ExportConfig;
 use crate::config::metrics::MetricsConfig;
-use crate::error::Result;
-pub use crate::metrics::Temporality;
-use crate::metrics::{self, AllowList, BudgetReading, Series};
-use crate::semconv::Names;
-use crate::store::{Folded, MetricIdentity, Outbox, Reader, METRIC_LEASE};
+use hermes_meter_model::metrics::Temporality;
+use hermes_meter_model::metrics::{self, AllowList, BudgetReading, Series};
+use hermes_meter_model::semconv::Names;
+use hermes_meter_store::error::Result;
+use hermes_meter_store::unix_now;
+use hermes_meter_store::{Folded, MetricIdentity, Outbox, Reader, METRIC_LEASE};
 
 /// Ledger rows folded per transaction: keeps the write lock short.
 const FOLD_BATCH: usize = 2_000;
@@ -135,7 +136,7 @@ impl MetricExporter {
         &self.metrics.identity
     }
 
-    /// Replaces the budget gauges with `readings` (see [`crate::metrics`]).
+    /// Replaces the budget gauges with `readings` (see [`hermes_meter_model::metrics`]).
     pub fn set_budget_gauges(&mut self, readings: &[BudgetReading<'_>]) -> Result<()> {
         set_budget_gauges(&mut self.store, readings, unix_now())
     }
@@ -351,9 +352,9 @@ impl MetricExport {
                         ..InstrumentationScope::default()
                     }),
                     metrics,
-                    schema_url: crate::semconv::SCHEMA_URL.to_string(),
+                    schema_url: hermes_meter_model::semconv::SCHEMA_URL.to_string(),
                 }],
-                schema_url: crate::semconv::SCHEMA_URL.to_string(),
+                schema_url: hermes_meter_model::semconv::SCHEMA_URL.to_string(),
             }],
         };
         match self.send(request, deadline) {
@@ -431,7 +432,7 @@ pub(crate) fn refresh_budget_gauges(store: &mut Outbox, allow: AllowList) {
     let Some(dir) = store.path().parent().map(Path::to_path_buf) else {
         return;
     };
-    let gauges = if dir.join(crate::budget::BUDGETS_FILE_NAME).exists() {
+    let gauges = if dir.join(hermes_meter_model::budget::BUDGETS_FILE_NAME).exists() {
         match crate::budget::budget_gauges(
             store,
             &dir,
@@ -454,7 +455,7 @@ pub(crate) fn refresh_budget_gauges(store: &mut Outbox, allow: AllowList) {
             scope: g.scope,
             id: &g.id,
             window: g.window,
-            tokens: g.unit == crate::budget::BudgetUnit::Tokens,
+            tokens: g.unit == hermes_meter_model::budget::BudgetUnit::Tokens,
             spend: g.spend,
             limit: g.limit,
             projected: g.projected,
@@ -473,7 +474,7 @@ pub(crate) fn refresh_budget_gauges(store: &mut Outbox, allow: AllowList) {
     }
     // What the store's health record counts of hook calls lost or skipped
     // (written by every process's writer; `status` shows the same).
-    if let Ok(Some(health)) = crate::health::read(&dir) {
+    if let Ok(Some(health)) = hermes_meter_store::health::read(&dir) {
         let c = &health.counts;
         rows.extend(metrics::hook_call_rows(
             c.dropped_events,
@@ -496,7 +497,7 @@ pub fn set_budget_gauges(store: &mut Outbox, readings: &[BudgetReading<'_>], now
 /// (unless `OTEL_RESOURCE_ATTRIBUTES` sets one).
 fn metric_resource(config: &ExportConfig, identity: &MetricIdentity) -> Resource {
     let mut resource = resource_of(config);
-    let key = crate::semconv::metric_resource::SERVICE_INSTANCE_ID;
+    let key = hermes_meter_model::semconv::metric_resource::SERVICE_INSTANCE_ID;
     if !resource.attributes.iter().any(|kv| kv.key == key) {
         resource.attributes.push(KeyValue {
             key: key.to_string(),

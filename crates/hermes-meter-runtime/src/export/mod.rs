@@ -1,7 +1,7 @@
 //! The trace exporter: reads the outbox, sends OTLP, marks rows done.
 //!
 //! Owns: the trace export step (batches, sampling, marking rows done),
-//! turning outbox rows into spans through [`crate::span`], and re-sending
+//! turning outbox rows into spans through [`hermes_meter_model::span`], and re-sending
 //! history. The trace export itself (`TraceExport`) holds no store
 //! connection: each call is handed one, so the export driver steps it and
 //! the metric export over a single connection; [`Exporter`] is it with a
@@ -12,7 +12,7 @@
 //! # Use
 //!
 //! ```no_run
-//! # fn main() -> hermes_meter_runtime::Result<()> {
+//! # fn main() -> hermes_meter_store::Result<()> {
 //! use hermes_meter_runtime::export::{ExportConfig, ExportOverrides, Exporter};
 //! let config = ExportConfig::from_env(ExportOverrides::default());
 //! let mut exporter = Exporter::new(config, std::path::Path::new("/tmp/hermes-meter.db"))?;
@@ -65,9 +65,9 @@ pub use crate::config::export::Signal;
 pub use crate::config::export::{ExportConfig, ExportOverrides, Protocol, TracesExporter};
 pub use crate::config::metrics::MetricsExporters;
 pub use crate::config::metrics::{MetricsConfig, MetricsOverrides};
-/// Lower-case hex of an id (defined with the ids, in `span.rs`).
-pub use crate::span::hex;
 pub use driver::Driver;
+/// Lower-case hex of an id (defined with the ids, in `span.rs`).
+use hermes_meter_model::span::hex;
 use metrics::MetricExport;
 pub use metrics::MetricExporter;
 pub use metrics::MetricStep;
@@ -85,10 +85,12 @@ use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, Instrumentatio
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 
-use crate::error::{Error, Result};
-use crate::span::{self, Ancestor, Ancestry, SpanOptions};
-use crate::store::{
-    counter, BatchRows, ContentKind, Outbox, OutboxRow, Reader, RunRow, SentSession, SpanKind, RUNNING, TRACE_LEASE,
+use hermes_meter_model::rows::outcome::RUNNING;
+use hermes_meter_model::rows::RunRow;
+use hermes_meter_model::span::{self, Ancestor, Ancestry, SpanOptions};
+use hermes_meter_store::error::{Error, Result};
+use hermes_meter_store::{
+    counter, BatchRows, ContentKind, Outbox, OutboxRow, Reader, SentSession, SpanKind, TRACE_LEASE,
 };
 pub(crate) use pacing::take_lease;
 use pacing::{block_on_until, Lease, Pacing};
@@ -213,7 +215,7 @@ impl Exporter {
     }
 
     /// Closes spans left open by processes that went away (see
-    /// [`Outbox::close_idle_runs`](crate::store::Outbox::close_idle_runs)), enqueueing them. Returns the runs closed.
+    /// [`Outbox::close_idle_runs`](hermes_meter_store::Outbox::close_idle_runs)), enqueueing them. Returns the runs closed.
     pub fn close_idle(&mut self) -> Result<usize> {
         self.traces.close_idle(&mut self.store)
     }
@@ -610,7 +612,7 @@ impl TraceExport {
             SpanKind::LlmCall => batch.content(ContentKind::Llm, &row.session_id, &row.key),
             SpanKind::LlmError | SpanKind::OpenAttempt => {
                 let mut c = batch.content(ContentKind::Llm, &row.session_id, &row.key);
-                c.retain(|(name, _)| name != crate::semconv::attr::GEN_AI_OUTPUT_MESSAGES);
+                c.retain(|(name, _)| name != hermes_meter_model::semconv::attr::GEN_AI_OUTPUT_MESSAGES);
                 c
             }
             SpanKind::Tool => batch.content(ContentKind::Tool, &row.session_id, &row.key),
@@ -633,9 +635,9 @@ fn traces_request(resource: &Resource, spans: Vec<Span>) -> ExportTraceServiceRe
                     ..InstrumentationScope::default()
                 }),
                 spans,
-                schema_url: crate::semconv::SCHEMA_URL.to_string(),
+                schema_url: hermes_meter_model::semconv::SCHEMA_URL.to_string(),
             }],
-            schema_url: crate::semconv::SCHEMA_URL.to_string(),
+            schema_url: hermes_meter_model::semconv::SCHEMA_URL.to_string(),
         }],
     }
 }
@@ -939,18 +941,18 @@ pub(crate) fn log_failure(event: &'static str, last: &mut Option<String>, text: 
 
 /// `message` with every OTLP header value (and each word of it, so the
 /// token of `Bearer <token>` alone is caught too) and every secret
-/// [`crate::redact`] recognises replaced.
+/// [`hermes_meter_model::redact`] recognises replaced.
 pub(crate) fn scrub_error(message: &str, headers: &crate::config::export::Headers) -> String {
     let mut out = message.to_string();
     for (_, value) in &headers.0 {
         let words = value.split_whitespace().filter(|w| w.len() >= 6);
         for secret in std::iter::once(value.as_str()).chain(words) {
             if !secret.is_empty() && out.contains(secret) {
-                out = out.replace(secret, crate::redact::REDACTED);
+                out = out.replace(secret, hermes_meter_model::redact::REDACTED);
             }
         }
     }
-    crate::redact::redact_text(&out).into_owned()
+    hermes_meter_model::redact::redact_text(&out).into_owned()
 }
 
 /// The ready rows of one step, built.
@@ -1044,9 +1046,12 @@ pub(crate) fn resource_of(config: &ExportConfig) -> Resource {
         }),
         ..KeyValue::default()
     };
-    let mut attributes = vec![kv(crate::semconv::resource::SERVICE_NAME, &config.service_name.value)];
+    let mut attributes = vec![kv(
+        hermes_meter_model::semconv::resource::SERVICE_NAME,
+        &config.service_name.value,
+    )];
     for (k, v) in &config.resource_attributes.value {
-        if k != crate::semconv::resource::SERVICE_NAME {
+        if k != hermes_meter_model::semconv::resource::SERVICE_NAME {
             attributes.push(kv(k, v));
         }
     }
@@ -1056,7 +1061,7 @@ pub(crate) fn resource_of(config: &ExportConfig) -> Resource {
     }
 }
 
-pub use crate::unix_now;
+use hermes_meter_store::unix_now;
 
 #[cfg(test)]
 mod tests {

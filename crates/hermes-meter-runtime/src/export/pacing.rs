@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use super::retry::{self, Backoff};
 use super::transport::{Accepted, SendError};
-use crate::error::Result;
-use crate::store::Outbox;
+use hermes_meter_store::error::Result;
+use hermes_meter_store::Outbox;
 
 /// The store lease one signal is sent under (`traces`, `metrics`): only its
 /// holder sends, so processes sharing a store never send twice.
@@ -203,7 +203,8 @@ mod tests {
     #[test]
     fn a_lease_is_held_by_one_holder_at_a_time() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut store = crate::store::Outbox::open(&dir.path().join(crate::store::DB_FILE_NAME)).expect("store");
+        let mut store =
+            hermes_meter_store::Outbox::open(&dir.path().join(hermes_meter_store::DB_FILE_NAME)).expect("store");
         let mine = Lease::new("traces", 30.0);
         let theirs = Lease {
             holder: "other-host:1:0".into(),

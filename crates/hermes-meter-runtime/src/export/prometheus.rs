@@ -1,7 +1,7 @@
 //! `hermes-meter serve --prometheus ADDR`: the Prometheus text endpoint.
 //!
 //! Owns: its store connection, answering, through [`HttpServer`],
-//! `GET /metrics` with [`crate::metrics::prometheus_text`]. Must not
+//! `GET /metrics` with [`hermes_meter_model::metrics::prometheus_text`]. Must not
 //! touch: the ledger (it only folds and reads metric state).
 //!
 //! Each scrape first folds finished ledger rows (one short transaction)
@@ -19,11 +19,11 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
 
-use crate::error::{Error, Result};
 use crate::http_server::{HttpServer, Reply};
-use crate::metrics::AllowList;
-use crate::semconv::Names;
-use crate::store::Outbox;
+use hermes_meter_model::metrics::AllowList;
+use hermes_meter_model::semconv::Names;
+use hermes_meter_store::error::{Error, Result};
+use hermes_meter_store::Outbox;
 
 /// The text exposition format's content type.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -87,7 +87,7 @@ impl Scrape {
         // taken at every scrape, as before every push.
         super::metrics::refresh_budget_gauges(&mut store, self.allow);
         let series = super::metrics::snapshot(&store, self.allow, self.names)?;
-        Ok(crate::metrics::prometheus_text(&series))
+        Ok(hermes_meter_model::metrics::prometheus_text(&series))
     }
 }
 

@@ -30,7 +30,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 
 use super::retry::{self, Cause, Verdict};
 use crate::config::export::{Compression, ExportConfig, Headers, Protocol, TracesExporter};
-use crate::error::{Error, Result};
+use hermes_meter_store::error::{Error, Result};
 
 /// The most of a collector's answer read over OTLP/HTTP: an
 /// `Export*ServiceResponse` (a partial success) or an error status is a
@@ -62,7 +62,7 @@ pub struct SendError {
 impl SendError {
     /// A send the collector did not answer within `timeout`. The message
     /// is the same for both protocols and for an attempt a process ended
-    /// in the middle of (see [`crate::store::Outbox::export_attempt`]).
+    /// in the middle of (see [`hermes_meter_store::Outbox::export_attempt`]).
     pub fn no_answer(what: &str, timeout: Duration) -> Self {
         SendError {
             verdict: Verdict::Retry { after: None },

@@ -13,8 +13,8 @@
 use std::time::Duration;
 
 use crate::config::webhook::{WebhookConfig, WebhookFormat};
-use crate::error::Result;
-use crate::store::{AlertRow, AlertSink, Outbox};
+use hermes_meter_store::error::Result;
+use hermes_meter_store::{AlertRow, AlertSink, Outbox};
 
 /// Alerts older than this when first seen by a webhook are not posted: a
 /// webhook configured today does not replay last month.
@@ -189,7 +189,7 @@ pub fn sent(
     now: f64,
 ) -> Result<()> {
     match outcome {
-        Ok(()) => store.alert_pushed(sink, kind, key, crate::unix_now()),
+        Ok(()) => store.alert_pushed(sink, kind, key, hermes_meter_store::unix_now()),
         Err(e) => {
             let attempts = store.alert_push_attempts(sink, kind, key)?;
             store.alert_push_failed(sink, kind, key, e, now + backoff(attempts.clamp(0, 10) as u32))

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use super::config::{pg_error, FleetConfig};
 use super::schema;
-use crate::error::{Error, Result};
+use hermes_meter_store::error::{Error, Result};
 
 /// Applies `edit` (a local edit of a budget file at the path it is given)
 /// to the fleet's budget file, then writes the result to `local`. The
@@ -40,7 +40,7 @@ pub fn edit(cfg: &FleetConfig, local: &Path, edit: impl FnOnce(&Path) -> Result<
         };
         let result = (|| {
             match &start {
-                Some(text) => crate::store::write_atomically(&scratch, text.as_bytes())?,
+                Some(text) => hermes_meter_store::write_atomically(&scratch, text.as_bytes())?,
                 None => {
                     let _ = std::fs::remove_file(&scratch);
                 }
@@ -57,12 +57,12 @@ pub fn edit(cfg: &FleetConfig, local: &Path, edit: impl FnOnce(&Path) -> Result<
              VALUES (1, $1, $2, $3, $4)
              ON CONFLICT (singleton) DO UPDATE SET text = excluded.text, version = excluded.version,
                 updated_at = excluded.updated_at, updated_by = excluded.updated_by",
-            &[&text, &version, &crate::unix_now(), &by],
+            &[&text, &version, &hermes_meter_store::unix_now(), &by],
         )
         .await
         .map_err(pg_error)?;
         tx.commit().await.map_err(pg_error)?;
-        crate::store::write_atomically(local, text.as_bytes())?;
+        hermes_meter_store::write_atomically(local, text.as_bytes())?;
         Ok(version)
     })
 }

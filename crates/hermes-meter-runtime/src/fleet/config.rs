@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio_postgres::config::Host;
 use tokio_postgres::Client;
 
-use crate::error::{Error, Result};
+use hermes_meter_store::error::{Error, Result};
 
 /// The variable that turns fleet budgets on (named with the settings).
 pub use crate::config::fleet::FLEET_URL_ENV;

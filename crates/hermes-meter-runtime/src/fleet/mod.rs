@@ -7,7 +7,7 @@
 //! ([`task`]), and fleet-wide edits of the budget file ([`budgets`]).
 //! Must not touch: Python, the hook path. Hooks never wait on the network:
 //! they read the local store as without a fleet, where the sync left the
-//! other hosts' spend and this host's lease (`store/fleet.rs`); only before
+//! other hosts' spend and this host's lease (`crates/hermes-meter-store/src/fleet.rs`); only before
 //! a store's first sync does the first gated call wait, bounded, for this
 //! thread's sync (see below).
 //!
@@ -49,7 +49,7 @@
 //! A host whose store has never synced knows neither the fleet's budget file
 //! nor its spend, and took no lease: nothing above bounds what it would
 //! spend. So its first gated call waits for the first sync, at most
-//! [`crate::budget::FIRST_SYNC_WAIT`] (2 s), on the hook thread; once the
+//! [`hermes_meter_model::budget::FIRST_SYNC_WAIT`] (2 s), on the hook thread; once the
 //! store synced, the host is one of the above. If the sync has not
 //! completed by then, its tool and LLM calls are blocked in enforce mode
 //! until it does (`HERMES_METER_FLEET_UNSYNCED=closed`, the default), which

@@ -10,7 +10,7 @@
 use tokio_postgres::Client;
 
 use super::config::pg_error;
-use crate::error::{Error, Result};
+use hermes_meter_store::error::{Error, Result};
 
 /// Migrations, in order; entry `i` brings the schema to version `i + 1`.
 const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_fleet.sql")];

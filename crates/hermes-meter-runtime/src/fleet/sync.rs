@@ -28,10 +28,10 @@ use tokio_postgres::Client;
 
 use super::config::{pg_error, FleetConfig};
 use super::schema;
-use crate::error::{Error, Result};
-use crate::store::{FleetRow, Outbox, RESERVATION_TTL_SECONDS};
 use hermes_meter_model::budget::lease::{self, HOST_LIVE_SECONDS};
 use hermes_meter_model::budget::{self, BudgetConfig, BudgetUnit, Scope, Spend, Window, WindowUse, BUCKET_SECONDS};
+use hermes_meter_store::error::{Error, Result};
+use hermes_meter_store::{FleetRow, Outbox, RESERVATION_TTL_SECONDS};
 
 /// The longest a step may take: a database that stops answering mid-way
 /// (a network partition) must not stall the sync for good; the next step
@@ -139,12 +139,12 @@ impl FleetSync {
         .await
         .map_err(pg_error)?;
         if !rows.is_empty() {
-            let col = |f: fn(&crate::store::PushRow) -> String| rows.iter().map(f).collect::<Vec<_>>();
+            let col = |f: fn(&hermes_meter_store::PushRow) -> String| rows.iter().map(f).collect::<Vec<_>>();
             let (scopes, ids) = (col(|r| r.scope.clone()), col(|r| r.id.clone()));
             let buckets: Vec<i64> = rows.iter().map(|r| r.bucket).collect();
             let costs: Vec<f64> = rows.iter().map(|r| r.cost_usd).collect();
             let ests: Vec<f64> = rows.iter().map(|r| r.estimated_usd).collect();
-            let ints = |f: fn(&crate::store::PushRow) -> i64| rows.iter().map(f).collect::<Vec<i64>>();
+            let ints = |f: fn(&hermes_meter_store::PushRow) -> i64| rows.iter().map(f).collect::<Vec<i64>>();
             let calls = ints(|r| r.calls);
             let (ti, eti) = (ints(|r| r.input_tokens), ints(|r| r.estimated_input_tokens));
             let (to, eto) = (ints(|r| r.output_tokens), ints(|r| r.estimated_output_tokens));
@@ -175,7 +175,7 @@ impl FleetSync {
         if !reservations.is_empty() {
             let scopes: Vec<String> = reservations.iter().map(|r| r.scope.clone()).collect();
             let ids: Vec<String> = reservations.iter().map(|r| r.id.clone()).collect();
-            let floats = |f: fn(&crate::store::Reserved) -> f64| reservations.iter().map(f).collect::<Vec<f64>>();
+            let floats = |f: fn(&hermes_meter_store::Reserved) -> f64| reservations.iter().map(f).collect::<Vec<f64>>();
             let (amounts, ti, to) = (
                 floats(|r| r.usd),
                 floats(|r| r.input_tokens),
@@ -219,7 +219,7 @@ impl FleetSync {
         let cfg = match &doc {
             Some((text, _)) => {
                 if local_text.as_deref() != Some(text.as_str()) {
-                    crate::store::write_atomically(&self.budgets_path, text.as_bytes())?;
+                    hermes_meter_store::write_atomically(&self.budgets_path, text.as_bytes())?;
                     synced.budgets_written = true;
                 }
                 BudgetConfig::parse(text).map_err(|m| Error::Other(format!("fleet budget file: {m}")))?

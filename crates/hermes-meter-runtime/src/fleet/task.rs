@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use super::sync::FleetSync;
 use super::{FleetConfig, FLEET_LEASE, SYNC_INTERVAL};
 use crate::bridge::Background;
-use crate::error::Result;
-use crate::store::{Outbox, DB_FILE_NAME};
+use hermes_meter_store::error::Result;
+use hermes_meter_store::{Outbox, DB_FILE_NAME};
 
 /// How long the fleet lease lasts unless renewed: several sync intervals,
 /// so a slow step does not lose it; a holder killed with -9 is replaced at
@@ -102,7 +102,7 @@ fn run(mut store: Outbox, mut sync: FleetSync, shared: &Shared) {
     let holder = crate::process::lease_holder();
     let mut failing = false;
     loop {
-        let now = crate::unix_now();
+        let now = hermes_meter_store::unix_now();
         let leased = crate::export::take_lease(&mut store, FLEET_LEASE, &holder, now, LEASE_TTL_SECONDS);
         let wait = match leased {
             Ok(true) => match runtime.block_on(sync.step(&store, now)) {

@@ -1,12 +1,12 @@
-//! The writer's retention step (see `store/retention.rs` and
-//! `store/retain_step.rs`): a bounded batch of each kind a step, each in
+//! The writer's retention step (see `crates/hermes-meter-store/src/retention.rs` and
+//! `crates/hermes-meter-store/src/retain_step.rs`): a bounded batch of each kind a step, each in
 //! its own transaction, paced and ordered here, off the hook path.
 
 use std::time::Instant;
 
 use super::*;
 use crate::bridge::pace::BatchSize;
-use crate::store::{RetainCutoffs, RetainKind};
+use hermes_meter_store::{RetainCutoffs, RetainKind};
 
 /// How long after a quarter hour ends its report rollup is built: calls
 /// still being applied land in it meanwhile.
@@ -56,13 +56,13 @@ pub fn retain_cutoffs(config: &BridgeConfig, now: f64) -> RetainCutoffs {
         outbox_max_rows: config.outbox_max_rows,
         settled_before: now - config.session_grace_seconds,
         // Later quarter hours still take facts (a late one moves the
-        // mark back; see store/rollup.rs).
+        // mark back; see crates/hermes-meter-store/src/rollup.rs).
         rollup_until: now - ROLLUP_LAG_SECONDS,
     }
 }
 
 impl WriterThread {
-    /// One step of retention (see `store/retention.rs`): a batch of each
+    /// One step of retention (see `crates/hermes-meter-store/src/retention.rs`): a batch of each
     /// kind, in its own transaction: journal rows, finished requests,
     /// expired outbox rows, outbox rows over the cap and content rows
     /// deleted, metric log rows folded (the log is consumed by folding,
@@ -91,7 +91,13 @@ impl WriterThread {
             let size = self.retain_pace.sizes[at].get();
             let began = Instant::now();
             let done = store
-                .retain_step(kind, size, &cut, &mut self.content_cursor, &mut crate::metrics::measure)
+                .retain_step(
+                    kind,
+                    size,
+                    &cut,
+                    &mut self.content_cursor,
+                    &mut hermes_meter_model::metrics::measure,
+                )
                 .unwrap_or_else(|e| {
                     self.shared
                         .message("Writer.RetentionFailed", format!("{} failed: {e}", kind.doing()));
