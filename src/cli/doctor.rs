@@ -304,12 +304,8 @@ fn remove_sidecars(path: &Path) {
 fn record_fault(dir: &Path, db: &Path, first: &str) {
     let mut health = Tracker::default();
     let now = hermes_meter_store::unix_now();
-    let text = format!(
-        "{} is damaged ({first}); {}",
-        db.display(),
-        FaultKind::Corrupt.advice(db)
-    );
-    health.fault(FaultKind::Corrupt, text, now);
+    // The advice comes from the kind where the fault is shown (`status`).
+    health.fault(FaultKind::Corrupt, format!("{} is damaged ({first})", db.display()), now);
     let _ = health.write(dir, now);
 }
 

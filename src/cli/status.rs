@@ -597,15 +597,7 @@ fn damaged(dir: &std::path::Path) -> Option<String> {
         return None;
     }
     let db = dir.join(hermes_meter_store::DB_FILE_NAME);
-    if fault.message.contains("doctor --rebuild") {
-        Some(fault.message)
-    } else {
-        Some(format!(
-            "{}; {}",
-            fault.message,
-            hermes_meter_store::health::FaultKind::Corrupt.advice(&db)
-        ))
-    }
+    Some(format!("{}; {}", fault.message, fault.kind.advice(&db)))
 }
 
 /// Status of a store that cannot be opened: what is wrong, what the bridges
@@ -705,8 +697,14 @@ fn print_health(dir: &std::path::Path) {
         ago(record.updated_at)
     );
     if let Some(f) = &record.last_fault {
+        // What to do, from the fault's kind, while the store is in it.
+        let advice = if record.state == "fault" {
+            format!("; {}", f.kind.advice(&dir.join(hermes_meter_store::DB_FILE_NAME)))
+        } else {
+            String::new()
+        };
         println!(
-            "  last fault    {} {} (pid {}): {}",
+            "  last fault    {} {} (pid {}): {}{advice}",
             f.kind.as_str(),
             ago(f.at),
             f.pid,

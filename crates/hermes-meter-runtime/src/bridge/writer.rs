@@ -561,13 +561,11 @@ impl WriterThread {
             kind => kind,
         };
         let db = self.store_dir.join(hermes_meter_store::DB_FILE_NAME);
-        let text = format!(
-            "the store {} is unusable ({}: {e}); {}",
-            db.display(),
-            kind.as_str(),
-            kind.advice(&db)
-        );
-        let new = lock(&self.shared.health).fault(kind, text.clone(), unix_now());
+        // The record holds the fault; its advice comes from its kind, where
+        // it is shown (`status`), and in this log line.
+        let fault = format!("the store {} is unusable ({}: {e})", db.display(), kind.as_str());
+        let text = format!("{fault}; {}", kind.advice(&db));
+        let new = lock(&self.shared.health).fault(kind, fault, unix_now());
         if new {
             self.shared.message("Store.Fault", text.clone());
             self.write_health();
