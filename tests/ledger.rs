@@ -496,6 +496,78 @@ fn a_cost_the_provider_reported_is_the_cost_everywhere_with_the_estimate_beside_
 }
 
 #[test]
+fn an_upstream_charge_is_the_cost_with_the_gateways_fee_on_a_users_own_key() {
+    // The readfile run through gateways that report the upstream charge:
+    // the first call on the user's own key through OpenRouter (its fee of
+    // 5% beside the upstream charge, `is_byok`), the second through Nous
+    // Portal (the upstream charge only, 5x what the token price says).
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("upstream.jsonl");
+    let mut calls = 0;
+    let lines: Vec<String> = records(&fixture("readfile"))
+        .into_iter()
+        .map(|mut r| {
+            if r["hook"] == "post_api_request" {
+                calls += 1;
+                let usage = &mut r["kwargs"]["usage"];
+                if calls == 1 {
+                    usage["cost"] = 0.0095.into();
+                    usage["upstream_cost"] = 0.19.into();
+                    usage["byok"] = true.into();
+                } else {
+                    usage["upstream_cost"] = 0.05.into();
+                }
+            }
+            r.to_string()
+        })
+        .collect();
+    assert_eq!(calls, 2, "readfile makes two LLM calls");
+    std::fs::write(&path, lines.join("\n") + "\n").expect("write");
+    let r = replay(&[path]);
+    let s = &r.store;
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+    let costs: Vec<(f64, String)> = {
+        let conn = rusqlite::Connection::open(s.path()).expect("open");
+        let mut stmt = conn
+            .prepare("SELECT cost_usd, cost_source FROM llm_calls ORDER BY started_at")
+            .expect("prepare");
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows")
+    };
+    assert_eq!(costs.len(), 2, "{costs:?}");
+    assert!(close(costs[0].0, 0.1995) && close(costs[1].0, 0.05), "{costs:?}");
+    assert!(
+        costs.iter().all(|(_, source)| source == "provider_upstream"),
+        "{costs:?}"
+    );
+    // The runs, the report, the budgets and the provider-billed table count it.
+    let total = 0.2495;
+    assert!(close(scalar::<f64>(s, "SELECT SUM(cost_usd) FROM runs"), total));
+    assert!(close(totals(s).cost_usd, total));
+    assert!(close(
+        scalar::<f64>(
+            s,
+            "SELECT SUM(cost_usd) FROM budget_spend WHERE scope = 'global' AND level = 0"
+        ),
+        total
+    ));
+    let utc = jiff::tz::TimeZone::UTC;
+    let rows = s.report(&utc, 0.0, 1e12, None).expect("report").provider_billed;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].llm_calls, 2);
+    assert!(close(rows[0].billed_usd, total), "{rows:?}");
+    assert!(
+        close(
+            rows[0].estimate_usd,
+            scalar::<f64>(s, "SELECT SUM(estimate_usd) FROM llm_calls")
+        ),
+        "{rows:?}"
+    );
+}
+
+#[test]
 fn unknown_models_cost_nothing_and_are_flagged_unpriced() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut store = Writer::open_dir(dir.path()).expect("open");

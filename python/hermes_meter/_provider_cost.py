@@ -1,14 +1,19 @@
 """The cost a provider reports for a call, passed on with its usage.
 
 Some providers bill each response themselves and say what they billed in
-the response's usage (OpenRouter's ``usage.cost``, in USD). Hermes 0.19.0
+the response's usage (OpenRouter's ``usage.cost``, in USD), and some the
+charge of the provider behind them (``usage.cost_details.
+upstream_inference_cost``: Nous Portal's real charge, about 5x its token
+price; OpenRouter's for a call on the user's own key, ``is_byok``). Hermes 0.19.0
 drops everything but the token counts when it builds the ``usage`` of
 ``post_api_request`` (``AIAgent._usage_summary_for_api_request_hook``).
 :func:`wrap_main` wraps that method, in this process only: Hermes's summary is
-built first and unchanged, then the provider's figure is added as ``cost``
-when the raw usage carries a finite, non-negative number. The ledger then
-records it as the call's cost (source ``provider``) with our estimate
-beside it. Nothing else in Hermes reads the key.
+built first and unchanged, then the provider's figures are added (``cost``,
+``upstream_cost``, ``byok``) when the raw usage carries finite,
+non-negative numbers. The ledger then bills the call from them (source
+``provider`` or ``provider_upstream``; the rule is the model's
+``PriceTable::bill``) with our estimate beside it. Nothing else in Hermes
+reads the keys.
 """
 
 from __future__ import annotations
@@ -54,29 +59,53 @@ def wrap_auxiliary(auxiliary_hooks: Any) -> bool:
 
 def _add_cost(summary: Any, response: Any) -> Any:
     """Hermes's usage ``summary`` of ``response``, with the provider's billed
-    ``cost`` added where the raw usage has one and the summary has none."""
+    ``cost``, the upstream provider's ``upstream_cost`` and whether the call
+    ran on the user's own key (``byok``) added where the raw usage has them
+    and the summary has not."""
     try:
-        if isinstance(summary, dict) and "cost" not in summary:
-            cost = reported_cost(getattr(response, "usage", None))
-            if cost is not None:
-                summary["cost"] = cost
+        if isinstance(summary, dict):
+            usage = getattr(response, "usage", None)
+            figures = (
+                ("cost", reported_cost(usage)),
+                ("upstream_cost", reported_upstream_cost(usage)),
+                ("byok", True if _field(usage, "is_byok") is True else None),
+            )
+            for key, value in figures:
+                if value is not None and key not in summary:
+                    summary[key] = value
     except Exception:  # noqa: BLE001 - Hermes's summary must survive us
         pass
     return summary
 
 
+def _field(obj: Any, name: str) -> Any:
+    """``name`` of a raw usage object or dict (or of its ``cost_details``):
+    an attribute, a dict key, or an undeclared field Pydantic keeps in
+    ``model_extra``."""
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj.get(name)
+    value = getattr(obj, name, None)
+    if value is None:
+        extra = getattr(obj, "model_extra", None)
+        value = extra.get(name) if isinstance(extra, dict) else None
+    return value
+
+
+def reported_upstream_cost(usage: Any) -> float | None:
+    """The upstream provider's charge for the call, USD
+    (``usage.cost_details.upstream_inference_cost``), if the usage has one."""
+    return _usd(_field(_field(usage, "cost_details"), "upstream_inference_cost"))
+
+
 def reported_cost(usage: Any) -> float | None:
     """The provider's billed USD in a raw usage object or dict, if any."""
-    if usage is None:
-        return None
-    if isinstance(usage, dict):
-        value = usage.get("cost")
-    else:
-        value = getattr(usage, "cost", None)
-        if value is None:
-            # Pydantic models keep fields they do not declare here.
-            extra = getattr(usage, "model_extra", None)
-            value = extra.get("cost") if isinstance(extra, dict) else None
+    return _usd(_field(usage, "cost"))
+
+
+def _usd(value: Any) -> float | None:
+    """A finite, non-negative amount of USD, or None."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return None
     try:

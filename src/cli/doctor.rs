@@ -305,7 +305,11 @@ fn record_fault(dir: &Path, db: &Path, first: &str) {
     let mut health = Tracker::default();
     let now = hermes_meter_store::unix_now();
     // The advice comes from the kind where the fault is shown (`status`).
-    health.fault(FaultKind::Corrupt, format!("{} is damaged ({first})", db.display()), now);
+    health.fault(
+        FaultKind::Corrupt,
+        format!("{} is damaged ({first})", db.display()),
+        now,
+    );
     let _ = health.write(dir, now);
 }
 

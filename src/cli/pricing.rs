@@ -108,6 +108,8 @@ struct Shown<'a> {
     reasoning: Option<f64>,
     above_tokens: Option<i64>,
     above: Option<Rates>,
+    /// Which figure wins when the provider reports what it billed.
+    provider_figures: &'static str,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -143,6 +145,7 @@ fn show(table: &PriceTable, path: &Path, model: &str, provider: Option<&str>, js
             cache_read: p.cache_read,
             cache_write: p.cache_write,
         }),
+        provider_figures: hermes_meter_model::pricing::PROVIDER_FIGURES,
     };
     if json {
         println!(
@@ -207,10 +210,7 @@ fn render_show(s: &Shown<'_>, m: &Match) -> String {
             );
         }
     }
-    let _ = writeln!(
-        out,
-        "  a provider that reports what it billed (OpenRouter's usage.cost) is recorded at that figure instead"
-    );
+    let _ = writeln!(out, "  {}", hermes_meter_model::pricing::PROVIDER_FIGURES);
     out
 }
 

@@ -60,6 +60,17 @@ def records(run: Run) -> list[dict]:
     return [r for r in recs if r["hook"] in OUR_HOOKS]
 
 
+def provider_bill(usage: dict) -> float | None:
+    """What a call is billed from the figures its provider reported (the
+    rule of docs/pricing.md): an upstream charge plus the gateway's fee on
+    the user's own key, else the larger of the two; else the gateway's
+    cost; None when it reported none."""
+    cost, upstream = usage.get("cost"), usage.get("upstream_cost")
+    if upstream is None:
+        return cost
+    return upstream + (cost or 0.0) if usage.get("byok") else max(upstream, cost or 0.0)
+
+
 def query(run: Run, sql: str) -> list[tuple]:
     conn = sqlite3.connect(f"file:{run.store}?mode=ro", uri=True)
     try:
@@ -81,6 +92,7 @@ class Expected:
         self.sessions: set[str] = set()
         self.llm_calls: dict[str, tuple] = {}
         self.billed: dict[str, float | None] = {}
+        self.sources: dict[str, str] = {}
         self.errors: set[tuple] = set()
         self.tools: dict[tuple, tuple] = {}
         self.edges: dict[str, tuple] = {}
@@ -120,8 +132,10 @@ class Expected:
                         u["cache_write_tokens"],
                     )
                 self.llm_calls[rid] = (kw["session_id"], *tokens, u is None)
-                # What the provider billed, where its usage said (PROVIDERCOST).
-                self.billed[rid] = (u or {}).get("cost")
+                # What the provider billed, where its usage said
+                # (PROVIDERCOST, UPSTREAMCOST).
+                self.billed[rid] = provider_bill(u or {})
+                self.sources[rid] = "provider_upstream" if "upstream_cost" in (u or {}) else "provider"
             elif hook == "post_auxiliary_call":
                 u = kw.get("usage")
                 session = kw.get("session_id") or aux_day(r["t"])
@@ -230,7 +244,7 @@ def test_the_store_matches_the_hook_stream(runs: dict[str, Run], scenario: str) 
         assert g[:6] == (session, inp, out, cr, cw, int(estimated)), rid
         billed = exp.billed[rid]
         estimate = mock_cost(inp, out, cr, cw)
-        assert g[7] == ("host" if billed is None else "provider"), rid
+        assert g[7] == ("host" if billed is None else exp.sources[rid]), rid
         assert math.isclose(g[6], estimate if billed is None else billed, rel_tol=1e-12, abs_tol=1e-15), rid
         assert math.isclose(g[8], estimate, rel_tol=1e-12, abs_tol=1e-15), rid
 
@@ -365,6 +379,31 @@ def test_what_the_provider_billed_is_the_cost_and_report_reconciles_it(runs: dic
     assert math.isclose(rows[0]["estimate_usd"], all_estimate, rel_tol=1e-12)
     text = our_cli(run, "report")
     assert "billed by the provider" in text and f"{all_cost - all_estimate:+.6f}" in text, text
+
+
+def test_an_upstream_charge_on_the_users_own_key_is_billed_with_the_gateways_fee(
+    runs: dict[str, Run],
+) -> None:
+    # The mock answers as OpenRouter does for a call on the user's own key:
+    # the upstream charge in `cost_details.upstream_inference_cost`, its 5%
+    # fee in `cost`, `is_byok`. Through Hermes's own SDK objects, the plugin
+    # passes both on; the ledger bills their sum.
+    run = runs["upstream_cost"]
+    billed = [r for r in served(run) if "cost_details" in r["usage"]]
+    assert len(billed) >= 2 and all(r["usage"]["is_byok"] for r in billed), billed
+    total = sum(r["usage"]["cost_details"]["upstream_inference_cost"] + r["usage"]["cost"] for r in billed)
+    (calls, cost, estimate) = query(
+        run,
+        "SELECT COUNT(*), SUM(cost_usd), SUM(estimate_usd) FROM llm_calls"
+        " WHERE cost_source = 'provider_upstream'",
+    )[0]
+    assert calls == len(billed) and math.isclose(cost, total, rel_tol=1e-12), (calls, cost, total)
+    assert not math.isclose(estimate, total, rel_tol=1e-3), "the mock bills apart from its list prices"
+    rows = json.loads(our_cli(run, "report", "--json"))["provider_billed"]
+    assert [(r["model"], r["llm_calls"]) for r in rows] == [("mock-model", calls)]
+    assert math.isclose(rows[0]["billed_usd"], cost, rel_tol=1e-12)
+    shown = our_cli(run, "pricing", "show", "mock-model")
+    assert "upstream_inference_cost" in shown and "is_byok" in shown, shown
 
 
 def test_our_cost_of_a_one_shot_run_equals_the_usage_file(runs: dict[str, Run]) -> None:

@@ -86,3 +86,46 @@ def test_the_auxiliary_usage_summary_of_hermes_main_gets_the_cost_too(monkeypatc
         "cost": 0.0042,
     }
     assert aux._usage_summary(None, provider="openrouter", api_mode="chat_completions") is None
+
+
+# OpenRouter's usage of a call on the user's own key, as its usage
+# accounting documents it (the fee, then the upstream charge).
+OPENROUTER_BYOK_USAGE = {
+    "completion_tokens": 2,
+    "completion_tokens_details": {"reasoning_tokens": 0},
+    "cost": 0.95,
+    "cost_details": {"upstream_inference_cost": 19},
+    "is_byok": True,
+    "prompt_tokens": 194,
+    "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+    "total_tokens": 196,
+}
+
+
+def test_the_upstream_charge_and_own_key_flag_are_passed_on_beside_the_cost() -> None:
+    class AIAgent:
+        def _usage_summary_for_api_request_hook(self, response):
+            return {"input_tokens": response.usage.prompt_tokens}
+
+    assert _provider_cost.wrap_main(AIAgent)
+    agent = AIAgent()
+    extra = {k: v for k, v in OPENROUTER_BYOK_USAGE.items() if k != "prompt_tokens"}
+    summary = agent._usage_summary_for_api_request_hook(types.SimpleNamespace(usage=_Usage(extra)))
+    assert summary == {"input_tokens": 10, "cost": 0.95, "upstream_cost": 19.0, "byok": True}
+    # A gateway that reports only the upstream charge (Nous Portal), as a
+    # plain dict usage: no `cost`, no `byok`.
+    nous = {"prompt_tokens": 37, "completion_tokens": 16, "cost_details": {"upstream_inference_cost": 0.0042}}
+    assert _provider_cost.reported_upstream_cost(nous) == 0.0042
+    assert _provider_cost.reported_cost(nous) is None
+    # Figures that are not amounts are not passed on.
+    for bad in (-1, float("nan"), "lots", True, None):
+        assert (
+            _provider_cost.reported_upstream_cost({"cost_details": {"upstream_inference_cost": bad}}) is None
+        )
+    assert _provider_cost.reported_upstream_cost({"cost_details": "19"}) is None
+    # `is_byok` must be the boolean true; anything else is not a key of the user's own.
+    odd = _Usage({"cost": 0.1, "is_byok": "yes"})
+    assert agent._usage_summary_for_api_request_hook(types.SimpleNamespace(usage=odd)) == {
+        "input_tokens": 10,
+        "cost": 0.1,
+    }

@@ -65,7 +65,7 @@ fn facts_sql(llm: &str, error: &str, tool: &str) -> String {
         "SELECT 0, l.ended_at, l.session_id, l.model, l.provider, root.sender_id, root.cron_job_id,
                 l.input_tokens, l.output_tokens, l.cache_read_tokens, l.cache_write_tokens, l.reasoning_tokens,
                 l.cost_usd, l.estimated, l.cost_source = 'unknown', NULL, NULL, NULL, l.aux_task,
-                CASE WHEN l.cost_source = 'provider' THEN COALESCE(l.estimate_usd, l.cost_usd) END, r.started_at
+                CASE WHEN l.cost_source IN ('provider', 'provider_upstream') THEN COALESCE(l.estimate_usd, l.cost_usd) END, r.started_at
            FROM llm_calls l JOIN runs r ON r.session_id = l.session_id
            JOIN runs root ON root.session_id = r.root_session_id
           WHERE {llm}

@@ -274,6 +274,17 @@ pub struct Usage {
     /// (OpenRouter's `usage.cost`); it then wins over the price table.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider_cost_usd: Option<f64>,
+    /// What the provider behind a gateway charged for the call, in USD
+    /// (`usage.cost_details.upstream_inference_cost`: Nous Portal's real
+    /// charge; OpenRouter's on the user's own key). See
+    /// [`crate::pricing::PriceTable::bill`] for which figure wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_upstream_usd: Option<f64>,
+    /// The call ran on the user's own provider key through the gateway
+    /// (OpenRouter's `usage.is_byok`): the gateway's `cost` is its fee, on
+    /// top of the upstream charge.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub provider_byok: bool,
 }
 
 /// `post_api_request`: an LLM API call succeeded.

@@ -69,11 +69,21 @@ pub(crate) const DEFAULT_CACHE_WRITE_FRACTION: f64 = 1.25;
 /// which the store's `llm_calls_held` index selects on).
 pub const HELD: &str = "held";
 
+/// The stored spelling of [`PriceSource::Upstream`]; with `provider`, the
+/// sources whose cost the provider reported (`report`'s provider-billed
+/// table reads both).
+pub const UPSTREAM: &str = "provider_upstream";
+
 /// Where a cost came from. Stored with every cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PriceSource {
     /// The provider's own figure for the call (OpenRouter's `usage.cost`).
     Provider,
+    /// The charge of the provider behind a gateway, as the gateway reported
+    /// it (`usage.cost_details.upstream_inference_cost`), with the
+    /// gateway's fee for a call on the user's own key: see
+    /// [`PriceTable::bill`].
+    Upstream,
     /// The user's pricing file.
     User,
     /// The table built into hermes-meter.
@@ -121,6 +131,49 @@ pub fn usage_beyond_bounds(usage: &Usage) -> bool {
         .chain(usage.prompt_tokens.iter())
         .any(|&n| n > MAX_TOKENS_PER_CALL)
         || usage.provider_cost_usd.is_some_and(|usd| usd > MAX_USD_PER_CALL)
+        || usage.provider_upstream_usd.is_some_and(|usd| usd > MAX_USD_PER_CALL)
+}
+
+/// Which figure a call is billed at when its provider reports one, as
+/// `pricing show` says it ([`provider_bill`] is the rule).
+pub const PROVIDER_FIGURES: &str = "a provider that reports what it billed is recorded at that figure instead: \
+     the upstream provider's charge where a gateway reports one (Nous Portal, OpenRouter's \
+     cost_details.upstream_inference_cost), plus the gateway's fee for a call on your own key \
+     (is_byok), else the larger of it and the gateway's cost; else the gateway's cost \
+     (OpenRouter's usage.cost)";
+
+/// What the provider's own figures say the call cost, if they say:
+///
+/// - an upstream charge on the user's own key (OpenRouter's `is_byok`):
+///   that charge plus the gateway's `cost`, its fee on top;
+/// - an upstream charge otherwise: the larger of it and the gateway's
+///   `cost` (Nous Portal bills the upstream charge, about 5× what its
+///   token prices say, and its `cost` is the smaller figure; a gateway
+///   whose `cost` includes its upstream's is billed that `cost`), so a
+///   budget never counts less than either figure;
+/// - only the gateway's `cost`: that.
+///
+/// `None` when the usage reports no figure: the price table's estimate is
+/// the bill then.
+pub fn provider_bill(usage: &Usage) -> Option<Cost> {
+    match (usage.provider_cost_usd, usage.provider_upstream_usd) {
+        (cost, Some(upstream)) => {
+            let usd = if usage.provider_byok {
+                upstream + cost.unwrap_or(0.0)
+            } else {
+                upstream.max(cost.unwrap_or(0.0))
+            };
+            Some(Cost {
+                usd,
+                source: PriceSource::Upstream,
+            })
+        }
+        (Some(usd), None) => Some(Cost {
+            usd,
+            source: PriceSource::Provider,
+        }),
+        (None, None) => None,
+    }
 }
 
 impl PriceSource {
@@ -128,6 +181,7 @@ impl PriceSource {
     pub fn as_str(self) -> &'static str {
         match self {
             PriceSource::Provider => "provider",
+            PriceSource::Upstream => UPSTREAM,
             PriceSource::User => "user",
             PriceSource::Builtin => "builtin",
             PriceSource::Host => "host",
@@ -512,8 +566,9 @@ impl PriceTable {
         }
     }
 
-    /// What one call is billed: the provider's own figure in `usage` when
-    /// it carries one, else the table's cost; the table's estimate beside.
+    /// What one call is billed: the provider's own figures in `usage` when
+    /// it carries them ([`provider_bill`]), else the table's cost; the
+    /// table's estimate beside.
     /// Usage beyond what any provider bills in one call is held: a cost
     /// of 0 ([`PriceSource::Held`]), the table's estimate still beside it.
     pub fn bill(&self, model: &str, provider: Option<&str>, usage: &Usage) -> Bill {
@@ -525,13 +580,7 @@ impl PriceTable {
             };
             return Bill { cost, estimate };
         }
-        let cost = match usage.provider_cost_usd {
-            Some(usd) => Cost {
-                usd,
-                source: PriceSource::Provider,
-            },
-            None => estimate,
-        };
+        let cost = provider_bill(usage).unwrap_or(estimate);
         Bill { cost, estimate }
     }
 }
@@ -707,6 +756,8 @@ mod tests {
             prompt_tokens: Some(input + read + write),
             total_tokens: Some(input + read + write + output),
             provider_cost_usd: None,
+            provider_upstream_usd: None,
+            provider_byok: false,
         }
     }
 
@@ -828,6 +879,45 @@ mod tests {
         );
         // A scoped entry for another model leaves the built-in price alone.
         assert_eq!(t.lookup("gpt-4o", Some("openrouter")).1, PriceSource::Builtin);
+    }
+
+    #[test]
+    fn an_upstream_charge_is_billed_with_the_gateways_fee_on_a_users_own_key() {
+        let t = table("[models.m]\ninput = 1.0\noutput = 1.0\n");
+        let upstream = |cost: Option<f64>, upstream: f64, byok: bool| {
+            let mut u = usage(1_000_000, 0, 0, 0, 0);
+            u.provider_cost_usd = cost;
+            u.provider_upstream_usd = Some(upstream);
+            u.provider_byok = byok;
+            t.bill("m", None, &u)
+        };
+        let at = |usd: f64| Cost {
+            usd,
+            source: PriceSource::Upstream,
+        };
+        // OpenRouter's own example of a call on the user's key: a fee of
+        // 0.95 on an upstream charge of 19; the bill is both.
+        assert_eq!(upstream(Some(0.95), 19.0, true).cost, at(19.95));
+        // Nous Portal: the upstream charge, about 5x the token price, is
+        // what the wallet pays; a smaller `cost` beside it does not lower it.
+        assert_eq!(upstream(Some(0.2), 1.0, false).cost, at(1.0));
+        assert_eq!(upstream(None, 1.0, false).cost, at(1.0));
+        // A gateway whose cost includes its upstream's: the larger figure.
+        assert_eq!(upstream(Some(1.5), 1.0, false).cost, at(1.5));
+        // A key of the user's own with no fee reported: the upstream charge.
+        assert_eq!(upstream(None, 0.4, true).cost, at(0.4));
+        // The table's estimate stays beside it whichever wins.
+        assert_eq!(
+            upstream(Some(0.95), 19.0, true).estimate,
+            Cost {
+                usd: 1.0,
+                source: PriceSource::User
+            }
+        );
+        assert_eq!(PriceSource::Upstream.as_str(), UPSTREAM);
+        // A bogus upstream figure is held like a bogus cost.
+        let held = upstream(None, MAX_USD_PER_CALL * 10.0, false);
+        assert_eq!((held.cost.usd, held.cost.source), (0.0, PriceSource::Held));
     }
 
     #[test]

@@ -426,7 +426,8 @@ pub fn attempt_span(at: &AttemptRow, run: &RunRow, ancestry: &Ancestry, opts: Sp
                     a.double(attr::HERMES_USAGE_COST_USD, cost);
                     a.double(attr::GEN_AI_USAGE_COST_AMOUNT, cost);
                     a.str(attr::GEN_AI_USAGE_COST_CURRENCY, "USD");
-                    let received = source == crate::pricing::PriceSource::Provider.as_str();
+                    let received =
+                        source == crate::pricing::PriceSource::Provider.as_str() || source == crate::pricing::UPSTREAM;
                     a.str(
                         attr::GEN_AI_USAGE_COST_SOURCE,
                         if received { "provider" } else { "local" },

@@ -152,6 +152,28 @@ fn newer_hermes_kwargs_decode_the_provider_cost_and_child_outcome() {
         panic!("an LLM call")
     };
     assert_eq!(e.usage.and_then(|u| u.provider_cost_usd), Some(0.0139));
+    assert_eq!(
+        e.usage.map(|u| (u.provider_upstream_usd, u.provider_byok)),
+        Some((None, false))
+    );
+    // The upstream charge and the own-key flag the plugin adds beside it.
+    let mut upstream = map.clone();
+    upstream.insert(
+        "usage".into(),
+        serde_json::json!({"input_tokens": 2048, "output_tokens": 512, "cost": 0.95, "upstream_cost": 19, "byok": true}),
+    );
+    let Decoded::Event(event, problems) = decode("post_api_request", &upstream, 1.0, DecodeOptions::default()) else {
+        panic!("decodes");
+    };
+    assert!(problems.is_empty(), "{problems:?}");
+    let Hook::PostApiRequest(e) = &event.hook else {
+        panic!("an LLM call")
+    };
+    let u = e.usage.expect("usage");
+    assert_eq!(
+        (u.provider_cost_usd, u.provider_upstream_usd, u.provider_byok),
+        (Some(0.95), Some(19.0), true)
+    );
     // A cost that is not an amount is dropped and reported, the call kept.
     for bad in [
         serde_json::json!(-1.0),

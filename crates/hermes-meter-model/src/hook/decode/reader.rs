@@ -541,6 +541,8 @@ impl<'a> Reader<'a> {
             prompt_tokens: inner.count("prompt_tokens"),
             total_tokens: inner.count("total_tokens"),
             provider_cost_usd: inner.amount("cost"),
+            provider_upstream_usd: inner.amount("upstream_cost"),
+            provider_byok: inner.bool("byok").unwrap_or(false),
         };
         for p in inner.problems {
             self.problem(&format!("usage.{}", p.key), p.what);
