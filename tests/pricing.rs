@@ -157,6 +157,44 @@ fn update_from_a_file_shows_a_diff_and_keeps_the_users_entries() {
 }
 
 #[test]
+fn update_imports_openrouters_long_context_overrides_and_says_what_it_cannot() {
+    // OpenRouter's model list, its long-context override beside the base
+    // prices (#109976), and an override on something else than the prompt.
+    let home = tempfile::tempdir().expect("temp dir");
+    let list = home.path().join("models.json");
+    std::fs::write(
+        &list,
+        r#"{"data": [{"id": "openai/gpt-5.5", "pricing": {"prompt": "0.000005", "completion": "0.00003",
+            "input_cache_read": "0.0000005", "overrides": [
+              {"min_prompt_tokens": 272000, "prompt": "0.00001", "completion": "0.000045", "input_cache_read": "0.000001"},
+              {"time_of_day": "off-peak", "prompt": "0.0000025"}]}}]}"#,
+    )
+    .expect("write list");
+    let o = run(
+        home.path(),
+        &["pricing", "update", "--from", list.to_str().expect("utf-8 path")],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let text = out(&o);
+    assert!(text.contains("1 added") && text.contains("0 left out"), "{text}");
+    assert!(
+        text.contains("openai/gpt-5.5: an override on time_of_day is not a context tier"),
+        "{text}"
+    );
+    let s = show(home.path(), "openai/gpt-5.5", Some("openrouter"));
+    assert_eq!(s["above_tokens"].as_i64(), Some(271_999), "{s}");
+    assert_eq!(
+        (
+            s["above"]["input"].as_f64(),
+            s["above"]["output"].as_f64(),
+            s["above"]["cache_read"].as_f64()
+        ),
+        (Some(10.0), Some(45.0), Some(1.0)),
+        "{s}"
+    );
+}
+
+#[test]
 fn update_from_a_url_reads_the_list_over_http() {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
     let url = format!("http://{}/api/v1/models", listener.local_addr().expect("addr"));

@@ -260,6 +260,17 @@ fn update(path: &Path, from: &str, prefixes: &[String], provider: Option<&str>, 
         list.format.name(),
         list.skipped.len()
     );
+    for (id, what) in list
+        .notes
+        .iter()
+        .filter(|(id, _)| entries.iter().any(|e| e.model == *id))
+    {
+        println!(
+            "  {}: {}",
+            hermes_meter_model::display::escape(id),
+            hermes_meter_model::display::escape(what)
+        );
+    }
     if dry_run {
         println!("dry run: nothing written");
     } else if new != old {

@@ -4,9 +4,13 @@
 //! Two public formats are read:
 //! - OpenRouter's model list (`GET https://openrouter.ai/api/v1/models`):
 //!   `{"data": [{"id", "pricing": {"prompt", "completion",
-//!   "input_cache_read", "input_cache_write", "internal_reasoning"}}]}`,
-//!   USD per token as decimal strings. These are OpenRouter's prices, so
-//!   the entries are scoped to the provider `openrouter`.
+//!   "input_cache_read", "input_cache_write", "internal_reasoning",
+//!   "overrides"}}]}`, USD per token as decimal strings. These are
+//!   OpenRouter's prices, so the entries are scoped to the provider
+//!   `openrouter`. An override with `min_prompt_tokens` is a context tier:
+//!   the whole request at its rates once the prompt reaches that many
+//!   tokens (a rate it leaves out keeps the base one); the lowest one is
+//!   imported, and why any other override is not is in the list's notes.
 //! - LiteLLM's `model_prices_and_context_window.json`: `{"<id>":
 //!   {"litellm_provider", "mode", "input_cost_per_token", ...}}`, USD per
 //!   token as numbers, with context tiers as
@@ -55,6 +59,8 @@ pub struct PriceList {
     pub entries: Vec<Imported>,
     /// `(id, reason)` of the models left out.
     pub skipped: Vec<(String, String)>,
+    /// `(id, what)`: what of an imported model's price was not imported.
+    pub notes: Vec<(String, String)>,
 }
 
 /// Reads an OpenRouter or LiteLLM price list, whichever `text` is.
@@ -97,6 +103,7 @@ fn per_million(value: Option<&Value>) -> Option<f64> {
 fn openrouter(models: &[Value]) -> PriceList {
     let mut entries = Vec::new();
     let mut skipped = Vec::new();
+    let mut notes = Vec::new();
     for m in models {
         let Some(id) = m.get("id").and_then(Value::as_str).filter(|id| !id.trim().is_empty()) else {
             continue;
@@ -109,23 +116,109 @@ fn openrouter(models: &[Value]) -> PriceList {
             continue;
         };
         let reasoning = rate("internal_reasoning").filter(|r| *r > 0.0 && *r != output);
+        let mut price = ModelPrice {
+            cache_read: rate("input_cache_read"),
+            cache_write: rate("input_cache_write"),
+            reasoning,
+            ..ModelPrice::flat(input, output)
+        };
+        let overrides = pricing
+            .and_then(|p| p.get("overrides"))
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let (tier, not_imported) = openrouter_tier(overrides);
+        if let Some((at_least, tier)) = tier {
+            // Ours is "a prompt over above_tokens"; theirs "at least".
+            price.above_tokens = Some(at_least - 1);
+            price.above = Some(tier);
+        }
+        for why in not_imported {
+            notes.push((id.to_string(), why));
+        }
         entries.push(Imported {
             provider: Some("openrouter".into()),
             model: id.to_string(),
-            price: ModelPrice {
-                cache_read: rate("input_cache_read"),
-                cache_write: rate("input_cache_write"),
-                reasoning,
-                ..ModelPrice::flat(input, output)
-            },
+            price,
         });
     }
     PriceList {
         format: Format::OpenRouter,
         entries,
         skipped,
+        notes,
     }
 }
+
+/// The context tier among an OpenRouter model's `pricing.overrides`: the
+/// override with the lowest `min_prompt_tokens` and a rate of its own, as
+/// `(min_prompt_tokens, rates)`; and why each other override is not
+/// imported (another prompt floor above it, or a condition other than the
+/// prompt's size, which a pricing file cannot express).
+fn openrouter_tier(overrides: &[Value]) -> (Option<(i64, TierPrice)>, Vec<String>) {
+    let mut tiers: Vec<(i64, TierPrice)> = Vec::new();
+    let mut not_imported = Vec::new();
+    for o in overrides {
+        let floor = match o.get("min_prompt_tokens") {
+            Some(Value::Number(n)) => n.as_i64(),
+            Some(Value::String(s)) => s.trim().parse::<i64>().ok(),
+            _ => None,
+        };
+        let conditions: Vec<&str> = o
+            .as_object()
+            .map(|m| {
+                m.keys()
+                    .map(String::as_str)
+                    .filter(|k| !RATE_KEYS.contains(k) && *k != "min_prompt_tokens")
+                    .collect()
+            })
+            .unwrap_or_default();
+        let rate = |key: &str| per_million(o.get(key));
+        let tier = TierPrice {
+            input: rate("prompt"),
+            output: rate("completion"),
+            cache_read: rate("input_cache_read"),
+            cache_write: rate("input_cache_write"),
+            reasoning: rate("internal_reasoning"),
+        };
+        match floor {
+            Some(n) if n > 0 && conditions.is_empty() && tier != TierPrice::default() => tiers.push((n, tier)),
+            Some(n) if n > 0 && conditions.is_empty() => {
+                not_imported.push(format!("an override from {n} prompt tokens with no rate read"))
+            }
+            _ => not_imported.push(format!(
+                "an override on {} is not a context tier; only the base price is imported for it",
+                if conditions.is_empty() {
+                    "no prompt size".to_string()
+                } else {
+                    conditions.join(", ")
+                }
+            )),
+        }
+    }
+    tiers.sort_by_key(|(n, _)| *n);
+    let mut tiers = tiers.into_iter();
+    let lowest = tiers.next();
+    for (n, _) in tiers {
+        not_imported.push(format!(
+            "its tier from {n} prompt tokens is not imported: a pricing file holds one tier, the lowest"
+        ));
+    }
+    (lowest, not_imported)
+}
+
+/// The rates an OpenRouter price (or override) may carry.
+const RATE_KEYS: &[&str] = &[
+    "prompt",
+    "completion",
+    "input_cache_read",
+    "input_cache_write",
+    "internal_reasoning",
+    "request",
+    "image",
+    "web_search",
+    "audio",
+];
 
 /// LiteLLM modes whose models bill chat tokens; embeddings, images, audio
 /// and the like are priced per other units.
@@ -187,6 +280,7 @@ fn litellm(map: &serde_json::Map<String, Value>) -> PriceList {
         format: Format::LiteLlm,
         entries,
         skipped,
+        notes: Vec::new(),
     }
 }
 
@@ -358,6 +452,79 @@ mod tests {
                 "no fixed prompt and completion price".into()
             )]
         );
+    }
+
+    /// OpenRouter's model list with its long-context overrides (#109976):
+    /// at 272k prompt tokens and above, prompt and cache reads x2 and
+    /// completion x1.5, the rest at the base rate; an override on another
+    /// condition and a second floor beside.
+    const OPENROUTER_OVERRIDES: &str = r#"{"data": [
+        {"id": "openai/gpt-5.5", "context_length": 1050000, "pricing": {
+         "prompt": "0.000005", "completion": "0.00003", "input_cache_read": "0.0000005",
+         "input_cache_write": "0.00000625", "request": "0", "image": "0",
+         "overrides": [{"min_prompt_tokens": 272000, "prompt": "0.00001", "completion": "0.000045",
+                        "input_cache_read": "0.000001"}]}},
+        {"id": "vendor/two-floors", "pricing": {"prompt": "0.000001", "completion": "0.000002",
+         "overrides": [{"min_prompt_tokens": "1000000", "prompt": "0.000004"},
+                       {"min_prompt_tokens": 128000, "prompt": "0.000002"},
+                       {"time_of_day": "off-peak", "prompt": "0.0000005"}]}}
+    ]}"#;
+
+    #[test]
+    fn openrouter_override_tiers_become_context_tiers_at_the_same_threshold() {
+        let list = parse(OPENROUTER_OVERRIDES).expect("parses");
+        let gpt = list
+            .entries
+            .iter()
+            .find(|e| e.model == "openai/gpt-5.5")
+            .expect("gpt-5.5");
+        assert_eq!(gpt.price.above_tokens, Some(271_999));
+        let tier = gpt.price.above.expect("tier");
+        assert_eq!(
+            (tier.input, tier.output, tier.cache_read, tier.cache_write),
+            (Some(10.0), Some(45.0), Some(1.0), None)
+        );
+        // Billed as OpenRouter bills: the whole request at the tier from
+        // 272,000 prompt tokens on; the cache write keeps its base rate.
+        let mut doc = DocumentMut::new();
+        merge(&mut doc, &list.entries);
+        let mut table = PriceTable::default();
+        table
+            .add_user_prices(&doc.to_string(), std::path::Path::new("pricing.toml"))
+            .expect("reads back");
+        let cost = |prompt: i64| {
+            let usage = crate::hook::Usage {
+                input_tokens: prompt - 1000,
+                cache_write_tokens: 1000,
+                output_tokens: 1_000_000,
+                ..Default::default()
+            };
+            table.cost("openai/gpt-5.5", Some("openrouter"), &usage).usd
+        };
+        let at = |input: f64, write: f64, output: f64, prompt: i64| {
+            ((prompt - 1000) as f64 * input + 1000.0 * write + 1e6 * output) / 1e6
+        };
+        assert!((cost(271_999) - at(5.0, 6.25, 30.0, 271_999)).abs() < 1e-9);
+        assert!((cost(272_000) - at(10.0, 6.25, 45.0, 272_000)).abs() < 1e-9);
+        // The lowest floor is the tier; the higher one and the override on
+        // another condition are said, not dropped silently.
+        let two = list
+            .entries
+            .iter()
+            .find(|e| e.model == "vendor/two-floors")
+            .expect("entry");
+        assert_eq!(two.price.above_tokens, Some(127_999));
+        assert_eq!(two.price.above.and_then(|t| t.input), Some(2.0));
+        let said: Vec<&str> = list
+            .notes
+            .iter()
+            .filter(|(id, _)| id == "vendor/two-floors")
+            .map(|(_, why)| why.as_str())
+            .collect();
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert!(said.iter().any(|w| w.contains("time_of_day")), "{said:?}");
+        assert!(said.iter().any(|w| w.contains("1000000")), "{said:?}");
+        assert!(list.skipped.is_empty() && !list.notes.iter().any(|(id, _)| id == "openai/gpt-5.5"));
     }
 
     #[test]
