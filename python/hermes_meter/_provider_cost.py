@@ -10,7 +10,9 @@ drops everything but the token counts when it builds the ``usage`` of
 :func:`wrap_main` wraps that method, in this process only: Hermes's summary is
 built first and unchanged, then the provider's figures are added (``cost``,
 ``upstream_cost``, ``byok``) when the raw usage carries finite,
-non-negative numbers. The ledger then bills the call from them (source
+non-negative numbers, and Anthropic's one-hour cache writes
+(``cache_write_1h_tokens``, from ``usage.cache_creation``) where it says
+them. The ledger then bills the call from them (source
 ``provider`` or ``provider_upstream``; the rule is the model's
 ``PriceTable::bill``) with our estimate beside it. Nothing else in Hermes
 reads the keys.
@@ -69,6 +71,7 @@ def _add_cost(summary: Any, response: Any) -> Any:
                 ("cost", reported_cost(usage)),
                 ("upstream_cost", reported_upstream_cost(usage)),
                 ("byok", True if _field(usage, "is_byok") is True else None),
+                ("cache_write_1h_tokens", reported_cache_write_1h(usage)),
             )
             for key, value in figures:
                 if value is not None and key not in summary:
@@ -90,6 +93,16 @@ def _field(obj: Any, name: str) -> Any:
     if value is None:
         extra = getattr(obj, "model_extra", None)
         value = extra.get(name) if isinstance(extra, dict) else None
+    return value
+
+
+def reported_cache_write_1h(usage: Any) -> int | None:
+    """Of the call's cache writes, those kept an hour, where the provider
+    says (Anthropic's ``usage.cache_creation.ephemeral_1h_input_tokens``):
+    they bill at the one-hour rate, 2x input rather than 1.25x."""
+    value = _field(_field(usage, "cache_creation"), "ephemeral_1h_input_tokens")
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return None
     return value
 
 

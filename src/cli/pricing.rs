@@ -105,6 +105,7 @@ struct Shown<'a> {
     output: Option<f64>,
     cache_read: Option<f64>,
     cache_write: Option<f64>,
+    cache_write_1h: Option<f64>,
     reasoning: Option<f64>,
     above_tokens: Option<i64>,
     above: Option<Rates>,
@@ -137,6 +138,7 @@ fn show(table: &PriceTable, path: &Path, model: &str, provider: Option<&str>, js
         output: rates.map(|r| r.output),
         cache_read: rates.and_then(|r| r.cache_read),
         cache_write: rates.and_then(|r| r.cache_write),
+        cache_write_1h: rates.and_then(|r| r.cache_write_1h),
         reasoning: m.price.and_then(|p| p.reasoning),
         above_tokens: tier.map(|t| t.0),
         above: tier.map(|(_, p)| Rates {
@@ -189,7 +191,16 @@ fn render_show(s: &Shown<'_>, m: &Match) -> String {
             let _ = writeln!(out, "  cache read   ${r} per million tokens");
         }
         if let Some(w) = s.cache_write {
-            let _ = writeln!(out, "  cache write  ${w} per million tokens");
+            let _ = writeln!(
+                out,
+                "  cache write  ${w} per million tokens (five-minute, and any whose lifetime the provider does not say)"
+            );
+        }
+        if let Some(w) = s.cache_write_1h {
+            let _ = writeln!(
+                out,
+                "  cache write  ${w} per million tokens, one-hour (where the provider says, as Anthropic does)"
+            );
         }
         match s.reasoning {
             Some(r) => {

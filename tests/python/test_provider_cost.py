@@ -129,3 +129,42 @@ def test_the_upstream_charge_and_own_key_flag_are_passed_on_beside_the_cost() ->
         "input_tokens": 10,
         "cost": 0.1,
     }
+
+
+# Anthropic's Messages API usage of a call that wrote its prompt to the
+# one-hour cache, as its prompt-caching documentation shows it.
+ANTHROPIC_1H_USAGE = {
+    "input_tokens": 2095,
+    "cache_creation_input_tokens": 2051,
+    "cache_read_input_tokens": 0,
+    "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 2051},
+    "output_tokens": 503,
+}
+
+
+def test_one_hour_cache_writes_are_passed_on_where_the_provider_says_them() -> None:
+    class AIAgent:
+        def _usage_summary_for_api_request_hook(self, response):
+            return {"cache_write_tokens": 2051}
+
+    assert _provider_cost.wrap_main(AIAgent)
+    agent = AIAgent()
+    # As a dict, and as the SDK's object whose `cache_creation` is an object.
+    assert agent._usage_summary_for_api_request_hook(types.SimpleNamespace(usage=ANTHROPIC_1H_USAGE)) == {
+        "cache_write_tokens": 2051,
+        "cache_write_1h_tokens": 2051,
+    }
+    sdk = types.SimpleNamespace(
+        input_tokens=2095,
+        cache_creation=types.SimpleNamespace(ephemeral_5m_input_tokens=51, ephemeral_1h_input_tokens=2000),
+    )
+    assert _provider_cost.reported_cache_write_1h(sdk) == 2000
+    # Five-minute writes only, no split, or nonsense: nothing is added.
+    for usage in (
+        {"cache_creation": {"ephemeral_5m_input_tokens": 2051, "ephemeral_1h_input_tokens": 0}},
+        {"cache_creation_input_tokens": 2051},
+        {"cache_creation": {"ephemeral_1h_input_tokens": -5}},
+        {"cache_creation": {"ephemeral_1h_input_tokens": "2051"}},
+        {"cache_creation": {"ephemeral_1h_input_tokens": True}},
+    ):
+        assert _provider_cost.reported_cache_write_1h(usage) is None, usage

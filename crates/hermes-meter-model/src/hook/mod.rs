@@ -258,6 +258,10 @@ impl PreApiRequest {
     }
 }
 
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
 /// Token usage as Hermes reports it. `input_tokens` excludes cache reads
 /// and writes; `prompt_tokens` and `total_tokens` are kept for the journal
 /// but never added into anything.
@@ -267,6 +271,11 @@ pub struct Usage {
     pub output_tokens: i64,
     pub cache_read_tokens: i64,
     pub cache_write_tokens: i64,
+    /// Of `cache_write_tokens`, those the provider says it keeps an hour
+    /// (Anthropic's `cache_creation.ephemeral_1h_input_tokens`; the plugin
+    /// adds it beside Hermes's usage): billed at the one-hour rate.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_1h_tokens: i64,
     pub reasoning_tokens: i64,
     pub prompt_tokens: Option<i64>,
     pub total_tokens: Option<i64>,

@@ -119,6 +119,7 @@ fn openrouter(models: &[Value]) -> PriceList {
         let mut price = ModelPrice {
             cache_read: rate("input_cache_read"),
             cache_write: rate("input_cache_write"),
+            cache_write_1h: rate("input_cache_write_1h"),
             reasoning,
             ..ModelPrice::flat(input, output)
         };
@@ -179,6 +180,7 @@ fn openrouter_tier(overrides: &[Value]) -> (Option<(i64, TierPrice)>, Vec<String
             output: rate("completion"),
             cache_read: rate("input_cache_read"),
             cache_write: rate("input_cache_write"),
+            cache_write_1h: rate("input_cache_write_1h"),
             reasoning: rate("internal_reasoning"),
         };
         match floor {
@@ -213,6 +215,7 @@ const RATE_KEYS: &[&str] = &[
     "completion",
     "input_cache_read",
     "input_cache_write",
+    "input_cache_write_1h",
     "internal_reasoning",
     "request",
     "image",
@@ -253,6 +256,7 @@ fn litellm(map: &serde_json::Map<String, Value>) -> PriceList {
         let mut price = ModelPrice {
             cache_read: rate("cache_read_input_token_cost"),
             cache_write: rate("cache_creation_input_token_cost"),
+            cache_write_1h: rate("cache_creation_input_token_cost_above_1hr"),
             reasoning: rate("output_cost_per_reasoning_token").filter(|r| *r != output),
             ..ModelPrice::flat(input, output)
         };
@@ -263,6 +267,7 @@ fn litellm(map: &serde_json::Map<String, Value>) -> PriceList {
                 output: rate(&format!("output_cost_per_token{suffix}")),
                 cache_read: rate(&format!("cache_read_input_token_cost{suffix}")),
                 cache_write: rate(&format!("cache_creation_input_token_cost{suffix}")),
+                cache_write_1h: None,
                 reasoning: None,
             };
             if tier != TierPrice::default() {
@@ -359,6 +364,7 @@ fn price_table(p: &ModelPrice) -> Table {
     for (key, rate) in [
         ("cache_read", p.cache_read),
         ("cache_write", p.cache_write),
+        ("cache_write_1h", p.cache_write_1h),
         ("reasoning", p.reasoning),
     ] {
         if let Some(r) = rate {
@@ -373,6 +379,7 @@ fn price_table(p: &ModelPrice) -> Table {
             ("output", tier.output),
             ("cache_read", tier.cache_read),
             ("cache_write", tier.cache_write),
+            ("cache_write_1h", tier.cache_write_1h),
             ("reasoning", tier.reasoning),
         ] {
             if let Some(r) = rate {

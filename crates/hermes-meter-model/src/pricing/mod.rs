@@ -64,6 +64,9 @@ pub(crate) const DEFAULT_CACHE_READ_FRACTION: f64 = 0.1;
 /// Default price of a cache write, as a fraction of the input price, when a
 /// model gives none (Anthropic's five-minute cache charges 1.25×).
 pub(crate) const DEFAULT_CACHE_WRITE_FRACTION: f64 = 1.25;
+/// Default price of a one-hour cache write, as a fraction of the input
+/// price, when a model gives none (Anthropic's one-hour cache charges 2×).
+pub(crate) const DEFAULT_CACHE_WRITE_1H_FRACTION: f64 = 2.0;
 
 /// The stored spelling of [`PriceSource::Held`] (`llm_calls.cost_source`,
 /// which the store's `llm_calls_held` index selects on).
@@ -199,7 +202,12 @@ pub struct ModelPrice {
     pub input: f64,
     pub output: f64,
     pub cache_read: Option<f64>,
+    /// A cache write with the five-minute lifetime, and any write whose
+    /// lifetime the provider does not say.
     pub cache_write: Option<f64>,
+    /// A cache write with the one-hour lifetime, where the provider says
+    /// which it billed (Anthropic's `cache_creation.ephemeral_1h_input_tokens`).
+    pub cache_write_1h: Option<f64>,
     /// Only for models that price reasoning apart from other output.
     pub reasoning: Option<f64>,
     /// The prompt size above which [`ModelPrice::above`] applies.
@@ -216,6 +224,7 @@ impl ModelPrice {
             output,
             cache_read: None,
             cache_write: None,
+            cache_write_1h: None,
             reasoning: None,
             above_tokens: None,
             above: None,
@@ -228,7 +237,7 @@ impl ModelPrice {
         [self.input, self.output]
             .into_iter()
             .chain(
-                [self.cache_read, self.cache_write, self.reasoning]
+                [self.cache_read, self.cache_write, self.cache_write_1h, self.reasoning]
                     .into_iter()
                     .flatten(),
             )
@@ -238,6 +247,7 @@ impl ModelPrice {
                     tier.output,
                     tier.cache_read,
                     tier.cache_write,
+                    tier.cache_write_1h,
                     tier.reasoning,
                 ]
                 .into_iter()
@@ -253,6 +263,7 @@ impl ModelPrice {
                 output: t.output.unwrap_or(self.output),
                 cache_read: t.cache_read.or(self.cache_read),
                 cache_write: t.cache_write.or(self.cache_write),
+                cache_write_1h: t.cache_write_1h.or(self.cache_write_1h),
                 reasoning: t.reasoning.or(self.reasoning),
                 above_tokens: None,
                 above: None,
@@ -270,6 +281,8 @@ pub struct TierPrice {
     pub output: Option<f64>,
     pub cache_read: Option<f64>,
     pub cache_write: Option<f64>,
+    #[serde(default)]
+    pub cache_write_1h: Option<f64>,
     pub reasoning: Option<f64>,
 }
 
@@ -325,6 +338,8 @@ struct Defaults {
     cache_read_fraction: f64,
     #[serde(default = "default_write")]
     cache_write_fraction: f64,
+    #[serde(default = "default_write_1h")]
+    cache_write_1h_fraction: f64,
 }
 
 fn default_read() -> f64 {
@@ -333,12 +348,16 @@ fn default_read() -> f64 {
 fn default_write() -> f64 {
     DEFAULT_CACHE_WRITE_FRACTION
 }
+fn default_write_1h() -> f64 {
+    DEFAULT_CACHE_WRITE_1H_FRACTION
+}
 
 impl Default for Defaults {
     fn default() -> Self {
         Defaults {
             cache_read_fraction: DEFAULT_CACHE_READ_FRACTION,
             cache_write_fraction: DEFAULT_CACHE_WRITE_FRACTION,
+            cache_write_1h_fraction: DEFAULT_CACHE_WRITE_1H_FRACTION,
         }
     }
 }
@@ -518,6 +537,11 @@ impl PriceTable {
             .saturating_add(usage.cache_write_tokens);
         let p = self.resolved(&p.for_prompt(prompt));
         let (cache_read, cache_write) = (p.cache_read.unwrap_or(0.0), p.cache_write.unwrap_or(0.0));
+        // Writes the provider said it kept an hour, at that rate; the rest
+        // (five-minute writes, and writes whose lifetime it did not say)
+        // at the five-minute rate.
+        let write_1h = usage.cache_write_1h_tokens.clamp(0, usage.cache_write_tokens);
+        let write_5m = usage.cache_write_tokens - write_1h;
         let reasoning = usage.reasoning_tokens.min(usage.output_tokens) as f64;
         let (plain_output, reasoning_cost) = match p.reasoning {
             Some(r) => (usage.output_tokens as f64 - reasoning, reasoning * r),
@@ -527,7 +551,8 @@ impl PriceTable {
             + plain_output * p.output
             + reasoning_cost
             + usage.cache_read_tokens as f64 * cache_read
-            + usage.cache_write_tokens as f64 * cache_write;
+            + write_5m as f64 * cache_write
+            + write_1h as f64 * p.cache_write_1h.unwrap_or(cache_write);
         Cost {
             usd: (per_million / 1_000_000.0).max(0.0),
             source,
@@ -561,6 +586,11 @@ impl PriceTable {
                 price
                     .cache_write
                     .unwrap_or(price.input * self.defaults.cache_write_fraction),
+            ),
+            cache_write_1h: Some(
+                price
+                    .cache_write_1h
+                    .unwrap_or(price.input * self.defaults.cache_write_1h_fraction),
             ),
             ..*price
         }
@@ -752,6 +782,7 @@ mod tests {
             output_tokens: output,
             cache_read_tokens: read,
             cache_write_tokens: write,
+            cache_write_1h_tokens: 0,
             reasoning_tokens: reasoning,
             prompt_tokens: Some(input + read + write),
             total_tokens: Some(input + read + write + output),
@@ -879,6 +910,29 @@ mod tests {
         );
         // A scoped entry for another model leaves the built-in price alone.
         assert_eq!(t.lookup("gpt-4o", Some("openrouter")).1, PriceSource::Builtin);
+    }
+
+    #[test]
+    fn one_hour_cache_writes_bill_at_their_own_rate_and_unsaid_ones_at_five_minutes() {
+        // Claude's list price: input $3, a five-minute write $3.75 (1.25x),
+        // a one-hour write $6 (2x) by default or as the entry says.
+        let t = table("[models.claude]\ninput = 3.0\noutput = 15.0\ncache_write = 3.75\n");
+        let mut u = usage(0, 0, 0, 1_000_000, 0);
+        assert!(
+            (t.cost("claude", None, &u).usd - 3.75).abs() < 1e-12,
+            "no lifetime said: five minutes"
+        );
+        u.cache_write_1h_tokens = 400_000;
+        let want = (600_000.0 * 3.75 + 400_000.0 * 6.0) / 1e6;
+        assert!((t.cost("claude", None, &u).usd - want).abs() < 1e-12);
+        // More one-hour tokens than writes (a bogus split) bills the writes once.
+        u.cache_write_1h_tokens = 5_000_000;
+        assert!((t.cost("claude", None, &u).usd - 6.0).abs() < 1e-12);
+        let own = table("[models.claude]\ninput = 3.0\noutput = 15.0\ncache_write_1h = 5.0\n");
+        assert!((own.cost("claude", None, &u).usd - 5.0).abs() < 1e-12);
+        let fraction =
+            table("[defaults]\ncache_write_1h_fraction = 3.0\n[models.claude]\ninput = 3.0\noutput = 15.0\n");
+        assert!((fraction.cost("claude", None, &u).usd - 9.0).abs() < 1e-12);
     }
 
     #[test]

@@ -174,6 +174,23 @@ fn newer_hermes_kwargs_decode_the_provider_cost_and_child_outcome() {
         (u.provider_cost_usd, u.provider_upstream_usd, u.provider_byok),
         (Some(0.95), Some(19.0), true)
     );
+    assert_eq!(u.cache_write_1h_tokens, 0);
+    let mut one_hour = map.clone();
+    one_hour.insert(
+        "usage".into(),
+        serde_json::json!({"input_tokens": 2095, "cache_write_tokens": 2051, "cache_write_1h_tokens": 2051}),
+    );
+    let Decoded::Event(event, problems) = decode("post_api_request", &one_hour, 1.0, DecodeOptions::default()) else {
+        panic!("decodes");
+    };
+    assert!(problems.is_empty(), "{problems:?}");
+    let Hook::PostApiRequest(e) = &event.hook else {
+        panic!("an LLM call")
+    };
+    assert_eq!(
+        e.usage.map(|u| (u.cache_write_tokens, u.cache_write_1h_tokens)),
+        Some((2051, 2051))
+    );
     // A cost that is not an amount is dropped and reported, the call kept.
     for bad in [
         serde_json::json!(-1.0),

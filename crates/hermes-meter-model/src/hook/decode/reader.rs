@@ -537,6 +537,7 @@ impl<'a> Reader<'a> {
             output_tokens: inner.count("output_tokens").unwrap_or(0),
             cache_read_tokens: inner.count("cache_read_tokens").unwrap_or(0),
             cache_write_tokens: inner.count("cache_write_tokens").unwrap_or(0),
+            cache_write_1h_tokens: inner.count("cache_write_1h_tokens").unwrap_or(0),
             reasoning_tokens: inner.count("reasoning_tokens").unwrap_or(0),
             prompt_tokens: inner.count("prompt_tokens"),
             total_tokens: inner.count("total_tokens"),
