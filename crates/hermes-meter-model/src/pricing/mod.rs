@@ -48,7 +48,12 @@
 //! A cost the provider reported itself (OpenRouter's `usage.cost`) wins over
 //! any table: see [`PriceTable::bill`].
 
+mod defaults;
 pub mod import;
+mod provider;
+
+use defaults::Defaults;
+pub use provider::{provider_bill, PROVIDER_FIGURES};
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -135,48 +140,6 @@ pub fn usage_beyond_bounds(usage: &Usage) -> bool {
         .any(|&n| n > MAX_TOKENS_PER_CALL)
         || usage.provider_cost_usd.is_some_and(|usd| usd > MAX_USD_PER_CALL)
         || usage.provider_upstream_usd.is_some_and(|usd| usd > MAX_USD_PER_CALL)
-}
-
-/// Which figure a call is billed at when its provider reports one, as
-/// `pricing show` says it ([`provider_bill`] is the rule).
-pub const PROVIDER_FIGURES: &str = "a provider that reports what it billed is recorded at that figure instead: \
-     the upstream provider's charge where a gateway reports one (Nous Portal, OpenRouter's \
-     cost_details.upstream_inference_cost), plus the gateway's fee for a call on your own key \
-     (is_byok), else the larger of it and the gateway's cost; else the gateway's cost \
-     (OpenRouter's usage.cost)";
-
-/// What the provider's own figures say the call cost, if they say:
-///
-/// - an upstream charge on the user's own key (OpenRouter's `is_byok`):
-///   that charge plus the gateway's `cost`, its fee on top;
-/// - an upstream charge otherwise: the larger of it and the gateway's
-///   `cost` (Nous Portal bills the upstream charge, about 5× what its
-///   token prices say, and its `cost` is the smaller figure; a gateway
-///   whose `cost` includes its upstream's is billed that `cost`), so a
-///   budget never counts less than either figure;
-/// - only the gateway's `cost`: that.
-///
-/// `None` when the usage reports no figure: the price table's estimate is
-/// the bill then.
-pub fn provider_bill(usage: &Usage) -> Option<Cost> {
-    match (usage.provider_cost_usd, usage.provider_upstream_usd) {
-        (cost, Some(upstream)) => {
-            let usd = if usage.provider_byok {
-                upstream + cost.unwrap_or(0.0)
-            } else {
-                upstream.max(cost.unwrap_or(0.0))
-            };
-            Some(Cost {
-                usd,
-                source: PriceSource::Upstream,
-            })
-        }
-        (Some(usd), None) => Some(Cost {
-            usd,
-            source: PriceSource::Provider,
-        }),
-        (None, None) => None,
-    }
 }
 
 impl PriceSource {
@@ -329,37 +292,6 @@ struct PricingFile {
 struct ProviderPrices {
     #[serde(default)]
     models: BTreeMap<String, ModelPrice>,
-}
-
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Defaults {
-    #[serde(default = "default_read")]
-    cache_read_fraction: f64,
-    #[serde(default = "default_write")]
-    cache_write_fraction: f64,
-    #[serde(default = "default_write_1h")]
-    cache_write_1h_fraction: f64,
-}
-
-fn default_read() -> f64 {
-    DEFAULT_CACHE_READ_FRACTION
-}
-fn default_write() -> f64 {
-    DEFAULT_CACHE_WRITE_FRACTION
-}
-fn default_write_1h() -> f64 {
-    DEFAULT_CACHE_WRITE_1H_FRACTION
-}
-
-impl Default for Defaults {
-    fn default() -> Self {
-        Defaults {
-            cache_read_fraction: DEFAULT_CACHE_READ_FRACTION,
-            cache_write_fraction: DEFAULT_CACHE_WRITE_FRACTION,
-            cache_write_1h_fraction: DEFAULT_CACHE_WRITE_1H_FRACTION,
-        }
-    }
 }
 
 /// Normalized (key, price) entries, searched by longest prefix.
