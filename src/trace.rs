@@ -660,23 +660,6 @@ pub(crate) fn human_duration(ms: f64) -> String {
     }
 }
 
-/// A count with thousands separators.
-pub(crate) fn human_count(n: i64) -> String {
-    let digits = n.unsigned_abs().to_string();
-    let mut out = String::new();
-    for (i, ch) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    if n < 0 {
-        format!("-{out}")
-    } else {
-        out
-    }
-}
-
 /// The label of a node: its span name, plus the retry number, the
 /// session id of a session, and the detail.
 pub fn label(n: &TraceNode) -> String {
@@ -741,7 +724,11 @@ pub(crate) fn render_text(trace: &Trace, color: bool) -> String {
     for (text, n) in &lines {
         let pad = width.saturating_sub(text.chars().count());
         let tokens = match (n.input_tokens, n.output_tokens) {
-            (Some(i), Some(o)) => format!("{} → {}", human_count(i), human_count(o)),
+            (Some(i), Some(o)) => format!(
+                "{} → {}",
+                hermes_meter_model::display::human_count(i),
+                hermes_meter_model::display::human_count(o)
+            ),
             _ => String::new(),
         };
         let cost = n.cost_usd.map(|c| format!("${c:.4}")).unwrap_or_default();
@@ -824,9 +811,9 @@ mod tests {
 
     #[test]
     fn counts_and_durations_read_like_people_write_them() {
-        assert_eq!(human_count(0), "0");
-        assert_eq!(human_count(1234567), "1,234,567");
-        assert_eq!(human_count(-1000), "-1,000");
+        assert_eq!(hermes_meter_model::display::human_count(0), "0");
+        assert_eq!(hermes_meter_model::display::human_count(1234567), "1,234,567");
+        assert_eq!(hermes_meter_model::display::human_count(-1000), "-1,000");
         assert_eq!(human_duration(850.0), "850 ms");
         assert_eq!(human_duration(12_345.0), "12.3 s");
         assert_eq!(human_duration(245_000.0), "4m 05s");

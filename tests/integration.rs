@@ -10,6 +10,7 @@
 mod budget;
 mod cli_behaviour;
 mod contention;
+mod digest;
 mod doctor;
 mod export;
 mod export_size;

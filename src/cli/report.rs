@@ -6,8 +6,9 @@ use clap::Args;
 use jiff::tz::TimeZone;
 
 use super::time;
-use crate::trace::human_count;
+use hermes_meter_model::digest::Every;
 use hermes_meter_model::display::escape;
+use hermes_meter_model::display::human_count;
 use hermes_meter_model::price_as::{PriceAs, PriceAsSums};
 use hermes_meter_model::report::{Group, Report, Totals};
 use hermes_meter_store::error::{Error, Result};
@@ -195,110 +196,15 @@ fn digest(store: &Reader, dir: &std::path::Path, args: &ReportArgs, tz: &TimeZon
     };
     let (end, start, before) = (midnight(0)?, midnight(days)?, midnight(2 * days)?);
     let top = args.limit.clamp(1, 50);
-    let current = store.report(tz, start, end, Some(top))?;
-    let previous = store.report(tz, before, start, Some(top))?;
-    let d = hermes_meter_model::digest::digest(period, &current, &previous, top.min(5));
-    let (budgets, budget_error) = hermes_meter_runtime::agent_tool::budgets(store, dir, now, None)?;
+    let every = if period == "week" { Every::Week } else { Every::Day };
+    let built = hermes_meter_runtime::digest::build(store, dir, tz, every, (before, start, end), top, now)?;
     if args.json {
-        let mut value = serde_json::to_value(&d).map_err(|e| Error::Other(e.to_string()))?;
-        value["budgets"] = serde_json::json!(budgets);
-        value["budget_file_error"] = serde_json::json!(budget_error);
-        let text = serde_json::to_string_pretty(&value).map_err(|e| Error::Other(e.to_string()))?;
+        let text = serde_json::to_string_pretty(&built.json()).map_err(|e| Error::Other(e.to_string()))?;
         println!("{text}");
     } else {
-        print!("{}", render_digest(&d, &budgets, budget_error.as_deref()));
+        print!("{}", hermes_meter_runtime::digest::render(&built));
     }
     Ok(0)
-}
-
-/// The human form of a digest, a few lines a person reads in a chat.
-fn render_digest(
-    d: &hermes_meter_model::digest::Digest,
-    budgets: &[serde_json::Value],
-    budget_error: Option<&str>,
-) -> String {
-    let mut out = String::new();
-    let t = &d.current.totals;
-    let _ = writeln!(
-        out,
-        "hermes-meter digest of the {} {} .. {}",
-        d.period, d.current.since, d.current.until
-    );
-    let change = match d.cost_change_pct {
-        Some(p) => format!(
-            " ({p:+.0}% against the {} before: ${:.4})",
-            d.period, d.previous.totals.cost_usd
-        ),
-        None => format!(" (the {} before: nothing)", d.period),
-    };
-    let _ = writeln!(
-        out,
-        "spent ${:.4}{change}; {} sessions, {} LLM calls, {} tokens in, {} out, {} API errors, {} failed tool calls",
-        t.cost_usd,
-        t.sessions,
-        t.llm_calls,
-        human_count(t.input_tokens + t.cache_read_tokens + t.cache_write_tokens),
-        human_count(t.output_tokens),
-        t.api_errors,
-        t.tool_failures
-    );
-    for (title, groups) in [
-        ("top models", &d.top_models),
-        ("top sessions", &d.top_sessions),
-        ("top cron jobs", &d.top_cron_jobs),
-        ("top users", &d.top_senders),
-    ] {
-        if groups.is_empty() {
-            continue;
-        }
-        let rows: Vec<String> = groups
-            .iter()
-            .map(|g| format!("{} ${:.4}", escape(g.key.as_deref().unwrap_or("-")), g.totals.cost_usd))
-            .collect();
-        let _ = writeln!(out, "{title}: {}", rows.join("; "));
-    }
-    for a in &d.anomalies {
-        let _ = writeln!(
-            out,
-            "grew out of line: {} {} ${:.4} (the {} before: ${:.4})",
-            a.dimension.replace('_', " "),
-            escape(a.key.as_deref().unwrap_or("-")),
-            a.cost_usd,
-            d.period,
-            a.previous_cost_usd
-        );
-    }
-    if let Some(e) = budget_error {
-        let _ = writeln!(out, "budgets: the budget file does not parse: {}", escape(e));
-    }
-    for b in budgets {
-        let text = |k: &str| b[k].as_str().unwrap_or_default().to_string();
-        let num = |k: &str| b[k].as_f64().unwrap_or_default();
-        let id = text("id");
-        let amount = |v: f64| {
-            if text("unit") == "usd" {
-                format!("${v:.4}")
-            } else {
-                format!("{} tokens", human_count(v as i64))
-            }
-        };
-        let _ = writeln!(
-            out,
-            "budget {}{} {}: {} of {} used ({}), resets {}",
-            text("scope"),
-            if id.is_empty() {
-                String::new()
-            } else {
-                format!(" {}", escape(&id))
-            },
-            text("limit"),
-            amount(num("used")),
-            amount(num("amount")),
-            text("level"),
-            text("resets_at")
-        );
-    }
-    out
 }
 
 /// `to` against `from` as a signed percentage, or `-` when `from` is 0.

@@ -30,6 +30,7 @@
 //! (the data version pages poll to refresh), `/api/sessions`,
 //! `/api/session/{id}`; `/static/` the stylesheet and script, embedded.
 
+mod charts;
 pub mod html;
 pub mod pages;
 pub mod trace_link;

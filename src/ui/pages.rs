@@ -13,8 +13,9 @@ use std::fmt::Write as _;
 use jiff::tz::TimeZone;
 
 use super::html::{esc, url_part};
-use crate::trace::{human_count, human_duration, walk, NodeKind, Trace, TraceNode, TurnPoint};
+use crate::trace::{human_duration, walk, NodeKind, Trace, TraceNode, TurnPoint};
 use hermes_meter_model::budget::{BudgetConfig, BudgetState, CapScope, CapState, CapUnit, Forecast, Level};
+use hermes_meter_model::display::human_count;
 use hermes_meter_store::hermes_state::HermesSessionInfo;
 use hermes_meter_store::{AlertRow, FilterValues, SessionFilter, SessionListRow, SessionListTotals, SessionSort};
 
@@ -64,7 +65,7 @@ pub(crate) fn local_time(unix: f64, tz: &TimeZone) -> String {
         .unwrap_or_default()
 }
 
-fn usd(v: f64) -> String {
+pub(super) fn usd(v: f64) -> String {
     format!("${v:.4}")
 }
 
@@ -155,7 +156,7 @@ pub fn index(frame: &Frame<'_>, view: &IndexView<'_>) -> String {
     }
     h.push_str("</select></label><button type=\"submit\">Apply</button></form>");
     filter_matches(&mut h, values);
-    spend_chart(&mut h, frame, filter, day, days);
+    super::charts::spend_chart(&mut h, frame, filter, day, days);
     let _ = write!(
         h,
         "<div class=\"totals\"><div><b id=\"total-sessions\">{}</b>sessions</div><div><b id=\"total-cost\">{}</b>cost</div>\
@@ -247,7 +248,7 @@ pub fn index(frame: &Frame<'_>, view: &IndexView<'_>) -> String {
 }
 
 /// `&name=value` for the day and each filter text set (unescaped for HTML).
-fn filter_query(filter: &SessionFilter, day: &str) -> String {
+pub(super) fn filter_query(filter: &SessionFilter, day: &str) -> String {
     let mut q = String::new();
     for (k, v) in [
         ("day", Some(day)),
@@ -294,76 +295,6 @@ fn filter_matches(h: &mut String, values: &FilterValues) {
         let _ = write!(h, "<li>{name} “{}” matches {list}{more}</li>", esc(text));
     }
     h.push_str("</ul>");
-}
-
-/// The home page's spend per day: a bar a day, each a link to that day's
-/// sessions with the same filters.
-fn spend_chart(
-    h: &mut String,
-    frame: &Frame<'_>,
-    filter: &SessionFilter,
-    day: &str,
-    days: &[(String, SessionListTotals)],
-) {
-    let Some((first, _)) = days.first() else {
-        return;
-    };
-    let b = esc(frame.base);
-    let (w, hgt, pad) = (900.0, 110.0, 16.0);
-    let step = (w - 2.0 * pad) / days.len() as f64;
-    let plot = hgt - 2.0 * pad;
-    let max_cost = days.iter().map(|(_, t)| t.cost_usd).fold(0.0, f64::max);
-    let total: f64 = days.iter().map(|(_, t)| t.cost_usd).sum();
-    let _ = write!(
-        h,
-        "<section class=\"spend\"><h2>Spend per day <span class=\"muted\">{} in the last {} days (most {} a day)</span></h2>\
-<svg class=\"chart days\" id=\"spend-chart\" viewBox=\"0 0 {w} {hgt}\" role=\"img\" aria-label=\"cost per day\">",
-        usd(total),
-        days.len(),
-        usd(max_cost),
-    );
-    let sort = filter.sort.as_str();
-    for (i, (date, t)) in days.iter().enumerate() {
-        let x = pad + step * i as f64;
-        let bh = if max_cost > 0.0 {
-            t.cost_usd / max_cost * plot
-        } else {
-            0.0
-        };
-        let selected = if date == day { " selected" } else { "" };
-        let href = esc(&format!("?sort={sort}{}", filter_query(filter, date)));
-        let _ = write!(
-            h,
-            "<a class=\"day{selected}\" href=\"{b}/{href}\" data-day=\"{}\" data-cost=\"{:.6}\">\
-<rect class=\"hit\" x=\"{x:.1}\" y=\"{pad}\" width=\"{step:.1}\" height=\"{plot}\"></rect>\
-<rect class=\"cost\" x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{bh:.1}\"></rect>\
-<title>{}: {}, {} sessions</title></a>",
-            esc(date),
-            t.cost_usd,
-            x + step * 0.15,
-            hgt - pad - bh,
-            step * 0.7,
-            esc(date),
-            usd(t.cost_usd),
-            t.sessions,
-        );
-    }
-    let last = days.last().map(|(d, _)| d.as_str()).unwrap_or_default();
-    let _ = write!(
-        h,
-        "<line class=\"axis\" x1=\"{pad}\" y1=\"{y0}\" x2=\"{x1}\" y2=\"{y0}\"></line>",
-        y0 = hgt - pad,
-        x1 = w - pad
-    );
-    let _ = write!(
-        h,
-        "<text x=\"{pad}\" y=\"{:.1}\">{}</text><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text></svg></section>",
-        hgt - 2.0,
-        esc(first),
-        w - pad,
-        hgt - 2.0,
-        esc(last),
-    );
 }
 
 /// The session page: summary, waterfall, per-turn chart, errors.
@@ -566,7 +497,7 @@ pub fn session(
         .cloned()
         .collect();
     h.push_str("<h2>Per turn: cost and context size</h2>");
-    h.push_str(&turn_chart(&own));
+    h.push_str(&super::charts::turn_chart(&own));
     h.push_str("<h2>Errors</h2>");
     if trace.errors.is_empty() {
         h.push_str("<p class=\"muted\" id=\"no-errors\">None.</p>");
@@ -618,68 +549,6 @@ fn span_info(n: &TraceNode, content: Option<&Vec<(String, String)>>) -> String {
     }
     h.push_str("</dl>");
     h
-}
-
-fn turn_chart(turns: &[TurnPoint]) -> String {
-    if turns.is_empty() {
-        return "<p class=\"muted\">No turns.</p>".into();
-    }
-    let (w, hgt, pad) = (900.0, 200.0, 30.0);
-    let max_cost = turns.iter().map(|t| t.cost_usd).fold(0.0, f64::max);
-    let max_ctx = turns.iter().map(|t| t.context_tokens).max().unwrap_or(0).max(1) as f64;
-    let step = (w - 2.0 * pad) / turns.len() as f64;
-    let plot = hgt - 2.0 * pad;
-    let mut s = format!(
-        "<div class=\"legend\"><span class=\"swatch-cost\">■ cost (max {})</span>\
-<span class=\"swatch-context\">● context, input tokens incl. cache (max {})</span></div>\
-<svg class=\"chart\" id=\"turn-chart\" viewBox=\"0 0 {w} {hgt}\" role=\"img\" aria-label=\"cost and context per turn\">\
-<line class=\"axis\" x1=\"{pad}\" y1=\"{y0}\" x2=\"{x1}\" y2=\"{y0}\"></line>",
-        usd(max_cost),
-        human_count(max_ctx as i64),
-        y0 = hgt - pad,
-        x1 = w - pad,
-    );
-    let mut points = Vec::new();
-    for (i, t) in turns.iter().enumerate() {
-        let x = pad + step * i as f64;
-        let bh = if max_cost > 0.0 {
-            t.cost_usd / max_cost * plot
-        } else {
-            0.0
-        };
-        let _ = write!(
-            s,
-            "<rect class=\"cost\" x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\"><title>turn {}: {}, {} calls</title></rect>",
-            x + step * 0.15,
-            hgt - pad - bh,
-            step * 0.7,
-            bh,
-            i + 1,
-            usd(t.cost_usd),
-            t.llm_calls
-        );
-        let cy = hgt - pad - t.context_tokens as f64 / max_ctx * plot;
-        let cx = x + step / 2.0;
-        points.push(format!("{cx:.1},{cy:.1}"));
-        let _ = write!(
-            s,
-            "<circle class=\"context\" cx=\"{cx:.1}\" cy=\"{cy:.1}\" r=\"3\"><title>turn {}: {} tokens of context</title></circle>",
-            i + 1,
-            human_count(t.context_tokens)
-        );
-        let _ = write!(
-            s,
-            "<text x=\"{cx:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-            hgt - pad + 14.0,
-            i + 1
-        );
-    }
-    let _ = write!(
-        s,
-        "<polyline class=\"context\" points=\"{}\"></polyline></svg>",
-        points.join(" ")
-    );
-    s
 }
 
 /// The caps part of the budgets page: each cap set, then what the running

@@ -17,6 +17,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from conftest import KIT, PLUGIN_KEY
@@ -664,3 +665,49 @@ def test_a_budget_file_with_a_typo_holds_the_run_and_status_says_it_first(hermes
     assert served == [], "the provider was not called for the run"
     first = steps["status"][1].splitlines()[0]
     assert "the budget file does not parse" in first, steps["status"][1]
+
+
+def test_a_days_digest_leaves_with_the_first_unattended_run_after_it_and_only_once(
+    hermes_bin, tmp_path
+) -> None:
+    # Yesterday's session (the readfile fixture moved to yesterday's UTC
+    # noon) is in the store; two one-shot runs today with the daily digest
+    # on and a webhook: the first sends yesterday's digest, the second
+    # sends nothing more.
+    now = time.time()
+    noon_yesterday = (now // 86400) * 86400 - 43200
+    lines = (Path(__file__).parents[1] / "fixtures" / "readfile.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])["t"]
+    moved = []
+    for line in lines:
+        record = json.loads(line)
+        record["t"] += noon_yesterday - first
+        for key in ("started_at", "ended_at"):
+            if isinstance(record["kwargs"].get(key), (int, float)):
+                record["kwargs"][key] += noon_yesterday - first
+        moved.append(json.dumps(record))
+    (tmp_path / "yesterday.jsonl").write_text("\n".join(moved) + "\n")
+    out = _scenario(
+        hermes_bin,
+        tmp_path,
+        f"""
+        mkdir -p "$HERMES_METER_HOME" && printf 'timezone = "UTC"\\n' > "$HERMES_METER_HOME/budgets.toml"
+        step seed "$BUDGET" replay {tmp_path / "yesterday.jsonl"}
+        step first "$HERMES" -z "READFILE please read hello.txt"
+        step second "$HERMES" -z "READFILE please read hello.txt"
+        """,
+        env={"HERMES_METER_DIGEST": "day", "HERMES_METER_ALERT_WEBHOOK": "http://127.0.0.1:4318/hook"},
+        sidecar=True,
+    )
+    steps = _steps(out)
+    assert [steps[s][0] for s in ("seed", "first", "second")] == [0, 0, 0], steps
+    posts = [json.loads(p.read_text()) for p in sorted((out / "otlp").glob("*-webhook.json"))]
+    digests = [p for p in posts if p["kind"] == "digest_day"]
+    yesterday = time.strftime("%Y-%m-%d", time.gmtime(now - 86400))
+    assert len(digests) == 1, posts
+    assert digests[0]["key"] == yesterday, digests[0]
+    assert digests[0]["text"].startswith("hermes-meter digest of the day"), digests[0]
+    assert "1 sessions, 2 LLM calls" in digests[0]["text"], digests[0]
+    assert _query(out, "SELECT COUNT(*) FROM alerts WHERE kind = 'digest_day' AND pushed_at IS NOT NULL") == [
+        (1,)
+    ]

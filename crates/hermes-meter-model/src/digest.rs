@@ -2,11 +2,15 @@
 //! totals against the period before, the top models, sessions, cron jobs
 //! and gateway users, and what grew out of line.
 //!
-//! Owns: the comparison and the anomaly rule. Must not touch: the store
-//! (the caller hands in the two periods' reports) or the text printed.
+//! Owns: the comparison, the anomaly rule, and which periods a schedule
+//! has due ([`due_periods`]). Must not touch: the store (the caller hands
+//! in the two periods' reports) or the text printed.
 
+use jiff::tz::TimeZone;
+use jiff::Timestamp;
 use serde::Serialize;
 
+use crate::budget::{period_name, window_bounds, Window};
 use crate::report::{Group, Report, Totals};
 
 /// A key whose cost grew out of line is one costing at least this share of
@@ -109,6 +113,79 @@ fn grown(dimension: &'static str, now: &[Group], before: &[Group], total: f64) -
         .collect()
 }
 
+/// How often a scheduled digest is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Every {
+    /// A day, from midnight to midnight.
+    Day,
+    /// A week, from Monday midnight to Monday midnight.
+    Week,
+}
+
+impl Every {
+    /// `day` or `week`: the digest's `period`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Every::Day => "day",
+            Every::Week => "week",
+        }
+    }
+
+    /// The alert kind a digest of this period is claimed and delivered as.
+    pub fn alert_kind(self) -> &'static str {
+        match self {
+            Every::Day => "digest_day",
+            Every::Week => "digest_week",
+        }
+    }
+
+    fn window(self) -> Window {
+        match self {
+            Every::Day => Window::Daily,
+            Every::Week => Window::Weekly,
+        }
+    }
+}
+
+/// One complete period of a schedule: its bounds, the bounds of the one
+/// before (what it is compared with), and its name (the date it starts on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DuePeriod {
+    pub start: Timestamp,
+    pub end: Timestamp,
+    pub previous_start: Timestamp,
+    pub name: String,
+}
+
+/// The complete periods of `every` in `tz` that ended after `since` and by
+/// `now`, oldest first, at most the latest `max`: what a schedule has to
+/// send (each once: the caller claims it by its name). A period that ended
+/// before `since` (before the schedule was turned on) is never due; one
+/// missed while nothing ran is, once anything runs again, up to `max`.
+pub fn due_periods(every: Every, since: Timestamp, now: Timestamp, tz: &TimeZone, max: usize) -> Vec<DuePeriod> {
+    let window = every.window();
+    let step_back = |t: Timestamp| t.checked_sub(jiff::SignedDuration::from_secs(1)).unwrap_or(t);
+    let (mut start, _) = window_bounds(window, now, tz);
+    let mut out = Vec::new();
+    while out.len() < max {
+        let end = start;
+        let (previous, _) = window_bounds(window, step_back(end), tz);
+        if end <= since || previous >= end {
+            break;
+        }
+        let (before, _) = window_bounds(window, step_back(previous), tz);
+        out.push(DuePeriod {
+            start: previous,
+            end,
+            previous_start: before,
+            name: period_name(window, previous, tz),
+        });
+        start = previous;
+    }
+    out.reverse();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,5 +251,51 @@ mod tests {
         let d = digest("week", &now, &report(0.0, Vec::new(), Vec::new()), 5);
         assert_eq!(d.cost_change_pct, None);
         assert_eq!(d.anomalies.len(), 3, "{:?}", d.anomalies);
+    }
+
+    #[test]
+    fn a_schedule_has_the_periods_that_ended_since_it_was_turned_on_at_most_max() {
+        let tz = TimeZone::get("Europe/Berlin").expect("zone");
+        let at = |text: &str| -> Timestamp { text.parse().expect("time") };
+        let names = |v: Vec<DuePeriod>| v.into_iter().map(|p| p.name).collect::<Vec<_>>();
+        // Turned on yesterday at noon: yesterday (the last complete day) is due.
+        let now = at("2026-12-07T09:00:00+01:00");
+        assert_eq!(
+            names(due_periods(Every::Day, at("2026-12-06T12:00:00+01:00"), now, &tz, 7)),
+            ["2026-12-06"]
+        );
+        // Three days of downtime are caught up, oldest first; never more than max.
+        let since = at("2026-12-02T12:00:00+01:00");
+        assert_eq!(
+            names(due_periods(Every::Day, since, now, &tz, 7)),
+            ["2026-12-02", "2026-12-03", "2026-12-04", "2026-12-05", "2026-12-06"]
+        );
+        assert_eq!(
+            names(due_periods(Every::Day, since, now, &tz, 2)),
+            ["2026-12-05", "2026-12-06"]
+        );
+        // Nothing ended since: nothing due.
+        assert!(due_periods(Every::Day, at("2026-12-07T00:00:00+01:00"), now, &tz, 7).is_empty());
+        // Weeks run Monday to Monday; 2026-12-07 is a Monday.
+        let week = due_periods(Every::Week, at("2026-11-30T12:00:00+01:00"), now, &tz, 4);
+        assert_eq!(week.len(), 1);
+        assert_eq!(
+            (week[0].start, week[0].end, week[0].previous_start),
+            (
+                at("2026-11-30T00:00:00+01:00"),
+                at("2026-12-07T00:00:00+01:00"),
+                at("2026-11-23T00:00:00+01:00")
+            )
+        );
+        // A day across the change to summer time is 23 hours long.
+        let dst = due_periods(
+            Every::Day,
+            at("2026-03-29T12:00:00+02:00"),
+            at("2026-03-30T08:00:00+02:00"),
+            &tz,
+            7,
+        );
+        assert_eq!(names(dst.clone()), ["2026-03-29"]);
+        assert_eq!(dst[0].end.as_second() - dst[0].start.as_second(), 23 * 3600);
     }
 }

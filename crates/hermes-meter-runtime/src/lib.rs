@@ -12,6 +12,7 @@ pub mod agent_tool;
 pub mod bridge;
 pub mod budget;
 pub mod config;
+pub mod digest;
 pub mod export;
 pub mod export_task;
 pub mod fleet;

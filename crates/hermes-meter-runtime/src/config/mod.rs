@@ -20,6 +20,7 @@ use std::ffi::OsString;
 
 pub mod bridge;
 pub mod cli;
+pub mod digest;
 pub mod dotenv;
 pub mod export;
 mod files;

@@ -25,6 +25,7 @@ use super::logs::{LogExport, LogStep};
 use super::webhook::AlertPush;
 use super::{ExportConfig, MetricExport, MetricStep, MetricsConfig, Step, TraceExport};
 use crate::config::webhook::WebhookConfig;
+use hermes_meter_model::digest::Every;
 use hermes_meter_store::error::Result;
 use hermes_meter_store::Outbox;
 
@@ -60,8 +61,25 @@ pub struct Driver {
     /// The alert webhook's thread, when `HERMES_METER_ALERT_WEBHOOK` is
     /// set: posts never hold up the signals (`alert_thread.rs`).
     alerts: Option<AlertThread>,
+    /// The scheduled digests (`HERMES_METER_DIGEST`) and when they were
+    /// last looked at.
+    digests: Vec<Every>,
+    last_digest_check: Option<Instant>,
     close_idle_every: Duration,
     last_idle_check: Option<Instant>,
+}
+
+/// How often a driver looks for a digest due: a period's digest leaves
+/// within a minute of its end (or of the first process after it).
+const DIGEST_CHECK_EVERY: Duration = Duration::from_secs(60);
+
+/// The scheduled digests of the environment; a bad setting is logged once
+/// and sends none.
+fn digests() -> Vec<Every> {
+    crate::config::digest::from_env().unwrap_or_else(|e| {
+        tracing::warn!(target: "Digest.Config", "{e}: no digest is sent");
+        Vec::new()
+    })
 }
 
 /// What one [`Driver::step`] did, each part's outcome kept apart: the
@@ -144,6 +162,8 @@ impl Driver {
             metrics,
             logs,
             alerts,
+            digests: digests(),
+            last_digest_check: None,
             close_idle_every,
             last_idle_check: None,
         })
@@ -165,6 +185,7 @@ impl Driver {
             && !metrics.pushes()
             && !logs.enabled()
             && !matches!(WebhookConfig::from_env(), Ok(Some(_)))
+            && digests().is_empty()
         {
             return Ok(None);
         }
@@ -186,6 +207,9 @@ impl Driver {
     /// records, then the metric series folded since the last push, by that
     /// deadline.
     pub fn step(&mut self, flush: Option<Instant>) -> Cycle {
+        if flush.is_none() {
+            self.raise_digests();
+        }
         let store = &mut self.store;
         let closed_idle = match self.traces.as_ref() {
             Some(e)
@@ -229,6 +253,25 @@ impl Driver {
             metrics,
             traces,
             logs,
+        }
+    }
+
+    /// Raises the scheduled digests due, at most once a minute; a failure
+    /// is logged and tried again at the next check (nothing is raised
+    /// twice: each period is claimed in the store).
+    fn raise_digests(&mut self) {
+        if self.digests.is_empty() || self.last_digest_check.is_some_and(|t| t.elapsed() < DIGEST_CHECK_EVERY) {
+            return;
+        }
+        self.last_digest_check = Some(Instant::now());
+        let dir = self
+            .store
+            .path()
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .to_path_buf();
+        if let Err(e) = crate::digest::raise_due(&self.store, &dir, &self.digests, hermes_meter_store::unix_now()) {
+            tracing::warn!(target: "Digest.Failed", "the scheduled digest was not raised: {e}");
         }
     }
 
