@@ -3,10 +3,9 @@
 //! downtime but never for a period before the schedule was turned on, never
 //! shown to an agent's session, and posted to the webhook once.
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Barrier};
 
 use hermes_meter_model::digest::Every;
 use hermes_meter_model::hook::DecodeOptions;
@@ -127,35 +126,6 @@ fn missed_days_are_caught_up_but_none_before_the_digest_was_turned_on() {
     );
 }
 
-/// A loopback receiver answering 200 to every POST, keeping the bodies.
-fn receiver(listener: TcpListener) -> Arc<Mutex<Vec<Value>>> {
-    let got = Arc::new(Mutex::new(Vec::new()));
-    let kept = Arc::clone(&got);
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-            let mut length = 0;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-            }
-            let mut body = vec![0; length];
-            reader.read_exact(&mut body).expect("body");
-            kept.lock()
-                .expect("lock")
-                .push(serde_json::from_slice(&body).expect("JSON"));
-            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-        }
-    });
-    got
-}
-
 #[test]
 fn a_digest_reaches_the_webhook_once_in_the_slack_shape() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -165,7 +135,7 @@ fn a_digest_reaches_the_webhook_once_in_the_slack_shape() {
     assert_eq!(raise_due(&outbox, dir.path(), &[Every::Day], now).expect("raise"), 1);
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
-    let got = receiver(listener);
+    let got = hermes_meter_test_support::webhook::receiver(listener);
     let push = AlertPush::new(WebhookConfig {
         url: format!("http://127.0.0.1:{port}/hook"),
         format: WebhookFormat::Slack,

@@ -2,44 +2,13 @@
 //! on loopback: each once, in both shapes, and none lost while the
 //! receiver is down.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
 use hermes_meter_runtime::config::webhook::{WebhookConfig, WebhookFormat};
 use hermes_meter_runtime::export::webhook::{AlertPush, PUSH_HORIZON_S};
 use hermes_meter_store::{AlertSink, Outbox, Writer};
-use serde_json::Value;
-
-/// A loopback HTTP/1.1 receiver answering 200 to every POST, keeping the
-/// bodies. It runs until the test process ends.
-fn receiver(listener: TcpListener) -> Arc<Mutex<Vec<Value>>> {
-    let got = Arc::new(Mutex::new(Vec::new()));
-    let kept = Arc::clone(&got);
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-            let mut length = 0;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-            }
-            let mut body = vec![0; length];
-            reader.read_exact(&mut body).expect("body");
-            kept.lock()
-                .expect("lock")
-                .push(serde_json::from_slice(&body).expect("a JSON body"));
-            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-        }
-    });
-    got
-}
 
 fn now() -> f64 {
     std::time::SystemTime::now()
@@ -101,7 +70,7 @@ fn alerts_reach_the_webhook_once_and_wait_while_it_is_down() {
         "nothing is lost"
     );
     // The receiver comes up.
-    let got = receiver(TcpListener::bind(("127.0.0.1", port)).expect("rebind"));
+    let got = hermes_meter_test_support::webhook::receiver(TcpListener::bind(("127.0.0.1", port)).expect("rebind"));
     let step = push.run_once(&outbox, t + 600.0).expect("step");
     assert_eq!((step.pushed, step.error), (2, None));
     assert_eq!(
@@ -133,7 +102,7 @@ fn the_slack_shape_a_claim_and_the_horizon() {
         .expect("raise");
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
-    let got = receiver(listener);
+    let got = hermes_meter_test_support::webhook::receiver(listener);
     // Another process claimed the new alert a moment ago: it is not posted twice.
     assert!(outbox
         .claim_alert_push(AlertSink::Webhook, "runaway", "run|new", t, t + 30.0)

@@ -40,6 +40,7 @@ pub mod postgres;
 #[path = "../../hermes-meter-store/tests/stream.rs"]
 pub mod stream;
 pub mod viewer;
+pub mod webhook;
 
 /// The repository's root (fixtures are under its `tests/fixtures/`).
 pub fn repository() -> std::path::PathBuf {
