@@ -195,6 +195,55 @@ fn update_imports_openrouters_long_context_overrides_and_says_what_it_cannot() {
 }
 
 #[test]
+fn a_new_price_from_a_list_is_a_dated_change_and_show_says_it() {
+    // Yesterday's rates are in the file; the list now says dearer: the
+    // entry keeps them for the calls before today, a change from today
+    // holds the new ones.
+    let home = tempfile::tempdir().expect("temp dir");
+    let pricing = home.path().join("pricing.toml");
+    std::fs::write(
+        &pricing,
+        "[providers.openrouter.models.\"vendor/new-model\"]\ninput = 0.5\noutput = 4.0\n",
+    )
+    .expect("write pricing");
+    let list = home.path().join("models.json");
+    std::fs::write(&list, OPENROUTER).expect("write list");
+    let from = list.to_str().expect("utf-8 path");
+    let o = run(
+        home.path(),
+        &["pricing", "update", "--from", from, "--model", "vendor/"],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(out(&o).contains("0 added, 1 changed, 0 unchanged"), "{}", out(&o));
+    let today = jiff::Timestamp::now()
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .date()
+        .to_string();
+    let written = std::fs::read_to_string(&pricing).expect("read");
+    assert!(
+        written.contains("input = 0.5\n")
+            && written.contains(&format!("changes = [{{ from = \"{today}\", input = 1.0 }}]")),
+        "{written}"
+    );
+    // In force now: the list's price; the same list again changes nothing.
+    let s = show(home.path(), "vendor/new-model", Some("openrouter"));
+    assert_eq!(
+        s["schedule"][0].as_str(),
+        Some(format!("from {today}T00:00:00Z: input $1").as_str()),
+        "{s}"
+    );
+    let again = run(
+        home.path(),
+        &["pricing", "update", "--from", from, "--model", "vendor/"],
+    );
+    assert!(
+        out(&again).contains("0 added, 0 changed, 1 unchanged"),
+        "{}",
+        out(&again)
+    );
+}
+
+#[test]
 fn update_from_a_url_reads_the_list_over_http() {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
     let url = format!("http://{}/api/v1/models", listener.local_addr().expect("addr"));

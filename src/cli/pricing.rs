@@ -109,6 +109,8 @@ struct Shown<'a> {
     reasoning: Option<f64>,
     above_tokens: Option<i64>,
     above: Option<Rates>,
+    /// The entry's dated changes and priced hours, a line each.
+    schedule: Vec<String>,
     /// Which figure wins when the provider reports what it billed.
     provider_figures: &'static str,
 }
@@ -147,6 +149,7 @@ fn show(table: &PriceTable, path: &Path, model: &str, provider: Option<&str>, js
             cache_read: p.cache_read,
             cache_write: p.cache_write,
         }),
+        schedule: table.schedule_lines(&m),
         provider_figures: hermes_meter_model::pricing::PROVIDER_FIGURES,
     };
     if json {
@@ -221,6 +224,9 @@ fn render_show(s: &Shown<'_>, m: &Match) -> String {
             );
         }
     }
+    for line in &s.schedule {
+        let _ = writeln!(out, "  {line}");
+    }
     let _ = writeln!(out, "  {}", hermes_meter_model::pricing::PROVIDER_FIGURES);
     out
 }
@@ -249,7 +255,11 @@ fn update(path: &Path, from: &str, prefixes: &[String], provider: Option<&str>, 
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
-    let merged = import::merge(&mut doc, &entries);
+    let today = jiff::Timestamp::now()
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .date()
+        .to_string();
+    let merged = import::merge(&mut doc, &entries, Some((&today, hermes_meter_store::unix_now())));
     let new = doc.to_string();
     // What is written must load: never leave a pricing file the plugin
     // would refuse (it would fall back to the built-in table).

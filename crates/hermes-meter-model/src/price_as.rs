@@ -26,6 +26,8 @@ pub struct RecordedCall {
     pub cost_source: String,
     /// Its tokens were estimated (no usage from the provider).
     pub estimated: bool,
+    /// When it ended, Unix seconds: the target's prices then are its.
+    pub at: f64,
     /// What kind of session it ran in: `auxiliary` (titles, compression),
     /// `subagent`, or the session's platform (`cli`, `cron`, `telegram`).
     pub kind: String,
@@ -94,7 +96,7 @@ impl PriceAs {
             self.held_llm_calls += 1;
             return;
         }
-        let at_price = prices.cost(&self.model, None, &call.usage).usd;
+        let at_price = prices.cost(&self.model, None, &call.usage, call.at).usd;
         if call.estimated {
             self.estimated_llm_calls += 1;
         }

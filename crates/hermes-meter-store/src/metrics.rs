@@ -437,7 +437,7 @@ fn llm_call_fact(conn: &Connection, api_request_id: &str, prices: &PriceTable) -
         };
         let model = f.model.as_deref().unwrap_or_default();
         f.cache_saved_usd = prices
-            .cache_savings(model, f.provider.as_deref(), &usage)
+            .cache_savings(model, f.provider.as_deref(), &usage, f.ended_at)
             .unwrap_or(0.0);
         f
     }))

@@ -237,7 +237,7 @@ impl Reader {
                     l.cache_read_tokens, l.cache_write_tokens, l.reasoning_tokens, l.cost_usd, l.cost_source,
                     l.estimated, CASE WHEN l.aux_task IS NOT NULL THEN 'auxiliary'
                                       WHEN r.parent_session_id IS NOT NULL THEN 'subagent'
-                                      ELSE COALESCE(r.platform, 'unknown') END
+                                      ELSE COALESCE(r.platform, 'unknown') END, l.ended_at
                FROM llm_calls l LEFT JOIN runs r ON r.session_id = l.session_id
               WHERE l.ended_at >= ?1 AND l.ended_at < ?2",
         )?;
@@ -258,6 +258,7 @@ impl Reader {
                 cost_source: r.get(8)?,
                 estimated: r.get::<_, i64>(9)? != 0,
                 kind: r.get(10)?,
+                at: r.get(11)?,
             };
             each(&call);
         }

@@ -24,7 +24,7 @@ const MAX_RESERVED_OUTPUT_TOKENS: i64 = 4096;
 /// (`host_asked`): then the writer may price it, and the bound is unknown.
 pub fn spend_bound(event: &HookEvent, prices: &PriceTable, host_asked: impl Fn(&str) -> bool) -> Option<f64> {
     let priced = |model: &str, provider: Option<&str>, usage: &crate::hook::Usage| {
-        let bill = prices.bill(model, provider, usage);
+        let bill = prices.bill(model, provider, usage, event.at);
         if bill.cost.source != crate::pricing::PriceSource::Unknown {
             Some(bill.cost.usd.max(0.0))
         } else {

@@ -314,7 +314,7 @@ pub struct Merged {
 /// Writes `entries` into the pricing file `doc`: new models are added,
 /// models whose price differs are replaced, everything else in the file
 /// (the user's own entries, comments, `[defaults]`) stays as it was.
-pub fn merge(doc: &mut DocumentMut, entries: &[Imported]) -> Merged {
+pub fn merge(doc: &mut DocumentMut, entries: &[Imported], dated: Option<(&str, f64)>) -> Merged {
     let mut merged = Merged::default();
     // Sorted, so the file reads in order and a diff is stable.
     let mut sorted: BTreeMap<(Option<&str>, &str), &ModelPrice> = BTreeMap::new();
@@ -325,7 +325,19 @@ pub fn merge(doc: &mut DocumentMut, entries: &[Imported]) -> Merged {
         let models = models_table(doc, provider);
         let existing = models.get(model).and_then(read_price);
         match existing {
-            Some(p) if p == *price => merged.unchanged += 1,
+            Some((_, in_force)) if in_force == *price => merged.unchanged += 1,
+            // New rates of the same shape: a dated change, so the calls
+            // before it keep the rates they were billed at.
+            Some((_, in_force))
+                if dated.is_some()
+                    && (in_force.above_tokens, in_force.above) == (price.above_tokens, price.above)
+                    && models.get(model).is_some_and(Item::is_table) =>
+            {
+                let (date, _) = dated.unwrap_or_default();
+                let entry = models[model].as_table_mut().expect("checked a table");
+                add_change(entry, date, &in_force, price);
+                merged.changed += 1;
+            }
             Some(_) => {
                 models.insert(model, Item::Table(price_table(price)));
                 merged.changed += 1;
@@ -392,14 +404,50 @@ fn price_table(p: &ModelPrice) -> Table {
 }
 
 /// The price an existing entry of the file says, if it reads as one.
-fn read_price(item: &Item) -> Option<ModelPrice> {
+/// An entry's base rates and the rates in force (its dated changes up to
+/// `now` applied); `None` for an entry that does not parse.
+fn read_price(item: &Item) -> Option<(ModelPrice, ModelPrice)> {
     let text = match item {
         Item::Table(t) => format!("[p]\n{t}"),
         Item::Value(v) => format!("p = {v}"),
         _ => return None,
     };
-    let mut map: BTreeMap<String, ModelPrice> = toml::from_str(&text).ok()?;
-    map.remove("p")
+    let mut map: toml::Table = toml::from_str(&text).ok()?;
+    let toml::Value::Table(mut entry) = map.remove("p")? else {
+        return None;
+    };
+    let schedule = super::dated::take_schedule(&mut entry, "entry").ok()?;
+    let base: ModelPrice = toml::Value::Table(entry).try_into().ok()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    Some((base, super::dated::with_changes(&schedule, base, now)))
+}
+
+/// Appends to `entry`'s `changes` the rates of `price` that differ from
+/// `in_force`, from `date` on.
+fn add_change(entry: &mut Table, date: &str, in_force: &ModelPrice, price: &ModelPrice) {
+    let mut change = toml_edit::InlineTable::new();
+    change.insert("from", date.into());
+    let pairs = [
+        ("input", Some(in_force.input), Some(price.input)),
+        ("output", Some(in_force.output), Some(price.output)),
+        ("cache_read", in_force.cache_read, price.cache_read),
+        ("cache_write", in_force.cache_write, price.cache_write),
+        ("cache_write_1h", in_force.cache_write_1h, price.cache_write_1h),
+        ("reasoning", in_force.reasoning, price.reasoning),
+    ];
+    for (key, old, new) in pairs {
+        if let Some(n) = new.filter(|n| old != Some(*n)) {
+            change.insert(key, n.into());
+        }
+    }
+    let changes = entry
+        .entry("changes")
+        .or_insert(toml_edit::value(toml_edit::Array::new()));
+    if let Some(list) = changes.as_array_mut() {
+        list.push(change);
+    }
 }
 
 #[cfg(test)]
@@ -494,7 +542,7 @@ mod tests {
         // Billed as OpenRouter bills: the whole request at the tier from
         // 272,000 prompt tokens on; the cache write keeps its base rate.
         let mut doc = DocumentMut::new();
-        merge(&mut doc, &list.entries);
+        merge(&mut doc, &list.entries, None);
         let mut table = PriceTable::default();
         table
             .add_user_prices(&doc.to_string(), std::path::Path::new("pricing.toml"))
@@ -506,7 +554,7 @@ mod tests {
                 output_tokens: 1_000_000,
                 ..Default::default()
             };
-            table.cost("openai/gpt-5.5", Some("openrouter"), &usage).usd
+            table.cost("openai/gpt-5.5", Some("openrouter"), &usage, 0.0).usd
         };
         let at = |input: f64, write: f64, output: f64, prompt: i64| {
             ((prompt - 1000) as f64 * input + 1000.0 * write + 1e6 * output) / 1e6
@@ -574,7 +622,7 @@ mod tests {
                     [providers.openrouter.models.\"deepseek/deepseek-r1\"]\ninput = 0.4\noutput = 2.0\nreasoning = 3.0\n";
         let mut doc: DocumentMut = user.parse().expect("toml");
         let list = parse(OPENROUTER).expect("parses");
-        let merged = merge(&mut doc, &list.entries);
+        let merged = merge(&mut doc, &list.entries, None);
         assert_eq!(
             merged,
             Merged {
@@ -597,20 +645,49 @@ mod tests {
         assert_eq!(price.map(|p| (p.input, p.cache_write)), Some((3.0, Some(3.75))));
         assert_eq!(table.lookup("mine", None).0.map(|p| p.input), Some(1.0));
         // Again: nothing to do. A changed price replaces the entry.
-        assert_eq!(merge(&mut doc, &list.entries).unchanged, 3);
+        assert_eq!(merge(&mut doc, &list.entries, None).unchanged, 3);
         let mut cheaper = list.entries.clone();
         cheaper[0].price.input = 2.0;
-        assert_eq!(merge(&mut doc, &cheaper).changed, 1);
+        assert_eq!(merge(&mut doc, &cheaper, None).changed, 1);
+        // Dated: the change is a row from that date, the entry's rates stay
+        // for what came before, and the same list again changes nothing.
+        let mut dearer = cheaper.clone();
+        dearer[0].price.input = 6.0;
+        dearer[0].price.output = 30.0;
+        let from = "2026-12-07";
+        let at = 1_796_601_600.0; // 2026-12-07T00:00:00Z
+        assert_eq!(merge(&mut doc, &dearer, Some((from, at))).changed, 1);
+        let text = doc.to_string();
+        assert!(
+            text.contains("changes = [{ from = \"2026-12-07\", input = 6.0, output = 30.0 }]"),
+            "{text}"
+        );
+        assert_eq!(
+            merge(&mut doc, &dearer, Some((from, at))).changed,
+            0,
+            "in force already"
+        );
+        let mut table = PriceTable::default();
+        table
+            .add_user_prices(&text, std::path::Path::new("pricing.toml"))
+            .expect("valid pricing file");
+        let million = crate::hook::Usage {
+            input_tokens: 1_000_000,
+            ..Default::default()
+        };
+        let model = &dearer[0].model;
+        assert_eq!(table.cost(model, Some("openrouter"), &million, at - 1.0).usd, 2.0);
+        assert_eq!(table.cost(model, Some("openrouter"), &million, at).usd, 6.0);
         // Tiers survive the round trip through the file.
         let mut doc = DocumentMut::new();
         let gemini = parse(LITELLM).expect("parses").entries;
-        merge(&mut doc, &gemini);
+        merge(&mut doc, &gemini, None);
         let mut table = PriceTable::default();
         table
             .add_user_prices(&doc.to_string(), std::path::Path::new("pricing.toml"))
             .expect("valid pricing file");
         let (price, _) = table.lookup("gemini-2.5-pro", Some("gemini"));
         assert_eq!(price.and_then(|p| p.above).and_then(|t| t.input), Some(2.5));
-        assert_eq!(merge(&mut doc, &gemini).unchanged, gemini.len());
+        assert_eq!(merge(&mut doc, &gemini, None).unchanged, gemini.len());
     }
 }

@@ -48,6 +48,7 @@
 //! A cost the provider reported itself (OpenRouter's `usage.cost`) wins over
 //! any table: see [`PriceTable::bill`].
 
+mod dated;
 mod defaults;
 pub mod import;
 mod provider;
@@ -308,6 +309,8 @@ pub struct PriceTable {
     builtin_scoped: BTreeMap<String, Entries>,
     builtin: Entries,
     host: BTreeMap<String, ModelPrice>,
+    /// The user's entries' dated changes and priced hours.
+    schedules: dated::Schedules,
 }
 
 /// A built-in row as a normalized entry.
@@ -331,6 +334,7 @@ impl Default for PriceTable {
                 .collect(),
             builtin: BUILTIN.iter().map(builtin_entry).collect(),
             host: BTreeMap::new(),
+            schedules: dated::Schedules::new(),
         }
     }
 }
@@ -338,7 +342,8 @@ impl Default for PriceTable {
 impl PriceTable {
     /// Adds the entries of a pricing file's text (see the module docs).
     pub fn add_user_prices(&mut self, text: &str, path: &Path) -> Result<(), Invalid> {
-        let file: PricingFile = toml::from_str(text).map_err(|e| Invalid {
+        let (text, schedules) = dated::take(text, path, normalize)?;
+        let file: PricingFile = toml::from_str(&text).map_err(|e| Invalid {
             path: path.to_path_buf(),
             message: e.message().to_string(),
         })?;
@@ -372,6 +377,7 @@ impl PriceTable {
             models.into_iter().map(|(k, v)| (normalize(&k), v)).collect()
         };
         self.defaults = file.defaults;
+        self.schedules = schedules;
         self.user = entries(file.models);
         self.user_scoped = file
             .providers
@@ -458,8 +464,8 @@ impl PriceTable {
     /// so they cost extra only where the model prices them apart: then they
     /// move from the output price to the reasoning price. `prompt_tokens`
     /// and `total_tokens` are never added in.
-    pub fn cost(&self, model: &str, provider: Option<&str>, usage: &Usage) -> Cost {
-        let (price, source) = self.lookup(model, provider);
+    pub fn cost(&self, model: &str, provider: Option<&str>, usage: &Usage, at: f64) -> Cost {
+        let (price, source) = self.lookup_at(model, provider, at);
         let Some(p) = price else {
             return Cost { usd: 0.0, source };
         };
@@ -495,8 +501,8 @@ impl PriceTable {
     /// plain input, at the rates [`PriceTable::cost`] bills it (its prompt
     /// tier included); negative when writes cost more than reads saved.
     /// `None` for an unpriced model.
-    pub fn cache_savings(&self, model: &str, provider: Option<&str>, usage: &Usage) -> Option<f64> {
-        let p = self.lookup(model, provider).0?;
+    pub fn cache_savings(&self, model: &str, provider: Option<&str>, usage: &Usage, at: f64) -> Option<f64> {
+        let p = self.lookup_at(model, provider, at).0?;
         let prompt = usage
             .input_tokens
             .saturating_add(usage.cache_read_tokens)
@@ -533,8 +539,8 @@ impl PriceTable {
     /// table's estimate beside.
     /// Usage beyond what any provider bills in one call is held: a cost
     /// of 0 ([`PriceSource::Held`]), the table's estimate still beside it.
-    pub fn bill(&self, model: &str, provider: Option<&str>, usage: &Usage) -> Bill {
-        let estimate = self.cost(model, provider, usage);
+    pub fn bill(&self, model: &str, provider: Option<&str>, usage: &Usage, at: f64) -> Bill {
+        let estimate = self.cost(model, provider, usage, at);
         if usage_beyond_bounds(usage) {
             let cost = Cost {
                 usd: 0.0,
@@ -700,7 +706,7 @@ mod tests {
             (usage(1000, 10, Some(22_000_000.0)), true),
         ] {
             assert_eq!(usage_beyond_bounds(&u), held, "{u:?}");
-            let bill = prices.bill("gpt-4o", None, &u);
+            let bill = prices.bill("gpt-4o", None, &u, 0.0);
             assert_eq!(bill.cost.source == PriceSource::Held, held, "{u:?}");
             if held {
                 assert_eq!(bill.cost.usd, 0.0);
@@ -734,7 +740,7 @@ mod tests {
     #[test]
     fn cost_adds_the_four_token_kinds_and_never_prompt_or_total() {
         let t = table("[models.m]\ninput = 2.0\noutput = 8.0\ncache_read = 0.5\ncache_write = 2.5\n");
-        let c = t.cost("m", None, &usage(5000, 3000, 100_000, 15_000, 2500));
+        let c = t.cost("m", None, &usage(5000, 3000, 100_000, 15_000, 2500), 0.0);
         let expected = (5000.0 * 2.0 + 3000.0 * 8.0 + 100_000.0 * 0.5 + 15_000.0 * 2.5) / 1e6;
         assert!((c.usd - expected).abs() < 1e-12, "{} != {expected}", c.usd);
         assert_eq!(c.source, PriceSource::User);
@@ -743,14 +749,14 @@ mod tests {
     #[test]
     fn cache_prices_default_to_fractions_of_input() {
         let t = table("[models.m]\ninput = 10.0\noutput = 0.0\n");
-        let c = t.cost("m", None, &usage(0, 0, 1_000_000, 1_000_000, 0));
+        let c = t.cost("m", None, &usage(0, 0, 1_000_000, 1_000_000, 0), 0.0);
         assert!((c.usd - (10.0 * 0.1 + 10.0 * 1.25)).abs() < 1e-9);
     }
 
     #[test]
     fn reasoning_priced_apart_moves_from_the_output_price() {
         let t = table("[models.m]\ninput = 0.0\noutput = 10.0\nreasoning = 20.0\n");
-        let c = t.cost("m", None, &usage(0, 1_000_000, 0, 0, 400_000));
+        let c = t.cost("m", None, &usage(0, 1_000_000, 0, 0, 400_000), 0.0);
         assert!((c.usd - (0.6 * 10.0 + 0.4 * 20.0)).abs() < 1e-9);
     }
 
@@ -774,9 +780,10 @@ mod tests {
             "meta-llama/llama-3.3-70b-instruct:free",
             None,
             &usage(1000, 1000, 0, 0, 0),
+            0.0,
         );
         assert_eq!((c.usd, c.source), (0.0, PriceSource::Free));
-        let c = t.cost("mock-model", None, &usage(1000, 1000, 0, 0, 0));
+        let c = t.cost("mock-model", None, &usage(1000, 1000, 0, 0, 0), 0.0);
         assert_eq!((c.usd, c.source), (0.0, PriceSource::Unknown));
     }
 
@@ -797,11 +804,11 @@ mod tests {
              above = { input = 2.0, output = 15.0 }\n",
         );
         // At the limit: base rates.
-        let c = t.cost("g", None, &usage(150_000, 1_000_000, 50_000, 0, 0));
+        let c = t.cost("g", None, &usage(150_000, 1_000_000, 50_000, 0, 0), 0.0);
         assert!((c.usd - (0.15 + 10.0 + 0.005)).abs() < 1e-9, "{}", c.usd);
         // One token more: every token at the tier's rates; the cache read
         // rate the tier leaves out keeps the base one.
-        let c = t.cost("g", None, &usage(150_001, 1_000_000, 50_000, 0, 0));
+        let c = t.cost("g", None, &usage(150_001, 1_000_000, 50_000, 0, 0), 0.0);
         let expected = 150_001.0 * 2.0 / 1e6 + 15.0 + 50_000.0 * 0.1 / 1e6;
         assert!((c.usd - expected).abs() < 1e-9, "{} != {expected}", c.usd);
     }
@@ -814,15 +821,18 @@ mod tests {
         );
         // 100k reads save $0.9 per million at base rates; 10k writes cost $0.25 per million more.
         let saved = t
-            .cache_savings("g", None, &usage(0, 0, 100_000, 10_000, 0))
+            .cache_savings("g", None, &usage(0, 0, 100_000, 10_000, 0), 0.0)
             .expect("priced");
         assert!((saved - (0.09 - 0.0025)).abs() < 1e-12, "{saved}");
         // Above the tier, input is $2: reads (kept at $0.10) save $1.90 per million.
         let saved = t
-            .cache_savings("g", None, &usage(150_000, 0, 100_000, 0, 0))
+            .cache_savings("g", None, &usage(150_000, 0, 100_000, 0, 0), 0.0)
             .expect("priced");
         assert!((saved - 0.19).abs() < 1e-12, "{saved}");
-        assert_eq!(t.cache_savings("unknown-model-x", None, &usage(0, 0, 1, 0, 0)), None);
+        assert_eq!(
+            t.cache_savings("unknown-model-x", None, &usage(0, 0, 1, 0, 0), 0.0),
+            None
+        );
     }
 
     #[test]
@@ -832,9 +842,9 @@ mod tests {
              [providers.OpenRouter.models.\"vendor/m\"]\ninput = 2.0\noutput = 2.0\n",
         );
         let u = usage(1_000_000, 0, 0, 0, 0);
-        assert_eq!(t.cost("vendor/m", Some("openrouter"), &u).usd, 2.0);
-        assert_eq!(t.cost("vendor/m", Some("custom"), &u).usd, 1.0);
-        assert_eq!(t.cost("vendor/m", None, &u).usd, 1.0);
+        assert_eq!(t.cost("vendor/m", Some("openrouter"), &u, 0.0).usd, 2.0);
+        assert_eq!(t.cost("vendor/m", Some("custom"), &u, 0.0).usd, 1.0);
+        assert_eq!(t.cost("vendor/m", None, &u, 0.0).usd, 1.0);
         let m = t.find("vendor/m", Some("openrouter"));
         assert_eq!(
             (m.key.as_deref(), m.provider.as_deref()),
@@ -851,20 +861,20 @@ mod tests {
         let t = table("[models.claude]\ninput = 3.0\noutput = 15.0\ncache_write = 3.75\n");
         let mut u = usage(0, 0, 0, 1_000_000, 0);
         assert!(
-            (t.cost("claude", None, &u).usd - 3.75).abs() < 1e-12,
+            (t.cost("claude", None, &u, 0.0).usd - 3.75).abs() < 1e-12,
             "no lifetime said: five minutes"
         );
         u.cache_write_1h_tokens = 400_000;
         let want = (600_000.0 * 3.75 + 400_000.0 * 6.0) / 1e6;
-        assert!((t.cost("claude", None, &u).usd - want).abs() < 1e-12);
+        assert!((t.cost("claude", None, &u, 0.0).usd - want).abs() < 1e-12);
         // More one-hour tokens than writes (a bogus split) bills the writes once.
         u.cache_write_1h_tokens = 5_000_000;
-        assert!((t.cost("claude", None, &u).usd - 6.0).abs() < 1e-12);
+        assert!((t.cost("claude", None, &u, 0.0).usd - 6.0).abs() < 1e-12);
         let own = table("[models.claude]\ninput = 3.0\noutput = 15.0\ncache_write_1h = 5.0\n");
-        assert!((own.cost("claude", None, &u).usd - 5.0).abs() < 1e-12);
+        assert!((own.cost("claude", None, &u, 0.0).usd - 5.0).abs() < 1e-12);
         let fraction =
             table("[defaults]\ncache_write_1h_fraction = 3.0\n[models.claude]\ninput = 3.0\noutput = 15.0\n");
-        assert!((fraction.cost("claude", None, &u).usd - 9.0).abs() < 1e-12);
+        assert!((fraction.cost("claude", None, &u, 0.0).usd - 9.0).abs() < 1e-12);
     }
 
     #[test]
@@ -875,7 +885,7 @@ mod tests {
             u.provider_cost_usd = cost;
             u.provider_upstream_usd = Some(upstream);
             u.provider_byok = byok;
-            t.bill("m", None, &u)
+            t.bill("m", None, &u, 0.0)
         };
         let at = |usd: f64| Cost {
             usd,
@@ -910,7 +920,7 @@ mod tests {
     fn a_provider_reported_cost_wins_and_the_estimate_stays_beside_it() {
         let t = table("[models.m]\ninput = 1.0\noutput = 1.0\n");
         let mut u = usage(1_000_000, 0, 0, 0, 0);
-        let b = t.bill("m", None, &u);
+        let b = t.bill("m", None, &u, 0.0);
         assert_eq!(
             (b.cost, b.estimate),
             (
@@ -922,7 +932,7 @@ mod tests {
             )
         );
         u.provider_cost_usd = Some(1.25);
-        let b = t.bill("m", None, &u);
+        let b = t.bill("m", None, &u, 0.0);
         assert_eq!(
             b.cost,
             Cost {
@@ -938,7 +948,7 @@ mod tests {
             }
         );
         // Also for a model no table knows.
-        assert_eq!(t.bill("mock-model", None, &u).cost.source, PriceSource::Provider);
+        assert_eq!(t.bill("mock-model", None, &u, 0.0).cost.source, PriceSource::Provider);
     }
 
     #[test]

@@ -126,7 +126,7 @@ pub(crate) fn on_pre_api_request(tx: &Transaction<'_>, prices: &PriceTable, e: &
     // A routed call is priced as the model it goes to.
     let model = e.routed_model().or(a.model.as_deref()).unwrap_or("");
     let usage = reservation_usage(e);
-    let amount = prices.cost(model, a.provider.as_deref(), &usage).usd;
+    let amount = prices.cost(model, a.provider.as_deref(), &usage, at).usd;
     let keys = scope_keys(tx, &a.session_id, a.model.as_deref())?;
     release(tx, &a.api_request_id)?;
     // A call reserves its tokens even when it costs nothing (token
@@ -514,7 +514,7 @@ mod tests {
         // A retry of the same request replaces its reservation.
         on_pre_api_request(&tx, &prices, &e, 101.0).expect("reserve again");
         tx.commit().expect("commit");
-        let expected = prices.cost("gpt-4o", None, &reservation_usage(&e)).usd;
+        let expected = prices.cost("gpt-4o", None, &reservation_usage(&e), 0.0).usd;
         assert!(expected > 0.0);
         let rows = reservations(&store);
         // No run is known: global, the model, and the default profile.

@@ -80,7 +80,7 @@ pub(super) fn apply_llm_call<'e>(
         .or(a.model.as_deref())
         .or(e.response_model.as_deref())
         .unwrap_or("");
-    let bill = prices.bill(model, a.provider.as_deref(), &usage);
+    let bill = prices.bill(model, a.provider.as_deref(), &usage, at);
     let cost = bill.cost;
     let ended_at = e.ended_at.unwrap_or(at);
     // The successful attempt began at the latest pre_api_request; without
@@ -541,7 +541,7 @@ pub(super) fn apply_usage_confirmed(
     let Some((model, provider, ended_at, estimated, usage)) = row else {
         return Ok(None);
     };
-    let cost = prices.cost(&model, provider.as_deref(), &usage);
+    let cost = prices.cost(&model, provider.as_deref(), &usage, ended_at);
     tx.prepare_cached(
         "UPDATE llm_calls SET cost_usd = ?2, cost_source = ?3, estimate_usd = ?2 WHERE api_request_id = ?1",
     )?
