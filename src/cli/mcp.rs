@@ -323,8 +323,24 @@ impl ServerHandler for MeterMcp {
     }
 }
 
-/// Serves on stdin/stdout until the client closes them.
-pub(super) fn run(dir: PathBuf) -> Result<i32> {
+/// `hermes-meter mcp`: stdio, or HTTP with `--listen`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct McpArgs {
+    /// Serve over HTTP (MCP's streamable HTTP, at /mcp) on this address
+    /// instead of stdin/stdout: loopback unless a token is set (port 0: any free port).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<std::net::SocketAddr>,
+    /// The token every HTTP request must carry (Authorization: Bearer); also HERMES_METER_MCP_TOKEN.
+    #[arg(long)]
+    token: Option<String>,
+}
+
+/// Serves on stdin/stdout until the client closes them, or over HTTP.
+pub(super) fn run(dir: PathBuf, args: &McpArgs) -> Result<i32> {
+    if let Some(addr) = args.listen {
+        let token = hermes_meter_runtime::config::cli::mcp_token(args.token.clone());
+        return super::mcp_http::serve(dir, addr, token);
+    }
     let server = MeterMcp::new(dir, super::trace::span_options());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

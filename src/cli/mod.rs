@@ -77,6 +77,7 @@ mod export;
 mod held;
 mod logs_status;
 mod mcp;
+mod mcp_http;
 mod metrics_status;
 mod pricing;
 mod report;
@@ -168,8 +169,8 @@ enum Command {
     Trace(trace::TraceArgs),
     /// A local read-only web viewer: sessions, their spans, budgets.
     Ui(ui::UiArgs),
-    /// The store for MCP clients, on stdin/stdout: spend, budgets, reports, a session's spans, a session search (read-only).
-    Mcp,
+    /// The store for MCP clients, on stdin/stdout or HTTP: spend, budgets, reports, a session's spans, a session search (read-only).
+    Mcp(mcp::McpArgs),
 }
 
 /// Runs the CLI with `args` (including the program name) and returns the
@@ -401,7 +402,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             trace::run(&store, &args)
         }
         Command::Ui(args) => ui::run(&existing_home(cli.home)?.value, &args),
-        Command::Mcp => mcp::run(existing_home(cli.home)?.value),
+        Command::Mcp(args) => mcp::run(existing_home(cli.home)?.value, &args),
         Command::Compact => {
             let home = existing_home(cli.home)?;
             let mut store = Writer::open_dir(&home.value)?;

@@ -115,3 +115,121 @@ def test_an_mcp_client_reads_what_the_command_line_reads_and_hostile_arguments_g
     assert failed[0]["api_errors"] == 1
     assert "say a tool" in _error(results[14])
     assert json.loads(_cli(home, "report", "--json"))["totals"] == report["totals"]
+
+
+def _listen(home: Path, *args: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """`hermes-meter mcp --listen 127.0.0.1:0 ARGS`, and the URL it printed."""
+    import os
+
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hermes_meter.cli",
+            "--home",
+            str(home),
+            "mcp",
+            "--listen",
+            "127.0.0.1:0",
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    line = p.stdout.readline()
+    assert "listening on http://127.0.0.1:" in line, (line, p.stderr.read() if p.poll() is not None else "")
+    return p, line.rsplit(" ", 1)[1].strip()
+
+
+async def _http_session(url: str, headers: dict, calls: list[tuple[str, dict]]) -> tuple[list[str], list]:
+    from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
+    async with (
+        create_mcp_http_client(headers=headers) as http,
+        streamable_http_client(url, http_client=http) as (read, write, *_),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        tools = sorted(t.name for t in (await session.list_tools()).tools)
+        return tools, [await session.call_tool(name, arguments) for name, arguments in calls]
+
+
+def _raw(url: str, headers: dict, body: bytes = b"{}") -> int:
+    """The status of one POST to `url` with `headers` (urllib: no MCP client)."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        url,
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            **headers,
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_over_http_on_loopback_an_mcp_client_gets_the_same_answers_and_pages_elsewhere_get_nothing(
+    tmp_path,
+) -> None:
+    home = tmp_path / "meter"
+    home.mkdir()
+    _cli(home, "replay", str(FIXTURES / "delegate_sync.jsonl"))
+    report = json.loads(_cli(home, "report", "--json"))
+    server, url = _listen(home)
+    try:
+        tools, results = asyncio.run(
+            _http_session(
+                url, {}, [("report", {}), ("spend", {"session_id": SESSION}), ("session_trace", {})]
+            )
+        )
+        assert tools == ["find_sessions", "report", "search_sessions", "session_trace", "spend"]
+        assert _json(results[0])["totals"] == report["totals"]
+        assert _json(results[1])["session"]["session_id"] == SESSION
+        assert results[2].is_error or "session_id" in str(results[2]), results[2]
+        # DNS rebinding (a host name that is not loopback), a browser page
+        # (any Origin), another path and an oversized body: refused.
+        assert _raw(url, {"Host": "evil.example"}) == 403
+        assert _raw(url, {"Origin": "http://evil.example"}) == 403
+        assert _raw(url.replace("/mcp", "/other"), {}) == 404
+        assert _raw(url, {}, b"[" + b" " * (2 << 20) + b"]") == 413
+        # And it still answers.
+        assert asyncio.run(_http_session(url, {}, [("report", {})]))[1][0].is_error is False
+    finally:
+        server.terminate()
+        assert server.wait(timeout=10) == 0
+
+
+def test_over_http_with_a_token_every_request_needs_it_and_off_loopback_needs_one(tmp_path) -> None:
+    home = tmp_path / "meter"
+    home.mkdir()
+    _cli(home, "replay", str(FIXTURES / "delegate_sync.jsonl"))
+    server, url = _listen(home, env={"HERMES_METER_MCP_TOKEN": "s3cret-token"})
+    try:
+        assert _raw(url, {}) == 401
+        assert _raw(url, {"Authorization": "Bearer wrong-token!"}) == 401
+        tools, results = asyncio.run(
+            _http_session(url, {"Authorization": "Bearer s3cret-token"}, [("report", {})])
+        )
+        assert "report" in tools and not results[0].is_error
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    # Off loopback without a token: refused before it listens, saying why.
+    p = subprocess.run(
+        [sys.executable, "-m", "hermes_meter.cli", "--home", str(home), "mcp", "--listen", "0.0.0.0:0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={k: v for k, v in __import__("os").environ.items() if k != "HERMES_METER_MCP_TOKEN"},
+    )
+    assert p.returncode != 0 and "not loopback" in p.stderr and "HERMES_METER_MCP_TOKEN" in p.stderr, p.stderr

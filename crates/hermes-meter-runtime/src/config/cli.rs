@@ -18,6 +18,8 @@ pub const HERMES_PYTHON_ENV: &str = "HERMES_METER_HERMES_PYTHON";
 pub(crate) const RUST_LOG_ENV: &str = "RUST_LOG";
 /// The viewer's access token, when `--token` is not given.
 pub const UI_TOKEN_ENV: &str = "HERMES_METER_UI_TOKEN";
+/// The MCP server's access token over HTTP (`mcp --listen`).
+pub const MCP_TOKEN_ENV: &str = "HERMES_METER_MCP_TOKEN";
 /// Where the viewer links a session's trace, when `--trace-url` is not given.
 pub const TRACE_URL_ENV: &str = "HERMES_METER_TRACE_URL";
 
@@ -50,6 +52,13 @@ pub fn hermes_python() -> Option<PathBuf> {
 /// (an empty value included, as clap's `env` read it before).
 pub fn ui_token(flag: Option<String>) -> Option<String> {
     flag.or_else(|| super::process_var(UI_TOKEN_ENV))
+}
+
+/// The MCP server's access token over HTTP: `flag`, else
+/// `HERMES_METER_MCP_TOKEN` (set and not empty).
+pub fn mcp_token(flag: Option<String>) -> Option<String> {
+    flag.or_else(|| super::process_var(MCP_TOKEN_ENV))
+        .filter(|t| !t.is_empty())
 }
 
 /// Where the viewer links traces: `flag`, else `HERMES_METER_TRACE_URL`
