@@ -7,6 +7,7 @@
 //! A test that runs this binary again as a child names itself with
 //! `hermes_meter_test_support::test_name(module_path!(), ...)`.
 
+mod advise;
 mod budget;
 mod cli_behaviour;
 mod contention;

@@ -71,6 +71,7 @@ pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
     }
 }
 
+mod advise;
 mod budget;
 mod doctor;
 mod export;
@@ -136,6 +137,8 @@ enum Command {
     },
     /// Spend and tokens by day, model, provider, sender, cron job and session.
     Report(report::ReportArgs),
+    /// The largest savings the ledger shows (uncached re-sent context, near-runaway streaks, a dearer model for the same work).
+    Advise(advise::AdviseArgs),
     /// What is wrong first (sessions Hermes ran unrecorded, loads it abandoned, export off or failing), then the store, its export and the Hermes side.
     Status {
         /// Print one JSON object.
@@ -375,6 +378,11 @@ fn dispatch(cli: Cli) -> Result<i32> {
             let dir = existing_home(cli.home)?.value;
             let store = open_for_reading(dir.clone())?;
             report::run(&store, &dir, &args, window)
+        }
+        Command::Advise(args) => {
+            let dir = existing_home(cli.home)?.value;
+            let store = open_for_reading(dir.clone())?;
+            advise::run(&store, &dir, &args)
         }
         Command::Serve(args) => export::serve(&existing_home(cli.home)?.value, &args),
         Command::Export(args) => export::export(&existing_home(cli.home)?.value, &args),

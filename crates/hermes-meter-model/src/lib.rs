@@ -6,6 +6,7 @@
 //! (`crates/hermes-meter-store`) fills the rows in [`rows`] from SQL; the runtime reads files
 //! and the environment and hands their text here to be parsed.
 
+pub mod advise;
 pub mod budget;
 pub mod content;
 pub mod digest;

@@ -53,6 +53,7 @@ pub fn unix_now() -> f64 {
         .unwrap_or(0.0)
 }
 
+mod advice;
 mod agent_view;
 mod budget;
 mod by_session;

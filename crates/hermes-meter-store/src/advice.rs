@@ -1,0 +1,104 @@
+//! What `hermes-meter advise` reads: a window's LLM calls a session at a
+//! time, in the order each session made them, and the streaks of one tool
+//! called again and again in a turn, with what the turn spent after each
+//! streak began. The rules are the model's `advise.rs`.
+
+use rusqlite::params;
+
+use crate::error::Result;
+use crate::Reader;
+use hermes_meter_model::hook::Usage;
+use hermes_meter_model::price_as::RecordedCall;
+
+impl Reader {
+    /// Each LLM call that started in `[since, until)`, grouped by session
+    /// and in the order the session made them, one row at a time.
+    pub fn for_each_call_by_session(
+        &self,
+        since: f64,
+        until: f64,
+        mut each: impl FnMut(&str, &RecordedCall),
+    ) -> Result<()> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT l.session_id, COALESCE(l.routed_model, l.model, ''), l.provider, l.input_tokens, l.output_tokens,
+                    l.cache_read_tokens, l.cache_write_tokens, l.reasoning_tokens, l.cost_usd, l.cost_source,
+                    l.estimated, CASE WHEN l.aux_task IS NOT NULL THEN 'auxiliary'
+                                      WHEN r.parent_session_id IS NOT NULL THEN 'subagent'
+                                      ELSE COALESCE(r.platform, 'unknown') END, l.started_at
+               FROM llm_calls l LEFT JOIN runs r ON r.session_id = l.session_id
+              WHERE l.started_at >= ?1 AND l.started_at < ?2
+              ORDER BY l.session_id, l.started_at",
+        )?;
+        let mut rows = stmt.query(params![since, until])?;
+        while let Some(r) = rows.next()? {
+            let session: String = r.get(0)?;
+            let call = RecordedCall {
+                model: r.get(1)?,
+                provider: r.get(2)?,
+                usage: Usage {
+                    input_tokens: r.get(3)?,
+                    output_tokens: r.get(4)?,
+                    cache_read_tokens: r.get(5)?,
+                    cache_write_tokens: r.get(6)?,
+                    reasoning_tokens: r.get(7)?,
+                    ..Usage::default()
+                },
+                cost_usd: r.get(8)?,
+                cost_source: r.get(9)?,
+                estimated: r.get::<_, i64>(10)? != 0,
+                kind: r.get(11)?,
+                at: r.get(12)?,
+            };
+            each(&session, &call);
+        }
+        Ok(())
+    }
+
+    /// Each run of at least `shortest` and at most `longest` calls of one
+    /// tool in a row, in one turn, that started in `[since, until)`: its
+    /// session, its length, and what the turn's LLM calls from its start on
+    /// cost.
+    pub fn tool_streaks(
+        &self,
+        since: f64,
+        until: f64,
+        (shortest, longest): (i64, i64),
+        mut each: impl FnMut(&str, i64, f64),
+    ) -> Result<()> {
+        let mut cost_after = self.conn().prepare_cached(
+            "SELECT TOTAL(cost_usd) FROM llm_calls WHERE session_id = ?1 AND turn_id IS ?2 AND started_at >= ?3",
+        )?;
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT session_id, turn_id, tool_name, started_at FROM tool_calls
+              WHERE proxy = 0 AND started_at >= ?1 AND started_at < ?2
+              ORDER BY session_id, turn_id, started_at",
+        )?;
+        let mut rows = stmt.query(params![since, until])?;
+        // (session, turn, tool, length, started at)
+        let mut run: Option<(String, Option<String>, String, i64, f64)> = None;
+        let mut ended = |run: &(String, Option<String>, String, i64, f64)| -> Result<()> {
+            if (shortest..=longest).contains(&run.3) {
+                let usd: f64 = cost_after.query_row(params![run.0, run.1, run.4], |r| r.get(0))?;
+                each(&run.0, run.3, usd);
+            }
+            Ok(())
+        };
+        while let Some(r) = rows.next()? {
+            let (session, turn, tool, at): (String, Option<String>, String, f64) =
+                (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
+            match &mut run {
+                Some(cur) if cur.0 == session && cur.1 == turn && cur.2 == tool => cur.3 += 1,
+                _ => {
+                    if let Some(done) = run.take() {
+                        ended(&done)?;
+                    }
+                    run = Some((session, turn, tool, 1, at));
+                }
+            }
+        }
+        if let Some(done) = run {
+            ended(&done)?;
+        }
+        Ok(())
+    }
+}
