@@ -19,7 +19,7 @@ fn readfile() -> Vec<String> {
 /// Copy `n` of the readfile session on `model`, each of its two calls with
 /// `input` prompt tokens (none read from the cache), `tools` read_file
 /// calls in a row in its turn, moved to a day ago.
-fn session(n: usize, model: &str, input: i64, tools: usize) -> String {
+pub(crate) fn session(n: usize, model: &str, input: i64, tools: usize) -> String {
     let lines = readfile();
     let first: f64 = serde_json::from_str::<Value>(&lines[0]).expect("json")["t"]
         .as_f64()
@@ -122,6 +122,25 @@ fn advise_names_uncached_context_a_near_runaway_streak_and_a_dearer_model_with_t
     // The text names each, with its sessions.
     let (_, text, _) = cli(home, &["advise"]);
     assert!(text.contains("about $") && text.contains("sessions: "), "{text}");
+    // The viewer's advice page shows the same findings, in the same order,
+    // each session a link; a window asked for past 90 days is 90 days.
+    let viewer = hermes_meter_test_support::viewer::start(home, None, None);
+    let page = hermes_meter_test_support::http_get::get(viewer.addr(), "/advice?days=100000", &[]);
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("the last 90 days: 12 LLM calls"), "{}", page.body);
+    let shown: Vec<&str> = page
+        .body
+        .split("data-kind=\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .collect();
+    assert_eq!(shown, kinds, "{}", page.body);
+    let first = findings[0]["sessions"][0].as_str().expect("a session");
+    assert!(
+        page.body.contains(&format!("/session/{first}\">{first}</a>")),
+        "{}",
+        page.body
+    );
 }
 
 #[test]

@@ -7,8 +7,7 @@ use std::path::Path;
 
 use clap::Args;
 
-use hermes_meter_model::advise::{Advice, Advisor};
-use hermes_meter_model::budget::RunawayConfig;
+use hermes_meter_model::advise::Advice;
 use hermes_meter_model::display::escape;
 use hermes_meter_store::error::{Error, Result};
 use hermes_meter_store::Reader;
@@ -38,15 +37,7 @@ pub(super) fn run(store: &Reader, dir: &Path, args: &AdviseArgs) -> Result<i32> 
     if until <= since {
         return Err(Error::Other("--until is not after --since: the window is empty".into()));
     }
-    let prices = hermes_meter_runtime::config::load_prices(&dir.join(hermes_meter_runtime::config::PRICING_FILE_NAME))?;
-    let mut advisor = Advisor::new(&prices, since, until);
-    store.for_each_call_by_session(since, until, |session, call| advisor.call(session, call))?;
-    // Half the runaway watch's streak up to just below it.
-    let watch = RunawayConfig::default().repeated_tool_calls as i64;
-    store.tool_streaks(since, until, ((watch / 2).max(2), watch - 1), |session, length, usd| {
-        advisor.streak(session, length, usd)
-    })?;
-    let advice = advisor.finish();
+    let advice = hermes_meter_runtime::advise::advise(store, dir, since, until)?;
     if args.json {
         let text = serde_json::to_string_pretty(&advice).map_err(|e| Error::Other(e.to_string()))?;
         println!("{text}");

@@ -58,6 +58,18 @@ pub(crate) struct ReportArgs {
     top: Option<u32>,
 }
 
+/// `advise`'s arguments.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AdviseArgs {
+    /// Start of the window: a date, an RFC 3339 time, or a span back from now (default 7d).
+    #[serde(default)]
+    since: Option<String>,
+    /// End of the window (exclusive), same forms (default now).
+    #[serde(default)]
+    until: Option<String>,
+}
+
 /// `session_trace`'s arguments.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -213,6 +225,27 @@ impl MeterMcp {
                 .report(&tz, since, until, Some(top))
                 .map_err(|e| e.to_string())?;
             serde_json::to_value(&report).map_err(|e| e.to_string())
+        })();
+        Ok(answer(result))
+    }
+
+    #[tool(
+        description = "The largest savings the ledger shows over a window (default the last 7 days), largest first: \
+                       context re-sent without the prompt cache, near-runaway tool streaks, a model priced far above \
+                       another the same kind of session uses; each with its estimate in USD and its sessions."
+    )]
+    async fn advise(&self, Parameters(args): Parameters<AdviseArgs>) -> std::result::Result<CallToolResult, ErrorData> {
+        let tz = TimeZone::system();
+        let now = hermes_meter_store::unix_now();
+        let result = (|| {
+            let since = time_arg("since", &args.since, &tz, now)?.unwrap_or(now - 7.0 * 86_400.0);
+            let until = time_arg("until", &args.until, &tz, now)?.unwrap_or(now);
+            if until <= since {
+                return Err("until is not after since: the window is empty".to_string());
+            }
+            let advice = hermes_meter_runtime::advise::advise(&self.reader()?, &self.dir, since, until)
+                .map_err(|e| e.to_string())?;
+            serde_json::to_value(&advice).map_err(|e| e.to_string())
         })();
         Ok(answer(result))
     }

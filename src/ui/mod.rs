@@ -30,6 +30,8 @@
 //! (the data version pages poll to refresh), `/api/sessions`,
 //! `/api/session/{id}`; `/static/` the stylesheet and script, embedded.
 
+mod advice;
+mod caps;
 mod charts;
 pub mod html;
 pub mod pages;
@@ -343,6 +345,21 @@ fn route(state: &State, path: &str, asked: &Asked) -> Result<Response<Full<Bytes
         return Ok(html_page(
             StatusCode::OK,
             pages::page(&frame, "Sessions", Tab::Sessions, &body),
+        ));
+    }
+    if path == "/advice" {
+        let days = asked
+            .param("days")
+            .and_then(|d| d.parse::<i64>().ok())
+            .unwrap_or(7)
+            .clamp(1, advice::MOST_DAYS);
+        let now = hermes_meter_store::unix_now();
+        let found = store.read_snapshot(|s| {
+            hermes_meter_runtime::advise::advise(s, &state.dir, now - days as f64 * 86_400.0, now)
+        })?;
+        return Ok(html_page(
+            StatusCode::OK,
+            pages::page(&frame, "Advice", Tab::Advice, &advice::page(&frame, &found, days)),
         ));
     }
     if path == "/budgets" {

@@ -14,7 +14,7 @@ use jiff::tz::TimeZone;
 
 use super::html::{esc, url_part};
 use crate::trace::{human_duration, walk, NodeKind, Trace, TraceNode, TurnPoint};
-use hermes_meter_model::budget::{BudgetConfig, BudgetState, CapScope, CapState, CapUnit, Forecast, Level};
+use hermes_meter_model::budget::{BudgetConfig, BudgetState, CapState, Forecast, Level};
 use hermes_meter_model::display::human_count;
 use hermes_meter_store::hermes_state::HermesSessionInfo;
 use hermes_meter_store::{AlertRow, FilterValues, SessionFilter, SessionListRow, SessionListTotals, SessionSort};
@@ -24,6 +24,7 @@ use hermes_meter_store::{AlertRow, FilterValues, SessionFilter, SessionListRow, 
 pub enum Tab {
     Sessions,
     Budgets,
+    Advice,
     None,
 }
 
@@ -47,7 +48,7 @@ pub fn page(frame: &Frame<'_>, title: &str, tab: Tab, body: &str) -> String {
 <meta name=\"hermes-meter-version\" content=\"{version}\">\
 <title>{title} · hermes-meter</title><link rel=\"stylesheet\" href=\"{b}{style}\"></head>\
 <body data-base=\"{b}\"><header class=\"top\"><span class=\"brand\">hermes-meter</span>\
-<a href=\"{b}/\"{s}>Sessions</a><a href=\"{b}/budgets\"{u}>Budgets</a><span id=\"live\"></span></header>\
+<a href=\"{b}/\"{s}>Sessions</a><a href=\"{b}/budgets\"{u}>Budgets</a><a href=\"{b}/advice\"{a}>Advice</a><span id=\"live\"></span></header>\
 <main>{body}</main><script src=\"{b}{script}\"></script></body></html>\n",
         version = frame.version,
         style = super::STYLE_PATH,
@@ -55,6 +56,7 @@ pub fn page(frame: &Frame<'_>, title: &str, tab: Tab, body: &str) -> String {
         title = esc(title),
         s = here(Tab::Sessions),
         u = here(Tab::Budgets),
+        a = here(Tab::Advice),
     )
 }
 
@@ -77,7 +79,7 @@ fn amount(unit: hermes_meter_model::budget::BudgetUnit, v: f64) -> String {
     }
 }
 
-fn status_class(status: &str) -> String {
+pub(super) fn status_class(status: &str) -> String {
     let s: String = status
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
@@ -551,56 +553,6 @@ fn span_info(n: &TraceNode, content: Option<&Vec<(String, String)>>) -> String {
     h
 }
 
-/// The caps part of the budgets page: each cap set, then what the running
-/// sessions and their open runs used of them.
-fn cap_section(h: &mut String, frame: &Frame<'_>, cfg: &BudgetConfig, caps: &[CapState]) {
-    if cfg.caps.is_empty() {
-        return;
-    }
-    let mut set = Vec::new();
-    for (scope, limits) in &cfg.caps {
-        for unit in CapUnit::ALL {
-            if let Some(limit) = limits.get(unit) {
-                set.push(format!("per {scope}: {}", unit.format(limit)));
-            }
-        }
-    }
-    let _ = write!(
-        h,
-        "<h2>Caps</h2><p class=\"muted\" id=\"caps-set\">{}; tokens counted: {}. A tool-call cap blocks tools only.</p>",
-        esc(&set.join(", ")),
-        cfg.tokens_counted.as_str()
-    );
-    if caps.is_empty() {
-        h.push_str("<p class=\"muted\">No session is running.</p>");
-        return;
-    }
-    h.push_str(
-        "<div class=\"wide\"><table class=\"caps\"><thead><tr><th>Scope</th><th>Session or turn</th><th>Cap</th>\
-<th class=\"num\">Used</th><th class=\"num\">Limit</th><th class=\"num\">%</th><th>Verdict</th></tr></thead><tbody>",
-    );
-    let b = esc(frame.base);
-    for c in caps {
-        let who = match c.cap.scope {
-            CapScope::Session => format!("<a href=\"{b}/session/{}\">{}</a>", url_part(&c.id), esc(&c.id)),
-            CapScope::Run => esc(&c.id),
-        };
-        let _ = write!(
-            h,
-            "<tr class=\"cap {sc}\"><td>{}</td><td>{who}</td><td>{}</td><td class=\"num\">{}</td>\
-<td class=\"num\">{}</td><td class=\"num\">{:.0}</td><td class=\"{sc}\">{}</td></tr>",
-            c.cap.scope.as_str(),
-            c.cap.unit.as_str(),
-            esc(&c.cap.unit.format(c.used)),
-            esc(&c.cap.unit.format(c.cap.limit)),
-            100.0 * c.used / c.cap.limit,
-            c.level.as_str(),
-            sc = status_class(c.level.as_str()),
-        );
-    }
-    h.push_str("</tbody></table></div>");
-}
-
 /// One budget with its forecast, for the budgets page.
 #[derive(Debug, Clone)]
 pub struct BudgetRow {
@@ -690,7 +642,7 @@ pub fn budgets(
         }
         h.push_str("</tbody></table></div>");
     }
-    cap_section(&mut h, frame, cfg, caps);
+    super::caps::cap_section(&mut h, frame, cfg, caps);
     let _ = write!(
         h,
         "<p class=\"muted\" id=\"runaway\">Runaway watch: {}.</p>",

@@ -81,9 +81,11 @@ def test_an_mcp_client_reads_what_the_command_line_reads_and_hostile_arguments_g
         ("find_sessions", {"tool": "DELEGATE", "since": "2026-11-01"}),
         ("find_sessions", {"failed": True, "since": "2026-11-01", "until": "2099-01-01"}),
         ("find_sessions", {}),
+        ("advise", {"since": "2026-11-01"}),
+        ("advise", {"since": "yesterday-ish"}),
     ]
     tools, results = asyncio.run(_session(home, calls))
-    assert tools == ["find_sessions", "report", "search_sessions", "session_trace", "spend"]
+    assert tools == ["advise", "find_sessions", "report", "search_sessions", "session_trace", "spend"]
     got = _json(results[0])
     assert got["totals"] == report["totals"], (got["totals"], report["totals"])
     spend = _json(results[1])
@@ -114,6 +116,14 @@ def test_an_mcp_client_reads_what_the_command_line_reads_and_hostile_arguments_g
     assert [s["session_id"] for s in failed] == ["20261130_013817_88dc56"], failed
     assert failed[0]["api_errors"] == 1
     assert "say a tool" in _error(results[14])
+    advice = _json(results[15])
+    assert (
+        advice["schema"] == "hermes-meter.advice.v1" and advice["llm_calls"] == report["totals"]["llm_calls"]
+    )
+    assert advice == json.loads(_cli(home, "advise", "--since", "2026-11-01", "--json")) | {
+        "until": advice["until"]
+    }
+    assert "cannot read" in _error(results[16])
     assert json.loads(_cli(home, "report", "--json"))["totals"] == report["totals"]
 
 
@@ -192,7 +202,7 @@ def test_over_http_on_loopback_an_mcp_client_gets_the_same_answers_and_pages_els
                 url, {}, [("report", {}), ("spend", {"session_id": SESSION}), ("session_trace", {})]
             )
         )
-        assert tools == ["find_sessions", "report", "search_sessions", "session_trace", "spend"]
+        assert tools == ["advise", "find_sessions", "report", "search_sessions", "session_trace", "spend"]
         assert _json(results[0])["totals"] == report["totals"]
         assert _json(results[1])["session"]["session_id"] == SESSION
         assert results[2].is_error or "session_id" in str(results[2]), results[2]

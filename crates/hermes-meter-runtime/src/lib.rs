@@ -8,6 +8,7 @@
 //! way: hook → decode (the model) → store → export. Knows nothing of
 //! Python (the binding is `hermes-meter-python`) or of the command line.
 
+pub mod advise;
 pub mod agent_tool;
 pub mod bridge;
 pub mod budget;
