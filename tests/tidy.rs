@@ -482,12 +482,11 @@ fn no_crate_reexports_another_crate() {
 #[test]
 fn no_source_file_is_over_700_lines() {
     const LIMIT: usize = 700;
-    const STILL_OVER: [(&str, usize); 12] = [
+    const STILL_OVER: [(&str, usize); 11] = [
         ("crates/hermes-meter-runtime/src/export/mod.rs", 1064),
         ("src/cli/budget.rs", 1024),
         ("crates/hermes-meter-runtime/src/budget/gate.rs", 900),
         ("crates/hermes-meter-store/src/doctor.rs", 869),
-        ("src/ui/pages.rs", 732),
         ("crates/hermes-meter-runtime/src/bridge/writer.rs", 828),
         ("src/cli/status.rs", 814),
         ("src/trace.rs", 762),
