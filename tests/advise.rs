@@ -141,6 +141,32 @@ fn advise_names_uncached_context_a_near_runaway_streak_and_a_dearer_model_with_t
         "{}",
         page.body
     );
+    // The what-if: the days' calls at another model's prices, as `report
+    // --price-as` says it; an unknown or hostile model is said, escaped.
+    let (code, report, err) = cli(
+        home,
+        &["report", "--price-as", "cheap-model", "--since", "90d", "--json"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let report: Value = serde_json::from_str(&report).expect("JSON");
+    let page = hermes_meter_test_support::http_get::get(viewer.addr(), "/advice?days=90&price_as=cheap-model", &[]);
+    let at = report["price_as"]["totals"]["at_price_usd"].as_f64().expect("usd");
+    assert!(
+        page.body
+            .contains(&format!("at cheap-model's prices <strong>${at:.4}</strong>")),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("tokenizer counts the same text"),
+        "the caveats are shown"
+    );
+    let page = hermes_meter_test_support::http_get::get(viewer.addr(), "/advice?price_as=%3Cscript%3Ex", &[]);
+    assert!(
+        page.body.contains("id=\"what-if-error\"") && !page.body.contains("<script>x"),
+        "{}",
+        page.body
+    );
 }
 
 #[test]

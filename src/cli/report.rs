@@ -105,15 +105,13 @@ pub(super) fn run(store: &Reader, dir: &std::path::Path, args: &ReportArgs, wind
 /// `report --price-as MODEL`: the window re-priced at MODEL's prices from
 /// the price table this store uses (the built-in one and pricing.toml).
 fn price_as(store: &Reader, dir: &std::path::Path, args: &ReportArgs, window: &Window, model: &str) -> Result<i32> {
-    let prices = hermes_meter_runtime::config::load_prices(&dir.join(hermes_meter_runtime::config::PRICING_FILE_NAME))?;
-    let mut sums = match PriceAs::new(&prices, model) {
+    let sums = match hermes_meter_runtime::advise::price_as(store, dir, model, window.since, window.until)? {
         Ok(sums) => sums,
         Err(why) => {
             eprintln!("hermes-meter: --price-as: {why}");
             return Ok(1);
         }
     };
-    store.for_each_recorded_call(window.since, window.until, |call| sums.add(&prices, call))?;
     if args.json {
         let at = |t: f64| hermes_meter_model::budget::timestamp(t).to_string();
         let value = serde_json::json!({

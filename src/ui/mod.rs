@@ -354,12 +354,21 @@ fn route(state: &State, path: &str, asked: &Asked) -> Result<Response<Full<Bytes
             .unwrap_or(7)
             .clamp(1, advice::MOST_DAYS);
         let now = hermes_meter_store::unix_now();
-        let found = store.read_snapshot(|s| {
-            hermes_meter_runtime::advise::advise(s, &state.dir, now - days as f64 * 86_400.0, now)
+        let since = now - days as f64 * 86_400.0;
+        let model = asked.param("price_as").map(str::trim).filter(|m| !m.is_empty());
+        let (found, what_if) = store.read_snapshot(|s| {
+            let found = hermes_meter_runtime::advise::advise(s, &state.dir, since, now)?;
+            let what_if = match model {
+                Some(m) => Some(hermes_meter_runtime::advise::price_as(s, &state.dir, m, since, now)?),
+                None => None,
+            };
+            Ok((found, what_if))
         })?;
+        let mut body = advice::page(&frame, &found, days);
+        body.push_str(&advice::what_if(model, what_if.as_ref(), days));
         return Ok(html_page(
             StatusCode::OK,
-            pages::page(&frame, "Advice", Tab::Advice, &advice::page(&frame, &found, days)),
+            pages::page(&frame, "Advice", Tab::Advice, &body),
         ));
     }
     if path == "/budgets" {

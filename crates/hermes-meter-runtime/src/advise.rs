@@ -10,6 +10,25 @@ use hermes_meter_model::budget::RunawayConfig;
 use hermes_meter_store::error::Result;
 use hermes_meter_store::Reader;
 
+/// `[since, until)`'s LLM calls re-priced at `model`'s rates (`report
+/// --price-as`, the viewer's what-if): `Ok(Err(why))` when the price
+/// table has no price for `model`.
+pub fn price_as(
+    store: &Reader,
+    store_dir: &Path,
+    model: &str,
+    since: f64,
+    until: f64,
+) -> Result<std::result::Result<hermes_meter_model::price_as::PriceAs, String>> {
+    let prices = crate::config::load_prices(&store_dir.join(crate::config::PRICING_FILE_NAME))?;
+    let mut sums = match hermes_meter_model::price_as::PriceAs::new(&prices, model) {
+        Ok(sums) => sums,
+        Err(why) => return Ok(Err(why)),
+    };
+    store.for_each_recorded_call(since, until, |call| sums.add(&prices, call))?;
+    Ok(Ok(sums))
+}
+
 /// The advice of `[since, until)` over `store`, whose directory is
 /// `store_dir` (its pricing file prices the figures).
 pub fn advise(store: &Reader, store_dir: &Path, since: f64, until: f64) -> Result<Advice> {
