@@ -696,7 +696,15 @@ def test_a_days_digest_leaves_with_the_first_unattended_run_after_it_and_only_on
         step first "$HERMES" -z "READFILE please read hello.txt"
         step second "$HERMES" -z "READFILE please read hello.txt"
         """,
-        env={"HERMES_METER_DIGEST": "day", "HERMES_METER_ALERT_WEBHOOK": "http://127.0.0.1:4318/hook"},
+        env={
+            "HERMES_METER_DIGEST": "day",
+            "HERMES_METER_ALERT_WEBHOOK": "http://127.0.0.1:4318/hook",
+            # And through Hermes's own sender, to Signal (the sidecar's signal-cli API).
+            "HERMES_METER_ALERT_DELIVER": "signal",
+            "SIGNAL_HTTP_URL": "http://127.0.0.1:4318",
+            "SIGNAL_ACCOUNT": "+15550000001",
+            "SIGNAL_HOME_CHANNEL": "+15550000002",
+        },
         sidecar=True,
     )
     steps = _steps(out)
@@ -711,3 +719,11 @@ def test_a_days_digest_leaves_with_the_first_unattended_run_after_it_and_only_on
     assert _query(out, "SELECT COUNT(*) FROM alerts WHERE kind = 'digest_day' AND pushed_at IS NOT NULL") == [
         (1,)
     ]
+    sends = [json.loads(p.read_text()) for p in sorted((out / "otlp").glob("*-signal.json"))]
+    said = [s for s in sends if "hermes-meter digest of the day" in s["params"]["message"]]
+    assert len(said) == 1, sends
+    assert (
+        said[0]["params"]["message"].startswith("[hermes-meter]")
+        and yesterday in said[0]["params"]["message"]
+    )
+    assert said[0]["params"]["recipient"] == ["+15550000002"]
