@@ -146,4 +146,21 @@ fn a_digest_reaches_the_webhook_once_in_the_slack_shape() {
     assert_eq!(bodies.len(), 1, "{bodies:?}");
     let text = bodies[0]["text"].as_str().expect("Slack's text");
     assert!(text.contains("hermes-meter digest of the day"), "{text}");
+    // `status` says what went out last, and where.
+    let (code, out, err) = hermes_meter_test_support::cli::cli(dir.path(), &["status", "--json"]);
+    assert!(code == 0 || code == 1, "{err}");
+    let status: Value = serde_json::from_str(&out).expect("JSON");
+    let last = &status["digests"]["last"]["day"];
+    let yesterday = jiff::Timestamp::from_second((now - DAY) as i64)
+        .expect("time")
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .date()
+        .to_string();
+    assert_eq!(last["period"].as_str(), Some(yesterday.as_str()), "{status}");
+    assert!(
+        last["posted_at"].as_f64().is_some() && last["sent_at"].is_null(),
+        "{last}"
+    );
+    let (_, text, _) = hermes_meter_test_support::cli::cli(dir.path(), &["status"]);
+    assert!(text.contains("digests         off (set HERMES_METER_DIGEST"), "{text}");
 }

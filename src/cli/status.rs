@@ -175,7 +175,8 @@ pub(super) fn run(store: &Reader, home: &Resolved<PathBuf>, json: bool) -> Resul
             "logs": super::logs_status::json(store)?,
             "fleet": fleet_json(store)?,
             "alert_webhook": webhook_json(store)?,
-            "alert_delivery": delivery_json(store)?,
+            "alert_delivery": super::deliveries::delivery_json(store)?,
+            "digests": super::deliveries::digests_json(store)?,
             "recent_alerts": recent_alerts_json(&alerts),
             "runaway": watch.as_ref().map(super::budget::runaway_json).unwrap_or_else(|e| serde_json::json!({"error": e})),
         });
@@ -262,7 +263,7 @@ pub(super) fn run(store: &Reader, home: &Resolved<PathBuf>, json: bool) -> Resul
     super::logs_status::print(store)?;
     print_fleet(store)?;
     print_webhook(store)?;
-    print_delivery(store)?;
+    super::deliveries::print(store)?;
     print_recent_alerts(&alerts);
     match &watch {
         Ok(r) => println!("runaway watch   {}", r.describe()),
@@ -322,21 +323,6 @@ fn print_webhook(store: &Reader) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// Where alerts go through Hermes itself (`HERMES_METER_ALERT_DELIVER`)
-/// and how many its sender took and has not taken yet.
-fn delivery_json(store: &Reader) -> Result<serde_json::Value> {
-    let Some(target) = hermes_meter_runtime::config::webhook::deliver_target() else {
-        return Ok(serde_json::Value::Null);
-    };
-    let (sent, waiting, last_error) = store.alert_push_status(hermes_meter_store::AlertSink::Hermes)?;
-    Ok(serde_json::json!({
-        "target": target.trim(),
-        "sent": sent,
-        "waiting": waiting,
-        "last_error": last_error,
-    }))
 }
 
 /// How far back `status` lists the alerts raised.
@@ -416,27 +402,6 @@ fn print_recent_alerts(alerts: &[hermes_meter_store::RecentAlert]) {
         );
         println!("      {}", alert_routes(a, webhook, deliver, now).join("; "));
     }
-}
-
-fn print_delivery(store: &Reader) -> Result<()> {
-    let v = delivery_json(store)?;
-    if v.is_null() {
-        println!(
-            "alert delivery  off (set {} to a Hermes platform, e.g. telegram, to message alerts through Hermes)",
-            hermes_meter_runtime::config::webhook::DELIVER_ENV
-        );
-        return Ok(());
-    }
-    let error = v["last_error"]
-        .as_str()
-        .map_or(String::new(), |e| format!("; last failure: {e}"));
-    println!(
-        "alert delivery  through Hermes to {}: {} sent, {} not yet{error} (sent by Hermes processes, not this command)",
-        v["target"].as_str().unwrap_or(""),
-        v["sent"],
-        v["waiting"]
-    );
-    Ok(())
 }
 
 /// The fleet's address (never its password), this host, the last sync and

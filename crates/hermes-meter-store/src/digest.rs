@@ -16,7 +16,35 @@ use crate::{Outbox, Reader};
 /// it is never shown to an agent's session as a pending alert.
 pub const DIGEST_NOT_FOR_SESSIONS: &str = "digest";
 
+/// The latest digest of a kind: its period, when it was raised, and when
+/// the webhook took it and Hermes's sender sent it, if they did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LastDigest {
+    pub period: String,
+    pub raised_at: f64,
+    pub posted_at: Option<f64>,
+    pub sent_at: Option<f64>,
+}
+
 impl Reader {
+    /// The latest digest of `kind` raised, if any.
+    pub fn last_digest(&self, kind: &str) -> Result<Option<LastDigest>> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT key, first_at, pushed_at, hermes_sent_at FROM alerts WHERE kind = ?1 ORDER BY key DESC LIMIT 1",
+            )?
+            .query_row(params![kind], |r| {
+                Ok(LastDigest {
+                    period: r.get(0)?,
+                    raised_at: r.get(1)?,
+                    posted_at: r.get(2)?,
+                    sent_at: r.get(3)?,
+                })
+            })
+            .optional()?)
+    }
+
     /// Whether the digest of `kind` for the period `key` was raised.
     pub fn digest_raised(&self, kind: &str, key: &str) -> Result<bool> {
         Ok(self

@@ -80,7 +80,7 @@ pub use agent_view::{CostlySession, FoundSession, ToolUse};
 pub use budget::CapUse;
 pub use budget::{AlertRow, AlertSink, RecentAlert, RESERVATION_TTL_SECONDS};
 pub use content::{ContentCursor, ContentKind};
-pub use digest::DIGEST_NOT_FOR_SESSIONS;
+pub use digest::{LastDigest, DIGEST_NOT_FOR_SESSIONS};
 pub use doctor::Integrity;
 pub use doctor::{missing_beside_aside, Doctor, Rebuilt, DAMAGED_INFIX};
 pub use fleet::{FleetRow, FleetStatus, PushRow, Reserved};
