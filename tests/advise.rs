@@ -16,20 +16,22 @@ fn readfile() -> Vec<String> {
         .collect()
 }
 
-/// Copy `n` of the readfile session on `model`, each of its two calls with
-/// `input` prompt tokens (none read from the cache), `tools` read_file
-/// calls in a row in its turn, moved to a day ago.
-pub(crate) fn session(n: usize, model: &str, input: i64, tools: usize) -> String {
+/// Copy `n` of the readfile session on `model`, its two calls with `input`
+/// prompt tokens (none read from the cache), `tools` read_file calls in a
+/// row in its turn, moved to a day ago.
+pub(crate) fn session(n: usize, model: &str, input: (i64, i64), tools: usize) -> String {
     let lines = readfile();
     let first: f64 = serde_json::from_str::<Value>(&lines[0]).expect("json")["t"]
         .as_f64()
         .expect("t");
     let shift = hermes_meter_store::unix_now() - 86_400.0 - first + n as f64 * 60.0;
     let mut out = String::new();
+    let mut calls = 0;
     for line in session_copy(&lines, n, shift).lines() {
         let mut r: Value = serde_json::from_str(&line.replace("mock-model", model)).expect("json");
         if r["hook"] == "post_api_request" {
-            r["kwargs"]["usage"]["input_tokens"] = input.into();
+            calls += 1;
+            r["kwargs"]["usage"]["input_tokens"] = (if calls == 1 { input.0 } else { input.1 }).into();
             r["kwargs"]["usage"]["cache_read_tokens"] = 0.into();
         }
         let repeat = if r["hook"] == "pre_tool_call" || r["hook"] == "post_tool_call" {
@@ -71,8 +73,8 @@ fn advise_names_uncached_context_a_near_runaway_streak_and_a_dearer_model_with_t
     // (one of them running read_file 7 times in a row), three on the cheap.
     let mut stream = String::new();
     for n in 0..3 {
-        stream.push_str(&session(n, "dear-model", 40_000, if n == 0 { 7 } else { 1 }));
-        stream.push_str(&session(10 + n, "cheap-model", 40_000, 1));
+        stream.push_str(&session(n, "dear-model", (40_000, 40_000), if n == 0 { 7 } else { 1 }));
+        stream.push_str(&session(10 + n, "cheap-model", (40_000, 40_000), 1));
     }
     let file = home.join("stream.jsonl");
     std::fs::write(&file, stream).expect("write");
@@ -174,7 +176,7 @@ fn a_store_with_nothing_to_advise_says_so_and_a_bad_window_is_refused() {
     let dir = tempfile::tempdir().expect("temp dir");
     let home = dir.path();
     let file = home.join("one.jsonl");
-    std::fs::write(&file, session(0, "mock-model", 100, 1)).expect("write");
+    std::fs::write(&file, session(0, "mock-model", (100, 100), 1)).expect("write");
     assert_eq!(cli(home, &["replay", file.to_str().expect("utf-8")]).0, 0);
     assert!(advise(home)["findings"].as_array().expect("findings").is_empty());
     let (_, text, _) = cli(home, &["advise"]);
@@ -185,4 +187,37 @@ fn a_store_with_nothing_to_advise_says_so_and_a_bad_window_is_refused() {
     let (code, _, err) = cli(home, &["advise", "--since", "1d", "--until", "2d"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("window is empty") && err.lines().count() == 1, "{err}");
+}
+
+#[test]
+fn a_tool_whose_results_fill_the_prompt_is_named_with_what_they_cost_as_context() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = dir.path();
+    std::fs::write(
+        home.join("pricing.toml"),
+        "[models.\"dear-model\"]\ninput = 3.0\noutput = 15.0\n",
+    )
+    .expect("pricing");
+    // read_file's result grows the next prompt from 5k to 35k tokens.
+    let stream: String = (0..2).map(|n| session(n, "dear-model", (5_000, 35_000), 1)).collect();
+    let file = home.join("stream.jsonl");
+    std::fs::write(&file, stream).expect("write");
+    assert_eq!(cli(home, &["replay", file.to_str().expect("utf-8")]).0, 0);
+    let a = advise(home);
+    let tool = a["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|f| f["kind"] == "tool_output")
+        .unwrap_or_else(|| panic!("no tool_output finding: {a}"));
+    assert_eq!(tool["evidence"]["tool"], "read_file");
+    assert_eq!(tool["evidence"]["results"], 2);
+    assert_eq!(tool["evidence"]["tokens_added_per_result"], 30_000.0);
+    // 2 x 30k of 2 x 40k prompt tokens; at $3 a million input.
+    assert_eq!(tool["evidence"]["share_of_prompt_tokens"], 0.75);
+    assert!(
+        (tool["savings_usd"].as_f64().expect("usd") - 60_000.0 * 3.0 / 1e6).abs() < 1e-9,
+        "{tool}"
+    );
+    assert_eq!(tool["sessions"].as_array().expect("sessions").len(), 2);
 }

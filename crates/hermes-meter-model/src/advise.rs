@@ -10,6 +10,10 @@
 //!   turn, from half the runaway watch's streak up to just below it (the
 //!   watch alerts at its streak): the LLM calls the turn made after the
 //!   streak began.
+//! - **Tool results that fill the prompt**: a tool whose results, sent
+//!   again with every call after them, make up at least a quarter of the
+//!   prompt tokens the window sent: what they cost as context at the input
+//!   rate (the most trimming them could save).
 //! - **A dearer model for the same work**: each kind of session (cron,
 //!   cli, a gateway's platform, subagents, auxiliary tasks) on a model
 //!   priced above another model the operator already uses for that kind:
@@ -32,6 +36,11 @@ use crate::pricing::{PriceTable, HELD};
 const CACHE_WORTH_TOKENS: i64 = 2048;
 /// A model must make this many calls of a kind to be compared.
 const COMPARED_CALLS: i64 = 5;
+/// A tool's results fill the prompt when their re-sent tokens are at least
+/// this share of all prompt tokens sent...
+const TOOL_SHARE: f64 = 0.25;
+/// ...and each result added at least this many tokens on average.
+const TOOL_ADDED_TOKENS: f64 = 1000.0;
 /// Sessions named per finding.
 const SESSIONS_NAMED: usize = 5;
 
@@ -110,6 +119,11 @@ pub struct Advisor<'p> {
     work: BTreeMap<(String, String), Work>,
     streaks: Share,
     streak_count: i64,
+    /// Prompt tokens every call sent.
+    prompt_tokens: i64,
+    /// Per tool: (results, tokens they added, their re-sent tokens and cost
+    /// by session).
+    tools: BTreeMap<String, (i64, f64, Share)>,
 }
 
 impl<'p> Advisor<'p> {
@@ -125,6 +139,8 @@ impl<'p> Advisor<'p> {
             work: BTreeMap::new(),
             streaks: Share::default(),
             streak_count: 0,
+            prompt_tokens: 0,
+            tools: BTreeMap::new(),
         }
     }
 
@@ -137,6 +153,7 @@ impl<'p> Advisor<'p> {
         self.cost_usd += call.cost_usd;
         let u = &call.usage;
         let prompt = u.input_tokens + u.cache_read_tokens + u.cache_write_tokens;
+        self.prompt_tokens += prompt;
         let previous = match &self.open {
             Some((s, p)) if s == session => *p,
             _ => 0,
@@ -177,6 +194,31 @@ impl<'p> Advisor<'p> {
         self.streaks.add(session, cost_after_usd, length);
     }
 
+    /// A tool's result in `session`: the `added` tokens it grew the next
+    /// call's prompt by (its share), sent again by `calls_after` calls from
+    /// that one on, made on `model` through `provider` at `at`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn tool_result(
+        &mut self,
+        tool: &str,
+        session: &str,
+        model: &str,
+        provider: Option<&str>,
+        at: f64,
+        added: f64,
+        calls_after: i64,
+    ) {
+        let resent = added * calls_after as f64;
+        let input = match self.prices.lookup_at(model, provider, at) {
+            (Some(p), _) => p.input,
+            (None, _) => 0.0,
+        };
+        let t = self.tools.entry(tool.to_string()).or_default();
+        t.0 += 1;
+        t.1 += added;
+        t.2.add(session, resent * input / 1e6, resent as i64);
+    }
+
     /// The findings, largest saving first.
     pub fn finish(self) -> Advice {
         let mut findings = Vec::new();
@@ -191,6 +233,30 @@ impl<'p> Advisor<'p> {
                 evidence: BTreeMap::from([
                     ("model".into(), model.clone().into()),
                     ("repeated_uncached_tokens".into(), share.tokens.into()),
+                ]),
+                sessions: share.top_sessions(),
+            });
+        }
+        for (tool, (results, added, share)) in &self.tools {
+            let of_all = share.tokens as f64 / self.prompt_tokens.max(1) as f64;
+            let per_result = *added / (*results).max(1) as f64;
+            if of_all < TOOL_SHARE || per_result < TOOL_ADDED_TOKENS {
+                continue;
+            }
+            findings.push(Finding {
+                kind: "tool_output",
+                title: format!(
+                    "{tool}'s results, sent again with every call after them, were {:.0}% of the prompt tokens sent ({} tokens); \
+                     trimming what it returns would cut that cost",
+                    of_all * 100.0,
+                    share.tokens
+                ),
+                savings_usd: share.usd,
+                evidence: BTreeMap::from([
+                    ("tool".into(), tool.clone().into()),
+                    ("results".into(), (*results).into()),
+                    ("tokens_added_per_result".into(), (*added / (*results).max(1) as f64).round().into()),
+                    ("share_of_prompt_tokens".into(), ((of_all * 1000.0).round() / 1000.0).into()),
                 ]),
                 sessions: share.top_sessions(),
             });

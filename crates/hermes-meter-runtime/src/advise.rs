@@ -35,6 +35,9 @@ pub fn advise(store: &Reader, store_dir: &Path, since: f64, until: f64) -> Resul
     let prices = crate::config::load_prices(&store_dir.join(crate::config::PRICING_FILE_NAME))?;
     let mut advisor = Advisor::new(&prices, since, until);
     store.for_each_call_by_session(since, until, |session, call| advisor.call(session, call))?;
+    store.tool_context(since, until, |tool, session, model, provider, at, added, after| {
+        advisor.tool_result(tool, session, model, provider, at, added, after)
+    })?;
     // Half the runaway watch's streak up to just below it.
     let watch = RunawayConfig::default().repeated_tool_calls as i64;
     store.tool_streaks(since, until, ((watch / 2).max(2), watch - 1), |session, length, usd| {

@@ -102,3 +102,51 @@ impl Reader {
         Ok(())
     }
 }
+
+impl Reader {
+    /// Per tool, what its results added to the prompts of the LLM calls
+    /// that started in `[since, until)` after them: the growth of a call's
+    /// prompt over the session's call before, shared among the tools that
+    /// ran between the two, and how often each call after re-sent it.
+    /// Calls `each(tool, session, model, provider, at, added, calls_after)`.
+    #[allow(clippy::type_complexity)]
+    pub fn tool_context(
+        &self,
+        since: f64,
+        until: f64,
+        mut each: impl FnMut(&str, &str, &str, Option<&str>, f64, f64, i64),
+    ) -> Result<()> {
+        let mut stmt = self.conn().prepare_cached(
+            "WITH calls AS (
+                SELECT session_id, started_at, COALESCE(routed_model, model, '') AS model, provider,
+                       input_tokens + cache_read_tokens + cache_write_tokens AS prompt,
+                       LAG(input_tokens + cache_read_tokens + cache_write_tokens)
+                           OVER (PARTITION BY session_id ORDER BY started_at) AS before,
+                       LAG(started_at) OVER (PARTITION BY session_id ORDER BY started_at) AS before_at,
+                       COUNT(*) OVER (PARTITION BY session_id ORDER BY started_at DESC) AS calls_after
+                  FROM llm_calls WHERE started_at >= ?1 AND started_at < ?2 AND cost_source != 'held')
+             SELECT t.tool_name, c.session_id, c.model, c.provider, c.started_at,
+                    CAST(c.prompt - c.before AS REAL) / COUNT(*) OVER (PARTITION BY c.session_id, c.started_at),
+                    c.calls_after
+               FROM calls c JOIN tool_calls t
+                 ON t.session_id = c.session_id AND t.proxy = 0
+                AND t.started_at >= c.before_at AND t.started_at < c.started_at
+              WHERE c.before IS NOT NULL AND c.prompt > c.before",
+        )?;
+        let mut rows = stmt.query(params![since, until])?;
+        while let Some(r) = rows.next()? {
+            let (tool, session, model): (String, String, String) = (r.get(0)?, r.get(1)?, r.get(2)?);
+            let provider: Option<String> = r.get(3)?;
+            each(
+                &tool,
+                &session,
+                &model,
+                provider.as_deref(),
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+            );
+        }
+        Ok(())
+    }
+}
