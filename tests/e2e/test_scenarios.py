@@ -149,7 +149,7 @@ class Expected:
                         u["output_tokens"],
                         u.get("cache_read_tokens", 0),
                         u.get("cache_write_tokens", 0),
-                        u.get("cost"),
+                        provider_bill(u),
                     )
             elif hook == "api_request_error":
                 self.errors.add((kw["api_request_id"], kw["retry_count"], kw.get("status_code")))
