@@ -482,7 +482,7 @@ fn no_crate_reexports_another_crate() {
 #[test]
 fn no_source_file_is_over_700_lines() {
     const LIMIT: usize = 700;
-    const STILL_OVER: [(&str, usize); 10] = [
+    const STILL_OVER: [(&str, usize); 9] = [
         ("crates/hermes-meter-runtime/src/export/mod.rs", 1064),
         ("src/cli/budget.rs", 1024),
         ("crates/hermes-meter-runtime/src/budget/gate.rs", 900),
@@ -492,7 +492,6 @@ fn no_source_file_is_over_700_lines() {
         ("src/trace.rs", 762),
         ("crates/hermes-meter-store/src/ledger/mod.rs", 757),
         ("crates/hermes-meter-runtime/src/bridge/mod.rs", 747),
-        ("crates/hermes-meter-store/src/session_list.rs", 741),
     ];
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();

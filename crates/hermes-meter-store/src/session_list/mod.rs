@@ -35,6 +35,9 @@ use super::Reader;
 use crate::error::Result;
 
 /// Seconds in the buckets of `run_hours`.
+mod terms;
+use terms::{Query, Terms};
+
 const HOUR: f64 = 3600.0;
 /// The most rows one page holds.
 const MOST_ROWS: usize = 1000;
@@ -193,74 +196,6 @@ pub struct SessionIndex {
     pub values: FilterValues,
     /// Totals of each window asked for, in order.
     pub by_window: Vec<SessionListTotals>,
-}
-
-/// A statement and its arguments.
-struct Query {
-    sql: String,
-    args: Vec<Value>,
-}
-
-/// The terms of a WHERE clause and their arguments, numbered as pushed.
-#[derive(Default, Clone)]
-struct Terms {
-    terms: Vec<String>,
-    args: Vec<Value>,
-}
-
-impl Terms {
-    /// Adds `column op ?N` bound to `value`.
-    fn push(&mut self, column: &str, op: &str, value: Value) {
-        self.args.push(value);
-        self.terms.push(format!("{column} {op} ?{}", self.args.len()));
-    }
-
-    /// Adds `column = ?N` for one value, `column IN (?N, ...)` for several.
-    fn push_values(&mut self, column: &str, values: &[String]) {
-        if let [one] = values {
-            return self.push(column, "=", Value::Text(one.clone()));
-        }
-        let mut marks = Vec::with_capacity(values.len());
-        for v in values {
-            self.args.push(Value::Text(v.clone()));
-            marks.push(format!("?{}", self.args.len()));
-        }
-        self.terms.push(format!("{column} IN ({})", marks.join(", ")));
-    }
-
-    /// The `runs` terms of the platform, cron job, sender and model values
-    /// the filter selects.
-    fn dimensions(resolved: &Resolved<'_>) -> Self {
-        let mut terms = Terms::default();
-        for (_, column, values) in &resolved.dims {
-            terms.push_values(column, values);
-        }
-        terms
-    }
-
-    /// Runs started in `[since, until)` (either end open).
-    fn started(mut self, since: Option<f64>, until: Option<f64>) -> Self {
-        if let Some(since) = since {
-            self.push("started_at", ">=", Value::Real(since));
-        }
-        if let Some(until) = until {
-            self.push("started_at", "<", Value::Real(until));
-        }
-        self
-    }
-
-    fn and(mut self, term: &str) -> Self {
-        self.terms.push(term.to_string());
-        self
-    }
-
-    fn clause(&self) -> String {
-        if self.terms.is_empty() {
-            String::new()
-        } else {
-            format!("WHERE {}", self.terms.join(" AND "))
-        }
-    }
 }
 
 const ROW_COLUMNS: &str = "session_id, parent_session_id, platform, cron_job_id, sender_id, model, started_at,
