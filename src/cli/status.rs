@@ -149,7 +149,10 @@ pub(super) fn run(store: &Reader, home: &Resolved<PathBuf>, json: bool) -> Resul
     // The budget file, read once: its runaway watch, or why it does not parse.
     let watch = runaway(&home.value);
     let budget_file = watch.as_ref().err().cloned();
-    let alerts = store.recent_alerts(hermes_meter_store::unix_now() - RECENT_ALERTS_S, RECENT_ALERTS_MAX)?;
+    let alerts = store.recent_alerts(
+        hermes_meter_store::unix_now() - super::deliveries::RECENT_ALERTS_S,
+        super::deliveries::RECENT_ALERTS_MAX,
+    )?;
     let alert_count = alerts.len();
     let exposed: Vec<String> = hermes_meter_runtime::budget::world_writable(&home.value)
         .iter()
@@ -174,10 +177,10 @@ pub(super) fn run(store: &Reader, home: &Resolved<PathBuf>, json: bool) -> Resul
             "metrics": super::metrics_status::json(store)?,
             "logs": super::logs_status::json(store)?,
             "fleet": fleet_json(store)?,
-            "alert_webhook": webhook_json(store)?,
+            "alert_webhook": super::deliveries::webhook_json(store)?,
             "alert_delivery": super::deliveries::delivery_json(store)?,
             "digests": super::deliveries::digests_json(store)?,
-            "recent_alerts": recent_alerts_json(&alerts),
+            "recent_alerts": super::deliveries::recent_alerts_json(&alerts),
             "runaway": watch.as_ref().map(super::budget::runaway_json).unwrap_or_else(|e| serde_json::json!({"error": e})),
         });
         let text = serde_json::to_string_pretty(&value).map_err(|e| Error::Other(e.to_string()))?;
@@ -262,9 +265,9 @@ pub(super) fn run(store: &Reader, home: &Resolved<PathBuf>, json: bool) -> Resul
     super::metrics_status::print(store)?;
     super::logs_status::print(store)?;
     print_fleet(store)?;
-    print_webhook(store)?;
+    super::deliveries::print_webhook(store)?;
     super::deliveries::print(store)?;
-    print_recent_alerts(&alerts);
+    super::deliveries::print_recent_alerts(&alerts);
     match &watch {
         Ok(r) => println!("runaway watch   {}", r.describe()),
         Err(e) => println!("runaway watch   {e}"),
@@ -284,124 +287,6 @@ fn runaway(home: &std::path::Path) -> std::result::Result<hermes_meter_model::bu
                 hermes_meter_model::display::escape(&e.to_string())
             )
         })
-}
-
-/// The alert webhook (its URL without the path, which may be its key) and
-/// how many alerts it took and has not taken yet.
-fn webhook_json(store: &Reader) -> Result<serde_json::Value> {
-    let config = match hermes_meter_runtime::config::webhook::WebhookConfig::from_env() {
-        Ok(Some(c)) => c,
-        Ok(None) => return Ok(serde_json::Value::Null),
-        Err(e) => return Ok(serde_json::json!({ "error": e })),
-    };
-    let (pushed, waiting, last_error) = store.alert_push_status(hermes_meter_store::AlertSink::Webhook)?;
-    Ok(serde_json::json!({
-        "url": config.redacted(),
-        "format": format!("{:?}", config.format).to_ascii_lowercase(),
-        "pushed": pushed,
-        "waiting": waiting,
-        "last_error": last_error,
-    }))
-}
-
-fn print_webhook(store: &Reader) -> Result<()> {
-    let v = webhook_json(store)?;
-    if v.is_null() {
-        println!("alert webhook   off (set HERMES_METER_ALERT_WEBHOOK to post alerts to a person)");
-    } else if let Some(e) = v["error"].as_str() {
-        println!("alert webhook   not usable: {e}");
-    } else {
-        let error = v["last_error"]
-            .as_str()
-            .map_or(String::new(), |e| format!("; last failure: {e}"));
-        println!(
-            "alert webhook   {} ({}): {} posted, {} not yet{error}",
-            v["url"].as_str().unwrap_or(""),
-            v["format"].as_str().unwrap_or(""),
-            v["pushed"],
-            v["waiting"]
-        );
-    }
-    Ok(())
-}
-
-/// How far back `status` lists the alerts raised.
-const RECENT_ALERTS_S: f64 = 24.0 * 3600.0;
-/// Most alerts `status` lists.
-const RECENT_ALERTS_MAX: usize = 10;
-
-/// Where one alert went: the agent (shown at a `pre_llm_call`), the
-/// webhook and Hermes's channel (taken, failing and why, or off).
-fn alert_routes(a: &hermes_meter_store::RecentAlert, webhook: bool, deliver: bool, now: f64) -> Vec<String> {
-    let when = |t: f64| hermes_meter_model::display::ago(t, now);
-    let esc = |t: &str| hermes_meter_model::display::escape(t).into_owned();
-    let mut out = Vec::new();
-    out.push(match (a.alert.delivered_at, &a.delivered_to) {
-        (Some(t), Some(s)) => format!("shown to the agent of session {} {}", esc(s), when(t)),
-        (Some(t), None) => format!("shown to the agent {}", when(t)),
-        (None, _) => "not shown to an agent yet (at its next turn)".to_string(),
-    });
-    let sink = |name: &str, on: bool, sent: Option<f64>, error: &Option<String>| match (on, sent, error) {
-        (false, _, _) => format!("{name} off"),
-        (true, Some(t), _) => format!("{name} took it {}", when(t)),
-        (true, None, Some(e)) => format!("{name} failing: {}", esc(e)),
-        (true, None, None) => format!("{name} not tried yet"),
-    };
-    out.push(sink("webhook", webhook, a.pushed_at, &a.push_error));
-    out.push(sink("Hermes channel", deliver, a.hermes_sent_at, &a.hermes_error));
-    out
-}
-
-fn recent_alerts_json(alerts: &[hermes_meter_store::RecentAlert]) -> serde_json::Value {
-    serde_json::Value::Array(
-        alerts
-            .iter()
-            .map(|a| {
-                serde_json::json!({
-                    "kind": a.alert.kind, "text": a.alert.text, "count": a.alert.count,
-                    "first_at": a.alert.first_at, "last_at": a.alert.last_at,
-                    "shown_at": a.alert.delivered_at, "shown_in": a.delivered_to,
-                    "webhook_at": a.pushed_at, "webhook_error": a.push_error,
-                    "hermes_at": a.hermes_sent_at, "hermes_error": a.hermes_error,
-                })
-            })
-            .collect(),
-    )
-}
-
-/// The alerts of the last day (`alerts`, newest first), and where each went.
-fn print_recent_alerts(alerts: &[hermes_meter_store::RecentAlert]) {
-    let now = hermes_meter_store::unix_now();
-    if alerts.is_empty() {
-        println!("alerts          none in the last 24 h");
-        return;
-    }
-    let webhook = matches!(
-        hermes_meter_runtime::config::webhook::WebhookConfig::from_env(),
-        Ok(Some(_))
-    );
-    let deliver = hermes_meter_runtime::config::webhook::deliver_target().is_some();
-    println!("alerts          {} in the last 24 h, newest first:", alerts.len());
-    for a in alerts {
-        let mut text: String = hermes_meter_model::display::escape(&a.alert.text)
-            .chars()
-            .take(160)
-            .collect();
-        if a.alert.text.chars().count() > 160 {
-            text.push('…');
-        }
-        let times = if a.alert.count > 1 {
-            format!(" ({} times)", a.alert.count)
-        } else {
-            String::new()
-        };
-        println!(
-            "  {} {}{times}: {text}",
-            hermes_meter_model::display::ago(a.alert.last_at, now),
-            hermes_meter_model::display::escape(&a.alert.kind)
-        );
-        println!("      {}", alert_routes(a, webhook, deliver, now).join("; "));
-    }
 }
 
 /// The fleet's address (never its password), this host, the last sync and
