@@ -482,13 +482,12 @@ fn no_crate_reexports_another_crate() {
 #[test]
 fn no_source_file_is_over_700_lines() {
     const LIMIT: usize = 700;
-    const STILL_OVER: [(&str, usize); 6] = [
+    const STILL_OVER: [(&str, usize); 5] = [
         ("crates/hermes-meter-runtime/src/export/mod.rs", 1064),
         ("src/cli/budget.rs", 1024),
         ("crates/hermes-meter-runtime/src/budget/gate.rs", 900),
         ("crates/hermes-meter-store/src/doctor.rs", 869),
         ("crates/hermes-meter-runtime/src/bridge/writer.rs", 828),
-        ("crates/hermes-meter-store/src/ledger/mod.rs", 757),
     ];
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
