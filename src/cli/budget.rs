@@ -403,19 +403,10 @@ pub(crate) fn set_cap(path: &Path, scope: CapScope, unit: CapUnit, limit: f64) -
         Err(e) => return Err(Error::io(path, e)),
     };
     let mut doc = parse_doc(path, &text)?;
-    let item = &mut doc[scope.table()];
-    if item.is_none() {
-        *item = toml_edit::Item::Table(toml_edit::Table::new());
-    }
-    let table = item.as_table_like_mut().ok_or_else(|| Error::Config {
+    budget::edit::set_cap(&mut doc, scope, unit, limit).map_err(|message| Error::Config {
         path: path.to_path_buf(),
-        message: format!("{} is not a table", scope.table()),
+        message,
     })?;
-    let value = match unit {
-        CapUnit::Usd => toml_edit::value(limit),
-        CapUnit::Tokens | CapUnit::ToolCalls => toml_edit::value(limit as i64),
-    };
-    table.insert(unit.as_str(), value);
     write_checked(path, header, &doc)
 }
 
@@ -433,7 +424,7 @@ pub(crate) fn remove_cap(path: &Path, scope: CapScope, unit: CapUnit) -> Result<
         Err(e) => return Err(Error::io(path, e)),
     };
     let mut doc = parse_doc(path, &text)?;
-    if !remove_key(doc.as_table_mut(), &[scope.table()], unit.as_str()) {
+    if !budget::edit::remove_cap(&mut doc, scope, unit) {
         return Err(Error::Other(format!(
             "no {what} cap is set in {}; see hermes-meter budget list",
             path.display()
@@ -874,7 +865,6 @@ fn tokens_counted_words(cfg: &BudgetConfig) -> &'static str {
 /// limit that is not set is an error naming what is set instead.
 pub(super) fn remove(path: &Path, scope: Scope, id: Option<&str>, window: Window, unit: BudgetUnit) -> Result<()> {
     let what = budget_words(scope, id, window, unit);
-    let key = budget::limit_key(window, unit);
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -892,12 +882,7 @@ pub(super) fn remove(path: &Path, scope: Scope, id: Option<&str>, window: Window
             path.display()
         ))
     };
-    let root = doc.as_table_mut();
-    let removed = match (scope, id) {
-        (Scope::Global, _) => remove_key(root, &[scope.table()], key),
-        (_, None) => remove_key(root, &[scope.table(), "default"], key),
-        (_, Some(id)) => remove_key(root, &[scope.table(), "overrides", id], key),
-    };
+    let removed = budget::edit::remove_limit(&mut doc, scope, id, (window, unit));
     if !removed {
         return Err(missing());
     }
@@ -923,22 +908,6 @@ fn write_checked(path: &Path, header: &str, doc: &toml_edit::DocumentMut) -> Res
     write_atomically(path, new_text.as_bytes())
 }
 
-/// Removes `key` from the table at `path` under `table`, then every table
-/// on the way that it left empty. Whether the key was there.
-fn remove_key(table: &mut dyn toml_edit::TableLike, path: &[&str], key: &str) -> bool {
-    let Some((first, rest)) = path.split_first() else {
-        return table.remove(key).is_some();
-    };
-    let Some(inner) = table.get_mut(first).and_then(|i| i.as_table_like_mut()) else {
-        return false;
-    };
-    let removed = remove_key(inner, rest, key);
-    if removed && inner.is_empty() {
-        table.remove(first);
-    }
-    removed
-}
-
 /// Sets one limit in the budget file at `path`, keeping everything else.
 pub(super) fn set(
     path: &Path,
@@ -956,46 +925,10 @@ pub(super) fn set(
         Err(e) => return Err(Error::io(path, e)),
     };
     let mut doc = parse_doc(path, &text)?;
-    let table = |item: &mut toml_edit::Item| -> Option<()> {
-        if item.is_none() {
-            let mut t = toml_edit::Table::new();
-            t.set_implicit(true);
-            *item = toml_edit::Item::Table(t);
-        }
-        item.as_table_like().map(|_| ())
-    };
-    let bad = |what: &str| Error::Config {
+    budget::edit::set_limit(&mut doc, scope, id, (window, unit), limit).map_err(|message| Error::Config {
         path: path.to_path_buf(),
-        message: format!("{what} is not a table"),
-    };
-    let target: &mut toml_edit::Item = match (scope, id) {
-        (Scope::Global, _) => {
-            let item = &mut doc[scope.table()];
-            table(item).ok_or_else(|| bad(scope.table()))?;
-            item
-        }
-        (_, None) => {
-            let outer = &mut doc[scope.table()];
-            table(outer).ok_or_else(|| bad(scope.table()))?;
-            let item = &mut outer["default"];
-            table(item).ok_or_else(|| bad("default"))?;
-            item
-        }
-        (_, Some(id)) => {
-            let outer = &mut doc[scope.table()];
-            table(outer).ok_or_else(|| bad(scope.table()))?;
-            let overrides = &mut outer["overrides"];
-            table(overrides).ok_or_else(|| bad("overrides"))?;
-            let item = &mut overrides[id];
-            table(item).ok_or_else(|| bad(id))?;
-            item
-        }
-    };
-    target[budget::limit_key(window, unit)] = match unit {
-        BudgetUnit::Usd => toml_edit::value(limit),
-        // A whole number of tokens reads as one in the file.
-        BudgetUnit::Tokens => toml_edit::value(limit as i64),
-    };
+        message,
+    })?;
     write_checked(path, header, &doc)
 }
 

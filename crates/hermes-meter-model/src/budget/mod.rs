@@ -46,6 +46,7 @@
 pub mod alert;
 mod caps;
 mod config;
+pub mod edit;
 mod first_sync;
 pub mod lease;
 mod runaway;
