@@ -256,6 +256,7 @@ def _hermes_hooks() -> frozenset[str] | None:
 # (tests/python/test_plugin.py holds this list equal to its --help).
 _CLI_COMMANDS = {
     "report": "spend and tokens by day, model, provider, sender, cron job and session",
+    "advise": "the largest savings the ledger shows, with the sessions behind them",
     "status": "what is wrong first, then the store, export, budgets and Hermes's integration",
     "budget": "budgets: set limits, list spend and verdicts, forecast",
     "trace": "one session's spans as a tree: turns, attempts, tools, subagents",
@@ -267,7 +268,7 @@ _CLI_COMMANDS = {
     "export": "re-send every finished span since a time",
     "replay": "apply recorded hook calls (JSON lines) to the store",
     "compact": "build report's rollups, then give back the space retention freed",
-    "mcp": "the store for MCP clients on stdin/stdout: spend, budgets, reports, sessions (read-only)",
+    "mcp": "the store for MCP clients on stdin/stdout or HTTP: spend, budgets, reports, sessions (read-only)",
 }
 
 
