@@ -2,7 +2,7 @@
 //! protocol's streamable HTTP transport (rmcp's server; hyper serves it),
 //! at `/mcp`, stateless (no session is kept between requests).
 //!
-//! Access follows the viewer's rules: loopback by default; an address off
+//! Access follows the viewer's rules (and its token comparison): loopback by default; an address off
 //! loopback needs a token (`--token` or `HERMES_METER_MCP_TOKEN`), and
 //! with a token every request must carry `Authorization: Bearer <token>`.
 //! Without one, only requests whose `Host` is a loopback name are answered
@@ -52,12 +52,6 @@ fn plain(status: StatusCode, text: &str) -> Answer {
     r
 }
 
-/// Equal in time independent of where they differ.
-fn same_secret(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// What a request may not pass, or `None` when it may.
 fn refused(req: &Request<Incoming>, token: Option<&str>) -> Option<Answer> {
     if req.uri().path() != PATH {
@@ -69,7 +63,7 @@ fn refused(req: &Request<Incoming>, token: Option<&str>) -> Option<Answer> {
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    if given.is_some_and(|g| same_secret(g.trim(), token)) {
+    if given.is_some_and(|g| crate::ui::same_secret(g.trim(), token)) {
         return None;
     }
     let mut r = plain(

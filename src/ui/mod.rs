@@ -201,8 +201,9 @@ impl Asked {
     }
 }
 
-/// Equal in time independent of where they differ.
-fn same_secret(a: &str, b: &str) -> bool {
+/// Equal in time independent of where they differ (the viewer's and
+/// `mcp --listen`'s tokens).
+pub(crate) fn same_secret(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     if a.len() != b.len() {
         return false;

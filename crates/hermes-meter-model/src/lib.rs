@@ -20,6 +20,7 @@ pub mod report;
 pub mod rows;
 pub mod semconv;
 pub mod span;
+pub mod time;
 pub mod tool_outcome;
 
 mod invalid;

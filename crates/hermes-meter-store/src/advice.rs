@@ -1,7 +1,9 @@
-//! What `hermes-meter advise` reads: a window's LLM calls a session at a
-//! time, in the order each session made them, and the streaks of one tool
-//! called again and again in a turn, with what the turn spent after each
-//! streak began. The rules are the model's `advise.rs`.
+//! The recorded LLM calls re-pricing reads (`report --price-as`, the
+//! viewer's what-if), and what `hermes-meter advise` reads: a window's
+//! calls a session at a time in the order each session made them, the
+//! streaks of one tool called again and again in a turn with what the turn
+//! spent after each began, and what tool results added to the prompts after
+//! them. The rules are the model's `advise.rs`.
 
 use rusqlite::params;
 
@@ -10,7 +12,51 @@ use crate::Reader;
 use hermes_meter_model::hook::Usage;
 use hermes_meter_model::price_as::RecordedCall;
 
+/// The columns a [`RecordedCall`] is read from (`l` the call, `r` its run):
+/// its session first, and last when it ended, the time it was billed at.
+const RECORDED_CALL: &str = "l.session_id, COALESCE(l.routed_model, l.model, ''), l.provider, l.input_tokens,
+    l.output_tokens, l.cache_read_tokens, l.cache_write_tokens, l.reasoning_tokens, l.cost_usd, l.cost_source,
+    l.estimated, CASE WHEN l.aux_task IS NOT NULL THEN 'auxiliary' WHEN r.parent_session_id IS NOT NULL THEN 'subagent'
+                      ELSE COALESCE(r.platform, 'unknown') END, l.ended_at
+    FROM llm_calls l LEFT JOIN runs r ON r.session_id = l.session_id";
+
+/// A row of [`RECORDED_CALL`]: the session and the call.
+fn recorded_call(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, RecordedCall)> {
+    let call = RecordedCall {
+        model: r.get(1)?,
+        provider: r.get(2)?,
+        usage: Usage {
+            input_tokens: r.get(3)?,
+            output_tokens: r.get(4)?,
+            cache_read_tokens: r.get(5)?,
+            cache_write_tokens: r.get(6)?,
+            reasoning_tokens: r.get(7)?,
+            ..Usage::default()
+        },
+        cost_usd: r.get(8)?,
+        cost_source: r.get(9)?,
+        estimated: r.get::<_, i64>(10)? != 0,
+        kind: r.get(11)?,
+        at: r.get(12)?,
+    };
+    Ok((r.get(0)?, call))
+}
+
 impl Reader {
+    /// Each LLM call that ended in `[since, until)`, as recorded, for
+    /// re-pricing (`report --price-as`); read through the calls' index on
+    /// when they ended, one row at a time.
+    pub fn for_each_recorded_call(&self, since: f64, until: f64, mut each: impl FnMut(&RecordedCall)) -> Result<()> {
+        let mut stmt = self.conn().prepare_cached(&format!(
+            "SELECT {RECORDED_CALL} WHERE l.ended_at >= ?1 AND l.ended_at < ?2"
+        ))?;
+        let mut rows = stmt.query(params![since, until])?;
+        while let Some(r) = rows.next()? {
+            each(&recorded_call(r)?.1);
+        }
+        Ok(())
+    }
+
     /// Each LLM call that started in `[since, until)`, grouped by session
     /// and in the order the session made them, one row at a time.
     pub fn for_each_call_by_session(
@@ -19,36 +65,12 @@ impl Reader {
         until: f64,
         mut each: impl FnMut(&str, &RecordedCall),
     ) -> Result<()> {
-        let mut stmt = self.conn().prepare_cached(
-            "SELECT l.session_id, COALESCE(l.routed_model, l.model, ''), l.provider, l.input_tokens, l.output_tokens,
-                    l.cache_read_tokens, l.cache_write_tokens, l.reasoning_tokens, l.cost_usd, l.cost_source,
-                    l.estimated, CASE WHEN l.aux_task IS NOT NULL THEN 'auxiliary'
-                                      WHEN r.parent_session_id IS NOT NULL THEN 'subagent'
-                                      ELSE COALESCE(r.platform, 'unknown') END, l.started_at
-               FROM llm_calls l LEFT JOIN runs r ON r.session_id = l.session_id
-              WHERE l.started_at >= ?1 AND l.started_at < ?2
-              ORDER BY l.session_id, l.started_at",
-        )?;
+        let mut stmt = self.conn().prepare_cached(&format!(
+            "SELECT {RECORDED_CALL} WHERE l.started_at >= ?1 AND l.started_at < ?2 ORDER BY l.session_id, l.started_at"
+        ))?;
         let mut rows = stmt.query(params![since, until])?;
         while let Some(r) = rows.next()? {
-            let session: String = r.get(0)?;
-            let call = RecordedCall {
-                model: r.get(1)?,
-                provider: r.get(2)?,
-                usage: Usage {
-                    input_tokens: r.get(3)?,
-                    output_tokens: r.get(4)?,
-                    cache_read_tokens: r.get(5)?,
-                    cache_write_tokens: r.get(6)?,
-                    reasoning_tokens: r.get(7)?,
-                    ..Usage::default()
-                },
-                cost_usd: r.get(8)?,
-                cost_source: r.get(9)?,
-                estimated: r.get::<_, i64>(10)? != 0,
-                kind: r.get(11)?,
-                at: r.get(12)?,
-            };
+            let (session, call) = recorded_call(r)?;
             each(&session, &call);
         }
         Ok(())

@@ -223,48 +223,6 @@ impl Reader {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// Each LLM call that ended in `[since, until)`, as recorded, for
-    /// re-pricing (`report --price-as`); read through the calls' index on
-    /// when they ended, one row at a time.
-    pub fn for_each_recorded_call(
-        &self,
-        since: f64,
-        until: f64,
-        mut each: impl FnMut(&hermes_meter_model::price_as::RecordedCall),
-    ) -> Result<()> {
-        let mut stmt = self.conn().prepare_cached(
-            "SELECT COALESCE(l.routed_model, l.model, ''), l.provider, l.input_tokens, l.output_tokens,
-                    l.cache_read_tokens, l.cache_write_tokens, l.reasoning_tokens, l.cost_usd, l.cost_source,
-                    l.estimated, CASE WHEN l.aux_task IS NOT NULL THEN 'auxiliary'
-                                      WHEN r.parent_session_id IS NOT NULL THEN 'subagent'
-                                      ELSE COALESCE(r.platform, 'unknown') END, l.ended_at
-               FROM llm_calls l LEFT JOIN runs r ON r.session_id = l.session_id
-              WHERE l.ended_at >= ?1 AND l.ended_at < ?2",
-        )?;
-        let mut rows = stmt.query(params![since, until])?;
-        while let Some(r) = rows.next()? {
-            let call = hermes_meter_model::price_as::RecordedCall {
-                model: r.get(0)?,
-                provider: r.get(1)?,
-                usage: hermes_meter_model::hook::Usage {
-                    input_tokens: r.get(2)?,
-                    output_tokens: r.get(3)?,
-                    cache_read_tokens: r.get(4)?,
-                    cache_write_tokens: r.get(5)?,
-                    reasoning_tokens: r.get(6)?,
-                    ..hermes_meter_model::hook::Usage::default()
-                },
-                cost_usd: r.get(7)?,
-                cost_source: r.get(8)?,
-                estimated: r.get::<_, i64>(9)? != 0,
-                kind: r.get(10)?,
-                at: r.get(11)?,
-            };
-            each(&call);
-        }
-        Ok(())
-    }
-
     /// `report` with its cache summary, at this store's prices.
     fn with_cache(&self, mut report: Report) -> Report {
         let prices = &self.prices;

@@ -81,10 +81,8 @@ pub fn period_name(window: Window, now: Timestamp, tz: &TimeZone) -> String {
     start.to_zoned(tz.clone()).date().to_string()
 }
 
-/// A timestamp from Unix seconds (fractional).
-pub fn timestamp(unix: f64) -> Timestamp {
-    Timestamp::from_microsecond((unix * 1e6) as i64).unwrap_or(Timestamp::UNIX_EPOCH)
-}
+/// A timestamp from Unix seconds (kept with the clock's other helpers).
+pub use crate::time::timestamp;
 
 /// The bucket ranges whose sum is the spend in `[start, end)` (Unix
 /// seconds, rounded down to quarter hours): `(level, first, end)` with

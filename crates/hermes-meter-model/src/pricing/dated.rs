@@ -25,6 +25,7 @@ use jiff::tz::TimeZone;
 use jiff::Timestamp;
 
 use super::{Match, ModelPrice, PriceSource, PriceTable, TierPrice};
+use crate::time::timestamp;
 use crate::Invalid;
 
 /// Rates in force from a time on.
@@ -114,15 +115,23 @@ impl PriceTable {
     /// seconds: a user's entry's dated changes and priced hours applied),
     /// and where it came from.
     pub fn lookup_at(&self, model: &str, provider: Option<&str>, at: f64) -> (Option<ModelPrice>, PriceSource) {
-        let m = self.find(model, provider);
-        let price = match (&m.price, m.source, &m.key) {
-            (Some(p), PriceSource::User, Some(key)) => match self.schedules.get(&(m.provider.clone(), key.clone())) {
-                Some(s) => Some(s.at(*p, at)),
-                None => Some(*p),
-            },
-            _ => m.price,
+        let Match {
+            price,
+            source,
+            key,
+            provider: scope,
+        } = self.find(model, provider);
+        let price = match (price, source, key) {
+            // Most tables have no schedule: no key is built for them.
+            (Some(p), PriceSource::User, Some(key)) if !self.schedules.is_empty() => {
+                match self.schedules.get(&(scope, key)) {
+                    Some(s) => Some(s.at(p, at)),
+                    None => Some(p),
+                }
+            }
+            (price, ..) => price,
         };
-        (price, m.source)
+        (price, source)
     }
 
     /// What a user's entry's dated changes and priced hours say, a line
@@ -137,11 +146,6 @@ impl PriceTable {
             _ => Vec::new(),
         }
     }
-}
-
-/// A timestamp from Unix seconds (fractional).
-fn timestamp(unix: f64) -> Timestamp {
-    Timestamp::from_microsecond((unix * 1e6) as i64).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
 fn apply(p: ModelPrice, r: &TierPrice) -> ModelPrice {

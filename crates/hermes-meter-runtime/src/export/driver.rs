@@ -185,7 +185,8 @@ impl Driver {
             && !metrics.pushes()
             && !logs.enabled()
             && !matches!(WebhookConfig::from_env(), Ok(Some(_)))
-            && digests().is_empty()
+            // A bad setting is said once, by the driver that reads it.
+            && !crate::config::digest::from_env().is_ok_and(|d| !d.is_empty())
         {
             return Ok(None);
         }
