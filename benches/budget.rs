@@ -150,7 +150,7 @@ fn bench(rows: usize, iters: usize) -> f64 {
     let keys = store.budget_scope_keys(session, None).expect("keys");
     let n = gate.config().budgets_for(&keys).len();
     println!("  {n} budgets apply to the measured session");
-    let starts: Vec<i64> = hermes_meter_model::budget::Window::ALL
+    let starts: Vec<i64> = hermes_meter_model::budget::Window::CALENDAR
         .iter()
         .map(|w| {
             hermes_meter_model::budget::window_bounds(*w, hermes_meter_model::budget::timestamp(now), &gate.config().tz)
@@ -164,7 +164,7 @@ fn bench(rows: usize, iters: usize) -> f64 {
             .expect("spends");
     });
     assert!(store.ensure_budget_zone("Asia/Kathmandu", now).expect("zone"));
-    let periods: Vec<_> = hermes_meter_model::budget::Window::ALL
+    let periods: Vec<_> = hermes_meter_model::budget::Window::CALENDAR
         .iter()
         .copied()
         .zip(starts.iter().copied())

@@ -13,7 +13,7 @@ use hermes_meter_test_support::http_get;
 use hermes_meter_test_support::postgres;
 
 use budget_events::{post_api, pre_api, pre_tool, CALL_USD};
-use hermes_meter_model::budget::{Scope, Window, BLOCKED_MODEL, BUDGETS_FILE_NAME};
+use hermes_meter_model::budget::{BudgetUnit, Scope, Window, BLOCKED_MODEL, BUDGETS_FILE_NAME};
 use hermes_meter_model::budget::{Unsynced, FIRST_SYNC_WAIT, UNSYNCED_ENV};
 use hermes_meter_runtime::bridge::{Bridge, BridgeConfig, Outcome, Verdict};
 use hermes_meter_runtime::budget::{BudgetGate, BudgetHandle};
@@ -506,7 +506,7 @@ fn budget_edits_reach_every_host_and_status_shows_no_password() {
     let limit_in = |dir: &Path| {
         hermes_meter_runtime::config::load_budgets(&dir.join(BUDGETS_FILE_NAME))
             .ok()
-            .and_then(|c| c.limits(Scope::Global, "").daily)
+            .and_then(|c| c.limits(Scope::Global, "").get(Window::Daily, BudgetUnit::Usd))
     };
     eventually("B has A's budget", || limit_in(db.path()) == Some(5.0));
     cli(db.path(), &["budget", "set", "sender", "alice", "daily", "2"]);
@@ -514,7 +514,7 @@ fn budget_edits_reach_every_host_and_status_shows_no_password() {
     eventually("A has B's edits", || {
         limit_in(da.path()).is_none()
             && hermes_meter_runtime::config::load_budgets(&da.path().join(BUDGETS_FILE_NAME))
-                .is_ok_and(|c| c.limits(Scope::Sender, "alice").daily == Some(2.0))
+                .is_ok_and(|c| c.limits(Scope::Sender, "alice").get(Window::Daily, BudgetUnit::Usd) == Some(2.0))
     });
     cli(da.path(), &["budget", "set", "global", "daily", "5"]);
     let mut a = a;

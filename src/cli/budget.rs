@@ -21,23 +21,26 @@ use hermes_meter_store::{write_atomically, Outbox, Writer};
 /// The `budget` subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum BudgetCommand {
-    /// Set a limit: `set <scope> [<id>] <window> <limit>`. Scope: global,
-    /// cron, sender, profile, model; without an id, the scope's default.
-    /// Window: daily, weekly, monthly (a limit in USD), or daily_tokens,
-    /// weekly_tokens, monthly_tokens (in tokens: 5000000, 250k, 5M). E.g.
-    /// `set cron 3f9a1c2b7d10 daily 2.50`, `set global monthly_tokens 100M`.
+    /// Set a limit: `set <scope> [<id>] <window> [usd|tokens] <limit>`.
+    /// Scope: global, cron, sender, profile, model; without an id, the
+    /// scope's default. Window: daily, weekly, monthly (calendar, in the
+    /// file's zone) or a rolling 1h, 2h, 3h, 4h, 5h, 6h, 8h, 12h, 24h, 2d,
+    /// 3d, 7d, 14d, 28d, 30d (the last hours or days); the unit is USD
+    /// unless `tokens` follows the window (or the window ends in
+    /// `_tokens`): 5000000, 250k, 5M. E.g. `set cron 3f9a1c2b7d10 daily
+    /// 2.50`, `set global 5h usd 20`, `set global 7d tokens 50M`.
     /// Or a cap on every session or run: `set session|run usd|tokens|tool_calls
     /// <limit>`, e.g. `set run tool_calls 200`.
     Set {
-        /// <scope> [<id>] <window> <limit>, or session|run <unit> <limit>
-        #[arg(required = true, num_args = 3..=4, value_name = "ARGS")]
+        /// <scope> [<id>] <window> [usd|tokens] <limit>, or session|run <unit> <limit>
+        #[arg(required = true, num_args = 3..=5, value_name = "ARGS")]
         args: Vec<String>,
     },
     /// Remove a limit: `rm <scope> [<id>] <window>`, the same words as `set`
     /// without the amount. E.g. `rm cron 3f9a1c2b7d10 daily`, `rm run tool_calls`.
     Rm {
-        /// <scope> [<id>] <window>, or session|run <unit>
-        #[arg(required = true, num_args = 2..=3, value_name = "ARGS")]
+        /// <scope> [<id>] <window> [usd|tokens], or session|run <unit>
+        #[arg(required = true, num_args = 2..=4, value_name = "ARGS")]
         args: Vec<String>,
     },
     /// Each budget with its spend, limit and verdict now, and each scope's
@@ -577,12 +580,8 @@ fn scope_defaults(cfg: &BudgetConfig) -> Vec<(Scope, Window, BudgetUnit, f64)> {
         if *scope == Scope::Global {
             continue;
         }
-        for unit in BudgetUnit::ALL {
-            for w in Window::ALL {
-                if let Some(limit) = limits.default.get(w, unit) {
-                    out.push((*scope, w, unit, limit));
-                }
-            }
+        for (w, unit, limit) in limits.default.iter() {
+            out.push((*scope, w, unit, limit));
         }
     }
     out
@@ -651,7 +650,7 @@ fn render_list(cfg: &BudgetConfig, states: &[BudgetState], defaults: &[(Scope, W
     };
     let _ = writeln!(
         out,
-        "{:<8} {:<w$} {:<14} {:<8} {:>10}{} {:>10} {:>5}  {:<8} {:>10}  resets",
+        "{:<8} {:<w$} {:<14} {:<8} {:>10}{} {:>10} {:>5}  {:<8} {:>10}  left, and when it comes back",
         "scope",
         "id",
         "window",
@@ -686,7 +685,7 @@ fn render_list(cfg: &BudgetConfig, states: &[BudgetState], defaults: &[(Scope, W
             pct(s.spend.total(), s.budget.limit),
             verdict,
             amount(unit, s.spend.estimated, false),
-            local(s.window_end, cfg)
+            budget::left_text(s, s.budget.limit * cfg.hard_threshold, &cfg.tz)
         );
     }
     for (scope, window, unit, limit) in defaults {
@@ -749,7 +748,11 @@ fn state_json(s: &BudgetState, cfg: Option<&BudgetConfig>, f: Option<&budget::Fo
         "verdict": s.level.as_str(),
         "softened": s.softened,
         "window_end": s.window_end,
+        "rolling": s.budget.window.rolling().is_some(),
     });
+    if let Some(f) = s.frees {
+        v["frees"] = serde_json::json!({unit_key("amount", unit): f.amount, "at": f.at});
+    }
     for (name, value) in [
         ("limit", s.budget.limit),
         ("spend", s.spend.total()),
@@ -761,6 +764,9 @@ fn state_json(s: &BudgetState, cfg: Option<&BudgetConfig>, f: Option<&budget::Fo
     }
     if let Some(cfg) = cfg {
         v["limit_of"] = applies(cfg, &s.budget).into();
+        let left = (s.budget.limit * cfg.hard_threshold - s.spend.total()).max(0.0);
+        v[unit_key("left", unit)] = left.into();
+        v["left_text"] = budget::left_text(s, s.budget.limit * cfg.hard_threshold, &cfg.tz).into();
     }
     if let Some(f) = s.fleet {
         v[unit_key("this_host", s.budget.unit)] = f.own.into();
@@ -791,6 +797,7 @@ fn print_json(v: &serde_json::Value) -> Result<()> {
 pub(crate) fn parse_set(
     args: &[String],
 ) -> std::result::Result<(Scope, Option<String>, Window, BudgetUnit, f64), String> {
+    let args = &with_unit_word(args)?;
     let scope_word = args.first().ok_or("missing scope")?;
     let scope = Scope::parse(scope_word)
         .ok_or_else(|| format!("unknown scope {scope_word:?}: use global, cron, sender, profile or model"))?;
@@ -824,19 +831,48 @@ pub(crate) fn parse_set(
     Ok((scope, id, window, unit, limit))
 }
 
-/// Reads a window word: `daily`, `weekly`, `monthly` (USD) or the same
-/// with `_tokens`.
+/// Reads a window word: `daily`, `weekly`, `monthly` or a rolling width
+/// (`5h`, `7d`) for USD, or the same with `_tokens`.
 fn parse_window(word: &str) -> std::result::Result<(Window, BudgetUnit), String> {
     budget::parse_limit_key(word).ok_or_else(|| {
         format!(
-            "unknown window {word:?}: use daily, weekly or monthly (USD), \
-             or daily_tokens, weekly_tokens or monthly_tokens"
+            "unknown window {word:?}: use daily, weekly, monthly or a rolling {} (USD), \
+             or the same with _tokens (daily_tokens, 5h_tokens), or the window then usd or tokens (5h usd 20)",
+            budget::Rolling::names()
         )
     })
 }
 
+/// The arguments with a unit word after the window (`5h usd 20`, `7d
+/// tokens 50M`, as people say it) folded into the window's key (`5h`,
+/// `7d_tokens`). A word is a unit only right after a window word, so an id
+/// named `usd` stays an id.
+fn with_unit_word(args: &[String]) -> std::result::Result<Vec<String>, String> {
+    let mut out: Vec<String> = Vec::with_capacity(args.len());
+    for (i, arg) in args.iter().enumerate() {
+        let unit = match arg.to_ascii_lowercase().as_str() {
+            "usd" | "$" => Some(BudgetUnit::Usd),
+            "tokens" => Some(BudgetUnit::Tokens),
+            _ => None,
+        };
+        let window = out.last().filter(|_| i >= 2).and_then(|w| budget::parse_limit_key(w));
+        match (unit, window) {
+            (Some(unit), Some((window, BudgetUnit::Usd))) => {
+                let key = budget::limit_key(window, unit).to_string();
+                *out.last_mut().expect("a window word") = key;
+            }
+            (Some(_), Some((_, BudgetUnit::Tokens))) => {
+                return Err(format!("{arg:?} after {:?}: name the unit once", out[out.len() - 1]));
+            }
+            _ => out.push(arg.clone()),
+        }
+    }
+    Ok(out)
+}
+
 /// Reads `<scope> [<id>] <window>`.
 pub(crate) fn parse_rm(args: &[String]) -> std::result::Result<(Scope, Option<String>, Window, BudgetUnit), String> {
+    let args = &with_unit_word(args)?;
     let scope_word = args.first().ok_or("missing scope")?;
     let scope = Scope::parse(scope_word)
         .ok_or_else(|| format!("unknown scope {scope_word:?}: use global, cron, sender, profile or model"))?;
@@ -1059,9 +1095,20 @@ mod tests {
             "the emptied override table goes too: {text}"
         );
         let cfg = BudgetConfig::parse(&text).expect("parses");
-        assert_eq!(cfg.limits(Scope::Global, "").daily, Some(10.0));
-        assert_eq!(cfg.limits(Scope::CronJob, "3f9a1c2b7d10").daily, None);
-        assert_eq!(cfg.limits(Scope::CronJob, "3f9a1c2b7d10").monthly, Some(20.0));
+        assert_eq!(
+            cfg.limits(Scope::Global, "").get(Window::Daily, BudgetUnit::Usd),
+            Some(10.0)
+        );
+        assert_eq!(
+            cfg.limits(Scope::CronJob, "3f9a1c2b7d10")
+                .get(Window::Daily, BudgetUnit::Usd),
+            None
+        );
+        assert_eq!(
+            cfg.limits(Scope::CronJob, "3f9a1c2b7d10")
+                .get(Window::Monthly, BudgetUnit::Usd),
+            Some(20.0)
+        );
         let e = remove(&path, Scope::Global, None, Window::Weekly, BudgetUnit::Usd).expect_err("gone already");
         assert!(e.to_string().contains("no global weekly limit"), "{e}");
         assert!(parse_rm(&args("global x daily")).is_err());
@@ -1094,9 +1141,20 @@ mod tests {
             "{text}"
         );
         let cfg = BudgetConfig::parse(&text).expect("parses");
-        assert_eq!(cfg.limits(Scope::Global, "").daily, Some(12.0));
-        assert_eq!(cfg.limits(Scope::CronJob, "3f9a1c2b7d10").daily, Some(2.5));
-        assert_eq!(cfg.limits(Scope::CronJob, "3f9a1c2b7d10").monthly, Some(20.0));
+        assert_eq!(
+            cfg.limits(Scope::Global, "").get(Window::Daily, BudgetUnit::Usd),
+            Some(12.0)
+        );
+        assert_eq!(
+            cfg.limits(Scope::CronJob, "3f9a1c2b7d10")
+                .get(Window::Daily, BudgetUnit::Usd),
+            Some(2.5)
+        );
+        assert_eq!(
+            cfg.limits(Scope::CronJob, "3f9a1c2b7d10")
+                .get(Window::Monthly, BudgetUnit::Usd),
+            Some(20.0)
+        );
         let leftovers: Vec<_> = std::fs::read_dir(dir.path())
             .expect("list")
             .filter_map(|e| e.ok())

@@ -14,7 +14,7 @@ use jiff::tz::TimeZone;
 
 use super::html::{esc, url_part};
 use crate::trace::{human_duration, walk, NodeKind, Trace, TraceNode, TurnPoint};
-use hermes_meter_model::budget::{BudgetConfig, BudgetState, CapState, Forecast, Level};
+use hermes_meter_model::budget::{left_text, BudgetConfig, BudgetState, CapState, Forecast, Level};
 use hermes_meter_model::display::human_count;
 use hermes_meter_store::hermes_state::HermesSessionInfo;
 use hermes_meter_store::{AlertRow, FilterValues, SessionFilter, SessionListRow, SessionListTotals, SessionSort};
@@ -590,7 +590,7 @@ pub fn budgets(
         h.push_str(
             "<div class=\"wide\"><table class=\"budgets\"><thead><tr><th>Scope</th><th>Id</th><th>Window</th><th>Spend / limit</th>\
 <th class=\"num\">Spend</th><th class=\"num\">Limit</th><th class=\"num\">%</th><th>Verdict</th>\
-<th class=\"num\">Per hour</th><th class=\"num\">Projected</th><th>Runs out</th><th>Resets</th></tr></thead><tbody>",
+<th class=\"num\">Per hour</th><th class=\"num\">Projected</th><th>Runs out</th><th>Left, and when it comes back</th></tr></thead><tbody>",
         );
         for r in rows {
             let s = &r.state;
@@ -636,7 +636,7 @@ pub fn budgets(
                     Some(at) => local_time(at, &cfg.tz),
                     None => "-".to_string(),
                 },
-                local_time(s.window_end as f64, &cfg.tz),
+                esc(&left_text(s, s.budget.limit * cfg.hard_threshold, &cfg.tz)),
                 sc = status_class(s.level.as_str()),
             );
         }

@@ -106,7 +106,9 @@ pub fn answer(store_dir: &Path, session_id: Option<&str>, now: f64, tz: &TimeZon
 }
 
 /// Each budget of the file in `store_dir` as JSON: scope, limit, used,
-/// left, level and when its window resets; with `sender`, other gateway
+/// left, level and when its window resets (a rolling window: when it is
+/// back under its line if exhausted, else when its oldest spend leaves,
+/// and what that frees); with `sender`, other gateway
 /// users' own budgets left out. The file's error instead, when it does not
 /// parse.
 pub fn budgets(
@@ -139,6 +141,9 @@ pub fn budgets(
                 "left": round((s.budget.limit - used).max(0.0)),
                 "level": s.level.as_str(),
                 "resets_at": rfc3339(s.window_end as f64),
+                // A rolling window (5h, 7d) frees its oldest spend first.
+                "rolling": s.budget.window.rolling().is_some(),
+                "frees": s.frees.map(|f| json!({"amount": round(f.amount), "at": rfc3339(f.at as f64)})),
             })
         })
         .collect();

@@ -146,9 +146,17 @@ pub fn render(built: &Built) -> String {
                 format!("{} tokens", human_count(v as i64))
             }
         };
+        let back = match &b["frees"] {
+            Value::Object(f) => format!(
+                "frees {} at {}",
+                amount(f.get("amount").and_then(Value::as_f64).unwrap_or_default()),
+                escape(f.get("at").and_then(Value::as_str).unwrap_or_default())
+            ),
+            _ => format!("resets {}", text("resets_at")),
+        };
         let _ = writeln!(
             out,
-            "budget {}{} {}: {} of {} used ({}), resets {}",
+            "budget {}{} {}: {} of {} used ({}), {back}",
             text("scope"),
             if id.is_empty() {
                 String::new()
@@ -159,7 +167,6 @@ pub fn render(built: &Built) -> String {
             amount(num("used")),
             amount(num("amount")),
             text("level"),
-            text("resets_at")
         );
     }
     out

@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use super::caps::{CapLimits, CapScope, CapUnit, TokenCount};
 use super::runaway::{RunawayConfig, RunawayFile};
-use super::window::Window;
+use super::window::{Rolling, Window, WINDOW_COUNT};
 
 /// Whether budgets may block calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,7 +111,7 @@ impl fmt::Display for Scope {
     }
 }
 
-/// What a calendar budget counts.
+/// What a budget counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum BudgetUnit {
     /// The calls' cost.
@@ -172,42 +172,72 @@ pub fn parse_tokens(text: &str) -> Option<f64> {
     (v.is_finite()).then(|| v.round())
 }
 
-/// Limits per window, in USD (`daily`) and in tokens (`daily_tokens`);
-/// `None` means no limit for that window and unit.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// Limits per window, in USD (`daily`, `5h`) and in tokens
+/// (`daily_tokens`, `5h_tokens`); `None` means no limit for that window and
+/// unit. Read from a table of the budget file, whose keys are these names:
+/// any other key is an error.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(try_from = "BTreeMap<String, f64>")]
 pub struct Limits {
-    pub daily: Option<f64>,
-    pub weekly: Option<f64>,
-    pub monthly: Option<f64>,
-    pub daily_tokens: Option<f64>,
-    pub weekly_tokens: Option<f64>,
-    pub monthly_tokens: Option<f64>,
+    /// By unit ([`BudgetUnit::ALL`] order), then by [`Window::index`].
+    values: [[Option<f64>; WINDOW_COUNT]; 2],
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            values: [[None; WINDOW_COUNT]; 2],
+        }
+    }
+}
+
+impl TryFrom<BTreeMap<String, f64>> for Limits {
+    type Error = String;
+
+    fn try_from(table: BTreeMap<String, f64>) -> Result<Self, String> {
+        let mut limits = Limits::default();
+        for (key, v) in table {
+            let (window, unit) = parse_limit_key(&key).ok_or_else(|| {
+                format!(
+                    "unknown limit {key:?}: a window is daily, weekly, monthly or a rolling {} \
+                     (in USD), or the same with _tokens (daily_tokens, 5h_tokens)",
+                    Rolling::names()
+                )
+            })?;
+            limits.set(window, unit, Some(v));
+        }
+        Ok(limits)
+    }
 }
 
 impl Limits {
     /// The limit for `window` in `unit`.
     pub fn get(&self, window: Window, unit: BudgetUnit) -> Option<f64> {
-        match (unit, window) {
-            (BudgetUnit::Usd, Window::Daily) => self.daily,
-            (BudgetUnit::Usd, Window::Weekly) => self.weekly,
-            (BudgetUnit::Usd, Window::Monthly) => self.monthly,
-            (BudgetUnit::Tokens, Window::Daily) => self.daily_tokens,
-            (BudgetUnit::Tokens, Window::Weekly) => self.weekly_tokens,
-            (BudgetUnit::Tokens, Window::Monthly) => self.monthly_tokens,
-        }
+        self.values[unit as usize][window.index()]
+    }
+
+    /// Sets (or with `None` removes) the limit for `window` in `unit`.
+    pub fn set(&mut self, window: Window, unit: BudgetUnit, limit: Option<f64>) {
+        self.values[unit as usize][window.index()] = limit;
+    }
+
+    /// Every limit set: (window, unit, limit), USD first, windows in
+    /// [`Window::every`] order.
+    pub fn iter(&self) -> impl Iterator<Item = (Window, BudgetUnit, f64)> + '_ {
+        BudgetUnit::ALL
+            .into_iter()
+            .flat_map(move |u| Window::every().filter_map(move |w| self.get(w, u).map(|l| (w, u, l))))
     }
 
     /// These limits, with the windows they leave unset taken from `base`.
     pub fn or(self, base: Limits) -> Limits {
-        Limits {
-            daily: self.daily.or(base.daily),
-            weekly: self.weekly.or(base.weekly),
-            monthly: self.monthly.or(base.monthly),
-            daily_tokens: self.daily_tokens.or(base.daily_tokens),
-            weekly_tokens: self.weekly_tokens.or(base.weekly_tokens),
-            monthly_tokens: self.monthly_tokens.or(base.monthly_tokens),
+        let mut out = self;
+        for (unit, row) in out.values.iter_mut().enumerate() {
+            for (w, slot) in row.iter_mut().enumerate() {
+                *slot = slot.or(base.values[unit][w]);
+            }
         }
+        out
     }
 
     fn is_empty(&self) -> bool {
@@ -216,24 +246,20 @@ impl Limits {
 
     /// Whether a token limit is set.
     pub(crate) fn in_tokens(&self) -> bool {
-        Window::ALL.iter().any(|w| self.get(*w, BudgetUnit::Tokens).is_some())
+        self.iter().any(|(_, u, _)| u == BudgetUnit::Tokens)
     }
 
     fn check(&self, what: &str) -> Result<(), String> {
-        for unit in BudgetUnit::ALL {
-            for w in Window::ALL {
-                if let Some(v) = self.get(w, unit) {
-                    // A limit of 0 would block every call, which nobody means;
-                    // no limit is written as no key (`hermes-meter budget rm`).
-                    if !v.is_finite() || v <= 0.0 {
-                        return Err(format!(
-                            "{what}.{}: a limit must be more than 0 {}, not {v} \
-                             (to have no limit, remove the key: hermes-meter budget rm)",
-                            limit_key(w, unit),
-                            if unit == BudgetUnit::Usd { "USD" } else { "tokens" },
-                        ));
-                    }
-                }
+        for (w, unit, v) in self.iter() {
+            // A limit of 0 would block every call, which nobody means;
+            // no limit is written as no key (`hermes-meter budget rm`).
+            if !v.is_finite() || v <= 0.0 {
+                return Err(format!(
+                    "{what}.{}: a limit must be more than 0 {}, not {v} \
+                     (to have no limit, remove the key: hermes-meter budget rm)",
+                    limit_key(w, unit),
+                    if unit == BudgetUnit::Usd { "USD" } else { "tokens" },
+                ));
             }
         }
         Ok(())
@@ -241,21 +267,19 @@ impl Limits {
 }
 
 /// The key of a limit in the budget file, and the window word of
-/// `budget set`: `daily`, `daily_tokens`.
+/// `budget set`: `daily`, `daily_tokens`, `5h`, `7d_tokens`.
 pub fn limit_key(window: Window, unit: BudgetUnit) -> &'static str {
-    match (unit, window) {
-        (BudgetUnit::Usd, w) => w.as_str(),
-        (BudgetUnit::Tokens, Window::Daily) => "daily_tokens",
-        (BudgetUnit::Tokens, Window::Weekly) => "weekly_tokens",
-        (BudgetUnit::Tokens, Window::Monthly) => "monthly_tokens",
+    match unit {
+        BudgetUnit::Usd => window.as_str(),
+        BudgetUnit::Tokens => window.tokens_key(),
     }
 }
 
-/// Reads a limit key (`daily`, `weekly_tokens`, ...).
+/// Reads a limit key (`daily`, `weekly_tokens`, `5h`, ...).
 pub fn parse_limit_key(text: &str) -> Option<(Window, BudgetUnit)> {
     BudgetUnit::ALL
         .into_iter()
-        .flat_map(|u| Window::ALL.into_iter().map(move |w| (w, u)))
+        .flat_map(|u| Window::every().map(move |w| (w, u)))
         .find(|(w, u)| limit_key(*w, *u) == text)
 }
 
@@ -540,19 +564,14 @@ impl BudgetConfig {
     pub fn budgets_for(&self, keys: &ScopeKeys) -> Vec<Budget> {
         let mut out = Vec::new();
         for (scope, id) in keys.iter() {
-            let limits = self.limits(scope, id);
-            for unit in BudgetUnit::ALL {
-                for window in Window::ALL {
-                    if let Some(limit) = limits.get(window, unit) {
-                        out.push(Budget {
-                            scope,
-                            id: id.to_string(),
-                            window,
-                            unit,
-                            limit,
-                        });
-                    }
-                }
+            for (window, unit, limit) in self.limits(scope, id).iter() {
+                out.push(Budget {
+                    scope,
+                    id: id.to_string(),
+                    window,
+                    unit,
+                    limit,
+                });
             }
         }
         out
@@ -663,10 +682,14 @@ mod tests {
         assert_eq!(cfg.soft_threshold, 0.8);
         assert_eq!(cfg.hard_threshold, 1.0);
         let l = cfg.limits(Scope::CronJob, "3f9a1c2b7d10");
-        assert_eq!((l.daily, l.weekly, l.monthly), (Some(2.5), None, Some(20.0)));
+        let usd = |l: Limits, w| l.get(w, BudgetUnit::Usd);
+        assert_eq!(
+            (usd(l, Window::Daily), usd(l, Window::Weekly), usd(l, Window::Monthly)),
+            (Some(2.5), None, Some(20.0))
+        );
         assert!(!cfg.counts_tokens());
         let l = cfg.limits(Scope::CronJob, "other");
-        assert_eq!(l.daily, Some(1.0));
+        assert_eq!(usd(l, Window::Daily), Some(1.0));
         assert_eq!(cfg.limits(Scope::Sender, "x"), Limits::default());
         assert!(!cfg.is_empty());
         assert!(BudgetConfig::parse("").expect("empty").is_empty());
@@ -755,6 +778,10 @@ mod tests {
         for bad in [
             "colour = 1",
             "[global]\nhourly = 1",
+            "[global]\n90m = 1",
+            "[global]\n5h_usd = 1",
+            "[global]\n5h = \"a lot\"",
+            "[per_sender.default]\n7d = 0",
             "[per_sender.default]\ndaily = -1",
             "[per_sender.overrides.x]\ndaily = 1\nextra = 2",
             "mode = \"strict\"",
@@ -764,6 +791,34 @@ mod tests {
         ] {
             assert!(BudgetConfig::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn rolling_limits_parse_beside_calendar_ones_in_both_units() {
+        let cfg =
+            BudgetConfig::parse("[global]\ndaily = 10\n5h = 4\n7d_tokens = 50000000\n[per_sender.default]\n1h = 0.5")
+                .expect("parse");
+        let five = Window::parse("5h").expect("5h");
+        let week = Window::parse("7d").expect("7d");
+        let g = cfg.limits(Scope::Global, "");
+        assert_eq!(g.get(five, BudgetUnit::Usd), Some(4.0));
+        assert_eq!(g.get(week, BudgetUnit::Tokens), Some(50_000_000.0));
+        assert_eq!(g.get(week, BudgetUnit::Usd), None);
+        assert!(cfg.counts_tokens());
+        let labels: Vec<String> = cfg
+            .budgets_for(&ScopeKeys {
+                sender: Some("alice".into()),
+                ..ScopeKeys::default()
+            })
+            .iter()
+            .map(Budget::label)
+            .collect();
+        assert_eq!(
+            labels,
+            ["global daily", "global 5h", "global 7d_tokens", "sender alice 1h"]
+        );
+        let err = BudgetConfig::parse("[global]\n90m = 1").expect_err("no 90m window");
+        assert!(err.contains("5h") && err.contains("30d"), "{err}");
     }
 
     #[test]

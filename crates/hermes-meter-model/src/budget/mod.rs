@@ -69,11 +69,14 @@ pub use first_sync::{Unsynced, FIRST_SYNC_WAIT, UNSYNCED_ENV};
 pub use runaway::{repeat_reason, retry_reason, runaway_reason, runaway_text, RunSigns, RunawayAction, RunawayConfig};
 pub use spend_bound::{carries_spend, reservation_usage, spend_bound};
 pub use text::{
-    block_text, invalid_file_text, notice_text, pause_reason, protected_text, threshold_text, unsynced_block_text,
-    BLOCKED_MODEL, NOT_YOURS, PROTECTED_PREFIX,
+    block_text, invalid_file_text, left_text, notice_text, pause_reason, protected_text, threshold_text,
+    unsynced_block_text, BLOCKED_MODEL, NOT_YOURS, PROTECTED_PREFIX,
 };
 pub use verdict::{
-    assess, forecast, gauges, threshold_reached, BudgetGauge, BudgetState, FleetShare, Forecast, Level, Spend,
+    assess, forecast, gauges, threshold_reached, BudgetGauge, BudgetState, FleetShare, Forecast, Frees, Level, Spend,
     WindowUse, ANY_SENDER,
 };
-pub use window::{bucket_ranges, open_ranges, period_name, timestamp, window_bounds, Window, BUCKET_SECONDS};
+pub use window::{
+    bucket_ranges, open_ranges, period_name, rolling_frees_at, rolling_start, timestamp, window_bounds, Rolling,
+    Window, BUCKET_SECONDS, ROLLING_FLEET_PERIOD, ROLLING_STEP, WINDOW_COUNT,
+};

@@ -36,19 +36,53 @@ fn when(end: i64, tz: &TimeZone) -> String {
         .unwrap_or_else(|_| "the end of the window".into())
 }
 
+/// How the budget comes back, after "it": a calendar window `resets` at
+/// its end; a rolling one frees what leaves it (`frees $6.00 at 14:15, as
+/// spend leaves its rolling 5h window`).
+fn comes_back(s: &BudgetState, tz: &TimeZone) -> String {
+    match (s.budget.window.rolling(), s.frees) {
+        (None, _) => format!("resets {}", when(s.window_end, tz)),
+        (Some(r), Some(f)) => format!(
+            "frees {} at {}, as spend leaves its rolling {} window",
+            amount(s, f.amount),
+            when(f.at, tz),
+            r.as_str()
+        ),
+        (Some(r), None) => format!("frees up as spend leaves its rolling {} window", r.as_str()),
+    }
+}
+
+/// What is left of a budget and when it comes back, for the people and
+/// the agent reading a list: `$4.20 left; resets 2026-12-08 00:00 CET`, or
+/// for a rolling window `$4.20 left; frees $6.00 at 2026-12-07 14:15 UTC,
+/// as spend leaves its rolling 5h window`. `hard_line` is the limit times
+/// the hard threshold.
+pub fn left_text(state: &BudgetState, hard_line: f64, tz: &TimeZone) -> String {
+    let left = (hard_line - state.spend.total()).max(0.0);
+    let back = match (state.level, state.budget.window.rolling()) {
+        (Level::Hard, Some(_)) => format!(
+            "back under its line at {}; it {}",
+            when(state.window_end, tz),
+            comes_back(state, tz)
+        ),
+        _ => format!("it {}", comes_back(state, tz)),
+    };
+    format!("{} left; {back}", amount(state, left))
+}
+
 /// The `pre_llm_call` context of an alert threshold (`threshold`, a
 /// fraction of the limit) reached.
 pub fn threshold_text(state: &BudgetState, threshold: f64, tz: &TimeZone) -> String {
     let s = state;
     format!(
-        "[hermes-meter budget alert] The {} budget has {} {} of {} ({:.0}%), past its {:.0}% alert. It resets {}.",
+        "[hermes-meter budget alert] The {} budget has {} {} of {} ({:.0}%), past its {:.0}% alert. It {}.",
         s.budget.label(),
         amount(s, s.spend.total()),
         spent(s),
         amount(s, s.budget.limit),
         100.0 * s.spend.total() / s.budget.limit,
         100.0 * threshold,
-        when(s.window_end, tz),
+        comes_back(s, tz),
     )
 }
 
@@ -65,19 +99,22 @@ pub fn notice_text(state: &BudgetState, mode: BudgetMode, tz: &TimeZone) -> Stri
     } else {
         String::new()
     };
+    let back = comes_back(s, tz);
     let what = match (s.level, mode) {
-        (Level::Hard, BudgetMode::Enforce) => "is exhausted: tool calls and LLM calls are blocked until",
-        (Level::Hard, BudgetMode::Observe) => "is exhausted (observe mode: nothing is blocked); it resets",
-        _ if s.softened => "is past its limit on estimated costs (soft notice); it resets",
-        _ => "is nearly used up; it resets",
+        (Level::Hard, BudgetMode::Enforce) => format!(
+            "is exhausted: tool calls and LLM calls are blocked until {}",
+            when(s.window_end, tz)
+        ),
+        (Level::Hard, BudgetMode::Observe) => format!("is exhausted (observe mode: nothing is blocked); it {back}"),
+        _ if s.softened => format!("is past its limit on estimated costs (soft notice); it {back}"),
+        _ => format!("is nearly used up; it {back}"),
     };
     format!(
-        "[hermes-meter budget notice] The {} budget has {} {} of {}{pct}{est}. It {what} {}. {NOT_YOURS}",
+        "[hermes-meter budget notice] The {} budget has {} {} of {}{pct}{est}. It {what}. {NOT_YOURS}",
         s.budget.label(),
         amount(s, s.spend.total()),
         spent(s),
         amount(s, s.budget.limit),
-        when(s.window_end, tz),
     )
 }
 
@@ -111,10 +148,18 @@ pub fn block_text(state: &BudgetState, hard_line: f64, tz: &TimeZone) -> String 
     } else if s.spend.settled < hard_line {
         format!(
             "the {label} budget has {settled} {} of {limit}, and calls in flight reserve {} more: together they \
-             reach its line. Calls go again if those spend less than they reserve; else it resets {}",
+             reach its line. Calls go again if those spend less than they reserve; else it {}",
             spent(s),
             amount(s, s.spend.reserved),
+            comes_back(s, tz),
+        )
+    } else if s.budget.window.rolling().is_some() {
+        format!(
+            "the {label} budget is exhausted ({settled} {} of {limit}). Calls go again at {}, once enough has \
+             left the window; it {}",
+            spent(s),
             when(s.window_end, tz),
+            comes_back(s, tz),
         )
     } else {
         format!(
@@ -197,6 +242,7 @@ mod tests {
             softened: false,
             period: "2026-11-30".into(),
             window_end: 1_796_083_200,
+            frees: None,
             fleet: None,
         };
         let block = block_text(&state, 2.5, &TimeZone::UTC);
@@ -233,6 +279,68 @@ mod tests {
         assert!(!block.contains("budget set"), "{block}");
     }
 
+    /// A rolling window's texts say when spend leaves it, never "resets".
+    #[test]
+    fn a_rolling_budget_says_what_frees_when() {
+        let five = Window::parse("5h").expect("5h");
+        let state = BudgetState {
+            budget: Budget {
+                scope: Scope::Global,
+                id: String::new(),
+                window: five,
+                unit: BudgetUnit::Usd,
+                limit: 10.0,
+            },
+            spend: Spend {
+                settled: 10.5,
+                ..Spend::default()
+            },
+            level: Level::Hard,
+            softened: false,
+            period: "5h@2026-12-07T10:00Z".into(),
+            // 2026-12-07 15:30 and 14:15 UTC.
+            window_end: 1_796_657_400,
+            frees: Some(crate::budget::Frees {
+                amount: 6.0,
+                at: 1_796_652_900,
+            }),
+            fleet: None,
+        };
+        let block = block_text(&state, 10.0, &TimeZone::UTC);
+        assert!(
+            block.contains("global 5h budget is exhausted ($10.50 spent of $10.00)"),
+            "{block}"
+        );
+        assert!(block.contains("Calls go again at 2026-12-07 15:30 UTC"), "{block}");
+        assert!(block.contains("frees $6.00 at 2026-12-07 14:15 UTC"), "{block}");
+        assert!(!block.contains("resets"), "{block}");
+        let left = left_text(&state, 10.0, &TimeZone::UTC);
+        assert!(
+            left.starts_with("$0.00 left; back under its line at 2026-12-07 15:30 UTC"),
+            "{left}"
+        );
+        let soft = BudgetState {
+            level: Level::Soft,
+            spend: Spend {
+                settled: 8.5,
+                ..Spend::default()
+            },
+            ..state.clone()
+        };
+        let left = left_text(&soft, 10.0, &TimeZone::UTC);
+        assert_eq!(
+            left,
+            "$1.50 left; it frees $6.00 at 2026-12-07 14:15 UTC, as spend leaves its rolling 5h window"
+        );
+        let notice = notice_text(&soft, BudgetMode::Enforce, &TimeZone::UTC);
+        assert!(
+            notice.contains(
+                "nearly used up; it frees $6.00 at 2026-12-07 14:15 UTC, as spend leaves its rolling 5h window"
+            ),
+            "{notice}"
+        );
+    }
+
     /// A call held back by other calls' reservations, or by a fleet host's
     /// lease while the fleet is under its line, is not told the budget is
     /// exhausted.
@@ -255,6 +363,7 @@ mod tests {
             softened: false,
             period: "2026-11-30".into(),
             window_end: 1_796_083_200,
+            frees: None,
             fleet: None,
         };
         let reserved = block_text(&state, 0.5, &TimeZone::UTC);

@@ -8,6 +8,7 @@
 
 use super::caps::TokenCount;
 use super::config::{Budget, BudgetConfig, BudgetUnit, Scope};
+use super::window::Window;
 
 /// A soft notice was shown.
 pub const SOFT: &str = "soft";
@@ -109,10 +110,18 @@ pub struct BudgetState {
     pub level: Level,
     /// A hard breach softened because it rests on estimated costs.
     pub softened: bool,
-    /// The period's start date, naming it (`2026-11-30`).
+    /// The period's start date, naming it (`2026-11-30`); for a rolling
+    /// window, its block (see `period_name`).
     pub period: String,
-    /// When the window ends, Unix seconds.
+    /// When the window ends, Unix seconds. For a rolling window, when it
+    /// next frees what it holds: in hard breach, the first time enough has
+    /// left it to be under the hard line again (what calls in flight
+    /// reserve aside); else when its oldest spend leaves.
     pub window_end: i64,
+    /// A rolling window's next release: its oldest spend still in it and
+    /// when that leaves ("$6.00 frees at 14:15"); `None` for a calendar
+    /// window or an empty one.
+    pub frees: Option<Frees>,
     /// With a fleet: this host's share and lease.
     pub fleet: Option<FleetShare>,
 }
@@ -123,6 +132,14 @@ impl BudgetState {
     pub fn blocks(&self) -> bool {
         self.level == Level::Hard || self.fleet.is_some_and(|f| f.lease_left <= 0.0)
     }
+}
+
+/// What leaves a rolling window next: `amount` (in the budget's unit) at
+/// `at` (Unix seconds).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Frees {
+    pub amount: f64,
+    pub at: i64,
 }
 
 /// The verdict for one budget given its spend: the rule of the whole module.
@@ -268,7 +285,11 @@ pub fn gauges(
             unit: s.budget.unit,
             spend: s.spend.total(),
             limit: s.budget.limit,
-            projected: forecast(s.spend.total(), window_start(s), s.window_end, now).projected,
+            // A rolling window has no end to project to: it holds what it holds.
+            projected: match s.budget.window {
+                Window::Rolling(_) => s.spend.total(),
+                _ => forecast(s.spend.total(), window_start(s), s.window_end, now).projected,
+            },
         })
         .collect()
 }
@@ -276,7 +297,7 @@ pub fn gauges(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::{Scope, Window};
+    use crate::budget::Scope;
 
     fn budget(limit: f64) -> Budget {
         Budget {

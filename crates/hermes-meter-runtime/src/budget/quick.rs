@@ -13,7 +13,7 @@ use super::gate::BudgetGate;
 use super::handle::Shared;
 use crate::bridge::{QueuedSpend, QuickGate};
 use crate::lock;
-use hermes_meter_model::budget::{BudgetState, BudgetUnit, CapState, CapUnit, Level, Window};
+use hermes_meter_model::budget::{BudgetState, BudgetUnit, CapState, CapUnit, Level};
 use hermes_meter_model::hook::{Hook, HookEvent};
 use hermes_meter_store::Reader;
 
@@ -355,14 +355,12 @@ impl BudgetGate {
             };
             let lowest = self.notice_lines().fold(f64::INFINITY, f64::min);
             for limits in self.cfg.scopes.values() {
-                for w in Window::ALL {
-                    if let Some(limit) = limits.default.get(w, BudgetUnit::Usd) {
-                        notice = notice.min(limit * lowest);
-                        block = block.min(limit * self.cfg.hard_threshold / hosts as f64);
-                        let downgrade = self.downgrade_headroom(0.0, limit);
-                        notice = notice.min(downgrade);
-                        block = block.min(downgrade);
-                    }
+                for (_, _, limit) in limits.default.iter().filter(|(_, u, _)| *u == BudgetUnit::Usd) {
+                    notice = notice.min(limit * lowest);
+                    block = block.min(limit * self.cfg.hard_threshold / hosts as f64);
+                    let downgrade = self.downgrade_headroom(0.0, limit);
+                    notice = notice.min(downgrade);
+                    block = block.min(downgrade);
                 }
             }
             // A session not measured yet may be any session: one that spent

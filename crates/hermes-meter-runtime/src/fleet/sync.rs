@@ -261,10 +261,10 @@ const MEASURES: [&str; 6] = [
     "estimated_output_tokens",
 ];
 
-/// One scope id's sums: per window, the fleet's and this host's
-/// [`MEASURES`]; then the fleet's and this host's open reservations
-/// (USD, input tokens, output tokens).
-type IdSums = ([[[f64; 6]; 2]; 3], [[f64; 3]; 2]);
+/// One scope id's sums: per window (as [`windows_of`] lists them), the
+/// fleet's and this host's [`MEASURES`]; then the fleet's and this host's
+/// open reservations (USD, input tokens, output tokens).
+type IdSums = (Vec<[[f64; 6]; 2]>, [[f64; 3]; 2]);
 
 /// A use from summed [`MEASURES`] and reservations.
 fn use_of(m: &[f64; 6], reserved: &[f64; 3]) -> WindowUse {
@@ -280,17 +280,37 @@ fn use_of(m: &[f64; 6], reserved: &[f64; 3]) -> WindowUse {
     }
 }
 
+/// The windows the fleet view holds: the calendar ones, and every rolling
+/// width a limit of the budget file names (its rows' period is
+/// [`budget::ROLLING_FLEET_PERIOD`]: the window as of this sync).
+fn windows_of(cfg: &BudgetConfig) -> Vec<Window> {
+    let mut rolling: Vec<Window> = cfg
+        .scopes
+        .values()
+        .flat_map(|s| std::iter::once(&s.default).chain(s.overrides.values()))
+        .flat_map(|l| l.iter().map(|(w, _, _)| w))
+        .filter(|w| w.rolling().is_some())
+        .collect();
+    rolling.sort();
+    rolling.dedup();
+    Window::CALENDAR.into_iter().chain(rolling).collect()
+}
+
 /// Every scope id's spend in each window now, the others' and this host's,
 /// with the leases, and the live hosts.
 async fn pull(client: &Client, cfg: &BudgetConfig, host: &str, now: f64) -> Result<(Vec<FleetRow>, i64)> {
     let t = budget::timestamp(now);
-    let starts: Vec<i64> = Window::ALL
+    let windows = windows_of(cfg);
+    let starts: Vec<i64> = windows
         .iter()
         .map(|w| budget::window_bounds(*w, t, &cfg.tz).0.as_second())
         .collect();
-    let periods: Vec<String> = Window::ALL
+    let periods: Vec<String> = windows
         .iter()
-        .map(|w| budget::period_name(*w, t, &cfg.tz))
+        .map(|w| match w.rolling() {
+            Some(_) => budget::ROLLING_FLEET_PERIOD.to_string(),
+            None => budget::period_name(*w, t, &cfg.tz),
+        })
         .collect();
     let hosts: i64 = client
         .query_one(
@@ -300,10 +320,11 @@ async fn pull(client: &Client, cfg: &BudgetConfig, host: &str, now: f64) -> Resu
         .await
         .map_err(pg_error)?
         .get(0);
-    // Per window ($1..$3: its start), the fleet's sums then this host's ($4).
+    // Per window ($1..$n: its start), the fleet's sums then this host's ($n+1).
+    let host_param = windows.len() + 1;
     let mut sums_sql = Vec::new();
-    for w in 1..=3 {
-        for own in ["", " AND host_id = $4"] {
+    for w in 1..=windows.len() {
+        for own in [String::new(), format!(" AND host_id = ${host_param}")] {
             for m in MEASURES {
                 sums_sql.push(format!(
                     "COALESCE(SUM({m}) FILTER (WHERE bucket >= ${w}{own}), 0)::float8"
@@ -311,19 +332,27 @@ async fn pull(client: &Client, cfg: &BudgetConfig, host: &str, now: f64) -> Resu
             }
         }
     }
+    let earliest: Vec<String> = (1..=windows.len()).map(|w| format!("${w}")).collect();
+    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = starts
+        .iter()
+        .map(|s| s as &(dyn tokio_postgres::types::ToSql + Sync))
+        .collect();
+    params.push(&host);
     let mut sums: HashMap<(String, String), IdSums> = HashMap::new();
     let spend = client
         .query(
             &format!(
-                "SELECT scope, id, {} FROM hermes_fleet_spend WHERE bucket >= LEAST($1, $2, $3) GROUP BY scope, id",
-                sums_sql.join(", ")
+                "SELECT scope, id, {} FROM hermes_fleet_spend WHERE bucket >= LEAST({}) GROUP BY scope, id",
+                sums_sql.join(", "),
+                earliest.join(", ")
             ),
-            &[&starts[0], &starts[1], &starts[2], &host],
+            &params,
         )
         .await
         .map_err(pg_error)?;
+    let empty = || (vec![[[0.0; 6]; 2]; windows.len()], [[0.0; 3]; 2]);
     for r in spend {
-        let entry = sums.entry((r.get(0), r.get(1))).or_default();
+        let entry = sums.entry((r.get(0), r.get(1))).or_insert_with(empty);
         for (w, window) in entry.0.iter_mut().enumerate() {
             for (k, whose) in window.iter_mut().enumerate() {
                 for (m, slot) in whose.iter_mut().enumerate() {
@@ -344,15 +373,15 @@ async fn pull(client: &Client, cfg: &BudgetConfig, host: &str, now: f64) -> Resu
         .await
         .map_err(pg_error)?;
     for r in reserved {
-        sums.entry((r.get(0), r.get(1))).or_default().1 =
+        sums.entry((r.get(0), r.get(1))).or_insert_with(empty).1 =
             [[r.get(2), r.get(3), r.get(4)], [r.get(5), r.get(6), r.get(7)]];
     }
-    let mut rows = Vec::with_capacity(sums.len() * 3);
+    let mut rows = Vec::with_capacity(sums.len() * windows.len());
     let counted = |u: &WindowUse| u.spend(BudgetUnit::Tokens, cfg.tokens_counted).total();
-    for ((scope, id), (windows, [fleet_reserved, own_reserved])) in sums {
+    for ((scope, id), (by_window, [fleet_reserved, own_reserved])) in sums {
         let limits = Scope::parse(&scope).map(|s| cfg.limits(s, &id)).unwrap_or_default();
-        for (w, window) in Window::ALL.iter().enumerate() {
-            let [fleet_sums, own_sums] = &windows[w];
+        for (w, window) in windows.iter().enumerate() {
+            let [fleet_sums, own_sums] = &by_window[w];
             let (fleet, own) = (use_of(fleet_sums, &fleet_reserved), use_of(own_sums, &own_reserved));
             let others: [f64; 6] = std::array::from_fn(|m| fleet_sums[m] - own_sums[m]);
             let others_reserved: [f64; 3] = std::array::from_fn(|m| fleet_reserved[m] - own_reserved[m]);

@@ -577,6 +577,7 @@ mod tests {
             softened: false,
             period: period.into(),
             window_end: 0,
+            frees: None,
             fleet: None,
         }
     }

@@ -285,8 +285,8 @@ impl SpendRollup {
     }
 }
 
-/// Adds a call's sums to its period of every window, in every registered
-/// zone.
+/// Adds a call's sums to its period of every calendar window, in every
+/// registered zone (rolling windows are summed from the buckets).
 fn add_to_periods(tx: &Transaction<'_>, keys: &ScopeKeys, at: f64, sums: &Sums) -> Result<()> {
     let zones: Vec<String> = {
         let mut stmt = tx.prepare_cached("SELECT zone FROM budget_zones")?;
@@ -296,7 +296,7 @@ fn add_to_periods(tx: &Transaction<'_>, keys: &ScopeKeys, at: f64, sums: &Sums) 
     let t = budget::timestamp(at);
     for zone in zones {
         let Some(tz) = zone_named(&zone) else { continue };
-        for w in Window::ALL {
+        for w in Window::CALENDAR {
             let period = window_bounds(w, t, &tz).0.as_second();
             for (scope, id) in keys.iter() {
                 insert_period(tx, (scope.as_str(), id, &zone, w.as_str(), period), sums)?;
@@ -399,7 +399,7 @@ impl Writer {
                 return Ok(());
             }
             let t = budget::timestamp(now);
-            let starts: Vec<(Window, i64)> = Window::ALL
+            let starts: Vec<(Window, i64)> = Window::CALENDAR
                 .iter()
                 .map(|w| (*w, window_bounds(*w, t, &tz).0.as_second()))
                 .collect();

@@ -13,7 +13,9 @@ use rusqlite::params;
 use super::rollups::scope_keys;
 use crate::error::Result;
 use crate::Reader;
-use hermes_meter_model::budget::{self, bucket_ranges, Scope, ScopeKeys, Spend, Window, WindowUse};
+use hermes_meter_model::budget::{
+    self, bucket_ranges, BudgetUnit, Scope, ScopeKeys, Spend, TokenCount, Window, WindowUse,
+};
 
 /// A reservation older than this no longer counts: its process died
 /// between pre_api_request and the call's end (no LLM call takes this long).
@@ -64,10 +66,12 @@ impl Reader {
         Ok(out)
     }
 
-    /// The spends of one scope id in the windows starting at `starts` (in
-    /// `Window::ALL` order, as `budgets_for` lists them) from the per-period
-    /// totals of a registered zone: at most three primary-key lookups and
-    /// the id's open reservations, in one statement. The gating hooks' read.
+    /// The spends of one scope id in the calendar windows starting at
+    /// `starts` (in `Window::CALENDAR` order, as `budgets_for` lists them)
+    /// from the per-period totals of a registered zone: at most three
+    /// primary-key lookups and the id's open reservations, in one
+    /// statement. The gating hooks' read. A rolling window has no periods:
+    /// it matches no row (read it with [`Reader::bucket_window_spends`]).
     pub fn period_spends(
         &self,
         scope: Scope,
@@ -79,7 +83,9 @@ impl Reader {
     ) -> Result<Vec<WindowUse>> {
         let mut period = [i64::MIN; 3];
         for (w, start) in windows {
-            period[*w as usize] = *start;
+            if let Some(slot) = period.get_mut(w.index()) {
+                *slot = *start;
+            }
         }
         const COLUMNS: &str =
             "cost_usd, estimated_usd, input_tokens, estimated_input_tokens, output_tokens, estimated_output_tokens";
@@ -125,7 +131,7 @@ impl Reader {
         }
         Ok(windows
             .iter()
-            .map(|(w, _)| with_reserved(by_window[*w as usize], &reserved))
+            .map(|(w, _)| with_reserved(by_window.get(w.index()).copied().unwrap_or_default(), &reserved))
             .collect())
     }
 
@@ -313,6 +319,38 @@ impl Reader {
         Ok(out)
     }
 
+    /// The quarter-hour buckets of one scope id from `start` on in which
+    /// it used anything in `unit` (tokens counted as `counted` says),
+    /// oldest first, at most `limit`: what leaves a rolling window, and
+    /// when (`budget::rolling_frees_at`). Settled use only: reservations
+    /// leave when their calls end, not with the window.
+    pub fn rolling_rows(
+        &self,
+        scope: Scope,
+        id: &str,
+        start: i64,
+        (unit, counted): (BudgetUnit, TokenCount),
+        limit: usize,
+    ) -> Result<Vec<(i64, f64)>> {
+        let (usd, input, output) = match (unit, counted) {
+            (BudgetUnit::Usd, _) => (1.0, 0.0, 0.0),
+            (BudgetUnit::Tokens, TokenCount::Total) => (0.0, 1.0, 1.0),
+            (BudgetUnit::Tokens, TokenCount::Input) => (0.0, 1.0, 0.0),
+            (BudgetUnit::Tokens, TokenCount::Output) => (0.0, 0.0, 1.0),
+        };
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT bucket, amount FROM (
+                SELECT bucket, cost_usd * ?4 + input_tokens * ?5 + output_tokens * ?6 AS amount FROM budget_spend
+                WHERE scope = ?1 AND id = ?2 AND level = 0 AND bucket >= ?3)
+             WHERE amount > 0 ORDER BY bucket LIMIT ?7",
+        )?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = stmt.query_map(params![scope.as_str(), id, start, usd, input, output, limit], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
     /// The ids of `scope` that spent since `since` (Unix seconds, taken
     /// from its UTC day): a read of the day buckets, for listing every id
     /// under a scope's default (`budget list`, the gauges; no hook path).
@@ -384,7 +422,7 @@ mod tests {
     use super::*;
     use crate::budget::temp_store;
     use crate::Writer;
-    use hermes_meter_model::budget::{BudgetConfig, Level};
+    use hermes_meter_model::budget::{BudgetConfig, Level, ScopeKeys};
 
     fn ts(s: &str) -> f64 {
         s.parse::<jiff::Timestamp>().expect("timestamp").as_second() as f64
@@ -506,6 +544,64 @@ mod tests {
             ]
         );
         assert_eq!(states[0].period, "2026-11-17");
+    }
+
+    /// A rolling window sums the last width in quarter hours, says what
+    /// leaves it next, and when an exhausted one is back under its line.
+    #[test]
+    fn a_rolling_window_counts_its_last_hours_and_says_what_frees_when() {
+        let (_dir, store) = temp_store();
+        let now = ts("2026-12-07T14:07:00Z");
+        spent(&store, "global", "", ts("2026-12-07T08:50:00Z"), 100.0); // 5 h 17 min ago: out
+        spent(&store, "global", "", ts("2026-12-07T09:05:00Z"), 6.0); // in: its quarter began 09:00
+        spent(&store, "global", "", ts("2026-12-07T11:20:00Z"), 3.0);
+        spent(&store, "global", "", ts("2026-12-07T14:00:00Z"), 2.0);
+        let cfg = BudgetConfig::parse("timezone = \"UTC\"\n[global]\n5h = 10\ndaily = 1000").expect("config");
+        let states = store.budget_states(&cfg, now).expect("states");
+        let five = states.iter().find(|s| s.budget.key() == "5h").expect("the 5h budget");
+        assert_eq!(five.spend.settled, 11.0, "08:50 is out, 09:05 in");
+        assert_eq!(five.level, Level::Hard);
+        let frees = five.frees.expect("something frees");
+        assert_eq!((frees.amount, frees.at as f64), (6.0, ts("2026-12-07T14:15:00Z")));
+        // 11 - 6 = 5 < 10 once 09:00's quarter leaves: back under at 14:15.
+        assert_eq!(five.window_end as f64, ts("2026-12-07T14:15:00Z"));
+        let day = states.iter().find(|s| s.budget.key() == "daily").expect("daily");
+        assert_eq!(
+            (day.spend.settled, day.frees),
+            (111.0, None),
+            "the calendar day counts 08:50"
+        );
+        assert_eq!(five.period, "5h@2026-12-07T14:00Z");
+        // At 14:15 the 09:00 quarter has left.
+        let later = store.budget_states(&cfg, ts("2026-12-07T14:15:00Z")).expect("states");
+        let five = later.iter().find(|s| s.budget.key() == "5h").expect("5h");
+        assert_eq!((five.spend.settled, five.level), (5.0, Level::Ok));
+        let frees = five.frees.expect("frees");
+        assert_eq!((frees.amount, frees.at as f64), (3.0, ts("2026-12-07T16:30:00Z")));
+        assert_eq!(
+            five.window_end as f64,
+            ts("2026-12-07T16:30:00Z"),
+            "not exhausted: the next release"
+        );
+        // With a lower limit it takes two releases to be back under.
+        let tight = BudgetConfig::parse("timezone = \"UTC\"\n[global]\n5h = 4").expect("config");
+        let five = store.budget_states(&tight, now).expect("states").remove(0);
+        assert_eq!(five.window_end as f64, ts("2026-12-07T16:30:00Z"), "11 - 6 - 3 = 2 < 4");
+        // Tokens count the same way, and in the gate's read.
+        let keys = ScopeKeys::default();
+        let gate = store.budget_states_for(&cfg, &keys, now, None).expect("gate read");
+        assert_eq!(gate.iter().map(|s| s.spend.settled).collect::<Vec<_>>(), [111.0, 11.0]);
+        store
+            .conn()
+            .execute("INSERT INTO budget_zones (zone, registered_at) VALUES ('UTC', 0)", [])
+            .expect("zone");
+        let zoned = store
+            .budget_states_in_zone(&cfg, &keys, now, None, "UTC")
+            .expect("zone read");
+        assert_eq!(
+            zoned[1].spend.settled, 11.0,
+            "a rolling window is summed from the buckets in a zone too"
+        );
     }
 
     #[test]

@@ -12,8 +12,8 @@
 use crate::error::Result;
 use crate::Reader;
 use hermes_meter_model::budget::{
-    assess, assess_caps, timestamp, window_bounds, Budget, BudgetConfig, BudgetState, BudgetUnit, CapScope, CapState,
-    Limits, Scope, ScopeKeys, Window,
+    self, assess, assess_caps, rolling_frees_at, timestamp, window_bounds, Budget, BudgetConfig, BudgetState, CapScope,
+    CapState, Frees, Level, Limits, Rolling, Scope, ScopeKeys, Spend, Window, WindowUse, ROLLING_STEP, WINDOW_COUNT,
 };
 
 impl Reader {
@@ -25,8 +25,7 @@ impl Reader {
         now: f64,
         exclude: Option<&str>,
     ) -> Result<Vec<BudgetState>> {
-        let mut bounds: [Option<(i64, i64, String)>; 3] = [None, None, None];
-        self.states_of(cfg, cfg.budgets_for(keys), &mut bounds, now, exclude, None)
+        self.states_of(cfg, cfg.budgets_for(keys), &mut no_bounds(), now, exclude, None)
     }
 
     /// [`Reader::budget_states_for`] reading the per-period totals of the
@@ -40,8 +39,7 @@ impl Reader {
         exclude: Option<&str>,
         zone: &str,
     ) -> Result<Vec<BudgetState>> {
-        let mut bounds: [Option<(i64, i64, String)>; 3] = [None, None, None];
-        self.states_of(cfg, cfg.budgets_for(keys), &mut bounds, now, exclude, Some(zone))
+        self.states_of(cfg, cfg.budgets_for(keys), &mut no_bounds(), now, exclude, Some(zone))
     }
 
     /// Reads the spends of `budgets` (one statement per scope id) and
@@ -50,7 +48,7 @@ impl Reader {
         &self,
         cfg: &BudgetConfig,
         budgets: Vec<Budget>,
-        bounds: &mut [Option<(i64, i64, String)>; 3],
+        bounds: &mut Bounds,
         now: f64,
         exclude: Option<&str>,
         zone: Option<&str>,
@@ -75,29 +73,31 @@ impl Reader {
             read.sort();
             read.dedup();
             let windows: Vec<(i64, i64, String)> = read.iter().map(|w| window(bounds, cfg, *w, now)).collect();
-            let uses = match zone {
-                Some(zone) => {
-                    let periods: Vec<(Window, i64)> = read.iter().zip(&windows).map(|(w, b)| (*w, b.0)).collect();
-                    self.period_spends(budgets[i].scope, &budgets[i].id, zone, &periods, now, exclude)?
-                }
-                None => {
-                    let starts: Vec<i64> = windows.iter().map(|w| w.0).collect();
-                    self.bucket_window_spends(budgets[i].scope, &budgets[i].id, &starts, now, exclude)?
-                }
-            };
+            let (scope, id) = (budgets[i].scope, budgets[i].id.as_str());
+            let uses = self.window_uses(scope, id, &read, &windows, now, exclude, zone)?;
             let of = |w: Window| read.iter().position(|r| *r == w).unwrap_or(0);
             for b in &budgets[i..j] {
                 let k = of(b.window);
-                let (_, end, period) = windows[k].clone();
+                let (start, mut end, period) = windows[k].clone();
                 let spend = uses[k].spend(b.unit, cfg.tokens_counted);
+                // A rolling window's fleet figures are the last sync's,
+                // whatever block it is in.
+                let fleet_period = match b.window.rolling() {
+                    Some(_) => budget::ROLLING_FLEET_PERIOD,
+                    None => period.as_str(),
+                };
                 let (spend, fleet) = match fleet_hosts {
                     Some(hosts) => {
-                        let (spend, share) = self.fleet_share(cfg, b, &period, spend, hosts)?;
+                        let (spend, share) = self.fleet_share(cfg, b, fleet_period, spend, hosts)?;
                         (spend, Some(share))
                     }
                     None => (spend, None),
                 };
                 let (level, softened) = assess(cfg, b, spend);
+                let mut frees = None;
+                if let Some(r) = b.window.rolling() {
+                    (end, frees) = self.rolling_release(cfg, b, r, start, spend, level)?;
+                }
                 out.push(BudgetState {
                     budget: b.clone(),
                     spend,
@@ -105,6 +105,7 @@ impl Reader {
                     softened,
                     period,
                     window_end: end,
+                    frees,
                     fleet,
                 });
             }
@@ -119,16 +120,16 @@ impl Reader {
     /// lists ids from the day buckets of the longest window).
     pub fn budget_states(&self, cfg: &BudgetConfig, now: f64) -> Result<Vec<BudgetState>> {
         let mut out = Vec::new();
-        let mut bounds: [Option<(i64, i64, String)>; 3] = [None, None, None];
+        let mut bounds = no_bounds();
         for (scope, limits) in &cfg.scopes {
             let mut ids: std::collections::BTreeSet<String> = limits.overrides.keys().cloned().collect();
             if *scope == Scope::Global {
                 ids.insert(String::new());
             } else if limits.default != Limits::default() {
-                let since = Window::ALL
+                let since = limits
+                    .default
                     .iter()
-                    .filter(|w| BudgetUnit::ALL.iter().any(|u| limits.default.get(**w, *u).is_some()))
-                    .map(|w| window(&mut bounds, cfg, *w, now).0)
+                    .map(|(w, _, _)| window(&mut bounds, cfg, w, now).0)
                     .min()
                     .unwrap_or(0);
                 ids.extend(self.budget_ids_spent_since(*scope, since)?);
@@ -139,24 +140,107 @@ impl Reader {
             }
             let mut budgets = Vec::new();
             for id in ids {
-                let l = cfg.limits(*scope, &id);
-                for unit in BudgetUnit::ALL {
-                    for w in Window::ALL {
-                        if let Some(limit) = l.get(w, unit) {
-                            budgets.push(Budget {
-                                scope: *scope,
-                                id: id.clone(),
-                                window: w,
-                                unit,
-                                limit,
-                            });
-                        }
-                    }
+                for (window, unit, limit) in cfg.limits(*scope, &id).iter() {
+                    budgets.push(Budget {
+                        scope: *scope,
+                        id: id.clone(),
+                        window,
+                        unit,
+                        limit,
+                    });
                 }
             }
             out.extend(self.states_of(cfg, budgets, &mut bounds, now, None, None)?);
         }
         Ok(out)
+    }
+}
+
+impl Reader {
+    /// One scope id's use in each window of `read` (bounds in `windows`):
+    /// calendar windows from a registered zone's per-period totals when
+    /// `zone` is set, else (and rolling windows always) from the buckets,
+    /// three windows a statement.
+    #[allow(clippy::too_many_arguments)]
+    fn window_uses(
+        &self,
+        scope: Scope,
+        id: &str,
+        read: &[Window],
+        windows: &[(i64, i64, String)],
+        now: f64,
+        exclude: Option<&str>,
+        zone: Option<&str>,
+    ) -> Result<Vec<WindowUse>> {
+        let mut uses = vec![WindowUse::default(); read.len()];
+        let (periodic, summed): (Vec<usize>, Vec<usize>) =
+            (0..read.len()).partition(|k| zone.is_some() && read[*k].rolling().is_none());
+        if let (Some(zone), false) = (zone, periodic.is_empty()) {
+            let periods: Vec<(Window, i64)> = periodic.iter().map(|k| (read[*k], windows[*k].0)).collect();
+            for (k, u) in periodic
+                .iter()
+                .zip(self.period_spends(scope, id, zone, &periods, now, exclude)?)
+            {
+                uses[*k] = u;
+            }
+        }
+        for chunk in summed.chunks(3) {
+            let starts: Vec<i64> = chunk.iter().map(|k| windows[*k].0).collect();
+            for (k, u) in chunk
+                .iter()
+                .zip(self.bucket_window_spends(scope, id, &starts, now, exclude)?)
+            {
+                uses[*k] = u;
+            }
+        }
+        Ok(uses)
+    }
+
+    /// A rolling budget's next release and the time it stands for (see
+    /// `BudgetState::window_end`): in hard breach, when enough of what it
+    /// spent has left the window to be under the hard line (if what calls
+    /// in flight reserve alone keeps it over, when its last spend leaves);
+    /// else when its oldest spend leaves. With a fleet, from this host's
+    /// spend: other hosts' buckets are not kept here.
+    fn rolling_release(
+        &self,
+        cfg: &BudgetConfig,
+        b: &Budget,
+        width: Rolling,
+        start: i64,
+        spend: Spend,
+        level: Level,
+    ) -> Result<(i64, Option<Frees>)> {
+        let quiet = rolling_frees_at(width, start);
+        let unit = (b.unit, cfg.tokens_counted);
+        if level != Level::Hard {
+            let first = self.rolling_rows(b.scope, &b.id, start, unit, 1)?;
+            let frees = first.first().map(|(bucket, amount)| Frees {
+                amount: *amount,
+                at: rolling_frees_at(width, *bucket),
+            });
+            return Ok((frees.map_or(quiet, |f| f.at), frees));
+        }
+        // A window holds at most one bucket per step of its width.
+        let most = usize::try_from(width.seconds() / ROLLING_STEP + 1).unwrap_or(usize::MAX);
+        let rows = self.rolling_rows(b.scope, &b.id, start, unit, most)?;
+        let frees = rows.first().map(|(bucket, amount)| Frees {
+            amount: *amount,
+            at: rolling_frees_at(width, *bucket),
+        });
+        let line = b.limit * cfg.hard_threshold;
+        let mut left = spend.total();
+        let mut back = rows
+            .last()
+            .map_or(quiet, |(bucket, _)| rolling_frees_at(width, *bucket));
+        for (bucket, amount) in &rows {
+            left -= amount;
+            if left < line {
+                back = rolling_frees_at(width, *bucket);
+                break;
+            }
+        }
+        Ok((back, frees))
     }
 }
 
@@ -182,13 +266,23 @@ impl Reader {
     }
 }
 
+/// Each window's bounds and period name at `now`, by [`Window::index`].
+type Bounds = [Option<(i64, i64, String)>; WINDOW_COUNT];
+
+fn no_bounds() -> Bounds {
+    std::array::from_fn(|_| None)
+}
+
 /// The bounds and period name of `w` at `now`, computed once per call.
-fn window(cache: &mut [Option<(i64, i64, String)>; 3], cfg: &BudgetConfig, w: Window, now: f64) -> (i64, i64, String) {
-    let slot = &mut cache[w as usize];
+fn window(cache: &mut Bounds, cfg: &BudgetConfig, w: Window, now: f64) -> (i64, i64, String) {
+    let slot = &mut cache[w.index()];
     if slot.is_none() {
         let t = timestamp(now);
         let (s, e) = window_bounds(w, t, &cfg.tz);
-        let period = s.to_zoned(cfg.tz.clone()).date().to_string();
+        let period = match w.rolling() {
+            Some(_) => budget::period_name(w, t, &cfg.tz),
+            None => s.to_zoned(cfg.tz.clone()).date().to_string(),
+        };
         *slot = Some((s.as_second(), e.as_second(), period));
     }
     slot.clone().unwrap_or_default()
