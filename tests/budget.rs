@@ -64,6 +64,7 @@ fn budgets_decide_with_a_clock() {
     a_subagent_counts_toward_its_roots_cron_job_sender_and_profile();
     soft_notice_once_then_tool_block_until_the_limit_is_raised();
     the_window_rolls_over_at_local_midnight_in_a_non_utc_zone();
+    a_rolling_budget_blocks_until_enough_of_its_spend_leaves_the_window();
     observe_mode_notices_but_never_blocks();
     estimated_costs_are_flagged_and_can_soften_a_hard_verdict();
     a_stopped_llm_call_and_a_paused_cron_job();
@@ -763,6 +764,51 @@ fn the_window_rolls_over_at_local_midnight_in_a_non_utc_zone() {
     assert!(gate.verdict(&store, &pre_tool(s, "c2", now())).is_some());
 }
 
+/// A rolling window (`1h`) blocks once exhausted, says when calls go
+/// again, and lets them go at that quarter hour, whatever the calendar.
+fn a_rolling_budget_blocks_until_enough_of_its_spend_leaves_the_window() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_budgets(dir.path(), "timezone = \"UTC\"\n[global]\ndaily = 10\n1h = 0.06\n");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
+    let mut gate = gate(dir.path());
+    let t = ts("2026-12-01T23:40:00Z");
+    set_now(t);
+    let s = "s-rolling";
+    apply(&mut store, &pre_llm(s, "t0", t, "cli", ""));
+    // $0.025 at 23:40 and 23:50, $0.025 at 00:10: $0.075 in the last hour
+    // across midnight (the day has $0.025 of it).
+    apply(&mut store, &post_api(s, "a0", t, true));
+    apply(&mut store, &post_api(s, "a1", t + 600.0, true));
+    set_now(ts("2026-12-02T00:10:00Z"));
+    apply(&mut store, &post_api(s, "a2", now(), true));
+    match gate.verdict(&store, &pre_tool(s, "c0", now() + 1.0)) {
+        Some(Verdict::Block { message }) => {
+            assert!(
+                message.contains("global 1h budget is exhausted ($0.08 spent of $0.06)"),
+                "{message}"
+            );
+            // 23:30's quarter ($0.025) leaves at 00:45: $0.05 < $0.06.
+            assert!(message.contains("Calls go again at 2026-12-02 00:45 UTC"), "{message}");
+            assert!(message.contains("frees $0.03 at 2026-12-02 00:45 UTC"), "{message}");
+            assert!(!message.contains("budget set"), "{message}");
+        }
+        other => panic!("expected a block, got {other:?}"),
+    }
+    set_now(ts("2026-12-02T00:44:59Z"));
+    assert!(gate.verdict(&store, &pre_tool(s, "c1", now())).is_some(), "not yet");
+    set_now(ts("2026-12-02T00:45:00Z"));
+    assert_eq!(gate.verdict(&store, &pre_tool(s, "c2", now())), None);
+    let states = store.budget_states(gate.config(), now()).expect("states");
+    let hour = states.iter().find(|s| s.budget.key() == "1h").expect("1h");
+    assert!((hour.spend.total() - 0.05).abs() < 1e-9, "{hour:?}");
+    let frees = hour.frees.expect("frees");
+    assert_eq!(
+        frees.at as f64,
+        ts("2026-12-02T01:00:00Z"),
+        "23:50 is in 23:45's quarter: it leaves at 01:00"
+    );
+}
+
 fn observe_mode_notices_but_never_blocks() {
     let dir = tempfile::tempdir().expect("temp dir");
     write_budgets(
@@ -966,6 +1012,20 @@ fn two_processes_spending_tokens_at_once_overshoot_by_at_most_the_calls_in_fligh
     assert!(spent >= limit - call_tokens, "{spent}");
     assert!(
         spent <= limit + 2.0 * call_tokens,
+        "overshoot beyond the calls in flight: {spent}"
+    );
+}
+
+/// The same in a rolling window: its spend is read from the buckets,
+/// beside the calls in flight, as a calendar window's is.
+#[test]
+fn two_processes_spending_at_once_in_a_rolling_window_overshoot_by_at_most_the_calls_in_flight() {
+    let limit = 1.0;
+    let (_dir, store) = two_processes_spend(&format!("[global]\n5h = {limit}\n"));
+    let spent: f64 = store.query_scalar("SELECT SUM(cost_usd) FROM llm_calls").expect("sum");
+    assert!(spent >= limit - CALL_USD - 1e-9, "{spent}");
+    assert!(
+        spent <= limit + 2.0 * CALL_USD + 1e-9,
         "overshoot beyond the calls in flight: {spent}"
     );
 }
@@ -1389,6 +1449,11 @@ fn gating_hooks_wait_only_while_the_gate_has_something_to_say() {
 fn quick_verdicts_never_let_through_what_the_writer_would_stop() {
     // $1.00 a day: 40 calls of $0.025 reach the hard line.
     quick_against_the_writer("timezone = \"UTC\"\n[global]\ndaily = 1.0\n", Some(20));
+}
+
+#[test]
+fn quick_verdicts_keep_a_rolling_budget() {
+    quick_against_the_writer("timezone = \"UTC\"\n[global]\n5h = 1.0\n", Some(20));
 }
 
 #[test]
@@ -2260,4 +2325,70 @@ fn an_alert_threshold_crossed_by_a_process_that_ended_is_shown_by_the_next() {
         other => panic!("the alert was not shown: {other:?}"),
     }
     next.shutdown(Duration::from_secs(10));
+}
+
+/// `budget set` takes a rolling window in the words people use (`5h usd`,
+/// `7d tokens`), and `budget list` says what is left and what frees when,
+/// in its table and its JSON.
+#[test]
+fn a_rolling_budget_is_set_in_words_and_listed_with_what_frees_when() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = dir.path().join("meter");
+    let cli = |args: &[&str]| {
+        let o = std::process::Command::new(hermes_meter_test_support::cli::binary())
+            .env_remove("HERMES_METER_FLEET_URL")
+            .arg("--home")
+            .arg(&home)
+            .args(args)
+            .output()
+            .expect("run hermes-meter");
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let said = cli(&["budget", "set", "global", "5h", "usd", "0.525"]);
+    assert!(said.contains("global 5h limit set to $0.53"), "{said}");
+    let said = cli(&["budget", "set", "global", "7d", "tokens", "50M"]);
+    assert!(said.contains("global 7d_tokens limit set to 50M tokens"), "{said}");
+    let file = std::fs::read_to_string(home.join("budgets.toml")).expect("the file");
+    assert!(
+        file.contains("5h = 0.525") && file.contains("7d_tokens = 50000000"),
+        "{file}"
+    );
+    {
+        let mut store = Writer::open_dir(&home).expect("open");
+        let now = hermes_meter_store::unix_now();
+        apply(&mut store, &pre_llm("s-list", "t0", now, "cli", ""));
+        apply(&mut store, &post_api("s-list", "a0", now, true));
+    }
+    let listed = cli(&["budget", "list"]);
+    let row = listed
+        .lines()
+        .find(|l| l.starts_with("global") && l.contains(" 5h "))
+        .unwrap_or_else(|| panic!("a 5h row: {listed}"));
+    assert!(
+        row.contains("$0.50 left; it frees $0.03 at ") && row.contains("as spend leaves its rolling 5h window"),
+        "{row}"
+    );
+    let v: Value = serde_json::from_str(&cli(&["budget", "list", "--json"])).expect("json");
+    let five = v["budgets"]
+        .as_array()
+        .and_then(|b| b.iter().find(|b| b["key"] == "5h"))
+        .unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(five["rolling"], true);
+    assert!((five["left_usd"].as_f64().expect("left") - 0.5).abs() < 1e-9, "{five}");
+    assert!(
+        (five["frees"]["amount_usd"].as_f64().expect("frees") - CALL_USD).abs() < 1e-9,
+        "{five}"
+    );
+    let at = five["frees"]["at"].as_f64().expect("when");
+    let now = hermes_meter_store::unix_now();
+    assert!(
+        at > now + 5.0 * 3600.0 - 60.0 && at <= now + 5.0 * 3600.0 + 900.0,
+        "{five}"
+    );
+    let tokens = v["budgets"]
+        .as_array()
+        .and_then(|b| b.iter().find(|b| b["key"] == "7d_tokens"))
+        .unwrap_or_else(|| panic!("{v}"));
+    assert!(tokens["spend_tokens"].as_f64().expect("tokens") > 0.0, "{tokens}");
 }
