@@ -253,6 +253,53 @@ def test_a_token_budget_blocks_a_tool_call_once_its_tokens_are_used(hermes_bin, 
     assert budget["settled_tokens"] == tokens, (budget, tokens)
 
 
+def test_a_rolling_window_stops_an_unattended_run_and_says_when_it_frees(hermes_bin, tmp_path) -> None:
+    # A plan's 5-hour window in USD and its 7-day window in tokens, set in
+    # the words people use; the first call of a `hermes -z` run crosses the
+    # 5-hour one.
+    out = _scenario(
+        hermes_bin,
+        tmp_path,
+        """
+        step set "$BUDGET" budget set global 5h usd 0.0005
+        step set_tokens "$BUDGET" budget set global 7d tokens 50M
+        step oneshot "$HERMES" -z "READFILE please read hello.txt"
+        step list "$BUDGET" budget list --json
+        step table "$BUDGET" budget list
+        step again "$HERMES" -z "another plain question"
+        """,
+    )
+    steps = _steps(out)
+    assert steps["set"][0] == 0 and steps["set_tokens"][0] == 0, (steps["set"], steps["set_tokens"])
+    _assert_stopped_run(out, steps, "oneshot")
+    blocked = _blocked_tools(out)
+    assert blocked, "read_file was not blocked"
+    message = blocked[0]["kwargs"]["error_message"]
+    assert "global 5h budget is exhausted" in message, message
+    assert "Calls go again at " in message and "as spend leaves its rolling 5h window" in message, message
+    assert "not yours to change" in message and "budget set" not in message, message
+    budgets = {b["key"]: b for b in json.loads(steps["list"][1])["budgets"]}
+    five, week = budgets["5h"], budgets["7d_tokens"]
+    assert (five["verdict"], five["rolling"], week["verdict"]) == ("hard", True, "ok"), budgets
+    # What leaves the window is what the ledger recorded, 5 h (and at
+    # most a quarter hour) after it was spent.
+    ((cost, ended),) = _query(out, "SELECT SUM(cost_usd), MAX(ended_at) FROM llm_calls")
+    assert abs(five["settled_usd"] - cost) < 1e-9, (five, cost)
+    assert abs(five["frees"]["amount_usd"] - cost) < 1e-9, five
+    assert ended + 5 * 3600 - 1 <= five["frees"]["at"] <= ended + 5 * 3600 + 900, (five, ended)
+    assert five["window_end"] == five["frees"]["at"], five
+    ((tokens,),) = _query(
+        out,
+        "SELECT SUM(input_tokens + cache_read_tokens + cache_write_tokens + output_tokens) FROM llm_calls",
+    )
+    assert week["settled_tokens"] == tokens, (week, tokens)
+    row = next(x for x in steps["table"][1].splitlines() if x.startswith("global") and " 5h " in x)
+    assert "$0.00 left; back under its line at " in row, row
+    # The next unattended run is stopped before the provider is called.
+    _assert_stopped_run(out, steps, "again")
+    assert _query(out, "SELECT COUNT(*) FROM llm_calls")[0][0] == 1
+
+
 def _received_span_models(out: Path) -> list[tuple[str | None, str | None]]:
     """(gen_ai.request.model, gen_ai.response.model) of every span the
     scenario's loopback OTLP receiver got."""

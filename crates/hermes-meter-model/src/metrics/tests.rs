@@ -407,6 +407,26 @@ fn budget_gauges_and_counters_have_the_registry_attributes() {
     assert_eq!(alert_attrs("budget_hard"), r#"[["hermes.alert.kind","budget_hard"]]"#);
 }
 
+/// Every budget window's name is a value the registry lists for
+/// `hermes.budget.window` (a rolling width too).
+#[test]
+fn every_budget_window_is_in_the_registry() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../semconv/docs/names.json");
+    let names: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("names.json")).expect("json");
+    let values = names["attributes"]["hermes.budget.window"]["values"]
+        .as_array()
+        .unwrap_or_else(|| {
+            panic!(
+                "no hermes.budget.window values: {}",
+                names["attributes"]["hermes.budget.window"]
+            )
+        });
+    for w in crate::budget::Window::every() {
+        assert!(values.iter().any(|v| v == w.as_str()), "{w} is not in the registry");
+    }
+}
+
 /// Every instrument matches the registry (`semconv/docs/names.json`):
 /// kind, unit, buckets, Prometheus name; and every attribute a
 /// measurement sets is one the registry lists for that metric.
