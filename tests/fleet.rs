@@ -27,6 +27,8 @@ const CHILD_MODE: &str = "HERMES_METER_FLEET_TEST_CHILD";
 const CHILD_DIR: &str = "HERMES_METER_FLEET_TEST_DIR";
 /// How many hosts a spending child waits to see before it spends.
 const CHILD_HOSTS: &str = "HERMES_METER_FLEET_TEST_HOSTS";
+/// The window of the global budget a spending child spends against.
+const CHILD_WINDOW: &str = "HERMES_METER_FLEET_TEST_WINDOW";
 
 /// Polls `ok` until it holds; fails after a minute.
 fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
@@ -156,6 +158,10 @@ impl Host {
 
     /// The daily budget of `scope` (its one id) as this host sees it now.
     fn daily(&self, scope: Scope) -> hermes_meter_model::budget::BudgetState {
+        self.state(scope, Window::Daily)
+    }
+
+    fn state(&self, scope: Scope, window: Window) -> hermes_meter_model::budget::BudgetState {
         let mut cfg = hermes_meter_runtime::config::load_budgets(&self.dir.join(BUDGETS_FILE_NAME)).expect("budgets");
         cfg.fleet = true;
         let states = self
@@ -164,8 +170,8 @@ impl Host {
             .expect("states");
         states
             .into_iter()
-            .find(|s| s.budget.scope == scope && s.budget.window == Window::Daily)
-            .expect("a daily budget of the scope")
+            .find(|s| s.budget.scope == scope && s.budget.window == window)
+            .expect("a budget of the scope in the window")
     }
 
     /// Makes this host's next calls those of a run of cron job `job`.
@@ -227,10 +233,21 @@ fn child_summary(out: &std::process::Output) -> Vec<f64> {
 
 #[test]
 fn three_hosts_spending_at_once_overshoot_by_at_most_their_leases() {
+    three_hosts_spend_at_once("daily");
+}
+
+/// The same under a rolling window: its fleet row is the window as of
+/// each sync, and leases are taken from it as from a calendar one.
+#[test]
+fn three_hosts_spending_at_once_in_a_rolling_window_overshoot_by_at_most_their_leases() {
+    three_hosts_spend_at_once("5h");
+}
+
+fn three_hosts_spend_at_once(window: &str) {
     let pg = Postgres::start();
     let limit = 1.5;
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("temp dir")).collect();
-    set_fleet_limit(&pg.url(), dirs[0].path(), limit);
+    fleet_budget_set(&pg.url(), dirs[0].path(), &["global", window, &limit.to_string()]);
     let exe = std::env::current_exe().expect("test binary");
     let children: Vec<_> = dirs
         .iter()
@@ -244,6 +261,7 @@ fn three_hosts_spending_at_once_overshoot_by_at_most_their_leases() {
                 .env(CHILD_MODE, "spend")
                 .env(CHILD_DIR, dir.path())
                 .env(CHILD_HOSTS, "3")
+                .env(CHILD_WINDOW, window)
                 .env(FLEET_URL_ENV, pg.url())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -298,6 +316,8 @@ fn fleet_child_process() {
 /// largest lease held and what it spent.
 fn child_spend(host: &mut Host) {
     let hosts: i64 = std::env::var(CHILD_HOSTS).expect("hosts").parse().expect("number");
+    let window = std::env::var(CHILD_WINDOW).unwrap_or_else(|_| "daily".into());
+    let win = Window::parse(&window).expect("a window");
     eventually("every host in the fleet", || {
         host.store
             .fleet_status()
@@ -308,7 +328,9 @@ fn child_spend(host: &mut Host) {
     });
     let lease = |host: &Host| -> f64 {
         host.store
-            .query_scalar("SELECT COALESCE(MAX(lease_usd), 0) FROM fleet_view WHERE scope = 'global' AND win = 'daily'")
+            .query_scalar(&format!(
+                "SELECT COALESCE(MAX(lease_usd), 0) FROM fleet_view WHERE scope = 'global' AND win = '{window}'"
+            ))
             .expect("lease")
     };
     let (mut made, mut max_lease) = (0, lease(host));
@@ -317,7 +339,7 @@ fn child_spend(host: &mut Host) {
             Ok(()) => made += 1,
             Err(text) => {
                 assert!(text.starts_with("BUDGET-EXCEEDED"), "{text}");
-                if host.global().level == hermes_meter_model::budget::Level::Hard {
+                if host.state(Scope::Global, win).level == hermes_meter_model::budget::Level::Hard {
                     break;
                 }
                 // The lease is spent: wait for the next sync to take another.

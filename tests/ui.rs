@@ -417,6 +417,18 @@ fn the_budgets_page_shows_spend_against_limit_with_its_forecast() {
         "100M",
     ];
     assert_eq!(hermes_meter::cli::run(set_tokens), 0);
+    let set_rolling = [
+        "hermes-meter",
+        "--home",
+        &home,
+        "budget",
+        "set",
+        "global",
+        "5h",
+        "usd",
+        "4",
+    ];
+    assert_eq!(hermes_meter::cli::run(set_rolling), 0);
     let ui = serve(dir.path(), None, "127.0.0.1:0");
     let page = get(ui.addr(), "/budgets", &[]);
     assert_eq!(page.status, 200, "{}", page.body);
@@ -440,6 +452,21 @@ fn the_budgets_page_shows_spend_against_limit_with_its_forecast() {
         "{}",
         page.body
     );
+    // A rolling window says what is left and that it frees as spend
+    // leaves it (nothing spent in the last 5 hours here).
+    assert!(
+        page.body
+            .contains("<tr class=\"budget status-ok\"><td>global</td><td>-</td><td>5h</td>"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains("<td>$4.00 left; it frees up as spend leaves its rolling 5h window</td>"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("$10.00 left; it resets "), "{}", page.body);
     // Nothing spent in today's window (the fixtures are older): it does not run out.
     assert!(page.body.contains("<th>Runs out</th>"), "{}", page.body);
     assert!(page.body.contains("<td class=\"runs-out\">-</td>"), "{}", page.body);

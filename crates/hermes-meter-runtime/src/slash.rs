@@ -28,6 +28,7 @@ pub fn meter_command(store_dir: &Path, session_id: Option<&str>, now: f64, tz: &
     let midnight = start_of_day(now, tz)?;
     let today = store.spend_between(midnight, now + 1.0)?;
     let mut text = render(session.as_ref().map(|(id, t)| (id.as_str(), t.as_ref())), &today);
+    text.push_str(&budget_lines(&store, store_dir, now));
     // What fired today, where a person asks (`status` lists where each went).
     let alerts = store.recent_alerts(midnight, ALERTS_SHOWN)?;
     if let Some(newest) = alerts.first() {
@@ -45,6 +46,51 @@ pub fn meter_command(store_dir: &Path, session_id: Option<&str>, now: f64, tz: &
         ));
     }
     Ok(text)
+}
+
+/// Most budgets `/meter` lists (the nearest their lines first).
+const BUDGETS_SHOWN: usize = 8;
+
+/// One line per budget: what is left and when it comes back (`budget
+/// global 5h: $4.20 left; it frees $6.00 at ...`), nearest its line first.
+/// Gateway users' own budgets are left out: `/meter` may be asked in a
+/// chat, and other users' ids are theirs. Nothing when no budget is set;
+/// a file that does not parse is said.
+fn budget_lines(store: &Reader, store_dir: &Path, now: f64) -> String {
+    use hermes_meter_model::budget::{self, Scope};
+    let cfg = match crate::config::load_budgets(&store_dir.join(budget::BUDGETS_FILE_NAME)) {
+        Ok(cfg) if cfg.is_empty() => return String::new(),
+        Ok(cfg) => cfg,
+        Err(e) => {
+            return format!(
+                "\nbudgets   the budget file does not parse: {}",
+                hermes_meter_model::display::escape(&e.to_string())
+            )
+        }
+    };
+    let mut states = match store.budget_states(&cfg, now) {
+        Ok(states) => states,
+        Err(e) => return format!("\nbudgets   not readable now: {e}"),
+    };
+    states.retain(|s| s.budget.scope != Scope::Sender);
+    let used = |s: &budget::BudgetState| s.spend.total() / s.budget.limit.max(f64::MIN_POSITIVE);
+    states.sort_by(|a, b| used(b).total_cmp(&used(a)));
+    let mut out = String::new();
+    for s in states.iter().take(BUDGETS_SHOWN) {
+        out.push_str(&format!(
+            "\nbudget    {} ({}): {}",
+            hermes_meter_model::display::escape(&s.budget.label()),
+            s.level.as_str(),
+            budget::left_text(s, s.budget.limit * cfg.hard_threshold, &cfg.tz)
+        ));
+    }
+    if states.len() > BUDGETS_SHOWN {
+        out.push_str(&format!(
+            "\nbudgets   {} more: hermes-meter budget list",
+            states.len() - BUDGETS_SHOWN
+        ));
+    }
+    out
 }
 
 /// Most of today's alerts `/meter` counts (it names the newest).
@@ -208,6 +254,29 @@ mod tests {
             "{text}"
         );
         assert!(!line.contains('\x1b') && !line.contains('\x07'), "{line:?}");
+    }
+
+    /// Each budget's headroom, a rolling one's with what frees when; other
+    /// gateway users' budgets are not shown.
+    #[test]
+    fn budgets_are_listed_with_what_is_left_and_when_it_frees() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        drop(Writer::open_dir(dir.path()).expect("store"));
+        std::fs::write(
+            dir.path().join("budgets.toml"),
+            "timezone = \"UTC\"\n[global]\n5h = 4\n[per_sender.overrides.alice]\ndaily = 1\n",
+        )
+        .expect("budgets");
+        let text = meter_command(dir.path(), None, 1_796_652_000.0, &TimeZone::UTC).expect("reply");
+        assert!(
+            text.contains("budget    global 5h (ok): $4.00 left; it frees up as spend leaves its rolling 5h window"),
+            "{text}"
+        );
+        assert!(!text.contains("alice"), "{text}");
+        std::fs::write(dir.path().join("budgets.toml"), "[global]\ndaily = \"\u{1b}[2J\"\n").expect("budgets");
+        let text = meter_command(dir.path(), None, 1_796_652_000.0, &TimeZone::UTC).expect("reply");
+        assert!(text.contains("budgets   the budget file does not parse"), "{text}");
+        assert!(!text.contains('\u{1b}'), "{text:?}");
     }
 
     #[test]
