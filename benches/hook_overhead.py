@@ -14,7 +14,7 @@ the spool file, after which the event survives a crash; the writer thread
 commits it to SQLite meanwhile (a gating hook that needs a verdict waits
 for that commit, up to HERMES_METER_HOOK_WAIT_MS).
 
-    python benches/hook_overhead.py [--rounds N] [--threads T] [--budget | --rolling | --caps] [--runaway-stop]
+    python benches/hook_overhead.py [--rounds N] [--threads T] [--budget|--rolling|--caps] [--runaway-stop]
 
 ``--budget`` sets a global daily budget far above what the run spends, and
 prices the fixtures' model (a budget over unpriced calls cannot be told
@@ -105,7 +105,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--threads", type=int, default=1, help="call from this many threads at once")
     ap.add_argument("--budget", action="store_true", help="with a budget set (far from its limit)")
-    ap.add_argument("--rolling", action="store_true", help="with rolling 5h and 7d budgets set (far from their limits)")
+    ap.add_argument(
+        "--rolling", action="store_true", help="with rolling 5h and 7d budgets set (far from their limits)"
+    )
     ap.add_argument("--caps", action="store_true", help="with five budgets and session/run caps set")
     ap.add_argument("--runaway-stop", action="store_true", help='with [runaway] action = "stop"')
     args = ap.parse_args()
@@ -205,7 +207,13 @@ def main() -> None:
 
     stats = hermes_meter._native.stats()
     wait = os.environ.get("HERMES_METER_HOOK_WAIT_MS", "100 (default)")
-    budget = "five and caps" if args.caps else "set" if args.budget else "rolling 5h and 7d" if args.rolling else "none"
+    budget = "none"
+    if args.caps:
+        budget = "five and caps"
+    elif args.budget:
+        budget = "set"
+    elif args.rolling:
+        budget = "rolling 5h and 7d"
     if args.runaway_stop:
         budget += ", runaway action stop"
     print(

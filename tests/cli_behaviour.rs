@@ -406,7 +406,7 @@ fn token_budgets_are_set_listed_in_tokens_and_removed() {
         ),
         (
             &["budget", "set", "global", "hourly_tokens", "5"],
-            "daily_tokens, weekly_tokens or monthly_tokens",
+            "the same with _tokens (daily_tokens, 5h_tokens)",
         ),
     ] {
         let o = run(&home, args);
