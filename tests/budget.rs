@@ -65,6 +65,7 @@ fn budgets_decide_with_a_clock() {
     soft_notice_once_then_tool_block_until_the_limit_is_raised();
     the_window_rolls_over_at_local_midnight_in_a_non_utc_zone();
     a_rolling_budget_blocks_until_enough_of_its_spend_leaves_the_window();
+    a_rate_limit_stops_the_call_past_it_or_holds_it_back_until_it_fits();
     observe_mode_notices_but_never_blocks();
     estimated_costs_are_flagged_and_can_soften_a_hard_verdict();
     a_stopped_llm_call_and_a_paused_cron_job();
@@ -143,7 +144,14 @@ fn a_run_cap_on_tool_calls_counts_its_subagents_and_ends_with_the_run() {
     let counts = store.budget_verdict_counts().expect("counts");
     assert_eq!(
         counts,
-        vec![("soft", 0), ("hard", 0), ("blocked", 2), ("paused", 0), ("runaway", 0)]
+        vec![
+            ("soft", 0),
+            ("hard", 0),
+            ("blocked", 2),
+            ("paused", 0),
+            ("runaway", 0),
+            ("waited", 0)
+        ]
     );
     let metric: f64 = store
         .query_scalar(
@@ -581,7 +589,14 @@ fn soft_notice_once_then_tool_block_until_the_limit_is_raised() {
     let counts = store.budget_verdict_counts().expect("counts");
     assert_eq!(
         counts,
-        vec![("soft", 1), ("hard", 1), ("blocked", 2), ("paused", 0), ("runaway", 0)]
+        vec![
+            ("soft", 1),
+            ("hard", 1),
+            ("blocked", 2),
+            ("paused", 0),
+            ("runaway", 0),
+            ("waited", 0)
+        ]
     );
 }
 
@@ -806,6 +821,106 @@ fn a_rolling_budget_blocks_until_enough_of_its_spend_leaves_the_window() {
         frees.at as f64,
         ts("2026-12-02T01:00:00Z"),
         "23:50 is in 23:45's quarter: it leaves at 01:00"
+    );
+}
+
+/// A request as the bridge shows it to the gate: applied, observed, then
+/// its verdict. Returns its stop text and its wait.
+fn request(
+    store: &mut Writer,
+    gate: &mut BudgetGate,
+    session: &str,
+    id: &str,
+    at: f64,
+) -> (Option<String>, Option<f64>) {
+    let e = pre_api(session, id, at);
+    apply(store, &e);
+    gate.observe(store, &e);
+    assert_eq!(gate.verdict(store, &e), None, "pre_api_request returns nothing");
+    let handle = gate.handle();
+    (handle.stop_for(id), handle.wait_for(id))
+}
+
+/// `requests_per_minute = 2`: the third request in a minute is stopped
+/// (the provider is not called) and says when calls fit again; with
+/// `action = "wait"`, calls past the limit wait until they fit and queue
+/// behind each other, and one that would wait past `max_wait_seconds`
+/// stops. No minute ever holds more than two requests that went.
+fn a_rate_limit_stops_the_call_past_it_or_holds_it_back_until_it_fits() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = write_budgets(dir.path(), "timezone = \"UTC\"\n[global]\nrequests_per_minute = 2\n");
+    let mut store = Writer::open_dir(dir.path()).expect("open");
+    let mut gate = gate(dir.path());
+    let t = ts("2026-12-01T10:00:00Z");
+    set_now(t);
+    let s = "s-rate";
+    apply(&mut store, &pre_llm(s, "t0", t, "cli", ""));
+    let mut went = Vec::new();
+    for (n, at) in [(0, t), (1, t + 1.0)] {
+        set_now(at);
+        let id = format!("r{n}");
+        assert_eq!(request(&mut store, &mut gate, s, &id, at), (None, None), "{id}");
+        let end = post_api(s, &id, at + 0.5, true);
+        apply(&mut store, &end);
+        gate.observe(&store, &end);
+        went.push(at);
+    }
+    set_now(t + 10.0);
+    let (stop, wait) = request(&mut store, &mut gate, s, "r2", t + 10.0);
+    let stop = stop.expect("the third request in a minute is stopped");
+    assert_eq!(wait, None);
+    assert!(
+        stop.contains("the global rate limit of 2 requests per minute is reached (2 requests in the last minute)"),
+        "{stop}"
+    );
+    // Both went in 10:00:00's step: they leave the minute at 10:01:05.
+    assert!(stop.contains("Calls fit again at 2026-12-01 10:01 UTC"), "{stop}");
+    assert!(
+        stop.contains("not yours to change") && !stop.contains("budget set"),
+        "{stop}"
+    );
+    // Stopped, it counts nowhere: a request at 10:01:05 goes.
+    set_now(t + 65.0);
+    assert_eq!(request(&mut store, &mut gate, s, "r3", t + 65.0), (None, None));
+    went.push(t + 65.0);
+    // Waiting instead of stopping.
+    std::fs::write(
+        &path,
+        "timezone = \"UTC\"\n[global]\nrequests_per_minute = 2\n[rate_limit]\naction = \"wait\"\n",
+    )
+    .expect("rewrite");
+    gate.reload_if_changed(true);
+    set_now(t + 66.0);
+    let (stop, wait) = request(&mut store, &mut gate, s, "r4", t + 66.0);
+    assert_eq!((stop, wait), (None, None), "one went in this minute: it fits");
+    went.push(t + 66.0);
+    set_now(t + 70.0);
+    let (stop, wait) = request(&mut store, &mut gate, s, "r5", t + 70.0);
+    assert_eq!(stop, None);
+    // 10:01:05's step leaves at 10:02:10: a wait of 60 s.
+    assert_eq!(wait, Some(60.0));
+    went.push(t + 130.0);
+    set_now(t + 71.0);
+    let (stop, wait) = request(&mut store, &mut gate, s, "r6", t + 71.0);
+    assert_eq!(stop, None);
+    assert_eq!(wait, Some(59.0), "it queues behind r5, not before it");
+    went.push(t + 130.0);
+    set_now(t + 72.0);
+    let (stop, wait) = request(&mut store, &mut gate, s, "r7", t + 72.0);
+    assert!(
+        stop.is_some() && wait.is_none(),
+        "a wait past 60 s stops: {stop:?} {wait:?}"
+    );
+    // No minute held more than two requests that went.
+    let most = went
+        .iter()
+        .map(|a| went.iter().filter(|b| **b <= *a && **b > *a - 60.0).count())
+        .max();
+    assert_eq!(most, Some(2), "{went:?}");
+    let counts = store.budget_verdict_counts().expect("counts");
+    assert!(
+        counts.contains(&("waited", 2)) && counts.contains(&("blocked", 2)),
+        "{counts:?}"
     );
 }
 

@@ -39,9 +39,27 @@ def llm_execution(*, next_call: Any, **kwargs: Any) -> Any:
         message = _native.session_stop(_aux_session(kwargs))
         kind = "aux"
     if message is None:
+        wait_for_rate_limit(request_id)
         return next_call()
     _oneshot.noted(kind, message)
     return stop(kwargs.get("api_mode"), message)
+
+
+#: The longest a call sleeps for a rate limit, whatever the gate said
+#: (``[rate_limit] max_wait_seconds`` is at most an hour).
+MAX_RATE_WAIT_SECONDS = 3600.0
+
+
+def wait_for_rate_limit(request_id: Any) -> None:
+    """Sleeps as long as the gate said the call ``request_id`` waits for a
+    rate limit (``[rate_limit] action = "wait"``): on Hermes's thread that
+    makes the call, which is what a wait is. Never raises."""
+    try:
+        seconds = _native.llm_wait(request_id)
+        if seconds is not None and seconds > 0:
+            time.sleep(min(float(seconds), MAX_RATE_WAIT_SECONDS))
+    except Exception:  # noqa: BLE001 - a wait never stops the call
+        return
 
 
 #: What ``status`` says of the middleware in the plugin host.
@@ -80,6 +98,7 @@ def host_llm_execution(**kwargs: Any) -> Any:
         message = _native.session_stop(_aux_session(kwargs))
         kind = "aux"
     if message is None:
+        wait_for_rate_limit(request_id)
         raise GoAhead()
     _oneshot.noted(kind, message)
     return stand_in(kwargs.get("api_mode"), message, make=_record)

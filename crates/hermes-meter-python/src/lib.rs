@@ -183,6 +183,17 @@ fn llm_stop(api_request_id: Option<&str>) -> Option<String> {
     catch_unwind(AssertUnwindSafe(|| BUDGET.get().and_then(|h| h.stop_for(id)))).unwrap_or(None)
 }
 
+/// For the `llm_execution` middleware: how many seconds the LLM call
+/// `api_request_id` waits before it goes (a rate limit reached,
+/// `[rate_limit] action = "wait"`, decided at its `pre_api_request`),
+/// taken once; else `None`. Never raises.
+#[pyfunction]
+#[pyo3(signature = (api_request_id = None))]
+fn llm_wait(api_request_id: Option<&str>) -> Option<f64> {
+    let id = api_request_id?;
+    catch_unwind(AssertUnwindSafe(|| BUDGET.get().and_then(|h| h.wait_for(id)))).unwrap_or(None)
+}
+
 /// The stop text for an auxiliary LLM call of `session_id` (Hermes main's
 /// `aux-…` calls, which fire no `pre_api_request`): the session's last
 /// verdict, when it was a hard breach. Never raises.
@@ -599,6 +610,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Hook>()?;
     m.add_function(wrap_pyfunction!(start, m)?)?;
     m.add_function(wrap_pyfunction!(llm_stop, m)?)?;
+    m.add_function(wrap_pyfunction!(llm_wait, m)?)?;
     m.add_function(wrap_pyfunction!(session_stop, m)?)?;
     m.add_function(wrap_pyfunction!(downgrade_model, m)?)?;
     m.add_function(wrap_pyfunction!(blocked_model, m)?)?;

@@ -78,7 +78,7 @@ mod trace_view;
 
 pub use agent_view::{CostlySession, FoundSession, ToolUse};
 pub use budget::CapUse;
-pub use budget::{AlertRow, AlertSink, RecentAlert, RESERVATION_TTL_SECONDS};
+pub use budget::{AlertRow, AlertSink, RateAmounts, RecentAlert, RATE_KEEP_SECONDS, RESERVATION_TTL_SECONDS};
 pub use content::{ContentCursor, ContentKind};
 pub use digest::{LastDigest, DIGEST_NOT_FOR_SESSIONS};
 pub use doctor::Integrity;
@@ -122,6 +122,7 @@ pub const DB_FILE_NAME: &str = "hermes-meter.db";
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_initial.sql"),
     include_str!("migrations/0002_attempts.sql"),
+    include_str!("migrations/0003_rate_limits.sql"),
 ];
 
 /// The schema version this build writes.

@@ -14,6 +14,7 @@ use jiff::tz::TimeZone;
 use serde::Deserialize;
 
 use super::caps::{CapLimits, CapScope, CapUnit, TokenCount};
+use super::rate::{Rate, RateAction, RateLimits, DEFAULT_MAX_WAIT_SECONDS};
 use super::runaway::{RunawayConfig, RunawayFile};
 use super::window::{Rolling, Window, WINDOW_COUNT};
 
@@ -181,12 +182,15 @@ pub fn parse_tokens(text: &str) -> Option<f64> {
 pub struct Limits {
     /// By unit ([`BudgetUnit::ALL`] order), then by [`Window::index`].
     values: [[Option<f64>; WINDOW_COUNT]; 2],
+    /// Rate limits (`requests_per_minute`, ...; see `rate.rs`).
+    pub rates: RateLimits,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             values: [[None; WINDOW_COUNT]; 2],
+            rates: RateLimits::default(),
         }
     }
 }
@@ -197,10 +201,15 @@ impl TryFrom<BTreeMap<String, f64>> for Limits {
     fn try_from(table: BTreeMap<String, f64>) -> Result<Self, String> {
         let mut limits = Limits::default();
         for (key, v) in table {
+            if let Some(rate) = Rate::parse(&key) {
+                limits.rates.set(rate, Some(v));
+                continue;
+            }
             let (window, unit) = parse_limit_key(&key).ok_or_else(|| {
                 format!(
                     "unknown limit {key:?}: a window is daily, weekly, monthly or a rolling {} \
-                     (in USD), or the same with _tokens (daily_tokens, 5h_tokens)",
+                     (in USD), or the same with _tokens (daily_tokens, 5h_tokens); a rate limit is \
+                     requests_per_minute, tokens_per_minute or usd_per_minute (or _per_hour)",
                     Rolling::names()
                 )
             })?;
@@ -232,6 +241,7 @@ impl Limits {
     /// These limits, with the windows they leave unset taken from `base`.
     pub fn or(self, base: Limits) -> Limits {
         let mut out = self;
+        out.rates = self.rates.or(base.rates);
         for (unit, row) in out.values.iter_mut().enumerate() {
             for (w, slot) in row.iter_mut().enumerate() {
                 *slot = slot.or(base.values[unit][w]);
@@ -259,6 +269,14 @@ impl Limits {
                      (to have no limit, remove the key: hermes-meter budget rm)",
                     limit_key(w, unit),
                     if unit == BudgetUnit::Usd { "USD" } else { "tokens" },
+                ));
+            }
+        }
+        for (rate, v) in self.rates.iter() {
+            if !v.is_finite() || v <= 0.0 {
+                return Err(format!(
+                    "{what}.{rate}: a rate limit must be more than 0, not {v} \
+                     (to have no limit, remove the key: hermes-meter budget rm)"
                 ));
             }
         }
@@ -313,6 +331,15 @@ struct File {
     per_run: Option<CapLimits>,
     runaway: Option<RunawayFile>,
     downgrade: Option<DowngradeFile>,
+    rate_limit: Option<RateLimitFile>,
+}
+
+/// `[rate_limit]` as written: what a reached rate limit does.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RateLimitFile {
+    action: Option<String>,
+    max_wait_seconds: Option<f64>,
 }
 
 /// `[downgrade]` as written.
@@ -402,6 +429,11 @@ pub struct BudgetConfig {
     pub runaway: RunawayConfig,
     /// Downgrade instead of stop, if `[downgrade]` asks for it.
     pub downgrade: Option<Arc<Downgrade>>,
+    /// What a reached rate limit does (`[rate_limit] action`).
+    pub rate_action: RateAction,
+    /// The longest a call waits for a rate limit (`max_wait_seconds`);
+    /// longer, it stops.
+    pub rate_max_wait: f64,
     /// Spend is the fleet's (`HERMES_METER_FLEET_URL`): set by whoever loads
     /// the file, never by the file.
     pub fleet: bool,
@@ -423,6 +455,8 @@ impl Default for BudgetConfig {
             tokens_counted: TokenCount::Total,
             runaway: RunawayConfig::default(),
             downgrade: None,
+            rate_action: RateAction::default(),
+            rate_max_wait: DEFAULT_MAX_WAIT_SECONDS,
             fleet: false,
         }
     }
@@ -499,6 +533,20 @@ impl BudgetConfig {
             }
             cfg.downgrade = Some(Arc::new(Downgrade { at, to, models }));
         }
+        if let Some(r) = file.rate_limit {
+            if let Some(a) = &r.action {
+                cfg.rate_action =
+                    RateAction::parse(a).ok_or_else(|| format!("rate_limit.action: {a:?} is neither stop nor wait"))?;
+            }
+            if let Some(w) = r.max_wait_seconds {
+                if !(w.is_finite() && (0.0..=3600.0).contains(&w)) {
+                    return Err(format!(
+                        "rate_limit.max_wait_seconds: {w} is not between 0 and 3600 (a call waits at most an hour)"
+                    ));
+                }
+                cfg.rate_max_wait = w;
+            }
+        }
         for (scope, caps) in [(CapScope::Session, file.per_session), (CapScope::Run, file.per_run)] {
             if let Some(c) = caps.filter(|c| !c.is_empty()) {
                 c.check(scope.table())?;
@@ -529,6 +577,16 @@ impl BudgetConfig {
                 cfg.scopes.insert(scope, l);
             }
         }
+        // A tokens-per-minute rate limit governs token floods: the runaway
+        // watch's own flood sign would only say the same thing twice.
+        let flood_limited = cfg.scopes.values().any(|s| {
+            std::iter::once(&s.default)
+                .chain(s.overrides.values())
+                .any(|l| l.rates.iter().any(|(r, _)| r.key() == "tokens_per_minute"))
+        });
+        if flood_limited {
+            cfg.runaway.tokens_per_minute = u64::MAX;
+        }
         Ok(cfg)
     }
 
@@ -558,6 +616,26 @@ impl BudgetConfig {
             Some(s) if scope == Scope::Global => s.default,
             Some(s) => s.overrides.get(id).copied().unwrap_or_default().or(s.default),
         }
+    }
+
+    /// Whether any rate limit is set: every provider call then waits for
+    /// the gate's verdict (the quick view counts no requests).
+    pub fn has_rate_limits(&self) -> bool {
+        self.scopes
+            .values()
+            .any(|s| !s.default.rates.is_empty() || s.overrides.values().any(|o| !o.rates.is_empty()))
+    }
+
+    /// The rate limits a session with these scope keys is subject to:
+    /// (scope, id, rate, limit).
+    pub fn rates_for<'k>(&self, keys: &'k ScopeKeys) -> Vec<(Scope, &'k str, Rate, f64)> {
+        let mut out = Vec::new();
+        for (scope, id) in keys.iter() {
+            for (rate, limit) in self.limits(scope, id).rates.iter() {
+                out.push((scope, id, rate, limit));
+            }
+        }
+        out
     }
 
     /// The budgets a session with these scope keys is subject to.
@@ -819,6 +897,46 @@ mod tests {
         );
         let err = BudgetConfig::parse("[global]\n90m = 1").expect_err("no 90m window");
         assert!(err.contains("5h") && err.contains("30d"), "{err}");
+    }
+
+    #[test]
+    fn rate_limits_parse_per_scope_with_their_action() {
+        let cfg = BudgetConfig::parse(
+            "[global]\nrequests_per_minute = 30\nusd_per_hour = 2\n[per_model.overrides.gpt-4o]\ntokens_per_minute = 100000\n\
+             [rate_limit]\naction = \"wait\"\nmax_wait_seconds = 20",
+        )
+        .expect("parse");
+        assert!(cfg.has_rate_limits() && !cfg.is_empty());
+        assert_eq!((cfg.rate_action, cfg.rate_max_wait), (RateAction::Wait, 20.0));
+        let keys = ScopeKeys {
+            model: Some("gpt-4o".into()),
+            ..ScopeKeys::default()
+        };
+        let rates: Vec<(Scope, &str, &str, f64)> = cfg
+            .rates_for(&keys)
+            .into_iter()
+            .map(|(s, id, r, l)| (s, id, r.key(), l))
+            .collect();
+        assert_eq!(
+            rates,
+            [
+                (Scope::Global, "", "requests_per_minute", 30.0),
+                (Scope::Global, "", "usd_per_hour", 2.0),
+                (Scope::Model, "gpt-4o", "tokens_per_minute", 100_000.0)
+            ]
+        );
+        assert!(cfg.budgets_for(&keys).is_empty(), "a rate limit is no budget");
+        assert!(!BudgetConfig::parse("[global]\ndaily = 1")
+            .expect("parse")
+            .has_rate_limits());
+        for bad in [
+            "[global]\nrequests_per_second = 1",
+            "[global]\nrequests_per_minute = 0",
+            "[rate_limit]\naction = \"queue\"",
+            "[rate_limit]\nmax_wait_seconds = 7200",
+        ] {
+            assert!(BudgetConfig::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -49,6 +49,7 @@ mod config;
 pub mod edit;
 mod first_sync;
 pub mod lease;
+pub mod rate;
 mod runaway;
 mod spend_bound;
 mod text;
@@ -69,8 +70,8 @@ pub use first_sync::{Unsynced, FIRST_SYNC_WAIT, UNSYNCED_ENV};
 pub use runaway::{repeat_reason, retry_reason, runaway_reason, runaway_text, RunSigns, RunawayAction, RunawayConfig};
 pub use spend_bound::{carries_spend, reservation_usage, spend_bound};
 pub use text::{
-    block_text, invalid_file_text, left_text, notice_text, pause_reason, protected_text, threshold_text,
-    unsynced_block_text, BLOCKED_MODEL, NOT_YOURS, PROTECTED_PREFIX,
+    block_text, invalid_file_text, left_text, notice_text, pause_reason, protected_text, rate_stop_text,
+    rate_wait_text, threshold_text, unsynced_block_text, BLOCKED_MODEL, NOT_YOURS, PROTECTED_PREFIX,
 };
 pub use verdict::{
     assess, forecast, gauges, threshold_reached, BudgetGauge, BudgetState, FleetShare, Forecast, Frees, Level, Spend,

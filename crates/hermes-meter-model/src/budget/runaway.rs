@@ -97,15 +97,18 @@ impl RunawayConfig {
         if self.action == RunawayAction::Off {
             return "off".into();
         }
+        let flood = match self.tokens_per_minute {
+            u64::MAX => "token floods left to the tokens_per_minute rate limit".to_string(),
+            n => format!("{n} tokens a minute"),
+        };
         format!(
             "{} at {} identical tool calls in a row, {} API calls per tool call (from {}), \
-             {} retries of a request, {} tokens a minute",
+             {} retries of a request, {flood}",
             self.action.as_str(),
             self.repeated_tool_calls,
             self.api_calls_per_tool_call,
             self.min_api_calls,
             self.retries_per_request,
-            self.tokens_per_minute
         )
     }
 

@@ -11,6 +11,7 @@ use jiff::Timestamp;
 use super::config::BudgetMode;
 use super::config::BudgetUnit;
 use super::first_sync::FIRST_SYNC_WAIT;
+use super::rate::Rate;
 use super::verdict::{BudgetState, Level};
 
 /// The `model` of the stand-in response that stops an LLM call; the ledger
@@ -169,6 +170,31 @@ pub fn block_text(state: &BudgetState, hard_line: f64, tz: &TimeZone) -> String 
         )
     };
     format!("BUDGET-EXCEEDED: hermes-meter blocked this call: {why}. {NOT_YOURS}")
+}
+
+/// The stand-in response of an LLM call a rate limit stopped: `label` is
+/// the scope id's (`global`, `model gpt-4o`), `used` what the span held
+/// with the call, `back` when a call would fit again (if within the
+/// hour). Says the limit is the operator's, never how to lift it.
+pub fn rate_stop_text(label: &str, rate: Rate, limit: f64, used: f64, back: Option<i64>, tz: &TimeZone) -> String {
+    let again = back.map_or(String::new(), |t| format!(" Calls fit again at {}.", when(t, tz)));
+    format!(
+        "BUDGET-EXCEEDED: hermes-meter stopped this call: the {label} rate limit of {} per {} is reached \
+         ({} in the last {}).{again} {NOT_YOURS}",
+        rate.format(limit),
+        rate.per.as_str(),
+        rate.format(used),
+        rate.per.as_str(),
+    )
+}
+
+/// What is logged of an LLM call that waits for a rate limit.
+pub fn rate_wait_text(label: &str, rate: Rate, limit: f64, seconds: f64) -> String {
+    format!(
+        "an LLM call waits {seconds:.1} s for the {label} rate limit of {} per {}",
+        rate.format(limit),
+        rate.per.as_str()
+    )
 }
 
 /// The block message (and stand-in response) of a call on a fleet host

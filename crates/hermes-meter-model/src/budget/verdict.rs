@@ -20,8 +20,10 @@ pub const BLOCKED: &str = "blocked";
 pub const PAUSED: &str = "paused";
 /// A run looked like a runaway loop (counted once per run).
 pub const RUNAWAY: &str = "runaway";
+/// An LLM call waited for a rate limit (`[rate_limit] action = "wait"`).
+pub const WAITED: &str = "waited";
 /// Every verdict counted (attribute `hermes.budget.verdict`).
-pub const ALL: [&str; 5] = [SOFT, HARD, BLOCKED, PAUSED, RUNAWAY];
+pub const ALL: [&str; 6] = [SOFT, HARD, BLOCKED, PAUSED, RUNAWAY, WAITED];
 
 /// A budget's spend in its current window, from the store, in the
 /// budget's unit (USD, or tokens as `tokens_counted` says).

@@ -259,7 +259,11 @@ impl BudgetGate {
         // Any tool call or request may be the one a sign of a loop stops:
         // each waits until the watch saw it and everything before it.
         let stops_runaways = self.runaway_action() == RunawayAction::Stop;
-        lock(&self.handle.0.quick).stops_runaways = stops_runaways;
+        {
+            let mut view = lock(&self.handle.0.quick);
+            view.stops_runaways = stops_runaways;
+            view.rate_limited = self.mode() == BudgetMode::Enforce && self.cfg.has_rate_limits();
+        }
         let armed = self.mode() == BudgetMode::Enforce
             && (!self.cfg.is_empty()
                 || self.holds()
@@ -472,6 +476,9 @@ impl BudgetGate {
             }
             Hook::PreApiRequest(e) if enforce && !self.cfg.is_empty() => {
                 let a = &e.api;
+                if self.rate_stopped(store, e, now, place)? {
+                    return Ok(None);
+                }
                 // The call's own reservation is not held against it: a call
                 // starts while the spend before it is under the limit.
                 let exclude = Some(a.api_request_id.as_str());
@@ -509,7 +516,7 @@ impl BudgetGate {
     /// Stops the LLM call `id` of `session` with `text`: the session's
     /// auxiliary calls stop with it, the call's span is sent at once and
     /// its reservation released (it spends nothing; no hook ends it).
-    fn stop_call(
+    pub(super) fn stop_call(
         &self,
         store: &Writer,
         session: &str,
@@ -850,6 +857,9 @@ impl Gate for BudgetGate {
         }
         if let Err(e) = self.after_spend(store, event) {
             lock(&self.handle.0.messages).push(format!("budget state after a call not refreshed: {e}"));
+        }
+        if let Err(e) = self.rate_observe(store, event) {
+            lock(&self.handle.0.messages).push(format!("rate limits did not count an event: {e}"));
         }
     }
 

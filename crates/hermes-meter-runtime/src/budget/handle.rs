@@ -53,6 +53,9 @@ pub(super) struct Shared {
     /// The model each session's next LLM calls are routed to, when its
     /// last verdict found a budget past the `[downgrade]` line.
     pub(super) downgrades: Recent<Arc<Downgrade>>,
+    /// How long each LLM call a rate limit holds back waits before it goes
+    /// (`[rate_limit] action = "wait"`), by `api_request_id`, in seconds.
+    pub(super) waits: Recent<f64>,
     pub(super) pauses: Mutex<Vec<CronPause>>,
     /// Pauses Hermes refused, with when to offer them again.
     pub(super) retries: Mutex<Vec<(Instant, CronPause)>>,
@@ -72,6 +75,7 @@ impl Default for Shared {
             stops: Mutex::default(),
             session_stops: Mutex::default(),
             downgrades: Mutex::default(),
+            waits: Mutex::default(),
             pauses: Mutex::default(),
             retries: Mutex::default(),
             messages: Mutex::default(),
@@ -170,6 +174,22 @@ impl BudgetHandle {
     pub fn downgrade_for(&self, session_id: &str, model: Option<&str>) -> Option<String> {
         let routes = lock(&self.0.downgrades).0.get(session_id).cloned()?;
         routes.target(model).map(str::to_string)
+    }
+
+    /// How long the LLM call `api_request_id` waits before it goes (a
+    /// rate limit reached, `[rate_limit] action = "wait"`), taken once:
+    /// Hermes's `llm_execution` middleware asks before it calls the
+    /// provider.
+    pub fn wait_for(&self, api_request_id: &str) -> Option<f64> {
+        let mut entries = lock(&self.0.waits);
+        let wait = entries.0.remove(api_request_id)?;
+        entries.1.retain(|k| k != api_request_id);
+        Some(wait)
+    }
+
+    /// Notes that the LLM call `api_request_id` waits `seconds`.
+    pub(super) fn note_wait(&self, api_request_id: &str, seconds: f64) {
+        note(&self.0.waits, api_request_id, Some(seconds));
     }
 
     /// Notes whether `session_id`'s calls are downgraded, and by which

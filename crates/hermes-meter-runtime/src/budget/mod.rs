@@ -6,6 +6,9 @@
 //!   reads the store on the writer thread, and its quick view;
 //! - `first_sync.rs`: the state a fleet host's hook threads wait on until
 //!   its store first synced;
+//! - `rates.rs`: rate limits (requests, tokens, USD per minute or hour):
+//!   counting requests as they start and end, and the stop or wait before
+//!   the provider;
 //! - `watch.rs`: the runaway watch over a session's recent calls;
 //! - `exposure.rs`: who can change the limits (the file's and directory's modes).
 //!
@@ -20,6 +23,7 @@ mod first_sync;
 mod gate;
 mod handle;
 mod quick;
+mod rates;
 mod watch;
 
 pub use exposure::{editable_here, world_writable};

@@ -77,6 +77,9 @@ pub(super) struct QuickView {
     /// watch on the writer thread sees the signs, so `pre_tool_call` and
     /// `pre_api_request` always wait for their verdict.
     pub(super) stops_runaways: bool,
+    /// A rate limit is in force (enforce mode): every `pre_api_request`
+    /// waits for its verdict, since the view counts no requests.
+    pub(super) rate_limited: bool,
     /// The budget file does not parse and no limits were ever loaded: the
     /// gate holds every call (see `BudgetGate::invalid`), none goes ahead
     /// on the quick view.
@@ -129,7 +132,7 @@ impl QuickGate for Shared {
         }
         let view = lock(&self.quick);
         let must_wait = if block {
-            view.stops_runaways || view.held
+            view.stops_runaways || view.held || (view.rate_limited && matches!(event.hook, Hook::PreApiRequest(_)))
         } else {
             view.alerts_pending
         };

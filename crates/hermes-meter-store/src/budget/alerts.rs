@@ -690,7 +690,14 @@ mod tests {
         let counts = store.budget_verdict_counts().expect("counts");
         assert_eq!(
             counts,
-            [("soft", 0), ("hard", 0), ("blocked", 2), ("paused", 0), ("runaway", 0)]
+            [
+                ("soft", 0),
+                ("hard", 0),
+                ("blocked", 2),
+                ("paused", 0),
+                ("runaway", 0),
+                ("waited", 0)
+            ]
         );
         // Each verdict is also a log record, in the turn it was given in.
         let logs = Outbox::open(store.path())

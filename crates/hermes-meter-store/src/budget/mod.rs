@@ -11,7 +11,10 @@
 //! - `caps.rs`: what a session family and its current run used, for the
 //!   per-session and per-run caps;
 //! - `alerts.rs`: alerts (`alerts`), once-per-period claims (`budget_once`)
-//!   and verdict counts (`budget_verdicts`).
+//!   and verdict counts (`budget_verdicts`);
+//! - `rates.rs`: rate-limit buckets (`rate_spend`, `rate_calls`), which the
+//!   gate writes as it sees requests start and end (not the ledger's
+//!   transaction: a rate limit counts requests, not money).
 //!
 //! The ledger calls the `on_*` functions inside the transaction that applies
 //! a hook event, so rollups and reservations commit with the LLM call they
@@ -24,12 +27,14 @@
 
 mod alerts;
 mod caps;
+mod rates;
 mod rollups;
 mod spend;
 mod states;
 
 pub use alerts::{AlertRow, AlertSink, RecentAlert};
 pub use caps::CapUse;
+pub use rates::{RateAmounts, RATE_KEEP_SECONDS};
 pub(crate) use rollups::RecordedCall;
 pub(super) use rollups::{
     note_profile, on_api_request_error, on_post_api_request, on_pre_api_request, on_usage_confirmed, SpendRollup,
