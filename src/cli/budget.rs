@@ -2,10 +2,7 @@
 //! show each budget's spend, verdict and forecast (the words of `set` and
 //! `rm` are read in `budget_args.rs`).
 //!
-//! `set` and `rm` edit `budgets.toml` with `toml_edit`, so the user's comments and
-//! layout survive, checks the result parses, and replaces the file
-//! atomically (a temporary file in the same directory, then a rename): a
-//! hook reloading it concurrently sees the old file or the new, never half.
+//! `set` and `rm` edit `budgets.toml` through `budget_file.rs`.
 
 use std::path::Path;
 use std::time::Duration;
@@ -14,12 +11,13 @@ use clap::Subcommand;
 use jiff::Timestamp;
 
 use hermes_meter_model::budget::{
-    self, BudgetConfig, BudgetState, BudgetUnit, CapScope, CapState, CapUnit, Level, Scope, Window,
+    self, BudgetConfig, BudgetState, BudgetUnit, CapState, CapUnit, Level, Scope, Window,
 };
 use hermes_meter_store::error::{Error, Result};
-use hermes_meter_store::{write_atomically, Outbox, Writer};
+use hermes_meter_store::{Outbox, Writer};
 
-use super::budget_args::{is_cap, parse_cap_rm, parse_cap_set, parse_rm, parse_set};
+use super::budget_args::{is_cap, parse_cap_rm, parse_cap_set, parse_rate, parse_rm, parse_set};
+use super::budget_file::{rate_words, remove, remove_cap, remove_rate, set, set_cap, set_rate};
 
 /// The `budget` subcommands.
 #[derive(Debug, Subcommand)]
@@ -72,7 +70,7 @@ impl BudgetCommand {
 
 /// How a budget reads in messages: `global daily`, `cron 3f9a daily`,
 /// `cron (default) daily`, `global daily_tokens`.
-fn budget_words(scope: Scope, id: Option<&str>, window: Window, unit: BudgetUnit) -> String {
+pub(super) fn budget_words(scope: Scope, id: Option<&str>, window: Window, unit: BudgetUnit) -> String {
     let key = budget::limit_key(window, unit);
     match (id, scope) {
         (_, Scope::Global) => format!("global {key}"),
@@ -123,6 +121,23 @@ pub(super) fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
             let (scope, unit) = parse_cap_rm(args).map_err(Error::Other)?;
             let place = edit_here_or_fleet(&path, |p: &Path| remove_cap(p, scope, unit))?;
             println!("per-{scope} {} cap removed {place}", unit.as_str());
+            Ok(0)
+        }
+        BudgetCommand::Set { args } if parse_rate(args, true).is_some() => {
+            let (scope, id, rate, limit) = parse_rate(args, true)
+                .unwrap_or(Err(String::new()))
+                .map_err(Error::Other)?;
+            let place = edit_here_or_fleet(&path, |p: &Path| set_rate(p, scope, id.as_deref(), rate, limit))?;
+            let what = rate_words(scope, id.as_deref(), rate);
+            println!("{what} limit set to {} {place}", rate.format(limit));
+            Ok(0)
+        }
+        BudgetCommand::Rm { args } if parse_rate(args, false).is_some() => {
+            let (scope, id, rate, _) = parse_rate(args, false)
+                .unwrap_or(Err(String::new()))
+                .map_err(Error::Other)?;
+            let place = edit_here_or_fleet(&path, |p: &Path| remove_rate(p, scope, id.as_deref(), rate))?;
+            println!("{} limit removed {place}", rate_words(scope, id.as_deref(), rate));
             Ok(0)
         }
         BudgetCommand::Set { args } => {
@@ -359,44 +374,6 @@ fn sync_fleet(dir: &Path) -> Result<Option<FleetReach>> {
         None => None,
     };
     Ok(Some(FleetReach { url, error, synced_at }))
-}
-
-/// Sets one cap in the budget file at `path`, keeping everything else.
-pub(crate) fn set_cap(path: &Path, scope: CapScope, unit: CapUnit, limit: f64) -> Result<()> {
-    let (text, header) = match std::fs::read_to_string(path) {
-        Ok(t) => (t, ""),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), NEW_FILE_HEADER),
-        Err(e) => return Err(Error::io(path, e)),
-    };
-    let mut doc = parse_doc(path, &text)?;
-    budget::edit::set_cap(&mut doc, scope, unit, limit).map_err(|message| Error::Config {
-        path: path.to_path_buf(),
-        message,
-    })?;
-    write_checked(path, header, &doc)
-}
-
-/// Removes one cap from the budget file at `path`; an error when it is not set.
-pub(crate) fn remove_cap(path: &Path, scope: CapScope, unit: CapUnit) -> Result<()> {
-    let what = format!("per-{scope} {}", unit.as_str());
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::Other(format!(
-                "no {what} cap to remove: {} does not exist",
-                path.display()
-            )))
-        }
-        Err(e) => return Err(Error::io(path, e)),
-    };
-    let mut doc = parse_doc(path, &text)?;
-    if !budget::edit::remove_cap(&mut doc, scope, unit) {
-        return Err(Error::Other(format!(
-            "no {what} cap is set in {}; see hermes-meter budget list",
-            path.display()
-        )));
-    }
-    write_checked(path, "", &doc)
 }
 
 pub(super) fn runaway_json(r: &budget::RunawayConfig) -> serde_json::Value {
@@ -764,105 +741,10 @@ fn tokens_counted_words(cfg: &BudgetConfig) -> &'static str {
     }
 }
 
-/// Removes one limit from the budget file at `path`, keeping everything
-/// else (comments too). A table left empty by it goes as well. Removing a
-/// limit that is not set is an error naming what is set instead.
-pub(super) fn remove(path: &Path, scope: Scope, id: Option<&str>, window: Window, unit: BudgetUnit) -> Result<()> {
-    let what = budget_words(scope, id, window, unit);
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::Other(format!(
-                "no {what} limit to remove: {} does not exist",
-                path.display()
-            )))
-        }
-        Err(e) => return Err(Error::io(path, e)),
-    };
-    let mut doc = parse_doc(path, &text)?;
-    let missing = || {
-        Error::Other(format!(
-            "no {what} limit is set in {}; see hermes-meter budget list",
-            path.display()
-        ))
-    };
-    let removed = budget::edit::remove_limit(&mut doc, scope, id, (window, unit));
-    if !removed {
-        return Err(missing());
-    }
-    write_checked(path, "", &doc)
-}
-
-/// The budget file's text as an editable document.
-fn parse_doc(path: &Path, text: &str) -> Result<toml_edit::DocumentMut> {
-    text.parse().map_err(|e: toml_edit::TomlError| Error::Config {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })
-}
-
-/// Writes the edited file (after `header`, a new file's comments), once it
-/// is known to parse as a budget file.
-fn write_checked(path: &Path, header: &str, doc: &toml_edit::DocumentMut) -> Result<()> {
-    let new_text = format!("{header}{doc}");
-    BudgetConfig::parse(&new_text).map_err(|message| Error::Config {
-        path: path.to_path_buf(),
-        message,
-    })?;
-    write_atomically(path, new_text.as_bytes())
-}
-
-/// Sets one limit in the budget file at `path`, keeping everything else.
-pub(super) fn set(
-    path: &Path,
-    scope: Scope,
-    id: Option<&str>,
-    window: Window,
-    unit: BudgetUnit,
-    limit: f64,
-) -> Result<()> {
-    // A new file gets its header above the tables (parsed with them,
-    // comments alone would end up below them).
-    let (text, header) = match std::fs::read_to_string(path) {
-        Ok(t) => (t, ""),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), NEW_FILE_HEADER),
-        Err(e) => return Err(Error::io(path, e)),
-    };
-    let mut doc = parse_doc(path, &text)?;
-    budget::edit::set_limit(&mut doc, scope, id, (window, unit), limit).map_err(|message| Error::Config {
-        path: path.to_path_buf(),
-        message,
-    })?;
-    write_checked(path, header, &doc)
-}
-
-const NEW_FILE_HEADER: &str = "\
-# hermes-meter budgets: limits per daily, weekly or monthly window, in USD
-# (daily = 10.0) or in tokens (daily_tokens = 5000000).
-# Edited by `hermes-meter budget set`; comments are kept. Reloaded by running
-# Hermes processes within a second of a change. See docs/budgets-and-fleet.md.
-#
-# mode = \"enforce\"          # or \"observe\": notices only, nothing blocked
-# timezone = \"local\"        # IANA name, e.g. \"Europe/Paris\"
-# soft_threshold = 0.8
-# hard_threshold = 1.0
-# soften_estimated = false  # a hard breach resting on estimated costs is soft
-# alert_thresholds = [0.5, 0.75, 0.9]  # an alert at each, once per window
-# tokens_counted = \"total\"  # what token limits count: total, input or output
-# [per_session]             # caps on every session (all turns and subagents)
-# usd = 5.0
-# [per_run]                 # caps on every run (one turn with its subagents)
-# tool_calls = 200
-# [downgrade]               # past `at`, calls go to a cheaper model instead
-# at = 0.8
-# to = \"gpt-4o-mini\"
-# [downgrade.models]        # or one per model, each its provider's cheaper one
-# \"claude-opus-4\" = \"claude-haiku-4\"
-";
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::budget_file::NEW_FILE_HEADER;
 
     #[test]
     fn a_usd_limit_reads_as_it_was_set() {

@@ -4,6 +4,7 @@
 //! touch: the budget file (`budget.rs` edits it through the model's
 //! `crates/hermes-meter-model/src/budget/edit.rs`).
 
+use hermes_meter_model::budget::rate::{Rate, RateUnit};
 use hermes_meter_model::budget::{self, BudgetUnit, CapScope, CapUnit, Scope, Window};
 
 /// Whether `set`/`rm` arguments name a cap (`session` or `run` first).
@@ -88,6 +89,43 @@ pub(super) fn parse_set(
         ));
     }
     Ok((scope, id, window, unit, limit))
+}
+
+/// Reads `<scope> [<id>] <rate> <limit>` (with `amount`) or `<scope>
+/// [<id>] <rate>`, where the rate word is a rate limit's key
+/// (`requests_per_minute`, `usd_per_hour`, ...); `None` when the words
+/// name no rate limit (a budget's window or a cap).
+pub(super) fn parse_rate(
+    args: &[String],
+    amount: bool,
+) -> Option<std::result::Result<(Scope, Option<String>, Rate, f64), String>> {
+    let scope = Scope::parse(args.first()?)?;
+    let words = args.len() - usize::from(amount);
+    let (id, key) = match (scope, words) {
+        (Scope::Global, 2) | (_, 2) => (None, &args[1]),
+        (_, 3) => (Some(args[1].clone()), &args[2]),
+        _ => return None,
+    };
+    let rate = Rate::parse(key)?;
+    if scope == Scope::Global && id.is_some() {
+        return Some(Err("global takes no id: budget set global <rate> <limit>".into()));
+    }
+    if !amount {
+        return Some(Ok((scope, id, rate, 0.0)));
+    }
+    let text = &args[args.len() - 1];
+    let limit = match rate.unit {
+        RateUnit::Usd => text.trim_start_matches('$').parse::<f64>().ok(),
+        RateUnit::Tokens | RateUnit::Requests => budget::parse_tokens(text),
+    };
+    Some(match limit.filter(|v| v.is_finite()) {
+        Some(v) if v > 0.0 => Ok((scope, id, rate, v)),
+        Some(v) => Err(format!(
+            "a rate limit must be more than 0, not {v}; to have none, remove it: hermes-meter budget rm {}",
+            args[..args.len() - 1].join(" ")
+        )),
+        None => Err(format!("{text:?} is not a {rate} limit (e.g. 30, 200k, 0.50)")),
+    })
 }
 
 /// Reads a window word: `daily`, `weekly`, `monthly` or a rolling width
@@ -191,6 +229,38 @@ mod tests {
         assert!(e.contains("more than 0") && e.contains("budget rm global daily"), "{e}");
         let e = BudgetConfig::parse("[global]\ndaily = 0\n").expect_err("0 in the file");
         assert!(e.contains("more than 0"), "{e}");
+    }
+
+    #[test]
+    fn rate_limits_are_read_by_their_key() {
+        let rpm = Rate::parse("requests_per_minute").expect("rate");
+        assert_eq!(
+            parse_rate(&args("global requests_per_minute 30"), true),
+            Some(Ok((Scope::Global, None, rpm, 30.0)))
+        );
+        assert_eq!(
+            parse_rate(&args("model gpt-4o tokens_per_minute 200k"), true),
+            Some(Ok((
+                Scope::Model,
+                Some("gpt-4o".into()),
+                Rate::parse("tokens_per_minute").expect("rate"),
+                200_000.0
+            )))
+        );
+        assert_eq!(
+            parse_rate(&args("global requests_per_minute"), false),
+            Some(Ok((Scope::Global, None, rpm, 0.0)))
+        );
+        assert_eq!(parse_rate(&args("global daily 10"), true), None, "a budget");
+        assert_eq!(parse_rate(&args("run tool_calls 200"), true), None, "a cap");
+        assert!(matches!(
+            parse_rate(&args("global requests_per_minute 0"), true),
+            Some(Err(_))
+        ));
+        assert!(matches!(
+            parse_rate(&args("global usd_per_hour lots"), true),
+            Some(Err(_))
+        ));
     }
 
     #[test]

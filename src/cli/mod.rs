@@ -74,6 +74,7 @@ pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
 mod advise;
 mod budget;
 mod budget_args;
+mod budget_file;
 mod deliveries;
 mod doctor;
 mod export;

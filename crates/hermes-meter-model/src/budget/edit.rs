@@ -5,6 +5,7 @@
 
 use toml_edit::{DocumentMut, Item, Table, TableLike};
 
+use super::rate::{Rate, RateUnit};
 use super::{limit_key, BudgetUnit, CapScope, CapUnit, Scope, Window};
 
 /// Sets `scope`'s (`id`'s, or its default's) `window` limit in `unit` to
@@ -16,6 +17,18 @@ pub fn set_limit(
     (window, unit): (Window, BudgetUnit),
     limit: f64,
 ) -> Result<(), String> {
+    let target = scope_table(doc, scope, id)?;
+    target[limit_key(window, unit)] = match unit {
+        BudgetUnit::Usd => toml_edit::value(limit),
+        // A whole number of tokens reads as one in the file.
+        BudgetUnit::Tokens => toml_edit::value(limit as i64),
+    };
+    Ok(())
+}
+
+/// The table of `scope`'s limits for `id` (or its default), made if
+/// missing; an error names a key of the path that is not a table.
+fn scope_table<'d>(doc: &'d mut DocumentMut, scope: Scope, id: Option<&str>) -> Result<&'d mut Item, String> {
     fn table(item: &mut Item, name: &str) -> Result<(), String> {
         if item.is_none() {
             let mut t = Table::new();
@@ -28,7 +41,7 @@ pub fn set_limit(
     }
     let outer = &mut doc[scope.table()];
     table(outer, scope.table())?;
-    let target: &mut Item = match (scope, id) {
+    Ok(match (scope, id) {
         (Scope::Global, _) => outer,
         (_, None) => {
             let item = &mut outer["default"];
@@ -42,13 +55,7 @@ pub fn set_limit(
             table(item, id)?;
             item
         }
-    };
-    target[limit_key(window, unit)] = match unit {
-        BudgetUnit::Usd => toml_edit::value(limit),
-        // A whole number of tokens reads as one in the file.
-        BudgetUnit::Tokens => toml_edit::value(limit as i64),
-    };
-    Ok(())
+    })
 }
 
 /// Removes that limit; false when it is not set.
@@ -64,6 +71,26 @@ pub fn remove_limit(
         (Scope::Global, _) => remove_key(root, &[scope.table()], key),
         (_, None) => remove_key(root, &[scope.table(), "default"], key),
         (_, Some(id)) => remove_key(root, &[scope.table(), "overrides", id], key),
+    }
+}
+
+/// Sets `scope`'s (`id`'s, or its default's) rate limit `rate` to `limit`.
+pub fn set_rate(doc: &mut DocumentMut, scope: Scope, id: Option<&str>, rate: Rate, limit: f64) -> Result<(), String> {
+    let target = scope_table(doc, scope, id)?;
+    target[rate.key()] = match rate.unit {
+        RateUnit::Usd => toml_edit::value(limit),
+        RateUnit::Tokens | RateUnit::Requests => toml_edit::value(limit as i64),
+    };
+    Ok(())
+}
+
+/// Removes that rate limit; false when it is not set.
+pub fn remove_rate(doc: &mut DocumentMut, scope: Scope, id: Option<&str>, rate: Rate) -> bool {
+    let root = doc.as_table_mut();
+    match (scope, id) {
+        (Scope::Global, _) => remove_key(root, &[scope.table()], rate.key()),
+        (_, None) => remove_key(root, &[scope.table(), "default"], rate.key()),
+        (_, Some(id)) => remove_key(root, &[scope.table(), "overrides", id], rate.key()),
     }
 }
 
@@ -141,6 +168,14 @@ mod tests {
         ));
         assert!(!doc.to_string().contains("alice"), "an emptied table goes: {doc}");
         assert!(remove_cap(&mut doc, CapScope::Session, CapUnit::ToolCalls));
+        // Rate limits sit beside the budgets of their scope.
+        let rpm = Rate::parse("requests_per_minute").expect("rate");
+        set_rate(&mut doc, Scope::Global, None, rpm, 30.0).expect("rate");
+        assert!(doc.to_string().contains("requests_per_minute = 30"), "{doc}");
+        let cfg = BudgetConfig::parse(&doc.to_string()).expect("the file parses");
+        assert_eq!(cfg.limits(Scope::Global, "").rates.get(rpm), Some(30.0));
+        assert!(remove_rate(&mut doc, Scope::Global, None, rpm));
+        assert!(!remove_rate(&mut doc, Scope::Global, None, rpm));
         // A key of the path that is not a table is said, not overwritten.
         let mut odd: DocumentMut = "per_sender = 3\n".parse().expect("toml");
         let e =

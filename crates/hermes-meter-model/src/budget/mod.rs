@@ -5,7 +5,10 @@
 //!
 //! - `config.rs`: the budget file's format ([`BudgetConfig::parse`]), its
 //!   defaults and which budgets apply to a session
-//!   ([`BudgetConfig::budgets_for`]);
+//!   ([`BudgetConfig::budgets_for`]); `limits.rs` one scope id's limits
+//!   and their keys;
+//! - `rate.rs`: rate limits (requests, tokens, USD per minute or hour),
+//!   sliding, and when a call that waits may go;
 //! - `window.rs`: window bounds in the configured zone ([`window_bounds`])
 //!   and how a window is summed from the store's spend buckets
 //!   ([`bucket_ranges`], [`open_ranges`]);
@@ -49,6 +52,7 @@ mod config;
 pub mod edit;
 mod first_sync;
 pub mod lease;
+mod limits;
 pub mod rate;
 mod runaway;
 mod spend_bound;

@@ -10,6 +10,7 @@
 //!   counting requests as they start and end, and the stop or wait before
 //!   the provider;
 //! - `watch.rs`: the runaway watch over a session's recent calls;
+//! - `gauges.rs`: the budget gauges the metrics exporter reads;
 //! - `exposure.rs`: who can change the limits (the file's and directory's modes).
 //!
 //! Every budget of a session with its spend and verdict
@@ -21,11 +22,13 @@
 mod exposure;
 mod first_sync;
 mod gate;
+mod gauges;
 mod handle;
 mod quick;
 mod rates;
 mod watch;
 
 pub use exposure::{editable_here, world_writable};
-pub use gate::{budget_gauges, BudgetGate};
+pub use gate::BudgetGate;
+pub use gauges::budget_gauges;
 pub use handle::{BudgetHandle, CronPause, MAX_PAUSE_ATTEMPTS, PAUSE_RETRY};
