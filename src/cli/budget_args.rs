@@ -91,14 +91,15 @@ pub(super) fn parse_set(
     Ok((scope, id, window, unit, limit))
 }
 
+/// A rate limit as `budget set | rm` name it: scope, id (none for the
+/// scope's default), rate and limit (0 for `rm`).
+pub(super) type RateWords = (Scope, Option<String>, Rate, f64);
+
 /// Reads `<scope> [<id>] <rate> <limit>` (with `amount`) or `<scope>
 /// [<id>] <rate>`, where the rate word is a rate limit's key
 /// (`requests_per_minute`, `usd_per_hour`, ...); `None` when the words
 /// name no rate limit (a budget's window or a cap).
-pub(super) fn parse_rate(
-    args: &[String],
-    amount: bool,
-) -> Option<std::result::Result<(Scope, Option<String>, Rate, f64), String>> {
+pub(super) fn parse_rate(args: &[String], amount: bool) -> Option<std::result::Result<RateWords, String>> {
     let scope = Scope::parse(args.first()?)?;
     let words = args.len() - usize::from(amount);
     let (id, key) = match (scope, words) {
