@@ -163,6 +163,7 @@ pub(super) fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
             let defaults = scope_defaults(&cfg);
             let zone = zone_name(&cfg);
             let open = open_caps(dir, &cfg)?;
+            let rates = super::budget_rates::states(dir, &cfg)?;
             if *json {
                 let rows: Vec<_> = states.iter().map(|s| state_json(s, Some(&cfg), None)).collect();
                 let defaults: Vec<_> = defaults
@@ -187,6 +188,7 @@ pub(super) fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
                     "caps": caps_json(&cfg),
                     "open_caps": open.iter().map(cap_state_json).collect::<Vec<_>>(),
                     "runaway": runaway_json(&cfg.runaway),
+                    "rate_limits": super::budget_rates::json(&cfg, &rates),
                     "downgrade": cfg.downgrade.as_ref().map(|d| serde_json::json!({
                         "at": d.at,
                         "to": d.to,
@@ -197,13 +199,14 @@ pub(super) fn run(dir: &Path, cmd: &BudgetCommand) -> Result<i32> {
                 if let Some(note) = fleet.as_ref().and_then(FleetReach::note) {
                     println!("{note}");
                 }
-                if states.is_empty() && defaults.is_empty() && cfg.caps.is_empty() {
+                if states.is_empty() && defaults.is_empty() && cfg.caps.is_empty() && rates.is_empty() {
                     println!("no budgets set; add one with: hermes-meter budget set global daily 10");
                 } else {
                     if !(states.is_empty() && defaults.is_empty()) {
                         print!("{}", render_list(&cfg, &states, &defaults));
                     }
                     print!("{}", render_caps(&cfg, &open));
+                    print!("{}", super::budget_rates::render(&cfg, &rates));
                     println!("runaway watch: {}", cfg.runaway.describe());
                     if let Some(d) = &cfg.downgrade {
                         println!("downgrade {}", d.describe());

@@ -75,6 +75,7 @@ mod advise;
 mod budget;
 mod budget_args;
 mod budget_file;
+mod budget_rates;
 mod deliveries;
 mod doctor;
 mod export;

@@ -300,6 +300,83 @@ def test_a_rolling_window_stops_an_unattended_run_and_says_when_it_frees(hermes_
     assert _query(out, "SELECT COUNT(*) FROM llm_calls")[0][0] == 1
 
 
+def _agent_posts(out: Path) -> int:
+    """The agent's own requests the mock answered (not Hermes's auxiliary
+    title calls, which fire no pre_api_request)."""
+    rows = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines() if x.strip()]
+    return sum(1 for r in rows if "chat/completions" in str(r.get("path")) and r.get("decision") != "AUX")
+
+
+def test_a_rate_limit_stops_the_request_past_it_across_concurrent_runs(hermes_bin, tmp_path) -> None:
+    # Two unattended runs at once, each two requests (a tool call, then the
+    # answer), under 3 requests a minute for everyone: the fourth request
+    # is stopped before the provider, whichever run makes it.
+    out = _scenario(
+        hermes_bin,
+        tmp_path,
+        """
+        step set "$BUDGET" budget set global requests_per_minute 3
+        step one "$HERMES" -z "READFILE please read hello.txt" & one=$!
+        step two "$HERMES" -z "READFILE please read hello.txt" & two=$!
+        wait "$one" "$two"
+        step list "$BUDGET" budget list --json
+        """,
+    )
+    steps = _steps(out)
+    assert steps["set"][0] == 0, steps["set"]
+    rcs = {name: steps[name][0] for name in ("one", "two")}
+    assert sorted(rcs.values()) == [0, EXIT_BUDGET_STOPPED], (rcs, _stderr(out, "one"), _stderr(out, "two"))
+    stopped = next(name for name, rc in rcs.items() if rc == EXIT_BUDGET_STOPPED)
+    _assert_stopped_run(out, steps, stopped)
+    assert _agent_posts(out) == 3, (out / "requests.jsonl").read_text()
+    # The stand-in is no LLM call: three of the agent's calls recorded
+    # (Hermes 0.22's title calls are auxiliary: no rate limit counts them).
+    assert _query(out, "SELECT COUNT(*) FROM llm_calls WHERE aux_task IS NULL") == [(3,)]
+    counts = dict(_query(out, "SELECT verdict, count FROM budget_verdicts"))
+    assert counts.get("blocked") == 1, counts
+    # What the stopped run was told: the limit, never how to lift it.
+    told = steps[stopped][1]
+    assert "the global rate limit of 3 requests per minute is reached" in told, told
+    assert "not yours to change" in told and "budget set" not in told, told
+    posts = [h for h in _hooks(out) if h["hook"] == "post_api_request"]
+    assert sum(1 for h in posts if h["kwargs"]["response_model"] == BLOCKED_MODEL) == 1, posts
+
+
+def test_a_rate_limit_that_waits_holds_the_request_until_it_fits(hermes_bin, tmp_path) -> None:
+    # The same two runs with action = "wait": the fourth request waits until
+    # the first leaves the minute (about 65 s), then goes; both runs answer.
+    out = _scenario(
+        hermes_bin,
+        tmp_path,
+        """
+        step set "$BUDGET" budget set global requests_per_minute 3
+        f="$HERMES_METER_HOME/budgets.toml"
+        printf '[rate_limit]\\naction = "wait"\\nmax_wait_seconds = 90\\n' >> "$f"
+        step one "$HERMES" -z "READFILE please read hello.txt" & one=$!
+        step two "$HERMES" -z "READFILE please read hello.txt" & two=$!
+        wait "$one" "$two"
+        """,
+    )
+    steps = _steps(out)
+    assert (steps["one"][0], steps["two"][0]) == (0, 0), (_stderr(out, "one"), _stderr(out, "two"))
+    assert _agent_posts(out) == 4
+    rows = _query(
+        out, "SELECT started_at, ended_at FROM llm_calls WHERE aux_task IS NULL ORDER BY started_at"
+    )
+    assert len(rows) == 4, rows
+    first = rows[0][0]
+    last_end = max(r[1] for r in rows)
+    # The first request's 5-second step leaves the minute 65 s after it began.
+    assert last_end - first >= 60.0, rows
+    counts = dict(_query(out, "SELECT verdict, count FROM budget_verdicts"))
+    assert counts.get("waited") == 1 and counts.get("blocked", 0) == 0, counts
+    # Its log record (OTLP) says what held it back and for how long.
+    ((said,),) = _query(out, "SELECT body FROM log_outbox WHERE event = 'hermes.budget.verdict'")
+    assert said.startswith("an LLM call waits ") and "global rate limit of 3 requests per minute" in said, (
+        said
+    )
+
+
 def _received_span_models(out: Path) -> list[tuple[str | None, str | None]]:
     """(gen_ai.request.model, gen_ai.response.model) of every span the
     scenario's loopback OTLP receiver got."""

@@ -173,8 +173,8 @@ pub fn rate_used_at(per: RatePer, buckets: &[(i64, f64)], t: f64) -> f64 {
     buckets
         .iter()
         .filter(|(b, _)| *b >= from && (*b as f64) <= t)
-        .map(|(_, v)| v)
-        .sum()
+        // Folded from +0 (an empty `sum` of floats is -0, "-0 requests").
+        .fold(0.0, |sum, (_, v)| sum + v)
 }
 
 /// Whether a call of `own` (in the limit's unit; 1 for requests) is over
@@ -283,6 +283,10 @@ mod tests {
         assert_eq!(rate_used_at(RatePer::Minute, &buckets, 164.0), 3.0);
         // At 165 s it begins at 105: 100 s has left.
         assert_eq!(rate_used_at(RatePer::Minute, &buckets, 165.0), 2.0);
+        assert!(
+            rate_used_at(RatePer::Minute, &[], 165.0).is_sign_positive(),
+            "0, not -0"
+        );
         // Three a minute: a fourth at 159 s is over; it fits at 165 s.
         assert!(rate_over(RPM, 3.0, &buckets, 1.0, 159.0));
         assert_eq!(rate_fits_at(RPM, 3.0, &buckets, 1.0, 159.0, 60.0), Some(165.0));

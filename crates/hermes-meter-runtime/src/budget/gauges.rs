@@ -1,8 +1,65 @@
-//! The budget gauges the metrics exporter reads: every budget's spend and
-//! limit now. Off the hook path. Must not touch: verdicts (`gate.rs`).
+//! The budget gauges the metrics exporter reads (every budget's spend and
+//! limit now), and what every rate limit's span holds now (`budget list`).
+//! Off the hook path. Must not touch: verdicts (`gate.rs`, `rates.rs`).
 
-use hermes_meter_model::budget;
-use hermes_meter_store::Reader;
+use hermes_meter_model::budget::rate::{rate_used_at, Rate, RateUnit};
+use hermes_meter_model::budget::{self, BudgetConfig, Scope, TokenCount};
+use hermes_meter_store::{RateAmounts, Reader};
+
+/// A rate limit of one scope id and what its span holds now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateState {
+    pub scope: Scope,
+    /// `""` for global.
+    pub id: String,
+    pub rate: Rate,
+    pub limit: f64,
+    /// What the span holds now (requests started, or their USD or tokens).
+    pub used: f64,
+}
+
+/// Every rate limit set for global and for the ids the file names, with
+/// what its span holds now (a scope's default applies to each id, whose
+/// use shows at its calls' verdicts, not here).
+pub fn rate_states(store: &Reader, cfg: &BudgetConfig, now: f64) -> hermes_meter_store::Result<Vec<RateState>> {
+    let mut out = Vec::new();
+    for (scope, limits) in &cfg.scopes {
+        let ids: Vec<String> = match scope {
+            Scope::Global => vec![String::new()],
+            _ => limits.overrides.keys().cloned().collect(),
+        };
+        for id in ids {
+            for (rate, limit) in cfg.limits(*scope, &id).rates.iter() {
+                let step = rate.per.step();
+                let since = (now as i64 - rate.per.seconds()).div_euclid(step) * step - step;
+                let buckets: Vec<(i64, f64)> = store
+                    .rate_buckets(*scope, &id, rate.per, since)?
+                    .iter()
+                    .map(|(b, a)| (*b, rate_value(rate, cfg.tokens_counted, a)))
+                    .collect();
+                out.push(RateState {
+                    scope: *scope,
+                    id: id.clone(),
+                    rate,
+                    limit,
+                    used: rate_used_at(rate.per, &buckets, now),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A rate limit's value of some amounts.
+pub(super) fn rate_value(rate: Rate, counted: TokenCount, a: &RateAmounts) -> f64 {
+    match (rate.unit, counted) {
+        (RateUnit::Requests, _) => a.requests,
+        (RateUnit::Usd, _) => a.usd,
+        (RateUnit::Tokens, TokenCount::Total) => a.input_tokens + a.output_tokens,
+        (RateUnit::Tokens, TokenCount::Input) => a.input_tokens,
+        (RateUnit::Tokens, TokenCount::Output) => a.output_tokens,
+    }
+}
 
 /// The budget gauges now (`hermes.budget.spend` and `hermes.budget.limit`,
 /// one pair per budget; see [`budget::BudgetGauge`]): loads the budget file

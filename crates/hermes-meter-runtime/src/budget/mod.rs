@@ -30,5 +30,5 @@ mod watch;
 
 pub use exposure::{editable_here, world_writable};
 pub use gate::BudgetGate;
-pub use gauges::budget_gauges;
+pub use gauges::{budget_gauges, rate_states, RateState};
 pub use handle::{BudgetHandle, CronPause, MAX_PAUSE_ATTEMPTS, PAUSE_RETRY};

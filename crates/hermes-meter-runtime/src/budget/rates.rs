@@ -11,22 +11,12 @@
 //! (`crates/hermes-meter-model/src/budget/rate.rs`).
 
 use super::gate::BudgetGate;
+use super::gauges::rate_value as value;
 use crate::lock;
 use hermes_meter_model::budget::rate::{rate_fits_at, rate_over, rate_used_at, Rate, RateAction, RateUnit};
-use hermes_meter_model::budget::{self, verdict, Scope, TokenCount};
+use hermes_meter_model::budget::{self, verdict, Scope};
 use hermes_meter_model::hook::{Hook, HookEvent, PreApiRequest};
 use hermes_meter_store::{LogPlace, RateAmounts, Writer};
-
-/// A rate limit's value of some amounts.
-fn value(rate: Rate, counted: TokenCount, a: &RateAmounts) -> f64 {
-    match (rate.unit, counted) {
-        (RateUnit::Requests, _) => a.requests,
-        (RateUnit::Usd, _) => a.usd,
-        (RateUnit::Tokens, TokenCount::Total) => a.input_tokens + a.output_tokens,
-        (RateUnit::Tokens, TokenCount::Input) => a.input_tokens,
-        (RateUnit::Tokens, TokenCount::Output) => a.output_tokens,
-    }
-}
 
 /// How a scope id reads in a rate limit's texts: `global`, `model gpt-4o`.
 fn label(scope: Scope, id: &str) -> String {
