@@ -14,7 +14,7 @@ the spool file, after which the event survives a crash; the writer thread
 commits it to SQLite meanwhile (a gating hook that needs a verdict waits
 for that commit, up to HERMES_METER_HOOK_WAIT_MS).
 
-    python benches/hook_overhead.py [--rounds N] [--threads T] [--budget|--rolling|--caps] [--runaway-stop]
+    python benches/hook_overhead.py [--rounds N] [--threads T] [--budget|--rolling|--rate|--caps] [--runaway-stop]
 
 ``--budget`` sets a global daily budget far above what the run spends, and
 prices the fixtures' model (a budget over unpriced calls cannot be told
@@ -22,7 +22,9 @@ apart from no spend): gating hooks then get (quick) verdicts, and the
 calls that wait for one or may carry spend are decoded on the hook thread,
 so the gate sees them at once. ``--rolling`` sets the same budget as a
 rolling 5-hour window and a 7-day one instead (what a plan meters), to be
-compared with ``--budget``. ``--caps`` sets five budgets (global daily,
+compared with ``--budget``. ``--rate`` adds a global rate limit far above
+the run's rate (``requests_per_minute``) to ``--budget``'s daily budget:
+every request then waits for its verdict. ``--caps`` sets five budgets (global daily,
 weekly and monthly, a per-model and a per-profile default) and caps on every
 session (USD) and run (tool calls), all far from their limits.
 ``--runaway-stop`` adds ``[runaway] action = "stop"``: every tool call and
@@ -108,18 +110,23 @@ def main() -> None:
     ap.add_argument(
         "--rolling", action="store_true", help="with rolling 5h and 7d budgets set (far from their limits)"
     )
+    ap.add_argument(
+        "--rate", action="store_true", help="with a daily budget and a rate limit set (far from both)"
+    )
     ap.add_argument("--caps", action="store_true", help="with five budgets and session/run caps set")
     ap.add_argument("--runaway-stop", action="store_true", help='with [runaway] action = "stop"')
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="hermes-meter-bench-", suffix=f"-{os.getpid()}"))
     os.environ.setdefault("HERMES_METER_HOME", str(tmp / "meter"))
-    if args.budget or args.rolling or args.caps or args.runaway_stop:
+    if args.budget or args.rolling or args.rate or args.caps or args.runaway_stop:
         home = Path(os.environ["HERMES_METER_HOME"])
         home.mkdir(parents=True, exist_ok=True)
         budgets = "[global]\ndaily = 1000000\n" if args.budget else ""
         if args.rolling:
             budgets = "[global]\n5h = 1000000\n7d = 5000000\n"
+        if args.rate:
+            budgets = "[global]\ndaily = 1000000\nrequests_per_minute = 100000000\n"
         if args.caps:
             budgets = (
                 "[global]\ndaily = 1000000\nweekly = 5000000\nmonthly = 20000000\n"
@@ -214,6 +221,8 @@ def main() -> None:
         budget = "set"
     elif args.rolling:
         budget = "rolling 5h and 7d"
+    elif args.rate:
+        budget = "set, and a rate limit"
     if args.runaway_stop:
         budget += ", runaway action stop"
     print(

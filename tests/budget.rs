@@ -1571,6 +1571,41 @@ fn quick_verdicts_keep_a_rolling_budget() {
     quick_against_the_writer("timezone = \"UTC\"\n[global]\n5h = 1.0\n", Some(20));
 }
 
+/// Under a request rate limit, requests go ahead on the hook thread while
+/// the last verdict's headroom holds, and never one past the limit: of 40
+/// requests in a second under 20 a minute, 20 go and 20 are stopped.
+#[test]
+fn quick_answers_never_let_a_request_past_a_request_rate_limit() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_budgets(dir.path(), "timezone = \"UTC\"\n[global]\nrequests_per_minute = 20\n");
+    let mut cfg = BridgeConfig::new(dir.path().to_path_buf());
+    cfg.hook_wait = Duration::from_secs(10);
+    let gate = BudgetGate::for_store_dir(dir.path(), None, false);
+    let handle = gate.handle();
+    let bridge = Bridge::start_with_gate(cfg, Box::new(gate));
+    let (mut quick, mut went, mut stopped) = (0, 0, 0);
+    for i in 0..40 {
+        let id = format!("r{i}");
+        let request = json!({"session_id": "q", "turn_id": "q:t", "api_request_id": id, "model": "gpt-4o",
+                             "platform": "cli", "approx_input_tokens": 10, "max_tokens": 0});
+        match spooled(&bridge, "pre_api_request", request) {
+            Outcome::Queued => quick += 1,
+            Outcome::Committed(None) => {}
+            other => panic!("pre_api_request {i}: {other:?}"),
+        }
+        match handle.stop_for(&id) {
+            Some(text) => {
+                assert!(text.contains("rate limit of 20 requests per minute"), "{text}");
+                stopped += 1;
+            }
+            None => went += 1,
+        }
+    }
+    assert!(bridge.flush(Duration::from_secs(10)));
+    assert_eq!((went, stopped), (20, 20), "{quick} quick");
+    assert!(quick >= 5, "requests under the limit went ahead quickly: {quick}");
+}
+
 #[test]
 fn quick_verdicts_keep_a_session_cap_in_usd() {
     quick_against_the_writer("[per_session]\nusd = 1.0\n", Some(20));
@@ -1693,6 +1728,7 @@ fn a_headroom_counts_what_its_verdict_left_out() {
         usd,
         unknown: 0,
         tool_calls,
+        requests: 0,
     };
     // Tool calls: a cap of 3; two calls in one batch, the verdict asked
     // for the first (the hook threads' bases count both).

@@ -499,6 +499,17 @@ impl BudgetConfig {
             .any(|s| !s.default.rates.is_empty() || s.overrides.values().any(|o| !o.rates.is_empty()))
     }
 
+    /// Whether a rate limit in USD or tokens is set: every provider call
+    /// then waits for the gate's verdict (the quick view counts requests,
+    /// not what they will use).
+    pub fn has_money_rate_limits(&self) -> bool {
+        self.scopes.values().any(|s| {
+            std::iter::once(&s.default)
+                .chain(s.overrides.values())
+                .any(|l| l.rates.iter().any(|(r, _)| r.unit != super::rate::RateUnit::Requests))
+        })
+    }
+
     /// The rate limits a session with these scope keys is subject to:
     /// (scope, id, rate, limit).
     pub fn rates_for<'k>(&self, keys: &'k ScopeKeys) -> Vec<(Scope, &'k str, Rate, f64)> {

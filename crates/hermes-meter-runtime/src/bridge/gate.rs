@@ -72,6 +72,9 @@ pub struct QueuedSpend {
     /// Every `pre_tool_call` this process's hooks submitted, ever (never
     /// taken back: an upper bound of what a tool-call cap counts).
     pub tool_calls: u64,
+    /// Every `pre_api_request` this process's hooks submitted, ever (an
+    /// upper bound of what a request rate limit counts).
+    pub requests: u64,
 }
 
 /// Answers, on the hook thread, whether a gating event can go ahead with

@@ -349,7 +349,8 @@ impl Bridge {
         let (bound, gating) = match bound {
             Some((bound, quick)) => {
                 let tool_call = matches!(event.hook, hermes_meter_model::hook::Hook::PreToolCall(_));
-                let queued = run.shared.add_spend(bound, tool_call);
+                let request = matches!(event.hook, hermes_meter_model::hook::Hook::PreApiRequest(_));
+                let queued = run.shared.add_spend(bound, tool_call, request);
                 // The gate may know, without the commit, that it has
                 // nothing to say to this event.
                 (Some(bound), gating && !quick.no_verdict(&event, queued))
@@ -440,7 +441,8 @@ impl Bridge {
         // decodes it: a quick verdict meanwhile waits for the exact one.
         let bound = run.quick.as_ref().map(|_| {
             let bound = (!carries_spend(hook)).then_some(0.0);
-            run.shared.add_spend(bound, hook == "pre_tool_call");
+            run.shared
+                .add_spend(bound, hook == "pre_tool_call", hook == "pre_api_request");
             bound
         });
         // An unspooled line stays in the payload, and the writer keeps it.

@@ -237,14 +237,16 @@ impl Shared {
 
     /// Adds one queued event's [`spend_bound`] to [`QueuedSpend`] and
     /// returns the new total.
-    /// A `tool_call` (a `pre_tool_call`) also counts in its tool calls.
-    pub(super) fn add_spend(&self, bound: Option<f64>, tool_call: bool) -> QueuedSpend {
+    /// A `tool_call` (a `pre_tool_call`) also counts in its tool calls, a
+    /// `request` (a `pre_api_request`) in its requests.
+    pub(super) fn add_spend(&self, bound: Option<f64>, tool_call: bool, request: bool) -> QueuedSpend {
         let mut spend = lock(&self.spend);
         match bound {
             Some(usd) => spend.usd += usd,
             None => spend.unknown += 1,
         }
         spend.tool_calls += u64::from(tool_call);
+        spend.requests += u64::from(request);
         *spend
     }
 

@@ -74,6 +74,13 @@ pub struct BudgetGate {
     pub(super) applied_usd: f64,
     /// This process's applied `pre_tool_call` events (see `Gate::applied`).
     pub(super) applied_tool_calls: u64,
+    /// This process's `pre_api_request` events the gate has seen (counted
+    /// in the rate buckets, see `rates.rs`).
+    pub(super) observed_requests: u64,
+    /// The requests the request rate limits of the last `pre_api_request`
+    /// verdict leave (infinite without one), for the quick view; taken by
+    /// the next headroom recorded (any other verdict records none left).
+    pub(super) requests_headroom: std::cell::Cell<Option<f64>>,
     /// When the quick view's universal headroom is measured next.
     pub(super) next_universal: Instant,
     /// The clock, replaceable in tests.
@@ -122,6 +129,8 @@ impl BudgetGate {
             handle: BudgetHandle::default(),
             applied_usd: 0.0,
             applied_tool_calls: 0,
+            observed_requests: 0,
+            requests_headroom: std::cell::Cell::new(None),
             next_universal: Instant::now(),
             clock: hermes_meter_store::unix_now,
             fleet: false,
@@ -262,7 +271,7 @@ impl BudgetGate {
         {
             let mut view = lock(&self.handle.0.quick);
             view.stops_runaways = stops_runaways;
-            view.rate_limited = self.mode() == BudgetMode::Enforce && self.cfg.has_rate_limits();
+            view.rate_limited = self.mode() == BudgetMode::Enforce && self.cfg.has_money_rate_limits();
         }
         let armed = self.mode() == BudgetMode::Enforce
             && (!self.cfg.is_empty()
@@ -857,6 +866,9 @@ impl Gate for BudgetGate {
         }
         if let Err(e) = self.after_spend(store, event) {
             lock(&self.handle.0.messages).push(format!("budget state after a call not refreshed: {e}"));
+        }
+        if matches!(event.hook, Hook::PreApiRequest(_)) {
+            self.observed_requests += 1;
         }
         if let Err(e) = self.rate_observe(store, event) {
             lock(&self.handle.0.messages).push(format!("rate limits did not count an event: {e}"));

@@ -39,6 +39,12 @@ pub(super) struct Headroom {
     pub(super) own_tools_basis: u64,
     /// [`QuickView::journal_seq`] when measured.
     pub(super) seq_basis: i64,
+    /// Requests more before `pre_api_request` reaches a request rate limit
+    /// (infinite without one).
+    pub(super) block_requests: f64,
+    /// This process's `pre_api_request` events the gate had seen when
+    /// measured.
+    pub(super) own_requests_basis: u64,
 }
 
 /// What a verdict's states leave out although this process's bases
@@ -77,8 +83,9 @@ pub(super) struct QuickView {
     /// watch on the writer thread sees the signs, so `pre_tool_call` and
     /// `pre_api_request` always wait for their verdict.
     pub(super) stops_runaways: bool,
-    /// A rate limit is in force (enforce mode): every `pre_api_request`
-    /// waits for its verdict, since the view counts no requests.
+    /// A rate limit in USD or tokens is in force (enforce mode): every
+    /// `pre_api_request` waits for its verdict (the view counts requests,
+    /// not what they will use).
     pub(super) rate_limited: bool,
     /// The budget file does not parse and no limits were ever loaded: the
     /// gate holds every call (see `BudgetGate::invalid`), none goes ahead
@@ -167,6 +174,16 @@ impl QuickGate for Shared {
             let grown = queued.tool_calls.saturating_sub(h.own_tools_basis) + (view.journal_seq - h.seq_basis) as u64;
             return (grown as f64) < tools_line;
         }
+        // A request rate limit: every request this process submitted since
+        // the measure (this one included) and every event any process
+        // recorded since bound the requests started since.
+        if matches!(event.hook, Hook::PreApiRequest(_)) && h.block_requests.is_finite() {
+            if view.journal_seq < h.seq_basis {
+                return false;
+            }
+            let grown = queued.requests.saturating_sub(h.own_requests_basis) + (view.journal_seq - h.seq_basis) as u64;
+            return (grown as f64) < h.block_requests;
+        }
         true
     }
 }
@@ -213,8 +230,22 @@ impl BudgetGate {
             block_tools,
             own_tools_basis: self.applied_tool_calls,
             seq_basis: view.journal_seq,
+            block_requests: self.requests_left(),
+            own_requests_basis: self.observed_requests,
         };
         view.sessions.insert(quick_key(session, model), h);
+    }
+
+    /// The requests a headroom being recorded leaves before a request rate
+    /// limit: what the last `pre_api_request` verdict measured, once;
+    /// none after any other verdict while request rate limits are set;
+    /// infinite without them.
+    fn requests_left(&self) -> f64 {
+        let measured = self.requests_headroom.take();
+        if !self.cfg.has_rate_limits() {
+            return f64::INFINITY;
+        }
+        measured.unwrap_or(0.0)
     }
 
     /// The fractions of a limit at which a verdict has something to say:
@@ -388,6 +419,9 @@ impl BudgetGate {
                 block_tools,
                 own_tools_basis: self.applied_tool_calls,
                 seq_basis: journal_seq,
+                // A session not measured yet waits for its first request.
+                block_requests: if self.cfg.has_rate_limits() { 0.0 } else { f64::INFINITY },
+                own_requests_basis: self.observed_requests,
             });
         }
         Ok(())
@@ -397,7 +431,7 @@ impl BudgetGate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hermes_meter_model::hook::{PreLlmCall, PreToolCall, ToolRef};
+    use hermes_meter_model::hook::{ApiRequest, PreApiRequest, PreLlmCall, PreToolCall, ToolRef};
 
     fn tool_call(session: &str) -> HookEvent {
         HookEvent {
@@ -408,6 +442,19 @@ mod tests {
                     ..ToolRef::default()
                 },
                 ..PreToolCall::default()
+            }),
+        }
+    }
+
+    fn api_request(session: &str) -> HookEvent {
+        HookEvent {
+            at: 1.0,
+            hook: Hook::PreApiRequest(PreApiRequest {
+                api: ApiRequest {
+                    session_id: session.into(),
+                    ..ApiRequest::default()
+                },
+                ..PreApiRequest::default()
             }),
         }
     }
@@ -440,6 +487,8 @@ mod tests {
                 block_tools: f64::INFINITY,
                 own_tools_basis: 0,
                 seq_basis: 0,
+                block_requests: f64::INFINITY,
+                own_requests_basis: 0,
             },
         );
         drop(view);
@@ -451,6 +500,7 @@ mod tests {
             usd,
             unknown: 0,
             tool_calls: 0,
+            requests: 0,
         }
     }
 
@@ -493,6 +543,7 @@ mod tests {
             usd: 0.5,
             unknown: 0,
             tool_calls,
+            requests: 0,
         };
         assert!(shared.no_verdict(&tool_call("s1"), calls(12)), "2 calls since, 3 to go");
         assert!(
@@ -516,6 +567,43 @@ mod tests {
     }
 
     #[test]
+    fn a_request_rate_limit_answers_quickly_only_while_every_request_since_fits() {
+        let shared = measured();
+        {
+            let mut view = lock(&shared.quick);
+            view.journal_seq = 100;
+            let h = view.sessions.get_mut(&quick_key("s1", None)).expect("measured");
+            (h.block_requests, h.own_requests_basis, h.seq_basis) = (3.0, 10, 100);
+        }
+        let requests = |requests| QueuedSpend {
+            usd: 0.5,
+            unknown: 0,
+            tool_calls: 0,
+            requests,
+        };
+        assert!(
+            shared.no_verdict(&api_request("s1"), requests(12)),
+            "2 requests since, 3 left"
+        );
+        assert!(
+            !shared.no_verdict(&api_request("s1"), requests(13)),
+            "3 reach the limit"
+        );
+        lock(&shared.quick).journal_seq = 102;
+        assert!(
+            !shared.no_verdict(&api_request("s1"), requests(11)),
+            "other processes' events count"
+        );
+        lock(&shared.quick).journal_seq = 100;
+        lock(&shared.quick).rate_limited = true;
+        assert!(
+            !shared.no_verdict(&api_request("s1"), requests(11)),
+            "a USD or token rate limit: every request waits"
+        );
+        assert!(shared.no_verdict(&tool_call("s1"), requests(11)), "not a tool call");
+    }
+
+    #[test]
     fn an_unmeasured_session_an_unknown_bound_or_a_pending_alert_waits() {
         let shared = measured();
         assert!(
@@ -526,6 +614,7 @@ mod tests {
             usd: 0.5,
             unknown: 1,
             tool_calls: 0,
+            requests: 0,
         };
         assert!(!shared.no_verdict(&tool_call("s1"), unknown));
         lock(&shared.quick).alerts_pending = true;

@@ -99,6 +99,9 @@ impl BudgetGate {
         let own = store.rate_own(&a.api_request_id)?;
         let counted = self.cfg.tokens_counted;
         let (mut over, mut go, mut fits) = (None::<Over>, now, true);
+        // For the quick view: the requests left before the nearest request
+        // limit, counting every request in its span, those that wait too.
+        let mut left = f64::INFINITY;
         for (scope, id, rate, limit) in rates {
             let step = rate.per.step();
             let since = (now as i64 - rate.per.seconds()).div_euclid(step) * step - step;
@@ -107,6 +110,10 @@ impl BudgetGate {
                 .iter()
                 .map(|(b, amounts)| (*b, value(rate, counted, amounts)))
                 .collect();
+            if rate.unit == RateUnit::Requests {
+                let in_span: f64 = others.iter().map(|(_, v)| v).fold(0.0, |a, v| a + v);
+                left = left.min((limit - in_span).max(0.0));
+            }
             // The call itself is counted where it started: out of the others.
             let own_value = match own {
                 Some((at, amounts)) => {
@@ -148,7 +155,12 @@ impl BudgetGate {
                 });
             }
         }
-        let Some(o) = over else { return Ok(false) };
+        let Some(o) = over else {
+            self.requests_headroom.set(Some(left));
+            return Ok(false);
+        };
+        // Held back or stopped: the next request waits for its verdict.
+        self.requests_headroom.set(Some(0.0));
         let who = label(o.scope, &o.id);
         if fits && go > now {
             let text = budget::rate_wait_text(&who, o.rate, o.limit, go - now);
