@@ -14,7 +14,8 @@ the spool file, after which the event survives a crash; the writer thread
 commits it to SQLite meanwhile (a gating hook that needs a verdict waits
 for that commit, up to HERMES_METER_HOOK_WAIT_MS).
 
-    python benches/hook_overhead.py [--rounds N] [--threads T] [--budget|--rolling|--rate|--caps] [--runaway-stop]
+    python benches/hook_overhead.py [--rounds N] [--threads T] [--budget|--rolling|--rate|--caps]
+        [--runaway-stop]
 
 ``--budget`` sets a global daily budget far above what the run spends, and
 prices the fixtures' model (a budget over unpriced calls cannot be told

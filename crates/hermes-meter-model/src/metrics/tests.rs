@@ -408,7 +408,8 @@ fn budget_gauges_and_counters_have_the_registry_attributes() {
 }
 
 /// Every budget window's name is a value the registry lists for
-/// `hermes.budget.window` (a rolling width too).
+/// `hermes.budget.window` (a rolling width and a rate limit too), and every
+/// verdict one it lists for `hermes.budget.verdict`.
 #[test]
 fn every_budget_window_is_in_the_registry() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../semconv/docs/names.json");
@@ -424,6 +425,16 @@ fn every_budget_window_is_in_the_registry() {
         });
     for w in crate::budget::Window::every() {
         assert!(values.iter().any(|v| v == w.as_str()), "{w} is not in the registry");
+    }
+    // A rate limit's verdicts name it as their window.
+    for r in crate::budget::rate::Rate::ALL {
+        assert!(values.iter().any(|v| v == r.key()), "{r} is not in the registry");
+    }
+    let verdicts = names["attributes"]["hermes.budget.verdict"]["values"]
+        .as_array()
+        .expect("verdict values");
+    for v in crate::budget::verdict::ALL {
+        assert!(verdicts.iter().any(|x| x == v), "verdict {v} is not in the registry");
     }
 }
 
