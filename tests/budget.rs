@@ -1573,7 +1573,8 @@ fn quick_verdicts_keep_a_rolling_budget() {
 
 /// Under a request rate limit, requests go ahead on the hook thread while
 /// the last verdict's headroom holds, and never one past the limit: of 40
-/// requests in a second under 20 a minute, 20 go and 20 are stopped.
+/// requests of two sessions in a second under 20 a minute, 20 go and 20
+/// are stopped.
 #[test]
 fn quick_answers_never_let_a_request_past_a_request_rate_limit() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -1585,9 +1586,20 @@ fn quick_answers_never_let_a_request_past_a_request_rate_limit() {
     let bridge = Bridge::start_with_gate(cfg, Box::new(gate));
     let (mut quick, mut went, mut stopped) = (0, 0, 0);
     for i in 0..40 {
+        // Two sessions, a turn (a pre_llm_call verdict) before every other
+        // request: the measures of each session's requests carry over.
+        let session = format!("q{}", i % 2);
+        if i % 4 < 2 {
+            let turn = json!({"session_id": session, "turn_id": format!("{session}:{i}"), "model": "gpt-4o",
+                              "platform": "cli"});
+            assert!(matches!(
+                spooled(&bridge, "pre_llm_call", turn),
+                Outcome::Queued | Outcome::Committed(_)
+            ));
+        }
         let id = format!("r{i}");
-        let request = json!({"session_id": "q", "turn_id": "q:t", "api_request_id": id, "model": "gpt-4o",
-                             "platform": "cli", "approx_input_tokens": 10, "max_tokens": 0});
+        let request = json!({"session_id": session, "turn_id": format!("{session}:t"), "api_request_id": id,
+                             "model": "gpt-4o", "platform": "cli", "approx_input_tokens": 10, "max_tokens": 0});
         match spooled(&bridge, "pre_api_request", request) {
             Outcome::Queued => quick += 1,
             Outcome::Committed(None) => {}

@@ -45,6 +45,9 @@ pub(super) struct Headroom {
     /// This process's `pre_api_request` events the gate had seen when
     /// measured.
     pub(super) own_requests_basis: u64,
+    /// [`QuickView::journal_seq`] when the requests were measured (a
+    /// verdict other than `pre_api_request`'s keeps the last measure).
+    pub(super) requests_seq_basis: i64,
 }
 
 /// What a verdict's states leave out although this process's bases
@@ -178,10 +181,11 @@ impl QuickGate for Shared {
         // the measure (this one included) and every event any process
         // recorded since bound the requests started since.
         if matches!(event.hook, Hook::PreApiRequest(_)) && h.block_requests.is_finite() {
-            if view.journal_seq < h.seq_basis {
+            if view.journal_seq < h.requests_seq_basis {
                 return false;
             }
-            let grown = queued.requests.saturating_sub(h.own_requests_basis) + (view.journal_seq - h.seq_basis) as u64;
+            let grown =
+                queued.requests.saturating_sub(h.own_requests_basis) + (view.journal_seq - h.requests_seq_basis) as u64;
             return (grown as f64) < h.block_requests;
         }
         true
@@ -218,6 +222,18 @@ impl BudgetGate {
             (notice, block) = (0.0, 0.0);
         }
         let mut view = lock(&self.handle.0.quick);
+        let key = quick_key(session, model);
+        // The requests left before a request rate limit: this verdict's
+        // measure (a `pre_api_request`'s), else the session's last one with
+        // its bases, else none.
+        let measured = self.requests_headroom.take();
+        let (block_requests, own_requests_basis, requests_seq_basis) = match measured {
+            _ if !self.cfg.has_rate_limits() => (f64::INFINITY, 0, 0),
+            Some(left) => (left, self.observed_requests, view.journal_seq),
+            None => view.sessions.get(&key).map_or((0.0, 0, 0), |h| {
+                (h.block_requests, h.own_requests_basis, h.requests_seq_basis)
+            }),
+        };
         if view.sessions.len() >= MAX_QUICK_SESSIONS {
             view.sessions.clear();
         }
@@ -230,22 +246,11 @@ impl BudgetGate {
             block_tools,
             own_tools_basis: self.applied_tool_calls,
             seq_basis: view.journal_seq,
-            block_requests: self.requests_left(),
-            own_requests_basis: self.observed_requests,
+            block_requests,
+            own_requests_basis,
+            requests_seq_basis,
         };
-        view.sessions.insert(quick_key(session, model), h);
-    }
-
-    /// The requests a headroom being recorded leaves before a request rate
-    /// limit: what the last `pre_api_request` verdict measured, once;
-    /// none after any other verdict while request rate limits are set;
-    /// infinite without them.
-    fn requests_left(&self) -> f64 {
-        let measured = self.requests_headroom.take();
-        if !self.cfg.has_rate_limits() {
-            return f64::INFINITY;
-        }
-        measured.unwrap_or(0.0)
+        view.sessions.insert(key, h);
     }
 
     /// The fractions of a limit at which a verdict has something to say:
@@ -410,6 +415,9 @@ impl BudgetGate {
             if !self.runaway.stopped.is_empty() || self.cfg.counts_tokens() {
                 (notice, block) = (0.0, 0.0);
             }
+            // A session not measured yet: the global request limits' headroom
+            // (none left under a scope's or an id's own request limit).
+            let requests_left = self.global_requests_left(store, (self.clock)())?;
             lock(&self.handle.0.quick).universal = Some(Headroom {
                 notice_usd: notice,
                 block_usd: block,
@@ -420,8 +428,9 @@ impl BudgetGate {
                 own_tools_basis: self.applied_tool_calls,
                 seq_basis: journal_seq,
                 // A session not measured yet waits for its first request.
-                block_requests: if self.cfg.has_rate_limits() { 0.0 } else { f64::INFINITY },
+                block_requests: requests_left,
                 own_requests_basis: self.observed_requests,
+                requests_seq_basis: journal_seq,
             });
         }
         Ok(())
@@ -489,6 +498,7 @@ mod tests {
                 seq_basis: 0,
                 block_requests: f64::INFINITY,
                 own_requests_basis: 0,
+                requests_seq_basis: 0,
             },
         );
         drop(view);
@@ -573,7 +583,7 @@ mod tests {
             let mut view = lock(&shared.quick);
             view.journal_seq = 100;
             let h = view.sessions.get_mut(&quick_key("s1", None)).expect("measured");
-            (h.block_requests, h.own_requests_basis, h.seq_basis) = (3.0, 10, 100);
+            (h.block_requests, h.own_requests_basis, h.requests_seq_basis) = (3.0, 10, 100);
         }
         let requests = |requests| QueuedSpend {
             usd: 0.5,

@@ -16,7 +16,7 @@ use crate::lock;
 use hermes_meter_model::budget::rate::{rate_fits_at, rate_over, rate_used_at, Rate, RateAction, RateUnit};
 use hermes_meter_model::budget::{self, verdict, Scope};
 use hermes_meter_model::hook::{Hook, HookEvent, PreApiRequest};
-use hermes_meter_store::{LogPlace, RateAmounts, Writer};
+use hermes_meter_store::{LogPlace, RateAmounts, Reader, Writer};
 
 /// How a scope id reads in a rate limit's texts: `global`, `model gpt-4o`.
 fn label(scope: Scope, id: &str) -> String {
@@ -36,6 +36,32 @@ struct Over {
 }
 
 impl BudgetGate {
+    /// The requests that can start before a global request rate limit is
+    /// reached, counting every request in its span (those that wait too):
+    /// the headroom of a session not measured yet. Infinite without
+    /// request limits; none when a scope other than global has one (a new
+    /// session may be its id's, near its line).
+    pub(super) fn global_requests_left(&self, store: &Reader, now: f64) -> hermes_meter_store::Result<f64> {
+        let mut left = f64::INFINITY;
+        for (scope, limits) in &self.cfg.scopes {
+            for l in std::iter::once(&limits.default).chain(limits.overrides.values()) {
+                for (rate, limit) in l.rates.iter().filter(|(r, _)| r.unit == RateUnit::Requests) {
+                    if *scope != Scope::Global {
+                        return Ok(0.0);
+                    }
+                    let step = rate.per.step();
+                    let since = (now as i64 - rate.per.seconds()).div_euclid(step) * step - step;
+                    let in_span = store
+                        .rate_buckets(Scope::Global, "", rate.per, since)?
+                        .iter()
+                        .fold(0.0, |sum, (_, a)| sum + a.requests);
+                    left = left.min((limit - in_span).max(0.0));
+                }
+            }
+        }
+        Ok(left)
+    }
+
     /// Counts a request of this process as it starts, ends or fails, in
     /// every scope id it has a rate limit in (observe mode too, so that
     /// `budget list` shows what the limits would hold).
