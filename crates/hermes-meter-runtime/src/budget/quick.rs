@@ -225,14 +225,18 @@ impl BudgetGate {
         let key = quick_key(session, model);
         // The requests left before a request rate limit: this verdict's
         // measure (a `pre_api_request`'s), else the session's last one with
-        // its bases, else none.
+        // its bases, else the one of any session not measured yet, else none.
         let measured = self.requests_headroom.take();
         let (block_requests, own_requests_basis, requests_seq_basis) = match measured {
             _ if !self.cfg.has_rate_limits() => (f64::INFINITY, 0, 0),
             Some(left) => (left, self.observed_requests, view.journal_seq),
-            None => view.sessions.get(&key).map_or((0.0, 0, 0), |h| {
-                (h.block_requests, h.own_requests_basis, h.requests_seq_basis)
-            }),
+            None => view
+                .sessions
+                .get(&key)
+                .or(view.universal.as_ref())
+                .map_or((0.0, 0, 0), |h| {
+                    (h.block_requests, h.own_requests_basis, h.requests_seq_basis)
+                }),
         };
         if view.sessions.len() >= MAX_QUICK_SESSIONS {
             view.sessions.clear();
