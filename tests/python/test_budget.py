@@ -40,6 +40,42 @@ def test_the_middleware_calls_the_provider_unless_the_call_was_stopped() -> None
     assert _budget.llm_execution(next_call=next_call, request={}) == "provider response"
 
 
+def test_a_call_a_rate_limit_holds_back_sleeps_then_goes_and_a_broken_wait_never_stops_it(
+    monkeypatch,
+) -> None:
+    slept = []
+    monkeypatch.setattr(_budget.time, "sleep", slept.append)
+    waits = {"held:api:1": 12.5, "forever:api:1": 10_000.0}
+    monkeypatch.setattr(_budget._native, "llm_wait", lambda request_id=None: waits.pop(request_id, None))
+    calls = []
+
+    def next_call(next_payload=None):
+        calls.append(slept[:])
+        return "provider response"
+
+    kwargs = {"request": {}, "api_mode": "chat_completions"}
+    assert (
+        _budget.llm_execution(next_call=next_call, api_request_id="held:api:1", **kwargs)
+        == "provider response"
+    )
+    assert calls == [[12.5]], "it slept, then called the provider"
+    assert (
+        _budget.llm_execution(next_call=next_call, api_request_id="held:api:1", **kwargs)
+        == "provider response"
+    )
+    assert slept == [12.5], "a wait is taken once"
+    _budget.llm_execution(next_call=next_call, api_request_id="forever:api:1", **kwargs)
+    assert slept[-1] == _budget.MAX_RATE_WAIT_SECONDS, "bounded whatever it is told"
+
+    def broken(request_id=None):
+        raise RuntimeError("the binding went away")
+
+    monkeypatch.setattr(_budget._native, "llm_wait", broken)
+    assert (
+        _budget.llm_execution(next_call=next_call, api_request_id="x:api:1", **kwargs) == "provider response"
+    )
+
+
 def test_the_cron_pause_never_raises(monkeypatch) -> None:
     jobs = types.ModuleType("cron.jobs")
     cron = types.ModuleType("cron")
