@@ -1618,6 +1618,41 @@ fn quick_answers_never_let_a_request_past_a_request_rate_limit() {
     assert!(quick >= 5, "requests under the limit went ahead quickly: {quick}");
 }
 
+/// A request limit of one model holds that model's requests and leaves
+/// another model's alone: those go ahead quickly once measured.
+#[test]
+fn a_models_request_limit_holds_its_requests_only() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_budgets(
+        dir.path(),
+        "timezone = \"UTC\"\n[per_model.overrides.gpt-4o]\nrequests_per_minute = 5\n",
+    );
+    let mut cfg = BridgeConfig::new(dir.path().to_path_buf());
+    cfg.hook_wait = Duration::from_secs(10);
+    let gate = BudgetGate::for_store_dir(dir.path(), None, false);
+    let handle = gate.handle();
+    let bridge = Bridge::start_with_gate(cfg, Box::new(gate));
+    let mut run = |model: &str, n: usize| {
+        let (mut quick, mut stopped) = (0, 0);
+        for i in 0..n {
+            let id = format!("{model}:{i}");
+            let request = json!({"session_id": model, "turn_id": format!("{model}:t"), "api_request_id": id,
+                                 "model": model, "platform": "cli", "approx_input_tokens": 10, "max_tokens": 0});
+            if spooled(&bridge, "pre_api_request", request) == Outcome::Queued {
+                quick += 1;
+            }
+            stopped += usize::from(handle.stop_for(&id).is_some());
+        }
+        (quick, stopped)
+    };
+    let (quick, stopped) = run("mistral-large", 20);
+    assert_eq!(stopped, 0);
+    assert!(quick >= 15, "another model's requests go ahead quickly: {quick}");
+    let (_, stopped) = run("gpt-4o", 10);
+    assert_eq!(stopped, 5, "five a minute for gpt-4o");
+    assert!(bridge.flush(Duration::from_secs(10)));
+}
+
 #[test]
 fn quick_verdicts_keep_a_session_cap_in_usd() {
     quick_against_the_writer("[per_session]\nusd = 1.0\n", Some(20));

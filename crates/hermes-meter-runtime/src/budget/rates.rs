@@ -120,6 +120,8 @@ impl BudgetGate {
         let keys = store.budget_scope_keys(&a.session_id, a.model.as_deref())?;
         let rates = self.cfg.rates_for(&keys);
         if rates.is_empty() {
+            // No rate limit applies to this session and model.
+            self.requests_headroom.set(Some(f64::INFINITY));
             return Ok(false);
         }
         let own = store.rate_own(&a.api_request_id)?;
