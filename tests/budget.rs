@@ -1632,7 +1632,7 @@ fn a_models_request_limit_holds_its_requests_only() {
     let gate = BudgetGate::for_store_dir(dir.path(), None, false);
     let handle = gate.handle();
     let bridge = Bridge::start_with_gate(cfg, Box::new(gate));
-    let mut run = |model: &str, n: usize| {
+    let run = |model: &str, n: usize| {
         let (mut quick, mut stopped) = (0, 0);
         for i in 0..n {
             let id = format!("{model}:{i}");
