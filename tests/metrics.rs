@@ -213,7 +213,7 @@ fn after_replaying_the_fixtures_every_instrument_arrives_with_the_ledgers_sums()
     // A budget (the fixtures are days old: nothing spent in today's window).
     std::fs::write(
         dir.path().join("budgets.toml"),
-        "timezone = \"UTC\"\n[global]\ndaily = 10.0\ndaily_tokens = 1000000\n",
+        "timezone = \"UTC\"\n[global]\ndaily = 10.0\ndaily_tokens = 1000000\nrequests_per_minute = 30\n",
     )
     .expect("budgets");
     let mut exporter =
@@ -565,6 +565,44 @@ fn budget_gauges_follow_the_budget_file_and_spend_at_every_scrape() {
     // The budget removed: its gauges go.
     std::fs::write(&budgets, "timezone = \"UTC\"\n").expect("budgets");
     assert_eq!(daily_sample(&scrape(), "hermes_budget_limit"), None);
+}
+
+/// Each rate limit's use and limit are scraped as the requests stand now;
+/// a gateway user's own limit stays out (sender ids are not in metrics by
+/// default).
+#[test]
+fn rate_limit_gauges_show_what_each_span_holds() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = dir.path().join("meter");
+    let store = Writer::open_dir(&home).expect("open");
+    std::fs::write(
+        home.join("budgets.toml"),
+        "timezone = \"UTC\"\n[global]\nrequests_per_minute = 30\n[per_sender.overrides.alice]\nrequests_per_minute = 5\n",
+    )
+    .expect("budgets");
+    let now = hermes_meter_store::unix_now();
+    let scopes = [(hermes_meter_model::budget::Scope::Global, "")];
+    for id in ["r1", "r2"] {
+        store
+            .rate_start(id, &scopes, now, hermes_meter_store::RateAmounts::default())
+            .expect("a request");
+    }
+    let server = serve_metrics(store.path());
+    let text =
+        hermes_meter_test_support::http_get::ok_body(&server.addr().to_string(), "/metrics").expect("a 200 scrape");
+    let sample = |name: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with(&format!("{name}{{"))
+                    && l.contains("hermes_budget_scope=\"global\"")
+                    && l.contains("hermes_budget_window=\"requests_per_minute\"")
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    assert_eq!(sample("hermes_rate_limit_used"), Some(2.0), "{text}");
+    assert_eq!(sample("hermes_rate_limit_limit"), Some(30.0), "{text}");
+    assert!(!text.contains("alice"), "{text}");
 }
 
 #[test]

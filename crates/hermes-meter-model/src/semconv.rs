@@ -269,6 +269,10 @@ pub mod metric {
     pub(crate) const BUDGET_TOKENS: &str = "hermes.budget.tokens";
     pub(crate) const BUDGET_TOKEN_LIMIT: &str = "hermes.budget.token_limit";
     pub(crate) const BUDGET_TOKENS_PROJECTED: &str = "hermes.budget.tokens_projected";
+    /// What a rate limit's span holds now, and its limit (gauges; the
+    /// unit is the window's: requests, tokens or USD).
+    pub(crate) const RATE_LIMIT_USED: &str = "hermes.rate_limit.used";
+    pub(crate) const RATE_LIMIT_LIMIT: &str = "hermes.rate_limit.limit";
     /// Seconds since this store's last successful fleet sync (gauge).
     pub const FLEET_SYNC_LAG: &str = "hermes.fleet.sync.lag";
     pub const BUDGET_VERDICTS: &str = "hermes.budget.verdicts";

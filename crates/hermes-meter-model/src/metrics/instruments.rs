@@ -318,6 +318,24 @@ pub const INSTRUMENTS: &[Instrument] = &[
         "Tokens projected to the end of a token budget's window at the window's rate so far.",
     ),
     inst(
+        m::RATE_LIMIT_USED,
+        Kind::Gauge,
+        "{amount}",
+        "hermes_rate_limit_used",
+        &[],
+        false,
+        "What a rate limit's span holds now: requests started, or their tokens or US dollars (the window, e.g. requests_per_minute, says which).",
+    ),
+    inst(
+        m::RATE_LIMIT_LIMIT,
+        Kind::Gauge,
+        "{amount}",
+        "hermes_rate_limit_limit",
+        &[],
+        false,
+        "A rate limit, in its window's unit (requests, tokens or US dollars per minute or hour).",
+    ),
+    inst(
         m::FLEET_SYNC_LAG,
         Kind::Gauge,
         "s",
@@ -366,13 +384,15 @@ pub const INSTRUMENTS: &[Instrument] = &[
 
 /// The gauge metrics (budgets, the fleet sync lag, the health record's
 /// counts of hook calls), replaced together.
-pub const GAUGE_METRICS: [&str; 9] = [
+pub const GAUGE_METRICS: [&str; 11] = [
     m::BUDGET_SPEND,
     m::BUDGET_LIMIT,
     m::BUDGET_PROJECTED,
     m::BUDGET_TOKENS,
     m::BUDGET_TOKEN_LIMIT,
     m::BUDGET_TOKENS_PROJECTED,
+    m::RATE_LIMIT_USED,
+    m::RATE_LIMIT_LIMIT,
     m::FLEET_SYNC_LAG,
     m::HOOK_CALLS_LOST,
     m::HOOK_CALLS_SKIPPED,

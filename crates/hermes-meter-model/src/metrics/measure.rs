@@ -313,6 +313,18 @@ pub fn budget_gauge_rows(readings: &[BudgetReading<'_>]) -> Vec<(&'static str, S
     out
 }
 
+/// The `hermes.rate_limit.used` / `.limit` rows of one rate limit:
+/// `scope`, `id` (`""` for global), `key` (`requests_per_minute`, the
+/// window attribute), what its span holds and its limit.
+pub fn rate_limit_rows(scope: &str, id: &str, key: &str, used: f64, limit: f64) -> [(&'static str, String, f64); 2] {
+    let a = AttrSet::new()
+        .s(mattr::HERMES_BUDGET_SCOPE, scope)
+        .s(mattr::HERMES_BUDGET_ID, id)
+        .s(mattr::HERMES_BUDGET_WINDOW, key)
+        .key();
+    [(m::RATE_LIMIT_USED, a.clone(), used), (m::RATE_LIMIT_LIMIT, a, limit)]
+}
+
 /// The `hermes.fleet.sync.lag` row of host `host_id`: seconds since its
 /// last successful fleet sync.
 pub fn fleet_lag_row(host_id: &str, lag_seconds: f64) -> (&'static str, String, f64) {

@@ -509,6 +509,7 @@ fn instruments_and_attributes_match_the_semconv_registry() {
         .into_iter()
         .chain([fleet_lag_row("5f0c8e2a", 1.5)])
         .chain(hook_call_rows(1, 2, 3))
+        .chain(rate_limit_rows("global", "", "requests_per_minute", 2.0, 30.0))
     {
         out.push(Increment {
             metric,

@@ -462,6 +462,28 @@ pub(crate) fn refresh_budget_gauges(store: &mut Outbox, allow: AllowList) {
         })
         .collect();
     let mut rows = metrics::budget_gauge_rows(&readings);
+    // Each rate limit's use (a sender's own only where sender ids may be
+    // in metrics).
+    match crate::config::load_budgets(&dir.join(hermes_meter_model::budget::BUDGETS_FILE_NAME)) {
+        Ok(cfg) if cfg.has_rate_limits() => match crate::budget::rate_states(store, &cfg, unix_now()) {
+            Ok(states) => {
+                for s in states
+                    .iter()
+                    .filter(|s| allow.sender || s.scope != hermes_meter_model::budget::Scope::Sender)
+                {
+                    rows.extend(metrics::rate_limit_rows(
+                        s.scope.as_str(),
+                        &s.id,
+                        s.rate.key(),
+                        s.used,
+                        s.limit,
+                    ));
+                }
+            }
+            Err(e) => tracing::warn!(target: "Budget.GaugesFailed", "rate limit gauges not read: {e}"),
+        },
+        _ => {}
+    }
     // With a fleet, the sync lag from the last successful sync (none before
     // the first: there is no lag to measure, and `status` says so).
     if crate::config::fleet::configured() {
