@@ -485,7 +485,7 @@ fn no_source_file_is_over_700_lines() {
     const STILL_OVER: [(&str, usize); 5] = [
         ("crates/hermes-meter-runtime/src/export/mod.rs", 1064),
         ("src/cli/budget.rs", 745),
-        ("crates/hermes-meter-runtime/src/budget/gate.rs", 897),
+        ("crates/hermes-meter-runtime/src/budget/gate.rs", 837),
         ("crates/hermes-meter-store/src/doctor.rs", 869),
         ("crates/hermes-meter-runtime/src/bridge/writer.rs", 828),
     ];

@@ -7,81 +7,58 @@
 
 use std::path::Path;
 
+use toml_edit::DocumentMut;
+
 use super::budget::budget_words;
 use hermes_meter_model::budget::rate::Rate;
 use hermes_meter_model::budget::{self, BudgetConfig, BudgetUnit, CapScope, CapUnit, Scope, Window};
 use hermes_meter_store::error::{Error, Result};
 use hermes_meter_store::write_atomically;
 
-/// Sets one cap in the budget file at `path`, keeping everything else.
-pub(super) fn set_cap(path: &Path, scope: CapScope, unit: CapUnit, limit: f64) -> Result<()> {
+/// Changes the budget file at `path` with `edit` (a new file gets its
+/// header above the tables: parsed with them, comments alone would end up
+/// below them), keeping everything else, and writes it once it parses.
+fn set_in(path: &Path, edit: impl FnOnce(&mut DocumentMut) -> std::result::Result<(), String>) -> Result<()> {
     let (text, header) = match std::fs::read_to_string(path) {
         Ok(t) => (t, ""),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), NEW_FILE_HEADER),
         Err(e) => return Err(Error::io(path, e)),
     };
     let mut doc = parse_doc(path, &text)?;
-    budget::edit::set_cap(&mut doc, scope, unit, limit).map_err(|message| Error::Config {
+    edit(&mut doc).map_err(|message| Error::Config {
         path: path.to_path_buf(),
         message,
     })?;
     write_checked(path, header, &doc)
 }
 
-/// Removes one cap from the budget file at `path`; an error when it is not set.
-pub(super) fn remove_cap(path: &Path, scope: CapScope, unit: CapUnit) -> Result<()> {
-    let what = format!("per-{scope} {}", unit.as_str());
+/// Removes from the budget file at `path` what `remove` takes out (false:
+/// it was not set), keeping everything else, comments too. `what` names it
+/// in the error of a file without it (`global daily limit`, `per-run
+/// tool_calls cap`).
+fn remove_in(path: &Path, what: &str, remove: impl FnOnce(&mut DocumentMut) -> bool) -> Result<()> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(Error::Other(format!(
-                "no {what} cap to remove: {} does not exist",
+                "no {what} to remove: {} does not exist",
                 path.display()
             )))
         }
         Err(e) => return Err(Error::io(path, e)),
     };
     let mut doc = parse_doc(path, &text)?;
-    if !budget::edit::remove_cap(&mut doc, scope, unit) {
+    if !remove(&mut doc) {
         return Err(Error::Other(format!(
-            "no {what} cap is set in {}; see hermes-meter budget list",
+            "no {what} is set in {}; see hermes-meter budget list",
             path.display()
         )));
     }
     write_checked(path, "", &doc)
 }
 
-/// Removes one limit from the budget file at `path`, keeping everything
-/// else (comments too). A table left empty by it goes as well. Removing a
-/// limit that is not set is an error naming what is set instead.
-pub(super) fn remove(path: &Path, scope: Scope, id: Option<&str>, window: Window, unit: BudgetUnit) -> Result<()> {
-    let what = budget_words(scope, id, window, unit);
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::Other(format!(
-                "no {what} limit to remove: {} does not exist",
-                path.display()
-            )))
-        }
-        Err(e) => return Err(Error::io(path, e)),
-    };
-    let mut doc = parse_doc(path, &text)?;
-    let missing = || {
-        Error::Other(format!(
-            "no {what} limit is set in {}; see hermes-meter budget list",
-            path.display()
-        ))
-    };
-    let removed = budget::edit::remove_limit(&mut doc, scope, id, (window, unit));
-    if !removed {
-        return Err(missing());
-    }
-    write_checked(path, "", &doc)
-}
-
 /// The budget file's text as an editable document.
-pub(super) fn parse_doc(path: &Path, text: &str) -> Result<toml_edit::DocumentMut> {
+fn parse_doc(path: &Path, text: &str) -> Result<DocumentMut> {
     text.parse().map_err(|e: toml_edit::TomlError| Error::Config {
         path: path.to_path_buf(),
         message: e.to_string(),
@@ -90,7 +67,7 @@ pub(super) fn parse_doc(path: &Path, text: &str) -> Result<toml_edit::DocumentMu
 
 /// Writes the edited file (after `header`, a new file's comments), once it
 /// is known to parse as a budget file.
-pub(super) fn write_checked(path: &Path, header: &str, doc: &toml_edit::DocumentMut) -> Result<()> {
+fn write_checked(path: &Path, header: &str, doc: &DocumentMut) -> Result<()> {
     let new_text = format!("{header}{doc}");
     BudgetConfig::parse(&new_text).map_err(|message| Error::Config {
         path: path.to_path_buf(),
@@ -99,7 +76,7 @@ pub(super) fn write_checked(path: &Path, header: &str, doc: &toml_edit::Document
     write_atomically(path, new_text.as_bytes())
 }
 
-/// Sets one limit in the budget file at `path`, keeping everything else.
+/// Sets one limit in the budget file at `path`.
 pub(super) fn set(
     path: &Path,
     scope: Scope,
@@ -108,19 +85,51 @@ pub(super) fn set(
     unit: BudgetUnit,
     limit: f64,
 ) -> Result<()> {
-    // A new file gets its header above the tables (parsed with them,
-    // comments alone would end up below them).
-    let (text, header) = match std::fs::read_to_string(path) {
-        Ok(t) => (t, ""),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), NEW_FILE_HEADER),
-        Err(e) => return Err(Error::io(path, e)),
-    };
-    let mut doc = parse_doc(path, &text)?;
-    budget::edit::set_limit(&mut doc, scope, id, (window, unit), limit).map_err(|message| Error::Config {
-        path: path.to_path_buf(),
-        message,
-    })?;
-    write_checked(path, header, &doc)
+    set_in(path, |doc| {
+        budget::edit::set_limit(doc, scope, id, (window, unit), limit)
+    })
+}
+
+/// Removes one limit from the budget file at `path` (a table left empty by
+/// it goes as well); an error when it is not set.
+pub(super) fn remove(path: &Path, scope: Scope, id: Option<&str>, window: Window, unit: BudgetUnit) -> Result<()> {
+    let what = format!("{} limit", budget_words(scope, id, window, unit));
+    remove_in(path, &what, |doc| {
+        budget::edit::remove_limit(doc, scope, id, (window, unit))
+    })
+}
+
+/// Sets one cap in the budget file at `path`.
+pub(super) fn set_cap(path: &Path, scope: CapScope, unit: CapUnit, limit: f64) -> Result<()> {
+    set_in(path, |doc| budget::edit::set_cap(doc, scope, unit, limit))
+}
+
+/// Removes one cap from the budget file at `path`; an error when it is not set.
+pub(super) fn remove_cap(path: &Path, scope: CapScope, unit: CapUnit) -> Result<()> {
+    let what = format!("per-{scope} {} cap", unit.as_str());
+    remove_in(path, &what, |doc| budget::edit::remove_cap(doc, scope, unit))
+}
+
+/// How a rate limit reads in messages: `global requests_per_minute`,
+/// `model gpt-4o tokens_per_minute`, `sender (default) usd_per_hour`.
+pub(super) fn rate_words(scope: Scope, id: Option<&str>, rate: Rate) -> String {
+    match (id, scope) {
+        (_, Scope::Global) => format!("global {rate}"),
+        (Some(id), _) => format!("{scope} {id} {rate}"),
+        (None, _) => format!("{scope} (default) {rate}"),
+    }
+}
+
+/// Sets one rate limit in the budget file at `path`.
+pub(super) fn set_rate(path: &Path, scope: Scope, id: Option<&str>, rate: Rate, limit: f64) -> Result<()> {
+    set_in(path, |doc| budget::edit::set_rate(doc, scope, id, rate, limit))
+}
+
+/// Removes one rate limit from the budget file at `path`; an error when it
+/// is not set.
+pub(super) fn remove_rate(path: &Path, scope: Scope, id: Option<&str>, rate: Rate) -> Result<()> {
+    let what = format!("{} limit", rate_words(scope, id, rate));
+    remove_in(path, &what, |doc| budget::edit::remove_rate(doc, scope, id, rate))
 }
 
 pub(super) const NEW_FILE_HEADER: &str = "\
@@ -151,52 +160,3 @@ pub(super) const NEW_FILE_HEADER: &str = "\
 # action = \"wait\"           # wait until the call fits, at most max_wait_seconds
 # max_wait_seconds = 60
 ";
-
-/// How a rate limit reads in messages: `global requests_per_minute`,
-/// `model gpt-4o tokens_per_minute`, `sender (default) usd_per_hour`.
-pub(super) fn rate_words(scope: Scope, id: Option<&str>, rate: Rate) -> String {
-    match (id, scope) {
-        (_, Scope::Global) => format!("global {rate}"),
-        (Some(id), _) => format!("{scope} {id} {rate}"),
-        (None, _) => format!("{scope} (default) {rate}"),
-    }
-}
-
-/// Sets one rate limit in the budget file at `path`, keeping everything else.
-pub(super) fn set_rate(path: &Path, scope: Scope, id: Option<&str>, rate: Rate, limit: f64) -> Result<()> {
-    let (text, header) = match std::fs::read_to_string(path) {
-        Ok(t) => (t, ""),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), NEW_FILE_HEADER),
-        Err(e) => return Err(Error::io(path, e)),
-    };
-    let mut doc = parse_doc(path, &text)?;
-    budget::edit::set_rate(&mut doc, scope, id, rate, limit).map_err(|message| Error::Config {
-        path: path.to_path_buf(),
-        message,
-    })?;
-    write_checked(path, header, &doc)
-}
-
-/// Removes one rate limit from the budget file at `path`; an error when it
-/// is not set.
-pub(super) fn remove_rate(path: &Path, scope: Scope, id: Option<&str>, rate: Rate) -> Result<()> {
-    let what = rate_words(scope, id, rate);
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::Other(format!(
-                "no {what} limit to remove: {} does not exist",
-                path.display()
-            )))
-        }
-        Err(e) => return Err(Error::io(path, e)),
-    };
-    let mut doc = parse_doc(path, &text)?;
-    if !budget::edit::remove_rate(&mut doc, scope, id, rate) {
-        return Err(Error::Other(format!(
-            "no {what} limit is set in {}; see hermes-meter budget list",
-            path.display()
-        )));
-    }
-    write_checked(path, "", &doc)
-}

@@ -25,8 +25,9 @@
 //! store's size.
 //!
 //! This file holds the gate itself; `handle.rs` what the binding asks it
-//! (stops, pauses, messages), `quick.rs` the headroom that lets a hook
-//! thread skip a verdict, `env.rs` the environment it reads.
+//! (stops, waits, pauses, messages), `quick.rs` the headroom that lets a
+//! hook thread skip a verdict, `caps.rs` the caps' use and notices,
+//! `rates.rs` the rate limits.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -39,8 +40,7 @@ use super::watch::RunawayWatch;
 use crate::bridge::{Gate, GateNeeds, QuickGate, Verdict};
 use crate::lock;
 use hermes_meter_model::budget::{
-    self, alert, verdict, BudgetConfig, BudgetMode, BudgetState, CapScope, CapState, Level, RunawayAction, Scope,
-    Unsynced,
+    self, alert, verdict, BudgetConfig, BudgetMode, BudgetState, CapState, Level, RunawayAction, Scope, Unsynced,
 };
 use hermes_meter_model::hook::{Hook, HookEvent};
 use hermes_meter_store::{LogPlace, Reader, Writer};
@@ -77,10 +77,6 @@ pub struct BudgetGate {
     /// This process's `pre_api_request` events the gate has seen (counted
     /// in the rate buckets, see `rates.rs`).
     pub(super) observed_requests: u64,
-    /// The requests the request rate limits of the last `pre_api_request`
-    /// verdict leave (infinite without one), for the quick view; taken by
-    /// the next headroom recorded (any other verdict records none left).
-    pub(super) requests_headroom: std::cell::Cell<Option<f64>>,
     /// When the quick view's universal headroom is measured next.
     pub(super) next_universal: Instant,
     /// The clock, replaceable in tests.
@@ -130,7 +126,6 @@ impl BudgetGate {
             applied_usd: 0.0,
             applied_tool_calls: 0,
             observed_requests: 0,
-            requests_headroom: std::cell::Cell::new(None),
             next_universal: Instant::now(),
             clock: hermes_meter_store::unix_now,
             fleet: false,
@@ -424,7 +419,14 @@ impl BudgetGate {
                     let (caps, _) = self.caps_in(st, &e.session_id, now, None, None)?;
                     Ok((states, caps, st.pending_alerts(MAX_ALERTS_PER_TURN)?))
                 })?;
-                self.record_headroom(&e.session_id, e.model.as_deref(), &states, &caps, Unseen::default());
+                self.record_headroom(
+                    &e.session_id,
+                    e.model.as_deref(),
+                    &states,
+                    &caps,
+                    Unseen::default(),
+                    None,
+                );
                 // Observe mode routes no call (and ends a downgrade an
                 // earlier enforce mode began).
                 let to = self.downgrade(&states, &caps).filter(|_| enforce);
@@ -469,7 +471,7 @@ impl BudgetGate {
                     let states = self.states_in(st, session, None, now, None)?;
                     Ok((states, self.caps_in(st, session, now, None, Some(event.at))?))
                 })?;
-                self.record_headroom(session, None, &states, &caps, unseen);
+                self.record_headroom(session, None, &states, &caps, unseen, None);
                 self.handle.note_downgrade(session, self.downgrade(&states, &caps));
                 self.pause_cron(store, &states, now, session, place)?;
                 match self.block(store, &states, &caps, true, now, place)? {
@@ -485,9 +487,9 @@ impl BudgetGate {
             }
             Hook::PreApiRequest(e) if enforce && !self.cfg.is_empty() => {
                 let a = &e.api;
-                if self.rate_stopped(store, e, now, place)? {
+                let Some(requests_left) = self.rate_verdict(store, e, now, place)? else {
                     return Ok(None);
-                }
+                };
                 // The call's own reservation is not held against it: a call
                 // starts while the spend before it is under the limit.
                 let exclude = Some(a.api_request_id.as_str());
@@ -500,7 +502,14 @@ impl BudgetGate {
                     usd: own,
                     tool_calls: 0.0,
                 };
-                self.record_headroom(&a.session_id, a.model.as_deref(), &states, &caps, unseen);
+                self.record_headroom(
+                    &a.session_id,
+                    a.model.as_deref(),
+                    &states,
+                    &caps,
+                    unseen,
+                    Some(requests_left),
+                );
                 self.handle
                     .note_downgrade(&a.session_id, self.downgrade(&states, &caps));
                 self.pause_cron(store, &states, now, &a.session_id, place)?;
@@ -694,76 +703,6 @@ impl BudgetGate {
         };
         if stop.is_some() {
             self.handle.note_session(&a.session_id, stop);
-        }
-        Ok(())
-    }
-
-    /// The caps of `session` and its current run now, read inside a
-    /// snapshot the caller holds (see [`Reader::cap_use`]), and the tool
-    /// calls from `tool_call_at` on, which they leave out.
-    fn caps_in(
-        &self,
-        store: &Reader,
-        session: &str,
-        now: f64,
-        exclude: Option<&str>,
-        tool_call_at: Option<f64>,
-    ) -> hermes_meter_store::Result<(Vec<CapState>, Unseen)> {
-        if self.cfg.caps.is_empty() {
-            return Ok(Default::default());
-        }
-        let with_run = self.cfg.caps.contains_key(&CapScope::Run);
-        let Some(used) = store.cap_use(session, now, exclude, tool_call_at, with_run)? else {
-            return Ok(Default::default());
-        };
-        let mut out = budget::assess_caps(&self.cfg, CapScope::Session, &used.root, &used.session);
-        if let Some((turn, run)) = &used.run {
-            out.extend(budget::assess_caps(&self.cfg, CapScope::Run, turn, run));
-        }
-        let unseen = Unseen {
-            usd: 0.0,
-            tool_calls: used.tool_calls_after as f64,
-        };
-        Ok((out, unseen))
-    }
-
-    /// The alert-threshold, soft and hard notices of `caps`, once per
-    /// session or run, cap and line, across processes.
-    fn cap_notices(
-        &self,
-        store: &Writer,
-        caps: &[CapState],
-        now: f64,
-        place: LogPlace<'_>,
-        texts: &mut Vec<String>,
-    ) -> hermes_meter_store::Result<()> {
-        let session = place.session_id.unwrap_or_default();
-        for c in caps {
-            let Some(t) = budget::cap_threshold_reached(&self.cfg, c) else {
-                continue;
-            };
-            let text = budget::cap_threshold_text(c, t);
-            if store.raise_alert_delivered(
-                alert::BUDGET_THRESHOLD,
-                &c.alert_key(&t.to_string()),
-                &text,
-                now,
-                session,
-            )? {
-                store.log_alert(alert::BUDGET_THRESHOLD, &text, now, place)?;
-                texts.push(text);
-            }
-        }
-        for c in caps.iter().filter(|c| c.level >= Level::Soft) {
-            let (kind, v) = match c.level {
-                Level::Hard => (alert::BUDGET_HARD, verdict::HARD),
-                _ => (alert::BUDGET_SOFT, verdict::SOFT),
-            };
-            let text = budget::cap_notice_text(c, self.mode());
-            if store.raise_alert_delivered(kind, &c.alert_key(c.level.as_str()), &text, now, session)? {
-                store.count_verdict(v, c.cap.scope.as_str(), budget::LIFETIME, now, place, &text)?;
-                texts.push(text);
-            }
         }
         Ok(())
     }

@@ -30,13 +30,7 @@ pub fn rate_states(store: &Reader, cfg: &BudgetConfig, now: f64) -> hermes_meter
         };
         for id in ids {
             for (rate, limit) in cfg.limits(*scope, &id).rates.iter() {
-                let step = rate.per.step();
-                let since = (now as i64 - rate.per.seconds()).div_euclid(step) * step - step;
-                let buckets: Vec<(i64, f64)> = store
-                    .rate_buckets(*scope, &id, rate.per, since)?
-                    .iter()
-                    .map(|(b, a)| (*b, rate_value(rate, cfg.tokens_counted, a)))
-                    .collect();
+                let buckets = span_values(store, (*scope, &id), rate, cfg.tokens_counted, now)?;
                 out.push(RateState {
                     scope: *scope,
                     id: id.clone(),
@@ -48,6 +42,24 @@ pub fn rate_states(store: &Reader, cfg: &BudgetConfig, now: f64) -> hermes_meter
         }
     }
     Ok(out)
+}
+
+/// The buckets of `rate`'s span of one scope id at `now`, oldest first,
+/// in the limit's unit (those of calls that wait, ahead of now, included).
+pub(super) fn span_values(
+    store: &Reader,
+    (scope, id): (Scope, &str),
+    rate: Rate,
+    counted: TokenCount,
+    now: f64,
+) -> hermes_meter_store::Result<Vec<(i64, f64)>> {
+    let step = rate.per.step();
+    let since = (now as i64 - rate.per.seconds()).div_euclid(step) * step - step;
+    Ok(store
+        .rate_buckets(scope, id, rate.per, since)?
+        .iter()
+        .map(|(b, a)| (*b, rate_value(rate, counted, a)))
+        .collect())
 }
 
 /// A rate limit's value of some amounts.

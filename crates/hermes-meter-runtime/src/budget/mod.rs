@@ -6,6 +6,7 @@
 //!   reads the store on the writer thread, and its quick view;
 //! - `first_sync.rs`: the state a fleet host's hook threads wait on until
 //!   its store first synced;
+//! - `caps.rs`: the per-session and per-run caps' use and notices;
 //! - `rates.rs`: rate limits (requests, tokens, USD per minute or hour):
 //!   counting requests as they start and end, and the stop or wait before
 //!   the provider;
@@ -19,6 +20,7 @@
 //! Must not touch: SQL (every statement is in the store crate), Python, the
 //! network. The CLI (`src/cli/budget.rs`) edits the file.
 
+mod caps;
 mod exposure;
 mod first_sync;
 mod gate;

@@ -195,7 +195,8 @@ impl QuickGate for Shared {
 impl BudgetGate {
     /// Keeps, for the quick verdicts, how far `states` (of `session` calling
     /// `model`, just read) are from their soft and hard lines, less what
-    /// they left `unseen`.
+    /// they left `unseen`, and the requests a `pre_api_request` verdict
+    /// measured its request rate limits leave (`requests_left`).
     pub(super) fn record_headroom(
         &self,
         session: &str,
@@ -203,6 +204,7 @@ impl BudgetGate {
         states: &[BudgetState],
         caps: &[CapState],
         unseen: Unseen,
+        requests_left: Option<f64>,
     ) {
         let (notice, block) = self.headroom_of(states);
         let (cap_notice, cap_block) = self.cap_headroom(caps, CapUnit::Usd);
@@ -226,8 +228,7 @@ impl BudgetGate {
         // The requests left before a request rate limit: this verdict's
         // measure (a `pre_api_request`'s), else the session's last one with
         // its bases, else the one of any session not measured yet, else none.
-        let measured = self.requests_headroom.take();
-        let (block_requests, own_requests_basis, requests_seq_basis) = match measured {
+        let (block_requests, own_requests_basis, requests_seq_basis) = match requests_left {
             _ if !self.cfg.has_rate_limits() => (f64::INFINITY, 0, 0),
             Some(left) => (left, self.observed_requests, view.journal_seq),
             None => view

@@ -11,7 +11,7 @@
 //! (`crates/hermes-meter-model/src/budget/rate.rs`).
 
 use super::gate::BudgetGate;
-use super::gauges::rate_value as value;
+use super::gauges::{rate_value as value, span_values};
 use crate::lock;
 use hermes_meter_model::budget::rate::{rate_fits_at, rate_over, rate_used_at, Rate, RateAction, RateUnit};
 use hermes_meter_model::budget::{self, verdict, Scope};
@@ -49,12 +49,9 @@ impl BudgetGate {
                     if *scope != Scope::Global {
                         return Ok(0.0);
                     }
-                    let step = rate.per.step();
-                    let since = (now as i64 - rate.per.seconds()).div_euclid(step) * step - step;
-                    let in_span = store
-                        .rate_buckets(Scope::Global, "", rate.per, since)?
+                    let in_span = span_values(store, (Scope::Global, ""), rate, self.cfg.tokens_counted, now)?
                         .iter()
-                        .fold(0.0, |sum, (_, a)| sum + a.requests);
+                        .fold(0.0, |sum, (_, v)| sum + v);
                     left = left.min((limit - in_span).max(0.0));
                 }
             }
@@ -103,26 +100,26 @@ impl BudgetGate {
     }
 
     /// The rate limits' verdict on the request `e` at `now` (enforce mode):
-    /// true when the call was stopped (its stand-in is noted and it is
-    /// taken out of the counts); a call that waits is noted with its wait
-    /// and moved to when it goes.
-    pub(super) fn rate_stopped(
+    /// `None` when the call was stopped (its stand-in is noted and it is
+    /// taken out of the counts), else the requests the request limits
+    /// leave for the quick view (infinite without one; none after a wait).
+    /// A call that waits is noted with its wait and moved to when it goes.
+    pub(super) fn rate_verdict(
         &mut self,
         store: &Writer,
         e: &PreApiRequest,
         now: f64,
         place: LogPlace<'_>,
-    ) -> hermes_meter_store::Result<bool> {
+    ) -> hermes_meter_store::Result<Option<f64>> {
         if !self.cfg.has_rate_limits() {
-            return Ok(false);
+            return Ok(Some(f64::INFINITY));
         }
         let a = &e.api;
         let keys = store.budget_scope_keys(&a.session_id, a.model.as_deref())?;
         let rates = self.cfg.rates_for(&keys);
         if rates.is_empty() {
             // No rate limit applies to this session and model.
-            self.requests_headroom.set(Some(f64::INFINITY));
-            return Ok(false);
+            return Ok(Some(f64::INFINITY));
         }
         let own = store.rate_own(&a.api_request_id)?;
         let counted = self.cfg.tokens_counted;
@@ -131,13 +128,7 @@ impl BudgetGate {
         // limit, counting every request in its span, those that wait too.
         let mut left = f64::INFINITY;
         for (scope, id, rate, limit) in rates {
-            let step = rate.per.step();
-            let since = (now as i64 - rate.per.seconds()).div_euclid(step) * step - step;
-            let mut others: Vec<(i64, f64)> = store
-                .rate_buckets(scope, id, rate.per, since)?
-                .iter()
-                .map(|(b, amounts)| (*b, value(rate, counted, amounts)))
-                .collect();
+            let mut others = span_values(store, (scope, id), rate, counted, now)?;
             if rate.unit == RateUnit::Requests {
                 let in_span: f64 = others.iter().map(|(_, v)| v).fold(0.0, |a, v| a + v);
                 left = left.min((limit - in_span).max(0.0));
@@ -183,12 +174,7 @@ impl BudgetGate {
                 });
             }
         }
-        let Some(o) = over else {
-            self.requests_headroom.set(Some(left));
-            return Ok(false);
-        };
-        // Held back or stopped: the next request waits for its verdict.
-        self.requests_headroom.set(Some(0.0));
+        let Some(o) = over else { return Ok(Some(left)) };
         let who = label(o.scope, &o.id);
         if fits && go > now {
             let text = budget::rate_wait_text(&who, o.rate, o.limit, go - now);
@@ -196,25 +182,20 @@ impl BudgetGate {
             self.handle.note_wait(&a.api_request_id, go - now);
             store.count_verdict(verdict::WAITED, o.scope.as_str(), o.rate.key(), now, place, &text)?;
             lock(&self.handle.0.messages).push(format!("{text} (session {})", a.session_id));
-            return Ok(false);
+            // Held back: the next request waits for its verdict.
+            return Ok(Some(0.0));
         }
         // Stopped: it never reaches the provider, so it counts nowhere.
         store.rate_drop(&a.api_request_id)?;
         // When a call would fit again, within the hour.
         let back = {
-            let step = o.rate.per.step();
-            let since = (now as i64 - o.rate.per.seconds()).div_euclid(step) * step - step;
-            let others: Vec<(i64, f64)> = store
-                .rate_buckets(o.scope, &o.id, o.rate.per, since)?
-                .iter()
-                .map(|(b, amounts)| (*b, value(o.rate, counted, amounts)))
-                .collect();
+            let others = span_values(store, (o.scope, &o.id), o.rate, counted, now)?;
             let own_value = if o.rate.unit == RateUnit::Requests { 1.0 } else { 0.0 };
             rate_fits_at(o.rate, o.limit, &others, own_value, now, 3600.0).map(|t| t.ceil() as i64)
         };
         let text = budget::rate_stop_text(&who, o.rate, o.limit, o.used, back, &self.cfg.tz);
         store.count_verdict(verdict::BLOCKED, o.scope.as_str(), o.rate.key(), now, place, &text)?;
         self.stop_call(store, &a.session_id, &a.api_request_id, text, now)?;
-        Ok(true)
+        Ok(None)
     }
 }
